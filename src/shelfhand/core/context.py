@@ -1,0 +1,77 @@
+"""Hidden context: who is calling, and about which run.
+
+Values of these types are injected by the framework into tool parameters annotated with them.
+They never appear in a tool's JSON schema, so the model can neither see nor set them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PermissionLevel = Literal["user", "admin", "system"]
+_LEVEL_ORDER: dict[str, int] = {"user": 0, "admin": 1, "system": 2}
+
+
+def permission_rank(level: str) -> int:
+    """Order of permission levels: user < admin < system."""
+    try:
+        return _LEVEL_ORDER[level]
+    except KeyError:
+        raise ValueError(f"unknown permission level {level!r}; use user, admin or system") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserContext:
+    """The caller's identity: tenant, user and roles.
+
+    Roles ``admin`` and ``system`` raise the caller's permission level; every other role is a
+    plain ``user`` role that may also be used as a document permission tag.
+    """
+
+    tenant_id: str
+    user_id: str
+    roles: tuple[str, ...] = ()
+
+    def __init__(self, *, tenant_id: str, user_id: str, roles: Iterable[str] = ()) -> None:
+        object.__setattr__(self, "tenant_id", str(tenant_id))
+        object.__setattr__(self, "user_id", str(user_id))
+        object.__setattr__(self, "roles", tuple(str(r) for r in roles))
+
+    @property
+    def permission_level(self) -> PermissionLevel:
+        if "system" in self.roles:
+            return "system"
+        if "admin" in self.roles:
+            return "admin"
+        return "user"
+
+    def may_use(self, level: str) -> bool:
+        """Whether this caller may use something that needs ``level``."""
+        return permission_rank(self.permission_level) >= permission_rank(level)
+
+    @property
+    def scope(self) -> str:
+        """A stable key for this caller (used for caches and rate limits)."""
+        return f"{self.tenant_id}/{self.user_id}"
+
+
+ANONYMOUS = UserContext(tenant_id="default", user_id="anonymous", roles=())
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """Facts about the current agent run, injectable into tools."""
+
+    run_id: str = field(default_factory=new_id)
+    trace_id: str = field(default_factory=new_id)
+    agent_name: str = ""
+    user: UserContext = ANONYMOUS
+    iteration: int = 0
+    deps: Any = None

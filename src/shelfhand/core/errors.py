@@ -1,0 +1,88 @@
+"""Errors, for two audiences.
+
+Model-facing errors describe a problem with a tool call that the model can fix or work around
+(unknown tool, bad arguments, a failing tool). They become a tool *result* with
+``is_error=True`` and the run continues.
+
+Caller-facing errors propagate to the program or person that runs the agent, with a message
+that says what to do (bad configuration, a model provider that is down, an exhausted script).
+
+::
+
+    ShelfhandError
+    ├── ConfigurationError          wrong or missing settings (fails fast at start-up)
+    ├── ModelError                  the chat model could not answer
+    │   ├── ModelTimeoutError       the provider did not answer in time
+    │   └── ModelProviderError      the provider answered with an error (HTTP status kept)
+    ├── ScriptExhaustedError        a ScriptedModel ran out of turns (tests)
+    ├── KnowledgeError              ingest / store / retrieval problems
+    │   └── UnreadableDocumentError a file that cannot be read (reported, then skipped)
+    └── ToolError                   model-facing: becomes an error tool result
+        ├── UnknownToolError
+        ├── ToolArgumentError       arguments are not valid JSON or fail validation
+        ├── ToolPermissionError     the caller may not use this tool
+        ├── ToolTimeoutError
+        └── TransientToolError      raised by a tool for a failure worth retrying
+"""
+
+from __future__ import annotations
+
+
+class ShelfhandError(Exception):
+    """Base class of every error raised by shelfhand."""
+
+
+class ConfigurationError(ShelfhandError):
+    """Settings are wrong or missing; the message says which and how to fix it."""
+
+
+class ModelError(ShelfhandError):
+    """The chat model could not produce an answer."""
+
+
+class ModelTimeoutError(ModelError):
+    """The model provider did not answer within the configured timeout."""
+
+
+class ModelProviderError(ModelError):
+    """The model provider answered with an error."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ScriptExhaustedError(ShelfhandError):
+    """A ``ScriptedModel`` was asked for more turns than its script holds."""
+
+
+class KnowledgeError(ShelfhandError):
+    """A problem in ingest, storage or retrieval of documents."""
+
+
+class UnreadableDocumentError(KnowledgeError):
+    """A file could not be read (corrupt, encrypted, unsupported). It is skipped."""
+
+
+class ToolError(ShelfhandError):
+    """A model-facing tool problem: reported to the model as an error result."""
+
+
+class UnknownToolError(ToolError):
+    """The model called a tool that does not exist (or is not visible to this caller)."""
+
+
+class ToolArgumentError(ToolError):
+    """The tool call's arguments are not valid JSON or do not match the schema."""
+
+
+class ToolPermissionError(ToolError):
+    """The caller may not use this tool."""
+
+
+class ToolTimeoutError(ToolError):
+    """The tool did not finish within its timeout."""
+
+
+class TransientToolError(ToolError):
+    """Raised by a tool for a temporary failure (worth retrying for read-only tools)."""

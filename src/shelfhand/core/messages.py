@@ -1,0 +1,248 @@
+"""Immutable messages and content blocks (DESIGN K1).
+
+A :class:`Message` has a role, a tuple of content blocks, an id, a timestamp and metadata.
+Blocks are :class:`TextBlock`, :class:`ToolCallBlock`, :class:`ToolResultBlock` and
+:class:`CitationBlock`. ``Message.to_dict`` / ``Message.from_dict`` (and the ``*_json``
+variants) round-trip losslessly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Citation:
+    """Where a piece of evidence comes from."""
+
+    index: int
+    """The number the model cites it by: ``[index]``."""
+    source: str
+    title: str = ""
+    section: str = ""
+    page: int | None = None
+    doc_id: str = ""
+    chunk_id: str = ""
+    text: str = ""
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "source": self.source,
+            "title": self.title,
+            "section": self.section,
+            "page": self.page,
+            "doc_id": self.doc_id,
+            "chunk_id": self.chunk_id,
+            "text": self.text,
+            "score": self.score,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Citation:
+        return cls(
+            index=int(data["index"]),
+            source=str(data["source"]),
+            title=str(data.get("title", "")),
+            section=str(data.get("section", "")),
+            page=None if data.get("page") is None else int(data["page"]),
+            doc_id=str(data.get("doc_id", "")),
+            chunk_id=str(data.get("chunk_id", "")),
+            text=str(data.get("text", "")),
+            score=None if data.get("score") is None else float(data["score"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextBlock:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallBlock:
+    """A tool call requested by the model. ``arguments`` is the JSON text as the model sent it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    type: Literal["tool_call"] = "tool_call"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON)."""
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultBlock:
+    """The outcome of one tool call, as the model will read it."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    citations: tuple[Citation, ...] = ()
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CitationBlock:
+    """Citations attached to an answer (e.g. the evidence a final answer used)."""
+
+    citations: tuple[Citation, ...]
+    type: Literal["citations"] = "citations"
+
+
+Block: TypeAlias = TextBlock | ToolCallBlock | ToolResultBlock | CitationBlock
+
+
+def _block_to_dict(block: Block) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolCallBlock):
+        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
+    if isinstance(block, ToolResultBlock):
+        return {
+            "type": "tool_result",
+            "call_id": block.call_id,
+            "name": block.name,
+            "content": block.content,
+            "is_error": block.is_error,
+            "citations": [c.to_dict() for c in block.citations],
+        }
+    return {"type": "citations", "citations": [c.to_dict() for c in block.citations]}
+
+
+def _block_from_dict(data: Mapping[str, Any]) -> Block:
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(text=str(data["text"]))
+    if kind == "tool_call":
+        return ToolCallBlock(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
+    if kind == "tool_result":
+        return ToolResultBlock(
+            call_id=str(data["call_id"]),
+            name=str(data["name"]),
+            content=str(data["content"]),
+            is_error=bool(data.get("is_error", False)),
+            citations=tuple(Citation.from_dict(c) for c in data.get("citations", ())),
+        )
+    if kind == "citations":
+        return CitationBlock(citations=tuple(Citation.from_dict(c) for c in data["citations"]))
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message of a conversation. Immutable; build new ones with the factories."""
+
+    role: Role
+    content: tuple[Block, ...] = ()
+    name: str | None = None
+    id: str = field(default_factory=_new_id)
+    created_at: float = field(default_factory=time.time)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    # --- factories -------------------------------------------------------------------------
+    @classmethod
+    def system(cls, text: str, **kw: Any) -> Message:
+        return cls(role="system", content=(TextBlock(text=text),), **kw)
+
+    @classmethod
+    def user(cls, text: str, **kw: Any) -> Message:
+        return cls(role="user", content=(TextBlock(text=text),), **kw)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str = "",
+        *,
+        tool_calls: Iterable[ToolCallBlock] = (),
+        citations: Sequence[Citation] = (),
+        **kw: Any,
+    ) -> Message:
+        blocks: list[Block] = []
+        if text:
+            blocks.append(TextBlock(text=text))
+        blocks.extend(tool_calls)
+        if citations:
+            blocks.append(CitationBlock(citations=tuple(citations)))
+        return cls(role="assistant", content=tuple(blocks), **kw)
+
+    @classmethod
+    def tool(cls, results: Iterable[ToolResultBlock], **kw: Any) -> Message:
+        return cls(role="tool", content=tuple(results), **kw)
+
+    # --- views -----------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolCallBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        out: list[Citation] = []
+        for b in self.content:
+            if isinstance(b, (ToolResultBlock, CitationBlock)):
+                out.extend(b.citations)
+        return tuple(out)
+
+    # --- serialisation ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "role": self.role,
+            "name": self.name,
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+            "content": [_block_to_dict(b) for b in self.content],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        role = data["role"]
+        if role not in ("system", "user", "assistant", "tool"):
+            raise ValueError(f"unknown message role {role!r}")
+        return cls(
+            role=role,
+            content=tuple(_block_from_dict(b) for b in data.get("content", ())),
+            name=data.get("name"),
+            id=str(data["id"]),
+            created_at=float(data["created_at"]),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Message:
+        return cls.from_dict(json.loads(text))
+
+
+def messages_to_json(messages: Iterable[Message]) -> str:
+    return json.dumps([m.to_dict() for m in messages], ensure_ascii=False)
+
+
+def messages_from_json(text: str) -> list[Message]:
+    return [Message.from_dict(d) for d in json.loads(text)]

@@ -1,0 +1,79 @@
+"""Values shared across the knowledge layer: documents, chunks and search hits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Section:
+    """A run of text inside a document, with where it sits (heading path, page)."""
+
+    text: str
+    section_path: tuple[str, ...] = ()
+    page: int | None = None
+    start: int = 0
+    """Character offset of ``text`` in the document's extracted text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Document:
+    """One readable unit: a file, or one record of a CSV/JSON file."""
+
+    doc_id: str
+    """Stable id: ``source`` for files, ``source#key`` for records."""
+    source: str
+    """Where it came from, as the user will see it (a relative path or a name)."""
+    title: str
+    doc_type: str
+    """``markdown``, ``text``, ``html``, ``pdf``, ``docx``, ``csv``, ``json``."""
+    sections: tuple[Section, ...]
+    content_hash: str
+    """sha256 of the file bytes (or of the record), used for incremental indexing."""
+    permission_tags: tuple[str, ...] = ()
+    """Roles that may read it; empty = everyone in the tenant."""
+    tenant_id: str = "default"
+    updated_at: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(s.text for s in self.sections)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chunk:
+    """A retrievable piece of a document."""
+
+    chunk_id: str
+    """``{doc_id}::{chunk_index}``."""
+    doc_id: str
+    chunk_index: int
+    text: str
+    title: str
+    section_path: tuple[str, ...]
+    page: int | None
+    source: str
+    start: int
+    end: int
+    content_hash: str
+    """sha256 of ``text`` (dedup across documents)."""
+    doc_type: str
+    permission_tags: tuple[str, ...] = ()
+    tenant_id: str = "default"
+    updated_at: float = 0.0
+
+    @property
+    def section(self) -> str:
+        return " > ".join(self.section_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchHit:
+    chunk: Chunk
+    score: float
+    """Fused score (RRF) or the single side's score."""
+    keyword_rank: int | None = None
+    vector_rank: int | None = None

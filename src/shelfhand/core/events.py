@@ -55,7 +55,12 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     if isinstance(event, TextDelta):
         return {"type": event.type, "text": event.text}
     if isinstance(event, ToolStarted):
-        return {"type": event.type, "call_id": event.call_id, "name": event.name, "arguments": event.arguments}
+        return {
+            "type": event.type,
+            "call_id": event.call_id,
+            "name": event.name,
+            "arguments": event.arguments,
+        }
     if isinstance(event, ToolFinished):
         return {
             "type": event.type,

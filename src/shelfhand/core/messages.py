@@ -112,7 +112,12 @@ def _block_to_dict(block: Block) -> dict[str, Any]:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
     if isinstance(block, ToolCallBlock):
-        return {"type": "tool_call", "id": block.id, "name": block.name, "arguments": block.arguments}
+        return {
+            "type": "tool_call",
+            "id": block.id,
+            "name": block.name,
+            "arguments": block.arguments,
+        }
     if isinstance(block, ToolResultBlock):
         return {
             "type": "tool_result",
@@ -130,7 +135,9 @@ def _block_from_dict(data: Mapping[str, Any]) -> Block:
     if kind == "text":
         return TextBlock(text=str(data["text"]))
     if kind == "tool_call":
-        return ToolCallBlock(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
+        return ToolCallBlock(
+            id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"])
+        )
     if kind == "tool_result":
         return ToolResultBlock(
             call_id=str(data["call_id"]),

@@ -1,0 +1,11 @@
+"""Hands: typed, permissioned tools for the model (DESIGN T1–T4, T6).
+
+``@tool`` turns a function into a :class:`Tool`; a :class:`Toolkit` holds tools and groups,
+filters them per caller and runs the model's calls. Built-in tools live in
+:mod:`shelfhand.tools.builtins`.
+"""
+
+from shelfhand.tools.tool import Tool, ToolOutput, tool
+from shelfhand.tools.toolkit import Toolkit
+
+__all__ = ["Tool", "ToolOutput", "Toolkit", "tool"]

@@ -1,0 +1,310 @@
+"""``@tool``: a plain function becomes a typed, permissioned tool (DESIGN T1–T3).
+
+Example::
+
+    @tool(read_only=True)
+    def lookup_order(ctx: UserContext, order_id: str) -> dict:
+        \"\"\"Look up one of the caller's orders.
+
+        Args:
+            order_id: The order number, e.g. SO-1001.
+        \"\"\"
+        ...
+
+The result is a :class:`Tool` that is still callable like the function. Everything the hot
+path needs (schema, argument model, which parameters are injected context) is computed once,
+at decoration.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import anyio.to_thread
+import pydantic_core
+from pydantic import ValidationError
+
+from shelfhand.core.context import PermissionLevel, RunContext, permission_rank
+from shelfhand.core.errors import ToolArgumentError
+from shelfhand.core.messages import Citation
+from shelfhand.tools.schema import FunctionSchema, function_schema
+
+__all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DONE = "done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput:
+    """What a tool returns to the model; return one to attach citations or flag an error."""
+
+    content: str
+    citations: tuple[Citation, ...] = ()
+    is_error: bool = False
+    data: Any = None
+    """The structured value behind ``content`` (for the caller; the model sees ``content``)."""
+
+
+class Tool(Generic[P, R]):
+    """A function with a model-facing name, description and schema, and a policy.
+
+    Build one with :func:`tool`. Calling the tool calls the function unchanged;
+    :meth:`invoke` is the model's way in: it validates arguments, injects context, runs the
+    function (sync functions in a worker thread) and serialises the result.
+
+    Attributes:
+        name: Model-facing name (``^[A-Za-z0-9_-]{1,64}$``).
+        description: Model-facing description (the docstring summary by default).
+        read_only: The tool changes nothing (safe to retry and cache).
+        concurrency_safe: May run in parallel with other calls (defaults to ``read_only``).
+        external: The model only emits the call; the caller executes it, not the toolkit.
+        permission: Level a caller needs: ``user``, ``admin`` or ``system``.
+        timeout: Seconds before the call is abandoned (``None``: no tool-specific limit).
+        idempotent: Repeating the call has no further effect (safe to retry).
+        strict: The schema follows OpenAI strict mode.
+        group: Tool group it belongs to by default (see ``Toolkit``).
+        func: The wrapped function.
+        is_async: Whether ``func`` is a coroutine function.
+    """
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+        concurrency_safe: bool | None = None,
+        external: bool = False,
+        permission: PermissionLevel = "user",
+        timeout: float | None = None,
+        idempotent: bool = False,
+        strict: bool = False,
+        group: str | None = None,
+    ) -> None:
+        tool_name: str = name or str(getattr(func, "__name__", ""))
+        if not _NAME_RE.match(tool_name):
+            raise ValueError(
+                f"tool name {tool_name!r} is not allowed: use 1-64 ASCII letters, digits, "
+                "'_' or '-' (pass name=... to @tool)"
+            )
+        permission_rank(permission)  # raises ValueError naming the allowed levels
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"tool {tool_name}: timeout must be positive, got {timeout}")
+        spec = function_schema(func, strict=strict)
+        self.func = func
+        self.name: str = tool_name
+        self.description: str = spec.description if description is None else description
+        self.read_only = read_only
+        self.concurrency_safe = read_only if concurrency_safe is None else concurrency_safe
+        self.external = external
+        self.permission: PermissionLevel = permission
+        self.timeout = timeout
+        self.idempotent = idempotent
+        self.strict = strict
+        self.group = group
+        self.is_async = _is_async(func)
+        self.spec: FunctionSchema = spec
+        self._schema: dict[str, Any] | None = None
+        # Hot-path constants, unpacked once.
+        self._validate = spec.arguments_model.model_validate
+        self._fields = spec.fields
+        self._injected = spec.injected
+        self._positional = frozenset(spec.positional)
+        self._null_defaults = spec.null_means_default
+        functools.update_wrapper(self, func, updated=())
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r}, permission={self.permission!r})"
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema (built once; do not mutate it)."""
+        if self._schema is None:
+            function: dict[str, Any] = {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.spec.parameters,
+            }
+            if self.strict:
+                function["strict"] = True
+            self._schema = {"type": "function", "function": function}
+        return self._schema
+
+    def bind(
+        self, arguments: Mapping[str, Any], run: RunContext
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Validate ``arguments`` and add injected context: the ``(args, kwargs)`` to call with.
+
+        Raises:
+            ToolArgumentError: the arguments do not match the schema; the message says which
+                fields are wrong, for the model to fix its call.
+        """
+        if self._null_defaults:
+            arguments = {
+                k: v for k, v in arguments.items() if v is not None or k not in self._null_defaults
+            }
+        try:
+            values = self._validate(arguments).__dict__
+        except ValidationError as exc:
+            raise ToolArgumentError(format_validation_error(self.name, exc)) from None
+        kwargs = {param: values[field] for field, param in self._fields}
+        for param, kind in self._injected:
+            kwargs[param] = run if kind == "run" else run.user
+        if not self._positional:
+            return (), kwargs
+        args = tuple(kwargs.pop(p) for p in self.spec.positional)
+        return args, kwargs
+
+    async def invoke(self, arguments: Mapping[str, Any], *, run: RunContext) -> ToolOutput:
+        """Validate, inject, call and serialise: the model's way of calling this tool.
+
+        Raises:
+            ToolArgumentError: invalid arguments (see :meth:`bind`).
+            Exception: whatever the function raises, unchanged.
+        """
+        args, kwargs = self.bind(arguments, run)
+        if self.is_async:
+            result = await self.func(*args, **kwargs)  # type: ignore[misc]
+        else:
+            call = functools.partial(self.func, *args, **kwargs)
+            # Abandon on cancel: a timed-out sync tool cannot be stopped, only not waited for.
+            result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        return serialise_result(result)
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = getattr(func, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    return inspect.iscoroutinefunction(call)
+
+
+def serialise_result(result: Any) -> ToolOutput:
+    """Turn a tool's return value into what the model reads.
+
+    ``str`` as is; a :class:`ToolOutput` unchanged; ``None`` → ``"done"``; anything else
+    (pydantic models, dataclasses, dicts, lists, numbers) → compact JSON, non-ASCII kept.
+    """
+    if isinstance(result, str):
+        return ToolOutput(content=result)
+    if isinstance(result, ToolOutput):
+        return result
+    if result is None:
+        return ToolOutput(content=_DONE)
+    # Unknown objects fall back to str() rather than failing a call that already happened.
+    content = pydantic_core.to_json(result, fallback=str)
+    return ToolOutput(content=content.decode("utf-8"), data=result)
+
+
+def format_validation_error(tool_name: str, exc: ValidationError) -> str:
+    """A message that tells the model which arguments are wrong and how."""
+    problems: list[str] = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        kind = err["type"]
+        if kind == "missing":
+            problems.append(f"{where}: missing (required)")
+        elif kind == "extra_forbidden":
+            problems.append(f"{where}: unexpected argument")
+        else:
+            got = repr(err.get("input"))
+            if len(got) > 80:
+                got = got[:77] + "..."
+            problems.append(f"{where}: {err['msg']} (got {got})")
+    return (
+        f"invalid arguments for tool {tool_name}: "
+        + "; ".join(problems)
+        + ". Fix these arguments and call the tool again."
+    )
+
+
+@overload
+def tool(func: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    concurrency_safe: bool | None = None,
+    external: bool = False,
+    permission: PermissionLevel = "user",
+    timeout: float | None = None,
+    idempotent: bool = False,
+    strict: bool = False,
+    group: str | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    concurrency_safe: bool | None = None,
+    external: bool = False,
+    permission: PermissionLevel = "user",
+    timeout: float | None = None,
+    idempotent: bool = False,
+    strict: bool = False,
+    group: str | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
+
+    Args:
+        func: The function (sync or async). Parameters typed ``RunContext`` / ``UserContext``
+            are injected and hidden from the model.
+        name: Model-facing name; defaults to the function's name.
+        description: Model-facing description; defaults to the docstring summary.
+        read_only: The tool changes nothing.
+        concurrency_safe: May run in parallel with other calls; defaults to ``read_only``.
+        external: The caller executes the call, not the toolkit (the agent stops and returns
+            the call).
+        permission: Level a caller needs: ``user``, ``admin`` or ``system``.
+        timeout: Seconds before the call is abandoned.
+        idempotent: Repeating the call has no further effect.
+        strict: Emit an OpenAI strict-mode schema.
+        group: Default tool group.
+
+    Raises:
+        ValueError: a bad name, permission level or timeout, or a strict schema that cannot
+            be expressed.
+        TypeError: unresolvable type hints or ``*args``/``**kwargs`` parameters.
+    """
+
+    def wrap(f: Callable[P, R]) -> Tool[P, R]:
+        if isinstance(f, Tool):
+            f = f.func
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            read_only=read_only,
+            concurrency_safe=concurrency_safe,
+            external=external,
+            permission=permission,
+            timeout=timeout,
+            idempotent=idempotent,
+            strict=strict,
+            group=group,
+        )
+
+    if func is not None:
+        return func if isinstance(func, Tool) else wrap(func)
+    return wrap

@@ -1,0 +1,236 @@
+"""Recover tool calls that a server returned as message text.
+
+Small local models (llama.cpp, Ollama, vLLM without a tool parser) often answer a tool call
+with *text* instead of a native ``tool_calls`` entry::
+
+    ```json
+    {"name": "lookup_order", "arguments": {"order_id": "A-1001"}}
+    ```
+
+    <tool_call>{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}</tool_call>
+
+    {"type": "function", "name": "lookup_order", "parameters": {"order_id": "A-1001"}}
+
+:func:`recover_tool_calls` turns such text back into
+:class:`~shelfhand.core.messages.ToolCallBlock` values — but only for tools that were offered,
+and only from JSON that has the shape of a call. Prose that happens to contain braces, JSON
+that names an unknown tool, and JSON inside code fences of other languages are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
+
+from shelfhand.core.messages import ToolCallBlock
+
+__all__ = ["recover_tool_calls"]
+
+_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.DOTALL)
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
+# Some chat templates put a marker in front of bare JSON calls (Mistral, Llama 3.1).
+_MARKER_BEFORE = re.compile(r"(?:\[TOOL_CALLS\]|<\|python_tag\|>)\s*\Z")
+_FENCE_LANGUAGES = frozenset({"", "json", "json5", "tool_call", "tool_calls", "tool_code"})
+
+_NAME_KEYS = ("name", "function", "tool", "tool_name")
+_ARG_KEYS = ("arguments", "parameters", "args", "input")
+_ALLOWED_EXTRA = frozenset({"type", "id"})
+
+_DECODER = json.JSONDecoder()
+
+_Call = tuple[str, str, str | None]  # name, arguments JSON text, id given by the model
+_Span = tuple[int, int, list[_Call]]
+
+
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _call_from(obj: Any, names: Collection[str], *, require_args: bool) -> _Call | None:
+    """One call from a JSON object, or ``None`` when it is not shaped like a call."""
+    if not isinstance(obj, dict):
+        return None
+    nested = obj.get("function")
+    if isinstance(nested, dict) and set(obj) <= {"function", "type", "id", "index"}:
+        # The OpenAI wire shape: {"type": "function", "function": {"name": ..., ...}}.
+        call = _call_from(nested, names, require_args=require_args)
+        if call is not None and call[2] is None and isinstance(obj.get("id"), str):
+            return call[0], call[1], obj["id"]
+        return call
+    name_keys = [k for k in _NAME_KEYS if k in obj]
+    arg_keys = [k for k in _ARG_KEYS if k in obj]
+    if len(name_keys) != 1 or len(arg_keys) > 1:
+        return None
+    if set(obj) - set(name_keys) - set(arg_keys) - _ALLOWED_EXTRA:
+        return None  # other keys: this is data that mentions a tool, not a call
+    name = obj[name_keys[0]]
+    if not isinstance(name, str) or name not in names:
+        return None
+    if not arg_keys and require_args:
+        return None
+    args = obj[arg_keys[0]] if arg_keys else None
+    if args is None:
+        arguments = "{}"
+    elif isinstance(args, dict):
+        arguments = json.dumps(args, ensure_ascii=False)
+    elif isinstance(args, str):
+        # Some models double-encode the arguments; keep the JSON text as sent.
+        arguments = args if args.strip() else "{}"
+    else:
+        return None
+    call_id = obj.get("id")
+    return name, arguments, call_id if isinstance(call_id, str) and call_id else None
+
+
+def _calls_from_value(value: Any, names: Collection[str], *, require_args: bool) -> list[_Call]:
+    """All calls in one JSON value; empty unless *every* element is a known call."""
+    if isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    calls: list[_Call] = []
+    for item in items:
+        call = _call_from(item, names, require_args=require_args)
+        if call is None:
+            return []
+        calls.append(call)
+    return calls
+
+
+def _decode_all(snippet: str) -> list[Any] | None:
+    """Every JSON value in ``snippet`` (separated by whitespace or commas), or ``None``."""
+    values: list[Any] = []
+    pos, end = 0, len(snippet)
+    while True:
+        while pos < end and (snippet[pos].isspace() or snippet[pos] in ",;"):
+            pos += 1
+        if pos >= end:
+            return values or None
+        try:
+            value, pos = _DECODER.raw_decode(snippet, pos)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+
+
+def _calls_from_snippet(snippet: str, names: Collection[str]) -> list[_Call]:
+    fence = _FENCE.fullmatch(snippet.strip())
+    if fence is not None:
+        snippet = fence.group(2)
+    values = _decode_all(snippet)
+    if values is None:
+        return []
+    calls: list[_Call] = []
+    for value in values:
+        found = _calls_from_value(value, names, require_args=False)
+        if not found:
+            return []
+        calls.extend(found)
+    return calls
+
+
+def _inside(pos: int, regions: list[tuple[int, int]]) -> int | None:
+    for start, end in regions:
+        if start <= pos < end:
+            return end
+    return None
+
+
+def _bare_spans(text: str, names: Collection[str], excluded: list[tuple[int, int]]) -> list[_Span]:
+    spans: list[_Span] = []
+    pos = 0
+    while True:
+        brace, bracket = text.find("{", pos), text.find("[", pos)
+        candidates = [i for i in (brace, bracket) if i >= 0]
+        if not candidates:
+            return spans
+        start = min(candidates)
+        skip_to = _inside(start, excluded)
+        if skip_to is not None:
+            pos = skip_to
+            continue
+        if text[start] == "[" and not text[start + 1 :].lstrip().startswith("{"):
+            pos = start + 1  # "[1]" citations and plain lists are never calls
+            continue
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError:
+            pos = start + 1
+            continue
+        calls = _calls_from_value(value, names, require_args=True)
+        if calls:
+            marker = _MARKER_BEFORE.search(text, 0, start)
+            spans.append((marker.start() if marker else start, end, calls))
+        # Skip the whole value either way: a call nested inside other JSON is data.
+        pos = end
+
+
+def recover_tool_calls(
+    text: str,
+    tool_names: Collection[str],
+    *,
+    make_id: Callable[[], str] | None = None,
+) -> tuple[str, list[ToolCallBlock]]:
+    """Recover tool calls written as text, for known tools only.
+
+    Recognised: ``<tool_call>{...}</tool_call>`` tags (Qwen), fenced ```` ```json ````
+    blocks, and bare JSON objects or lists of them. The name may be under ``name``,
+    ``function``, ``tool`` or ``tool_name``; the arguments under ``arguments``,
+    ``parameters``, ``args`` or ``input`` (an object or a JSON string). A list is recovered
+    only when every element is a call to a known tool. Text inside ``<think>`` blocks and
+    code fences of other languages is never read.
+
+    Args:
+        text: The assistant's message text.
+        tool_names: The names of the tools that were offered.
+        make_id: Makes ids for recovered calls (default ``call_<random hex>``); used only
+            when the JSON carries no ``id`` of its own.
+
+    Returns:
+        The text with the recovered JSON removed (stripped), and the calls in text order.
+        When nothing is recovered the text comes back unchanged.
+    """
+    if not tool_names or not text or not any(c in text for c in "{["):
+        return text, []
+    names = tool_names if isinstance(tool_names, (set, frozenset, dict)) else set(tool_names)
+    spans: list[_Span] = []
+    excluded: list[tuple[int, int]] = [m.span() for m in _THINK.finditer(text)]
+
+    for match in _TAG.finditer(text):
+        if _inside(match.start(), excluded) is not None:
+            continue
+        calls = _calls_from_snippet(match.group(1), names)
+        if calls:
+            spans.append((match.start(), match.end(), calls))
+        excluded.append(match.span())
+
+    for match in _FENCE.finditer(text):
+        if _inside(match.start(), excluded) is not None:
+            continue
+        if match.group(1).lower() in _FENCE_LANGUAGES:
+            calls = _calls_from_snippet(match.group(2), names)
+            if calls:
+                spans.append((match.start(), match.end(), calls))
+        excluded.append(match.span())
+
+    spans.extend(_bare_spans(text, names, excluded))
+    if not spans:
+        return text, []
+
+    spans.sort(key=lambda span: span[0])
+    new_id = make_id or _new_call_id
+    pieces: list[str] = []
+    blocks: list[ToolCallBlock] = []
+    cursor = 0
+    for start, end, calls in spans:
+        pieces.append(text[cursor:start])
+        cursor = end
+        for name, arguments, given_id in calls:
+            blocks.append(ToolCallBlock(id=given_id or new_id(), name=name, arguments=arguments))
+    pieces.append(text[cursor:])
+    remaining = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
+    remaining = re.sub(r"\n{3,}", "\n\n", remaining).strip()
+    return remaining, blocks

@@ -1,0 +1,117 @@
+"""A real chat-completions server on 127.0.0.1 that answers from a per-test script."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HOLD = "__hold__"
+"""Put in ``Reply.sse`` (or set ``Reply.hold``) to stall until the test ends."""
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP answer: a JSON body, or server-sent events."""
+
+    status: int = 200
+    body: Any = None
+    sse: list[Any] | None = None
+    done: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    hold: bool = False
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class ChatServer:
+    """Records every request and plays back ``replies`` in order."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Received] = []
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def add(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def next_reply(self, received: Received) -> Reply:
+        with self._lock:
+            self.requests.append(received)
+            if self.replies:
+                return self.replies.popleft()
+        return Reply(status=500, body={"error": {"message": "the test scripted no reply"}})
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length).decode("utf-8")
+            received = Received(
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=json.loads(raw) if raw else {},
+            )
+            reply = server.next_reply(received)
+            if reply.hold:
+                server.release.wait(10)
+                return
+            if reply.sse is not None:
+                self._send_events(reply)
+            else:
+                self._send_json(reply)
+
+        def _send_json(self, reply: Reply) -> None:
+            data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in reply.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_events(self, reply: Reply) -> None:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            events = [*reply.sse, *(["[DONE]"] if reply.done else [])]  # type: ignore[misc]
+            for event in events:
+                if event == HOLD:
+                    server.release.wait(10)
+                    return
+                payload = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+                self.wfile.write(f"data: {payload}\n\n".encode())
+                self.wfile.flush()
+
+    return Handler

@@ -1,0 +1,141 @@
+"""Recovering tool calls that a server returned as message text."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from shelfhand.models.textcalls import recover_tool_calls
+
+TOOLS = {"lookup_order", "retrieve", "quote_price"}
+
+
+def calls_of(text: str) -> list[tuple[str, object]]:
+    _, calls = recover_tool_calls(text, TOOLS)
+    return [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def test_a_fenced_json_block_is_recovered_and_removed_from_the_text() -> None:
+    text = 'Let me check that order.\n\n```json\n{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}\n```\n'
+
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert remaining == "Let me check that order."
+    assert [(c.name, c.parsed_arguments()) for c in calls] == [
+        ("lookup_order", {"order_id": "A-1001"})
+    ]
+    assert calls[0].id.startswith("call_")
+
+
+def test_bare_json_is_recovered() -> None:
+    remaining, calls = recover_tool_calls(
+        '{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}', TOOLS
+    )
+
+    assert remaining == ""
+    assert [c.name for c in calls] == ["lookup_order"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"function": "retrieve", "parameters": {"query": "退货政策"}}',
+        '{"tool": "retrieve", "args": {"query": "退货政策"}}',
+        '{"type": "function", "name": "retrieve", "parameters": {"query": "退货政策"}}',
+        '{"name": "retrieve", "arguments": "{\\"query\\": \\"退货政策\\"}"}',
+        '{"type": "function", "function": {"name": "retrieve", "arguments": {"query": "退货政策"}}}',
+    ],
+)
+def test_the_usual_key_spellings_are_all_recovered(text: str) -> None:
+    assert calls_of(text) == [("retrieve", {"query": "退货政策"})]
+
+
+def test_qwen_tool_call_tags_are_recovered_with_chinese_text_around() -> None:
+    text = (
+        "好的，我先查询库存。\n"
+        '<tool_call>\n{"name": "quote_price", "arguments": {"sku": "SKU2024-011", "quantity": 2}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "retrieve", "arguments": {"query": "保修期"}}\n</tool_call>\n'
+        "请稍等。"
+    )
+
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert remaining == "好的，我先查询库存。\n\n请稍等。"
+    assert [(c.name, c.parsed_arguments()) for c in calls] == [
+        ("quote_price", {"sku": "SKU2024-011", "quantity": 2}),
+        ("retrieve", {"query": "保修期"}),
+    ]
+    assert calls[0].arguments == '{"sku": "SKU2024-011", "quantity": 2}'  # Chinese kept as is
+
+
+def test_an_unclosed_qwen_tag_at_the_end_is_still_recovered() -> None:
+    assert calls_of('<tool_call>{"name": "retrieve", "arguments": {"query": "E-203"}}') == [
+        ("retrieve", {"query": "E-203"})
+    ]
+
+
+def test_a_list_of_calls_is_recovered_in_order() -> None:
+    text = (
+        '[{"name": "quote_price", "arguments": {"sku": "S-1", "quantity": 1}}, '
+        '{"name": "lookup_order", "arguments": {"order_id": "A-7"}}]'
+    )
+
+    assert calls_of(text) == [
+        ("quote_price", {"sku": "S-1", "quantity": 1}),
+        ("lookup_order", {"order_id": "A-7"}),
+    ]
+
+
+def test_json_naming_an_unknown_tool_is_never_recovered() -> None:
+    for text in (
+        '{"name": "delete_everything", "arguments": {}}',
+        '```json\n{"name": "delete_everything", "arguments": {}}\n```',
+        '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+        '[{"name": "retrieve", "arguments": {"query": "x"}}, {"name": "drop_db", "arguments": {}}]',
+    ):
+        assert recover_tool_calls(text, TOOLS) == (text, [])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "In Python, {x for x in items} builds a set; a dict is {'a': 1}.",
+        "保修期为两年 [1]，详见 {保修政策} 第 3 节。",
+        'The order record is {"name": "lookup_order", "status": "shipped"}.',
+        'Example data: {"name": "Alice", "arguments": {"x": 1}}',
+        '```python\nrun({"name": "lookup_order", "arguments": {"order_id": "A-1"}})\n```',
+        '<think>maybe {"name": "retrieve", "arguments": {"query": "x"}}</think>The answer is 42.',
+        '{"name": "retrieve"} is the tool I would use.',
+    ],
+)
+def test_prose_and_data_that_merely_contain_braces_are_untouched(text: str) -> None:
+    assert recover_tool_calls(text, TOOLS) == (text, [])
+
+
+def test_nothing_is_recovered_when_no_tools_were_offered() -> None:
+    text = '{"name": "lookup_order", "arguments": {"order_id": "A-1001"}}'
+
+    assert recover_tool_calls(text, ()) == (text, [])
+
+
+def test_ids_come_from_make_id_unless_the_json_carries_one() -> None:
+    counter = itertools.count(1)
+    text = (
+        '[{"id": "given", "type": "function", "function": {"name": "retrieve", "arguments": "{}"}},'
+        ' {"name": "retrieve", "arguments": {}}]'
+    )
+
+    _, calls = recover_tool_calls(text, TOOLS, make_id=lambda: f"c{next(counter)}")
+
+    assert [c.id for c in calls] == ["given", "c1"]
+
+
+def test_a_mistral_marker_before_the_calls_is_removed_too() -> None:
+    remaining, calls = recover_tool_calls(
+        'Checking. [TOOL_CALLS] [{"name": "retrieve", "arguments": {"query": "E-203"}}]', TOOLS
+    )
+
+    assert remaining == "Checking."
+    assert [c.name for c in calls] == ["retrieve"]

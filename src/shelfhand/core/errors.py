@@ -16,7 +16,8 @@ that says what to do (bad configuration, a model provider that is down, an exhau
     │   └── ModelProviderError      the provider answered with an error (HTTP status kept)
     ├── ScriptExhaustedError        a ScriptedModel ran out of turns (tests)
     ├── KnowledgeError              ingest / store / retrieval problems
-    │   └── UnreadableDocumentError a file that cannot be read (reported, then skipped)
+    │   ├── UnreadableDocumentError a file that cannot be read (reported, then skipped)
+    │   └── EmbeddingUnavailableError the embedding service is out of quota or down
     └── ToolError                   model-facing: becomes an error tool result
         ├── UnknownToolError
         ├── ToolArgumentError       arguments are not valid JSON or fail validation
@@ -62,6 +63,13 @@ class KnowledgeError(ShelfhandError):
 
 class UnreadableDocumentError(KnowledgeError):
     """A file could not be read (corrupt, encrypted, unsupported). It is skipped."""
+
+
+class EmbeddingUnavailableError(KnowledgeError):
+    """The embedding service stayed unavailable (quota, rate limit, outage) after retries.
+
+    Retrieval catches this and falls back to keyword search instead of failing.
+    """
 
 
 class ToolError(ShelfhandError):

@@ -1,0 +1,233 @@
+"""Embeddings from any OpenAI-compatible ``/v1/embeddings`` endpoint (DESIGN R4).
+
+Works with OpenAI itself and with compatible servers (DashScope, bge-m3 behind vLLM or TEI).
+Transient failures (429, 5xx, connection errors, timeouts) are retried with exponential
+backoff; a request the server rejects (400) is never retried. When the service stays
+unavailable, :class:`~shelfhand.core.errors.EmbeddingUnavailableError` is raised so retrieval
+can fall back to keyword search.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shelfhand.core.errors import ConfigurationError, EmbeddingUnavailableError, KnowledgeError
+from shelfhand.knowledge.embedding import Vectors
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OpenAIEmbedder"]
+
+_MAX_RETRY_AFTER_S = 20.0
+
+
+class OpenAIEmbedder:
+    """An :class:`~shelfhand.knowledge.embedding.Embedder` backed by an embeddings API.
+
+    Args:
+        model: Model name as the server knows it (``text-embedding-3-small``, ``bge-m3``).
+        dim: Expected vector dimension. ``None`` learns it from the first response (reading
+            :attr:`dim` before any call then costs one small request). A response of another
+            dimension raises :class:`ConfigurationError`.
+        base_url: Server base URL including ``/v1``; ``None`` means OpenAI.
+        api_key: Key; defaults to ``OPENAI_API_KEY``. A self-hosted server (``base_url`` set)
+            may need none.
+        batch_size: Texts per request.
+        timeout: Seconds per request.
+        max_retries: Retries of a transient failure (so up to ``max_retries + 1`` attempts).
+        request_dimensions: Send ``dimensions=dim`` so the server shortens vectors
+            (OpenAI ``text-embedding-3-*``); many compatible servers reject that field.
+        backoff: First retry delay in seconds; it doubles each retry (plus jitter). A
+            ``Retry-After`` header from the server takes precedence (capped at 20 s).
+
+    Raises:
+        ConfigurationError: No API key for OpenAI, or bad ``dim``/``batch_size``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        dim: int | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        batch_size: int = 64,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        request_dimensions: bool = False,
+        backoff: float = 0.5,
+    ) -> None:
+        if not model:
+            raise ConfigurationError("OpenAIEmbedder needs a model name")
+        if batch_size < 1 or max_retries < 0 or (dim is not None and dim < 1):
+            raise ConfigurationError("batch_size and dim must be >= 1, max_retries >= 0")
+        if request_dimensions and dim is None:
+            raise ConfigurationError("request_dimensions=True needs dim")
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if base_url is None:
+                raise ConfigurationError(
+                    "no API key for OpenAI embeddings: set OPENAI_API_KEY or pass api_key"
+                )
+            # Self-hosted servers (vLLM, TEI) usually need no key; the SDK insists on one.
+            key = "EMPTY"
+        self._model = model
+        self._dim = dim
+        self._base_url = base_url
+        self._api_key = key
+        self._batch_size = batch_size
+        self._timeout = timeout
+        self._max_retries = max_retries
+        self._request_dimensions = request_dimensions
+        self._backoff = backoff
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        if self._request_dimensions:
+            return f"openai:{self._model}:{self._dim}"
+        return f"openai:{self._model}"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.embed(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    timeout=self._timeout,
+                    # Retries are ours: the SDK would also retry 400-class errors we must not.
+                    max_retries=0,
+                )
+            return self._client
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                return min(max(float(retry_after), 0.0), _MAX_RETRY_AFTER_S)
+            except ValueError:
+                pass  # an HTTP date: fall back to our own schedule
+        base: float = self._backoff * (2**attempt)
+        return base + random.uniform(0.0, base / 4)
+
+    def _request(self, texts: list[str]) -> list[list[float]]:
+        import openai
+
+        client = self._get_client()
+        extra: dict[str, Any] = {}
+        if self._request_dimensions:
+            extra["dimensions"] = self._dim
+        last: Exception | None = None
+        for attempt in range(self._max_retries + 1):
+            retry_after: str | None = None
+            try:
+                response = client.embeddings.create(
+                    model=self._model, input=texts, encoding_format="float", **extra
+                )
+                rows = sorted(response.data, key=lambda d: d.index)
+                return [list(row.embedding) for row in rows]
+            except openai.RateLimitError as exc:
+                if _error_code(exc) == "insufficient_quota":
+                    # Out of credit: retrying cannot help, fall back at once.
+                    raise EmbeddingUnavailableError(
+                        f"embedding quota exhausted at {self._where()}: {exc}"
+                    ) from exc
+                last, retry_after = exc, exc.response.headers.get("retry-after")
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+                raise ConfigurationError(
+                    f"embedding API at {self._where()} refused the key ({exc.status_code}); "
+                    "check api_key / OPENAI_API_KEY"
+                ) from exc
+            except openai.NotFoundError as exc:
+                raise ConfigurationError(
+                    f"embedding model {self._model!r} not found at {self._where()}: {exc}"
+                ) from exc
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500:
+                    raise KnowledgeError(
+                        f"embedding request rejected by {self._where()} ({exc.status_code}): {exc}"
+                    ) from exc
+                last, retry_after = exc, exc.response.headers.get("retry-after")
+            except openai.APIConnectionError as exc:  # includes timeouts
+                last = exc
+            if attempt < self._max_retries:
+                delay = self._delay(attempt, retry_after)
+                logger.warning(
+                    "embedding request failed (%s); retry %d/%d in %.2fs",
+                    last,
+                    attempt + 1,
+                    self._max_retries,
+                    delay,
+                )
+                time.sleep(delay)
+        raise EmbeddingUnavailableError(
+            f"embedding API at {self._where()} unavailable after "
+            f"{self._max_retries + 1} attempts: {last}"
+        ) from last
+
+    def _where(self) -> str:
+        return self._base_url or "api.openai.com"
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embed passages in batches of ``batch_size``; returns ``(len(texts), dim)``.
+
+        Raises:
+            EmbeddingUnavailableError: Quota exhausted or the service stayed down.
+            ConfigurationError: Bad key, unknown model, or vectors of an unexpected size.
+            KnowledgeError: The server rejected the request (e.g. input too long).
+        """
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        parts: list[Vectors] = []
+        for start in range(0, len(texts), self._batch_size):
+            # The OpenAI API rejects empty strings; a blank embeds like a space.
+            batch = [t if t.strip() else " " for t in texts[start : start + self._batch_size]]
+            rows = self._request(batch)
+            if len(rows) != len(batch):
+                raise KnowledgeError(
+                    f"embedding API returned {len(rows)} vectors for {len(batch)} texts"
+                )
+            matrix = np.asarray(rows, dtype=np.float32)
+            if matrix.ndim != 2:
+                raise KnowledgeError("embedding API returned vectors of different lengths")
+            if self._dim is None:
+                self._dim = int(matrix.shape[1])
+            elif matrix.shape[1] != self._dim:
+                raise ConfigurationError(
+                    f"embedding model {self._model!r} returned {matrix.shape[1]}-d vectors, "
+                    f"configured dim is {self._dim}"
+                )
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            parts.append((matrix / np.maximum(norms, 1e-12)).astype(np.float32))
+        return np.concatenate(parts, axis=0)
+
+    def embed_query(self, text: str) -> Vectors:
+        """Embed one query; returns ``(dim,)``."""
+        return self.embed([text]).reshape(-1)
+
+
+def _error_code(exc: Any) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            code = inner.get("code") or inner.get("type")
+            return str(code) if code is not None else None
+    return None

@@ -1,0 +1,307 @@
+"""The ReAct agent (DESIGN K2, K3).
+
+One loop serves ``run`` (returns a :class:`RunResult`) and ``stream`` (yields events): the model
+is asked for a reply; tool calls in it are executed through the :class:`Toolkit` and their
+results fed back; the first reply without tool calls is the answer. Model-facing problems
+(unknown tool, bad arguments, a raising tool) come back to the model as error results and the
+loop goes on; caller-facing ones (the model provider failing) propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from shelfhand.core.context import ANONYMOUS, RunContext, UserContext
+from shelfhand.core.events import (
+    CitationsFound,
+    Event,
+    Final,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
+from shelfhand.tools.toolkit import Toolkit
+
+from .memory import ConversationMemory, build_system_prompt
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Use the tools when they help answer; answer in the user's "
+    "language. When you use passages returned by a tool, cite them by number like [1][2]. "
+    "If the documents do not contain the answer, say so instead of guessing."
+)
+
+StopReason = Literal["final", "max_iters", "external_tool"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """What one agent run produced."""
+
+    output: str
+    """The final answer text."""
+    messages: tuple[Message, ...]
+    """This run's transcript: the prompt, every model reply and every tool result."""
+    citations: tuple[Citation, ...] = ()
+    """Evidence returned by tools during the run, in the order it arrived."""
+    usage: Usage = field(default_factory=Usage)
+    iterations: int = 0
+    stop_reason: StopReason = "final"
+    external_calls: tuple[ToolCallBlock, ...] = ()
+    """Calls of ``external`` tools, for the caller to execute (when stop_reason says so)."""
+    trace_id: str = ""
+
+
+class Agent:
+    """A tool-using agent.
+
+    Args:
+        name: shown in logs and traces.
+        model: the chat model.
+        toolkit: the tools the model may call (filtered per caller's permission).
+        system_prompt: the base instructions.
+        max_iters: the most model calls in one run; when reached, the run stops with an
+            honest answer saying so.
+        max_concurrency: the most tool calls of one reply run at the same time (only when
+            every call in the reply is ``concurrency_safe``).
+        memory: a conversation memory to read history from and write the run back to.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: ChatModel,
+        name: str = "agent",
+        toolkit: Toolkit | None = None,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        max_iters: int = 10,
+        max_concurrency: int = 8,
+        memory: ConversationMemory | None = None,
+        description: str = "",
+    ) -> None:
+        if max_iters < 1:
+            raise ValueError("max_iters must be at least 1")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.name = name
+        self.description = description
+        self.model = model
+        self.toolkit = toolkit if toolkit is not None else Toolkit()
+        self.system_prompt = system_prompt
+        self.max_iters = max_iters
+        self.max_concurrency = max_concurrency
+        self.memory = memory
+
+    # --- public API ------------------------------------------------------------------------
+    async def run(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+    ) -> RunResult:
+        """Run to the final answer and return it with the transcript and citations."""
+        async for event in self._loop(prompt, context, history, deps, streaming=False):
+            if isinstance(event, Final):
+                return event.result
+        raise RuntimeError("agent loop ended without a final event")  # pragma: no cover
+
+    def run_sync(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+    ) -> RunResult:
+        """``run`` for scripts and the CLI (not inside a running event loop)."""
+        return asyncio.run(self.run(prompt, context=context, history=history, deps=deps))
+
+    async def stream(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+    ) -> AsyncIterator[Event]:
+        """Yield text deltas, tool started/finished, citations, and one final event."""
+        async for event in self._loop(prompt, context, history, deps, streaming=True):
+            yield event
+
+    # --- the loop --------------------------------------------------------------------------
+    async def _loop(
+        self,
+        prompt: str | Message,
+        context: UserContext | None,
+        history: Sequence[Message],
+        deps: Any,
+        *,
+        streaming: bool,
+    ) -> AsyncIterator[Event]:
+        user = context or ANONYMOUS
+        run = RunContext(agent_name=self.name, user=user, deps=deps)
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        memory = self.memory
+        past = list(memory.messages) if memory is not None else list(history)
+        system = Message.system(
+            build_system_prompt(self.system_prompt, summary=memory.summary if memory else "")
+        )
+        new: list[Message] = [first]
+        citations: list[Citation] = []
+        input_tokens = output_tokens = 0
+        logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+
+        for iteration in range(1, self.max_iters + 1):
+            schemas = self.toolkit.schemas(user)
+            conversation = [system, *past, *new]
+            if streaming:
+                response: ModelResponse | None = None
+                async for chunk in self.model.stream(conversation, tools=schemas):
+                    if isinstance(chunk, StreamText):
+                        if chunk.text:
+                            yield TextDelta(text=chunk.text)
+                    elif isinstance(chunk, StreamDone):
+                        response = chunk.response
+                if response is None:
+                    raise RuntimeError(f"model {self.model.name} stream ended without a reply")
+            else:
+                response = await self.model.request(conversation, tools=schemas)
+            if response.usage is not None:
+                input_tokens += response.usage.input_tokens
+                output_tokens += response.usage.output_tokens
+            reply = response.message
+            new.append(reply)
+            calls = reply.tool_calls
+            if not calls:
+                # remember before yielding: a consumer may stop at the final event
+                await self._remember(new)
+                yield self._final(
+                    reply.text, new, citations, run, iteration, input_tokens, output_tokens
+                )
+                return
+
+            external = tuple(c for c in calls if self._is_external(c.name))
+            if external:
+                result = RunResult(
+                    output=reply.text,
+                    messages=tuple(new),
+                    citations=tuple(citations),
+                    usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+                    iterations=iteration,
+                    stop_reason="external_tool",
+                    external_calls=external,
+                    trace_id=run.trace_id,
+                )
+                yield Final(result=result)
+                return
+
+            step = replace(run, iteration=iteration) if iteration > 1 else run
+            results: list[ToolResultBlock] = []
+            async for event in self._execute(calls, step, results):
+                yield event
+            found = [c for r in results for c in r.citations]
+            if found:
+                citations.extend(found)
+                yield CitationsFound(citations=tuple(found))
+            new.append(Message.tool(results))
+
+        text = self._fallback(new)
+        new.append(Message.assistant(text))
+        await self._remember(new)
+        yield self._final(
+            text, new, citations, run, self.max_iters, input_tokens, output_tokens, "max_iters"
+        )
+
+    def _final(
+        self,
+        text: str,
+        new: list[Message],
+        citations: list[Citation],
+        run: RunContext,
+        iterations: int,
+        input_tokens: int,
+        output_tokens: int,
+        reason: StopReason = "final",
+    ) -> Final:
+        return Final(
+            result=RunResult(
+                output=text,
+                messages=tuple(new),
+                citations=tuple(citations),
+                usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+                iterations=iterations,
+                stop_reason=reason,
+                trace_id=run.trace_id,
+            )
+        )
+
+    async def _remember(self, new: list[Message]) -> None:
+        if self.memory is None:
+            return
+        self.memory.add(new)
+        await self.memory.compact(self.model)
+
+    def _is_external(self, name: str) -> bool:
+        t = self.toolkit.get(name)
+        return t is not None and t.external
+
+    async def _execute(
+        self, calls: Sequence[ToolCallBlock], run: RunContext, results: list[ToolResultBlock]
+    ) -> AsyncIterator[Event]:
+        """Run the calls (concurrently when all are concurrency-safe); fill ``results`` in order."""
+        for call in calls:
+            yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
+        if len(calls) > 1 and self.toolkit.is_concurrency_safe([c.name for c in calls]):
+            gate = asyncio.Semaphore(self.max_concurrency)
+
+            async def one(call: ToolCallBlock) -> tuple[ToolResultBlock, float]:
+                async with gate:
+                    started = time.perf_counter()
+                    res = await self.toolkit.call(call, run)
+                    return res, (time.perf_counter() - started) * 1000
+
+            tasks = [asyncio.ensure_future(one(c)) for c in calls]
+            try:
+                for done in asyncio.as_completed(tasks):
+                    res, ms = await done
+                    yield _finished(res, ms)
+            finally:
+                for t in tasks:
+                    t.cancel()
+            results.extend(t.result()[0] for t in tasks)
+        else:
+            for call in calls:
+                started = time.perf_counter()
+                res = await self.toolkit.call(call, run)
+                results.append(res)
+                yield _finished(res, (time.perf_counter() - started) * 1000)
+
+    def _fallback(self, new: list[Message]) -> str:
+        last = next((m for m in reversed(new) if m.role == "tool"), None)
+        lines = [
+            f"I could not finish within {self.max_iters} steps, so this is not a complete answer."
+        ]
+        if last is not None:
+            lines.append("The last tool results were:")
+            lines.extend(f"- {r.name}: {r.content[:300]}" for r in last.tool_results)
+        return "\n".join(lines)
+
+
+def _finished(res: ToolResultBlock, ms: float) -> ToolFinished:
+    return ToolFinished(
+        call_id=res.call_id,
+        name=res.name,
+        content=res.content,
+        is_error=res.is_error,
+        duration_ms=ms,
+    )

@@ -1,0 +1,96 @@
+"""The ``retrieve`` tool and the knowledge agent (DESIGN R9, R10).
+
+Retrieval becomes a tool here, in the orchestration layer: the knowledge layer knows nothing
+of tools or agents. The caller's identity reaches the search through the injected
+:class:`UserContext`, never through a model-written argument.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from shelfhand.core.context import ANONYMOUS, RunContext, UserContext
+from shelfhand.core.messages import Message
+from shelfhand.knowledge.citations import format_passages, to_citations
+from shelfhand.knowledge.types import SearchHit
+from shelfhand.tools.tool import Tool, ToolOutput, tool
+
+from .agent import RunResult
+
+DEFAULT_TOP_K = 3
+HARD_MAX_TOP_K = 8
+NOT_CONFIGURED = "knowledge base not configured"
+
+RETRIEVE_DESCRIPTION = (
+    "Search the knowledge base (product documents, policies, manuals) for numbered passages. "
+    "Call it before answering questions about products, policies, procedures, error codes or "
+    "anything the documents may cover; put names, codes and key terms in the query. Cite the "
+    "passages you use as [1][2]. If nothing relevant comes back, say the documents do not "
+    "cover it instead of guessing."
+)
+
+
+class Searcher(Protocol):
+    """What the retrieve tool needs from a knowledge base."""
+
+    def search(
+        self, query: str, *, k: int = 5, user: UserContext | None = None
+    ) -> list[SearchHit]: ...
+
+
+def clamp_top_k(top_k: int | None) -> int:
+    if top_k is None or top_k <= 0:
+        return DEFAULT_TOP_K
+    return min(top_k, HARD_MAX_TOP_K)
+
+
+def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
+    """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured"."""
+
+    async def retrieve(ctx: UserContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
+        """Search the knowledge base.
+
+        Args:
+            query: What to look for; include product names, model numbers and error codes.
+            top_k: How many passages to return (default 3, at most 8).
+        """
+        if kb is None:
+            return ToolOutput(content=NOT_CONFIGURED)
+        # the search is CPU-bound (segmentation, embedding): keep it off the event loop
+        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=ctx)
+        citations = to_citations(hits)
+        return ToolOutput(content=format_passages(citations), citations=tuple(citations))
+
+    return tool(name="retrieve", description=RETRIEVE_DESCRIPTION, read_only=True)(retrieve)
+
+
+class KnowledgeAgent:
+    """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens."""
+
+    def __init__(self, kb: Searcher, *, name: str = "knowledge", top_k: int = 5) -> None:
+        self.kb = kb
+        self.name = name
+        self.top_k = max(1, top_k)
+
+    async def run(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+    ) -> RunResult:
+        query = prompt if isinstance(prompt, str) else prompt.text
+        run = RunContext(agent_name=self.name, user=context or ANONYMOUS, deps=deps)
+        hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
+        citations = tuple(to_citations(hits))
+        output = format_passages(citations)
+        messages = (Message.user(query), Message.assistant(output, citations=citations))
+        return RunResult(
+            output=output, messages=messages, citations=citations, trace_id=run.trace_id
+        )
+
+    def run_sync(self, prompt: str | Message, *, context: UserContext | None = None) -> RunResult:
+        return asyncio.run(self.run(prompt, context=context))

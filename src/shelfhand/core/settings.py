@@ -1,0 +1,99 @@
+"""Settings: environment variables, then ``<workspace>/shelfhand.toml``, then defaults.
+
+Environment (highest precedence):
+``SHELFHAND_WORKSPACE``, ``SHELFHAND_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+``SHELFHAND_MODEL_TIMEOUT``, ``SHELFHAND_RETRIEVAL_MODE`` (auto | simple | keyword),
+``SHELFHAND_EMBEDDER`` (default | hashing | openai:<model>).
+
+``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
+(``model``, ``base_url``, ``api_key``, ``model_timeout``, ``retrieval_mode``, ``embedder``,
+``chunk_tokens``, ``chunk_overlap``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.errors import ConfigurationError
+
+RETRIEVAL_MODES = ("auto", "simple", "keyword")
+DEFAULT_WORKSPACE = ".shelfhand"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    workspace: Path
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    model_timeout: float = 60.0
+    retrieval_mode: str = "auto"
+    embedder: str = "default"
+    chunk_tokens: int = 400
+    chunk_overlap: int = 40
+
+    @property
+    def model_configured(self) -> bool:
+        return bool(self.model)
+
+    @classmethod
+    def load(
+        cls, workspace: str | Path | None = None, *, env: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Read settings; raises :class:`ConfigurationError` on invalid values."""
+        env = os.environ if env is None else env
+        ws = Path(workspace or env.get("SHELFHAND_WORKSPACE") or DEFAULT_WORKSPACE)
+        file_values = _read_toml(ws / "shelfhand.toml")
+
+        def pick(env_key: str, file_key: str) -> Any:
+            value = env.get(env_key)
+            if value not in (None, ""):
+                return value
+            return file_values.get(file_key)
+
+        mode = str(pick("SHELFHAND_RETRIEVAL_MODE", "retrieval_mode") or "auto").lower()
+        if mode not in RETRIEVAL_MODES:
+            raise ConfigurationError(
+                f"retrieval mode {mode!r} is not one of {', '.join(RETRIEVAL_MODES)} "
+                "(set SHELFHAND_RETRIEVAL_MODE or retrieval_mode in shelfhand.toml)"
+            )
+        try:
+            timeout = float(pick("SHELFHAND_MODEL_TIMEOUT", "model_timeout") or 60.0)
+            chunk_tokens = int(file_values.get("chunk_tokens", 400))
+            chunk_overlap = int(file_values.get("chunk_overlap", 40))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid number in settings: {exc}") from exc
+        if timeout <= 0 or chunk_tokens < 32 or not 0 <= chunk_overlap < chunk_tokens:
+            raise ConfigurationError(
+                "settings out of range: model_timeout > 0, chunk_tokens >= 32, "
+                "0 <= chunk_overlap < chunk_tokens"
+            )
+        return cls(
+            workspace=ws,
+            model=pick("SHELFHAND_MODEL", "model") or None,
+            base_url=pick("OPENAI_BASE_URL", "base_url") or None,
+            api_key=pick("OPENAI_API_KEY", "api_key") or None,
+            model_timeout=timeout,
+            retrieval_mode=mode,
+            embedder=str(pick("SHELFHAND_EMBEDDER", "embedder") or "default"),
+            chunk_tokens=chunk_tokens,
+            chunk_overlap=chunk_overlap,
+        )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from exc
+    section = data.get("shelfhand", {})
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{path}: [shelfhand] must be a table")
+    return section

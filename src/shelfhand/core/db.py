@@ -1,0 +1,139 @@
+"""SQLite connections and named migrations (the simonw/llm way).
+
+Every embedded store (knowledge, sessions, audit) opens its file with :func:`connect` and evolves
+its schema with a list of :class:`Migration`. Applied migrations are recorded by name in a
+``migrations`` table, so each runs exactly once per database file. Migration names must be unique
+within a file; prefix them with the component (``knowledge_001_initial``) when several components
+share one file.
+
+::
+
+    conn = connect(workspace / "knowledge.db")
+    apply_migrations(conn, [Migration(name="knowledge_001_initial", sql="CREATE TABLE ...")])
+    with transaction(conn):
+        conn.execute("INSERT ...")
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Migration", "applied_migrations", "apply_migrations", "connect", "transaction"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """One named schema change: a SQL script, or a function of the connection."""
+
+    name: str
+    sql: str | None = None
+    run: Callable[[sqlite3.Connection], None] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.sql is None) == (self.run is None):
+            raise ValueError(f"migration {self.name!r} needs exactly one of sql= or run=")
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """Open a SQLite file tuned for one writer and many readers.
+
+    WAL journal, foreign keys on, a busy timeout and ``synchronous=NORMAL`` (durable at
+    checkpoints, never corrupt). The connection is in autocommit mode: use :func:`transaction`
+    for atomic groups of statements. It may be shared across threads if the caller serialises
+    access (stores hold a lock).
+
+    Args:
+        path: The database file; its parent directory is created when missing.
+        busy_timeout_ms: How long a statement waits for another connection's lock.
+    """
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(
+        str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+    )
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
+
+    ``IMMEDIATE`` takes the write lock up front, so two writers never deadlock half-way.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _ensure_table(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS migrations ( name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+
+
+def applied_migrations(conn: sqlite3.Connection) -> list[str]:
+    """Names of the migrations already applied to this database, oldest first."""
+    _ensure_table(conn)
+    rows = conn.execute("SELECT name FROM migrations ORDER BY applied_at, rowid").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> list[str]:
+    """Apply, in order, each migration not yet recorded; each in its own transaction.
+
+    Returns:
+        The names applied by this call (empty when the schema is current).
+    """
+    names = [m.name for m in migrations]
+    if len(set(names)) != len(names):
+        raise ValueError("migration names must be unique")
+    done = set(applied_migrations(conn))
+    applied: list[str] = []
+    for migration in migrations:
+        if migration.name in done:
+            continue
+        with transaction(conn):
+            if migration.sql is not None:
+                # executescript would COMMIT our transaction; run statement by statement.
+                for statement in _split_sql(migration.sql):
+                    conn.execute(statement)
+            elif migration.run is not None:
+                migration.run(conn)
+            conn.execute(
+                "INSERT INTO migrations (name, applied_at) VALUES (?, ?)",
+                (migration.name, time.time()),
+            )
+        logger.debug("applied migration %s", migration.name)
+        applied.append(migration.name)
+    return applied
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a script into complete statements (handles ``;`` inside strings and triggers)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
+    return statements

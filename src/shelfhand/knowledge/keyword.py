@@ -1,0 +1,222 @@
+"""BM25 keyword search with tantivy, permission filter inside the query (DESIGN R6).
+
+Text is analysed by :mod:`shelfhand.knowledge.analysis` and handed to tantivy pre-split by
+whitespace, so Chinese segmentation, stemming and whole codes are ours and identical at index
+and query time. Queries are built from term objects, never parsed from user text (no syntax
+errors, no injection). Tenant, permission tags, doc type and source are indexed raw and form
+zero-scored ``Must`` clauses of every query, so a caller never gets a hit they may not read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from shelfhand.knowledge.analysis import tokenize_for_index
+from shelfhand.knowledge.store import (
+    PRIVILEGED_ROLES,
+    PUBLIC_TAG,
+    IndexChange,
+    SqliteKnowledgeStore,
+)
+from shelfhand.knowledge.types import Chunk
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TantivyKeywordIndex", "index_text"]
+
+_SCHEMA_VERSION = 1
+_STATE_FILE = "shelfhand-state.json"
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_unsigned_field("rowid", stored=False, indexed=True, fast=True)
+    for name in ("doc_id", "tenant", "tags", "doc_type", "source"):
+        sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("body", tokenizer_name="whitespace", index_option="freq")
+    return sb.build()
+
+
+def index_text(chunk: Chunk) -> str:
+    """What the keyword index sees of a chunk: title, section path and text, analysed."""
+    parts = [chunk.title, " ".join(chunk.section_path), chunk.text]
+    return " ".join(tokenize_for_index("\n".join(p for p in parts if p)))
+
+
+class TantivyKeywordIndex:
+    """A tantivy index in ``directory``, keyed by chunk rowid; a :class:`DerivedIndex`.
+
+    Args:
+        directory: Where the index lives (created when missing), e.g. ``<workspace>/keyword``.
+        writer_heap_bytes: Memory for the indexing buffer.
+    """
+
+    name = "keyword"
+
+    def __init__(self, directory: Path, *, writer_heap_bytes: int = 64_000_000) -> None:
+        self.directory = Path(directory)
+        self._heap = writer_heap_bytes
+        self._schema = _schema()
+        self._lock = threading.RLock()
+        self._writer: Any = None
+        self._generation: int | None = None
+        self._index = self._open()
+
+    def _open(self) -> tantivy.Index:
+        state_path = self.directory / _STATE_FILE
+        try:
+            state = json.loads(state_path.read_text(encoding="utf-8"))
+            if state.get("schema") != _SCHEMA_VERSION:
+                raise ValueError("schema changed")
+            if not tantivy.Index.exists(str(self.directory)):
+                raise ValueError("index files missing")
+            index = tantivy.Index(self._schema, path=str(self.directory), reuse=True)
+            self._generation = int(state["generation"])
+            return index
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # Missing or unreadable: start empty; the store sees generation None and rebuilds.
+            if self.directory.exists():
+                logger.warning(
+                    "keyword index at %s is unusable (%s); rebuilding", self.directory, exc
+                )
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._generation = None
+            return tantivy.Index(self._schema, path=str(self.directory), reuse=False)
+
+    # -- DerivedIndex ----------------------------------------------------------------------------
+
+    def durable_generation(self) -> int | None:
+        return self._generation
+
+    def _get_writer(self) -> Any:
+        if self._writer is None:
+            # One thread: the machine is shared and ingest is bound by analysis, not tantivy.
+            self._writer = self._index.writer(self._heap, 1)
+        return self._writer
+
+    def _add(self, writer: Any, rowid: int, chunk: Chunk) -> None:
+        doc = tantivy.Document()
+        doc.add_unsigned("rowid", rowid)
+        doc.add_text("doc_id", chunk.doc_id)
+        doc.add_text("tenant", chunk.tenant_id)
+        for tag in chunk.permission_tags or (PUBLIC_TAG,):
+            doc.add_text("tags", tag)
+        doc.add_text("doc_type", chunk.doc_type)
+        doc.add_text("source", chunk.source)
+        doc.add_text("body", index_text(chunk))
+        writer.add_document(doc)
+
+    def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
+        """Delete every changed document by id, then add its current chunks from the store."""
+        doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
+        with self._lock:
+            writer = self._get_writer()
+            for doc_id in doc_ids:
+                writer.delete_documents_by_term("doc_id", doc_id)
+            for stored in store.iter_chunks(doc_ids):
+                self._add(writer, stored.rowid, stored.chunk)
+
+    def flush(self, generation: int, *, durable: bool) -> None:
+        """Commit (tantivy commits are durable), reload the searcher, record the generation."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.commit()
+            self._index.reload()
+            self._write_state(generation)
+
+    def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        with self._lock:
+            writer = self._get_writer()
+            writer.delete_all_documents()
+            for n, stored in enumerate(store.iter_chunks(), start=1):
+                self._add(writer, stored.rowid, stored.chunk)
+                if n % 50_000 == 0:
+                    logger.info("keyword index: %d chunks re-indexed", n)
+            writer.commit()
+            self._index.reload()
+            self._write_state(generation)
+
+    def _write_state(self, generation: int) -> None:
+        path = self.directory / _STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"generation": generation, "schema": _SCHEMA_VERSION}), encoding="utf-8"
+        )
+        os.replace(tmp, path)
+        self._generation = generation
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                writer.commit()
+                writer.wait_merging_threads()
+
+    # -- search --------------------------------------------------------------------------------
+
+    def num_docs(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+    def search(
+        self,
+        query_tokens: Sequence[str],
+        k: int,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks by BM25 that the caller may read, as ``(rowid, score)``.
+
+        Args:
+            query_tokens: From :func:`~shelfhand.knowledge.analysis.tokenize_query`.
+            k: How many hits at most.
+            tenant_id: The caller's tenant; other tenants' chunks never match.
+            roles: The caller's roles; a chunk matches when untagged or sharing a role
+                (``admin``/``system`` see the whole tenant).
+            doc_types: Only these document types, when given.
+            sources: Only these sources, when given.
+        """
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        if not terms or k <= 0:
+            return []
+        schema = self._schema
+        occ = tantivy.Occur
+        text = tantivy.Query.boolean_query(
+            [
+                (occ.Should, tantivy.Query.term_query(schema, "body", t, index_option="freq"))
+                for t in terms
+            ]
+        )
+        filters: list[tantivy.Query] = [tantivy.Query.term_query(schema, "tenant", tenant_id)]
+        role_set = set(roles)
+        if not role_set & PRIVILEGED_ROLES:
+            filters.append(
+                tantivy.Query.term_set_query(schema, "tags", sorted(role_set | {PUBLIC_TAG}))
+            )
+        if doc_types is not None:
+            filters.append(tantivy.Query.term_set_query(schema, "doc_type", list(doc_types)))
+        if sources is not None:
+            filters.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
+        clauses = [(occ.Must, text)] + [
+            # Zero-scored: filters decide visibility, never ranking.
+            (occ.Must, tantivy.Query.const_score_query(f, 0.0))
+            for f in filters
+        ]
+        searcher = self._index.searcher()
+        result = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False)
+        if not result.hits:
+            return []
+        rowids = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
+        return [(int(r or 0), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]

@@ -1,0 +1,768 @@
+"""The embedded system of record: one SQLite file per workspace (DESIGN R3, R5).
+
+Documents, chunks and their vectors live here. The search indexes (tantivy, faiss) are
+*derived*: every document change writes an ``index_outbox`` row in the same transaction, and
+after the commit the store applies pending rows to each attached :class:`DerivedIndex`, then
+deletes the rows once every index has made them durable. A crash between the two steps leaves
+the rows in place, and :meth:`SqliteKnowledgeStore.attach` replays them (idempotently) on the
+next open; an index that is missing or whose recorded generation cannot be bridged by the
+outbox is rebuilt from SQLite.
+
+Chunk rowids (``AUTOINCREMENT``, never reused) are the keys of every index. A chunk's rowid
+never changes its tenant or tags: re-ingesting a document deletes its chunks and inserts new
+rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from shelfhand.core.db import Migration, apply_migrations, connect, transaction
+from shelfhand.core.errors import KnowledgeError
+from shelfhand.knowledge.embedding import Vectors, detect_language
+from shelfhand.knowledge.types import Chunk, Document
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PRIVILEGED_ROLES",
+    "PUBLIC_TAG",
+    "DerivedIndex",
+    "IndexChange",
+    "SourceInfo",
+    "SqliteKnowledgeStore",
+]
+
+PUBLIC_TAG = "__public__"
+"""Tag given in the indexes to chunks without permission tags (readable by the whole tenant)."""
+PRIVILEGED_ROLES = frozenset({"admin", "system"})
+"""Roles that read every chunk of their tenant."""
+
+EMBED_NONE = "none"
+EMBED_DONE = "embedded"
+EMBED_FAILED = "embedding_failed"
+
+MIGRATIONS = [
+    Migration(
+        name="knowledge_001_initial",
+        sql="""
+CREATE TABLE documents (
+    doc_id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    title TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    permission_tags TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    metadata TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    embed_state TEXT NOT NULL,
+    embed_error TEXT
+);
+CREATE INDEX documents_source ON documents(source);
+CREATE TABLE chunks (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
+    chunk_index INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    title TEXT NOT NULL,
+    section_path TEXT NOT NULL,
+    page INTEGER,
+    source TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end_ INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    permission_tags TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    language TEXT NOT NULL,
+    space TEXT
+);
+CREATE INDEX chunks_doc ON chunks(doc_id);
+CREATE INDEX chunks_hash ON chunks(content_hash);
+CREATE TABLE embeddings (
+    chunk_rowid INTEGER NOT NULL REFERENCES chunks(rowid) ON DELETE CASCADE,
+    space TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (chunk_rowid, space)
+) WITHOUT ROWID;
+CREATE INDEX embeddings_space ON embeddings(space);
+CREATE TABLE sources (
+    source TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE index_outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    generation INTEGER NOT NULL,
+    doc_id TEXT NOT NULL,
+    old_rowids TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE spaces (
+    space TEXT PRIMARY KEY,
+    embedder TEXT NOT NULL,
+    dim INTEGER NOT NULL
+);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta (key, value) VALUES ('generation', '0');
+""",
+    )
+]
+
+_CHUNK_COLUMNS = (
+    "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start, end_,"
+    " content_hash, doc_type, permission_tags, tenant_id, updated_at"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexChange:
+    """One pending outbox row: document ``doc_id`` changed; ``old_rowids`` were its chunks."""
+
+    outbox_id: int
+    generation: int
+    doc_id: str
+    old_rowids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceInfo:
+    source: str
+    doc_type: str
+    documents: int
+    chunks: int
+    updated_at: float
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredChunk:
+    """A chunk as the indexes need it: its rowid key, ACL fields and index text."""
+
+    rowid: int
+    chunk: Chunk
+
+
+class DerivedIndex(Protocol):
+    """A search index rebuilt from, and kept in step with, the store via the outbox."""
+
+    name: str
+
+    def durable_generation(self) -> int | None:
+        """Store generation the persisted index reflects; ``None`` when missing or unreadable."""
+        ...
+
+    def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
+        """Idempotently make the index match the store for the changed documents."""
+        ...
+
+    def flush(self, generation: int, *, durable: bool) -> None:
+        """Make applied changes searchable; with ``durable`` also persist them."""
+        ...
+
+    def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        """Recreate the index from the store's current contents and persist it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _row_to_chunk(row: Sequence[Any]) -> Chunk:
+    return Chunk(
+        chunk_id=row[1],
+        doc_id=row[2],
+        chunk_index=row[3],
+        text=row[4],
+        title=row[5],
+        section_path=tuple(json.loads(row[6])),
+        page=row[7],
+        source=row[8],
+        start=row[9],
+        end=row[10],
+        content_hash=row[11],
+        doc_type=row[12],
+        permission_tags=tuple(json.loads(row[13])),
+        tenant_id=row[14],
+        updated_at=row[15],
+    )
+
+
+class SqliteKnowledgeStore:
+    """Documents, chunks and vectors in one SQLite file; the outbox keeps indexes in step.
+
+    Thread-safe: one lock serialises access to the connection.
+
+    Args:
+        path: The database file, e.g. ``<workspace>/knowledge.db``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._conn = connect(self.path)
+        self._lock = threading.RLock()
+        self._indexes: list[DerivedIndex] = []
+        self._deferred = 0
+        self._applied_outbox_id = 0
+        apply_migrations(self._conn, MIGRATIONS)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Apply pending changes durably, close the indexes and the connection."""
+        with self._lock:
+            if self._indexes:
+                self.sync(durable=True)
+            for index in self._indexes:
+                index.close()
+            self._indexes.clear()
+            self._conn.close()
+
+    @property
+    def generation(self) -> int:
+        """Incremented by every document change; index state and ACL caches key on it."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        return int(row[0])
+
+    # -- derived indexes ---------------------------------------------------------------------
+
+    def attach(self, *indexes: DerivedIndex) -> None:
+        """Attach indexes and bring each up to date: replay the outbox, or rebuild it.
+
+        An index is rebuilt when it is missing, when it claims a generation newer than the
+        store, or when changes it has not seen are no longer in the outbox.
+        """
+        with self._lock:
+            generation = self.generation
+            pending = self.pending_changes()
+            oldest = min((c.generation for c in pending), default=generation + 1)
+            for index in indexes:
+                seen = index.durable_generation()
+                if seen is None or seen > generation or seen < oldest - 1:
+                    logger.info(
+                        "rebuilding %s index (index generation %s, store %s)",
+                        index.name,
+                        seen,
+                        generation,
+                    )
+                    index.rebuild(self, generation)
+                elif pending:
+                    logger.info("replaying %d outbox changes into %s", len(pending), index.name)
+                    index.apply(self, pending)
+                    index.flush(generation, durable=True)
+                self._indexes.append(index)
+            self._applied_outbox_id = max((c.outbox_id for c in pending), default=0)
+            self._ack(generation)
+
+    def rebuild_indexes(self) -> None:
+        """Recreate every attached index from SQLite (repairs any drift)."""
+        with self._lock:
+            generation = self.generation
+            for index in self._indexes:
+                index.rebuild(self, generation)
+            self._applied_outbox_id = max((c.outbox_id for c in self.pending_changes()), default=0)
+            self._ack(generation)
+
+    def pending_changes(self, after_id: int = 0) -> list[IndexChange]:
+        """Outbox rows not yet acknowledged by every index, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, generation, doc_id, old_rowids FROM index_outbox WHERE id > ?"
+                " ORDER BY id",
+                (after_id,),
+            ).fetchall()
+        return [
+            IndexChange(
+                outbox_id=r[0], generation=r[1], doc_id=r[2], old_rowids=tuple(json.loads(r[3]))
+            )
+            for r in rows
+        ]
+
+    def sync(self, *, durable: bool = False) -> None:
+        """Apply outbox rows not yet applied to the attached indexes and make them searchable.
+
+        Rows are deleted once every index has persisted them, so a crash at any point leaves
+        enough in the outbox to replay.
+        """
+        with self._lock:
+            changes = self.pending_changes(self._applied_outbox_id)
+            generation = self.generation
+            if changes:
+                for index in self._indexes:
+                    index.apply(self, changes)
+                self._applied_outbox_id = changes[-1].outbox_id
+            if changes or durable:
+                for index in self._indexes:
+                    index.flush(generation, durable=durable)
+            self._ack(generation)
+
+    def _ack(self, generation: int) -> None:
+        durable = [i.durable_generation() for i in self._indexes]
+        if not self._indexes or any(d is None for d in durable):
+            return
+        upto = min(min(d for d in durable if d is not None), generation)
+        with transaction(self._conn):
+            self._conn.execute(
+                "DELETE FROM index_outbox WHERE generation <= ? AND id <= ?",
+                (upto, self._applied_outbox_id),
+            )
+
+    @contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Within the block, changes reach the indexes only at explicit :meth:`sync` calls.
+
+        Bulk ingest uses it to commit the keyword index every few hundred documents instead of
+        after each one; the outbox keeps the indexes correct if the process dies meanwhile.
+        """
+        with self._lock:
+            self._deferred += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferred -= 1
+                if self._deferred == 0 and self._indexes:
+                    self.sync(durable=True)
+
+    def _after_change(self) -> None:
+        if self._deferred == 0 and self._indexes:
+            self.sync()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _bump_generation(self) -> int:
+        self._conn.execute(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'"
+        )
+        row = self._conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        return int(row[0])
+
+    def _remove_doc(self, doc_id: str, generation: int) -> bool:
+        old = [
+            r[0] for r in self._conn.execute("SELECT rowid FROM chunks WHERE doc_id=?", (doc_id,))
+        ]
+        cur = self._conn.execute("DELETE FROM documents WHERE doc_id=?", (doc_id,))
+        self._conn.execute(
+            "INSERT INTO index_outbox (generation, doc_id, old_rowids, created_at)"
+            " VALUES (?, ?, ?, ?)",
+            (generation, doc_id, json.dumps(old), time.time()),
+        )
+        return cur.rowcount > 0
+
+    def _insert_doc(
+        self,
+        doc: Document,
+        chunks: Sequence[Chunk],
+        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None,
+        embed_state: str,
+        embed_error: str | None,
+    ) -> list[int]:
+        space_of = {p: space for space, (ps, _) in (vectors or {}).items() for p in ps}
+        self._conn.execute(
+            "INSERT INTO documents (doc_id, source, title, doc_type, content_hash, tenant_id,"
+            " permission_tags, updated_at, metadata, chunk_count, embed_state, embed_error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                doc.doc_id,
+                doc.source,
+                doc.title,
+                doc.doc_type,
+                doc.content_hash,
+                doc.tenant_id,
+                json.dumps(list(doc.permission_tags)),
+                doc.updated_at,
+                json.dumps(dict(doc.metadata), default=str),
+                len(chunks),
+                embed_state,
+                embed_error,
+            ),
+        )
+        rowids: list[int] = []
+        for i, c in enumerate(chunks):
+            if c.doc_id != doc.doc_id:
+                raise KnowledgeError(f"chunk {c.chunk_id!r} does not belong to {doc.doc_id!r}")
+            cur = self._conn.execute(
+                "INSERT INTO chunks (chunk_id, doc_id, chunk_index, text, title, section_path,"
+                " page, source, start, end_, content_hash, doc_type, permission_tags, tenant_id,"
+                " updated_at, language, space) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    c.chunk_id,
+                    c.doc_id,
+                    c.chunk_index,
+                    c.text,
+                    c.title,
+                    json.dumps(list(c.section_path), ensure_ascii=False),
+                    c.page,
+                    c.source,
+                    c.start,
+                    c.end,
+                    c.content_hash,
+                    c.doc_type,
+                    json.dumps(list(c.permission_tags)),
+                    c.tenant_id,
+                    c.updated_at,
+                    detect_language(c.text),
+                    space_of.get(i),
+                ),
+            )
+            rowids.append(int(cur.lastrowid or 0))
+        for space, (positions, matrix) in (vectors or {}).items():
+            arr = np.ascontiguousarray(matrix, dtype=np.float32)
+            if arr.ndim != 2 or arr.shape[0] != len(positions):
+                raise KnowledgeError(f"vectors for space {space!r} do not match their positions")
+            self._conn.executemany(
+                "INSERT INTO embeddings (chunk_rowid, space, vector) VALUES (?, ?, ?)",
+                [(rowids[p], space, arr[j].tobytes()) for j, p in enumerate(positions)],
+            )
+        return rowids
+
+    def upsert_document(
+        self,
+        doc: Document,
+        chunks: Sequence[Chunk],
+        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
+        *,
+        embed_state: str | None = None,
+        embed_error: str | None = None,
+    ) -> list[int]:
+        """Replace a document and its chunks (and vectors) in one transaction.
+
+        Args:
+            doc: The document; an existing one with the same ``doc_id`` is replaced.
+            chunks: Its chunks, in order.
+            vectors: Per vector space, ``(positions, matrix)``: row ``j`` of ``matrix`` is the
+                vector of ``chunks[positions[j]]``.
+            embed_state: ``"embedded"``, ``"embedding_failed"`` or ``"none"``; inferred from
+                ``vectors`` when omitted.
+            embed_error: Why embedding failed, for reports.
+
+        Returns:
+            The rowids given to the chunks, in order.
+        """
+        return self.replace_source(
+            doc.source,
+            None,
+            [(doc, chunks, vectors)],
+            embed_state=embed_state,
+            embed_error=embed_error,
+            remove_others=False,
+        )[0]
+
+    def replace_source(
+        self,
+        source: str,
+        source_hash: str | None,
+        items: Sequence[
+            tuple[Document, Sequence[Chunk], Mapping[str, tuple[Sequence[int], Vectors]] | None]
+        ],
+        *,
+        embed_state: str | None = None,
+        embed_error: str | None = None,
+        remove_others: bool = True,
+        space_models: Mapping[str, tuple[str, int]] | None = None,
+    ) -> list[list[int]]:
+        """Replace everything stored for a source (a file: one document, or CSV records) at once.
+
+        Documents of ``source`` not in ``items`` are removed when ``remove_others``. The file
+        hash is recorded for incremental ingest when ``source_hash`` is given.
+        """
+        with self._lock:
+            with transaction(self._conn):
+                generation = self._bump_generation()
+                for space, (model, dim) in (space_models or {}).items():
+                    self._check_space(space, model, dim)
+                new_ids = {doc.doc_id for doc, _, _ in items}
+                if remove_others:
+                    for (doc_id,) in self._conn.execute(
+                        "SELECT doc_id FROM documents WHERE source=?", (source,)
+                    ).fetchall():
+                        if doc_id not in new_ids:
+                            self._remove_doc(doc_id, generation)
+                result: list[list[int]] = []
+                for doc, chunks, vectors in items:
+                    self._remove_doc(doc.doc_id, generation)
+                    state = embed_state or (EMBED_DONE if vectors else EMBED_NONE)
+                    result.append(self._insert_doc(doc, chunks, vectors, state, embed_error))
+                if source_hash is not None:
+                    doc_type = items[0][0].doc_type if items else ""
+                    self._conn.execute(
+                        "INSERT INTO sources (source, content_hash, doc_type, updated_at)"
+                        " VALUES (?, ?, ?, ?) ON CONFLICT(source) DO UPDATE SET"
+                        " content_hash=excluded.content_hash, doc_type=excluded.doc_type,"
+                        " updated_at=excluded.updated_at",
+                        (source, source_hash, doc_type, time.time()),
+                    )
+            self._after_change()
+        return result
+
+    def _check_space(self, space: str, model: str, dim: int) -> None:
+        row = self._conn.execute(
+            "SELECT embedder, dim FROM spaces WHERE space=?", (space,)
+        ).fetchone()
+        if row is None:
+            self._conn.execute(
+                "INSERT INTO spaces (space, embedder, dim) VALUES (?, ?, ?)", (space, model, dim)
+            )
+        elif (row[0], row[1]) != (model, dim):
+            raise KnowledgeError(
+                f"vector space {space!r} holds vectors of {row[0]} (dim {row[1]}) but the "
+                f"configured embedder is {model} (dim {dim}); use a new workspace or forget "
+                "and re-ingest the documents"
+            )
+
+    def delete_document(self, doc_id: str) -> bool:
+        """Delete a document, its chunks and vectors. Returns whether it existed."""
+        with self._lock:
+            with transaction(self._conn):
+                existed = self._remove_doc(doc_id, self._bump_generation())
+            self._after_change()
+        return existed
+
+    def delete_source(self, source: str) -> int:
+        """Delete every document of a source (a file's records too). Returns how many."""
+        with self._lock:
+            with transaction(self._conn):
+                generation = self._bump_generation()
+                doc_ids = [
+                    r[0]
+                    for r in self._conn.execute(
+                        "SELECT doc_id FROM documents WHERE source=?", (source,)
+                    ).fetchall()
+                ]
+                for doc_id in doc_ids:
+                    self._remove_doc(doc_id, generation)
+                self._conn.execute("DELETE FROM sources WHERE source=?", (source,))
+            self._after_change()
+        return len(doc_ids)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_document_hash(self, doc_id: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT content_hash FROM documents WHERE doc_id=?", (doc_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def get_source_hash(self, source: str) -> str | None:
+        """The file hash recorded at the last ingest of ``source``."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT content_hash FROM sources WHERE source=?", (source,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def embed_state(self, source: str) -> set[str]:
+        """Embedding states of the documents of ``source``."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT DISTINCT embed_state FROM documents WHERE source=?", (source,)
+            ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def sources(self) -> list[SourceInfo]:
+        """Every source with its document and chunk counts, newest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT d.source, MIN(d.doc_type), COUNT(*), SUM(d.chunk_count),"
+                " MAX(d.updated_at), COALESCE(s.content_hash, MIN(d.content_hash)),"
+                " s.updated_at FROM documents d LEFT JOIN sources s ON s.source = d.source"
+                " GROUP BY d.source ORDER BY COALESCE(s.updated_at, MAX(d.updated_at)) DESC"
+            ).fetchall()
+        return [
+            SourceInfo(
+                source=r[0],
+                doc_type=r[1],
+                documents=r[2],
+                chunks=r[3] or 0,
+                updated_at=r[6] if r[6] is not None else r[4],
+                content_hash=r[5],
+            )
+            for r in rows
+        ]
+
+    def count_documents(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def count_chunks(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+    def count_vectors(self, space: str | None = None) -> int:
+        with self._lock:
+            if space is None:
+                row = self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()
+            else:
+                row = self._conn.execute(
+                    "SELECT COUNT(*) FROM embeddings WHERE space=?", (space,)
+                ).fetchone()
+        return int(row[0])
+
+    def vector_spaces(self) -> list[str]:
+        """Spaces that hold at least one vector."""
+        with self._lock:
+            rows = self._conn.execute("SELECT DISTINCT space FROM embeddings").fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def chunks_by_rowids(self, rowids: Sequence[int]) -> list[Chunk]:
+        """Chunks for ``rowids``, in the same order; missing rowids are skipped."""
+        found = self.chunk_map(rowids)
+        return [found[r] for r in rowids if r in found]
+
+    def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({marks})", tuple(rowids)
+            ).fetchall()
+        return {r[0]: _row_to_chunk(r) for r in rows}
+
+    def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})", tuple(rowids)
+            ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def iter_chunks(self, doc_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]:
+        """Stored chunks with their rowids (all, or of ``doc_ids``), in rowid order."""
+        if doc_ids is not None:
+            for start in range(0, len(doc_ids), 500):
+                part = doc_ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                with self._lock:
+                    rows = self._conn.execute(
+                        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks})"
+                        " ORDER BY rowid",
+                        tuple(part),
+                    ).fetchall()
+                yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
+            return
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid > ? ORDER BY rowid"
+                    " LIMIT 2000",
+                    (last,),
+                ).fetchall()
+            if not rows:
+                return
+            yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
+            last = rows[-1][0]
+
+    def iter_vectors(
+        self, space: str, doc_ids: Sequence[str] | None = None, batch: int = 5000
+    ) -> Iterator[tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
+        """``(rowids, matrix)`` batches of the vectors stored in ``space``."""
+        if doc_ids is not None:
+            for start in range(0, len(doc_ids), 500):
+                part = doc_ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                with self._lock:
+                    rows = self._conn.execute(
+                        "SELECT e.chunk_rowid, e.vector FROM embeddings e JOIN chunks c"
+                        f" ON c.rowid = e.chunk_rowid WHERE e.space=? AND c.doc_id IN ({marks})",
+                        (space, *part),
+                    ).fetchall()
+                if rows:
+                    yield _to_arrays(rows)
+            return
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT chunk_rowid, vector FROM embeddings WHERE space=? AND chunk_rowid > ?"
+                    " ORDER BY chunk_rowid LIMIT ?",
+                    (space, last, batch),
+                ).fetchall()
+            if not rows:
+                return
+            yield _to_arrays(rows)
+            last = rows[-1][0]
+
+    def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]:
+        """Stored vectors of chunks with these content hashes (reused when a file is edited)."""
+        found: dict[str, Vectors] = {}
+        for start in range(0, len(hashes), 500):
+            part = hashes[start : start + 500]
+            marks = ",".join("?" * len(part))
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT c.content_hash, e.vector FROM chunks c JOIN embeddings e"
+                    f" ON e.chunk_rowid = c.rowid WHERE e.space=? AND c.content_hash IN ({marks})",
+                    (space, *part),
+                ).fetchall()
+            for h, blob in rows:
+                found[h] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def allowed_rowids(
+        self,
+        tenant_id: str,
+        roles: Iterable[str],
+        *,
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Rowids of the chunks a caller may read (sorted), optionally narrowed by metadata.
+
+        Visible iff same tenant AND (no permission tags, or a tag among ``roles``, or the
+        caller holds ``admin``/``system``).
+        """
+        role_list = sorted(set(roles))
+        sql = "SELECT rowid FROM chunks WHERE tenant_id = ?"
+        params: list[Any] = [tenant_id]
+        if not set(role_list) & PRIVILEGED_ROLES:
+            sql += " AND (permission_tags = '[]'"
+            if role_list:
+                marks = ",".join("?" * len(role_list))
+                sql += (
+                    " OR EXISTS (SELECT 1 FROM json_each(chunks.permission_tags)"
+                    f" WHERE json_each.value IN ({marks}))"
+                )
+                params.extend(role_list)
+            sql += ")"
+        for column, values in (("doc_type", doc_types), ("source", sources)):
+            if values is not None:
+                sql += f" AND {column} IN ({','.join('?' * len(values))})"
+                params.extend(values)
+        sql += " ORDER BY rowid"
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def all_sources(self) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT source FROM sources UNION SELECT source FROM documents"
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+
+def _to_arrays(rows: Sequence[Any]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]:
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return ids, matrix

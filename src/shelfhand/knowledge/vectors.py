@@ -1,0 +1,482 @@
+"""Vector search per embedding space: exact numpy when small, faiss HNSW when large (DESIGN R6).
+
+Every space is keyed by chunk rowid. Deleted chunks become tombstones (masked at search) and the
+space is compacted when they pass ``rebuild_ratio`` of it. The permission filter is part of the
+search: the rowids a caller may read (from :meth:`SqliteKnowledgeStore.allowed_rowids`) become a
+mask / faiss ``IDSelectorBitmap`` cached per (tenant, roles, filters) until the store or the
+space changes — never recomputed per query.
+
+Persistence: exact spaces are loaded from SQLite (their vectors are the system of record) on
+open; HNSW spaces are written under ``directory`` on durable flushes, in a fresh folder that a
+small JSON state file then points to (an atomic switch). Changes since the last durable flush are
+replayed from the store's outbox after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss  # type: ignore[import-untyped]
+import numpy as np
+import numpy.typing as npt
+
+from shelfhand.knowledge.embedding import Vectors
+from shelfhand.knowledge.store import PRIVILEGED_ROLES, IndexChange, SqliteKnowledgeStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["VectorIndexes", "VectorSpace"]
+
+Ids = npt.NDArray[np.int64]
+_FAISS: Any = faiss  # parts of the SWIG API have no stubs
+_STATE_FILE = "state.json"
+
+
+@dataclass(slots=True)
+class _Selection:
+    """A caller's readable positions in one space, ready for either search path."""
+
+    mask: npt.NDArray[np.bool_]
+    count: int
+    positions: Ids
+    bitmap: npt.NDArray[np.uint8] | None = None
+    selector: Any = None
+    subset: Vectors | None = None
+
+
+class VectorSpace:
+    """The vectors of one space; exact or HNSW. Not thread-safe: :class:`VectorIndexes` locks."""
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        hnsw_threshold: int,
+        m: int = 32,
+        ef_construction: int = 80,
+        ef_search: int = 128,
+        rebuild_ratio: float = 0.2,
+    ) -> None:
+        self.dim = dim
+        self.hnsw_threshold = hnsw_threshold
+        self.m = m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+        self.rebuild_ratio = rebuild_ratio
+        self.ids: Ids = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=bool)
+        self.pos: dict[int, int] = {}
+        self.matrix: Vectors = np.zeros((0, dim), dtype=np.float32)
+        self.n = 0
+        self.hnsw: Any = None
+        self.version = 0
+        self.dirty = False
+
+    @property
+    def mode(self) -> str:
+        return "exact" if self.hnsw is None else "hnsw"
+
+    @property
+    def live_count(self) -> int:
+        return len(self.pos)
+
+    def _grow(self, extra: int) -> None:
+        need = self.n + extra
+        if need <= len(self.ids):
+            return
+        cap = max(need, 2 * len(self.ids), 1024)
+        self.ids = np.resize(self.ids, cap)
+        self.live = np.resize(self.live, cap)
+        self.live[self.n :] = False
+        if self.hnsw is None:
+            grown = np.zeros((cap, self.dim), dtype=np.float32)
+            grown[: self.n] = self.matrix[: self.n]
+            self.matrix = grown
+
+    def add(self, rowids: Ids, vectors: Vectors) -> None:
+        if len(rowids) == 0:
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f"vector dim {vectors.shape[1]} != space dim {self.dim}")
+        self.remove(rowids)
+        self._grow(len(rowids))
+        start, end = self.n, self.n + len(rowids)
+        self.ids[start:end] = rowids
+        self.live[start:end] = True
+        if self.hnsw is None:
+            self.matrix[start:end] = vectors
+        else:
+            self.hnsw.add(vectors)
+        for i, r in enumerate(rowids.tolist()):
+            self.pos[r] = start + i
+        self.n = end
+        self._changed()
+        if self.hnsw is None and self.live_count >= self.hnsw_threshold:
+            self._to_hnsw()
+
+    def remove(self, rowids: Iterable[int]) -> None:
+        removed = False
+        for r in rowids:
+            p = self.pos.pop(int(r), None)
+            if p is not None:
+                self.live[p] = False
+                removed = True
+        if removed:
+            self._changed()
+            if self.n and (self.n - self.live_count) > self.rebuild_ratio * self.n:
+                self._compact()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.dirty = True
+
+    def live_vectors(self) -> tuple[Ids, Vectors]:
+        keep = np.flatnonzero(self.live[: self.n])
+        if self.hnsw is None:
+            return self.ids[keep].copy(), self.matrix[keep].copy()
+        if len(keep) == 0:
+            return self.ids[keep].copy(), np.zeros((0, self.dim), dtype=np.float32)
+        return self.ids[keep].copy(), self.hnsw.reconstruct_batch(keep.astype(np.int64))
+
+    def _reset(self, ids: Ids, vectors: Vectors, hnsw: bool) -> None:
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=bool)
+        self.pos = {}
+        self.matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self.n = 0
+        self.hnsw = self._new_hnsw() if hnsw else None
+        if len(ids):
+            self._grow(len(ids))
+            self.ids[: len(ids)] = ids
+            self.live[: len(ids)] = True
+            if self.hnsw is None:
+                self.matrix[: len(ids)] = vectors
+            else:
+                self.hnsw.add(np.ascontiguousarray(vectors, dtype=np.float32))
+            self.pos = {r: i for i, r in enumerate(ids.tolist())}
+            self.n = len(ids)
+        self._changed()
+
+    def _new_hnsw(self) -> Any:
+        index = faiss.IndexHNSWFlat(self.dim, self.m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = self.ef_construction
+        index.hnsw.efSearch = self.ef_search
+        return index
+
+    def _to_hnsw(self) -> None:
+        logger.info("vector space grew to %d vectors: building HNSW", self.live_count)
+        ids, vectors = self.live_vectors()
+        self._reset(ids, vectors, hnsw=True)
+
+    def _compact(self) -> None:
+        ids, vectors = self.live_vectors()
+        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold)
+
+    def load_all(self, ids: Ids, vectors: Vectors) -> None:
+        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold)
+
+    # -- persistence (HNSW only) --------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.hnsw, str(folder / "hnsw.faiss"))
+        np.savez(folder / "ids.npz", ids=self.ids[: self.n], live=self.live[: self.n])
+        self.dirty = False
+
+    def load(self, folder: Path) -> None:
+        index: Any = faiss.read_index(str(folder / "hnsw.faiss"))
+        with np.load(folder / "ids.npz") as data:
+            ids = data["ids"].astype(np.int64)
+            live = data["live"].astype(bool)
+        if index.ntotal != len(ids) or index.d != self.dim:
+            raise ValueError("HNSW file and id list disagree")
+        index.hnsw.efSearch = self.ef_search
+        self.hnsw = index
+        self.ids, self.live, self.n = ids, live, len(ids)
+        self.pos = {int(r): int(p) for p, r in enumerate(ids.tolist()) if live[p]}
+        self.dirty = False
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def select(self, allowed: Ids) -> _Selection:
+        mask = np.isin(self.ids[: self.n], allowed, assume_unique=True) & self.live[: self.n]
+        positions = np.flatnonzero(mask).astype(np.int64)
+        sel = _Selection(mask=mask, count=len(positions), positions=positions)
+        if self.hnsw is not None and sel.count:
+            if sel.count < max(2000, self.n // 50):
+                # Too selective for graph search: brute-force the few readable vectors.
+                sel.subset = self.hnsw.reconstruct_batch(positions)
+            elif sel.count < self.n:
+                sel.bitmap = np.packbits(mask, bitorder="little")
+                sel.selector = faiss.IDSelectorBitmap(self.n, faiss.swig_ptr(sel.bitmap))
+        return sel
+
+    def search(self, query: Vectors, k: int, sel: _Selection) -> list[tuple[int, float]]:
+        if sel.count == 0 or k <= 0:
+            return []
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
+        if self.hnsw is None:
+            scores = self.matrix[: self.n] @ q[0]
+            scores = np.where(sel.mask, scores, -np.inf)
+            return _top(scores, np.arange(self.n), self.ids, min(k, sel.count))
+        if sel.subset is not None:
+            return _top(sel.subset @ q[0], sel.positions, self.ids, min(k, sel.count))
+        params: Any = _FAISS.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+        if sel.selector is not None:
+            params.sel = sel.selector
+        distances, labels = self.hnsw.search(q, k, params=params)
+        hits = [
+            (int(self.ids[p]), float(d))
+            for p, d in zip(labels[0].tolist(), distances[0].tolist(), strict=True)
+            if p >= 0
+        ]
+        if len(hits) < min(k, sel.count):
+            # The graph could not reach enough readable nodes: fall back to exact.
+            subset = self.hnsw.reconstruct_batch(sel.positions)
+            return _top(subset @ q[0], sel.positions, self.ids, min(k, sel.count))
+        return hits
+
+
+def _top(scores: Any, positions: Ids, ids: Ids, k: int) -> list[tuple[int, float]]:
+    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    order = part[np.argsort(-scores[part], kind="stable")]
+    return [(int(ids[positions[i]]), float(scores[i])) for i in order.tolist()]
+
+
+class VectorIndexes:
+    """All vector spaces of a workspace; a :class:`~shelfhand.knowledge.store.DerivedIndex`.
+
+    Args:
+        directory: Where HNSW spaces are persisted, e.g. ``<workspace>/vectors``.
+        store: The system of record the spaces are loaded from and filtered against.
+        hnsw_threshold: Spaces with at least this many vectors use HNSW, smaller ones exact.
+        ef_search: HNSW search breadth (recall vs. latency).
+        persist_every: Persist HNSW spaces after this many non-durable flushes (bounds replay).
+    """
+
+    name = "vectors"
+
+    def __init__(
+        self,
+        directory: Path,
+        store: SqliteKnowledgeStore,
+        *,
+        hnsw_threshold: int = 20_000,
+        m: int = 32,
+        ef_construction: int = 80,
+        ef_search: int = 128,
+        persist_every: int = 50,
+        acl_cache_size: int = 64,
+    ) -> None:
+        self.directory = Path(directory)
+        self._store = store
+        self._opts: dict[str, Any] = {
+            "hnsw_threshold": hnsw_threshold,
+            "m": m,
+            "ef_construction": ef_construction,
+            "ef_search": ef_search,
+        }
+        self._persist_every = persist_every
+        self._unpersisted_flushes = 0
+        self._lock = threading.RLock()
+        self._spaces: dict[str, VectorSpace] = {}
+        self._allowed: OrderedDict[tuple[Any, ...], tuple[int, Ids]] = OrderedDict()
+        self._selections: OrderedDict[tuple[Any, ...], _Selection] = OrderedDict()
+        self._cache_size = acl_cache_size
+        self._durable: int | None = None
+        self._load()
+
+    # -- loading and persistence -------------------------------------------------------------
+
+    def _read_state(self) -> dict[str, Any] | None:
+        try:
+            state: dict[str, Any] = json.loads(
+                (self.directory / _STATE_FILE).read_text(encoding="utf-8")
+            )
+            return state
+        except (OSError, ValueError):
+            return None
+
+    def _load(self) -> None:
+        state = self._read_state() or {}
+        saved: dict[str, Any] = state.get("spaces", {})
+        generation = self._store.generation
+        hnsw_generation: int | None = None
+        for space in self._store.vector_spaces():
+            entry = saved.get(space)
+            if entry and entry.get("mode") == "hnsw":
+                vs = VectorSpace(int(entry["dim"]), **self._opts)
+                try:
+                    vs.load(self.directory / entry["folder"])
+                    self._spaces[space] = vs
+                    hnsw_generation = int(state["generation"])
+                    continue
+                except (OSError, ValueError, RuntimeError, KeyError) as exc:
+                    logger.warning(
+                        "vector space %s unreadable (%s); reloading from SQLite", space, exc
+                    )
+            self._load_from_store(space)
+        # Exact spaces mirror SQLite as of now; HNSW files as of their last durable flush.
+        self._durable = hnsw_generation if hnsw_generation is not None else generation
+
+    def _load_from_store(self, space: str) -> None:
+        batches = list(self._store.iter_vectors(space))
+        if not batches:
+            self._spaces.pop(space, None)
+            return
+        ids = np.concatenate([b[0] for b in batches])
+        vectors = np.concatenate([b[1] for b in batches])
+        vs = VectorSpace(vectors.shape[1], **self._opts)
+        vs.load_all(ids, vectors)
+        self._spaces[space] = vs
+
+    def _persist(self, generation: int) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        entries: dict[str, Any] = {}
+        old = self._read_state() or {}
+        for name, vs in self._spaces.items():
+            if vs.mode == "exact":
+                entries[name] = {"mode": "exact", "dim": vs.dim}
+                continue
+            prev = old.get("spaces", {}).get(name, {})
+            if not vs.dirty and prev.get("mode") == "hnsw":
+                entries[name] = prev
+                continue
+            folder = f"{_safe(name)}-{generation}-{os.getpid()}-{vs.version}"
+            vs.save(self.directory / folder)
+            entries[name] = {"mode": "hnsw", "dim": vs.dim, "folder": folder}
+        tmp = self.directory / (_STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation, "spaces": entries}), encoding="utf-8")
+        os.replace(tmp, self.directory / _STATE_FILE)
+        keep = {e.get("folder") for e in entries.values()}
+        for child in self.directory.iterdir():
+            if child.is_dir() and child.name not in keep:
+                shutil.rmtree(child, ignore_errors=True)
+        self._unpersisted_flushes = 0
+
+    # -- DerivedIndex ---------------------------------------------------------------------------
+
+    def durable_generation(self) -> int | None:
+        return self._durable
+
+    def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
+        doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
+        old = {r for c in changes for r in c.old_rowids}
+        with self._lock:
+            current: dict[str, list[tuple[Ids, Vectors]]] = {}
+            for space in store.vector_spaces():
+                current[space] = list(store.iter_vectors(space, doc_ids))
+            for vs in self._spaces.values():
+                vs.remove(old)
+            for space, batches in current.items():
+                for ids, vectors in batches:
+                    target = self._spaces.get(space)
+                    if target is None:
+                        target = VectorSpace(vectors.shape[1], **self._opts)
+                        self._spaces[space] = target
+                    target.add(ids, vectors)
+            self._selections.clear()
+
+    def flush(self, generation: int, *, durable: bool) -> None:
+        with self._lock:
+            self._unpersisted_flushes += 1
+            dirty = any(s.dirty for s in self._spaces.values() if s.mode == "hnsw")
+            if durable or (dirty and self._unpersisted_flushes >= self._persist_every):
+                # Durable flushes also record mode changes (an HNSW space compacted to exact).
+                self._persist(generation)
+                dirty = False
+            if not dirty:
+                self._durable = generation
+
+    def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        with self._lock:
+            self._spaces.clear()
+            for space in store.vector_spaces():
+                self._load_from_store(space)
+            self._selections.clear()
+            self._persist(generation)
+            self._durable = generation
+
+    def close(self) -> None:
+        with self._lock:
+            self._spaces.clear()
+            self._selections.clear()
+            self._allowed.clear()
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def spaces(self) -> list[str]:
+        with self._lock:
+            return [name for name, vs in self._spaces.items() if vs.live_count]
+
+    def space(self, name: str) -> VectorSpace | None:
+        return self._spaces.get(name)
+
+    def count(self, space: str | None = None) -> int:
+        with self._lock:
+            if space is not None:
+                vs = self._spaces.get(space)
+                return 0 if vs is None else vs.live_count
+            return sum(vs.live_count for vs in self._spaces.values())
+
+    def _allowed_rowids(self, key: tuple[Any, ...]) -> Ids:
+        generation = self._store.generation
+        hit = self._allowed.get(key)
+        if hit is not None and hit[0] == generation:
+            self._allowed.move_to_end(key)
+            return hit[1]
+        tenant, roles, doc_types, sources = key
+        allowed = self._store.allowed_rowids(tenant, roles, doc_types=doc_types, sources=sources)
+        self._allowed[key] = (generation, allowed)
+        while len(self._allowed) > self._cache_size:
+            self._allowed.popitem(last=False)
+        return allowed
+
+    def search(
+        self,
+        space: str,
+        query: Vectors,
+        k: int,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks of ``space`` by inner product that the caller may read."""
+        role_set = frozenset(roles)
+        # Privileged callers all see the same set: one cache entry for them.
+        roles_key = ("admin",) if role_set & PRIVILEGED_ROLES else tuple(sorted(role_set))
+        key = (
+            tenant_id,
+            roles_key,
+            None if doc_types is None else tuple(sorted(doc_types)),
+            None if sources is None else tuple(sorted(sources)),
+        )
+        with self._lock:
+            vs = self._spaces.get(space)
+            if vs is None:
+                return []
+            allowed = self._allowed_rowids(key)
+            sel_key = (space, vs.version, self._store.generation, *key)
+            sel = self._selections.get(sel_key)
+            if sel is None:
+                sel = vs.select(allowed)
+                self._selections[sel_key] = sel
+                while len(self._selections) > self._cache_size:
+                    self._selections.popitem(last=False)
+            return vs.search(query, k, sel)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name) or "space"

@@ -1,0 +1,277 @@
+"""Incremental ingest of files: skip unchanged, replace edited, remove vanished, survive kill -9."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.ingest import IngestEvent
+from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+
+
+class CountingEmbedder:
+    """Hashing bag of characters; counts the texts it embeds and can be told to fail."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+        self.fail = False
+
+    @property
+    def name(self) -> str:
+        return "counting"
+
+    @property
+    def dim(self) -> int:
+        return 16
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise ConnectionError("embedding service unavailable")
+        self.texts += len(texts)
+        out = np.zeros((len(texts), 16), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for ch in text:
+                out[i, ord(ch) % 16] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    write(root / "warranty.md", "# Warranty\n\nThe projector warranty lasts twelve months.\n")
+    write(
+        root / "zh" / "保修.md",
+        "# 保修政策\n\n投影仪保修期为12个月。\n\n## 退货\n\n拆封后7天内可退。\n",
+    )
+    write(root / "errors.txt", "E-203: lamp overheating. Clean the filter.\n")
+    return root
+
+
+def open_kb(workspace: Path, embedder: CountingEmbedder) -> EmbeddedKnowledge:
+    return open_embedded_store(workspace, EmbeddingRouter({"default": embedder}))
+
+
+def assert_consistent(kb: EmbeddedKnowledge) -> None:
+    assert kb.keyword.num_docs() == kb.store.count_chunks()
+    assert kb.vectors.count() == kb.store.count_vectors() == kb.store.count_chunks()
+
+
+def test_a_second_ingest_of_an_unchanged_folder_embeds_nothing(tmp_path: Path, docs: Path) -> None:
+    embedder = CountingEmbedder()
+    kb = open_kb(tmp_path / "ws", embedder)
+    events: list[IngestEvent] = []
+    first = kb.ingestor.ingest([docs], progress=events.append)
+    assert sorted(first.added) == ["docs/errors.txt", "docs/warranty.md", "docs/zh/保修.md"]
+    assert first.chunks == kb.store.count_chunks() > 0
+    assert events[-1].kind == "done" and events[-1].done == 3
+    embedded = embedder.texts
+    second = kb.ingestor.ingest([docs])
+    assert len(second.unchanged) == 3 and not second.added and not second.updated
+    assert embedder.texts == embedded
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_an_edited_file_replaces_its_chunks(tmp_path: Path, docs: Path) -> None:
+    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    kb.ingestor.ingest([docs])
+    write(docs / "warranty.md", "# Warranty\n\nThe projector warranty now lasts two years.\n")
+    report = kb.ingestor.ingest([docs])
+    assert report.updated == ("docs/warranty.md",)
+    texts = [h.chunk.text for h in kb.retriever.search("warranty", mode="keyword")]
+    assert any("two years" in t for t in texts)
+    assert not any("twelve" in t for t in texts)
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_a_removed_file_disappears_from_store_and_indexes(tmp_path: Path, docs: Path) -> None:
+    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    kb.ingestor.ingest([docs])
+    (docs / "errors.txt").unlink()
+    report = kb.ingestor.ingest([docs])
+    assert report.removed == ("docs/errors.txt",)
+    assert kb.retriever.search("E-203", mode="keyword") == []
+    assert "docs/errors.txt" not in {s.source for s in kb.store.sources()}
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_ingesting_one_file_leaves_the_rest_of_its_folder_alone(tmp_path: Path, docs: Path) -> None:
+    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    kb.ingestor.ingest([docs])
+    report = kb.ingestor.ingest([docs / "errors.txt"])
+    assert report.unchanged == ("docs/errors.txt",) and not report.removed
+    assert kb.store.count_documents() == 3
+    assert kb.ingestor.forget("docs/errors.txt") == 1
+    assert kb.store.count_documents() == 2
+    kb.close()
+
+
+def test_unreadable_files_are_reported_and_the_rest_ingested(tmp_path: Path, docs: Path) -> None:
+    write(docs / "empty.md", "   \n")
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    report = kb.ingestor.ingest([docs])
+    assert sorted(f.source for f in report.failed) == ["docs/broken.pdf", "docs/empty.md"]
+    assert len(report.added) == 3
+    kb.close()
+
+
+def test_an_embedding_failure_keeps_the_text_searchable_and_is_retried(
+    tmp_path: Path, docs: Path
+) -> None:
+    embedder = CountingEmbedder()
+    embedder.fail = True
+    kb = open_kb(tmp_path / "ws", embedder)
+    report = kb.ingestor.ingest([docs])
+    assert len(report.embedding_failed) == 3
+    assert "unavailable" in report.embedding_failed[0].reason
+    assert kb.store.count_vectors() == 0
+    hits = kb.retriever.search("保修期", mode="keyword")
+    assert {h.chunk.source for h in hits} == {"docs/zh/保修.md"}
+    assert "保修期为12个月" in hits[0].chunk.text
+
+    embedder.fail = False
+    retry = kb.ingestor.ingest([docs])
+    assert len(retry.updated) == 3 and not retry.embedding_failed
+    assert_consistent(kb)
+    assert kb.ingestor.ingest([docs]).unchanged  # now settled
+    kb.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, threading
+    from pathlib import Path
+    import numpy as np
+    from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.retrieval import open_embedded_store
+
+    class Hanging:
+        name = "counting"
+        dim = 16
+        calls = 0
+        def embed(self, texts):
+            Hanging.calls += 1
+            if Hanging.calls > 20:
+                threading.Event().wait()  # hang here until killed
+            out = np.zeros((len(texts), 16), dtype=np.float32)
+            for i, t in enumerate(texts):
+                for ch in t:
+                    out[i, ord(ch) % 16] += 1
+            return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+        def embed_query(self, text):
+            return self.embed([text])[0]
+
+    kb = open_embedded_store(Path(sys.argv[1]), EmbeddingRouter({"default": Hanging()}))
+    kb.ingestor.group_chunks = 1
+    kb.ingestor.sync_every = 7
+    kb.ingestor.ingest([Path(sys.argv[2])])
+    """
+)
+
+
+def test_a_killed_ingest_is_completed_consistently_by_the_next_run(tmp_path: Path) -> None:
+    root = tmp_path / "many"
+    for i in range(50):
+        write(root / f"doc{i:02d}.md", f"# Doc {i}\n\nParagraph {i} about lamp model L{i}.\n")
+    workspace = tmp_path / "ws"
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD, encoding="utf-8")
+    child = subprocess.Popen([sys.executable, str(script), str(workspace), str(root)])
+    try:
+        deadline = time.monotonic() + 60
+        stored = 0
+        while stored < 20 and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the database, not coordinating by time
+            try:
+                with sqlite3.connect(workspace / "knowledge.db") as conn:
+                    stored = conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+            except sqlite3.Error:
+                stored = 0
+        assert child.poll() is None, "the child finished or died before it could be killed"
+        assert stored == 20
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    with sqlite3.connect(workspace / "knowledge.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM index_outbox").fetchone()[0] > 0
+
+    embedder = CountingEmbedder()
+    kb = open_kb(workspace, embedder)
+    assert_consistent(kb)  # replayed on open
+    report = kb.ingestor.ingest([root])
+    assert len(report.unchanged) == 20 and len(report.added) == 30
+    assert kb.store.count_documents() == 50
+    assert_consistent(kb)
+    assert [h.chunk.source for h in kb.retriever.search("L7", mode="keyword")] == ["many/doc07.md"]
+    kb.close()
+
+
+def test_ready_made_documents_are_ingested_and_skipped_when_unchanged(tmp_path: Path) -> None:
+    from shelfhand.knowledge.types import Document, Section
+
+    def doc(i: int, text: str) -> Document:
+        return Document(
+            doc_id=f"beir-{i}",
+            source="scifact",
+            title=f"T{i}",
+            doc_type="text",
+            sections=(Section(text=text),),
+            content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        )
+
+    embedder = CountingEmbedder()
+    kb = open_kb(tmp_path / "ws", embedder)
+    first = kb.ingestor.ingest_documents([doc(i, f"claim {i} about cells") for i in range(5)])
+    assert len(first.added) == 5 and kb.store.count_documents() == 5
+    again = kb.ingestor.ingest_documents([doc(i, f"claim {i} about cells") for i in range(5)])
+    assert len(again.unchanged) == 5
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_a_keyword_only_ingest_is_embedded_by_the_next_ingest_with_embedders(
+    tmp_path: Path,
+) -> None:
+    from shelfhand.knowledge.embedders import HashingEmbedder
+    from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.retrieval import open_embedded_store
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Lamp\n\nThe lamp lasts 5000 hours.", encoding="utf-8")
+    keyword_only = open_embedded_store(tmp_path / "ws", None)
+    keyword_only.ingestor.ingest([docs])
+    assert keyword_only.store.count_vectors() == 0
+    keyword_only.close()
+
+    hybrid = open_embedded_store(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
+    report = hybrid.ingestor.ingest([docs])
+    assert report.embedded_chunks == hybrid.store.count_chunks() > 0
+    assert hybrid.store.count_vectors() == hybrid.store.count_chunks()
+    again = hybrid.ingestor.ingest([docs])
+    assert again.embedded_chunks == 0 and again.unchanged
+    hybrid.close()

@@ -1,0 +1,144 @@
+"""Text analysis and BM25 keyword search with the permission filter inside the query."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
+from shelfhand.knowledge.keyword import TantivyKeywordIndex
+from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.types import Chunk, Document, Section
+
+
+def add(
+    store: SqliteKnowledgeStore,
+    doc_id: str,
+    text: str,
+    *,
+    tenant: str = "default",
+    tags: tuple[str, ...] = (),
+    doc_type: str = "markdown",
+) -> int:
+    doc = Document(
+        doc_id=doc_id,
+        source=doc_id,
+        title="",
+        doc_type=doc_type,
+        sections=(Section(text=text),),
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        permission_tags=tags,
+        tenant_id=tenant,
+    )
+    chunk = Chunk(
+        chunk_id=f"{doc_id}::0",
+        doc_id=doc_id,
+        chunk_index=0,
+        text=text,
+        title="",
+        section_path=(),
+        page=None,
+        source=doc_id,
+        start=0,
+        end=len(text),
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        doc_type=doc_type,
+        permission_tags=tags,
+        tenant_id=tenant,
+    )
+    return store.upsert_document(doc, [chunk])[0]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteKnowledgeStore:
+    s = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    s.attach(TantivyKeywordIndex(tmp_path / "keyword"))
+    yield s
+    s.close()
+
+
+def keyword(store: SqliteKnowledgeStore) -> TantivyKeywordIndex:
+    [index] = store._indexes
+    assert isinstance(index, TantivyKeywordIndex)
+    return index
+
+
+def search(store: SqliteKnowledgeStore, query: str, **acl: object) -> list[str]:
+    acl.setdefault("tenant_id", "default")
+    acl.setdefault("roles", ())
+    hits = keyword(store).search(tokenize_query(query), 10, **acl)  # type: ignore[arg-type]
+    return [c.doc_id for c in store.chunks_by_rowids([r for r, _ in hits])]
+
+
+def test_english_is_stemmed_and_stopwords_dropped() -> None:
+    assert tokenize_for_index("The Warranties") == ["warranti"]
+    assert tokenize_query("warranty") == ["warranti"]
+
+
+def test_chinese_is_segmented_into_words_and_their_parts() -> None:
+    assert {"保修", "保修期"} <= set(tokenize_for_index("保修期为12个月"))
+    assert {"保修", "保修期"} <= set(tokenize_query("保修期是多久"))
+    assert "的" not in tokenize_query("投影仪的保修期")
+
+
+def test_codes_are_kept_whole_and_in_parts() -> None:
+    tokens = tokenize_for_index("错误 E-203，型号 ＳＫＵ2024-011")
+    assert {"e-203", "e", "203", "sku2024-011", "sku2024", "011"} <= set(tokens)
+
+
+def test_warranties_finds_a_document_about_the_warranty(store: SqliteKnowledgeStore) -> None:
+    add(store, "warranty", "The warranty covers the lamp for one year.")
+    add(store, "returns", "Returns are accepted within seven days.")
+    assert search(store, "warranties") == ["warranty"]
+
+
+def test_a_chinese_query_finds_a_segmented_chinese_document(store: SqliteKnowledgeStore) -> None:
+    add(store, "zh-warranty", "投影仪保修期为12个月，人为损坏不在保修范围内。")
+    add(store, "zh-returns", "拆封后7天内可以无理由退货。")
+    assert search(store, "保修期") == ["zh-warranty"]
+    assert search(store, "拆封后还能退货吗")[0] == "zh-returns"
+
+
+def test_an_exact_code_ranks_above_its_scattered_parts(store: SqliteKnowledgeStore) -> None:
+    add(store, "parts", "Section E of the manual, page 203, and more about E and 203.")
+    add(store, "code", "Error E-203 means the lamp is overheating.")
+    assert search(store, "E-203 是什么故障？")[0] == "code"
+
+
+def test_query_syntax_in_user_text_is_just_words(store: SqliteKnowledgeStore) -> None:
+    add(store, "a", "title body AND OR NOT")
+    assert search(store, 'title:foo AND (bar OR "baz') == ["a"]
+    assert search(store, ")(*&^%$#@!") == []
+    assert search(store, "") == []
+
+
+def test_other_tenants_and_tagged_chunks_are_filtered_inside_the_query(
+    store: SqliteKnowledgeStore,
+) -> None:
+    add(store, "public", "price list")
+    add(store, "sales-only", "price list internal", tags=("sales",))
+    add(store, "acme", "price list", tenant="acme")
+    assert search(store, "price") == ["public"]
+    assert sorted(search(store, "price", roles=("sales",))) == ["public", "sales-only"]
+    assert sorted(search(store, "price", roles=("admin",))) == ["public", "sales-only"]
+    assert search(store, "price", tenant_id="acme", roles=("sales",)) == ["acme"]
+    assert search(store, "price", tenant_id="nobody", roles=("system",)) == []
+
+
+def test_doc_type_and_source_filters_are_part_of_the_query(store: SqliteKnowledgeStore) -> None:
+    add(store, "a.md", "lamp", doc_type="markdown")
+    add(store, "b.pdf", "lamp", doc_type="pdf")
+    assert search(store, "lamp", doc_types=["pdf"]) == ["b.pdf"]
+    assert search(store, "lamp", sources=["a.md"]) == ["a.md"]
+
+
+def test_deleted_and_replaced_documents_leave_the_index(store: SqliteKnowledgeStore) -> None:
+    add(store, "a", "projector lamp")
+    add(store, "a", "projector fan")
+    add(store, "b", "projector lamp")
+    store.delete_document("b")
+    assert search(store, "lamp") == []
+    assert search(store, "fan") == ["a"]
+    assert keyword(store).num_docs() == 1

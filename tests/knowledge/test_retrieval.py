@@ -1,0 +1,176 @@
+"""Hybrid retrieval: fusion, fallbacks, dedup, filters, spaces per language."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import KnowledgeError
+from shelfhand.knowledge.analysis import tokenize_for_index
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.fusion import rrf
+from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.types import Document, Section
+
+
+class BagEmbedder:
+    """Hashing bag of analysed words → normalised vector; can be told to fail."""
+
+    def __init__(self, name: str = "bag", dim: int = 64) -> None:
+        self._name, self._dim = name, dim
+        self.fail = False
+        self.query_calls = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("quota exceeded")
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for tok in tokenize_for_index(text):
+                out[i, int(hashlib.md5(tok.encode("utf-8")).hexdigest(), 16) % self._dim] += 1
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.query_calls += 1
+        return self.embed([text])[0]
+
+
+def doc(
+    doc_id: str, text: str, *, doc_type: str = "markdown", tags: tuple[str, ...] = ()
+) -> Document:
+    return Document(
+        doc_id=doc_id,
+        source=doc_id,
+        title="",
+        doc_type=doc_type,
+        sections=(Section(text=text),),
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        permission_tags=tags,
+    )
+
+
+CORPUS = [
+    doc("warranty.md", "The projector warranty lasts twelve months from purchase."),
+    doc("returns.md", "Unopened items may be returned within seven days."),
+    doc("errors.md", "Error E-203 means the lamp is overheating; clean the filter."),
+    doc("copy.md", "The projector warranty lasts twelve months from purchase."),
+    doc("manual.pdf", "Lamp replacement steps for the projector.", doc_type="pdf"),
+    doc("保修.md", "投影仪保修期为12个月，人为损坏不在保修范围内。"),
+    doc("secret.md", "Dealer margin on the projector is forty percent.", tags=("sales",)),
+]
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> EmbeddedKnowledge:
+    embedder = BagEmbedder()
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": embedder}))
+    kb.ingestor.ingest_documents(CORPUS)
+    yield kb
+    kb.close()
+
+
+def sources(hits: Sequence[object]) -> list[str]:
+    return [h.chunk.source for h in hits]  # type: ignore[attr-defined]
+
+
+def test_rrf_sums_reciprocal_ranks() -> None:
+    fused = rrf([[1, 2, 3], [3, 1]], k=60)
+    assert [key for key, _ in fused] == [1, 3, 2]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_hybrid_hits_carry_both_ranks(kb: EmbeddedKnowledge) -> None:
+    hits = kb.retriever.search("projector warranty", k=3)
+    assert hits[0].chunk.source in {"warranty.md", "copy.md"}
+    assert hits[0].keyword_rank is not None and hits[0].vector_rank is not None
+
+
+def test_identical_passages_are_returned_once(kb: EmbeddedKnowledge) -> None:
+    hits = kb.retriever.search("projector warranty twelve months", k=5)
+    assert len({h.chunk.content_hash for h in hits}) == len(hits)
+    assert len({"warranty.md", "copy.md"} & set(sources(hits))) == 1
+
+
+def test_when_keywords_find_nothing_the_vector_side_is_used(kb: EmbeddedKnowledge) -> None:
+    # Only stopwords: the keyword side is empty, vectors still answer with their own scores.
+    hits = kb.retriever.search("the of and", k=2)
+    assert len(hits) == 2
+    assert all(h.keyword_rank is None and h.vector_rank is not None for h in hits)
+
+
+def test_keyword_mode_uses_no_embedder(kb: EmbeddedKnowledge) -> None:
+    embedder = kb.retriever.router.embedder("default")  # type: ignore[union-attr]
+    before = embedder.query_calls  # type: ignore[attr-defined]
+    hits = kb.retriever.search("E-203", mode="keyword", k=1)
+    assert sources(hits) == ["errors.md"]
+    assert embedder.query_calls == before  # type: ignore[attr-defined]
+
+
+def test_a_failing_query_embedder_falls_back_to_keywords(
+    kb: EmbeddedKnowledge, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = kb.retriever.router.embedder("default")  # type: ignore[union-attr]
+    embedder.fail = True  # type: ignore[attr-defined]
+    for mode in ("hybrid", "vector"):
+        hits = kb.retriever.search("保修期", k=3, mode=mode)  # type: ignore[arg-type]
+        assert sources(hits) == ["保修.md"]
+    assert "quota exceeded" in (kb.retriever.last_degraded_reason or "")
+    assert sum("quota exceeded" in r.message for r in caplog.records) == 1
+    embedder.fail = False  # type: ignore[attr-defined]
+    kb.retriever.search("保修期", k=3)
+    assert kb.retriever.last_degraded_reason is None
+
+
+def test_filters_narrow_both_sides(kb: EmbeddedKnowledge) -> None:
+    for mode in ("hybrid", "keyword", "vector"):
+        hits = kb.retriever.search("projector lamp", k=5, mode=mode, filters={"doc_type": "pdf"})  # type: ignore[arg-type]
+        assert sources(hits) == ["manual.pdf"]
+        hits = kb.retriever.search(
+            "projector",
+            k=5,
+            mode=mode,
+            filters={"source": ["returns.md", "errors.md"]},  # type: ignore[arg-type]
+        )
+        assert set(sources(hits)) <= {"returns.md", "errors.md"}
+
+
+def test_unknown_filters_are_refused(kb: EmbeddedKnowledge) -> None:
+    with pytest.raises(KnowledgeError, match="unknown filter"):
+        kb.retriever.search("x", filters={"author": "me"})
+
+
+def test_tagged_chunks_need_the_role(kb: EmbeddedKnowledge) -> None:
+    anonymous = kb.retriever.search("dealer margin", k=7)
+    assert "secret.md" not in sources(anonymous)
+    sales = UserContext(tenant_id="default", user_id="u", roles=["sales"])
+    assert sources(kb.retriever.search("dealer margin", k=1, user=sales)) == ["secret.md"]
+    stranger = UserContext(tenant_id="acme", user_id="u", roles=["admin"])
+    assert kb.retriever.search("projector", user=stranger) == []
+
+
+def test_every_space_is_searched_with_its_own_embedder(tmp_path: Path) -> None:
+    en, zh = BagEmbedder("en-model"), BagEmbedder("zh-model", dim=48)
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"en": en, "zh": zh}))
+    kb.ingestor.ingest_documents([CORPUS[0], CORPUS[5]])
+    assert sorted(kb.vectors.spaces()) == ["en", "zh"]
+    hits = kb.retriever.search("保修期多久", k=2, mode="vector")
+    assert sources(hits)[0] == "保修.md"
+    assert (en.query_calls, zh.query_calls) == (1, 1)
+    timings = kb.retriever.last_timings
+    assert timings.total_ms >= timings.vector_ms > 0
+    kb.close()

@@ -1,0 +1,176 @@
+"""Vector spaces: exact and HNSW search, tombstones, persistence, the cached ACL selector."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.vectors import VectorIndexes, VectorSpace
+
+DIM = 32
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    # Real embeddings cluster by topic; queries come from the same topics as the passages.
+    centres = np.random.default_rng(0).standard_normal((20, DIM))
+    rng = np.random.default_rng(seed)
+    x = centres[rng.integers(0, 20, n)] + 0.3 * rng.standard_normal((n, DIM))
+    x = x.astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def add_docs(
+    store: SqliteKnowledgeStore,
+    vectors: np.ndarray,
+    *,
+    per_doc: int = 10,
+    tags_of: dict[int, tuple[str, ...]] | None = None,
+    prefix: str = "d",
+) -> None:
+    for d in range(0, len(vectors), per_doc):
+        doc_id = f"{prefix}{d}"
+        tags = (tags_of or {}).get(d // per_doc, ())
+        rows = vectors[d : d + per_doc]
+        doc = Document(
+            doc_id=doc_id,
+            source=doc_id,
+            title="",
+            doc_type="text",
+            sections=(Section(text="x"),),
+            content_hash=doc_id,
+            permission_tags=tags,
+        )
+        chunks = [
+            Chunk(
+                chunk_id=f"{doc_id}::{i}",
+                doc_id=doc_id,
+                chunk_index=i,
+                text=f"{doc_id} chunk {i}",
+                title="",
+                section_path=(),
+                page=None,
+                source=doc_id,
+                start=0,
+                end=1,
+                content_hash=hashlib.sha256(f"{doc_id}/{i}".encode()).hexdigest(),
+                doc_type="text",
+                permission_tags=tags,
+            )
+            for i in range(len(rows))
+        ]
+        store.upsert_document(doc, chunks, {"default": (list(range(len(rows))), rows)})
+
+
+def test_exact_search_returns_the_nearest_readable_vectors(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store)
+    store.attach(vectors)
+    x = clustered(200)
+    add_docs(store, x, tags_of={0: ("secret",)})
+    assert vectors.space("default").mode == "exact"  # type: ignore[union-attr]
+    hits = vectors.search("default", x[15], 5, tenant_id="default", roles=())
+    assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d10::5"
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    # d0 is tagged: its own vector is not returned to a caller without the role.
+    hidden = vectors.search("default", x[3], 200, tenant_id="default", roles=())
+    assert all(
+        not c.chunk_id.startswith("d0::") for c in store.chunks_by_rowids([r for r, _ in hidden])
+    )
+    shown = vectors.search("default", x[3], 1, tenant_id="default", roles=("secret",))
+    assert store.chunks_by_rowids([shown[0][0]])[0].chunk_id == "d0::3"
+    store.close()
+
+
+def test_hnsw_recall_at_10_matches_exact_search(tmp_path: Path) -> None:
+    x = clustered(4000, seed=1)
+    ids = np.arange(1, 4001, dtype=np.int64)
+    hnsw = VectorSpace(DIM, hnsw_threshold=1000)
+    hnsw.load_all(ids, x)
+    assert hnsw.mode == "hnsw"
+    exact = VectorSpace(DIM, hnsw_threshold=10**9)
+    exact.load_all(ids, x)
+    queries = clustered(100, seed=2)
+    sel_h, sel_e = hnsw.select(ids), exact.select(ids)
+    found = 0
+    for q in queries:
+        truth = {r for r, _ in exact.search(q, 10, sel_e)}
+        found += len(truth & {r for r, _ in hnsw.search(q, 10, sel_h)})
+    assert found / 1000 >= 0.99
+
+
+def test_deleted_vectors_are_tombstoned_then_compacted(tmp_path: Path) -> None:
+    space = VectorSpace(DIM, hnsw_threshold=50)
+    x = clustered(100)
+    space.load_all(np.arange(100, dtype=np.int64), x)
+    space.remove(range(10))
+    assert space.n == 100  # tombstones, still in the graph
+    hits = space.search(x[5], 3, space.select(np.arange(100, dtype=np.int64)))
+    assert 5 not in {r for r, _ in hits}
+    space.remove(range(10, 25))  # 25% tombstones: compact
+    assert space.n == 75 and space.live_count == 75
+
+
+def test_a_growing_space_switches_to_hnsw_and_is_persisted(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    store.attach(VectorIndexes(tmp_path / "v", store, hnsw_threshold=300))
+    x = clustered(400)
+    with store.deferred_sync():
+        add_docs(store, x)
+    store.close()
+
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store, hnsw_threshold=300)
+    assert vectors.space("default").mode == "hnsw"  # type: ignore[union-attr]
+    assert vectors.durable_generation() == store.generation  # loaded, no rebuild needed
+    store.attach(vectors)
+    hits = vectors.search("default", x[123], 1, tenant_id="default", roles=())
+    assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d120::3"
+    store.close()
+
+
+def test_a_selective_acl_on_hnsw_still_returns_the_few_readable_vectors(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store, hnsw_threshold=300)
+    store.attach(vectors)
+    x = clustered(600)
+    with store.deferred_sync():
+        add_docs(store, x, tags_of={7: ("rare",)})
+    hits = vectors.search("default", x[0], 10, tenant_id="default", roles=("rare", "x"))
+    # Everything untagged is readable too; the rare doc's vectors come first for its own vector.
+    rare = vectors.search("default", x[75], 3, tenant_id="default", roles=("rare",))
+    assert len(hits) == 10
+    assert store.chunks_by_rowids([rare[0][0]])[0].chunk_id == "d70::5"
+    none = vectors.search("default", x[75], 3, tenant_id="elsewhere", roles=("rare",))
+    assert none == []
+    store.close()
+
+
+def test_the_acl_selection_is_cached_until_the_store_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store)
+    store.attach(vectors)
+    x = clustered(50)
+    add_docs(store, x[:40])
+    calls = []
+    original = store.allowed_rowids
+
+    def counting(*args: object, **kwargs: object) -> np.ndarray:
+        calls.append(args)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "allowed_rowids", counting)
+    for q in x[:5]:
+        vectors.search("default", q, 3, tenant_id="default", roles=("a", "b"))
+    assert len(calls) == 1
+    add_docs(store, x[40:], prefix="e")
+    hits = vectors.search("default", x[45], 1, tenant_id="default", roles=("b", "a"))
+    assert len(calls) == 2
+    assert store.chunks_by_rowids([hits[0][0]])[0].doc_id == "e0"
+    store.close()

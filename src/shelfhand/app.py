@@ -1,0 +1,204 @@
+"""The composition root: the one place where concrete classes are chosen from settings.
+
+Everything else receives its collaborators; tests build an :class:`App` from fakes the same way
+production builds it from settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.settings import Settings
+
+if TYPE_CHECKING:
+    from shelfhand.agent.agent import Agent
+    from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.core.context import UserContext
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.models.base import ChatModel
+    from shelfhand.sessions.store import SqliteSessionStore
+    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.tools.toolkit import Toolkit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class App:
+    """Builds models, knowledge bases, toolkits and agents from :class:`Settings`.
+
+    Args:
+        settings: Where and how.
+        model: A chat model to use instead of the configured one (tests, demos).
+        router: Embedders to use instead of the configured ones.
+    """
+
+    settings: Settings
+    model: ChatModel | None = None
+    router: EmbeddingRouter | None = None
+    _model_built: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, workspace: str | Path | None = None) -> App:
+        """Read settings (env, ``shelfhand.toml``); invalid explicit settings fail here."""
+        return cls(settings=Settings.load(workspace))
+
+    # --- chat model -----------------------------------------------------------------------
+    def chat_model(self) -> ChatModel | None:
+        """The configured chat model, or ``None`` when none is configured.
+
+        ``scripted:<path.json>`` plays a script file instead of calling a provider (demos,
+        end-to-end tests and load benchmarks; see :func:`shelfhand.testing.load_scripted_model`).
+        """
+        if self.model is None and not self._model_built:
+            self._model_built = True
+            s = self.settings
+            if s.model and s.model.startswith("scripted:"):
+                from shelfhand.testing import load_scripted_model
+
+                self.model = load_scripted_model(s.model.split(":", 1)[1])
+            elif s.model:
+                from shelfhand.providers.openai_chat import OpenAIChatModel
+
+                self.model = OpenAIChatModel(
+                    s.model, base_url=s.base_url, api_key=s.api_key, timeout=s.model_timeout
+                )
+        return self.model
+
+    # --- knowledge ------------------------------------------------------------------------
+    def knowledge_exists(self) -> bool:
+        return (self.settings.workspace / "knowledge.db").is_file()
+
+    def embedding_router(self) -> tuple[EmbeddingRouter | None, str | None]:
+        """The router for the configured mode and, for ``auto``, why it degraded (if it did).
+
+        ``simple`` needs working embedders and fails fast with :class:`ConfigurationError`;
+        ``keyword`` uses none; ``auto`` tries the embedders and falls back to keyword search.
+        """
+        mode = self.settings.retrieval_mode
+        if mode == "keyword":
+            return None, None
+        if self.router is not None:
+            return self.router, None
+        router = _build_router(self.settings.embedder)  # an unknown name fails in any mode
+        try:
+            if mode == "simple":  # explicit: a broken model must fail now, at start-up
+                for space in router.spaces:
+                    router.embedder(space).embed_query("warm up")
+            else:  # auto: check cheaply; a failure later degrades to keyword search
+                for space in router.spaces:
+                    check = getattr(router.embedder(space), "check", None)
+                    if callable(check):
+                        check()
+        except Exception as exc:
+            if mode == "simple":
+                raise ConfigurationError(
+                    f"retrieval mode 'simple' needs a working embedder ({self.settings.embedder}): "
+                    f"{exc}. Fix the embedder or set SHELFHAND_RETRIEVAL_MODE=keyword."
+                ) from exc
+            reason = f"embeddings unavailable ({exc}); using keyword search only"
+            logger.warning("retrieval mode auto degraded: %s", reason)
+            return None, reason
+        self.router = router
+        return router, None
+
+    def open_knowledge(self, *, embed: bool = True) -> KnowledgeBase:
+        """The workspace's knowledge base; ``embed=False`` for listing and forgetting only."""
+        from shelfhand.knowledge.base import KnowledgeBase
+
+        router, reason = self.embedding_router() if embed else (None, None)
+        return KnowledgeBase(
+            self.settings.workspace,
+            router,
+            mode=self.settings.retrieval_mode,
+            degraded_reason=reason,
+            max_tokens=self.settings.chunk_tokens,
+            overlap_tokens=self.settings.chunk_overlap,
+        )
+
+    # --- tools and agents -----------------------------------------------------------------
+    def toolkit(self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = ()) -> Toolkit:
+        """Built-in tools plus ``retrieve`` (which says "not configured" without a kb).
+
+        Args:
+            kb: The knowledge base behind ``retrieve``.
+            extra: More tools to add (e.g. the service's ``remember``).
+        """
+        from shelfhand.agent.retrieve import make_retrieve_tool
+        from shelfhand.tools.builtins import builtin_tools
+        from shelfhand.tools.toolkit import Toolkit
+
+        return Toolkit([make_retrieve_tool(kb), *builtin_tools(), *extra])
+
+    def chat_agent(
+        self,
+        model: ChatModel,
+        kb: KnowledgeBase | None,
+        *,
+        memory: ConversationMemory | None = None,
+        toolkit: Toolkit | None = None,
+        system_prompt: str | None = None,
+    ) -> Agent:
+        """The chat agent; a service passes its shared ``toolkit`` (governance state lives
+        there) and a per-caller ``system_prompt`` (e.g. with the user's memory section)."""
+        from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT, Agent
+
+        return Agent(
+            name="assistant",
+            model=model,
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            memory=memory,
+            system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
+        )
+
+    def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
+        from shelfhand.agent.retrieve import KnowledgeAgent
+
+        return KnowledgeAgent(kb)
+
+    # --- service state --------------------------------------------------------------------
+    def session_store(self) -> SqliteSessionStore:
+        """Conversation sessions in ``<workspace>/sessions.db``."""
+        from shelfhand.sessions.store import SqliteSessionStore
+
+        return SqliteSessionStore(self.settings.workspace / "sessions.db")
+
+    def user_memory_store(self) -> SqliteUserMemoryStore:
+        """Long-term memory per user, in ``<workspace>/sessions.db``."""
+        from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+
+        return SqliteUserMemoryStore(self.settings.workspace / "sessions.db")
+
+    def api_keys(self) -> dict[str, UserContext]:
+        """API key → caller, from ``SHELFHAND_API_KEYS`` or ``[[api_keys]]`` in shelfhand.toml."""
+        from shelfhand.core.auth import load_api_keys
+
+        return load_api_keys(self.settings.workspace)
+
+
+def _build_router(spec: str) -> EmbeddingRouter:
+    """``default`` (MiniLM for English + USE for Chinese), ``hashing``, or ``openai:<model>``."""
+    from shelfhand.knowledge.embedding import EmbeddingRouter
+
+    if spec == "default":
+        from shelfhand.knowledge.embedders import default_router
+
+        return default_router()
+    if spec == "hashing":
+        from shelfhand.knowledge.embedders import HashingEmbedder
+
+        return EmbeddingRouter({"any": HashingEmbedder()})
+    if spec.startswith("openai:"):
+        from shelfhand.providers.openai_embeddings import OpenAIEmbedder
+
+        return EmbeddingRouter({"any": OpenAIEmbedder(spec.split(":", 1)[1])})
+    raise ConfigurationError(
+        f"unknown embedder {spec!r}: use default, hashing or openai:<model> (SHELFHAND_EMBEDDER)"
+    )

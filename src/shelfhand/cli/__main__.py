@@ -1,0 +1,3 @@
+from shelfhand.cli.main import main
+
+main()

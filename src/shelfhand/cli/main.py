@@ -1,0 +1,172 @@
+"""The ``shelfhand`` command line (typer + rich). Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from shelfhand.app import App
+
+app = typer.Typer(
+    name="shelfhand",
+    help="A bookshelf (cited retrieval over your documents) and hands (governed tools) for LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="Workspace folder (default ./.shelfhand or $SHELFHAND_WORKSPACE).",
+        show_default=False,
+    ),
+]
+TenantOpt = Annotated[str, typer.Option("--tenant", help="Tenant of the caller / documents.")]
+UserOpt = Annotated[str, typer.Option("--user", help="User id of the caller.")]
+RolesOpt = Annotated[
+    list[str] | None, typer.Option("--role", help="A role of the caller (repeatable).")
+]
+
+NO_MODEL_HINT = (
+    "No chat model is configured. Set SHELFHAND_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY for "
+    "any OpenAI-compatible endpoint, e.g. a local llama.cpp or vLLM server), or put "
+    'model = "..." under [shelfhand] in <workspace>/shelfhand.toml.'
+)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _err(message: str, code: int = 1) -> typer.Exit:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(code)
+
+
+def _app(workspace: Path | None) -> App:
+    from shelfhand.app import App
+    from shelfhand.core.errors import ConfigurationError
+
+    try:
+        return App.from_settings(workspace=workspace)
+    except ConfigurationError as exc:
+        raise _err(str(exc), 2) from None
+
+
+def _user(tenant: str, user: str, roles: list[str] | None) -> Any:
+    from shelfhand.core.context import UserContext
+
+    return UserContext(tenant_id=tenant, user_id=user, roles=roles or [])
+
+
+@app.command()
+def tools(
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schemas as JSON.")] = False,
+) -> None:
+    """List the tools the model can call, with their JSON schemas."""
+    a = _app(workspace)
+    kit = a.toolkit(a.open_knowledge() if a.knowledge_exists() else None)
+    schemas = kit.schemas()
+    if as_json:
+        typer.echo(json.dumps(schemas, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="tools")
+    table.add_column("name", style="bold")
+    table.add_column("attributes")
+    table.add_column("parameters")
+    table.add_column("description")
+    for t in kit.visible_tools():
+        params = t.schema()["function"]["parameters"].get("properties", {})
+        attrs = [k for k in ("read_only", "concurrency_safe", "external") if getattr(t, k)]
+        attrs.append(f"permission={t.permission}")
+        table.add_row(t.name, ", ".join(attrs), ", ".join(params), t.description.split("\n")[0])
+    _console().print(table)
+
+
+@app.command()
+def chat(
+    workspace: WorkspaceOpt = None,
+    tenant: TenantOpt = "default",
+    user: UserOpt = "cli",
+    role: RolesOpt = None,
+) -> None:
+    """Chat with the configured model (streaming), using the tools and the knowledge base."""
+    a = _app(workspace)
+    model = a.chat_model()
+    if model is None:
+        raise _err(NO_MODEL_HINT, 2)
+    import asyncio
+
+    from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.core.errors import ModelError
+
+    console = _console()
+    kb = a.open_knowledge() if a.knowledge_exists() else None
+    agent = a.chat_agent(model, kb, memory=ConversationMemory())
+    ctx = _user(tenant, user, role)
+    console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
+    while True:
+        try:
+            line = console.input("[bold green]you> [/]")
+        except (EOFError, KeyboardInterrupt):
+            break
+        if not line.strip():
+            break
+        try:
+            asyncio.run(_stream_turn(agent, line, ctx, console))
+        except ModelError as exc:
+            console.print(f"[bold red]model error:[/] {exc}")
+
+
+async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
+    from shelfhand.core.events import Final, TextDelta, ToolFinished, ToolStarted
+    from shelfhand.knowledge.citations import label
+
+    async for event in agent.stream(line, context=ctx):
+        if isinstance(event, TextDelta):
+            console.print(event.text, end="", highlight=False, markup=False)
+        elif isinstance(event, ToolStarted):
+            console.print(f"[dim]→ {event.name}({event.arguments})[/]")
+        elif isinstance(event, ToolFinished):
+            status = "[red]error[/]" if event.is_error else "ok"
+            console.print(f"[dim]← {event.name} {status} {event.duration_ms:.0f} ms[/]")
+        elif isinstance(event, Final):
+            console.print()
+            for c in event.result.citations:
+                console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+
+
+COMMAND_MODULES = ("knowledge", "audit", "mcp", "serve")
+
+
+def main() -> None:
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    for name in COMMAND_MODULES:  # each module registers its commands on `app`
+        if find_spec(f"shelfhand.cli.{name}") is not None:
+            import_module(f"shelfhand.cli.{name}")
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""``shelfhand mcp``: serve the workspace as an MCP server, list the configured MCP servers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from shelfhand.cli.main import RolesOpt, TenantOpt, WorkspaceOpt, _app, _console, _err, _user, app
+
+mcp_app = typer.Typer(
+    name="mcp",
+    help="MCP both ways: serve this workspace to MCP clients, list the MCP servers it uses.",
+    no_args_is_help=True,
+)
+app.add_typer(mcp_app, name="mcp")
+
+
+@mcp_app.command()
+def serve(
+    workspace: WorkspaceOpt = None,
+    transport: Annotated[
+        str, typer.Option("--transport", help="stdio (default) or http (streamable HTTP).")
+    ] = "stdio",
+    host: Annotated[
+        str, typer.Option("--host", help="HTTP: address to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="HTTP: port (0 picks a free one).")] = 8765,
+    tenant: TenantOpt = "default",
+    user: Annotated[str, typer.Option("--user", help="User id of the caller.")] = "mcp",
+    role: RolesOpt = None,
+) -> None:
+    """Serve read-only tools and knowledge search (retrieve) as an MCP server.
+
+    The caller's identity: over stdio from --tenant/--user/--role; over HTTP from the
+    Authorization: Bearer key (API keys from SHELFHAND_API_KEYS or [[api_keys]]), falling
+    back to --tenant/--user/--role, with a warning, only when no keys are configured.
+    """
+    if transport not in ("stdio", "http"):
+        raise _err(f"unknown transport {transport!r}: use stdio or http", 2)
+    # stdout carries the protocol on stdio: every log line must go to stderr.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    import anyio
+
+    from shelfhand.core.auth import load_api_keys
+    from shelfhand.core.errors import ConfigurationError
+    from shelfhand.mcp.server import exposed_tools, serve_http, serve_stdio
+
+    a = _app(workspace)
+    kb = a.open_knowledge() if a.knowledge_exists() else None
+    tools = exposed_tools(a, kb)
+    identity = _user(tenant, user, role)
+    try:
+        if transport == "stdio":
+            anyio.run(serve_stdio, tools, identity)
+            return
+        try:
+            keys = load_api_keys(a.settings.workspace)
+        except ConfigurationError as exc:
+            raise _err(str(exc), 2) from None
+
+        def ready(url: str) -> None:
+            typer.echo(f"shelfhand MCP server listening on {url}", err=True)
+
+        async def run_http() -> None:
+            await serve_http(
+                tools, keys=keys, fallback=identity, host=host, port=port, on_ready=ready
+            )
+
+        try:
+            anyio.run(run_http)
+        except OSError as exc:
+            raise _err(f"cannot listen on {host}:{port}: {exc}", 1) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if kb is not None:
+            kb.close()
+
+
+@mcp_app.command("list")
+def list_servers(
+    workspace: WorkspaceOpt = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="An mcp.json or shelfhand.toml (default: the workspace's)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per server.")] = 15.0,
+) -> None:
+    """Show the configured MCP servers, whether they answer, and their tools."""
+    from shelfhand.core.errors import ConfigurationError
+    from shelfhand.mcp.config import load_mcp_config
+
+    source = config if config is not None else _app(workspace).settings.workspace
+    try:
+        configs = load_mcp_config(source)
+    except ConfigurationError as exc:
+        raise _err(str(exc), 2) from None
+    import anyio
+
+    rows = anyio.run(_probe_all, configs, timeout)
+    if as_json:
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    if not rows:
+        _console().print(f"no MCP servers configured (looked in {source})")
+        return
+    from rich.table import Table
+
+    table = Table(title="MCP servers")
+    for column in ("name", "transport", "target", "status", "tools"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["name"], row["transport"], row["target"], row["status"], ", ".join(row["tools"])
+        )
+    _console().print(table)
+
+
+async def _probe_all(configs: list[Any], timeout: float) -> list[dict[str, Any]]:
+    from dataclasses import replace
+
+    rows = []
+    for cfg in configs:
+        server = replace(cfg, timeout=min(cfg.timeout, timeout)).server()
+        target = cfg.url or " ".join([cfg.command or "", *cfg.args])
+        row: dict[str, Any] = {
+            "name": cfg.name,
+            "transport": cfg.transport,
+            "target": target,
+            "status": "",
+            "tools": [],
+        }
+        try:
+            await server.connect()
+            row["status"] = "ok"
+            row["tools"] = [t.name for t in server.listed_tools]
+        except Exception as exc:
+            row["status"] = f"error: {exc}"
+        finally:
+            try:
+                await server.aclose()
+            except Exception as exc:
+                row["status"] += f" (closing failed: {exc})"
+        rows.append(row)
+    return rows

@@ -1,0 +1,77 @@
+"""API keys → caller identity (tenant, user, roles).
+
+Keys come from ``SHELFHAND_API_KEYS`` (JSON ``{"KEY": {"tenant": "t1", "user": "u1",
+"roles": ["user"]}}``) or from ``[[api_keys]]`` tables in ``<workspace>/shelfhand.toml``
+(``key``, ``tenant``, ``user``, ``roles``). The environment wins when both are set.
+Keys are compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import ConfigurationError
+
+
+def _entry(key: str, data: Any, where: str) -> tuple[str, UserContext]:
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(f"{where}: each API key needs a table with tenant and user")
+    tenant, user = data.get("tenant"), data.get("user")
+    roles = data.get("roles", [])
+    if not key or not isinstance(tenant, str) or not isinstance(user, str) or not tenant or not user:
+        raise ConfigurationError(f"{where}: an API key entry needs non-empty key, tenant and user")
+    if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+        raise ConfigurationError(f"{where}: roles must be a list of strings")
+    return key, UserContext(tenant_id=tenant, user_id=user, roles=roles)
+
+
+def load_api_keys(
+    workspace: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> dict[str, UserContext]:
+    """Read the configured API keys; raises :class:`ConfigurationError` on a malformed entry."""
+    env = os.environ if env is None else env
+    raw = env.get("SHELFHAND_API_KEYS")
+    keys: dict[str, UserContext] = {}
+    if raw:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"SHELFHAND_API_KEYS is not valid JSON: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigurationError("SHELFHAND_API_KEYS must be a JSON object of key → identity")
+        for key, value in data.items():
+            k, ctx = _entry(str(key), value, "SHELFHAND_API_KEYS")
+            keys[k] = ctx
+        return keys
+    if workspace is not None and (workspace / "shelfhand.toml").is_file():
+        path = workspace / "shelfhand.toml"
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"{path} is not valid TOML: {exc}") from exc
+        entries = data.get("api_keys", [])
+        if not isinstance(entries, list):
+            raise ConfigurationError(f"{path}: api_keys must be an array of tables ([[api_keys]])")
+        for item in entries:
+            key = item.get("key") if isinstance(item, Mapping) else None
+            k, ctx = _entry(str(key or ""), item, str(path))
+            keys[k] = ctx
+    return keys
+
+
+def identify(keys: Mapping[str, UserContext], presented: str | None) -> UserContext | None:
+    """The identity for a presented key, compared in constant time; ``None`` if unknown."""
+    if not presented:
+        return None
+    found: UserContext | None = None
+    for key, ctx in keys.items():
+        if hmac.compare_digest(key.encode(), presented.encode()):
+            found = ctx
+    return found

@@ -1,0 +1,145 @@
+"""``KnowledgeBase``: one object for ingest, search, sources and forget over a workspace.
+
+It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces) and
+remembers which provider mode it runs in and why it degraded, if it did (DESIGN R11).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.context import UserContext
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+from shelfhand.knowledge.retrieval import (
+    EmbeddedKnowledge,
+    SearchMode,
+    SearchTimings,
+    open_embedded_store,
+)
+from shelfhand.knowledge.store import SourceInfo
+from shelfhand.knowledge.types import Document, SearchHit
+
+if TYPE_CHECKING:
+    from shelfhand.tools.tool import Tool
+
+logger = logging.getLogger(__name__)
+
+
+def sample_corpus() -> Path:
+    """The bundled sample documents (a projector company's after-sales docs, zh + en)."""
+    from importlib.resources import files
+
+    return Path(str(files("shelfhand") / "samples" / "projector"))
+
+
+class KnowledgeBase:
+    """The bookshelf of one workspace.
+
+    Args:
+        workspace: The folder holding ``knowledge.db`` and the index files.
+        router: Embedders per vector space; ``None`` means keyword-only.
+        mode: The provider mode it was opened in (``auto``, ``simple`` or ``keyword``).
+        degraded_reason: Why ``auto`` fell back to less than hybrid search, if it did.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        router: EmbeddingRouter | None,
+        *,
+        mode: str = "auto",
+        degraded_reason: str | None = None,
+        max_tokens: int = 400,
+        overlap_tokens: int = 40,
+    ) -> None:
+        self.workspace = Path(workspace)
+        self.router = router
+        self.mode = mode
+        self._degraded_reason = degraded_reason
+        self._stack: EmbeddedKnowledge = open_embedded_store(
+            self.workspace, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens
+        )
+
+    @property
+    def degraded_reason(self) -> str | None:
+        return self._degraded_reason or self._stack.retriever.last_degraded_reason
+
+    @property
+    def keyword_only(self) -> bool:
+        return self.router is None
+
+    # --- ingest ---------------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        tenant_id: str = "default",
+        permission_tags: Sequence[str] = (),
+        progress: Callable[[IngestEvent], None] | None = None,
+    ) -> IngestReport:
+        """Index files and folders incrementally (unchanged files cost nothing)."""
+        return self._stack.ingestor.ingest(
+            paths, tenant_id=tenant_id, permission_tags=permission_tags, progress=progress
+        )
+
+    def ingest_documents(
+        self, docs: Iterable[Document], *, progress: Callable[[IngestEvent], None] | None = None
+    ) -> IngestReport:
+        """Index ready-made documents (unchanged ``content_hash`` → skipped)."""
+        return self._stack.ingestor.ingest_documents(docs, progress=progress)
+
+    def forget(self, source: str) -> int:
+        """Remove a source; returns how many documents went."""
+        return self._stack.ingestor.forget(source)
+
+    def sources(self) -> list[SourceInfo]:
+        return self._stack.store.sources()
+
+    def count_chunks(self) -> int:
+        return self._stack.store.count_chunks()
+
+    # --- search ---------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user: UserContext | None = None,
+        mode: SearchMode = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[SearchHit]:
+        """Top ``k`` passages ``user`` may read (permissions applied inside the index queries)."""
+        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters)[0]
+
+    def search_timed(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user: UserContext | None = None,
+        mode: SearchMode = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+    ) -> tuple[list[SearchHit], SearchTimings]:
+        if self.router is None and mode != "keyword":
+            mode = "keyword"
+        return self._stack.retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+
+    # --- integration ----------------------------------------------------------------------
+    def as_tool(self) -> Tool[Any, Any]:
+        """The ``retrieve`` tool over this knowledge base (cited passages, caller's ACL)."""
+        from shelfhand.agent.retrieve import make_retrieve_tool
+
+        return make_retrieve_tool(self)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -6,10 +6,11 @@ They never appear in a tool's JSON schema, so the model can neither see nor set 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from shelfhand.core.ids import new_id
 
 PermissionLevel = Literal["user", "admin", "system"]
 _LEVEL_ORDER: dict[str, int] = {"user": 0, "admin": 1, "system": 2}
@@ -59,10 +60,6 @@ class UserContext:
 
 
 ANONYMOUS = UserContext(tenant_id="default", user_id="anonymous", roles=())
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+from shelfhand.core.ids import new_id
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    return new_id()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,252 @@
+"""shelfhand as an MCP server: read-only tools and cited knowledge search (DESIGN M2).
+
+``shelfhand mcp serve`` offers the workspace's read-only tools — ``retrieve`` (numbered,
+cited passages from the knowledge base) and the read-only built-ins — to any MCP client,
+over stdio or streamable HTTP. Calls go through a :class:`Toolkit`, so they get the same
+argument checks, permissions, timeouts and error results as an agent's calls.
+
+Who is calling (and so which documents ``retrieve`` may return) never comes from tool
+arguments:
+
+- stdio: the identity given at start-up (``--tenant``, ``--user``, ``--role``);
+- HTTP: ``Authorization: Bearer <key>``, mapped through the configured API keys
+  (:mod:`shelfhand.core.auth`); a missing or unknown key is refused with 401. With no keys
+  configured at all the start-up identity is used for every caller, and a warning is logged.
+
+The SDK's low-level ``Server`` is used rather than the decorator layer: these tools already
+carry their JSON schemas and validation, so they are listed and called as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp.types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from shelfhand.core.auth import identify
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.messages import ToolCallBlock
+from shelfhand.tools.tool import Tool
+from shelfhand.tools.toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from shelfhand.app import App
+    from shelfhand.knowledge.base import KnowledgeBase
+
+__all__ = [
+    "DEFAULT_HOST",
+    "build_http_app",
+    "build_server",
+    "exposed_tools",
+    "serve_http",
+    "serve_stdio",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+_USER_SCOPE_KEY = "shelfhand.user"  # set by the ASGI gate below, unreachable from a client
+
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+Identity = Callable[[ServerRequestContext[Any, Any]], UserContext]
+
+
+def exposed_tools(app: App, kb: KnowledgeBase | None) -> list[Tool[..., Any]]:
+    """The workspace's read-only, non-external tools (``retrieve`` first)."""
+    return [t for t in app.toolkit(kb).tools if t.read_only and not t.external]
+
+
+def build_server(
+    tools: Sequence[Tool[..., Any]], identity: Identity, *, name: str = "shelfhand"
+) -> Server[Any]:
+    """An MCP server listing and calling ``tools`` for the caller ``identity`` names.
+
+    Args:
+        tools: The tools to offer (each must be read-only).
+        identity: The caller of one request (from the transport, never from arguments).
+        name: The server name reported to clients.
+    """
+    not_read_only = [t.name for t in tools if not t.read_only]
+    if not_read_only:
+        raise ValueError(f"only read-only tools can be served: {', '.join(not_read_only)}")
+    toolkit = Toolkit(tools)
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        user = identity(ctx)
+        listed = []
+        for item in toolkit.visible_tools(user):
+            function = item.schema()["function"]
+            listed.append(
+                types.Tool(
+                    name=item.name,
+                    description=item.description,
+                    input_schema=function["parameters"],
+                    annotations=types.ToolAnnotations(
+                        read_only_hint=True, idempotent_hint=item.idempotent or None
+                    ),
+                )
+            )
+        return types.ListToolsResult(tools=listed)
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        user = identity(ctx)
+        call = ToolCallBlock(
+            id=str(ctx.request_id or uuid.uuid4().hex),
+            name=params.name,
+            arguments=json.dumps(params.arguments or {}, ensure_ascii=False),
+        )
+        result = await toolkit.call(call, RunContext(agent_name=f"mcp:{name}", user=user))
+        structured: dict[str, Any] | None = None
+        if result.citations:
+            structured = {"citations": [c.to_dict() for c in result.citations]}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=result.content)],
+            structured_content=structured,
+            is_error=result.is_error,
+        )
+
+    return Server(name, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+# --- stdio --------------------------------------------------------------------------------------
+async def serve_stdio(tools: Sequence[Tool[..., Any]], user: UserContext) -> None:
+    """Serve ``tools`` over stdin/stdout for ``user`` until the client closes the stream."""
+    server = build_server(tools, lambda _ctx: user)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+# --- streamable HTTP ----------------------------------------------------------------------------
+def build_http_app(
+    tools: Sequence[Tool[..., Any]],
+    *,
+    keys: Mapping[str, UserContext],
+    fallback: UserContext,
+    host: str = DEFAULT_HOST,
+) -> ASGIApp:
+    """The streamable-HTTP ASGI app (endpoint ``/mcp``) behind a bearer-key gate.
+
+    Args:
+        tools: The tools to offer.
+        keys: API key → identity; empty means no authentication (``fallback`` for all).
+        fallback: The identity used when no keys are configured.
+        host: The host the app is served on (enables DNS-rebinding protection on loopback).
+    """
+
+    def identity(ctx: ServerRequestContext[Any, Any]) -> UserContext:
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        found = scope.get(_USER_SCOPE_KEY) if isinstance(scope, dict) else None
+        # The gate sets it on every HTTP request; anything else is a wiring bug: refuse.
+        if not isinstance(found, UserContext):
+            raise PermissionError("no authenticated caller for this request")
+        return found
+
+    server = build_server(tools, identity)
+    inner: ASGIApp = server.streamable_http_app(host=host)
+    if not keys:
+        logger.warning(
+            "no API keys configured: every MCP caller is served as %s (tenant %s); configure "
+            "SHELFHAND_API_KEYS or [[api_keys]] in shelfhand.toml to require keys",
+            fallback.user_id,
+            fallback.tenant_id,
+        )
+
+    async def gate(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await inner(scope, receive, send)
+            return
+        if keys:
+            user = identify(keys, _bearer(scope))
+            if user is None:
+                await _unauthorized(send)
+                return
+        else:
+            user = fallback
+        scope[_USER_SCOPE_KEY] = user
+        await inner(scope, receive, send)
+
+    return gate
+
+
+async def serve_http(
+    tools: Sequence[Tool[..., Any]],
+    *,
+    keys: Mapping[str, UserContext],
+    fallback: UserContext,
+    host: str = DEFAULT_HOST,
+    port: int = 8765,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``tools`` over streamable HTTP until cancelled.
+
+    Args:
+        port: TCP port; ``0`` picks a free one (``on_ready`` receives the real URL).
+        on_ready: Called with the endpoint URL once the server accepts connections.
+    """
+    import uvicorn
+
+    app = build_http_app(tools, keys=keys, fallback=fallback, host=host)
+    # Bind first, so port 0 resolves to a real port that can be reported.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    actual = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    url = f"http://{shown}:{actual}/mcp"
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        with anyio.fail_after(30):
+            while not server.started:
+                await anyio.sleep(0.01)
+        if on_ready is not None:
+            on_ready(url)
+        logger.info("MCP server listening on %s", url)
+
+
+def _bearer(scope: Mapping[str, Any]) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            text: str = value.decode("latin-1").strip()
+            kind, _, token = text.partition(" ")
+            return token.strip() if kind.lower() == "bearer" and token.strip() else None
+    return None
+
+
+async def _unauthorized(send: Any) -> None:
+    # A JSON-RPC error body: MCP clients show its message instead of a bare status.
+    error = {
+        "code": types.INVALID_REQUEST,
+        "message": "401 Unauthorized: send Authorization: Bearer <API key> with a configured key",
+    }
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="shelfhand"'),
+                (b"content-length", str(len(body)).encode("ascii")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

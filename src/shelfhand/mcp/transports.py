@@ -1,0 +1,137 @@
+"""The three transports: a child process over stdio, SSE, streamable HTTP (DESIGN M1)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TextIO
+
+import httpx2
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
+
+__all__ = ["SseServer", "StdioServer", "StreamableHttpServer"]
+
+
+class StdioServer(McpServer):
+    """An MCP server run as a child process, spoken to over its stdin/stdout.
+
+    Args:
+        command: The executable.
+        args: Its arguments.
+        env: Extra environment variables (merged over a minimal safe environment).
+        name: The server's name; defaults to the command's file name.
+        cwd: Working directory of the process.
+        timeout: Seconds per tool call and for starting.
+        errlog: Where the server's stderr goes (a real file; default ``sys.stderr``).
+        protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+    """
+
+    transport = "stdio"
+
+    def __init__(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        cwd: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        errlog: TextIO | None = None,
+        protocol: str = "auto",
+    ) -> None:
+        default_name = command.replace("\\", "/").rsplit("/", 1)[-1]
+        super().__init__(name=name or default_name, timeout=timeout, protocol=protocol)
+        self.command = command
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.errlog = errlog
+
+    def _transport(self) -> AbstractAsyncContextManager[Any]:
+        params = StdioServerParameters(
+            command=self.command, args=self.args, env=self.env or None, cwd=self.cwd
+        )
+        return stdio_client(params, errlog=self.errlog or sys.stderr)
+
+
+class SseServer(McpServer):
+    """An MCP server over the (older) HTTP + Server-Sent Events transport.
+
+    Args:
+        url: The SSE endpoint, e.g. ``http://127.0.0.1:8000/sse``.
+        headers: HTTP headers sent with every request (e.g. ``Authorization``).
+        name: The server's name; defaults to the URL's host.
+        timeout: Seconds per tool call and for connecting.
+        protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+    """
+
+    transport = "sse"
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        protocol: str = "auto",
+    ) -> None:
+        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
+        self.url = url
+        self.headers = dict(headers or {})
+
+    def _transport(self) -> AbstractAsyncContextManager[Any]:
+        return sse_client(self.url, headers=self.headers or None, timeout=self.timeout)
+
+
+class StreamableHttpServer(McpServer):
+    """An MCP server over streamable HTTP.
+
+    Args:
+        url: The MCP endpoint, e.g. ``http://127.0.0.1:8000/mcp``.
+        headers: HTTP headers sent with every request (e.g. ``Authorization``).
+        name: The server's name; defaults to the URL's host.
+        timeout: Seconds per tool call and for connecting.
+        protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+    """
+
+    transport = "http"
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        protocol: str = "auto",
+    ) -> None:
+        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
+        self.url = url
+        self.headers = dict(headers or {})
+
+    def _transport(self) -> AbstractAsyncContextManager[Any]:
+        return self._streams()
+
+    @asynccontextmanager
+    async def _streams(self) -> AsyncIterator[Any]:
+        # Long read timeout: the server may hold a response stream open between events.
+        timeout = httpx2.Timeout(self.timeout, read=300.0)
+        async with (
+            httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http,
+            streamable_http_client(self.url, http_client=http) as streams,
+        ):
+            yield streams
+
+
+def _host(url: str) -> str:
+    try:
+        return httpx2.URL(url).host or url
+    except Exception:
+        return url

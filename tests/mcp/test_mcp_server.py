@@ -1,0 +1,214 @@
+"""``shelfhand mcp serve``, spoken to by MCP SDK clients over stdio and streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from anyio.streams.text import TextReceiveStream
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from conftest import serve_asgi
+from shelfhand.agent.agent import Agent
+from shelfhand.agent.retrieve import make_retrieve_tool
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.knowledge.base import KnowledgeBase
+from shelfhand.knowledge.embedders import HashingEmbedder
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.mcp import StreamableHttpServer
+from shelfhand.mcp.server import build_http_app
+from shelfhand.testing import ScriptedModel, text, tool_call
+from shelfhand.tools.builtins import calculator
+from shelfhand.tools.toolkit import Toolkit
+
+pytestmark = pytest.mark.anyio
+
+ACME_DOC = "# 退货政策\n\n拆封后 7 天内可以退货，需保留原包装。Acme 投影仪保修两年。\n"
+GLOBEX_DOC = (
+    "# Globex wholesale pricing\n\nThe Globex wholesale price for the X200 projector is "
+    "499 dollars. 退货 requests go to the Globex partner desk.\n"
+)
+KEYS = {
+    "key-acme": {"tenant": "acme", "user": "alice", "roles": ["user"]},
+    "key-globex": {"tenant": "globex", "user": "bob", "roles": ["user"]},
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A workspace with one Chinese document for tenant acme and one for tenant globex."""
+    root = tmp_path_factory.mktemp("mcp-serve")
+    for folder, name, body in (
+        ("acme", "returns.md", ACME_DOC),
+        ("globex", "pricing.md", GLOBEX_DOC),
+    ):
+        (root / folder).mkdir()
+        (root / folder / name).write_text(body, encoding="utf-8")
+    ws = root / "ws"
+    with KnowledgeBase(ws, EmbeddingRouter({"any": HashingEmbedder()})) as kb:
+        kb.ingest([root / "acme"], tenant_id="acme")
+        kb.ingest([root / "globex"], tenant_id="globex")
+    yield ws
+
+
+def serve_env(ws: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(SHELFHAND_WORKSPACE=str(ws), SHELFHAND_EMBEDDER="hashing", **extra)
+    return env
+
+
+def sources(result: Any) -> list[str]:
+    citations = (result.structured_content or {}).get("citations", [])
+    return [Path(c["source"]).name for c in citations]
+
+
+async def retrieve_over_stdio(ws: Path, *cli: str, query: str) -> tuple[list[str], Any]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "shelfhand.cli", "mcp", "serve", *cli],
+        env=serve_env(ws),
+    )
+    async with Client(params) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        result = await client.call_tool("retrieve", {"query": query})
+    return names, result
+
+
+async def test_an_sdk_client_retrieves_cited_passages_over_stdio(workspace: Path) -> None:
+    with anyio.fail_after(60):
+        names, result = await retrieve_over_stdio(
+            workspace, "--tenant", "acme", "--user", "alice", query="拆封后可以退货吗"
+        )
+    assert names[0] == "retrieve" and {"calculator", "current_time"} <= set(names)
+    assert not result.is_error
+    assert result.content[0].text.startswith("[1] 退货政策")
+    assert "7 天内" in result.content[0].text
+    assert sources(result) == ["returns.md"]
+
+
+async def test_a_stdio_caller_of_another_tenant_never_sees_acme_documents(workspace: Path) -> None:
+    with anyio.fail_after(60):
+        _, result = await retrieve_over_stdio(workspace, "--tenant", "globex", query="退货 7 天")
+    assert "returns.md" not in sources(result)
+    assert "拆封" not in result.content[0].text
+
+
+@asynccontextmanager
+async def cli_http_server(ws: Path) -> AsyncIterator[str]:
+    """``shelfhand mcp serve --transport http --port 0`` as a child process; yields its URL."""
+    command = [sys.executable, "-m", "shelfhand.cli", "mcp", "serve", "--transport", "http"]
+    env = serve_env(ws, SHELFHAND_API_KEYS=json.dumps(KEYS))
+    process = await anyio.open_process([*command, "--port", "0"], env=env)
+    try:
+        assert process.stderr is not None
+        seen = ""
+        with anyio.fail_after(60):
+            async for chunk in TextReceiveStream(process.stderr):
+                seen += chunk
+                if "listening on " in seen and seen.endswith("\n"):
+                    break
+        url = seen.split("listening on ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:"), seen  # loopback by default
+        yield url
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def retrieve_over_http(url: str, key: str, query: str) -> Any:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        assert "retrieve" in [t.name for t in (await client.list_tools()).tools]
+        return await client.call_tool("retrieve", {"query": query})
+
+
+async def test_http_callers_get_their_own_tenants_documents_by_api_key(workspace: Path) -> None:
+    with anyio.fail_after(90):
+        async with cli_http_server(workspace) as url:
+            acme = await retrieve_over_http(url, "key-acme", "拆封后可以退货吗")
+            globex = await retrieve_over_http(url, "key-globex", "拆封后可以退货吗")
+            # A missing or unknown key is refused before any MCP traffic.
+            async with httpx2.AsyncClient() as plain:
+                anonymous = await plain.post(url, json={})
+                wrong = await plain.post(url, json={}, headers={"Authorization": "Bearer nope"})
+            refused = StreamableHttpServer(url, {"Authorization": "Bearer nope"}, timeout=10)
+            with pytest.raises(ConfigurationError, match="401"):
+                await refused.connect()
+    assert sources(acme) == ["returns.md"]
+    assert "returns.md" not in sources(globex)
+    assert anonymous.status_code == 401 and wrong.status_code == 401
+
+
+async def test_with_no_keys_configured_the_configured_identity_is_used_and_warned_about(
+    workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kb = KnowledgeBase(workspace, EmbeddingRouter({"any": HashingEmbedder()}))
+    globex = UserContext(tenant_id="globex", user_id="ops")
+    with caplog.at_level(logging.WARNING, logger="shelfhand.mcp.server"):
+        app = build_http_app([make_retrieve_tool(kb), calculator], keys={}, fallback=globex)
+    assert "no API keys configured" in caplog.text
+    try:
+        with anyio.fail_after(30):
+            async with serve_asgi(app) as base:
+                result = await retrieve_over_http(f"{base}/mcp", "anything", "Globex X200 price")
+    finally:
+        kb.close()
+    assert sources(result) == ["pricing.md"]
+
+
+async def test_a_shelfhand_agent_mounts_another_shelfhands_retrieve_with_citations(
+    workspace: Path,
+) -> None:
+    kb = KnowledgeBase(workspace, EmbeddingRouter({"any": HashingEmbedder()}))
+    keys = {"k": UserContext(tenant_id="acme", user_id="alice")}
+    app = build_http_app(
+        [make_retrieve_tool(kb)], keys=keys, fallback=UserContext(tenant_id="x", user_id="y")
+    )
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "退货政策"}), text("拆封后 7 天内可退 [1]。")]
+    )
+    try:
+        with anyio.fail_after(30):
+            async with serve_asgi(app) as base:
+                remote = StreamableHttpServer(
+                    f"{base}/mcp", {"Authorization": "Bearer k"}, name="docs"
+                )
+                kit = Toolkit()
+                await kit.add_mcp(remote)
+                result = await Agent(model=model, toolkit=kit).run("拆封后还能退吗？")
+                await remote.aclose()
+    finally:
+        kb.close()
+    assert Path(result.citations[0].source).name == "returns.md"
+    assert kit.tools == []
+
+
+async def test_only_read_only_tools_can_be_served() -> None:
+    from shelfhand.mcp.server import build_server
+    from shelfhand.tools.tool import tool
+
+    @tool
+    def delete_everything() -> str:
+        """Not read-only."""
+        return "gone"
+
+    with pytest.raises(ValueError, match="delete_everything"):
+        build_server([delete_everything], lambda _ctx: UserContext(tenant_id="t", user_id="u"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from shelfhand.core.messages import Citation
@@ -32,7 +33,37 @@ class ToolFinished:
     content: str
     is_error: bool
     duration_ms: float
+    replayed: bool = False
+    """The result was replayed from the tool cache (the tool did not run again)."""
     type: Literal["tool_finished"] = "tool_finished"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequired:
+    """A ``confirm=True`` tool call waits for a human: approve or reject ``approval_id``.
+
+    The run is paused until ``Approvals.approve(approval_id)`` or
+    ``Approvals.reject(approval_id, reason)`` is called (from any task or thread).
+    """
+
+    approval_id: str
+    call_id: str
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """The call's arguments with secrets redacted."""
+    type: Literal["approval_required"] = "approval_required"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecided:
+    """The human's decision on an ``ApprovalRequired``; the run resumes."""
+
+    approval_id: str
+    call_id: str
+    tool: str
+    approved: bool
+    reason: str = ""
+    type: Literal["approval_decided"] = "approval_decided"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +78,15 @@ class Final:
     type: Literal["final"] = "final"
 
 
-Event: TypeAlias = TextDelta | ToolStarted | ToolFinished | CitationsFound | Final
+Event: TypeAlias = (
+    TextDelta
+    | ToolStarted
+    | ToolFinished
+    | ApprovalRequired
+    | ApprovalDecided
+    | CitationsFound
+    | Final
+)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
@@ -69,6 +108,24 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             "content": event.content,
             "is_error": event.is_error,
             "duration_ms": event.duration_ms,
+            "replayed": event.replayed,
+        }
+    if isinstance(event, ApprovalRequired):
+        return {
+            "type": event.type,
+            "approval_id": event.approval_id,
+            "call_id": event.call_id,
+            "tool": event.tool,
+            "arguments": dict(event.arguments),
+        }
+    if isinstance(event, ApprovalDecided):
+        return {
+            "type": event.type,
+            "approval_id": event.approval_id,
+            "call_id": event.call_id,
+            "tool": event.tool,
+            "approved": event.approved,
+            "reason": event.reason,
         }
     if isinstance(event, CitationsFound):
         return {"type": event.type, "citations": [c.to_dict() for c in event.citations]}

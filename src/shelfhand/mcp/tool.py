@@ -44,6 +44,7 @@ class McpTool(Tool[..., Any]):
             read_only=read_only,
             idempotent=bool(hints is not None and hints.idempotent_hint) or read_only,
             timeout=timeout,
+            circuit=f"mcp:{server.name}",  # one breaker per server: a dead server fails fast
         )
         self.server = server
         self.input_schema: dict[str, Any] = dict(listed.input_schema or {"type": "object"})

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from shelfhand.core.context import PermissionLevel, RunContext, permission_rank
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import Citation
+from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
 
 __all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
@@ -68,8 +69,18 @@ class Tool(Generic[P, R]):
         concurrency_safe: May run in parallel with other calls (defaults to ``read_only``).
         external: The model only emits the call; the caller executes it, not the toolkit.
         permission: Level a caller needs: ``user``, ``admin`` or ``system``.
-        timeout: Seconds before the call is abandoned (``None``: no tool-specific limit).
+        timeout: Seconds before the call is abandoned (``None``: the toolkit's default, 5 s).
         idempotent: Repeating the call has no further effect (safe to retry).
+        retries: Extra attempts after a transient failure (``None``: the toolkit's default,
+            2, i.e. 3 attempts). Only ``read_only`` or ``idempotent`` tools are ever retried.
+        rate_limit: Calls allowed per caller, e.g. ``"30/minute"`` (``None``: the toolkit's
+            default, unlimited).
+        total_rate_limit: Calls allowed for all callers together, e.g. ``"600/minute"``.
+        cache_ttl: Seconds a read-only tool's result is reused for the same caller and
+            arguments (``None``: the toolkit's default, 300; ``0``: never cached).
+        confirm: A human must approve each call before it runs (see ``Approvals``).
+        circuit: Name of the circuit breaker this tool shares (e.g. one per MCP server);
+            ``None``: a breaker of its own.
         strict: The schema follows OpenAI strict mode.
         group: Tool group it belongs to by default (see ``Toolkit``).
         func: The wrapped function.
@@ -90,6 +101,12 @@ class Tool(Generic[P, R]):
         idempotent: bool = False,
         strict: bool = False,
         group: str | None = None,
+        retries: int | None = None,
+        rate_limit: str | None = None,
+        total_rate_limit: str | None = None,
+        cache_ttl: float | None = None,
+        confirm: bool = False,
+        circuit: str | None = None,
     ) -> None:
         tool_name: str = name or str(getattr(func, "__name__", ""))
         if not _NAME_RE.match(tool_name):
@@ -100,6 +117,13 @@ class Tool(Generic[P, R]):
         permission_rank(permission)  # raises ValueError naming the allowed levels
         if timeout is not None and timeout <= 0:
             raise ValueError(f"tool {tool_name}: timeout must be positive, got {timeout}")
+        if retries is not None and retries < 0:
+            raise ValueError(f"tool {tool_name}: retries must be 0 or more, got {retries}")
+        if cache_ttl is not None and cache_ttl < 0:
+            raise ValueError(f"tool {tool_name}: cache_ttl must be 0 or more, got {cache_ttl}")
+        for limit in (rate_limit, total_rate_limit):
+            if limit is not None:
+                parse_rate(limit)  # raises ValueError with the accepted forms
         spec = function_schema(func, strict=strict)
         self.func = func
         self.name: str = tool_name
@@ -112,6 +136,12 @@ class Tool(Generic[P, R]):
         self.idempotent = idempotent
         self.strict = strict
         self.group = group
+        self.retries = retries
+        self.rate_limit = rate_limit
+        self.total_rate_limit = total_rate_limit
+        self.cache_ttl = cache_ttl
+        self.confirm = confirm
+        self.circuit = circuit
         self.is_async = _is_async(func)
         self.spec: FunctionSchema = spec
         self._schema: dict[str, Any] | None = None
@@ -247,6 +277,12 @@ def tool(
     idempotent: bool = False,
     strict: bool = False,
     group: str | None = None,
+    retries: int | None = None,
+    rate_limit: str | None = None,
+    total_rate_limit: str | None = None,
+    cache_ttl: float | None = None,
+    confirm: bool = False,
+    circuit: str | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -264,6 +300,12 @@ def tool(
     idempotent: bool = False,
     strict: bool = False,
     group: str | None = None,
+    retries: int | None = None,
+    rate_limit: str | None = None,
+    total_rate_limit: str | None = None,
+    cache_ttl: float | None = None,
+    confirm: bool = False,
+    circuit: str | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -277,10 +319,22 @@ def tool(
         external: The caller executes the call, not the toolkit (the agent stops and returns
             the call).
         permission: Level a caller needs: ``user``, ``admin`` or ``system``.
-        timeout: Seconds before the call is abandoned.
+        timeout: Seconds before the call is abandoned (default: the toolkit's, 5 s).
         idempotent: Repeating the call has no further effect.
         strict: Emit an OpenAI strict-mode schema.
         group: Default tool group.
+        retries: Extra attempts after a transient failure (default: the toolkit's, 2);
+            only read-only or idempotent tools are retried.
+        rate_limit: Calls per caller, ``"<n>/<second|minute|hour|day>"``, e.g. ``"30/minute"``.
+        total_rate_limit: Calls for all callers together, same form.
+        cache_ttl: Seconds a read-only result is reused per caller and arguments (default:
+            the toolkit's, 300; ``0`` turns caching off).
+        confirm: Each call waits for a human's approval (writes that matter).
+        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server).
+
+    Governance (timeouts, retries, rate limits, cache, breaker, confirmation, audit) is applied
+    by :class:`~shelfhand.tools.toolkit.Toolkit` from these attributes; calling the tool
+    directly bypasses it.
 
     Raises:
         ValueError: a bad name, permission level or timeout, or a strict schema that cannot
@@ -303,6 +357,12 @@ def tool(
             idempotent=idempotent,
             strict=strict,
             group=group,
+            retries=retries,
+            rate_limit=rate_limit,
+            total_rate_limit=total_rate_limit,
+            cache_ttl=cache_ttl,
+            confirm=confirm,
+            circuit=circuit,
         )
 
     if func is not None:

@@ -5,10 +5,15 @@ groups are inactive until switched on — by code (:meth:`Toolkit.activate`) or 
 through the meta tool ``use_tool_group`` — so a large catalogue does not fill the context.
 Before the model sees anything, tools are filtered by the caller's permission level.
 
-:meth:`Toolkit.call` runs one tool call and never raises for a problem the model can fix:
-unknown tools, bad arguments, failures and timeouts all come back as a ``ToolResultBlock``
-with ``is_error=True``. ``external`` tools are never executed here: the agent stops when the
-model calls one and returns the call to its caller, who executes it.
+:meth:`Toolkit.call` runs one tool call through the governance pipeline (permission decision,
+rate limits, cache, single-flight, timeout, retries, circuit breaker, confirmation, audit — see
+:mod:`shelfhand.tools.governance`) and never raises for a problem the model can fix: unknown
+tools, bad arguments, failures, timeouts, open circuits and rate limits all come back as a
+``ToolResultBlock`` with ``is_error=True``. ``external`` tools are never executed here: the
+agent stops when the model calls one and returns the call to its caller, who executes it.
+
+Every tool goes through the same pipeline, whatever it is (a local function, an MCP tool, a
+subagent): the pipeline reads only the :class:`Tool` attributes.
 
 Group state belongs to the toolkit; give each conversation its own (see :meth:`Toolkit.copy`)
 when the model may switch groups.
@@ -19,22 +24,34 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import ToolArgumentError, ToolTimeoutError
+from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+from shelfhand.tools.audit import canonical_json, redact
+from shelfhand.tools.governance import (
+    Decision,
+    Governance,
+    GovernancePolicy,
+    Outcome,
+    ToolPlan,
+)
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 
-__all__ = ["META_TOOL_NAME", "Toolkit"]
+if TYPE_CHECKING:
+    from shelfhand.tools.approvals import ApprovalDecision
+    from shelfhand.tools.audit import AuditLog
+
+__all__ = ["META_TOOL_NAME", "CallReport", "Toolkit"]
 
 logger = logging.getLogger(__name__)
 
 META_TOOL_NAME = "use_tool_group"
+_PLAIN_USER = UserContext(tenant_id="-", user_id="-")
 
 AnyTool = Tool[..., Any]
 
@@ -45,15 +62,48 @@ class _Group:
     active: bool
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallReport:
+    """One governed call: the result the model reads, and what the pipeline did."""
+
+    result: ToolResultBlock
+    request_id: str
+    decision: Decision
+    outcome: Outcome
+    replayed: bool = False
+    """The result came from the cache (the tool did not run)."""
+    shared: bool = False
+    """The result was shared from an identical concurrent call (the tool ran once)."""
+    attempts: int = 0
+    duration_ms: float = 0.0
+
+
 class Toolkit:
-    """A registry of tools and tool groups, filtered per caller.
+    """A registry of tools and tool groups, filtered per caller, governed on every call.
 
     Args:
         tools: Tools or plain functions (wrapped with ``tool()``) to add, ungrouped unless the
             tool names a ``group``.
+        policy: Toolkit-wide governance defaults (timeout 5 s, 2 retries, cache 5 min, ...);
+            a tool's own attributes override them.
+        audit: Where one record per call goes (``None``: not audited). The toolkit does not
+            close it.
+        governance: A ready :class:`Governance` (to share state between toolkits or to inject
+            a clock in tests); instead of ``policy`` and ``audit``.
     """
 
-    def __init__(self, tools: Iterable[AnyTool | Callable[..., Any]] = ()) -> None:
+    def __init__(
+        self,
+        tools: Iterable[AnyTool | Callable[..., Any]] = (),
+        *,
+        policy: GovernancePolicy | None = None,
+        audit: AuditLog | None = None,
+        governance: Governance | None = None,
+    ) -> None:
+        if governance is not None and (policy is not None or audit is not None):
+            raise ValueError("pass either governance= or policy=/audit=, not both")
+        self._gov = governance if governance is not None else Governance(policy, audit=audit)
+        self._plans: dict[str, ToolPlan] = {}
         self._tools: dict[str, AnyTool] = {}
         self._membership: dict[str, str | None] = {}
         self._groups: dict[str, _Group] = {}
@@ -89,8 +139,18 @@ class Toolkit:
             self._groups[group_name] = _Group(description="", active=False)
         self._tools[item.name] = item
         self._membership[item.name] = group_name
+        self._plans[item.name] = self._gov.plan(item)
         self._changed()
         return item
+
+    async def add_mcp(self, server: Any) -> list[AnyTool]:
+        """Mount every tool of an MCP server (see :mod:`shelfhand.mcp`) under its own names.
+
+        The server object does the work (``await server.mount(self)``), so this capability
+        layer does not import the MCP client.
+        """
+        mounted: list[AnyTool] = await server.mount(self)
+        return mounted
 
     def remove(self, name: str) -> AnyTool:
         """Unregister the tool called ``name`` and return it.
@@ -103,6 +163,7 @@ class Toolkit:
         except KeyError:
             raise KeyError(f"no tool named {name!r} in this toolkit") from None
         del self._membership[name]
+        self._plans.pop(name, None)
         self._changed()
         return item
 
@@ -139,13 +200,19 @@ class Toolkit:
 
     def copy(self) -> Toolkit:
         """A toolkit with the same tools and its own group state (one per conversation)."""
-        other = Toolkit()
+        other = Toolkit(governance=self._gov)  # governance state (cache, breakers) is shared
+        other._plans = dict(self._plans)
         other._tools = dict(self._tools)
         other._membership = dict(self._membership)
         other._groups = {
             k: _Group(description=g.description, active=g.active) for k, g in self._groups.items()
         }
         return other
+
+    @property
+    def governance(self) -> Governance:
+        """The governance pipeline (policy, breakers, cache, audit) of this toolkit."""
+        return self._gov
 
     @property
     def tools(self) -> list[AnyTool]:
@@ -226,66 +293,257 @@ class Toolkit:
         return True
 
     # --- calling ------------------------------------------------------------------------------
-    async def call(self, call: ToolCallBlock, run: RunContext) -> ToolResultBlock:
-        """Run one tool call for ``run.user``; model-facing problems become error results."""
+    async def call(
+        self, call: ToolCallBlock, run: RunContext, *, approval: ApprovalDecision | None = None
+    ) -> ToolResultBlock:
+        """Run one tool call for ``run.user``; model-facing problems become error results.
+
+        Args:
+            call: The model's call.
+            run: The run (caller, trace id) it belongs to.
+            approval: A human's decision, for tools marked ``confirm=True``; without one such
+                tools are not run and the model is told they need confirmation.
+        """
+        return (await self.execute(call, run, approval=approval)).result
+
+    async def execute(
+        self, call: ToolCallBlock, run: RunContext, *, approval: ApprovalDecision | None = None
+    ) -> CallReport:
+        """:meth:`call`, also reporting what the pipeline did (cache hit, attempts, outcome)."""
+        started = time.perf_counter()
+        gov = self._gov
+        request_id = gov.new_request_id()
         name = call.name
         visible, by_name = self._view(run.user)
         found = by_name.get(name)
         if found is None:
-            return _error(call, self._unknown_message(name, run.user, visible))
+            registered = self._tools.get(name)
+            denied = registered is not None and not run.user.may_use(registered.permission)
+            return self._refuse(
+                call, run, request_id, started, self._unknown_message(name, run.user, visible),
+                "denied" if denied else "unknown_tool", "deny", call.arguments, None,
+            )  # fmt: skip
         if found.external:
-            return _error(
-                call,
+            message = (
                 f"tool {name} is external: its calls are executed by the application, "
-                "not by the toolkit",
+                "not by the toolkit"
+            )
+            return self._refuse(
+                call, run, request_id, started, message, "external", "allow", call.arguments, None
             )
         try:
             arguments = call.parsed_arguments()
         except json.JSONDecodeError as exc:
-            return _error(
-                call,
+            message = (
                 f"arguments for tool {name} are not valid JSON ({exc.msg} at position "
-                f"{exc.pos}); send one JSON object",
+                f"{exc.pos}); send one JSON object"
             )
+            return self._refuse(
+                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call.arguments, None,
+            )  # fmt: skip
         if not isinstance(arguments, dict):
-            return _error(
-                call,
+            message = (
                 f"arguments for tool {name} must be a JSON object of named arguments, "
-                f"not {_json_kind(arguments)}",
+                f"not {_json_kind(arguments)}"
             )
-        try:
-            output = await self._execute(found, arguments, run)
-        except ToolArgumentError as exc:
-            return _error(call, str(exc))
-        except ToolTimeoutError as exc:
-            return _error(call, f"tool {name} failed: {exc}")
-        except Exception as exc:
-            logger.info("tool %s raised %s", name, type(exc).__name__, exc_info=True)
-            return _error(call, f"tool {name} failed: {type(exc).__name__}: {exc}")
-        return ToolResultBlock(
-            call_id=call.id,
-            name=name,
-            content=output.content,
-            is_error=output.is_error,
-            citations=output.citations,
+            return self._refuse(
+                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call.arguments, None,
+            )  # fmt: skip
+        plan = self._plans.get(name) or self._plan_for(found)
+        decision: Decision = "allow"
+        if plan.confirm:
+            decision = "ask"
+            refusal = self._confirmation_refusal(found, arguments, run, approval)
+            if refusal is not None:
+                return self._refuse(
+                    call, run, request_id, started, refusal[0], refusal[1], decision,
+                    arguments, None,
+                )  # fmt: skip
+        if plan.per_caller is not None or plan.total is not None:
+            limited = gov.check_rate(plan, run.user.scope)
+            if limited is not None:
+                return self._refuse(
+                    call, run, request_id, started, limited, "rate_limited", decision,
+                    arguments, None,
+                )  # fmt: skip
+        canonical: str | None = None
+        key: tuple[str, str, str] | None = None
+        if plan.dedup or plan.cache_ttl:
+            canonical = canonical_json(arguments)
+            key = (name, run.user.scope, canonical)
+        outcome, replayed, shared = await gov.run(plan, found, arguments, run, key, self._execute)
+        output = outcome.output
+        if output is None:
+            result = ToolResultBlock(
+                call_id=call.id, name=name, content=outcome.message, is_error=True
+            )
+            kind: Outcome = outcome.outcome
+        else:
+            result = ToolResultBlock(
+                call_id=call.id,
+                name=name,
+                content=output.content,
+                is_error=output.is_error,
+                citations=output.citations,
+            )
+            kind = "error" if output.is_error else "ok"
+        report = CallReport(
+            result=result,
+            request_id=request_id,
+            decision=decision,
+            outcome=kind,
+            replayed=replayed,
+            shared=shared,
+            attempts=outcome.attempts,
+            duration_ms=(time.perf_counter() - started) * 1000,
         )
+        if gov.audit is not None:
+            self._audit(call, run, report, arguments, canonical, outcome.error_class)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "tool %s %s request=%s trace=%s %.2f ms",
+                name,
+                kind,
+                request_id,
+                run.trace_id,
+                report.duration_ms,
+            )
+        return report
+
+    def decide(self, name: str, user: UserContext | None = None) -> Decision:
+        """The permission decision, as data, for ``user`` calling the tool ``name``.
+
+        ``deny`` for a tool that does not exist or is hidden from this caller (its level is
+        too low, or its group is inactive); ``ask`` for ``confirm=True`` tools; else ``allow``.
+        """
+        found = self._view(user)[1].get(name)
+        if found is None:
+            return "deny"
+        return self._gov.decide(found, user or _PLAIN_USER)
+
+    def approval_arguments(self, call: ToolCallBlock, run: RunContext) -> dict[str, Any] | None:
+        """The redacted arguments to show a human when ``call`` needs confirmation, else None.
+
+        ``None`` too when the call would fail anyway (unknown or hidden tool, bad arguments):
+        the model should read that error rather than a human approve a doomed call.
+        """
+        found = self._view(run.user)[1].get(call.name)
+        if found is None or found.external or not getattr(found, "confirm", False):
+            return None
+        try:
+            arguments = call.parsed_arguments()
+        except ValueError:
+            return None
+        if not isinstance(arguments, dict):
+            return None
+        try:
+            found.bind(arguments, run)
+        except ToolArgumentError:
+            return None
+        redacted: dict[str, Any] = redact(arguments)
+        return redacted
 
     async def _execute(
         self, item: AnyTool, arguments: dict[str, Any], run: RunContext
     ) -> ToolOutput:
-        """The one place a tool's function is invoked (governance wraps around ``call``).
+        """The one place a tool's function is invoked (the governance pipeline wraps it).
 
         Raises:
-            ToolTimeoutError: the tool ran past its ``timeout``.
+            ToolArgumentError: invalid arguments.
+            Exception: whatever the tool raises.
         """
-        if item.timeout is None:
-            return await item.invoke(arguments, run=run)
-        output: ToolOutput | None = None
-        with anyio.move_on_after(item.timeout) as scope:
-            output = await item.invoke(arguments, run=run)
-        if output is None or scope.cancelled_caught:
-            raise ToolTimeoutError(f"timed out after {item.timeout:g} s")
-        return output
+        return await item.invoke(arguments, run=run)
+
+    def _plan_for(self, item: AnyTool) -> ToolPlan:
+        plan = self._gov.plan(item)
+        self._plans[item.name] = plan
+        return plan
+
+    @staticmethod
+    def _confirmation_refusal(
+        item: AnyTool,
+        arguments: dict[str, Any],
+        run: RunContext,
+        approval: ApprovalDecision | None,
+    ) -> tuple[str, Outcome] | None:
+        try:  # bad arguments are reported as such, before anyone is asked to approve them
+            item.bind(arguments, run)
+        except ToolArgumentError as exc:
+            return str(exc), "invalid_arguments"
+        name = item.name
+        if approval is None:
+            return (
+                f"tool {name} needs human confirmation and was not run: no approver is "
+                "available for this run. Tell the user what you would do and ask them to "
+                "confirm.",
+                "needs_approval",
+            )
+        if not approval.approved:
+            why = f": {approval.reason}" if approval.reason else ""
+            return (
+                f"tool {name} was not run: the user rejected the call{why}. Do not retry it "
+                "unless the user asks.",
+                "rejected",
+            )
+        return None
+
+    def _refuse(
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        request_id: str,
+        started: float,
+        message: str,
+        outcome: Outcome,
+        decision: Decision,
+        arguments: Any,
+        canonical: str | None,
+    ) -> CallReport:
+        report = CallReport(
+            result=ToolResultBlock(call_id=call.id, name=call.name, content=message, is_error=True),
+            request_id=request_id,
+            decision=decision,
+            outcome=outcome,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
+        if self._gov.audit is not None:
+            self._audit(call, run, report, arguments, canonical, "")
+        logger.debug("tool %s %s request=%s trace=%s", call.name, outcome, request_id, run.trace_id)
+        return report
+
+    def _audit(
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        report: CallReport,
+        arguments: Any,
+        canonical: str | None,
+        error_class: str,
+    ) -> None:
+        assert self._gov.audit is not None
+        user = run.user
+        self._gov.audit.append(
+            (
+                time.time() - report.duration_ms / 1000,
+                call.name,
+                user.tenant_id,
+                user.user_id,
+                run.trace_id,
+                report.request_id,
+                call.id,
+                arguments,
+                canonical,
+                report.decision,
+                report.outcome,
+                error_class,
+                report.duration_ms,
+                report.replayed,
+                report.shared,
+                report.attempts,
+            )
+        )
 
     def _unknown_message(self, name: str, user: UserContext, visible: list[AnyTool]) -> str:
         registered = self._tools.get(name)

@@ -1,0 +1,101 @@
+"""``shelfhand audit``: read the tool-call audit log of a workspace (``<workspace>/audit.db``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+
+OUTCOMES = (
+    "ok, error, timeout, denied, unknown_tool, invalid_arguments, rate_limited, circuit_open, "
+    "needs_approval, rejected, external"
+)
+
+
+@app.command()
+def audit(
+    workspace: WorkspaceOpt = None,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only calls of this tool.")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Only calls by this user id.")] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only calls in this tenant.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only calls since a duration ago (30m, 1h, 2d) or an ISO time."
+        ),
+    ] = None,
+    outcome: Annotated[
+        str | None, typer.Option("--outcome", help=f"Only calls with this outcome: {OUTCOMES}.")
+    ] = None,
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="Only the calls of one run (trace id).")
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", help="Most records (the newest); default 50, all with --jsonl."),
+    ] = None,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="Print JSON Lines (one record per line) instead.")
+    ] = False,
+) -> None:
+    """Show the audit log: one record per tool call (secrets redacted), oldest first."""
+    from shelfhand.tools.audit import AuditLog, parse_since
+
+    ws = _app(workspace).settings.workspace
+    path = ws / AuditLog.FILENAME
+    if not path.is_file():
+        _console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
+        return
+    try:
+        since_ts = parse_since(since) if since else None
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
+    filters: dict[str, Any] = {
+        "tool": tool,
+        "user": user,
+        "tenant": tenant,
+        "since": since_ts,
+        "outcome": outcome,
+        "trace_id": trace,
+    }
+    with AuditLog(path) as log:
+        if jsonl:
+            import sys
+
+            log.export_jsonl(sys.stdout, limit=limit, **filters)
+            return
+        records = log.query(limit=50 if limit is None else limit, **filters)
+    if not records:
+        _console().print("No matching audit records.")
+        return
+    _print_table(records)
+
+
+def _print_table(records: list[Any]) -> None:
+    from datetime import datetime
+
+    from rich.table import Table
+
+    table = Table(title=f"audit log ({len(records)} calls)")
+    for column in ("time", "tool", "caller", "decision", "outcome", "ms", "tries", "hit", "args"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        hit = "cache" if r.cache_hit else "shared" if r.dedup_hit else ""
+        outcome = r.outcome if not r.error_class else f"{r.outcome} ({r.error_class})"
+        args = r.arguments if len(r.arguments) <= 60 else r.arguments[:57] + "..."
+        table.add_row(
+            datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S"),
+            r.tool,
+            f"{r.tenant}/{r.user}",
+            r.decision,
+            outcome,
+            f"{r.duration_ms:.1f}",
+            str(r.attempts),
+            hit,
+            args,
+        )
+    _console().print(table)

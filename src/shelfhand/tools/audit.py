@@ -1,0 +1,440 @@
+"""The audit log: one record per tool call, in SQLite, secrets redacted (DESIGN T5).
+
+Where: ``<workspace>/audit.db`` (:meth:`AuditLog.for_workspace`), table ``audit_log``, created by
+the named migration ``audit_001_initial`` (see :mod:`shelfhand.core.db`). It is a file of its
+own, not ``knowledge.db``, so that long ingest transactions never hold up audit writes.
+
+Writes are batched: :meth:`AuditLog.record` only appends to an in-memory buffer (no SQLite on
+the calling path); a background thread writes the buffer in one transaction every
+``batch_size`` records or every ``flush_interval`` seconds, and :meth:`AuditLog.close` (also run
+at interpreter exit) writes the rest. :meth:`AuditLog.query` flushes first, so a query always
+sees every call recorded before it.
+
+Secrets never reach the file: values of arguments whose names look like
+password/passwd/secret/token/api_key/apikey/authorization/credential (any case, nested objects
+and lists too) are replaced by ``"[REDACTED]"`` before writing; the argument hash is a SHA-256
+of the canonical (unredacted) JSON, so identical calls can be grouped without storing them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from hashlib import sha256
+from pathlib import Path
+from typing import IO, Any
+
+from shelfhand.core.db import Migration, apply_migrations, connect, transaction
+
+__all__ = [
+    "AUDIT_MIGRATIONS",
+    "REDACTED",
+    "AuditLog",
+    "AuditRecord",
+    "parse_since",
+    "redact",
+]
+
+logger = logging.getLogger(__name__)
+
+REDACTED = "[REDACTED]"
+_SECRET_RE = re.compile(r"passw|secret|token|api_?key|authorization|credential", re.IGNORECASE)
+
+AUDIT_MIGRATIONS = [
+    Migration(
+        name="audit_001_initial",
+        sql="""
+        CREATE TABLE audit_log (
+            id INTEGER PRIMARY KEY,
+            ts REAL NOT NULL,
+            tool TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            trace_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            args_hash TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            decision TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            error_class TEXT NOT NULL,
+            duration_ms REAL NOT NULL,
+            cache_hit INTEGER NOT NULL,
+            dedup_hit INTEGER NOT NULL,
+            attempts INTEGER NOT NULL
+        );
+        CREATE INDEX audit_log_ts ON audit_log (ts);
+        """,
+    )
+]
+
+_COLUMNS = (
+    "ts, tool, tenant, user_id, trace_id, request_id, call_id, args_hash, arguments, decision, "
+    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts"
+)
+_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
+
+
+def redact(value: Any) -> Any:
+    """``value`` with the values of secret-looking keys replaced, at any depth (a copy)."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if isinstance(k, str) and _SECRET_RE.search(k) else redact(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    return value
+
+
+# One encoder, built once: json.dumps with options builds a new encoder on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON used for argument hashes and cache/dedup keys.
+
+    Same as ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
+    """
+    return _CANONICAL.encode(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """One tool call as stored (arguments already redacted)."""
+
+    ts: float
+    """Wall-clock start of the call (seconds since the epoch)."""
+    tool: str
+    tenant: str
+    user: str
+    trace_id: str
+    request_id: str
+    call_id: str
+    args_hash: str
+    arguments: str
+    """Redacted canonical JSON of the arguments."""
+    decision: str
+    """Permission decision: ``allow``, ``deny`` or ``ask``."""
+    outcome: str
+    """``ok``, ``error``, ``timeout``, ``denied``, ``unknown_tool``, ``invalid_arguments``,
+    ``rate_limited``, ``circuit_open``, ``needs_approval``, ``rejected`` or ``external``."""
+    error_class: str
+    duration_ms: float
+    cache_hit: bool
+    dedup_hit: bool
+    attempts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (the ``time`` field is ISO 8601, UTC)."""
+        data = asdict(self)
+        data["time"] = datetime.fromtimestamp(self.ts, tz=UTC).isoformat()
+        # unparsable arguments are stored as a placeholder string, kept as is
+        with contextlib.suppress(ValueError):
+            data["arguments"] = json.loads(self.arguments)
+        return data
+
+
+class AuditLog:
+    """Batched, append-only audit log in one SQLite file.
+
+    Args:
+        path: The database file (created with its folder when missing).
+        batch_size: Buffered records that trigger a write.
+        flush_interval: Seconds after which buffered records are written anyway.
+    """
+
+    FILENAME = "audit.db"
+
+    def __init__(
+        self, path: str | Path, *, batch_size: int = 512, flush_interval: float = 0.5
+    ) -> None:
+        self.path = Path(path)
+        self._conn = connect(self.path)
+        apply_migrations(self._conn, AUDIT_MIGRATIONS)
+        self._batch_size = batch_size
+        self._interval = flush_interval
+        self._buffer: deque[tuple[Any, ...]] = deque()
+        self._db_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def for_workspace(cls, workspace: str | Path, **kwargs: Any) -> AuditLog:
+        """The workspace's audit log, ``<workspace>/audit.db``."""
+        return cls(Path(workspace) / cls.FILENAME, **kwargs)
+
+    # --- writing -------------------------------------------------------------------------
+    def record(
+        self,
+        *,
+        tool: str,
+        tenant: str,
+        user: str,
+        trace_id: str,
+        request_id: str,
+        call_id: str,
+        arguments: Any,
+        canonical: str | None,
+        decision: str,
+        outcome: str,
+        error_class: str = "",
+        duration_ms: float,
+        cache_hit: bool = False,
+        dedup_hit: bool = False,
+        attempts: int = 1,
+        ts: float | None = None,
+    ) -> None:
+        """Buffer one record; hashing, redaction and the write happen off the calling path.
+
+        ``arguments`` is the parsed argument object (or the raw text when it was not valid
+        JSON); ``canonical`` its canonical JSON when already computed.
+        """
+        self.append(
+            (
+                time.time() if ts is None else ts,
+                tool,
+                tenant,
+                user,
+                trace_id,
+                request_id,
+                call_id,
+                arguments,
+                canonical,
+                decision,
+                outcome,
+                error_class,
+                duration_ms,
+                cache_hit,
+                dedup_hit,
+                attempts,
+            )
+        )
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        """:meth:`record` without keywords, for the toolkit's hot path: ``row`` holds the same
+        values in the order of :meth:`record`'s parameters (``ts`` first, required)."""
+        if self._closed:
+            logger.warning("audit log %s is closed; dropping a record for %s", self.path, row[1])
+            return
+        buffer = self._buffer
+        buffer.append(row)
+        if self._writer is None:
+            self._start_writer()
+        elif len(buffer) >= self._batch_size:
+            self._wake.set()
+
+    def flush(self) -> int:
+        """Write every buffered record now; returns how many were written."""
+        rows: list[tuple[Any, ...]] = []
+        buffer = self._buffer
+        while buffer:
+            try:
+                rows.append(_row(buffer.popleft()))
+            except IndexError:  # pragma: no cover - drained by the writer thread meanwhile
+                break
+        if rows:
+            with self._db_lock, transaction(self._conn):
+                self._conn.executemany(_INSERT, rows)
+        return len(rows)
+
+    def close(self) -> None:
+        """Write what is buffered and close the file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            self._writer.join(timeout=10)
+        try:
+            self.flush()
+        finally:
+            with self._db_lock:
+                self._conn.close()
+            atexit.unregister(self.close)
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_writer(self) -> None:
+        with self._start_lock:
+            if self._writer is not None:
+                return
+            self._writer = threading.Thread(
+                target=self._run_writer, name=f"audit-writer:{self.path.name}", daemon=True
+            )
+            self._writer.start()
+            atexit.register(self.close)
+
+    def _run_writer(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:  # keep the writer alive; the records stay lost, loudly
+                logger.exception("audit log %s: writing a batch failed", self.path)
+
+    # --- reading -------------------------------------------------------------------------
+    def query(
+        self,
+        *,
+        tool: str | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
+        since: float | datetime | None = None,
+        outcome: str | None = None,
+        trace_id: str | None = None,
+        limit: int | None = 1000,
+    ) -> list[AuditRecord]:
+        """Records matching every given filter, oldest first (the newest ``limit`` of them).
+
+        Args:
+            tool: Tool name.
+            user: User id.
+            tenant: Tenant id.
+            since: Only calls at or after this time (epoch seconds or a datetime).
+            outcome: ``ok``, ``error``, ``denied``, ... (see :class:`AuditRecord`).
+            trace_id: One run's calls.
+            limit: Most records returned (``None``: all).
+        """
+        return list(
+            self._select(
+                tool=tool,
+                user=user,
+                tenant=tenant,
+                since=since,
+                outcome=outcome,
+                trace_id=trace_id,
+                limit=limit,
+            )
+        )
+
+    def export_jsonl(self, target: str | Path | IO[str], **filters: Any) -> int:
+        """Write matching records (all by default) as JSON Lines; returns how many.
+
+        ``filters`` are those of :meth:`query` (``limit`` defaults to no limit here).
+        """
+        filters.setdefault("limit", None)
+        if isinstance(target, str | Path):
+            with open(target, "w", encoding="utf-8") as fh:
+                return self.export_jsonl(fh, **filters)
+        count = 0
+        for record in self._select(**filters):
+            target.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+        return count
+
+    def _select(
+        self,
+        *,
+        tool: str | None = None,
+        user: str | None = None,
+        tenant: str | None = None,
+        since: float | datetime | None = None,
+        outcome: str | None = None,
+        trace_id: str | None = None,
+        limit: int | None = 1000,
+    ) -> Iterator[AuditRecord]:
+        if not self._closed:
+            self.flush()
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("tool", tool),
+            ("user_id", user),
+            ("tenant", tenant),
+            ("outcome", outcome),
+            ("trace_id", trace_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            where.append("ts >= ?")
+            params.append(since.timestamp() if isinstance(since, datetime) else float(since))
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        if limit is None:
+            sql = f"SELECT {_COLUMNS} FROM audit_log{clause} ORDER BY ts, id"
+        else:  # the newest `limit` records, returned oldest first
+            sql = (
+                f"SELECT {_COLUMNS} FROM (SELECT id, {_COLUMNS} FROM audit_log{clause} "
+                "ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id"
+            )
+            params.append(int(limit))
+        with self._db_lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        for row in rows:
+            yield AuditRecord(
+                ts=row[0],
+                tool=row[1],
+                tenant=row[2],
+                user=row[3],
+                trace_id=row[4],
+                request_id=row[5],
+                call_id=row[6],
+                args_hash=row[7],
+                arguments=row[8],
+                decision=row[9],
+                outcome=row[10],
+                error_class=row[11],
+                duration_ms=row[12],
+                cache_hit=bool(row[13]),
+                dedup_hit=bool(row[14]),
+                attempts=row[15],
+            )
+
+
+def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A buffered record → the stored row: hash and redact the arguments."""
+    arguments, canonical = raw[7], raw[8]
+    if canonical is None:
+        if isinstance(arguments, str):  # not valid JSON: hash it, never store it
+            digest = sha256(arguments.encode("utf-8")).hexdigest()
+            placeholder = f'"<unparsed arguments, {len(arguments)} chars>"'
+            return (*raw[:7], digest, placeholder, *raw[9:])
+        canonical = _CANONICAL.encode(arguments)
+    digest = sha256(canonical.encode("utf-8")).hexdigest()
+    # A secret key's name appears in the JSON text; without one there is nothing to redact.
+    if _SECRET_RE.search(canonical) is not None:
+        canonical = _CANONICAL.encode(redact(arguments))
+    return (*raw[:7], digest, canonical, *raw[9:])
+
+
+_SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, *, now: float | None = None) -> float:
+    """``"90s"``, ``"15m"``, ``"1h"``, ``"2d"``, ``"1w"`` ago, or an ISO 8601 time → epoch seconds.
+
+    An ISO time without a zone is read as local time.
+
+    Raises:
+        ValueError: neither form.
+    """
+    match = _SINCE_RE.match(text)
+    if match:
+        seconds = float(match.group(1)) * _SINCE_UNITS[match.group(2).lower()]
+        return (time.time() if now is None else now) - seconds
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"cannot read the time {text!r}: use a duration like 30m, 1h, 2d or an ISO time "
+            "like 2025-01-31T09:00"
+        ) from None

@@ -1,0 +1,537 @@
+"""Governance: the one reliability and safety layer around every tool call (DESIGN T5).
+
+Tools declare *what* they are (``read_only``, ``idempotent``, ``confirm``, ``timeout``,
+``retries``, ``rate_limit``, ``cache_ttl`` on :func:`~shelfhand.tools.tool.tool`); a
+:class:`GovernancePolicy` gives toolkit-wide defaults; :class:`Governance` turns both into one
+precomputed :class:`ToolPlan` per tool and runs every call through the same pipeline, whatever
+the tool is (local function, MCP tool, subagent):
+
+1. a request id (and the run's trace id) for logs and the audit record;
+2. a permission decision as data — ``allow`` / ``deny`` / ``ask`` (:meth:`Governance.decide`);
+3. rate limits per (caller, tool) and per tool (token buckets);
+4. single-flight: identical concurrent calls of a read-only tool (same name, same canonical
+   arguments, same caller) execute once and share the outcome;
+5. a TTL result cache for read-only tools, keyed by caller too (hits are "replayed");
+6. a timeout per attempt (sync tools are abandoned in their worker thread, async ones cancelled);
+7. retries with exponential backoff and jitter, only for transient errors and only for
+   ``read_only`` or ``idempotent`` tools — writes are never retried automatically;
+8. a circuit breaker per tool (or per shared ``circuit`` name, e.g. an MCP server);
+9. human confirmation for ``confirm=True`` tools (see :mod:`shelfhand.tools.approvals`);
+10. one audit record per call (see :mod:`shelfhand.tools.audit`).
+
+Every failure becomes a model-readable message ("tool X failed: timed out after 5 s",
+"tool X unavailable: circuit open ..."), never an exception, and the run goes on.
+
+Transient errors (worth retrying): ``ConnectionError``, ``TimeoutError`` raised by the tool,
+httpx transport errors and HTTP 429/5xx, and :class:`~shelfhand.core.errors.TransientToolError`.
+A call that runs past its *own* timeout is not retried (that would multiply the wait).
+
+State (buckets, cache, breakers, in-flight calls) lives in the :class:`Governance` object and is
+shared by copies of a toolkit; it is meant to be used from one event loop. Time comes from an
+injectable ``clock`` and ``sleep``, so tests of TTLs, backoff and half-open breakers need no
+real waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+
+import anyio
+
+from shelfhand.core.errors import (
+    ToolArgumentError,
+    ToolError,
+    ToolTimeoutError,
+    TransientToolError,
+)
+from shelfhand.tools.audit import canonical_json
+from shelfhand.tools.limits import CircuitBreaker, Deadlines, Rate, RateLimiter, parse_rate
+
+if TYPE_CHECKING:
+    from shelfhand.core.context import RunContext, UserContext
+    from shelfhand.tools.audit import AuditLog
+    from shelfhand.tools.tool import Tool, ToolOutput
+
+__all__ = [
+    "CallOutcome",
+    "CircuitBreaker",
+    "Decision",
+    "Governance",
+    "GovernancePolicy",
+    "Rate",
+    "RateLimiter",
+    "ToolPlan",
+    "is_transient",
+    "parse_rate",
+]
+
+logger = logging.getLogger(__name__)
+
+Decision: TypeAlias = Literal["allow", "deny", "ask"]
+"""A permission decision: run it, refuse it, or ask a human first."""
+
+Outcome: TypeAlias = Literal[
+    "ok",
+    "error",
+    "timeout",
+    "denied",
+    "unknown_tool",
+    "invalid_arguments",
+    "rate_limited",
+    "circuit_open",
+    "needs_approval",
+    "rejected",
+    "external",
+]
+
+Executor: TypeAlias = Callable[[Any, dict[str, Any], "RunContext"], Awaitable["ToolOutput"]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GovernancePolicy:
+    """Toolkit-wide defaults; a tool's own attributes override them.
+
+    Attributes:
+        timeout: Seconds per attempt (``None``: no limit).
+        retries: Extra attempts after a transient failure (read-only/idempotent tools only).
+        backoff_base: First backoff delay in seconds; doubles per retry, with jitter.
+        backoff_max: Ceiling of one backoff delay.
+        cache_ttl: Seconds a read-only result is reused (``0``: no cache).
+        cache_size: Most cached results kept (oldest dropped first).
+        dedup: Share one execution among identical concurrent read-only calls.
+        rate_limit: Default calls per caller and tool, e.g. ``"30/minute"`` (``None``: none).
+        total_rate_limit: Default calls per tool for all callers together.
+        breaker_min_calls: Calls in a window before the breaker may open.
+        breaker_failure_rate: Failure share (0–1] in a window that opens the breaker.
+        breaker_window: Seconds of one counting window.
+        breaker_reset_after: Seconds an open breaker waits before letting one trial through.
+    """
+
+    timeout: float | None = 5.0
+    retries: int = 2
+    backoff_base: float = 0.2
+    backoff_max: float = 5.0
+    cache_ttl: float = 300.0
+    cache_size: int = 2048
+    dedup: bool = True
+    rate_limit: str | None = None
+    total_rate_limit: str | None = None
+    breaker_min_calls: int = 5
+    breaker_failure_rate: float = 0.5
+    breaker_window: float = 60.0
+    breaker_reset_after: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("timeout must be positive or None")
+        if self.retries < 0 or self.cache_ttl < 0 or self.cache_size < 0:
+            raise ValueError("retries, cache_ttl and cache_size must be 0 or more")
+        if not 0 < self.breaker_failure_rate <= 1:
+            raise ValueError("breaker_failure_rate must be in (0, 1]")
+        if self.breaker_min_calls < 1 or self.breaker_window <= 0:
+            raise ValueError("breaker_min_calls must be >= 1 and breaker_window positive")
+        for limit in (self.rate_limit, self.total_rate_limit):
+            if limit is not None:
+                parse_rate(limit)
+
+
+# --- per-tool plan -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolPlan:
+    """Everything the pipeline needs about one tool, resolved once at registration."""
+
+    name: str
+    timeout: float | None
+    attempts: int
+    """1 + retries for read-only/idempotent tools; always 1 for writes."""
+    cache_ttl: float
+    """0 when results are not cached (writes, or caching switched off)."""
+    dedup: bool
+    confirm: bool
+    per_caller: RateLimiter | None
+    total: RateLimiter | None
+    breaker: CircuitBreaker
+
+
+class CallOutcome(NamedTuple):
+    """What the pipeline made of one call (after retries).
+
+    A NamedTuple rather than a frozen dataclass: one is built per call, and a tuple is built
+    several times faster.
+    """
+
+    output: ToolOutput | None
+    """The tool's output on success."""
+    outcome: Outcome
+    message: str = ""
+    """The model-facing error message when ``output`` is None."""
+    error_class: str = ""
+    attempts: int = 1
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth retrying (see the module docstring for the list)."""
+    if isinstance(exc, TransientToolError | ConnectionError | TimeoutError):
+        return True
+    if type(exc).__module__.startswith("httpx"):
+        import httpx  # only on this error path: importing httpx costs start-up time
+
+        if isinstance(exc, httpx.HTTPStatusError):
+            code = exc.response.status_code
+            return code == 429 or code >= 500
+        return isinstance(exc, httpx.TransportError)
+    return False
+
+
+def _counts_against_breaker(exc: BaseException) -> bool:
+    # Model-facing ToolErrors (bad arguments, "not found" reported by the tool) say nothing
+    # about the tool's health; timeouts, transient and unexpected errors do.
+    if isinstance(exc, ToolTimeoutError | TransientToolError):
+        return True
+    return not isinstance(exc, ToolError)
+
+
+class Governance:
+    """Runs tool calls through the governance pipeline; one per toolkit (shared by copies).
+
+    Args:
+        policy: Toolkit-wide defaults.
+        audit: Where one record per call goes (``None``: no audit log).
+        clock: Monotonic seconds (injectable for tests).
+        sleep: Async sleep used between retries (injectable for tests).
+        jitter: Returns a float in [0, 1) (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        policy: GovernancePolicy | None = None,
+        *,
+        audit: AuditLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.policy = policy or GovernancePolicy()
+        self.audit = audit
+        self.clock = clock
+        self._sleep = sleep
+        self._jitter = jitter
+        self._cache: dict[tuple[str, str, str], tuple[float, ToolOutput]] = {}
+        self._inflight: dict[tuple[str, str, str], _Flight] = {}
+        self._waiting: dict[tuple[str, str, str], int] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._limiters: dict[tuple[str, str, str], RateLimiter] = {}
+        self._deadlines: Deadlines | None = None
+        self._id_prefix = os.urandom(4).hex()
+        self._ids = itertools.count(1)
+
+    # --- plans and decisions -------------------------------------------------------------
+    def plan(self, item: Tool[..., Any]) -> ToolPlan:
+        """Resolve ``item``'s attributes against the policy (done once per registration)."""
+        p = self.policy
+        read_only = bool(getattr(item, "read_only", False))
+        retryable = read_only or bool(getattr(item, "idempotent", False))
+        retries = _attr(item, "retries", p.retries)
+        ttl = _attr(item, "cache_ttl", p.cache_ttl) if read_only else 0.0
+        per_caller = _attr(item, "rate_limit", p.rate_limit)
+        total = _attr(item, "total_rate_limit", p.total_rate_limit)
+        circuit = getattr(item, "circuit", None) or item.name
+        breaker = self._breakers.get(circuit)
+        if breaker is None:
+            breaker = self._breakers[circuit] = CircuitBreaker(
+                circuit,
+                min_calls=p.breaker_min_calls,
+                failure_rate=p.breaker_failure_rate,
+                window=p.breaker_window,
+                reset_after=p.breaker_reset_after,
+            )
+        return ToolPlan(
+            name=item.name,
+            timeout=_attr(item, "timeout", p.timeout),
+            attempts=1 + retries if retryable else 1,
+            cache_ttl=float(ttl),
+            dedup=read_only and p.dedup,
+            confirm=bool(getattr(item, "confirm", False)),
+            per_caller=self._limiter(item.name, "caller", per_caller),
+            total=self._limiter(item.name, "total", total),
+            breaker=breaker,
+        )
+
+    def _limiter(self, tool: str, kind: str, text: str | None) -> RateLimiter | None:
+        # Shared by every plan of this tool name (toolkit copies, re-registration), so a
+        # limit cannot be side-stepped by rebuilding a toolkit around the same governance.
+        if not text:
+            return None
+        key = (tool, kind, text)
+        limiter = self._limiters.get(key)
+        if limiter is None:
+            limiter = self._limiters[key] = RateLimiter(parse_rate(text))
+        return limiter
+
+    @staticmethod
+    def decide(item: Tool[..., Any], user: UserContext) -> Decision:
+        """The permission decision for ``user`` calling ``item``, as data.
+
+        ``deny`` when the caller's level (from its roles) is below the tool's ``permission``
+        (such tools are also hidden from the model); ``ask`` when the tool needs confirmation;
+        otherwise ``allow``.
+        """
+        if not user.may_use(item.permission):
+            return "deny"
+        return "ask" if getattr(item, "confirm", False) else "allow"
+
+    def breaker(self, name: str) -> CircuitBreaker | None:
+        """The circuit breaker called ``name`` (a tool name or a shared ``circuit``)."""
+        return self._breakers.get(name)
+
+    def new_request_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._ids):x}"
+
+    def check_rate(self, plan: ToolPlan, scope: str) -> str | None:
+        """A model-facing message when a rate limit is exceeded, else ``None``."""
+        now = self.clock()
+        if plan.per_caller is not None:
+            wait = plan.per_caller.acquire(scope, now)
+            if wait:
+                return (
+                    f"tool {plan.name} rate limited: at most {plan.per_caller.rate.text} for "
+                    f"each caller; try again in {wait:.1f} s"
+                )
+        if plan.total is not None:
+            wait = plan.total.acquire("", now)
+            if wait:
+                return (
+                    f"tool {plan.name} rate limited: at most {plan.total.rate.text} for all "
+                    f"callers; try again in {wait:.1f} s"
+                )
+        return None
+
+    def waiting(self, tool: str, user: UserContext, arguments: Mapping[str, Any]) -> int:
+        """How many calls are waiting to share the in-flight execution of this exact call."""
+        return self._waiting.get((tool, user.scope, canonical_json(arguments)), 0)
+
+    def clear_cache(self) -> None:
+        """Forget every cached result."""
+        self._cache.clear()
+
+    # --- execution -----------------------------------------------------------------------
+    async def run(
+        self,
+        plan: ToolPlan,
+        item: Any,
+        arguments: dict[str, Any],
+        run: RunContext,
+        key: tuple[str, str, str] | None,
+        execute: Executor,
+    ) -> tuple[CallOutcome, bool, bool]:
+        """Cache, single-flight, breaker, retries and timeout around ``execute``.
+
+        ``key`` is ``(tool, caller scope, canonical arguments)`` for read-only tools, else
+        ``None``. Returns the outcome, whether it was replayed from the cache, and whether it
+        was shared with an identical concurrent call.
+        """
+        if key is None:
+            return await self._attempts(plan, item, arguments, run, execute), False, False
+        if plan.cache_ttl:
+            hit = self._cache.get(key)
+            if hit is not None:
+                if hit[0] > self.clock():
+                    return CallOutcome(output=hit[1], outcome="ok", attempts=0), True, False
+                del self._cache[key]
+        if not plan.dedup:
+            alone = await self._attempts(plan, item, arguments, run, execute)
+            self._remember(plan, key, alone)
+            return alone, False, False
+        loop = asyncio.get_running_loop()
+        flight = self._inflight.get(key)
+        if flight is not None and flight.loop is loop:
+            if flight.future is None:  # the first follower makes the future to wait on
+                flight.future = loop.create_future()
+            waiting = self._waiting
+            waiting[key] = waiting.get(key, 0) + 1
+            try:
+                return await _follow(plan.name, flight.future), False, True
+            finally:
+                waiting[key] -= 1
+                if not waiting[key]:
+                    del waiting[key]
+        flight = self._inflight[key] = _Flight(loop)
+        outcome: CallOutcome | None = None
+        try:
+            outcome = await self._attempts(plan, item, arguments, run, execute)
+            self._remember(plan, key, outcome)
+        finally:
+            if self._inflight.get(key) is flight:
+                del self._inflight[key]
+            future = flight.future
+            if future is not None and not future.done():
+                if outcome is None:
+                    future.cancel()  # the leader was cancelled: followers get an error result
+                else:
+                    future.set_result(outcome)
+        return outcome, False, False
+
+    async def _with_timeout(
+        self,
+        timeout: float,
+        execute: Executor,
+        item: Any,
+        arguments: dict[str, Any],
+        run: RunContext,
+    ) -> ToolOutput:
+        """Cancel the call after ``timeout`` s (a sync tool's worker thread is abandoned)."""
+        loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            # Another loop (a new asyncio.run): calls in flight keep their own reference, so
+            # replacing it is safe; only loops used at the same time would share less.
+            deadlines = self._deadlines = Deadlines(loop)
+        task = asyncio.current_task()
+        assert task is not None
+        deadline = deadlines.add(task, timeout)
+        try:
+            output = await execute(item, arguments, run)
+        except asyncio.CancelledError:
+            if deadline.fired and task.uncancel() <= deadline.cancelling:
+                raise ToolTimeoutError(f"timed out after {timeout:g} s") from None
+            raise
+        finally:
+            deadlines.discard(deadline)
+        if deadline.fired and task.uncancel() <= deadline.cancelling:
+            # the tool swallowed the cancellation and returned late: still a timeout
+            raise ToolTimeoutError(f"timed out after {timeout:g} s")
+        return output
+
+    def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
+        if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
+            return
+        cache = self._cache
+        if len(cache) >= self.policy.cache_size:
+            if not self.policy.cache_size:
+                return
+            del cache[next(iter(cache))]  # oldest insertion first
+        cache[key] = (self.clock() + plan.cache_ttl, outcome.output)
+
+    async def _attempts(
+        self,
+        plan: ToolPlan,
+        item: Any,
+        arguments: dict[str, Any],
+        run: RunContext,
+        execute: Executor,
+    ) -> CallOutcome:
+        breaker = plan.breaker
+        attempt = 0
+        while True:
+            attempt += 1
+            wait = breaker.before(self.clock())
+            if wait is not None:
+                return CallOutcome(
+                    output=None,
+                    outcome="circuit_open",
+                    message=_circuit_message(plan.name, breaker.name, wait, attempt - 1),
+                    error_class="CircuitOpen",
+                    attempts=attempt - 1,
+                )
+            settled = False
+            try:
+                if plan.timeout is None:
+                    output = await execute(item, arguments, run)
+                else:
+                    output = await self._with_timeout(plan.timeout, execute, item, arguments, run)
+                breaker.success(self.clock())
+                settled = True
+                return CallOutcome(output=output, outcome="ok", attempts=attempt)
+            except Exception as exc:
+                if _counts_against_breaker(exc):
+                    breaker.failure(self.clock())
+                    settled = True
+                if attempt < plan.attempts and is_transient(exc):
+                    delay = min(
+                        self.policy.backoff_max, self.policy.backoff_base * 2 ** (attempt - 1)
+                    )
+                    delay *= 0.5 + 0.5 * self._jitter()  # "equal jitter": spread, never zero
+                    logger.info(
+                        "tool %s attempt %d failed (%s); retrying in %.2f s (trace %s)",
+                        plan.name,
+                        attempt,
+                        type(exc).__name__,
+                        delay,
+                        run.trace_id,
+                    )
+                    await self._sleep(delay)
+                    continue
+                return _failure(plan.name, exc, attempt, run.trace_id)
+            finally:
+                if not settled:
+                    breaker.neutral()
+
+
+class _Flight:
+    """An execution in progress that identical calls may join (its future made on demand:
+    most calls are never joined, and a future per call would cost more than the bookkeeping)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[CallOutcome] | None = None
+
+
+async def _follow(name: str, leader: asyncio.Future[CallOutcome]) -> CallOutcome:
+    try:
+        return await asyncio.shield(leader)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if leader.cancelled() and (task is None or not task.cancelling()):
+            return CallOutcome(
+                output=None,
+                outcome="error",
+                message=f"tool {name} failed: the identical call it was waiting for was cancelled",
+                error_class="CancelledError",
+            )
+        raise
+
+
+def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOutcome:
+    kind = type(exc).__name__
+    if isinstance(exc, ToolArgumentError):
+        return CallOutcome(
+            output=None, outcome="invalid_arguments", message=str(exc), error_class=kind
+        )
+    after = f" after {attempts} attempts" if attempts > 1 else ""
+    if isinstance(exc, ToolTimeoutError):
+        message, outcome = f"tool {name} failed{after}: {exc}", "timeout"
+    else:
+        logger.info("tool %s raised %s (trace %s)", name, kind, trace_id, exc_info=exc)
+        message, outcome = f"tool {name} failed{after}: {kind}: {exc}", "error"
+    return CallOutcome(
+        output=None,
+        outcome=outcome,  # type: ignore[arg-type]
+        message=message,
+        error_class=kind,
+        attempts=attempts,
+    )
+
+
+def _circuit_message(name: str, circuit: str, wait: float, attempts: int) -> str:
+    which = f"circuit {circuit!r}" if circuit != name else "circuit"
+    after = f" after {attempts} failed attempts" if attempts > 1 else ""
+    when = f"retry in about {wait:.0f} s" if wait >= 1 else "retry shortly"
+    return (
+        f"tool {name} unavailable{after}: {which} open after repeated failures; {when} "
+        "or answer without it"
+    )
+
+
+def _attr(item: Any, name: str, default: Any) -> Any:
+    value = getattr(item, name, None)
+    return default if value is None else value

@@ -19,6 +19,10 @@ _EXPORTS: dict[str, str] = {
     "Tool": "shelfhand.tools.tool",
     "ToolOutput": "shelfhand.tools.tool",
     "tool": "shelfhand.tools.tool",
+    "GovernancePolicy": "shelfhand.tools.governance",
+    "Approvals": "shelfhand.tools.approvals",
+    "ApprovalDecision": "shelfhand.tools.approvals",
+    "AuditLog": "shelfhand.tools.audit",
     "UserContext": "shelfhand.core.context",
     "RunContext": "shelfhand.core.context",
     "Message": "shelfhand.core.messages",
@@ -33,7 +37,32 @@ _EXPORTS: dict[str, str] = {
     "App": "shelfhand.app",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Agent",
+    "App",
+    "ApprovalDecision",
+    "Approvals",
+    "AuditLog",
+    "Citation",
+    "ConfigurationError",
+    "ConversationMemory",
+    "GovernancePolicy",
+    "KnowledgeAgent",
+    "KnowledgeBase",
+    "Message",
+    "ModelError",
+    "RunContext",
+    "RunResult",
+    "Settings",
+    "ShelfhandError",
+    "Tool",
+    "ToolError",
+    "ToolOutput",
+    "Toolkit",
+    "TransientToolError",
+    "UserContext",
+    "tool",
+]
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent, RunResult
@@ -51,6 +80,9 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import Citation, Message
     from shelfhand.core.settings import Settings
     from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.tools.approvals import ApprovalDecision, Approvals
+    from shelfhand.tools.audit import AuditLog
+    from shelfhand.tools.governance import GovernancePolicy
     from shelfhand.tools.tool import Tool, ToolOutput, tool
     from shelfhand.tools.toolkit import Toolkit
 

@@ -1,23 +1,31 @@
 """The ReAct agent (DESIGN K2, K3).
 
 One loop serves ``run`` (returns a :class:`RunResult`) and ``stream`` (yields events): the model
-is asked for a reply; tool calls in it are executed through the :class:`Toolkit` and their
-results fed back; the first reply without tool calls is the answer. Model-facing problems
-(unknown tool, bad arguments, a raising tool) come back to the model as error results and the
-loop goes on; caller-facing ones (the model provider failing) propagate.
+is asked for a reply; tool calls in it are executed through the :class:`Toolkit` (and its
+governance pipeline) and their results fed back; the first reply without tool calls is the
+answer. Model-facing problems (unknown tool, bad arguments, a raising tool, a timeout, an open
+circuit) come back to the model as error results and the loop goes on; caller-facing ones (the
+model provider failing) propagate.
+
+Calls of tools marked ``confirm=True`` pause the run: with an :class:`Approvals` registry the
+stream yields ``ApprovalRequired`` and waits for ``approve``/``reject``; without one, such calls
+are not run and the model is told they need confirmation (a run never hangs on a human that
+nobody asked).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from shelfhand.core.context import ANONYMOUS, RunContext, UserContext
 from shelfhand.core.events import (
+    ApprovalDecided,
+    ApprovalRequired,
     CitationsFound,
     Event,
     Final,
@@ -27,9 +35,12 @@ from shelfhand.core.events import (
 )
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
-from shelfhand.tools.toolkit import Toolkit
+from shelfhand.tools.toolkit import CallReport, Toolkit
 
 from .memory import ConversationMemory, build_system_prompt
+
+if TYPE_CHECKING:
+    from shelfhand.tools.approvals import ApprovalDecision, ApprovalRequest, Approvals
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +81,13 @@ class Agent:
         system_prompt: the base instructions.
         max_iters: the most model calls in one run; when reached, the run stops with an
             honest answer saying so.
-        max_concurrency: the most tool calls of one reply run at the same time (only when
-            every call in the reply is ``concurrency_safe``).
+        max_concurrency: the most tool calls of one reply executing at the same time (the
+            fan-out cap; calls run in parallel only when every call in the reply is
+            ``concurrency_safe``, otherwise one after another).
         memory: a conversation memory to read history from and write the run back to.
+        approvals: where ``confirm=True`` tool calls wait for a human decision (see
+            :class:`~shelfhand.tools.approvals.Approvals`); ``None``: such calls are not run
+            and the model reads that they need confirmation. ``run``/``stream`` may override it.
     """
 
     def __init__(
@@ -86,6 +101,7 @@ class Agent:
         max_concurrency: int = 8,
         memory: ConversationMemory | None = None,
         description: str = "",
+        approvals: Approvals | None = None,
     ) -> None:
         if max_iters < 1:
             raise ValueError("max_iters must be at least 1")
@@ -99,6 +115,7 @@ class Agent:
         self.max_iters = max_iters
         self.max_concurrency = max_concurrency
         self.memory = memory
+        self.approvals = approvals
 
     # --- public API ------------------------------------------------------------------------
     async def run(
@@ -108,9 +125,18 @@ class Agent:
         context: UserContext | None = None,
         history: Sequence[Message] = (),
         deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
     ) -> RunResult:
-        """Run to the final answer and return it with the transcript and citations."""
-        async for event in self._loop(prompt, context, history, deps, streaming=False):
+        """Run to the final answer and return it with the transcript and citations.
+
+        ``approvals`` overrides the agent's registry for this run; with a registry but no
+        handler, ``run`` waits until someone else approves or rejects (use ``stream`` to see
+        the ``ApprovalRequired`` events).
+        """
+        async for event in self._loop(
+            prompt, context, history, deps, streaming=False, approvals=approvals, trace_id=trace_id
+        ):
             if isinstance(event, Final):
                 return event.result
         raise RuntimeError("agent loop ended without a final event")  # pragma: no cover
@@ -122,9 +148,20 @@ class Agent:
         context: UserContext | None = None,
         history: Sequence[Message] = (),
         deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
     ) -> RunResult:
         """``run`` for scripts and the CLI (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, context=context, history=history, deps=deps))
+        return asyncio.run(
+            self.run(
+                prompt,
+                context=context,
+                history=history,
+                deps=deps,
+                approvals=approvals,
+                trace_id=trace_id,
+            )
+        )
 
     async def stream(
         self,
@@ -133,10 +170,21 @@ class Agent:
         context: UserContext | None = None,
         history: Sequence[Message] = (),
         deps: Any = None,
-    ) -> AsyncIterator[Event]:
-        """Yield text deltas, tool started/finished, citations, and one final event."""
-        async for event in self._loop(prompt, context, history, deps, streaming=True):
-            yield event
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """Yield text deltas, tool started/finished, approvals, citations, and one final event.
+
+        ``trace_id`` names the run in logs, audit records and the result (default: a new id).
+        """
+        # aclosing: a consumer that stops early closes the inner generators now, so pending
+        # approvals are withdrawn at once rather than whenever the generator is collected
+        events = self._loop(
+            prompt, context, history, deps, streaming=True, approvals=approvals, trace_id=trace_id
+        )
+        async with aclosing(events):
+            async for event in events:
+                yield event
 
     # --- the loop --------------------------------------------------------------------------
     async def _loop(
@@ -147,9 +195,16 @@ class Agent:
         deps: Any,
         *,
         streaming: bool,
-    ) -> AsyncIterator[Event]:
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+    ) -> AsyncGenerator[Event, None]:
         user = context or ANONYMOUS
-        run = RunContext(agent_name=self.name, user=user, deps=deps)
+        approvals = approvals if approvals is not None else self.approvals
+        run = (
+            RunContext(agent_name=self.name, user=user, deps=deps, trace_id=trace_id)
+            if trace_id
+            else RunContext(agent_name=self.name, user=user, deps=deps)
+        )
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(history)
@@ -207,8 +262,9 @@ class Agent:
 
             step = replace(run, iteration=iteration) if iteration > 1 else run
             results: list[ToolResultBlock] = []
-            async for event in self._execute(calls, step, results):
-                yield event
+            async with aclosing(self._execute(calls, step, results, approvals)) as steps:
+                async for event in steps:
+                    yield event
             found = [c for r in results for c in r.citations]
             if found:
                 citations.extend(found)
@@ -256,35 +312,85 @@ class Agent:
         return t is not None and t.external
 
     async def _execute(
-        self, calls: Sequence[ToolCallBlock], run: RunContext, results: list[ToolResultBlock]
-    ) -> AsyncIterator[Event]:
-        """Run the calls (concurrently when all are concurrency-safe); fill ``results`` in order."""
+        self,
+        calls: Sequence[ToolCallBlock],
+        run: RunContext,
+        results: list[ToolResultBlock],
+        approvals: Approvals | None,
+    ) -> AsyncGenerator[Event, None]:
+        """Run the calls (concurrently when all are concurrency-safe); fill ``results`` in order.
+
+        Calls needing confirmation are put to ``approvals`` first, all at once, before any call
+        of the reply runs; at most ``max_concurrency`` calls execute at the same time.
+        """
         for call in calls:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
-        if len(calls) > 1 and self.toolkit.is_concurrency_safe([c.name for c in calls]):
+        decisions: dict[str, ApprovalDecision] = {}
+        if approvals is not None:
+            async with aclosing(self._ask(calls, run, approvals, decisions)) as asking:
+                async for event in asking:
+                    yield event
+        kit = self.toolkit
+        if len(calls) > 1 and kit.is_concurrency_safe([c.name for c in calls]):
             gate = asyncio.Semaphore(self.max_concurrency)
 
-            async def one(call: ToolCallBlock) -> tuple[ToolResultBlock, float]:
+            async def one(call: ToolCallBlock) -> CallReport:
                 async with gate:
-                    started = time.perf_counter()
-                    res = await self.toolkit.call(call, run)
-                    return res, (time.perf_counter() - started) * 1000
+                    return await kit.execute(call, run, approval=decisions.get(call.id))
 
             tasks = [asyncio.ensure_future(one(c)) for c in calls]
             try:
                 for done in asyncio.as_completed(tasks):
-                    res, ms = await done
-                    yield _finished(res, ms)
+                    yield _finished(await done)
             finally:
                 for t in tasks:
                     t.cancel()
-            results.extend(t.result()[0] for t in tasks)
+            results.extend(t.result().result for t in tasks)
         else:
             for call in calls:
-                started = time.perf_counter()
-                res = await self.toolkit.call(call, run)
-                results.append(res)
-                yield _finished(res, (time.perf_counter() - started) * 1000)
+                report = await kit.execute(call, run, approval=decisions.get(call.id))
+                results.append(report.result)
+                yield _finished(report)
+
+    async def _ask(
+        self,
+        calls: Sequence[ToolCallBlock],
+        run: RunContext,
+        approvals: Approvals,
+        decisions: dict[str, ApprovalDecision],
+    ) -> AsyncGenerator[Event, None]:
+        """Open an approval for each call that needs one, then wait for every decision."""
+        opened: list[ApprovalRequest] = []
+        try:
+            for call in calls:
+                arguments = self.toolkit.approval_arguments(call, run)
+                if arguments is None:
+                    continue
+                request = approvals.open(
+                    call_id=call.id,
+                    tool=call.name,
+                    arguments=arguments,
+                    user=run.user,
+                    trace_id=run.trace_id,
+                )
+                opened.append(request)
+                yield ApprovalRequired(
+                    approval_id=request.id, call_id=call.id, tool=call.name, arguments=arguments
+                )
+            for request in opened:
+                decision = await approvals.wait(request.id)
+                decisions[request.call_id] = decision
+                yield ApprovalDecided(
+                    approval_id=request.id,
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    approved=decision.approved,
+                    reason=decision.reason,
+                )
+        finally:  # a cancelled run leaves nothing pending behind
+            for request in opened:
+                if request.call_id not in decisions:
+                    approvals.discard(request.id)
 
     def _fallback(self, new: list[Message]) -> str:
         last = next((m for m in reversed(new) if m.role == "tool"), None)
@@ -297,11 +403,13 @@ class Agent:
         return "\n".join(lines)
 
 
-def _finished(res: ToolResultBlock, ms: float) -> ToolFinished:
+def _finished(report: CallReport) -> ToolFinished:
+    res = report.result
     return ToolFinished(
         call_id=res.call_id,
         name=res.name,
         content=res.content,
         is_error=res.is_error,
-        duration_ms=ms,
+        duration_ms=report.duration_ms,
+        replayed=report.replayed,
     )

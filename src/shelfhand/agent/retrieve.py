@@ -81,9 +81,15 @@ class KnowledgeAgent:
         context: UserContext | None = None,
         history: Sequence[Message] = (),
         deps: Any = None,
+        trace_id: str | None = None,
     ) -> RunResult:
         query = prompt if isinstance(prompt, str) else prompt.text
-        run = RunContext(agent_name=self.name, user=context or ANONYMOUS, deps=deps)
+        user = context or ANONYMOUS
+        run = (
+            RunContext(agent_name=self.name, user=user, deps=deps, trace_id=trace_id)
+            if trace_id
+            else RunContext(agent_name=self.name, user=user, deps=deps)
+        )
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         citations = tuple(to_citations(hits))
         output = format_passages(citations)

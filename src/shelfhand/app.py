@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SqliteSessionStore
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.tools.approvals import Approvals
+    from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
 
 logger = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ class App:
     model: ChatModel | None = None
     router: EmbeddingRouter | None = None
     _model_built: bool = field(default=False, repr=False)
+    _governance: Governance | None = field(default=None, repr=False)
+    _approvals: Approvals | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -124,18 +128,41 @@ class App:
         )
 
     # --- tools and agents -----------------------------------------------------------------
-    def toolkit(self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = ()) -> Toolkit:
+    def governance(self) -> Governance:
+        """One governance state per app (cache, breakers, rate limits), audited into
+        ``<workspace>/audit.db``; every toolkit the app builds shares it."""
+        if self._governance is None:
+            from shelfhand.tools.audit import AuditLog
+            from shelfhand.tools.governance import Governance
+
+            self.settings.workspace.mkdir(parents=True, exist_ok=True)
+            self._governance = Governance(audit=AuditLog.for_workspace(self.settings.workspace))
+        return self._governance
+
+    def approvals(self) -> Approvals:
+        """Where ``confirm=True`` tool calls wait for a person's decision (one per app)."""
+        if self._approvals is None:
+            from shelfhand.tools.approvals import Approvals
+
+            self._approvals = Approvals()
+        return self._approvals
+
+    def toolkit(
+        self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = (), governed: bool = True
+    ) -> Toolkit:
         """Built-in tools plus ``retrieve`` (which says "not configured" without a kb).
 
         Args:
             kb: The knowledge base behind ``retrieve``.
             extra: More tools to add (e.g. the service's ``remember``).
+            governed: Share the app's audited governance; ``False`` for listing tools only.
         """
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import builtin_tools
         from shelfhand.tools.toolkit import Toolkit
 
-        return Toolkit([make_retrieve_tool(kb), *builtin_tools(), *extra])
+        tools = [make_retrieve_tool(kb), *builtin_tools(), *extra]
+        return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
 
     def chat_agent(
         self,
@@ -156,6 +183,7 @@ class App:
             toolkit=toolkit if toolkit is not None else self.toolkit(kb),
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
+            approvals=self.approvals(),
         )
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
@@ -175,6 +203,11 @@ class App:
         from shelfhand.sessions.user_memory import SqliteUserMemoryStore
 
         return SqliteUserMemoryStore(self.settings.workspace / "sessions.db")
+
+    def close(self) -> None:
+        """Flush and close what the app opened (the audit log)."""
+        if self._governance is not None and self._governance.audit is not None:
+            self._governance.audit.close()
 
     def api_keys(self) -> dict[str, UserContext]:
         """API key → caller, from ``SHELFHAND_API_KEYS`` or ``[[api_keys]]`` in shelfhand.toml."""

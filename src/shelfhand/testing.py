@@ -24,9 +24,16 @@ import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
 
-from shelfhand.core.errors import ScriptExhaustedError
+from shelfhand.core.errors import (
+    ConfigurationError,
+    ModelError,
+    ModelProviderError,
+    ModelTimeoutError,
+    ScriptExhaustedError,
+)
 from shelfhand.core.messages import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from shelfhand.models.base import (
     ModelResponse,
@@ -38,11 +45,15 @@ from shelfhand.models.base import (
 )
 
 __all__ = [
+    "CyclingScriptModel",
     "FunctionModel",
     "ModelTurn",
+    "ScriptedFailure",
     "ScriptedModel",
     "ScriptedText",
     "ScriptedToolCall",
+    "failure",
+    "load_scripted_model",
     "stream_pieces",
     "text",
     "tool_call",
@@ -66,6 +77,23 @@ class ScriptedToolCall:
     name: str
     arguments: str = "{}"
     id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedFailure:
+    """A turn in which the model provider fails (build it with :func:`failure`)."""
+
+    kind: str = "provider"
+    """``timeout`` raises :class:`ModelTimeoutError`; ``provider`` :class:`ModelProviderError`."""
+    message: str = ""
+    status_code: int | None = None
+
+    def error(self) -> ModelError:
+        if self.kind == "timeout":
+            return ModelTimeoutError(self.message or "scripted model timed out")
+        return ModelProviderError(
+            self.message or "scripted model provider failed", status_code=self.status_code
+        )
 
 
 TurnItem: TypeAlias = ScriptedText | ScriptedToolCall
@@ -108,6 +136,15 @@ def tool_call(
     else:
         arguments = json.dumps(args, ensure_ascii=False)
     return ScriptedToolCall(name=name, arguments=arguments, id=id)
+
+
+def failure(
+    kind: str = "provider", message: str = "", *, status_code: int | None = None
+) -> ScriptedFailure:
+    """A turn in which the model fails: ``kind`` is ``timeout`` or ``provider``."""
+    if kind not in ("timeout", "provider"):
+        raise ValueError(f"failure kind must be 'timeout' or 'provider', not {kind!r}")
+    return ScriptedFailure(kind=kind, message=message, status_code=status_code)
 
 
 def stream_pieces(content: str) -> list[str]:
@@ -198,9 +235,12 @@ class _FakeModel:
     async def request(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
     ) -> ModelResponse:
-        """Answer with the next turn."""
+        """Answer with the next turn (a scripted failure raises its model error)."""
         self._record(messages, tools)
-        return self._response(await self._turn(messages, tools))
+        turn = await self._turn(messages, tools)
+        if isinstance(turn, ScriptedFailure):
+            raise turn.error()
+        return self._response(turn)
 
     async def stream(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
@@ -274,3 +314,114 @@ class FunctionModel(_FakeModel):
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+class CyclingScriptModel(_FakeModel):
+    """A chat model that replays one script for every user message.
+
+    The i-th request after the latest user message gets ``script[i % len(script)]``, so any
+    number of conversations — concurrently, in any order — each see the same deterministic
+    sequence per turn (load tests, demos of a running service).
+
+    Args:
+        script: The turns of one user turn, as for :class:`ScriptedModel`.
+        name: The model name reported in responses.
+
+    Only the most recent requests are kept in ``requests`` (between :attr:`KEEP_REQUESTS` and
+    twice that), so a process serving it for hours does not grow.
+    """
+
+    KEEP_REQUESTS = 100
+
+    def __init__(
+        self, script: Sequence[ModelTurn | str | ScriptedFailure], *, name: str = "scripted-cycle"
+    ) -> None:
+        if not script:
+            raise ValueError("a cycling script needs at least one turn")
+        super().__init__(name)
+        self._script = list(script)
+
+    def _record(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> None:
+        # it serves long-running processes (a service under load): keep only recent requests
+        if len(self.requests) >= 2 * self.KEEP_REQUESTS:
+            del self.requests[: self.KEEP_REQUESTS]
+            del self.tool_schemas[: self.KEEP_REQUESTS]
+        super()._record(messages, tools)
+
+    async def _turn(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> object:
+        since_user = 0
+        for message in reversed(messages):
+            if message.role == "user":
+                break
+            if message.role == "assistant":
+                since_user += 1
+        return self._script[since_user % len(self._script)]
+
+
+def _turn_item(raw: Any, where: str) -> TurnItem | ScriptedFailure:
+    if isinstance(raw, str):
+        return text(raw)
+    if isinstance(raw, Mapping):
+        if "text" in raw:
+            return text(str(raw["text"]))
+        if "tool_call" in raw:
+            args = raw.get("arguments")
+            if args is not None and not isinstance(args, (Mapping, str)):
+                raise ConfigurationError(f"{where}: tool_call arguments must be an object")
+            return tool_call(str(raw["tool_call"]), args, id=raw.get("id"))
+        if "error" in raw:
+            kind = str(raw["error"])
+            if kind not in ("timeout", "provider"):
+                raise ConfigurationError(f"{where}: error must be 'timeout' or 'provider'")
+            status = raw.get("status")
+            return failure(
+                kind,
+                str(raw.get("message", "")),
+                status_code=int(status) if status is not None else None,
+            )
+    raise ConfigurationError(
+        f'{where}: a turn is a string, {{"text": ...}}, {{"tool_call": name, "arguments": {{...}}}}'
+        ', {"error": "timeout"|"provider"} or a list of them'
+    )
+
+
+def load_scripted_model(path: str | Path) -> ScriptedModel | CyclingScriptModel:
+    """Build a fake model from a JSON script file (``SHELFHAND_MODEL=scripted:<path>``).
+
+    The file holds a list of turns, or an object ``{"turns": [...], "cycle": false,
+    "name": "..."}``. A turn is a string (text reply), ``{"text": ...}``,
+    ``{"tool_call": "name", "arguments": {...}}``, ``{"error": "timeout"}`` /
+    ``{"error": "provider", "status": 503}``, or a list of them (several calls in one reply).
+    With ``"cycle": true`` the script is replayed for every user message
+    (:class:`CyclingScriptModel`); otherwise turns are used once each, in order
+    (:class:`ScriptedModel`), across every conversation of the process.
+
+    Raises:
+        ConfigurationError: The file is missing or not a valid script.
+    """
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read model script {file}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"model script {file} is not valid JSON: {exc.msg}") from None
+    if isinstance(data, list):
+        data = {"turns": data}
+    if not isinstance(data, Mapping) or not isinstance(data.get("turns"), list):
+        raise ConfigurationError(
+            f'model script {file} must be a list of turns or {{"turns": [...]}}'
+        )
+    turns: list[Any] = []
+    for i, raw in enumerate(data["turns"]):
+        where = f"{file} turn {i + 1}"
+        if isinstance(raw, list):
+            turns.append([_turn_item(item, where) for item in raw])
+        else:
+            turns.append(_turn_item(raw, where))
+    name = str(data.get("name") or "scripted")
+    if data.get("cycle"):
+        if not turns:
+            raise ConfigurationError(f"model script {file}: a cycling script needs turns")
+        return CyclingScriptModel(turns, name=name)
+    return ScriptedModel(turns, name=name)

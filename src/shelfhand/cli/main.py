@@ -79,7 +79,7 @@ def tools(
 ) -> None:
     """List the tools the model can call, with their JSON schemas."""
     a = _app(workspace)
-    kit = a.toolkit(a.open_knowledge() if a.knowledge_exists() else None)
+    kit = a.toolkit(a.open_knowledge(embed=False) if a.knowledge_exists() else None, governed=False)
     schemas = kit.schemas()
     if as_json:
         typer.echo(json.dumps(schemas, ensure_ascii=False, indent=2))

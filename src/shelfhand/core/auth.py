@@ -25,7 +25,13 @@ def _entry(key: str, data: Any, where: str) -> tuple[str, UserContext]:
         raise ConfigurationError(f"{where}: each API key needs a table with tenant and user")
     tenant, user = data.get("tenant"), data.get("user")
     roles = data.get("roles", [])
-    if not key or not isinstance(tenant, str) or not isinstance(user, str) or not tenant or not user:
+    if (
+        not key
+        or not isinstance(tenant, str)
+        or not isinstance(user, str)
+        or not tenant
+        or not user
+    ):
         raise ConfigurationError(f"{where}: an API key entry needs non-empty key, tenant and user")
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
         raise ConfigurationError(f"{where}: roles must be a list of strings")

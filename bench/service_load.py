@@ -1,0 +1,310 @@
+"""Load on ``shelfhand serve``: N concurrent sessions streaming chat turns over SSE.
+
+Starts ``shelfhand serve`` on 127.0.0.1 (a fresh workspace, the scripted model, the hashing
+embedder), then N client sessions each send messages one after another (``stream=true``,
+every SSE event read up to ``final``) for a fixed time. Reports turns/s, latency p50/p95/p99
+per turn (request sent → final event read) and the server's resident memory.
+
+    python bench/service_load.py                          # 50 sessions, 10 s, both scenarios
+    python bench/service_load.py --sessions 100 --seconds 20 --scenario rag
+
+Scenarios: ``text`` — the model answers at once (the service's own overhead: HTTP, auth,
+session store, memory, agent loop, SSE); ``rag`` — each turn calls ``retrieve`` over a small
+uploaded corpus, then answers citing it (adds tool execution and hybrid search).
+
+Bounded on purpose: loopback only, at most 200 sessions and 20 s per scenario.
+Goal (issue P2): >= 300 turns/s on 2 cores with SSE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MAX_SESSIONS = 200
+MAX_SECONDS = 20.0
+KEY = "bench-key"
+SCRIPTS: dict[str, dict[str, Any]] = {
+    "text": {"cycle": True, "turns": ["整机保修期为 12 个月，光源保修 6 个月 [1]。"]},
+    "rag": {
+        "cycle": True,
+        "turns": [
+            {"tool_call": "retrieve", "arguments": {"query": "保修期 warranty"}},
+            "整机保修期为 12 个月，光源保修 6 个月 [1]。",
+        ],
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """Current and peak resident set size of ``pid`` in KiB (Linux /proc)."""
+    values = {"VmRSS": 0, "VmHWM": 0}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+            key, _, rest = line.partition(":")
+            if key in values:
+                values[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return values["VmRSS"], values["VmHWM"]
+
+
+def start_server(
+    workspace: Path, scenario: str, cpus: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    script = workspace / "script.json"
+    script.write_text(json.dumps(SCRIPTS[scenario], ensure_ascii=False), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(
+        SHELFHAND_EMBEDDER="hashing",
+        SHELFHAND_MODEL=f"scripted:{script}",
+        SHELFHAND_API_KEYS=json.dumps({KEY: {"tenant": "bench", "user": "load"}}),
+    )
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "shelfhand.cli",
+        "serve",
+        "-w",
+        str(workspace),
+        "--port",
+        str(port),
+    ]
+    cmd += ["--log-level", "warning", "--no-access-log"]
+    if cpus:  # pin the server, e.g. to 2 cores, and run this client elsewhere
+        cmd = ["taskset", "-c", cpus, *cmd]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # a benchmark may poll; tests wait on the log line
+        if proc.poll() is not None:
+            raise RuntimeError(
+                "server exited:\n" + (proc.stderr.read() if proc.stderr else b"").decode()
+            )
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start within 60 s")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response (Content-Length or chunked body)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+    if headers.get("transfer-encoding") == "chunked":
+        body = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return status, bytes(body)
+            body += await reader.readexactly(size + 2)
+            del body[-2:]
+    return status, await reader.readexactly(int(headers.get("content-length", "0")))
+
+
+class RawClient:
+    """A minimal keep-alive HTTP/1.1 client on asyncio streams.
+
+    httpx costs ~6 ms of client CPU per streamed turn, which on a 2-core machine would
+    measure the client instead of the server; this costs a small fraction of that.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        body = json.dumps(payload, ensure_ascii=False).encode()
+        self.writer.write(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
+        return await _read_response(self.reader)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def one_session(
+    host: str, port: int, stop_at: float, latencies: list[float], errors: list[str]
+) -> None:
+    client = RawClient(host, port)
+    try:
+        status, body = await client.post("/v1/sessions", {})
+        if status != 201:
+            errors.append(f"create {status}")
+            return
+        url = f"/v1/sessions/{json.loads(body)['id']}/messages"
+        n = 0
+        while time.perf_counter() < stop_at:
+            n += 1
+            started = time.perf_counter()
+            status, body = await client.post(url, {"content": f"保修期多久？#{n}"})
+            if status != 200:
+                errors.append(str(status))
+            elif b"event: final" not in body:
+                errors.append("sse error" if b"event: error" in body else "no final event")
+            else:
+                latencies.append(time.perf_counter() - started)
+    finally:
+        client.close()
+
+
+async def drive(url: str, sessions: int, seconds: float) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    await one_session(host, int(port), time.perf_counter() + 0.5, [], [])  # warm-up
+    latencies: list[float] = []
+    errors: list[str] = []
+    started = time.perf_counter()
+    stop_at = started + seconds
+    await asyncio.gather(
+        *(one_session(host, int(port), stop_at, latencies, errors) for _ in range(sessions))
+    )
+    elapsed = time.perf_counter() - started
+    ms = sorted(x * 1000 for x in latencies)
+
+    def pct(p: float) -> float:
+        return round(ms[min(len(ms) - 1, int(p * len(ms)))], 2) if ms else float("nan")
+
+    return {
+        "turns": len(ms),
+        "seconds": round(elapsed, 2),
+        "turns_per_s": round(len(ms) / elapsed, 1),
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+        "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
+        "errors": len(errors),
+        "error_kinds": sorted(set(errors))[:5],
+    }
+
+
+def upload_corpus(url: str) -> None:
+    from shelfhand.knowledge.base import sample_corpus
+
+    corpus = sample_corpus()
+    files = [
+        ("files", (p.name, p.read_bytes(), "application/octet-stream"))
+        for p in sorted(corpus.iterdir())
+        if p.is_file()
+    ]
+    r = httpx.post(
+        url + "/v1/knowledge/files",
+        files=files,
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=120,
+    )
+    r.raise_for_status()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_scenario(
+    scenario: str, sessions: int, seconds: float, cpus: str | None = None
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp:
+        proc, url = start_server(Path(tmp), scenario, cpus)
+        try:
+            if scenario == "rag":
+                upload_corpus(url)
+            idle_rss, _ = rss_kib(proc.pid)
+            cpu_before = cpu_seconds(proc.pid)
+            result = asyncio.run(drive(url, sessions, seconds))
+            server_cpu = cpu_seconds(proc.pid) - cpu_before
+            rss, peak = rss_kib(proc.pid)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return {
+        "scenario": scenario,
+        "sessions": sessions,
+        **result,
+        "server_cpu_ms_per_turn": round(server_cpu * 1000 / max(1, result["turns"]), 3),
+        "server_rss_mib_idle": round(idle_rss / 1024, 1),
+        "server_rss_mib_end": round(rss / 1024, 1),
+        "server_rss_mib_peak": round(peak / 1024, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sessions", type=int, default=50, help=f"concurrent sessions (<= {MAX_SESSIONS})"
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=10.0, help=f"per scenario (<= {MAX_SECONDS:g})"
+    )
+    ap.add_argument("--scenario", choices=["text", "rag", "both"], default="both")
+    ap.add_argument("--server-cpus", help="pin the server with taskset, e.g. 0,1")
+    ap.add_argument("--out", type=Path, help="also write the results as JSON here")
+    args = ap.parse_args()
+    sessions = max(1, min(args.sessions, MAX_SESSIONS))
+    seconds = max(1.0, min(args.seconds, MAX_SECONDS))
+    scenarios = ["text", "rag"] if args.scenario == "both" else [args.scenario]
+    results = [run_scenario(s, sessions, seconds, args.server_cpus) for s in scenarios]
+    header = (
+        f"{'scenario':8} {'sessions':>8} {'turns/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>6} {'RSS MiB':>8} {'srv CPU ms/turn':>15}"
+    )
+    lines = [f"shelfhand serve load, {os.cpu_count()} CPUs, {seconds:g} s per scenario", header]
+    for r in results:
+        lines.append(
+            f"{r['scenario']:8} {r['sessions']:>8} {r['turns_per_s']:>8} {r['p50_ms']:>8} "
+            f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6} {r['server_rss_mib_peak']:>8} "
+            f"{r['server_cpu_ms_per_turn']:>15}"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("RESULT " + json.dumps(results) + "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

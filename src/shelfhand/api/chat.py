@@ -1,0 +1,282 @@
+"""Chat turns of the service: one session, one turn at a time (DESIGN P1, P2).
+
+:class:`ChatService` runs a user message through the chat agent (or, with no chat model
+configured, through the knowledge agent) with the session's short-term memory and the user's
+long-term memory, yields the run's events as JSON-ready dicts, and records the finished turn
+in the session store.
+
+Concurrency: a session runs one turn at a time. A second request for a session whose turn is
+still running is refused at once with :class:`SessionBusyError` (HTTP 409, ``Retry-After``)
+instead of waiting: a client that double-submits learns it immediately, and no request can
+sit on a connection to run later against a conversation that has moved on. Different
+sessions run concurrently. The busy set lives in the process: run one service process per
+workspace (the default of ``shelfhand serve``).
+
+A failed turn (model timeout or provider error) keeps nothing of the turn; the session
+records the failure and its trace id and stays usable.
+
+The memory windows of recently used sessions are cached in the process (the store stays the
+system of record and is written on every turn), so a turn does not re-read and re-parse its
+history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
+from shelfhand.agent.memory import ConversationMemory, build_system_prompt
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import (
+    ModelError,
+    ModelTimeoutError,
+    ScriptExhaustedError,
+    ShelfhandError,
+)
+from shelfhand.core.events import Final, event_to_dict
+from shelfhand.core.messages import Message
+from shelfhand.sessions.store import MemoryWindow
+from shelfhand.sessions.user_memory import format_memories
+
+if TYPE_CHECKING:
+    from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.app import App
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.models.base import ChatModel
+    from shelfhand.sessions.store import SqliteSessionStore
+    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.tools.approvals import Approvals
+    from shelfhand.tools.toolkit import Toolkit
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChatService", "SessionBusyError", "TurnFailed", "error_status"]
+
+
+class SessionBusyError(ShelfhandError):
+    """A turn of this session is still running."""
+
+
+class TurnFailed(ShelfhandError):
+    """A turn failed; carries the HTTP status and code the API answers with."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def error_status(exc: BaseException) -> tuple[int, str]:
+    """HTTP status and code for a failure during a turn."""
+    if isinstance(exc, ModelTimeoutError):
+        return 504, "model_timeout"
+    if isinstance(exc, (ModelError, ScriptExhaustedError)):
+        return 502, "model_error"
+    return 500, "internal_error"
+
+
+class ChatService:
+    """Runs chat turns for the service.
+
+    Args:
+        app: The composition root (builds agents).
+        kb: The workspace's knowledge base.
+        sessions: Where sessions and their memory windows are kept.
+        memories: Long-term memory per user.
+        toolkit: The shared toolkit (governance state lives there).
+        model: The chat model, or ``None`` to answer with cited passages only.
+        approvals: Where ``confirm=True`` tool calls wait for the caller's decision
+            (:meth:`decide`); ``None``: such calls are not run.
+        memory_token_budget: Short-term memory budget per session (tokens).
+    """
+
+    def __init__(
+        self,
+        *,
+        app: App,
+        kb: KnowledgeBase,
+        sessions: SqliteSessionStore,
+        memories: SqliteUserMemoryStore,
+        toolkit: Toolkit,
+        model: ChatModel | None,
+        approvals: Approvals | None = None,
+        memory_token_budget: int = 4000,
+    ) -> None:
+        self.app = app
+        self.kb = kb
+        self.sessions = sessions
+        self.memories = memories
+        self.toolkit = toolkit
+        self.model = model
+        self.approvals = approvals
+        self.memory_token_budget = memory_token_budget
+        self._knowledge_agent: KnowledgeAgent | None = None
+        self._busy: set[str] = set()
+        self._approval_sessions: dict[str, str] = {}
+        self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
+
+    WINDOW_CACHE = 2048
+    """Sessions whose memory window is kept in the process."""
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached window of a deleted session."""
+        self._windows.pop(session_id, None)
+
+    def _window(self, session_id: str, user: UserContext) -> MemoryWindow | None:
+        cached = self._windows.get(session_id)
+        if cached is not None and cached[0] == user.scope:
+            self._windows.move_to_end(session_id)
+            return cached[1]
+        return self.sessions.window(session_id, user)
+
+    def _keep_window(
+        self, session_id: str, user: UserContext, messages: Sequence[Message], summary: str
+    ) -> None:
+        window = MemoryWindow(messages=tuple(messages), summary=summary)
+        self._windows[session_id] = (user.scope, window)
+        self._windows.move_to_end(session_id)
+        while len(self._windows) > self.WINDOW_CACHE:
+            self._windows.popitem(last=False)
+
+    def is_busy(self, session_id: str) -> bool:
+        return session_id in self._busy
+
+    def decide(
+        self, session_id: str, approval_id: str, user: UserContext, *, approved: bool, reason: str
+    ) -> bool:
+        """Approve or reject a pending tool call of ``session_id``; ``False`` if there is no
+        such pending call for this caller (unknown, decided, or someone else's)."""
+        if self.approvals is None or self._approval_sessions.get(approval_id) != session_id:
+            return False
+        request = self.approvals.get(approval_id)
+        if request is None or request.user.scope != user.scope:
+            return False
+        try:
+            if approved:
+                self.approvals.approve(approval_id, by=user.scope)
+            else:
+                self.approvals.reject(approval_id, reason, by=user.scope)
+        except KeyError:  # decided or timed out in the meantime
+            return False
+        return True
+
+    def turn(
+        self, session_id: str, user: UserContext, content: str, *, trace_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Claim the session and return the turn's events (the claim ends with the iterator).
+
+        The session is claimed before this returns, so two requests can never both start a
+        turn. Consume the iterator to the end or ``aclose()`` it.
+
+        Raises:
+            SessionBusyError: A turn of this session is running.
+        """
+        if session_id in self._busy:
+            raise SessionBusyError(f"session {session_id} is answering another message")
+        self._busy.add(session_id)
+        return self._turn(session_id, user, content, trace_id)
+
+    async def _turn(
+        self, session_id: str, user: UserContext, content: str, trace_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        started = time.perf_counter()
+        try:
+            window = self._window(session_id, user)
+            if window is None:
+                raise TurnFailed("session not found", status=404, code="not_found")
+            memory = ConversationMemory(
+                token_budget=self.memory_token_budget,
+                messages=list(window.messages),
+                summary=window.summary,
+            )
+            events = (
+                self._chat_events(user, content, memory, trace_id)
+                if self.model is not None
+                else self._knowledge_events(user, content, memory, trace_id)
+            )
+            async for event, final in events:
+                event["trace_id"] = trace_id
+                if event.get("type") == "approval_required":
+                    self._approval_sessions[str(event.get("approval_id"))] = session_id
+                if final is not None:
+                    info = self.sessions.record_turn(
+                        session_id,
+                        user,
+                        final,
+                        window=memory.messages,
+                        summary=memory.summary,
+                        trace_id=trace_id,
+                    )
+                    if info is None:  # deleted while the turn ran
+                        self.forget(session_id)
+                    else:
+                        self._keep_window(session_id, user, memory.messages, memory.summary)
+                    event["session_id"] = session_id
+                    event["message_count"] = info.message_count if info else 0
+                    logger.info(
+                        "turn session=%s user=%s ms=%.1f",
+                        session_id,
+                        user.scope,
+                        (time.perf_counter() - started) * 1000,
+                    )
+                yield event
+        except Exception as exc:
+            if isinstance(exc, TurnFailed):
+                raise
+            status, code = error_status(exc)
+            if status == 500:
+                logger.exception("turn failed session=%s", session_id)
+            else:
+                logger.warning("turn failed session=%s: %s: %s", session_id, code, exc)
+            self.sessions.record_failure(session_id, user, trace_id=trace_id, error=str(exc))
+            raise TurnFailed(str(exc) or type(exc).__name__, status=status, code=code) from exc
+        finally:
+            # synchronous on purpose: this must run even when the stream is cancelled
+            self._busy.discard(session_id)
+            for approval_id in [a for a, s in self._approval_sessions.items() if s == session_id]:
+                del self._approval_sessions[approval_id]
+
+    async def _chat_events(
+        self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
+    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+        assert self.model is not None
+        facts = self.memories.recall(user)
+        system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
+        # group state is per conversation; a toolkit without groups can be shared as is
+        toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit
+        agent = self.app.chat_agent(
+            self.model, self.kb, memory=memory, toolkit=toolkit, system_prompt=system
+        )
+        # the turn's trace id names the agent run too: logs, audit records and events agree
+        async for event in agent.stream(
+            content, context=user, approvals=self.approvals, trace_id=trace_id
+        ):
+            data = event_to_dict(event)
+            if isinstance(event, Final):
+                data["stop_reason"] = event.result.stop_reason
+                data["run_id"] = event.result.trace_id
+                yield data, event.result.messages
+            else:
+                yield data, None
+
+    async def _knowledge_events(
+        self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
+    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+        from shelfhand.core.events import CitationsFound, TextDelta
+
+        if self._knowledge_agent is None:
+            self._knowledge_agent = self.app.knowledge_agent(self.kb)
+        result = await self._knowledge_agent.run(content, context=user, trace_id=trace_id)
+        if result.citations:
+            yield event_to_dict(CitationsFound(citations=result.citations)), None
+        yield event_to_dict(TextDelta(text=result.output)), None
+        # no model, so no summary: keep just this turn in the window (history is unused)
+        memory.messages = list(result.messages)
+        final = event_to_dict(Final(result=result))
+        final["stop_reason"] = result.stop_reason
+        final["run_id"] = result.trace_id
+        yield final, result.messages

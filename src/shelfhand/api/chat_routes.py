@@ -1,0 +1,247 @@
+"""Routes for sessions, chat turns and long-term memories (``/v1/sessions``, ``/v1/memories``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, HTTPException, Path, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from shelfhand.api.chat import SessionBusyError, TurnFailed
+from shelfhand.api.deps import Caller, ServiceDep, sse_event
+from shelfhand.api.schemas import (
+    ChatReply,
+    CitationOut,
+    CreateSession,
+    Decision,
+    DecisionOut,
+    ErrorBody,
+    MemoryList,
+    MemoryOut,
+    PostMessage,
+    SessionDetail,
+    SessionList,
+    SessionOut,
+    ToolStep,
+)
+from shelfhand.api.tracing import current_trace_id
+from shelfhand.core.messages import Citation
+
+router = APIRouter(prefix="/v1")
+
+SessionId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or unknown API key."},
+    404: {"model": ErrorBody, "description": "No such session for this caller."},
+}
+_TURN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    409: {"model": ErrorBody, "description": "A turn of this session is still running."},
+    502: {"model": ErrorBody, "description": "The model provider failed."},
+    504: {"model": ErrorBody, "description": "The model provider timed out."},
+}
+
+
+def error_response(
+    status: int, detail: str, code: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorBody(detail=detail, code=code, trace_id=current_trace_id())
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def _not_found() -> HTTPException:
+    return HTTPException(status_code=404, detail="session not found")
+
+
+@router.post("/sessions", status_code=201, tags=["sessions"], responses=_ERRORS)
+def create_session(
+    service: ServiceDep, caller: Caller, body: Annotated[CreateSession | None, Body()] = None
+) -> SessionOut:
+    """Start a new conversation owned by the caller."""
+    info = service.sessions.create(caller, title=body.title if body else "")
+    return SessionOut.of(info)
+
+
+@router.get("/sessions", tags=["sessions"], responses=_ERRORS)
+def list_sessions(service: ServiceDep, caller: Caller) -> SessionList:
+    """The caller's sessions, most recently used first."""
+    return SessionList(sessions=[SessionOut.of(s) for s in service.sessions.list_sessions(caller)])
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"], responses=_ERRORS)
+def get_session(session_id: SessionId, service: ServiceDep, caller: Caller) -> SessionDetail:
+    """A session with its whole transcript."""
+    info = service.sessions.get(session_id, caller)
+    messages = service.sessions.messages(session_id, caller)
+    if info is None or messages is None:
+        raise _not_found()
+    return SessionDetail(
+        **SessionOut.of(info).model_dump(), messages=[m.to_dict() for m in messages]
+    )
+
+
+@router.delete(
+    "/sessions/{session_id}",
+    status_code=204,
+    tags=["sessions"],
+    responses={**_ERRORS, 409: {"model": ErrorBody, "description": "A turn is running."}},
+)
+def delete_session(session_id: SessionId, service: ServiceDep, caller: Caller) -> Response:
+    """Delete a session and its messages."""
+    if service.chat.is_busy(session_id) and service.sessions.get(session_id, caller):
+        return error_response(409, "session is answering a message; retry later", "session_busy")
+    if not service.sessions.delete(session_id, caller):
+        raise _not_found()
+    service.chat.forget(session_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    tags=["sessions"],
+    responses={
+        **_TURN_ERRORS,
+        200: {
+            "description": "With stream=true an SSE stream of events (text_delta, tool_started, "
+            "tool_finished, citations, final, error, and any other agent event); with "
+            "stream=false a ChatReply.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+    },
+    response_model=ChatReply,
+)
+async def post_message(
+    session_id: SessionId, body: PostMessage, service: ServiceDep, caller: Caller
+) -> Response:
+    """Send a user message; the answer streams as Server-Sent Events or comes as JSON.
+
+    One turn at a time per session: while a turn runs, another message for the same session
+    is answered 409 (with ``Retry-After``) rather than queued.
+    """
+    if service.sessions.get(session_id, caller) is None:
+        raise _not_found()
+    trace_id = current_trace_id()
+    try:
+        events = service.chat.turn(session_id, caller, body.content, trace_id=trace_id)
+    except SessionBusyError as exc:
+        return error_response(409, str(exc), "session_busy", headers={"Retry-After": "1"})
+    if not body.stream:
+        return await _json_reply(session_id, trace_id, events)
+    try:
+        first = await anext(events)
+    except TurnFailed as exc:
+        return error_response(exc.status, str(exc), exc.code)
+    return StreamingResponse(
+        _sse(first, events, trace_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _sse(
+    first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None], trace_id: str
+) -> AsyncIterator[bytes]:
+    n = 1
+    try:
+        yield sse_event(first, n)
+        async for event in events:
+            n += 1
+            yield sse_event(event, n)
+    except TurnFailed as exc:
+        error = {
+            "type": "error",
+            "status": exc.status,
+            "code": exc.code,
+            "message": str(exc),
+            "trace_id": trace_id,
+        }
+        yield sse_event(error, n + 1)
+    finally:
+        await events.aclose()
+
+
+async def _json_reply(
+    session_id: str, trace_id: str, events: AsyncIterator[dict[str, Any]]
+) -> Response:
+    steps: dict[str, ToolStep] = {}
+    others: list[dict[str, Any]] = []
+    final: dict[str, Any] | None = None
+    try:
+        async for event in events:
+            kind = event.get("type")
+            if kind == "tool_started":
+                steps[event["call_id"]] = ToolStep(
+                    call_id=event["call_id"], name=event["name"], arguments=event["arguments"]
+                )
+            elif kind == "tool_finished" and event["call_id"] in steps:
+                step = steps[event["call_id"]]
+                step.content = event["content"]
+                step.is_error = event["is_error"]
+                step.duration_ms = event["duration_ms"]
+            elif kind == "final":
+                final = event
+            elif kind not in ("text_delta", "citations"):
+                others.append(event)
+    except TurnFailed as exc:
+        return error_response(exc.status, str(exc), exc.code)
+    if final is None:  # pragma: no cover - the agent always ends with a final event
+        return error_response(500, "the turn ended without an answer", "internal_error")
+    reply = ChatReply(
+        session_id=session_id,
+        trace_id=trace_id,
+        output=final.get("output", ""),
+        citations=[CitationOut.of(Citation.from_dict(c)) for c in final.get("citations", [])],
+        tool_steps=list(steps.values()),
+        stop_reason=final.get("stop_reason", "final"),
+        events=others,
+    )
+    return JSONResponse(reply.model_dump())
+
+
+@router.post(
+    "/sessions/{session_id}/approvals/{approval_id}",
+    tags=["sessions"],
+    responses={
+        **_ERRORS,
+        404: {"model": ErrorBody, "description": "No such pending approval for this caller."},
+    },
+)
+def decide_approval(
+    session_id: SessionId,
+    approval_id: Annotated[str, Path(min_length=1, max_length=64)],
+    body: Decision,
+    service: ServiceDep,
+    caller: Caller,
+) -> DecisionOut:
+    """Approve or reject a tool call that waits for confirmation (an ``approval_required``
+    event of this session's running turn); the turn's stream then continues."""
+    if service.sessions.get(session_id, caller) is None:
+        raise _not_found()
+    if not service.chat.decide(
+        session_id, approval_id, caller, approved=body.approved, reason=body.reason
+    ):
+        raise HTTPException(status_code=404, detail="no such pending approval")
+    return DecisionOut(approval_id=approval_id, approved=body.approved)
+
+
+@router.get("/memories", tags=["memories"], responses=_ERRORS)
+def list_memories(service: ServiceDep, caller: Caller) -> MemoryList:
+    """What the agent remembers about the caller (saved with the ``remember`` tool)."""
+    items = service.memories.recall(caller, limit=200)
+    return MemoryList(
+        memories=[MemoryOut(id=m.id, content=m.content, created_at=m.created_at) for m in items]
+    )
+
+
+@router.delete("/memories/{memory_id}", status_code=204, tags=["memories"], responses=_ERRORS)
+def delete_memory(
+    memory_id: Annotated[str, Path(min_length=1, max_length=64)],
+    service: ServiceDep,
+    caller: Caller,
+) -> Response:
+    """Forget one memory of the caller."""
+    if not service.memories.forget(caller, memory_id):
+        raise HTTPException(status_code=404, detail="memory not found")
+    return Response(status_code=204)

@@ -1,0 +1,104 @@
+"""What every route needs: the running service's parts and the authenticated caller."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from shelfhand.core.auth import identify
+from shelfhand.core.context import UserContext
+
+if TYPE_CHECKING:
+    from shelfhand.api.chat import ChatService
+    from shelfhand.api.uploads import Uploads
+    from shelfhand.app import App
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.sessions.store import SqliteSessionStore
+    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.tools.toolkit import Toolkit
+
+__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "sse_event"]
+
+ANONYMOUS_CALLER = UserContext(tenant_id="default", user_id="anonymous", roles=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceConfig:
+    """Limits and switches of the HTTP service.
+
+    Args:
+        max_file_bytes: The largest uploaded file (default 20 MiB).
+        max_files: The most files in one upload.
+        allow_anonymous: Requests without a key act as tenant ``default``, user
+            ``anonymous`` (local use only; otherwise a missing key is 401).
+        memory_token_budget: Short-term memory budget of each session, in tokens.
+    """
+
+    max_file_bytes: int = 20 * 1024 * 1024
+    max_files: int = 20
+    allow_anonymous: bool = False
+    memory_token_budget: int = 4000
+
+
+@dataclass(slots=True)
+class Service:
+    """The parts of a running service (built in the app's lifespan)."""
+
+    app: App
+    config: ServiceConfig
+    api_keys: Mapping[str, UserContext]
+    kb: KnowledgeBase
+    sessions: SqliteSessionStore
+    memories: SqliteUserMemoryStore
+    toolkit: Toolkit
+    chat: ChatService
+    uploads: Uploads
+    closers: list[Any] = field(default_factory=list)
+
+
+# async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than
+# these few lines do
+async def get_service(request: Request) -> Service:
+    service: Service | None = getattr(request.app.state, "service", None)
+    if service is None:  # pragma: no cover - only before start-up completes
+        raise HTTPException(status_code=503, detail="service is starting")
+    return service
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from SHELFHAND_API_KEYS.")
+
+
+async def get_caller(
+    service: Annotated[Service, Depends(get_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> UserContext:
+    """The caller behind ``Authorization: Bearer KEY``; 401 when missing or unknown."""
+    if credentials is None:
+        if service.config.allow_anonymous:
+            return ANONYMOUS_CALLER
+        raise HTTPException(
+            status_code=401,
+            detail="missing API key: send Authorization: Bearer <key>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    user = identify(service.api_keys, credentials.credentials)
+    if user is None:
+        raise HTTPException(
+            status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return user
+
+
+Caller = Annotated[UserContext, Depends(get_caller)]
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
+    """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()

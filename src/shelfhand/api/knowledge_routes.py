@@ -1,0 +1,215 @@
+"""Routes for the knowledge base (``/v1/knowledge``) and the tool list (``/v1/tools``).
+
+Uploads are all or nothing (see :mod:`shelfhand.api.uploads`); search, listing and deleting
+see only the caller's tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, HTTPException, Path, Query, Response, UploadFile
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from shelfhand.api.chat_routes import error_response
+from shelfhand.api.deps import Caller, Service, ServiceDep, sse_event
+from shelfhand.api.schemas import (
+    CitationOut,
+    ErrorBody,
+    IngestFailureOut,
+    IngestOut,
+    SearchOut,
+    SourceList,
+    SourceOut,
+    ToolList,
+    ToolOut,
+)
+from shelfhand.api.uploads import Staged, UploadRejected
+from shelfhand.core.context import UserContext
+from shelfhand.knowledge.citations import to_citations
+from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+
+router = APIRouter(prefix="/v1")
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or unknown API key."},
+}
+_UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    409: {"model": ErrorBody, "description": "A source of that name belongs to someone else."},
+    413: {"model": ErrorBody, "description": "A file (or the upload) is too large."},
+    415: {"model": ErrorBody, "description": "A file type the readers do not understand."},
+    422: {"model": ErrorBody, "description": "Bad names or unreadable files; nothing stored."},
+}
+
+
+def _ingest_out(report: IngestReport) -> IngestOut:
+    return IngestOut(
+        added=list(report.added),
+        updated=list(report.updated),
+        unchanged=list(report.unchanged),
+        chunks=report.chunks,
+        embedding_failed=[
+            IngestFailureOut(source=f.source, reason=f.reason) for f in report.embedding_failed
+        ],
+        seconds=round(report.total_seconds, 4),
+    )
+
+
+@router.post(
+    "/knowledge/files",
+    tags=["knowledge"],
+    responses={
+        **_UPLOAD_ERRORS,
+        200: {
+            "description": "The ingest report; with stream=true an SSE stream of "
+            "ingest_progress events and one ingest_done (or error) event.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+    },
+    response_model=IngestOut,
+)
+async def upload_files(
+    service: ServiceDep,
+    caller: Caller,
+    files: Annotated[list[UploadFile], File(description="One or more documents.")],
+    stream: Annotated[bool, Query(description="Stream ingest progress as SSE.")] = False,
+) -> Response:
+    """Upload documents and ingest them for the caller's tenant (all or nothing)."""
+    uploads = service.uploads
+    try:
+        staged = await uploads.receive(files, caller)
+    except UploadRejected as exc:
+        return error_response(exc.status, str(exc), exc.code)
+    try:
+        await asyncio.to_thread(uploads.validate, staged, caller)
+    except UploadRejected as exc:
+        uploads.discard(staged)
+        return error_response(exc.status, str(exc), exc.code)
+    if stream:
+        return StreamingResponse(
+            _ingest_events(service, staged, caller),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    try:
+        report = await asyncio.to_thread(uploads.ingest, staged, caller, service.kb)
+    except UploadRejected as exc:
+        return error_response(exc.status, str(exc), exc.code)
+    finally:
+        uploads.discard(staged)
+    return JSONResponse(_ingest_out(report).model_dump())
+
+
+async def _ingest_events(
+    service: Service, staged: Staged, caller: UserContext
+) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    def progress(event: IngestEvent) -> None:  # called from the ingest thread
+        data = {
+            "type": "ingest_progress",
+            "kind": event.kind,
+            "source": event.source,
+            "done": event.done,
+            "total": event.total,
+        }
+        loop.call_soon_threadsafe(queue.put_nowait, data)
+
+    task = asyncio.ensure_future(
+        asyncio.to_thread(service.uploads.ingest, staged, caller, service.kb, progress)
+    )
+    # runs after every progress item already scheduled from the thread (FIFO ready queue)
+    task.add_done_callback(lambda _: queue.put_nowait(None))
+    n = 0
+    try:
+        while (item := await queue.get()) is not None:
+            n += 1
+            yield sse_event(item, n)
+        try:
+            report = task.result()
+            done: dict[str, Any] = {"type": "ingest_done", **_ingest_out(report).model_dump()}
+        except UploadRejected as exc:
+            done = {"type": "error", "status": exc.status, "code": exc.code, "message": str(exc)}
+        yield sse_event(done, n + 1)
+    finally:
+        if not task.done():  # client went away: let the ingest finish, then clean up
+            await asyncio.shield(task)
+        service.uploads.discard(staged)
+
+
+@router.get("/knowledge/sources", tags=["knowledge"], responses=_ERRORS)
+def list_sources(service: ServiceDep, caller: Caller) -> SourceList:
+    """Sources uploaded by the caller's tenant, newest first."""
+    stats = {s.source: s for s in service.kb.sources()}
+    out = []
+    for record in service.uploads.registry.for_tenant(caller.tenant_id):
+        info = stats.get(record.source)
+        out.append(
+            SourceOut(
+                source=record.source,
+                filename=record.filename,
+                doc_type=info.doc_type if info else "",
+                documents=info.documents if info else 0,
+                chunks=info.chunks if info else 0,
+                bytes=record.bytes,
+                uploaded_at=record.uploaded_at,
+                uploaded_by=record.uploaded_by,
+            )
+        )
+    return SourceList(sources=out)
+
+
+@router.delete(
+    "/knowledge/sources/{source:path}",
+    status_code=204,
+    tags=["knowledge"],
+    responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such source."}},
+)
+async def delete_source(
+    source: Annotated[str, Path(min_length=1, max_length=400)], service: ServiceDep, caller: Caller
+) -> Response:
+    """Remove a source the caller's tenant uploaded (its documents, chunks and file)."""
+    deleted = await asyncio.to_thread(service.uploads.delete, source, caller, service.kb)
+    if not deleted:
+        raise HTTPException(status_code=404, detail="source not found")
+    return Response(status_code=204)
+
+
+@router.get("/knowledge/search", tags=["knowledge"], responses=_ERRORS)
+async def search(
+    service: ServiceDep,
+    caller: Caller,
+    q: Annotated[str, Query(min_length=1, max_length=2000, description="What to look for.")],
+    top_k: Annotated[int, Query(ge=1, le=20)] = 5,
+    mode: Annotated[Literal["hybrid", "keyword", "vector"], Query()] = "hybrid",
+) -> SearchOut:
+    """Cited passages the caller may read (the knowledge agent: no model, no tokens)."""
+    kb = service.kb
+    hits = await asyncio.to_thread(kb.search, q, k=top_k, user=caller, mode=mode)
+    return SearchOut(
+        query=q,
+        results=[CitationOut.of(c) for c in to_citations(hits)],
+        degraded=kb.degraded_reason,
+    )
+
+
+@router.get("/tools", tags=["tools"], responses=_ERRORS)
+def list_tools(service: ServiceDep, caller: Caller) -> ToolList:
+    """The tools the model may call on the caller's behalf (filtered by permission)."""
+    out = []
+    for t in service.toolkit.visible_tools(caller):
+        fn = t.schema()["function"]
+        out.append(
+            ToolOut(
+                name=t.name,
+                description=t.description,
+                parameters=fn.get("parameters", {}),
+                read_only=t.read_only,
+                permission=t.permission,
+            )
+        )
+    return ToolList(tools=out)

@@ -1,0 +1,198 @@
+"""Wire formats of the HTTP API (pydantic lives here, at the edge)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.citations import label
+from shelfhand.sessions.store import SessionInfo
+
+MAX_CONTENT_CHARS = 32_000
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: what went wrong, a stable code, and the request's trace id."""
+
+    detail: Any = Field(description="What went wrong (a list of problems for 422).")
+    code: str = ""
+    trace_id: str = ""
+
+
+class CreateSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(default="", max_length=200)
+
+
+class SessionOut(BaseModel):
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    state: Literal["idle", "failed"]
+    message_count: int
+    last_trace_id: str = ""
+    last_error: str = ""
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> SessionOut:
+        return cls(
+            id=info.id,
+            title=info.title,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+            state=info.state,
+            message_count=info.message_count,
+            last_trace_id=info.last_trace_id,
+            last_error=info.last_error,
+        )
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+
+
+class SessionDetail(SessionOut):
+    messages: list[dict[str, Any]] = Field(
+        description="The transcript: messages as in shelfhand.core.messages.Message.to_dict."
+    )
+
+
+class PostMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    stream: bool = Field(
+        default=True, description="true: an SSE stream of events; false: one JSON reply."
+    )
+
+
+class Decision(BaseModel):
+    """A human's answer to an ``approval_required`` event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approved: bool
+    reason: str = Field(default="", max_length=2000)
+
+
+class DecisionOut(BaseModel):
+    approval_id: str
+    approved: bool
+
+
+class CitationOut(BaseModel):
+    index: int
+    source: str
+    title: str = ""
+    section: str = ""
+    page: int | None = None
+    doc_id: str = ""
+    chunk_id: str = ""
+    text: str = ""
+    score: float | None = None
+    label: str = Field(default="", description="title › section (source, p. N)")
+
+    @classmethod
+    def of(cls, c: Citation) -> CitationOut:
+        return cls(**c.to_dict(), label=label(c))
+
+
+class ToolStep(BaseModel):
+    call_id: str
+    name: str
+    arguments: str
+    content: str = ""
+    is_error: bool = False
+    duration_ms: float = 0.0
+
+
+class ChatReply(BaseModel):
+    """The answer of a turn when ``stream`` is false."""
+
+    session_id: str
+    trace_id: str
+    output: str
+    citations: list[CitationOut]
+    tool_steps: list[ToolStep]
+    stop_reason: str
+    events: list[dict[str, Any]] = Field(
+        default_factory=list, description="Other events of the turn (e.g. approvals needed)."
+    )
+
+
+class SourceOut(BaseModel):
+    source: str
+    filename: str
+    doc_type: str = ""
+    documents: int = 0
+    chunks: int = 0
+    bytes: int = 0
+    uploaded_at: float = 0.0
+    uploaded_by: str = ""
+
+
+class SourceList(BaseModel):
+    sources: list[SourceOut]
+
+
+class IngestFailureOut(BaseModel):
+    source: str
+    reason: str
+
+
+class IngestOut(BaseModel):
+    """What an upload did."""
+
+    added: list[str]
+    updated: list[str]
+    unchanged: list[str]
+    chunks: int
+    embedding_failed: list[IngestFailureOut] = Field(
+        default_factory=list,
+        description="Stored and keyword-searchable, but without vectors (retried next ingest).",
+    )
+    seconds: float
+
+
+class SearchOut(BaseModel):
+    query: str
+    results: list[CitationOut]
+    degraded: str | None = Field(
+        default=None, description="Why search ran with less than hybrid retrieval, if it did."
+    )
+
+
+class ToolOut(BaseModel):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool
+    permission: str
+
+
+class ToolList(BaseModel):
+    tools: list[ToolOut]
+
+
+class MemoryOut(BaseModel):
+    id: str
+    content: str
+    created_at: float
+
+
+class MemoryList(BaseModel):
+    memories: list[MemoryOut]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    store: str
+    model: str

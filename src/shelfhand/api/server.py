@@ -1,0 +1,271 @@
+"""The HTTP service: ``create_app(app)`` turns a workspace into a FastAPI application.
+
+::
+
+    from shelfhand.app import App
+    from shelfhand.api import create_app
+
+    api = create_app(App.from_settings("./.shelfhand"))
+    # uvicorn.run(api, host="127.0.0.1", port=8080)   — or: shelfhand serve
+
+Everything that can be wrong in the configuration (API keys, retrieval mode, embedder, model
+spec, MCP entries — stdio ones are refused in a service) fails in ``create_app``, before the
+server listens. MCP servers connect in the lifespan, in the server's event loop.
+
+Errors have one shape, :class:`~shelfhand.api.schemas.ErrorBody` (``detail``, ``code``,
+``trace_id``): 401 missing/unknown key, 404 not yours or missing, 409 session busy, 413/415
+upload limits, 422 invalid input, 502 model provider failure, 504 model timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import shelfhand
+from shelfhand.api import chat_routes, knowledge_routes
+from shelfhand.api.chat import ChatService
+from shelfhand.api.deps import Service, ServiceConfig, ServiceDep
+from shelfhand.api.schemas import ErrorBody, Health, Readiness
+from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
+from shelfhand.api.uploads import UploadRegistry, Uploads
+from shelfhand.core.context import UserContext
+
+if TYPE_CHECKING:
+    from shelfhand.app import App
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_service", "create_app"]
+
+STATIC_DIR = Path(str(files("shelfhand.api") / "static"))
+
+
+def build_service(
+    app: App, config: ServiceConfig, api_keys: Mapping[str, UserContext] | None = None
+) -> Service:
+    """Open the stores and build the toolkit and chat service (fails fast on bad settings)."""
+    from shelfhand.agent.remember import make_remember_tool
+    from shelfhand.tools.approvals import Approvals
+
+    keys = dict(api_keys) if api_keys is not None else app.api_keys()
+    model = app.chat_model()
+    kb = app.open_knowledge()
+    sessions = app.session_store()
+    memories = app.user_memory_store()
+    registry = UploadRegistry(app.settings.workspace / "sessions.db")
+    toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
+    approvals = Approvals(timeout=300)
+    chat = ChatService(
+        app=app,
+        kb=kb,
+        sessions=sessions,
+        memories=memories,
+        toolkit=toolkit,
+        model=model,
+        approvals=approvals,
+        memory_token_budget=config.memory_token_budget,
+    )
+    uploads = Uploads(
+        app.settings.workspace / "uploads",
+        registry,
+        max_file_bytes=config.max_file_bytes,
+        max_files=config.max_files,
+    )
+    service = Service(
+        app=app,
+        config=config,
+        api_keys=keys,
+        kb=kb,
+        sessions=sessions,
+        memories=memories,
+        toolkit=toolkit,
+        chat=chat,
+        uploads=uploads,
+    )
+    service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
+    return service
+
+
+def _mcp_configs(app: App) -> list[Any]:
+    """MCP servers of the workspace, stdio refused (service mode); none without the extra."""
+    try:
+        from shelfhand.mcp.config import load_mcp_config
+    except ImportError:  # the mcp extra is not installed
+        return []
+    return load_mcp_config(app.settings.workspace, service_mode=True)
+
+
+class UploadSizeLimit:
+    """Refuse an upload whose declared size exceeds what could ever be accepted, before the
+    multipart parser spools it to disk."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, prefix: str = "/v1/knowledge/files") -> None:
+        self.app = app
+        self.limit = limit
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            for key, value in scope.get("headers", ()):
+                if key == b"content-length" and value.isdigit() and int(value) > self.limit:
+                    body = ErrorBody(
+                        detail=f"upload larger than {self.limit} bytes",
+                        code="upload_too_large",
+                        trace_id=current_trace_id(),
+                    )
+                    response = JSONResponse(body.model_dump(), status_code=413)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    app: App,
+    *,
+    config: ServiceConfig | None = None,
+    api_keys: Mapping[str, UserContext] | None = None,
+) -> FastAPI:
+    """The FastAPI application serving ``app``'s workspace.
+
+    Args:
+        app: The composition root (settings, model, knowledge).
+        config: Limits and switches; defaults to :class:`ServiceConfig`.
+        api_keys: Key → caller; defaults to the configured keys (``SHELFHAND_API_KEYS`` or
+            ``[[api_keys]]`` in shelfhand.toml).
+
+    Raises:
+        ConfigurationError: Invalid settings, keys or MCP configuration.
+    """
+    cfg = config or ServiceConfig()
+    mcp_configs = _mcp_configs(app)
+    service = build_service(app, cfg, api_keys)
+
+    @asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        group = None
+        if mcp_configs:
+            from shelfhand.mcp.config import servers_from_config
+
+            group = servers_from_config(mcp_configs)
+            await service.toolkit.add_mcp(group)
+        api.state.service = service
+        try:
+            yield
+        finally:
+            if group is not None:
+                try:
+                    await group.aclose()
+                except Exception:
+                    logger.warning("closing MCP servers failed", exc_info=True)
+            for close in service.closers:
+                close()
+
+    api = FastAPI(
+        title="shelfhand",
+        version=shelfhand.__version__,
+        description="Cited answers from your documents and governed tools, over HTTP. "
+        "Authenticate with `Authorization: Bearer <API key>`.",
+        lifespan=lifespan,
+    )
+    api.state.service = service
+    api.include_router(chat_routes.router)
+    api.include_router(knowledge_routes.router)
+    _add_health_routes(api)
+    _add_error_handlers(api)
+    api.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @api.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
+    api.add_middleware(TraceIdMiddleware)  # outermost: every response gets a trace id
+    return api
+
+
+def _add_health_routes(api: FastAPI) -> None:
+    @api.get("/healthz", tags=["health"])
+    def healthz() -> Health:
+        """Liveness: the process answers."""
+        return Health(status="ok")
+
+    @api.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"model": Readiness, "description": "Not ready."}},
+    )
+    async def readyz(service: ServiceDep) -> Response:
+        """Readiness: the stores answer and the chat model is reachable (or not configured)."""
+        store = "ok"
+        try:
+            service.sessions.check()
+            await asyncio.to_thread(service.kb.count_chunks)
+        except Exception as exc:
+            store = f"unavailable: {type(exc).__name__}: {exc}"
+        model_state = await _model_state(service)
+        ready = store == "ok" and not model_state.startswith("unreachable")
+        body = Readiness(status="ready" if ready else "not ready", store=store, model=model_state)
+        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+async def _model_state(service: Service) -> str:
+    model = service.chat.model
+    if model is None:
+        return "not configured (chat answers are cited passages from the knowledge agent)"
+    check = getattr(model, "check", None)
+    if not callable(check):
+        return f"configured: {model.name}"
+    try:
+        async with asyncio.timeout(5):
+            result = check()
+            if asyncio.iscoroutine(result):
+                await result
+    except Exception as exc:
+        return f"unreachable: {model.name}: {type(exc).__name__}: {exc}"
+    return f"ok: {model.name}"
+
+
+def _add_error_handlers(api: FastAPI) -> None:
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        body = ErrorBody(
+            detail=exc.detail, code=f"http_{exc.status_code}", trace_id=current_trace_id()
+        )
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid_input(request: Request, exc: RequestValidationError) -> Response:
+        # only loc/msg/type: echoing the input back could leak it or fail to encode
+        problems = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
+            for e in exc.errors()
+        ]
+        body = ErrorBody(detail=problems, code="invalid_input", trace_id=current_trace_id())
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    @api.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        body = ErrorBody(
+            detail="internal error; the trace id finds it in the logs",
+            code="internal_error",
+            trace_id=current_trace_id(),
+        )
+        return JSONResponse(body.model_dump(), status_code=500)

@@ -1,0 +1,310 @@
+// shelfhand web chat: plain JS, no build step. Talks to the /v1 API with the key from the
+// sidebar (kept in localStorage), reads Server-Sent Events from fetch() streams.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { sessionId: null, busy: false };
+
+function apiKey() { return $("api-key").value.trim(); }
+
+function headers(extra = {}) {
+  const h = { ...extra };
+  if (apiKey()) h["Authorization"] = "Bearer " + apiKey();
+  return h;
+}
+
+function setStatus(text, isError = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", isError);
+}
+
+async function api(method, path, body) {
+  const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+  if (body) init.body = JSON.stringify(body);
+  const res = await fetch(path, init);
+  if (!res.ok) throw new Error(await errorText(res));
+  return res.status === 204 ? null : res.json();
+}
+
+async function errorText(res) {
+  try {
+    const body = await res.json();
+    const detail = Array.isArray(body.detail) ? body.detail.map((d) => d.msg).join("; ") : body.detail;
+    return `${res.status}: ${detail}` + (body.trace_id ? ` (trace ${body.trace_id})` : "");
+  } catch (_) {
+    return `${res.status} ${res.statusText}`;
+  }
+}
+
+// Parse an SSE body from a fetch Response, calling onEvent(type, data) per event.
+async function readEvents(res, onEvent) {
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let type = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) type = line.slice(7);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+      }
+      if (data.length) onEvent(type, JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+// --- sessions ------------------------------------------------------------------------------
+async function loadSessions() {
+  if (!apiKey()) { setStatus("Enter an API key to start."); return; }
+  try {
+    const { sessions } = await api("GET", "/v1/sessions");
+    const list = $("sessions");
+    list.textContent = "";
+    for (const s of sessions) {
+      const li = document.createElement("li");
+      li.textContent = s.title || "(new chat)";
+      li.title = new Date(s.updated_at * 1000).toLocaleString();
+      li.dataset.id = s.id;
+      li.classList.toggle("active", s.id === state.sessionId);
+      li.onclick = () => openSession(s.id);
+      list.appendChild(li);
+    }
+    setStatus("");
+  } catch (err) {
+    setStatus(err.message, true);
+  }
+}
+
+async function openSession(id) {
+  const detail = await api("GET", "/v1/sessions/" + id);
+  state.sessionId = id;
+  $("messages").textContent = "";
+  let answer = null;
+  for (const m of detail.messages) {
+    if (m.role === "user") {
+      addBubble("user").textContent = textOf(m);
+      answer = null;
+    } else if (m.role === "assistant") {
+      const calls = m.content.filter((b) => b.type === "tool_call");
+      if (!answer) answer = newAnswer();
+      for (const c of calls) addStep(answer, `→ ${c.name}(${c.arguments})`);
+      const text = textOf(m);
+      if (text) { answer.text += text; renderAnswer(answer); }
+    } else if (m.role === "tool" && answer) {
+      for (const r of m.content.filter((b) => b.type === "tool_result")) {
+        answer.citations.push(...r.citations);
+        addStep(answer, `← ${r.name} ${r.is_error ? "error" : "ok"}`, r.is_error);
+      }
+    }
+    for (const b of m.content.filter((b) => b.type === "citations")) answer && answer.citations.push(...b.citations);
+    if (answer) renderAnswer(answer);
+  }
+  await loadSessions();
+}
+
+function textOf(m) { return m.content.filter((b) => b.type === "text").map((b) => b.text).join(""); }
+
+async function newSession() {
+  const s = await api("POST", "/v1/sessions", {});
+  state.sessionId = s.id;
+  $("messages").textContent = "";
+  await loadSessions();
+  return s.id;
+}
+
+// --- messages ------------------------------------------------------------------------------
+function addBubble(role) {
+  const li = document.createElement("li");
+  li.className = "msg " + role;
+  $("messages").appendChild(li);
+  li.scrollIntoView({ block: "end" });
+  return li;
+}
+
+function newAnswer() {
+  const el = addBubble("assistant");
+  const steps = document.createElement("ul");
+  steps.className = "steps";
+  const body = document.createElement("div");
+  body.className = "answer";
+  const cites = document.createElement("div");
+  cites.className = "citations";
+  el.append(steps, body, cites);
+  return { el, steps, body, cites, text: "", citations: [] };
+}
+
+function addStep(answer, text, failed = false) {
+  const li = document.createElement("li");
+  li.textContent = text;
+  if (failed) li.classList.add("failed");
+  answer.steps.appendChild(li);
+  return li;
+}
+
+function citationByIndex(answer, index) {
+  // later tool calls may reuse numbers: the latest citation with that number wins
+  for (let i = answer.citations.length - 1; i >= 0; i--) if (answer.citations[i].index === index) return answer.citations[i];
+  return null;
+}
+
+function citeLabel(c) {
+  let where = c.title || c.source;
+  if (c.section && c.section !== c.title) where += " › " + c.section.replace(c.title + " > ", "");
+  return where + " (" + c.source + (c.page != null ? ", p. " + c.page : "") + ")";
+}
+
+function renderAnswer(answer) {
+  answer.body.textContent = "";
+  const parts = answer.text.split(/(\[\d+\])/);
+  for (const part of parts) {
+    const m = /^\[(\d+)\]$/.exec(part);
+    const c = m && citationByIndex(answer, Number(m[1]));
+    if (c) {
+      const a = document.createElement("a");
+      a.className = "cite";
+      a.textContent = part;
+      a.href = "#";
+      a.dataset.index = m[1];
+      a.onclick = (e) => { e.preventDefault(); showPassage(c); };
+      answer.body.appendChild(a);
+    } else {
+      answer.body.appendChild(document.createTextNode(part));
+    }
+  }
+  answer.cites.textContent = "";
+  const seen = new Set();
+  for (const c of answer.citations) {
+    const key = c.index + "|" + c.chunk_id;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "citation";
+    b.textContent = `[${c.index}] ${citeLabel(c)}`;
+    b.onclick = () => showPassage(c);
+    answer.cites.appendChild(b);
+  }
+}
+
+function showPassage(c) {
+  $("passage").hidden = false;
+  $("passage-title").textContent = `[${c.index}] ${c.title || c.source}`;
+  $("passage-where").textContent = citeLabel(c);
+  $("passage-text").textContent = c.text;
+}
+
+function showApproval(answer, event) {
+  const box = document.createElement("div");
+  box.className = "approval";
+  box.textContent = `${event.tool} needs your confirmation: ${JSON.stringify(event.arguments)} `;
+  for (const [label, approved] of [["Approve", true], ["Reject", false]]) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = label;
+    b.onclick = async () => {
+      box.querySelectorAll("button").forEach((x) => (x.disabled = true));
+      try {
+        await api("POST", `/v1/sessions/${state.sessionId}/approvals/${event.approval_id}`, { approved, reason: approved ? "" : "rejected in the web page" });
+        box.append(approved ? " approved" : " rejected");
+      } catch (err) { setStatus(err.message, true); }
+    };
+    box.appendChild(b);
+  }
+  answer.el.insertBefore(box, answer.body);
+}
+
+async function send(text) {
+  if (state.busy || !text.trim()) return;
+  if (!apiKey()) { setStatus("Enter an API key first.", true); return; }
+  state.busy = true;
+  $("send").disabled = true;
+  try {
+    const id = state.sessionId || (await newSession());
+    addBubble("user").textContent = text;
+    const answer = newAnswer();
+    const steps = {};
+    const res = await fetch(`/v1/sessions/${id}/messages`, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+      body: JSON.stringify({ content: text, stream: true }),
+    });
+    if (!res.ok) throw new Error(await errorText(res));
+    setStatus("trace " + (res.headers.get("X-Trace-Id") || ""));
+    await readEvents(res, (type, ev) => {
+      if (type === "text_delta") { answer.text += ev.text; renderAnswer(answer); }
+      else if (type === "tool_started") steps[ev.call_id] = addStep(answer, `→ ${ev.name}(${ev.arguments})`);
+      else if (type === "tool_finished") {
+        const line = steps[ev.call_id] || addStep(answer, "");
+        line.textContent += ` ← ${ev.is_error ? "error" : "ok"} ${Math.round(ev.duration_ms)} ms`;
+        if (ev.is_error) line.classList.add("failed");
+      } else if (type === "citations") { answer.citations.push(...ev.citations); renderAnswer(answer); }
+      else if (type === "approval_required") showApproval(answer, ev);
+      else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); }
+      else if (type === "error") { answer.el.classList.add("error"); answer.text += `\n[${ev.status}] ${ev.message}`; renderAnswer(answer); }
+      answer.el.scrollIntoView({ block: "end" });
+    });
+    await loadSessions();
+  } catch (err) {
+    setStatus(err.message, true);
+  } finally {
+    state.busy = false;
+    $("send").disabled = false;
+  }
+}
+
+// --- ingest --------------------------------------------------------------------------------
+async function upload(files) {
+  if (!files.length) return;
+  if (!apiKey()) { setStatus("Enter an API key first.", true); return; }
+  const log = $("ingest-log");
+  const line = document.createElement("li");
+  line.textContent = `uploading ${files.length} file(s)…`;
+  log.prepend(line);
+  const form = new FormData();
+  for (const f of files) form.append("files", f, f.name);
+  try {
+    const res = await fetch("/v1/knowledge/files?stream=true", { method: "POST", headers: headers(), body: form });
+    if (!res.ok) throw new Error(await errorText(res));
+    await readEvents(res, (type, ev) => {
+      if (type === "ingest_progress" && ev.source) line.textContent = `${ev.done}/${ev.total} ${ev.kind} ${ev.source}`;
+      else if (type === "ingest_done") line.textContent = `done: ${ev.added.length} added, ${ev.updated.length} updated, ${ev.unchanged.length} unchanged, ${ev.chunks} chunks`;
+      else if (type === "error") { line.textContent = ev.message; line.className = "error"; }
+    });
+  } catch (err) {
+    line.textContent = err.message;
+    line.className = "error";
+  }
+}
+
+// --- wiring --------------------------------------------------------------------------------
+$("api-key").value = localStorage.getItem("shelfhand.apiKey") || "";
+$("api-key").addEventListener("change", () => {
+  localStorage.setItem("shelfhand.apiKey", apiKey());
+  state.sessionId = null;
+  $("messages").textContent = "";
+  loadSessions();
+});
+$("new-session").onclick = () => newSession().catch((e) => setStatus(e.message, true));
+$("composer").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = $("message-input").value;
+  $("message-input").value = "";
+  send(text);
+});
+$("message-input").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
+});
+$("passage-close").onclick = () => { $("passage").hidden = true; };
+const zone = $("dropzone");
+zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+zone.addEventListener("drop", (e) => { e.preventDefault(); zone.classList.remove("over"); upload([...e.dataTransfer.files]); });
+$("file-input").addEventListener("change", (e) => { upload([...e.target.files]); e.target.value = ""; });
+loadSessions();

@@ -1,0 +1,362 @@
+"""Uploaded documents: limits, staging, all-or-nothing ingest, ownership per tenant.
+
+An upload goes through four steps, and only the last one changes anything a user can see:
+
+1. **receive** — each part is streamed to ``<workspace>/uploads/.staging/<id>/<tenant>/<name>``
+   with the size limit enforced while reading; names are reduced to a safe base name and the
+   suffix must be one the readers understand.
+2. **validate** — every staged file is read with the real reader; one unreadable file rejects
+   the whole upload, so nothing is partially ingested.
+3. **ingest** — the staged files are ingested for the caller's tenant. The source of a file is
+   ``<tenant>/<name>`` (the ingestor names sources after the folder a file is in), exactly as
+   if it were ingested from its final place.
+4. **keep** — files move to ``<workspace>/uploads/<tenant>/<name>`` and the registry records
+   which tenant owns each source; the staging folder is removed in every case.
+
+The registry (a table in ``sessions.db``) is what scopes listing and deleting sources to a
+tenant; search is scoped by the store itself. A source that exists but belongs to another
+tenant (or was ingested from the command line) cannot be overwritten through the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.db import Migration, apply_migrations, connect, transaction
+from shelfhand.core.errors import UnreadableDocumentError
+from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+from shelfhand.knowledge.readers import SUPPORTED_SUFFIXES, read_file
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
+
+MIGRATIONS = [
+    Migration(
+        name="uploads_001_initial",
+        sql="""
+CREATE TABLE knowledge_uploads (
+    source TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    uploaded_by TEXT NOT NULL,
+    uploaded_at REAL NOT NULL
+);
+CREATE INDEX knowledge_uploads_tenant ON knowledge_uploads (tenant_id, uploaded_at);
+""",
+    ),
+]
+
+MAX_NAME_CHARS = 200
+_CHUNK = 1024 * 1024
+
+
+class UploadRejected(Exception):
+    """The upload is refused as a whole; nothing was stored."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class IncomingFile(Protocol):
+    """What the receiver needs of an uploaded part (Starlette's ``UploadFile`` fits)."""
+
+    filename: str | None
+
+    async def read(self, size: int = -1) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UploadRecord:
+    source: str
+    tenant_id: str
+    filename: str
+    bytes: int
+    uploaded_by: str
+    uploaded_at: float
+
+
+def tenant_folder(tenant_id: str) -> str:
+    """A folder name for a tenant: readable for plain ids, injective for every id."""
+    out = "".join(
+        c if c.isascii() and (c.isalnum() or c in "-_") else f"~{ord(c):x}~" for c in tenant_id
+    )
+    return out or "~empty~"
+
+
+def safe_name(filename: str | None) -> str:
+    """The base name of an uploaded file, or :class:`UploadRejected` (422) if unusable."""
+    name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if not name or name in (".", "..") or name.startswith("."):
+        raise UploadRejected(
+            f"file name {filename!r} is not usable: give each file a plain name such as faq.md",
+            status=422,
+            code="invalid_file_name",
+        )
+    if any(ord(c) < 32 for c in name) or len(name) > MAX_NAME_CHARS:
+        raise UploadRejected(
+            f"file name {filename!r} has control characters or is longer than "
+            f"{MAX_NAME_CHARS} characters",
+            status=422,
+            code="invalid_file_name",
+        )
+    suffix = Path(name).suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
+        raise UploadRejected(
+            f"{name}: unsupported file type {suffix or '(no suffix)'!r}; supported: {supported}",
+            status=415,
+            code="unsupported_file_type",
+        )
+    return name
+
+
+class UploadRegistry:
+    """Which tenant owns each uploaded source (a table in ``sessions.db``)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection = connect(path)
+        apply_migrations(self._conn, MIGRATIONS)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def owner_of(self, source: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT tenant_id FROM knowledge_uploads WHERE source=?", (source,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def record(self, records: Sequence[UploadRecord]) -> None:
+        with self._lock, transaction(self._conn):
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO knowledge_uploads"
+                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (r.source, r.tenant_id, r.filename, r.bytes, r.uploaded_by, r.uploaded_at)
+                    for r in records
+                ],
+            )
+
+    def for_tenant(self, tenant_id: str) -> list[UploadRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
+                " FROM knowledge_uploads WHERE tenant_id=? ORDER BY uploaded_at DESC, source",
+                (tenant_id,),
+            ).fetchall()
+        return [
+            UploadRecord(
+                source=r[0],
+                tenant_id=r[1],
+                filename=r[2],
+                bytes=r[3],
+                uploaded_by=r[4],
+                uploaded_at=r[5],
+            )
+            for r in rows
+        ]
+
+    def remove(self, tenant_id: str, source: str) -> bool:
+        with self._lock:
+            cur = self._conn.execute(
+                "DELETE FROM knowledge_uploads WHERE tenant_id=? AND source=?", (tenant_id, source)
+            )
+        return cur.rowcount > 0
+
+
+@dataclass(slots=True)
+class Staged:
+    """Files received for one upload, not yet visible to anyone."""
+
+    folder: Path
+    """``.staging/<id>``; removed by :meth:`Uploads.discard`."""
+    files: list[tuple[Path, int]]
+    """Each staged file (under ``folder/<tenant>/``) with its size in bytes."""
+
+
+class KnowledgeTarget(Protocol):
+    """What uploads need of a knowledge base."""
+
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        tenant_id: str = "default",
+        permission_tags: Sequence[str] = (),
+        progress: Callable[[IngestEvent], None] | None = None,
+    ) -> IngestReport: ...
+
+    def forget(self, source: str) -> int: ...
+
+    def sources(self) -> Sequence[object]: ...
+
+
+class Uploads:
+    """Receives, validates, ingests and keeps uploaded files for tenants.
+
+    Args:
+        root: ``<workspace>/uploads``.
+        registry: Source ownership.
+        max_file_bytes: The largest file accepted.
+        max_files: The most files in one upload.
+    """
+
+    def __init__(
+        self, root: Path, registry: UploadRegistry, *, max_file_bytes: int, max_files: int
+    ) -> None:
+        self.root = root
+        self.registry = registry
+        self.max_file_bytes = max_file_bytes
+        self.max_files = max_files
+        self._ingest_lock = threading.Lock()
+
+    async def receive(self, files: Sequence[IncomingFile], user: UserContext) -> Staged:
+        """Stream the parts to a staging folder, enforcing names, types, count and size."""
+        if not files:
+            raise UploadRejected(
+                "no files: send one or more parts named 'files'", status=422, code="no_files"
+            )
+        if len(files) > self.max_files:
+            raise UploadRejected(
+                f"too many files ({len(files)}); at most {self.max_files} per upload",
+                status=413,
+                code="too_many_files",
+            )
+        names = [safe_name(f.filename) for f in files]
+        if len({n.lower() for n in names}) != len(names):
+            raise UploadRejected(
+                "two files in the upload have the same name", status=422, code="duplicate_name"
+            )
+        folder = self.root / ".staging" / uuid.uuid4().hex
+        target = folder / tenant_folder(user.tenant_id)
+        target.mkdir(parents=True)
+        staged = Staged(folder=folder, files=[])
+        try:
+            for part, name in zip(files, names, strict=True):
+                path = target / name
+                size = 0
+                with path.open("wb") as out:
+                    while chunk := await part.read(_CHUNK):
+                        size += len(chunk)
+                        if size > self.max_file_bytes:
+                            raise UploadRejected(
+                                f"{name} is larger than the limit of {self.max_file_bytes} bytes",
+                                status=413,
+                                code="file_too_large",
+                            )
+                        out.write(chunk)
+                staged.files.append((path, size))
+        except BaseException:
+            self.discard(staged)
+            raise
+        return staged
+
+    def validate(self, staged: Staged, user: UserContext) -> None:
+        """Read every staged file with its reader; one failure rejects the upload (blocking)."""
+        problems: list[str] = []
+        for path, _ in staged.files:
+            try:
+                read_file(path, source=path.name, tenant_id=user.tenant_id)
+            except UnreadableDocumentError as exc:
+                problems.append(f"{path.name}: {exc}")
+        if problems:
+            raise UploadRejected(
+                "nothing was ingested; these files cannot be read: " + "; ".join(problems),
+                status=422,
+                code="unreadable_document",
+            )
+
+    def ingest(
+        self,
+        staged: Staged,
+        user: UserContext,
+        kb: KnowledgeTarget,
+        progress: Callable[[IngestEvent], None] | None = None,
+    ) -> IngestReport:
+        """Ingest the staged files for ``user``'s tenant and keep them (blocking).
+
+        Raises:
+            UploadRejected: A source belongs to someone else (409), or a file failed after
+                all (422; sources this upload added are removed again).
+        """
+        tenant_dir = tenant_folder(user.tenant_id)
+        sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
+        with self._ingest_lock:
+            existing = {str(getattr(s, "source", "")) for s in kb.sources()}
+            for source in sources:
+                owner = self.registry.owner_of(source)
+                if (owner is None and source in existing) or (
+                    owner is not None and owner != user.tenant_id
+                ):
+                    raise UploadRejected(
+                        f"source {source} already exists and is not yours to replace",
+                        status=409,
+                        code="source_conflict",
+                    )
+            report = kb.ingest(
+                [path for path, _ in staged.files], tenant_id=user.tenant_id, progress=progress
+            )
+            if report.failed:
+                for source in report.added:
+                    kb.forget(source)
+                reasons = "; ".join(f"{f.source}: {f.reason}" for f in report.failed)
+                raise UploadRejected(
+                    f"nothing was ingested; these files failed: {reasons}",
+                    status=422,
+                    code="unreadable_document",
+                )
+            keep = self.root / tenant_dir
+            keep.mkdir(parents=True, exist_ok=True)
+            now = time.time()
+            records = []
+            for (path, size), source in zip(staged.files, sources, strict=True):
+                path.replace(keep / path.name)
+                records.append(
+                    UploadRecord(
+                        source=source,
+                        tenant_id=user.tenant_id,
+                        filename=path.name,
+                        bytes=size,
+                        uploaded_by=user.user_id,
+                        uploaded_at=now,
+                    )
+                )
+            self.registry.record(records)
+        return report
+
+    def delete(self, source: str, user: UserContext, kb: KnowledgeTarget) -> bool:
+        """Forget a source the caller's tenant uploaded; ``False`` if it has none such."""
+        with self._ingest_lock:
+            if self.registry.owner_of(source) != user.tenant_id:
+                return False
+            kb.forget(source)
+            self.registry.remove(user.tenant_id, source)
+            tenant_dir, _, name = source.partition("/")
+            file = self.root / tenant_dir / name
+            if (
+                tenant_dir == tenant_folder(user.tenant_id)
+                and file.parent == self.root / tenant_dir
+            ):
+                file.unlink(missing_ok=True)
+        return True
+
+    def discard(self, staged: Staged) -> None:
+        shutil.rmtree(staged.folder, ignore_errors=True)

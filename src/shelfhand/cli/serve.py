@@ -1,0 +1,100 @@
+"""``shelfhand serve``: the workspace as an HTTP service (API under /v1, web chat at /)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from shelfhand.cli.main import WorkspaceOpt, _app, _err, app
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
+
+
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging plus shelfhand's own records, each carrying the request's trace id."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"trace": {"()": "shelfhand.api.tracing.TraceIdFilter"}}
+    config["formatters"]["shelfhand"] = {"format": LOG_FORMAT}
+    config["handlers"]["shelfhand"] = {
+        "formatter": "shelfhand",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+        "filters": ["trace"],
+    }
+    config["loggers"]["shelfhand"] = {
+        "handlers": ["shelfhand"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
+
+
+@app.command()
+def serve(
+    workspace: WorkspaceOpt = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8080,
+    allow_anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--allow-anonymous",
+            help="Accept requests without an API key as tenant 'default' (local use only).",
+        ),
+    ] = False,
+    max_upload_mb: Annotated[
+        float, typer.Option(help="Largest uploaded file, in MiB.", min=0.001)
+    ] = 20.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="Log every request.")
+    ] = True,
+) -> None:
+    """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
+
+    API keys come from SHELFHAND_API_KEYS (JSON) or [[api_keys]] in shelfhand.toml. With no
+    chat model configured, chat answers are cited passages from the knowledge agent.
+    """
+    from shelfhand.core.errors import ConfigurationError
+
+    a = _app(workspace)
+    try:
+        import uvicorn
+
+        from shelfhand.api import ServiceConfig, create_app
+    except ImportError as exc:  # the server extra is missing
+        raise _err(f"{exc}; install it with: pip install 'shelfhand[server]'", 2) from None
+    level = log_level.lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise _err("--log-level must be debug, info, warning or error", 2)
+    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s %(message)s")
+    try:
+        keys = a.api_keys()
+        if not keys and not allow_anonymous:
+            raise _err(
+                'no API keys configured: set SHELFHAND_API_KEYS=\'{"KEY": {"tenant": "t1", '
+                '"user": "u1", "roles": ["user"]}}\' or add [[api_keys]] to '
+                f"{Path(a.settings.workspace) / 'shelfhand.toml'}; or pass --allow-anonymous "
+                "for local use",
+                2,
+            )
+        config = ServiceConfig(
+            max_file_bytes=int(max_upload_mb * 1024 * 1024), allow_anonymous=allow_anonymous
+        )
+        api = create_app(a, config=config, api_keys=keys)
+    except ConfigurationError as exc:
+        raise _err(str(exc), 2) from None
+    uvicorn.run(
+        api,
+        host=host,
+        port=port,
+        log_level=level,
+        log_config=_log_config(level),
+        access_log=access_log,
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,164 @@
+"""Session and user-memory stores on real SQLite files, and the scripted-model file format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shelfhand.agent.remember import make_remember_tool
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import ConfigurationError, ModelProviderError, ModelTimeoutError
+from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.sessions import SqliteSessionStore, SqliteUserMemoryStore
+from shelfhand.testing import CyclingScriptModel, ScriptedModel, load_scripted_model
+
+ALICE = UserContext(tenant_id="t1", user_id="alice")
+BOB = UserContext(tenant_id="t2", user_id="alice")  # same user id, other tenant
+
+
+def turn(question: str, answer: str) -> list[Message]:
+    call = ToolCallBlock(id="c1", name="retrieve", arguments='{"query": "q"}')
+    cited = Citation(index=1, source="faq.md", text="passage")
+    return [
+        Message.user(question),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(
+            [ToolResultBlock(call_id="c1", name="retrieve", content="[1]", citations=(cited,))]
+        ),
+        Message.assistant(answer),
+    ]
+
+
+def test_a_recorded_turn_is_read_back_losslessly_after_reopening(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "sessions.db")
+    info = store.create(ALICE)
+    first = turn("保修期多久？", "12 个月 [1]。")
+    updated = store.record_turn(info.id, ALICE, first, window=first, summary="", trace_id="tr-1")
+    assert updated is not None and updated.message_count == 4 and updated.title == "保修期多久？"
+    store.close()
+
+    reopened = SqliteSessionStore(tmp_path / "sessions.db")
+    assert reopened.messages(info.id, ALICE) == first
+    got = reopened.get(info.id, ALICE)
+    assert got is not None and got.last_trace_id == "tr-1" and got.state == "idle"
+
+
+def test_the_memory_window_starts_where_the_memory_kept_messages_after_compaction(
+    tmp_path: Path,
+) -> None:
+    store = SqliteSessionStore(tmp_path / "sessions.db")
+    sid = store.create(ALICE).id
+    one, two = turn("first", "a1"), turn("second", "a2")
+    store.record_turn(sid, ALICE, one, window=one, summary="", trace_id="t1")
+    store.record_turn(sid, ALICE, two, window=two, summary="user asked first", trace_id="t2")
+    window = store.window(sid, ALICE)
+    assert window is not None
+    assert window.messages == tuple(two) and window.summary == "user asked first"
+    assert len(store.messages(sid, ALICE) or []) == 8
+
+
+def test_sessions_of_another_tenant_or_user_look_missing(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "sessions.db")
+    sid = store.create(ALICE, title="mine").id
+    carol = UserContext(tenant_id="t1", user_id="carol")
+    for other in (BOB, carol):
+        assert store.get(sid, other) is None
+        assert store.messages(sid, other) is None and store.window(sid, other) is None
+        assert store.list_sessions(other) == []
+        assert (
+            store.record_turn(sid, other, turn("x", "y"), window=[], summary="", trace_id="")
+            is None
+        )
+        assert store.delete(sid, other) is False
+    assert [s.id for s in store.list_sessions(ALICE)] == [sid]
+    assert store.delete(sid, ALICE) is True and store.get(sid, ALICE) is None
+
+
+def test_a_failed_run_is_recorded_without_touching_the_transcript(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "sessions.db")
+    sid = store.create(ALICE).id
+    store.record_failure(sid, ALICE, trace_id="tr-9", error="model timed out")
+    info = store.get(sid, ALICE)
+    assert info is not None and info.state == "failed" and info.last_error == "model timed out"
+    assert info.message_count == 0
+
+
+def test_user_memories_are_deduplicated_bounded_and_kept_per_tenant(tmp_path: Path) -> None:
+    memories = SqliteUserMemoryStore(tmp_path / "sessions.db", max_per_user=3)
+    first = memories.remember(ALICE, "偏好中文回答")
+    assert memories.remember(ALICE, "  偏好中文回答\n").id == first.id
+    for fact in ("owns a P20", "lives in Hangzhou", "prefers short answers"):
+        memories.remember(ALICE, fact)
+    assert [m.content for m in memories.recall(ALICE)] == [
+        "owns a P20",
+        "lives in Hangzhou",
+        "prefers short answers",
+    ]
+    assert memories.recall(BOB) == []
+    assert memories.forget(BOB, first.id) is False
+    with pytest.raises(ValueError, match="at most"):
+        memories.remember(ALICE, "x" * 501)
+
+
+@pytest.mark.anyio
+async def test_the_remember_tool_saves_for_the_injected_caller_only(tmp_path: Path) -> None:
+    from shelfhand.core.context import RunContext
+
+    memories = SqliteUserMemoryStore(tmp_path / "sessions.db")
+    remember = make_remember_tool(memories)
+    assert set(remember.schema()["function"]["parameters"]["properties"]) == {"fact"}
+    out = await remember.invoke({"fact": "Owns the P20 projector"}, run=RunContext(user=ALICE))
+    assert out.content == "saved: Owns the P20 projector"
+    assert [m.content for m in memories.recall(ALICE)] == ["Owns the P20 projector"]
+    assert memories.recall(BOB) == []
+
+
+@pytest.mark.anyio
+async def test_a_script_file_plays_turns_and_failures_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "script.json"
+    script = [
+        [{"tool_call": "retrieve", "arguments": {"query": "保修"}}, {"tool_call": "current_time"}],
+        {"text": "答案 [1]"},
+        {"error": "timeout", "message": "slow"},
+        {"error": "provider", "status": 503},
+    ]
+    path.write_text(json.dumps(script, ensure_ascii=False), encoding="utf-8")
+    model = load_scripted_model(path)
+    assert isinstance(model, ScriptedModel)
+    reply = (await model.request([Message.user("q")])).message
+    assert [c.name for c in reply.tool_calls] == ["retrieve", "current_time"]
+    assert (await model.request([Message.user("q")])).message.text == "答案 [1]"
+    with pytest.raises(ModelTimeoutError, match="slow"):
+        await model.request([Message.user("q")])
+    with pytest.raises(ModelProviderError) as failed:
+        await model.request([Message.user("q")])
+    assert failed.value.status_code == 503
+
+
+@pytest.mark.anyio
+async def test_a_cycling_script_replays_per_user_message_whatever_the_interleaving(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cycle.json"
+    turns = [{"tool_call": "retrieve", "arguments": {"query": "x"}}, "done"]
+    path.write_text(json.dumps({"cycle": True, "turns": turns}), encoding="utf-8")
+    model = load_scripted_model(path)
+    assert isinstance(model, CyclingScriptModel)
+    a = [Message.user("a")]
+    b = [Message.user("b")]
+    assert (await model.request(a)).message.tool_calls
+    assert (await model.request(b)).message.tool_calls
+    a.append(Message.assistant(tool_calls=[ToolCallBlock(id="1", name="retrieve")]))
+    assert (await model.request(a)).message.text == "done"
+
+
+def test_a_broken_script_file_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    for content in ("{not json", '{"turns": [{"unknown": 1}]}', '{"turns": 3}'):
+        path.write_text(content, encoding="utf-8")
+        with pytest.raises(ConfigurationError):
+            load_scripted_model(path)
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        load_scripted_model(tmp_path / "missing.json")

@@ -1,0 +1,100 @@
+"""The web chat page in headless Chromium (Debian's ``chromium`` driven by Playwright).
+
+A screenshot is saved to ``build/test-artifacts/web-chat.png`` (or ``$SHELFHAND_TEST_ARTIFACTS``).
+Skipped, with the reason shown, where Playwright or Chromium is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+
+from shelfhand.api import create_app
+from shelfhand.app import App
+from shelfhand.core.settings import Settings
+from shelfhand.knowledge.embedders import HashingEmbedder
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.testing import CyclingScriptModel, text, tool_call
+
+CHROMIUM = os.environ.get("SHELFHAND_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+ARTIFACTS = Path(
+    os.environ.get("SHELFHAND_TEST_ARTIFACTS")
+    or Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
+)
+
+pytestmark = pytest.mark.slow
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
+)
+if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
+    pytest.skip(
+        f"Chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True
+    )
+
+
+@pytest.fixture
+def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
+    model = CyclingScriptModel(
+        [
+            tool_call("retrieve", {"query": "E-203 故障"}),
+            text("E-203 表示灯泡过热，请清理风扇 [1]。"),
+        ]
+    )
+    app = App(
+        settings=Settings.load(tmp_path, env={}),
+        model=model,
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, api_keys=user_contexts()))
+    doc = "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却，并清理进风口和风扇上的灰尘。\n"
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        files = [("files", ("troubleshooting.md", doc.encode()))]
+        assert c.post("/v1/knowledge/files", files=files).status_code == 200
+    yield server
+    server.stop()
+
+
+def test_the_page_streams_an_answer_with_a_clickable_citation(page_server: ThreadServer) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(15_000)
+            page.goto(page_server.url + "/")
+            page.fill("#api-key", "key-alice")
+            page.dispatch_event("#api-key", "change")
+            page.fill("#message-input", "E-203 是什么故障？")
+            page.click("#send")
+
+            answer = page.locator(".msg.assistant .answer").last
+            sync_api.expect(answer).to_contain_text("E-203 表示灯泡过热")
+            sync_api.expect(page.locator(".msg.assistant .steps li").first).to_contain_text(
+                "retrieve"
+            )
+            sync_api.expect(page.locator("#sessions li")).to_have_count(1)
+            cite = answer.locator("a.cite").first
+            sync_api.expect(cite).to_have_text("[1]")
+            cite.click()
+            sync_api.expect(page.locator("#passage")).to_be_visible()
+            sync_api.expect(page.locator("#passage-text")).to_contain_text("灯泡过热")
+            sync_api.expect(page.locator("#passage-where")).to_contain_text("t1/troubleshooting.md")
+            page.screenshot(path=str(ARTIFACTS / "web-chat.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "web-chat.png").stat().st_size > 10_000

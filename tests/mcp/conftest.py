@@ -1,77 +1,8 @@
-"""Real MCP peers for the tests: the SDK server in echo_server.py over stdio (a child
-process), SSE and streamable HTTP (uvicorn on 127.0.0.1, a port the OS picks)."""
-
 from __future__ import annotations
 
-import socket
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
-
-import anyio
 import pytest
-import uvicorn
-
-HERE = Path(__file__).parent
-ECHO_SERVER = str(HERE / "echo_server.py")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def echo_command(name: str = "echo") -> tuple[str, list[str]]:
-    """How to start the fixture server as a stdio child process."""
-    return sys.executable, [ECHO_SERVER, name]
-
-
-def process_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (gone, or a zombie that nobody will wake)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state in ("Z", "X")
-
-
-async def wait_until_gone(pid: int, seconds: float = 10.0) -> bool:
-    with anyio.move_on_after(seconds):
-        while not process_gone(pid):
-            await anyio.sleep(0.02)
-    return process_gone(pid)
-
-
-@asynccontextmanager
-async def serve_asgi(app: Any) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 (free port) and yield ``http://127.0.0.1:PORT``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    sock.setblocking(False)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    done = anyio.Event()
-
-    async def run() -> None:
-        try:
-            await server.serve([sock])
-        finally:
-            done.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        with anyio.fail_after(10):
-            while not server.started:
-                await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            with anyio.move_on_after(10):
-                await done.wait()
-            tg.cancel_scope.cancel()

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ECHO_SERVER
+from mcp_helpers import ECHO_SERVER
 
 
 def shelfhand(*args: str, workspace: Path) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 from echo_server import build
+from mcp_helpers import echo_command, serve_asgi, wait_until_gone
 
-from conftest import echo_command, serve_asgi, wait_until_gone
 from shelfhand.agent.agent import Agent
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import ConfigurationError

@@ -18,8 +18,8 @@ from anyio.streams.text import TextReceiveStream
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_helpers import serve_asgi
 
-from conftest import serve_asgi
 from shelfhand.agent.agent import Agent
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.core.context import UserContext

@@ -1,0 +1,154 @@
+"""``shelfhand ask`` and ``shelfhand chat`` with a configured model: the real openai SDK talking
+to a chat-completions server on 127.0.0.1 that plays a script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shelfhand.knowledge.base import sample_corpus
+
+_spec = importlib.util.spec_from_file_location(
+    "chat_completions_server",
+    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
+)
+assert _spec is not None and _spec.loader is not None
+server_module = importlib.util.module_from_spec(_spec)
+sys.modules["chat_completions_server"] = server_module
+_spec.loader.exec_module(server_module)
+ChatServer, Reply = server_module.ChatServer, server_module.Reply
+
+
+def completion(content: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "local",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
+
+
+def chunk(delta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "local",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+    }
+
+
+RETRIEVE_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "retrieve", "arguments": json.dumps({"query": "E-203"})},
+}
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    s = ChatServer()
+    s.start()
+    yield s
+    s.stop()
+
+
+def run(
+    args: list[str], workspace: Path, server: Any, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(
+        SHELFHAND_WORKSPACE=str(workspace),
+        SHELFHAND_EMBEDDER="hashing",
+        SHELFHAND_MODEL="local-model",
+        OPENAI_BASE_URL=server.url,
+        OPENAI_API_KEY="sk-test-not-a-secret",
+        COLUMNS="200",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_ask_with_a_model_calls_retrieve_and_prints_the_cited_answer(
+    tmp_path: Path, server: Any
+) -> None:
+    ingest = run(["ingest", str(sample_corpus())], tmp_path, server)
+    assert ingest.returncode == 0, ingest.stderr
+    server.add(
+        Reply(body=completion(tool_calls=[RETRIEVE_CALL])),
+        Reply(body=completion("E-203 表示灯泡过热 [1]。")),
+    )
+    out = run(["ask", "E-203 是什么故障？"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    assert "E-203 表示灯泡过热 [1]。" in out.stdout
+    assert "[1] Lumen Series Troubleshooting Manual" in out.stdout
+    assert len(server.requests) == 2
+    first, second = (r.body for r in server.requests)
+    assert any(t["function"]["name"] == "retrieve" for t in first["tools"])
+    tool_message = next(m for m in second["messages"] if m["role"] == "tool")
+    assert "灯泡过热" in tool_message["content"]
+    assert "sk-test-not-a-secret" not in out.stdout + out.stderr
+
+
+def test_chat_streams_the_reply_and_shows_tool_steps(tmp_path: Path, server: Any) -> None:
+    assert run(["ingest", str(sample_corpus())], tmp_path, server).returncode == 0
+    call_deltas = [
+        chunk(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "retrieve", "arguments": ""},
+                    }
+                ],
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"query": '}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"E-203"}'}}]}),
+    ]
+    server.add(
+        Reply(sse=call_deltas),
+        Reply(
+            sse=[
+                chunk({"role": "assistant", "content": "Lamp "}),
+                chunk({"content": "overheating [1]."}),
+            ]
+        ),
+    )
+    out = run(["chat"], tmp_path, server, stdin="What is E-203?\n\n")
+    assert out.returncode == 0, out.stderr
+    assert "→ retrieve" in out.stdout and "← retrieve ok" in out.stdout
+    assert "Lamp overheating [1]." in out.stdout
+    assert "troubleshooting-manual.pdf" in out.stdout
+    assert server.requests[0].body.get("stream") is True
+
+
+def test_a_model_provider_error_is_a_clear_message_not_a_traceback(
+    tmp_path: Path, server: Any
+) -> None:
+    server.add(Reply(status=400, body={"error": {"message": "model 'local-model' does not exist"}}))
+    out = run(["ask", "hello"], tmp_path, server)
+    assert out.returncode == 1
+    assert "does not exist" in out.stderr and "Traceback" not in out.stderr

@@ -68,7 +68,11 @@ def main() -> None:
     if not (a.harness / "bench.py").is_file():
         sys.exit(f"harness not found at {a.harness} (pass --harness)")
 
-    frameworks = {"shelfhand": sys.executable, "baseline": sys.executable}
+    frameworks = {
+        "shelfhand": sys.executable,
+        "shelfhand_inline": sys.executable,
+        "baseline": sys.executable,
+    }
     if a.venvs:
         for fw, folder in PEERS.items():
             py = a.venvs / folder / "bin" / "python"

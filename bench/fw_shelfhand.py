@@ -39,11 +39,15 @@ def _model() -> FunctionModel:
 N_CALLS = [1]
 
 
+INLINE = [False]
+"""``fw_shelfhand_inline`` sets this: the sync tool runs on the loop (``@tool(inline=True)``)."""
+
+
 def make_runner(n_calls: int, n_tools: int, async_tool: bool = False) -> Any:
     N_CALLS[0] = n_calls
     fn = common.add_async if async_tool else common.add
     # cache off: every run must really execute the tool, as in the other adapters
-    kit = Toolkit([tool(name="add", read_only=True, cache_ttl=0)(fn)])
+    kit = Toolkit([tool(name="add", read_only=True, cache_ttl=0, inline=INLINE[0])(fn)])
     for f in common.FILLER_TOOLS[: n_tools - 1]:
         kit.add(tool(f))
     agent = Agent(

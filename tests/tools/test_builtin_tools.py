@@ -251,3 +251,39 @@ async def test_http_get_reports_status_errors_and_hides_binary(server_url: str) 
     )
     binary_error, binary = await get("/binary")
     assert not binary_error and binary.endswith("[72 bytes of binary content not shown]")
+
+
+@pytest.mark.anyio
+async def test_current_time_is_never_served_from_the_result_cache() -> None:
+    from shelfhand.core.context import RunContext
+    from shelfhand.core.messages import ToolCallBlock
+    from shelfhand.tools import Toolkit
+    from shelfhand.tools.builtins import current_time
+
+    kit = Toolkit([current_time])
+    call = ToolCallBlock(id="c1", name="current_time", arguments="{}")
+    first = await kit.execute(call, RunContext())
+    second = await kit.execute(call, RunContext())
+    assert not first.replayed and not second.replayed
+
+
+@pytest.mark.anyio
+async def test_inline_sync_tools_run_on_the_event_loop_thread_and_others_do_not() -> None:
+    import threading
+
+    from shelfhand.core.context import RunContext
+    from shelfhand.tools import tool
+
+    @tool(inline=True)
+    def where_inline() -> str:
+        """Report the thread."""
+        return threading.current_thread().name
+
+    @tool
+    def where_default() -> str:
+        """Report the thread."""
+        return threading.current_thread().name
+
+    loop_thread = threading.current_thread().name
+    assert (await where_inline.invoke({}, run=RunContext())).content == loop_thread
+    assert (await where_default.invoke({}, run=RunContext())).content != loop_thread

@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 # --- current time ------------------------------------------------------------------------------
-@tool(read_only=True)
+# never cached: the answer changes every second; inline: no I/O, nothing to wait for
+@tool(read_only=True, cache_ttl=0, inline=True)
 def current_time(timezone: str = "UTC") -> str:
     """Get the current date and time in a time zone.
 
@@ -173,7 +174,8 @@ def _evaluate(node: ast.AST) -> Any:
     raise _CalcError(f"{kind} is not allowed; use numbers, operators and the listed functions")
 
 
-@tool(read_only=True, idempotent=True)
+# inline: bounded pure computation (exponent and size limits below)
+@tool(read_only=True, idempotent=True, inline=True)
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression exactly, instead of calculating in your head.
 

@@ -1,0 +1,109 @@
+"""The ``retrieve`` tool and the knowledge agent over a real knowledge base."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext
+from shelfhand.agent.retrieve import NOT_CONFIGURED, make_retrieve_tool
+from shelfhand.knowledge.base import sample_corpus
+from shelfhand.knowledge.embedders import HashingEmbedder
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.testing import ScriptedModel, text, tool_call
+
+pytestmark = pytest.mark.anyio
+
+ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
+GLOBEX = UserContext(tenant_id="globex", user_id="u2", roles=["user"])
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    base = KnowledgeBase(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
+    base.ingest([sample_corpus()], tenant_id="acme")
+    hr = tmp_path / "hr"
+    hr.mkdir()
+    (hr / "salaries.md").write_text("# Salaries\n\nE-203 bonus table: secret.", encoding="utf-8")
+    base.ingest([hr], tenant_id="acme", permission_tags=["hr"])
+    yield base
+    base.close()
+
+
+async def test_citations_from_retrieve_reach_the_run_result(kb: KnowledgeBase) -> None:
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "拆封 退货"}), text("拆封后 7 天内可退 [1]。")]
+    )
+    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(
+        "拆封后还能退吗？", context=ACME
+    )
+    assert result.output == "拆封后 7 天内可退 [1]。"
+    first = result.citations[0]
+    assert first.index == 1
+    assert first.source == "projector/returns-policy.md"
+    assert first.title and first.text
+    # the model read numbered passages
+    passages = result.messages[2].tool_results[0].content
+    assert passages.startswith("[1] ")
+
+
+async def test_the_caller_identity_comes_from_the_context_not_the_arguments(
+    kb: KnowledgeBase,
+) -> None:
+    # the model cannot pass a tenant: the schema has no such parameter and extra ones are refused
+    schema = kb.as_tool().schema()["function"]["parameters"]
+    assert set(schema["properties"]) == {"query", "top_k"}
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "E-203", "tenant_id": "acme"}), text("ok")]
+    )
+    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=GLOBEX)
+    refused = result.messages[2].tool_results[0]
+    assert refused.is_error and "tenant_id" in refused.content
+
+
+async def test_another_tenant_and_untagged_roles_see_nothing_they_may_not_read(
+    kb: KnowledgeBase,
+) -> None:
+    model = ScriptedModel([tool_call("retrieve", {"query": "E-203", "top_k": 8}), text("ok")])
+    other = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=GLOBEX)
+    assert other.citations == ()
+    assert "No relevant passages" in other.messages[2].tool_results[0].content
+
+    model = ScriptedModel([tool_call("retrieve", {"query": "E-203 bonus", "top_k": 8}), text("ok")])
+    plain = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=ACME)
+    assert plain.citations and all(c.source != "hr/salaries.md" for c in plain.citations)
+
+    hr = UserContext(tenant_id="acme", user_id="u3", roles=["hr"])
+    model = ScriptedModel([tool_call("retrieve", {"query": "E-203 bonus", "top_k": 8}), text("ok")])
+    allowed = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=hr)
+    assert any(c.source == "hr/salaries.md" for c in allowed.citations)
+
+
+async def test_top_k_is_capped_at_eight(kb: KnowledgeBase) -> None:
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "投影仪 保修 退货 E-203", "top_k": 100}), text("ok")]
+    )
+    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(
+        "everything", context=ACME
+    )
+    assert 0 < len(result.citations) <= 8
+
+
+async def test_without_a_knowledge_base_retrieve_says_not_configured() -> None:
+    model = ScriptedModel([tool_call("retrieve", {"query": "保修"}), text("没有知识库。")])
+    result = await Agent(model=model, toolkit=Toolkit([make_retrieve_tool(None)])).run("保修？")
+    res = result.messages[2].tool_results[0]
+    assert res.content == NOT_CONFIGURED and not res.is_error
+    assert result.output == "没有知识库。"
+
+
+async def test_the_knowledge_agent_answers_with_cited_passages_and_no_model(
+    kb: KnowledgeBase,
+) -> None:
+    result = await KnowledgeAgent(kb).run("E-203 是什么故障？", context=ACME)
+    assert result.citations[0].source == "projector/troubleshooting-manual.pdf"
+    assert result.citations[0].page == 2
+    assert result.output.startswith("[1] ")
+    assert "灯泡过热" in result.output

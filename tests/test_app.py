@@ -1,0 +1,96 @@
+"""Provider modes (DESIGN R11): explicit modes fail fast, ``auto`` degrades and says why."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import shelfhand.app as app_module
+from shelfhand.app import App
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.settings import Settings
+from shelfhand.knowledge.base import sample_corpus
+from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
+
+
+class BrokenEmbedder:
+    name = "broken"
+    dim = 8
+
+    def check(self) -> None:
+        raise ConfigurationError("model file missing at /nowhere/model.onnx")
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        raise ConfigurationError("model file missing at /nowhere/model.onnx")
+
+    def embed_query(self, text: str) -> Vectors:
+        return self.embed([text])[0]
+
+
+def app_for(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> App:
+    monkeypatch.setattr(
+        app_module, "_build_router", lambda spec: EmbeddingRouter({"any": BrokenEmbedder()})
+    )
+    return App(settings=Settings.load(tmp_path, env={"SHELFHAND_RETRIEVAL_MODE": mode}))
+
+
+def test_simple_mode_with_a_broken_embedder_fails_at_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigurationError, match="retrieval mode 'simple'"):
+        app_for(tmp_path, "simple", monkeypatch).open_knowledge()
+
+
+def test_auto_mode_degrades_to_keyword_search_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        kb = app_for(tmp_path, "auto", monkeypatch).open_knowledge()
+    assert kb.keyword_only
+    assert kb.degraded_reason and "model file missing" in kb.degraded_reason
+    assert any("degraded" in r.getMessage() for r in caplog.records)
+    kb.ingest([sample_corpus()])
+    hits = kb.search("E-203", k=3)
+    assert hits and hits[0].chunk.source == "projector/troubleshooting-manual.pdf"
+    kb.close()
+
+
+def test_keyword_mode_uses_no_embedder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(spec: str) -> EmbeddingRouter:
+        raise AssertionError("keyword mode must not build embedders")
+
+    monkeypatch.setattr(app_module, "_build_router", refuse)
+    a = App(settings=Settings.load(tmp_path, env={"SHELFHAND_RETRIEVAL_MODE": "keyword"}))
+    kb = a.open_knowledge()
+    assert kb.keyword_only and kb.degraded_reason is None
+    kb.close()
+
+
+def test_an_unknown_embedder_name_is_a_configuration_error(tmp_path: Path) -> None:
+    a = App(settings=Settings.load(tmp_path, env={"SHELFHAND_EMBEDDER": "magic"}))
+    with pytest.raises(ConfigurationError, match="unknown embedder 'magic'"):
+        a.open_knowledge()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SHELFHAND_RETRIEVAL_MODE": "pgvector"}, "retrieval mode"),
+        ({"SHELFHAND_MODEL_TIMEOUT": "soon"}, "invalid number"),
+        ({"SHELFHAND_MODEL_TIMEOUT": "-1"}, "out of range"),
+    ],
+)
+def test_invalid_settings_fail_with_a_message(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.load(tmp_path, env=env)
+
+
+def test_a_broken_settings_file_names_itself(tmp_path: Path) -> None:
+    (tmp_path / "shelfhand.toml").write_text("[shelfhand\nmodel = 1", encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=r"shelfhand\.toml is not valid TOML"):
+        Settings.load(tmp_path, env={})

@@ -107,3 +107,21 @@ async def test_the_knowledge_agent_answers_with_cited_passages_and_no_model(
     assert result.citations[0].page == 2
     assert result.output.startswith("[1] ")
     assert "灯泡过热" in result.output
+
+
+async def test_a_document_ingested_between_two_calls_is_found_by_the_second(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    kit = Toolkit([kb.as_tool()])
+    script = [tool_call("retrieve", {"query": "Z-999 firmware"}), text("a")] * 2
+    agent = Agent(model=ScriptedModel(script), toolkit=kit)
+    before = await agent.run("Z-999?", context=ACME)
+    assert all("Z-999" not in c.text for c in before.citations)
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "firmware.md").write_text(
+        "# Firmware\n\nZ-999 means the firmware update failed.", encoding="utf-8"
+    )
+    kb.ingest([new], tenant_id="acme")
+    after = await agent.run("Z-999?", context=ACME)
+    assert after.citations[0].source == "new/firmware.md"

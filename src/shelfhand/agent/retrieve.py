@@ -63,7 +63,10 @@ def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
         citations = to_citations(hits)
         return ToolOutput(content=format_passages(citations), citations=tuple(citations))
 
-    return tool(name="retrieve", description=RETRIEVE_DESCRIPTION, read_only=True)(retrieve)
+    # never cached: a document ingested a second ago must be findable now, and search is cheap
+    return tool(name="retrieve", description=RETRIEVE_DESCRIPTION, read_only=True, cache_ttl=0)(
+        retrieve
+    )
 
 
 class KnowledgeAgent:

@@ -525,3 +525,20 @@ def test_from_env_accepts_a_settings_object() -> None:
         "https://dashscope.aliyuncs.com/compatible-mode/v1",
         12.0,
     )
+
+
+async def test_check_probes_the_models_endpoint_for_readiness(chat_server: ChatServer) -> None:
+    model = OpenAIChatModel("m", base_url=chat_server.url)
+    await model.check()  # answered by GET /models
+    assert chat_server.requests == []  # no chat completion was spent on it
+    await model.aclose()
+
+
+async def test_check_on_an_unreachable_endpoint_raises_a_provider_error() -> None:
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    model = OpenAIChatModel("m", base_url=url, api_key="sk-secret-value")
+    with pytest.raises(ModelProviderError, match="cannot reach") as err:
+        await model.check()
+    assert "sk-secret-value" not in str(err.value)

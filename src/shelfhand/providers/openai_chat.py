@@ -365,6 +365,24 @@ class OpenAIChatModel:
             client, self._client = self._client, None
             await client.close()
 
+    async def check(self) -> None:
+        """Cheap reachability probe for readiness checks: ``GET {base_url}/models``, one try.
+
+        Raises:
+            ModelProviderError: the endpoint did not answer or refused the key.
+        """
+        try:
+            await self._get_client().models.list(timeout=min(self.timeout, 5.0))
+        except openai.APIStatusError as exc:
+            raise ModelProviderError(
+                f"{self.base_url or 'the OpenAI API'} answered {exc.status_code} to GET /models",
+                status_code=exc.status_code,
+            ) from None
+        except openai.APIError as exc:
+            raise ModelProviderError(
+                f"cannot reach {self.base_url or 'the OpenAI API'}: {type(exc).__name__}"
+            ) from None
+
     # --- ChatModel -----------------------------------------------------------------------------
     async def request(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()

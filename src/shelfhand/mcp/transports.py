@@ -60,7 +60,24 @@ class StdioServer(McpServer):
         return stdio_client(params, errlog=self.errlog or sys.stderr)
 
 
-class SseServer(McpServer):
+class _HttpServer(McpServer):
+    """What the two HTTP transports share: a URL and headers sent with every request."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        name: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        protocol: str = "auto",
+    ) -> None:
+        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
+        self.url = url
+        self.headers = dict(headers or {})
+
+
+class SseServer(_HttpServer):
     """An MCP server over the (older) HTTP + Server-Sent Events transport.
 
     Args:
@@ -73,24 +90,11 @@ class SseServer(McpServer):
 
     transport = "sse"
 
-    def __init__(
-        self,
-        url: str,
-        headers: Mapping[str, str] | None = None,
-        *,
-        name: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        protocol: str = "auto",
-    ) -> None:
-        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
-        self.url = url
-        self.headers = dict(headers or {})
-
     def _transport(self) -> AbstractAsyncContextManager[Any]:
         return sse_client(self.url, headers=self.headers or None, timeout=self.timeout)
 
 
-class StreamableHttpServer(McpServer):
+class StreamableHttpServer(_HttpServer):
     """An MCP server over streamable HTTP.
 
     Args:
@@ -102,19 +106,6 @@ class StreamableHttpServer(McpServer):
     """
 
     transport = "http"
-
-    def __init__(
-        self,
-        url: str,
-        headers: Mapping[str, str] | None = None,
-        *,
-        name: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        protocol: str = "auto",
-    ) -> None:
-        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
-        self.url = url
-        self.headers = dict(headers or {})
 
     def _transport(self) -> AbstractAsyncContextManager[Any]:
         return self._streams()

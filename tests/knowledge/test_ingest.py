@@ -275,3 +275,25 @@ def test_a_keyword_only_ingest_is_embedded_by_the_next_ingest_with_embedders(
     again = hybrid.ingestor.ingest([docs])
     assert again.embedded_chunks == 0 and again.unchanged
     hybrid.close()
+
+
+def test_two_different_folders_with_the_same_name_are_refused_not_mixed(tmp_path: Path) -> None:
+    from shelfhand.core.errors import KnowledgeError
+    from shelfhand.knowledge.retrieval import open_embedded_store
+
+    first, second = tmp_path / "a" / "docs", tmp_path / "b" / "docs"
+    for folder, text in ((first, "Alpha manual."), (second, "Beta manual.")):
+        folder.mkdir(parents=True)
+        (folder / "manual.md").write_text(f"# Manual\n\n{text}", encoding="utf-8")
+    (first / "only-in-a.md").write_text("# A\n\nOnly in a.", encoding="utf-8")
+    stack = open_embedded_store(tmp_path / "ws", None)
+    stack.ingestor.ingest([first])
+    before = sorted(stack.store.all_sources())
+    with pytest.raises(KnowledgeError, match="different folder named 'docs'"):
+        stack.ingestor.ingest([second])
+    assert sorted(stack.store.all_sources()) == before  # nothing overwritten or pruned
+    assert stack.ingestor.forget("docs/") == 2
+    assert stack.store.all_sources() == []
+    stack.ingestor.ingest([second])  # after forgetting, the other folder may take the name
+    assert sorted(stack.store.all_sources()) == ["docs/manual.md"]
+    stack.close()

@@ -49,6 +49,8 @@ def ingest(
     ] = False,
 ) -> None:
     """Index files and folders (incremental: unchanged files cost nothing)."""
+    from shelfhand.core.errors import KnowledgeError
+
     targets = list(paths or [])
     if samples:
         targets.append(_samples_dir())
@@ -78,7 +80,13 @@ def ingest(
             done = getattr(event, "done", None)
             bar.update(task, total=total, completed=done, current=str(getattr(event, "source", "")))
 
-        report = kb.ingest(targets, tenant_id=tenant, permission_tags=tag or (), progress=progress)
+        try:
+            report = kb.ingest(
+                targets, tenant_id=tenant, permission_tags=tag or (), progress=progress
+            )
+        except KnowledgeError as exc:
+            kb.close()
+            raise _err(str(exc), 1) from None
     console.print(
         f"{len(report.added)} added, {len(report.updated)} updated, "
         f"{len(report.unchanged)} unchanged, {len(report.removed)} removed, "
@@ -126,7 +134,7 @@ def sources(workspace: WorkspaceOpt = None) -> None:
 
 @app.command()
 def forget(source: str, workspace: WorkspaceOpt = None) -> None:
-    """Remove one source (and all its chunks) from the index."""
+    """Remove one source (and its chunks) from the index; `docs/` removes a whole folder."""
     a = _app(workspace)
     if not a.knowledge_exists():
         raise _err("nothing indexed yet", 1)

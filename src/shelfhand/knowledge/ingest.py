@@ -150,8 +150,28 @@ class Ingestor:
         self.sync_every = sync_every
 
     def forget(self, source: str) -> int:
-        """Remove every document of ``source``. Returns how many were removed."""
-        return self.store.delete_source(source)
+        """Remove every document of ``source``; a name ending in ``/`` (``docs/``) removes every
+        source under that folder. Returns how many documents were removed."""
+        if not source.endswith("/"):
+            return self.store.delete_source(source)
+        removed = sum(
+            self.store.delete_source(s) for s in self.store.all_sources() if s.startswith(source)
+        )
+        self.store.forget_root(source.rstrip("/"))
+        return removed
+
+    def _claim_root(self, name: str, folder: str, claimed: dict[str, str]) -> None:
+        """Sources are named ``<folder name>/<relative path>``: two different folders with the
+        same name would overwrite, and prune, each other's sources. Refuse that, up front."""
+        known = claimed.get(name) or self.store.root_path(name)
+        if known is not None and known != folder:
+            raise KnowledgeError(
+                f"a different folder named {name!r} is already indexed ({known}); sources are "
+                f"named '{name}/...', so {folder} would overwrite and remove its documents. "
+                f"Rename one of the folders, or remove the old ones first with "
+                f"`shelfhand forget {name}/`"
+            )
+        claimed[name] = folder
 
     def ingest(
         self,
@@ -170,16 +190,20 @@ class Ingestor:
         tally = _Tally()
         files: list[tuple[Path, str]] = []
         roots: list[str] = []
+        claimed: dict[str, str] = {}
         for given in paths:
             path = Path(given)
             if not path.exists():
                 raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
             root = path if path.is_dir() else path.parent
             root_name = root.resolve().name or "root"
+            self._claim_root(root_name, str(root.resolve()), claimed)
             if path.is_dir():
                 roots.append(root_name + "/")
             for file in iter_files([path]):
                 files.append((file, f"{root_name}/{file.relative_to(root).as_posix()}"))
+        for name, folder in claimed.items():
+            self.store.set_root_path(name, folder)
         seen = {source for _, source in files}
         total = len(files)
         group: list[_Pending] = []

@@ -754,6 +754,26 @@ class SqliteKnowledgeStore:
             rows = self._conn.execute(sql, params).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
+    def root_path(self, name: str) -> str | None:
+        """The absolute folder last ingested under the source prefix ``name/``."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT value FROM meta WHERE key=?", (f"root:{name}",)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_root_path(self, name: str, path: str) -> None:
+        with self._lock, transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (f"root:{name}", path),
+            )
+
+    def forget_root(self, name: str) -> None:
+        with self._lock, transaction(self._conn):
+            self._conn.execute("DELETE FROM meta WHERE key=?", (f"root:{name}",))
+
     def all_sources(self) -> list[str]:
         with self._lock:
             rows = self._conn.execute(

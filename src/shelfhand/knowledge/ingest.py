@@ -162,7 +162,8 @@ class Ingestor:
 
     def _claim_root(self, name: str, folder: str, claimed: dict[str, str]) -> None:
         """Sources are named ``<folder name>/<relative path>``: two different folders with the
-        same name would overwrite, and prune, each other's sources. Refuse that, up front."""
+        same name would overwrite, and prune, each other's sources. Refuse that, up front.
+        (Files given one by one do not claim their folder: they replace by name, never prune.)"""
         known = claimed.get(name) or self.store.root_path(name)
         if known is not None and known != folder:
             raise KnowledgeError(
@@ -197,7 +198,8 @@ class Ingestor:
                 raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
             root = path if path.is_dir() else path.parent
             root_name = root.resolve().name or "root"
-            self._claim_root(root_name, str(root.resolve()), claimed)
+            if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
+                self._claim_root(root_name, str(root.resolve()), claimed)
             if path.is_dir():
                 roots.append(root_name + "/")
             for file in iter_files([path]):

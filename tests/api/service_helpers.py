@@ -26,10 +26,12 @@ KEYS: dict[str, dict[str, Any]] = {
     "key-alice": {"tenant": "t1", "user": "alice", "roles": ["user"]},
     "key-carol": {"tenant": "t1", "user": "carol", "roles": ["user"]},
     "key-bob": {"tenant": "t2", "user": "bob", "roles": ["user"]},
+    "key-dora": {"tenant": "t1", "user": "dora", "roles": ["hr"]},
 }
 ALICE = {"Authorization": "Bearer key-alice"}
 CAROL = {"Authorization": "Bearer key-carol"}
 BOB = {"Authorization": "Bearer key-bob"}
+DORA = {"Authorization": "Bearer key-dora"}
 
 STARTED = re.compile(r"Uvicorn running on (http://127\.0\.0\.1:\d+)")
 

@@ -263,3 +263,29 @@ def test_the_openapi_schema_publishes_the_v1_routes(
     ):
         assert path in paths, path
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+def test_uploads_with_permission_tags_are_found_only_by_callers_with_those_roles(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    from service_helpers import DORA
+
+    server = serve_app(tmp_path, None, thread_servers)
+    doc = "# Salaries\n\nThe Q3 bonus pool for the projector team is 120,000.\n"
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as alice:
+        bad = alice.post(
+            "/v1/knowledge/files", data={"tags": ["no spaces allowed"]},
+            files=[("files", ("pay.md", doc.encode()))],
+        )  # fmt: skip
+        assert bad.status_code == 422 and "tags" in bad.text
+        up = alice.post(
+            "/v1/knowledge/files",
+            data={"tags": ["hr"]},
+            files=[("files", ("pay.md", doc.encode()))],
+        )
+        assert up.status_code == 200, up.text
+        hidden = alice.get("/v1/knowledge/search", params={"q": "bonus pool", "top_k": 5}).json()
+    with httpx.Client(base_url=server.url, headers=DORA, timeout=30) as dora:
+        seen = dora.get("/v1/knowledge/search", params={"q": "bonus pool", "top_k": 5}).json()
+    assert all(h["source"] != "t1/pay.md" for h in hidden["results"])
+    assert any(h["source"] == "t1/pay.md" for h in seen["results"])

@@ -7,10 +7,11 @@ see only the caller's tenant.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, File, HTTPException, Path, Query, Response, UploadFile
+from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from shelfhand.api.chat_routes import error_response
@@ -58,6 +59,10 @@ def _ingest_out(report: IngestReport) -> IngestOut:
     )
 
 
+MAX_TAGS = 16
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
 @router.post(
     "/knowledge/files",
     tags=["knowledge"],
@@ -76,9 +81,25 @@ async def upload_files(
     caller: Caller,
     files: Annotated[list[UploadFile], File(description="One or more documents.")],
     stream: Annotated[bool, Query(description="Stream ingest progress as SSE.")] = False,
+    tags: Annotated[
+        list[str] | None,
+        Form(
+            description="Permission tags (repeatable): only callers with one of these roles "
+            "(or admin) may retrieve the documents; none = the whole tenant."
+        ),
+    ] = None,
 ) -> Response:
     """Upload documents and ingest them for the caller's tenant (all or nothing)."""
     uploads = service.uploads
+    bad = [t for t in tags or () if not _TAG_RE.match(t)]
+    if bad or len(tags or ()) > MAX_TAGS:
+        return error_response(
+            422,
+            f"tags must be at most {MAX_TAGS} names of 1-64 letters, digits, '_', '-', '.' "
+            f"or ':' (got {bad or tags})",
+            "invalid_tags",
+        )
+    permission_tags = tuple(tags or ())
     try:
         staged = await uploads.receive(files, caller)
     except UploadRejected as exc:
@@ -90,12 +111,14 @@ async def upload_files(
         return error_response(exc.status, str(exc), exc.code)
     if stream:
         return StreamingResponse(
-            _ingest_events(service, staged, caller),
+            _ingest_events(service, staged, caller, permission_tags),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     try:
-        report = await asyncio.to_thread(uploads.ingest, staged, caller, service.kb)
+        report = await asyncio.to_thread(
+            uploads.ingest, staged, caller, service.kb, None, permission_tags
+        )
     except UploadRejected as exc:
         return error_response(exc.status, str(exc), exc.code)
     finally:
@@ -104,7 +127,7 @@ async def upload_files(
 
 
 async def _ingest_events(
-    service: Service, staged: Staged, caller: UserContext
+    service: Service, staged: Staged, caller: UserContext, permission_tags: tuple[str, ...]
 ) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -120,7 +143,9 @@ async def _ingest_events(
         loop.call_soon_threadsafe(queue.put_nowait, data)
 
     task = asyncio.ensure_future(
-        asyncio.to_thread(service.uploads.ingest, staged, caller, service.kb, progress)
+        asyncio.to_thread(
+            service.uploads.ingest, staged, caller, service.kb, progress, permission_tags
+        )
     )
     # runs after every progress item already scheduled from the thread (FIFO ready queue)
     task.add_done_callback(lambda _: queue.put_nowait(None))

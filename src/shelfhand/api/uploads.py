@@ -290,8 +290,11 @@ class Uploads:
         user: UserContext,
         kb: KnowledgeTarget,
         progress: Callable[[IngestEvent], None] | None = None,
+        permission_tags: Sequence[str] = (),
     ) -> IngestReport:
         """Ingest the staged files for ``user``'s tenant and keep them (blocking).
+
+        ``permission_tags`` restrict who in the tenant may retrieve them (roles); none = all.
 
         Raises:
             UploadRejected: A source belongs to someone else (409), or a file failed after
@@ -312,7 +315,10 @@ class Uploads:
                         code="source_conflict",
                     )
             report = kb.ingest(
-                [path for path, _ in staged.files], tenant_id=user.tenant_id, progress=progress
+                [path for path, _ in staged.files],
+                tenant_id=user.tenant_id,
+                permission_tags=permission_tags,
+                progress=progress,
             )
             if report.failed:
                 for source in report.added:

@@ -152,3 +152,34 @@ def test_a_model_provider_error_is_a_clear_message_not_a_traceback(
     out = run(["ask", "hello"], tmp_path, server)
     assert out.returncode == 1
     assert "does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("answer", "created"), [("y", True), ("n", False)])
+def test_confirm_tools_ask_at_the_terminal(answer: str, created: bool) -> None:
+    from shelfhand import Agent, Toolkit, tool
+    from shelfhand.cli.main import console_approvals
+    from shelfhand.testing import ScriptedModel, text, tool_call
+
+    done: list[str] = []
+
+    @tool(confirm=True)
+    def create_return(order_id: str) -> str:
+        """Create a return."""
+        done.append(order_id)
+        return "RMA-1"
+
+    class FakeConsole:
+        def __init__(self) -> None:
+            self.prompts: list[str] = []
+
+        def input(self, prompt: str) -> str:
+            self.prompts.append(prompt)
+            return answer
+
+    console = FakeConsole()
+    model = ScriptedModel([tool_call("create_return", {"order_id": "SO-1"}), text("ok")])
+    agent = Agent(model=model, toolkit=Toolkit([create_return]))
+    result = agent.run_sync("return it", approvals=console_approvals(console))
+    assert "create_return" in console.prompts[0] and "SO-1" in console.prompts[0]
+    assert done == (["SO-1"] if created else [])
+    assert result.messages[2].tool_results[0].is_error is (not created)

@@ -208,7 +208,9 @@ def ask(
         return
     agent = a.chat_agent(model, kb)
     try:
-        result = agent.run_sync(question, context=ctx)
+        from shelfhand.cli.main import console_approvals
+
+        result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
         raise _err(f"the chat model failed: {exc}", 1) from None
     console.print(result.output, highlight=False, markup=False)

@@ -134,11 +134,30 @@ def chat(
             console.print(f"[bold red]model error:[/] {exc}")
 
 
+def console_approvals(console: Any) -> Any:
+    """Approvals decided at the terminal: each ``confirm=True`` call asks "run it? [y/N]"."""
+    import asyncio
+    import json as _json
+
+    from shelfhand.tools.approvals import ApprovalRequest, Approvals
+
+    async def ask(request: ApprovalRequest) -> bool:
+        args = _json.dumps(dict(request.arguments), ensure_ascii=False)
+        prompt = f"[bold yellow]approve[/] {request.tool}({args})? [y/N] "
+        try:
+            answer = await asyncio.to_thread(console.input, prompt)
+        except (EOFError, KeyboardInterrupt):
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return Approvals(handler=ask)
+
+
 async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
     from shelfhand.core.events import Final, TextDelta, ToolFinished, ToolStarted
     from shelfhand.knowledge.citations import label
 
-    async for event in agent.stream(line, context=ctx):
+    async for event in agent.stream(line, context=ctx, approvals=console_approvals(console)):
         if isinstance(event, TextDelta):
             console.print(event.text, end="", highlight=False, markup=False)
         elif isinstance(event, ToolStarted):

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SqliteSessionStore
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
-    from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
 
@@ -47,7 +46,6 @@ class App:
     router: EmbeddingRouter | None = None
     _model_built: bool = field(default=False, repr=False)
     _governance: Governance | None = field(default=None, repr=False)
-    _approvals: Approvals | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -139,14 +137,6 @@ class App:
             self._governance = Governance(audit=AuditLog.for_workspace(self.settings.workspace))
         return self._governance
 
-    def approvals(self) -> Approvals:
-        """Where ``confirm=True`` tool calls wait for a person's decision (one per app)."""
-        if self._approvals is None:
-            from shelfhand.tools.approvals import Approvals
-
-            self._approvals = Approvals()
-        return self._approvals
-
     def toolkit(
         self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = (), governed: bool = True
     ) -> Toolkit:
@@ -174,7 +164,11 @@ class App:
         system_prompt: str | None = None,
     ) -> Agent:
         """The chat agent; a service passes its shared ``toolkit`` (governance state lives
-        there) and a per-caller ``system_prompt`` (e.g. with the user's memory section)."""
+        there) and a per-caller ``system_prompt`` (e.g. with the user's memory section).
+
+        ``confirm=True`` tools need an ``Approvals`` registry passed to ``run``/``stream``
+        (the service and the CLI do); without one they are refused, never left waiting.
+        """
         from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT, Agent
 
         return Agent(
@@ -183,7 +177,6 @@ class App:
             toolkit=toolkit if toolkit is not None else self.toolkit(kb),
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
-            approvals=self.approvals(),
         )
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:

@@ -1,0 +1,173 @@
+"""The reference scenario: an after-sales assistant for a company selling projectors.
+
+Bookshelf: the bundled sample documents (warranty, returns, troubleshooting manual, specs).
+Hands: four tools over a small SQLite demo database, the caller's identity injected:
+``query_stock`` and ``quote_price`` (read-only), ``query_order`` (scoped to the caller: nobody
+sees another user's order) and ``create_return`` (a write: never retried, needs confirmation).
+
+Runs offline: a scripted model stands in for the chat model and plays the turns a real model
+would. Point ``model`` at ``OpenAIChatModel(...)`` to talk to a real one.
+
+    python examples/after_sales.py [WORKSPACE]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from shelfhand import Agent, Approvals, KnowledgeBase, Toolkit, UserContext, tool
+from shelfhand.knowledge.base import sample_corpus
+from shelfhand.knowledge.citations import label
+from shelfhand.knowledge.embedders import default_router
+from shelfhand.testing import ScriptedModel, text, tool_call
+from shelfhand.tools.approvals import ApprovalRequest
+
+
+def demo_database(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False)
+    db.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS products (sku TEXT PRIMARY KEY, name TEXT, price REAL, stock INT);
+        CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT);
+        CREATE TABLE IF NOT EXISTS returns (id INTEGER PRIMARY KEY, order_id TEXT, reason TEXT);
+        INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3299, 12),
+                                              ('SKU2024-012', 'Lumen X2', 4599, 0);
+        INSERT OR IGNORE INTO orders VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
+                                            ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
+        """
+    )
+    return db
+
+
+def make_tools(db: sqlite3.Connection) -> list:
+    @tool(read_only=True)
+    def query_stock(sku: str) -> dict:
+        """How many units of a product are in stock.
+
+        Args:
+            sku: The product SKU, e.g. SKU2024-011.
+        """
+        row = db.execute("SELECT name, stock FROM products WHERE sku=?", (sku,)).fetchone()
+        return (
+            {"sku": sku, "found": False}
+            if row is None
+            else {"sku": sku, "name": row[0], "stock": row[1]}
+        )
+
+    @tool(read_only=True)
+    def quote_price(sku: str, quantity: int = 1) -> dict:
+        """Quote a price: 10% off from 3 units.
+
+        Args:
+            sku: The product SKU.
+            quantity: How many units.
+        """
+        row = db.execute("SELECT price FROM products WHERE sku=?", (sku,)).fetchone()
+        if row is None:
+            return {"sku": sku, "found": False}
+        total = row[0] * quantity * (0.9 if quantity >= 3 else 1.0)
+        return {"sku": sku, "quantity": quantity, "total_cny": round(total, 2)}
+
+    @tool(read_only=True)
+    def query_order(ctx: UserContext, order_id: str) -> dict:
+        """Look up one of the caller's orders.
+
+        Args:
+            order_id: The order number, e.g. SO-1001.
+        """
+        # the owner comes from the injected identity, never from the model
+        row = db.execute(
+            "SELECT sku, status FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+        ).fetchone()
+        return (
+            {"order": order_id, "found": False}
+            if row is None
+            else {"order": order_id, "sku": row[0], "status": row[1]}
+        )
+
+    @tool(confirm=True)
+    def create_return(ctx: UserContext, order_id: str, reason: str) -> str:
+        """Create a return for one of the caller's orders (needs the customer's confirmation).
+
+        Args:
+            order_id: The order number.
+            reason: Why the product goes back.
+        """
+        owned = db.execute(
+            "SELECT 1 FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+        ).fetchone()
+        if owned is None:
+            return f"no order {order_id} for this customer"
+        cur = db.execute("INSERT INTO returns (order_id, reason) VALUES (?, ?)", (order_id, reason))
+        db.commit()
+        return f"return RMA-{cur.lastrowid} created for {order_id}"
+
+    return [query_stock, quote_price, query_order, create_return]
+
+
+async def main(workspace: Path) -> list[str]:
+    kb = KnowledgeBase(workspace / "kb", default_router())
+    kb.ingest([sample_corpus()])
+    toolkit = Toolkit([kb.as_tool(), *make_tools(demo_database(workspace / "shop.db"))])
+    customer = UserContext(tenant_id="default", user_id="u7", roles=["user"])
+    answers: list[str] = []
+
+    # 1. knowledge + two tools in one turn (the three calls run concurrently: all read-only)
+    model = ScriptedModel([
+        [
+            tool_call("retrieve", {"query": "投影仪 保修期"}),
+            tool_call("query_stock", {"sku": "SKU2024-011"}),
+            tool_call("quote_price", {"sku": "SKU2024-011", "quantity": 1}),
+        ],
+        text("保修期见 [1]；SKU2024-011（Lumen X1）有 12 台现货，单价 3299 元。"),
+    ])  # fmt: skip
+    result = await Agent(model=model, toolkit=toolkit).run(
+        "投影仪的保修期是多久？SKU2024-011 有货吗？报个价", context=customer
+    )
+    answers.append(result.output)
+    print(result.output)
+    for c in result.citations[:2]:
+        print(f"  [{c.index}] {label(c)}")
+
+    # 2. another customer's order stays invisible, whatever the model asks for
+    model = ScriptedModel(
+        [tool_call("query_order", {"order_id": "SO-2002"}), text("没有找到这个订单。")]
+    )
+    result = await Agent(model=model, toolkit=toolkit).run("SO-2002 到哪了？", context=customer)
+    print(result.messages[2].tool_results[0].content)
+    answers.append(result.messages[2].tool_results[0].content)
+
+    # 3. a write waits for the customer's confirmation (here: a handler that approves)
+    def customer_confirms(request: ApprovalRequest) -> bool:
+        print(f"  confirm {request.tool}({dict(request.arguments)})? yes")
+        return True
+
+    model = ScriptedModel([
+        tool_call("create_return", {"order_id": "SO-1001", "reason": "屏幕有坏点"}),
+        text("退货单已创建。"),
+    ])  # fmt: skip
+    result = await Agent(model=model, toolkit=toolkit).run(
+        "SO-1001 屏幕有坏点，我要退货",
+        context=customer,
+        approvals=Approvals(handler=customer_confirms),
+    )
+    print(result.messages[2].tool_results[0].content)
+    answers.append(result.messages[2].tool_results[0].content)
+
+    # 4. E-203: an exact error code found by keyword search, no model needed
+    hits = kb.search("E-203 是什么故障？", k=1, user=customer)
+    print(f"E-203 → {hits[0].chunk.source}, p. {hits[0].chunk.page}")
+    answers.append(hits[0].chunk.source)
+    kb.close()
+    return answers
+
+
+if __name__ == "__main__":
+    target = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="after-sales-"))
+    )
+    asyncio.run(main(target))

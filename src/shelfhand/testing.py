@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +168,7 @@ def _describe(message: Message | None) -> str:
     return f"{message.role}: " + ("; ".join(parts) or "(empty)")
 
 
-class _FakeModel:
+class _FakeModel(ABC):
     """What the two fake models share: call numbering, recording, streaming."""
 
     def __init__(self, name: str) -> None:
@@ -229,8 +230,9 @@ class _FakeModel:
             model_name=self._name,
         )
 
+    @abstractmethod
     async def _turn(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> object:
-        raise NotImplementedError
+        """Provided by each subclass."""
 
     async def request(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()

@@ -241,6 +241,9 @@ class _Recorder(McpServer):
         self.log = log
         self.fail_close = fail_close
 
+    def _transport(self) -> Any:
+        raise AssertionError("the stand-in never connects a transport")
+
     async def connect(self) -> None:
         self.log.append(f"open {self.name}")
 

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -54,7 +55,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MODERN = "2026-07-28"
 
 
-class McpServer:
+class McpServer(ABC):
     """A connection to one MCP server; use :class:`StdioServer`, :class:`SseServer` or
     :class:`StreamableHttpServer`.
 
@@ -95,8 +96,9 @@ class McpServer:
         return f"{type(self).__name__}(name={self.name!r})"
 
     # --- what subclasses provide ------------------------------------------------------------
+    @abstractmethod
     def _transport(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
+        """Provided by each subclass."""
 
     # --- state --------------------------------------------------------------------------------
     @property

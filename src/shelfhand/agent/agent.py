@@ -22,7 +22,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from shelfhand.core.context import ANONYMOUS, RunContext, UserContext
+from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.events import (
     ApprovalDecided,
     ApprovalRequired,
@@ -198,13 +198,9 @@ class Agent:
         approvals: Approvals | None = None,
         trace_id: str | None = None,
     ) -> AsyncGenerator[Event, None]:
-        user = context or ANONYMOUS
         approvals = approvals if approvals is not None else self.approvals
-        run = (
-            RunContext(agent_name=self.name, user=user, deps=deps, trace_id=trace_id)
-            if trace_id
-            else RunContext(agent_name=self.name, user=user, deps=deps)
-        )
+        run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
+        user = run.user
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(history)

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from shelfhand.core.context import ANONYMOUS, RunContext, UserContext
+from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
 from shelfhand.knowledge.citations import format_passages, to_citations
 from shelfhand.knowledge.types import SearchHit
@@ -87,12 +87,7 @@ class KnowledgeAgent:
         trace_id: str | None = None,
     ) -> RunResult:
         query = prompt if isinstance(prompt, str) else prompt.text
-        user = context or ANONYMOUS
-        run = (
-            RunContext(agent_name=self.name, user=user, deps=deps, trace_id=trace_id)
-            if trace_id
-            else RunContext(agent_name=self.name, user=user, deps=deps)
-        )
+        run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         citations = tuple(to_citations(hits))
         output = format_passages(citations)

@@ -72,3 +72,21 @@ class RunContext:
     user: UserContext = ANONYMOUS
     iteration: int = 0
     deps: Any = None
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        agent_name: str,
+        user: UserContext | None = None,
+        deps: Any = None,
+        trace_id: str | None = None,
+    ) -> RunContext:
+        """A new run for ``user`` (anonymous if ``None``), under ``trace_id`` if the caller
+        chose one (e.g. the HTTP turn's), else a fresh one."""
+        return cls(
+            agent_name=agent_name,
+            user=user or ANONYMOUS,
+            deps=deps,
+            trace_id=trace_id or new_id(),
+        )

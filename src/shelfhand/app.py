@@ -69,9 +69,7 @@ class App:
             elif s.model:
                 from shelfhand.providers.openai_chat import OpenAIChatModel
 
-                self.model = OpenAIChatModel(
-                    s.model, base_url=s.base_url, api_key=s.api_key, timeout=s.model_timeout
-                )
+                self.model = OpenAIChatModel.from_env(s)  # model, base_url, api_key, timeout
         return self.model
 
     # --- knowledge ------------------------------------------------------------------------

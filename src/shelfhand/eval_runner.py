@@ -48,17 +48,8 @@ def _documents(ds: BeirDataset) -> Iterator[Document]:
 
 
 def _open(app: App, mode: str) -> KnowledgeBase:
-    if mode == "keyword":
-        from shelfhand.knowledge.base import KnowledgeBase
-
-        s = app.settings
-        return KnowledgeBase(
-            s.workspace,
-            None,
-            mode="keyword",
-            max_tokens=s.chunk_tokens,
-            overlap_tokens=s.chunk_overlap,
-        )
+    if mode == "keyword":  # no embedders: a keyword run must not pay for embedding the corpus
+        return app.open_knowledge(embed=False)
     kb = app.open_knowledge()
     if kb.keyword_only:
         kb.close()

@@ -28,12 +28,6 @@ from shelfhand.cli.main import (
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
 
 
-def _samples_dir() -> Path:
-    from shelfhand.knowledge.base import sample_corpus
-
-    return sample_corpus()
-
-
 @app.command()
 def ingest(
     paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to index.")] = None,
@@ -53,7 +47,9 @@ def ingest(
 
     targets = list(paths or [])
     if samples:
-        targets.append(_samples_dir())
+        from shelfhand.knowledge.base import sample_corpus
+
+        targets.append(sample_corpus())
     if not targets:
         raise _err("give one or more PATHs, or --samples for the bundled sample corpus", 2)
     missing = [str(p) for p in targets if not p.exists()]

@@ -79,7 +79,8 @@ def tools(
 ) -> None:
     """List the tools the model can call, with their JSON schemas."""
     a = _app(workspace)
-    kit = a.toolkit(a.open_knowledge(embed=False) if a.knowledge_exists() else None, governed=False)
+    # the schemas do not depend on the documents: no need to open the knowledge base
+    kit = a.toolkit(None, governed=False)
     schemas = kit.schemas()
     if as_json:
         typer.echo(json.dumps(schemas, ensure_ascii=False, indent=2))

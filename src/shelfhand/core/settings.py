@@ -37,10 +37,6 @@ class Settings:
     chunk_tokens: int = 400
     chunk_overlap: int = 40
 
-    @property
-    def model_configured(self) -> bool:
-        return bool(self.model)
-
     @classmethod
     def load(
         cls, workspace: str | Path | None = None, *, env: Mapping[str, str] | None = None

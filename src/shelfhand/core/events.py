@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from shelfhand.core.messages import Citation
@@ -90,47 +90,17 @@ Event: TypeAlias = (
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready view of an event (for SSE and logs)."""
-    if isinstance(event, TextDelta):
-        return {"type": event.type, "text": event.text}
-    if isinstance(event, ToolStarted):
-        return {
-            "type": event.type,
-            "call_id": event.call_id,
-            "name": event.name,
-            "arguments": event.arguments,
-        }
-    if isinstance(event, ToolFinished):
-        return {
-            "type": event.type,
-            "call_id": event.call_id,
-            "name": event.name,
-            "content": event.content,
-            "is_error": event.is_error,
-            "duration_ms": event.duration_ms,
-            "replayed": event.replayed,
-        }
-    if isinstance(event, ApprovalRequired):
-        return {
-            "type": event.type,
-            "approval_id": event.approval_id,
-            "call_id": event.call_id,
-            "tool": event.tool,
-            "arguments": dict(event.arguments),
-        }
-    if isinstance(event, ApprovalDecided):
-        return {
-            "type": event.type,
-            "approval_id": event.approval_id,
-            "call_id": event.call_id,
-            "tool": event.tool,
-            "approved": event.approved,
-            "reason": event.reason,
-        }
+    """A JSON-ready view of an event (for SSE and logs): its fields, ``type`` first."""
     if isinstance(event, CitationsFound):
         return {"type": event.type, "citations": [c.to_dict() for c in event.citations]}
-    return {
-        "type": event.type,
-        "output": event.result.output,
-        "citations": [c.to_dict() for c in event.result.citations],
-    }
+    if isinstance(event, Final):
+        return {
+            "type": event.type,
+            "output": event.result.output,
+            "citations": [c.to_dict() for c in event.result.citations],
+        }
+    data: dict[str, Any] = {"type": event.type}
+    for f in fields(event):
+        value = getattr(event, f.name)
+        data[f.name] = dict(value) if isinstance(value, Mapping) else value
+    return data

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -232,13 +232,7 @@ class McpServer(ABC):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if exc_info[0] is None:
-            await self.aclose()
-            return
-        try:
-            await self.aclose()
-        except Exception:  # never mask the error that is already on its way out
-            logger.exception("closing MCP server %s failed", self.name)
+        await _close_on_exit(self.aclose, exc_info, f"MCP server {self.name}")
 
     # --- tools --------------------------------------------------------------------------------
     async def mount(self, toolkit: Toolkit) -> list[Tool[..., Any]]:
@@ -447,13 +441,7 @@ class McpServerGroup:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if exc_info[0] is None:
-            await self.aclose()
-            return
-        try:
-            await self.aclose()
-        except Exception:  # never mask the error that is already on its way out
-            logger.exception("closing MCP servers failed")
+        await _close_on_exit(self.aclose, exc_info, "MCP servers")
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -488,3 +476,17 @@ def _version() -> str:
     from shelfhand import __version__
 
     return __version__
+
+
+async def _close_on_exit(
+    aclose: Callable[[], Awaitable[None]], exc_info: tuple[object, ...], what: str
+) -> None:
+    """Close on leaving a ``with`` block; while an error is already on its way out, a close
+    failure is logged instead of raised, so it never masks the original exception."""
+    if exc_info[0] is None:
+        await aclose()
+        return
+    try:
+        await aclose()
+    except Exception:
+        logger.exception("closing %s failed", what)

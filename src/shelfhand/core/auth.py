@@ -11,13 +11,13 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.settings import read_toml
 
 
 def _entry(key: str, data: Any, where: str) -> tuple[str, UserContext]:
@@ -58,10 +58,7 @@ def load_api_keys(
         return keys
     if workspace is not None and (workspace / "shelfhand.toml").is_file():
         path = workspace / "shelfhand.toml"
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(f"{path} is not valid TOML: {exc}") from exc
+        data = read_toml(path)
         entries = data.get("api_keys", [])
         if not isinstance(entries, list):
             raise ConfigurationError(f"{path}: api_keys must be an array of tables ([[api_keys]])")

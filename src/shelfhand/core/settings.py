@@ -82,14 +82,18 @@ class Settings:
         )
 
 
+def read_toml(path: Path) -> dict[str, Any]:
+    """The whole TOML file; a broken one is a :class:`ConfigurationError` naming the file."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from None
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from exc
-    section = data.get("shelfhand", {})
+    section = read_toml(path).get("shelfhand", {})
     if not isinstance(section, dict):
         raise ConfigurationError(f"{path}: [shelfhand] must be a table")
     return section

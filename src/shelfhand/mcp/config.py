@@ -31,13 +31,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.settings import read_toml
 from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer, McpServerGroup
 from shelfhand.mcp.transports import SseServer, StdioServer, StreamableHttpServer
 
@@ -117,7 +117,7 @@ def find_mcp_config(workspace: Path) -> Path | None:
     if candidate.is_file():
         return candidate
     toml_path = workspace / "shelfhand.toml"
-    if toml_path.is_file() and "mcp" in _read_toml(toml_path):
+    if toml_path.is_file() and "mcp" in read_toml(toml_path):
         return toml_path
     return None
 
@@ -150,7 +150,7 @@ def load_mcp_config(
     if not source.is_file():
         raise ConfigurationError(f"MCP configuration file {source} does not exist")
     if source.suffix == ".toml":
-        section = _read_toml(source).get("mcp", {})
+        section = read_toml(source).get("mcp", {})
         if not isinstance(section, Mapping):
             raise ConfigurationError(f"{source}: [mcp] must be a table")
         data: Any = section
@@ -278,10 +278,3 @@ def _expand(text: str, env: Mapping[str, str], here: str) -> str:
         return value
 
     return _VAR_RE.sub(sub, text)
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from None

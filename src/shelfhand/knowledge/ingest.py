@@ -289,7 +289,8 @@ class Ingestor:
         tally: _Tally,
     ) -> _Pending | None:
         try:
-            file_hash = hashlib.sha256(file.read_bytes()).hexdigest()
+            data = file.read_bytes()
+            file_hash = hashlib.sha256(data).hexdigest()
         except OSError as exc:
             tally.failed.append(IngestFailure(source=source, reason=str(exc)))
             return None
@@ -298,8 +299,13 @@ class Ingestor:
             tally.unchanged.append(source)
             return None
         try:
+            # the bytes just hashed: read once, and the stored hash matches what was indexed
             docs = read_file(
-                file, source=source, tenant_id=tenant_id, permission_tags=permission_tags
+                file,
+                source=source,
+                tenant_id=tenant_id,
+                permission_tags=permission_tags,
+                data=data,
             )
             prepared = [
                 (

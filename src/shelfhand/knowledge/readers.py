@@ -57,6 +57,7 @@ def read_file(
     source: str | None = None,
     tenant_id: str = "default",
     permission_tags: Sequence[str] = (),
+    data: bytes | None = None,
 ) -> list[Document]:
     """Read one file into documents.
 
@@ -67,6 +68,8 @@ def read_file(
         tenant_id: Tenant the documents belong to.
         permission_tags: Roles that may read the documents; Markdown front matter
             ``permissions:`` adds to them.
+        data: The file's bytes when the caller already read them (the incremental ingest
+            hashes them first); read from ``path`` otherwise.
 
     Returns:
         One document for a file, or one per record for CSV, JSON and JSONL
@@ -86,7 +89,8 @@ def read_file(
             f"supported: {supported}"
         )
     try:
-        data = path.read_bytes()
+        if data is None:
+            data = path.read_bytes()
         mtime = path.stat().st_mtime
     except OSError as exc:
         raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc

@@ -25,29 +25,7 @@ server_module = importlib.util.module_from_spec(_spec)
 sys.modules["chat_completions_server"] = server_module
 _spec.loader.exec_module(server_module)
 ChatServer, Reply = server_module.ChatServer, server_module.Reply
-
-
-def completion(content: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "local",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-    }
-
-
-def chunk(delta: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": "c1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "local",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-    }
+completion, chunk = server_module.completion, server_module.chunk
 
 
 RETRIEVE_CALL = {

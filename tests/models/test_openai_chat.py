@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from chat_completions_server import HOLD, ChatServer, Reply
+from chat_completions_server import HOLD, ChatServer, Reply, chunk, completion
 
 from shelfhand.core.errors import ConfigurationError, ModelProviderError, ModelTimeoutError
 from shelfhand.core.messages import (
@@ -37,38 +37,6 @@ LOOKUP_ORDER = {
         },
     },
 }
-
-
-def completion(
-    content: Any = "", *, tool_calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "qwen2.5-7b-instruct",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
-    }
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "qwen2.5-7b-instruct",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
 
 
 USAGE_CHUNK = {

@@ -124,6 +124,8 @@ INSERT INTO meta (key, value) VALUES ('generation', '0');
     )
 ]
 
+_IN_BATCH = 500
+"""Values per ``IN (...)`` list: well under SQLite's bound-variable limit."""
 _CHUNK_COLUMNS = (
     "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start, end_,"
     " content_hash, doc_type, permission_tags, tenant_id, updated_at"
@@ -626,38 +628,31 @@ class SqliteKnowledgeStore:
         found = self.chunk_map(rowids)
         return [found[r] for r in rowids if r in found]
 
+    def _select_in(
+        self, sql: str, values: Sequence[Any], params: tuple[Any, ...] = ()
+    ) -> Iterator[list[Any]]:
+        """Rows of ``sql`` (``{marks}`` stands for an IN list) over ``values``, in batches that
+        stay under SQLite's bound-variable limit; ``params`` come before the list."""
+        for start in range(0, len(values), _IN_BATCH):
+            part = tuple(values[start : start + _IN_BATCH])
+            marks = ",".join("?" * len(part))
+            with self._lock:
+                rows = self._conn.execute(sql.format(marks=marks), (*params, *part)).fetchall()
+            yield rows
+
     def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]:
-        if not rowids:
-            return {}
-        marks = ",".join("?" * len(rowids))
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({marks})", tuple(rowids)
-            ).fetchall()
-        return {r[0]: _row_to_chunk(r) for r in rows}
+        sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({{marks}})"
+        return {r[0]: _row_to_chunk(r) for rows in self._select_in(sql, rowids) for r in rows}
 
     def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
-        if not rowids:
-            return {}
-        marks = ",".join("?" * len(rowids))
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})", tuple(rowids)
-            ).fetchall()
-        return {r[0]: r[1] for r in rows}
+        sql = "SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})"
+        return {r[0]: r[1] for rows in self._select_in(sql, rowids) for r in rows}
 
     def iter_chunks(self, doc_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]:
         """Stored chunks with their rowids (all, or of ``doc_ids``), in rowid order."""
         if doc_ids is not None:
-            for start in range(0, len(doc_ids), 500):
-                part = doc_ids[start : start + 500]
-                marks = ",".join("?" * len(part))
-                with self._lock:
-                    rows = self._conn.execute(
-                        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks})"
-                        " ORDER BY rowid",
-                        tuple(part),
-                    ).fetchall()
+            sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({{marks}}) ORDER BY rowid"
+            for rows in self._select_in(sql, doc_ids):
                 yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
             return
         last = 0
@@ -678,15 +673,11 @@ class SqliteKnowledgeStore:
     ) -> Iterator[tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
         """``(rowids, matrix)`` batches of the vectors stored in ``space``."""
         if doc_ids is not None:
-            for start in range(0, len(doc_ids), 500):
-                part = doc_ids[start : start + 500]
-                marks = ",".join("?" * len(part))
-                with self._lock:
-                    rows = self._conn.execute(
-                        "SELECT e.chunk_rowid, e.vector FROM embeddings e JOIN chunks c"
-                        f" ON c.rowid = e.chunk_rowid WHERE e.space=? AND c.doc_id IN ({marks})",
-                        (space, *part),
-                    ).fetchall()
+            sql = (
+                "SELECT e.chunk_rowid, e.vector FROM embeddings e JOIN chunks c"
+                " ON c.rowid = e.chunk_rowid WHERE e.space=? AND c.doc_id IN ({marks})"
+            )
+            for rows in self._select_in(sql, doc_ids, (space,)):
                 if rows:
                     yield _to_arrays(rows)
             return
@@ -705,19 +696,15 @@ class SqliteKnowledgeStore:
 
     def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]:
         """Stored vectors of chunks with these content hashes (reused when a file is edited)."""
-        found: dict[str, Vectors] = {}
-        for start in range(0, len(hashes), 500):
-            part = hashes[start : start + 500]
-            marks = ",".join("?" * len(part))
-            with self._lock:
-                rows = self._conn.execute(
-                    "SELECT c.content_hash, e.vector FROM chunks c JOIN embeddings e"
-                    f" ON e.chunk_rowid = c.rowid WHERE e.space=? AND c.content_hash IN ({marks})",
-                    (space, *part),
-                ).fetchall()
-            for h, blob in rows:
-                found[h] = np.frombuffer(blob, dtype=np.float32)
-        return found
+        sql = (
+            "SELECT c.content_hash, e.vector FROM chunks c JOIN embeddings e"
+            " ON e.chunk_rowid = c.rowid WHERE e.space=? AND c.content_hash IN ({marks})"
+        )
+        return {
+            h: np.frombuffer(blob, dtype=np.float32)
+            for rows in self._select_in(sql, hashes, (space,))
+            for h, blob in rows
+        }
 
     def allowed_rowids(
         self,

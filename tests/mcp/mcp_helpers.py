@@ -40,10 +40,11 @@ async def wait_until_gone(pid: int, seconds: float = 10.0) -> bool:
 
 
 @asynccontextmanager
-async def serve_asgi(app: Any) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 (free port) and yield ``http://127.0.0.1:PORT``."""
+async def serve_asgi(app: Any, port: int = 0) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (``port``, or a free one) and yield ``http://127.0.0.1:PORT``."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     sock.listen(64)
     sock.setblocking(False)
     port = sock.getsockname()[1]

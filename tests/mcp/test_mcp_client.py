@@ -156,7 +156,7 @@ async def test_list_changed_adds_new_tools_and_removes_gone_ones(protocol: str) 
 
 
 async def test_killing_the_server_mid_run_gives_a_tool_error_and_the_run_completes() -> None:
-    server = stdio_echo()
+    server = stdio_echo(reconnect=False)
     kit = Toolkit()
 
     async def turn(messages: Sequence[Message], tools: Any) -> Any:

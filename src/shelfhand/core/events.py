@@ -39,6 +39,22 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolProgress:
+    """A running tool reported progress (e.g. an MCP server's ``notifications/progress``).
+
+    ``progress`` only grows; ``total`` is ``None`` when the tool does not know it.
+    ``call_id`` is empty when the reporter does not know which call it is.
+    """
+
+    name: str
+    progress: float
+    total: float | None = None
+    message: str = ""
+    call_id: str = ""
+    type: Literal["tool_progress"] = "tool_progress"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequired:
     """A ``confirm=True`` tool call waits for a human: approve or reject ``approval_id``.
 
@@ -82,6 +98,7 @@ Event: TypeAlias = (
     TextDelta
     | ToolStarted
     | ToolFinished
+    | ToolProgress
     | ApprovalRequired
     | ApprovalDecided
     | CitationsFound

@@ -4,8 +4,8 @@ Client side (this package's top level)::
 
     from shelfhand.mcp import StdioServer, StreamableHttpServer
 
-    server = StdioServer(command="uvx", args=["mcp-server-time"], name="time")
-    await toolkit.add_mcp(server)     # the server's tools, under their own names
+    server = StdioServer(command="uvx", args=["mcp-server-time"], name="time", prefix="time_")
+    await toolkit.add_mcp(server)     # time_get_current_time, time_convert_time
     ...
     await server.aclose()             # connection closed, child process gone
 
@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError('shelfhand.mcp needs the MCP SDK: pip install "shelfhand[mcp]"') from exc
 
-from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer, McpServerGroup
+from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
 from shelfhand.mcp.config import (
     ServerConfig,
     find_mcp_config,
@@ -30,18 +30,25 @@ from shelfhand.mcp.config import (
     refuse_stdio,
     servers_from_config,
 )
-from shelfhand.mcp.tool import McpTool
+from shelfhand.mcp.group import McpServerGroup
+from shelfhand.mcp.options import DEFAULT_OUTPUT_LIMIT, ServerOptions, ToolFilter, ToolSettings
+from shelfhand.mcp.tool import McpTool, ResourceTool
 from shelfhand.mcp.transports import SseServer, StdioServer, StreamableHttpServer
 
 __all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
     "DEFAULT_TIMEOUT",
     "McpServer",
     "McpServerGroup",
     "McpTool",
+    "ResourceTool",
     "ServerConfig",
+    "ServerOptions",
     "SseServer",
     "StdioServer",
     "StreamableHttpServer",
+    "ToolFilter",
+    "ToolSettings",
     "find_mcp_config",
     "load_mcp_config",
     "parse_mcp_config",

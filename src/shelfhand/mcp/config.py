@@ -17,6 +17,14 @@
     command = "uvx"
     args = ["mcp-server-time"]
 
+Every entry may also set how its tools are mounted (see :mod:`shelfhand.mcp.options`)::
+
+    "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"],
+           "prefix": "fs_", "tools": {"deny": ["move_file"]}, "cache_ttl": 0,
+           "output_limit": 65536, "max_duration": 120, "reconnect": true,
+           "confirm": false, "permission": "user",
+           "tool_settings": {"write_file": {"confirm": true, "permission": "admin"}}}
+
 An entry with ``command`` runs over stdio; one with ``url`` over streamable HTTP, or SSE when
 ``type`` (or ``transport``) is ``"sse"`` or the URL path ends in ``/sse``. ``${VAR}`` and
 ``${VAR:-default}`` in ``command``, ``args``, ``env``, ``url`` and ``headers`` are read from
@@ -38,7 +46,17 @@ from typing import Any, Literal
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import read_toml
-from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer, McpServerGroup
+from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
+from shelfhand.mcp.group import McpServerGroup
+from shelfhand.mcp.options import (
+    DEFAULT_OUTPUT_LIMIT,
+    ServerOptions,
+    ToolFilter,
+    ToolSettings,
+    check_prefix,
+    tool_filter,
+    tool_settings,
+)
 from shelfhand.mcp.transports import SseServer, StdioServer, StreamableHttpServer
 
 __all__ = [
@@ -56,7 +74,8 @@ _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _HTTP_TYPES = {"http", "streamable-http", "streamable_http", "streamablehttp"}
 _KNOWN_KEYS = {
     "command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout",
-    "disabled", "description",
+    "disabled", "description", "prefix", "tools", "confirm", "permission", "cache_ttl",
+    "tool_settings", "output_limit", "max_duration", "reconnect",
 }  # fmt: skip
 
 
@@ -73,7 +92,14 @@ class ServerConfig:
         cwd: Working directory (stdio).
         url: Endpoint (sse, http).
         headers: HTTP headers (sse, http).
-        timeout: Seconds per tool call and for connecting.
+        timeout: Seconds a call may go without an answer or progress; also for connecting.
+        prefix: Put before each of its tool names.
+        tools: Which tools are mounted.
+        defaults: Server-wide ``confirm`` / ``permission`` / ``cache_ttl``.
+        tool_settings: Per-tool settings, by the server's own tool names.
+        output_limit: Bytes of one result the model sees.
+        max_duration: Seconds one call may take in all (``None``: 10 × timeout).
+        reconnect: Reopen a lost connection on the next call.
         source: The file the entry came from.
     """
 
@@ -86,10 +112,32 @@ class ServerConfig:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     timeout: float = DEFAULT_TIMEOUT
+    prefix: str = ""
+    tools: ToolFilter = field(default_factory=ToolFilter)
+    defaults: ToolSettings = field(default_factory=ToolSettings)
+    tool_settings: Mapping[str, ToolSettings] = field(default_factory=dict)
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    max_duration: float | None = None
+    reconnect: bool = True
     source: str = ""
+
+    def options(self) -> ServerOptions:
+        """The entry's mounting options, as the server classes take them."""
+        return ServerOptions(
+            prefix=self.prefix,
+            tools=self.tools,
+            confirm=bool(self.defaults.confirm),
+            permission=self.defaults.permission or "user",
+            cache_ttl=self.defaults.cache_ttl,
+            tool_settings=self.tool_settings,
+            output_limit=self.output_limit,
+            max_duration=self.max_duration,
+            reconnect=self.reconnect,
+        )
 
     def server(self) -> McpServer:
         """A (not yet connected) server object for this entry."""
+        options = self.options()
         if self.transport == "stdio":
             assert self.command is not None
             return StdioServer(
@@ -99,11 +147,16 @@ class ServerConfig:
                 name=self.name,
                 cwd=self.cwd,
                 timeout=self.timeout,
+                **options,
             )
         assert self.url is not None
         if self.transport == "sse":
-            return SseServer(self.url, self.headers, name=self.name, timeout=self.timeout)
-        return StreamableHttpServer(self.url, self.headers, name=self.name, timeout=self.timeout)
+            return SseServer(
+                self.url, self.headers, name=self.name, timeout=self.timeout, **options
+            )
+        return StreamableHttpServer(
+            self.url, self.headers, name=self.name, timeout=self.timeout, **options
+        )
 
 
 def servers_from_config(configs: list[ServerConfig]) -> McpServerGroup:
@@ -213,6 +266,7 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> ServerC
     timeout = entry.get("timeout", DEFAULT_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigurationError(f"{here}: timeout must be a positive number of seconds")
+    common = _mount_options(name, entry, here)
     command, url = entry.get("command"), entry.get("url")
     if (command is None) == (url is None):
         raise ConfigurationError(f"{here} needs either command (stdio) or url (HTTP), not both")
@@ -237,6 +291,7 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> ServerC
             cwd=cwd,
             timeout=float(timeout),
             source=where,
+            **common,
         )
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ConfigurationError(f"{here}: url must be an http:// or https:// URL")
@@ -254,7 +309,42 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> ServerC
         headers=_string_map(entry.get("headers"), "headers", env, here),
         timeout=float(timeout),
         source=where,
+        **common,
     )
+
+
+def _mount_options(name: str, entry: Mapping[str, Any], here: str) -> dict[str, Any]:
+    """``prefix``, ``tools``, settings, ``output_limit``, ... of one entry, checked."""
+    try:
+        prefix = entry.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise ValueError("prefix must be a string")
+        defaults = ToolSettings.from_mapping(
+            {k: entry[k] for k in ("confirm", "permission", "cache_ttl") if k in entry},
+            "settings",
+        )
+        limit = entry.get("output_limit", DEFAULT_OUTPUT_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 256:
+            raise ValueError("output_limit must be a whole number of bytes, at least 256")
+        duration = entry.get("max_duration")
+        if duration is not None and (
+            isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0
+        ):
+            raise ValueError("max_duration must be a positive number of seconds")
+        reconnect = entry.get("reconnect", True)
+        if not isinstance(reconnect, bool):
+            raise ValueError("reconnect must be true or false")
+        return {
+            "prefix": check_prefix(prefix, name),
+            "tools": tool_filter(entry.get("tools"), name),
+            "defaults": defaults,
+            "tool_settings": tool_settings(entry.get("tool_settings"), name),
+            "output_limit": limit,
+            "max_duration": None if duration is None else float(duration),
+            "reconnect": reconnect,
+        }
+    except ValueError as exc:
+        raise ConfigurationError(f"{here}: {exc}") from None
 
 
 def _string_map(value: Any, key: str, env: Mapping[str, str], here: str) -> dict[str, str]:

@@ -1,8 +1,15 @@
-"""One MCP server tool as a shelfhand :class:`~shelfhand.tools.tool.Tool` (DESIGN M1)."""
+"""MCP server tools as shelfhand :class:`~shelfhand.tools.tool.Tool` objects (DESIGN M1).
+
+Results become text for the model: text content as it is, images and audio as a short
+description (``[image: image/png, 5120 bytes]``, since messages carry no image blocks yet),
+everything cut at the server's ``output_limit`` with a marker saying how much was dropped.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp.types as types
@@ -10,12 +17,13 @@ import pydantic_core
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.messages import Citation
+from shelfhand.mcp.options import ToolSettings
 from shelfhand.tools.tool import Tool, ToolOutput
 
 if TYPE_CHECKING:
     from shelfhand.mcp.client import McpServer
 
-__all__ = ["McpTool", "to_output"]
+__all__ = ["McpTool", "ResourceTool", "cap", "resource_output", "to_output"]
 
 
 async def _no_op(run: RunContext) -> None:
@@ -26,27 +34,40 @@ class McpTool(Tool[..., Any]):
     """One tool of an MCP server, as the toolkit and the model see it.
 
     The schema is the server's ``inputSchema`` unchanged; arguments are checked by the
-    server. ``read_only`` (and so retries, caching and parallel calls) only when the server
-    annotates the tool with ``readOnlyHint``.
+    server. ``read_only`` (and so retries and parallel calls) only when the server annotates
+    the tool with ``readOnlyHint``; results are cached only when ``cache_ttl`` is configured.
+
+    The toolkit's timeout for the call is the server's ``max_duration``: the server object
+    itself enforces ``timeout`` between answers and progress notifications.
 
     Attributes:
         server: The server the tool belongs to.
+        remote_name: The tool's name on the server (``name`` carries the prefix).
         input_schema: The tool's JSON schema as the server listed it.
+        settings: The governance settings it was mounted with.
     """
 
-    def __init__(self, server: McpServer, listed: types.Tool, *, timeout: float) -> None:
+    def __init__(self, server: McpServer, listed: types.Tool, settings: ToolSettings) -> None:
         hints = listed.annotations
         read_only = bool(hints is not None and hints.read_only_hint)
         super().__init__(
             _no_op,
-            name=listed.name,
+            name=server.prefix + listed.name,
             description=listed.description or listed.title or listed.name,
             read_only=read_only,
             idempotent=bool(hints is not None and hints.idempotent_hint) or read_only,
-            timeout=timeout,
-            circuit=f"mcp:{server.name}",  # one breaker per server: a dead server fails fast
+            timeout=server.max_duration,
+            permission=settings.permission or "user",
+            confirm=bool(settings.confirm),
+            cache_ttl=settings.cache_ttl or 0.0,  # never cached unless configured
+            # Its own breaker, so one failing tool does not block its siblings; a dead
+            # server is caught by the server's own reconnection backoff.
+            circuit=f"mcp:{server.name}:{listed.name}",
         )
         self.server = server
+        self.remote_name = listed.name
+        self.settings = settings
+        self.call_timeout = settings.timeout or server.timeout
         self.input_schema: dict[str, Any] = dict(listed.input_schema or {"type": "object"})
         # Whoever calls ``func(*bind(...))`` instead of ``invoke`` reaches the server too.
         self.func = self._remote
@@ -75,36 +96,106 @@ class McpTool(Tool[..., Any]):
         return (run,), dict(arguments)
 
     async def _remote(self, run: RunContext, /, **arguments: Any) -> ToolOutput:
-        return await self.server.call_tool(self.name, arguments, timeout=self.timeout)
+        return await self.invoke(arguments, run=run)
 
     async def invoke(self, arguments: Mapping[str, Any], *, run: RunContext) -> ToolOutput:
         """Call the tool on its server.
 
         Raises:
-            ToolTimeoutError: no answer within ``timeout``.
+            ToolTimeoutError: no answer or progress within ``timeout``.
             ToolError: the server is not connected, went away or refused the request.
         """
-        return await self.server.call_tool(self.name, dict(arguments), timeout=self.timeout)
+        return await self.server.call_tool(
+            self.remote_name, dict(arguments), timeout=self.call_timeout, tool_name=self.name
+        )
 
-    def _same_as(self, listed: types.Tool) -> bool:
+    def _same_as(self, other: McpTool) -> bool:
         return (
-            self.description == (listed.description or listed.title or listed.name)
-            and self.input_schema == dict(listed.input_schema or {"type": "object"})
-            and self.read_only == bool(listed.annotations and listed.annotations.read_only_hint)
+            self.name == other.name
+            and self.description == other.description
+            and self.input_schema == other.input_schema
+            and self.read_only == other.read_only
+            and self.settings == other.settings
         )
 
 
-def to_output(result: types.CallToolResult) -> ToolOutput:
+class ResourceTool(Tool[..., Any]):
+    """``<prefix>read_resource(uri)``: read one of an MCP server's resources.
+
+    The description names the resources listed when the tool was mounted (the first 20).
+    """
+
+    def __init__(self, server: McpServer, resources: Sequence[types.Resource]) -> None:
+        shown = [
+            f"- {r.uri}"
+            + (f" ({r.mime_type})" if r.mime_type else "")
+            + f": {r.description or r.title or r.name}"
+            for r in resources[:20]
+        ]
+        more = len(resources) - len(shown)
+        lines = [f"Read a resource of the MCP server {server.name} by its URI."]
+        if shown:
+            lines += ["Resources:", *shown]
+        if more > 0:
+            lines.append(f"... and {more} more.")
+        super().__init__(
+            _no_op,
+            name=f"{server.prefix}read_resource",
+            description="\n".join(lines),
+            read_only=True,
+            timeout=server.timeout,
+            permission=server.defaults.permission or "user",
+            cache_ttl=server.defaults.cache_ttl or 0.0,
+            circuit=f"mcp:{server.name}:read_resource",
+        )
+        self.server = server
+        self.func = self._remote
+        self.is_async = True
+
+    def schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            parameters = {
+                "type": "object",
+                "properties": {"uri": {"type": "string", "description": "The resource URI."}},
+                "required": ["uri"],
+            }
+            function = {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            }
+            self._schema = {"type": "function", "function": function}
+        return self._schema
+
+    def bind(
+        self, arguments: Mapping[str, Any], run: RunContext
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (run,), dict(arguments)
+
+    async def _remote(self, run: RunContext, /, **arguments: Any) -> ToolOutput:
+        return await self.invoke(arguments, run=run)
+
+    async def invoke(self, arguments: Mapping[str, Any], *, run: RunContext) -> ToolOutput:
+        uri = arguments.get("uri")
+        if not isinstance(uri, str) or not uri:
+            return ToolOutput(content="read_resource needs a uri (a string)", is_error=True)
+        return await self.server.read_resource(uri)
+
+
+# --- results ----------------------------------------------------------------------------------
+def to_output(
+    result: types.CallToolResult, *, limit: int | None = None, source: str = "MCP server"
+) -> ToolOutput:
+    """A tool result as the model reads it (see the module docstring)."""
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
             parts.append(block.text)
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            kind = "image" if isinstance(block, types.ImageContent) else "audio"
+            parts.append(f"[{kind}: {block.mime_type}, {_decoded_size(block.data)} bytes]")
         elif isinstance(block, types.EmbeddedResource):
-            res = block.resource
-            if isinstance(res, types.TextResourceContents):
-                parts.append(res.text)
-            else:
-                parts.append(f"[binary resource {res.uri} ({res.mime_type or 'unknown type'})]")
+            parts.append(_resource_text(block.resource))
         elif isinstance(block, types.ResourceLink):
             parts.append(f"[resource {block.uri}]")
         else:
@@ -115,11 +206,49 @@ def to_output(result: types.CallToolResult) -> ToolOutput:
         parts.append(pydantic_core.to_json(structured).decode("utf-8"))
     content = "\n".join(parts) or ("error" if result.is_error else "done")
     return ToolOutput(
-        content=content,
+        content=cap(content, limit, source),
         is_error=bool(result.is_error),
         data=structured,
         citations=_citations(structured),
     )
+
+
+def resource_output(
+    result: types.ReadResourceResult, *, limit: int | None = None, source: str = "MCP server"
+) -> ToolOutput:
+    """A read resource as the model reads it (text as is, binary described)."""
+    text = "\n".join(_resource_text(item) for item in result.contents) or "(empty resource)"
+    return ToolOutput(content=cap(text, limit, source))
+
+
+def cap(text: str, limit: int | None, source: str = "MCP server") -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (on a character boundary) with a marker."""
+    if limit is None:
+        return text
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", errors="ignore")
+    shown = len(kept.encode("utf-8"))
+    return (
+        f"{kept}\n[output truncated: {source} sent {len(data)} bytes, the first {shown} "
+        "are shown (output_limit)]"
+    )
+
+
+def _resource_text(res: types.TextResourceContents | types.BlobResourceContents) -> str:
+    if isinstance(res, types.TextResourceContents):
+        return res.text
+    mime = res.mime_type or "unknown type"
+    kind = "image" if mime.startswith("image/") else "binary resource"
+    return f"[{kind}: {mime}, {_decoded_size(res.blob)} bytes, {res.uri}]"
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except (binascii.Error, ValueError):
+        return len(data) * 3 // 4
 
 
 def _citations(structured: Any) -> tuple[Citation, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TextIO
+from typing import Any, TextIO, Unpack
 
 import httpx2
 from mcp.client.sse import sse_client
@@ -13,6 +13,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
+from shelfhand.mcp.options import ServerOptions
 
 __all__ = ["SseServer", "StdioServer", "StreamableHttpServer"]
 
@@ -29,6 +30,10 @@ class StdioServer(McpServer):
         timeout: Seconds per tool call and for starting.
         errlog: Where the server's stderr goes (a real file; default ``sys.stderr``).
         protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+        **options: Prefix, tool filter, settings, ...: see :class:`ServerOptions`.
+
+    A server process that exits is started again on the next call (``reconnect=False`` to
+    turn that off).
     """
 
     transport = "stdio"
@@ -44,9 +49,10 @@ class StdioServer(McpServer):
         timeout: float = DEFAULT_TIMEOUT,
         errlog: TextIO | None = None,
         protocol: str = "auto",
+        **options: Unpack[ServerOptions],
     ) -> None:
         default_name = command.replace("\\", "/").rsplit("/", 1)[-1]
-        super().__init__(name=name or default_name, timeout=timeout, protocol=protocol)
+        super().__init__(name=name or default_name, timeout=timeout, protocol=protocol, **options)
         self.command = command
         self.args = list(args)
         self.env = dict(env or {})
@@ -71,10 +77,30 @@ class _HttpServer(McpServer):
         name: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         protocol: str = "auto",
+        **options: Unpack[ServerOptions],
     ) -> None:
-        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol)
+        super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol, **options)
         self.url = url
         self.headers = dict(headers or {})
+        self._last_error_status: str | None = None
+
+    def _http_note(self) -> str:
+        return self._last_error_status or ""
+
+    async def _on_response(self, response: httpx2.Response) -> None:
+        # The SDK turns a non-JSON error response into "Server returned an error response";
+        # keep the status so that errors can say "HTTP 401 Unauthorized".
+        if response.status_code >= 400:
+            self._last_error_status = f"HTTP {response.status_code} {response.reason_phrase}"
+        else:
+            self._last_error_status = None
+
+    def _http_client(self, timeout: httpx2.Timeout) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            headers=self.headers,
+            timeout=timeout,
+            event_hooks={"response": [self._on_response]},
+        )
 
 
 class SseServer(_HttpServer):
@@ -91,7 +117,17 @@ class SseServer(_HttpServer):
     transport = "sse"
 
     def _transport(self) -> AbstractAsyncContextManager[Any]:
-        return sse_client(self.url, headers=self.headers or None, timeout=self.timeout)
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            client = self._http_client(timeout or httpx2.Timeout(self.timeout, read=300.0))
+            if auth is not None:
+                client.auth = auth
+            return client
+
+        return sse_client(self.url, timeout=self.timeout, httpx_client_factory=factory)
 
 
 class StreamableHttpServer(_HttpServer):
@@ -115,7 +151,7 @@ class StreamableHttpServer(_HttpServer):
         # Long read timeout: the server may hold a response stream open between events.
         timeout = httpx2.Timeout(self.timeout, read=300.0)
         async with (
-            httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http,
+            self._http_client(timeout) as http,
             streamable_http_client(self.url, http_client=http) as streams,
         ):
             yield streams

@@ -57,4 +57,14 @@ def test_mcp_list_reports_a_malformed_configuration(tmp_path: Path) -> None:
 
 def test_mcp_serve_refuses_an_unknown_transport(tmp_path: Path) -> None:
     out = shelfhand("mcp", "serve", "--transport", "carrier-pigeon", workspace=tmp_path)
-    assert out.returncode == 2 and "stdio or http" in out.stderr
+    assert out.returncode == 2 and "stdio, http or sse" in out.stderr
+
+
+def test_mcp_serve_refuses_a_non_loopback_address_without_keys(tmp_path: Path) -> None:
+    for transport in ("http", "sse"):
+        out = shelfhand(
+            "mcp", "serve", "--transport", transport, "--host", "0.0.0.0", workspace=tmp_path
+        )
+        assert out.returncode == 2, out.stderr
+        assert "refusing to serve MCP on 0.0.0.0 without API keys" in out.stderr
+        assert "--allow-anonymous" in out.stderr

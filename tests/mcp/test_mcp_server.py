@@ -16,6 +16,7 @@ import httpx2
 import pytest
 from anyio.streams.text import TextReceiveStream
 from mcp.client.client import Client
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_helpers import serve_asgi
@@ -27,7 +28,7 @@ from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge.base import KnowledgeBase
 from shelfhand.knowledge.embedders import HashingEmbedder
 from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.mcp import StreamableHttpServer
+from shelfhand.mcp import SseServer, StreamableHttpServer
 from shelfhand.mcp.server import build_http_app
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.builtins import calculator
@@ -74,6 +75,9 @@ def sources(result: Any) -> list[str]:
     return [Path(c["source"]).name for c in citations]
 
 
+SERVER_INFO: dict[str, Any] = {}
+
+
 async def retrieve_over_stdio(ws: Path, *cli: str, query: str) -> tuple[list[str], Any]:
     params = StdioServerParameters(
         command=sys.executable,
@@ -83,14 +87,19 @@ async def retrieve_over_stdio(ws: Path, *cli: str, query: str) -> tuple[list[str
     async with Client(params) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         result = await client.call_tool("retrieve", {"query": query})
+        SERVER_INFO["info"] = client.server_info
     return names, result
 
 
 async def test_an_sdk_client_retrieves_cited_passages_over_stdio(workspace: Path) -> None:
+    from shelfhand import __version__
+
     with anyio.fail_after(60):
         names, result = await retrieve_over_stdio(
             workspace, "--tenant", "acme", "--user", "alice", query="拆封后可以退货吗"
         )
+    info = SERVER_INFO["info"]
+    assert info is not None and info.name == "shelfhand" and info.version == __version__
     assert names[0] == "retrieve" and {"calculator", "current_time"} <= set(names)
     assert not result.is_error
     assert result.content[0].text.startswith("[1] 退货政策")
@@ -106,11 +115,14 @@ async def test_a_stdio_caller_of_another_tenant_never_sees_acme_documents(worksp
 
 
 @asynccontextmanager
-async def cli_http_server(ws: Path) -> AsyncIterator[str]:
-    """``shelfhand mcp serve --transport http --port 0`` as a child process; yields its URL."""
+async def cli_http_server(
+    ws: Path, *flags: str, keys: dict[str, Any] | None = KEYS, loopback: bool = True
+) -> AsyncIterator[str]:
+    """``shelfhand mcp serve --transport http --port 0 [flags]`` as a child process; yields
+    its URL."""
     command = [sys.executable, "-m", "shelfhand.cli", "mcp", "serve", "--transport", "http"]
-    env = serve_env(ws, SHELFHAND_API_KEYS=json.dumps(KEYS))
-    process = await anyio.open_process([*command, "--port", "0"], env=env)
+    env = serve_env(ws, **({"SHELFHAND_API_KEYS": json.dumps(keys)} if keys else {}))
+    process = await anyio.open_process([*command, "--port", "0", *flags], env=env)
     try:
         assert process.stderr is not None
         seen = ""
@@ -120,7 +132,8 @@ async def cli_http_server(ws: Path) -> AsyncIterator[str]:
                 if "listening on " in seen and seen.endswith("\n"):
                     break
         url = seen.split("listening on ", 1)[1].split()[0]
-        assert url.startswith("http://127.0.0.1:"), seen  # loopback by default
+        if loopback:
+            assert url.startswith("http://127.0.0.1:"), seen  # loopback by default
         yield url
     finally:
         process.terminate()
@@ -212,3 +225,124 @@ async def test_only_read_only_tools_can_be_served() -> None:
 
     with pytest.raises(ValueError, match="delete_everything"):
         build_server([delete_everything], lambda _ctx: UserContext(tenant_id="t", user_id="u"))
+
+
+async def retrieve_over_sse(url: str, key: str, query: str) -> Any:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with Client(sse_client(url, headers=headers)) as client:
+        assert "retrieve" in [t.name for t in (await client.list_tools()).tools]
+        return await client.call_tool("retrieve", {"query": query})
+
+
+async def test_the_sse_transport_serves_sdk_sse_clients_by_api_key(workspace: Path) -> None:
+    kb = KnowledgeBase(workspace, EmbeddingRouter({"any": HashingEmbedder()}))
+    keys = {
+        "key-acme": UserContext(tenant_id="acme", user_id="alice"),
+        "key-globex": UserContext(tenant_id="globex", user_id="bob"),
+    }
+    app = build_http_app(
+        [make_retrieve_tool(kb)],
+        keys=keys,
+        fallback=UserContext(tenant_id="x", user_id="y"),
+        transport="sse",
+    )
+    try:
+        with anyio.fail_after(60):
+            async with serve_asgi(app) as base:
+                acme = await retrieve_over_sse(f"{base}/sse", "key-acme", "拆封后可以退货吗")
+                globex = await retrieve_over_sse(f"{base}/sse", "key-globex", "拆封后可以退货吗")
+                async with httpx2.AsyncClient() as plain:
+                    anonymous = await plain.get(f"{base}/sse")
+                # shelfhand's own client speaks SSE too
+                remote = SseServer(f"{base}/sse", {"Authorization": "Bearer key-acme"})
+                await remote.connect()
+                over_client = await remote.call_tool("retrieve", {"query": "退货政策"})
+                await remote.aclose()
+    finally:
+        kb.close()
+    assert sources(acme) == ["returns.md"]
+    assert "returns.md" not in sources(globex)
+    assert anonymous.status_code == 401
+    assert [Path(c.source).name for c in over_client.citations] == ["returns.md"]
+
+
+async def test_a_session_stays_bound_to_the_key_that_opened_it(workspace: Path) -> None:
+    kb = KnowledgeBase(workspace, EmbeddingRouter({"any": HashingEmbedder()}))
+    keys = {
+        "key-acme": UserContext(tenant_id="acme", user_id="alice"),
+        "key-globex": UserContext(tenant_id="globex", user_id="bob"),
+    }
+    app = build_http_app([make_retrieve_tool(kb)], keys=keys, fallback=keys["key-acme"])
+    opening = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        with anyio.fail_after(30):
+            async with serve_asgi(app) as base, httpx2.AsyncClient(headers=headers) as http:
+                opened = await http.post(
+                    f"{base}/mcp", json=opening, headers={"Authorization": "Bearer key-acme"}
+                )
+                session = opened.headers["mcp-session-id"]
+                listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+                hijack = await http.post(
+                    f"{base}/mcp",
+                    json=listing,
+                    headers={"Authorization": "Bearer key-globex", "Mcp-Session-Id": session},
+                )
+    finally:
+        kb.close()
+    assert opened.status_code == 200
+    assert hijack.status_code == 404  # as if the session did not exist
+
+
+async def test_allowed_hosts_turn_on_dns_rebinding_protection_off_loopback() -> None:
+    from shelfhand.mcp.server import transport_security
+
+    assert transport_security("0.0.0.0") is None  # nothing to check against: documented
+    loopback = transport_security("127.0.0.1")
+    assert loopback is not None and "localhost:*" in loopback.allowed_hosts
+    security = transport_security("0.0.0.0", ["mcp.example.com"], ["https://app.example.com"])
+    app = build_http_app(
+        [calculator],
+        keys={},
+        fallback=UserContext(tenant_id="t", user_id="u"),
+        host="0.0.0.0",
+        security=security,
+    )
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with anyio.fail_after(30):
+        async with serve_asgi(app) as base, httpx2.AsyncClient(headers=accept) as http:
+            evil = await http.post(f"{base}/mcp", json=body, headers={"Host": "evil.example"})
+            good_host = await http.post(
+                f"{base}/mcp", json=body, headers={"Host": "mcp.example.com"}
+            )
+            evil_origin = await http.post(
+                f"{base}/mcp",
+                json=body,
+                headers={"Host": "mcp.example.com", "Origin": "https://evil.example"},
+            )
+    assert evil.status_code == 421 and evil_origin.status_code == 403
+    assert good_host.status_code not in (403, 421)
+
+
+async def test_a_non_loopback_bind_without_keys_starts_only_with_allow_anonymous(
+    workspace: Path,
+) -> None:
+    with anyio.fail_after(90):
+        async with cli_http_server(
+            workspace, "--host", "0.0.0.0", "--allow-anonymous", keys=None, loopback=False
+        ) as url:
+            assert url.startswith("http://0.0.0.0:")
+            local = url.replace("0.0.0.0", "127.0.0.1")
+            async with Client(streamable_http_client(local)) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+    assert "retrieve" in names

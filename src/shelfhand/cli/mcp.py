@@ -24,33 +24,72 @@ app.add_typer(mcp_app, name="mcp")
 def serve(
     workspace: WorkspaceOpt = None,
     transport: Annotated[
-        str, typer.Option("--transport", help="stdio (default) or http (streamable HTTP).")
+        str,
+        typer.Option(
+            "--transport", help="stdio (default), http (streamable HTTP) or sse (older clients)."
+        ),
     ] = "stdio",
     host: Annotated[
-        str, typer.Option("--host", help="HTTP: address to bind (loopback by default).")
+        str, typer.Option("--host", help="HTTP/SSE: address to bind (loopback by default).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="HTTP: port (0 picks a free one).")] = 8765,
+    port: Annotated[
+        int, typer.Option("--port", help="HTTP/SSE: port (0 picks a free one).")
+    ] = 8765,
+    allow_anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--allow-anonymous",
+            help="HTTP/SSE: serve a non-loopback address without API keys (everyone gets the "
+            "--tenant/--user identity).",
+        ),
+    ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="HTTP/SSE: a Host header to accept (repeatable; 'name:*' for any port). "
+            "Turns on DNS-rebinding protection (on by default on loopback).",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            help="HTTP/SSE: a browser Origin to accept (repeatable), e.g. https://app.example.com.",
+        ),
+    ] = None,
     tenant: TenantOpt = "default",
     user: Annotated[str, typer.Option("--user", help="User id of the caller.")] = "mcp",
     role: RolesOpt = None,
 ) -> None:
     """Serve read-only tools and knowledge search (retrieve) as an MCP server.
 
-    The caller's identity: over stdio from --tenant/--user/--role; over HTTP from the
-    Authorization: Bearer key (API keys from SHELFHAND_API_KEYS or [[api_keys]]), falling
-    back to --tenant/--user/--role, with a warning, only when no keys are configured.
+    The caller's identity: over stdio from --tenant/--user/--role; over HTTP/SSE from the
+    Authorization: Bearer key (API keys from SHELFHAND_API_KEYS or [[api_keys]]). Without keys
+    every caller gets --tenant/--user/--role: allowed on loopback (with a warning), refused on
+    any other address unless --allow-anonymous.
     """
-    if transport not in ("stdio", "http"):
-        raise _err(f"unknown transport {transport!r}: use stdio or http", 2)
+    if transport not in ("stdio", "http", "sse"):
+        raise _err(f"unknown transport {transport!r}: use stdio, http or sse", 2)
     # stdout carries the protocol on stdio: every log line must go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     import anyio
 
     from shelfhand.core.auth import load_api_keys
     from shelfhand.core.errors import ConfigurationError
-    from shelfhand.mcp.server import exposed_tools, serve_http, serve_stdio
+    from shelfhand.mcp.server import check_anonymous, exposed_tools, serve_http, serve_stdio
 
     a = _app(workspace)
+    keys = {}
+    if transport != "stdio":
+        # Checked before anything is opened: a refused start-up touches nothing.
+        try:
+            keys = load_api_keys(a.settings.workspace)
+            check_anonymous(host, keys, allow_anonymous)
+        except ConfigurationError as exc:
+            raise _err(str(exc), 2) from None
+    # TODO(lead): call the app-level warm-up (service branch) here once merged, so that the
+    # first retrieve does not pay for loading indexes and embedders.
     kb = a.open_knowledge() if a.knowledge_exists() else None
     tools = exposed_tools(a, kb)
     identity = _user(tenant, user, role)
@@ -58,17 +97,22 @@ def serve(
         if transport == "stdio":
             anyio.run(serve_stdio, tools, identity)
             return
-        try:
-            keys = load_api_keys(a.settings.workspace)
-        except ConfigurationError as exc:
-            raise _err(str(exc), 2) from None
 
         def ready(url: str) -> None:
             typer.echo(f"shelfhand MCP server listening on {url}", err=True)
 
         async def run_http() -> None:
             await serve_http(
-                tools, keys=keys, fallback=identity, host=host, port=port, on_ready=ready
+                tools,
+                keys=keys,
+                fallback=identity,
+                host=host,
+                port=port,
+                transport="sse" if transport == "sse" else "http",
+                allow_anonymous=allow_anonymous,
+                allowed_hosts=allowed_host or (),
+                allowed_origins=allowed_origin or (),
+                on_ready=ready,
             )
 
         try:

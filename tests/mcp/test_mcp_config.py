@@ -32,8 +32,8 @@ def write_json(path: Path, data: object) -> Path:
 def test_the_shipped_example_loads_through_the_config_loader() -> None:
     configs = load_mcp_config(EXAMPLE, env={})
     by_name = {c.name: c for c in configs}
-    assert list(by_name) == ["docs", "weather"]
-    docs, weather = by_name["docs"], by_name["weather"]
+    assert list(by_name) == ["docs", "weather", "files"]
+    docs, weather, files = by_name["docs"], by_name["weather"], by_name["files"]
     assert docs.transport == "stdio" and docs.command == "shelfhand"
     assert docs.args == ("mcp", "serve", "--tenant", "default")
     assert docs.env == {"SHELFHAND_WORKSPACE": ".shelfhand"}  # the ${VAR:-default} default
@@ -41,6 +41,11 @@ def test_the_shipped_example_loads_through_the_config_loader() -> None:
     assert weather.headers == {"Authorization": "Bearer dev-key"}
     assert isinstance(docs.server(), StdioServer)
     assert isinstance(weather.server(), StreamableHttpServer)
+    assert weather.prefix == "weather_" and weather.defaults.cache_ttl == 60
+    assert files.args[-1] == "." and files.prefix == "fs_" and not files.tools("move_file")
+    write = files.server().settings_for("write_file")
+    assert write.confirm and write.permission == "admin"
+    assert not files.server().settings_for("read_text_file").confirm
 
 
 def test_the_readme_mcp_section_shows_the_shipped_example() -> None:
@@ -57,7 +62,7 @@ async def test_the_examples_stdio_entry_really_serves_tools(tmp_path: Path) -> N
     if shutil.which("shelfhand") is None:
         pytest.skip("the shelfhand command is not on PATH")
     configs = load_mcp_config(EXAMPLE, env={"DOCS_WORKSPACE": str(tmp_path)})
-    [docs] = [c for c in configs if c.transport == "stdio"]
+    [docs] = [c for c in configs if c.name == "docs"]
     assert docs.env == {"SHELFHAND_WORKSPACE": str(tmp_path)}
     server = replace(docs, timeout=60).server()
     with anyio.fail_after(90):

@@ -183,7 +183,7 @@ async def _probe_all(configs: list[Any], timeout: float) -> list[dict[str, Any]]
         try:
             await server.connect()
             row["status"] = "ok"
-            row["tools"] = [t.name for t in server.listed_tools]
+            row["tools"] = server.offered_tools
         except Exception as exc:
             row["status"] = f"error: {exc}"
         finally:

@@ -186,6 +186,12 @@ class McpServer(ABC):
         """The server's tools as last listed (cached; refreshed on ``list_changed``)."""
         return list(self._listed)
 
+    @property
+    def offered_tools(self) -> list[str]:
+        """The model-facing names mounting would register now (prefixed, filtered, without
+        task-only tools; ``read_resource`` not included)."""
+        return [t.name for t in self._make_tools(self._listed).values()]
+
     # --- lifecycle ----------------------------------------------------------------------------
     async def connect(self) -> None:
         """Open the connection and list the tools (nothing happens if already connected).

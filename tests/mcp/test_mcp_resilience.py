@@ -15,7 +15,7 @@ from mcp_helpers import echo_command, serve_asgi, wait_until_gone
 
 from shelfhand.agent.agent import Agent
 from shelfhand.core.errors import ToolError, ToolTimeoutError
-from shelfhand.core.events import ToolProgress, event_to_dict
+from shelfhand.core.events import ToolProgress, event_to_dict, progress_sink
 from shelfhand.mcp import StdioServer, StreamableHttpServer
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.toolkit import Toolkit
@@ -140,3 +140,30 @@ async def test_progress_cannot_extend_a_call_past_max_duration() -> None:
         with pytest.raises(ToolTimeoutError, match=r"0\.8 s"):
             await server.call_tool("working", {"seconds": 3, "every": 0.2}, timeout=1)
         await server.aclose()
+
+
+async def test_progress_reaches_the_callers_progress_sink() -> None:
+    from shelfhand.core.context import RunContext
+    from shelfhand.core.messages import ToolCallBlock
+
+    heard: list[ToolProgress] = []
+    command, args = echo_command()
+    server = StdioServer(command, args, name="echo", timeout=20, prefix="e_")
+    kit = Toolkit()
+    with anyio.fail_after(60):
+        await kit.add_mcp(server)
+        token = progress_sink.set(heard.append)
+        try:
+            block = ToolCallBlock(
+                id="c1", name="e_working", arguments='{"seconds": 0.6, "every": 0.2}'
+            )
+            result = await kit.call(block, RunContext())
+        finally:
+            progress_sink.reset(token)
+        await server.aclose()
+    assert result.content == "worked 3 steps"
+    assert [(p.name, p.progress) for p in heard] == [
+        ("e_working", 1.0),
+        ("e_working", 2.0),
+        ("e_working", 3.0),
+    ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -52,6 +53,13 @@ class ToolProgress:
     message: str = ""
     call_id: str = ""
     type: Literal["tool_progress"] = "tool_progress"
+
+
+progress_sink: ContextVar[Callable[[ToolProgress], None] | None] = ContextVar(
+    "shelfhand_progress_sink", default=None
+)
+"""Where tools called in this context report :class:`ToolProgress` (MCP tools do); a caller
+that wants progress in its event stream sets it around its tool calls."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,8 +28,9 @@ off (0.5 s doubling to 30 s), and calls meanwhile fail fast with the reason: a s
 health check, separate from the per-tool circuit breakers of the toolkit.
 
 A call's ``timeout`` counts the seconds without an answer *or progress*: each
-``notifications/progress`` restarts it (up to ``max_duration`` in all) and is reported to
-``on_progress`` as a :class:`~shelfhand.core.events.ToolProgress`.
+``notifications/progress`` restarts it (up to ``max_duration`` in all) and is reported as a
+:class:`~shelfhand.core.events.ToolProgress` to ``on_progress`` and to the caller's
+:data:`~shelfhand.core.events.progress_sink`, if set.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 
 from shelfhand.core.errors import ConfigurationError, ToolError, ToolTimeoutError
-from shelfhand.core.events import ToolProgress
+from shelfhand.core.events import ToolProgress, progress_sink
 from shelfhand.mcp.options import (
     DEFAULT_OUTPUT_LIMIT,
     ServerOptions,
@@ -459,17 +460,17 @@ class McpServer(ABC):
         self, client: Client, name: str, arguments: dict[str, Any], limit: float, shown: str
     ) -> types.CallToolResult:
         scope = anyio.CancelScope(deadline=anyio.current_time() + limit)
+        # Read here, in the caller's context: the SDK runs the callback in its own task.
+        sinks = [f for f in (self.on_progress, progress_sink.get()) if f is not None]
 
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             scope.deadline = anyio.current_time() + limit  # progress restarts the clock
-            if self.on_progress is not None:
-                event = ToolProgress(
-                    name=shown, progress=progress, total=total, message=message or ""
-                )
+            event = ToolProgress(name=shown, progress=progress, total=total, message=message or "")
+            for sink in sinks:
                 try:
-                    self.on_progress(event)
+                    sink(event)
                 except Exception:
-                    logger.exception("MCP server %s: on_progress failed", self.name)
+                    logger.exception("MCP server %s: a progress callback failed", self.name)
 
         timed_out = ToolTimeoutError(
             f"MCP server {self.name}: no answer or progress within {limit:g} s"

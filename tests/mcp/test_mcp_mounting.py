@@ -288,6 +288,7 @@ def test_mcp_json_carries_prefix_filters_and_settings() -> None:
         ({"output_limit": 10}, "output_limit"),
         ({"tool_settings": {"x": {"confim": True}}}, "confim"),
         ({"reconnect": "yes"}, "reconnect"),
+        ({"timeout": 10, "max_duration": 5}, "max_duration must be at least timeout"),
     ],
 )
 def test_bad_mounting_options_are_configuration_errors_naming_the_entry(

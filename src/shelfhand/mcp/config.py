@@ -267,6 +267,8 @@ def _entry(name: str, entry: Any, where: str, env: Mapping[str, str]) -> ServerC
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigurationError(f"{here}: timeout must be a positive number of seconds")
     common = _mount_options(name, entry, here)
+    if common["max_duration"] is not None and common["max_duration"] < timeout:
+        raise ConfigurationError(f"{here}: max_duration must be at least timeout ({timeout:g} s)")
     command, url = entry.get("command"), entry.get("url")
     if (command is None) == (url is None):
         raise ConfigurationError(f"{here} needs either command (stdio) or url (HTTP), not both")

@@ -65,9 +65,9 @@ def serve(
     """Serve read-only tools and knowledge search (retrieve) as an MCP server.
 
     The caller's identity: over stdio from --tenant/--user/--role; over HTTP/SSE from the
-    Authorization: Bearer key (API keys from SHELFHAND_API_KEYS or [[api_keys]]). Without keys
-    every caller gets --tenant/--user/--role: allowed on loopback (with a warning), refused on
-    any other address unless --allow-anonymous.
+    Authorization: Bearer key (API keys from SHELFHAND_API_KEYS or api_keys tables in
+    shelfhand.toml). Without keys every caller gets --tenant/--user/--role: allowed on
+    loopback (with a warning), refused on any other address unless --allow-anonymous.
     """
     if transport not in ("stdio", "http", "sse"):
         raise _err(f"unknown transport {transport!r}: use stdio, http or sse", 2)

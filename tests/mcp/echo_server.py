@@ -5,7 +5,7 @@ streamable HTTP in-process. Tools: ``echo`` (read-only), ``shout``, ``whoami_pid
 ``tick``, ``slow``, ``grow`` / ``shrink`` (change the tool list and announce it),
 ``list_calls`` (how many tools/list requests this server answered), ``working`` (slow, but
 reports progress), ``big`` (a long answer), ``picture`` (an image), ``background_job``
-(listed as needing task mode) and two resources (Chinese text, a PNG).
+(listed as needing task mode), two resources (Chinese text, a PNG) and a prompt.
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ def build(name: str = "echo", *, prefix: str = "") -> MCPServer[Any]:
     @server.resource("images://logo", name="logo", mime_type="image/png")
     def logo() -> bytes:
         return PNG
+
+    @server.prompt(name="summarise", description="总结一份文件 (summarise a document)")
+    def summarise(path: str) -> str:
+        return f"Summarise {path} in three sentences."
 
     @server.tool(name=f"{prefix}list_calls")
     def list_calls() -> int:

@@ -213,6 +213,20 @@ async def test_resources_are_read_through_a_read_resource_tool() -> None:
     assert missing.is_error and "MCP server echo" in missing.content
 
 
+async def test_prompts_are_listed() -> None:
+    server = stdio_echo()
+    with anyio.fail_after(30):
+        await server.connect()
+        prompts = await server.list_prompts()
+        await server.aclose()
+    [summarise] = prompts
+    assert (
+        summarise.name == "summarise"
+        and summarise.description == "总结一份文件 (summarise a document)"
+    )
+    assert [a.name for a in summarise.arguments or []] == ["path"]
+
+
 def _refusing(app: Any, state: dict[str, bool]) -> Any:
     """``app`` behind a gate that answers a bare 401 (no JSON body) while state['refuse']."""
 

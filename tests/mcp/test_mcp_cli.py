@@ -35,12 +35,7 @@ def test_mcp_list_shows_each_server_its_status_and_tools(tmp_path: Path) -> None
     config = {
         "mcpServers": {
             "echo": {"command": sys.executable, "args": [ECHO_SERVER, "echo"]},
-            "again": {
-                "command": sys.executable,
-                "args": [ECHO_SERVER, "again"],
-                "prefix": "b_",
-                "tools": ["echo"],
-            },
+
             "offline": {"url": f"http://127.0.0.1:{closed_port()}/mcp", "timeout": 5},
         }
     }
@@ -50,8 +45,7 @@ def test_mcp_list_shows_each_server_its_status_and_tools(tmp_path: Path) -> None
     rows = {row["name"]: row for row in json.loads(out.stdout)}
     assert rows["echo"]["status"] == "ok" and rows["echo"]["transport"] == "stdio"
     assert {"echo", "shout", "grow"} <= set(rows["echo"]["tools"])
-    assert "background_job" not in rows["echo"]["tools"]  # task-only: not offered
-    assert rows["again"]["tools"] == ["b_echo"]  # as mounted: prefixed and filtered
+    assert "background_job" not in rows["echo"]["tools"]  # listed as mounted: no task-only
     assert rows["offline"]["status"].startswith("error:") and rows["offline"]["tools"] == []
     table = shelfhand("mcp", "list", workspace=tmp_path)
     assert "echo" in table.stdout and "offline" in table.stdout and "shout" in table.stdout

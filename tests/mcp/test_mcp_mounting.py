@@ -78,7 +78,9 @@ async def test_a_deny_filter_uses_the_servers_own_names_before_the_prefix() -> N
     with anyio.fail_after(30):
         await kit.add_mcp(server)
         names = {t.name for t in kit.tools}
+        offered = set(server.offered_tools)  # what `shelfhand mcp list` shows
         await server.aclose()
+    assert offered == names - {"o_read_resource"}
     assert names >= {"o_shout", "o_tick", "o_whoami_pid", "o_read_resource"}
     assert not names & {"o_echo", "o_grow", "o_shrink"}
 

@@ -35,7 +35,6 @@ def test_mcp_list_shows_each_server_its_status_and_tools(tmp_path: Path) -> None
     config = {
         "mcpServers": {
             "echo": {"command": sys.executable, "args": [ECHO_SERVER, "echo"]},
-
             "offline": {"url": f"http://127.0.0.1:{closed_port()}/mcp", "timeout": 5},
         }
     }

@@ -85,6 +85,25 @@ async def test_a_deny_filter_uses_the_servers_own_names_before_the_prefix() -> N
     assert not names & {"o_echo", "o_grow", "o_shrink"}
 
 
+async def test_tools_announced_later_get_the_prefix_and_the_filter_too() -> None:
+    server = stdio_echo(prefix="p_", tools={"deny": ["translate"]})
+    kit = Toolkit()
+    with anyio.fail_after(30):
+        await kit.add_mcp(server)
+        await server.call_tool("shrink", {})  # shout goes, the list is announced again
+        with anyio.fail_after(10):
+            while kit.get("p_shout") is not None:
+                await anyio.sleep(0.02)
+        await server.call_tool("grow", {})  # translate comes, but is denied
+        with anyio.fail_after(10):  # re-listed (the toolkit is updated in the same step)
+            while "translate" not in {t.name for t in server.listed_tools}:
+                await anyio.sleep(0.02)
+        names = {t.name for t in kit.tools}
+        await server.aclose()
+    assert "p_echo" in names and "p_shout" not in names
+    assert "p_translate" not in names and "translate" not in names
+
+
 async def test_allow_list_mounts_only_the_listed_tools() -> None:
     server = stdio_echo(tools=["echo", "sh*"])
     kit = Toolkit()

@@ -146,28 +146,37 @@ async def test_progress_cannot_extend_a_call_past_max_duration() -> None:
         await server.aclose()
 
 
-async def test_progress_reaches_the_callers_progress_sink() -> None:
+async def test_through_the_toolkit_progress_keeps_a_call_alive_and_reaches_the_sink() -> None:
     from shelfhand.core.context import RunContext
     from shelfhand.core.messages import ToolCallBlock
 
     heard: list[ToolProgress] = []
     command, args = echo_command()
-    server = StdioServer(command, args, name="echo", timeout=20, prefix="e_")
+    server = StdioServer(
+        command,
+        args,
+        name="echo",
+        timeout=20,
+        prefix="e_",
+        tool_settings={"working": {"timeout": 1.2}},  # per tool: 1.2 s without news
+    )
     kit = Toolkit()
     with anyio.fail_after(60):
         await kit.add_mcp(server)
         token = progress_sink.set(heard.append)
         try:
             block = ToolCallBlock(
-                id="c1", name="e_working", arguments='{"seconds": 0.6, "every": 0.2}'
+                id="c1", name="e_working", arguments='{"seconds": 2.0, "every": 0.2}'
             )
             result = await kit.call(block, RunContext())
+            silent = ToolCallBlock(
+                id="c2", name="e_working", arguments='{"seconds": 2.0, "every": 0}'
+            )
+            timed_out = await kit.call(silent, RunContext())
         finally:
             progress_sink.reset(token)
         await server.aclose()
-    assert result.content == "worked 3 steps"
-    assert [(p.name, p.progress) for p in heard] == [
-        ("e_working", 1.0),
-        ("e_working", 2.0),
-        ("e_working", 3.0),
-    ]
+    assert result.content == "worked 10 steps" and not result.is_error
+    assert [p.progress for p in heard] == [float(i) for i in range(1, 11)]
+    assert {p.name for p in heard} == {"e_working"}
+    assert timed_out.is_error and "no answer or progress within 1.2 s" in timed_out.content

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.limits import ReadLimits
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SqliteSessionStore
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
@@ -109,10 +110,21 @@ class App:
         self.router = router
         return router, None
 
-    def open_knowledge(self, *, embed: bool = True) -> KnowledgeBase:
-        """The workspace's knowledge base; ``embed=False`` for listing and forgetting only."""
-        from shelfhand.knowledge.base import KnowledgeBase
+    def read_limits(self) -> ReadLimits:
+        """The per-file reading limits from ``[limits]`` (a bad table fails here)."""
+        from shelfhand.knowledge.limits import ReadLimits
 
+        return ReadLimits.from_mapping(self.settings.limits)
+
+    def open_knowledge(self, *, embed: bool = True) -> KnowledgeBase:
+        """The workspace's knowledge base; ``embed=False`` for listing and forgetting only.
+
+        Also makes the ``[limits]`` of the settings the process default for reading files.
+        """
+        from shelfhand.knowledge.base import KnowledgeBase
+        from shelfhand.knowledge.limits import configure_limits
+
+        configure_limits(self.read_limits())
         router, reason = self.embedding_router() if embed else (None, None)
         return KnowledgeBase(
             self.settings.workspace,

@@ -62,7 +62,7 @@ def build_service(
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
-    kb = app.open_knowledge()
+    kb = app.open_knowledge(writer="serve")  # one writer per workspace: uploads come here
     sessions = app.session_store()
     memories = app.user_memory_store()
     registry = UploadRegistry(app.settings.workspace / "sessions.db")

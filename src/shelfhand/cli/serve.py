@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _err, app
+from shelfhand.cli.main import BUSY_EXIT_CODE, WorkspaceOpt, _app, _err, app
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 
@@ -60,7 +60,7 @@ def serve(
     API keys come from SHELFHAND_API_KEYS (JSON) or [[api_keys]] in shelfhand.toml. With no
     chat model configured, chat answers are cited passages from the knowledge agent.
     """
-    from shelfhand.core.errors import ConfigurationError
+    from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
     a = _app(workspace)
     try:
@@ -89,6 +89,8 @@ def serve(
         api = create_app(a, config=config, api_keys=keys)
     except ConfigurationError as exc:
         raise _err(str(exc), 2) from None
+    except WorkspaceBusyError as exc:
+        raise _err(str(exc), BUSY_EXIT_CODE) from None
     uvicorn.run(
         api,
         host=host,

@@ -24,6 +24,7 @@ from shelfhand.knowledge.store import SourceInfo
 from shelfhand.knowledge.types import Document, SearchHit
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.workspace_lock import WorkspaceLock
     from shelfhand.tools.tool import Tool
 
 logger = logging.getLogger(__name__)
@@ -55,8 +56,11 @@ class KnowledgeBase:
         degraded_reason: str | None = None,
         max_tokens: int = 400,
         overlap_tokens: int = 40,
+        lock: WorkspaceLock | None = None,
     ) -> None:
         self.workspace = Path(workspace)
+        self.lock = lock
+        """The workspace's writer lock when opened as a writer; released by :meth:`close`."""
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
@@ -136,7 +140,11 @@ class KnowledgeBase:
         return make_retrieve_tool(self)
 
     def close(self) -> None:
-        self._stack.close()
+        try:
+            self._stack.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def __enter__(self) -> KnowledgeBase:
         return self

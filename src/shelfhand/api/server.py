@@ -83,7 +83,10 @@ def build_service(
         registry,
         max_file_bytes=config.max_file_bytes,
         max_files=config.max_files,
+        max_tenant_bytes=config.max_tenant_bytes,
+        max_tenant_files=config.max_tenant_files,
     )
+    uploads.recover(kb)  # undo an upload a crash interrupted; empty the staging folder
     service = Service(
         app=app,
         config=config,

@@ -561,6 +561,22 @@ def _read_pdf_bounded(item: _Input) -> list[Document]:
 _DOCX_HEADING_RE = re.compile(r"^(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 
 
+def _docx_style_names(document: Any) -> Callable[[Any], str]:
+    """A paragraph's style name, looked up in a table built once: python-docx's own
+    ``paragraph.style`` searches every style per call (2 ms each, minutes on a big file)."""
+    from docx.enum.style import WD_STYLE_TYPE
+
+    names = {s.style_id: s.name or "" for s in document.styles if s.style_id}
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    fallback = (default.name or "") if default is not None else ""
+
+    def style_name(paragraph: Any) -> str:
+        style_id = paragraph._p.style  # the w:pStyle id, or None for the default style
+        return names.get(style_id, fallback) if style_id else fallback
+
+    return style_name
+
+
 def _read_docx(item: _Input) -> list[Document]:
     import docx
     from docx.table import Table
@@ -582,6 +598,8 @@ def _read_docx(item: _Input) -> list[Document]:
     paragraphs: list[str] = []
     style_title: str | None = None
     first_h1: str | None = None
+    style_name = _docx_style_names(document)
+    chars = 0
     for block in blocks:
         if isinstance(block, Table):
             rows = []
@@ -589,9 +607,13 @@ def _read_docx(item: _Input) -> list[Document]:
                 cells = list(dict.fromkeys(row.cells))  # merged cells repeat the same object
                 rows.append(" | ".join(" ".join(c.text.split()) for c in cells))
             paragraphs.append("\n".join(r for r in rows if r.strip(" |")))
+            chars += len(paragraphs[-1])
+            item.limits.check_chars(item.name, chars)  # stop early, not after all the work
             continue
         text = block.text.strip()
-        style = block.style.name if block.style is not None and block.style.name else ""
+        chars += len(text)
+        item.limits.check_chars(item.name, chars)
+        style = style_name(block)
         heading = _DOCX_HEADING_RE.match(style.strip())
         if not text:
             continue

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.keyword import Access
     from shelfhand.knowledge.limits import ReadLimits
     from shelfhand.knowledge.workspace_lock import Role
     from shelfhand.models.base import ChatModel
@@ -137,6 +138,10 @@ class App:
             wait: Seconds to wait for another writer to finish.
             on_wait: Told the busy message once, when waiting starts.
 
+        Without ``writer`` the knowledge base is for reading: it never keeps the keyword
+        index's writer, and while another process holds the writer lock it does not touch the
+        index files at all (it searches what that process has committed).
+
         Raises:
             WorkspaceBusyError: Another process holds the writer lock (the message says who).
         """
@@ -146,9 +151,12 @@ class App:
 
         configure_limits(self.read_limits())
         lock = None
+        access: Access = "write"
         if writer is not None:
             lock = WorkspaceLock(self.settings.workspace, writer)
             lock.acquire(wait=wait, on_wait=on_wait)
+        else:  # a reader: never hold the index's writer, and never write while another does
+            access = "read" if WorkspaceLock.is_free(self.settings.workspace) else "read-only"
         try:
             router, reason = self.embedding_router() if embed else (None, None)
             return KnowledgeBase(
@@ -159,6 +167,7 @@ class App:
                 max_tokens=self.settings.chunk_tokens,
                 overlap_tokens=self.settings.chunk_overlap,
                 lock=lock,
+                access=access,
             )
         except BaseException:
             if lock is not None:

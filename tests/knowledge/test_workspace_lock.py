@@ -13,6 +13,7 @@ import pytest
 from shelfhand.app import App
 from shelfhand.core.errors import WorkspaceBusyError
 from shelfhand.core.settings import Settings
+from shelfhand.knowledge.retrieval import open_embedded_store
 from shelfhand.knowledge.workspace_lock import WorkspaceLock
 
 BUSY = 75
@@ -111,3 +112,58 @@ def test_a_second_cli_ingest_exits_cleanly_with_the_busy_code(tmp_path: Path, do
     again = cli("ingest", str(docs), workspace=ws)
     assert again.returncode == 0, again.stderr
     assert "2 unchanged" in again.stdout
+
+
+def keyword_app(workspace: Path) -> App:
+    return App(settings=Settings.load(workspace, env={"SHELFHAND_RETRIEVAL_MODE": "keyword"}))
+
+
+def test_a_reader_opened_while_another_writes_never_touches_the_index_and_sees_its_commits(
+    tmp_path: Path, docs: Path
+) -> None:
+    ws = tmp_path / "ws"
+    lock = WorkspaceLock(ws, "ingest").acquire()  # the writing "process"
+    writer = open_embedded_store(ws, None)
+    try:
+        writer.ingestor.ingest([docs])
+        (docs / "new.md").write_text("# 新品\n\nXylophone mode ships today.", encoding="utf-8")
+        with writer.store.deferred_sync():  # mid-ingest: committed to SQLite, index pending
+            writer.ingestor.ingest([docs])
+            assert writer.store.pending_changes()
+            reader = keyword_app(ws).open_knowledge()  # used to fail: tantivy LockBusy
+            assert reader.search("E-203", mode="keyword")
+            assert not reader.search("xylophone", mode="keyword")  # not in the index yet
+        # the writer's commit is visible to the reader at once (its searcher reloads)
+        hits = reader.search("xylophone", mode="keyword")
+        assert [h.chunk.source for h in hits] == ["docs/new.md"]
+        reader.close()
+    finally:
+        writer.close()
+        lock.release()
+
+
+def test_a_reader_that_replays_an_interrupted_ingest_does_not_block_a_later_writer(
+    tmp_path: Path, docs: Path
+) -> None:
+    ws = tmp_path / "ws"
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from shelfhand.knowledge.retrieval import open_embedded_store\n"
+        "kb = open_embedded_store(Path(sys.argv[1]), None)\n"
+        "with kb.store.deferred_sync():\n"
+        "    kb.ingestor.ingest([Path(sys.argv[2])])\n"
+        "    os._exit(0)  # dies with the keyword index behind SQLite\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(ws), str(docs)], check=True, timeout=120)
+    reader = keyword_app(ws).open_knowledge()  # replays the outbox, then lets the writer go
+    try:
+        assert [h.chunk.source for h in reader.search("E-203", mode="keyword")] == ["docs/faq.md"]
+        (docs / "new.md").write_text("# 新品\n\nXylophone mode ships today.", encoding="utf-8")
+        writer = keyword_app(ws).open_knowledge(writer="ingest")
+        report = writer.ingest([docs])  # used to fail: tantivy LockBusy held by the reader
+        writer.close()
+        assert report.added == ("docs/new.md",)
+        assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == ["docs/new.md"]
+    finally:
+        reader.close()

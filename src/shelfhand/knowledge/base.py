@@ -24,6 +24,7 @@ from shelfhand.knowledge.store import SourceInfo
 from shelfhand.knowledge.types import Document, SearchHit
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.keyword import Access
     from shelfhand.knowledge.workspace_lock import WorkspaceLock
     from shelfhand.tools.tool import Tool
 
@@ -57,6 +58,7 @@ class KnowledgeBase:
         max_tokens: int = 400,
         overlap_tokens: int = 40,
         lock: WorkspaceLock | None = None,
+        access: Access = "write",
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -65,7 +67,11 @@ class KnowledgeBase:
         self.mode = mode
         self._degraded_reason = degraded_reason
         self._stack: EmbeddedKnowledge = open_embedded_store(
-            self.workspace, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens
+            self.workspace,
+            router,
+            max_tokens=max_tokens,
+            overlap_tokens=overlap_tokens,
+            access=access,
         )
 
     @property

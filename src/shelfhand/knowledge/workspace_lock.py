@@ -130,6 +130,20 @@ class WorkspaceLock:
                 fcntl.flock(file.fileno(), fcntl.LOCK_UN)
                 file.close()
 
+    @staticmethod
+    def is_free(workspace: Path) -> bool:
+        """Whether no process holds the workspace's writer lock right now (a snapshot)."""
+        path = Path(workspace) / LOCK_FILE
+        if not path.exists():
+            return True
+        with path.open("a+", encoding="utf-8") as file:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+            return True
+
     def __enter__(self) -> WorkspaceLock:
         return self.acquire()
 

@@ -238,6 +238,21 @@ def test_a_cli_ingest_while_serving_is_told_to_use_the_api_and_the_server_finds_
             assert "upload through the API" in said
             assert "Traceback" not in result.stderr + result.stdout
             assert found(c, "WAR-1") == ["t1/w.md"]
+            # reading the served workspace from the command line works meanwhile
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")}
+            search = subprocess.run(
+                [
+                    *(sys.executable, "-m", "shelfhand.cli", "search", "WAR-1", "-w", str(ws)),
+                    *("--tenant", "t1", "--mode", "keyword", "--json"),
+                ],
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                env={**env, "SHELFHAND_EMBEDDER": "hashing"},
+                timeout=120,
+            )
+            assert search.returncode == 0, search.stderr
+            assert [h["source"] for h in json.loads(search.stdout)] == ["t1/w.md"]
             r = c.post("/v1/knowledge/files", files=[("files", ("returns.md", b"# x\n\nRET-55"))])
             assert r.status_code == 200 and found(c, "RET-55") == ["t1/returns.md"]
     finally:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -267,3 +270,31 @@ def test_limits_come_from_shelfhand_toml_and_bad_ones_fail_at_start(tmp_path: Pa
         ReadLimits.from_mapping({"max_pages": "many"})
     with pytest.raises(ConfigurationError, match=r"positive.*max_depth"):
         ReadLimits.from_mapping({"max_depth": 0})
+
+
+def test_a_worker_that_died_while_idle_is_replaced_without_blaming_the_next_file(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("<h1>保修</h1><p>Two-year warranty.</p>", encoding="utf-8")
+    assert read_file(page)
+    pid = shared_worker().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    (doc,) = read_file(page)
+    assert doc.title == "保修"
+    assert shared_worker().pid not in (None, pid)
+
+
+def test_without_a_worker_process_the_risky_formats_are_read_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("<h1>保修</h1><p>Two-year warranty.</p>", encoding="utf-8")
+    shared_worker().close()
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    (doc,) = read_file(page)
+    assert "Two-year warranty." in doc.text
+    assert "cannot start the parser worker" in caplog.text
+    with pytest.raises(DocumentTooLarge, match="max_depth"):  # the other limits still hold
+        read_file(deep_json(tmp_path / "deep.json"))

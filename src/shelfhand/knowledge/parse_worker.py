@@ -32,9 +32,13 @@ from shelfhand.knowledge.limits import ReadLimits
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParseWorker", "shared_worker"]
+__all__ = ["ParseWorker", "WorkerUnavailable", "shared_worker"]
 
 _HEADER = struct.Struct(">Q")
+
+
+class WorkerUnavailable(Exception):
+    """The worker process cannot be started here (the caller may parse in-process)."""
 
 
 class ParseWorker:
@@ -57,27 +61,35 @@ class ParseWorker:
             DocumentTooLarge: The parse took longer than ``parse_seconds`` or needed more
                 than ``parse_memory_mb``.
             UnreadableDocumentError: The file is unreadable, or the worker died on it.
+            WorkerUnavailable: No worker process can be started.
         """
+        payload = pickle.dumps((request, limits), protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            proc = self._ensure(limits.parse_memory_mb)
-            assert proc.stdin is not None and proc.stdout is not None
-            payload = pickle.dumps((request, limits), protocol=pickle.HIGHEST_PROTOCOL)
-            try:
-                proc.stdin.write(_HEADER.pack(len(payload)) + payload)
-                proc.stdin.flush()
-                deadline = time.monotonic() + limits.parse_seconds
-                (size,) = _HEADER.unpack(_read_exact(proc.stdout, _HEADER.size, deadline))
-                answer = pickle.loads(_read_exact(proc.stdout, size, deadline))
-            except TimeoutError:
-                self._kill()
-                raise limits.too_large(
-                    name, f"parsing took longer than {limits.parse_seconds:g} s", "parse_seconds"
-                ) from None
-            except (OSError, EOFError, pickle.UnpicklingError, struct.error) as exc:
-                code = self._kill()
-                raise UnreadableDocumentError(
-                    f"cannot read {name}: the parser worker died on it (exit code {code}; {exc})"
-                ) from None
+            # A worker that dies without answering gets a second try in a fresh one: it may
+            # have been dying already (killed while idle); a file that crashes it twice is
+            # the file's fault.
+            for attempt in (1, 2):
+                proc = self._send(payload, limits.parse_memory_mb)
+                assert proc.stdout is not None
+                try:
+                    deadline = time.monotonic() + limits.parse_seconds
+                    (size,) = _HEADER.unpack(_read_exact(proc.stdout, _HEADER.size, deadline))
+                    answer = pickle.loads(_read_exact(proc.stdout, size, deadline))
+                    break
+                except TimeoutError:
+                    self._kill()
+                    raise limits.too_large(
+                        name,
+                        f"parsing took longer than {limits.parse_seconds:g} s",
+                        "parse_seconds",
+                    ) from None
+                except (OSError, EOFError, pickle.UnpicklingError, struct.error) as exc:
+                    code = self._kill()
+                    if attempt == 2:
+                        raise UnreadableDocumentError(
+                            f"cannot read {name}: the parser worker died on it "
+                            f"(exit code {code}; {exc})"
+                        ) from None
         kind, value = answer
         if kind == "ok":
             return value
@@ -92,18 +104,38 @@ class ParseWorker:
             raise DocumentTooLarge(str(value))
         raise UnreadableDocumentError(str(value))
 
+    def _send(self, payload: bytes, memory_mb: int) -> subprocess.Popen[bytes]:
+        """Write the request; a worker that died while idle is replaced once, not blamed."""
+        for attempt in (1, 2):
+            proc = self._ensure(memory_mb)
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+                proc.stdin.flush()
+                return proc
+            except OSError:
+                self._kill()
+                if attempt == 2:
+                    raise WorkerUnavailable(
+                        "the parser worker exits as soon as it starts"
+                    ) from None
+        raise AssertionError("unreachable")
+
     def _ensure(self, memory_mb: int) -> subprocess.Popen[bytes]:
         if self._proc is not None and (
             self._proc.poll() is not None or self._memory_mb != memory_mb
         ):
             self._kill()
         if self._proc is None:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "shelfhand.knowledge.parse_worker", str(memory_mb)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                close_fds=True,
-            )
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "shelfhand.knowledge.parse_worker", str(memory_mb)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    close_fds=True,  # never inherit the workspace lock or sockets
+                )
+            except OSError as exc:
+                raise WorkerUnavailable(f"cannot start the parser worker: {exc}") from exc
             self._memory_mb = memory_mb
             logger.debug("parser worker started (pid %d)", self._proc.pid)
         return self._proc

@@ -140,10 +140,13 @@ def read_file(
     if not data.strip():
         raise item.fail("the file is empty")
     if suffix in WORKER_SUFFIXES:
-        from shelfhand.knowledge.parse_worker import shared_worker
+        from shelfhand.knowledge.parse_worker import WorkerUnavailable, shared_worker
 
-        docs: list[Document] = shared_worker().parse(item, limits, str(path))
-        return docs
+        try:
+            docs: list[Document] = shared_worker().parse(item, limits, str(path))
+            return docs
+        except WorkerUnavailable as exc:  # size limits still hold; time and memory do not
+            logger.warning("%s; parsing %s in this process", exc, path)
     return reader(item)
 
 

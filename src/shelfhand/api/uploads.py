@@ -333,13 +333,12 @@ class Uploads:
             owned = {r.source: r.tenant_id for r in self.registry.all_records()}
             pending = self.registry.pending()
             for record in pending:
-                if owned.get(record.source) == record.tenant_id:
-                    continue  # a replace: the tenant owned it before and still does
+                if record.source in owned:
+                    continue  # a replace by its owner: it was theirs before and still is
                 if record.source in existing:
                     kb.forget(record.source)
                     existing.discard(record.source)
-                if record.source not in owned:
-                    self._kept_file(record.source).unlink(missing_ok=True)
+                self._kept_file(record.source).unlink(missing_ok=True)
                 logger.warning(
                     "rolled back the unfinished upload of %s (tenant %s)",
                     record.source,

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from shelfhand.knowledge.limits import (
     current_limits,
     json_depth_exceeds,
 )
-from shelfhand.knowledge.parse_worker import shared_worker
+from shelfhand.knowledge.parse_worker import POOL_SIZE, shared_worker
 from shelfhand.knowledge.readers import decode_text, read_file
 from shelfhand.knowledge.retrieval import open_embedded_store
 
@@ -170,7 +171,7 @@ def test_a_parse_past_the_time_limit_is_killed_and_the_worker_recovers(tmp_path:
     slow.write_text("<div><p>段落 paragraph</p></div>\n" * 200_000, encoding="utf-8")
     with pytest.raises(DocumentTooLarge, match=r"slow\.html.*parse_seconds"):
         read_file(slow, limits=ReadLimits(parse_seconds=0.05))
-    assert shared_worker().pid is None  # killed, not left running
+    assert shared_worker().pids == []  # killed, not left running
     page = tmp_path / "page.html"
     page.write_text("<h1>退货政策</h1><p>拆封后 7 天内可退。</p>", encoding="utf-8")
     (doc,) = read_file(page)
@@ -278,12 +279,11 @@ def test_a_worker_that_died_while_idle_is_replaced_without_blaming_the_next_file
     page = tmp_path / "page.html"
     page.write_text("<h1>保修</h1><p>Two-year warranty.</p>", encoding="utf-8")
     assert read_file(page)
-    pid = shared_worker().pid
-    assert pid is not None
+    (pid,) = shared_worker().pids
     os.kill(pid, signal.SIGKILL)
     (doc,) = read_file(page)
     assert doc.title == "保修"
-    assert shared_worker().pid not in (None, pid)
+    assert len(shared_worker().pids) == 1 and shared_worker().pids != [pid]
 
 
 def test_without_a_worker_process_the_risky_formats_are_read_in_process(
@@ -298,3 +298,16 @@ def test_without_a_worker_process_the_risky_formats_are_read_in_process(
     assert "cannot start the parser worker" in caplog.text
     with pytest.raises(DocumentTooLarge, match="max_depth"):  # the other limits still hold
         read_file(deep_json(tmp_path / "deep.json"))
+
+
+def test_one_busy_worker_does_not_hold_up_the_next_file(tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("<h1>保修</h1><p>Two-year warranty.</p>", encoding="utf-8")
+    pool = shared_worker()
+    assert POOL_SIZE == 2
+    done: list[str] = []
+    with pool.borrow():  # as if a slow file kept this worker busy
+        reader = threading.Thread(target=lambda: done.append(read_file(page)[0].title))
+        reader.start()
+        reader.join(60)  # with one worker this would wait for the borrowed one
+        assert done == ["保修"]

@@ -1,13 +1,15 @@
 """A parser worker: PDF, DOCX and HTML are parsed in a subprocess under time and memory limits.
 
 Those formats run third-party parsers over compressed or deeply structured input, where a
-hostile or broken file can take minutes or gigabytes. The worker is one long-lived child
-process (spawning one per file is too slow), started on first use, with its address space
-capped (``RLIMIT_AS`` = ``parse_memory_mb``). The parent waits at most ``parse_seconds`` for an
+hostile or broken file can take minutes or gigabytes. A worker is a long-lived child process
+(spawning one per file is too slow), started on first use, with its address space capped
+(``RLIMIT_AS`` = ``parse_memory_mb``). The parent waits at most ``parse_seconds`` for an
 answer; past that it kills the worker (the next file starts a fresh one) and the file is
 skipped with :class:`~shelfhand.core.errors.DocumentTooLarge`. A worker that runs out of memory
-answers so and exits; one that dies is reported as an unreadable file. Callers in several
-threads share the worker one file at a time.
+answers so and exits; one that dies without answering gets the file once more in a fresh
+worker, then the file is reported unreadable. A process shares a small pool of workers
+(:data:`POOL_SIZE`), one file per worker at a time, so one slow file does not stall every
+other reader (the service parses several tenants' uploads at once).
 
 Frames on the pipes are an 8-byte big-endian length and a pickle. Only this module's own
 child is ever unpickled from, and the child only unpickles what its parent sent.
@@ -19,12 +21,15 @@ import atexit
 import logging
 import os
 import pickle
+import queue
 import select
 import struct
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 from shelfhand.core.errors import DocumentTooLarge, UnreadableDocumentError
@@ -32,7 +37,7 @@ from shelfhand.knowledge.limits import ReadLimits
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParseWorker", "WorkerUnavailable", "shared_worker"]
+__all__ = ["ParseWorker", "WorkerPool", "WorkerUnavailable", "shared_worker"]
 
 _HEADER = struct.Struct(">Q")
 
@@ -174,16 +179,55 @@ def _read_exact(stream: IO[bytes], size: int, deadline: float) -> bytes:
     return bytes(out)
 
 
-_shared: ParseWorker | None = None
+class WorkerPool:
+    """Up to ``size`` workers, so one slow file does not hold up every other reader.
+
+    A parse borrows an idle worker (the most recently used first, so a second process starts
+    only when two files are parsed at the same time) or waits for one.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._workers = [ParseWorker() for _ in range(max(1, size))]
+        self._idle: queue.LifoQueue[ParseWorker] = queue.LifoQueue()
+        for worker in reversed(self._workers):
+            self._idle.put(worker)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the running workers."""
+        return [pid for w in self._workers if (pid := w.pid) is not None]
+
+    @contextmanager
+    def borrow(self) -> Iterator[ParseWorker]:
+        """An idle worker, for the block's duration (waits for one if all are busy)."""
+        worker = self._idle.get()
+        try:
+            yield worker
+        finally:
+            self._idle.put(worker)
+
+    def parse(self, request: Any, limits: ReadLimits, name: str) -> Any:
+        """:meth:`ParseWorker.parse` on an idle worker."""
+        with self.borrow() as worker:
+            return worker.parse(request, limits, name)
+
+    def close(self) -> None:
+        """Stop every worker (each starts again when next needed)."""
+        for worker in self._workers:
+            worker.close()
+
+
+POOL_SIZE = 2  # enough that one slow file never stalls the rest; each may use parse_memory_mb
+_shared: WorkerPool | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_worker() -> ParseWorker:
-    """The process-wide worker (stopped at interpreter exit)."""
+def shared_worker() -> WorkerPool:
+    """The process-wide workers (``POOL_SIZE`` at most; stopped at interpreter exit)."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = ParseWorker()
+            _shared = WorkerPool(POOL_SIZE)
             atexit.register(_shared.close)
         return _shared
 

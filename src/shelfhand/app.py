@@ -7,7 +7,7 @@ production builds it from settings.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.keyword import Access
+    from shelfhand.knowledge.limits import ReadLimits
+    from shelfhand.knowledge.workspace_lock import Role
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SqliteSessionStore
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
@@ -109,19 +112,67 @@ class App:
         self.router = router
         return router, None
 
-    def open_knowledge(self, *, embed: bool = True) -> KnowledgeBase:
-        """The workspace's knowledge base; ``embed=False`` for listing and forgetting only."""
-        from shelfhand.knowledge.base import KnowledgeBase
+    def read_limits(self) -> ReadLimits:
+        """The per-file reading limits from ``[limits]`` (a bad table fails here)."""
+        from shelfhand.knowledge.limits import ReadLimits
 
-        router, reason = self.embedding_router() if embed else (None, None)
-        return KnowledgeBase(
-            self.settings.workspace,
-            router,
-            mode=self.settings.retrieval_mode,
-            degraded_reason=reason,
-            max_tokens=self.settings.chunk_tokens,
-            overlap_tokens=self.settings.chunk_overlap,
-        )
+        return ReadLimits.from_mapping(self.settings.limits)
+
+    def open_knowledge(
+        self,
+        *,
+        embed: bool = True,
+        writer: Role | None = None,
+        wait: float = 0.0,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> KnowledgeBase:
+        """The workspace's knowledge base; ``embed=False`` for listing and forgetting only.
+
+        Also makes the ``[limits]`` of the settings the process default for reading files.
+
+        Args:
+            embed: Build the embedders (``False``: keyword-only, for listing and forgetting).
+            writer: Take the workspace's writer lock for this role (``serve``, ``ingest``,
+                ``forget``) before anything is opened; the knowledge base releases it when
+                closed. ``None`` opens without it (read-only use).
+            wait: Seconds to wait for another writer to finish.
+            on_wait: Told the busy message once, when waiting starts.
+
+        Without ``writer`` the knowledge base is for reading: it never keeps the keyword
+        index's writer, and while another process holds the writer lock it does not touch the
+        index files at all (it searches what that process has committed).
+
+        Raises:
+            WorkspaceBusyError: Another process holds the writer lock (the message says who).
+        """
+        from shelfhand.knowledge.base import KnowledgeBase
+        from shelfhand.knowledge.limits import configure_limits
+        from shelfhand.knowledge.workspace_lock import WorkspaceLock
+
+        configure_limits(self.read_limits())
+        lock = None
+        access: Access = "write"
+        if writer is not None:
+            lock = WorkspaceLock(self.settings.workspace, writer)
+            lock.acquire(wait=wait, on_wait=on_wait)
+        else:  # a reader: never hold the index's writer, and never write while another does
+            access = "read" if WorkspaceLock.is_free(self.settings.workspace) else "read-only"
+        try:
+            router, reason = self.embedding_router() if embed else (None, None)
+            return KnowledgeBase(
+                self.settings.workspace,
+                router,
+                mode=self.settings.retrieval_mode,
+                degraded_reason=reason,
+                max_tokens=self.settings.chunk_tokens,
+                overlap_tokens=self.settings.chunk_overlap,
+                lock=lock,
+                access=access,
+            )
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
 
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:

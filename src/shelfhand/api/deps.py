@@ -37,12 +37,16 @@ class ServiceConfig:
         allow_anonymous: Requests without a key act as tenant ``default``, user
             ``anonymous`` (local use only; otherwise a missing key is 401).
         memory_token_budget: Short-term memory budget of each session, in tokens.
+        max_tenant_bytes: The most uploaded bytes one tenant keeps (``None``: no quota).
+        max_tenant_files: The most uploaded files one tenant keeps (``None``: no quota).
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
     max_files: int = 20
     allow_anonymous: bool = False
     memory_token_budget: int = 4000
+    max_tenant_bytes: int | None = None
+    max_tenant_files: int | None = None
 
 
 @dataclass(slots=True)

@@ -40,7 +40,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     409: {"model": ErrorBody, "description": "A source of that name belongs to someone else."},
-    413: {"model": ErrorBody, "description": "A file (or the upload) is too large."},
+    413: {
+        "model": ErrorBody,
+        "description": "A file (or the upload) is too large, or the tenant's quota is full.",
+    },
     415: {"model": ErrorBody, "description": "A file type the readers do not understand."},
     422: {"model": ErrorBody, "description": "Bad names or unreadable files; nothing stored."},
 }
@@ -109,6 +112,9 @@ async def upload_files(
     except UploadRejected as exc:
         uploads.discard(staged)
         return error_response(exc.status, str(exc), exc.code)
+    except BaseException:
+        uploads.discard(staged)
+        raise
     if stream:
         return StreamingResponse(
             _ingest_events(service, staged, caller, permission_tags),

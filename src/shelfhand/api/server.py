@@ -62,7 +62,7 @@ def build_service(
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
-    kb = app.open_knowledge()
+    kb = app.open_knowledge(writer="serve")  # one writer per workspace: uploads come here
     sessions = app.session_store()
     memories = app.user_memory_store()
     registry = UploadRegistry(app.settings.workspace / "sessions.db")
@@ -83,7 +83,10 @@ def build_service(
         registry,
         max_file_bytes=config.max_file_bytes,
         max_files=config.max_files,
+        max_tenant_bytes=config.max_tenant_bytes,
+        max_tenant_files=config.max_tenant_files,
     )
+    uploads.recover(kb)  # undo an upload a crash interrupted; empty the staging folder
     service = Service(
         app=app,
         config=config,

@@ -16,6 +16,18 @@ An upload goes through four steps, and only the last one changes anything a user
 The registry (a table in ``sessions.db``) is what scopes listing and deleting sources to a
 tenant; search is scoped by the store itself. A source that exists but belongs to another
 tenant (or was ingested from the command line) cannot be overwritten through the API.
+
+**Crash safety.** The registry and the knowledge base are two databases, so an upload writes
+its intent first: before step 3 each source gets a *pending* registry row, promoted to an
+owned row (and the pending one deleted, in one transaction) only after step 4. If the server
+dies in between, :meth:`Uploads.recover` at the next start rolls the unfinished upload back:
+a pending source the tenant did not own before is forgotten (its documents and kept file
+removed); one it already owned stays owned. Registry rows whose source is gone from the
+knowledge base are dropped, and the staging folder is emptied (the server holds the
+workspace's writer lock, so no other upload can be in flight).
+
+**Quotas.** ``max_tenant_bytes`` and ``max_tenant_files`` bound what one tenant keeps
+(replaced files count once); an upload past them is refused with 413 ``tenant_quota``.
 """
 
 from __future__ import annotations
@@ -54,6 +66,19 @@ CREATE TABLE knowledge_uploads (
     uploaded_at REAL NOT NULL
 );
 CREATE INDEX knowledge_uploads_tenant ON knowledge_uploads (tenant_id, uploaded_at);
+""",
+    ),
+    Migration(
+        name="uploads_002_pending",
+        sql="""
+CREATE TABLE knowledge_uploads_pending (
+    source TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    uploaded_by TEXT NOT NULL,
+    uploaded_at REAL NOT NULL
+);
 """,
     ),
 ]
@@ -155,6 +180,64 @@ class UploadRegistry:
                 ],
             )
 
+    def begin(self, records: Sequence[UploadRecord]) -> None:
+        """Write the intent of an upload (pending rows) before its ingest starts."""
+        with self._lock, transaction(self._conn):
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO knowledge_uploads_pending"
+                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (r.source, r.tenant_id, r.filename, r.bytes, r.uploaded_by, r.uploaded_at)
+                    for r in records
+                ],
+            )
+
+    def commit(self, sources: Sequence[str]) -> None:
+        """Promote pending rows to owned ones, in one transaction."""
+        marks = ",".join("?" * len(sources))
+        with self._lock, transaction(self._conn):
+            self._conn.execute(
+                "INSERT OR REPLACE INTO knowledge_uploads"
+                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
+                " SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
+                f" FROM knowledge_uploads_pending WHERE source IN ({marks})",
+                list(sources),
+            )
+            self._conn.execute(
+                f"DELETE FROM knowledge_uploads_pending WHERE source IN ({marks})", list(sources)
+            )
+
+    def abandon(self, sources: Sequence[str]) -> None:
+        """Drop pending rows (the upload was refused or rolled back)."""
+        with self._lock, transaction(self._conn):
+            self._conn.executemany(
+                "DELETE FROM knowledge_uploads_pending WHERE source=?", [(s,) for s in sources]
+            )
+
+    def pending(self) -> list[UploadRecord]:
+        """Pending rows: uploads that started and never finished (a crash)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
+                " FROM knowledge_uploads_pending ORDER BY source"
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def all_records(self) -> list[UploadRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
+                " FROM knowledge_uploads ORDER BY source"
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def usage(self, tenant_id: str, *, excluding: Sequence[str] = ()) -> tuple[int, int]:
+        """Bytes and files the tenant keeps, leaving out ``excluding`` (about to be replaced)."""
+        skip = set(excluding)
+        kept = [r for r in self.for_tenant(tenant_id) if r.source not in skip]
+        return sum(r.bytes for r in kept), len(kept)
+
     def for_tenant(self, tenant_id: str) -> list[UploadRecord]:
         with self._lock:
             rows = self._conn.execute(
@@ -162,17 +245,7 @@ class UploadRegistry:
                 " FROM knowledge_uploads WHERE tenant_id=? ORDER BY uploaded_at DESC, source",
                 (tenant_id,),
             ).fetchall()
-        return [
-            UploadRecord(
-                source=r[0],
-                tenant_id=r[1],
-                filename=r[2],
-                bytes=r[3],
-                uploaded_by=r[4],
-                uploaded_at=r[5],
-            )
-            for r in rows
-        ]
+        return [_record(r) for r in rows]
 
     def remove(self, tenant_id: str, source: str) -> bool:
         with self._lock:
@@ -180,6 +253,17 @@ class UploadRegistry:
                 "DELETE FROM knowledge_uploads WHERE tenant_id=? AND source=?", (tenant_id, source)
             )
         return cur.rowcount > 0
+
+
+def _record(r: Sequence[object]) -> UploadRecord:
+    return UploadRecord(
+        source=str(r[0]),
+        tenant_id=str(r[1]),
+        filename=str(r[2]),
+        bytes=int(r[3]),  # type: ignore[call-overload]
+        uploaded_by=str(r[4]),
+        uploaded_at=float(r[5]),  # type: ignore[arg-type]
+    )
 
 
 @dataclass(slots=True)
@@ -217,16 +301,64 @@ class Uploads:
         registry: Source ownership.
         max_file_bytes: The largest file accepted.
         max_files: The most files in one upload.
+        max_tenant_bytes: The most bytes one tenant keeps (``None``: no quota).
+        max_tenant_files: The most files one tenant keeps (``None``: no quota).
     """
 
     def __init__(
-        self, root: Path, registry: UploadRegistry, *, max_file_bytes: int, max_files: int
+        self,
+        root: Path,
+        registry: UploadRegistry,
+        *,
+        max_file_bytes: int,
+        max_files: int,
+        max_tenant_bytes: int | None = None,
+        max_tenant_files: int | None = None,
     ) -> None:
         self.root = root
         self.registry = registry
         self.max_file_bytes = max_file_bytes
         self.max_files = max_files
+        self.max_tenant_bytes = max_tenant_bytes
+        self.max_tenant_files = max_tenant_files
         self._ingest_lock = threading.Lock()
+
+    def recover(self, kb: KnowledgeTarget) -> None:
+        """Make the registry and the knowledge base agree after a crash; empty the staging.
+
+        Call at start-up, while holding the workspace's writer lock (no upload in flight).
+        """
+        with self._ingest_lock:
+            existing = {str(getattr(s, "source", "")) for s in kb.sources()}
+            owned = {r.source: r.tenant_id for r in self.registry.all_records()}
+            pending = self.registry.pending()
+            for record in pending:
+                if record.source in owned:
+                    continue  # a replace by its owner: it was theirs before and still is
+                if record.source in existing:
+                    kb.forget(record.source)
+                    existing.discard(record.source)
+                self._kept_file(record.source).unlink(missing_ok=True)
+                logger.warning(
+                    "rolled back the unfinished upload of %s (tenant %s)",
+                    record.source,
+                    record.tenant_id,
+                )
+            self.registry.abandon([r.source for r in pending])
+            for source, tenant in owned.items():
+                if source not in existing:
+                    logger.warning("%s is no longer in the knowledge base; unlisted", source)
+                    self.registry.remove(tenant, source)
+            staging = self.root / ".staging"
+            if staging.exists():
+                leftovers = list(staging.iterdir())
+                if leftovers:
+                    logger.info("removing %d stale staging folder(s)", len(leftovers))
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _kept_file(self, source: str) -> Path:
+        tenant_dir, _, name = source.partition("/")
+        return self.root / tenant_dir / name
 
     async def receive(self, files: Sequence[IncomingFile], user: UserContext) -> Staged:
         """Stream the parts to a staging folder, enforcing names, types, count and size."""
@@ -270,13 +402,20 @@ class Uploads:
         return staged
 
     def validate(self, staged: Staged, user: UserContext) -> None:
-        """Read every staged file with its reader; one failure rejects the upload (blocking)."""
+        """Read every staged file with its reader; one failure rejects the upload (blocking).
+
+        Any failure of a reader is the file's problem, so it is a 422 naming the file, never a
+        500 (an unexpected one is logged with its traceback as well).
+        """
         problems: list[str] = []
         for path, _ in staged.files:
             try:
                 read_file(path, source=path.name, tenant_id=user.tenant_id)
             except UnreadableDocumentError as exc:
-                problems.append(f"{path.name}: {exc}")
+                problems.append(f"{path.name}: {str(exc).replace(str(path), path.name)}")
+            except Exception as exc:
+                logger.exception("reading the uploaded file %s failed", path.name)
+                problems.append(f"{path.name}: cannot be read ({type(exc).__name__}: {exc})")
         if problems:
             raise UploadRejected(
                 "nothing was ingested; these files cannot be read: " + "; ".join(problems),
@@ -302,6 +441,18 @@ class Uploads:
         """
         tenant_dir = tenant_folder(user.tenant_id)
         sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
+        now = time.time()
+        records = [
+            UploadRecord(
+                source=source,
+                tenant_id=user.tenant_id,
+                filename=path.name,
+                bytes=size,
+                uploaded_by=user.user_id,
+                uploaded_at=now,
+            )
+            for (path, size), source in zip(staged.files, sources, strict=True)
+        ]
         with self._ingest_lock:
             existing = {str(getattr(s, "source", "")) for s in kb.sources()}
             for source in sources:
@@ -314,15 +465,25 @@ class Uploads:
                         status=409,
                         code="source_conflict",
                     )
-            report = kb.ingest(
-                [path for path, _ in staged.files],
-                tenant_id=user.tenant_id,
-                permission_tags=permission_tags,
-                progress=progress,
-            )
-            if report.failed:
-                for source in report.added:
+            self._check_quota(user.tenant_id, records)
+            new = [s for s in sources if self.registry.owner_of(s) is None]
+            self.registry.begin(records)  # the intent, so a crash from here on is undone
+            try:
+                report = kb.ingest(
+                    [path for path, _ in staged.files],
+                    tenant_id=user.tenant_id,
+                    permission_tags=permission_tags,
+                    progress=progress,
+                )
+            except BaseException:
+                for source in new:
                     kb.forget(source)
+                self.registry.abandon(sources)
+                raise
+            if report.failed:
+                for source in new:
+                    kb.forget(source)
+                self.registry.abandon(sources)
                 reasons = "; ".join(f"{f.source}: {f.reason}" for f in report.failed)
                 raise UploadRejected(
                     f"nothing was ingested; these files failed: {reasons}",
@@ -331,22 +492,35 @@ class Uploads:
                 )
             keep = self.root / tenant_dir
             keep.mkdir(parents=True, exist_ok=True)
-            now = time.time()
-            records = []
-            for (path, size), source in zip(staged.files, sources, strict=True):
+            for path, _ in staged.files:
                 path.replace(keep / path.name)
-                records.append(
-                    UploadRecord(
-                        source=source,
-                        tenant_id=user.tenant_id,
-                        filename=path.name,
-                        bytes=size,
-                        uploaded_by=user.user_id,
-                        uploaded_at=now,
-                    )
-                )
-            self.registry.record(records)
+            self.registry.commit(sources)
         return report
+
+    def _check_quota(self, tenant_id: str, records: Sequence[UploadRecord]) -> None:
+        if self.max_tenant_bytes is None and self.max_tenant_files is None:
+            return
+        kept_bytes, kept_files = self.registry.usage(
+            tenant_id, excluding=[r.source for r in records]
+        )
+        total_bytes = kept_bytes + sum(r.bytes for r in records)
+        total_files = kept_files + len(records)
+        if self.max_tenant_bytes is not None and total_bytes > self.max_tenant_bytes:
+            raise UploadRejected(
+                f"tenant quota exceeded: this upload would make {total_bytes} bytes stored for "
+                f"your tenant, the limit is {self.max_tenant_bytes}; delete sources you no "
+                "longer need (DELETE /v1/knowledge/sources/...)",
+                status=413,
+                code="tenant_quota",
+            )
+        if self.max_tenant_files is not None and total_files > self.max_tenant_files:
+            raise UploadRejected(
+                f"tenant quota exceeded: this upload would make {total_files} files stored for "
+                f"your tenant, the limit is {self.max_tenant_files}; delete sources you no "
+                "longer need (DELETE /v1/knowledge/sources/...)",
+                status=413,
+                code="tenant_quota",
+            )
 
     def delete(self, source: str, user: UserContext, kb: KnowledgeTarget) -> bool:
         """Forget a source the caller's tenant uploaded; ``False`` if it has none such."""

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.retrieval import SearchMode
 
 from shelfhand.cli.main import (
+    BUSY_EXIT_CODE,
     NO_MODEL_HINT,
     RolesOpt,
     TenantOpt,
@@ -41,9 +42,17 @@ def ingest(
         bool,
         typer.Option("--samples", help="Index the bundled sample corpus (projector after-sales)."),
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            help="Seconds to wait if another ingest holds the workspace (exit code 75 after).",
+            min=0,
+        ),
+    ] = 0.0,
 ) -> None:
     """Index files and folders (incremental: unchanged files cost nothing)."""
-    from shelfhand.core.errors import KnowledgeError
+    from shelfhand.core.errors import KnowledgeError, WorkspaceBusyError
 
     targets = list(paths or [])
     if samples:
@@ -58,8 +67,15 @@ def ingest(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     a = _app(workspace)
-    kb = a.open_knowledge()
     console = _console()
+    try:
+        kb = a.open_knowledge(
+            writer="ingest",
+            wait=wait,
+            on_wait=lambda why: console.print(f"[yellow]waiting:[/] {why}", highlight=False),
+        )
+    except WorkspaceBusyError as exc:
+        raise _err(str(exc), BUSY_EXIT_CODE) from None
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -131,10 +147,15 @@ def sources(workspace: WorkspaceOpt = None) -> None:
 @app.command()
 def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     """Remove one source (and its chunks) from the index; `docs/` removes a whole folder."""
+    from shelfhand.core.errors import WorkspaceBusyError
+
     a = _app(workspace)
     if not a.knowledge_exists():
         raise _err("nothing indexed yet", 1)
-    kb = a.open_knowledge(embed=False)
+    try:
+        kb = a.open_knowledge(embed=False, writer="forget")
+    except WorkspaceBusyError as exc:
+        raise _err(str(exc), BUSY_EXIT_CODE) from None
     removed = kb.forget(source)
     kb.close()
     if not removed:

@@ -48,6 +48,10 @@ def _console() -> Any:
     return Console()
 
 
+BUSY_EXIT_CODE = 75
+"""Exit code when another process writes the workspace (EX_TEMPFAIL: try again later)."""
+
+
 def _err(message: str, code: int = 1) -> typer.Exit:
     from rich.console import Console
     from rich.markup import escape

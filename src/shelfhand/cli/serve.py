@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _err, app
+from shelfhand.cli.main import BUSY_EXIT_CODE, WorkspaceOpt, _app, _err, app
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 
@@ -50,6 +50,14 @@ def serve(
     max_upload_mb: Annotated[
         float, typer.Option(help="Largest uploaded file, in MiB.", min=0.001)
     ] = 20.0,
+    tenant_quota_mb: Annotated[
+        float | None,
+        typer.Option(help="Most uploaded MiB one tenant keeps (default: no quota).", min=0.001),
+    ] = None,
+    tenant_quota_files: Annotated[
+        int | None,
+        typer.Option(help="Most uploaded files one tenant keeps (default: no quota).", min=1),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request.")
@@ -60,7 +68,7 @@ def serve(
     API keys come from SHELFHAND_API_KEYS (JSON) or [[api_keys]] in shelfhand.toml. With no
     chat model configured, chat answers are cited passages from the knowledge agent.
     """
-    from shelfhand.core.errors import ConfigurationError
+    from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
     a = _app(workspace)
     try:
@@ -84,11 +92,16 @@ def serve(
                 2,
             )
         config = ServiceConfig(
-            max_file_bytes=int(max_upload_mb * 1024 * 1024), allow_anonymous=allow_anonymous
+            max_file_bytes=int(max_upload_mb * 1024 * 1024),
+            allow_anonymous=allow_anonymous,
+            max_tenant_bytes=None if tenant_quota_mb is None else int(tenant_quota_mb * 1024**2),
+            max_tenant_files=tenant_quota_files,
         )
         api = create_app(a, config=config, api_keys=keys)
     except ConfigurationError as exc:
         raise _err(str(exc), 2) from None
+    except WorkspaceBusyError as exc:
+        raise _err(str(exc), BUSY_EXIT_CODE) from None
     uvicorn.run(
         api,
         host=host,

@@ -17,6 +17,8 @@ that says what to do (bad configuration, a model provider that is down, an exhau
     ├── ScriptExhaustedError        a ScriptedModel ran out of turns (tests)
     ├── KnowledgeError              ingest / store / retrieval problems
     │   ├── UnreadableDocumentError a file that cannot be read (reported, then skipped)
+    │   │   └── DocumentTooLarge    over a reading limit (bytes, characters, pages, time…)
+    │   ├── WorkspaceBusyError      another process (server or ingest) writes the workspace
     │   └── EmbeddingUnavailableError the embedding service is out of quota or down
     └── ToolError                   model-facing: becomes an error tool result
         ├── UnknownToolError
@@ -94,3 +96,23 @@ class ToolTimeoutError(ToolError):
 
 class TransientToolError(ToolError):
     """Raised by a tool for a temporary failure (worth retrying for read-only tools)."""
+
+
+class DocumentTooLarge(UnreadableDocumentError):
+    """A file is over one of the reading limits (bytes, characters, pages, nesting, time,
+    memory); the message names the limit and how to raise it. It is skipped like any
+    unreadable file."""
+
+
+class WorkspaceBusyError(KnowledgeError):
+    """Another process writes to the workspace (a server or an ingest); the message names it.
+
+    Attributes:
+        holder: What holds the workspace: ``"serve"`` or ``"ingest"`` (or ``""`` if unknown).
+        pid: The process id of the holder, when known.
+    """
+
+    def __init__(self, message: str, *, holder: str = "", pid: int | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.pid = pid

@@ -7,7 +7,9 @@ Environment (highest precedence):
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
 (``model``, ``base_url``, ``api_key``, ``model_timeout``, ``retrieval_mode``, ``embedder``,
-``chunk_tokens``, ``chunk_overlap``).
+``chunk_tokens``, ``chunk_overlap``). Reading limits live in a ``[limits]`` table (see
+:mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
+knowledge base opens.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Settings:
     embedder: str = "default"
     chunk_tokens: int = 400
     chunk_overlap: int = 40
+    limits: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[limits]`` table of shelfhand.toml (reading limits per file), as written."""
 
     @classmethod
     def load(
@@ -45,6 +49,7 @@ class Settings:
         env = os.environ if env is None else env
         ws = Path(workspace or env.get("SHELFHAND_WORKSPACE") or DEFAULT_WORKSPACE)
         file_values = _read_toml(ws / "shelfhand.toml")
+        limits = _read_limits(ws / "shelfhand.toml")
 
         def pick(env_key: str, file_key: str) -> Any:
             value = env.get(env_key)
@@ -79,6 +84,7 @@ class Settings:
             embedder=str(pick("SHELFHAND_EMBEDDER", "embedder") or "default"),
             chunk_tokens=chunk_tokens,
             chunk_overlap=chunk_overlap,
+            limits=limits,
         )
 
 
@@ -96,4 +102,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
     section = read_toml(path).get("shelfhand", {})
     if not isinstance(section, dict):
         raise ConfigurationError(f"{path}: [shelfhand] must be a table")
+    return section
+
+
+def _read_limits(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    section = read_toml(path).get("limits", {})
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{path}: [limits] must be a table")
     return section

@@ -24,6 +24,8 @@ from shelfhand.knowledge.store import SourceInfo
 from shelfhand.knowledge.types import Document, SearchHit
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.keyword import Access
+    from shelfhand.knowledge.workspace_lock import WorkspaceLock
     from shelfhand.tools.tool import Tool
 
 logger = logging.getLogger(__name__)
@@ -55,13 +57,21 @@ class KnowledgeBase:
         degraded_reason: str | None = None,
         max_tokens: int = 400,
         overlap_tokens: int = 40,
+        lock: WorkspaceLock | None = None,
+        access: Access = "write",
     ) -> None:
         self.workspace = Path(workspace)
+        self.lock = lock
+        """The workspace's writer lock when opened as a writer; released by :meth:`close`."""
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
         self._stack: EmbeddedKnowledge = open_embedded_store(
-            self.workspace, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens
+            self.workspace,
+            router,
+            max_tokens=max_tokens,
+            overlap_tokens=overlap_tokens,
+            access=access,
         )
 
     @property
@@ -136,7 +146,11 @@ class KnowledgeBase:
         return make_retrieve_tool(self)
 
     def close(self) -> None:
-        self._stack.close()
+        try:
+            self._stack.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def __enter__(self) -> KnowledgeBase:
         return self

@@ -27,6 +27,7 @@ import numpy as np
 from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.chunking import chunk_document
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
+from shelfhand.knowledge.limits import current_limits
 from shelfhand.knowledge.readers import iter_files, read_file
 from shelfhand.knowledge.store import EMBED_DONE, EMBED_FAILED, EMBED_NONE, SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document
@@ -316,6 +317,7 @@ class Ingestor:
                 )
                 for d in docs
             ]
+            current_limits().check_chunks(str(file), sum(len(c) for _, c in prepared))
         except (UnreadableDocumentError, KnowledgeError, ValueError) as exc:
             logger.warning("skipping %s: %s", file, exc)
             tally.failed.append(IngestFailure(source=source, reason=str(exc)))

@@ -5,10 +5,22 @@ whitespace, so Chinese segmentation, stemming and whole codes are ours and ident
 and query time. Queries are built from term objects, never parsed from user text (no syntax
 errors, no injection). Tenant, permission tags, doc type and source are indexed raw and form
 zero-scored ``Must`` clauses of every query, so a caller never gets a hit they may not read.
+
+Several processes may open one index, but only one may write it (tantivy allows one
+``IndexWriter`` per directory; the workspace's writer lock decides which process that is).
+``access`` says how this process uses it:
+
+* ``"write"`` — the writer: keeps its ``IndexWriter`` between commits;
+* ``"read"`` — no other writer was running at open: it may replay pending changes, but lets go
+  of the ``IndexWriter`` after each commit so that a writer starting later is not blocked;
+* ``"read-only"`` — another process writes: this one never touches the files.
+
+Both reading kinds reload the searcher before each search, so they see a writer's commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +28,7 @@ import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tantivy
 
@@ -35,6 +47,8 @@ __all__ = ["TantivyKeywordIndex", "index_text"]
 
 _SCHEMA_VERSION = 1
 _STATE_FILE = "shelfhand-state.json"
+
+Access = Literal["write", "read", "read-only"]
 
 
 def _schema() -> tantivy.Schema:
@@ -58,12 +72,16 @@ class TantivyKeywordIndex:
     Args:
         directory: Where the index lives (created when missing), e.g. ``<workspace>/keyword``.
         writer_heap_bytes: Memory for the indexing buffer.
+        access: ``write``, ``read`` or ``read-only`` (see the module docstring).
     """
 
     name = "keyword"
 
-    def __init__(self, directory: Path, *, writer_heap_bytes: int = 64_000_000) -> None:
+    def __init__(
+        self, directory: Path, *, writer_heap_bytes: int = 64_000_000, access: Access = "write"
+    ) -> None:
         self.directory = Path(directory)
+        self.access: Access = access
         self._heap = writer_heap_bytes
         self._schema = _schema()
         self._lock = threading.RLock()
@@ -71,18 +89,30 @@ class TantivyKeywordIndex:
         self._generation: int | None = None
         self._index = self._open()
 
+    def _read_generation(self) -> int:
+        state = json.loads((self.directory / _STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("schema") != _SCHEMA_VERSION:
+            raise ValueError("schema changed")
+        return int(state["generation"])
+
     def _open(self) -> tantivy.Index:
-        state_path = self.directory / _STATE_FILE
         try:
-            state = json.loads(state_path.read_text(encoding="utf-8"))
-            if state.get("schema") != _SCHEMA_VERSION:
-                raise ValueError("schema changed")
+            generation = self._read_generation()
             if not tantivy.Index.exists(str(self.directory)):
                 raise ValueError("index files missing")
             index = tantivy.Index(self._schema, path=str(self.directory), reuse=True)
-            self._generation = int(state["generation"])
+            self._generation = generation
             return index
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            if self.access == "read-only":  # the writer's to rebuild; search nothing meanwhile
+                logger.warning(
+                    "keyword index at %s is unusable (%s) and another process writes the "
+                    "workspace: keyword search is empty until it rebuilds the index",
+                    self.directory,
+                    exc,
+                )
+                return tantivy.Index(self._schema)  # empty, in memory
+
             # Missing or unreadable: start empty; the store sees generation None and rebuilds.
             if self.directory.exists():
                 logger.warning(
@@ -118,6 +148,8 @@ class TantivyKeywordIndex:
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
         """Delete every changed document by id, then add its current chunks from the store."""
+        if self.access == "read-only":
+            return  # the writing process applies them
         doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
         with self._lock:
             writer = self._get_writer()
@@ -129,12 +161,31 @@ class TantivyKeywordIndex:
     def flush(self, generation: int, *, durable: bool) -> None:
         """Commit (tantivy commits are durable), reload the searcher, record the generation."""
         with self._lock:
+            if self.access == "read-only":
+                self._refresh()
+                return
             if self._writer is not None:
                 self._writer.commit()
+                if self.access == "read":
+                    self._release_writer()
             self._index.reload()
             self._write_state(generation)
 
+    def _refresh(self) -> None:
+        """Read-only: see the writer's latest commit and the generation it recorded."""
+        self._index.reload()
+        # the writer may be replacing the state file: then keep the last generation read
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            self._generation = self._read_generation()
+
+    def _release_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()  # also drops tantivy's directory lock
+
     def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        if self.access == "read-only":
+            return  # the writing process rebuilds it
         with self._lock:
             writer = self._get_writer()
             writer.delete_all_documents()
@@ -143,6 +194,8 @@ class TantivyKeywordIndex:
                 if n % 50_000 == 0:
                     logger.info("keyword index: %d chunks re-indexed", n)
             writer.commit()
+            if self.access == "read":
+                self._release_writer()
             self._index.reload()
             self._write_state(generation)
 
@@ -214,6 +267,9 @@ class TantivyKeywordIndex:
             (occ.Must, tantivy.Query.const_score_query(f, 0.0))
             for f in filters
         ]
+        if self.access != "write":  # another process may write: see its commits now
+            with self._lock:
+                self._index.reload()  # well under a millisecond
         searcher = self._index.searcher()
         result = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False)
         if not result.hits:

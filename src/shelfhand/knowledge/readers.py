@@ -6,7 +6,11 @@ cleaned of what extraction leaves behind (page headers and footers, page numbers
 mid-sentence). ``Document.text`` joins sections with a blank line and every ``Section.start``
 is the offset of that section's text in ``Document.text``; chunk offsets rely on it.
 
-Anything that cannot be read raises :class:`UnreadableDocumentError` naming the file and why.
+Anything that cannot be read raises :class:`UnreadableDocumentError` naming the file and why;
+a file over a reading limit (:mod:`shelfhand.knowledge.limits`) raises its subclass
+:class:`DocumentTooLarge`. PDF, DOCX and HTML are parsed in a worker process that enforces the
+time and memory limits (:mod:`shelfhand.knowledge.parse_worker`); text, Markdown, CSV and JSON
+are read here, bounded by the character, record and nesting limits.
 """
 
 from __future__ import annotations
@@ -18,22 +22,41 @@ import json
 import logging
 import os
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from shelfhand.core.errors import UnreadableDocumentError
+from shelfhand.core.errors import DocumentTooLarge, UnreadableDocumentError
+from shelfhand.knowledge.limits import (
+    ReadLimits,
+    check_zip,
+    current_limits,
+    json_depth_exceeds,
+)
+from shelfhand.knowledge.pdftext import clean_pdf_pages
 from shelfhand.knowledge.types import Document, Section
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SUPPORTED_SUFFIXES",
+    "WORKER_SUFFIXES",
+    "clean_pdf_pages",
+    "decode_text",
+    "iter_files",
+    "parse_in_process",
+    "read_file",
+]
 
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
     {".md", ".markdown", ".txt", ".html", ".htm", ".pdf", ".docx", ".csv", ".json", ".jsonl"}
 )
 """File suffixes (lower case) that :func:`read_file` understands."""
+
+WORKER_SUFFIXES: frozenset[str] = frozenset({".html", ".htm", ".pdf", ".docx"})
+"""Formats parsed in the worker process (time and memory limits enforced there)."""
 
 _Part = tuple[str, tuple[str, ...], int | None]  # text, section path, page
 
@@ -46,6 +69,11 @@ class _Input:
     mtime: float
     tenant_id: str
     permission_tags: tuple[str, ...]
+    limits: ReadLimits
+
+    @property
+    def name(self) -> str:
+        return str(self.path)
 
     def fail(self, why: str) -> UnreadableDocumentError:
         return UnreadableDocumentError(f"cannot read {self.path}: {why}")
@@ -58,6 +86,7 @@ def read_file(
     tenant_id: str = "default",
     permission_tags: Sequence[str] = (),
     data: bytes | None = None,
+    limits: ReadLimits | None = None,
 ) -> list[Document]:
     """Read one file into documents.
 
@@ -70,6 +99,8 @@ def read_file(
             ``permissions:`` adds to them.
         data: The file's bytes when the caller already read them (the incremental ingest
             hashes them first); read from ``path`` otherwise.
+        limits: Reading limits; the process default (:func:`~shelfhand.knowledge.limits.
+            configure_limits`) when not given.
 
     Returns:
         One document for a file, or one per record for CSV, JSON and JSONL
@@ -78,6 +109,7 @@ def read_file(
     Raises:
         UnreadableDocumentError: The file is missing, empty, of an unsupported type, corrupt,
             encrypted, or its text cannot be decoded.
+        DocumentTooLarge: The file is over a reading limit (the message names it).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -88,23 +120,39 @@ def read_file(
             f"cannot read {path}: unsupported file type {suffix or '(no suffix)'!r}; "
             f"supported: {supported}"
         )
+    limits = current_limits() if limits is None else limits
     try:
+        stat = path.stat()
+        limits.check_file_bytes(str(path), len(data) if data is not None else stat.st_size)
         if data is None:
             data = path.read_bytes()
-        mtime = path.stat().st_mtime
     except OSError as exc:
         raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
     item = _Input(
         path=path,
         source=str(path) if source is None else source,
         data=data,
-        mtime=mtime,
+        mtime=stat.st_mtime,
         tenant_id=tenant_id,
         permission_tags=_merge_tags(permission_tags, ()),
+        limits=limits,
     )
     if not data.strip():
         raise item.fail("the file is empty")
+    if suffix in WORKER_SUFFIXES:
+        from shelfhand.knowledge.parse_worker import WorkerUnavailable, shared_worker
+
+        try:
+            docs: list[Document] = shared_worker().parse(item, limits, str(path))
+            return docs
+        except WorkerUnavailable as exc:  # size limits still hold; time and memory do not
+            logger.warning("%s; parsing %s in this process", exc, path)
     return reader(item)
+
+
+def parse_in_process(item: _Input, limits: ReadLimits) -> list[Document]:
+    """Run the reader for ``item`` here (the parser worker calls this; see ``read_file``)."""
+    return _READERS[item.path.suffix.lower()](replace(item, limits=limits))
 
 
 def iter_files(paths: Sequence[Path]) -> Iterator[Path]:
@@ -131,24 +179,49 @@ def iter_files(paths: Sequence[Path]) -> Iterator[Path]:
             raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
 
 
-def decode_text(data: bytes, *, name: str = "input") -> str:
-    """Decode bytes as UTF-8 (with or without BOM), then GB18030; normalise newlines to ``\\n``.
+_BOMS = (  # UTF-32 first: its little-endian BOM starts with UTF-16's
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+
+
+def decode_text(data: bytes, *, name: str = "input", max_chars: int | None = None) -> str:
+    """Decode text; normalise newlines to ``\\n``.
+
+    A byte-order mark decides the encoding (UTF-8, UTF-16 or UTF-32, either byte order);
+    without one UTF-8 is tried, then GB18030 (which covers GBK and GB2312 Chinese).
 
     Raises:
         UnreadableDocumentError: None of the encodings fits, or the bytes look binary.
+        DocumentTooLarge: The text has more than ``max_chars`` characters.
     """
     text: str | None = None
-    for encoding in ("utf-8", "utf-8-sig", "gb18030"):
+    candidates = [(enc, len(mark)) for mark, enc in _BOMS if data.startswith(mark)]
+    # a BOM that does not decode (binary that happens to start so) falls back to the rest
+    for encoding, skip in [*candidates, ("utf-8", 0), ("gb18030", 0)]:
         try:
-            text = data.decode(encoding)
+            text = data[skip:].decode(encoding)
         except UnicodeDecodeError:
             continue
         break
     if text is None or "\x00" in text:
         raise UnreadableDocumentError(
-            f"cannot read {name}: the text is not UTF-8 or GB18030 (binary or unknown encoding)"
+            f"cannot read {name}: the text is not UTF-8, UTF-16 (with BOM) or GB18030 "
+            "(binary or unknown encoding)"
+        )
+    if max_chars is not None and len(text) > max_chars:
+        raise DocumentTooLarge(
+            f"cannot read {name}: the text has {len(text)} characters (limit max_chars = "
+            f"{max_chars}; raise it under [limits] in shelfhand.toml)"
         )
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _decode(item: _Input) -> str:
+    return decode_text(item.data, name=item.name, max_chars=item.limits.max_chars)
 
 
 # --- building documents ---------------------------------------------------------------------
@@ -192,6 +265,7 @@ def _file_document(
     sections = _sections(parts)
     if not sections:
         raise item.fail("no text could be extracted (empty document)")
+    item.limits.check_chars(item.name, sum(len(s.text) for s in sections))
     return [
         Document(
             doc_id=item.source,
@@ -247,7 +321,7 @@ def _unquote(value: str) -> str:
 
 
 def _read_markdown(item: _Input) -> list[Document]:
-    meta, body = _front_matter(decode_text(item.data, name=str(item.path)))
+    meta, body = _front_matter(_decode(item))
     parts: list[_Part] = []
     stack: list[tuple[int, str]] = []
     buffer: list[str] = []
@@ -282,7 +356,7 @@ def _read_markdown(item: _Input) -> list[Document]:
 
 
 def _read_text(item: _Input) -> list[Document]:
-    text = decode_text(item.data, name=str(item.path))
+    text = _decode(item)
     return _file_document(item, doc_type="text", title=None, parts=[(text, (), None)])
 
 
@@ -388,7 +462,7 @@ class _HtmlExtractor(HTMLParser):
 
 def _read_html(item: _Input) -> list[Document]:
     parser = _HtmlExtractor()
-    parser.feed(decode_text(item.data, name=str(item.path)))
+    parser.feed(_decode(item))
     parser.close()
     title = " ".join(parser.title.split()) or parser.first_h1
     return _file_document(item, doc_type="html", title=title, parts=parser.parts)
@@ -396,92 +470,44 @@ def _read_html(item: _Input) -> list[Document]:
 
 # --- PDF ------------------------------------------------------------------------------------
 
-_CJK_CHARS = "\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
-_CJK_RE = re.compile(f"[{_CJK_CHARS}]")
-_PAGE_NUMBER_RE = re.compile(
-    r"^(?:[-–—]?\s*\d+\s*[-–—]?"
-    r"|\d+\s*/\s*\d+"
-    r"|(?:page|p\.|pg\.?)\s*\d+(?:\s*(?:of|/)\s*\d+)?"
-    r"|第\s*\d+\s*页(?:\s*[,，/／]?\s*共\s*\d+\s*页)?"
-    r"|\d+\s*页)$",
-    re.IGNORECASE,
-)
-_LIST_START_RE = re.compile(
-    r"^(?:[-*•·▪●◦]\s|\d{1,2}[.)、]\s?|[（(]\d{1,2}[)）]|step\s+\d|步骤)", re.I
-)
-_SENTENCE_END = tuple(".!?:;。！？：；")
-_EDGE_LINES = 2  # how many lines at the top and bottom of a page may be header or footer
-
-
-def _shape(line: str) -> str:
-    """A line with its numbers blanked, so "Manual · 2" and "Manual · 3" compare equal."""
-    return re.sub(r"\d+", "#", " ".join(line.lower().split()))
-
-
-def clean_pdf_pages(pages: Sequence[str]) -> list[str]:
-    """Clean text extracted from PDF pages (one string per page, same length out).
-
-    Removes header and footer lines repeated at the top or bottom of most pages and bare page
-    numbers ("3", "- 3 -", "Page 3 of 9", "第 3 页"), then rejoins lines broken mid-sentence:
-    English line-end hyphens are removed, CJK lines are joined without a space, other lines
-    with one space. Lines that start a list item or follow a sentence end stay separate.
-    """
-    page_lines = [[ln.strip() for ln in page.split("\n") if ln.strip()] for page in pages]
-    repeated_top: set[str] = set()
-    repeated_bottom: set[str] = set()
-    if len(page_lines) >= 2:
-        threshold = max(2, len(page_lines) // 2 + 1)
-        top = Counter(s for lines in page_lines for s in {_shape(x) for x in lines[:_EDGE_LINES]})
-        bottom = Counter(
-            s for lines in page_lines for s in {_shape(x) for x in lines[-_EDGE_LINES:]}
-        )
-        repeated_top = {s for s, n in top.items() if n >= threshold}
-        repeated_bottom = {s for s, n in bottom.items() if n >= threshold}
-    cleaned: list[str] = []
-    for lines in page_lines:
-        body = list(lines)
-        for _ in range(_EDGE_LINES + 1):
-            if body and (_PAGE_NUMBER_RE.match(body[0]) or _shape(body[0]) in repeated_top):
-                body.pop(0)
-            if body and (_PAGE_NUMBER_RE.match(body[-1]) or _shape(body[-1]) in repeated_bottom):
-                body.pop()
-        cleaned.append(_join_lines(body))
-    return cleaned
-
-
-def _width(line: str) -> int:
-    return len(line) + len(_CJK_RE.findall(line))  # CJK glyphs are about twice as wide
-
-
-def _join_lines(lines: list[str]) -> str:
-    if not lines:
-        return ""
-    full = max(_width(line) for line in lines)
-    out: list[str] = []
-    wrapped = False  # whether the previous physical line ran (nearly) to the right margin
-    for line in lines:
-        prev = out[-1] if out else ""
-        if not prev or _LIST_START_RE.match(line) or prev.endswith(_SENTENCE_END):
-            out.append(line)
-        elif prev.endswith("-") and len(prev) > 1 and prev[-2].isalpha() and line[0].isalnum():
-            # "replace-" + "ment" is one word; "E-" + "203" keeps its hyphen.
-            out[-1] = (prev[:-1] if line[0].islower() else prev) + line
-        elif line[0].islower() or prev.endswith((",", "，", "、", "(", "（")) or wrapped:
-            cjk_join = _CJK_RE.match(prev[-1]) and _CJK_RE.match(line[0])
-            out[-1] = prev + ("" if cjk_join else " ") + line
-        else:
-            out.append(line)
-        wrapped = _width(line) >= 0.75 * full
-    return "\n".join(out)
-
 
 def _read_pdf(item: _Input) -> list[Document]:
+    import pypdf
+
+    cap = item.limits.max_decompressed_bytes
+    apply = getattr(pypdf, "apply_configuration", None)  # pypdf >= 6.5; older: its defaults
+    if apply is None:
+        return _read_pdf_bounded(item)
+    with apply(
+        zlib_maximum_output_length=cap,
+        lzw_maximum_output_length=cap,
+        run_length_maximum_output_length=cap,
+        array_based_stream_maximum_output_length=cap,
+        maximum_declared_stream_length=cap,
+        brotli_maximum_output_length=cap,
+        jbig2_maximum_output_length=cap,
+        image_maximum_buffer_size=cap,
+        stream_decoding_work_maximum_length=cap,
+    ):
+        return _read_pdf_bounded(item)
+
+
+def _limit_reached(exc: Exception) -> bool:
+    return type(exc).__name__ == "LimitReachedError"
+
+
+def _read_pdf_bounded(item: _Input) -> list[Document]:
     from pypdf import PdfReader
 
+    limits = item.limits
     try:
         reader = PdfReader(io.BytesIO(item.data))
         encrypted = reader.is_encrypted
     except Exception as exc:
+        if _limit_reached(exc):
+            raise limits.too_large(
+                item.name, f"a stream decodes past the limit ({exc})", "max_decompressed_mb"
+            ) from exc
         raise item.fail(f"not a valid PDF or the file is corrupt ({exc})") from exc
     if encrypted:
         try:
@@ -491,10 +517,32 @@ def _read_pdf(item: _Input) -> list[Document]:
         if not opened:
             raise item.fail("the PDF is password-protected; remove the password and try again")
     try:
-        raw_pages = [page.extract_text() or "" for page in reader.pages]
+        limits.check_pages(item.name, len(reader.pages))
+        raw_pages: list[str] = []
+        chars = decoded = 0
+        for page in reader.pages:
+            # pypdf's text extraction turns a stream over its limits into "" silently; decoding
+            # the contents first reports it (and caps the decoded bytes of the whole file)
+            contents = page.get_contents()
+            decoded += len(contents.get_data()) if contents is not None else 0
+            if decoded > limits.max_decompressed_bytes:
+                raise limits.too_large(
+                    item.name,
+                    f"its page streams decode to over {decoded} bytes",
+                    "max_decompressed_mb",
+                )
+            raw_pages.append(page.extract_text() or "")
+            chars += len(raw_pages[-1])
+            limits.check_chars(item.name, chars)
         info = reader.metadata
         title = info.title if info is not None else None
+    except DocumentTooLarge:
+        raise
     except Exception as exc:
+        if _limit_reached(exc):
+            raise limits.too_large(
+                item.name, f"a stream decodes past the limit ({exc})", "max_decompressed_mb"
+            ) from exc
         raise item.fail(f"the PDF is corrupt ({exc})") from exc
     if not raw_pages:
         raise item.fail("the PDF has no pages")
@@ -516,20 +564,45 @@ def _read_pdf(item: _Input) -> list[Document]:
 _DOCX_HEADING_RE = re.compile(r"^(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 
 
+def _docx_style_names(document: Any) -> Callable[[Any], str]:
+    """A paragraph's style name, looked up in a table built once: python-docx's own
+    ``paragraph.style`` searches every style per call (2 ms each, minutes on a big file)."""
+    from docx.enum.style import WD_STYLE_TYPE
+
+    names = {s.style_id: s.name or "" for s in document.styles if s.style_id}
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    fallback = (default.name or "") if default is not None else ""
+
+    def style_name(paragraph: Any) -> str:
+        style_id = paragraph._p.style  # the w:pStyle id, or None for the default style
+        return names.get(style_id, fallback) if style_id else fallback
+
+    return style_name
+
+
 def _read_docx(item: _Input) -> list[Document]:
     import docx
     from docx.table import Table
 
+    check_zip(item.data, item.name, item.limits)  # a zip bomb is refused before extracting
     try:
         document = docx.Document(io.BytesIO(item.data))
         blocks = list(document.iter_inner_content())
+    except MemoryError:
+        raise
     except Exception as exc:
+        if "allocat" in str(exc).lower():  # lxml reports running out of memory as a parse error
+            raise item.limits.too_large(
+                item.name, f"parsing ran out of memory ({exc})", "parse_memory_mb"
+            ) from exc
         raise item.fail(f"not a valid DOCX file (a Word zip package) ({exc})") from exc
     parts: list[_Part] = []
     stack: list[tuple[int, str]] = []
     paragraphs: list[str] = []
     style_title: str | None = None
     first_h1: str | None = None
+    style_name = _docx_style_names(document)
+    chars = 0
     for block in blocks:
         if isinstance(block, Table):
             rows = []
@@ -537,9 +610,13 @@ def _read_docx(item: _Input) -> list[Document]:
                 cells = list(dict.fromkeys(row.cells))  # merged cells repeat the same object
                 rows.append(" | ".join(" ".join(c.text.split()) for c in cells))
             paragraphs.append("\n".join(r for r in rows if r.strip(" |")))
+            chars += len(paragraphs[-1])
+            item.limits.check_chars(item.name, chars)  # stop early, not after all the work
             continue
         text = block.text.strip()
-        style = block.style.name if block.style is not None and block.style.name else ""
+        chars += len(text)
+        item.limits.check_chars(item.name, chars)
+        style = style_name(block)
         heading = _DOCX_HEADING_RE.match(style.strip())
         if not text:
             continue
@@ -582,6 +659,7 @@ def _scalar(value: Any) -> str:
 def _records(item: _Input, records: list[dict[str, Any]], doc_type: str) -> list[Document]:
     if not records:
         raise item.fail("no records found (empty document)")
+    item.limits.check_records(item.name, len(records))
     fields = list(records[0])
     key_field = _pick_field(fields, _KEY_FIELDS) or fields[0]
     title_field = _pick_field(fields, _TITLE_FIELDS)
@@ -619,7 +697,7 @@ def _records(item: _Input, records: list[dict[str, Any]], doc_type: str) -> list
 
 
 def _read_csv(item: _Input) -> list[Document]:
-    text = decode_text(item.data, name=str(item.path))
+    text = _decode(item)
     try:
         rows = list(csv.DictReader(io.StringIO(text)))
     except csv.Error as exc:
@@ -629,21 +707,31 @@ def _read_csv(item: _Input) -> list[Document]:
 
 
 def _read_json(item: _Input) -> list[Document]:
-    text = decode_text(item.data, name=str(item.path))
+    text = _decode(item)
     values: list[Any] = []
+    depth = item.limits.max_depth
+    too_deep = "nests deeper than the limit"
     try:
         if item.path.suffix.lower() == ".jsonl":
             for number, line in enumerate(text.split("\n"), start=1):
-                if line.strip():
-                    try:
-                        values.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise item.fail(f"invalid JSON on line {number} ({exc.msg})") from exc
+                if not line.strip():
+                    continue
+                if json_depth_exceeds(line, depth):
+                    raise item.limits.too_large(item.name, f"line {number} {too_deep}", "max_depth")
+                try:
+                    values.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise item.fail(f"invalid JSON on line {number} ({exc.msg})") from exc
+                item.limits.check_records(item.name, len(values))
         else:
+            if json_depth_exceeds(text, depth):
+                raise item.limits.too_large(item.name, f"the JSON {too_deep}", "max_depth")
             loaded = json.loads(text)
             values = loaded if isinstance(loaded, list) else [loaded]
     except json.JSONDecodeError as exc:
         raise item.fail(f"invalid JSON ({exc})") from exc
+    except RecursionError:  # only if max_depth is set past what the interpreter can nest
+        raise item.limits.too_large(item.name, f"the JSON {too_deep}", "max_depth") from None
     if not all(isinstance(v, dict) for v in values):
         raise item.fail("expected a list of JSON objects (one record each)")
     return _records(item, values, "json")

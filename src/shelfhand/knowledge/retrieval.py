@@ -29,7 +29,7 @@ from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
 from shelfhand.knowledge.fusion import rrf
 from shelfhand.knowledge.ingest import Ingestor
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
+from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.knowledge.vectors import VectorIndexes
@@ -285,15 +285,18 @@ def open_embedded_store(
     hnsw_threshold: int = 20_000,
     max_tokens: int = 400,
     overlap_tokens: int = 40,
+    access: Access = "write",
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
     Pending index changes from an interrupted run are replayed; a missing or stale index is
-    rebuilt from the database.
+    rebuilt from the database. ``access`` is how this process uses the keyword index
+    (``write``, ``read``, or ``read-only`` while another process writes; see
+    :mod:`shelfhand.knowledge.keyword`).
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
-    keyword = TantivyKeywordIndex(workspace / "index" / "keyword")
+    keyword = TantivyKeywordIndex(workspace / "index" / "keyword", access=access)
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
     retriever = HybridRetriever(store, keyword, vectors, router)

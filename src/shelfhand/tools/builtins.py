@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 # --- current time ------------------------------------------------------------------------------
-# never cached: the answer changes every second; inline: no I/O, nothing to wait for
-@tool(read_only=True, cache_ttl=0, inline=True)
+# no cache_ttl, so never cached (the answer changes every second); inline: no I/O
+@tool(read_only=True, inline=True)
 def current_time(timezone: str = "UTC") -> str:
     """Get the current date and time in a time zone.
 

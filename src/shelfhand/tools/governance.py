@@ -11,7 +11,8 @@ the tool is (local function, MCP tool, subagent):
 3. rate limits per (caller, tool) and per tool (token buckets);
 4. single-flight: identical concurrent calls of a read-only tool (same name, same canonical
    arguments, same caller) execute once and share the outcome;
-5. a TTL result cache for read-only tools, keyed by caller too (hits are "replayed");
+5. a TTL result cache, only for read-only tools that declare ``cache_ttl`` (opt-in: nothing
+   is cached by default, MCP tools included), keyed by caller too (hits are "replayed");
 6. a timeout per attempt (sync tools are abandoned in their worker thread, async ones cancelled);
 7. retries with exponential backoff and jitter, only for transient errors and only for
    ``read_only`` or ``idempotent`` tools — writes are never retried automatically;
@@ -104,8 +105,8 @@ class GovernancePolicy:
         retries: Extra attempts after a transient failure (read-only/idempotent tools only).
         backoff_base: First backoff delay in seconds; doubles per retry, with jitter.
         backoff_max: Ceiling of one backoff delay.
-        cache_ttl: Seconds a read-only result is reused (``0``: no cache).
-        cache_size: Most cached results kept (oldest dropped first).
+        cache_size: Most cached results kept (oldest dropped first). There is no toolkit-wide
+            TTL: only tools that declare ``cache_ttl`` are cached.
         dedup: Share one execution among identical concurrent read-only calls.
         rate_limit: Default calls per caller and tool, e.g. ``"30/minute"`` (``None``: none).
         total_rate_limit: Default calls per tool for all callers together.
@@ -119,7 +120,6 @@ class GovernancePolicy:
     retries: int = 2
     backoff_base: float = 0.2
     backoff_max: float = 5.0
-    cache_ttl: float = 300.0
     cache_size: int = 2048
     dedup: bool = True
     rate_limit: str | None = None
@@ -132,8 +132,8 @@ class GovernancePolicy:
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("timeout must be positive or None")
-        if self.retries < 0 or self.cache_ttl < 0 or self.cache_size < 0:
-            raise ValueError("retries, cache_ttl and cache_size must be 0 or more")
+        if self.retries < 0 or self.cache_size < 0:
+            raise ValueError("retries and cache_size must be 0 or more")
         if not 0 < self.breaker_failure_rate <= 1:
             raise ValueError("breaker_failure_rate must be in (0, 1]")
         if self.breaker_min_calls < 1 or self.breaker_window <= 0:
@@ -153,7 +153,7 @@ class ToolPlan:
     attempts: int
     """1 + retries for read-only/idempotent tools; always 1 for writes."""
     cache_ttl: float
-    """0 when results are not cached (writes, or caching switched off)."""
+    """0 unless the tool is read-only and declares a ``cache_ttl`` (caching is opt-in)."""
     dedup: bool
     confirm: bool
     per_caller: RateLimiter | None
@@ -240,7 +240,7 @@ class Governance:
         read_only = bool(getattr(item, "read_only", False))
         retryable = read_only or bool(getattr(item, "idempotent", False))
         retries = _attr(item, "retries", p.retries)
-        ttl = _attr(item, "cache_ttl", p.cache_ttl) if read_only else 0.0
+        ttl = (getattr(item, "cache_ttl", None) or 0.0) if read_only else 0.0
         per_caller = _attr(item, "rate_limit", p.rate_limit)
         total = _attr(item, "total_rate_limit", p.total_rate_limit)
         circuit = getattr(item, "circuit", None) or item.name

@@ -99,7 +99,7 @@ class Tool(Generic[P, R]):
             default, unlimited).
         total_rate_limit: Calls allowed for all callers together, e.g. ``"600/minute"``.
         cache_ttl: Seconds a read-only tool's result is reused for the same caller and
-            arguments (``None``: the toolkit's default, 300; ``0``: never cached).
+            arguments. Caching is opt-in: ``None`` (the default) or ``0`` means never cached.
         confirm: A human must approve each call before it runs (see ``Approvals``).
         circuit: Name of the circuit breaker this tool shares (e.g. one per MCP server);
             ``None``: a breaker of its own.
@@ -148,6 +148,11 @@ class Tool(Generic[P, R]):
             raise ValueError(f"tool {tool_name}: retries must be 0 or more, got {retries}")
         if cache_ttl is not None and cache_ttl < 0:
             raise ValueError(f"tool {tool_name}: cache_ttl must be 0 or more, got {cache_ttl}")
+        if cache_ttl and not read_only:
+            raise ValueError(
+                f"tool {tool_name}: cache_ttl needs read_only=True (results of tools that "
+                "change something are never reused)"
+            )
         for limit in (rate_limit, total_rate_limit):
             if limit is not None:
                 parse_rate(limit)  # raises ValueError with the accepted forms
@@ -363,8 +368,8 @@ def tool(
             only read-only or idempotent tools are retried.
         rate_limit: Calls per caller, ``"<n>/<second|minute|hour|day>"``, e.g. ``"30/minute"``.
         total_rate_limit: Calls for all callers together, same form.
-        cache_ttl: Seconds a read-only result is reused per caller and arguments (default:
-            the toolkit's, 300; ``0`` turns caching off).
+        cache_ttl: Seconds a read-only result is reused per caller and arguments. Opt-in:
+            without it (or with ``0``) results are never cached. Needs ``read_only=True``.
         confirm: Each call waits for a human's approval (writes that matter).
         circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server).
         inline: Call a sync function on the event loop, without a worker thread (only for

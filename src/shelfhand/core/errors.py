@@ -24,6 +24,7 @@ that says what to do (bad configuration, a model provider that is down, an exhau
         ├── ToolPermissionError     the caller may not use this tool
         ├── ToolTimeoutError
         └── TransientToolError      raised by a tool for a failure worth retrying
+            └── ToolUnavailableError the service behind the tool cannot be reached
 """
 
 from __future__ import annotations
@@ -94,3 +95,10 @@ class ToolTimeoutError(ToolError):
 
 class TransientToolError(ToolError):
     """Raised by a tool for a temporary failure (worth retrying for read-only tools)."""
+
+
+class ToolUnavailableError(TransientToolError):
+    """The service behind a tool cannot be reached at all (connection refused or lost, not
+    connected). Besides the tool's own circuit breaker it also counts against a ``circuit``
+    the tool shares with others (e.g. one MCP server's), unlike a timeout or a 5xx of one call.
+    """

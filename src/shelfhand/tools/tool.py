@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import pydantic_core
 from pydantic import ValidationError
@@ -36,6 +36,9 @@ from shelfhand.core.context import PermissionLevel, RunContext, permission_rank
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
+
+if TYPE_CHECKING:
+    from shelfhand.tools.governance import BreakerKey
 from shelfhand.tools.schema import FunctionSchema, function_schema
 
 __all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
@@ -101,8 +104,12 @@ class Tool(Generic[P, R]):
         cache_ttl: Seconds a read-only tool's result is reused for the same caller and
             arguments. Caching is opt-in: ``None`` (the default) or ``0`` means never cached.
         confirm: A human must approve each call before it runs (see ``Approvals``).
-        circuit: Name of the circuit breaker this tool shares (e.g. one per MCP server);
-            ``None``: a breaker of its own.
+        circuit: Name of a circuit breaker shared with other tools (e.g. one per MCP server),
+            on top of the tool's own; only "unreachable" failures (``ConnectionError``,
+            ``ToolUnavailableError``) open it. ``None``: no shared breaker.
+        breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
+            target (e.g. per host), so failures of one target never block others. ``None``:
+            one breaker for the whole tool.
         inline: Run a sync function on the event loop instead of a worker thread. Only for
             fast functions that never block (pure computation): it saves the thread hop
             (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
@@ -134,6 +141,7 @@ class Tool(Generic[P, R]):
         confirm: bool = False,
         circuit: str | None = None,
         inline: bool = False,
+        breaker_key: BreakerKey | None = None,
     ) -> None:
         tool_name: str = name or str(getattr(func, "__name__", ""))
         if not _NAME_RE.match(tool_name):
@@ -156,6 +164,8 @@ class Tool(Generic[P, R]):
         for limit in (rate_limit, total_rate_limit):
             if limit is not None:
                 parse_rate(limit)  # raises ValueError with the accepted forms
+        if breaker_key is not None and not callable(breaker_key):
+            raise ValueError(f"tool {tool_name}: breaker_key must be a function or None")
         spec = function_schema(func, strict=strict)
         self.func = func
         self.name: str = tool_name
@@ -174,6 +184,7 @@ class Tool(Generic[P, R]):
         self.cache_ttl = cache_ttl
         self.confirm = confirm
         self.circuit = circuit
+        self.breaker_key = breaker_key
         self.inline = inline
         self.is_async = _is_async(func)
         self.spec: FunctionSchema = spec
@@ -323,6 +334,7 @@ def tool(
     confirm: bool = False,
     circuit: str | None = None,
     inline: bool = False,
+    breaker_key: BreakerKey | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -347,6 +359,7 @@ def tool(
     confirm: bool = False,
     circuit: str | None = None,
     inline: bool = False,
+    breaker_key: BreakerKey | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -371,7 +384,10 @@ def tool(
         cache_ttl: Seconds a read-only result is reused per caller and arguments. Opt-in:
             without it (or with ``0``) results are never cached. Needs ``read_only=True``.
         confirm: Each call waits for a human's approval (writes that matter).
-        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server).
+        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server),
+            opened only when the shared service is unreachable.
+        breaker_key: ``(arguments, user) -> target``: breakers per target (e.g. a host)
+            instead of one for the tool, so one failing target never blocks the others.
         inline: Call a sync function on the event loop, without a worker thread (only for
             fast, non-blocking functions).
 
@@ -407,6 +423,7 @@ def tool(
             confirm=confirm,
             circuit=circuit,
             inline=inline,
+            breaker_key=breaker_key,
         )
 
     if func is not None:

@@ -206,3 +206,26 @@ def test_target_breakers_stay_bounded_and_keep_open_ones() -> None:
         breakers.of(("http_get", f"host-{i}.example:443 (tenant a)"))
     assert len(breakers) <= 100
     assert breakers.get(("http_get", "down.example:443 (tenant a)")) is stuck
+
+
+@pytest.mark.parametrize(
+    ("errno", "kind", "counts"),
+    [
+        (socket.EAI_NONAME, "does not exist", False),
+        (socket.EAI_AGAIN, "cannot resolve host", True),
+    ],
+)
+async def test_a_name_that_does_not_exist_is_bad_input_and_a_resolver_outage_is_not(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch, errno: int, kind: str, counts: bool
+) -> None:
+    import anyio
+
+    async def resolver(host: str, port: int, **kwargs: object) -> list[object]:
+        raise socket.gaierror(errno, "resolver says no")
+
+    monkeypatch.setattr(anyio, "getaddrinfo", resolver)
+    kit = Toolkit([make_http_get()], governance=governance(clock, breaker_min_calls=3))
+    results = [await kit.call(get("https://shop.example.cn/orders"), TENANT_A) for _ in range(3)]
+    assert kind in results[0].content
+    breaker = kit.governance.breaker("http_get", "shop.example.cn:443 (tenant tenant-a)")
+    assert breaker is not None and (breaker.state == "open") is counts

@@ -235,6 +235,8 @@ _NO_SUCH_HOST = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NON
 
 
 async def _resolve(host: str, port: int) -> list[str]:
+    if host.lower().rstrip(".").endswith(".invalid"):  # RFC 6761: never resolves
+        raise ToolError(f"host {host!r} does not exist (.invalid names never resolve)")
     try:
         infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:

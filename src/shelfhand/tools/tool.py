@@ -36,10 +36,10 @@ from shelfhand.core.context import PermissionLevel, RunContext, permission_rank
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
+from shelfhand.tools.schema import FunctionSchema, function_schema
 
 if TYPE_CHECKING:
     from shelfhand.tools.governance import BreakerKey
-from shelfhand.tools.schema import FunctionSchema, function_schema
 
 __all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
 

@@ -229,3 +229,12 @@ async def test_a_name_that_does_not_exist_is_bad_input_and_a_resolver_outage_is_
     assert kind in results[0].content
     breaker = kit.governance.breaker("http_get", "shop.example.cn:443 (tenant tenant-a)")
     assert breaker is not None and (breaker.state == "open") is counts
+
+
+def test_a_breaker_key_that_is_not_a_function_is_refused_at_decoration() -> None:
+    def lookup(host: str) -> str:
+        """Look up a host."""
+        return host
+
+    with pytest.raises(ValueError, match="breaker_key must be a function"):
+        tool(breaker_key="host")(lookup)  # type: ignore[arg-type]

@@ -9,8 +9,10 @@ of ``--calls`` calls each, interleaved):
 - ``toolkit (pre-governance path)``: the old ``Toolkit.call`` steps — permission view, JSON
   parse, ``invoke``, result block — rebuilt here without the pipeline.
 - ``governed ...``: ``Toolkit.call`` with the full pipeline: request id, decision, rate
-  limit, single-flight, cache, timeout, retry loop, breaker, audit record. The audit log is a
-  real SQLite file; each timed block ends with ``flush()`` so write cost is included.
+  limit, single-flight, cache, timeout, retry loop, breaker, audit record. The audit log is
+  a real SQLite file; each timed block ends with ``flush()`` so write cost is included.
+  "breaker per target" derives its breaker from the arguments (64 targets, as ``http_get``
+  does per host); "cache hit" declares ``cache_ttl`` (caching is opt-in).
 
 "added" = governed − pre-governance path, for the median block and for the best block (the
 best block is the least disturbed by other processes). Goal (issue): <= 30 us per call.
@@ -66,7 +68,8 @@ async def timed(step: Step, calls: int) -> float:
 
 def build(tmp: Path) -> dict[str, tuple[Step, Callable[[], None]]]:
     ro = tool(name="add", read_only=True, cache_ttl=0)(add)
-    ro_cached = tool(name="add", read_only=True)(add)
+    ro_cached = tool(name="add", read_only=True, cache_ttl=300)(add)  # caching is opt-in
+    keyed = tool(name="add", read_only=True, breaker_key=lambda args, user: str(args.get("a")))(add)
     write = tool(name="add", idempotent=False)(add)
     limited = tool(name="add", read_only=True, cache_ttl=0, rate_limit="100000000/second")(add)
     audit = AuditLog(tmp / "audit.db")
@@ -76,6 +79,7 @@ def build(tmp: Path) -> dict[str, tuple[Step, Callable[[], None]]]:
         "governed write + audit": Toolkit([write], audit=audit),
         "governed read-only + rate limit + audit": Toolkit([limited], audit=audit),
         "governed cache hit + audit": Toolkit([ro_cached], audit=audit),
+        "governed read-only, breaker per target + audit": Toolkit([keyed], audit=audit),
         "governed, no timeout + audit": Toolkit(
             [ro], policy=GovernancePolicy(timeout=None), audit=audit
         ),

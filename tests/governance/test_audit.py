@@ -25,7 +25,7 @@ BOB = UserContext(tenant_id="acme", user_id="bob")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@tool(read_only=True, retries=1)
+@tool(read_only=True, retries=1, cache_ttl=300)
 def query_stock(sku: str) -> str:
     """Stock of a SKU."""
     if sku == "BROKEN":

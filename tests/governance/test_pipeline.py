@@ -269,7 +269,7 @@ async def test_ten_identical_concurrent_read_only_calls_execute_once() -> None:
         await release.wait()
         return f"{sku}: 12 in stock"
 
-    kit = Toolkit([query_stock], policy=GovernancePolicy(cache_ttl=0))
+    kit = Toolkit([query_stock])
     args = {"sku": "SKU2024-011"}
     model = ScriptedModel([[tool_call("query_stock", args) for _ in range(10)], text("有货")])
     agent = Agent(model=model, toolkit=kit, max_concurrency=10)
@@ -320,7 +320,7 @@ async def test_identical_calls_of_different_callers_are_not_shared() -> None:
 async def test_user_a_cached_result_is_never_returned_to_user_b(clock: FakeClock) -> None:
     executions: list[str] = []
 
-    @tool(read_only=True)
+    @tool(read_only=True, cache_ttl=300)
     def query_order(user: UserContext, order_id: str) -> str:
         """One of the caller's orders."""
         executions.append(f"{user.tenant_id}/{user.user_id}")
@@ -343,7 +343,7 @@ async def test_user_a_cached_result_is_never_returned_to_user_b(clock: FakeClock
     assert not other_tenant.replayed and other_tenant.content == "SO-1 belongs to alice@globex"
     assert executions == ["acme/alice", "acme/bob", "globex/alice"]
 
-    clock.advance(301)  # past the default 5-minute TTL
+    clock.advance(301)  # past the declared 5-minute TTL
     expired = await ask(ALICE)
     assert not expired.replayed and executions[-1] == "acme/alice"
 

@@ -1,7 +1,8 @@
 """Routes for the knowledge base (``/v1/knowledge``) and the tool list (``/v1/tools``).
 
 Uploads are all or nothing (see :mod:`shelfhand.api.uploads`); search, listing and deleting
-see only the caller's tenant.
+see only the caller's tenant, and only sources the caller may read (permission tags); see
+:mod:`shelfhand.api.source_access` for who may replace or delete what.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shelfhand.api.schemas import (
     ToolList,
     ToolOut,
 )
+from shelfhand.api.source_access import access
 from shelfhand.api.uploads import Staged, UploadRejected
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.citations import to_citations
@@ -88,7 +90,9 @@ async def upload_files(
         list[str] | None,
         Form(
             description="Permission tags (repeatable): only callers with one of these roles "
-            "(or admin) may retrieve the documents; none = the whole tenant."
+            "(or admin) may retrieve the documents; none = the whole tenant. A replaced "
+            "source keeps its tags unless tags are given, and always keeps the tags the "
+            "caller does not hold (unless admin)."
         ),
     ] = None,
 ) -> Response:
@@ -102,7 +106,7 @@ async def upload_files(
             f"or ':' (got {bad or tags})",
             "invalid_tags",
         )
-    permission_tags = tuple(tags or ())
+    permission_tags = tuple(tags) if tags else None  # None: replacements keep their tags
     try:
         staged = await uploads.receive(files, caller)
     except UploadRejected as exc:
@@ -133,7 +137,10 @@ async def upload_files(
 
 
 async def _ingest_events(
-    service: Service, staged: Staged, caller: UserContext, permission_tags: tuple[str, ...]
+    service: Service,
+    staged: Staged,
+    caller: UserContext,
+    permission_tags: tuple[str, ...] | None,
 ) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -174,10 +181,15 @@ async def _ingest_events(
 
 @router.get("/knowledge/sources", tags=["knowledge"], responses=_ERRORS)
 def list_sources(service: ServiceDep, caller: Caller) -> SourceList:
-    """Sources uploaded by the caller's tenant, newest first."""
+    """Sources uploaded by the caller's tenant that the caller may read (or owns), newest
+    first."""
     stats = {s.source: s for s in service.kb.sources()}
+    records = service.uploads.registry.for_tenant(caller.tenant_id)
+    stored = service.kb.source_access([r.source for r in records])
     out = []
-    for record in service.uploads.registry.for_tenant(caller.tenant_id):
+    for record in records:
+        if access(caller, stored.get(record.source), record) == "none":
+            continue
         info = stats.get(record.source)
         out.append(
             SourceOut(
@@ -198,13 +210,23 @@ def list_sources(service: ServiceDep, caller: Caller) -> SourceList:
     "/knowledge/sources/{source:path}",
     status_code=204,
     tags=["knowledge"],
-    responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such source."}},
+    responses={
+        **_ERRORS,
+        403: {"model": ErrorBody, "description": "A source the caller may read but not delete."},
+        404: {"model": ErrorBody, "description": "No such source (that the caller may read)."},
+    },
 )
 async def delete_source(
     source: Annotated[str, Path(min_length=1, max_length=400)], service: ServiceDep, caller: Caller
 ) -> Response:
-    """Remove a source the caller's tenant uploaded (its documents, chunks and file)."""
-    deleted = await asyncio.to_thread(service.uploads.delete, source, caller, service.kb)
+    """Remove a source the caller's tenant uploaded (its documents, chunks and file).
+
+    Tagged sources need one of their tags as a role, ownership or admin.
+    """
+    try:
+        deleted = await asyncio.to_thread(service.uploads.delete, source, caller, service.kb)
+    except UploadRejected as exc:
+        return error_response(exc.status, str(exc), exc.code)
     if not deleted:
         raise HTTPException(status_code=404, detail="source not found")
     return Response(status_code=204)

@@ -28,6 +28,10 @@ workspace's writer lock, so no other upload can be in flight).
 
 **Quotas.** ``max_tenant_bytes`` and ``max_tenant_files`` bound what one tenant keeps
 (replaced files count once); an upload past them is refused with 413 ``tenant_quota``.
+
+Permission tags apply to writes as well as reads (see :mod:`shelfhand.api.source_access`):
+replacing or deleting a tagged source needs one of its tags as a role, ownership or admin,
+and a replacement keeps the tags its writer may not drop.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from shelfhand.api.source_access import StoredSource, access, merge_reports, replacement_tags
 from shelfhand.core.context import UserContext
 from shelfhand.core.db import Migration, apply_migrations, connect, transaction
 from shelfhand.core.errors import UnreadableDocumentError
@@ -168,6 +173,24 @@ class UploadRegistry:
             ).fetchone()
         return None if row is None else str(row[0])
 
+    def get(self, source: str) -> UploadRecord | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
+                " FROM knowledge_uploads WHERE source=?",
+                (source,),
+            ).fetchone()
+        if row is None:
+            return None
+        return UploadRecord(
+            source=row[0],
+            tenant_id=row[1],
+            filename=row[2],
+            bytes=row[3],
+            uploaded_by=row[4],
+            uploaded_at=row[5],
+        )
+
     def record(self, records: Sequence[UploadRecord]) -> None:
         with self._lock, transaction(self._conn):
             self._conn.executemany(
@@ -291,6 +314,8 @@ class KnowledgeTarget(Protocol):
     def forget(self, source: str) -> int: ...
 
     def sources(self) -> Sequence[object]: ...
+
+    def source_access(self, sources: Sequence[str]) -> dict[str, StoredSource]: ...
 
 
 class Uploads:
@@ -429,15 +454,17 @@ class Uploads:
         user: UserContext,
         kb: KnowledgeTarget,
         progress: Callable[[IngestEvent], None] | None = None,
-        permission_tags: Sequence[str] = (),
+        permission_tags: Sequence[str] | None = None,
     ) -> IngestReport:
         """Ingest the staged files for ``user``'s tenant and keep them (blocking).
 
-        ``permission_tags`` restrict who in the tenant may retrieve them (roles); none = all.
+        ``permission_tags`` restrict who in the tenant may retrieve new files (roles); none =
+        all. A replaced source keeps its tags when ``permission_tags`` is ``None``, and always
+        keeps those the caller may not drop (see :func:`replacement_tags`).
 
         Raises:
-            UploadRejected: A source belongs to someone else (409), or a file failed after
-                all (422; sources this upload added are removed again).
+            UploadRejected: A source exists that the caller may not replace (409), or a file
+                failed after all (422; sources this upload added are removed again).
         """
         tenant_dir = tenant_folder(user.tenant_id)
         sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
@@ -454,32 +481,45 @@ class Uploads:
             for (path, size), source in zip(staged.files, sources, strict=True)
         ]
         with self._ingest_lock:
-            existing = {str(getattr(s, "source", "")) for s in kb.sources()}
-            for source in sources:
-                owner = self.registry.owner_of(source)
-                if (owner is None and source in existing) or (
-                    owner is not None and owner != user.tenant_id
-                ):
-                    raise UploadRejected(
-                        f"source {source} already exists and is not yours to replace",
-                        status=409,
-                        code="source_conflict",
-                    )
+            stored = kb.source_access(sources)
+            groups: dict[tuple[str, ...], list[Path]] = {}
+            for (path, _), source in zip(staged.files, sources, strict=True):
+                record = self.registry.get(source)
+                tags = tuple(permission_tags or ())
+                if record is not None or source in stored:
+                    if access(user, stored.get(source), record) != "write":
+                        # the same answer whether or not the caller may read it: an
+                        # unreadable source's tags and owner are not revealed
+                        raise UploadRejected(
+                            f"source {source} already exists and is not yours to replace",
+                            status=409,
+                            code="source_conflict",
+                        )
+                    old = stored[source][1] if source in stored else set()
+                    tags = replacement_tags(user, old, permission_tags)
+                groups.setdefault(tags, []).append(path)
             self._check_quota(user.tenant_id, records)
             new = [s for s in sources if self.registry.owner_of(s) is None]
             self.registry.begin(records)  # the intent, so a crash from here on is undone
+            reports: list[IngestReport] = []
             try:
-                report = kb.ingest(
-                    [path for path, _ in staged.files],
-                    tenant_id=user.tenant_id,
-                    permission_tags=permission_tags,
-                    progress=progress,
-                )
+                for tags, paths in groups.items():  # one ingest per tag set (usually one)
+                    reports.append(
+                        kb.ingest(
+                            paths,
+                            tenant_id=user.tenant_id,
+                            permission_tags=tags,
+                            progress=progress,
+                        )
+                    )
+                    if reports[-1].failed:
+                        break
             except BaseException:
                 for source in new:
                     kb.forget(source)
                 self.registry.abandon(sources)
                 raise
+            report: IngestReport = merge_reports(reports)
             if report.failed:
                 for source in new:
                     kb.forget(source)
@@ -523,9 +563,26 @@ class Uploads:
             )
 
     def delete(self, source: str, user: UserContext, kb: KnowledgeTarget) -> bool:
-        """Forget a source the caller's tenant uploaded; ``False`` if it has none such."""
+        """Forget a source the caller's tenant uploaded and the caller may change.
+
+        Returns ``False`` when there is no such source *for this caller* (none, another
+        tenant's, or tagged with roles the caller does not hold: its existence is not
+        revealed).
+
+        Raises:
+            UploadRejected: 403 when the caller may read the source but not delete it.
+        """
         with self._ingest_lock:
-            if self.registry.owner_of(source) != user.tenant_id:
+            record = self.registry.get(source)
+            allowed = access(user, kb.source_access([source]).get(source), record)
+            if allowed == "read":
+                raise UploadRejected(
+                    f"you may read {source} but not delete it: it was not uploaded through "
+                    "the API by your tenant",
+                    status=403,
+                    code="forbidden",
+                )
+            if allowed != "write":
                 return False
             kb.forget(source)
             self.registry.remove(user.tenant_id, source)

@@ -26,6 +26,7 @@ that says what to do (bad configuration, a model provider that is down, an exhau
         ├── ToolPermissionError     the caller may not use this tool
         ├── ToolTimeoutError
         └── TransientToolError      raised by a tool for a failure worth retrying
+            └── ToolUnavailableError the service behind the tool cannot be reached
 """
 
 from __future__ import annotations
@@ -116,3 +117,9 @@ class WorkspaceBusyError(KnowledgeError):
         super().__init__(message)
         self.holder = holder
         self.pid = pid
+
+class ToolUnavailableError(TransientToolError):
+    """The service behind a tool cannot be reached at all (connection refused or lost, not
+    connected). Besides the tool's own circuit breaker it also counts against a ``circuit``
+    the tool shares with others (e.g. one MCP server's), unlike a timeout or a 5xx of one call.
+    """

@@ -109,6 +109,10 @@ class KnowledgeBase:
     def sources(self) -> list[SourceInfo]:
         return self._stack.store.sources()
 
+    def source_access(self, sources: Sequence[str]) -> dict[str, tuple[set[str], set[str]]]:
+        """Tenants and permission tags of each stored source among ``sources``."""
+        return self._stack.store.source_access(sources)
+
     def count_chunks(self) -> int:
         return self._stack.store.count_chunks()
 

@@ -599,6 +599,18 @@ class SqliteKnowledgeStore:
             for r in rows
         ]
 
+    def source_access(self, sources: Sequence[str]) -> dict[str, tuple[set[str], set[str]]]:
+        """For each stored source among ``sources``: its tenants and permission tags (each the
+        union over the source's documents). Sources not stored are left out."""
+        sql = "SELECT source, tenant_id, permission_tags FROM documents WHERE source IN ({marks})"
+        out: dict[str, tuple[set[str], set[str]]] = {}
+        for rows in self._select_in(sql, list(dict.fromkeys(sources))):
+            for source, tenant_id, tags in rows:
+                tenants, tag_set = out.setdefault(source, (set(), set()))
+                tenants.add(tenant_id)
+                tag_set.update(json.loads(tags))
+        return out
+
     def count_documents(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])

@@ -13,7 +13,7 @@ import math
 import operator
 import socket
 import unicodedata
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import anyio
 import httpx
 
+from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
     ToolArgumentError,
     ToolError,
@@ -29,14 +30,14 @@ from shelfhand.core.errors import (
 )
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 
-__all__ = ["builtin_tools", "calculator", "current_time", "make_http_get"]
+__all__ = ["builtin_tools", "calculator", "current_time", "http_target", "make_http_get"]
 
 logger = logging.getLogger(__name__)
 
 
 # --- current time ------------------------------------------------------------------------------
-# never cached: the answer changes every second; inline: no I/O, nothing to wait for
-@tool(read_only=True, cache_ttl=0, inline=True)
+# no cache_ttl, so never cached (the answer changes every second); inline: no I/O
+@tool(read_only=True, inline=True)
 def current_time(timezone: str = "UTC") -> str:
     """Get the current date and time in a time zone.
 
@@ -228,9 +229,20 @@ def _allowed_address(text: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+# "no such name" answers: the caller's bad input, not an outage (never retried, never counted
+# against a circuit breaker); other resolver errors (EAI_AGAIN ...) are transient.
+_NO_SUCH_HOST = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
 async def _resolve(host: str, port: int) -> list[str]:
+    if host.lower().rstrip(".").endswith(".invalid"):  # RFC 6761: never resolves
+        raise ToolError(f"host {host!r} does not exist (.invalid names never resolve)")
     try:
         infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if exc.errno in _NO_SUCH_HOST:
+            raise ToolError(f"host {host!r} does not exist (DNS: {exc.strerror})") from None
+        raise TransientToolError(f"cannot resolve host {host!r}: {exc}") from None
     except OSError as exc:
         raise TransientToolError(f"cannot resolve host {host!r}: {exc}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -239,6 +251,22 @@ async def _resolve(host: str, port: int) -> list[str]:
 def _is_text(content_type: str) -> bool:
     kind = content_type.split(";", 1)[0].strip().lower()
     return not kind or kind.startswith("text/") or any(t in kind for t in _TEXT_TYPES)
+
+
+def http_target(arguments: Mapping[str, Any], user: UserContext) -> str:
+    """``http_get``'s circuit-breaker target: the URL's host and port, for the caller's tenant.
+
+    A caller chooses the whole URL, so a failing host (or a failing path on a healthy host)
+    only ever opens the breaker for that host *and* that tenant: never another host, never
+    another tenant.
+    """
+    try:
+        url = httpx.URL(str(arguments.get("url", "")).strip())
+        port = url.port or (443 if url.scheme == "https" else 80)
+        where = f"{url.host.lower() or '(no host)'}:{port}"
+    except (httpx.InvalidURL, TypeError, ValueError):
+        where = "(invalid URL)"
+    return f"{where} (tenant {user.tenant_id})"
 
 
 def make_http_get(
@@ -359,7 +387,7 @@ def make_http_get(
                 f"fetching {url!r} failed: {type(exc).__name__}: {exc}"
             ) from None
 
-    return Tool(http_get, read_only=True, idempotent=True)
+    return Tool(http_get, read_only=True, idempotent=True, breaker_key=http_target)
 
 
 def builtin_tools(*, allow_private_http: bool = False) -> list[Tool[..., Any]]:

@@ -11,11 +11,18 @@ the tool is (local function, MCP tool, subagent):
 3. rate limits per (caller, tool) and per tool (token buckets);
 4. single-flight: identical concurrent calls of a read-only tool (same name, same canonical
    arguments, same caller) execute once and share the outcome;
-5. a TTL result cache for read-only tools, keyed by caller too (hits are "replayed");
+5. a TTL result cache, only for read-only tools that declare ``cache_ttl`` (opt-in: nothing
+   is cached by default, MCP tools included), keyed by caller too (hits are "replayed");
 6. a timeout per attempt (sync tools are abandoned in their worker thread, async ones cancelled);
 7. retries with exponential backoff and jitter, only for transient errors and only for
    ``read_only`` or ``idempotent`` tools — writes are never retried automatically;
-8. a circuit breaker per tool (or per shared ``circuit`` name, e.g. an MCP server);
+8. circuit breakers keyed by tool *and target*: a tool may derive its target from the call
+   (``breaker_key``, e.g. ``http_get`` uses the caller's tenant and the URL's host and port),
+   so one caller's failing target never blocks another target or caller; tools may also
+   share a ``circuit`` (e.g. one MCP server's) that only "unavailable" failures open
+   (:class:`~shelfhand.core.errors.ToolUnavailableError`, ``ConnectionError``). Only
+   dependency-health failures count (timeouts, transient errors); bad input, a tool's
+   ``ValueError`` or other model-facing errors never open a breaker;
 9. human confirmation for ``confirm=True`` tools (see :mod:`shelfhand.tools.approvals`);
 10. one audit record per call (see :mod:`shelfhand.tools.audit`).
 
@@ -48,12 +55,19 @@ import anyio
 
 from shelfhand.core.errors import (
     ToolArgumentError,
-    ToolError,
     ToolTimeoutError,
+    ToolUnavailableError,
     TransientToolError,
 )
 from shelfhand.tools.audit import canonical_json
-from shelfhand.tools.limits import CircuitBreaker, Deadlines, Rate, RateLimiter, parse_rate
+from shelfhand.tools.limits import (
+    CircuitBreaker,
+    Deadlines,
+    Rate,
+    RateLimiter,
+    TargetBreakers,
+    parse_rate,
+)
 
 if TYPE_CHECKING:
     from shelfhand.core.context import RunContext, UserContext
@@ -61,6 +75,7 @@ if TYPE_CHECKING:
     from shelfhand.tools.tool import Tool, ToolOutput
 
 __all__ = [
+    "BreakerKey",
     "CallOutcome",
     "CircuitBreaker",
     "Decision",
@@ -94,6 +109,9 @@ Outcome: TypeAlias = Literal[
 
 Executor: TypeAlias = Callable[[Any, dict[str, Any], "RunContext"], Awaitable["ToolOutput"]]
 
+BreakerKey: TypeAlias = Callable[[Mapping[str, Any], "UserContext"], str]
+"""Derives a call's breaker target from its (unvalidated) arguments and its caller."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GovernancePolicy:
@@ -104,12 +122,12 @@ class GovernancePolicy:
         retries: Extra attempts after a transient failure (read-only/idempotent tools only).
         backoff_base: First backoff delay in seconds; doubles per retry, with jitter.
         backoff_max: Ceiling of one backoff delay.
-        cache_ttl: Seconds a read-only result is reused (``0``: no cache).
-        cache_size: Most cached results kept (oldest dropped first).
+        cache_size: Most cached results kept (oldest dropped first). There is no toolkit-wide
+            TTL: only tools that declare ``cache_ttl`` are cached.
         dedup: Share one execution among identical concurrent read-only calls.
         rate_limit: Default calls per caller and tool, e.g. ``"30/minute"`` (``None``: none).
         total_rate_limit: Default calls per tool for all callers together.
-        breaker_min_calls: Calls in a window before the breaker may open.
+        breaker_min_calls: Calls in a window before a breaker may open.
         breaker_failure_rate: Failure share (0–1] in a window that opens the breaker.
         breaker_window: Seconds of one counting window.
         breaker_reset_after: Seconds an open breaker waits before letting one trial through.
@@ -119,7 +137,6 @@ class GovernancePolicy:
     retries: int = 2
     backoff_base: float = 0.2
     backoff_max: float = 5.0
-    cache_ttl: float = 300.0
     cache_size: int = 2048
     dedup: bool = True
     rate_limit: str | None = None
@@ -132,8 +149,8 @@ class GovernancePolicy:
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("timeout must be positive or None")
-        if self.retries < 0 or self.cache_ttl < 0 or self.cache_size < 0:
-            raise ValueError("retries, cache_ttl and cache_size must be 0 or more")
+        if self.retries < 0 or self.cache_size < 0:
+            raise ValueError("retries and cache_size must be 0 or more")
         if not 0 < self.breaker_failure_rate <= 1:
             raise ValueError("breaker_failure_rate must be in (0, 1]")
         if self.breaker_min_calls < 1 or self.breaker_window <= 0:
@@ -153,12 +170,17 @@ class ToolPlan:
     attempts: int
     """1 + retries for read-only/idempotent tools; always 1 for writes."""
     cache_ttl: float
-    """0 when results are not cached (writes, or caching switched off)."""
+    """0 unless the tool is read-only and declares a ``cache_ttl`` (caching is opt-in)."""
     dedup: bool
     confirm: bool
     per_caller: RateLimiter | None
     total: RateLimiter | None
-    breaker: CircuitBreaker
+    breaker: CircuitBreaker | None
+    """The tool's own breaker; ``None`` when it is keyed by target (``breaker_key``)."""
+    breaker_key: BreakerKey | None
+    circuit: CircuitBreaker | None
+    """A breaker shared with other tools (e.g. one MCP server's), opened only by failures that
+    say the shared service is unreachable."""
 
 
 class CallOutcome(NamedTuple):
@@ -192,11 +214,21 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _counts_against_breaker(exc: BaseException) -> bool:
-    # Model-facing ToolErrors (bad arguments, "not found" reported by the tool) say nothing
-    # about the tool's health; timeouts, transient and unexpected errors do.
-    if isinstance(exc, ToolTimeoutError | TransientToolError):
+    # Only dependency health counts: timeouts and transient errors (connection failures, HTTP
+    # 429/5xx). Bad arguments, a tool's own ValueError, "not found" and other model-facing
+    # errors are the caller's input, and must never let one caller block others.
+    return isinstance(exc, ToolTimeoutError) or is_transient(exc)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the service behind the tool is unreachable (not one bad call)."""
+    if isinstance(exc, ToolUnavailableError | ConnectionError):
         return True
-    return not isinstance(exc, ToolError)
+    if type(exc).__module__.startswith("httpx"):
+        import httpx
+
+        return isinstance(exc, httpx.ConnectError)
+    return False
 
 
 class Governance:
@@ -228,6 +260,8 @@ class Governance:
         self._inflight: dict[tuple[str, str, str], _Flight] = {}
         self._waiting: dict[tuple[str, str, str], int] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
+        self._circuits: dict[str, CircuitBreaker] = {}
+        self._targets = TargetBreakers(self._new_breaker)
         self._limiters: dict[tuple[str, str, str], RateLimiter] = {}
         self._deadlines: Deadlines | None = None
         self._id_prefix = os.urandom(4).hex()
@@ -240,19 +274,21 @@ class Governance:
         read_only = bool(getattr(item, "read_only", False))
         retryable = read_only or bool(getattr(item, "idempotent", False))
         retries = _attr(item, "retries", p.retries)
-        ttl = _attr(item, "cache_ttl", p.cache_ttl) if read_only else 0.0
+        ttl = (getattr(item, "cache_ttl", None) or 0.0) if read_only else 0.0
         per_caller = _attr(item, "rate_limit", p.rate_limit)
         total = _attr(item, "total_rate_limit", p.total_rate_limit)
-        circuit = getattr(item, "circuit", None) or item.name
-        breaker = self._breakers.get(circuit)
-        if breaker is None:
-            breaker = self._breakers[circuit] = CircuitBreaker(
-                circuit,
-                min_calls=p.breaker_min_calls,
-                failure_rate=p.breaker_failure_rate,
-                window=p.breaker_window,
-                reset_after=p.breaker_reset_after,
-            )
+        breaker_key: BreakerKey | None = getattr(item, "breaker_key", None)
+        breaker: CircuitBreaker | None = None
+        if breaker_key is None:
+            breaker = self._breakers.get(item.name)
+            if breaker is None:
+                breaker = self._breakers[item.name] = self._new_breaker(item.name)
+        circuit_name: str | None = getattr(item, "circuit", None)
+        circuit: CircuitBreaker | None = None
+        if circuit_name:
+            circuit = self._circuits.get(circuit_name)
+            if circuit is None:
+                circuit = self._circuits[circuit_name] = self._new_breaker(circuit_name)
         return ToolPlan(
             name=item.name,
             timeout=_attr(item, "timeout", p.timeout),
@@ -263,6 +299,18 @@ class Governance:
             per_caller=self._limiter(item.name, "caller", per_caller),
             total=self._limiter(item.name, "total", total),
             breaker=breaker,
+            breaker_key=breaker_key,
+            circuit=circuit,
+        )
+
+    def _new_breaker(self, name: str) -> CircuitBreaker:
+        p = self.policy
+        return CircuitBreaker(
+            name,
+            min_calls=p.breaker_min_calls,
+            failure_rate=p.breaker_failure_rate,
+            window=p.breaker_window,
+            reset_after=p.breaker_reset_after,
         )
 
     def _limiter(self, tool: str, kind: str, text: str | None) -> RateLimiter | None:
@@ -288,9 +336,30 @@ class Governance:
             return "deny"
         return "ask" if getattr(item, "confirm", False) else "allow"
 
-    def breaker(self, name: str) -> CircuitBreaker | None:
-        """The circuit breaker called ``name`` (a tool name or a shared ``circuit``)."""
-        return self._breakers.get(name)
+    def breaker(self, name: str, target: str | None = None) -> CircuitBreaker | None:
+        """A circuit breaker, if it exists yet.
+
+        ``breaker("tool")``: the tool's own breaker (tools without ``breaker_key``), else the
+        shared ``circuit`` of that name; ``breaker("tool", target)``: the breaker of one target
+        of a tool keyed by ``breaker_key``.
+        """
+        if target is not None:
+            return self._targets.get((name, target))
+        return self._breakers.get(name) or self._circuits.get(name)
+
+    def breaker_for(
+        self, plan: ToolPlan, arguments: Mapping[str, Any], user: UserContext
+    ) -> CircuitBreaker:
+        """The breaker one call of ``plan`` goes through (its target's, for keyed tools)."""
+        if plan.breaker is not None:
+            return plan.breaker
+        assert plan.breaker_key is not None
+        try:
+            target = str(plan.breaker_key(arguments, user))
+        except Exception:  # arguments the key cannot read are rejected by validation anyway
+            logger.debug("breaker key of tool %s failed", plan.name, exc_info=True)
+            target = "(unreadable arguments)"
+        return self._targets.of((plan.name, target[:300]))
 
     def new_request_id(self) -> str:
         return f"{self._id_prefix}-{next(self._ids):x}"
@@ -428,20 +497,27 @@ class Governance:
         run: RunContext,
         execute: Executor,
     ) -> CallOutcome:
-        breaker = plan.breaker
+        breaker = plan.breaker or self.breaker_for(plan, arguments, run.user)
+        circuit = plan.circuit
         attempt = 0
         while True:
             attempt += 1
             wait = breaker.before(self.clock())
+            closed_by = breaker
+            if wait is None and circuit is not None:
+                wait = circuit.before(self.clock())
+                if wait is not None:
+                    breaker.neutral()  # give back a trial slot this call took and cannot use
+                    closed_by = circuit
             if wait is not None:
                 return CallOutcome(
                     output=None,
                     outcome="circuit_open",
-                    message=_circuit_message(plan.name, breaker.name, wait, attempt - 1),
+                    message=_circuit_message(plan.name, closed_by, wait, attempt - 1),
                     error_class="CircuitOpen",
                     attempts=attempt - 1,
                 )
-            settled = False
+            settled = shared_settled = False
             try:
                 if plan.timeout is None:
                     output = await execute(item, arguments, run)
@@ -449,11 +525,17 @@ class Governance:
                     output = await self._with_timeout(plan.timeout, execute, item, arguments, run)
                 breaker.success(self.clock())
                 settled = True
+                if circuit is not None:
+                    circuit.success(self.clock())
+                    shared_settled = True
                 return CallOutcome(output=output, outcome="ok", attempts=attempt)
             except Exception as exc:
                 if _counts_against_breaker(exc):
                     breaker.failure(self.clock())
                     settled = True
+                if circuit is not None and _unavailable(exc):
+                    circuit.failure(self.clock())
+                    shared_settled = True
                 if attempt < plan.attempts and is_transient(exc):
                     delay = min(
                         self.policy.backoff_max, self.policy.backoff_base * 2 ** (attempt - 1)
@@ -473,6 +555,8 @@ class Governance:
             finally:
                 if not settled:
                     breaker.neutral()
+                if circuit is not None and not shared_settled:
+                    circuit.neutral()
 
 
 class _Flight:
@@ -522,8 +606,14 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
     )
 
 
-def _circuit_message(name: str, circuit: str, wait: float, attempts: int) -> str:
-    which = f"circuit {circuit!r}" if circuit != name else "circuit"
+def _circuit_message(name: str, breaker: CircuitBreaker, wait: float, attempts: int) -> str:
+    circuit = breaker.name
+    if circuit == name:
+        which = "circuit"
+    elif circuit.startswith(f"{name} for "):
+        which = f"circuit for {circuit.removeprefix(f'{name} for ')}"
+    else:
+        which = f"circuit {circuit!r}"
     after = f" after {attempts} failed attempts" if attempts > 1 else ""
     when = f"retry in about {wait:.0f} s" if wait >= 1 else "retry shortly"
     return (

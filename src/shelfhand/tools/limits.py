@@ -11,10 +11,19 @@ import asyncio
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CircuitBreaker", "Deadline", "Deadlines", "Rate", "RateLimiter", "parse_rate"]
+__all__ = [
+    "CircuitBreaker",
+    "Deadline",
+    "Deadlines",
+    "Rate",
+    "RateLimiter",
+    "TargetBreakers",
+    "parse_rate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +201,46 @@ class CircuitBreaker:
         self.state = _OPEN
         self._opened_at = now
         self._trial = False
+
+
+class TargetBreakers:
+    """Circuit breakers made on demand, one per ``(tool, target)`` key, at most ``max_keys``.
+
+    Targets come from call arguments (a host, a path), so their number is the callers' choice:
+    when the set is full, closed breakers are forgotten first (they only hold counts of a
+    window), then the oldest half. An open breaker is kept as long as there is room.
+    """
+
+    __slots__ = ("_breakers", "_make", "_max_keys")
+
+    def __init__(self, make: Callable[[str], CircuitBreaker], *, max_keys: int = 10_000) -> None:
+        self._make = make
+        self._max_keys = max_keys
+        self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+    def get(self, key: tuple[str, str]) -> CircuitBreaker | None:
+        """The breaker for ``key`` if one exists (nothing is made)."""
+        return self._breakers.get(key)
+
+    def of(self, key: tuple[str, str]) -> CircuitBreaker:
+        """The breaker for ``key``, made (closed) on first use."""
+        breaker = self._breakers.get(key)
+        if breaker is None:
+            if len(self._breakers) >= self._max_keys:
+                self._sweep()
+            breaker = self._breakers[key] = self._make(f"{key[0]} for {key[1]}")
+        return breaker
+
+    def _sweep(self) -> None:
+        closed = [k for k, b in self._breakers.items() if b.state is _CLOSED]
+        for k in closed:
+            del self._breakers[k]
+        if len(self._breakers) >= self._max_keys:
+            for k in list(self._breakers)[: self._max_keys // 2]:
+                del self._breakers[k]
 
 
 # --- deadlines -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import pydantic_core
 from pydantic import ValidationError
@@ -37,6 +37,9 @@ from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
+
+if TYPE_CHECKING:
+    from shelfhand.tools.governance import BreakerKey
 
 __all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
 
@@ -99,10 +102,14 @@ class Tool(Generic[P, R]):
             default, unlimited).
         total_rate_limit: Calls allowed for all callers together, e.g. ``"600/minute"``.
         cache_ttl: Seconds a read-only tool's result is reused for the same caller and
-            arguments (``None``: the toolkit's default, 300; ``0``: never cached).
+            arguments. Caching is opt-in: ``None`` (the default) or ``0`` means never cached.
         confirm: A human must approve each call before it runs (see ``Approvals``).
-        circuit: Name of the circuit breaker this tool shares (e.g. one per MCP server);
-            ``None``: a breaker of its own.
+        circuit: Name of a circuit breaker shared with other tools (e.g. one per MCP server),
+            on top of the tool's own; only "unreachable" failures (``ConnectionError``,
+            ``ToolUnavailableError``) open it. ``None``: no shared breaker.
+        breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
+            target (e.g. per host), so failures of one target never block others. ``None``:
+            one breaker for the whole tool.
         inline: Run a sync function on the event loop instead of a worker thread. Only for
             fast functions that never block (pure computation): it saves the thread hop
             (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
@@ -134,6 +141,7 @@ class Tool(Generic[P, R]):
         confirm: bool = False,
         circuit: str | None = None,
         inline: bool = False,
+        breaker_key: BreakerKey | None = None,
     ) -> None:
         tool_name: str = name or str(getattr(func, "__name__", ""))
         if not _NAME_RE.match(tool_name):
@@ -148,9 +156,16 @@ class Tool(Generic[P, R]):
             raise ValueError(f"tool {tool_name}: retries must be 0 or more, got {retries}")
         if cache_ttl is not None and cache_ttl < 0:
             raise ValueError(f"tool {tool_name}: cache_ttl must be 0 or more, got {cache_ttl}")
+        if cache_ttl and not read_only:
+            raise ValueError(
+                f"tool {tool_name}: cache_ttl needs read_only=True (results of tools that "
+                "change something are never reused)"
+            )
         for limit in (rate_limit, total_rate_limit):
             if limit is not None:
                 parse_rate(limit)  # raises ValueError with the accepted forms
+        if breaker_key is not None and not callable(breaker_key):
+            raise ValueError(f"tool {tool_name}: breaker_key must be a function or None")
         spec = function_schema(func, strict=strict)
         self.func = func
         self.name: str = tool_name
@@ -169,6 +184,7 @@ class Tool(Generic[P, R]):
         self.cache_ttl = cache_ttl
         self.confirm = confirm
         self.circuit = circuit
+        self.breaker_key = breaker_key
         self.inline = inline
         self.is_async = _is_async(func)
         self.spec: FunctionSchema = spec
@@ -318,6 +334,7 @@ def tool(
     confirm: bool = False,
     circuit: str | None = None,
     inline: bool = False,
+    breaker_key: BreakerKey | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -342,6 +359,7 @@ def tool(
     confirm: bool = False,
     circuit: str | None = None,
     inline: bool = False,
+    breaker_key: BreakerKey | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -363,10 +381,13 @@ def tool(
             only read-only or idempotent tools are retried.
         rate_limit: Calls per caller, ``"<n>/<second|minute|hour|day>"``, e.g. ``"30/minute"``.
         total_rate_limit: Calls for all callers together, same form.
-        cache_ttl: Seconds a read-only result is reused per caller and arguments (default:
-            the toolkit's, 300; ``0`` turns caching off).
+        cache_ttl: Seconds a read-only result is reused per caller and arguments. Opt-in:
+            without it (or with ``0``) results are never cached. Needs ``read_only=True``.
         confirm: Each call waits for a human's approval (writes that matter).
-        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server).
+        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server),
+            opened only when the shared service is unreachable.
+        breaker_key: ``(arguments, user) -> target``: breakers per target (e.g. a host)
+            instead of one for the tool, so one failing target never blocks the others.
         inline: Call a sync function on the event loop, without a worker thread (only for
             fast, non-blocking functions).
 
@@ -402,6 +423,7 @@ def tool(
             confirm=confirm,
             circuit=circuit,
             inline=inline,
+            breaker_key=breaker_key,
         )
 
     if func is not None:

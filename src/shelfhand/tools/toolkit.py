@@ -84,8 +84,9 @@ class Toolkit:
     Args:
         tools: Tools or plain functions (wrapped with ``tool()``) to add, ungrouped unless the
             tool names a ``group``.
-        policy: Toolkit-wide governance defaults (timeout 5 s, 2 retries, cache 5 min, ...);
-            a tool's own attributes override them.
+        policy: Toolkit-wide governance defaults (timeout 5 s, 2 retries, ...); a tool's own
+            attributes override them. Results are cached only for tools that declare
+            ``cache_ttl``.
         audit: Where one record per call goes (``None``: not audited). The toolkit does not
             close it.
         governance: A ready :class:`Governance` (to share state between toolkits or to inject

@@ -121,6 +121,7 @@ class App:
             degraded_reason=reason,
             max_tokens=self.settings.chunk_tokens,
             overlap_tokens=self.settings.chunk_overlap,
+            embed_timeout=self.settings.embed_timeout,
         )
 
     # --- tools and agents -----------------------------------------------------------------

@@ -55,13 +55,18 @@ class KnowledgeBase:
         degraded_reason: str | None = None,
         max_tokens: int = 400,
         overlap_tokens: int = 40,
+        embed_timeout: float | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
         self._stack: EmbeddedKnowledge = open_embedded_store(
-            self.workspace, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens
+            self.workspace,
+            router,
+            max_tokens=max_tokens,
+            overlap_tokens=overlap_tokens,
+            embed_timeout=embed_timeout,
         )
 
     @property
@@ -127,6 +132,15 @@ class KnowledgeBase:
         if self.router is None and mode != "keyword":
             mode = "keyword"
         return self._stack.retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+
+    def warm_up(self) -> None:
+        """Load what the first search would load (query embedders, index readers) now, so a
+        service reports ready only when a search is fast. Never raises for a failing
+        embedder: searches then fall back to keywords, with the reason."""
+        reason = self._stack.retriever.warm_up()
+        if reason is not None:
+            logger.warning("%s; searches fall back to keywords until it answers", reason)
+        self._stack.retriever.search("warm up", k=1, mode="keyword")
 
     # --- integration ----------------------------------------------------------------------
     def as_tool(self) -> Tool[Any, Any]:

@@ -124,6 +124,18 @@ class App:
             embed_timeout=self.settings.embed_timeout,
         )
 
+    def warm_up(self, kb: KnowledgeBase | None) -> None:
+        """Load what the first search would load (query embedders, index readers) now:
+        servers call this before they report ready, so loading never counts against a
+        request's or a tool call's timeout."""
+        if kb is None:
+            return
+        import time
+
+        started = time.perf_counter()
+        kb.warm_up()
+        logger.info("knowledge warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
+
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:
         """One governance state per app (cache, breakers, rate limits), audited into

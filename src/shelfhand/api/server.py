@@ -150,11 +150,14 @@ def create_app(
         ConfigurationError: Invalid settings, keys or MCP configuration.
     """
     cfg = config or ServiceConfig()
+    app.settings.workspace.mkdir(parents=True, exist_ok=True)  # a new workspace starts empty
     mcp_configs = _mcp_configs(app)
     service = build_service(app, cfg, api_keys)
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        # load embedders and index readers before the server listens (and /readyz answers)
+        await asyncio.to_thread(app.warm_up, service.kb)
         group = None
         if mcp_configs:
             from shelfhand.mcp.config import servers_from_config

@@ -52,6 +52,7 @@ def serve(
 
     a = _app(workspace)
     kb = a.open_knowledge() if a.knowledge_exists() else None
+    a.warm_up(kb)  # loading must not count against the first tool call's timeout
     tools = exposed_tools(a, kb)
     identity = _user(tenant, user, role)
     try:
@@ -96,7 +97,7 @@ def list_servers(
     from shelfhand.core.errors import ConfigurationError
     from shelfhand.mcp.config import load_mcp_config
 
-    source = config if config is not None else _app(workspace).settings.workspace
+    source = config if config is not None else _app(workspace, create=True).settings.workspace
     try:
         configs = load_mcp_config(source)
     except ConfigurationError as exc:

@@ -140,7 +140,8 @@ class KnowledgeBase:
         reason = self._stack.retriever.warm_up()
         if reason is not None:
             logger.warning("%s; searches fall back to keywords until it answers", reason)
-        self._stack.retriever.search("warm up", k=1, mode="keyword")
+        # a mixed query: loads the Chinese segmenter's dictionary and the index reader too
+        self._stack.retriever.search("warm up 预热", k=1, mode="keyword")
 
     # --- integration ----------------------------------------------------------------------
     def as_tool(self) -> Tool[Any, Any]:

@@ -45,7 +45,7 @@ def audit(
     """Show the audit log: one record per tool call (secrets redacted), oldest first."""
     from shelfhand.tools.audit import AuditLog, parse_since
 
-    ws = _app(workspace).settings.workspace
+    ws = _app(workspace, existing=True).settings.workspace
     path = ws / AuditLog.FILENAME
     if not path.is_file():
         _console().print(f"No audit log yet at {path}: no governed tool call was recorded.")

@@ -58,17 +58,21 @@ def serve(
     """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
 
     API keys come from SHELFHAND_API_KEYS (JSON) or [[api_keys]] in shelfhand.toml. With no
-    chat model configured, chat answers are cited passages from the knowledge agent.
+    chat model configured, chat answers are cited passages from the knowledge agent. A new
+    workspace folder is created; indexes and embedders load before /readyz says ready.
     """
     from shelfhand.core.errors import ConfigurationError
 
-    a = _app(workspace)
+    a = _app(workspace, create=True)
     try:
         import uvicorn
 
         from shelfhand.api import ServiceConfig, create_app
     except ImportError as exc:  # the server extra is missing
-        raise _err(f"{exc}; install it with: pip install 'shelfhand[server]'", 2) from None
+        raise _err(
+            f"{exc}; install it with: pip install '.[server]' (from a clone) or 'shelfhand[server]'",
+            2,
+        ) from None
     level = log_level.lower()
     if level not in ("debug", "info", "warning", "error"):
         raise _err("--log-level must be debug, info, warning or error", 2)

@@ -37,12 +37,19 @@ class ServiceConfig:
         allow_anonymous: Requests without a key act as tenant ``default``, user
             ``anonymous`` (local use only; otherwise a missing key is 401).
         memory_token_budget: Short-term memory budget of each session, in tokens.
+        turn_timeout: Seconds a chat turn may go without an event (the model hangs) before
+            it fails with 504; waiting for an approval does not count. ``None``: the
+            workspace's ``turn_timeout`` setting.
+        heartbeat_interval: Seconds between ``: ping`` comments on a quiet SSE stream (they
+            keep proxies from closing it and tell the client the turn is alive).
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
     max_files: int = 20
     allow_anonymous: bool = False
     memory_token_budget: int = 4000
+    turn_timeout: float | None = None
+    heartbeat_interval: float = 15.0
 
 
 @dataclass(slots=True)

@@ -77,6 +77,7 @@ def build_service(
         model=model,
         approvals=approvals,
         memory_token_budget=config.memory_token_budget,
+        turn_timeout=config.turn_timeout or app.settings.turn_timeout,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

@@ -5,7 +5,11 @@ away, and a new workspace. Same app as ``shelfhand serve``, served by uvicorn in
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +18,17 @@ from typing import Any
 import httpx
 import pytest
 from fake_model_server import FakeModelServer
-from service_helpers import ALICE, ThreadServer, parse_sse, start_thread_server, user_contexts
+from service_helpers import (
+    ALICE,
+    STARTED,
+    ThreadServer,
+    parse_sse,
+    start_thread_server,
+    user_contexts,
+)
 
 from shelfhand.api import ServiceConfig, create_app
+from shelfhand.api.server import public_detail
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embedders import HashingEmbedder
@@ -149,3 +161,55 @@ def test_a_stream_cut_mid_answer_ends_with_an_event_that_says_so(
     assert error["type"] == "error" and error["status"] == 502
     assert "stream was cut off" in error["message"]
     assert "could not connect" not in error["message"]
+
+
+def test_docs_load_their_assets_from_this_server(
+    tmp_path: Path, model_server: FakeModelServer, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, model_server, thread_servers)
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for page in ("/docs", "/redoc"):
+            html = c.get(page).text
+            assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+            assert assets and all(a.startswith("/") for a in assets), assets  # no CDN
+            for asset in assets:
+                if asset != "/openapi.json":
+                    r = c.get(asset)
+                    assert r.status_code == 200 and len(r.content) > 1000, asset
+        assert "/docs-assets/swagger-ui-bundle.js" in c.get("/docs").text
+
+
+def test_error_bodies_name_files_relative_to_the_workspace(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    detail = f"{workspace.resolve()}/uploads/staging/abc/报告.pdf is not readable"
+    assert public_detail(detail, workspace) == "uploads/staging/abc/报告.pdf is not readable"
+    nested = public_detail([{"msg": f"in {workspace.resolve()}"}], workspace)
+    assert nested == [{"msg": "in ."}]
+
+
+def test_serve_on_a_new_folder_creates_the_workspace_and_comes_up(tmp_path: Path) -> None:
+    workspace = tmp_path / "brand" / "new"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update({"SHELFHAND_EMBEDDER": "hashing", "PYTHONUNBUFFERED": "1"})
+    command = [sys.executable, "-m", "shelfhand.cli", "serve", "-w", str(workspace)]
+    process = subprocess.Popen(
+        [*command, "--port", "0", "--allow-anonymous"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        url = None
+        for line in process.stdout:  # ends if the server exits
+            if found := STARTED.search(line):
+                url = found.group(1)
+                break
+        assert url is not None, "shelfhand serve did not start"
+        ready = httpx.get(f"{url}/readyz", timeout=30)
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert workspace.is_dir()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -54,6 +54,10 @@ def serve(
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request.")
     ] = True,
+    heartbeat: Annotated[
+        float,
+        typer.Option(help="Seconds between ': ping' heartbeats on a quiet chat stream.", min=0.05),
+    ] = 15.0,
 ) -> None:
     """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
 
@@ -88,7 +92,9 @@ def serve(
                 2,
             )
         config = ServiceConfig(
-            max_file_bytes=int(max_upload_mb * 1024 * 1024), allow_anonymous=allow_anonymous
+            max_file_bytes=int(max_upload_mb * 1024 * 1024),
+            allow_anonymous=allow_anonymous,
+            heartbeat_interval=heartbeat,
         )
         api = create_app(a, config=config, api_keys=keys)
     except ConfigurationError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,27 @@ def test_help_shows_literal_brackets_and_plain_flags(tmp_path: Path) -> None:
     assert "[[api_keys]]" in serve.stdout
     search = run_cli("search", "--help", cwd=tmp_path)
     assert "--json" in search.stdout and "<bool>" not in search.stdout
+
+
+def test_narrow_tables_keep_codes_numbers_and_dates_whole(tmp_path: Path) -> None:
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+    env_columns = {"COLUMNS": "60"}
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "sources", "-w", "ws"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **env_columns},
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [
+        line
+        for line in out.stdout.splitlines()
+        if re.search(r"│ (markdown|docx|pdf|html) +│", line)  # a row's first line
+    ]
+    assert len(rows) == 6
+    for row in rows:  # type, counts and the date sit whole on the row's first line
+        assert re.search(r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b", row), row
+    assert max(len(line) for line in out.stdout.splitlines()) <= 60

@@ -114,8 +114,12 @@ def sources(workspace: WorkspaceOpt = None) -> None:
     from rich.table import Table
 
     table = Table(title=f"sources in {a.settings.workspace}")
-    for col in ("source", "type", "documents", "chunks", "updated"):
-        table.add_column(col, overflow="fold")
+    # paths fold (they have no spaces); short codes, numbers and dates never split
+    table.add_column("source", overflow="fold", ratio=1)
+    table.add_column("type", no_wrap=True)
+    table.add_column("docs", no_wrap=True, justify="right")
+    table.add_column("chunks", no_wrap=True, justify="right")
+    table.add_column("updated", no_wrap=True)
     for s in kb.sources():
         table.add_row(
             s.source,

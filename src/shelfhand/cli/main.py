@@ -110,10 +110,10 @@ def tools(
     from rich.table import Table
 
     table = Table(title="tools")
-    table.add_column("name", style="bold")
+    table.add_column("name", style="bold", no_wrap=True)
     table.add_column("attributes")
     table.add_column("parameters")
-    table.add_column("description")
+    table.add_column("description", ratio=1)
     for t in kit.visible_tools():
         params = t.schema()["function"]["parameters"].get("properties", {})
         attrs = [k for k in ("read_only", "concurrency_safe", "external") if getattr(t, k)]

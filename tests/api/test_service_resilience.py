@@ -213,3 +213,26 @@ def test_serve_on_a_new_folder_creates_the_workspace_and_comes_up(tmp_path: Path
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+class RecordingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> Any:
+        self.queries.append(text)
+        return super().embed_query(text)
+
+
+def test_the_service_warms_up_its_embedders_before_it_reports_ready(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    embedder = RecordingEmbedder()
+    settings = Settings.load(tmp_path, env={"SHELFHAND_EMBEDDER": "hashing"})
+    app = App(settings=settings, router=EmbeddingRouter({"any": embedder}))
+    server = start_thread_server(create_app(app, api_keys=user_contexts()))
+    thread_servers.append(server)
+    ready = httpx.get(f"{server.url}/readyz", timeout=30)
+    assert ready.status_code == 200
+    assert embedder.queries == ["warm up"]  # loaded before the first request was answered

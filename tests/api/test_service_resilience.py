@@ -28,6 +28,7 @@ from service_helpers import (
 )
 
 from shelfhand.api import ServiceConfig, create_app
+from shelfhand.api.deps import hide_paths
 from shelfhand.api.server import public_detail
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
@@ -236,3 +237,20 @@ def test_the_service_warms_up_its_embedders_before_it_reports_ready(
     ready = httpx.get(f"{server.url}/readyz", timeout=30)
     assert ready.status_code == 200
     assert embedder.queries == ["warm up"]  # loaded before the first request was answered
+
+
+def test_an_unreadable_upload_is_named_without_the_servers_folders(
+    tmp_path: Path, model_server: FakeModelServer, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, model_server, thread_servers)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
+        files = [("files", ("损坏的手册.pdf", b"%PDF-1.4 not really a pdf"))]
+        r = c.post("/v1/knowledge/files", files=files)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "损坏的手册.pdf" in detail
+    assert str(tmp_path) not in detail and "staging" not in detail and "uploads/" not in detail
+    assert (
+        hide_paths("GET http://127.0.0.1:8080/v1/x failed")
+        == "GET http://127.0.0.1:8080/v1/x failed"
+    )

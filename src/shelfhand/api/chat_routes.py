@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from shelfhand.api.chat import SessionBusyError, TurnFailed
-from shelfhand.api.deps import Caller, ServiceDep, sse_event
+from shelfhand.api.deps import Caller, ServiceDep, hide_paths, sse_event
 from shelfhand.api.schemas import (
     ChatReply,
     CitationOut,
@@ -49,7 +49,7 @@ _TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 def error_response(
     status: int, detail: str, code: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    body = ErrorBody(detail=detail, code=code, trace_id=current_trace_id())
+    body = ErrorBody(detail=hide_paths(detail), code=code, trace_id=current_trace_id())
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
@@ -207,7 +207,7 @@ async def _sse(
                 yield b": ping\n\n"
             elif isinstance(item, BaseException):
                 status, code = _failure(item)
-                message = str(item) if status != 500 else "internal error"
+                message = hide_paths(str(item)) if status != 500 else "internal error"
                 error = {
                     "type": "error",
                     "status": status,

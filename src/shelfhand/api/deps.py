@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
 
-__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "sse_event"]
+__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
 
 ANONYMOUS_CALLER = UserContext(tenant_id="default", user_id="anonymous", roles=())
 
@@ -109,3 +110,13 @@ def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
     """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()
+
+
+# an absolute file path: starts a word (not inside a URL such as http://host/a/b), 2+ parts
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"]+/)+([^\s/'\":]+)")
+
+
+def hide_paths(text: str) -> str:
+    """``text`` with every absolute file path shortened to its file name: error bodies never
+    show the server's folders (staging directories, the workspace)."""
+    return _ABSOLUTE_PATH.sub(r"\1", text)

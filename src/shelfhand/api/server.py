@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import shelfhand
 from shelfhand.api import chat_routes, knowledge_routes
 from shelfhand.api.chat import ChatService
-from shelfhand.api.deps import Service, ServiceConfig, ServiceDep
+from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.api.uploads import UploadRegistry, Uploads
@@ -298,12 +298,13 @@ def _add_docs_routes(api: FastAPI) -> None:
 
 
 def public_detail(detail: Any, workspace: Path) -> Any:
-    """``detail`` with the workspace's absolute path taken out of its strings: error bodies
-    name files relative to the workspace and never show the server's folders."""
+    """``detail`` with the workspace's absolute path taken out of its strings (files named
+    relative to the workspace), and any other absolute path shortened to its file name: error
+    bodies never show the server's folders."""
     if isinstance(detail, str):
         for root in {str(workspace.resolve()), str(workspace.absolute())}:
             detail = detail.replace(root + "/", "").replace(root, ".")
-        return detail
+        return hide_paths(detail)
     if isinstance(detail, list):
         return [public_detail(d, workspace) for d in detail]
     if isinstance(detail, dict):

@@ -168,11 +168,24 @@ class App:
                 overlap_tokens=self.settings.chunk_overlap,
                 lock=lock,
                 access=access,
+                embed_timeout=self.settings.embed_timeout,
             )
         except BaseException:
             if lock is not None:
                 lock.release()
             raise
+
+    def warm_up(self, kb: KnowledgeBase | None) -> None:
+        """Load what the first search would load (query embedders, index readers) now:
+        servers call this before they report ready, so loading never counts against a
+        request's or a tool call's timeout."""
+        if kb is None:
+            return
+        import time
+
+        started = time.perf_counter()
+        kb.warm_up()
+        logger.info("knowledge warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
 
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:

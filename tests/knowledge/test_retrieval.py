@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -173,4 +175,77 @@ def test_every_space_is_searched_with_its_own_embedder(tmp_path: Path) -> None:
     assert (en.query_calls, zh.query_calls) == (1, 1)
     timings = kb.retriever.last_timings
     assert timings.total_ms >= timings.vector_ms > 0
+    kb.close()
+
+
+class HangingEmbedder(BagEmbedder):
+    """Answers normally until ``hang`` is set, then blocks until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = False
+        self.release = threading.Event()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.query_calls += 1
+        if self.hang:
+            self.release.wait(30)
+        return self.embed([text])[0]
+
+
+@pytest.fixture
+def hanging(tmp_path: Path) -> Iterator[tuple[EmbeddedKnowledge, HangingEmbedder]]:
+    embedder = HangingEmbedder()
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": embedder}), embed_timeout=0.05)
+    kb.ingestor.ingest_documents(CORPUS)
+    assert kb.retriever.warm_up() is None  # the deadline applies from now on
+    yield kb, embedder
+    embedder.release.set()
+    kb.close()
+
+
+def test_a_hanging_query_embedder_falls_back_to_keywords_with_the_reason(
+    hanging: tuple[EmbeddedKnowledge, HangingEmbedder],
+) -> None:
+    kb, embedder = hanging
+    embedder.hang = True
+    hits = kb.retriever.search("保修期", k=3)
+    assert sources(hits) == ["保修.md"]
+    assert all(h.vector_rank is None for h in hits)
+    assert "did not finish within 0.05s" in (kb.retriever.last_degraded_reason or "")
+
+
+def test_the_embedding_breaker_pauses_a_failing_embedder_then_tries_again(
+    hanging: tuple[EmbeddedKnowledge, HangingEmbedder],
+) -> None:
+    kb, embedder = hanging
+    kb.retriever.breaker_cooldown = 0.2
+    embedder.hang = True
+    for _ in range(3):  # three late answers in a row open the breaker
+        kb.retriever.search("warranty", k=2)
+    asked = embedder.query_calls
+    hits = kb.retriever.search("warranty", k=2)
+    assert embedder.query_calls == asked  # not asked while paused
+    assert sources(hits) and "paused after 3 failures" in (kb.retriever.last_degraded_reason or "")
+    embedder.hang = False
+    embedder.release.set()
+    deadline = time.monotonic() + 10
+    while kb.retriever.last_degraded_reason is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        hits = kb.retriever.search("projector warranty", k=2)
+    assert kb.retriever.last_degraded_reason is None  # the cooldown ended: vectors again
+    assert any(h.vector_rank is not None for h in hits)
+
+
+def test_the_first_query_of_a_space_may_take_the_load_timeout(tmp_path: Path) -> None:
+    embedder = HangingEmbedder()
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": embedder}), embed_timeout=0.01)
+    kb.ingestor.ingest_documents(CORPUS)
+    embedder.hang = True
+    timer = threading.Timer(0.1, embedder.release.set)  # "loading" outlasts embed_timeout
+    timer.start()
+    hits = kb.retriever.search("projector warranty", k=2)
+    timer.join()
+    assert kb.retriever.last_degraded_reason is None
+    assert any(h.vector_rank is not None for h in hits)
     kb.close()

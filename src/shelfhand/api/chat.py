@@ -15,6 +15,11 @@ workspace (the default of ``shelfhand serve``).
 A failed turn (model timeout or provider error) keeps nothing of the turn; the session
 records the failure and its trace id and stays usable.
 
+Deadline: a turn that produces no event for ``turn_timeout`` seconds (a model that hangs before
+or during its answer) fails as a model timeout (HTTP 504); time spent waiting for the caller's
+approval of a tool call does not count. Closing the turn's iterator (a client that went away)
+cancels the model request and frees the session at once.
+
 The memory windows of recently used sessions are cached in the process (the store stays the
 system of record and is written on every turn), so a turn does not re-read and re-parse its
 history.
@@ -22,11 +27,15 @@ history.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.memory import ConversationMemory, build_system_prompt
@@ -74,9 +83,48 @@ def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
     if isinstance(exc, ModelTimeoutError):
         return 504, "model_timeout"
-    if isinstance(exc, (ModelError, ScriptExhaustedError)):
+    if isinstance(exc, (ModelError, ScriptExhaustedError)) or _from_provider(exc):
         return 502, "model_error"
     return 500, "internal_error"
+
+
+def _from_provider(exc: BaseException) -> bool:
+    """A reply the provider SDK could not parse or read (malformed JSON, a broken stream):
+    the provider's fault, not ours."""
+    import httpx
+    import openai
+
+    return isinstance(exc, (json.JSONDecodeError, openai.APIError, httpx.TransportError))
+
+
+def _stream_was_cut(exc: BaseException) -> bool:
+    """The connection to the model broke after it had started answering."""
+    import httpx
+    import openai
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return True
+        if isinstance(current, openai.APIConnectionError) and not isinstance(
+            current, openai.APITimeoutError
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def failure_message(exc: BaseException, *, answering: bool) -> str:
+    """What the caller is told about a failed turn (``answering``: text had streamed)."""
+    if answering and _stream_was_cut(exc):
+        return "the model's stream was cut off before the answer was complete; try again"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the model provider sent a malformed reply (invalid JSON: {exc.msg})"
+    if _from_provider(exc) and not isinstance(exc, ShelfhandError):
+        return f"the model provider failed: {type(exc).__name__}: {exc}"
+    return str(exc) or type(exc).__name__
 
 
 class ChatService:
@@ -92,6 +140,8 @@ class ChatService:
         approvals: Where ``confirm=True`` tool calls wait for the caller's decision
             (:meth:`decide`); ``None``: such calls are not run.
         memory_token_budget: Short-term memory budget per session (tokens).
+        turn_timeout: Seconds a turn may go without an event (waiting for an approval
+            excepted) before it fails as a model timeout; ``None``: no limit.
     """
 
     def __init__(
@@ -105,6 +155,7 @@ class ChatService:
         model: ChatModel | None,
         approvals: Approvals | None = None,
         memory_token_budget: int = 4000,
+        turn_timeout: float | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -114,6 +165,7 @@ class ChatService:
         self.model = model
         self.approvals = approvals
         self.memory_token_budget = memory_token_budget
+        self.turn_timeout = turn_timeout
         self._knowledge_agent: KnowledgeAgent | None = None
         self._busy: set[str] = set()
         self._approval_sessions: dict[str, str] = {}
@@ -184,6 +236,7 @@ class ChatService:
         self, session_id: str, user: UserContext, content: str, trace_id: str
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
+        answering = False
         try:
             window = self._window(session_id, user)
             if window is None:
@@ -198,7 +251,9 @@ class ChatService:
                 if self.model is not None
                 else self._knowledge_events(user, content, memory, trace_id)
             )
-            async for event, final in events:
+            async for event, final in self._bounded(events):
+                if event.get("type") == "text_delta":
+                    answering = True
                 event["trace_id"] = trace_id
                 if event.get("type") == "approval_required":
                     self._approval_sessions[str(event.get("approval_id"))] = session_id
@@ -228,21 +283,46 @@ class ChatService:
             if isinstance(exc, TurnFailed):
                 raise
             status, code = error_status(exc)
+            message = failure_message(exc, answering=answering)
             if status == 500:
                 logger.exception("turn failed session=%s", session_id)
             else:
-                logger.warning("turn failed session=%s: %s: %s", session_id, code, exc)
-            self.sessions.record_failure(session_id, user, trace_id=trace_id, error=str(exc))
-            raise TurnFailed(str(exc) or type(exc).__name__, status=status, code=code) from exc
+                logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
+            self.sessions.record_failure(session_id, user, trace_id=trace_id, error=message)
+            raise TurnFailed(message, status=status, code=code) from exc
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
             self._busy.discard(session_id)
             for approval_id in [a for a, s in self._approval_sessions.items() if s == session_id]:
                 del self._approval_sessions[approval_id]
 
+    async def _bounded(
+        self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]
+    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+        """``events``, failing with :class:`ModelTimeoutError` when none comes for
+        ``turn_timeout`` seconds (not counted: waiting for an approval)."""
+        waiting_for_approval = False
+        try:
+            while True:
+                limit = None if waiting_for_approval else self.turn_timeout
+                with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+                    try:
+                        item = await anext(events)
+                    except StopAsyncIteration:
+                        return
+                if scope.cancelled_caught:
+                    raise ModelTimeoutError(
+                        f"the model produced nothing for {limit:g}s (turn_timeout); check "
+                        "that the model server is up and not overloaded"
+                    )
+                waiting_for_approval = item[0].get("type") == "approval_required"
+                yield item
+        finally:
+            await events.aclose()  # ends the model request if the turn stops early
+
     async def _chat_events(
         self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
-    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
         facts = self.memories.recall(user)
         system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
@@ -265,7 +345,7 @@ class ChatService:
 
     async def _knowledge_events(
         self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
-    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+    ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         from shelfhand.core.events import CitationsFound, TextDelta
 
         if self._knowledge_agent is None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, HTTPException, Path, Response
+import anyio
+from fastapi import APIRouter, Body, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from shelfhand.api.chat import SessionBusyError, TurnFailed
-from shelfhand.api.deps import Caller, ServiceDep, sse_event
+from shelfhand.api.deps import Caller, ServiceDep, hide_paths, sse_event
 from shelfhand.api.schemas import (
     ChatReply,
     CitationOut,
@@ -47,7 +49,7 @@ _TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 def error_response(
     status: int, detail: str, code: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
-    body = ErrorBody(detail=detail, code=code, trace_id=current_trace_id())
+    body = ErrorBody(detail=hide_paths(detail), code=code, trace_id=current_trace_id())
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
@@ -113,12 +115,15 @@ def delete_session(session_id: SessionId, service: ServiceDep, caller: Caller) -
     response_model=ChatReply,
 )
 async def post_message(
-    session_id: SessionId, body: PostMessage, service: ServiceDep, caller: Caller
+    session_id: SessionId, body: PostMessage, service: ServiceDep, caller: Caller, request: Request
 ) -> Response:
     """Send a user message; the answer streams as Server-Sent Events or comes as JSON.
 
     One turn at a time per session: while a turn runs, another message for the same session
-    is answered 409 (with ``Retry-After``) rather than queued.
+    is answered 409 (with ``Retry-After``) rather than queued. A quiet stream carries
+    ``: ping`` comments; a turn that fails before its first event (within about a second)
+    is answered with its HTTP status, a later failure ends the stream with an ``error``
+    event. A client that disconnects cancels the turn.
     """
     if service.sessions.get(session_id, caller) is None:
         raise _not_found()
@@ -127,65 +132,145 @@ async def post_message(
         events = service.chat.turn(session_id, caller, body.content, trace_id=trace_id)
     except SessionBusyError as exc:
         return error_response(409, str(exc), "session_busy", headers={"Retry-After": "1"})
+    pump = TurnPump(events)
     if not body.stream:
-        return await _json_reply(session_id, trace_id, events)
-    try:
-        first = await anext(events)
-    except TurnFailed as exc:
-        return error_response(exc.status, str(exc), exc.code)
+        return await _json_reply(session_id, trace_id, pump, request)
+    heartbeat = service.config.heartbeat_interval
+    first = await pump.next(min(heartbeat, FIRST_EVENT_GRACE))
+    if isinstance(first, BaseException):
+        await pump.close()
+        status, code = _failure(first)
+        return error_response(status, str(first), code)
     return StreamingResponse(
-        _sse(first, events, trace_id),
+        _sse(pump, first, trace_id, heartbeat),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
+FIRST_EVENT_GRACE = 1.0
+"""Seconds a streamed turn may take to its first event and still fail with an HTTP status;
+after that the stream starts (heartbeats first) and a failure is an ``error`` event."""
+
+_QUIET = object()  # no event within the wait
+_Item = dict[str, Any] | BaseException | None  # an event, a failure, or the end
+
+
+class TurnPump:
+    """Runs a turn's events in a task of their own and hands them over through a queue, so
+    the request can wait with a limit (heartbeats), and cancel the turn when the client goes
+    (the turn's own cleanup then closes the model request and frees the session)."""
+
+    def __init__(self, events: AsyncGenerator[dict[str, Any], None]) -> None:
+        self._events = events
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._task = asyncio.create_task(self._run(), name="shelfhand-turn")
+
+    async def _run(self) -> None:
+        try:
+            async for event in self._events:
+                self._queue.put_nowait(event)
+        except Exception as exc:  # TurnFailed, or a bug: handed to the request
+            self._queue.put_nowait(exc)
+        finally:
+            await self._events.aclose()
+            self._queue.put_nowait(None)
+
+    async def next(self, timeout: float | None = None) -> _Item | object:
+        """The next item, or ``_QUIET`` when none came within ``timeout`` seconds."""
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")):
+            return await self._queue.get()
+        return _QUIET
+
+    async def close(self) -> None:
+        """Cancel the turn if it still runs and wait (bounded) for its cleanup."""
+        if not self._task.done():
+            self._task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([self._task], timeout=10)
+
+
+def _failure(exc: BaseException) -> tuple[int, str]:
+    if isinstance(exc, TurnFailed):
+        return exc.status, exc.code
+    return 500, "internal_error"
+
+
 async def _sse(
-    first: dict[str, Any], events: AsyncGenerator[dict[str, Any], None], trace_id: str
+    pump: TurnPump, first: _Item | object, trace_id: str, heartbeat: float
 ) -> AsyncIterator[bytes]:
-    n = 1
+    n = 0
+    item = first
     try:
-        yield sse_event(first, n)
-        async for event in events:
-            n += 1
-            yield sse_event(event, n)
-    except TurnFailed as exc:
-        error = {
-            "type": "error",
-            "status": exc.status,
-            "code": exc.code,
-            "message": str(exc),
-            "trace_id": trace_id,
-        }
-        yield sse_event(error, n + 1)
+        while item is not None:
+            if item is _QUIET:
+                yield b": ping\n\n"
+            elif isinstance(item, BaseException):
+                status, code = _failure(item)
+                message = hide_paths(str(item)) if status != 500 else "internal error"
+                error = {
+                    "type": "error",
+                    "status": status,
+                    "code": code,
+                    "message": message,
+                    "trace_id": trace_id,
+                }
+                yield sse_event(error, n + 1)
+                return
+            elif isinstance(item, dict):
+                n += 1
+                yield sse_event(item, n)
+            item = await pump.next(heartbeat)
     finally:
-        await events.aclose()
+        await pump.close()
 
 
-async def _json_reply(
-    session_id: str, trace_id: str, events: AsyncIterator[dict[str, Any]]
-) -> Response:
+async def _json_reply(session_id: str, trace_id: str, pump: TurnPump, request: Request) -> Response:
+    outcome: list[Response] = []
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_on_disconnect() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()  # the client is gone: stop the turn
+
+        async def collect() -> None:
+            outcome.append(await _collect(session_id, trace_id, pump))
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(cancel_on_disconnect)
+        tg.start_soon(collect)
+    await pump.close()
+    if not outcome:  # the client disconnected; nobody reads this
+        return error_response(499, "the client closed the request", "client_closed")
+    return outcome[0]
+
+
+async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
     steps: dict[str, ToolStep] = {}
     others: list[dict[str, Any]] = []
     final: dict[str, Any] | None = None
-    try:
-        async for event in events:
-            kind = event.get("type")
-            if kind == "tool_started":
-                steps[event["call_id"]] = ToolStep(
-                    call_id=event["call_id"], name=event["name"], arguments=event["arguments"]
-                )
-            elif kind == "tool_finished" and event["call_id"] in steps:
-                step = steps[event["call_id"]]
-                step.content = event["content"]
-                step.is_error = event["is_error"]
-                step.duration_ms = event["duration_ms"]
-            elif kind == "final":
-                final = event
-            elif kind not in ("text_delta", "citations"):
-                others.append(event)
-    except TurnFailed as exc:
-        return error_response(exc.status, str(exc), exc.code)
+    while (event := await pump.next()) is not None:
+        if isinstance(event, BaseException):
+            status, code = _failure(event)
+            detail = str(event) if status != 500 else "internal error"
+            return error_response(status, detail, code)
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        if kind == "tool_started":
+            steps[event["call_id"]] = ToolStep(
+                call_id=event["call_id"], name=event["name"], arguments=event["arguments"]
+            )
+        elif kind == "tool_finished" and event["call_id"] in steps:
+            step = steps[event["call_id"]]
+            step.content = event["content"]
+            step.is_error = event["is_error"]
+            step.duration_ms = event["duration_ms"]
+        elif kind == "final":
+            final = event
+        elif kind not in ("text_delta", "citations"):
+            others.append(event)
     if final is None:  # pragma: no cover - the agent always ends with a final event
         return error_response(500, "the turn ended without an answer", "internal_error")
     reply = ChatReply(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from shelfhand.sessions.user_memory import SqliteUserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
 
-__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "sse_event"]
+__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
 
 ANONYMOUS_CALLER = UserContext(tenant_id="default", user_id="anonymous", roles=())
 
@@ -39,6 +40,11 @@ class ServiceConfig:
         memory_token_budget: Short-term memory budget of each session, in tokens.
         max_tenant_bytes: The most uploaded bytes one tenant keeps (``None``: no quota).
         max_tenant_files: The most uploaded files one tenant keeps (``None``: no quota).
+        turn_timeout: Seconds a chat turn may go without an event (the model hangs) before
+            it fails with 504; waiting for an approval does not count. ``None``: the
+            workspace's ``turn_timeout`` setting.
+        heartbeat_interval: Seconds between ``: ping`` comments on a quiet SSE stream (they
+            keep proxies from closing it and tell the client the turn is alive).
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
@@ -47,6 +53,8 @@ class ServiceConfig:
     memory_token_budget: int = 4000
     max_tenant_bytes: int | None = None
     max_tenant_files: int | None = None
+    turn_timeout: float | None = None
+    heartbeat_interval: float = 15.0
 
 
 @dataclass(slots=True)
@@ -106,3 +114,13 @@ def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
     """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()
+
+
+# an absolute file path: starts a word (not inside a URL such as http://host/a/b), 2+ parts
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s/'\"]+/)+([^\s/'\":]+)")
+
+
+def hide_paths(text: str) -> str:
+    """``text`` with every absolute file path shortened to its file name: error bodies never
+    show the server's folders (staging directories, the workspace)."""
+    return _ABSOLUTE_PATH.sub(r"\1", text)

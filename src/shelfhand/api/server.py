@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import shelfhand
 from shelfhand.api import chat_routes, knowledge_routes
 from shelfhand.api.chat import ChatService
-from shelfhand.api.deps import Service, ServiceConfig, ServiceDep
+from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.api.uploads import UploadRegistry, Uploads
@@ -77,6 +77,7 @@ def build_service(
         model=model,
         approvals=approvals,
         memory_token_budget=config.memory_token_budget,
+        turn_timeout=config.turn_timeout or app.settings.turn_timeout,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -153,11 +154,14 @@ def create_app(
         ConfigurationError: Invalid settings, keys or MCP configuration.
     """
     cfg = config or ServiceConfig()
+    app.settings.workspace.mkdir(parents=True, exist_ok=True)  # a new workspace starts empty
     mcp_configs = _mcp_configs(app)
     service = build_service(app, cfg, api_keys)
 
     @asynccontextmanager
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        # load embedders and index readers before the server listens (and /readyz answers)
+        await asyncio.to_thread(app.warm_up, service.kb)
         group = None
         if mcp_configs:
             from shelfhand.mcp.config import servers_from_config
@@ -182,12 +186,15 @@ def create_app(
         description="Cited answers from your documents and governed tools, over HTTP. "
         "Authenticate with `Authorization: Bearer <API key>`.",
         lifespan=lifespan,
+        docs_url=None,  # served below from local assets: /docs must work offline
+        redoc_url=None,
     )
     api.state.service = service
     api.include_router(chat_routes.router)
     api.include_router(knowledge_routes.router)
     _add_health_routes(api)
-    _add_error_handlers(api)
+    _add_docs_routes(api)
+    _add_error_handlers(api, app.settings.workspace)
     api.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @api.get("/", include_in_schema=False)
@@ -241,11 +248,80 @@ async def _model_state(service: Service) -> str:
     return f"ok: {model.name}"
 
 
-def _add_error_handlers(api: FastAPI) -> None:
+def docs_assets() -> Path | None:
+    """Swagger UI and ReDoc files from the ``fastapi-offline`` package, if installed."""
+    from importlib.util import find_spec
+
+    if find_spec("fastapi_offline") is None:
+        return None
+    folder = Path(str(files("fastapi_offline") / "static"))
+    return folder if (folder / "swagger-ui-bundle.js").is_file() else None
+
+
+_NO_DOCS_ASSETS = """<!doctype html><html><head><meta charset="utf-8"><title>shelfhand API</title>
+</head><body><h1>shelfhand API</h1><p>The interactive docs need the Swagger UI files of the
+<code>fastapi-offline</code> package (part of the <code>server</code> extra), which is not
+installed. The API description is at <a href="/openapi.json">/openapi.json</a>.</p></body></html>
+"""
+
+
+def _add_docs_routes(api: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` with their scripts served by this server, never
+    from a CDN: the docs work on a machine without internet access."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+
+    assets = docs_assets()
+    if assets is not None:
+        api.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
+
+    @api.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        if assets is None:
+            return HTMLResponse(_NO_DOCS_ASSETS)
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="shelfhand API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon.png",
+        )
+
+    @api.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        if assets is None:
+            return HTMLResponse(_NO_DOCS_ASSETS)
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title="shelfhand API",
+            redoc_js_url="/docs-assets/redoc.standalone.js",
+            redoc_favicon_url="/docs-assets/favicon.png",
+            with_google_fonts=False,
+        )
+
+
+def public_detail(detail: Any, workspace: Path) -> Any:
+    """``detail`` with the workspace's absolute path taken out of its strings (files named
+    relative to the workspace), and any other absolute path shortened to its file name: error
+    bodies never show the server's folders."""
+    if isinstance(detail, str):
+        for root in {str(workspace.resolve()), str(workspace.absolute())}:
+            detail = detail.replace(root + "/", "").replace(root, ".")
+        return hide_paths(detail)
+    if isinstance(detail, list):
+        return [public_detail(d, workspace) for d in detail]
+    if isinstance(detail, dict):
+        return {k: public_detail(v, workspace) for k, v in detail.items()}
+    return detail
+
+
+def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         body = ErrorBody(
-            detail=exc.detail, code=f"http_{exc.status_code}", trace_id=current_trace_id()
+            detail=public_detail(exc.detail, workspace),
+            code=f"http_{exc.status_code}",
+            trace_id=current_trace_id(),
         )
         return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 

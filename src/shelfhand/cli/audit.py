@@ -45,7 +45,7 @@ def audit(
     """Show the audit log: one record per tool call (secrets redacted), oldest first."""
     from shelfhand.tools.audit import AuditLog, parse_since
 
-    ws = _app(workspace).settings.workspace
+    ws = _app(workspace, existing=True).settings.workspace
     path = ws / AuditLog.FILENAME
     if not path.is_file():
         _console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
@@ -81,8 +81,15 @@ def _print_table(records: list[Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"audit log ({len(records)} calls)")
-    for column in ("time", "tool", "caller", "decision", "outcome", "ms", "tries", "hit", "args"):
-        table.add_column(column, overflow="fold")
+    # codes, numbers and times never split (no "decisio/n"); free text wraps at words and
+    # only folds a token longer than its column
+    for column in ("time", "tool", "caller", "decision"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("outcome", overflow="fold", ratio=1)
+    for column in ("ms", "tries"):
+        table.add_column(column, no_wrap=True, justify="right")
+    table.add_column("hit", no_wrap=True)
+    table.add_column("args", overflow="fold", ratio=2)
     for r in records:
         hit = "cache" if r.cache_hit else "shared" if r.dedup_hit else ""
         outcome = r.outcome if not r.error_class else f"{r.outcome} ({r.error_class})"

@@ -122,7 +122,7 @@ def ingest(
 @app.command()
 def sources(workspace: WorkspaceOpt = None) -> None:
     """List the indexed sources."""
-    a = _app(workspace)
+    a = _app(workspace, existing=True)
     if not a.knowledge_exists():
         _console().print("nothing indexed yet: run `shelfhand ingest PATH`")
         return
@@ -130,8 +130,12 @@ def sources(workspace: WorkspaceOpt = None) -> None:
     from rich.table import Table
 
     table = Table(title=f"sources in {a.settings.workspace}")
-    for col in ("source", "type", "documents", "chunks", "updated"):
-        table.add_column(col, overflow="fold")
+    # paths fold (they have no spaces); short codes, numbers and dates never split
+    table.add_column("source", overflow="fold", ratio=1)
+    table.add_column("type", no_wrap=True)
+    table.add_column("docs", no_wrap=True, justify="right")
+    table.add_column("chunks", no_wrap=True, justify="right")
+    table.add_column("updated", no_wrap=True)
     for s in kb.sources():
         table.add_row(
             s.source,
@@ -177,7 +181,7 @@ def search(
     """Search the knowledge base and print cited passages (no model involved)."""
     from shelfhand.knowledge.citations import format_passages, to_citations
 
-    a = _app(workspace)
+    a = _app(workspace, existing=True)
     kb = a.open_knowledge()
     hits = kb.search(query, k=k, user=_user(tenant, user, role), mode=_check_mode(mode))
     citations = to_citations(hits)
@@ -206,7 +210,7 @@ def ask(
     from shelfhand.core.errors import ModelError
     from shelfhand.knowledge.citations import label
 
-    a = _app(workspace)
+    a = _app(workspace, existing=True)
     console = _console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
     model = a.chat_model()
@@ -256,7 +260,7 @@ def evaluate(
     if (cases is None) == (beir is None):
         raise _err("give either a CASES file or --beir PATH", 2)
     _check_mode(mode)
-    a = _app(workspace)
+    a = _app(workspace, existing=cases is not None)  # a BEIR run builds its own workspace
     console = _console()
     if beir is not None:
         if not (beir / "corpus.jsonl").is_file():

@@ -18,6 +18,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain click help: rich markup would eat "[[api_keys]]" and print flags as "--json <bool>"
+    rich_markup_mode=None,
 )
 
 WorkspaceOpt = Annotated[
@@ -60,14 +62,34 @@ def _err(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _app(workspace: Path | None) -> App:
+def _app(workspace: Path | None, *, existing: bool = False, create: bool = False) -> App:
+    """The app of ``workspace``.
+
+    Args:
+        existing: A read-only command: a missing workspace is an error (exit 2), never
+            silently created.
+        create: Create the workspace folder if it is missing (``serve``, ``mcp list``).
+    """
     from shelfhand.app import App
     from shelfhand.core.errors import ConfigurationError
 
     try:
-        return App.from_settings(workspace=workspace)
+        a = App.from_settings(workspace=workspace)
     except ConfigurationError as exc:
         raise _err(str(exc), 2) from None
+    ws = a.settings.workspace
+    if existing and not ws.is_dir():
+        raise _err(
+            f"workspace {ws} does not exist: check the path, or create it with "
+            f"`shelfhand ingest -w {ws} PATH`",
+            2,
+        )
+    if create:
+        try:
+            ws.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _err(f"cannot create workspace {ws}: {exc}", 2) from None
+    return a
 
 
 def _user(tenant: str, user: str, roles: list[str] | None) -> Any:
@@ -92,10 +114,10 @@ def tools(
     from rich.table import Table
 
     table = Table(title="tools")
-    table.add_column("name", style="bold")
+    table.add_column("name", style="bold", no_wrap=True)
     table.add_column("attributes")
     table.add_column("parameters")
-    table.add_column("description")
+    table.add_column("description", ratio=1)
     for t in kit.visible_tools():
         params = t.schema()["function"]["parameters"].get("properties", {})
         attrs = [k for k in ("read_only", "concurrency_safe", "external") if getattr(t, k)]
@@ -179,6 +201,39 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
 COMMAND_MODULES = ("knowledge", "audit", "mcp", "serve")
 
 
+def _version(value: bool) -> None:
+    if value:
+        import shelfhand
+
+        typer.echo(f"shelfhand {shelfhand.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """A bookshelf (cited retrieval over your documents) and hands (governed tools) for LLM
+    agents."""
+
+
+def quiet_third_party() -> None:
+    """Keep library chatter (faiss's loader, pypdf's warnings about odd PDFs) away from users;
+    what matters is reported by shelfhand itself (e.g. a file it skipped)."""
+    import logging
+    import warnings
+
+    for name in ("faiss", "faiss.loader", "pypdf"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"pypdf(\..*)?")
+    warnings.filterwarnings("ignore", module=r"faiss(\..*)?")
+
+
 def main() -> None:
     from importlib import import_module
     from importlib.util import find_spec
@@ -186,6 +241,7 @@ def main() -> None:
     for name in COMMAND_MODULES:  # each module registers its commands on `app`
         if find_spec(f"shelfhand.cli.{name}") is not None:
             import_module(f"shelfhand.cli.{name}")
+    quiet_third_party()
     try:
         app()
     except KeyboardInterrupt:

@@ -91,6 +91,7 @@ def serve(
     # TODO(lead): call the app-level warm-up (service branch) here once merged, so that the
     # first retrieve does not pay for loading indexes and embedders.
     kb = a.open_knowledge() if a.knowledge_exists() else None
+    a.warm_up(kb)  # loading must not count against the first tool call's timeout
     tools = exposed_tools(a, kb)
     identity = _user(tenant, user, role)
     try:
@@ -140,7 +141,7 @@ def list_servers(
     from shelfhand.core.errors import ConfigurationError
     from shelfhand.mcp.config import load_mcp_config
 
-    source = config if config is not None else _app(workspace).settings.workspace
+    source = config if config is not None else _app(workspace, create=True).settings.workspace
     try:
         configs = load_mcp_config(source)
     except ConfigurationError as exc:

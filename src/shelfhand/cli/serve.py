@@ -62,21 +62,29 @@ def serve(
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request.")
     ] = True,
+    heartbeat: Annotated[
+        float,
+        typer.Option(help="Seconds between ': ping' heartbeats on a quiet chat stream.", min=0.05),
+    ] = 15.0,
 ) -> None:
     """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
 
     API keys come from SHELFHAND_API_KEYS (JSON) or [[api_keys]] in shelfhand.toml. With no
-    chat model configured, chat answers are cited passages from the knowledge agent.
+    chat model configured, chat answers are cited passages from the knowledge agent. A new
+    workspace folder is created; indexes and embedders load before /readyz says ready.
     """
     from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
-    a = _app(workspace)
+    a = _app(workspace, create=True)
     try:
         import uvicorn
 
         from shelfhand.api import ServiceConfig, create_app
     except ImportError as exc:  # the server extra is missing
-        raise _err(f"{exc}; install it with: pip install 'shelfhand[server]'", 2) from None
+        raise _err(
+            f"{exc}; install it with: pip install '.[server]' (from a clone) or 'shelfhand[server]'",
+            2,
+        ) from None
     level = log_level.lower()
     if level not in ("debug", "info", "warning", "error"):
         raise _err("--log-level must be debug, info, warning or error", 2)
@@ -96,6 +104,7 @@ def serve(
             allow_anonymous=allow_anonymous,
             max_tenant_bytes=None if tenant_quota_mb is None else int(tenant_quota_mb * 1024**2),
             max_tenant_files=tenant_quota_files,
+            heartbeat_interval=heartbeat,
         )
         api = create_app(a, config=config, api_keys=keys)
     except ConfigurationError as exc:

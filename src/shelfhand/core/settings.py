@@ -3,11 +3,14 @@
 Environment (highest precedence):
 ``SHELFHAND_WORKSPACE``, ``SHELFHAND_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
 ``SHELFHAND_MODEL_TIMEOUT``, ``SHELFHAND_RETRIEVAL_MODE`` (auto | simple | keyword),
-``SHELFHAND_EMBEDDER`` (default | hashing | openai:<model>).
+``SHELFHAND_EMBEDDER`` (default | hashing | openai:<model>), ``SHELFHAND_EMBED_TIMEOUT``
+(seconds a query embedding may take before search falls back to keywords, default 2),
+``SHELFHAND_TURN_TIMEOUT`` (seconds a service chat turn may wait for the model without any
+event before it fails with 504, default 120).
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
 (``model``, ``base_url``, ``api_key``, ``model_timeout``, ``retrieval_mode``, ``embedder``,
-``chunk_tokens``, ``chunk_overlap``). Reading limits live in a ``[limits]`` table (see
+``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``, ``turn_timeout``). Reading limits live in a ``[limits]`` table (see
 :mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
 knowledge base opens.
 """
@@ -40,6 +43,8 @@ class Settings:
     chunk_overlap: int = 40
     limits: Mapping[str, Any] = field(default_factory=dict)
     """The ``[limits]`` table of shelfhand.toml (reading limits per file), as written."""
+    embed_timeout: float = 2.0
+    turn_timeout: float = 120.0
 
     @classmethod
     def load(
@@ -67,12 +72,20 @@ class Settings:
             timeout = float(pick("SHELFHAND_MODEL_TIMEOUT", "model_timeout") or 60.0)
             chunk_tokens = int(file_values.get("chunk_tokens", 400))
             chunk_overlap = int(file_values.get("chunk_overlap", 40))
+            embed_timeout = float(pick("SHELFHAND_EMBED_TIMEOUT", "embed_timeout") or 2.0)
+            turn_timeout = float(pick("SHELFHAND_TURN_TIMEOUT", "turn_timeout") or 120.0)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid number in settings: {exc}") from exc
-        if timeout <= 0 or chunk_tokens < 32 or not 0 <= chunk_overlap < chunk_tokens:
+        if (
+            timeout <= 0
+            or embed_timeout <= 0
+            or turn_timeout <= 0
+            or chunk_tokens < 32
+            or not 0 <= chunk_overlap < chunk_tokens
+        ):
             raise ConfigurationError(
-                "settings out of range: model_timeout > 0, chunk_tokens >= 32, "
-                "0 <= chunk_overlap < chunk_tokens"
+                "settings out of range: model_timeout, embed_timeout and turn_timeout > 0, "
+                "chunk_tokens >= 32, 0 <= chunk_overlap < chunk_tokens"
             )
         return cls(
             workspace=ws,
@@ -85,6 +98,8 @@ class Settings:
             chunk_tokens=chunk_tokens,
             chunk_overlap=chunk_overlap,
             limits=limits,
+            embed_timeout=embed_timeout,
+            turn_timeout=turn_timeout,
         )
 
 

@@ -59,6 +59,7 @@ class KnowledgeBase:
         overlap_tokens: int = 40,
         lock: WorkspaceLock | None = None,
         access: Access = "write",
+        embed_timeout: float | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -72,6 +73,7 @@ class KnowledgeBase:
             max_tokens=max_tokens,
             overlap_tokens=overlap_tokens,
             access=access,
+            embed_timeout=embed_timeout,
         )
 
     @property
@@ -141,6 +143,16 @@ class KnowledgeBase:
         if self.router is None and mode != "keyword":
             mode = "keyword"
         return self._stack.retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+
+    def warm_up(self) -> None:
+        """Load what the first search would load (query embedders, index readers) now, so a
+        service reports ready only when a search is fast. Never raises for a failing
+        embedder: searches then fall back to keywords, with the reason."""
+        reason = self._stack.retriever.warm_up()
+        if reason is not None:
+            logger.warning("%s; searches fall back to keywords until it answers", reason)
+        # a mixed query: loads the Chinese segmenter's dictionary and the index reader too
+        self._stack.retriever.search("warm up 预热", k=1, mode="keyword")
 
     # --- integration ----------------------------------------------------------------------
     def as_tool(self) -> Tool[Any, Any]:

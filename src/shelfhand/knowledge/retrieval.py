@@ -10,13 +10,18 @@ Each side fetches ``candidates_factor × k`` candidates: keyword from tantivy, v
 space that holds vectors (the query embedded by that space's embedder, so a mixed Chinese and
 English corpus works). Lists are fused with Reciprocal Rank Fusion (k=60) and deduplicated by
 chunk content hash. When one side has nothing, the other's ranking and scores are used as is.
-If embedding the query fails (quota, model unavailable), the search continues on keywords and
-``last_degraded_reason`` says why.
+If embedding the query fails (quota, model unavailable) or does not finish within
+``embed_timeout`` seconds, the search continues on keywords and ``last_degraded_reason`` says why.
+After ``breaker_failures`` such failures in a row the query embedder is not asked at all for
+``breaker_cooldown`` seconds (searches go straight to keywords, with the reason), then one
+search tries it again. The first query of each space in a process may take ``load_timeout``
+(loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,6 +83,11 @@ class HybridRetriever:
         rrf_k: The RRF damping constant.
         other_space_weight: RRF weight of vector spaces other than the one the query's
             language routes to (a model weak in the query's language ranks worse).
+        embed_timeout: Seconds a query embedding may take before the search goes on with
+            keywords alone (``None``: wait for it).
+        load_timeout: The same for the first query of each space (it loads the model).
+        breaker_failures: Failed or late query embeddings in a row that pause the embedder.
+        breaker_cooldown: Seconds the paused embedder is left alone.
     """
 
     def __init__(
@@ -90,6 +100,10 @@ class HybridRetriever:
         candidates_factor: int = 3,
         rrf_k: int = 60,
         other_space_weight: float = 0.5,
+        embed_timeout: float | None = None,
+        load_timeout: float = 60.0,
+        breaker_failures: int = 3,
+        breaker_cooldown: float = 30.0,
     ) -> None:
         self.store = store
         self.keyword_index = keyword_index
@@ -101,6 +115,30 @@ class HybridRetriever:
         self.last_degraded_reason: str | None = None
         self.last_timings = SearchTimings()
         self._warned: set[str] = set()
+        self.embed_timeout = embed_timeout
+        self.load_timeout = load_timeout
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = breaker_cooldown
+        self._breaker_lock = threading.Lock()
+        self._failures = 0
+        self._paused_until = 0.0
+        self._last_failure = ""
+        self._warm: set[str] = set()
+
+    def warm_up(self) -> str | None:
+        """Load every space's query embedder (one embedding each, waiting at most
+        ``load_timeout``) so that later queries meet ``embed_timeout``; returns why that
+        failed, if it did (searches then fall back to keywords as usual)."""
+        if self.router is None or self.vector_indexes is None:
+            return None
+        for space in self.router.spaces:
+            limit = None if self.embed_timeout is None else self.load_timeout
+            try:
+                self._embed_one(space, "warm up", limit)
+            except Exception as exc:
+                return f"warming up the {space!r} embedder failed ({type(exc).__name__}: {exc})"
+            self._warm.add(space)
+        return None
 
     def search(
         self,
@@ -193,24 +231,86 @@ class HybridRetriever:
         return hits, timings
 
     def _embed(self, query: str) -> dict[str, Vectors] | None:
-        """The query vector in every space that holds vectors; ``None`` when embedding failed."""
+        """The query vector in every space that holds vectors; ``None`` when embedding failed,
+        took too long, or is paused by the breaker."""
         if self.router is None or self.vector_indexes is None:
             return {}
+        paused = self._paused_for()
+        if paused > 0:
+            self.last_degraded_reason = (
+                f"query embedding paused after {self.breaker_failures} failures in a row "
+                f"(last: {self._last_failure}); using keyword search, retrying in {paused:.0f}s"
+            )
+            return None
         out: dict[str, Vectors] = {}
         for space in self.vector_indexes.spaces():
             if space not in self.router.spaces:
                 self._warn_once(f"no embedder configured for vector space {space!r}")
                 continue
+            timeout = self.embed_timeout
+            if timeout is not None and space not in self._warm:
+                timeout = max(timeout, self.load_timeout)
             try:
-                out[space] = self.router.embedder(space).embed_query(query)
+                out[space] = self._embed_one(space, query, timeout)
             except Exception as exc:  # any provider failure degrades to keyword search
-                reason = (
-                    f"query embedding failed ({type(exc).__name__}: {exc}); using keyword search"
+                what = (
+                    f"did not finish within {timeout:g}s"
+                    if isinstance(exc, TimeoutError)
+                    else f"failed ({type(exc).__name__}: {exc})"
                 )
+                self._record_failure(what)
+                reason = f"query embedding {what}; using keyword search"
                 self.last_degraded_reason = reason
                 self._warn_once(reason)
                 return None
+            self._warm.add(space)
+        with self._breaker_lock:
+            self._failures = 0
         return out
+
+    def _embed_one(self, space: str, query: str, timeout: float | None) -> Vectors:
+        """Embed on a daemon thread and wait at most ``timeout`` seconds (a hung embedder
+        keeps its thread, never the caller)."""
+        assert self.router is not None
+        embedder = self.router.embedder(space)
+        if timeout is None:
+            return embedder.embed_query(query)
+        box: list[Vectors | BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(embedder.embed_query(query))
+            except BaseException as exc:  # handed to the waiting caller
+                box.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="shelfhand-query-embed", daemon=True).start()
+        if not done.wait(timeout):
+            raise TimeoutError(f"query embedding took longer than {timeout:g}s")
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _paused_for(self) -> float:
+        with self._breaker_lock:
+            return max(0.0, self._paused_until - time.monotonic())
+
+    def _record_failure(self, what: str) -> None:
+        with self._breaker_lock:
+            self._failures += 1
+            self._last_failure = what
+            if self._failures >= self.breaker_failures:
+                self._paused_until = time.monotonic() + self.breaker_cooldown
+                self._failures = 0
+                logger.warning(
+                    "query embedding paused for %gs after %d failures in a row (last: %s)",
+                    self.breaker_cooldown,
+                    self.breaker_failures,
+                    what,
+                )
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -286,20 +386,22 @@ def open_embedded_store(
     max_tokens: int = 400,
     overlap_tokens: int = 40,
     access: Access = "write",
+    embed_timeout: float | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
     Pending index changes from an interrupted run are replayed; a missing or stale index is
     rebuilt from the database. ``access`` is how this process uses the keyword index
     (``write``, ``read``, or ``read-only`` while another process writes; see
-    :mod:`shelfhand.knowledge.keyword`).
+    :mod:`shelfhand.knowledge.keyword`). ``embed_timeout`` bounds each query embedding
+    (seconds).
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
     keyword = TantivyKeywordIndex(workspace / "index" / "keyword", access=access)
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
-    retriever = HybridRetriever(store, keyword, vectors, router)
+    retriever = HybridRetriever(store, keyword, vectors, router, embed_timeout=embed_timeout)
     ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     return EmbeddedKnowledge(
         store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor

@@ -107,6 +107,7 @@ async function openSession(id) {
     if (answer) renderAnswer(answer);
   }
   await loadSessions();
+showReadiness();
 }
 
 function textOf(m) { return m.content.filter((b) => b.type === "text").map((b) => b.text).join(""); }
@@ -116,6 +117,7 @@ async function newSession() {
   state.sessionId = s.id;
   $("messages").textContent = "";
   await loadSessions();
+showReadiness();
   return s.id;
 }
 
@@ -225,10 +227,11 @@ async function send(text) {
   if (!apiKey()) { setStatus("Enter an API key first.", true); return; }
   state.busy = true;
   $("send").disabled = true;
+  let answer = null;
   try {
     const id = state.sessionId || (await newSession());
     addBubble("user").textContent = text;
-    const answer = newAnswer();
+    answer = newAnswer();
     const steps = {};
     const res = await fetch(`/v1/sessions/${id}/messages`, {
       method: "POST",
@@ -247,16 +250,25 @@ async function send(text) {
       } else if (type === "citations") { answer.citations.push(...ev.citations); renderAnswer(answer); }
       else if (type === "approval_required") showApproval(answer, ev);
       else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); }
-      else if (type === "error") { answer.el.classList.add("error"); answer.text += `\n[${ev.status}] ${ev.message}`; renderAnswer(answer); }
+      else if (type === "error") showFailure(answer, `${ev.status}: ${ev.message}` + (ev.trace_id ? ` (trace ${ev.trace_id})` : ""));
       answer.el.scrollIntoView({ block: "end" });
     });
     await loadSessions();
+showReadiness();
   } catch (err) {
     setStatus(err.message, true);
+    if (answer) showFailure(answer, err.message);
   } finally {
     state.busy = false;
     $("send").disabled = false;
   }
+}
+
+// A failed turn says so in its own bubble (never an empty bubble).
+function showFailure(answer, message) {
+  answer.el.classList.add("error");
+  answer.text += (answer.text ? "\n" : "") + message;
+  renderAnswer(answer);
 }
 
 // --- ingest --------------------------------------------------------------------------------
@@ -283,6 +295,25 @@ async function upload(files) {
   }
 }
 
+// --- readiness: say when no chat model is configured ---------------------------------------
+async function showReadiness() {
+  try {
+    const res = await fetch("/readyz");
+    const body = await res.json();
+    const notice = $("notice");
+    if (String(body.model || "").startsWith("not configured")) {
+      notice.textContent = "No chat model is configured: answers are the cited passages that "
+        + "match your question. Set SHELFHAND_MODEL (and OPENAI_BASE_URL) and restart the "
+        + "server to get written answers.";
+      notice.hidden = false;
+    } else if (!res.ok) {
+      notice.textContent = `The service is not ready: store ${body.store}; model ${body.model}`;
+      notice.classList.add("error");
+      notice.hidden = false;
+    }
+  } catch (_) { /* the chat itself reports what fails */ }
+}
+
 // --- wiring --------------------------------------------------------------------------------
 $("api-key").value = localStorage.getItem("shelfhand.apiKey") || "";
 $("api-key").addEventListener("change", () => {
@@ -290,6 +321,7 @@ $("api-key").addEventListener("change", () => {
   state.sessionId = null;
   $("messages").textContent = "";
   loadSessions();
+showReadiness();
 });
 $("new-session").onclick = () => newSession().catch((e) => setStatus(e.message, true));
 $("composer").addEventListener("submit", (e) => {
@@ -308,3 +340,4 @@ zone.addEventListener("dragleave", () => zone.classList.remove("over"));
 zone.addEventListener("drop", (e) => { e.preventDefault(); zone.classList.remove("over"); upload([...e.dataTransfer.files]); });
 $("file-input").addEventListener("change", (e) => { upload([...e.target.files]); e.target.value = ""; });
 loadSessions();
+showReadiness();

@@ -1,0 +1,94 @@
+"""Workspace rules and help output of the command line, run as a user would."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import shelfhand
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env["COLUMNS"] = "100"
+    env["SHELFHAND_EMBEDDER"] = "hashing"
+    return subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "保修期"],
+        ["sources"],
+        ["ask", "what is E-203?"],
+        ["audit"],
+        ["eval", "cases.jsonl"],
+    ],
+)
+def test_read_only_commands_on_a_missing_workspace_exit_2_and_create_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "cases.jsonl").write_text('{"query": "x", "relevant": ["a.md"]}\n')
+    out = run_cli(*command, "-w", "tpyo", cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "workspace tpyo does not exist" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "tpyo").exists()
+
+
+def test_mcp_list_on_a_new_workspace_creates_it_and_lists_no_servers(tmp_path: Path) -> None:
+    out = run_cli("mcp", "list", "-w", "fresh", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "no MCP servers configured" in out.stdout
+    assert (tmp_path / "fresh").is_dir()
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    out = run_cli("--version", cwd=tmp_path)
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"shelfhand {shelfhand.__version__}"
+
+
+def test_help_shows_literal_brackets_and_plain_flags(tmp_path: Path) -> None:
+    serve = run_cli("serve", "--help", cwd=tmp_path)
+    assert serve.returncode == 0
+    assert "[[api_keys]]" in serve.stdout
+    search = run_cli("search", "--help", cwd=tmp_path)
+    assert "--json" in search.stdout and "<bool>" not in search.stdout
+
+
+def test_narrow_tables_keep_codes_numbers_and_dates_whole(tmp_path: Path) -> None:
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+    env_columns = {"COLUMNS": "60"}
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "sources", "-w", "ws"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, **env_columns},
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [
+        line
+        for line in out.stdout.splitlines()
+        if re.search(r"│ (markdown|docx|pdf|html) +│", line)  # a row's first line
+    ]
+    assert len(rows) == 6
+    for row in rows:  # type, counts and the date sit whole on the row's first line
+        assert re.search(r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b", row), row
+    assert max(len(line) for line in out.stdout.splitlines()) <= 60

@@ -164,6 +164,8 @@ def test_a_reader_that_replays_an_interrupted_ingest_does_not_block_a_later_writ
         report = writer.ingest([docs])  # used to fail: tantivy LockBusy held by the reader
         writer.close()
         assert report.added == ("docs/new.md",)
-        assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == ["docs/new.md"]
+        assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == [
+            "docs/new.md"
+        ]
     finally:
         reader.close()

@@ -118,6 +118,7 @@ class WorkspaceBusyError(KnowledgeError):
         self.holder = holder
         self.pid = pid
 
+
 class ToolUnavailableError(TransientToolError):
     """The service behind a tool cannot be reached at all (connection refused or lost, not
     connected). Besides the tool's own circuit breaker it also counts against a ``circuit``

@@ -69,7 +69,7 @@ def post_until_not_busy(c: httpx.Client, url: str, seconds: float) -> httpx.Resp
 def test_a_hanging_model_gets_heartbeats_then_a_504_within_the_turn_timeout(
     tmp_path: Path, model_server: FakeModelServer, thread_servers: list[ThreadServer]
 ) -> None:
-    server = serve(tmp_path, model_server, thread_servers, turn_timeout=0.6, heartbeat_interval=0.1)
+    server = serve(tmp_path, model_server, thread_servers, turn_timeout=1.5, heartbeat_interval=0.1)
     model_server.modes.extend(["hang", "hang"])
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         session = c.post("/v1/sessions").json()["id"]

@@ -149,7 +149,7 @@ async def test_confirm_permission_and_cache_ttl_per_server_and_per_tool() -> Non
         await server.aclose()
     assert not echo.confirm and shout.confirm and tick.confirm  # tick inherits the server's
     assert (echo.permission, shout.permission, tick.permission) == ("user", "user", "admin")
-    assert (echo.cache_ttl, tick.cache_ttl) == (0.0, 30.0)
+    assert (echo.cache_ttl, tick.cache_ttl) == (None, 30.0)
     assert unconfirmed.is_error and "confirmation" in unconfirmed.content
     assert plain_user_tick.is_error and "tick" not in visible and "echo" in visible
     # tick needs confirmation too, so even the admin gets a refusal (nothing cached, nothing run)

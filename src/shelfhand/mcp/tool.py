@@ -59,7 +59,8 @@ class McpTool(Tool[..., Any]):
             timeout=server.max_duration,
             permission=settings.permission or "user",
             confirm=bool(settings.confirm),
-            cache_ttl=settings.cache_ttl or 0.0,  # never cached unless configured
+            # never cached unless configured, and never a tool that may change something
+            cache_ttl=(settings.cache_ttl or None) if read_only else None,
             # Its own breaker, so one failing tool does not block its siblings; a dead
             # server is caught by the server's own reconnection backoff.
             circuit=f"mcp:{server.name}:{listed.name}",
@@ -145,7 +146,7 @@ class ResourceTool(Tool[..., Any]):
             read_only=True,
             timeout=server.timeout,
             permission=server.defaults.permission or "user",
-            cache_ttl=server.defaults.cache_ttl or 0.0,
+            cache_ttl=server.defaults.cache_ttl or None,
             circuit=f"mcp:{server.name}:read_resource",
         )
         self.server = server

@@ -1,0 +1,170 @@
+"""Fitting a conversation into the model's context window (issue 9, point 7).
+
+Before every model call the agent checks that the request fits ``context_tokens`` minus the
+tokens reserved for the answer (the model's ``max_tokens`` when it reports one, else an eighth of
+the window) and minus the tool schemas. When it does not fit, in this order:
+
+1. the **oldest tool results** are replaced by a marker (the newest step's results are kept);
+2. the **oldest history** messages (earlier turns of the conversation) are dropped;
+3. the **newest tool results** are shortened, with a marker saying how much was cut.
+
+Only the request is fitted: the run's transcript keeps every result whole. When even the system
+prompt and the question alone do not fit, :class:`ContextBudgetError` says so instead of sending
+a request the server would refuse.
+
+Tokens are estimated without a tokenizer, on the safe side for BPE tokenizers: every CJK
+character and every punctuation or symbol character counts one token, a run of letters and
+digits counts one per three characters, and every message adds a few tokens of template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from shelfhand.core.errors import ModelError
+from shelfhand.core.messages import Message, ToolResultBlock
+
+__all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
+    "ContextBudgetError",
+    "estimate_tokens",
+    "fit_messages",
+    "message_tokens",
+    "request_budget",
+]
+
+DEFAULT_CONTEXT_TOKENS = 8192
+_MESSAGE_OVERHEAD = 6
+_REQUEST_OVERHEAD = 16
+_CHARS_PER_TOKEN = 3
+_TOKEN_RE = re.compile(
+    r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])"
+    r"|([^\W_]+)"
+    r"|(\S)"
+)
+OLD_RESULT_MARKER = (
+    "[This older tool result ({chars} characters) was cut to fit the context window. "
+    "Call the tool again if you still need it.]"
+)
+CUT_MARKER = "\n[… {chars} more characters were cut to fit the context window.]"
+
+
+class ContextBudgetError(ModelError):
+    """The request cannot fit the model's context window, even with tool results cut."""
+
+
+def estimate_tokens(text: str) -> int:
+    """A cautious token count of ``text`` (see the module doc)."""
+    total = 0
+    for _cjk, run, _other in _TOKEN_RE.findall(text):
+        total += -(-len(run) // _CHARS_PER_TOKEN) if run else 1
+    return total
+
+
+def message_tokens(message: Message) -> int:
+    """Estimated tokens of one message as sent: text, tool calls and tool results."""
+    total = _MESSAGE_OVERHEAD + estimate_tokens(message.text)
+    for call in message.tool_calls:
+        total += _MESSAGE_OVERHEAD + estimate_tokens(call.name) + estimate_tokens(call.arguments)
+    for result in message.tool_results:
+        total += _MESSAGE_OVERHEAD + estimate_tokens(result.content)
+    return total
+
+
+def request_budget(context_tokens: int, max_tokens: int | None, tools: Sequence[Any] = ()) -> int:
+    """Tokens left for the messages: the window minus the answer's reserve and the tools."""
+    reserve = max_tokens if max_tokens is not None else context_tokens // 8
+    schemas = estimate_tokens(json.dumps(list(tools), ensure_ascii=False)) if tools else 0
+    return context_tokens - reserve - schemas - _REQUEST_OVERHEAD
+
+
+def fit_messages(messages: Sequence[Message], budget: int, *, keep_from: int) -> list[Message]:
+    """``messages`` cut to fit ``budget`` tokens (see the module doc).
+
+    Args:
+        messages: The request: system prompt first.
+        budget: Tokens the messages may take (see :func:`request_budget`).
+        keep_from: Index of the first message that must not be dropped (this run's prompt);
+            messages between the system prompt and it are history and may be dropped.
+
+    Raises:
+        ContextBudgetError: even the messages that must stay do not fit.
+    """
+    sizes = [message_tokens(m) for m in messages]
+    total = sum(sizes)
+    if total <= budget:
+        return list(messages)
+    out = list(messages)
+    tool_steps = [i for i, m in enumerate(out) if m.role == "tool"]
+    # 1. the oldest tool results become a marker (the newest step's results stay for now)
+    for i in tool_steps[:-1]:
+        if total <= budget:
+            break
+        out[i] = _replace_results(out[i], _marker)
+        total += message_tokens(out[i]) - sizes[i]
+        sizes[i] = message_tokens(out[i])
+    # 2. the oldest history goes, a message at a time; tool results never lose their call
+    first = 1 if out and out[0].role == "system" else 0
+    while total > budget and first < keep_from:
+        total -= sizes.pop(first)
+        out.pop(first)
+        keep_from -= 1
+        while first < keep_from and out[first].role == "tool":
+            total -= sizes.pop(first)
+            out.pop(first)
+            keep_from -= 1
+    # 3. the newest tool results are shortened, one result at a time
+    for i in reversed(range(len(out))):
+        if total <= budget:
+            break
+        if out[i].role != "tool":
+            continue
+        blocks = list(out[i].content)
+        for j, block in enumerate(blocks):
+            if total <= budget:
+                break
+            if isinstance(block, ToolResultBlock):
+                shorter = _shorten(block, total - budget)
+                total += estimate_tokens(shorter.content) - estimate_tokens(block.content)
+                blocks[j] = shorter
+        out[i] = replace(out[i], content=tuple(blocks))
+        sizes[i] = message_tokens(out[i])
+    if total > budget:
+        raise ContextBudgetError(
+            f"the request needs about {total} tokens but only {budget} fit the model's context "
+            "window after reserving room for the answer and the tool schemas; shorten the "
+            "question or system prompt, or raise the model's context size (context_tokens)"
+        )
+    return out
+
+
+def _replace_results(message: Message, change: Any) -> Message:
+    blocks = tuple(change(b) if isinstance(b, ToolResultBlock) else b for b in message.content)
+    return replace(message, content=blocks)
+
+
+def _marker(result: ToolResultBlock) -> ToolResultBlock:
+    if result.content.startswith("[This older tool result"):
+        return result
+    return replace(result, content=OLD_RESULT_MARKER.format(chars=len(result.content)))
+
+
+def _shorten(result: ToolResultBlock, excess: int) -> ToolResultBlock:
+    """Cut at least ``excess`` tokens' worth off the end of ``result`` (all of it if needed)."""
+    content = result.content
+    tokens = estimate_tokens(content)
+    keep_tokens = max(0, tokens - excess - estimate_tokens(CUT_MARKER.format(chars=len(content))))
+    # Find the longest prefix within keep_tokens (prefix token counts never exceed the whole).
+    low, high = 0, len(content)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimate_tokens(content[:mid]) <= keep_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    kept = content[:low]
+    return replace(result, content=kept + CUT_MARKER.format(chars=len(content) - len(kept)))

@@ -13,8 +13,9 @@ prompt and the question alone do not fit, :class:`ContextBudgetError` says so in
 a request the server would refuse.
 
 Tokens are estimated without a tokenizer, on the safe side for BPE tokenizers: every CJK
-character and every punctuation or symbol character counts one token, a run of letters and
-digits counts one per three characters, and every message adds a few tokens of template.
+character, every digit (Qwen and Llama 3 split numbers into digits) and every punctuation or
+symbol character counts one token, a run of letters counts one per three characters, and every
+message adds a few tokens of template.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _REQUEST_OVERHEAD = 16
 _CHARS_PER_TOKEN = 3
 _TOKEN_RE = re.compile(
     r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])"
-    r"|([^\W_]+)"
+    r"|([^\W\d_]+)"
     r"|(\S)"
 )
 OLD_RESULT_MARKER = (

@@ -52,7 +52,7 @@ from shelfhand.models.base import (
 from shelfhand.models.textcalls import recover_tool_calls
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-from .budget import DEFAULT_CONTEXT_TOKENS, fit_messages, request_budget
+from .budget import DEFAULT_CONTEXT_TOKENS, TokenCounter, fit_messages, request_budget
 from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
@@ -245,6 +245,7 @@ class Agent:
         nudged = False
         shown = False  # any text streamed in an earlier step of this run
         window, max_tokens = self._window()
+        count = TokenCounter()
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
 
         for iteration in range(1, self.max_iters + 1):
@@ -252,7 +253,7 @@ class Agent:
             conversation = [system, *past, *new, *([nudge] if nudge is not None else [])]
             nudge = None
             budget = request_budget(window, max_tokens, schemas)
-            request = fit_messages(conversation, budget, keep_from=1 + len(past))
+            request = fit_messages(conversation, budget, keep_from=1 + len(past), count=count)
             step_shown = False
             if streaming:
                 gate = CallTextGate(active=bool(schemas))

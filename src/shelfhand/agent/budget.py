@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from shelfhand.core.messages import Message, ToolResultBlock
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
     "ContextBudgetError",
+    "TokenCounter",
     "estimate_tokens",
     "fit_messages",
     "message_tokens",
@@ -42,11 +43,8 @@ DEFAULT_CONTEXT_TOKENS = 8192
 _MESSAGE_OVERHEAD = 6
 _REQUEST_OVERHEAD = 16
 _CHARS_PER_TOKEN = 3
-_TOKEN_RE = re.compile(
-    r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])"
-    r"|([^\W\d_]+)"
-    r"|(\S)"
-)
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_LETTER_RUN = re.compile(rf"[^\W\d_{_CJK}]+")
 OLD_RESULT_MARKER = (
     "[This older tool result ({chars} characters) was cut to fit the context window. "
     "Call the tool again if you still need it.]"
@@ -60,10 +58,10 @@ class ContextBudgetError(ModelError):
 
 def estimate_tokens(text: str) -> int:
     """A cautious token count of ``text`` (see the module doc)."""
-    total = 0
-    for _cjk, run, _other in _TOKEN_RE.findall(text):
-        total += -(-len(run) // _CHARS_PER_TOKEN) if run else 1
-    return total
+    # every non-space character is a token, except that a run of letters shares them
+    non_space = len("".join(text.split()))
+    runs = _LETTER_RUN.findall(text)
+    return non_space - sum(len(r) - -(-len(r) // _CHARS_PER_TOKEN) for r in runs)
 
 
 def message_tokens(message: Message) -> int:
@@ -76,6 +74,22 @@ def message_tokens(message: Message) -> int:
     return total
 
 
+class TokenCounter:
+    """:func:`message_tokens` remembered per message object, for the requests of one run
+    (messages are immutable, and most of them are sent again at every step)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[Message, int]] = {}
+
+    def __call__(self, message: Message) -> int:
+        known = self._known.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        count = message_tokens(message)
+        self._known[id(message)] = (message, count)
+        return count
+
+
 def request_budget(context_tokens: int, max_tokens: int | None, tools: Sequence[Any] = ()) -> int:
     """Tokens left for the messages: the window minus the answer's reserve and the tools."""
     reserve = max_tokens if max_tokens is not None else context_tokens // 8
@@ -83,7 +97,13 @@ def request_budget(context_tokens: int, max_tokens: int | None, tools: Sequence[
     return context_tokens - reserve - schemas - _REQUEST_OVERHEAD
 
 
-def fit_messages(messages: Sequence[Message], budget: int, *, keep_from: int) -> list[Message]:
+def fit_messages(
+    messages: Sequence[Message],
+    budget: int,
+    *,
+    keep_from: int,
+    count: Callable[[Message], int] = message_tokens,
+) -> list[Message]:
     """``messages`` cut to fit ``budget`` tokens (see the module doc).
 
     Args:
@@ -91,11 +111,12 @@ def fit_messages(messages: Sequence[Message], budget: int, *, keep_from: int) ->
         budget: Tokens the messages may take (see :func:`request_budget`).
         keep_from: Index of the first message that must not be dropped (this run's prompt);
             messages between the system prompt and it are history and may be dropped.
+        count: Counts one message's tokens (e.g. a run's :class:`TokenCounter`).
 
     Raises:
         ContextBudgetError: even the messages that must stay do not fit.
     """
-    sizes = [message_tokens(m) for m in messages]
+    sizes = [count(m) for m in messages]
     total = sum(sizes)
     if total <= budget:
         return list(messages)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Container
 from typing import Any
 
 from shelfhand.core.messages import ToolCallBlock
@@ -70,7 +70,7 @@ def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def _call_from(obj: Any, names: Collection[str], *, require_args: bool) -> _Call | None:
+def _call_from(obj: Any, names: Container[str], *, require_args: bool) -> _Call | None:
     """One call from a JSON object, or ``None`` when it is not shaped like a call."""
     if not isinstance(obj, dict):
         return None
@@ -105,7 +105,7 @@ def _call_from(obj: Any, names: Collection[str], *, require_args: bool) -> _Call
     return name, arguments, call_id if isinstance(call_id, str) and call_id else None
 
 
-def _calls_from_value(value: Any, names: Collection[str], *, require_args: bool) -> list[_Call]:
+def _calls_from_value(value: Any, names: Container[str], *, require_args: bool) -> list[_Call]:
     """All calls in one JSON value; empty unless *every* element is a known call."""
     if isinstance(value, dict) and set(value) == {"tool_calls"}:
         value = value["tool_calls"]
@@ -136,7 +136,7 @@ def _decode_all(snippet: str) -> list[Any] | None:
 
 
 def _calls_from_snippet(
-    snippet: str, names: Collection[str], *, require_args: bool = False
+    snippet: str, names: Container[str], *, require_args: bool = False
 ) -> list[_Call]:
     fence = _FENCE.fullmatch(snippet.strip())
     if fence is not None:
@@ -162,7 +162,7 @@ def _inside(pos: int, regions: list[tuple[int, int]]) -> int | None:
     return None
 
 
-def _bare_spans(text: str, names: Collection[str], excluded: list[tuple[int, int]]) -> list[_Span]:
+def _bare_spans(text: str, names: Container[str], excluded: list[tuple[int, int]]) -> list[_Span]:
     spans: list[_Span] = []
     pos = 0
     while True:

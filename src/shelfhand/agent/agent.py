@@ -52,7 +52,13 @@ from shelfhand.models.base import (
 from shelfhand.models.textcalls import recover_tool_calls
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-from .budget import DEFAULT_CONTEXT_TOKENS, TokenCounter, fit_messages, request_budget
+from .budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    TokenCounter,
+    fit_messages,
+    request_budget,
+    schema_tokens,
+)
 from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
@@ -146,6 +152,7 @@ class Agent:
         self.memory = memory
         self.approvals = approvals
         self.context_tokens = context_tokens
+        self._schema_cost: tuple[object, int] | None = None
 
     # --- public API ------------------------------------------------------------------------
     async def run(
@@ -252,8 +259,10 @@ class Agent:
             schemas = self.toolkit.schemas(user)
             conversation = [system, *past, *new, *([nudge] if nudge is not None else [])]
             nudge = None
-            budget = request_budget(window, max_tokens, schemas)
-            request = fit_messages(conversation, budget, keep_from=1 + len(past), count=count)
+            budget = request_budget(window, max_tokens, tools_tokens=self._tools_tokens(schemas))
+            request = fit_messages(
+                conversation, budget, keep_from=1 + len(past), count=count, bound=count.bound
+            )
             step_shown = False
             if streaming:
                 gate = CallTextGate(active=bool(schemas))
@@ -354,6 +363,14 @@ class Agent:
         yield self._final(
             text, new, citations, run, self.max_iters, input_tokens, output_tokens, "max_iters"
         )
+
+    def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
+        """The schemas' token estimate, kept while the toolkit hands out the same list."""
+        cost = self._schema_cost
+        if cost is None or cost[0] is not schemas:
+            cost = (schemas, schema_tokens(schemas))
+            self._schema_cost = cost
+        return cost[1]
 
     def _window(self) -> tuple[int, int | None]:
         """The context window and the tokens to reserve for the answer (when known)."""
@@ -500,10 +517,13 @@ class Agent:
 
 def _recovered(reply: Message, schemas: Sequence[ToolSchema]) -> Message:
     """``reply`` with tool calls written as text turned into calls (whatever the provider did)."""
-    if reply.tool_calls or not schemas or not reply.text:
+    if reply.tool_calls or not schemas:
         return reply
+    content = reply.text
+    if "{" not in content and "[" not in content:
+        return reply  # the common case: no JSON, so no call
     names = {str(s.get("function", {}).get("name", "")) for s in schemas}
-    text, calls = recover_tool_calls(reply.text, names)
+    text, calls = recover_tool_calls(content, names)
     if not calls:
         return reply
     return replace(reply, content=Message.assistant(text, tool_calls=calls).content)

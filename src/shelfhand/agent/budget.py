@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from shelfhand.core.errors import ModelError
-from shelfhand.core.messages import Message, ToolResultBlock
+from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -37,6 +37,7 @@ __all__ = [
     "fit_messages",
     "message_tokens",
     "request_budget",
+    "schema_tokens",
 ]
 
 DEFAULT_CONTEXT_TOKENS = 8192
@@ -80,6 +81,7 @@ class TokenCounter:
 
     def __init__(self) -> None:
         self._known: dict[int, tuple[Message, int]] = {}
+        self._bounds: dict[int, tuple[Message, int]] = {}
 
     def __call__(self, message: Message) -> int:
         known = self._known.get(id(message))
@@ -89,11 +91,32 @@ class TokenCounter:
         self._known[id(message)] = (message, count)
         return count
 
+    def bound(self, message: Message) -> int:
+        """A cheap upper bound of the count (the characters sent)."""
+        known = self._bounds.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        size = size_bound(message)
+        self._bounds[id(message)] = (message, size)
+        return size
 
-def request_budget(context_tokens: int, max_tokens: int | None, tools: Sequence[Any] = ()) -> int:
-    """Tokens left for the messages: the window minus the answer's reserve and the tools."""
+
+def schema_tokens(tools: Sequence[Any]) -> int:
+    """Estimated tokens of the tool schemas sent with a request."""
+    return estimate_tokens(json.dumps(list(tools), ensure_ascii=False)) if tools else 0
+
+
+def request_budget(
+    context_tokens: int,
+    max_tokens: int | None,
+    tools: Sequence[Any] = (),
+    *,
+    tools_tokens: int | None = None,
+) -> int:
+    """Tokens left for the messages: the window minus the answer's reserve and the tools
+    (``tools_tokens``: their count when already known, see :func:`schema_tokens`)."""
     reserve = max_tokens if max_tokens is not None else context_tokens // 8
-    schemas = estimate_tokens(json.dumps(list(tools), ensure_ascii=False)) if tools else 0
+    schemas = tools_tokens if tools_tokens is not None else schema_tokens(tools)
     return context_tokens - reserve - schemas - _REQUEST_OVERHEAD
 
 
@@ -103,6 +126,7 @@ def fit_messages(
     *,
     keep_from: int,
     count: Callable[[Message], int] = message_tokens,
+    bound: Callable[[Message], int] | None = None,
 ) -> list[Message]:
     """``messages`` cut to fit ``budget`` tokens (see the module doc).
 
@@ -112,10 +136,13 @@ def fit_messages(
         keep_from: Index of the first message that must not be dropped (this run's prompt);
             messages between the system prompt and it are history and may be dropped.
         count: Counts one message's tokens (e.g. a run's :class:`TokenCounter`).
+        bound: An upper bound of ``count`` that is cheaper (default :func:`size_bound`).
 
     Raises:
         ContextBudgetError: even the messages that must stay do not fit.
     """
+    if sum(map(bound or size_bound, messages)) <= budget:
+        return list(messages)  # the common case, decided without estimating anything
     sizes = [count(m) for m in messages]
     total = sum(sizes)
     if total <= budget:
@@ -162,6 +189,19 @@ def fit_messages(
             "question or system prompt, or raise the model's context size (context_tokens)"
         )
     return out
+
+
+def size_bound(message: Message) -> int:
+    """An upper bound of :func:`message_tokens` (no estimate is above the character count)."""
+    total = _MESSAGE_OVERHEAD
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            total += len(block.text)
+        elif isinstance(block, ToolCallBlock):
+            total += _MESSAGE_OVERHEAD + len(block.name) + len(block.arguments)
+        elif isinstance(block, ToolResultBlock):
+            total += _MESSAGE_OVERHEAD + len(block.content)
+    return total
 
 
 def _replace_results(message: Message, change: Any) -> Message:

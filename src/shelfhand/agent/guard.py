@@ -47,30 +47,55 @@ class Repeated:
 
 @dataclass(slots=True)
 class _Seen:
+    """One distinct call (name + arguments) of the run, and how it went."""
+
+    arguments: str
+    canonical: str | None = None
     result: ToolResultBlock | None = None
     failures: dict[str, int] = field(default_factory=dict)
 
+    def same_arguments(self, canonical: str) -> bool:
+        if self.canonical is None:
+            self.canonical = canonical_arguments(self.arguments)
+        return self.canonical == canonical
 
-def call_key(call: ToolCallBlock) -> str:
-    """Name plus canonical arguments (the raw text when it is not JSON)."""
+
+def canonical_arguments(arguments: str) -> str:
+    """Canonical JSON of the arguments (the stripped text when it is not JSON)."""
     try:
-        arguments = canonical_json(call.parsed_arguments())
+        return canonical_json(json.loads(arguments)) if arguments.strip() else "{}"
     except json.JSONDecodeError:
-        arguments = call.arguments.strip()
-    return f"{call.name}\x00{arguments}"
+        return arguments.strip()
 
 
 class CallGuard:
-    """Remembers the calls of one run (see the module doc). Not shared between runs."""
+    """Remembers the calls of one run (see the module doc). Not shared between runs.
+
+    Calls are compared by name, then by argument text, and only then by canonical arguments,
+    so the first call of each tool costs no JSON work at all.
+    """
 
     def __init__(self) -> None:
-        self._seen: dict[str, _Seen] = {}
+        self._by_name: dict[str, list[_Seen]] = {}
+
+    def _find(self, call: ToolCallBlock) -> _Seen | None:
+        seen = self._by_name.get(call.name)
+        if not seen:
+            return None
+        for entry in seen:
+            if entry.arguments == call.arguments:
+                return entry
+        canonical = canonical_arguments(call.arguments)
+        for entry in seen:
+            if entry.same_arguments(canonical):
+                return entry
+        return None
 
     def replay(self, call: ToolCallBlock) -> ToolResultBlock | None:
         """The earlier successful result of the same call, addressed to ``call``; else None."""
         if call.name == META_TOOL_NAME:
             return None
-        seen = self._seen.get(call_key(call))
+        seen = self._find(call)
         if seen is None or seen.result is None:
             return None
         earlier = seen.result
@@ -81,7 +106,7 @@ class CallGuard:
 
     def refused(self, call: ToolCallBlock) -> Repeated | None:
         """The call failed with the same error ``FAILURES_BEFORE_STOP`` times already."""
-        seen = self._seen.get(call_key(call))
+        seen = self._find(call)
         if seen is None:
             return None
         for error, count in seen.failures.items():
@@ -92,7 +117,10 @@ class CallGuard:
     def record(self, call: ToolCallBlock, result: ToolResultBlock) -> ToolResultBlock:
         """Remember how ``call`` went; the result to give the model (with a note when the
         same failure has now happened ``FAILURES_BEFORE_STOP`` times)."""
-        seen = self._seen.setdefault(call_key(call), _Seen())
+        seen = self._find(call)
+        if seen is None:
+            seen = _Seen(arguments=call.arguments)
+            self._by_name.setdefault(call.name, []).append(seen)
         if not result.is_error:
             seen.result = result
             return result

@@ -158,3 +158,21 @@ async def test_group_switches_are_never_replayed() -> None:
 
     assert result.output == "ok"
     assert switches == [False, True, False, True]
+
+
+async def test_replaying_can_be_switched_off_and_failing_calls_are_still_stopped() -> None:
+    kit, runs = counting_tools()
+    model = ScriptedModel(
+        [
+            tool_call("lookup", {"sku": "P20"}),
+            tool_call("lookup", {"sku": "P20"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+        ]
+    )
+    agent = Agent(model=model, toolkit=kit, replay_repeated_calls=False)
+    result = await agent.run("?", context=ALICE)
+
+    assert runs == {"lookup": 2, "flaky": 2}
+    assert result.stop_reason == "repeated_call"

@@ -120,6 +120,9 @@ class Agent:
         context_tokens: the model's context window in tokens; ``None``: what the model
             object reports as ``context_tokens``, else 8192. Every request is fitted to it,
             leaving the model's ``max_tokens`` (when it reports one) for the answer.
+        replay_repeated_calls: answer a call that already succeeded in this run (same name
+            and canonical arguments) from that result instead of running the tool again
+            (default). ``False`` runs every call; identical failing calls are still stopped.
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class Agent:
         description: str = "",
         approvals: Approvals | None = None,
         context_tokens: int | None = None,
+        replay_repeated_calls: bool = True,
     ) -> None:
         if context_tokens is not None and context_tokens < 1:
             raise ValueError("context_tokens must be positive")
@@ -152,6 +156,7 @@ class Agent:
         self.memory = memory
         self.approvals = approvals
         self.context_tokens = context_tokens
+        self.replay_repeated_calls = replay_repeated_calls
         self._schema_cost: tuple[object, int] | None = None
 
     # --- public API ------------------------------------------------------------------------
@@ -247,7 +252,7 @@ class Agent:
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = 0
-        guard = CallGuard()
+        guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
         nudged = False
         shown = False  # any text streamed in an earlier step of this run

@@ -75,8 +75,9 @@ class CallGuard:
     so the first call of each tool costs no JSON work at all.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, replay: bool = True) -> None:
         self._by_name: dict[str, list[_Seen]] = {}
+        self._replay = replay
 
     def _find(self, call: ToolCallBlock) -> _Seen | None:
         seen = self._by_name.get(call.name)
@@ -93,7 +94,7 @@ class CallGuard:
 
     def replay(self, call: ToolCallBlock) -> ToolResultBlock | None:
         """The earlier successful result of the same call, addressed to ``call``; else None."""
-        if call.name == META_TOOL_NAME:
+        if not self._replay or call.name == META_TOOL_NAME:
             return None
         seen = self._find(call)
         if seen is None or seen.result is None:

@@ -54,10 +54,12 @@ from shelfhand.tools.toolkit import CallReport, Toolkit
 
 from .budget import (
     DEFAULT_CONTEXT_TOKENS,
+    GrowingBound,
     TokenCounter,
     fit_messages,
     request_budget,
     schema_tokens,
+    size_bound,
 )
 from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
 from .guard import CallGuard, Repeated
@@ -258,15 +260,17 @@ class Agent:
         shown = False  # any text streamed in an earlier step of this run
         window, max_tokens = self._window()
         count = TokenCounter()
+        sent = GrowingBound([system, *past])
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
             conversation = [system, *past, *new, *([nudge] if nudge is not None else [])]
+            bound = sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
             nudge = None
             budget = request_budget(window, max_tokens, tools_tokens=self._tools_tokens(schemas))
             request = fit_messages(
-                conversation, budget, keep_from=1 + len(past), count=count, bound=count.bound
+                conversation, budget, keep_from=1 + len(past), count=count, bound=bound
             )
             step_shown = False
             if streaming:

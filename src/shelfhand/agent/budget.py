@@ -32,6 +32,7 @@ from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResul
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
     "ContextBudgetError",
+    "GrowingBound",
     "TokenCounter",
     "estimate_tokens",
     "fit_messages",
@@ -81,7 +82,6 @@ class TokenCounter:
 
     def __init__(self) -> None:
         self._known: dict[int, tuple[Message, int]] = {}
-        self._bounds: dict[int, tuple[Message, int]] = {}
 
     def __call__(self, message: Message) -> int:
         known = self._known.get(id(message))
@@ -91,14 +91,22 @@ class TokenCounter:
         self._known[id(message)] = (message, count)
         return count
 
-    def bound(self, message: Message) -> int:
-        """A cheap upper bound of the count (the characters sent)."""
-        known = self._bounds.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        size = size_bound(message)
-        self._bounds[id(message)] = (message, size)
-        return size
+
+class GrowingBound:
+    """A running upper bound of the tokens of a conversation that only grows at the end
+    (the run's messages), so that a request that obviously fits costs O(1) to check."""
+
+    def __init__(self, fixed: Sequence[Message]) -> None:
+        self._fixed = sum(size_bound(m) for m in fixed)
+        self._grown = 0
+        self._counted = 0
+
+    def total(self, grown: Sequence[Message]) -> int:
+        """The bound of the fixed messages plus ``grown`` (the same list, only appended to)."""
+        for message in grown[self._counted :]:
+            self._grown += size_bound(message)
+        self._counted = len(grown)
+        return self._fixed + self._grown
 
 
 def schema_tokens(tools: Sequence[Any]) -> int:
@@ -126,7 +134,7 @@ def fit_messages(
     *,
     keep_from: int,
     count: Callable[[Message], int] = message_tokens,
-    bound: Callable[[Message], int] | None = None,
+    bound: int | None = None,
 ) -> list[Message]:
     """``messages`` cut to fit ``budget`` tokens (see the module doc).
 
@@ -136,12 +144,13 @@ def fit_messages(
         keep_from: Index of the first message that must not be dropped (this run's prompt);
             messages between the system prompt and it are history and may be dropped.
         count: Counts one message's tokens (e.g. a run's :class:`TokenCounter`).
-        bound: An upper bound of ``count`` that is cheaper (default :func:`size_bound`).
+        bound: An upper bound of all the messages' tokens when the caller keeps one (see
+            :class:`GrowingBound`); by default the characters are counted.
 
     Raises:
         ContextBudgetError: even the messages that must stay do not fit.
     """
-    if sum(map(bound or size_bound, messages)) <= budget:
+    if (bound if bound is not None else sum(map(size_bound, messages))) <= budget:
         return list(messages)  # the common case, decided without estimating anything
     sizes = [count(m) for m in messages]
     total = sum(sizes)

@@ -44,6 +44,8 @@ PLAIN_WITH_BRACES = [
     "保修两年 [1]，见 {保修政策}。",
     "Use ```python\nprint({'a': 1})\n``` to print a dict.",
     "A list: [1, 2] and a tag-like <tool> word.",
+    'Run:\n```python\nrun({"name": "lookup_order", "arguments": {"order_id": "A-1"}})\n```\nDone.',
+    "```bash\nshelfhand ask '{q}'\n```\n```python\nx = {1: [2]}\n```",
 ]
 LEAKS = ('"arguments"', '"name"', "```json", "<tool_call", "[TOOL_CALLS]")
 
@@ -97,6 +99,22 @@ def test_text_before_a_possible_call_is_streamed_at_once() -> None:
     assert gate.feed("已发货。`") == " 已发货。"  # a lone backtick may open a fence: held
     assert gate.feed("``json\n{") == ""
     assert gate.feed('"name": "x"') == ""
+
+
+def test_a_code_fence_of_another_language_streams_before_the_reply_ends() -> None:
+    gate = CallTextGate(active=True)
+    assert gate.feed("示例：\n```pyt") == "示例："
+    assert gate.feed("hon\nx = {'a': 1}\n") == "\n```python\nx = {'a': 1}\n"
+    assert gate.feed("``") == ""  # may be the closing fence
+    assert gate.feed("`\nThen ") == "```\nThen"
+    assert gate.feed('{"name": "lookup_order"') == ""  # after the fence: held again
+    assert gate.finish("示例：\n```python\nx = {'a': 1}\n```\nThen") == ""
+
+
+def test_a_json_fence_is_held_even_with_its_language_line_complete() -> None:
+    gate = CallTextGate(active=True)
+    assert gate.feed("```json\n") == ""
+    assert gate.feed('{"name": "lookup_order", "arguments": {}}\n```') == ""
 
 
 def events_of(agent: Agent, prompt: str) -> list[Event]:

@@ -161,3 +161,30 @@ async def test_a_string_that_is_not_an_object_is_still_refused() -> None:
     content, is_error, _ = await run_one(kit, call("search_docs", json.dumps("just words")))
 
     assert is_error and "must be a JSON object" in content
+
+
+def test_an_audit_log_written_before_repairs_existed_is_upgraded_in_place(tmp_path: Path) -> None:
+    from shelfhand.core.db import apply_migrations, connect
+    from shelfhand.tools.audit import AUDIT_MIGRATIONS
+
+    path = tmp_path / "audit.db"
+    old = connect(path)
+    apply_migrations(old, AUDIT_MIGRATIONS[:1])
+    old.execute(
+        "INSERT INTO audit_log (ts, tool, tenant, user_id, trace_id, request_id, call_id, "
+        "args_hash, arguments, decision, outcome, error_class, duration_ms, cache_hit, "
+        "dedup_hit, attempts) VALUES (1, 'search_docs', 'acme', 'alice', 't', 'r', 'c', 'h', "
+        "'{}', 'allow', 'ok', '', 1.0, 0, 0, 1)"
+    )
+    old.commit()
+    old.close()
+
+    with AuditLog(path) as log:
+        log.record(
+            tool="search_docs", tenant="acme", user="alice", trace_id="t2", request_id="r2",
+            call_id="c2", arguments={"query": "x"}, canonical=None, decision="allow",
+            outcome="ok", duration_ms=1.0, repairs=["dropped the JSON-schema keyword 'type'"],
+        )  # fmt: skip
+        records = log.query()
+
+    assert [r.repairs for r in records] == [(), ("dropped the JSON-schema keyword 'type'",)]

@@ -25,7 +25,7 @@ server_module = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("chat_completions_server", server_module)
 _spec.loader.exec_module(server_module)
 ChatServer, Reply = server_module.ChatServer, server_module.Reply
-completion = server_module.completion
+completion, chunk = server_module.completion, server_module.chunk
 
 RETRIEVE_CALL = {
     "id": "call_1",
@@ -42,7 +42,9 @@ def server() -> Iterator[Any]:
     s.stop()
 
 
-def run(args: list[str], workspace: Path, server: Any) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], workspace: Path, server: Any, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
     env.update(
         SHELFHAND_WORKSPACE=str(workspace),
@@ -54,6 +56,7 @@ def run(args: list[str], workspace: Path, server: Any) -> subprocess.CompletedPr
     )
     return subprocess.run(
         [sys.executable, "-m", "shelfhand.cli", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         env=env,
@@ -89,3 +92,23 @@ def test_a_text_tool_call_is_run_not_printed(tmp_path: Path, server: Any) -> Non
     assert "E-203 表示灯泡过热 [1]。" in out.stdout
     assert '"arguments"' not in out.stdout and "```" not in out.stdout
     assert server.requests[1].body["messages"][-1]["role"] == "tool"
+
+
+def test_chat_never_prints_a_streamed_text_call_and_keeps_steps_apart(
+    tmp_path: Path, server: Any
+) -> None:
+    assert run(["ingest", str(sample_corpus())], tmp_path, server).returncode == 0
+    call = 'Checking.\n<tool_call>{"name": "retrieve", "arguments": {"query": "E-203"}}</tool_call>'
+    pieces = [call[i : i + 4] for i in range(0, len(call), 4)]
+    server.add(
+        Reply(sse=[chunk({"role": "assistant", "content": p}) for p in pieces]),
+        Reply(sse=[chunk({"content": "Lamp "}), chunk({"content": "overheating [1]."})]),
+    )
+
+    out = run(["chat"], tmp_path, server, stdin="What is E-203?\n\n")
+
+    assert out.returncode == 0, out.stderr
+    assert "<tool_call" not in out.stdout and '"arguments"' not in out.stdout
+    assert "→ retrieve" in out.stdout and "← retrieve ok" in out.stdout
+    assert "Checking." in out.stdout and "Lamp overheating [1]." in out.stdout
+    assert "Checking.\n" in out.stdout  # the tool step starts on a line of its own

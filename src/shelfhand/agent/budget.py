@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from shelfhand.core.errors import ModelError
+from shelfhand.core.errors import ContextBudgetError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 __all__ = [
@@ -52,10 +52,6 @@ OLD_RESULT_MARKER = (
     "Call the tool again if you still need it.]"
 )
 CUT_MARKER = "\n[… {chars} more characters were cut to fit the context window.]"
-
-
-class ContextBudgetError(ModelError):
-    """The request cannot fit the model's context window, even with tool results cut."""
 
 
 def estimate_tokens(text: str) -> int:

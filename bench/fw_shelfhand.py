@@ -50,8 +50,15 @@ def make_runner(n_calls: int, n_tools: int, async_tool: bool = False) -> Any:
     kit = Toolkit([tool(name="add", read_only=True, cache_ttl=0, inline=INLINE[0])(fn)])
     for f in common.FILLER_TOOLS[: n_tools - 1]:
         kit.add(tool(f))
+    # the harness repeats the identical add(2, 3): replaying it from the run's own result
+    # (the default) would skip the tool the harness means to time
     agent = Agent(
-        name="calc", model=_model(), toolkit=kit, system_prompt=common.SYSTEM_PROMPT, max_iters=50
+        name="calc",
+        model=_model(),
+        toolkit=kit,
+        system_prompt=common.SYSTEM_PROMPT,
+        max_iters=50,
+        replay_repeated_calls=False,
     )
 
     async def run_once() -> str:

@@ -88,14 +88,39 @@ def test_a_list_of_calls_is_recovered_in_order() -> None:
     ]
 
 
-def test_json_naming_an_unknown_tool_is_never_recovered() -> None:
+def test_json_naming_an_unknown_tool_inside_prose_is_never_recovered() -> None:
     for text in (
+        'You could call {"name": "delete_everything", "arguments": {}} but I will not.',
+        'Here:\n```json\n{"name": "delete_everything", "arguments": {}}\n```\nDone.',
+    ):
+        assert recover_tool_calls(text, TOOLS) == (text, [])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         '{"name": "delete_everything", "arguments": {}}',
         '```json\n{"name": "delete_everything", "arguments": {}}\n```',
         '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
-        '[{"name": "retrieve", "arguments": {"query": "x"}}, {"name": "drop_db", "arguments": {}}]',
-    ):
-        assert recover_tool_calls(text, TOOLS) == (text, [])
+        '好的。<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+        '[{"name": "retrieve", "arguments": {"query": "x"}}, {"name": "delete_everything", '
+        '"arguments": {}}]',
+    ],
+)
+def test_a_reply_that_is_only_a_call_to_an_unknown_tool_is_recovered_for_the_toolkit_to_refuse(
+    text: str,
+) -> None:
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert "delete_everything" in [c.name for c in calls]
+    assert "{" not in remaining
+
+
+def test_arguments_that_are_not_an_object_are_recovered_as_written() -> None:
+    remaining, calls = recover_tool_calls('{"name": "retrieve", "arguments": ["x", 1]}', TOOLS)
+
+    assert remaining == ""
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("retrieve", ["x", 1])]
 
 
 @pytest.mark.parametrize(

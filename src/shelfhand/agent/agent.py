@@ -7,6 +7,13 @@ answer. Model-facing problems (unknown tool, bad arguments, a raising tool, a ti
 circuit) come back to the model as error results and the loop goes on; caller-facing ones (the
 model provider failing) propagate.
 
+What the user sees is kept clean (issue 9): streamed text that may be a text-encoded tool
+call is held back until the reply is decided (:mod:`.streaming`), and the text of successive
+steps is separated; a blank answer gets one nudge, then an honest fallback
+(:mod:`.fallbacks`); a call that keeps failing the same way ends the run and a repeated
+successful call is answered from the run's own result (:mod:`.guard`); every request is fitted
+to the model's context window (:mod:`.budget`).
+
 Calls of tools marked ``confirm=True`` pause the run: with an :class:`Approvals` registry the
 stream yields ``ApprovalRequired`` and waits for ``approve``/``reject``; without one, such calls
 are not run and the model is told they need confirmation (a run never hangs on a human that
@@ -34,10 +41,30 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
-from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
+from shelfhand.models.base import (
+    ChatModel,
+    ModelResponse,
+    StreamDone,
+    StreamText,
+    ToolSchema,
+    Usage,
+)
+from shelfhand.models.textcalls import recover_tool_calls
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
+from .budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    GrowingBound,
+    TokenCounter,
+    fit_messages,
+    request_budget,
+    schema_tokens,
+    size_bound,
+)
+from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
+from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
+from .streaming import STEP_SEPARATOR, CallTextGate
 
 if TYPE_CHECKING:
     from shelfhand.tools.approvals import ApprovalDecision, ApprovalRequest, Approvals
@@ -50,7 +77,11 @@ DEFAULT_SYSTEM_PROMPT = (
     "If the documents do not contain the answer, say so instead of guessing."
 )
 
-StopReason = Literal["final", "max_iters", "external_tool"]
+StopReason = Literal["final", "max_iters", "external_tool", "empty", "repeated_call"]
+"""Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
+called an ``external`` tool (``external_tool``); it answered blank even after a nudge
+(``empty``: the output is an honest fallback); it kept repeating a failing call
+(``repeated_call``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +119,12 @@ class Agent:
         approvals: where ``confirm=True`` tool calls wait for a human decision (see
             :class:`~shelfhand.tools.approvals.Approvals`); ``None``: such calls are not run
             and the model reads that they need confirmation. ``run``/``stream`` may override it.
+        context_tokens: the model's context window in tokens; ``None``: what the model
+            object reports as ``context_tokens``, else 8192. Every request is fitted to it,
+            leaving the model's ``max_tokens`` (when it reports one) for the answer.
+        replay_repeated_calls: answer a call that already succeeded in this run (same name
+            and canonical arguments) from that result instead of running the tool again
+            (default). ``False`` runs every call; identical failing calls are still stopped.
     """
 
     def __init__(
@@ -102,7 +139,11 @@ class Agent:
         memory: ConversationMemory | None = None,
         description: str = "",
         approvals: Approvals | None = None,
+        context_tokens: int | None = None,
+        replay_repeated_calls: bool = True,
     ) -> None:
+        if context_tokens is not None and context_tokens < 1:
+            raise ValueError("context_tokens must be positive")
         if max_iters < 1:
             raise ValueError("max_iters must be at least 1")
         if max_concurrency < 1:
@@ -116,6 +157,9 @@ class Agent:
         self.max_concurrency = max_concurrency
         self.memory = memory
         self.approvals = approvals
+        self.context_tokens = context_tokens
+        self.replay_repeated_calls = replay_repeated_calls
+        self._schema_cost: tuple[object, int] | None = None
 
     # --- public API ------------------------------------------------------------------------
     async def run(
@@ -210,36 +254,75 @@ class Agent:
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = 0
+        guard = CallGuard(replay=self.replay_repeated_calls)
+        nudge: Message | None = None
+        nudged = False
+        shown = False  # any text streamed in an earlier step of this run
+        window, max_tokens = self._window()
+        count = TokenCounter()
+        sent = GrowingBound([system, *past])
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
-            conversation = [system, *past, *new]
+            conversation = [system, *past, *new, *([nudge] if nudge is not None else [])]
+            bound = sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
+            nudge = None
+            budget = request_budget(window, max_tokens, tools_tokens=self._tools_tokens(schemas))
+            request = fit_messages(
+                conversation, budget, keep_from=1 + len(past), count=count, bound=bound
+            )
+            step_shown = False
             if streaming:
+                gate = CallTextGate(active=bool(schemas))
                 response: ModelResponse | None = None
-                async for chunk in self.model.stream(conversation, tools=schemas):
+                async for chunk in self.model.stream(request, tools=schemas):
                     if isinstance(chunk, StreamText):
-                        if chunk.text:
-                            yield TextDelta(text=chunk.text)
+                        out = gate.feed(chunk.text) if chunk.text else ""
+                        if out:
+                            if shown and not step_shown:
+                                yield TextDelta(text=STEP_SEPARATOR)
+                            step_shown = True
+                            yield TextDelta(text=out)
                     elif isinstance(chunk, StreamDone):
                         response = chunk.response
                 if response is None:
                     raise RuntimeError(f"model {self.model.name} stream ended without a reply")
+                reply = _recovered(response.message, schemas)
+                rest = gate.finish(reply.text)
+                if rest:
+                    if shown and not step_shown:
+                        yield TextDelta(text=STEP_SEPARATOR)
+                    step_shown = True
+                    yield TextDelta(text=rest)
+                shown = shown or step_shown
             else:
-                response = await self.model.request(conversation, tools=schemas)
+                response = await self.model.request(request, tools=schemas)
+                reply = _recovered(response.message, schemas)
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
-            reply = response.message
-            new.append(reply)
             calls = reply.tool_calls
             if not calls:
+                reason: StopReason = "final"
+                text = reply.text
+                if not text.strip():
+                    if not nudged and iteration < self.max_iters:
+                        nudged = True
+                        nudge = Message.user(NUDGE)
+                        continue
+                    text, reason = empty_answer(citations), "empty"
+                    reply = Message.assistant(text)
+                    if streaming:
+                        yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
+                new.append(reply)
                 # remember before yielding: a consumer may stop at the final event
                 await self._remember(new)
                 yield self._final(
-                    reply.text, new, citations, run, iteration, input_tokens, output_tokens
+                    text, new, citations, run, iteration, input_tokens, output_tokens, reason
                 )
                 return
+            new.append(reply)
 
             external = tuple(c for c in calls if self._is_external(c.name))
             if external:
@@ -256,9 +339,23 @@ class Agent:
                 yield Final(result=result)
                 return
 
+            repeated = next((r for c in calls if (r := guard.refused(c)) is not None), None)
+            if repeated is not None:
+                text = repeated_call_answer(repeated, citations)
+                new.append(_not_run(calls, repeated))
+                new.append(Message.assistant(text))
+                if streaming:
+                    yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
+                await self._remember(new)
+                yield self._final(
+                    text, new, citations, run, iteration, input_tokens, output_tokens,
+                    "repeated_call",
+                )  # fmt: skip
+                return
+
             step = replace(run, iteration=iteration) if iteration > 1 else run
             results: list[ToolResultBlock] = []
-            async with aclosing(self._execute(calls, step, results, approvals)) as steps:
+            async with aclosing(self._execute(calls, step, results, approvals, guard)) as steps:
                 async for event in steps:
                     yield event
             found = [c for r in results for c in r.citations]
@@ -267,12 +364,31 @@ class Agent:
                 yield CitationsFound(citations=tuple(found))
             new.append(Message.tool(results))
 
-        text = self._fallback(new)
+        text = max_iters_answer(self.max_iters, new)
         new.append(Message.assistant(text))
+        if streaming:
+            yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
         await self._remember(new)
         yield self._final(
             text, new, citations, run, self.max_iters, input_tokens, output_tokens, "max_iters"
         )
+
+    def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
+        """The schemas' token estimate, kept while the toolkit hands out the same list."""
+        cost = self._schema_cost
+        if cost is None or cost[0] is not schemas:
+            cost = (schemas, schema_tokens(schemas))
+            self._schema_cost = cost
+        return cost[1]
+
+    def _window(self) -> tuple[int, int | None]:
+        """The context window and the tokens to reserve for the answer (when known)."""
+        context = (
+            self.context_tokens
+            or _positive_int(getattr(self.model, "context_tokens", None))
+            or DEFAULT_CONTEXT_TOKENS
+        )
+        return context, _positive_int(getattr(self.model, "max_tokens", None))
 
     def _final(
         self,
@@ -313,40 +429,59 @@ class Agent:
         run: RunContext,
         results: list[ToolResultBlock],
         approvals: Approvals | None,
+        guard: CallGuard,
     ) -> AsyncGenerator[Event, None]:
         """Run the calls (concurrently when all are concurrency-safe); fill ``results`` in order.
 
-        Calls needing confirmation are put to ``approvals`` first, all at once, before any call
-        of the reply runs; at most ``max_concurrency`` calls execute at the same time.
+        A call that already succeeded in this run is answered from that result (see
+        :class:`CallGuard`). Calls needing confirmation are put to ``approvals`` first, all at
+        once, before any call of the reply runs; at most ``max_concurrency`` calls execute at
+        the same time.
         """
         for call in calls:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
+        done: dict[str, ToolResultBlock] = {}
+        for call in calls:
+            earlier = guard.replay(call)
+            if earlier is not None:
+                done[call.id] = earlier
+                yield ToolFinished(
+                    call_id=call.id,
+                    name=call.name,
+                    content=earlier.content,
+                    is_error=False,
+                    duration_ms=0.0,
+                    replayed=True,
+                )
+        todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
-        if approvals is not None:
-            async with aclosing(self._ask(calls, run, approvals, decisions)) as asking:
+        if approvals is not None and todo:
+            async with aclosing(self._ask(todo, run, approvals, decisions)) as asking:
                 async for event in asking:
                     yield event
         kit = self.toolkit
-        if len(calls) > 1 and kit.is_concurrency_safe([c.name for c in calls]):
+        if len(todo) > 1 and kit.is_concurrency_safe([c.name for c in todo]):
             gate = asyncio.Semaphore(self.max_concurrency)
 
-            async def one(call: ToolCallBlock) -> CallReport:
+            async def one(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
                 async with gate:
-                    return await kit.execute(call, run, approval=decisions.get(call.id))
+                    return call, await kit.execute(call, run, approval=decisions.get(call.id))
 
-            tasks = [asyncio.ensure_future(one(c)) for c in calls]
+            tasks = [asyncio.ensure_future(one(c)) for c in todo]
             try:
-                for done in asyncio.as_completed(tasks):
-                    yield _finished(await done)
+                for next_done in asyncio.as_completed(tasks):
+                    call, report = await next_done
+                    done[call.id] = guard.record(call, report.result)
+                    yield _finished(report, done[call.id])
             finally:
                 for t in tasks:
                     t.cancel()
-            results.extend(t.result().result for t in tasks)
         else:
-            for call in calls:
+            for call in todo:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
-                results.append(report.result)
-                yield _finished(report)
+                done[call.id] = guard.record(call, report.result)
+                yield _finished(report, done[call.id])
+        results.extend(done[c.id] for c in calls)
 
     async def _ask(
         self,
@@ -388,19 +523,39 @@ class Agent:
                 if request.call_id not in decisions:
                     approvals.discard(request.id)
 
-    def _fallback(self, new: list[Message]) -> str:
-        last = next((m for m in reversed(new) if m.role == "tool"), None)
-        lines = [
-            f"I could not finish within {self.max_iters} steps, so this is not a complete answer."
-        ]
-        if last is not None:
-            lines.append("The last tool results were:")
-            lines.extend(f"- {r.name}: {r.content[:300]}" for r in last.tool_results)
-        return "\n".join(lines)
+
+def _recovered(reply: Message, schemas: Sequence[ToolSchema]) -> Message:
+    """``reply`` with tool calls written as text turned into calls (whatever the provider did)."""
+    if reply.tool_calls or not schemas:
+        return reply
+    content = reply.text
+    if "{" not in content and "[" not in content:
+        return reply  # the common case: no JSON, so no call
+    names = {str(s.get("function", {}).get("name", "")) for s in schemas}
+    text, calls = recover_tool_calls(content, names)
+    if not calls:
+        return reply
+    return replace(reply, content=Message.assistant(text, tool_calls=calls).content)
 
 
-def _finished(report: CallReport) -> ToolFinished:
-    res = report.result
+def _not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
+    """Results for the calls of a reply the run stopped at (keeps the transcript valid)."""
+    return Message.tool(
+        ToolResultBlock(
+            call_id=c.id,
+            name=c.name,
+            content=f"not run: the run stopped because {repeated.call.name} kept failing",
+            is_error=True,
+        )
+        for c in calls
+    )
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:
     return ToolFinished(
         call_id=res.call_id,
         name=res.name,

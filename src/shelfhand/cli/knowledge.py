@@ -27,6 +27,8 @@ from shelfhand.cli.main import (
 )
 
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
+NO_ANSWER_EXIT_CODE = 3
+"""`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
 
 
 @app.command()
@@ -206,7 +208,11 @@ def ask(
     user: UserOpt = "cli",
     role: RolesOpt = None,
 ) -> None:
-    """Answer from the documents (chat model if configured, else cited passages)."""
+    """Answer from the documents (chat model if configured, else cited passages).
+
+    Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
+    found, or "no answer", are printed instead.
+    """
     from shelfhand.core.errors import ModelError
     from shelfhand.knowledge.citations import label
 
@@ -241,6 +247,8 @@ def ask(
             console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
     if kb is not None:
         kb.close()
+    if result.stop_reason == "empty":
+        raise typer.Exit(NO_ANSWER_EXIT_CODE)
 
 
 @app.command(name="eval")

@@ -184,10 +184,15 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
     from shelfhand.core.events import Final, TextDelta, ToolFinished, ToolStarted
     from shelfhand.knowledge.citations import label
 
+    mid_line = False  # streamed text without a line end yet: a tool step starts a new line
     async for event in agent.stream(line, context=ctx, approvals=console_approvals(console)):
         if isinstance(event, TextDelta):
             console.print(event.text, end="", highlight=False, markup=False)
+            mid_line = not event.text.endswith("\n")
         elif isinstance(event, ToolStarted):
+            if mid_line:
+                console.print()
+                mid_line = False
             console.print(f"[dim]→ {event.name}({event.arguments})[/]")
         elif isinstance(event, ToolFinished):
             status = "[red]error[/]" if event.is_error else "ok"

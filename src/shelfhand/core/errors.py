@@ -13,7 +13,8 @@ that says what to do (bad configuration, a model provider that is down, an exhau
     ├── ConfigurationError          wrong or missing settings (fails fast at start-up)
     ├── ModelError                  the chat model could not answer
     │   ├── ModelTimeoutError       the provider did not answer in time
-    │   └── ModelProviderError      the provider answered with an error (HTTP status kept)
+    │   ├── ModelProviderError      the provider answered with an error (HTTP status kept)
+    │   └── ContextBudgetError      the request cannot fit the model's context window
     ├── ScriptExhaustedError        a ScriptedModel ran out of turns (tests)
     ├── KnowledgeError              ingest / store / retrieval problems
     │   ├── UnreadableDocumentError a file that cannot be read (reported, then skipped)
@@ -54,6 +55,11 @@ class ModelProviderError(ModelError):
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class ContextBudgetError(ModelError):
+    """The request cannot fit the model's context window, even with tool results cut; nothing
+    was sent (the message says how many tokens were needed and how many fit)."""
 
 
 class ScriptExhaustedError(ShelfhandError):

@@ -14,7 +14,15 @@ with *text* instead of a native ``tool_calls`` entry::
 :func:`recover_tool_calls` turns such text back into
 :class:`~shelfhand.core.messages.ToolCallBlock` values — but only for tools that were offered,
 and only from JSON that has the shape of a call. Prose that happens to contain braces, JSON
-that names an unknown tool, and JSON inside code fences of other languages are left alone.
+that names an unknown tool inside prose, and JSON inside code fences of other languages are left
+alone.
+
+A call to a tool that was *not* offered is still recovered when the model plainly meant a call:
+inside ``<tool_call>`` tags, or when the whole reply is nothing but call-shaped JSON (bare or
+fenced) with a tool-like name and an arguments key. The agent then answers it with an
+"unknown tool" error result for the model to read, instead of showing the JSON to the user.
+Arguments that are not an object (a list, a number) are recovered as written, for the toolkit
+to reject with a message the model can act on.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Container
 from typing import Any
 
 from shelfhand.core.messages import ToolCallBlock
@@ -34,6 +42,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.DOTALL)
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 # Some chat templates put a marker in front of bare JSON calls (Mistral, Llama 3.1).
 _MARKER_BEFORE = re.compile(r"(?:\[TOOL_CALLS\]|<\|python_tag\|>)\s*\Z")
+_LEADING_MARKER = re.compile(r"\A(?:\[TOOL_CALLS\]|<\|python_tag\|>)\s*")
 _FENCE_LANGUAGES = frozenset({"", "json", "json5", "tool_call", "tool_calls", "tool_code"})
 
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
@@ -41,6 +50,17 @@ _ARG_KEYS = ("arguments", "parameters", "args", "input")
 _ALLOWED_EXTRA = frozenset({"type", "id"})
 
 _DECODER = json.JSONDecoder()
+_TOOL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+class _AnyToolName:
+    """Accepts any tool-like name: for replies that can only be a call (see module doc)."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and _TOOL_LIKE.fullmatch(name) is not None
+
+
+_ANY_NAME = _AnyToolName()
 
 _Call = tuple[str, str, str | None]  # name, arguments JSON text, id given by the model
 _Span = tuple[int, int, list[_Call]]
@@ -50,7 +70,7 @@ def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def _call_from(obj: Any, names: Collection[str], *, require_args: bool) -> _Call | None:
+def _call_from(obj: Any, names: Container[str], *, require_args: bool) -> _Call | None:
     """One call from a JSON object, or ``None`` when it is not shaped like a call."""
     if not isinstance(obj, dict):
         return None
@@ -75,18 +95,17 @@ def _call_from(obj: Any, names: Collection[str], *, require_args: bool) -> _Call
     args = obj[arg_keys[0]] if arg_keys else None
     if args is None:
         arguments = "{}"
-    elif isinstance(args, dict):
-        arguments = json.dumps(args, ensure_ascii=False)
     elif isinstance(args, str):
         # Some models double-encode the arguments; keep the JSON text as sent.
         arguments = args if args.strip() else "{}"
     else:
-        return None
+        # An object, or a list/number the toolkit will reject with a message for the model.
+        arguments = json.dumps(args, ensure_ascii=False)
     call_id = obj.get("id")
     return name, arguments, call_id if isinstance(call_id, str) and call_id else None
 
 
-def _calls_from_value(value: Any, names: Collection[str], *, require_args: bool) -> list[_Call]:
+def _calls_from_value(value: Any, names: Container[str], *, require_args: bool) -> list[_Call]:
     """All calls in one JSON value; empty unless *every* element is a known call."""
     if isinstance(value, dict) and set(value) == {"tool_calls"}:
         value = value["tool_calls"]
@@ -116,16 +135,20 @@ def _decode_all(snippet: str) -> list[Any] | None:
         values.append(value)
 
 
-def _calls_from_snippet(snippet: str, names: Collection[str]) -> list[_Call]:
+def _calls_from_snippet(
+    snippet: str, names: Container[str], *, require_args: bool = False
+) -> list[_Call]:
     fence = _FENCE.fullmatch(snippet.strip())
     if fence is not None:
+        if fence.group(1).lower() not in _FENCE_LANGUAGES:
+            return []
         snippet = fence.group(2)
     values = _decode_all(snippet)
     if values is None:
         return []
     calls: list[_Call] = []
     for value in values:
-        found = _calls_from_value(value, names, require_args=False)
+        found = _calls_from_value(value, names, require_args=require_args)
         if not found:
             return []
         calls.extend(found)
@@ -139,7 +162,7 @@ def _inside(pos: int, regions: list[tuple[int, int]]) -> int | None:
     return None
 
 
-def _bare_spans(text: str, names: Collection[str], excluded: list[tuple[int, int]]) -> list[_Span]:
+def _bare_spans(text: str, names: Container[str], excluded: list[tuple[int, int]]) -> list[_Span]:
     spans: list[_Span] = []
     pos = 0
     while True:
@@ -202,7 +225,8 @@ def recover_tool_calls(
     for match in _TAG.finditer(text):
         if _inside(match.start(), excluded) is not None:
             continue
-        calls = _calls_from_snippet(match.group(1), names)
+        # A tag says "this is a call": unknown names are recovered too (and refused later).
+        calls = _calls_from_snippet(match.group(1), _ANY_NAME)
         if calls:
             spans.append((match.start(), match.end(), calls))
         excluded.append(match.span())
@@ -218,7 +242,12 @@ def recover_tool_calls(
 
     spans.extend(_bare_spans(text, names, excluded))
     if not spans:
-        return text, []
+        # A reply that is nothing but call-shaped JSON is a call, whatever tool it names.
+        whole = _LEADING_MARKER.sub("", text.strip())
+        calls = _calls_from_snippet(whole, _ANY_NAME, require_args=True)
+        if not calls:
+            return text, []
+        spans.append((0, len(text), calls))
 
     spans.sort(key=lambda span: span[0])
     new_id = make_id or _new_call_id

@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from hashlib import sha256
@@ -74,14 +74,18 @@ AUDIT_MIGRATIONS = [
         );
         CREATE INDEX audit_log_ts ON audit_log (ts);
         """,
-    )
+    ),
+    Migration(
+        name="audit_002_argument_repairs",
+        sql="ALTER TABLE audit_log ADD COLUMN repairs TEXT NOT NULL DEFAULT '';",
+    ),
 ]
 
 _COLUMNS = (
     "ts, tool, tenant, user_id, trace_id, request_id, call_id, args_hash, arguments, decision, "
-    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts"
+    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts, repairs"
 )
-_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 16)})"
+_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 
 
 def redact(value: Any) -> Any:
@@ -133,11 +137,14 @@ class AuditRecord:
     cache_hit: bool
     dedup_hit: bool
     attempts: int
+    repairs: tuple[str, ...] = ()
+    """What was repaired in the model's arguments before the call (see ``tools.repair``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (the ``time`` field is ISO 8601, UTC)."""
         data = asdict(self)
         data["time"] = datetime.fromtimestamp(self.ts, tz=UTC).isoformat()
+        data["repairs"] = list(self.repairs)
         # unparsable arguments are stored as a placeholder string, kept as is
         with contextlib.suppress(ValueError):
             data["arguments"] = json.loads(self.arguments)
@@ -195,6 +202,7 @@ class AuditLog:
         dedup_hit: bool = False,
         attempts: int = 1,
         ts: float | None = None,
+        repairs: Sequence[str] = (),
     ) -> None:
         """Buffer one record; hashing, redaction and the write happen off the calling path.
 
@@ -219,12 +227,14 @@ class AuditLog:
                 cache_hit,
                 dedup_hit,
                 attempts,
+                tuple(repairs),
             )
         )
 
     def append(self, row: tuple[Any, ...]) -> None:
         """:meth:`record` without keywords, for the toolkit's hot path: ``row`` holds the same
-        values in the order of :meth:`record`'s parameters (``ts`` first, required)."""
+        values in the order of :meth:`record`'s parameters (``ts`` first, required; ``repairs``
+        last, optional)."""
         if self._closed:
             logger.warning("audit log %s is closed; dropping a record for %s", self.path, row[1])
             return
@@ -396,11 +406,15 @@ class AuditLog:
                 cache_hit=bool(row[13]),
                 dedup_hit=bool(row[14]),
                 attempts=row[15],
+                repairs=tuple(json.loads(row[16])) if row[16] else (),
             )
 
 
 def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """A buffered record → the stored row: hash and redact the arguments."""
+    if len(raw) == 16:  # a row appended without repairs
+        raw = (*raw, ())
+    raw = (*raw[:16], json.dumps(list(raw[16]), ensure_ascii=False) if raw[16] else "")
     arguments, canonical = raw[7], raw[8]
     if canonical is None:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it

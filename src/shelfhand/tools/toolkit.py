@@ -9,7 +9,9 @@ Before the model sees anything, tools are filtered by the caller's permission le
 rate limits, cache, single-flight, timeout, retries, circuit breaker, confirmation, audit — see
 :mod:`shelfhand.tools.governance`) and never raises for a problem the model can fix: unknown
 tools, bad arguments, failures, timeouts, open circuits and rate limits all come back as a
-``ToolResultBlock`` with ``is_error=True``. ``external`` tools are never executed here: the
+``ToolResultBlock`` with ``is_error=True``. Before validation, mechanical slips in the
+arguments (JSON-schema keywords echoed into them, JSON sent as a string) are repaired and the
+repairs audited (see :mod:`shelfhand.tools.repair`). ``external`` tools are never executed here: the
 agent stops when the model calls one and returns the call to its caller, who executes it.
 
 Every tool goes through the same pipeline, whatever it is (a local function, an MCP tool, a
@@ -40,6 +42,7 @@ from shelfhand.tools.governance import (
     Outcome,
     ToolPlan,
 )
+from shelfhand.tools.repair import SCHEMA_KEYWORDS, repair_arguments
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 META_TOOL_NAME = "use_tool_group"
 _PLAIN_USER = UserContext(tenant_id="-", user_id="-")
+_SCHEMA_KEYWORDS = SCHEMA_KEYWORDS
 
 AnyTool = Tool[..., Any]
 
@@ -76,6 +80,8 @@ class CallReport:
     """The result was shared from an identical concurrent call (the tool ran once)."""
     attempts: int = 0
     duration_ms: float = 0.0
+    repairs: tuple[str, ...] = ()
+    """Repairs made to the model's arguments before the call (see :mod:`~.repair`)."""
 
 
 class Toolkit:
@@ -343,6 +349,8 @@ class Toolkit:
                 call, run, request_id, started, message, "invalid_arguments", "allow",
                 call.arguments, None,
             )  # fmt: skip
+        arguments, fixes = self._repair(found, arguments)
+        repairs = tuple(fixes)
         if not isinstance(arguments, dict):
             message = (
                 f"arguments for tool {name} must be a JSON object of named arguments, "
@@ -350,7 +358,7 @@ class Toolkit:
             )
             return self._refuse(
                 call, run, request_id, started, message, "invalid_arguments", "allow",
-                call.arguments, None,
+                call.arguments, None, repairs,
             )  # fmt: skip
         plan = self._plans.get(name) or self._plan_for(found)
         decision: Decision = "allow"
@@ -360,14 +368,14 @@ class Toolkit:
             if refusal is not None:
                 return self._refuse(
                     call, run, request_id, started, refusal[0], refusal[1], decision,
-                    arguments, None,
+                    arguments, None, repairs,
                 )  # fmt: skip
         if plan.per_caller is not None or plan.total is not None:
             limited = gov.check_rate(plan, run.user.scope)
             if limited is not None:
                 return self._refuse(
                     call, run, request_id, started, limited, "rate_limited", decision,
-                    arguments, None,
+                    arguments, None, repairs,
                 )  # fmt: skip
         canonical: str | None = None
         key: tuple[str, str, str] | None = None
@@ -399,6 +407,7 @@ class Toolkit:
             shared=shared,
             attempts=outcome.attempts,
             duration_ms=(time.perf_counter() - started) * 1000,
+            repairs=repairs,
         )
         if gov.audit is not None:
             self._audit(call, run, report, arguments, canonical, outcome.error_class)
@@ -434,7 +443,7 @@ class Toolkit:
         if found is None or found.external or not getattr(found, "confirm", False):
             return None
         try:
-            arguments = call.parsed_arguments()
+            arguments = self._repair(found, call.parsed_arguments())[0]
         except ValueError:
             return None
         if not isinstance(arguments, dict):
@@ -456,6 +465,16 @@ class Toolkit:
             Exception: whatever the tool raises.
         """
         return await item.invoke(arguments, run=run)
+
+    @staticmethod
+    def _repair(item: AnyTool, arguments: Any) -> tuple[Any, list[str]]:
+        """Undo mechanical slips in the arguments (see :mod:`shelfhand.tools.repair`)."""
+        if isinstance(arguments, dict) and not any(
+            isinstance(v, str) or k in _SCHEMA_KEYWORDS for k, v in arguments.items()
+        ):
+            return arguments, []  # the common case: nothing that could need repair
+        parameters = item.schema().get("function", {}).get("parameters") or {}
+        return repair_arguments(arguments, parameters)
 
     def _plan_for(self, item: AnyTool) -> ToolPlan:
         plan = self._gov.plan(item)
@@ -501,6 +520,7 @@ class Toolkit:
         decision: Decision,
         arguments: Any,
         canonical: str | None,
+        repairs: tuple[str, ...] = (),
     ) -> CallReport:
         report = CallReport(
             result=ToolResultBlock(call_id=call.id, name=call.name, content=message, is_error=True),
@@ -508,6 +528,7 @@ class Toolkit:
             decision=decision,
             outcome=outcome,
             duration_ms=(time.perf_counter() - started) * 1000,
+            repairs=repairs,
         )
         if self._gov.audit is not None:
             self._audit(call, run, report, arguments, canonical, "")
@@ -543,6 +564,7 @@ class Toolkit:
                 report.replayed,
                 report.shared,
                 report.attempts,
+                report.repairs,
             )
         )
 

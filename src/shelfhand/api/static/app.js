@@ -96,7 +96,8 @@ async function openSession(id) {
       if (!answer) answer = newAnswer();
       for (const c of calls) addStep(answer, `→ ${c.name}(${c.arguments})`);
       const text = textOf(m);
-      if (text) { answer.text += text; renderAnswer(answer); }
+      // steps of one turn are kept apart, as the live stream does ("\n\n" between them)
+      if (text) { answer.text += (answer.text ? "\n\n" : "") + text; renderAnswer(answer); }
     } else if (m.role === "tool" && answer) {
       for (const r of m.content.filter((b) => b.type === "tool_result")) {
         answer.citations.push(...r.citations);

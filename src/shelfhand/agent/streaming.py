@@ -1,0 +1,128 @@
+"""Streaming text that never shows a tool call (issue 9, point 1).
+
+Small models often write a tool call as *text* (a fenced ```` ```json ```` block, bare
+``{"name": ..., "arguments": ...}``, a ``<tool_call>`` tag); the provider recovers it only when
+the reply is complete. :class:`CallTextGate` sits between the model's text chunks and the
+``TextDelta`` events of one step: text that cannot start a call is passed on at once; from the
+first sign of a possible call (``{``, a code fence, ``<tool_call``, ``[{``, a Mistral or Llama
+call marker) the rest of the step is held back until the reply is decided — except a code fence
+of another language (```` ```python ````), which can hold no call and streams on. Then
+:meth:`CallTextGate.finish` releases what the user should see: the held text unchanged when the
+reply was plain text, or only the prose around the calls when it held calls.
+
+A chunk that ends with the beginning of a marker (``"``"``, ``"<tool_"``, ``"["``) is held back
+too, so a marker split across chunks is never half shown; so is trailing whitespace, until the
+text after it shows whether it ends the prose before a call.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+__all__ = ["STEP_SEPARATOR", "CallTextGate"]
+
+STEP_SEPARATOR = "\n\n"
+"""Streamed between the text of two model steps of one run, so consumers never glue them."""
+
+_TRIGGER = re.compile(r"\{|```|<tool_call|\[TOOL_CALLS\]|<\|python_tag\|>|\[\s*\{")
+_MARKERS = ("```", "<tool_call", "[TOOL_CALLS]", "<|python_tag|>")
+_LONGEST_MARKER = max(len(m) for m in _MARKERS)
+_OPEN_BRACKET = re.compile(r"\[\s*")
+# A fence whose language line is complete; only these languages may hold a call (as textcalls).
+_FENCE_OPEN = re.compile(r"\s*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
+_CALL_FENCES = frozenset({"", "json", "json5", "tool_call", "tool_calls", "tool_code"})
+
+
+def _partial_marker(text: str) -> int:
+    """Length of the longest suffix of ``text`` that may be the start of a marker."""
+    for size in range(min(len(text), _LONGEST_MARKER), 0, -1):
+        tail = text[-size:]
+        if any(m.startswith(tail) for m in _MARKERS) or _OPEN_BRACKET.fullmatch(tail):
+            return size
+    return 0
+
+
+class CallTextGate:
+    """Holds back one step's streamed text while it may be a text-encoded tool call.
+
+    Args:
+        active: ``False`` passes everything through (no tools were offered, so no reply can
+            be a call).
+    """
+
+    def __init__(self, *, active: bool) -> None:
+        self.active = active
+        self._sent: list[str] = []
+        self._pending = ""
+        self._mode: Literal["text", "hold", "fence"] = "text"
+
+    @property
+    def sent(self) -> str:
+        """The text released so far in this step."""
+        return "".join(self._sent)
+
+    def feed(self, text: str) -> str:
+        """Take a chunk; return the part that is safe to show now (maybe empty)."""
+        if not self.active:
+            self._sent.append(text)
+            return text
+        self._pending += text
+        out = self._drain()
+        if out:
+            self._sent.append(out)
+        return out
+
+    def _drain(self) -> str:
+        out: list[str] = []
+        while True:
+            buffer = self._pending
+            if self._mode == "fence":
+                # inside a code fence of another language: never a call, except a tag
+                close, tag = buffer.find("```"), buffer.find("<tool_call")
+                if tag >= 0 and (close < 0 or tag < close):
+                    out.append(buffer[:tag])
+                    self._pending, self._mode = buffer[tag:], "hold"
+                    return "".join(out)
+                if close >= 0:
+                    out.append(buffer[: close + 3])
+                    self._pending, self._mode = buffer[close + 3 :], "text"
+                    continue
+                cut = len(buffer) - _partial_marker(buffer)
+                out.append(buffer[:cut])
+                self._pending = buffer[cut:]
+                return "".join(out)
+            if self._mode == "hold":
+                fence = _FENCE_OPEN.match(buffer)
+                if fence is not None and fence.group(1).lower() not in _CALL_FENCES:
+                    out.append(fence.group(0))
+                    self._pending, self._mode = buffer[fence.end() :], "fence"
+                    continue
+                return "".join(out)
+            found = _TRIGGER.search(buffer)
+            cut = found.start() if found is not None else len(buffer) - _partial_marker(buffer)
+            # Whitespace waits for what follows it: before a call it is not shown at all.
+            cut = len(buffer[:cut].rstrip())
+            out.append(buffer[:cut])
+            self._pending = buffer[cut:]
+            if found is None:
+                return "".join(out)
+            self._mode = "hold"
+
+    def finish(self, visible: str) -> str:
+        """The rest of the step to show, given ``visible``: the reply's text once decided
+        (with any recovered calls already removed from it)."""
+        sent = self.sent
+        if visible.startswith(sent):
+            rest = visible[len(sent) :]
+        else:
+            # Recovery strips whitespace around removed calls: compare without it.
+            trimmed = sent.rstrip()
+            rest = visible[len(trimmed) :].lstrip() if visible.startswith(trimmed) else ""
+            if rest and trimmed and not sent.endswith(("\n", " ")):
+                rest = "\n" + rest
+        self._pending = ""
+        self._mode = "text"
+        if rest:
+            self._sent.append(rest)
+        return rest

@@ -1,0 +1,178 @@
+"""No empty answers (issue 9.4) and the tool-call loop guard (issue 9.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shelfhand import Agent, Toolkit, UserContext, tool
+from shelfhand.agent.fallbacks import NUDGE
+from shelfhand.core.events import Final, TextDelta, ToolFinished
+from shelfhand.core.messages import Citation, Message
+from shelfhand.testing import CyclingScriptModel, FunctionModel, ScriptedModel, text, tool_call
+from shelfhand.tools.tool import ToolOutput
+
+pytestmark = pytest.mark.anyio
+
+ALICE = UserContext(tenant_id="t1", user_id="alice")
+
+
+def counting_tools() -> tuple[Toolkit, dict[str, int]]:
+    runs: dict[str, int] = {"lookup": 0, "flaky": 0}
+
+    @tool(cache_ttl=0)
+    def lookup(sku: str) -> ToolOutput:
+        """Find a product's manual passage."""
+        runs["lookup"] += 1
+        citation = Citation(index=1, source="manual.md", title="手册", text=f"{sku} 保修两年。")
+        return ToolOutput(content=f"[1] {sku} 保修两年。", citations=(citation,))
+
+    @tool(retries=0)
+    def flaky(order_id: str) -> str:
+        """Look up an order (always fails here)."""
+        runs["flaky"] += 1
+        raise ValueError(f"order {order_id} does not exist")
+
+    return Toolkit([lookup, flaky]), runs
+
+
+async def test_a_blank_answer_gets_one_nudge_and_the_second_answer_is_used() -> None:
+    model = ScriptedModel([text(""), text("保修两年。")])
+    result = await Agent(model=model).run("保修多久？")
+
+    assert result.output == "保修两年。" and result.stop_reason == "final"
+    assert model.requests[1][-1].text == NUDGE
+    assert NUDGE not in [m.text for m in result.messages]  # the nudge is not in the transcript
+
+
+async def test_a_blank_answer_twice_ends_with_the_passages_found() -> None:
+    kit, _ = counting_tools()
+    model = ScriptedModel([tool_call("lookup", {"sku": "P20"}), text("  \n"), text("")])
+    result = await Agent(model=model, toolkit=kit).run("P20 保修多久？", context=ALICE)
+
+    assert result.stop_reason == "empty"
+    assert result.output.startswith("The model returned an empty reply")
+    assert "[1] 手册: P20 保修两年。" in result.output
+    assert result.messages[-1].role == "assistant" and result.messages[-1].text == result.output
+
+
+async def test_a_blank_answer_without_passages_says_there_is_no_answer_also_when_streamed() -> None:
+    model = ScriptedModel([text(""), text("")])
+    events = [e async for e in Agent(model=model).stream("hi")]
+
+    final = events[-1]
+    assert isinstance(final, Final) and final.result.stop_reason == "empty"
+    assert final.result.output.startswith("No answer")
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == final.result.output
+
+
+async def test_a_blank_answer_on_the_last_allowed_step_is_not_nudged() -> None:
+    model = ScriptedModel([text("")])
+    result = await Agent(model=model, max_iters=1).run("hi")
+
+    assert result.stop_reason == "empty" and model.remaining == 0
+
+
+async def test_identical_failing_calls_are_told_to_stop_and_end_the_run_by_the_third() -> None:
+    kit, runs = counting_tools()
+    model = CyclingScriptModel([tool_call("flaky", {"order_id": "SO-9"})])
+    result = await Agent(model=model, toolkit=kit, max_iters=10).run("SO-9?", context=ALICE)
+
+    assert runs["flaky"] == 2  # the third identical call is not run
+    assert result.stop_reason == "repeated_call" and result.iterations == 3
+    assert "flaky failed 2 times with the same error" in result.output
+    assert "order SO-9 does not exist" in result.output
+    results = [r for m in result.messages for r in m.tool_results]
+    assert "Do not call it again" not in results[0].content
+    assert "failed 2 times with the same error. Do not call it again" in results[1].content
+    assert results[2].content.startswith("not run")
+    # the transcript stays valid: every call has a result, the last message is the answer
+    calls = [c.id for m in result.messages for c in m.tool_calls]
+    assert calls == [r.call_id for r in results]
+    assert result.messages[-1].role == "assistant" and result.messages[-1].text == result.output
+
+
+async def test_failing_calls_with_other_arguments_are_not_stopped() -> None:
+    kit, runs = counting_tools()
+    model = ScriptedModel(
+        [
+            tool_call("flaky", {"order_id": "SO-1"}),
+            tool_call("flaky", {"order_id": "SO-2"}),
+            tool_call("flaky", {"order_id": "SO-1"}),
+            tool_call("flaky", {"order_id": "SO-2"}),
+            text("Neither order exists."),
+        ]
+    )
+    result = await Agent(model=model, toolkit=kit).run("?", context=ALICE)
+
+    assert runs["flaky"] == 4
+    assert result.stop_reason == "final" and result.output == "Neither order exists."
+
+
+async def test_a_repeated_successful_call_is_answered_from_the_runs_own_result() -> None:
+    kit, runs = counting_tools()
+    model = ScriptedModel(
+        [
+            tool_call("lookup", {"sku": "P20"}),
+            tool_call("lookup", {"sku": "P20"}),  # same arguments, another spelling below
+            tool_call("lookup", '{ "sku" : "P20" }'),
+            text("两年 [1]。"),
+        ]
+    )
+    events = [e async for e in Agent(model=model, toolkit=kit).stream("?", context=ALICE)]
+
+    assert runs["lookup"] == 1
+    finished = [e for e in events if isinstance(e, ToolFinished)]
+    assert [e.replayed for e in finished] == [False, True, True]
+    assert all("P20 保修两年。" in e.content and not e.is_error for e in finished)
+    result = events[-1]
+    assert isinstance(result, Final)
+    assert len(result.result.citations) == 1  # numbered once, not again per replay
+
+
+async def test_group_switches_are_never_replayed() -> None:
+    switches: list[Any] = []
+
+    @tool(group="orders")
+    def cancel_order(order_id: str) -> str:
+        """Cancel an order."""
+        return "cancelled"
+
+    kit = Toolkit()
+    kit.add_group("orders", "Order tools", [cancel_order])
+    model = ScriptedModel(
+        [
+            tool_call("use_tool_group", {"group": "orders"}),
+            tool_call("use_tool_group", {"group": "orders", "active": False}),
+            tool_call("use_tool_group", {"group": "orders"}),
+            text("ok"),
+        ]
+    )
+
+    def spy(messages: list[Message], tools: list[Any]) -> Any:
+        switches.append(kit.groups["orders"])
+        return model._turn(messages, tools)
+
+    result = await Agent(model=FunctionModel(spy), toolkit=kit).run("?", context=ALICE)
+
+    assert result.output == "ok"
+    assert switches == [False, True, False, True]
+
+
+async def test_replaying_can_be_switched_off_and_failing_calls_are_still_stopped() -> None:
+    kit, runs = counting_tools()
+    model = ScriptedModel(
+        [
+            tool_call("lookup", {"sku": "P20"}),
+            tool_call("lookup", {"sku": "P20"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+            tool_call("flaky", {"order_id": "SO-9"}),
+        ]
+    )
+    agent = Agent(model=model, toolkit=kit, replay_repeated_calls=False)
+    result = await agent.run("?", context=ALICE)
+
+    assert runs == {"lookup": 2, "flaky": 2}
+    assert result.stop_reason == "repeated_call"

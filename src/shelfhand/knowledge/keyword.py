@@ -21,6 +21,7 @@ from typing import Any
 import tantivy
 
 from shelfhand.knowledge.analysis import tokenize_for_index
+from shelfhand.knowledge.outbox import split_changes
 from shelfhand.knowledge.store import (
     PRIVILEGED_ROLES,
     PUBLIC_TAG,
@@ -117,14 +118,19 @@ class TantivyKeywordIndex:
         writer.add_document(doc)
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
-        """Delete every changed document by id, then add its current chunks from the store."""
-        doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
+        """Delete every replaced document by id, then add its current chunks from the store;
+        add chunks appended to a document by rowid (``vectors`` changes do not concern it)."""
+        doc_ids, _, appended = split_changes(changes, "chunks")
         with self._lock:
             writer = self._get_writer()
             for doc_id in doc_ids:
                 writer.delete_documents_by_term("doc_id", doc_id)
+            for rowid in appended:  # a replayed change must not add a chunk twice
+                writer.delete_documents_by_term("rowid", rowid)
             for stored in store.iter_chunks(doc_ids):
                 self._add(writer, stored.rowid, stored.chunk)
+            for rowid, chunk in store.chunk_map(appended).items():
+                self._add(writer, rowid, chunk)
 
     def flush(self, generation: int, *, durable: bool) -> None:
         """Commit (tantivy commits are durable), reload the searcher, record the generation."""

@@ -11,7 +11,8 @@ space that holds vectors (the query embedded by that space's embedder, so a mixe
 English corpus works). Lists are fused with Reciprocal Rank Fusion (k=60) and deduplicated by
 chunk content hash. When one side has nothing, the other's ranking and scores are used as is.
 If embedding the query fails (quota, model unavailable), the search continues on keywords and
-``last_degraded_reason`` says why.
+``last_degraded_reason`` says why. Chunks still waiting for ingest phase 2 have no vectors: they
+are found by keywords only, and :attr:`SearchTimings.pending_chunks` says how many there are.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class SearchTimings:
     vector_ms: float = 0.0
     fuse_ms: float = 0.0
     total_ms: float = 0.0
+    pending_chunks: int = 0
+    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
+    searches that use vectors."""
 
 
 def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:
@@ -182,12 +186,14 @@ class HybridRetriever:
         t1 = time.perf_counter()
         hits = self._fuse(keyword, vector_lists, vector_weights, k)
         t_fuse = time.perf_counter() - t1
+        pending = self.store.count_pending() if mode != "keyword" and self.router else 0
         timings = SearchTimings(
             keyword_ms=t_kw * 1000,
             embed_ms=t_embed * 1000,
             vector_ms=t_vec * 1000,
             fuse_ms=t_fuse * 1000,
             total_ms=(time.perf_counter() - t0) * 1000,
+            pending_chunks=pending,
         )
         self.last_timings = timings
         return hits, timings

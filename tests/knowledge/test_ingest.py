@@ -235,6 +235,17 @@ def test_a_big_file_is_committed_in_batches_and_searchable_before_it_is_embedded
     doc = kb.store.sources()[0]
     assert sum(s.chunks for s in kb.store.sources()) == report.chunks and doc.documents == 1
     assert kb.store.count_pending() == report.chunks
+    # Replaying an appended-chunks change (a crash before the outbox row was deleted) must not
+    # index a chunk twice.
+    from shelfhand.knowledge.outbox import IndexChange
+
+    appended = [s.rowid for s in kb.store.iter_chunks() if s.chunk.source == "big/manual.txt"]
+    replay = IndexChange(
+        outbox_id=0, generation=0, doc_id="x", old_rowids=(), kind="chunks", rowids=tuple(appended)
+    )
+    kb.keyword.apply(kb.store, [replay])
+    kb.keyword.flush(kb.store.generation, durable=True)
+    assert kb.keyword.num_docs() == kb.store.count_chunks()
     kb.ingestor.embed_pending()
     assert_consistent(kb)
     assert kb.ingestor.ingest([root]).unchanged  # the file hash was recorded at the end

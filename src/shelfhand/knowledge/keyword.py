@@ -125,8 +125,11 @@ class TantivyKeywordIndex:
             writer = self._get_writer()
             for doc_id in doc_ids:
                 writer.delete_documents_by_term("doc_id", doc_id)
-            for rowid in appended:  # a replayed change must not add a chunk twice
-                writer.delete_documents_by_term("rowid", rowid)
+            if appended:  # a replayed change must not add a chunk twice
+                # (delete_documents_by_term silently ignores unsigned fields; a query works)
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_set_query(self._schema, "rowid", appended)
+                )
             for stored in store.iter_chunks(doc_ids):
                 self._add(writer, stored.rowid, stored.chunk)
             for rowid, chunk in store.chunk_map(appended).items():

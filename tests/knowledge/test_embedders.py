@@ -198,3 +198,13 @@ def test_minilm_windows_of_a_short_text_change_nothing() -> None:
         MiniLMEmbedder(threads=1).embed(["short text"]),
         atol=1e-5,
     )
+
+
+def test_detect_language_counts_cjk_ideographs_among_letters() -> None:
+    from shelfhand.knowledge.embedding import detect_language
+
+    assert detect_language("拆封后还能退货吗？") == "zh"
+    assert detect_language("E-203: lamp overheating, 2024") == "en"
+    assert detect_language("") == detect_language("123 -- !!") == "en"
+    assert detect_language("型号 E-203 的灯泡过热") == "zh"  # 6 of 8 letters are ideographs
+    assert detect_language("the lamp model 灯 overheats after hours") == "en"  # 1 of 30

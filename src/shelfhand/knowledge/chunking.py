@@ -119,7 +119,9 @@ def _section_spans(text: str, max_tokens: int, overlap_tokens: int) -> list[tupl
     start, end = _strip(text, 0, len(text))
     if start == end:
         return []
-    if count_tokens(text) <= max_tokens:  # the common case: a whole short section
+    # The common case, a whole short section. (Counting a huge section at once would hold a
+    # tuple per token of it: ~20 bytes per character at peak; the loop below is exact anyway.)
+    if len(text) <= 16 * max_tokens and count_tokens(text) <= max_tokens:
         return [(start, end)]
     units, paragraph_tokens = _units(text, max_tokens)
     spans: list[tuple[int, int]] = []

@@ -107,8 +107,10 @@ class MiniLMEmbedder:
         max_length: Tokens per window (the model was trained with 256).
         max_windows: Windows per text at most; tokens past them are dropped (bounds the cost
             of a pathological text).
-        batch_tokens: Padded tokens per onnxruntime run at most (bounds peak memory: 8 full
-            windows instead of 32 took peak RSS from ~900 MB to ~380 MB, and was no slower).
+        batch_tokens: Padded tokens per onnxruntime run at most (bounds peak memory: attention
+            grows with batch x length²; a whole ingest of a 256 KB file peaked at 1.28 GB RSS
+            with 32 full windows per run, 524 MB with 2048 tokens, 376 MB with 1024, and was
+            no slower; see BENCHMARKS.md).
         threads: onnxruntime intra-op threads; default ``min(2, cores)``.
         model_path: Override the packaged ``model.onnx`` (tests, custom exports).
         tokenizer_path: Override the packaged ``tokenizer.json``.
@@ -120,7 +122,7 @@ class MiniLMEmbedder:
         batch_size: int = 32,
         max_length: int = 256,
         max_windows: int = 8,
-        batch_tokens: int = 2048,
+        batch_tokens: int = 1024,
         threads: int | None = None,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,

@@ -3,6 +3,7 @@
     python bench/ingest.py keyword [--mb 30]      # 30 MB text + 10 small files, --no-wait
     python bench/ingest.py rss [--kb 256]         # whole ingest (both phases), default embedders
     python bench/ingest.py embed [--kb 300]       # phase 2 vs the bare embedder, same texts
+    python bench/ingest.py windows [--docs 400]   # MiniLM truncated at 256 vs windows, SciFact
     python bench/ingest.py all --json out.json
 
 - **keyword**: ``shelfhand ingest --no-wait`` (default embedders configured, phase 2 left for
@@ -15,6 +16,10 @@
 - **embed**: a ``--kb`` KB file stored with ``wait=False``, then :meth:`Ingestor.embed_pending`
   timed against ``embedder.embed`` on the same chunk texts in the same batch size, both with the
   model already loaded; throughput ratio = phase 2 chunks/s / bare chunks/s.
+- **windows**: dense retrieval with MiniLM on the SciFact documents relevant to some test query
+  (first ``--docs``; whole abstracts, title + text), for the queries whose relevant documents
+  are all in that sub-corpus: truncated at 256 tokens (``max_windows=1``, the old behaviour)
+  against the token-weighted mean of 256-token windows.
 
 Texts are generated (seeded): sentences of technical words in paragraphs, so chunking behaves
 as on prose. The machine is shared: note ``uptime`` with the numbers.
@@ -120,10 +125,14 @@ def _timed(args: list[str], workspace: Path) -> dict[str, Any]:
     )
     wall = time.perf_counter() - started
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr)
+    cpu = sum(
+        float(m) for m in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", out.stderr)
+    )
     if out.returncode != 0:
         raise SystemExit(f"{args} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return {
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),  # user + system: what the run costs on an idle machine
         "peak_rss_mb": round(int(peak.group(1)) / 1024) if peak else None,
         "stdout": out.stdout.strip().splitlines()[-3:],
     }
@@ -193,9 +202,36 @@ def bench_embed(kb: int, tmp: Path) -> dict[str, Any]:
     }
 
 
+def bench_windows(n_docs: int) -> dict[str, Any]:
+    import numpy as np
+
+    from shelfhand.knowledge.embedders import MiniLMEmbedder
+    from shelfhand.knowledge.evaluation import evaluate, load_beir
+
+    ds = load_beir(Path(os.environ.get("SCIFACT_DIR", "/work/shared/data/scifact")))
+    relevant = {d for judged in ds.qrels.values() for d in judged}
+    ids = [d for d in ds.corpus if d in relevant][:n_docs]
+    keep = set(ids)
+    queries = {q: t for q, t in ds.queries.items() if set(ds.qrels[q]) <= keep}
+    texts = [f"{ds.corpus[d].title}\n{ds.corpus[d].text}" for d in ids]
+    out: dict[str, Any] = {"docs": len(ids), "queries": len(queries)}
+    for name, embedder in (
+        ("truncated_256", MiniLMEmbedder(max_windows=1)),
+        ("windows", MiniLMEmbedder()),
+    ):
+        started = time.perf_counter()
+        scores = embedder.embed(list(queries.values())) @ embedder.embed(texts).T
+        run = {q: [ids[j] for j in np.argsort(-scores[i])[:10]] for i, q in enumerate(queries)}
+        metrics = evaluate(run, {q: ds.qrels[q] for q in queries})
+        out[name] = {k: round(v, 4) for k, v in metrics.items()}
+        out[name]["seconds"] = round(time.perf_counter() - started, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["keyword", "rss", "embed", "all"])
+    parser.add_argument("part", choices=["keyword", "rss", "embed", "windows", "all"])
+    parser.add_argument("--docs", type=int, default=400)
     parser.add_argument("--mb", type=float, default=30.0)
     parser.add_argument("--kb", type=int, default=256)
     parser.add_argument("--embed-kb", type=int, default=300)
@@ -213,6 +249,9 @@ def main() -> None:
         if args.part in ("embed", "all"):
             results["embed"] = bench_embed(args.embed_kb, tmp)
             print("embed:", json.dumps(results["embed"]), flush=True)
+    if args.part in ("windows", "all"):
+        results["windows"] = bench_windows(args.docs)
+        print("windows:", json.dumps(results["windows"]), flush=True)
     results["uptime_after"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")

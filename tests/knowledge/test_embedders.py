@@ -176,3 +176,35 @@ def test_default_router_sends_chinese_to_use_and_english_to_minilm() -> None:
     assert router.space_for("Can I return an opened item?") == "en"
     assert router.embedder("zh").name == "use-multilingual-v3"
     assert router.embedder("en").name == "minilm-l6-int8"
+
+
+@pytest.mark.slow
+def test_minilm_embeds_the_tail_of_a_text_longer_than_its_window(minilm: MiniLMEmbedder) -> None:
+    head = "A man is playing a guitar on stage for the crowd. " * 30  # > 256 tokens
+    tail = "The central bank raised interest rates again this quarter. " * 10
+    whole = minilm.embed_query(head + tail)
+    head_only = minilm.embed_query(head)
+    rates = minilm.embed_query(EN[2])
+    # Truncation at 256 tokens would make the whole text embed like its head alone.
+    assert float(whole @ rates) > float(head_only @ rates) + 0.1
+    assert abs(float(np.linalg.norm(whole)) - 1.0) < 1e-5
+
+
+@pytest.mark.slow
+def test_minilm_windows_of_a_short_text_change_nothing() -> None:
+    small_window = MiniLMEmbedder(max_length=16, threads=1)
+    assert np.allclose(
+        small_window.embed(["short text"]),
+        MiniLMEmbedder(threads=1).embed(["short text"]),
+        atol=1e-5,
+    )
+
+
+def test_detect_language_counts_cjk_ideographs_among_letters() -> None:
+    from shelfhand.knowledge.embedding import detect_language
+
+    assert detect_language("拆封后还能退货吗？") == "zh"
+    assert detect_language("E-203: lamp overheating, 2024") == "en"
+    assert detect_language("") == detect_language("123 -- !!") == "en"
+    assert detect_language("型号 E-203 的灯泡过热") == "zh"  # 6 of 8 letters are ideographs
+    assert detect_language("the lamp model 灯 overheats after hours") == "en"  # 1 of 30

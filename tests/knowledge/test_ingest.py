@@ -152,11 +152,125 @@ def test_an_embedding_failure_keeps_the_text_searchable_and_is_retried(
     assert {h.chunk.source for h in hits} == {"docs/zh/保修.md"}
     assert "保修期为12个月" in hits[0].chunk.text
 
-    embedder.fail = False
+    assert report.pending_chunks == kb.store.count_pending() == kb.store.count_chunks() > 0
+    assert report.embedding_error is not None and "unavailable" in report.embedding_error
+
+    embedder.fail = False  # the embedder is back: the next ingest embeds what is pending
     retry = kb.ingestor.ingest([docs])
-    assert len(retry.updated) == 3 and not retry.embedding_failed
+    assert len(retry.unchanged) == 3 and not retry.embedding_failed
+    assert retry.embedded_chunks == kb.store.count_chunks() and retry.pending_chunks == 0
     assert_consistent(kb)
-    assert kb.ingestor.ingest([docs]).unchanged  # now settled
+    again = kb.ingestor.ingest([docs])
+    assert again.unchanged and again.embedded_chunks == 0  # now settled
+    kb.close()
+
+
+def test_an_embedder_outage_leaves_chunks_pending_until_embed_pending_runs(
+    tmp_path: Path, docs: Path
+) -> None:
+    embedder = CountingEmbedder()
+    embedder.fail = True
+    kb = open_kb(tmp_path / "ws", embedder)
+    kb.ingestor.ingest([docs])
+    hits, timings = kb.retriever.search_timed("warranty twelve months", mode="hybrid")
+    assert hits[0].chunk.source == "docs/warranty.md"  # keywords stand in for vectors
+    assert timings.pending_chunks == kb.store.count_chunks()
+
+    embedder.fail = False
+    done = kb.ingestor.embed_pending()
+    assert done.embedded_chunks == kb.store.count_chunks() and done.pending_chunks == 0
+    hits, timings = kb.retriever.search_timed("保修期", mode="vector")
+    assert timings.pending_chunks == 0
+    assert any(h.chunk.source == "docs/zh/保修.md" for h in hits)
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_no_wait_stores_text_first_and_leaves_embedding_for_later(
+    tmp_path: Path, docs: Path
+) -> None:
+    embedder = CountingEmbedder()
+    kb = open_kb(tmp_path / "ws", embedder)
+    report = kb.ingestor.ingest([docs], wait=False)
+    assert len(report.added) == 3 and report.embedded_chunks == 0
+    assert embedder.texts == 0 and report.pending_chunks == kb.store.count_chunks()
+    assert [h.chunk.source for h in kb.retriever.search("E-203", mode="keyword")] == [
+        "docs/errors.txt"
+    ]
+    assert kb.ingestor.embed_pending().embedded_chunks == kb.store.count_chunks()
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_a_big_file_is_committed_in_batches_and_searchable_before_it_is_embedded(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "big"
+    paragraphs = [f"Section {i} describes lamp part P{i:03d} in detail." for i in range(120)]
+    write(root / "manual.txt", "\n\n".join(paragraphs))
+    write(root / "a-small.md", "# Small\n\nThe remote uses two AAA batteries.")
+    embedder = CountingEmbedder()
+    kb = open_kb(tmp_path / "ws", embedder)
+    kb.ingestor.max_tokens, kb.ingestor.overlap_tokens = 16, 0
+    kb.ingestor.batch_chunks = 10
+    commits: list[int] = []
+    events: list[IngestEvent] = []
+
+    def watch(event: IngestEvent) -> None:
+        events.append(event)
+        if event.kind == "progress":  # between batches of the big file
+            commits.append(kb.store.count_chunks())
+
+    report = kb.ingestor.ingest([root], progress=watch, wait=False)
+    assert report.chunks == kb.store.count_chunks() > 60
+    assert len(commits) >= 6 and commits == sorted(commits) and commits[0] < report.chunks
+    kinds = [(e.kind, e.source) for e in events if e.kind == "stored"]
+    assert kinds[0] == ("stored", "big/a-small.md")  # small files first
+    assert events[0].bytes_total == sum(f.stat().st_size for f in root.iterdir())
+    progress_bytes = [e.bytes_done for e in events if e.phase == "index"]
+    assert progress_bytes == sorted(progress_bytes)
+    assert [h.chunk.source for h in kb.retriever.search("P117", mode="keyword")] == [
+        "big/manual.txt"
+    ]
+    doc = kb.store.sources()[0]
+    assert sum(s.chunks for s in kb.store.sources()) == report.chunks and doc.documents == 1
+    assert kb.store.count_pending() == report.chunks
+    # Replaying an appended-chunks change (a crash before the outbox row was deleted) must not
+    # index a chunk twice.
+    from shelfhand.knowledge.outbox import IndexChange
+
+    appended = [s.rowid for s in kb.store.iter_chunks() if s.chunk.source == "big/manual.txt"]
+    replay = IndexChange(
+        outbox_id=0, generation=0, doc_id="x", old_rowids=(), kind="chunks", rowids=tuple(appended)
+    )
+    kb.keyword.apply(kb.store, [replay])
+    kb.keyword.flush(kb.store.generation, durable=True)
+    assert kb.keyword.num_docs() == kb.store.count_chunks()
+    kb.ingestor.embed_pending()
+    assert_consistent(kb)
+    assert kb.ingestor.ingest([root]).unchanged  # the file hash was recorded at the end
+    kb.close()
+
+
+def test_an_unexpected_exception_in_one_file_skips_only_that_file(
+    tmp_path: Path, docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shelfhand.knowledge import ingest as ingest_module
+
+    real = ingest_module.read_file
+
+    def flaky(path: Path, **kwargs: object) -> object:
+        if path.name == "warranty.md":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_module, "read_file", flaky)
+    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    report = kb.ingestor.ingest([docs])
+    assert [f.source for f in report.failed] == ["docs/warranty.md"]
+    assert report.failed[0].reason == "RecursionError: maximum recursion depth exceeded"
+    assert sorted(report.added) == ["docs/errors.txt", "docs/zh/保修.md"]
+    assert_consistent(kb)
     kb.close()
 
 
@@ -184,22 +298,26 @@ _CHILD = textwrap.dedent(
         def embed_query(self, text):
             return self.embed([text])[0]
 
+    def hang_at_20th_file(event):
+        if sys.argv[3] == "index" and event.kind == "stored" and event.done == 20:
+            threading.Event().wait()  # hang after 20 files are committed
+
     kb = open_embedded_store(Path(sys.argv[1]), EmbeddingRouter({"default": Hanging()}))
     kb.ingestor.group_chunks = 1
+    kb.ingestor.batch_size = 1
     kb.ingestor.sync_every = 7
-    kb.ingestor.ingest([Path(sys.argv[2])])
+    kb.ingestor.ingest([Path(sys.argv[2])], progress=hang_at_20th_file)
     """
 )
 
 
-def test_a_killed_ingest_is_completed_consistently_by_the_next_run(tmp_path: Path) -> None:
-    root = tmp_path / "many"
-    for i in range(50):
-        write(root / f"doc{i:02d}.md", f"# Doc {i}\n\nParagraph {i} about lamp model L{i}.\n")
+def _run_and_kill(tmp_path: Path, root: Path, phase: str, query: str) -> Path:
+    """Run the child until it hangs with 20 files (``index``) or 20 vectors (``embed``)
+    committed, then kill -9 it."""
     workspace = tmp_path / "ws"
     script = tmp_path / "child.py"
     script.write_text(_CHILD, encoding="utf-8")
-    child = subprocess.Popen([sys.executable, str(script), str(workspace), str(root)])
+    child = subprocess.Popen([sys.executable, str(script), str(workspace), str(root), phase])
     try:
         deadline = time.monotonic() + 60
         stored = 0
@@ -207,7 +325,7 @@ def test_a_killed_ingest_is_completed_consistently_by_the_next_run(tmp_path: Pat
             time.sleep(0.05)  # polling the database, not coordinating by time
             try:
                 with sqlite3.connect(workspace / "knowledge.db") as conn:
-                    stored = conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
+                    stored = conn.execute(query).fetchone()[0]
             except sqlite3.Error:
                 stored = 0
         assert child.poll() is None, "the child finished or died before it could be killed"
@@ -216,17 +334,45 @@ def test_a_killed_ingest_is_completed_consistently_by_the_next_run(tmp_path: Pat
     finally:
         child.kill()
         child.wait()
+    return workspace
+
+
+def _many(tmp_path: Path) -> Path:
+    root = tmp_path / "many"
+    for i in range(50):
+        write(root / f"doc{i:02d}.md", f"# Doc {i}\n\nParagraph {i} about lamp model L{i}.\n")
+    return root
+
+
+def test_a_killed_ingest_is_completed_consistently_by_the_next_run(tmp_path: Path) -> None:
+    root = _many(tmp_path)
+    workspace = _run_and_kill(tmp_path, root, "index", "SELECT COUNT(*) FROM sources")
     with sqlite3.connect(workspace / "knowledge.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM index_outbox").fetchone()[0] > 0
 
     embedder = CountingEmbedder()
     kb = open_kb(workspace, embedder)
-    assert_consistent(kb)  # replayed on open
+    assert kb.keyword.num_docs() == kb.store.count_chunks()  # replayed on open
     report = kb.ingestor.ingest([root])
     assert len(report.unchanged) == 20 and len(report.added) == 30
     assert kb.store.count_documents() == 50
     assert_consistent(kb)
     assert [h.chunk.source for h in kb.retriever.search("L7", mode="keyword")] == ["many/doc07.md"]
+    kb.close()
+
+
+def test_an_ingest_killed_while_embedding_keeps_its_vectors_and_finishes_later(
+    tmp_path: Path,
+) -> None:
+    root = _many(tmp_path)
+    workspace = _run_and_kill(tmp_path, root, "embed", "SELECT COUNT(*) FROM embeddings")
+    embedder = CountingEmbedder()
+    kb = open_kb(workspace, embedder)
+    assert kb.store.count_documents() == 50 and kb.store.count_vectors() == 20
+    assert kb.vectors.count() == 20 and kb.keyword.num_docs() == kb.store.count_chunks()
+    report = kb.ingestor.ingest([root])
+    assert len(report.unchanged) == 50 and report.embedded_chunks == 30 == embedder.texts
+    assert_consistent(kb)
     kb.close()
 
 

@@ -179,6 +179,20 @@ def test_an_unreachable_server_raises_embedding_unavailable_after_retries() -> N
         embedder.embed(["x"])
 
 
+def test_failures_name_the_endpoint_from_openai_base_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    probe = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    url = f"http://127.0.0.1:{probe.server_address[1]}/v1"
+    probe.server_close()
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # a self-hosted server needs none
+    embedder = OpenAIEmbedder("m", max_retries=0, backoff=0.0, timeout=2.0)
+    with pytest.raises(EmbeddingUnavailableError) as info:
+        embedder.embed(["x"])
+    assert url in str(info.value) and "api.openai.com" not in str(info.value)
+
+
 def test_dim_is_learned_from_the_first_response(server: FakeEmbeddingsServer) -> None:
     embedder = _embedder(server)
     assert embedder.dim == DIM
@@ -207,6 +221,7 @@ def test_blank_texts_are_sent_as_a_space(server: FakeEmbeddingsServer) -> None:
 
 def test_openai_without_a_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
         OpenAIEmbedder("text-embedding-3-small")
 

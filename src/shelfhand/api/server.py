@@ -42,6 +42,7 @@ from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.api.uploads import UploadRegistry, Uploads
 from shelfhand.core.context import UserContext
+from shelfhand.knowledge.worker import EmbeddingWorker
 
 if TYPE_CHECKING:
     from shelfhand.app import App
@@ -169,9 +170,15 @@ def create_app(
             group = servers_from_config(mcp_configs)
             await service.toolkit.add_mcp(group)
         api.state.service = service
+        # Ingest phase 2 in the background: uploads are keyword-searchable at once, vectors follow.
+        embedder = None if service.kb.keyword_only else EmbeddingWorker(service.kb)
+        if embedder is not None:
+            embedder.start()
         try:
             yield
         finally:
+            if embedder is not None:
+                embedder.stop()
             if group is not None:
                 try:
                     await group.aclose()

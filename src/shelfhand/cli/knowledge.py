@@ -1,4 +1,4 @@
-"""Knowledge commands: ingest, sources, forget, search, ask, eval."""
+"""Knowledge commands: ingest, embed, status, sources, forget, search, ask, eval."""
 
 from __future__ import annotations
 
@@ -31,6 +31,125 @@ NO_ANSWER_EXIT_CODE = 3
 """`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
 
 
+EXIT_SKIPPED = 3
+"""``ingest``: some files were skipped (unreadable); the others were ingested."""
+EXIT_PENDING = 4
+"""``ingest`` / ``embed``: text stored and keyword-searchable, but the embedder failed; the
+chunks stay pending until ``shelfhand embed`` (or the next ingest) embeds them."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: the current batch was finished and everything committed is kept."""
+
+
+class _StopOnSigint:
+    """First Ctrl-C asks the ingest to stop after its current batch; a second one aborts."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.requested = False
+        self._previous: Any = None
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print(
+            "[yellow]interrupt:[/] finishing the current batch (Ctrl-C again to abort now)",
+            highlight=False,
+        )
+
+    def __enter__(self) -> _StopOnSigint:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _bars(console: Any) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[amount]}"),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=console,
+        transient=True,
+    )
+
+
+def _progress_handler(bar: Any) -> Any:
+    """Phase 1: a bar over bytes (total known up front); phase 2: a bar over pending chunks."""
+    tasks: dict[str, Any] = {}
+
+    def progress(event: Any) -> None:
+        if event.phase == "embed":
+            if "embed" not in tasks:
+                tasks["embed"] = bar.add_task("embedding", total=event.total, amount="", current="")
+            bar.update(
+                tasks["embed"],
+                total=event.total,
+                completed=event.done,
+                amount="chunks",
+                current=event.source,
+            )
+            return
+        if event.kind == "done":
+            return
+        if "index" not in tasks:
+            tasks["index"] = bar.add_task(
+                "indexing", total=event.bytes_total or None, amount="", current=""
+            )
+        bar.update(
+            tasks["index"],
+            total=event.bytes_total or None,
+            completed=event.bytes_done,
+            amount=f"{_size(event.bytes_done)}/{_size(event.bytes_total)}, files",
+            current=event.source,
+        )
+        # the files count rides in the description: "indexing 3/12 files"
+        bar.update(tasks["index"], description=f"indexing {event.done}/{event.total} files")
+
+    return progress
+
+
+def _resume_hint(paths: list[Path], pending: int) -> str:
+    again = " ".join(str(p) for p in paths) or "PATH"
+    hint = f"run `shelfhand ingest {again}` again to finish (unchanged files are skipped)"
+    if pending:
+        hint += f"; {pending} chunks still need embedding: `shelfhand embed`"
+    return hint
+
+
 @app.command()
 def ingest(
     paths: Annotated[list[Path] | None, typer.Argument(help="Files or folders to index.")] = None,
@@ -52,8 +171,22 @@ def ingest(
             min=0,
         ),
     ] = 0.0,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait",
+            help="Store text (keyword-searchable) and leave embedding to `shelfhand embed` "
+            "or the service.",
+        ),
+    ] = False,
 ) -> None:
-    """Index files and folders (incremental: unchanged files cost nothing)."""
+    """Index files and folders (incremental: unchanged files cost nothing).
+
+    Phase 1 stores text (keyword-searchable at once), phase 2 embeds it. Exit codes: 0 all
+    done, 2 usage or configuration error, 3 some files skipped, 4 text stored but embedding
+    failed (pending; `shelfhand embed` later), 75 the workspace is busy (a server or another
+    ingest writes to it), 130 interrupted (committed work is kept), 1 other failure.
+    """
     from shelfhand.core.errors import KnowledgeError, WorkspaceBusyError
 
     targets = list(paths or [])
@@ -66,7 +199,6 @@ def ingest(
     missing = [str(p) for p in targets if not p.exists()]
     if missing:
         raise _err(f"no such file or folder: {', '.join(missing)}", 2)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     a = _app(workspace)
     console = _console()
@@ -78,29 +210,26 @@ def ingest(
         )
     except WorkspaceBusyError as exc:
         raise _err(str(exc), BUSY_EXIT_CODE) from None
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[current]}"),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("ingest", total=None, current="")
-
-        def progress(event: Any) -> None:
-            total = getattr(event, "total", None)
-            done = getattr(event, "done", None)
-            bar.update(task, total=total, completed=done, current=str(getattr(event, "source", "")))
-
-        try:
+    try:
+        with _StopOnSigint(console) as stop, _bars(console) as bar:
             report = kb.ingest(
-                targets, tenant_id=tenant, permission_tags=tag or (), progress=progress
+                targets,
+                tenant_id=tenant,
+                permission_tags=tag or (),
+                progress=_progress_handler(bar),
+                wait=not no_wait,
+                should_stop=stop,
             )
-        except KnowledgeError as exc:
-            kb.close()
-            raise _err(str(exc), 1) from None
+    except KnowledgeError as exc:
+        kb.close()
+        raise _err(str(exc), 1) from None
+    except KeyboardInterrupt:
+        kb.close()
+        console.print(
+            f"[yellow]aborted:[/] what was committed is kept; {_resume_hint(targets, 0)}",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     console.print(
         f"{len(report.added)} added, {len(report.updated)} updated, "
         f"{len(report.unchanged)} unchanged, {len(report.removed)} removed, "
@@ -111,14 +240,108 @@ def ingest(
     )
     for failure in report.failed:
         console.print(f"[yellow]skipped[/] {failure.source}: {failure.reason}", highlight=False)
-    for failure in report.embedding_failed:
+    if report.embedding_error:
         console.print(
-            f"[yellow]keyword-only[/] {failure.source}: {failure.reason} (retried next ingest)",
+            f"[yellow]keyword-only for now:[/] {report.embedding_error}; "
+            f"{report.pending_chunks} chunks are stored and keyword-searchable, and will be "
+            "embedded by `shelfhand embed`, the next ingest or the service",
+            highlight=False,
+        )
+    elif no_wait and report.pending_chunks:
+        console.print(
+            f"{report.pending_chunks} chunks wait for embedding: run `shelfhand embed` "
+            "(or let `shelfhand serve` do it)",
             highlight=False,
         )
     if kb.degraded_reason:
         console.print(f"[yellow]note:[/] {kb.degraded_reason}", highlight=False)
     kb.close()
+    if report.interrupted:
+        console.print(
+            f"[yellow]interrupted:[/] committed work is kept; "
+            f"{_resume_hint(targets, report.pending_chunks)}",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if report.failed:
+        raise typer.Exit(EXIT_SKIPPED)
+    if report.embedding_error:
+        raise typer.Exit(EXIT_PENDING)
+
+
+@app.command()
+def embed(workspace: WorkspaceOpt = None) -> None:
+    """Embed chunks stored without vectors (after `ingest --no-wait` or an embedder outage)."""
+    from shelfhand.core.errors import WorkspaceBusyError
+
+    a = _app(workspace, existing=True)
+    if not a.knowledge_exists():
+        raise _err("nothing indexed yet: run `shelfhand ingest PATH`", 2)
+    try:
+        kb = a.open_knowledge(writer="ingest")
+    except WorkspaceBusyError as exc:
+        raise _err(str(exc), BUSY_EXIT_CODE) from None
+    console = _console()
+    if kb.keyword_only:
+        reason = kb.degraded_reason or "retrieval mode is keyword"
+        kb.close()
+        raise _err(f"no embedder available ({reason})", 2)
+    with _StopOnSigint(console) as stop, _bars(console) as bar:
+        report = kb.embed_pending(progress=_progress_handler(bar), should_stop=stop)
+    kb.close()
+    console.print(
+        f"{report.embedded_chunks} chunks embedded in {report.seconds:.1f} s; "
+        f"{report.pending_chunks} pending",
+        highlight=False,
+    )
+    if report.interrupted:
+        console.print("[yellow]interrupted:[/] run `shelfhand embed` again to go on")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if report.error:
+        raise _err(report.error, EXIT_PENDING)
+
+
+@app.command()
+def status(
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """What the workspace holds: sources, chunks, vectors and chunks waiting for embedding."""
+    a = _app(workspace, existing=True)
+    info: dict[str, Any] = {
+        "workspace": str(a.settings.workspace),
+        "retrieval_mode": a.settings.retrieval_mode,
+        "embedder": a.settings.embedder,
+        "sources": 0,
+        "documents": 0,
+        "chunks": 0,
+        "vectors": 0,
+        "pending_embeddings": 0,
+    }
+    if a.knowledge_exists():
+        kb = a.open_knowledge(embed=False)  # counting needs no model
+        s = kb.status()
+        kb.close()
+        info.update(
+            sources=s.sources,
+            documents=s.documents,
+            chunks=s.chunks,
+            vectors=s.vectors,
+            pending_embeddings=0 if a.settings.retrieval_mode == "keyword" else s.pending_chunks,
+        )
+    if as_json:
+        typer.echo(json.dumps(info, ensure_ascii=False))
+        return
+    console = _console()
+    for key, value in info.items():
+        console.print(f"{key.replace('_', ' '):>19}: {value}", highlight=False)
+    if info["pending_embeddings"]:
+        console.print(
+            "[dim]pending chunks are keyword-searchable; `shelfhand embed` (or `shelfhand "
+            "serve`) embeds them[/]"
+        )
+    elif not a.knowledge_exists():
+        console.print("[dim]nothing indexed yet: run `shelfhand ingest PATH`[/]")
 
 
 @app.command()
@@ -185,12 +408,20 @@ def search(
 
     a = _app(workspace, existing=True)
     kb = a.open_knowledge()
-    hits = kb.search(query, k=k, user=_user(tenant, user, role), mode=_check_mode(mode))
+    hits, timings = kb.search_timed(
+        query, k=k, user=_user(tenant, user, role), mode=_check_mode(mode)
+    )
     citations = to_citations(hits)
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     else:
         _console().print(format_passages(citations), highlight=False, markup=False)
+        if timings.pending_chunks:
+            _console().print(
+                f"[dim]{timings.pending_chunks} chunks are not embedded yet (found by keywords "
+                "only); `shelfhand embed` embeds them[/]",
+                highlight=False,
+            )
     kb.close()
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.retrieval import (
     EmbeddedKnowledge,
     SearchMode,
@@ -29,6 +30,19 @@ if TYPE_CHECKING:
     from shelfhand.tools.tool import Tool
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnowledgeStatus:
+    """What a workspace holds. ``pending_chunks`` are stored and keyword-searchable but not
+    embedded yet (ingest phase 2, or all of them when the base is keyword-only)."""
+
+    sources: int
+    documents: int
+    chunks: int
+    vectors: int
+    pending_chunks: int
+    keyword_only: bool
 
 
 def sample_corpus() -> Path:
@@ -92,10 +106,21 @@ class KnowledgeBase:
         tenant_id: str = "default",
         permission_tags: Sequence[str] = (),
         progress: Callable[[IngestEvent], None] | None = None,
+        wait: bool = True,
+        should_stop: Callable[[], bool] | None = None,
     ) -> IngestReport:
-        """Index files and folders incrementally (unchanged files cost nothing)."""
+        """Index files and folders incrementally (unchanged files cost nothing).
+
+        Text is stored and keyword-searchable first; then (``wait``) pending chunks are
+        embedded. See :class:`~shelfhand.knowledge.ingest.Ingestor`.
+        """
         return self._stack.ingestor.ingest(
-            paths, tenant_id=tenant_id, permission_tags=permission_tags, progress=progress
+            paths,
+            tenant_id=tenant_id,
+            permission_tags=permission_tags,
+            progress=progress,
+            wait=wait,
+            should_stop=should_stop,
         )
 
     def ingest_documents(
@@ -103,6 +128,28 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Index ready-made documents (unchanged ``content_hash`` → skipped)."""
         return self._stack.ingestor.ingest_documents(docs, progress=progress)
+
+    def embed_pending(
+        self,
+        *,
+        progress: Callable[[IngestEvent], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> EmbedReport:
+        """Embed chunks stored without vectors (ingest phase 2); a keyword-only base does
+        nothing. An embedder failure stops it and is reported, never raised."""
+        return self._stack.ingestor.embed_pending(progress=progress, should_stop=should_stop)
+
+    def status(self) -> KnowledgeStatus:
+        """Counts of sources, documents, chunks, vectors and chunks waiting for embedding."""
+        store = self._stack.store
+        return KnowledgeStatus(
+            sources=len(store.all_sources()),
+            documents=store.count_documents(),
+            chunks=store.count_chunks(),
+            vectors=store.count_vectors(),
+            pending_chunks=store.count_pending(),
+            keyword_only=self.keyword_only,
+        )
 
     def forget(self, source: str) -> int:
         """Remove a source; returns how many documents went."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 
 from shelfhand.knowledge.types import Chunk, Document
 
@@ -68,16 +69,27 @@ def chunk_document(
         ValueError: ``max_tokens < 1`` or ``overlap_tokens`` is negative or not below
             ``max_tokens``.
     """
+    return list(iter_chunks(doc, max_tokens=max_tokens, overlap_tokens=overlap_tokens))
+
+
+def iter_chunks(
+    doc: Document, *, max_tokens: int = 400, overlap_tokens: int = 40
+) -> Iterator[Chunk]:
+    """The chunks of :func:`chunk_document`, one at a time: a big document is chunked as it is
+    stored, section by section, instead of all at once.
+
+    Raises:
+        ValueError: As :func:`chunk_document` (on the first ``next``).
+    """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     if not 0 <= overlap_tokens < max_tokens:
         raise ValueError(f"overlap_tokens must be in [0, max_tokens), got {overlap_tokens}")
-    chunks: list[Chunk] = []
+    index = 0
     for section in doc.sections:
         for start, end in _section_spans(section.text, max_tokens, overlap_tokens):
             text = section.text[start:end]
-            index = len(chunks)
-            chunks.append(
+            yield (
                 Chunk(
                     chunk_id=f"{doc.doc_id}::{index}",
                     doc_id=doc.doc_id,
@@ -96,7 +108,7 @@ def chunk_document(
                     updated_at=doc.updated_at,
                 )
             )
-    return chunks
+            index += 1
 
 
 # A unit is one sentence (or one piece of an over-long sentence): start, end, tokens, paragraph.
@@ -107,7 +119,9 @@ def _section_spans(text: str, max_tokens: int, overlap_tokens: int) -> list[tupl
     start, end = _strip(text, 0, len(text))
     if start == end:
         return []
-    if count_tokens(text) <= max_tokens:  # the common case: a whole short section
+    # The common case, a whole short section. (Counting a huge section at once would hold a
+    # tuple per token of it: ~20 bytes per character at peak; the loop below is exact anyway.)
+    if len(text) <= 16 * max_tokens and count_tokens(text) <= max_tokens:
         return [(start, end)]
     units, paragraph_tokens = _units(text, max_tokens)
     spans: list[tuple[int, int]] = []

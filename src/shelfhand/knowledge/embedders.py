@@ -96,12 +96,21 @@ def _find_minilm_tokenizer() -> Path:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime: good English embeddings, no torch.
 
-    Same pipeline as sentence-transformers' model: WordPiece tokens truncated to
-    ``max_length``, mean pooling over the attention mask, L2 normalisation.
+    Same pipeline as sentence-transformers' model (WordPiece tokens, mean pooling over the
+    attention mask, L2 normalisation) with one difference: the model reads at most
+    ``max_length`` tokens, so a longer text is cut into consecutive windows of that size
+    (each with its own ``[CLS]``/``[SEP]``) and its vector is the token-weighted mean of the
+    windows' pooled vectors. Every token of a chunk counts, not just its first 256.
 
     Args:
-        batch_size: Texts per onnxruntime run.
-        max_length: Tokens kept per text (the model was trained with 256).
+        batch_size: Windows per onnxruntime run at most.
+        max_length: Tokens per window (the model was trained with 256).
+        max_windows: Windows per text at most; tokens past them are dropped (bounds the cost
+            of a pathological text).
+        batch_tokens: Padded tokens per onnxruntime run at most (bounds peak memory: attention
+            grows with batch x length²; a whole ingest of a 256 KB file peaked at 1.28 GB RSS
+            with 32 full windows per run, 524 MB with 2048 tokens, 376 MB with 1024, and was
+            no slower; see BENCHMARKS.md).
         threads: onnxruntime intra-op threads; default ``min(2, cores)``.
         model_path: Override the packaged ``model.onnx`` (tests, custom exports).
         tokenizer_path: Override the packaged ``tokenizer.json``.
@@ -112,14 +121,18 @@ class MiniLMEmbedder:
         *,
         batch_size: int = 32,
         max_length: int = 256,
+        max_windows: int = 8,
+        batch_tokens: int = 1024,
         threads: int | None = None,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
     ) -> None:
-        if batch_size < 1 or max_length < 2:
-            raise ValueError("batch_size must be >= 1 and max_length >= 2")
+        if batch_size < 1 or max_length < 3 or max_windows < 1:
+            raise ValueError("batch_size and max_windows must be >= 1 and max_length >= 3")
         self._batch_size = batch_size
         self._max_length = max_length
+        self._max_windows = max_windows
+        self._batch_tokens = batch_tokens
         self._threads = threads if threads is not None else _default_threads()
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
@@ -169,9 +182,10 @@ class MiniLMEmbedder:
                 raise ConfigurationError(
                     f"cannot read the MiniLM tokenizer {vocab}: {exc}; reinstall: {_MINILM_HINT}"
                 ) from exc
-            # Padding is done per batch below, after sorting by length.
+            # Padding is done per batch below, after sorting by length; long texts are cut
+            # into windows there (not truncated).
             tokenizer.no_padding()
-            tokenizer.enable_truncation(max_length=self._max_length)
+            tokenizer.no_truncation()
             options = ort.SessionOptions()
             options.intra_op_num_threads = self._threads
             options.inter_op_num_threads = 1
@@ -206,8 +220,37 @@ class MiniLMEmbedder:
         except Exception as exc:
             raise KnowledgeError(f"MiniLM inference failed: {exc}") from exc
         weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        return _normalise(pooled)
+        pooled: Vectors = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return pooled
+
+    def _runs(self, order: list[int], windows: list[list[int]]) -> list[list[int]]:
+        """Cut the length-sorted windows into runs of at most ``batch_size`` windows and
+        ``batch_tokens`` padded tokens: attention memory grows with batch x length², and 32
+        full windows at once peaked near 1 GB of RSS."""
+        runs: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            width = len(windows[i])  # the longest so far: sorted ascending
+            if current and (
+                len(current) >= self._batch_size or (len(current) + 1) * width > self._batch_tokens
+            ):
+                runs.append(current)
+                current = []
+            current.append(i)
+        if current:
+            runs.append(current)
+        return runs
+
+    def _windows(self, ids: list[int]) -> list[list[int]]:
+        """``[CLS] body [SEP]`` cut into windows of ``max_length`` tokens, each re-wrapped."""
+        if len(ids) <= self._max_length:
+            return [ids]
+        first, body, last = ids[0], ids[1:-1], ids[-1]
+        step = self._max_length - 2
+        return [
+            [first, *body[start : start + step], last]
+            for start in range(0, min(len(body), step * self._max_windows), step)
+        ]
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Embed passages; returns ``(len(texts), 384)`` float32, L2-normalised."""
@@ -215,14 +258,24 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._load()
         encodings = self._tokenizer.encode_batch(list(texts))
-        ids = [list(e.ids) for e in encodings]
+        owner: list[int] = []
+        windows: list[list[int]] = []
+        for text_index, encoding in enumerate(encodings):
+            for window in self._windows(list(encoding.ids)):
+                owner.append(text_index)
+                windows.append(window)
         # Sorting by token count keeps similar lengths together, so batches pad little.
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out = np.empty((len(ids), self.dim), dtype=np.float32)
-        for start in range(0, len(order), self._batch_size):
-            part = order[start : start + self._batch_size]
-            out[part] = self._run([ids[i] for i in part])
-        return out
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        pooled = np.empty((len(windows), self.dim), dtype=np.float32)
+        for part in self._runs(order, windows):
+            pooled[part] = self._run([windows[i] for i in part])
+        if len(windows) == len(texts):  # no text needed more than one window
+            return _normalise(pooled)
+        # A text's vector: its windows' pooled vectors weighted by their token counts.
+        weights = np.array([len(w) for w in windows], dtype=np.float32)[:, None]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(out, np.array(owner), pooled * weights)
+        return _normalise(out)
 
     def embed_query(self, text: str) -> Vectors:
         """Embed one query; returns ``(384,)``."""

@@ -8,6 +8,7 @@ every space that holds vectors (each with that space's embedder); the lists are 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -38,23 +39,17 @@ class Embedder(Protocol):
         ...
 
 
-def _is_cjk(ch: str) -> bool:
-    o = ord(ch)
-    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF
+_CJK_IDEOGRAPH = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+_NOT_LETTERS = re.compile(r"[\W\d_]+")
 
 
 def detect_language(text: str) -> str:
     """``"zh"`` when CJK ideographs make up at least 20% of the letters, else ``"en"``."""
-    letters = 0
-    cjk = 0
-    for ch in text:
-        if _is_cjk(ch):
-            cjk += 1
-            letters += 1
-        elif ch.isalpha():
-            letters += 1
+    # Counted by regex in C: a character loop in Python was half of phase 1 on big files.
+    letters = len(_NOT_LETTERS.sub("", text))
     if letters == 0:
         return "en"
+    cjk = len(_CJK_IDEOGRAPH.findall(text))
     return "zh" if cjk / letters >= 0.2 else "en"
 
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import tantivy
 
 from shelfhand.knowledge.analysis import tokenize_for_index
+from shelfhand.knowledge.outbox import split_changes
 from shelfhand.knowledge.store import (
     PRIVILEGED_ROLES,
     PUBLIC_TAG,
@@ -147,16 +148,24 @@ class TantivyKeywordIndex:
         writer.add_document(doc)
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
-        """Delete every changed document by id, then add its current chunks from the store."""
+        """Delete every replaced document by id, then add its current chunks from the store;
+        add chunks appended to a document by rowid (``vectors`` changes do not concern it)."""
         if self.access == "read-only":
             return  # the writing process applies them
-        doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
+        doc_ids, _, appended = split_changes(changes, "chunks")
         with self._lock:
             writer = self._get_writer()
             for doc_id in doc_ids:
                 writer.delete_documents_by_term("doc_id", doc_id)
+            if appended:  # a replayed change must not add a chunk twice
+                # (delete_documents_by_term silently ignores unsigned fields; a query works)
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_set_query(self._schema, "rowid", appended)
+                )
             for stored in store.iter_chunks(doc_ids):
                 self._add(writer, stored.rowid, stored.chunk)
+            for rowid, chunk in store.chunk_map(appended).items():
+                self._add(writer, rowid, chunk)
 
     def flush(self, generation: int, *, durable: bool) -> None:
         """Commit (tantivy commits are durable), reload the searcher, record the generation."""

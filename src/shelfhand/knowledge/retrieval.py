@@ -16,6 +16,8 @@ After ``breaker_failures`` such failures in a row the query embedder is not aske
 ``breaker_cooldown`` seconds (searches go straight to keywords, with the reason), then one
 search tries it again. The first query of each space in a process may take ``load_timeout``
 (loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
+Chunks still waiting for ingest phase 2 have no vectors: they are found by keywords only, and
+:attr:`SearchTimings.pending_chunks` says how many there are.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class SearchTimings:
     vector_ms: float = 0.0
     fuse_ms: float = 0.0
     total_ms: float = 0.0
+    pending_chunks: int = 0
+    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
+    searches that use vectors."""
 
 
 def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:
@@ -220,12 +225,14 @@ class HybridRetriever:
         t1 = time.perf_counter()
         hits = self._fuse(keyword, vector_lists, vector_weights, k)
         t_fuse = time.perf_counter() - t1
+        pending = self.store.count_pending() if mode != "keyword" and self.router else 0
         timings = SearchTimings(
             keyword_ms=t_kw * 1000,
             embed_ms=t_embed * 1000,
             vector_ms=t_vec * 1000,
             fuse_ms=t_fuse * 1000,
             total_ms=(time.perf_counter() - t0) * 1000,
+            pending_chunks=pending,
         )
         self.last_timings = timings
         return hits, timings

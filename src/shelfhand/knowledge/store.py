@@ -23,13 +23,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from shelfhand.core.db import Migration, apply_migrations, connect, transaction
+from shelfhand.core.db import apply_migrations, connect, transaction
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embedding import Vectors, detect_language
+from shelfhand.knowledge.outbox import DerivedIndex, IndexChange, read_changes, write_change
+from shelfhand.knowledge.schema import MIGRATIONS
 from shelfhand.knowledge.types import Chunk, Document
 
 logger = logging.getLogger(__name__)
@@ -51,78 +53,8 @@ PRIVILEGED_ROLES = frozenset({"admin", "system"})
 EMBED_NONE = "none"
 EMBED_DONE = "embedded"
 EMBED_FAILED = "embedding_failed"
-
-MIGRATIONS = [
-    Migration(
-        name="knowledge_001_initial",
-        sql="""
-CREATE TABLE documents (
-    doc_id TEXT PRIMARY KEY,
-    source TEXT NOT NULL,
-    title TEXT NOT NULL,
-    doc_type TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    tenant_id TEXT NOT NULL,
-    permission_tags TEXT NOT NULL,
-    updated_at REAL NOT NULL,
-    metadata TEXT NOT NULL,
-    chunk_count INTEGER NOT NULL,
-    embed_state TEXT NOT NULL,
-    embed_error TEXT
-);
-CREATE INDEX documents_source ON documents(source);
-CREATE TABLE chunks (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    chunk_id TEXT NOT NULL UNIQUE,
-    doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
-    chunk_index INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    title TEXT NOT NULL,
-    section_path TEXT NOT NULL,
-    page INTEGER,
-    source TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    end_ INTEGER NOT NULL,
-    content_hash TEXT NOT NULL,
-    doc_type TEXT NOT NULL,
-    permission_tags TEXT NOT NULL,
-    tenant_id TEXT NOT NULL,
-    updated_at REAL NOT NULL,
-    language TEXT NOT NULL,
-    space TEXT
-);
-CREATE INDEX chunks_doc ON chunks(doc_id);
-CREATE INDEX chunks_hash ON chunks(content_hash);
-CREATE TABLE embeddings (
-    chunk_rowid INTEGER NOT NULL REFERENCES chunks(rowid) ON DELETE CASCADE,
-    space TEXT NOT NULL,
-    vector BLOB NOT NULL,
-    PRIMARY KEY (chunk_rowid, space)
-) WITHOUT ROWID;
-CREATE INDEX embeddings_space ON embeddings(space);
-CREATE TABLE sources (
-    source TEXT PRIMARY KEY,
-    content_hash TEXT NOT NULL,
-    doc_type TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE index_outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    generation INTEGER NOT NULL,
-    doc_id TEXT NOT NULL,
-    old_rowids TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE spaces (
-    space TEXT PRIMARY KEY,
-    embedder TEXT NOT NULL,
-    dim INTEGER NOT NULL
-);
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO meta (key, value) VALUES ('generation', '0');
-""",
-    )
-]
+EMBED_PENDING = "pending"
+"""Stored and keyword-searchable; phase 2 of ingest has not embedded all its chunks yet."""
 
 _IN_BATCH = 500
 """Values per ``IN (...)`` list: well under SQLite's bound-variable limit."""
@@ -130,16 +62,6 @@ _CHUNK_COLUMNS = (
     "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start, end_,"
     " content_hash, doc_type, permission_tags, tenant_id, updated_at"
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IndexChange:
-    """One pending outbox row: document ``doc_id`` changed; ``old_rowids`` were its chunks."""
-
-    outbox_id: int
-    generation: int
-    doc_id: str
-    old_rowids: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,30 +80,6 @@ class StoredChunk:
 
     rowid: int
     chunk: Chunk
-
-
-class DerivedIndex(Protocol):
-    """A search index rebuilt from, and kept in step with, the store via the outbox."""
-
-    name: str
-
-    def durable_generation(self) -> int | None:
-        """Store generation the persisted index reflects; ``None`` when missing or unreadable."""
-        ...
-
-    def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
-        """Idempotently make the index match the store for the changed documents."""
-        ...
-
-    def flush(self, generation: int, *, durable: bool) -> None:
-        """Make applied changes searchable; with ``durable`` also persist them."""
-        ...
-
-    def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
-        """Recreate the index from the store's current contents and persist it."""
-        ...
-
-    def close(self) -> None: ...
 
 
 def _row_to_chunk(row: Sequence[Any]) -> Chunk:
@@ -283,17 +181,7 @@ class SqliteKnowledgeStore:
     def pending_changes(self, after_id: int = 0) -> list[IndexChange]:
         """Outbox rows not yet acknowledged by every index, oldest first."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, generation, doc_id, old_rowids FROM index_outbox WHERE id > ?"
-                " ORDER BY id",
-                (after_id,),
-            ).fetchall()
-        return [
-            IndexChange(
-                outbox_id=r[0], generation=r[1], doc_id=r[2], old_rowids=tuple(json.loads(r[3]))
-            )
-            for r in rows
-        ]
+            return read_changes(self._conn, after_id)
 
     def sync(self, *, durable: bool = False) -> None:
         """Apply outbox rows not yet applied to the attached indexes and make them searchable.
@@ -359,11 +247,7 @@ class SqliteKnowledgeStore:
             r[0] for r in self._conn.execute("SELECT rowid FROM chunks WHERE doc_id=?", (doc_id,))
         ]
         cur = self._conn.execute("DELETE FROM documents WHERE doc_id=?", (doc_id,))
-        self._conn.execute(
-            "INSERT INTO index_outbox (generation, doc_id, old_rowids, created_at)"
-            " VALUES (?, ?, ?, ?)",
-            (generation, doc_id, json.dumps(old), time.time()),
-        )
+        write_change(self._conn, generation, doc_id, old_rowids=old)
         return cur.rowcount > 0
 
     def _insert_doc(
@@ -394,10 +278,24 @@ class SqliteKnowledgeStore:
                 embed_error,
             ),
         )
+        rowids = self._insert_chunks(doc.doc_id, chunks, space_of)
+        for space, (positions, matrix) in (vectors or {}).items():
+            arr = np.ascontiguousarray(matrix, dtype=np.float32)
+            if arr.ndim != 2 or arr.shape[0] != len(positions):
+                raise KnowledgeError(f"vectors for space {space!r} do not match their positions")
+            self._conn.executemany(
+                "INSERT INTO embeddings (chunk_rowid, space, vector) VALUES (?, ?, ?)",
+                [(rowids[p], space, arr[j].tobytes()) for j, p in enumerate(positions)],
+            )
+        return rowids
+
+    def _insert_chunks(
+        self, doc_id: str, chunks: Sequence[Chunk], space_of: Mapping[int, str]
+    ) -> list[int]:
         rowids: list[int] = []
         for i, c in enumerate(chunks):
-            if c.doc_id != doc.doc_id:
-                raise KnowledgeError(f"chunk {c.chunk_id!r} does not belong to {doc.doc_id!r}")
+            if c.doc_id != doc_id:
+                raise KnowledgeError(f"chunk {c.chunk_id!r} does not belong to {doc_id!r}")
             cur = self._conn.execute(
                 "INSERT INTO chunks (chunk_id, doc_id, chunk_index, text, title, section_path,"
                 " page, source, start, end_, content_hash, doc_type, permission_tags, tenant_id,"
@@ -424,15 +322,143 @@ class SqliteKnowledgeStore:
                 ),
             )
             rowids.append(int(cur.lastrowid or 0))
-        for space, (positions, matrix) in (vectors or {}).items():
-            arr = np.ascontiguousarray(matrix, dtype=np.float32)
-            if arr.ndim != 2 or arr.shape[0] != len(positions):
-                raise KnowledgeError(f"vectors for space {space!r} do not match their positions")
-            self._conn.executemany(
-                "INSERT INTO embeddings (chunk_rowid, space, vector) VALUES (?, ?, ?)",
-                [(rowids[p], space, arr[j].tobytes()) for j, p in enumerate(positions)],
-            )
         return rowids
+
+    def write_batch(
+        self,
+        source: str,
+        *,
+        new_docs: Sequence[tuple[Document, Sequence[Chunk]]] = (),
+        appended: Sequence[tuple[str, Sequence[Chunk]]] = (),
+        start: bool = False,
+        finish_hash: str | None = None,
+        doc_type: str = "",
+    ) -> None:
+        """One transaction of a batched (phase 1) ingest of ``source``; chunks get no vectors.
+
+        Args:
+            source: The source being written.
+            new_docs: Documents to insert (replacing any of the same id) with their first chunks.
+            appended: ``(doc_id, chunks)`` to append to documents inserted by earlier batches.
+            start: First batch: remove every document of the source and its recorded hash, so
+                until the batch with ``finish_hash`` commits the source counts as changed (an
+                interrupted ingest of it is redone by the next one).
+            finish_hash: Last batch: record the file hash for incremental ingest.
+            doc_type: Recorded with ``finish_hash``.
+        """
+        with self._lock:
+            with transaction(self._conn):
+                generation = self._bump_generation()
+                if start:
+                    for (doc_id,) in self._conn.execute(
+                        "SELECT doc_id FROM documents WHERE source=?", (source,)
+                    ).fetchall():
+                        self._remove_doc(doc_id, generation)
+                    self._conn.execute("DELETE FROM sources WHERE source=?", (source,))
+                for doc, chunks in new_docs:
+                    self._remove_doc(doc.doc_id, generation)
+                    self._insert_doc(doc, chunks, None, EMBED_PENDING, None)
+                for doc_id, chunks in appended:
+                    rowids = self._insert_chunks(doc_id, chunks, {})
+                    self._conn.execute(
+                        "UPDATE documents SET chunk_count = chunk_count + ?, embed_state=?"
+                        " WHERE doc_id=?",
+                        (len(chunks), EMBED_PENDING, doc_id),
+                    )
+                    write_change(self._conn, generation, doc_id, kind="chunks", rowids=rowids)
+                if finish_hash is not None:
+                    self._record_source(source, finish_hash, doc_type)
+            self._after_change()
+
+    def _record_source(self, source: str, content_hash: str, doc_type: str) -> None:
+        self._conn.execute(
+            "INSERT INTO sources (source, content_hash, doc_type, updated_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT(source) DO UPDATE SET"
+            " content_hash=excluded.content_hash, doc_type=excluded.doc_type,"
+            " updated_at=excluded.updated_at",
+            (source, content_hash, doc_type, time.time()),
+        )
+
+    def add_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        *,
+        model: tuple[str, int] | None = None,
+    ) -> int:
+        """Store vectors of pending chunks (phase 2); returns how many were stored.
+
+        Chunks deleted or already embedded meanwhile are skipped. ``model`` (name, dim) is
+        checked against what the space already holds.
+        """
+        arr = np.ascontiguousarray(matrix, dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[0] != len(rowids):
+            raise KnowledgeError(f"vectors for space {space!r} do not match their rowids")
+        with self._lock:
+            with transaction(self._conn):
+                generation = self._bump_generation()
+                if model is not None:
+                    self._check_space(space, *model)
+                by_doc: dict[str, list[int]] = {}
+                for rowid, row in zip(rowids, arr, strict=True):
+                    found = self._conn.execute(
+                        "UPDATE chunks SET space=? WHERE rowid=? AND space IS NULL"
+                        " RETURNING doc_id",
+                        (space, int(rowid)),
+                    ).fetchone()
+                    if found is None:
+                        continue
+                    self._conn.execute(
+                        "INSERT OR REPLACE INTO embeddings (chunk_rowid, space, vector)"
+                        " VALUES (?, ?, ?)",
+                        (int(rowid), space, row.tobytes()),
+                    )
+                    by_doc.setdefault(str(found[0]), []).append(int(rowid))
+                for doc_id, done in by_doc.items():
+                    write_change(self._conn, generation, doc_id, kind="vectors", rowids=done)
+                    self._conn.execute(
+                        "UPDATE documents SET embed_state=?, embed_error=NULL WHERE doc_id=?"
+                        " AND NOT EXISTS (SELECT 1 FROM chunks WHERE doc_id=? AND space IS NULL)",
+                        (EMBED_DONE, doc_id, doc_id),
+                    )
+            self._after_change()
+        return sum(len(v) for v in by_doc.values())
+
+    def pending_chunks(self, *, after: int = 0, limit: int = 256) -> list[StoredChunk]:
+        """Chunks without vectors (waiting for phase 2), in rowid order, after rowid ``after``."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE space IS NULL AND rowid > ?"
+                " ORDER BY rowid LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows]
+
+    def count_pending(self) -> int:
+        """How many chunks have no vectors yet (keyword-searchable, not vector-searchable)."""
+        with self._lock:
+            row = self._conn.execute("SELECT COUNT(*) FROM chunks WHERE space IS NULL").fetchone()
+        return int(row[0])
+
+    def pending_sources(self) -> set[str]:
+        """Sources with at least one chunk without vectors."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT DISTINCT source FROM chunks WHERE space IS NULL"
+            ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def vectors_by_rowids(
+        self, rowids: Sequence[int]
+    ) -> dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
+        """Stored vectors of ``rowids``, per space."""
+        sql = "SELECT chunk_rowid, vector, space FROM embeddings WHERE chunk_rowid IN ({marks})"
+        per_space: dict[str, list[Any]] = {}
+        for rows in self._select_in(sql, rowids):
+            for r in rows:
+                per_space.setdefault(str(r[2]), []).append(r)
+        return {space: _to_arrays(rows) for space, rows in per_space.items()}
 
     def upsert_document(
         self,
@@ -502,14 +528,7 @@ class SqliteKnowledgeStore:
                     state = embed_state or (EMBED_DONE if vectors else EMBED_NONE)
                     result.append(self._insert_doc(doc, chunks, vectors, state, embed_error))
                 if source_hash is not None:
-                    doc_type = items[0][0].doc_type if items else ""
-                    self._conn.execute(
-                        "INSERT INTO sources (source, content_hash, doc_type, updated_at)"
-                        " VALUES (?, ?, ?, ?) ON CONFLICT(source) DO UPDATE SET"
-                        " content_hash=excluded.content_hash, doc_type=excluded.doc_type,"
-                        " updated_at=excluded.updated_at",
-                        (source, source_hash, doc_type, time.time()),
-                    )
+                    self._record_source(source, source_hash, items[0][0].doc_type if items else "")
             self._after_change()
         return result
 

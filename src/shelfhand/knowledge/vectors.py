@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shelfhand.knowledge.embedding import Vectors
+from shelfhand.knowledge.outbox import split_changes
 from shelfhand.knowledge.store import PRIVILEGED_ROLES, IndexChange, SqliteKnowledgeStore
 
 logger = logging.getLogger(__name__)
@@ -370,12 +371,15 @@ class VectorIndexes:
         return self._durable
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
-        doc_ids = list(dict.fromkeys(c.doc_id for c in changes))
-        old = {r for c in changes for r in c.old_rowids}
+        # Replaced documents are re-read whole; vectors added to pending chunks by rowid.
+        doc_ids, old, embedded = split_changes(changes, "vectors")
         with self._lock:
             current: dict[str, list[tuple[Ids, Vectors]]] = {}
-            for space in store.vector_spaces():
-                current[space] = list(store.iter_vectors(space, doc_ids))
+            if doc_ids:
+                for space in store.vector_spaces():
+                    current[space] = list(store.iter_vectors(space, doc_ids))
+            for space, batch in store.vectors_by_rowids(embedded).items():
+                current.setdefault(space, []).append(batch)
             for vs in self._spaces.values():
                 vs.remove(old)
             for space, batches in current.items():

@@ -37,7 +37,8 @@ class OpenAIEmbedder:
         dim: Expected vector dimension. ``None`` learns it from the first response (reading
             :attr:`dim` before any call then costs one small request). A response of another
             dimension raises :class:`ConfigurationError`.
-        base_url: Server base URL including ``/v1``; ``None`` means OpenAI.
+        base_url: Server base URL including ``/v1``; ``None`` means ``OPENAI_BASE_URL`` when
+            set, else OpenAI.
         api_key: Key; defaults to ``OPENAI_API_KEY``. A self-hosted server (``base_url`` set)
             may need none.
         batch_size: Texts per request.
@@ -71,6 +72,9 @@ class OpenAIEmbedder:
             raise ConfigurationError("batch_size and dim must be >= 1, max_retries >= 0")
         if request_dimensions and dim is None:
             raise ConfigurationError("request_dimensions=True needs dim")
+        # The SDK reads OPENAI_BASE_URL when no base_url is given; resolve it here so that
+        # messages name the endpoint actually used.
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if base_url is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
+from rich.markup import escape
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.retrieval import SearchMode
@@ -239,7 +240,10 @@ def ingest(
         highlight=False,
     )
     for failure in report.failed:
-        console.print(f"[yellow]skipped[/] {failure.source}: {failure.reason}", highlight=False)
+        console.print(
+            f"[yellow]skipped[/] {escape(failure.source)}: {escape(failure.reason)}",
+            highlight=False,
+        )
     if report.embedding_error:
         console.print(
             f"[yellow]keyword-only for now:[/] {report.embedding_error}; "
@@ -254,7 +258,7 @@ def ingest(
             highlight=False,
         )
     if kb.degraded_reason:
-        console.print(f"[yellow]note:[/] {kb.degraded_reason}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(kb.degraded_reason)}", highlight=False)
     kb.close()
     if report.interrupted:
         console.print(

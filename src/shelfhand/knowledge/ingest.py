@@ -168,10 +168,17 @@ def _never() -> bool:
     return False
 
 
-def _failure_reason(exc: BaseException) -> str:
+def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
+    """Why a file failed, without its path (the failure is reported under its source)."""
     if isinstance(exc, UnreadableDocumentError | KnowledgeError | OSError | ValueError):
-        return str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {exc}"  # unexpected: name the kind of failure
+        reason = str(exc) or type(exc).__name__
+    else:
+        reason = f"{type(exc).__name__}: {exc}"  # unexpected: name the kind of failure
+    if file is not None:
+        for prefix in (f"{file}: ", f"cannot read {file}: "):
+            reason = reason.removeprefix(prefix)
+        reason = reason.replace(str(file), file.name)
+    return reason
 
 
 class Ingestor:
@@ -455,7 +462,7 @@ class Ingestor:
                 # batches of this file were committed before it failed (e.g. it ran over
                 # max_chunks): nothing half-stored stays searchable
                 self.store.delete_source(source)
-            reason = _failure_reason(exc)
+            reason = _failure_reason(exc, file)
             logger.warning("skipping %s: %s", source, reason)
             logger.debug("failure of %s", source, exc_info=True)
             tally.failed.append(IngestFailure(source=source, reason=reason))

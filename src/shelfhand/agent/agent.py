@@ -22,6 +22,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.events import (
     ApprovalDecided,
@@ -69,6 +70,9 @@ class RunResult:
     external_calls: tuple[ToolCallBlock, ...] = ()
     """Calls of ``external`` tools, for the caller to execute (when stop_reason says so)."""
     trace_id: str = ""
+    unknown_citations: tuple[int, ...] = ()
+    """Numbers the answer cites (``[9]``) that no passage of this run carries: show them as
+    plain text, never as links."""
 
 
 class Agent:
@@ -261,7 +265,7 @@ class Agent:
             async with aclosing(self._execute(calls, step, results, approvals)) as steps:
                 async for event in steps:
                     yield event
-            found = [c for r in results for c in r.citations]
+            found = _new_citations(results, citations)
             if found:
                 citations.extend(found)
                 yield CitationsFound(citations=tuple(found))
@@ -294,6 +298,7 @@ class Agent:
                 iterations=iterations,
                 stop_reason=reason,
                 trace_id=run.trace_id,
+                unknown_citations=unknown_citations(text, citations),
             )
         )
 
@@ -397,6 +402,18 @@ class Agent:
             lines.append("The last tool results were:")
             lines.extend(f"- {r.name}: {r.content[:300]}" for r in last.tool_results)
         return "\n".join(lines)
+
+
+def _new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) -> list[Citation]:
+    """The citations of ``results`` not already in ``seen`` (a passage retrieved again keeps
+    its number, and is listed once)."""
+    keys = {(c.index, c.chunk_id) for c in seen}
+    out: list[Citation] = []
+    for c in (c for r in results for c in r.citations):
+        if (c.index, c.chunk_id) not in keys:
+            keys.add((c.index, c.chunk_id))
+            out.append(c)
+    return out
 
 
 def _finished(report: CallReport) -> ToolFinished:

@@ -214,6 +214,12 @@ def ask(
         console.print()
         for c in result.citations:
             console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+    if result.unknown_citations:
+        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
+        console.print(
+            f"[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
+            highlight=False,
+        )
     if kb is not None:
         kb.close()
 

@@ -244,7 +244,9 @@ def test_model_timeout_is_504_and_provider_failure_is_502(tmp_path: Path) -> Non
         {"error": "provider", "status": 500, "message": "upstream broke mid-turn"},
         "恢复正常。",
     ]
-    server = start_serve(tmp_path / "workspace", script=script)
+    # tool mode: the model is the turn's first step, so its failure can still be the status
+    env = {"SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    server = start_serve(tmp_path / "workspace", script=script, env=env)
     try:
         with client(server, ALICE) as c:
             session = c.post("/v1/sessions").json()["id"]

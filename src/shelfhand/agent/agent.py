@@ -35,9 +35,11 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
+from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .memory import ConversationMemory, build_system_prompt
 
 if TYPE_CHECKING:
@@ -92,6 +94,10 @@ class Agent:
         approvals: where ``confirm=True`` tool calls wait for a human decision (see
             :class:`~shelfhand.tools.approvals.Approvals`); ``None``: such calls are not run
             and the model reads that they need confirmation. ``run``/``stream`` may override it.
+        retrieval: Where answers get their passages (see :mod:`shelfhand.agent.grounding`):
+            ``tool`` (default: the model calls ``retrieve`` if it wants), ``context`` (the
+            toolkit's ``retrieve`` is called with the user's message before the model is asked,
+            and hidden from the model) or ``both`` (up front, and by tool for more).
     """
 
     def __init__(
@@ -106,6 +112,7 @@ class Agent:
         memory: ConversationMemory | None = None,
         description: str = "",
         approvals: Approvals | None = None,
+        retrieval: AnswerRetrieval = "tool",
     ) -> None:
         if max_iters < 1:
             raise ValueError("max_iters must be at least 1")
@@ -120,6 +127,13 @@ class Agent:
         self.max_concurrency = max_concurrency
         self.memory = memory
         self.approvals = approvals
+        self.retrieval = check_answer_retrieval(retrieval)
+        self._upfront: UpfrontRetrieval | None = None
+        if self.retrieval != "tool":
+            self._upfront = UpfrontRetrieval(self.toolkit)  # ValueError: no retrieve tool
+            if self.retrieval == "context":  # the model is not offered retrieve
+                self.toolkit = self.toolkit.copy()
+                self.toolkit.remove(RETRIEVE_TOOL)
 
     # --- public API ------------------------------------------------------------------------
     async def run(
@@ -215,6 +229,10 @@ class Agent:
         citations: list[Citation] = []
         input_tokens = output_tokens = 0
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+        if self._upfront is not None:
+            async with aclosing(self._retrieve_upfront(first, run, new, citations)) as upfront:
+                async for event in upfront:
+                    yield event
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
@@ -301,6 +319,26 @@ class Agent:
                 unknown_citations=unknown_citations(text, citations),
             )
         )
+
+    async def _retrieve_upfront(
+        self, first: Message, run: RunContext, new: list[Message], citations: list[Citation]
+    ) -> AsyncGenerator[Event, None]:
+        """The ``context``/``both`` step: retrieve for the prompt before the model is asked;
+        the call and its numbered passages join the transcript as if the model had called."""
+        assert self._upfront is not None
+        done = await self._upfront(first, run)
+        if not done:
+            return
+        for d in done:
+            yield ToolStarted(call_id=d.call.id, name=d.call.name, arguments=d.call.arguments)
+            yield _finished(d.report)
+        results = [d.report.result for d in done]
+        new.append(Message.assistant(tool_calls=[d.call for d in done]))
+        new.append(Message.tool(results))
+        found = _new_citations(results, citations)
+        if found:
+            citations.extend(found)
+            yield CitationsFound(citations=tuple(found))
 
     async def _remember(self, new: list[Message]) -> None:
         if self.memory is None:

@@ -180,11 +180,25 @@ def ask(
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            "--retrieval",
+            help="Where the answer's passages come from: context (retrieved before the model "
+            "is asked), tool (the model calls retrieve) or both (default: answer_retrieval "
+            "setting, else both).",
+        ),
+    ] = None,
 ) -> None:
     """Answer from the documents (chat model if configured, else cited passages)."""
-    from shelfhand.core.errors import ModelError
+    from shelfhand.core.errors import ConfigurationError, ModelError
+    from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.knowledge.citations import label
 
+    try:
+        mode = None if retrieval is None else check_answer_retrieval(retrieval)
+    except ConfigurationError as exc:
+        raise _err(f"--retrieval: {exc}", 2) from None
     a = _app(workspace)
     console = _console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
@@ -202,7 +216,7 @@ def ask(
         )
         kb.close()
         return
-    agent = a.chat_agent(model, kb)
+    agent = a.chat_agent(model, kb, retrieval=mode)
     try:
         from shelfhand.cli.main import console_approvals
 

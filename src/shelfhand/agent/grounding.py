@@ -1,0 +1,79 @@
+"""Up-front retrieval: grounded answers that do not depend on the model calling ``retrieve``.
+
+An agent answers in one of three retrieval modes (:data:`~shelfhand.core.settings.AnswerRetrieval`):
+
+- ``tool``: the model decides whether to call ``retrieve`` (small models often do not);
+- ``context``: before the model is first asked, the framework calls ``retrieve`` with the
+  user's message and the numbered passages are in the prompt; the model is not offered
+  ``retrieve`` at all;
+- ``both``: the first retrieval up front, further ones by tool.
+
+The up-front call is an ordinary governed call of the toolkit's ``retrieve`` tool: the same
+code path as a call the model makes, so the caller's identity (and so the ACL) comes from the
+run's injected context, the call is audited, and its passages are numbered by the run's
+:class:`~shelfhand.core.citations.CitationLedger` like any other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from shelfhand.core.context import RunContext
+from shelfhand.core.ids import new_id
+from shelfhand.core.messages import Message, ToolCallBlock
+from shelfhand.tools.toolkit import CallReport, Toolkit
+
+__all__ = ["RETRIEVE_TOOL", "UpfrontCall", "UpfrontRetrieval"]
+
+RETRIEVE_TOOL = "retrieve"
+MAX_QUERY_CHARS = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpfrontCall:
+    """A tool call the framework made for the run before the model was asked."""
+
+    call: ToolCallBlock
+    report: CallReport
+
+
+class UpfrontRetrieval:
+    """Calls ``retrieve`` with the user's message, through ``toolkit`` (governed, audited).
+
+    Args:
+        toolkit: A toolkit holding the ``retrieve`` tool; it need not be the one the model is
+            offered (``context`` mode hides ``retrieve`` from the model).
+        top_k: Passages to fetch (``None``: the tool's default).
+        tool_name: The retrieval tool's name.
+
+    Raises:
+        ValueError: ``toolkit`` has no such tool.
+    """
+
+    def __init__(
+        self, toolkit: Toolkit, *, top_k: int | None = None, tool_name: str = RETRIEVE_TOOL
+    ) -> None:
+        if toolkit.get(tool_name) is None:
+            raise ValueError(
+                f"up-front retrieval needs a {tool_name!r} tool in the toolkit "
+                "(add kb.as_tool(), or use retrieval='tool')"
+            )
+        self.toolkit = toolkit
+        self.top_k = top_k
+        self.tool_name = tool_name
+
+    async def __call__(self, prompt: Message, run: RunContext) -> list[UpfrontCall]:
+        """Retrieve for ``prompt`` as ``run.user``; nothing for a message without text."""
+        query = prompt.text.strip()[:MAX_QUERY_CHARS]
+        if not query:
+            return []
+        arguments: dict[str, object] = {"query": query}
+        if self.top_k is not None:
+            arguments["top_k"] = self.top_k
+        call = ToolCallBlock(
+            id=f"call_{new_id()}",
+            name=self.tool_name,
+            arguments=json.dumps(arguments, ensure_ascii=False),
+        )
+        return [UpfrontCall(call=call, report=await self.toolkit.execute(call, run))]

@@ -26,6 +26,7 @@ from .agent import RunResult
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
 NOT_CONFIGURED = "knowledge base not configured"
+RETRIEVE_TIMEOUT = 30.0
 
 RETRIEVE_DESCRIPTION = (
     "Search the knowledge base (product documents, policies, manuals) for numbered passages. "
@@ -69,9 +70,16 @@ def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
 
     # never cached: a document ingested a second ago must be findable now, and search is cheap.
     # Never shared between identical concurrent calls either: the numbers belong to one run.
-    found = tool(name="retrieve", description=RETRIEVE_DESCRIPTION, read_only=True, cache_ttl=0)(
-        retrieve
-    )
+    # A process's first search loads the segmenter and opens the indexes (seconds on a busy
+    # machine, and with up-front retrieval it is the run's first step): more than the
+    # toolkit's default 5 s before it counts as hung.
+    found = tool(
+        name="retrieve",
+        description=RETRIEVE_DESCRIPTION,
+        read_only=True,
+        cache_ttl=0,
+        timeout=RETRIEVE_TIMEOUT,
+    )(retrieve)
     found.dedup = False
     return found
 

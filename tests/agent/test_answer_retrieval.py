@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext
+from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.events import CitationsFound, ToolFinished, ToolStarted
+from shelfhand.core.events import CitationsFound, Final, ToolFinished, ToolStarted
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
@@ -192,3 +194,30 @@ def test_the_app_builds_chat_agents_in_the_configured_mode(
         }
     finally:
         app.close()
+
+
+async def test_a_failed_up_front_retrieval_is_an_error_result_and_the_model_still_answers() -> None:
+    class Broken:
+        def search(self, query: str, *, k: int = 5, user: UserContext | None = None) -> Any:
+            raise OSError("index file missing")
+
+    model = ScriptedModel([text("文档里没有找到。")])
+    agent = Agent(model=model, toolkit=Toolkit([make_retrieve_tool(Broken())]), retrieval="both")
+    events = [e async for e in agent.stream("E-203 是什么故障？", context=ACME)]
+    finished = [e for e in events if isinstance(e, ToolFinished)]
+    assert len(finished) == 1 and finished[0].is_error
+    (failed,) = tool_messages(model.requests[0])
+    assert (
+        failed.tool_results[0].is_error and "index file missing" in failed.tool_results[0].content
+    )
+    final = events[-1]
+    assert isinstance(final, Final)
+    result = final.result
+    assert result.output == "文档里没有找到。" and result.citations == ()
+
+
+async def test_a_message_without_text_gets_no_up_front_retrieval(kb: KnowledgeBase) -> None:
+    model = ScriptedModel([text("?")])
+    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+    result = await agent.run("   ", context=ACME)
+    assert tool_messages(model.requests[0]) == [] and result.citations == ()

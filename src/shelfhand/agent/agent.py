@@ -326,14 +326,16 @@ class Agent:
         """The ``context``/``both`` step: retrieve for the prompt before the model is asked;
         the call and its numbered passages join the transcript as if the model had called."""
         assert self._upfront is not None
-        done = await self._upfront(first, run)
-        if not done:
+        calls = self._upfront.calls(first)
+        if not calls:
             return
-        for d in done:
-            yield ToolStarted(call_id=d.call.id, name=d.call.name, arguments=d.call.arguments)
-            yield _finished(d.report)
-        results = [d.report.result for d in done]
-        new.append(Message.assistant(tool_calls=[d.call for d in done]))
+        results: list[ToolResultBlock] = []
+        for call in calls:
+            yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
+            report = await self._upfront.execute(call, run)
+            results.append(report.result)
+            yield _finished(report)
+        new.append(Message.assistant(tool_calls=calls))
         new.append(Message.tool(results))
         found = _new_citations(results, citations)
         if found:

@@ -17,25 +17,16 @@ run's injected context, the call is audited, and its passages are numbered by th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.ids import new_id
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-__all__ = ["RETRIEVE_TOOL", "UpfrontCall", "UpfrontRetrieval"]
+__all__ = ["RETRIEVE_TOOL", "UpfrontRetrieval"]
 
 RETRIEVE_TOOL = "retrieve"
 MAX_QUERY_CHARS = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UpfrontCall:
-    """A tool call the framework made for the run before the model was asked."""
-
-    call: ToolCallBlock
-    report: CallReport
 
 
 class UpfrontRetrieval:
@@ -63,8 +54,8 @@ class UpfrontRetrieval:
         self.top_k = top_k
         self.tool_name = tool_name
 
-    async def __call__(self, prompt: Message, run: RunContext) -> list[UpfrontCall]:
-        """Retrieve for ``prompt`` as ``run.user``; nothing for a message without text."""
+    def calls(self, prompt: Message) -> list[ToolCallBlock]:
+        """The calls to make for ``prompt``: one retrieval, none for a message without text."""
         query = prompt.text.strip()[:MAX_QUERY_CHARS]
         if not query:
             return []
@@ -76,4 +67,8 @@ class UpfrontRetrieval:
             name=self.tool_name,
             arguments=json.dumps(arguments, ensure_ascii=False),
         )
-        return [UpfrontCall(call=call, report=await self.toolkit.execute(call, run))]
+        return [call]
+
+    async def execute(self, call: ToolCallBlock, run: RunContext) -> CallReport:
+        """Run ``call`` for ``run.user`` through the toolkit (a failure is an error result)."""
+        return await self.toolkit.execute(call, run)

@@ -96,8 +96,9 @@ class Agent:
             and the model reads that they need confirmation. ``run``/``stream`` may override it.
         retrieval: Where answers get their passages (see :mod:`shelfhand.agent.grounding`):
             ``tool`` (default: the model calls ``retrieve`` if it wants), ``context`` (the
-            toolkit's ``retrieve`` is called with the user's message before the model is asked,
-            and hidden from the model) or ``both`` (up front, and by tool for more).
+            toolkit's ``retrieve`` is called with the user's message before the model is asked;
+            the agent keeps a copy of the toolkit without ``retrieve``, so the model is not
+            offered it) or ``both`` (up front, and by tool for more).
     """
 
     def __init__(

@@ -13,7 +13,10 @@ The chat model comes from the usual settings (``SHELFHAND_MODEL``, ``OPENAI_BASE
 
     SHELFHAND_MODEL=qwen2.5-coder-0.5b OPENAI_BASE_URL=http://127.0.0.1:8097/v1 \\
     OPENAI_API_KEY=none SHELFHAND_MODEL_TIMEOUT=600 \\
-    python bench/answer_grounding.py --modes tool,both [--json out.json]
+    python bench/answer_grounding.py --modes tool,both [--max-tokens 200] [--json out.json]
+
+Replies are capped at ``--max-tokens`` (sent as ``max_tokens``; a small local model can ramble
+for thousands of tokens) and sampled at ``--temperature`` (default 0).
 
 Retrieval is keyword-only (no embedder to load): the point is what the model does with the
 passages, not which passages come back.
@@ -35,6 +38,8 @@ from shelfhand.core.citations import cited_numbers
 from shelfhand.core.context import UserContext
 from shelfhand.core.settings import ANSWER_RETRIEVAL_MODES, Settings
 from shelfhand.knowledge.base import sample_corpus
+from shelfhand.models.base import ChatModel
+from shelfhand.providers.openai_chat import OpenAIChatModel
 
 QUESTIONS = (
     "E-203 是什么故障？",
@@ -47,10 +52,8 @@ QUESTIONS = (
 USER = UserContext(tenant_id="default", user_id="bench")
 
 
-async def ask(app: App, mode: str, question: str) -> dict[str, Any]:
+async def ask(app: App, model: ChatModel, mode: str, question: str) -> dict[str, Any]:
     kb = app.open_knowledge()
-    model = app.chat_model()
-    assert model is not None, "configure a chat model (SHELFHAND_MODEL, OPENAI_BASE_URL)"
     agent = app.chat_agent(model, kb, retrieval=mode)  # type: ignore[arg-type]
     started = time.perf_counter()
     try:
@@ -83,6 +86,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="tool,context,both")
     parser.add_argument("--json", help="write every answer to this file")
+    parser.add_argument("--max-tokens", type=int, default=200)
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for mode in modes:
@@ -90,16 +95,26 @@ async def main() -> None:
             parser.error(f"unknown mode {mode!r}")
     workspace = tempfile.mkdtemp(prefix="grounding-")
     env = dict(os.environ, SHELFHAND_RETRIEVAL_MODE="keyword")
-    app = App(settings=Settings.load(workspace, env=env))
+    settings = Settings.load(workspace, env=env)
+    if not settings.model:
+        parser.error("configure a chat model (SHELFHAND_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY)")
+    model = OpenAIChatModel(
+        settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout=settings.model_timeout,
+        temperature=args.temperature,
+        extra_body={"max_tokens": args.max_tokens},
+    )
+    app = App(settings=settings, model=model)
     kb = app.open_knowledge()
     kb.ingest([sample_corpus()])
     kb.close()
     rows: list[dict[str, Any]] = []
     for mode in modes:
         for question in QUESTIONS:
-            row = await ask(
-                app, mode, question
-            )  # one event loop: the model's client is bound to it
+            # one event loop for every run: the model's HTTP client is bound to it
+            row = await ask(app, model, mode, question)
             rows.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
     app.close()

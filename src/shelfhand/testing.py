@@ -321,7 +321,8 @@ class FunctionModel(_FakeModel):
 class CyclingScriptModel(_FakeModel):
     """A chat model that replays one script for every user message.
 
-    The i-th request after the latest user message gets ``script[i % len(script)]``, so any
+    The i-th request after the latest user message gets ``script[i % len(script)]`` (counting
+    the model's own replies, not the framework's up-front retrieval), so any
     number of conversations — concurrently, in any order — each see the same deterministic
     sequence per turn (load tests, demos of a running service).
 
@@ -355,8 +356,8 @@ class CyclingScriptModel(_FakeModel):
         for message in reversed(messages):
             if message.role == "user":
                 break
-            if message.role == "assistant":
-                since_user += 1
+            if message.role == "assistant" and not message.metadata.get("upfront"):
+                since_user += 1  # calls made up front by the framework are not the model's
         return self._script[since_user % len(self._script)]
 
 

@@ -39,7 +39,7 @@ from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
+from .grounding import RETRIEVE_TOOL, UPFRONT, UpfrontRetrieval
 from .memory import ConversationMemory, build_system_prompt
 
 if TYPE_CHECKING:
@@ -336,7 +336,7 @@ class Agent:
             report = await self._upfront.execute(call, run)
             results.append(report.result)
             yield _finished(report)
-        new.append(Message.assistant(tool_calls=calls))
+        new.append(Message.assistant(tool_calls=calls, metadata={UPFRONT: True}))
         new.append(Message.tool(results))
         found = _new_citations(results, citations)
         if found:

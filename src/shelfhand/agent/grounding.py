@@ -23,9 +23,12 @@ from shelfhand.core.ids import new_id
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-__all__ = ["RETRIEVE_TOOL", "UpfrontRetrieval"]
+__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontRetrieval"]
 
 RETRIEVE_TOOL = "retrieve"
+UPFRONT = "upfront"
+"""Metadata key set (``True``) on the assistant message holding the up-front calls: the
+framework made them, not the model."""
 MAX_QUERY_CHARS = 1000
 
 

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext
+from shelfhand.agent.grounding import as_model_sees
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.events import CitationsFound, Final, ToolFinished, ToolStarted
-from shelfhand.core.messages import Message
+from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.embedders import HashingEmbedder
@@ -49,8 +50,16 @@ def offered(model: ScriptedModel, request: int) -> set[str]:
     return {t["function"]["name"] for t in model.tool_schemas[request]}
 
 
-def tool_messages(messages: list[Message]) -> list[Message]:
+def tool_messages(messages: list[Message] | tuple[Message, ...]) -> list[Message]:
     return [m for m in messages if m.role == "tool"]
+
+
+def shown_passages(request: list[Message]) -> str:
+    """The up-front passages as the model read them: text before the question it answers."""
+    prompt = request[-1]
+    assert prompt.role == "user"
+    assert tool_messages(request) == []  # shown as text, not as a tool exchange
+    return prompt.text
 
 
 @pytest.mark.parametrize(("question", "expected"), QUESTIONS)
@@ -62,17 +71,17 @@ async def test_context_mode_puts_numbered_passages_in_the_first_request_and_need
     result = await agent.run(question, context=ACME)
 
     assert len(model.requests) == 1  # one model call: no tool round trip
-    first = model.requests[0]
-    assert first[1].role == "user" and first[1].text == question
-    (passages,) = tool_messages(first)
-    content = passages.tool_results[0].content
-    assert content.startswith("[1] ") and expected in content
+    content = shown_passages(model.requests[0])
+    assert "\n[1] " in content and expected in content
+    assert content.endswith(f"Question: {question}")  # passages first, then the question
     assert "retrieve" not in offered(model, 0)  # the model is not offered retrieve
     assert result.citations and result.citations[0].index == 1
     assert result.output == "答案 [1]。" and result.unknown_citations == ()
-    # the transcript shows the up-front call like any other
+    # the transcript records the up-front call and its result like any other
     call = result.messages[1].tool_calls[0]
     assert call.name == "retrieve" and question in call.arguments
+    assert result.messages[0].text == question
+    assert result.messages[2].tool_results[0].content in content
 
 
 @pytest.mark.parametrize(("question", "expected"), QUESTIONS)
@@ -102,11 +111,15 @@ async def test_both_mode_retrieves_up_front_and_the_model_may_retrieve_more(
     agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="both")
     events = [e async for e in agent.stream(question, context=ACME)]
 
-    (up_front,) = tool_messages(model.requests[0])
-    assert expected in up_front.tool_results[0].content
+    assert expected in shown_passages(model.requests[0])
     assert "retrieve" in offered(model, 0)
+    final = events[-1]
+    assert isinstance(final, Final)
+    up_front, own = tool_messages(final.result.messages)
+    assert up_front.tool_results[0].content in model.requests[0][-1].text
+    assert tool_messages(model.requests[1]) == [own]  # the model's own call stays a tool call
     given = up_front.tool_results[0].citations
-    later = tool_messages(model.requests[1])[1].tool_results[0].citations
+    later = own.tool_results[0].citations
     # one numbering: the model's call goes on after the up-front passages
     assert [c.index for c in given] == list(range(1, len(given) + 1))
     new = [c for c in later if c.chunk_id not in {g.chunk_id for g in given}]
@@ -122,7 +135,7 @@ async def test_up_front_retrieval_reads_only_what_the_caller_may_read(kb: Knowle
         model = ScriptedModel([text("ok")])
         agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
         await agent.run("E-203 bonus table 机密", context=user)
-        return tool_messages(model.requests[0])[0].tool_results[0].content
+        return shown_passages(model.requests[0])
 
     assert "No relevant passages" in await answer(GLOBEX)  # another tenant
     assert "salaries.md" not in await answer(ACME)  # untagged role
@@ -206,10 +219,8 @@ async def test_a_failed_up_front_retrieval_is_an_error_result_and_the_model_stil
     events = [e async for e in agent.stream("E-203 是什么故障？", context=ACME)]
     finished = [e for e in events if isinstance(e, ToolFinished)]
     assert len(finished) == 1 and finished[0].is_error
-    (failed,) = tool_messages(model.requests[0])
-    assert (
-        failed.tool_results[0].is_error and "index file missing" in failed.tool_results[0].content
-    )
+    shown = shown_passages(model.requests[0])
+    assert shown.startswith("Searching the knowledge base") and "index file missing" in shown
     final = events[-1]
     assert isinstance(final, Final)
     result = final.result
@@ -234,3 +245,22 @@ async def test_the_up_front_call_is_marked_and_a_cycling_script_starts_from_its_
     # the script's first turn (the model's own retrieve) ran after the up-front one
     calls = [c.name for m in result.messages for c in m.tool_calls]
     assert calls == ["retrieve", "retrieve"] and result.output == "[1][4]"
+
+
+def test_earlier_turns_up_front_passages_are_shown_before_their_own_question() -> None:
+    call = ToolCallBlock(id="call_a", name="retrieve", arguments='{"query": "q1"}')
+    result = ToolResultBlock(call_id="call_a", name="retrieve", content="[1] manual\nE-203")
+    history = [
+        Message.user("q1"),
+        Message.assistant(tool_calls=[call], metadata={"upfront": True}),
+        Message.tool([result]),
+        Message.assistant("a1 [1]"),
+        Message.user("q2"),
+    ]
+    shown = as_model_sees(history)
+    assert [m.role for m in shown] == ["user", "assistant", "user"]
+    assert shown[0].text.endswith("[1] manual\nE-203\n\nQuestion: q1")
+    assert shown[1:] == history[3:]
+    # the model's own calls are left as they are
+    own = [Message.user("q"), Message.assistant(tool_calls=[call]), Message.tool([result])]
+    assert as_model_sees(own) == own

@@ -33,6 +33,12 @@ def tool_contents(request: Any) -> list[str]:
     return [m["content"] for m in request.body["messages"] if m["role"] == "tool"]
 
 
+def question_text(request: Any) -> str:
+    last = request.body["messages"][-1]
+    assert last["role"] == "user"
+    return str(last["content"])
+
+
 @pytest.mark.parametrize(
     ("mode", "question", "expected"),
     [
@@ -48,12 +54,13 @@ def test_ask_retrieval_flag_decides_what_the_first_request_holds(
     out = run(["ask", "--retrieval", mode, question], workspace, server)
     assert out.returncode == 0, out.stderr
     (request,) = server.requests  # no tool round trip was needed
+    assert tool_contents(request) == []  # up-front passages are text, not a tool exchange
     if expected is None:  # tool: nothing up front, the model may call retrieve
-        assert tool_contents(request) == [] and "retrieve" in offered(request)
+        assert question_text(request) == question and "retrieve" in offered(request)
         assert "the answer cites [1], which no passage has" in out.stdout  # none was given
         return
-    (passages,) = tool_contents(request)
-    assert passages.startswith("[1] ") and expected in passages
+    shown = question_text(request)
+    assert "\n[1] " in shown and expected in shown and shown.endswith(question)
     assert ("retrieve" in offered(request)) is (mode == "both")
     assert "E-203 表示灯泡过热 [1]。" in out.stdout
     assert "\n[1] " in out.stdout and "no passage has" not in out.stdout

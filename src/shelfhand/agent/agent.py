@@ -39,7 +39,7 @@ from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, Usage
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-from .grounding import RETRIEVE_TOOL, UPFRONT, UpfrontRetrieval
+from .grounding import RETRIEVE_TOOL, UPFRONT, UpfrontRetrieval, as_model_sees
 from .memory import ConversationMemory, build_system_prompt
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ class Agent:
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
-            conversation = [system, *past, *new]
+            conversation = [system, *as_model_sees([*past, *new])]
             if streaming:
                 response: ModelResponse | None = None
                 async for chunk in self.model.stream(conversation, tools=schemas):

@@ -11,25 +11,36 @@ An agent answers in one of three retrieval modes (:data:`~shelfhand.core.setting
 The up-front call is an ordinary governed call of the toolkit's ``retrieve`` tool: the same
 code path as a call the model makes, so the caller's identity (and so the ACL) comes from the
 run's injected context, the call is audited, and its passages are numbered by the run's
-:class:`~shelfhand.core.citations.CitationLedger` like any other.
+:class:`~shelfhand.core.citations.CitationLedger` like any other. The transcript records it as
+a call and its result (marked ``metadata["upfront"]``); the model is shown the passages as text
+in the user's turn, before the question (:func:`as_model_sees`): a small model shown a tool
+exchange it never made imitates it and answers with tool-call JSON.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.ids import new_id
-from shelfhand.core.messages import Message, ToolCallBlock
+from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontRetrieval"]
+__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontRetrieval", "as_model_sees"]
 
 RETRIEVE_TOOL = "retrieve"
 UPFRONT = "upfront"
 """Metadata key set (``True``) on the assistant message holding the up-front calls: the
 framework made them, not the model."""
 MAX_QUERY_CHARS = 1000
+PASSAGES_INTRO = (
+    "From the knowledge base, for the question below (cite the passages you use by their "
+    "number, like [1]):"
+)
+FAILED_INTRO = "Searching the knowledge base for the question below failed:"
+QUESTION_LABEL = "Question: "
 
 
 class UpfrontRetrieval:
@@ -75,3 +86,28 @@ class UpfrontRetrieval:
     async def execute(self, call: ToolCallBlock, run: RunContext) -> CallReport:
         """Run ``call`` for ``run.user`` through the toolkit (a failure is an error result)."""
         return await self.toolkit.execute(call, run)
+
+
+def as_model_sees(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as the model is shown them: each up-front call and its result become text
+    at the start of the user message they answer (a user message of their own if none is
+    right before them). Other messages are passed through unchanged."""
+    out: list[Message] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if not (m.metadata.get(UPFRONT) and i + 1 < len(messages) and m.role == "assistant"):
+            out.append(m)
+            i += 1
+            continue
+        results = messages[i + 1].tool_results
+        intro = FAILED_INTRO if any(r.is_error for r in results) else PASSAGES_INTRO
+        block = intro + "\n\n" + "\n\n".join(r.content for r in results)
+        if out and out[-1].role == "user":
+            question = out[-1]
+            head = TextBlock(text=f"{block}\n\n{QUESTION_LABEL}")
+            out[-1] = replace(question, content=(head, *question.content))
+        else:
+            out.append(Message.user(block))
+        i += 2
+    return out

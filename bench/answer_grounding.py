@@ -88,6 +88,7 @@ async def main() -> None:
     parser.add_argument("--json", help="write every answer to this file")
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="only the first N")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for mode in modes:
@@ -112,7 +113,7 @@ async def main() -> None:
     kb.close()
     rows: list[dict[str, Any]] = []
     for mode in modes:
-        for question in QUESTIONS:
+        for question in QUESTIONS[: args.questions]:
             # one event loop for every run: the model's HTTP client is bound to it
             row = await ask(app, model, mode, question)
             rows.append(row)

@@ -321,8 +321,7 @@ class FunctionModel(_FakeModel):
 class CyclingScriptModel(_FakeModel):
     """A chat model that replays one script for every user message.
 
-    The i-th request after the latest user message gets ``script[i % len(script)]`` (counting
-    the model's own replies, not the framework's up-front retrieval), so any
+    The i-th request after the latest user message gets ``script[i % len(script)]``, so any
     number of conversations — concurrently, in any order — each see the same deterministic
     sequence per turn (load tests, demos of a running service).
 
@@ -356,8 +355,8 @@ class CyclingScriptModel(_FakeModel):
         for message in reversed(messages):
             if message.role == "user":
                 break
-            if message.role == "assistant" and not message.metadata.get("upfront"):
-                since_user += 1  # calls made up front by the framework are not the model's
+            if message.role == "assistant":
+                since_user += 1
         return self._script[since_user % len(self._script)]
 
 

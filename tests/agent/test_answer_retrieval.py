@@ -20,7 +20,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.embedders import HashingEmbedder
 from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.testing import CyclingScriptModel, ScriptedModel, text, tool_call
+from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
 
 pytestmark = pytest.mark.anyio
@@ -234,15 +234,12 @@ async def test_a_message_without_text_gets_no_up_front_retrieval(kb: KnowledgeBa
     assert tool_messages(model.requests[0]) == [] and result.citations == ()
 
 
-async def test_the_up_front_call_is_marked_and_a_cycling_script_starts_from_its_first_turn(
-    kb: KnowledgeBase,
-) -> None:
-    model = CyclingScriptModel([tool_call("retrieve", {"query": "保修"}), text("[1][4]")])
+async def test_the_up_front_call_is_marked_as_the_frameworks(kb: KnowledgeBase) -> None:
+    model = ScriptedModel([tool_call("retrieve", {"query": "保修"}), text("[1][4]")])
     agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="both")
     result = await agent.run("灯泡保修多久？", context=ACME)
     assert result.messages[1].metadata == {"upfront": True}
-    assert result.messages[2].metadata == {}
-    # the script's first turn (the model's own retrieve) ran after the up-front one
+    assert result.messages[3].metadata == {}  # the model's own call
     calls = [c.name for m in result.messages for c in m.tool_calls]
     assert calls == ["retrieve", "retrieve"] and result.output == "[1][4]"
 

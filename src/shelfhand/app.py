@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.settings import Settings
+from shelfhand.core.settings import AnswerRetrieval, Settings, check_answer_retrieval
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
@@ -224,21 +224,28 @@ class App:
         memory: ConversationMemory | None = None,
         toolkit: Toolkit | None = None,
         system_prompt: str | None = None,
+        retrieval: AnswerRetrieval | None = None,
     ) -> Agent:
         """The chat agent; a service passes its shared ``toolkit`` (governance state lives
         there) and a per-caller ``system_prompt`` (e.g. with the user's memory section).
+
+        ``retrieval`` (default: the ``answer_retrieval`` setting) says where answers get their
+        passages: ``context``, ``tool`` or ``both`` (see :mod:`shelfhand.agent.grounding`).
+        Without a knowledge base there is nothing to retrieve up front, so it is ``tool``.
 
         ``confirm=True`` tools need an ``Approvals`` registry passed to ``run``/``stream``
         (the service and the CLI do); without one they are refused, never left waiting.
         """
         from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT, Agent
 
+        mode = check_answer_retrieval(retrieval or self.settings.answer_retrieval)
         return Agent(
             name="assistant",
             model=model,
             toolkit=toolkit if toolkit is not None else self.toolkit(kb),
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
+            retrieval=mode if kb is not None else "tool",
         )
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:

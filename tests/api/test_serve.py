@@ -27,6 +27,9 @@ RAG_SCRIPT = {
         "整机保修期为 12 个月 [1]。",
     ],
 }
+# RAG_SCRIPT plays the model's own retrieve call: no up-front retrieval before it (the default,
+# ``both``, is covered by test_service_answer_retrieval.py)
+TOOL_MODE = {"SHELFHAND_ANSWER_RETRIEVAL": "tool"}
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     server = start_serve(
         tmp_path_factory.mktemp("ws") / "workspace",
         script=RAG_SCRIPT,
+        env=TOOL_MODE,
         args=("--max-upload-mb", "0.05"),
     )
     yield server
@@ -209,7 +213,7 @@ def test_rejected_uploads_leave_the_knowledge_base_unchanged(
 
 def test_a_session_survives_a_server_restart(tmp_path: Path) -> None:
     workspace = tmp_path / "workspace"
-    first = start_serve(workspace, script=RAG_SCRIPT)
+    first = start_serve(workspace, script=RAG_SCRIPT, env=TOOL_MODE)
     try:
         with client(first, ALICE) as c:
             session = c.post("/v1/sessions").json()["id"]
@@ -219,7 +223,7 @@ def test_a_session_survives_a_server_restart(tmp_path: Path) -> None:
             assert r.status_code == 200
     finally:
         first.stop()
-    second = start_serve(workspace, script=RAG_SCRIPT)
+    second = start_serve(workspace, script=RAG_SCRIPT, env=TOOL_MODE)
     try:
         with client(second, ALICE) as c:
             detail = c.get(f"/v1/sessions/{session}").json()
@@ -244,7 +248,8 @@ def test_model_timeout_is_504_and_provider_failure_is_502(tmp_path: Path) -> Non
         {"error": "provider", "status": 500, "message": "upstream broke mid-turn"},
         "恢复正常。",
     ]
-    server = start_serve(tmp_path / "workspace", script=script)
+    # tool mode: the model is the turn's first step, so its failure can still be the status
+    server = start_serve(tmp_path / "workspace", script=script, env=TOOL_MODE)
     try:
         with client(server, ALICE) as c:
             session = c.post("/v1/sessions").json()["id"]

@@ -34,7 +34,10 @@ from shelfhand.tools.tool import tool
 
 
 def make_app(workspace: Path, model: Any | None) -> App:
-    settings = Settings.load(workspace, env={"SHELFHAND_EMBEDDER": "hashing"})
+    # these models script the turn from its first request: no up-front retrieval before it
+    # (the default, ``both``, is covered by tests/api/test_service_answer_retrieval.py)
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    settings = Settings.load(workspace, env=env)
     return App(settings=settings, model=model, router=EmbeddingRouter({"any": HashingEmbedder()}))
 
 

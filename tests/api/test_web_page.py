@@ -52,7 +52,7 @@ def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
     model = CyclingScriptModel(
         [
             tool_call("retrieve", {"query": "E-203 故障"}),
-            text("E-203 表示灯泡过热，请清理风扇 [1]。"),
+            text("E-203 表示灯泡过热，请清理风扇 [1]。另见 [9]。"),
         ]
     )
     app = App(
@@ -69,7 +69,9 @@ def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
     server.stop()
 
 
-def test_the_page_streams_an_answer_with_a_clickable_citation(page_server: ThreadServer) -> None:
+def test_the_page_streams_an_answer_with_a_clickable_citation_and_no_link_for_unknown_ones(
+    page_server: ThreadServer,
+) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -90,6 +92,9 @@ def test_the_page_streams_an_answer_with_a_clickable_citation(page_server: Threa
             sync_api.expect(page.locator("#sessions li")).to_have_count(1)
             cite = answer.locator("a.cite").first
             sync_api.expect(cite).to_have_text("[1]")
+            # [9] was never given: shown as marked text, not as a link
+            sync_api.expect(answer.locator("a.cite")).to_have_count(1)
+            sync_api.expect(answer.locator("span.cite-unknown")).to_have_text("[9]")
             cite.click()
             sync_api.expect(page.locator("#passage")).to_be_visible()
             sync_api.expect(page.locator("#passage-text")).to_contain_text("灯泡过热")

@@ -29,6 +29,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.events import (
     ApprovalDecided,
@@ -41,6 +42,7 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import (
     ChatModel,
     ModelResponse,
@@ -62,6 +64,7 @@ from .budget import (
     size_bound,
 )
 from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
+from .grounding import RETRIEVE_TOOL, UPFRONT, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .streaming import STEP_SEPARATOR, CallTextGate
@@ -100,6 +103,9 @@ class RunResult:
     external_calls: tuple[ToolCallBlock, ...] = ()
     """Calls of ``external`` tools, for the caller to execute (when stop_reason says so)."""
     trace_id: str = ""
+    unknown_citations: tuple[int, ...] = ()
+    """Numbers the answer cites (``[9]``) that no passage of this run carries: show them as
+    plain text, never as links."""
 
 
 class Agent:
@@ -125,6 +131,11 @@ class Agent:
         replay_repeated_calls: answer a call that already succeeded in this run (same name
             and canonical arguments) from that result instead of running the tool again
             (default). ``False`` runs every call; identical failing calls are still stopped.
+        retrieval: Where answers get their passages (see :mod:`shelfhand.agent.grounding`):
+            ``tool`` (default: the model calls ``retrieve`` if it wants), ``context`` (the
+            toolkit's ``retrieve`` is called with the user's message before the model is asked;
+            the agent keeps a copy of the toolkit without ``retrieve``, so the model is not
+            offered it) or ``both`` (up front, and by tool for more).
     """
 
     def __init__(
@@ -141,6 +152,7 @@ class Agent:
         approvals: Approvals | None = None,
         context_tokens: int | None = None,
         replay_repeated_calls: bool = True,
+        retrieval: AnswerRetrieval = "tool",
     ) -> None:
         if context_tokens is not None and context_tokens < 1:
             raise ValueError("context_tokens must be positive")
@@ -160,6 +172,13 @@ class Agent:
         self.context_tokens = context_tokens
         self.replay_repeated_calls = replay_repeated_calls
         self._schema_cost: tuple[object, int] | None = None
+        self.retrieval = check_answer_retrieval(retrieval)
+        self._upfront: UpfrontRetrieval | None = None
+        if self.retrieval != "tool":
+            self._upfront = UpfrontRetrieval(self.toolkit)  # ValueError: no retrieve tool
+            if self.retrieval == "context":  # the model is not offered retrieve
+                self.toolkit = self.toolkit.copy()
+                self.toolkit.remove(RETRIEVE_TOOL)
 
     # --- public API ------------------------------------------------------------------------
     async def run(
@@ -260,17 +279,32 @@ class Agent:
         shown = False  # any text streamed in an earlier step of this run
         window, max_tokens = self._window()
         count = TokenCounter()
-        sent = GrowingBound([system, *past])
+        model_past = as_model_sees(past)  # earlier turns' up-front passages as text
+        sent = GrowingBound([system, *model_past])
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+        if self._upfront is not None:
+            async with aclosing(self._retrieve_upfront(first, run, new, citations)) as upfront:
+                async for event in upfront:
+                    yield event
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
-            conversation = [system, *past, *new, *([nudge] if nudge is not None else [])]
-            bound = sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
+            conversation = [
+                system,
+                *model_past,
+                *(as_model_sees(new) if self._upfront is not None else new),
+                *([nudge] if nudge is not None else []),
+            ]
+            # up-front passages are shown as text in the question: count, don't bound
+            bound = (
+                None
+                if self._upfront is not None
+                else sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
+            )
             nudge = None
             budget = request_budget(window, max_tokens, tools_tokens=self._tools_tokens(schemas))
             request = fit_messages(
-                conversation, budget, keep_from=1 + len(past), count=count, bound=bound
+                conversation, budget, keep_from=1 + len(model_past), count=count, bound=bound
             )
             step_shown = False
             if streaming:
@@ -358,7 +392,7 @@ class Agent:
             async with aclosing(self._execute(calls, step, results, approvals, guard)) as steps:
                 async for event in steps:
                     yield event
-            found = [c for r in results for c in r.citations]
+            found = _new_citations(results, citations)
             if found:
                 citations.extend(found)
                 yield CitationsFound(citations=tuple(found))
@@ -410,8 +444,31 @@ class Agent:
                 iterations=iterations,
                 stop_reason=reason,
                 trace_id=run.trace_id,
+                unknown_citations=unknown_citations(text, citations),
             )
         )
+
+    async def _retrieve_upfront(
+        self, first: Message, run: RunContext, new: list[Message], citations: list[Citation]
+    ) -> AsyncGenerator[Event, None]:
+        """The ``context``/``both`` step: retrieve for the prompt before the model is asked;
+        the call and its numbered passages join the transcript as if the model had called."""
+        assert self._upfront is not None
+        calls = self._upfront.calls(first)
+        if not calls:
+            return
+        results: list[ToolResultBlock] = []
+        for call in calls:
+            yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
+            report = await self._upfront.execute(call, run)
+            results.append(report.result)
+            yield _finished(report, report.result)
+        new.append(Message.assistant(tool_calls=calls, metadata={UPFRONT: True}))
+        new.append(Message.tool(results))
+        found = _new_citations(results, citations)
+        if found:
+            citations.extend(found)
+            yield CitationsFound(citations=tuple(found))
 
     async def _remember(self, new: list[Message]) -> None:
         if self.memory is None:
@@ -553,6 +610,18 @@ def _not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
 
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) -> list[Citation]:
+    """The citations of ``results`` not already in ``seen`` (a passage retrieved again keeps
+    its number, and is listed once)."""
+    keys = {(c.index, c.chunk_id) for c in seen}
+    out: list[Citation] = []
+    for c in (c for r in results for c in r.citations):
+        if (c.index, c.chunk_id) not in keys:
+            keys.add((c.index, c.chunk_id))
+            out.append(c)
+    return out
 
 
 def _finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:

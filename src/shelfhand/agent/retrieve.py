@@ -2,7 +2,11 @@
 
 Retrieval becomes a tool here, in the orchestration layer: the knowledge layer knows nothing
 of tools or agents. The caller's identity reaches the search through the injected
-:class:`UserContext`, never through a model-written argument.
+:class:`RunContext`, never through a model-written argument.
+
+Passages are numbered by the run's :class:`~shelfhand.core.citations.CitationLedger`: a second
+``retrieve`` call of the same run goes on from the last number, and a passage that comes back
+again keeps its first number, so ``[n]`` names one passage for the whole run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from .agent import RunResult
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
 NOT_CONFIGURED = "knowledge base not configured"
+RETRIEVE_TIMEOUT = 30.0
 
 RETRIEVE_DESCRIPTION = (
     "Search the knowledge base (product documents, policies, manuals) for numbered passages. "
@@ -49,7 +54,7 @@ def clamp_top_k(top_k: int | None) -> int:
 def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
     """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured"."""
 
-    async def retrieve(ctx: UserContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
+    async def retrieve(run: RunContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
         """Search the knowledge base.
 
         Args:
@@ -59,14 +64,24 @@ def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
         if kb is None:
             return ToolOutput(content=NOT_CONFIGURED)
         # the search is CPU-bound (segmentation, embedding): keep it off the event loop
-        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=ctx)
-        citations = to_citations(hits)
+        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
+        citations = run.citations.number(to_citations(hits))
         return ToolOutput(content=format_passages(citations), citations=tuple(citations))
 
-    # never cached: a document ingested a second ago must be findable now, and search is cheap
-    return tool(name="retrieve", description=RETRIEVE_DESCRIPTION, read_only=True, cache_ttl=0)(
-        retrieve
-    )
+    # never cached: a document ingested a second ago must be findable now, and search is cheap.
+    # Never shared between identical concurrent calls either: the numbers belong to one run.
+    # A process's first search loads the segmenter and opens the indexes (seconds on a busy
+    # machine, and with up-front retrieval it is the run's first step): more than the
+    # toolkit's default 5 s before it counts as hung.
+    found = tool(
+        name="retrieve",
+        description=RETRIEVE_DESCRIPTION,
+        read_only=True,
+        cache_ttl=0,
+        timeout=RETRIEVE_TIMEOUT,
+    )(retrieve)
+    found.dedup = False
+    return found
 
 
 class KnowledgeAgent:
@@ -89,7 +104,7 @@ class KnowledgeAgent:
         query = prompt if isinstance(prompt, str) else prompt.text
         run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
-        citations = tuple(to_citations(hits))
+        citations = tuple(run.citations.number(to_citations(hits)))
         output = format_passages(citations)
         messages = (Message.user(query), Message.assistant(output, citations=citations))
         return RunResult(

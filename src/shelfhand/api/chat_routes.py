@@ -278,6 +278,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
         trace_id=trace_id,
         output=final.get("output", ""),
         citations=[CitationOut.of(Citation.from_dict(c)) for c in final.get("citations", [])],
+        unknown_citations=final.get("unknown_citations", []),
         tool_steps=list(steps.values()),
         stop_reason=final.get("stop_reason", "final"),
         events=others,

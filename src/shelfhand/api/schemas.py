@@ -117,6 +117,10 @@ class ChatReply(BaseModel):
     trace_id: str
     output: str
     citations: list[CitationOut]
+    unknown_citations: list[int] = Field(
+        default_factory=list,
+        description="Numbers the answer cites that no passage of the turn has (not links).",
+    )
     tool_steps: list[ToolStep]
     stop_reason: str
     events: list[dict[str, Any]] = Field(

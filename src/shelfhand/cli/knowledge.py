@@ -442,15 +442,29 @@ def ask(
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            "--retrieval",
+            help="Where the answer's passages come from: context (retrieved before the model "
+            "is asked), tool (the model calls retrieve) or both (default: answer_retrieval "
+            "setting, else both).",
+        ),
+    ] = None,
 ) -> None:
     """Answer from the documents (chat model if configured, else cited passages).
 
     Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
     found, or "no answer", are printed instead.
     """
-    from shelfhand.core.errors import ModelError
+    from shelfhand.core.errors import ConfigurationError, ModelError
+    from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.knowledge.citations import label
 
+    try:
+        mode = None if retrieval is None else check_answer_retrieval(retrieval)
+    except ConfigurationError as exc:
+        raise _err(f"--retrieval: {exc}", 2) from None
     a = _app(workspace, existing=True)
     console = _console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
@@ -468,7 +482,7 @@ def ask(
         )
         kb.close()
         return
-    agent = a.chat_agent(model, kb)
+    agent = a.chat_agent(model, kb, retrieval=mode)
     try:
         from shelfhand.cli.main import console_approvals
 
@@ -480,6 +494,12 @@ def ask(
         console.print()
         for c in result.citations:
             console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+    if result.unknown_citations:
+        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
+        console.print(
+            f"[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
+            highlight=False,
+        )
     if kb is not None:
         kb.close()
     if result.stop_reason == "empty":

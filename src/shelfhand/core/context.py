@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from shelfhand.core.citations import CitationLedger
 from shelfhand.core.ids import new_id
 
 PermissionLevel = Literal["user", "admin", "system"]
@@ -72,6 +73,9 @@ class RunContext:
     user: UserContext = ANONYMOUS
     iteration: int = 0
     deps: Any = None
+    citations: CitationLedger = field(default_factory=CitationLedger, compare=False, repr=False)
+    """This run's citation numbers: every tool call of the run (and of its iterations) shares
+    them, so passages keep one number per run; a new run starts from ``[1]``."""
 
     @classmethod
     def start(

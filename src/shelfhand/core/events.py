@@ -123,6 +123,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             "type": event.type,
             "output": event.result.output,
             "citations": [c.to_dict() for c in event.result.citations],
+            "unknown_citations": list(event.result.unknown_citations),
         }
     data: dict[str, Any] = {"type": event.type}
     for f in fields(event):

@@ -6,13 +6,20 @@ Environment (highest precedence):
 ``SHELFHAND_EMBEDDER`` (default | hashing | openai:<model>), ``SHELFHAND_EMBED_TIMEOUT``
 (seconds a query embedding may take before search falls back to keywords, default 2),
 ``SHELFHAND_TURN_TIMEOUT`` (seconds a service chat turn may wait for the model without any
-event before it fails with 504, default 120).
+event before it fails with 504, default 120), ``SHELFHAND_ANSWER_RETRIEVAL`` (context | tool |
+both).
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
 (``model``, ``base_url``, ``api_key``, ``model_timeout``, ``retrieval_mode``, ``embedder``,
-``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``, ``turn_timeout``). Reading limits live in a ``[limits]`` table (see
+``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``, ``turn_timeout``,
+``answer_retrieval``). Reading limits live in a ``[limits]`` table (see
 :mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
 knowledge base opens.
+
+``answer_retrieval`` is how chat answers get their passages: ``context`` retrieves before the
+model is asked and puts the numbered passages in the prompt; ``tool`` leaves it to the model to
+call ``retrieve``; ``both`` (the default) does the first retrieval up front and lets the model
+call ``retrieve`` for more.
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from shelfhand.core.errors import ConfigurationError
 
 RETRIEVAL_MODES = ("auto", "simple", "keyword")
+AnswerRetrieval = Literal["context", "tool", "both"]
+ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both")
 DEFAULT_WORKSPACE = ".shelfhand"
 
 
@@ -45,6 +54,7 @@ class Settings:
     """The ``[limits]`` table of shelfhand.toml (reading limits per file), as written."""
     embed_timeout: float = 2.0
     turn_timeout: float = 120.0
+    answer_retrieval: AnswerRetrieval = "both"
 
     @classmethod
     def load(
@@ -68,6 +78,10 @@ class Settings:
                 f"retrieval mode {mode!r} is not one of {', '.join(RETRIEVAL_MODES)} "
                 "(set SHELFHAND_RETRIEVAL_MODE or retrieval_mode in shelfhand.toml)"
             )
+        answer_retrieval = check_answer_retrieval(
+            pick("SHELFHAND_ANSWER_RETRIEVAL", "answer_retrieval") or "both",
+            where="set SHELFHAND_ANSWER_RETRIEVAL or answer_retrieval in shelfhand.toml",
+        )
         try:
             timeout = float(pick("SHELFHAND_MODEL_TIMEOUT", "model_timeout") or 60.0)
             chunk_tokens = int(file_values.get("chunk_tokens", 400))
@@ -100,7 +114,21 @@ class Settings:
             limits=limits,
             embed_timeout=embed_timeout,
             turn_timeout=turn_timeout,
+            answer_retrieval=answer_retrieval,
         )
+
+
+def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:
+    """``value`` as an answer retrieval mode; anything else is a :class:`ConfigurationError`
+    that names the allowed modes (and ``where`` to fix it)."""
+    mode = str(value).strip().lower()
+    if mode not in ANSWER_RETRIEVAL_MODES:
+        hint = f" ({where})" if where else ""
+        raise ConfigurationError(
+            f"answer retrieval mode {value!r} is not one of "
+            f"{', '.join(ANSWER_RETRIEVAL_MODES)}{hint}"
+        )
+    return mode
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -294,7 +294,7 @@ class Governance:
             timeout=_attr(item, "timeout", p.timeout),
             attempts=1 + retries if retryable else 1,
             cache_ttl=float(ttl),
-            dedup=read_only and p.dedup,
+            dedup=read_only and p.dedup and bool(getattr(item, "dedup", True)),
             confirm=bool(getattr(item, "confirm", False)),
             per_caller=self._limiter(item.name, "caller", per_caller),
             total=self._limiter(item.name, "total", total),

@@ -120,6 +120,10 @@ class Tool(Generic[P, R]):
         is_async: Whether ``func`` is a coroutine function.
     """
 
+    dedup: bool = True
+    """Identical concurrent read-only calls may share one execution (off for results that
+    belong to one run, e.g. ``retrieve``'s run-numbered passages)."""
+
     def __init__(
         self,
         func: Callable[P, R],

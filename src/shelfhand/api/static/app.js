@@ -152,8 +152,8 @@ function addStep(answer, text, failed = false) {
 }
 
 function citationByIndex(answer, index) {
-  // later tool calls may reuse numbers: the latest citation with that number wins
-  for (let i = answer.citations.length - 1; i >= 0; i--) if (answer.citations[i].index === index) return answer.citations[i];
+  // a run numbers its passages once: a number names one passage (or none, if never given)
+  for (const c of answer.citations) if (c.index === index) return c;
   return null;
 }
 
@@ -177,6 +177,13 @@ function renderAnswer(answer) {
       a.dataset.index = m[1];
       a.onclick = (e) => { e.preventDefault(); showPassage(c); };
       answer.body.appendChild(a);
+    } else if (m) {
+      // a number no passage has: plain text, marked, never a link
+      const span = document.createElement("span");
+      span.className = "cite-unknown";
+      span.textContent = part;
+      span.title = "no passage has this number";
+      answer.body.appendChild(span);
     } else {
       answer.body.appendChild(document.createTextNode(part));
     }

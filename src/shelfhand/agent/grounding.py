@@ -1,0 +1,113 @@
+"""Up-front retrieval: grounded answers that do not depend on the model calling ``retrieve``.
+
+An agent answers in one of three retrieval modes (:data:`~shelfhand.core.settings.AnswerRetrieval`):
+
+- ``tool``: the model decides whether to call ``retrieve`` (small models often do not);
+- ``context``: before the model is first asked, the framework calls ``retrieve`` with the
+  user's message and the numbered passages are in the prompt; the model is not offered
+  ``retrieve`` at all;
+- ``both``: the first retrieval up front, further ones by tool.
+
+The up-front call is an ordinary governed call of the toolkit's ``retrieve`` tool: the same
+code path as a call the model makes, so the caller's identity (and so the ACL) comes from the
+run's injected context, the call is audited, and its passages are numbered by the run's
+:class:`~shelfhand.core.citations.CitationLedger` like any other. The transcript records it as
+a call and its result (marked ``metadata["upfront"]``); the model is shown the passages as text
+in the user's turn, before the question (:func:`as_model_sees`): a small model shown a tool
+exchange it never made imitates it and answers with tool-call JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+from shelfhand.core.context import RunContext
+from shelfhand.core.ids import new_id
+from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
+from shelfhand.tools.toolkit import CallReport, Toolkit
+
+__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontRetrieval", "as_model_sees"]
+
+RETRIEVE_TOOL = "retrieve"
+UPFRONT = "upfront"
+"""Metadata key set (``True``) on the assistant message holding the up-front calls: the
+framework made them, not the model."""
+MAX_QUERY_CHARS = 1000
+PASSAGES_INTRO = (
+    "From the knowledge base, for the question below (cite the passages you use by their "
+    "number, like [1]):"
+)
+FAILED_INTRO = "Searching the knowledge base for the question below failed:"
+QUESTION_LABEL = "Question: "
+
+
+class UpfrontRetrieval:
+    """Calls ``retrieve`` with the user's message, through ``toolkit`` (governed, audited).
+
+    Args:
+        toolkit: A toolkit holding the ``retrieve`` tool; it need not be the one the model is
+            offered (``context`` mode hides ``retrieve`` from the model).
+        top_k: Passages to fetch (``None``: the tool's default).
+        tool_name: The retrieval tool's name.
+
+    Raises:
+        ValueError: ``toolkit`` has no such tool.
+    """
+
+    def __init__(
+        self, toolkit: Toolkit, *, top_k: int | None = None, tool_name: str = RETRIEVE_TOOL
+    ) -> None:
+        if toolkit.get(tool_name) is None:
+            raise ValueError(
+                f"up-front retrieval needs a {tool_name!r} tool in the toolkit "
+                "(add kb.as_tool(), or use retrieval='tool')"
+            )
+        self.toolkit = toolkit
+        self.top_k = top_k
+        self.tool_name = tool_name
+
+    def calls(self, prompt: Message) -> list[ToolCallBlock]:
+        """The calls to make for ``prompt``: one retrieval, none for a message without text."""
+        query = prompt.text.strip()[:MAX_QUERY_CHARS]
+        if not query:
+            return []
+        arguments: dict[str, object] = {"query": query}
+        if self.top_k is not None:
+            arguments["top_k"] = self.top_k
+        call = ToolCallBlock(
+            id=f"call_{new_id()}",
+            name=self.tool_name,
+            arguments=json.dumps(arguments, ensure_ascii=False),
+        )
+        return [call]
+
+    async def execute(self, call: ToolCallBlock, run: RunContext) -> CallReport:
+        """Run ``call`` for ``run.user`` through the toolkit (a failure is an error result)."""
+        return await self.toolkit.execute(call, run)
+
+
+def as_model_sees(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as the model is shown them: each up-front call and its result become text
+    at the start of the user message they answer (a user message of their own if none is
+    right before them). Other messages are passed through unchanged."""
+    out: list[Message] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if not (m.metadata.get(UPFRONT) and i + 1 < len(messages) and m.role == "assistant"):
+            out.append(m)
+            i += 1
+            continue
+        results = messages[i + 1].tool_results
+        intro = FAILED_INTRO if any(r.is_error for r in results) else PASSAGES_INTRO
+        block = intro + "\n\n" + "\n\n".join(r.content for r in results)
+        if out and out[-1].role == "user":
+            question = out[-1]
+            head = TextBlock(text=f"{block}\n\n{QUESTION_LABEL}")
+            out[-1] = replace(question, content=(head, *question.content))
+        else:
+            out.append(Message.user(block))
+        i += 2
+    return out

@@ -1,0 +1,96 @@
+"""One citation numbering per run (DESIGN R9).
+
+Every passage shown to the model during one agent run gets a number from the run's
+:class:`CitationLedger`: the first passage is ``[1]``, a second ``retrieve`` call goes on from
+where the first stopped, and a chunk that comes back again keeps the number it was first given.
+The ledger lives on the :class:`~shelfhand.core.context.RunContext`, so two runs (even of the
+same agent, at the same time) never share numbers.
+
+:func:`cited_numbers` reads the ``[n]`` markers back out of an answer, so that numbers the model
+cited but was never given can be flagged instead of rendered as links.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from shelfhand.core.messages import Citation
+
+__all__ = ["CitationLedger", "cited_numbers", "unknown_citations"]
+
+# [1], [1][2], [1, 2], [1，2], 【1】, ［1］ — a bracket holding only numbers
+_MARKER = re.compile(r"[\[［【]\s*(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)\s*[\]］】]")
+_NUMBER = re.compile(r"\d+")
+# code is not prose: ``a[0]`` in a snippet is not a citation
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
+
+
+def cited_numbers(text: str) -> tuple[int, ...]:
+    """The citation numbers ``text`` uses, in order of first use (code spans ignored)."""
+    seen: dict[int, None] = {}
+    for marker in _MARKER.finditer(_CODE.sub(" ", text)):
+        for number in _NUMBER.findall(marker.group(1)):
+            seen.setdefault(int(number), None)
+    return tuple(seen)
+
+
+def _key(c: Citation) -> str:
+    # the chunk id names a passage; citations from tools without one are told apart by text
+    return c.chunk_id or f"{c.source}\x00{c.section}\x00{c.page}\x00{c.text}"
+
+
+class CitationLedger:
+    """The numbers given out in one run: chunk → number, and the citations behind them.
+
+    Safe to share between the concurrent tool calls of one run (they may run in threads).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[str, Citation] = {}
+
+    def number(self, citations: Iterable[Citation]) -> list[Citation]:
+        """``citations`` renumbered for this run: a passage seen before keeps its number,
+        a new one gets the next free number. Duplicates within ``citations`` are dropped."""
+        out: list[Citation] = []
+        taken: set[int] = set()
+        with self._lock:
+            for c in citations:
+                key = _key(c)
+                known = self._by_key.get(key)
+                if known is None:
+                    known = replace(c, index=len(self._by_key) + 1)
+                    self._by_key[key] = known
+                if known.index not in taken:
+                    taken.add(known.index)
+                    out.append(replace(c, index=known.index))
+        return out
+
+    @property
+    def citations(self) -> tuple[Citation, ...]:
+        """Every citation given out so far, by number."""
+        with self._lock:
+            return tuple(self._by_key.values())
+
+    @property
+    def numbers(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(c.index for c in self._by_key.values())
+
+    def unknown(self, text: str) -> tuple[int, ...]:
+        """Numbers ``text`` cites that this run never gave out (in order of first use)."""
+        given = self.numbers
+        return tuple(n for n in cited_numbers(text) if n not in given)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_key)
+
+
+def unknown_citations(text: str, given: Sequence[Citation]) -> tuple[int, ...]:
+    """Numbers ``text`` cites that none of ``given`` carries."""
+    numbers = {c.index for c in given}
+    return tuple(n for n in cited_numbers(text) if n not in numbers)

@@ -100,9 +100,13 @@ class CallGuard:
         if seen is None or seen.result is None:
             return None
         earlier = seen.result
-        # No citations: they were collected (and numbered) when the call first ran.
+        # The same citations, with the numbers they got when the call first ran (the run
+        # lists each passage once).
         return ToolResultBlock(
-            call_id=call.id, name=call.name, content=REPEATED_NOTE + earlier.content
+            call_id=call.id,
+            name=call.name,
+            content=REPEATED_NOTE + earlier.content,
+            citations=earlier.citations,
         )
 
     def refused(self, call: ToolCallBlock) -> Repeated | None:

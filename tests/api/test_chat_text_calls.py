@@ -22,7 +22,9 @@ CALL = '{"name": "retrieve", "arguments": {"query": "return unopened projector"}
 
 
 def serve(workspace: Path, model: Any, servers: list[ThreadServer]) -> ThreadServer:
-    settings = Settings.load(workspace, env={"SHELFHAND_EMBEDDER": "hashing"})
+    # the model scripts the turn from its first request: no up-front retrieval before it
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    settings = Settings.load(workspace, env=env)
     app = App(settings=settings, model=model, router=EmbeddingRouter({"any": HashingEmbedder()}))
     server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
     servers.append(server)

@@ -90,7 +90,8 @@ def test_tenant_b_gets_through_while_tenant_a_s_target_is_failing(
     with socket.socket() as s:  # a port nobody listens on: connections are refused
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/status"
-    settings = Settings.load(tmp_path, env={"SHELFHAND_EMBEDDER": "hashing"})
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}  # scripted calls
+    settings = Settings.load(tmp_path, env=env)
     app = LoopbackApp(
         settings=settings,
         model=FunctionModel(fetch_then_report),

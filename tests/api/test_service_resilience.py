@@ -47,7 +47,9 @@ def model_server() -> Iterator[FakeModelServer]:
 def serve(
     workspace: Path, model_server: FakeModelServer, servers: list[ThreadServer], **config: Any
 ) -> ThreadServer:
-    settings = Settings.load(workspace, env={"SHELFHAND_EMBEDDER": "hashing"})
+    # the model scripts the turn from its first request: no up-front retrieval before it
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    settings = Settings.load(workspace, env=env)
     model = OpenAIChatModel("fake", base_url=model_server.url, api_key="k", max_retries=0)
     app = App(settings=settings, model=model, router=EmbeddingRouter({"any": HashingEmbedder()}))
     api = create_app(app, config=ServiceConfig(**config), api_keys=user_contexts())

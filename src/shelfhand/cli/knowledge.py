@@ -24,6 +24,13 @@ from shelfhand.cli.main import (
     _user,
     app,
 )
+from shelfhand.cli.model_flags import (
+    MaxTokensOpt,
+    TemperatureOpt,
+    ToolChoiceOpt,
+    ToolModeOpt,
+    apply_model_flags,
+)
 
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
 
@@ -180,12 +187,23 @@ def ask(
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    tool_mode: ToolModeOpt = None,
+    tool_choice: ToolChoiceOpt = None,
 ) -> None:
     """Answer from the documents (chat model if configured, else cited passages)."""
     from shelfhand.core.errors import ModelError
     from shelfhand.knowledge.citations import label
 
     a = _app(workspace)
+    apply_model_flags(
+        a,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_mode=tool_mode,
+        tool_choice=tool_choice,
+    )
     console = _console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
     model = a.chat_model()

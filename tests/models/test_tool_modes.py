@@ -83,7 +83,8 @@ async def test_constrained_mode_sends_a_schema_of_every_tool_and_the_answer(
     assert choices[0]["properties"]["arguments"]["required"] == ["sku"]
     assert choices[2]["required"] == ["tool", "answer"]
     system = body["messages"][0]
-    assert system["role"] == "system" and "query_stock(sku: string)" in system["content"]
+    assert system["role"] == "system" and "- query_stock: How many units" in system["content"]
+    assert "    sku: string" in system["content"]
     [call] = response.message.tool_calls
     assert (call.name, json.loads(call.arguments)) == ("query_stock", {"sku": "SKU2024-011"})
     assert response.message.text == ""

@@ -50,6 +50,10 @@ _CONSTRAINED_RULES = (
     'a tool, or {"tool": "none", "answer": "<your answer to the user>"} to answer. '
     "Call a tool when it can give facts you do not have; answer once you have them."
 )
+_AFTER_RESULTS = (
+    "Answer the user's question from these results now; call another tool only if "
+    "something is still missing, never the same call again."
+)
 
 
 def _function(tool: ToolSchema) -> Mapping[str, Any]:
@@ -64,21 +68,26 @@ def _parameters(tool: ToolSchema) -> dict[str, Any]:
     return {"type": "object", "properties": {}}
 
 
+def _argument(name: str, spec: Any, required: bool) -> str:
+    spec = spec if isinstance(spec, Mapping) else {}
+    text = f"{name}: {spec.get('type', 'any')}" + ("" if required else " (optional)")
+    description = str(spec.get("description") or "").strip()
+    return f"{text} - {description}" if description else text
+
+
 def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
-    """The tool descriptions and calling rules for the system prompt."""
+    """The tool descriptions (with each argument's description) and the calling rules."""
     lines = ["You can call these tools:"]
     for tool in tools:
         fn = _function(tool)
         params = _parameters(tool)
         props = params.get("properties") or {}
         required = set(params.get("required") or ())
-        args = ", ".join(
-            f"{name}: {spec.get('type', 'any') if isinstance(spec, Mapping) else 'any'}"
-            + ("" if name in required else " (optional)")
-            for name, spec in props.items()
-        )
         description = str(fn.get("description") or "").strip().split("\n\n")[0]
-        lines.append(f"- {fn.get('name')}({args}): {description}")
+        lines.append(f"- {fn.get('name')}: {description}")
+        lines.extend(
+            f"    {_argument(name, spec, name in required)}" for name, spec in props.items()
+        )
     lines.append(_CONSTRAINED_RULES if mode == "constrained" else _PLAIN_RULES)
     return "\n".join(lines)
 
@@ -116,7 +125,7 @@ def prompted_messages(
                 f"Result of {r.name}{' (error)' if r.is_error else ''}:\n{r.content}"
                 for r in message.tool_results
             )
-            out.append({"role": "user", "content": results})
+            out.append({"role": "user", "content": f"{results}\n\n{_AFTER_RESULTS}"})
         elif message.role == "assistant":
             out.extend(
                 {**m, "content": _answer_text(str(m.get("content") or ""), mode)}

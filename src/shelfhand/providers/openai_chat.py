@@ -332,8 +332,9 @@ class OpenAIChatModel:
                 first_by = min(deadline, start + self.first_token_timeout)
             try:
                 with anyio.fail_after(max(first_by - start, 0.0)):
+                    # the SDK's own timeout a little later: our deadline decides, and says which
                     sdk_stream = await client.chat.completions.create(
-                        **params, timeout=max(first_by - start, 0.001)
+                        **params, timeout=max(first_by - start, 0.001) + 1.0
                     )
                 try:
                     chunks = sdk_stream.__aiter__()

@@ -175,6 +175,21 @@ async def test_a_server_that_never_answers_misses_the_first_token_deadline(
             await anyio.sleep(0.02)
 
 
+async def test_without_a_first_token_deadline_a_silent_stream_ends_at_the_total_one(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.add(Reply(hold=True))
+    model = OpenAIChatModel("m", base_url=chat_server.url, timeout=0.3, max_retries=0)
+    try:
+        with (
+            anyio.fail_after(10),
+            pytest.raises(ModelTimeoutError, match=r"did not answer within 0\.3s"),
+        ):
+            await drain(model, [Message.user("hi")])
+    finally:
+        await model.aclose()
+
+
 async def test_a_stream_that_sends_headers_but_no_token_misses_the_first_token_deadline(
     chat_server: ChatServer, hasty: OpenAIChatModel
 ) -> None:

@@ -481,9 +481,15 @@ class OpenAIChatModel:
     def _error(self, exc: Exception, *, attempts: int) -> ModelError:
         where = f"model {self.model!r} at {self._where()}"
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        if isinstance(exc, _Deadline) and exc.first_token:
+        first = self.first_token_timeout
+        if (
+            isinstance(exc, _Deadline)
+            and exc.first_token
+            and first is not None
+            and first < self.timeout
+        ):
             return ModelTimeoutError(
-                f"{where} sent no first token within {self.first_token_timeout:g}s{tries}. "
+                f"{where} sent no first token within {first:g}s{tries}. "
                 "Check that the server is up and not overloaded, or raise "
                 "SHELFHAND_FIRST_TOKEN_TIMEOUT (a local CPU model needs long for a long prompt)."
             )

@@ -85,7 +85,8 @@ async def ask_questions(
                 steps=result.iterations,
             )
         row["latency_ms"] = (time.perf_counter() - started) * 1000.0
-        print(f"  ask {'ok ' if row['cited_right'] else 'NO '} {question} -> {row['cited']}")
+        mark = "ok " if row["cited_right"] else "NO "
+        print(f"  ask {mark} {question} -> {row['cited']}", flush=True)
         rows.append(row)
     app.close()
     return {
@@ -99,7 +100,7 @@ async def ask_questions(
 
 
 async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> dict[str, Any]:
-    cases = load_tool_cases(sample_tool_cases())[: args.limit]
+    cases = load_tool_cases(sample_tool_cases())[:: max(1, args.stride)][: args.limit]
     model = model_for(args, mode)
     workspace = Path(tempfile.mkdtemp(prefix=f"tool-bench-{mode}-"))
 
@@ -108,7 +109,8 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
         flags = [f for f in ("raw_json", "empty", "overflow") if getattr(r, f)]
         error = f" error: {r.error[:120]}" if r.error else ""
         mark = "ok " if r.arguments_ok else "NO "
-        print(f"  {mark} {r.id}: {called} {r.latency_ms / 1000:.1f}s {' '.join(flags)}{error}")
+        line = f"  {mark} {r.id}: {called} {r.latency_ms / 1000:.1f}s {' '.join(flags)}{error}"
+        print(line, flush=True)
 
     print(f"== {mode}: {len(cases)} tool cases", flush=True)
     t0 = time.perf_counter()
@@ -122,6 +124,10 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
     finally:
         await model.aclose()
     report["wall_s"] = time.perf_counter() - t0
+    report["config"] = {
+        k: getattr(args, k)
+        for k in ("base_url", "model", "limit", "stride", "ask_limit", "temperature", "max_tokens")
+    }
     return report
 
 
@@ -145,6 +151,7 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated")
     parser.add_argument("--limit", type=int, default=None, help="first N tool cases")
+    parser.add_argument("--stride", type=int, default=1, help="every Nth case (2: 10 of 20)")
     parser.add_argument("--ask-limit", type=int, default=len(QUESTIONS), help="0: skip ask")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=512)
@@ -161,10 +168,6 @@ def main() -> int:
     results: dict[str, Any] = {"modes": {}}
     if args.out.is_file():
         results = json.loads(args.out.read_text(encoding="utf-8"))
-    results["config"] = {
-        k: getattr(args, k)
-        for k in ("base_url", "model", "limit", "ask_limit", "temperature", "max_tokens")
-    }
     kb_dir = Path(tempfile.mkdtemp(prefix="tool-bench-kb-"))
     kb = KnowledgeBase(kb_dir, None, mode="keyword")  # keyword search: no embedder on the CPU
     kb.ingest([sample_corpus()])

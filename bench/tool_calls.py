@@ -100,7 +100,7 @@ async def ask_questions(
 
 
 async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> dict[str, Any]:
-    cases = load_tool_cases(sample_tool_cases())[:: max(1, args.stride)][: args.limit]
+    cases = load_tool_cases(sample_tool_cases())[args.start :: max(1, args.stride)][: args.limit]
     model = model_for(args, mode)
     workspace = Path(tempfile.mkdtemp(prefix=f"tool-bench-{mode}-"))
 
@@ -126,7 +126,16 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
     report["wall_s"] = time.perf_counter() - t0
     report["config"] = {
         k: getattr(args, k)
-        for k in ("base_url", "model", "limit", "stride", "ask_limit", "temperature", "max_tokens")
+        for k in (
+            "base_url",
+            "model",
+            "limit",
+            "start",
+            "stride",
+            "ask_limit",
+            "temperature",
+            "max_tokens",
+        )
     }
     return report
 
@@ -152,6 +161,7 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated")
     parser.add_argument("--limit", type=int, default=None, help="first N tool cases")
     parser.add_argument("--stride", type=int, default=1, help="every Nth case (2: 10 of 20)")
+    parser.add_argument("--start", type=int, default=0, help="first case index for --stride")
     parser.add_argument("--ask-limit", type=int, default=len(QUESTIONS), help="0: skip ask")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--max-tokens", type=int, default=512)

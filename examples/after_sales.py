@@ -14,99 +14,17 @@ would. Point ``model`` at ``OpenAIChatModel(...)`` to talk to a real one.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
 
-from shelfhand import Agent, Approvals, KnowledgeBase, Toolkit, UserContext, tool
+from shelfhand import Agent, Approvals, KnowledgeBase, Toolkit, UserContext
+from shelfhand.demo import demo_database, make_tools
 from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.citations import label
 from shelfhand.knowledge.embedders import default_router
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.approvals import ApprovalRequest
-
-
-def demo_database(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False)
-    db.executescript(
-        """
-        CREATE TABLE IF NOT EXISTS products (sku TEXT PRIMARY KEY, name TEXT, price REAL, stock INT);
-        CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT);
-        CREATE TABLE IF NOT EXISTS returns (id INTEGER PRIMARY KEY, order_id TEXT, reason TEXT);
-        INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3299, 12),
-                                              ('SKU2024-012', 'Lumen X2', 4599, 0);
-        INSERT OR IGNORE INTO orders VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
-                                            ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
-        """
-    )
-    return db
-
-
-def make_tools(db: sqlite3.Connection) -> list:
-    @tool(read_only=True)
-    def query_stock(sku: str) -> dict:
-        """How many units of a product are in stock.
-
-        Args:
-            sku: The product SKU, e.g. SKU2024-011.
-        """
-        row = db.execute("SELECT name, stock FROM products WHERE sku=?", (sku,)).fetchone()
-        return (
-            {"sku": sku, "found": False}
-            if row is None
-            else {"sku": sku, "name": row[0], "stock": row[1]}
-        )
-
-    @tool(read_only=True)
-    def quote_price(sku: str, quantity: int = 1) -> dict:
-        """Quote a price: 10% off from 3 units.
-
-        Args:
-            sku: The product SKU.
-            quantity: How many units.
-        """
-        row = db.execute("SELECT price FROM products WHERE sku=?", (sku,)).fetchone()
-        if row is None:
-            return {"sku": sku, "found": False}
-        total = row[0] * quantity * (0.9 if quantity >= 3 else 1.0)
-        return {"sku": sku, "quantity": quantity, "total_cny": round(total, 2)}
-
-    @tool(read_only=True)
-    def query_order(ctx: UserContext, order_id: str) -> dict:
-        """Look up one of the caller's orders.
-
-        Args:
-            order_id: The order number, e.g. SO-1001.
-        """
-        # the owner comes from the injected identity, never from the model
-        row = db.execute(
-            "SELECT sku, status FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
-        ).fetchone()
-        return (
-            {"order": order_id, "found": False}
-            if row is None
-            else {"order": order_id, "sku": row[0], "status": row[1]}
-        )
-
-    @tool(confirm=True)
-    def create_return(ctx: UserContext, order_id: str, reason: str) -> str:
-        """Create a return for one of the caller's orders (needs the customer's confirmation).
-
-        Args:
-            order_id: The order number.
-            reason: Why the product goes back.
-        """
-        owned = db.execute(
-            "SELECT 1 FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
-        ).fetchone()
-        if owned is None:
-            return f"no order {order_id} for this customer"
-        cur = db.execute("INSERT INTO returns (order_id, reason) VALUES (?, ?)", (order_id, reason))
-        db.commit()
-        return f"return RMA-{cur.lastrowid} created for {order_id}"
-
-    return [query_stock, quote_price, query_order, create_return]
 
 
 async def main(workspace: Path) -> list[str]:

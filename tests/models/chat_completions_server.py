@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -39,6 +41,8 @@ class ChatServer:
         self.replies: deque[Reply] = deque()
         self.requests: list[Received] = []
         self.release = threading.Event()
+        self.disconnects = 0
+        """Held requests whose client closed the connection while the server stalled."""
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
@@ -95,7 +99,7 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             )
             reply = server.next_reply(received)
             if reply.hold:
-                server.release.wait(10)
+                self._hold()
                 return
             if reply.sse is not None:
                 self._send_events(reply)
@@ -120,11 +124,28 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             events = [*reply.sse, *(["[DONE]"] if reply.done else [])]  # type: ignore[misc]
             for event in events:
                 if event == HOLD:
-                    server.release.wait(10)
+                    self._hold()
                     return
                 payload = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
                 self.wfile.write(f"data: {payload}\n\n".encode())
                 self.wfile.flush()
+
+        def _hold(self) -> None:
+            """Stall until the test ends or the client hangs up (counted in ``disconnects``)."""
+            conn: socket.socket = self.connection
+            for _ in range(200):  # at most 10 s
+                if server.release.wait(0.05):
+                    return
+                readable, _, _ = select.select([conn], [], [], 0)
+                if readable:
+                    try:
+                        closed = conn.recv(1, socket.MSG_PEEK) == b""
+                    except OSError:
+                        closed = True
+                    if closed:
+                        with server._lock:
+                            server.disconnects += 1
+                        return
 
     return Handler
 

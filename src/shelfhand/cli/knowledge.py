@@ -26,6 +26,13 @@ from shelfhand.cli.main import (
     _user,
     app,
 )
+from shelfhand.cli.model_flags import (
+    MaxTokensOpt,
+    TemperatureOpt,
+    ToolChoiceOpt,
+    ToolModeOpt,
+    apply_model_flags,
+)
 
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
 NO_ANSWER_EXIT_CODE = 3
@@ -451,6 +458,10 @@ def ask(
             "setting, else both).",
         ),
     ] = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    tool_mode: ToolModeOpt = None,
+    tool_choice: ToolChoiceOpt = None,
 ) -> None:
     """Answer from the documents (chat model if configured, else cited passages).
 
@@ -466,6 +477,13 @@ def ask(
     except ConfigurationError as exc:
         raise _err(f"--retrieval: {exc}", 2) from None
     a = _app(workspace, existing=True)
+    apply_model_flags(
+        a,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_mode=tool_mode,
+        tool_choice=tool_choice,
+    )
     console = _console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
     model = a.chat_model()

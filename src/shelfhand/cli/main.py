@@ -9,6 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from shelfhand.cli.model_flags import (
+    MaxTokensOpt,
+    TemperatureOpt,
+    ToolChoiceOpt,
+    ToolModeOpt,
+    apply_model_flags,
+)
+
 if TYPE_CHECKING:
     from shelfhand.app import App
 
@@ -132,9 +140,20 @@ def chat(
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    tool_mode: ToolModeOpt = None,
+    tool_choice: ToolChoiceOpt = None,
 ) -> None:
     """Chat with the configured model (streaming), using the tools and the knowledge base."""
     a = _app(workspace)
+    apply_model_flags(
+        a,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_mode=tool_mode,
+        tool_choice=tool_choice,
+    )
     model = a.chat_model()
     if model is None:
         raise _err(NO_MODEL_HINT, 2)
@@ -203,7 +222,7 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
                 console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
 
 
-COMMAND_MODULES = ("knowledge", "audit", "mcp", "serve")
+COMMAND_MODULES = ("knowledge", "audit", "mcp", "serve", "tool_eval")
 
 
 def _version(value: bool) -> None:

@@ -2,17 +2,22 @@
 
 Environment (highest precedence):
 ``SHELFHAND_WORKSPACE``, ``SHELFHAND_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
-``SHELFHAND_MODEL_TIMEOUT``, ``SHELFHAND_RETRIEVAL_MODE`` (auto | simple | keyword),
+``SHELFHAND_RETRIEVAL_MODE`` (auto | simple | keyword),
 ``SHELFHAND_EMBEDDER`` (default | hashing | openai:<model>), ``SHELFHAND_EMBED_TIMEOUT``
 (seconds a query embedding may take before search falls back to keywords, default 2),
 ``SHELFHAND_TURN_TIMEOUT`` (seconds a service chat turn may wait for the model without any
 event before it fails with 504, default 120), ``SHELFHAND_ANSWER_RETRIEVAL`` (context | tool |
-both).
+both), and the model options of :data:`MODEL_ENV`: ``SHELFHAND_MODEL_TIMEOUT`` (seconds for a
+whole model call, retries included), ``SHELFHAND_FIRST_TOKEN_TIMEOUT`` (seconds until a
+streamed reply's first token), ``SHELFHAND_MAX_TOKENS``, ``SHELFHAND_TEMPERATURE``,
+``SHELFHAND_CONTEXT_TOKENS``, ``SHELFHAND_TOOL_CHOICE`` (auto | required | none),
+``SHELFHAND_TOOL_MODE`` (native | plain | constrained).
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
-(``model``, ``base_url``, ``api_key``, ``model_timeout``, ``retrieval_mode``, ``embedder``,
-``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``, ``turn_timeout``,
-``answer_retrieval``). Reading limits live in a ``[limits]`` table (see
+(``model``, ``base_url``, ``api_key``, ``model_timeout``, ``first_token_timeout``,
+``max_tokens``, ``temperature``, ``context_tokens``, ``tool_choice``, ``tool_mode``,
+``retrieval_mode``, ``embedder``, ``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``,
+``turn_timeout``, ``answer_retrieval``). Reading limits live in a ``[limits]`` table (see
 :mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
 knowledge base opens.
 
@@ -37,6 +42,18 @@ RETRIEVAL_MODES = ("auto", "simple", "keyword")
 AnswerRetrieval = Literal["context", "tool", "both"]
 ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both")
 DEFAULT_WORKSPACE = ".shelfhand"
+TOOL_CHOICES = ("auto", "required", "none")
+TOOL_MODES = ("native", "plain", "constrained")
+MODEL_ENV = {
+    "model_timeout": "SHELFHAND_MODEL_TIMEOUT",
+    "first_token_timeout": "SHELFHAND_FIRST_TOKEN_TIMEOUT",
+    "max_tokens": "SHELFHAND_MAX_TOKENS",
+    "temperature": "SHELFHAND_TEMPERATURE",
+    "context_tokens": "SHELFHAND_CONTEXT_TOKENS",
+    "tool_choice": "SHELFHAND_TOOL_CHOICE",
+    "tool_mode": "SHELFHAND_TOOL_MODE",
+}
+"""Model options: settings attribute (and ``shelfhand.toml`` key) → environment variable."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +63,12 @@ class Settings:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     model_timeout: float = 60.0
+    first_token_timeout: float = 30.0
+    max_tokens: int | None = None
+    temperature: float | None = None
+    context_tokens: int = 8192
+    tool_choice: str = "auto"
+    tool_mode: str = "native"
     retrieval_mode: str = "auto"
     embedder: str = "default"
     chunk_tokens: int = 400
@@ -82,8 +105,8 @@ class Settings:
             pick("SHELFHAND_ANSWER_RETRIEVAL", "answer_retrieval") or "both",
             where="set SHELFHAND_ANSWER_RETRIEVAL or answer_retrieval in shelfhand.toml",
         )
+        options = model_options({k: pick(env_key, k) for k, env_key in MODEL_ENV.items()})
         try:
-            timeout = float(pick("SHELFHAND_MODEL_TIMEOUT", "model_timeout") or 60.0)
             chunk_tokens = int(file_values.get("chunk_tokens", 400))
             chunk_overlap = int(file_values.get("chunk_overlap", 40))
             embed_timeout = float(pick("SHELFHAND_EMBED_TIMEOUT", "embed_timeout") or 2.0)
@@ -91,14 +114,13 @@ class Settings:
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid number in settings: {exc}") from exc
         if (
-            timeout <= 0
-            or embed_timeout <= 0
+            embed_timeout <= 0
             or turn_timeout <= 0
             or chunk_tokens < 32
             or not 0 <= chunk_overlap < chunk_tokens
         ):
             raise ConfigurationError(
-                "settings out of range: model_timeout, embed_timeout and turn_timeout > 0, "
+                "settings out of range: embed_timeout and turn_timeout > 0, "
                 "chunk_tokens >= 32, 0 <= chunk_overlap < chunk_tokens"
             )
         return cls(
@@ -106,7 +128,6 @@ class Settings:
             model=pick("SHELFHAND_MODEL", "model") or None,
             base_url=pick("OPENAI_BASE_URL", "base_url") or None,
             api_key=pick("OPENAI_API_KEY", "api_key") or None,
-            model_timeout=timeout,
             retrieval_mode=mode,
             embedder=str(pick("SHELFHAND_EMBEDDER", "embedder") or "default"),
             chunk_tokens=chunk_tokens,
@@ -115,6 +136,7 @@ class Settings:
             embed_timeout=embed_timeout,
             turn_timeout=turn_timeout,
             answer_retrieval=answer_retrieval,
+            **options,
         )
 
 
@@ -129,6 +151,49 @@ def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval
             f"{', '.join(ANSWER_RETRIEVAL_MODES)}{hint}"
         )
     return mode
+
+
+def model_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated model options from raw values (environment strings or TOML values) keyed
+    as in :data:`MODEL_ENV`; a missing or empty value takes the default.
+
+    Raises:
+        ConfigurationError: A value of the wrong type or out of range, naming the setting.
+    """
+    out: dict[str, Any] = {}
+
+    def number(key: str, kind: type[float] | type[int], low: float, high: float) -> None:
+        value = raw.get(key)
+        if value in (None, ""):
+            return
+        where = f"{key} ({MODEL_ENV[key]})"
+        try:
+            if isinstance(value, bool) or (kind is int and isinstance(value, float)):
+                raise ValueError
+            parsed = kind(value)
+        except (TypeError, ValueError):
+            kind_name = "a whole number" if kind is int else "a number"
+            raise ConfigurationError(f"{where} must be {kind_name}, not {value!r}") from None
+        if not low <= parsed <= high or parsed != parsed:  # also refuses NaN
+            raise ConfigurationError(f"{where} must be between {low:g} and {high:g}, not {value!r}")
+        out[key] = parsed
+
+    number("model_timeout", float, 0.001, 86_400)
+    number("first_token_timeout", float, 0.001, 86_400)
+    number("max_tokens", int, 1, 1_000_000)
+    number("temperature", float, 0.0, 2.0)
+    number("context_tokens", int, 256, 10_000_000)
+    for key, allowed in (("tool_choice", TOOL_CHOICES), ("tool_mode", TOOL_MODES)):
+        value = raw.get(key)
+        if value in (None, ""):
+            continue
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise ConfigurationError(
+                f"{key} ({MODEL_ENV[key]}) must be one of {', '.join(allowed)}, not {value!r}"
+            )
+        out[key] = text
+    return out
 
 
 def read_toml(path: Path) -> dict[str, Any]:

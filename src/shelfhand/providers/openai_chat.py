@@ -4,8 +4,14 @@
 ``openai`` SDK, so it works with OpenAI, DashScope (Qwen, compatible mode), DeepSeek, vLLM,
 Ollama and the llama.cpp server. What it adds over the SDK:
 
-- our own retry policy: exponential backoff with jitter on 429, 5xx, connection errors and
-  timeouts only — never on 400/401/403/404/422 — honouring ``Retry-After`` (capped);
+- deadlines: a whole call (retries included) ends within ``timeout``, and a streamed reply's
+  first token must arrive within ``first_token_timeout``; either raises
+  :class:`~shelfhand.core.errors.ModelTimeoutError` and closes the HTTP request;
+- our own retry policy: exponential backoff with jitter on 429, 5xx and connection errors —
+  never on 400/401/403/404/422 — honouring ``Retry-After`` (capped); a timeout is retried at
+  most once, and only while the deadline leaves time;
+- the tool modes of :mod:`shelfhand.providers.tool_modes` (``native``, ``plain``,
+  ``constrained``) and the request options ``max_tokens``, ``temperature``, ``tool_choice``;
 - caller-facing errors (:class:`~shelfhand.core.errors.ModelProviderError`,
   :class:`~shelfhand.core.errors.ModelTimeoutError`) whose message says what to check;
 - tolerant parsing: ``content`` as a string or a list of parts; tool calls that a small model
@@ -15,12 +21,10 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
 import os
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -32,7 +36,8 @@ from shelfhand.core.errors import (
     ModelProviderError,
     ModelTimeoutError,
 )
-from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from shelfhand.core.messages import Message, ToolCallBlock
+from shelfhand.core.settings import MODEL_ENV, TOOL_CHOICES, model_options
 from shelfhand.models.base import (
     ModelResponse,
     StreamChunk,
@@ -42,6 +47,22 @@ from shelfhand.models.base import (
     Usage,
 )
 from shelfhand.models.textcalls import recover_tool_calls
+from shelfhand.providers.openai_wire import (
+    PartialCall,
+    StreamReply,
+    as_dict,
+    content_text,
+    messages_to_openai,
+    tool_names,
+    usage_of,
+)
+from shelfhand.providers.tool_modes import (
+    TOOL_MODES,
+    ToolMode,
+    parse_constrained,
+    prompted_messages,
+    response_format,
+)
 
 try:
     import openai
@@ -70,172 +91,6 @@ _HINTS = {
 }
 
 
-def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Our messages as chat-completions message dicts.
-
-    Tool results become one ``role: "tool"`` message per
-    :class:`~shelfhand.core.messages.ToolResultBlock`; citation blocks are not sent.
-    """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-        calls = [b for b in message.content if isinstance(b, ToolCallBlock)]
-        results = [b for b in message.content if isinstance(b, ToolResultBlock)]
-        # An assistant turn with nothing to say (say, citations only) is not sent; text in a
-        # tool message without results has no call id to answer, so it goes as user text.
-        if text or calls or (not results and message.role != "assistant"):
-            role = "user" if message.role == "tool" else message.role
-            entry: dict[str, Any] = {"role": role, "content": text}
-            if calls:
-                # The spec allows null content next to tool calls; "" confuses some servers.
-                entry["content"] = text or None
-                entry["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments or "{}"},
-                    }
-                    for c in calls
-                ]
-            if message.name:
-                entry["name"] = message.name
-            out.append(entry)
-        out.extend(
-            {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in results
-        )
-    return out
-
-
-def _content_text(content: Any) -> str:
-    """Text from ``content`` given as a string, a list of parts, or nothing."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and part.get("type", "text") in ("text", "output_text"):
-                value = part.get("text")
-                if isinstance(value, Mapping):  # {"text": {"value": ...}} in some gateways
-                    value = value.get("value")
-                if isinstance(value, str):
-                    parts.append(value)
-        return "".join(parts)
-    return str(content)
-
-
-def _new_call_id() -> str:  # for servers that send calls without an id
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, Mapping):
-        return None
-    return Usage(
-        input_tokens=int(raw.get("prompt_tokens") or raw.get("input_tokens") or 0),
-        output_tokens=int(raw.get("completion_tokens") or raw.get("output_tokens") or 0),
-    )
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    """A response object of the SDK as the plain JSON it was built from."""
-    if isinstance(obj, dict):
-        return obj
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        data = to_dict(warnings=False)
-        if isinstance(data, dict):
-            return data
-    raise ModelProviderError(
-        f"the model server answered with something that is not a chat completion: {str(obj)[:200]!r}."
-        " Check that OPENAI_BASE_URL points at an OpenAI-compatible API (usually ending in /v1)."
-    )
-
-
-class _PartialCall:
-    """A tool call being assembled from stream deltas."""
-
-    __slots__ = ("arguments", "id", "name")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.arguments: list[str] = []
-
-    def add(self, delta: Mapping[str, Any]) -> _PartialCall:
-        if isinstance(delta.get("id"), str) and delta["id"]:
-            self.id = delta["id"]
-        function = delta.get("function") or {}
-        name = function.get("name")
-        if isinstance(name, str) and name and name != self.name:
-            # Most servers send the name once; a few split it, none repeat a different one.
-            self.name += name
-        piece = function.get("arguments")
-        if piece:  # a few servers send an object instead of JSON text
-            self.arguments.append(
-                piece if isinstance(piece, str) else json.dumps(piece, ensure_ascii=False)
-            )
-        return self
-
-    def block(self) -> ToolCallBlock:
-        arguments = "".join(self.arguments) or "{}"
-        return ToolCallBlock(id=self.id or _new_call_id(), name=self.name, arguments=arguments)
-
-
-class _StreamReply:
-    """A reply being assembled from stream chunks."""
-
-    __slots__ = ("calls", "finish_reason", "model_name", "parts", "usage")
-
-    def __init__(self, model_name: str) -> None:
-        self.parts: list[str] = []
-        self.calls: dict[int, _PartialCall] = {}
-        self.usage: Usage | None = None
-        self.finish_reason: str | None = None
-        self.model_name = model_name
-
-    def feed(self, data: Mapping[str, Any]) -> str:
-        """Take one chunk; return the text it adds ("" when none)."""
-        self.usage = _usage(data.get("usage")) or self.usage
-        self.model_name = str(data.get("model") or self.model_name)
-        piece = ""
-        for choice in data.get("choices") or ():
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or choice.get("message") or {}
-            piece += _content_text(delta.get("content"))
-            for call in delta.get("tool_calls") or ():
-                if isinstance(call, Mapping):
-                    self._add_call_delta(call)
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        if piece:
-            self.parts.append(piece)
-        return piece
-
-    def _add_call_delta(self, delta: Mapping[str, Any]) -> None:
-        index = delta.get("index")
-        if not isinstance(index, int):
-            # Servers that omit the index: a new id starts a new call, anything else continues.
-            new_id, last = delta.get("id"), max(self.calls, default=None)
-            same = last is not None and (not new_id or new_id == self.calls[last].id)
-            index = last if same and last is not None else len(self.calls)
-        self.calls.setdefault(index, _PartialCall()).add(delta)
-
-    def tool_calls(self) -> list[ToolCallBlock]:
-        return [self.calls[i].block() for i in sorted(self.calls)]
-
-
-def _tool_names(tools: Sequence[ToolSchema]) -> set[str]:
-    names: set[str] = set()
-    for tool in tools:
-        function = tool.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
-        if isinstance(name, str):
-            names.add(name)
-    return names
-
-
 def _retry_after(exc: openai.APIStatusError, cap: float) -> float | None:
     """Seconds the server asked us to wait, capped; ``None`` when it did not say."""
     headers = exc.response.headers
@@ -256,6 +111,14 @@ def _retry_after(exc: openai.APIStatusError, cap: float) -> float | None:
     return min(max(value, 0.0), cap)
 
 
+class _Deadline(Exception):
+    """A deadline passed: ``first_token`` tells which one."""
+
+    def __init__(self, *, first_token: bool) -> None:
+        super().__init__("deadline")
+        self.first_token = first_token
+
+
 class OpenAIChatModel:
     """A :class:`~shelfhand.models.base.ChatModel` on an OpenAI-compatible endpoint.
 
@@ -265,18 +128,27 @@ class OpenAIChatModel:
             ``OPENAI_BASE_URL`` or OpenAI itself.
         api_key: The key; ``None`` reads ``OPENAI_API_KEY`` and falls back to a placeholder,
             since local servers need none.
-        timeout: Seconds for one attempt (connect, and each read while streaming).
-        max_retries: Retries after the first attempt, for 429, 5xx, connection errors and
-            timeouts only.
+        timeout: Seconds for a whole call, retries and backoff included (the total deadline).
+        first_token_timeout: Seconds a streamed attempt may wait for its first token (text or
+            tool call); ``None``: the total deadline only. A non-streamed reply arrives whole,
+            so only ``timeout`` applies to :meth:`request`.
+        max_retries: Retries after the first attempt, for 429, 5xx and connection errors; a
+            timeout is retried at most once.
         backoff_base: The first backoff in seconds; it doubles per retry, with jitter.
         temperature: Sent when given.
+        max_tokens: The most tokens of one reply; sent when given.
+        context_tokens: The model's context window; the agent budgets its prompt with it.
+        tool_choice: ``auto`` (the model decides; not sent), ``required`` or ``none``.
+        tool_mode: ``native``, ``plain`` or ``constrained``; see
+            :mod:`shelfhand.providers.tool_modes`.
         extra_body: Extra JSON fields for the request body (server-specific options).
         retry_after_cap: The longest ``Retry-After`` we honour, in seconds.
 
     Streaming: text deltas are yielded as they arrive. When a tool call is recovered from
     text (see :func:`~shelfhand.models.textcalls.recover_tool_calls`), that text has already
     been streamed; the final :class:`~shelfhand.models.base.StreamDone` carries the cleaned
-    text and the calls.
+    text and the calls. In ``constrained`` mode the reply is JSON: it is read whole, then the
+    answer is yielded as one :class:`StreamText`.
     """
 
     def __init__(
@@ -286,20 +158,40 @@ class OpenAIChatModel:
         base_url: str | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
+        first_token_timeout: float | None = None,
         max_retries: int = 3,
         backoff_base: float = 0.5,
         temperature: float | None = None,
+        max_tokens: int | None = None,
+        context_tokens: int = 8192,
+        tool_choice: str = "auto",
+        tool_mode: str = "native",
         extra_body: Mapping[str, Any] | None = None,
         retry_after_cap: float = 30.0,
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIChatModel needs a model name (set SHELFHAND_MODEL)")
+        if timeout <= 0 or (first_token_timeout is not None and first_token_timeout <= 0):
+            raise ConfigurationError("model timeouts must be positive numbers of seconds")
+        if tool_choice not in TOOL_CHOICES:
+            raise ConfigurationError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
+        if tool_mode not in TOOL_MODES:
+            raise ConfigurationError(f"tool_mode must be one of {', '.join(TOOL_MODES)}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigurationError("max_tokens must be at least 1")
+        if context_tokens < 1:
+            raise ConfigurationError("context_tokens must be at least 1")
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
+        self.first_token_timeout = first_token_timeout
         self.max_retries = max(0, max_retries)
         self.backoff_base = backoff_base
         self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.context_tokens = context_tokens
+        self.tool_choice = tool_choice
+        self.tool_mode: ToolMode = tool_mode
         self.extra_body = dict(extra_body) if extra_body else None
         self.retry_after_cap = retry_after_cap
         self.__api_key = api_key or os.environ.get("OPENAI_API_KEY") or _PLACEHOLDER_KEY
@@ -307,37 +199,40 @@ class OpenAIChatModel:
 
     @classmethod
     def from_env(cls, source: Any = None, **overrides: Any) -> OpenAIChatModel:
-        """Build from ``SHELFHAND_MODEL``, ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
+        """Build from ``SHELFHAND_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and the
+        model options of :data:`~shelfhand.core.settings.MODEL_ENV`.
 
         Args:
             source: A mapping of environment variables (default ``os.environ``), or a
                 settings object with ``model``, ``base_url``, ``api_key`` and optionally
-                ``model_timeout`` attributes.
+                ``model_timeout``, ``first_token_timeout``, ``max_tokens``, ``temperature``,
+                ``context_tokens``, ``tool_choice`` and ``tool_mode`` attributes.
             **overrides: Constructor arguments that win over ``source``.
 
         Raises:
-            ConfigurationError: When no model is named.
+            ConfigurationError: When no model is named or an option is invalid.
         """
         source = os.environ if source is None else source
-        keys = ("SHELFHAND_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "SHELFHAND_MODEL_TIMEOUT")
         if isinstance(source, Mapping):
-            model, base_url, api_key, timeout = (source.get(k) for k in keys)
+            model, base_url, api_key = (
+                source.get(k) for k in ("SHELFHAND_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY")
+            )
+            raw = {key: source.get(env_key) for key, env_key in MODEL_ENV.items()}
         else:
-            attrs = ("model", "base_url", "api_key", "model_timeout")
-            model, base_url, api_key, timeout = (getattr(source, a, None) for a in attrs)
+            model, base_url, api_key = (
+                getattr(source, a, None) for a in ("model", "base_url", "api_key")
+            )
+            raw = {key: getattr(source, key, None) for key in MODEL_ENV}
         if not model:
             raise ConfigurationError(
                 "no chat model configured: set SHELFHAND_MODEL (e.g. gpt-4o-mini, or the model "
                 "name your local server uses) and OPENAI_BASE_URL for a non-OpenAI endpoint"
             )
         kwargs: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key}
-        if timeout not in (None, ""):
-            try:
-                kwargs["timeout"] = float(timeout)
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(
-                    f"SHELFHAND_MODEL_TIMEOUT must be a number of seconds, not {timeout!r}"
-                ) from exc
+        options = model_options(raw)
+        if "model_timeout" in options:
+            kwargs["timeout"] = options.pop("model_timeout")
+        kwargs.update(options)
         kwargs.update(overrides)
         return cls(str(model), **kwargs)
 
@@ -390,22 +285,26 @@ class OpenAIChatModel:
         """Send the conversation and return the whole reply.
 
         Raises:
-            ModelTimeoutError: No answer within ``timeout`` after every retry.
+            ModelTimeoutError: No whole answer within ``timeout`` (retries included).
             ModelProviderError: The server refused (at once for 4xx) or kept failing.
         """
         client = self._get_client()
+        tools = self._offered(tools)
         params = self._params(messages, tools, stream=False)
-        completion = await self._with_retries(lambda: client.chat.completions.create(**params))
-        data = _as_dict(completion)
+        deadline = anyio.current_time() + self.timeout
+        completion = await self._with_retries(
+            lambda left: client.chat.completions.create(**params, timeout=left), deadline
+        )
+        data = as_dict(completion)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             raise self._empty_reply(data)
         choice = choices[0] if isinstance(choices[0], Mapping) else {}
         message = choice.get("message") or {}
         raw_calls = [tc for tc in message.get("tool_calls") or () if isinstance(tc, Mapping)]
-        calls = [_PartialCall().add(tc).block() for tc in raw_calls]
-        text = _content_text(message.get("content"))
-        usage, model_name = _usage(data.get("usage")), str(data.get("model") or self.model)
+        calls = [PartialCall().add(tc).block() for tc in raw_calls]
+        text = content_text(message.get("content"))
+        usage, model_name = usage_of(data.get("usage")), str(data.get("model") or self.model)
         return self._finish(text, calls, tools, choice.get("finish_reason"), usage, model_name)
 
     async def stream(
@@ -414,45 +313,91 @@ class OpenAIChatModel:
         """Stream the reply: :class:`StreamText` per text delta, then one :class:`StreamDone`.
 
         A failed attempt is retried only while nothing has been yielded yet.
+
+        Raises:
+            ModelTimeoutError: No first token within ``first_token_timeout``, or no end of
+                the reply within ``timeout``; the HTTP request is closed.
         """
         client = self._get_client()
+        tools = self._offered(tools)
         params = self._params(messages, tools, stream=True)
+        buffered = self.tool_mode == "constrained" and bool(tools)
+        deadline = anyio.current_time() + self.timeout
         attempt = 0
         while True:
-            reply = _StreamReply(self.model)
+            reply = StreamReply(self.model)
+            start = anyio.current_time()
+            first_by = deadline
+            if self.first_token_timeout is not None:
+                first_by = min(deadline, start + self.first_token_timeout)
             try:
-                sdk_stream = await client.chat.completions.create(**params)
+                with anyio.fail_after(max(first_by - start, 0.0)):
+                    # the SDK's own timeout a little later: our deadline decides, and says which
+                    sdk_stream = await client.chat.completions.create(
+                        **params, timeout=max(first_by - start, 0.001) + 1.0
+                    )
                 try:
-                    async for chunk in sdk_stream:
-                        piece = reply.feed(_as_dict(chunk))
-                        if piece:
+                    chunks = sdk_stream.__aiter__()
+                    while True:
+                        started = bool(reply.parts or reply.calls)
+                        by = deadline if started else first_by
+                        try:
+                            with anyio.fail_after(max(by - anyio.current_time(), 0.0)):
+                                raw = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        except TimeoutError:
+                            raise _Deadline(first_token=not started) from None
+                        piece = reply.feed(as_dict(raw))
+                        if piece and not buffered:
                             yield StreamText(text=piece)
                 finally:
-                    await sdk_stream.close()
-            except openai.APIError as exc:
-                delay = None if reply.parts else self._delay_for(exc, attempt)
-                if delay is None:
-                    raise self._error(exc, attempts=attempt + 1) from exc
-                self._log_retry(exc, attempt, delay)
-                await anyio.sleep(delay)
-                attempt += 1
-                continue
-            text, calls = "".join(reply.parts), reply.tool_calls()
-            response = self._finish(
-                text, calls, tools, reply.finish_reason, reply.usage, reply.model_name
-            )
-            yield StreamDone(response=response)
-            return
+                    with anyio.CancelScope(shield=True):
+                        await sdk_stream.close()  # also when the caller stops early
+            except TimeoutError:  # no response headers before the first-token deadline
+                exc: Exception = _Deadline(first_token=True)
+            except (_Deadline, openai.APIError) as error:
+                exc = error
+            else:
+                text, calls = "".join(reply.parts), reply.tool_calls()
+                response = self._finish(
+                    text, calls, tools, reply.finish_reason, reply.usage, reply.model_name
+                )
+                if buffered and response.message.text:
+                    yield StreamText(text=response.message.text)
+                yield StreamDone(response=response)
+                return
+            streamed = bool(reply.parts) and not buffered
+            delay = None if streamed else self._delay_for(exc, attempt, deadline)
+            if delay is None:
+                raise self._error(exc, attempts=attempt + 1) from None
+            self._log_retry(exc, attempt, delay)
+            await anyio.sleep(delay)
+            attempt += 1
 
     # --- internals -----------------------------------------------------------------------------
+    def _offered(self, tools: Sequence[ToolSchema]) -> Sequence[ToolSchema]:
+        return () if self.tool_choice == "none" else tools
+
     def _params(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema], *, stream: bool
     ) -> dict[str, Any]:
-        params: dict[str, Any] = {"model": self.model, "messages": messages_to_openai(messages)}
-        if tools:
-            params["tools"] = [dict(t) for t in tools]
+        params: dict[str, Any] = {"model": self.model}
+        if not tools or self.tool_mode == "native":
+            params["messages"] = messages_to_openai(messages)
+            if tools:
+                params["tools"] = [dict(t) for t in tools]
+                if self.tool_choice != "auto":
+                    params["tool_choice"] = self.tool_choice
+        else:
+            params["messages"] = prompted_messages(messages, tools, self.tool_mode)
+            if self.tool_mode == "constrained":
+                required = self.tool_choice == "required"
+                params["response_format"] = response_format(tools, answer=not required)
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
         if self.extra_body:
             params["extra_body"] = self.extra_body
         if stream:
@@ -471,9 +416,11 @@ class OpenAIChatModel:
         model_name: str,
     ) -> ModelResponse:
         if not calls and tools and text:
-            text, calls = recover_tool_calls(text, _tool_names(tools))
+            names = tool_names(tools)
+            parsed = parse_constrained(text, names) if self.tool_mode == "constrained" else None
+            text, calls = parsed if parsed is not None else recover_tool_calls(text, names)
             if calls:
-                logger.debug("recovered %d tool call(s) from message text", len(calls))
+                logger.debug("read %d tool call(s) from message text", len(calls))
                 finish_reason = "tool_calls"
         return ModelResponse(
             message=Message.assistant(text, tool_calls=calls),
@@ -482,35 +429,47 @@ class OpenAIChatModel:
             model_name=model_name,
         )
 
-    async def _with_retries(self, call: Callable[[], Awaitable[_T]]) -> _T:
+    async def _with_retries(self, call: Callable[[float], Awaitable[_T]], deadline: float) -> _T:
         attempt = 0
         while True:
+            left = deadline - anyio.current_time()
             try:
-                return await call()
-            except openai.APIError as exc:
-                delay = self._delay_for(exc, attempt)
-                if delay is None:
-                    raise self._error(exc, attempts=attempt + 1) from exc
-                self._log_retry(exc, attempt, delay)
-                await anyio.sleep(delay)
-                attempt += 1
+                with anyio.fail_after(max(left, 0.0)):
+                    return await call(max(left, 0.001))
+            except TimeoutError:
+                exc: Exception = _Deadline(first_token=False)
+            except openai.APIError as error:
+                exc = error
+            delay = self._delay_for(exc, attempt, deadline)
+            if delay is None:
+                raise self._error(exc, attempts=attempt + 1) from None
+            self._log_retry(exc, attempt, delay)
+            await anyio.sleep(delay)
+            attempt += 1
 
-    def _delay_for(self, exc: openai.APIError, attempt: int) -> float | None:
+    def _delay_for(self, exc: Exception, attempt: int, deadline: float) -> float | None:
         """Seconds to wait before retrying, or ``None`` when we must not retry."""
         if attempt >= self.max_retries:
             return None
-        if isinstance(exc, openai.APIStatusError):
+        delay: float | None = None
+        timed_out = isinstance(exc, _Deadline | openai.APITimeoutError)
+        if timed_out:
+            if attempt >= 1:
+                return None  # a generation timeout is retried at most once
+        elif isinstance(exc, openai.APIStatusError):
             if exc.status_code not in _RETRYABLE_STATUS:
                 return None
-            asked = _retry_after(exc, self.retry_after_cap)
-            if asked is not None:
-                return asked
+            delay = _retry_after(exc, self.retry_after_cap)
         elif not isinstance(exc, openai.APIConnectionError):
             return None  # e.g. an error event inside a stream: the server meant it
-        backoff = min(self.backoff_base * 2.0**attempt, _MAX_BACKOFF)
-        return backoff * random.uniform(0.5, 1.0)
+        if delay is None:
+            backoff = min(self.backoff_base * 2.0**attempt, _MAX_BACKOFF)
+            delay = backoff * random.uniform(0.5, 1.0)
+        if anyio.current_time() + delay >= deadline:
+            return None  # no time left for another attempt
+        return delay
 
-    def _log_retry(self, exc: openai.APIError, attempt: int, delay: float) -> None:
+    def _log_retry(self, exc: Exception, attempt: int, delay: float) -> None:
         status = getattr(exc, "status_code", None)
         reason = f"HTTP {status}" if status else type(exc).__name__
         logger.warning("model %s: %s; retry %d in %.2fs", self.model, reason, attempt + 1, delay)
@@ -519,10 +478,22 @@ class OpenAIChatModel:
         client = self._client
         return str(client.base_url) if client is not None else str(self.base_url)
 
-    def _error(self, exc: openai.APIError, *, attempts: int) -> ModelError:
+    def _error(self, exc: Exception, *, attempts: int) -> ModelError:
         where = f"model {self.model!r} at {self._where()}"
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        if isinstance(exc, openai.APITimeoutError):
+        first = self.first_token_timeout
+        if (
+            isinstance(exc, _Deadline)
+            and exc.first_token
+            and first is not None
+            and first < self.timeout
+        ):
+            return ModelTimeoutError(
+                f"{where} sent no first token within {first:g}s{tries}. "
+                "Check that the server is up and not overloaded, or raise "
+                "SHELFHAND_FIRST_TOKEN_TIMEOUT (a local CPU model needs long for a long prompt)."
+            )
+        if isinstance(exc, _Deadline | openai.APITimeoutError):
             return ModelTimeoutError(
                 f"{where} did not answer within {self.timeout:g}s{tries}. Check that the server "
                 "is up and not overloaded, or raise the timeout (SHELFHAND_MODEL_TIMEOUT)."
@@ -532,6 +503,8 @@ class OpenAIChatModel:
                 f"could not connect to {where}{tries}: {exc}. Check OPENAI_BASE_URL and that "
                 "the server is running."
             )
+        if not isinstance(exc, openai.APIError):  # pragma: no cover - callers pass only these
+            return ModelProviderError(f"{where} failed: {exc}")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         code = 401 if status == 403 else (status or 0)
         hint = _HINTS.get(code) or _HINTS[500 if code >= 500 else 400]

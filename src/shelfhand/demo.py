@@ -1,0 +1,107 @@
+"""The reference scenario's tools: an after-sales assistant for a company selling projectors.
+
+Four tools over a small SQLite demo database, the caller's identity injected: ``query_stock``
+and ``quote_price`` (read-only), ``query_order`` (scoped to the caller: nobody sees another
+user's order) and ``create_return`` (a write: never retried, needs confirmation). Used by
+``examples/after_sales.py`` and by ``shelfhand eval-tools`` (with ``retrieve`` over the bundled
+samples, see :func:`shelfhand.knowledge.base.sample_corpus`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.context import UserContext
+from shelfhand.tools.tool import Tool, tool
+
+__all__ = ["DEMO_USER", "demo_database", "make_tools"]
+
+DEMO_USER = "u7"
+"""The customer who owns order SO-1001 in the demo database."""
+
+
+def demo_database(path: str | Path) -> sqlite3.Connection:
+    """The demo shop: two projectors, two orders (u7's and u9's), a returns table."""
+    db = sqlite3.connect(path, check_same_thread=False)
+    db.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS products (sku TEXT PRIMARY KEY, name TEXT, price REAL, stock INT);
+        CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT);
+        CREATE TABLE IF NOT EXISTS returns (id INTEGER PRIMARY KEY, order_id TEXT, reason TEXT);
+        INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3299, 12),
+                                              ('SKU2024-012', 'Lumen X2', 4599, 0);
+        INSERT OR IGNORE INTO orders VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
+                                            ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
+        """
+    )
+    return db
+
+
+def make_tools(db: sqlite3.Connection) -> list[Tool[Any, Any]]:
+    """The four tools of the reference scenario over ``db`` (see the module docstring)."""
+
+    @tool(read_only=True)
+    def query_stock(sku: str) -> dict[str, Any]:
+        """How many units of a product are in stock.
+
+        Args:
+            sku: The product SKU, e.g. SKU2024-011.
+        """
+        row = db.execute("SELECT name, stock FROM products WHERE sku=?", (sku,)).fetchone()
+        return (
+            {"sku": sku, "found": False}
+            if row is None
+            else {"sku": sku, "name": row[0], "stock": row[1]}
+        )
+
+    @tool(read_only=True)
+    def quote_price(sku: str, quantity: int = 1) -> dict[str, Any]:
+        """Quote a price: 10% off from 3 units.
+
+        Args:
+            sku: The product SKU.
+            quantity: How many units.
+        """
+        row = db.execute("SELECT price FROM products WHERE sku=?", (sku,)).fetchone()
+        if row is None:
+            return {"sku": sku, "found": False}
+        total = row[0] * quantity * (0.9 if quantity >= 3 else 1.0)
+        return {"sku": sku, "quantity": quantity, "total_cny": round(total, 2)}
+
+    @tool(read_only=True)
+    def query_order(ctx: UserContext, order_id: str) -> dict[str, Any]:
+        """Look up one of the caller's orders.
+
+        Args:
+            order_id: The order number, e.g. SO-1001.
+        """
+        # the owner comes from the injected identity, never from the model
+        row = db.execute(
+            "SELECT sku, status FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+        ).fetchone()
+        return (
+            {"order": order_id, "found": False}
+            if row is None
+            else {"order": order_id, "sku": row[0], "status": row[1]}
+        )
+
+    @tool(confirm=True)
+    def create_return(ctx: UserContext, order_id: str, reason: str) -> str:
+        """Create a return for one of the caller's orders (needs the customer's confirmation).
+
+        Args:
+            order_id: The order number.
+            reason: Why the product goes back.
+        """
+        owned = db.execute(
+            "SELECT 1 FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+        ).fetchone()
+        if owned is None:
+            return f"no order {order_id} for this customer"
+        cur = db.execute("INSERT INTO returns (order_id, reason) VALUES (?, ?)", (order_id, reason))
+        db.commit()
+        return f"return RMA-{cur.lastrowid} created for {order_id}"
+
+    return [query_stock, quote_price, query_order, create_return]

@@ -1,0 +1,209 @@
+"""How tools reach the model: ``native``, ``plain`` or ``constrained`` (DESIGN K4).
+
+- ``native`` sends the OpenAI ``tools`` list; the server's chat template presents them and
+  its parser returns ``tool_calls`` (llama.cpp needs ``--jinja``). Calls that the model wrote
+  as text anyway are recovered by :func:`~shelfhand.models.textcalls.recover_tool_calls`.
+- ``plain`` sends no ``tools``: they are described in the system prompt, the model writes
+  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` and the calls are recovered from
+  the text. For servers without tool support.
+- ``constrained`` describes the tools in the prompt *and* sends a ``response_format`` JSON
+  schema: ``{"tool": <name>, "arguments": <that tool's parameters>}`` for each tool, or
+  ``{"tool": "none", "answer": "<text>"}``. A server with grammar-constrained decoding
+  (llama.cpp, vLLM) then cannot produce a malformed call; :func:`parse_constrained` turns the
+  JSON back into tool calls or answer text. Best for small local models.
+
+In ``plain`` and ``constrained`` modes earlier tool calls and results are sent as text, since
+the server was not told about tools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeAlias
+
+from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
+from shelfhand.models.base import ToolSchema
+from shelfhand.providers.openai_wire import messages_to_openai, new_call_id
+
+__all__ = [
+    "NO_TOOL",
+    "TOOL_MODES",
+    "ToolMode",
+    "parse_constrained",
+    "prompted_messages",
+    "response_format",
+]
+
+ToolMode: TypeAlias = Literal["native", "plain", "constrained"]
+TOOL_MODES: tuple[ToolMode, ...] = ("native", "plain", "constrained")
+NO_TOOL = "none"
+"""The ``tool`` value of a constrained reply that answers instead of calling a tool."""
+
+_PLAIN_RULES = (
+    "To call a tool, reply with nothing but "
+    '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call> '
+    "(one line per call). When you need no tool, answer the user in plain text, never JSON."
+)
+_CONSTRAINED_RULES = (
+    'Reply with one JSON object: {"tool": "<tool name>", "arguments": {<arguments>}} to call '
+    'a tool, or {"tool": "none", "answer": "<your answer to the user>"} to answer. '
+    "Call a tool when it can give facts you do not have; answer once you have them."
+)
+_AFTER_RESULTS = (
+    "Answer the user's question from these results now; call another tool only if "
+    "something is still missing, never the same call again."
+)
+
+
+def _function(tool: ToolSchema) -> Mapping[str, Any]:
+    function = tool.get("function")
+    return function if isinstance(function, Mapping) else tool
+
+
+def _parameters(tool: ToolSchema) -> dict[str, Any]:
+    params = _function(tool).get("parameters")
+    if isinstance(params, Mapping) and params:
+        return dict(params)
+    return {"type": "object", "properties": {}}
+
+
+def _argument(name: str, spec: Any, required: bool) -> str:
+    spec = spec if isinstance(spec, Mapping) else {}
+    text = f"{name}: {spec.get('type', 'any')}" + ("" if required else " (optional)")
+    description = str(spec.get("description") or "").strip()
+    return f"{text} - {description}" if description else text
+
+
+def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
+    """The tool descriptions (with each argument's description) and the calling rules."""
+    lines = ["You can call these tools:"]
+    for tool in tools:
+        fn = _function(tool)
+        params = _parameters(tool)
+        props = params.get("properties") or {}
+        required = set(params.get("required") or ())
+        description = str(fn.get("description") or "").strip().split("\n\n")[0]
+        lines.append(f"- {fn.get('name')}: {description}")
+        lines.extend(
+            f"    {_argument(name, spec, name in required)}" for name, spec in props.items()
+        )
+    lines.append(_CONSTRAINED_RULES if mode == "constrained" else _PLAIN_RULES)
+    return "\n".join(lines)
+
+
+def _call_text(call: ToolCallBlock, mode: ToolMode) -> str:
+    try:
+        arguments = call.parsed_arguments()
+    except json.JSONDecodeError:
+        arguments = call.arguments
+    if mode == "constrained":
+        return json.dumps({"tool": call.name, "arguments": arguments}, ensure_ascii=False)
+    body = json.dumps({"name": call.name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>{body}</tool_call>"
+
+
+def _answer_text(text: str, mode: ToolMode) -> str:
+    if mode == "constrained":  # the model sees its earlier answers in the shape it must use
+        return json.dumps({"tool": NO_TOOL, "answer": text}, ensure_ascii=False)
+    return text
+
+
+def prompted_messages(
+    messages: Sequence[Message], tools: Sequence[ToolSchema], mode: ToolMode
+) -> list[dict[str, Any]]:
+    """Wire messages for ``plain``/``constrained`` mode: tools described in the system
+    prompt, earlier calls and results written as text."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+            calls = "\n".join(_call_text(c, mode) for c in message.tool_calls)
+            out.append({"role": "assistant", "content": f"{text}\n{calls}".strip()})
+        elif message.tool_results:
+            results = "\n\n".join(
+                f"Result of {r.name}{' (error)' if r.is_error else ''}:\n{r.content}"
+                for r in message.tool_results
+            )
+            out.append({"role": "user", "content": f"{results}\n\n{_AFTER_RESULTS}"})
+        elif message.role == "assistant":
+            out.extend(
+                {**m, "content": _answer_text(str(m.get("content") or ""), mode)}
+                for m in messages_to_openai([message])
+            )
+        else:
+            out.extend(messages_to_openai([message]))
+    if tools:
+        prompt = tools_prompt(tools, mode)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def response_format(tools: Sequence[ToolSchema], *, answer: bool = True) -> dict[str, Any]:
+    """The ``response_format`` that makes a grammar-constrained server emit one call or an
+    answer: ``anyOf`` one object per tool (name fixed, its argument schema) plus, unless
+    ``answer=False`` (``tool_choice="required"``), the answer."""
+    choices: list[dict[str, Any]] = [
+        {
+            "type": "object",
+            "properties": {
+                "tool": {"const": _function(t).get("name")},
+                "arguments": _parameters(t),
+            },
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    if answer:
+        choices.append(
+            {
+                "type": "object",
+                "properties": {
+                    "tool": {"const": NO_TOOL},
+                    "answer": {"type": "string", "minLength": 1},
+                },
+                "required": ["tool", "answer"],
+                "additionalProperties": False,
+            }
+        )
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "tool_call_or_answer",
+            "strict": True,
+            "schema": {"anyOf": choices},
+        },
+    }
+
+
+def parse_constrained(text: str, names: set[str]) -> tuple[str, list[ToolCallBlock]] | None:
+    """A constrained reply as ``(answer text, tool calls)``; ``None`` when ``text`` is not
+    such a reply (a server that ignored ``response_format``: the caller falls back)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    items = data if isinstance(data, list) else [data]
+    answer: list[str] = []
+    calls: list[ToolCallBlock] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            return None
+        tool = item.get("tool")
+        if tool == NO_TOOL and isinstance(item.get("answer"), str):
+            answer.append(item["answer"])
+        elif isinstance(tool, str) and tool in names:
+            arguments = item.get("arguments")
+            args = arguments if isinstance(arguments, Mapping) else {}
+            calls.append(
+                ToolCallBlock(
+                    id=new_call_id(), name=tool, arguments=json.dumps(args, ensure_ascii=False)
+                )
+            )
+        else:
+            return None
+    return "\n".join(answer), calls

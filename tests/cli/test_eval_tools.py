@@ -154,8 +154,9 @@ def test_raw_json_answers_and_context_overflows_are_counted(
 ) -> None:
     overflow = {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error"}}  # fmt: skip
     server.add(
-        # an unknown tool written as JSON text: nothing to recover, the user would see JSON
-        Reply(body=completion('{"name": "check_inventory", "arguments": {"sku": "SKU2024-011"}}')),
+        # JSON that is no call (an unknown tool's call would go back to the model as an
+        # error): the user would see JSON
+        Reply(body=completion('{"sku": "SKU2024-011", "status": "in stock"}')),
         Reply(status=400, body=overflow),
         Reply(body=completion("Hi!")),
     )

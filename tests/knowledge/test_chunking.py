@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-import time
 from importlib.resources import files
 from pathlib import Path
 
@@ -231,7 +230,8 @@ def test_chunks_stay_within_budget_point_at_their_text_and_cover_every_section(
 # --- speed -----------------------------------------------------------------------------------
 
 
-def test_chunking_thousands_of_abstracts_is_fast() -> None:
+def test_chunking_thousands_of_abstracts() -> None:
+    # speed lives in bench/ (BENCHMARKS.md), never in a timed unit test
     rng = random.Random(7)
     words = ["the", "of", "protein", "cell", "expression", "cancer", "patients", "increased"]
 
@@ -242,9 +242,5 @@ def test_chunking_thousands_of_abstracts_is_fast() -> None:
         )
 
     docs = [make_doc((abstract(), (), None), doc_id=f"d{i}") for i in range(2000)]
-    started = time.perf_counter()
     total = sum(len(chunk_document(doc)) for doc in docs)
-    elapsed = time.perf_counter() - started
     assert total >= 2000
-    # About 0.4 s on a laptop; the bound only catches accidental quadratic behaviour.
-    assert elapsed < 8.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -222,17 +221,3 @@ async def test_a_bad_turn_type_is_a_clear_type_error() -> None:
 
     with pytest.raises(TypeError, match=re.escape("text(...), tool_call(...)")):
         await model.request([])
-
-
-async def test_a_tool_call_then_an_answer_costs_well_under_a_tenth_of_a_millisecond() -> None:
-    question = [Message.user("拆封后还能退吗？")]
-    best = float("inf")
-    for _ in range(5):  # best of several batches: the machine is shared
-        start = time.perf_counter()
-        for _ in range(200):
-            model = ScriptedModel([tool_call("retrieve", {"query": "退货"}), text("可以 [1]。")])
-            await model.request(question, tools=[RETRIEVE])
-            await model.request(question)
-        best = min(best, (time.perf_counter() - start) / 200)
-
-    assert best < 100e-6

@@ -192,22 +192,18 @@ class UploadRegistry:
         )
 
     def record(self, records: Sequence[UploadRecord]) -> None:
-        with self._lock, transaction(self._conn):
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO knowledge_uploads"
-                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (r.source, r.tenant_id, r.filename, r.bytes, r.uploaded_by, r.uploaded_at)
-                    for r in records
-                ],
-            )
+        """Record owned sources directly (an upload goes through :meth:`begin` and
+        :meth:`commit` instead)."""
+        self._write("knowledge_uploads", records)
 
     def begin(self, records: Sequence[UploadRecord]) -> None:
         """Write the intent of an upload (pending rows) before its ingest starts."""
+        self._write("knowledge_uploads_pending", records)
+
+    def _write(self, table: str, records: Sequence[UploadRecord]) -> None:
         with self._lock, transaction(self._conn):
             self._conn.executemany(
-                "INSERT OR REPLACE INTO knowledge_uploads_pending"
+                f"INSERT OR REPLACE INTO {table}"
                 " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 [

@@ -370,7 +370,7 @@ class OpenAIChatModel:
             streamed = bool(reply.parts) and not buffered
             delay = None if streamed else self._delay_for(exc, attempt, deadline)
             if delay is None:
-                raise self._error(exc, attempts=attempt + 1) from None
+                raise self._error(exc, attempts=attempt + 1) from exc
             self._log_retry(exc, attempt, delay)
             await anyio.sleep(delay)
             attempt += 1
@@ -442,7 +442,7 @@ class OpenAIChatModel:
                 exc = error
             delay = self._delay_for(exc, attempt, deadline)
             if delay is None:
-                raise self._error(exc, attempts=attempt + 1) from None
+                raise self._error(exc, attempts=attempt + 1) from exc
             self._log_retry(exc, attempt, delay)
             await anyio.sleep(delay)
             attempt += 1

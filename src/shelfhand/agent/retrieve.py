@@ -29,11 +29,11 @@ NOT_CONFIGURED = "knowledge base not configured"
 RETRIEVE_TIMEOUT = 30.0
 
 RETRIEVE_DESCRIPTION = (
-    "Search the documents (policies, manuals, specifications, FAQ) for numbered passages. "
-    "Call it for questions the documents answer: warranty, returns, procedures, error codes, "
-    "product features; put names, codes and key terms in the query. Not for live data such as "
-    "stock, prices or orders: use those tools instead. Cite the passages you use as [1][2]. If "
-    "nothing relevant comes back, say the documents do not cover it instead of guessing."
+    "Search the knowledge base (product documents, policies, manuals) for numbered passages. "
+    "Call it before answering questions about products, policies, procedures, error codes or "
+    "anything the documents may cover; put names, codes and key terms in the query. Cite the "
+    "passages you use as [1][2]. If nothing relevant comes back, say the documents do not "
+    "cover it instead of guessing."
 )
 
 

@@ -463,7 +463,7 @@ class Ingestor:
                 # max_chunks): nothing half-stored stays searchable
                 self.store.delete_source(source)
             reason = _failure_reason(exc, file)
-            logger.warning("skipping %s: %s", source, reason)
+            logger.info("skipping %s: %s", source, reason)  # the report names it, once
             logger.debug("failure of %s", source, exc_info=True)
             tally.failed.append(IngestFailure(source=source, reason=reason))
             return "failed"

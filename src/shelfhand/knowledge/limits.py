@@ -7,7 +7,7 @@ limit, like any unreadable file; everything else in the ingest goes on. The limi
     [limits]
     max_file_mb = 100            # bytes of the file itself
     max_decompressed_mb = 100    # DOCX zip members, PDF streams once decoded
-    max_chars = 10_000_000       # characters of extracted text
+    max_chars = 40_000_000       # characters of extracted text (a 30 MB text file fits)
     max_records = 100_000        # CSV / JSON / JSONL records (documents) per file
     max_chunks = 50_000          # chunks per file
     max_pages = 5_000            # PDF pages
@@ -48,7 +48,7 @@ class ReadLimits:
 
     max_file_mb: float = 100
     max_decompressed_mb: float = 100
-    max_chars: int = 10_000_000
+    max_chars: int = 40_000_000
     max_records: int = 100_000
     max_chunks: int = 50_000
     max_pages: int = 5_000

@@ -50,7 +50,8 @@ _ARG_KEYS = ("arguments", "parameters", "args", "input")
 _ALLOWED_EXTRA = frozenset({"type", "id"})
 
 _DECODER = json.JSONDecoder()
-_TOOL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+# a short one-line name, spaces allowed: small models write "Order Management" for a tool
+_TOOL_LIKE = re.compile(r"[^\W\d][\w .:-]{0,63}")
 
 
 class _AnyToolName:

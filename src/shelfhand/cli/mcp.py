@@ -88,8 +88,6 @@ def serve(
             check_anonymous(host, keys, allow_anonymous)
         except ConfigurationError as exc:
             raise _err(str(exc), 2) from None
-    # TODO(lead): call the app-level warm-up (service branch) here once merged, so that the
-    # first retrieve does not pay for loading indexes and embedders.
     kb = a.open_knowledge() if a.knowledge_exists() else None
     a.warm_up(kb)  # loading must not count against the first tool call's timeout
     tools = exposed_tools(a, kb)

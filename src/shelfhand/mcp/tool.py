@@ -30,7 +30,44 @@ async def _no_op(run: RunContext) -> None:
     """Placeholder function: an MCP tool's work happens on its server (see McpTool.invoke)."""
 
 
-class McpTool(Tool[..., Any]):
+class _RemoteTool(Tool[..., Any]):
+    """A tool whose work happens on an MCP server: the schema is :attr:`input_schema` as
+    given, arguments go to the subclass's ``invoke`` unchanged (the server validates them)."""
+
+    server: McpServer
+    input_schema: dict[str, Any]
+
+    def _remote_setup(self, server: McpServer, input_schema: Mapping[str, Any]) -> None:
+        self.server = server
+        self.input_schema = dict(input_schema)
+        # Whoever calls ``func(*bind(...))`` instead of ``invoke`` reaches the server too.
+        self.func = self._remote
+        self.is_async = True
+
+    def schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            parameters = dict(self.input_schema)
+            parameters.setdefault("type", "object")
+            parameters.setdefault("properties", {})
+            function = {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            }
+            self._schema = {"type": "function", "function": function}
+        return self._schema
+
+    def bind(
+        self, arguments: Mapping[str, Any], run: RunContext
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``((run,), arguments)`` for :attr:`func`; the server validates the arguments."""
+        return (run,), dict(arguments)
+
+    async def _remote(self, run: RunContext, /, **arguments: Any) -> ToolOutput:
+        return await self.invoke(arguments, run=run)
+
+
+class McpTool(_RemoteTool):
     """One tool of an MCP server, as the toolkit and the model see it.
 
     The schema is the server's ``inputSchema`` unchanged; arguments are checked by the
@@ -65,39 +102,13 @@ class McpTool(Tool[..., Any]):
             # server is caught by the server's own reconnection backoff.
             circuit=f"mcp:{server.name}:{listed.name}",
         )
-        self.server = server
+        self._remote_setup(server, listed.input_schema or {"type": "object"})
         self.remote_name = listed.name
         self.settings = settings
         self.call_timeout = settings.timeout or server.timeout
-        self.input_schema: dict[str, Any] = dict(listed.input_schema or {"type": "object"})
-        # Whoever calls ``func(*bind(...))`` instead of ``invoke`` reaches the server too.
-        self.func = self._remote
-        self.is_async = True
 
     def __repr__(self) -> str:
         return f"McpTool(name={self.name!r}, server={self.server.name!r})"
-
-    def schema(self) -> dict[str, Any]:
-        if self._schema is None:
-            parameters = dict(self.input_schema)
-            parameters.setdefault("type", "object")
-            parameters.setdefault("properties", {})
-            function = {
-                "name": self.name,
-                "description": self.description,
-                "parameters": parameters,
-            }
-            self._schema = {"type": "function", "function": function}
-        return self._schema
-
-    def bind(
-        self, arguments: Mapping[str, Any], run: RunContext
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """``((run,), arguments)`` for :attr:`func`; the server validates the arguments."""
-        return (run,), dict(arguments)
-
-    async def _remote(self, run: RunContext, /, **arguments: Any) -> ToolOutput:
-        return await self.invoke(arguments, run=run)
 
     async def invoke(self, arguments: Mapping[str, Any], *, run: RunContext) -> ToolOutput:
         """Call the tool on its server.
@@ -120,7 +131,7 @@ class McpTool(Tool[..., Any]):
         )
 
 
-class ResourceTool(Tool[..., Any]):
+class ResourceTool(_RemoteTool):
     """``<prefix>read_resource(uri)``: read one of an MCP server's resources.
 
     The description names the resources listed when the tool was mounted (the first 20).
@@ -149,32 +160,14 @@ class ResourceTool(Tool[..., Any]):
             cache_ttl=server.defaults.cache_ttl or None,
             circuit=f"mcp:{server.name}:read_resource",
         )
-        self.server = server
-        self.func = self._remote
-        self.is_async = True
-
-    def schema(self) -> dict[str, Any]:
-        if self._schema is None:
-            parameters = {
+        self._remote_setup(
+            server,
+            {
                 "type": "object",
                 "properties": {"uri": {"type": "string", "description": "The resource URI."}},
                 "required": ["uri"],
-            }
-            function = {
-                "name": self.name,
-                "description": self.description,
-                "parameters": parameters,
-            }
-            self._schema = {"type": "function", "function": function}
-        return self._schema
-
-    def bind(
-        self, arguments: Mapping[str, Any], run: RunContext
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (run,), dict(arguments)
-
-    async def _remote(self, run: RunContext, /, **arguments: Any) -> ToolOutput:
-        return await self.invoke(arguments, run=run)
+            },
+        )
 
     async def invoke(self, arguments: Mapping[str, Any], *, run: RunContext) -> ToolOutput:
         uri = arguments.get("uri")

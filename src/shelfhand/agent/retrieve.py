@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
-from shelfhand.knowledge.citations import format_passages, to_citations
+from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 
@@ -51,8 +51,17 @@ def clamp_top_k(top_k: int | None) -> int:
     return min(top_k, HARD_MAX_TOP_K)
 
 
-def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
-    """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured"."""
+def make_retrieve_tool(
+    kb: Searcher | None, *, compress_tokens: int | None = None
+) -> Tool[Any, Any]:
+    """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured".
+
+    Passages that disagree with each other (or with a passage an earlier call of the run
+    returned) are flagged: a ``Note:`` line after the passages and ``conflicts_with`` /
+    ``conflict_note`` on the citations. With ``compress_tokens`` each passage keeps only the
+    sentences that answer the query, within that many tokens (see
+    :mod:`shelfhand.knowledge.compress`).
+    """
 
     async def retrieve(run: RunContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
         """Search the knowledge base.
@@ -65,7 +74,11 @@ def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
             return ToolOutput(content=NOT_CONFIGURED)
         # the search is CPU-bound (segmentation, embedding): keep it off the event loop
         hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
-        citations = run.citations.number(to_citations(hits))
+        earlier = run.citations.citations
+        numbered = run.citations.number(to_citations(hits))
+        citations = prepare_evidence(
+            numbered, query, earlier=earlier, compress_tokens=compress_tokens
+        )
         return ToolOutput(content=format_passages(citations), citations=tuple(citations))
 
     # never cached: a document ingested a second ago must be findable now, and search is cheap.
@@ -87,10 +100,18 @@ def make_retrieve_tool(kb: Searcher | None) -> Tool[Any, Any]:
 class KnowledgeAgent:
     """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens."""
 
-    def __init__(self, kb: Searcher, *, name: str = "knowledge", top_k: int = 5) -> None:
+    def __init__(
+        self,
+        kb: Searcher,
+        *,
+        name: str = "knowledge",
+        top_k: int = 5,
+        compress_tokens: int | None = None,
+    ) -> None:
         self.kb = kb
         self.name = name
         self.top_k = max(1, top_k)
+        self.compress_tokens = compress_tokens
 
     async def run(
         self,
@@ -104,7 +125,8 @@ class KnowledgeAgent:
         query = prompt if isinstance(prompt, str) else prompt.text
         run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
-        citations = tuple(run.citations.number(to_citations(hits)))
+        numbered = run.citations.number(to_citations(hits))
+        citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
         output = format_passages(citations)
         messages = (Message.user(query), Message.assistant(output, citations=citations))
         return RunResult(

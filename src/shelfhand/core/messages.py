@@ -37,6 +37,18 @@ class Citation:
     chunk_id: str = ""
     text: str = ""
     score: float | None = None
+    start: int | None = None
+    """Where the passage starts in its document's text (``None``: not known)."""
+    end: int | None = None
+    spans: tuple[tuple[int, int], ...] = ()
+    """For a compressed passage: the document offsets of the pieces ``text`` keeps, in order
+    (``text`` is these pieces joined, with "…" where something was left out); empty when
+    ``text`` is the whole passage."""
+    conflicts_with: tuple[int, ...] = ()
+    """Numbers of passages of the same evidence that disagree with this one."""
+    conflict_note: str = ""
+    """One line per disagreement, e.g. ``[2] and [4] disagree: 12 个月 vs 24 个月; [4] is
+    newer (version 2, effective 2025-01-01).``"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +61,11 @@ class Citation:
             "chunk_id": self.chunk_id,
             "text": self.text,
             "score": self.score,
+            "start": self.start,
+            "end": self.end,
+            "spans": [list(s) for s in self.spans],
+            "conflicts_with": list(self.conflicts_with),
+            "conflict_note": self.conflict_note,
         }
 
     @classmethod
@@ -63,6 +80,11 @@ class Citation:
             chunk_id=str(data.get("chunk_id", "")),
             text=str(data.get("text", "")),
             score=None if data.get("score") is None else float(data["score"]),
+            start=None if data.get("start") is None else int(data["start"]),
+            end=None if data.get("end") is None else int(data["end"]),
+            spans=tuple((int(s[0]), int(s[1])) for s in data.get("spans") or ()),
+            conflicts_with=tuple(int(n) for n in data.get("conflicts_with") or ()),
+            conflict_note=str(data.get("conflict_note") or ""),
         )
 
 

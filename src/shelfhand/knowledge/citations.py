@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shelfhand.core.messages import Citation
+from shelfhand.knowledge.compress import compress_citation
+from shelfhand.knowledge.conflicts import annotate_conflicts, find_conflicts
 from shelfhand.knowledge.types import SearchHit
 
 NOTHING_FOUND = (
@@ -26,9 +28,45 @@ def to_citations(hits: Sequence[SearchHit], *, start: int = 1) -> list[Citation]
             chunk_id=h.chunk.chunk_id,
             text=h.chunk.text,
             score=h.score,
+            start=h.chunk.start,
+            end=h.chunk.end,
         )
         for i, h in enumerate(hits)
     ]
+
+
+def prepare_evidence(
+    citations: Sequence[Citation],
+    query: str,
+    *,
+    earlier: Sequence[Citation] = (),
+    compress_tokens: int | None = None,
+) -> list[Citation]:
+    """Numbered ``citations`` made ready to show: disagreements flagged, then (with
+    ``compress_tokens``) each passage cut to the sentences that answer ``query``.
+
+    Conflicts are looked for among ``citations`` and between them and ``earlier`` passages
+    of the same run (full text, before compression); only ``citations`` are returned. A
+    compressed passage keeps the sentences holding the values its conflicts name.
+    """
+    current = {c.index for c in citations}
+    pool = [*citations, *(c for c in earlier if c.index not in current)]
+    conflicts = [x for x in find_conflicts(pool) if x.a in current or x.b in current]
+    out = annotate_conflicts(citations, conflicts)
+    if compress_tokens is None:
+        return out
+    compressed = []
+    for c in out:
+        pinned = [
+            value
+            for x in conflicts
+            if c.index in (x.a, x.b)
+            for pair in x.values
+            for side in pair
+            for value in side.split(", ")
+        ]
+        compressed.append(compress_citation(c, query, tokens=compress_tokens, pinned=pinned))
+    return compressed
 
 
 def label(c: Citation) -> str:
@@ -45,12 +83,27 @@ def label(c: Citation) -> str:
     return f"{where} ({origin})"
 
 
+def conflict_notes(citations: Sequence[Citation]) -> list[str]:
+    """The disagreements flagged on ``citations`` (see :mod:`shelfhand.knowledge.conflicts`),
+    each once, as ``Note: [2] and [4] disagree: …`` lines."""
+    notes: dict[str, None] = {}
+    for c in citations:
+        for line in c.conflict_note.splitlines():
+            if line.strip():
+                notes.setdefault(f"Note: {line.strip()}", None)
+    return list(notes)
+
+
 def format_passages(citations: Sequence[Citation], *, max_chars: int = 1200) -> str:
-    """The numbered passages as the model (or a person) reads them."""
+    """The numbered passages as the model (or a person) reads them, then a ``Note:`` line
+    for each disagreement flagged on them."""
     if not citations:
         return NOTHING_FOUND
     blocks = []
     for c in citations:
         text = c.text if len(c.text) <= max_chars else c.text[:max_chars].rstrip() + " …"
         blocks.append(f"[{c.index}] {label(c)}\n{text}")
+    notes = conflict_notes(citations)
+    if notes:
+        blocks.append("\n".join(notes))
     return "\n\n".join(blocks)

@@ -213,7 +213,11 @@ class App:
         from shelfhand.tools.builtins import builtin_tools
         from shelfhand.tools.toolkit import Toolkit
 
-        tools = [make_retrieve_tool(kb), *builtin_tools(), *extra]
+        tools = [
+            make_retrieve_tool(kb, compress_tokens=self._compress_tokens()),
+            *builtin_tools(),
+            *extra,
+        ]
         return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
 
     def chat_agent(
@@ -251,7 +255,11 @@ class App:
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent
 
-        return KnowledgeAgent(kb)
+        return KnowledgeAgent(kb, compress_tokens=self._compress_tokens())
+
+    def _compress_tokens(self) -> int | None:
+        """The per-passage budget of retrieved passages (``None``: compression off)."""
+        return self.settings.compress_tokens if self.settings.compress else None
 
     # --- service state --------------------------------------------------------------------
     def session_store(self) -> SqliteSessionStore:

@@ -25,6 +25,10 @@ knowledge base opens.
 model is asked and puts the numbered passages in the prompt; ``tool`` leaves it to the model to
 call ``retrieve``; ``both`` (the default) does the first retrieval up front and lets the model
 call ``retrieve`` for more.
+
+Passage compression: ``compress`` (``SHELFHAND_COMPRESS``, true | false, default false) cuts
+each retrieved passage to the sentences that answer the query, within ``compress_tokens``
+(``SHELFHAND_COMPRESS_TOKENS``, default 200) tokens per passage.
 """
 
 from __future__ import annotations
@@ -78,6 +82,11 @@ class Settings:
     embed_timeout: float = 2.0
     turn_timeout: float = 120.0
     answer_retrieval: AnswerRetrieval = "both"
+    compress: bool = False
+    """Cut each retrieved passage to the sentences that answer the query (``compress``,
+    ``SHELFHAND_COMPRESS``); off by default, see :mod:`shelfhand.knowledge.compress`."""
+    compress_tokens: int = 200
+    """Tokens kept per passage when ``compress`` is on (``SHELFHAND_COMPRESS_TOKENS``)."""
 
     @classmethod
     def load(
@@ -137,7 +146,41 @@ class Settings:
             turn_timeout=turn_timeout,
             answer_retrieval=answer_retrieval,
             **options,
+            **_compression(pick),
         )
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _compression(pick: Any) -> dict[str, Any]:
+    """``compress`` / ``compress_tokens`` from ``pick(env_key, file_key)``, checked."""
+    out: dict[str, Any] = {}
+    on = pick("SHELFHAND_COMPRESS", "compress")
+    if on not in (None, ""):
+        text = str(on).strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise ConfigurationError(
+                f"compress (SHELFHAND_COMPRESS) must be true or false, not {on!r}"
+            )
+        out["compress"] = text in _TRUE
+    tokens = pick("SHELFHAND_COMPRESS_TOKENS", "compress_tokens")
+    if tokens not in (None, ""):
+        try:
+            if isinstance(tokens, (bool, float)):
+                raise ValueError
+            out["compress_tokens"] = int(tokens)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"compress_tokens (SHELFHAND_COMPRESS_TOKENS) must be a whole number, not {tokens!r}"
+            ) from None
+        if not 16 <= out["compress_tokens"] <= 100_000:
+            raise ConfigurationError(
+                "compress_tokens (SHELFHAND_COMPRESS_TOKENS) must be between 16 and 100000, "
+                f"not {tokens!r}"
+            )
+    return out
 
 
 def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:

@@ -345,7 +345,7 @@ class Agent:
                         nudged = True
                         nudge = Message.user(NUDGE)
                         continue
-                    text, reason = empty_answer(citations), "empty"
+                    text, reason = empty_answer(citations, new), "empty"
                     reply = Message.assistant(text)
                     if streaming:
                         yield TextDelta(text=STEP_SEPARATOR + text if shown else text)

@@ -1,8 +1,8 @@
 """Honest answers for runs that end without one from the model (issue 9, points 4 and 6).
 
 A run never ends with a blank answer: a blank reply gets one nudge (:data:`NUDGE`); a second
-blank reply ends the run with :func:`empty_answer` (the passages the run found, or "no
-answer"). A run that stops because the model kept repeating a failing call ends with
+blank reply ends the run with :func:`empty_answer` (the passages the run found, "the documents
+do not cover this" when it searched them and found nothing, or "no answer"). A run that stops because the model kept repeating a failing call ends with
 :func:`repeated_call_answer`; one that reaches ``max_iters`` with :func:`max_iters_answer`.
 """
 
@@ -14,7 +14,21 @@ from shelfhand.core.messages import Citation, Message
 
 from .guard import Repeated
 
-__all__ = ["NUDGE", "empty_answer", "max_iters_answer", "repeated_call_answer"]
+__all__ = [
+    "NOT_CONFIGURED",
+    "NOT_COVERED",
+    "NUDGE",
+    "empty_answer",
+    "found_nothing",
+    "max_iters_answer",
+    "repeated_call_answer",
+]
+
+NOT_COVERED = "The documents do not cover this: no passage in the knowledge base matches it."
+"""What a person reads when a search of the documents found nothing (no guessing)."""
+RETRIEVE_TOOL = "retrieve"
+NOT_CONFIGURED = "knowledge base not configured"
+"""What ``retrieve`` answers without a knowledge base."""
 
 NUDGE = (
     "Your last reply was empty. Answer the question now, in plain text, using the tool results "
@@ -34,8 +48,23 @@ def _passages(citations: Sequence[Citation]) -> list[str]:
     return lines
 
 
-def empty_answer(citations: Sequence[Citation]) -> str:
-    """What the user reads when the model answered with nothing, twice."""
+def found_nothing(messages: Sequence[Message], *, tool_name: str = RETRIEVE_TOOL) -> bool:
+    """Whether ``messages`` searched the documents (a ``retrieve`` call that ran: not an
+    error, not "not configured") and no such call returned a passage."""
+    searches = [
+        r
+        for m in messages
+        for r in m.tool_results
+        if r.name == tool_name and not r.is_error and r.content != NOT_CONFIGURED
+    ]
+    return bool(searches) and not any(r.citations for r in searches)
+
+
+def empty_answer(citations: Sequence[Citation], messages: Sequence[Message] = ()) -> str:
+    """What the user reads when the model answered with nothing, twice (``messages``: the
+    run's, to tell "the documents have nothing on this" from "no answer")."""
+    if not citations and found_nothing(messages):
+        return f"{NOT_COVERED} (The model returned an empty reply.)"
     if not citations:
         return "No answer: the model returned an empty reply. Try asking again or rephrasing."
     return "\n".join(

@@ -22,10 +22,10 @@ from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 
 from .agent import RunResult
+from .fallbacks import NOT_CONFIGURED, NOT_COVERED
 
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
-NOT_CONFIGURED = "knowledge base not configured"
 RETRIEVE_TIMEOUT = 30.0
 
 RETRIEVE_DESCRIPTION = (
@@ -98,7 +98,11 @@ def make_retrieve_tool(
 
 
 class KnowledgeAgent:
-    """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens."""
+    """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens.
+
+    Disagreeing passages are flagged as in ``retrieve``; with nothing found the output is
+    :data:`~shelfhand.agent.fallbacks.NOT_COVERED`.
+    """
 
     def __init__(
         self,
@@ -127,7 +131,8 @@ class KnowledgeAgent:
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         numbered = run.citations.number(to_citations(hits))
         citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
-        output = format_passages(citations)
+        # no model reads this: a person is told plainly that the documents have nothing on it
+        output = format_passages(citations) if citations else NOT_COVERED
         messages = (Message.user(query), Message.assistant(output, citations=citations))
         return RunResult(
             output=output, messages=messages, citations=citations, trace_id=run.trace_id

@@ -13,7 +13,7 @@ from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext
 from shelfhand.agent.fallbacks import NOT_COVERED, found_nothing
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
-from shelfhand.core.messages import Message, ToolResultBlock
+from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.compress import GAP
@@ -150,6 +150,9 @@ def test_found_nothing_needs_a_search_that_ran_and_found_nothing() -> None:
     assert not found_nothing([Message.tool([unconfigured])])
     other = replace(empty, name="calculator")
     assert not found_nothing([Message.tool([other])])
+    passage = Citation(index=1, source="a.md", text="E-203")
+    found = replace(empty, content="[1] a.md\nE-203", citations=(passage,))
+    assert not found_nothing([Message.tool([empty]), Message.tool([found])])
 
 
 async def test_the_compress_setting_reaches_the_retrieve_tool_and_the_knowledge_agent(

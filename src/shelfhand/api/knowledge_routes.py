@@ -31,7 +31,7 @@ from shelfhand.api.schemas import (
 from shelfhand.api.source_access import access
 from shelfhand.api.uploads import Staged, UploadRejected
 from shelfhand.core.context import UserContext
-from shelfhand.knowledge.citations import to_citations
+from shelfhand.knowledge.citations import prepare_evidence, to_citations
 from shelfhand.knowledge.ingest import IngestEvent, IngestReport
 
 router = APIRouter(prefix="/v1")
@@ -245,7 +245,7 @@ async def search(
     hits = await asyncio.to_thread(kb.search, q, k=top_k, user=caller, mode=mode)
     return SearchOut(
         query=q,
-        results=[CitationOut.of(c) for c in to_citations(hits)],
+        results=[CitationOut.of(c) for c in prepare_evidence(to_citations(hits), q)],
         degraded=kb.degraded_reason,
     )
 

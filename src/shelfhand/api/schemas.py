@@ -94,6 +94,24 @@ class CitationOut(BaseModel):
     chunk_id: str = ""
     text: str = ""
     score: float | None = None
+    start: int | None = Field(
+        default=None, description="Where the passage starts in its document's text."
+    )
+    end: int | None = None
+    spans: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="A compressed passage: the document offsets of the pieces its text keeps "
+        "(joined with '…' where text was left out); empty for a whole passage.",
+    )
+    conflicts_with: list[int] = Field(
+        default_factory=list,
+        description="Numbers of passages of the same evidence that disagree with this one.",
+    )
+    conflict_note: str = Field(
+        default="",
+        description="One line per disagreement, e.g. '[2] and [4] disagree: 12 个月 vs 24 个月; "
+        "[4] is newer (version 2, effective 2025-01-01).'",
+    )
     label: str = Field(default="", description="title › section (source, p. N)")
 
     @classmethod

@@ -415,16 +415,18 @@ def search(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
-    from shelfhand.knowledge.citations import format_passages, to_citations
+    from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
 
     a = _app(workspace, existing=True)
     kb = a.open_knowledge()
     hits, timings = kb.search_timed(
         query, k=k, user=_user(tenant, user, role), mode=_check_mode(mode)
     )
-    citations = to_citations(hits)
+    citations = prepare_evidence(to_citations(hits), query)  # disagreements flagged
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
+    elif not citations:
+        _console().print(f"not found: no passage matches {query!r}", highlight=False, markup=False)
     else:
         _console().print(format_passages(citations), highlight=False, markup=False)
         if timings.pending_chunks:
@@ -468,6 +470,7 @@ def ask(
     Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
     found, or "no answer", are printed instead.
     """
+    from shelfhand.agent.fallbacks import found_nothing
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.knowledge.citations import label
@@ -508,6 +511,12 @@ def ask(
     except ModelError as exc:
         raise _err(f"the chat model failed: {exc}", 1) from None
     console.print(result.output, highlight=False, markup=False)
+    if not result.citations and found_nothing(result.messages):
+        console.print(
+            "[yellow]not found:[/] no passage of the documents matches this question; "
+            "the answer above is not from them",
+            highlight=False,
+        )
     if result.citations:
         console.print()
         for c in result.citations:

@@ -1,0 +1,67 @@
+"""``shelfhand ask`` / ``search`` say plainly when the documents have nothing on a question, and
+show the conflict flags. With a model: the real openai SDK against a chat-completions server on
+127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import shelfhand
+from test_cli_with_a_model import Reply, completion, run, server
+
+from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
+from shelfhand.knowledge.embedders import HashingEmbedder
+from shelfhand.knowledge.embedding import EmbeddingRouter
+
+__all__ = ["server"]  # the fixture, shared with test_cli_with_a_model
+
+NOT_FOUND_LINE = "not found: no passage of the documents matches this question"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample corpus, indexed once as ``SHELFHAND_EMBEDDER=hashing`` would index it."""
+    path = tmp_path_factory.mktemp("ask-not-found")
+    with KnowledgeBase(path, EmbeddingRouter({"any": HashingEmbedder()})) as kb:
+        kb.ingest([sample_corpus()])
+    return path
+
+
+def test_ask_with_nothing_found_tells_the_model_and_the_user(workspace: Path, server: Any) -> None:
+    server.add(Reply(body=completion("文档中没有这方面的内容。")))
+    # another tenant: the search runs and finds nothing it may read
+    out = run(
+        ["ask", "--tenant", "elsewhere", "--retrieval", "context", "整机保修期多久？"],
+        workspace,
+        server,
+    )
+    assert out.returncode == 0, out.stderr
+    (request,) = server.requests
+    shown = request.body["messages"][-1]["content"]
+    assert "No relevant passages were found" in shown and "do not cover this" in shown
+    assert "文档中没有这方面的内容。" in out.stdout
+    assert NOT_FOUND_LINE in out.stdout
+
+
+def test_ask_without_a_model_says_the_documents_do_not_cover_it(workspace: Path) -> None:
+    env = {"SHELFHAND_EMBEDDER": "hashing"}
+    out = shelfhand(
+        "ask", "--tenant", "elsewhere", "整机保修期多久？", workspace=workspace, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert NOT_COVERED in out.stdout and "[1]" not in out.stdout
+
+
+def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) -> None:
+    env = {"SHELFHAND_EMBEDDER": "hashing"}
+    out = shelfhand("search", "--tenant", "elsewhere", "整机保修期", workspace=workspace, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "not found: no passage matches '整机保修期'"
+    flagged = shelfhand(
+        "search", "整机保修期", "--mode", "keyword", "-k", "5", workspace=workspace, env=env
+    )
+    assert flagged.returncode == 0, flagged.stderr
+    assert "Note: [" in flagged.stdout and "disagree: 12 个月 vs 24 个月" in flagged.stdout

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from shelfhand.core.messages import Citation
 
@@ -34,6 +35,7 @@ __all__ = [
     "DocVersion",
     "Quantity",
     "annotate_conflicts",
+    "cache_clear",
     "doc_version",
     "find_conflicts",
     "quantities",
@@ -236,6 +238,11 @@ def quantities(text: str) -> list[Quantity]:
 
     A bare number (an error code, a phone number, a model name) is not a quantity.
     """
+    return list(_quantities(text))
+
+
+@lru_cache(maxsize=4096)
+def _quantities(text: str) -> tuple[Quantity, ...]:
     found = _dates(text)
     for m in _QUANTITY_RE.finditer(text):
         if any(q.start < m.end() and m.start() < q.end for q in found):
@@ -262,7 +269,7 @@ def quantities(text: str) -> list[Quantity]:
                 end=m.end(),
             )
         )
-    return sorted(found, key=lambda q: q.start)
+    return tuple(sorted(found, key=lambda q: q.start))
 
 
 # --- sentences and terms ------------------------------------------------------------------
@@ -320,11 +327,12 @@ def _sentences(text: str) -> list[str]:
 
 
 def _without_quantities(text: str) -> str:
-    for q in reversed(quantities(text)):
+    for q in reversed(_quantities(text)):
         text = text[: q.start] + " " + text[q.end :]
     return text
 
 
+@lru_cache(maxsize=4096)
 def _terms(text: str) -> frozenset[str]:
     """Lower-cased words and CJK character pairs, numbers and units left out."""
     plain = re.sub(r"\d+", " ", _without_quantities(text))
@@ -340,6 +348,7 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
+@lru_cache(maxsize=4096)
 def _identifiers(text: str) -> frozenset[str]:
     return frozenset(i.upper() for i in _IDENTIFIER.findall(_without_quantities(text)))
 
@@ -350,11 +359,10 @@ _VERSION_RES = (
     re.compile(r"[（(\[【]?\s*第\s*(\d+)\s*版\s*[)）\]】]?"),
     re.compile(r"(?i)[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*(\d+(?:\.\d+)*)\b[)）]?"),
 )
-_EFFECTIVE_RES = (
-    re.compile(r"(?:自|从|于)?\s*(?P<date>[^，。；\n]{6,24}?)\s*(?:起)?生效"),
-    re.compile(r"生效日期\s*[:：]?\s*(?P<date>[^，。；\n]{6,24})"),
-    re.compile(r"(?i)\beffective(?:\s+date)?\s*(?:from|on|as of|:)?\s*(?P<date>[^;\n]{6,30})"),
-)
+_EFFECTIVE_AFTER = re.compile(r"生效日期\s*[:：]?|(?i:\beffective(?:\s+date)?\b\s*:?)")
+_EFFECTIVE_BEFORE = re.compile(r"起?生效")
+_CLAUSE_END = re.compile(r"[，,。；;\n]")
+_WINDOW = 40
 
 
 def _version(text: str) -> tuple[tuple[int, ...] | None, str]:
@@ -367,12 +375,20 @@ def _version(text: str) -> tuple[tuple[int, ...] | None, str]:
     return None, text.strip()
 
 
+@lru_cache(maxsize=2048)
 def _effective(text: str) -> str | None:
-    for pattern in _EFFECTIVE_RES:
-        for m in pattern.finditer(text):
-            dates = _dates(m.group("date"))
-            if dates and isinstance(dates[0].value, str):
-                return dates[0].value
+    """The date a passage says its document takes effect: "生效日期：2025-01-01", "effective
+    (from) March 1, 2024", or "自 2025 年 1 月 1 日起生效" (a date in the same clause)."""
+    for m in _EFFECTIVE_AFTER.finditer(text):
+        dates = _dates(text[m.end() : m.end() + _WINDOW])
+        if dates and isinstance(dates[0].value, str):
+            return dates[0].value
+    for m in _EFFECTIVE_BEFORE.finditer(text):
+        window = text[max(0, m.start() - _WINDOW) : m.start()]
+        clause = _CLAUSE_END.split(window)[-1]
+        dates = _dates(clause)
+        if dates and isinstance(dates[-1].value, str):
+            return dates[-1].value
     return None
 
 
@@ -502,3 +518,9 @@ def annotate_conflicts(
             )
         )
     return out
+
+
+def cache_clear() -> None:
+    """Forget the per-text analyses kept between calls (benchmarks measure a cold start)."""
+    for cached in (_quantities, _terms, _identifiers, _effective):
+        cached.cache_clear()

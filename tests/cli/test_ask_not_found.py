@@ -65,3 +65,21 @@ def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) 
     )
     assert flagged.returncode == 0, flagged.stderr
     assert "Note: [" in flagged.stdout and "disagree: 12 个月 vs 24 个月" in flagged.stdout
+
+
+def test_ask_prints_the_disagreement_of_the_passages_under_the_answer(
+    tmp_path: Path, server: Any
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand]\nretrieval_mode = "keyword"\n', encoding="utf-8"
+    )
+    with KnowledgeBase(tmp_path, None) as kb:
+        kb.ingest([sample_corpus()])
+    server.add(Reply(body=completion("2025 年起购买的整机保修 24 个月 [3]，之前为 12 个月 [1]。")))
+    out = run(["ask", "--retrieval", "context", "整机保修期"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    (request,) = server.requests
+    shown = request.body["messages"][-1]["content"]
+    assert "Note: [" in shown and "disagree: 12 个月 vs 24 个月" in shown  # the model read it
+    notes = [line for line in out.stdout.splitlines() if line.startswith("note: [")]
+    assert len(notes) == 1 and "disagree: 12 个月 vs 24 个月" in notes[0] and "is newer" in notes[0]

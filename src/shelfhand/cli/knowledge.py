@@ -473,7 +473,7 @@ def ask(
     from shelfhand.agent.fallbacks import found_nothing
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
-    from shelfhand.knowledge.citations import label
+    from shelfhand.knowledge.citations import conflict_notes, label
 
     try:
         mode = None if retrieval is None else check_answer_retrieval(retrieval)
@@ -521,6 +521,9 @@ def ask(
         console.print()
         for c in result.citations:
             console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+    for note in conflict_notes(result.citations):  # passages that disagree: never hidden
+        text = "note: " + note.removeprefix("Note: ")
+        console.print(text, style="yellow", highlight=False, markup=False)
     if result.unknown_citations:
         numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
         console.print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from importlib.resources import files
 
 import pytest
@@ -144,6 +145,8 @@ def test_different_identifiers_mean_different_subjects() -> None:
     x1 = cite(1, "specs.md", "The Lumen X1 has 3,000 ANSI lumens.", section="Brightness")
     x2 = cite(2, "brochure.md", "The Lumen X2 has 4,200 ANSI lumens.", section="Brightness")
     assert find_conflicts([x1, x2]) == []
+    pro = cite(4, "brochure.md", "The Lumen X1 Pro has 3,600 ANSI lumens.", section="Brightness")
+    assert find_conflicts([x1, pro]) == []
     same_model = cite(3, "brochure.md", "The Lumen X1 has 3,600 ANSI lumens.", section="Brightness")
     (c,) = find_conflicts([x1, same_model])
     assert c.values == (("3,000 ANSI lumens", "3,600 ANSI lumens"),)
@@ -152,8 +155,13 @@ def test_different_identifiers_mean_different_subjects() -> None:
 def test_differences_inside_one_document_are_cases_not_contradictions() -> None:
     unopened = cite(1, "returns.md", "未拆封的商品，自签收之日起 30 天内可申请退货。")
     opened = cite(2, "returns.md", "已拆封的商品，自签收之日起 7 天内可申请退货。")
-    opened = Citation(**{**opened.to_dict(), "chunk_id": "returns.md::9"})
     assert find_conflicts([unopened, opened]) == []
+    # nor between the records of one file (a CSV row per model)
+    row = Citation(index=1, source="prices.csv", doc_id="prices.csv#1", text="Lumen: 3,999 CNY.")
+    other = replace(row, index=2, doc_id="prices.csv#2", text="Lumen: 5,999 CNY.")
+    assert find_conflicts([row, other]) == []
+    # the same two statements in two files are a conflict
+    assert len(find_conflicts([row, replace(other, source="dealer.csv")])) == 1
 
 
 def test_the_effective_dates_of_two_editions_are_not_themselves_a_conflict() -> None:

@@ -2,15 +2,17 @@
 
 Two passages of one evidence block conflict when all of these hold:
 
-- they come from different documents (differences inside one document are almost always
-  different cases — unopened vs opened, model X1 vs X1 Pro — not contradictions);
+- they come from different sources (differences inside one document, or between the records
+  of one file, are almost always different cases — unopened vs opened, model X1 vs X1 Pro —
+  not contradictions);
 - they are on the same subject: the same section heading, the same title once a version
   marker is taken off ("保修政策（第 1 版）" and "保修政策（第 2 版）"), or many shared terms;
 - a sentence of one and its best match in the other say the same thing (at least
   :data:`SENTENCE_SIMILARITY` of their terms shared, numbers left out, no differing
-  identifiers such as ``E-203`` / ``E-105`` or ``X1`` / ``X2``) with a different quantity of
-  the same kind: a duration (``12 个月`` vs ``24 个月``, ``2 years`` vs ``3 years``; years are
-  compared as months, weeks as days), a price, a percentage, a measure, or a date.
+  identifiers or names such as ``E-203`` / ``E-105``, ``X1`` / ``X2`` or ``X1`` / ``X1 Pro``)
+  with a different quantity of the same kind: a duration (``12 个月`` vs ``24 个月``,
+  ``2 years`` vs ``3 years``; years are compared as months, weeks as days), a price, a
+  percentage, a measure, or a date.
 
 Precision matters more than recall: the same number in unrelated sentences (``E-203`` and
 ``30 分钟``) is never compared, and sentences that agree raise nothing.
@@ -280,6 +282,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z']+")
 _IDENTIFIER = re.compile(
     r"(?<![A-Za-z0-9])(?:[A-Za-z]+[-_]?\d[A-Za-z0-9_-]*|\d+[A-Za-z][A-Za-z0-9_-]*)(?![A-Za-z0-9])"
 )
+_NAME = re.compile(r"[A-Za-z][A-Za-z']*")
 _STOP = frozenset(
     [
         "the",
@@ -350,7 +353,11 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 @lru_cache(maxsize=4096)
 def _identifiers(text: str) -> frozenset[str]:
-    return frozenset(i.upper() for i in _IDENTIFIER.findall(_without_quantities(text)))
+    """Codes and names that tell subjects apart: ``E-203``, ``X1``, and capitalised words
+    after the first (``Lumen X1 Pro`` is not ``Lumen X1``)."""
+    plain = _without_quantities(text)
+    names = {w for w in _NAME.findall(plain)[1:] if w[0].isupper()}
+    return frozenset({i.upper() for i in _IDENTIFIER.findall(plain)} | names)
 
 
 # --- versions -----------------------------------------------------------------------------
@@ -471,7 +478,8 @@ def find_conflicts(citations: Sequence[Citation]) -> list[Conflict]:
     out: list[Conflict] = []
     for i, a in enumerate(ordered):
         for b in ordered[i + 1 :]:
-            if a.index == b.index or not a.doc_id or a.doc_id == b.doc_id:
+            # one document (and the records of one file) states cases, not contradictions
+            if a.index == b.index or a.source == b.source or (a.doc_id and a.doc_id == b.doc_id):
                 continue
             va, vb = versions[a.index], versions[b.index]
             if not _same_subject(a, b, va, vb):

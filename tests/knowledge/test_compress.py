@@ -59,6 +59,10 @@ def test_sentences_split_on_chinese_and_english_ends_and_stay_exact_substrings()
 def test_a_passage_within_the_budget_is_left_whole() -> None:
     c = Citation(index=1, source="r.md", text=EN, start=10, end=10 + len(EN))
     assert compress_citation(c, "refund", tokens=count_tokens(EN)) is c
+    # without its place in the document there are no offsets to give: left whole
+    unplaced = Citation(index=1, source="web", text=EN)
+    assert compress_citation(unplaced, "restocking fee", tokens=20) is unplaced
+    assert compress_citation(c, "restocking fee", tokens=20).spans
     with pytest.raises(ValueError, match="at least 1 token"):
         keep_spans(EN, "refund", tokens=0)
 

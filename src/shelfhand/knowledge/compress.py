@@ -181,9 +181,12 @@ def compress_citation(
     """``citation`` with only the sentences that answer ``query`` (see :func:`keep_spans`).
 
     The new ``text`` is the kept pieces joined with :data:`GAP` where text was left out;
-    ``spans`` holds each piece's offsets in the document (when ``citation.start`` is known).
-    A passage within the budget comes back unchanged.
+    ``spans`` holds each piece's offsets in the document. A passage within the budget, or
+    one whose place in its document is not known (``start`` is ``None``: e.g. from another
+    tool), comes back unchanged, so a non-empty ``spans`` always means "compressed".
     """
+    if citation.start is None:
+        return citation
     text = citation.text
     pieces = keep_spans(text, query, tokens=tokens, pinned=pinned)
     if pieces == [(0, len(text))] or not pieces:
@@ -197,6 +200,5 @@ def compress_citation(
         parts.append(text[s:e])
     if text[pieces[-1][1] :].strip():
         parts.append(GAP)
-    offset = citation.start
-    spans = () if offset is None else tuple((offset + s, offset + e) for s, e in pieces)
+    spans = tuple((citation.start + s, citation.start + e) for s, e in pieces)
     return replace(citation, text=" ".join(parts), spans=spans)

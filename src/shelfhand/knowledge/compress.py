@@ -31,48 +31,11 @@ GAP = "…"
 _SENTENCE_END = re.compile(r"[。！？；!?;]+[\"'”’)\]）」』]*|\.(?=\s|$)[\"'”’)\]]*|\n")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'_-]*")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
-_STOP = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "of",
-        "to",
-        "in",
-        "on",
-        "for",
-        "and",
-        "or",
-        "is",
-        "are",
-        "be",
-        "by",
-        "at",
-        "as",
-        "it",
-        "its",
-        "this",
-        "that",
-        "with",
-        "from",
-        "your",
-        "our",
-        "we",
-        "you",
-        "can",
-        "may",
-        "will",
-        "do",
-        "does",
-        "how",
-        "what",
-        "when",
-        "why",
-        "which",
-        "who",
-        "long",
-    ]
-)
+_STOP = frozenset((
+    "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by",
+    "at", "as", "it", "its", "this", "that", "with", "from", "your", "our", "we", "you", "can",
+    "may", "will", "do", "does", "how", "what", "when", "why", "which", "who", "long",
+))  # fmt: skip
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:

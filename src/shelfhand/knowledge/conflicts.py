@@ -103,25 +103,11 @@ class Conflict:
 
 # --- quantities ---------------------------------------------------------------------------
 
-_MONTHS = {
-    m: i + 1
-    for i, m in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ]
-    )
-}
+_MONTH_LIST = (
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december",
+)  # fmt: skip
+_MONTHS = {m: i + 1 for i, m in enumerate(_MONTH_LIST)}
 _MONTH_NAMES = "|".join(_MONTHS) + "|" + "|".join(m[:3] for m in _MONTHS)
 _NUM_START = r"(?<![A-Za-z0-9_\-./:])"
 _DATE_RES = (
@@ -283,41 +269,11 @@ _IDENTIFIER = re.compile(
     r"(?<![A-Za-z0-9])(?:[A-Za-z]+[-_]?\d[A-Za-z0-9_-]*|\d+[A-Za-z][A-Za-z0-9_-]*)(?![A-Za-z0-9])"
 )
 _NAME = re.compile(r"[A-Za-z][A-Za-z']*")
-_STOP = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "of",
-        "to",
-        "in",
-        "on",
-        "for",
-        "and",
-        "or",
-        "is",
-        "are",
-        "be",
-        "by",
-        "at",
-        "as",
-        "it",
-        "its",
-        "this",
-        "that",
-        "with",
-        "from",
-        "your",
-        "our",
-        "we",
-        "you",
-        "can",
-        "may",
-        "will",
-        "any",
-        "all",
-    ]
-)
+_STOP = frozenset((
+    "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by",
+    "at", "as", "it", "its", "this", "that", "with", "from", "your", "our", "we", "you", "can",
+    "may", "will", "any", "all",
+))  # fmt: skip
 
 
 def _sentences(text: str) -> list[str]:

@@ -211,6 +211,7 @@ def run_ablation(
             key = _case_key(cases)
             dataset = cases_path.name
         run = SearchRun(queries=queries, qrels=qrels, cases=cases, key=key, k=CHUNKS_PER_QUERY)
+        kb.warm_up()  # load the query embedders now: the first stage's p95 is not a model load
         rows = run_stages(kb, run, stages, log=log)
         answerable = sum(1 for rels in qrels.values() if any(g > 0 for g in rels.values()))
         return {

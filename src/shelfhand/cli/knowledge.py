@@ -561,7 +561,12 @@ def evaluate(
     _check_mode(mode)
     a = _app(workspace, existing=cases is not None)  # a BEIR run builds its own workspace
     console = _console()
-    log = None if as_json else console.print
+    if as_json:  # stdout is the JSON object; progress goes to stderr
+        from rich.console import Console
+
+        log = Console(stderr=True).print
+    else:
+        log = console.print
     try:
         if beir is not None:
             if not (beir / "corpus.jsonl").is_file():

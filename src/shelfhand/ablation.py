@@ -7,7 +7,7 @@ The corpus is ingested once; each stage runs the same queries with different swi
     hybrid         both sides fused, every switch off
     + exact boost  hybrid with identifier matches first       (HybridRetriever.exact_boost)
     + threshold    ... and weak hits dropped                  (min_relevance)
-    + rerank       ... and the fused list reranked            (KnowledgeBase.reranker)
+    + rerank       ... and the fused list reranked            (KnowledgeBase.rerank_stage)
     + compression  ... and the evidence compressed            (shelfhand.knowledge.compress)
 
 A switch is an attribute of the :class:`KnowledgeBase` or of its retriever. The base stages
@@ -60,9 +60,10 @@ __all__ = [
 EVIDENCE_K = 3
 """Passages handed to compression: the ``retrieve`` tool's default top_k."""
 COMPRESS_MODULE = "shelfhand.knowledge.compress"
-COMPRESS_FUNCTIONS = ("compress_citations", "compress")
-"""Names tried, in order, in :data:`COMPRESS_MODULE`: ``fn(citations, [query=...])`` returning
-citations (or an object with ``.citations``)."""
+"""Where ``compress_citation(citation, query, *, tokens)`` and ``DEFAULT_COMPRESS_TOKENS`` are."""
+EVIDENCE_MODULE = "shelfhand.knowledge.citations"
+"""Where ``prepare_evidence(citations, query, *, compress_tokens)`` is: what the ``retrieve``
+tool does to its passages (conflict notes, then compression); used when present."""
 
 Compressor = Callable[[str, list[Citation]], list[Citation]]
 
@@ -122,10 +123,10 @@ SWITCHES: tuple[Switch, ...] = (
     ),
     Switch(
         name="rerank",
-        attr="reranker",
+        attr="rerank_stage",
         off=None,
         on=_configured_reranker,
-        where="KnowledgeBase.reranker",
+        where="KnowledgeBase.rerank_stage",
     ),
 )
 
@@ -186,8 +187,13 @@ def _holder(kb: KnowledgeBase, attr: str) -> object | None:
     return None
 
 
-def load_compressor() -> Compressor:
-    """The evidence compressor of this build, adapted to ``(query, citations) -> citations``.
+def load_compressor(tokens: int | None = None) -> tuple[Compressor, int]:
+    """The evidence compressor of this build, adapted to ``(query, citations) -> citations``,
+    and the tokens it keeps per passage.
+
+    Args:
+        tokens: Tokens kept per passage (the ``compress_tokens`` setting); ``None``: the
+            compressor's default.
 
     Raises:
         StageSkipped: This build has none (or it cannot be imported: the reason says why).
@@ -198,23 +204,24 @@ def load_compressor() -> Compressor:
         if getattr(exc, "name", None) == COMPRESS_MODULE:
             raise StageSkipped(f"not available in this build ({COMPRESS_MODULE})") from None
         raise StageSkipped(f"{COMPRESS_MODULE} failed to import: {exc}") from None
-    for name in COMPRESS_FUNCTIONS:
-        fn = getattr(module, name, None)
-        if callable(fn):
-            break
-    else:
-        wanted = " or ".join(COMPRESS_FUNCTIONS)
-        raise StageSkipped(f"not available in this build ({COMPRESS_MODULE} has no {wanted})")
-    takes_query = "query" in inspect.signature(fn).parameters
+    budget = tokens or getattr(module, "DEFAULT_COMPRESS_TOKENS", None)
+    if not isinstance(budget, int) or budget < 1:
+        raise StageSkipped("no token budget for compression (settings key compress_tokens)")
+    prepare = getattr(importlib.import_module(EVIDENCE_MODULE), "prepare_evidence", None)
+    if callable(prepare) and "compress_tokens" in inspect.signature(prepare).parameters:
 
-    def compress(query: str, citations: list[Citation]) -> list[Citation]:
-        out = fn(citations, query=query) if takes_query else fn(citations)
-        out = getattr(out, "citations", out)
-        if not isinstance(out, list | tuple) or not all(isinstance(c, Citation) for c in out):
-            raise StageSkipped(f"{COMPRESS_MODULE}.{name}() returned {type(out).__name__}")
-        return list(out)
+        def prepared(query: str, citations: list[Citation]) -> list[Citation]:
+            return list(prepare(citations, query, compress_tokens=budget))
 
-    return compress
+        return prepared, budget
+    one = getattr(module, "compress_citation", None)
+    if not callable(one):
+        raise StageSkipped(f"not available in this build ({COMPRESS_MODULE}.compress_citation)")
+
+    def each(query: str, citations: list[Citation]) -> list[Citation]:
+        return [one(c, query, tokens=budget) for c in citations]
+
+    return each, budget
 
 
 class _Switched:
@@ -285,8 +292,9 @@ def _mode(kb: KnowledgeBase, stage: Stage) -> SearchMode:
 class _Compression:
     """Evidence tokens before/after compression, and whether what matters survived."""
 
-    def __init__(self, compressor: Compressor) -> None:
+    def __init__(self, compressor: Compressor, tokens: int) -> None:
         self.compressor = compressor
+        self.tokens = tokens
         self.ms: list[float] = []
         self.tokens_before = 0
         self.tokens_after = 0
@@ -322,6 +330,7 @@ class _Compression:
         lat = latency_summary(self.ms)
         return {
             "evidence_k": EVIDENCE_K,
+            "tokens_per_passage": self.tokens,
             "tokens_before": self.tokens_before / queries if queries else 0.0,
             "tokens_after": self.tokens_after / queries if queries else 0.0,
             "contains_kept": self.contains[0],
@@ -334,9 +343,8 @@ class _Compression:
 
 
 def _measure(
-    kb: KnowledgeBase, run: SearchRun, mode: SearchMode, compressor: Compressor | None
+    kb: KnowledgeBase, run: SearchRun, mode: SearchMode, compression: _Compression | None
 ) -> dict[str, Any]:
-    compression = _Compression(compressor) if compressor is not None else None
     contains = {c.case_id: c.contains for c in run.cases}
     ranked: dict[str, list[str]] = {}
     tops: dict[str, str | None] = {}
@@ -352,6 +360,9 @@ def _measure(
                 parts.setdefault(f.name, []).append(value)
         if kb.degraded_reason:
             degraded[kb.degraded_reason] += 1
+        fallback = getattr(timings, "rerank_reason", None)
+        if fallback:  # the reranker failed and the fused order was kept
+            degraded[f"rerank kept the fused order: {fallback}"] += 1
         ranked[qid] = [run.key(h) for h in hits]
         tops[qid] = hits[0].chunk.text if hits else None
         if compression is not None:
@@ -385,9 +396,13 @@ def run_stages(
     stages: Sequence[Stage] = STAGES,
     *,
     switches: Sequence[Switch] = SWITCHES,
+    compress_tokens: int | None = None,
     log: Callable[[str], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``run``'s queries once per stage; one row per stage, skipped ones with the reason.
+
+    ``compress_tokens`` is the compression stage's budget per passage (``None``: the
+    compressor's default).
 
     Every switch is restored after each stage, so the knowledge base is left as it came.
     """
@@ -400,15 +415,17 @@ def run_stages(
     for stage in stages:
         try:
             mode = _mode(kb, stage)
-            compressor = load_compressor() if stage.compress else None
+            compression = (
+                _Compression(*load_compressor(compress_tokens)) if stage.compress else None
+            )
             with _Switched() as switched:
                 on = _apply(kb, stage, switches, configured, switched)
                 if log:
                     log(f"stage {stage.name}: {len(run.queries)} queries ({mode}) …")
                 row = {"stage": stage.name, "status": "ok", "mode": mode, "on": on}
-                if compressor is not None:
+                if compression is not None:
                     on["compression"] = True
-                row.update(_measure(kb, run, mode, compressor))
+                row.update(_measure(kb, run, mode, compression))
         except StageSkipped as exc:
             row = {"stage": stage.name, "status": "skipped", "reason": str(exc)}
         rows.append(row)

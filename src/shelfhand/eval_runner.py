@@ -212,7 +212,8 @@ def run_ablation(
             dataset = cases_path.name
         run = SearchRun(queries=queries, qrels=qrels, cases=cases, key=key, k=CHUNKS_PER_QUERY)
         kb.warm_up()  # load the query embedders now: the first stage's p95 is not a model load
-        rows = run_stages(kb, run, stages, log=log)
+        tokens = getattr(app.settings, "compress_tokens", None)  # the evidence settings
+        rows = run_stages(kb, run, stages, compress_tokens=tokens, log=log)
         answerable = sum(1 for rels in qrels.values() if any(g > 0 for g in rels.values()))
         return {
             "dataset": dataset,

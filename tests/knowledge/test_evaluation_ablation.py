@@ -185,25 +185,39 @@ def test_a_switch_the_workspace_did_not_configure_skips_only_its_own_stage(
     assert kb._stack.retriever.candidates_factor == 3
 
 
+def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: Any) -> None:
+    module = types.ModuleType(name)
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
 @pytest.fixture
-def compressor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real (simple) compressor: keeps the sentences that share a word with the query."""
-    module = types.ModuleType("fake_compress")
+def budgets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A real (simple) compressor: keeps the lines that share a word with the query."""
+    seen: list[int] = []
 
-    def compress_citations(citations: list[Citation], *, query: str) -> list[Citation]:
+    def compress_citation(citation: Citation, query: str, *, tokens: int) -> Citation:
+        seen.append(tokens)
         words = {w.casefold() for w in query.split()}
-        out = []
-        for c in citations:
-            kept = [s for s in c.text.split("\n") if words & {w.casefold() for w in s.split()}]
-            out.append(dataclasses.replace(c, text="\n".join(kept)))
-        return out
+        kept = [s for s in citation.text.split("\n") if words & {w.casefold() for w in s.split()}]
+        return dataclasses.replace(citation, text="\n".join(kept))
 
-    module.compress_citations = compress_citations  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fake_compress", module)
+    _fake_module(
+        monkeypatch,
+        "fake_compress",
+        compress_citation=compress_citation,
+        DEFAULT_COMPRESS_TOKENS=99,
+    )
+    _fake_module(monkeypatch, "fake_evidence")  # no prepare_evidence: passage by passage
     monkeypatch.setattr("shelfhand.ablation.COMPRESS_MODULE", "fake_compress")
+    monkeypatch.setattr("shelfhand.ablation.EVIDENCE_MODULE", "fake_evidence")
+    return seen
 
 
-def test_compression_reports_tokens_and_what_survived(kb: KnowledgeBase, compressor: None) -> None:
+def test_compression_reports_tokens_and_what_survived(
+    kb: KnowledgeBase, budgets: list[int]
+) -> None:
     stages = [Stage(name="+ compression", mode=None, compress=True)]
     (row,) = run_stages(kb, _run(), stages, switches=[])
     assert row["status"] == "ok", row
@@ -212,6 +226,28 @@ def test_compression_reports_tokens_and_what_survived(kb: KnowledgeBase, compres
     assert c["contains_total"] > 0 and 0 <= c["contains_kept"] <= c["contains_total"]
     assert c["relevant_total"] > 0 and 0 <= c["relevant_kept"] <= c["relevant_total"]
     assert row["on"] == {"compression": True}
+    assert c["tokens_per_passage"] == 99 and set(budgets) == {99}  # the module's default
+    (row,) = run_stages(kb, _run(limit=2), stages, switches=[], compress_tokens=40)
+    assert row["compression"]["tokens_per_passage"] == 40 and budgets[-1] == 40
+
+
+def test_compression_goes_through_prepare_evidence_when_the_build_has_it(
+    kb: KnowledgeBase, budgets: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def prepare_evidence(
+        citations: list[Citation], query: str, *, compress_tokens: int | None = None
+    ) -> list[Citation]:
+        calls.append((query, compress_tokens or 0))
+        return [dataclasses.replace(c, text=c.text[:20]) for c in citations]
+
+    _fake_module(monkeypatch, "fake_evidence", prepare_evidence=prepare_evidence)
+    stages = [Stage(name="+ compression", mode=None, compress=True)]
+    (row,) = run_stages(kb, _run(limit=3), stages, switches=[], compress_tokens=50)
+    assert row["status"] == "ok"
+    assert len(calls) == 3 and {t for _, t in calls} == {50}
+    assert budgets == []  # compress_citation was not called directly
 
 
 def test_without_a_compressor_the_compression_stage_is_skipped(kb: KnowledgeBase) -> None:
@@ -270,3 +306,30 @@ def test_an_ablation_over_a_beir_folder_ingests_once_and_scores_every_stage(
     assert "kinds" not in row  # BEIR queries have no kinds
     again = run_ablation(app, beir=beir)  # the second run ingests nothing new
     assert _rows(again)["keyword"]["ndcg@10"] == row["ndcg@10"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _RerankTimings:
+    keyword_ms: float
+    rerank_ms: float
+    total_ms: float
+    rerank_reason: str | None
+
+
+def test_new_timing_fields_and_rerank_fallbacks_are_reported(kb: KnowledgeBase) -> None:
+    original = kb.search_timed
+    reasons = iter([None, "rerank endpoint timed out after 5s", None])
+
+    def with_rerank(query: str, **kwargs: Any) -> Any:
+        hits, timings = original(query, **kwargs)
+        return hits, _RerankTimings(
+            keyword_ms=timings.keyword_ms,
+            rerank_ms=7.0,
+            total_ms=timings.total_ms + 7.0,
+            rerank_reason=next(reasons),
+        )
+
+    kb.search_timed = with_rerank  # type: ignore[method-assign]
+    (row,) = run_stages(kb, _run(limit=3), [Stage(name="keyword", mode="keyword")], switches=[])
+    assert row["timings"]["rerank_ms"] == {"p50_ms": 7.0, "p95_ms": 7.0}
+    assert row["degraded"] == {"rerank kept the fused order: rerank endpoint timed out after 5s": 1}

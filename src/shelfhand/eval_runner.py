@@ -3,32 +3,40 @@
 Metrics come from :mod:`shelfhand.knowledge.evaluation`; this module ingests the corpus
 (incrementally, so a kept ``--workspace`` costs nothing the second time), runs every query
 through the same :class:`KnowledgeBase` search the tools use, and reports quality and latency.
+
+An *ablation* (:func:`run_ablation`) runs the same queries once per stage of the retrieval
+pipeline (see :mod:`shelfhand.ablation`), side by side, on one ingested corpus.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.ablation import STAGES, SearchRun, Stage, run_stages
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge.evaluation import (
     BeirDataset,
+    CaseResult,
+    EvalCase,
+    case_report,
     cases_to_qrels,
     evaluate,
     latency_summary,
     load_beir,
     load_cases,
 )
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document, SearchHit, Section
 
 if TYPE_CHECKING:
     from shelfhand.app import App
     from shelfhand.knowledge.base import KnowledgeBase
 
 Log = Callable[[str], Any]
+Key = Callable[[SearchHit], str]
 CHUNKS_PER_QUERY = 30
 """Chunks fetched per query: documents may span several chunks, and metrics need 10 docs."""
 
@@ -65,17 +73,20 @@ def _score(
     qrels: dict[str, dict[str, int]],
     *,
     mode: str,
-    key: Callable[[Any], str],
+    key: Key,
+    cases: Sequence[EvalCase] = (),
 ) -> dict[str, Any]:
     run: dict[str, list[str]] = {}
+    tops: dict[str, str | None] = {}
     latencies: list[float] = []
     for qid, query in queries.items():
         hits, timings = kb.search_timed(query, k=CHUNKS_PER_QUERY, mode=mode)  # type: ignore[arg-type]
         latencies.append(timings.total_ms)
         run[qid] = [key(h) for h in hits]
+        tops[qid] = hits[0].chunk.text if hits else None
     scores = evaluate(run, qrels, k=10, recall_ks=(5,))
     lat = latency_summary(latencies)
-    return {
+    result: dict[str, Any] = {
         "mode": mode,
         "ndcg@10": scores["nDCG@10"],
         "recall@5": scores["Recall@5"],
@@ -85,6 +96,31 @@ def _score(
         "p95_ms": lat["p95_ms"],
         "n_queries": scores["n_queries"],
     }
+    if cases:
+        results = {q: CaseResult(ranked=tuple(run[q]), top_text=tops[q]) for q in run}
+        result.update(n_cases=len(cases), **case_report(cases, results))
+    return result
+
+
+def _ingest_beir(kb: KnowledgeBase, ds: BeirDataset, log: Log | None) -> float:
+    t0 = time.perf_counter()
+    if log:
+        log(f"ingesting {len(ds.corpus)} documents into {kb.workspace} …")
+    report = kb.ingest_documents(_documents(ds))
+    ingest_s = time.perf_counter() - t0
+    if log:
+        log(
+            f"ingest: {len(report.added) + len(report.updated)} indexed, "
+            f"{len(report.unchanged)} unchanged, {ingest_s:.1f} s"
+        )
+    return ingest_s
+
+
+def _beir_queries(
+    ds: BeirDataset, limit: int | None
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    qids = [q for q in ds.queries if q in ds.qrels][:limit]
+    return {q: ds.queries[q] for q in qids}, {q: dict(ds.qrels[q]) for q in qids}
 
 
 def run_beir_eval(
@@ -94,24 +130,26 @@ def run_beir_eval(
     ds = load_beir(path)
     kb = _open(app, mode)
     try:
-        t0 = time.perf_counter()
-        if log:
-            log(f"ingesting {len(ds.corpus)} documents into {app.settings.workspace} …")
-        report = kb.ingest_documents(_documents(ds))
-        ingest_s = time.perf_counter() - t0
-        if log:
-            log(
-                f"ingest: {len(report.added) + len(report.updated)} indexed, "
-                f"{len(report.unchanged)} unchanged, {ingest_s:.1f} s"
-            )
-        qids = [q for q in ds.queries if q in ds.qrels][:limit]
-        queries = {q: ds.queries[q] for q in qids}
-        qrels = {q: dict(ds.qrels[q]) for q in qids}
+        ingest_s = _ingest_beir(kb, ds, log)
+        queries, qrels = _beir_queries(ds, limit)
         result = _score(kb, queries, qrels, mode=mode, key=lambda h: h.chunk.doc_id)
         result.update(dataset=path.resolve().name, n_docs=len(ds.corpus), ingest_s=ingest_s)
         return result
     finally:
         kb.close()
+
+
+def _case_key(cases: Sequence[EvalCase]) -> Key:
+    """Hit → the name the case file uses for it: a source, a bare file name or a doc id."""
+    wanted = {r for c in cases for r in c.relevant}
+
+    def key(hit: SearchHit) -> str:
+        for candidate in (hit.chunk.doc_id, hit.chunk.source, Path(hit.chunk.source).name):
+            if candidate in wanted:
+                return str(candidate)
+        return str(hit.chunk.doc_id)
+
+    return key
 
 
 def run_case_eval(
@@ -120,22 +158,70 @@ def run_case_eval(
     """Score a JSONL case file against what is already ingested in the workspace.
 
     ``relevant`` may name sources (``projector/returns-policy.md``), bare file names
-    (``returns-policy.md``) or document ids.
+    (``returns-policy.md``) or document ids. Besides the overall metrics (over the cases that
+    have relevant documents), the report has ``kinds`` and ``langs``
+    (:func:`~shelfhand.knowledge.evaluation.case_report`).
     """
     cases = load_cases(path)[:limit]
     queries, qrels = cases_to_qrels(cases)
-    wanted = {r for rels in qrels.values() for r in rels}
     kb = _open(app, mode)
-
-    def key(hit: Any) -> str:
-        for candidate in (hit.chunk.doc_id, hit.chunk.source, Path(hit.chunk.source).name):
-            if candidate in wanted:
-                return str(candidate)
-        return str(hit.chunk.doc_id)
-
     try:
-        result = _score(kb, queries, qrels, mode=mode, key=key)
+        result = _score(kb, queries, qrels, mode=mode, key=_case_key(cases), cases=cases)
         result.update(dataset=path.name)
         return result
+    finally:
+        kb.close()
+
+
+def run_ablation(
+    app: App,
+    *,
+    cases_path: Path | None = None,
+    beir: Path | None = None,
+    limit: int | None = None,
+    log: Log | None = None,
+    stages: Sequence[Stage] = STAGES,
+) -> dict[str, Any]:
+    """Every stage of the retrieval pipeline side by side on one ingested corpus.
+
+    Give either ``cases_path`` (a JSONL case file scored against what the workspace holds) or
+    ``beir`` (a BEIR folder, ingested into the app's workspace first, incrementally).
+
+    Returns:
+        ``{"dataset", "n_queries", "stages": [...]}``: one row per stage, either measured
+        (quality, latency, per-component timings, per-kind figures for case files) or
+        ``{"status": "skipped", "reason": ...}``.
+    """
+    if (cases_path is None) == (beir is None):
+        raise ConfigurationError("run_ablation needs either cases_path or beir")
+    kb = app.open_knowledge()
+    try:
+        extra: dict[str, Any] = {}
+        if beir is not None:
+            ds = load_beir(beir)
+            extra.update(n_docs=len(ds.corpus), ingest_s=_ingest_beir(kb, ds, log))
+            queries, qrels = _beir_queries(ds, limit)
+            cases: list[EvalCase] = []
+            key: Key = lambda h: h.chunk.doc_id  # noqa: E731
+            dataset = beir.resolve().name
+        else:
+            assert cases_path is not None
+            cases = load_cases(cases_path)[:limit]
+            queries, qrels = cases_to_qrels(cases)
+            key = _case_key(cases)
+            dataset = cases_path.name
+        run = SearchRun(queries=queries, qrels=qrels, cases=cases, key=key, k=CHUNKS_PER_QUERY)
+        kb.warm_up()  # load the query embedders now: the first stage's p95 is not a model load
+        tokens = getattr(app.settings, "compress_tokens", None)  # the evidence settings
+        rows = run_stages(kb, run, stages, compress_tokens=tokens, log=log)
+        answerable = sum(1 for rels in qrels.values() if any(g > 0 for g in rels.values()))
+        return {
+            "dataset": dataset,
+            "ablation": True,
+            "n_queries": answerable,
+            **({"n_cases": len(cases)} if cases else {}),
+            **extra,
+            "stages": rows,
+        }
     finally:
         kb.close()

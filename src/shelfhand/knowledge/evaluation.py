@@ -9,7 +9,14 @@ Metrics follow trec_eval as BEIR reports it through pytrec_eval:
 
 A ranked list is de-duplicated (first occurrence kept) before scoring, as pytrec_eval does:
 when chunk hits are mapped to document ids, one document often appears several times.
-Queries without any relevant judgment are skipped; a query without results scores 0.
+Queries without any relevant judgment are skipped by :func:`evaluate`; a query without results
+scores 0.
+
+Case files (:func:`load_cases`) may give each case a ``kind``: ``identifier`` (an exact code
+lookup: the rank-1 passage must be relevant and contain ``contains``), ``question`` (the usual
+metrics) or ``not_found`` (no relevant document: the right answer is no hits at all).
+:func:`case_report` scores each kind on its own terms and splits the figures by language, so
+``not_found`` cases are reported rather than skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -31,7 +39,11 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BeirDataset",
     "BeirDocument",
+    "CaseKind",
+    "CaseResult",
     "EvalCase",
+    "case_lang",
+    "case_report",
     "cases_to_qrels",
     "evaluate",
     "latency_summary",
@@ -43,6 +55,8 @@ __all__ = [
 ]
 
 Qrels = Mapping[str, Mapping[str, int]]
+CaseKind = Literal["identifier", "question", "not_found"]
+CASE_KINDS: tuple[CaseKind, ...] = ("identifier", "question", "not_found")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,11 +81,19 @@ class BeirDataset:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalCase:
-    """One hand-written evaluation case: a query and the sources or doc ids that answer it."""
+    """One hand-written evaluation case: a query and the sources or doc ids that answer it.
+
+    ``relevant`` is empty exactly for ``not_found`` cases (the documents do not answer them).
+    """
 
     query: str
     relevant: tuple[str, ...]
     case_id: str = ""
+    kind: CaseKind = "question"
+    lang: str = ""
+    """``en``, ``zh``…; empty when the file does not say (:func:`case_lang` then guesses)."""
+    contains: str | None = None
+    """Text the rank-1 passage must contain (an identifier's code, say)."""
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, object]]]:
@@ -152,29 +174,58 @@ def load_beir(path: Path, split: str = "test") -> BeirDataset:
 def load_cases(path: Path) -> list[EvalCase]:
     """Load a JSONL case file: one ``{"query": str, "relevant": [str, ...]}`` per line.
 
-    An optional ``"id"`` names the case; otherwise cases are named by line number.
+    Optional fields: ``"id"`` names the case (default: its line number); ``"kind"`` is
+    ``identifier``, ``question`` (the default) or ``not_found``; ``"lang"`` (``en``, ``zh``…);
+    ``"contains"``, text the rank-1 passage must contain. ``relevant`` must be a non-empty list,
+    except for ``not_found`` cases, where it must be empty (or left out).
 
     Raises:
-        KnowledgeError: A line is not valid JSON or lacks a query / relevant list
-            (the message says ``file:line``).
+        KnowledgeError: A line is not valid JSON, lacks a query / relevant list, has an unknown
+            kind or repeats an id (the message says ``file:line``).
     """
     path = Path(path)
     cases: list[EvalCase] = []
+    seen: dict[str, int] = {}
     for number, record in _read_jsonl(path):
+        where = f"{path}:{number}"
         query = record.get("query")
-        relevant = record.get("relevant")
         if not isinstance(query, str) or not query.strip():
-            raise KnowledgeError(f"{path}:{number}: 'query' must be a non-empty string")
-        if (
-            not isinstance(relevant, list)
-            or not relevant
-            or not all(isinstance(r, str) and r for r in relevant)
-        ):
+            raise KnowledgeError(f"{where}: 'query' must be a non-empty string")
+        kind = record.get("kind", "question")
+        if kind not in CASE_KINDS:
             raise KnowledgeError(
-                f"{path}:{number}: 'relevant' must be a non-empty list of source or doc ids"
+                f"{where}: 'kind' must be one of {', '.join(CASE_KINDS)}, not {kind!r}"
             )
+        relevant = record.get("relevant", [] if kind == "not_found" else None)
+        if not isinstance(relevant, list) or not all(isinstance(r, str) and r for r in relevant):
+            raise KnowledgeError(f"{where}: 'relevant' must be a list of source or doc ids")
+        if kind == "not_found" and relevant:
+            raise KnowledgeError(f"{where}: 'relevant' must be empty for a not_found case")
+        if kind != "not_found" and not relevant:
+            raise KnowledgeError(
+                f"{where}: 'relevant' must be a non-empty list of source or doc ids "
+                '(or give the case "kind": "not_found")'
+            )
+        contains = record.get("contains")
+        if contains is not None and (not isinstance(contains, str) or not contains.strip()):
+            raise KnowledgeError(f"{where}: 'contains' must be a non-empty string")
+        lang = record.get("lang", "")
+        if not isinstance(lang, str):
+            raise KnowledgeError(f'{where}: \'lang\' must be a string such as "en" or "zh"')
         case_id = str(record.get("id") or f"line-{number}")
-        cases.append(EvalCase(query=query, relevant=tuple(relevant), case_id=case_id))
+        if case_id in seen:
+            raise KnowledgeError(f"{where}: id {case_id!r} repeats line {seen[case_id]}")
+        seen[case_id] = number
+        cases.append(
+            EvalCase(
+                query=query,
+                relevant=tuple(relevant),
+                case_id=case_id,
+                kind=kind,
+                lang=lang,
+                contains=contains,
+            )
+        )
     return cases
 
 
@@ -270,4 +321,129 @@ def latency_summary(ms: Sequence[float]) -> dict[str, float]:
     return {
         "p50_ms": float(np.percentile(values, 50)),
         "p95_ms": float(np.percentile(values, 95)),
+    }
+
+
+def case_lang(case: EvalCase) -> str:
+    """The case's language: as the file says, else ``zh`` when the query has CJK ideographs,
+    else ``en``."""
+    if case.lang:
+        return case.lang
+    return "zh" if any("\u3400" <= ch <= "\u9fff" for ch in case.query) else "en"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseResult:
+    """What one search returned for a case, reduced to what :func:`case_report` needs."""
+
+    ranked: tuple[str, ...]
+    """Keys of the hits (in the case file's vocabulary: sources, file names or doc ids)."""
+    top_text: str | None
+    """The rank-1 passage's text; ``None`` when the search returned nothing."""
+
+
+def _contains(text: str | None, needle: str) -> bool:
+    return text is not None and needle.casefold() in text.casefold()
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def _kind_figures(
+    cases: Sequence[EvalCase], results: Mapping[str, CaseResult], k: int
+) -> dict[str, Any]:
+    """Figures for one group of cases, by kind (``None`` where the group has no such case)."""
+    answerable = [c for c in cases if c.kind != "not_found"]
+    run = {c.case_id: list(results[c.case_id].ranked) for c in answerable}
+    scores = evaluate(run, cases_to_qrels(answerable)[1], k=k, recall_ks=(5,))
+    idents = [c for c in cases if c.kind == "identifier"]
+    nf = [c for c in cases if c.kind == "not_found"]
+    return {
+        "n": len(cases),
+        f"ndcg@{k}": scores[f"nDCG@{k}"] if answerable else None,
+        "recall@5": scores["Recall@5"] if answerable else None,
+        f"mrr@{k}": scores[f"MRR@{k}"] if answerable else None,
+        "identifier_rank1": _share([_rank1_ok(c, results[c.case_id]) for c in idents]),
+        "not_found": _share([not results[c.case_id].ranked for c in nf]),
+    }
+
+
+def _rank1_ok(case: EvalCase, result: CaseResult) -> bool:
+    """The rank-1 hit is a relevant source and contains the case's text (when it names one)."""
+    relevant_first = bool(result.ranked) and result.ranked[0] in case.relevant
+    return relevant_first and (case.contains is None or _contains(result.top_text, case.contains))
+
+
+def case_report(
+    cases: Sequence[EvalCase], results: Mapping[str, CaseResult], k: int = 10
+) -> dict[str, Any]:
+    """Score each kind of case on its own terms, and every kind by language.
+
+    * ``identifier``: ``rank1`` = share whose rank-1 hit is relevant and contains ``contains``;
+      ``rank1_contains`` / ``rank1_relevant`` split the two conditions; ``missed`` lists ids.
+    * ``question``: nDCG@k, Recall@5, Recall@k, MRR@k (and ``rank1_contains`` over the
+      questions that name a ``contains``).
+    * ``not_found``: ``not_found`` = share answered with no hits at all; ``answered`` lists
+      the ids that got hits anyway.
+
+    Args:
+        cases: The cases (all of them, ``not_found`` included).
+        results: Case id → what the search returned; every case must have one.
+
+    Returns:
+        ``{"kinds": {kind: {...}}, "langs": {lang: {...}}}``; kinds without cases are left out.
+    """
+    missing = [c.case_id for c in cases if c.case_id not in results]
+    if missing:
+        raise KnowledgeError(f"no search result for cases {missing[:5]}")
+    kinds: dict[str, Any] = {}
+    idents = [c for c in cases if c.kind == "identifier"]
+    if idents:
+        ok = [_rank1_ok(c, results[c.case_id]) for c in idents]
+        kinds["identifier"] = {
+            "n": len(idents),
+            "rank1": _share(ok),
+            "rank1_contains": _share(
+                [_contains(results[c.case_id].top_text, c.contains or "") for c in idents]
+            ),
+            "rank1_relevant": _share(
+                [
+                    bool(results[c.case_id].ranked) and results[c.case_id].ranked[0] in c.relevant
+                    for c in idents
+                ]
+            ),
+            "missed": [c.case_id for c, good in zip(idents, ok, strict=True) if not good],
+        }
+    questions = [c for c in cases if c.kind == "question"]
+    if questions:
+        run = {c.case_id: list(results[c.case_id].ranked) for c in questions}
+        scores = evaluate(run, cases_to_qrels(questions)[1], k=k, recall_ks=(5,))
+        figures: dict[str, Any] = {
+            "n": len(questions),
+            f"ndcg@{k}": scores[f"nDCG@{k}"],
+            "recall@5": scores["Recall@5"],
+            f"recall@{k}": scores[f"Recall@{k}"],
+            f"mrr@{k}": scores[f"MRR@{k}"],
+        }
+        named = [c for c in questions if c.contains]
+        if named:
+            figures["rank1_contains"] = _share(
+                [_contains(results[c.case_id].top_text, c.contains or "") for c in named]
+            )
+        kinds["question"] = figures
+    nf = [c for c in cases if c.kind == "not_found"]
+    if nf:
+        answered = [c.case_id for c in nf if results[c.case_id].ranked]
+        kinds["not_found"] = {
+            "n": len(nf),
+            "not_found": (len(nf) - len(answered)) / len(nf),
+            "answered": answered,
+        }
+    langs: dict[str, list[EvalCase]] = {}
+    for case in cases:
+        langs.setdefault(case_lang(case), []).append(case)
+    return {
+        "kinds": kinds,
+        "langs": {lang: _kind_figures(group, results, k) for lang, group in sorted(langs.items())},
     }

@@ -179,6 +179,19 @@ def test_an_exact_passage_outside_the_fused_top_k_is_brought_in(
     assert baseline[0].vector_rank is None  # found by the exact lookup, not the vector side
 
 
+def test_a_duplicated_exact_passage_is_returned_once(tmp_path: Path) -> None:
+    text = "E-888 风扇故障：风扇停转。"
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": HashingEmbedder()}))
+    kb.ingestor.ingest_documents([doc("a.md", ("", text)), doc("b.md", ("", text)), *ERRORS[:2]])
+    try:
+        for mode in MODES:
+            hits = kb.retriever.search("E-888", k=3, mode=mode)
+            assert hits[0].exact and not any(h.exact for h in hits[1:])
+            assert len({h.chunk.content_hash for h in hits}) == len(hits)
+    finally:
+        kb.close()
+
+
 def test_the_parts_of_an_identifier_no_longer_match_other_codes(
     errors: EmbeddedKnowledge,
 ) -> None:

@@ -383,7 +383,11 @@ class HybridRetriever:
                     chunk=chunk, score=score, keyword_rank=keyword_rank.get(rowid), exact=True
                 )
             )
-        rest = [hit for hit in hits if hit.chunk.chunk_id not in taken]
+        rest = [
+            hit
+            for hit in hits
+            if hit.chunk.chunk_id not in taken and hit.chunk.content_hash not in hashes
+        ]
         return (first + rest)[:k]
 
     def _fuse(

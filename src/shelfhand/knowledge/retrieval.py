@@ -351,9 +351,10 @@ class HybridRetriever:
         """The fused ``hits`` with the passages holding an identifier of ``query`` first.
 
         Exact passages among ``hits`` keep their fused order; those the fusion left out follow
-        by their BM25 on the query (their score; keyword rank when the keyword side had them). Duplicate passages (same content hash) appear once. The rest of
-        ``hits`` comes after, in fused order, up to ``k``. ``acl`` restricts the lookup exactly
-        like the search (tenant, roles, doc type and source filters).
+        by their BM25 on the query (their score; keyword rank when the keyword side had them).
+        Duplicate passages (same content hash) appear once. The rest of ``hits`` comes after,
+        in fused order, up to ``k``. ``acl`` restricts the lookup exactly like the search
+        (tenant, roles, doc type and source filters).
         """
         if not self.exact_boost or k <= 0:
             return hits
@@ -366,28 +367,28 @@ class HybridRetriever:
         )
         if not found:
             return hits
-        chunks = self.store.chunk_map([rowid for rowid, _ in found])
-        exact_ids = {chunks[rowid].chunk_id for rowid, _ in found if rowid in chunks}
-        first = [replace(hit, exact=True) for hit in hits if hit.chunk.chunk_id in exact_ids]
-        taken = {hit.chunk.chunk_id for hit in first}
-        hashes = {hit.chunk.content_hash for hit in first}
-        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
+        # Whether a passage holds the identifier depends on its text only: compare by content
+        # hash, and load only the chunks the fusion left out.
+        hash_of = self.store.content_hashes([rowid for rowid, _ in found])
+        exact = set(hash_of.values())
+        first = [replace(hit, exact=True) for hit in hits if hit.chunk.content_hash in exact]
+        placed = {hit.chunk.content_hash for hit in first}
+        missing: list[tuple[int, float]] = []
         for rowid, score in found:
-            chunk = chunks.get(rowid)
-            if chunk is None or chunk.chunk_id in taken or chunk.content_hash in hashes:
-                continue  # deleted since indexing, already placed, or a duplicate passage
-            taken.add(chunk.chunk_id)
-            hashes.add(chunk.content_hash)
-            first.append(
-                SearchHit(
-                    chunk=chunk, score=score, keyword_rank=keyword_rank.get(rowid), exact=True
-                )
+            h = hash_of.get(rowid)
+            if h is not None and h not in placed and len(first) + len(missing) < k:
+                placed.add(h)  # a duplicate passage comes once
+                missing.append((rowid, score))
+        chunks = self.store.chunk_map([rowid for rowid, _ in missing])
+        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
+        first += [
+            SearchHit(
+                chunk=chunks[rowid], score=score, keyword_rank=keyword_rank.get(rowid), exact=True
             )
-        rest = [
-            hit
-            for hit in hits
-            if hit.chunk.chunk_id not in taken and hit.chunk.content_hash not in hashes
+            for rowid, score in missing
+            if rowid in chunks  # deleted since indexing
         ]
+        rest = [hit for hit in hits if hit.chunk.content_hash not in exact]
         return (first + rest)[:k]
 
     def _fuse(

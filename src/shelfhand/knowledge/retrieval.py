@@ -22,8 +22,8 @@ Chunks still waiting for ingest phase 2 have no vectors: they are found by keywo
 Exact identifiers win in every mode: when the query names identifiers (``E-888``,
 ``SKU2024-011``, see :func:`~shelfhand.knowledge.analysis.query_identifiers`), the passages whose
 text holds one (an exact term lookup in the keyword index, restricted like the search) go first,
-marked :attr:`SearchHit.exact`, and the other hits keep their fused order behind them
-(``exact_boost=False`` turns this off, for ablations).
+best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
+behind them (``exact_boost=False`` turns this off, for ablations).
 """
 
 from __future__ import annotations
@@ -350,11 +350,14 @@ class HybridRetriever:
     ) -> list[SearchHit]:
         """The fused ``hits`` with the passages holding an identifier of ``query`` first.
 
-        Exact passages among ``hits`` keep their fused order; those the fusion left out follow
-        by their BM25 on the query (their score; keyword rank when the keyword side had them).
-        Duplicate passages (same content hash) appear once. The rest of ``hits`` comes after,
-        in fused order, up to ``k``. ``acl`` restricts the lookup exactly like the search
-        (tenant, roles, doc type and source filters).
+        Exact passages come in the order of their BM25 on the query (the keyword side's
+        judgement of which passage is *about* the code: on the samples the fused order put a
+        passing mention of E-203 above the manual's E-203 section); those among ``hits`` keep
+        their fused score and ranks, those the fusion left out carry the BM25 score (and their
+        keyword rank when the keyword side had them). Duplicate passages (same content hash)
+        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``acl``
+        restricts the lookup exactly like the search (tenant, roles, doc type and source
+        filters).
         """
         if not self.exact_boost or k <= 0:
             return hits
@@ -371,23 +374,30 @@ class HybridRetriever:
         # hash, and load only the chunks the fusion left out.
         hash_of = self.store.content_hashes([rowid for rowid, _ in found])
         exact = set(hash_of.values())
-        first = [replace(hit, exact=True) for hit in hits if hit.chunk.content_hash in exact]
-        placed = {hit.chunk.content_hash for hit in first}
-        missing: list[tuple[int, float]] = []
+        fused = {hit.chunk.content_hash: hit for hit in hits if hit.chunk.content_hash in exact}
+        order: list[tuple[int, float, str]] = []
+        placed: set[str] = set()
         for rowid, score in found:
             h = hash_of.get(rowid)
-            if h is not None and h not in placed and len(first) + len(missing) < k:
+            if h is not None and h not in placed:
                 placed.add(h)  # a duplicate passage comes once
-                missing.append((rowid, score))
-        chunks = self.store.chunk_map([rowid for rowid, _ in missing])
+                order.append((rowid, score, h))
+        order = order[:k]
+        chunks = self.store.chunk_map([r for r, _, h in order if h not in fused])
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
-        first += [
-            SearchHit(
-                chunk=chunks[rowid], score=score, keyword_rank=keyword_rank.get(rowid), exact=True
-            )
-            for rowid, score in missing
-            if rowid in chunks  # deleted since indexing
-        ]
+        first: list[SearchHit] = []
+        for rowid, score, h in order:
+            if h in fused:
+                first.append(replace(fused[h], exact=True))
+            elif rowid in chunks:  # else deleted since indexing
+                first.append(
+                    SearchHit(
+                        chunk=chunks[rowid],
+                        score=score,
+                        keyword_rank=keyword_rank.get(rowid),
+                        exact=True,
+                    )
+                )
         rest = [hit for hit in hits if hit.chunk.content_hash not in exact]
         return (first + rest)[:k]
 

@@ -247,7 +247,8 @@ def test_an_index_with_a_stale_generation_is_rebuilt(tmp_path: Path) -> None:
     kb.close()
     # An old copy of the index comes back: it claims a generation the outbox cannot bridge.
     state = tmp_path / "index" / "keyword" / "shelfhand-state.json"
-    state.write_text(json.dumps({"generation": 99, "schema": 1}), encoding="utf-8")
+    schema = json.loads(state.read_text(encoding="utf-8"))["schema"]
+    state.write_text(json.dumps({"generation": 99, "schema": schema}), encoding="utf-8")
     kb = open_kb(tmp_path)
     assert kb.keyword.durable_generation() == kb.store.generation
     assert_indexes_agree(kb)

@@ -77,3 +77,6 @@ class SearchHit:
     """Fused score (RRF) or the single side's score."""
     keyword_rank: int | None = None
     vector_rank: int | None = None
+    exact: bool = False
+    """The passage's text holds an identifier of the query (``E-888``, ``SKU2024-011``); such
+    hits are ranked first (see ``HybridRetriever.exact_boost``)."""

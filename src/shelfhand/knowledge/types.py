@@ -77,3 +77,6 @@ class SearchHit:
     """Fused score (RRF) or the single side's score."""
     keyword_rank: int | None = None
     vector_rank: int | None = None
+    rerank_score: float | None = None
+    """The reranker's score, when a rerank endpoint ranked this hit (see
+    :mod:`shelfhand.knowledge.rerank`)."""

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.agent.rewrite import QueryRewriter
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
@@ -221,6 +222,14 @@ class App:
             return LlmReranker(model, timeout=s.rerank_timeout)
         return None
 
+    def query_rewriter(self, model: ChatModel) -> QueryRewriter | None:
+        """The query rewriter over ``model`` when ``query_rewrite`` is on, else ``None``."""
+        if not self.settings.query_rewrite:
+            return None
+        from shelfhand.agent.rewrite import QueryRewriter
+
+        return QueryRewriter(model)
+
     def warm_up(self, kb: KnowledgeBase | None) -> None:
         """Load what the first search would load (query embedders, index readers) now:
         servers call this before they report ready, so loading never counts against a
@@ -292,6 +301,7 @@ class App:
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
+            rewriter=self.query_rewriter(model),
         )
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:

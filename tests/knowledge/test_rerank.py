@@ -316,13 +316,16 @@ def test_parse_rerank_response_orders_by_score_and_skips_bad_entries() -> None:
 
 # --- exact identifier hits are not demoted -------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ExactHit(SearchHit):
-    """A hit as the exact-identifier step marks it (``SearchHit.exact`` on main)."""
+class _ExactHit(SearchHit):
+    """A hit as the exact-identifier step marks it (until ``SearchHit.exact`` is merged)."""
 
     exact: bool = False
 
 
-def hit(n: int, *, exact: bool = False) -> ExactHit:
+ExactHit: Any = SearchHit if "exact" in SearchHit.__dataclass_fields__ else _ExactHit
+
+
+def hit(n: int, *, exact: bool = False) -> SearchHit:
     chunk = Chunk(
         chunk_id=f"d{n}::0",
         doc_id=f"d{n}",
@@ -337,7 +340,8 @@ def hit(n: int, *, exact: bool = False) -> ExactHit:
         content_hash=str(n),
         doc_type="text",
     )
-    return ExactHit(chunk=chunk, score=1.0 / (n + 1), exact=exact)
+    made: SearchHit = ExactHit(chunk=chunk, score=1.0 / (n + 1), exact=exact)
+    return made
 
 
 class Reverse:

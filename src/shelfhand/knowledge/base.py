@@ -191,9 +191,10 @@ class KnowledgeBase:
         rerank: bool = True,
     ) -> list[SearchHit]:
         """Top ``k`` passages ``user`` may read (permissions applied inside the index queries)."""
-        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters, rerank=rerank)[
-            0
-        ]
+        hits, _ = self.search_timed(
+            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank
+        )
+        return hits
 
     def search_timed(
         self,

@@ -46,6 +46,7 @@ HISTORY_ZH = [
         ),
         (HISTORY_ZH, "那价格呢？", "Lumen X1 投影仪 价格\n", "Lumen X1 投影仪 价格"),
         (HISTORY_ZH, "那价格呢？", "查询：Lumen X1 价格", "Lumen X1 价格"),
+        (HISTORY_ZH, "那价格呢？", "Lumen X1 [1] 价格", "Lumen X1 价格"),
     ],
 )
 async def test_a_follow_up_is_rewritten_with_the_history(
@@ -80,12 +81,22 @@ async def test_without_history_the_model_is_not_asked() -> None:
         (text("```\nLumen X1 price\n```"), "not a query"),
         (text("The Lumen X1 costs 4,999 yuan. " * 12), "far longer"),
         (tool_call("retrieve", {"query": "price"}), "tool call"),
+        (text("Reply with the query only."), "repeated its instructions"),
+        (text("Acme Z9 printer weight"), "repeated its instructions"),
+        (text("[1]"), "not a query"),
     ],
 )
 async def test_unusable_answers_keep_the_message_with_the_reason(turn: Any, reason: str) -> None:
     result = await QueryRewriter(ScriptedModel([turn])).rewrite("那价格呢？", HISTORY_ZH)
     assert result.query == "那价格呢？" and not result.rewritten
     assert result.reason is not None and reason in result.reason
+
+
+async def test_a_short_query_that_shares_words_with_the_instructions_is_kept() -> None:
+    result = await QueryRewriter(ScriptedModel([text("error codes")])).rewrite(
+        "and the codes?", HISTORY_EN
+    )
+    assert (result.query, result.reason) == ("error codes", None)
 
 
 async def test_a_slow_model_keeps_the_message() -> None:

@@ -4,8 +4,9 @@
 rewrites it, with the conversation so far, into "Lumen X1 price" for the up-front retrieval
 (:mod:`shelfhand.agent.grounding`). It is only asked when there is history, and its answer is
 used only when it looks like a query: a model error, a timeout, an empty answer, one far
-longer than the message, JSON, a code block or a tool call all keep the user's message, with
-the reason in :attr:`Rewrite.reason`.
+longer than the message, JSON, a code block, a tool call or words of its own instructions
+(small models echo them) all keep the user's message, with the reason in
+:attr:`Rewrite.reason`. Citation markers (``[1]``) copied from the history are dropped.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ __all__ = ["QueryRewriter", "Rewrite"]
 logger = logging.getLogger(__name__)
 
 SYSTEM = (
-    "You turn the user's last message into a short, self-contained search query for a "
-    "document search. Use the conversation to fill in what the message leaves out (product "
-    "names, models, codes). Keep the user's language. Reply with the query only: no answer, "
-    "no explanation, no quotes."
+    "Rewrite the user's last message as a short, self-contained search query for a document "
+    "search, filling in what it leaves out (product names, models, error codes) from the "
+    "conversation. Keep the user's language. Reply with the query only.\n"
+    'Example: after a conversation about the Acme Z9 printer, the message "and the weight?" '
+    "becomes: Acme Z9 printer weight"
 )
 HISTORY_MESSAGES = 6
 HISTORY_CHARS = 300
+_CITATION = re.compile(r"\s*\[\d{1,3}\]")
 _PREFIX = re.compile(
     r"^(?:search\s+query|query|rewritten(?:\s+query)?|查询|检索词)\s*[:：]\s*", re.I
 )
@@ -106,8 +109,12 @@ class QueryRewriter:
             return "", f"the model's answer is not a query: {text[:60]!r}"
         line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         line = _PREFIX.sub("", line).strip().strip("\"'“”「」`").strip()
+        line = _CITATION.sub("", line).strip()  # "Lumen X1 [1]": a citation, not a term
         if not line:
             return "", "the model's answer was empty"
+        echo = line.lower().rstrip(".")
+        if (len(echo.split()) >= 3 or len(echo) >= 20) and echo in SYSTEM.lower():
+            return "", f"the model repeated its instructions: {line[:60]!r}"
         if len(line) > self.max_growth * len(original) + self.slack:
             return "", f"the model's answer is far longer than the message ({len(line)} chars)"
         return line, None

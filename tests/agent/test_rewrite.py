@@ -47,6 +47,13 @@ HISTORY_ZH = [
         (HISTORY_ZH, "那价格呢？", "Lumen X1 投影仪 价格\n", "Lumen X1 投影仪 价格"),
         (HISTORY_ZH, "那价格呢？", "查询：Lumen X1 价格", "Lumen X1 价格"),
         (HISTORY_ZH, "那价格呢？", "Lumen X1 [1] 价格", "Lumen X1 价格"),
+        (HISTORY_ZH, "要手续费吗？", "Acme Z9 printer 退货手续费", "退货手续费"),
+        (
+            [Message.user("Does the Acme Z9 printer fit?"), Message.assistant("Yes.")],
+            "and the weight?",
+            "Acme Z9 printer weight",
+            "Acme Z9 printer weight",
+        ),
     ],
 )
 async def test_a_follow_up_is_rewritten_with_the_history(
@@ -82,8 +89,9 @@ async def test_without_history_the_model_is_not_asked() -> None:
         (text("The Lumen X1 costs 4,999 yuan. " * 12), "far longer"),
         (tool_call("retrieve", {"query": "price"}), "tool call"),
         (text("Reply with the query only."), "repeated its instructions"),
-        (text("Acme Z9 printer weight"), "repeated its instructions"),
+        (text("Acme Z9 printer weight"), "example"),
         (text("[1]"), "not a query"),
+        (text("Acme Z9 printer"), "example"),
     ],
 )
 async def test_unusable_answers_keep_the_message_with_the_reason(turn: Any, reason: str) -> None:

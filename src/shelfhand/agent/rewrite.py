@@ -31,6 +31,9 @@ SYSTEM = (
     'Example: after a conversation about the Acme Z9 printer, the message "and the weight?" '
     "becomes: Acme Z9 printer weight"
 )
+_EXAMPLE_WORDS = re.compile(r"\b(?:acme|z9|printer|weight)\b", re.I)
+"""The example's own words: dropped from a rewrite when the conversation does not use them
+(a small model copies the example into its answer)."""
 HISTORY_MESSAGES = 6
 HISTORY_CHARS = 300
 _CITATION = re.compile(r"\s*\[\d{1,3}\]")
@@ -96,12 +99,12 @@ class QueryRewriter:
             return self._keep(original, f"the model failed: {type(exc).__name__}: {exc}")
         if response.message.tool_calls:
             return self._keep(original, "the model answered with a tool call")
-        query, problem = self._clean(response.message.text, original)
+        query, problem = self._clean(response.message.text, original, turns)
         if problem is not None:
             return self._keep(original, problem)
         return Rewrite(query=query, original=original, rewritten=query != original)
 
-    def _clean(self, answer: str, original: str) -> tuple[str, str | None]:
+    def _clean(self, answer: str, original: str, turns: str) -> tuple[str, str | None]:
         text = answer.strip()
         if not text:
             return "", "the model's answer was empty"
@@ -112,8 +115,14 @@ class QueryRewriter:
         line = _CITATION.sub("", line).strip()  # "Lumen X1 [1]": a citation, not a term
         if not line:
             return "", "the model's answer was empty"
+        said = f"{turns}\n{original}".lower()
+        line = _EXAMPLE_WORDS.sub(lambda m: m[0] if m[0].lower() in said else "", line)
+        line = " ".join(line.split())
+        if not line:
+            return "", "the model's answer only repeated the prompt's example"
         echo = line.lower().rstrip(".")
-        if (len(echo.split()) >= 3 or len(echo) >= 20) and echo in SYSTEM.lower():
+        own_words = all(w in said for w in echo.split())
+        if (len(echo.split()) >= 3 or len(echo) >= 20) and echo in SYSTEM.lower() and not own_words:
             return "", f"the model repeated its instructions: {line[:60]!r}"
         if len(line) > self.max_growth * len(original) + self.slack:
             return "", f"the model's answer is far longer than the message ({len(line)} chars)"

@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.agent.rewrite import QueryRewriter
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
     from shelfhand.knowledge.keyword import Access
     from shelfhand.knowledge.limits import ReadLimits
+    from shelfhand.knowledge.rerank import Reranker
     from shelfhand.knowledge.workspace_lock import Role
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SqliteSessionStore
@@ -159,6 +161,7 @@ class App:
             access = "read" if WorkspaceLock.is_free(self.settings.workspace) else "read-only"
         try:
             router, reason = self.embedding_router() if embed else (None, None)
+            reranker = self.reranker() if embed else None
             return KnowledgeBase(
                 self.settings.workspace,
                 router,
@@ -169,11 +172,63 @@ class App:
                 lock=lock,
                 access=access,
                 embed_timeout=self.settings.embed_timeout,
+                reranker=reranker,
+                rerank_candidates=self.settings.rerank_candidates,
             )
         except BaseException:
             if lock is not None:
                 lock.release()
             raise
+
+    def reranker(self) -> Reranker | None:
+        """The configured reranker (``rerank`` setting), ``None`` when off (the default).
+
+        ``endpoint`` calls ``rerank_url``; ``llm`` asks the chat model, through a model object
+        of its own (it runs on the reranker's own event loop).
+
+        Raises:
+            ConfigurationError: ``llm`` without a chat model configured.
+        """
+        s = self.settings
+        if s.rerank == "endpoint" and s.rerank_url:
+            from shelfhand.knowledge.rerank import HttpReranker
+
+            return HttpReranker(
+                s.rerank_url,
+                model=s.rerank_model,
+                api_key=s.rerank_api_key,
+                timeout=s.rerank_timeout,
+            )
+        if s.rerank == "llm":
+            from shelfhand.agent.llm_rerank import LlmReranker
+
+            model: ChatModel | None
+            if self.model is not None or not s.model:
+                model = self.model
+            elif s.model.startswith("scripted:"):
+                from shelfhand.testing import load_scripted_model
+
+                model = load_scripted_model(s.model.split(":", 1)[1])
+            else:
+                from shelfhand.providers.openai_chat import OpenAIChatModel
+
+                overrides = {"model": s.rerank_model} if s.rerank_model else {}
+                model = OpenAIChatModel.from_env(s, **overrides)
+            if model is None:
+                raise ConfigurationError(
+                    "rerank = llm needs a chat model: set SHELFHAND_MODEL (and OPENAI_BASE_URL), "
+                    "or use rerank = endpoint or off"
+                )
+            return LlmReranker(model, timeout=s.rerank_timeout)
+        return None
+
+    def query_rewriter(self, model: ChatModel) -> QueryRewriter | None:
+        """The query rewriter over ``model`` when ``query_rewrite`` is on, else ``None``."""
+        if not self.settings.query_rewrite:
+            return None
+        from shelfhand.agent.rewrite import QueryRewriter
+
+        return QueryRewriter(model)
 
     def warm_up(self, kb: KnowledgeBase | None) -> None:
         """Load what the first search would load (query embedders, index readers) now:
@@ -250,6 +305,7 @@ class App:
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
+            rewriter=self.query_rewriter(model),
         )
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:

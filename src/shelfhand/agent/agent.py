@@ -64,9 +64,10 @@ from .budget import (
     size_bound,
 )
 from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
-from .grounding import RETRIEVE_TOOL, UPFRONT, UpfrontRetrieval, as_model_sees
+from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
+from .rewrite import QueryRewriter
 from .streaming import STEP_SEPARATOR, CallTextGate
 
 if TYPE_CHECKING:
@@ -136,6 +137,9 @@ class Agent:
             toolkit's ``retrieve`` is called with the user's message before the model is asked;
             the agent keeps a copy of the toolkit without ``retrieve``, so the model is not
             offered it) or ``both`` (up front, and by tool for more).
+        rewriter: With ``context``/``both``, rewrites a follow-up message into a
+            self-contained query for the up-front retrieval (see
+            :mod:`shelfhand.agent.rewrite`); ``None``: the message is the query.
     """
 
     def __init__(
@@ -153,6 +157,7 @@ class Agent:
         context_tokens: int | None = None,
         replay_repeated_calls: bool = True,
         retrieval: AnswerRetrieval = "tool",
+        rewriter: QueryRewriter | None = None,
     ) -> None:
         if context_tokens is not None and context_tokens < 1:
             raise ValueError("context_tokens must be positive")
@@ -175,7 +180,8 @@ class Agent:
         self.retrieval = check_answer_retrieval(retrieval)
         self._upfront: UpfrontRetrieval | None = None
         if self.retrieval != "tool":
-            self._upfront = UpfrontRetrieval(self.toolkit)  # ValueError: no retrieve tool
+            # ValueError: no retrieve tool
+            self._upfront = UpfrontRetrieval(self.toolkit, rewriter=rewriter)
             if self.retrieval == "context":  # the model is not offered retrieve
                 self.toolkit = self.toolkit.copy()
                 self.toolkit.remove(RETRIEVE_TOOL)
@@ -283,7 +289,9 @@ class Agent:
         sent = GrowingBound([system, *model_past])
         logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
         if self._upfront is not None:
-            async with aclosing(self._retrieve_upfront(first, run, new, citations)) as upfront:
+            async with aclosing(
+                self._retrieve_upfront(first, run, new, citations, past)
+            ) as upfront:
                 async for event in upfront:
                     yield event
 
@@ -449,12 +457,18 @@ class Agent:
         )
 
     async def _retrieve_upfront(
-        self, first: Message, run: RunContext, new: list[Message], citations: list[Citation]
+        self,
+        first: Message,
+        run: RunContext,
+        new: list[Message],
+        citations: list[Citation],
+        history: Sequence[Message] = (),
     ) -> AsyncGenerator[Event, None]:
         """The ``context``/``both`` step: retrieve for the prompt before the model is asked;
         the call and its numbered passages join the transcript as if the model had called."""
         assert self._upfront is not None
-        calls = self._upfront.calls(first)
+        plan = await self._upfront.plan(first, history)
+        calls = plan.calls
         if not calls:
             return
         results: list[ToolResultBlock] = []
@@ -463,7 +477,7 @@ class Agent:
             report = await self._upfront.execute(call, run)
             results.append(report.result)
             yield _finished(report, report.result)
-        new.append(Message.assistant(tool_calls=calls, metadata={UPFRONT: True}))
+        new.append(Message.assistant(tool_calls=calls, metadata=plan.metadata()))
         new.append(Message.tool(results))
         found = _new_citations(results, citations)
         if found:

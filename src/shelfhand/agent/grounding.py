@@ -15,20 +15,27 @@ run's injected context, the call is audited, and its passages are numbered by th
 a call and its result (marked ``metadata["upfront"]``); the model is shown the passages as text
 in the user's turn, before the question (:func:`as_model_sees`): a small model shown a tool
 exchange it never made imitates it and answers with tool-call JSON.
+
+With a :class:`~shelfhand.agent.rewrite.QueryRewriter` (setting ``query_rewrite``), a message
+that follows earlier turns is first rewritten by the model into a self-contained query
+("and the price?" → "Lumen X1 price"); the rewrite, or why the message was kept, is recorded
+in the up-front message's ``metadata["rewrite"]``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.ids import new_id
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontRetrieval", "as_model_sees"]
+from .rewrite import QueryRewriter, Rewrite
+
+__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontPlan", "UpfrontRetrieval", "as_model_sees"]
 
 RETRIEVE_TOOL = "retrieve"
 UPFRONT = "upfront"
@@ -41,6 +48,25 @@ PASSAGES_INTRO = (
 )
 FAILED_INTRO = "Searching the knowledge base for the question below failed:"
 QUESTION_LABEL = "Question: "
+REWRITE = "rewrite"
+"""Metadata key of the up-front message: ``{"original", "query"}`` when the query was
+rewritten, ``{"original", "reason"}`` when the rewrite was not used."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpfrontPlan:
+    calls: list[ToolCallBlock]
+    rewrite: Rewrite | None = None
+
+    def metadata(self) -> dict[str, object]:
+        """What the up-front message records: always ``upfront``, and the rewrite."""
+        out: dict[str, object] = {UPFRONT: True}
+        r = self.rewrite
+        if r is not None and r.rewritten:
+            out[REWRITE] = {"original": r.original, "query": r.query}
+        elif r is not None and r.reason is not None:
+            out[REWRITE] = {"original": r.original, "reason": r.reason}
+        return out
 
 
 class UpfrontRetrieval:
@@ -51,13 +77,20 @@ class UpfrontRetrieval:
             offered (``context`` mode hides ``retrieve`` from the model).
         top_k: Passages to fetch (``None``: the tool's default).
         tool_name: The retrieval tool's name.
+        rewriter: Rewrites a follow-up message into a self-contained query (``None``: the
+            message is the query).
 
     Raises:
         ValueError: ``toolkit`` has no such tool.
     """
 
     def __init__(
-        self, toolkit: Toolkit, *, top_k: int | None = None, tool_name: str = RETRIEVE_TOOL
+        self,
+        toolkit: Toolkit,
+        *,
+        top_k: int | None = None,
+        tool_name: str = RETRIEVE_TOOL,
+        rewriter: QueryRewriter | None = None,
     ) -> None:
         if toolkit.get(tool_name) is None:
             raise ValueError(
@@ -67,10 +100,23 @@ class UpfrontRetrieval:
         self.toolkit = toolkit
         self.top_k = top_k
         self.tool_name = tool_name
+        self.rewriter = rewriter
+
+    async def plan(self, prompt: Message, history: Sequence[Message] = ()) -> UpfrontPlan:
+        """The calls for ``prompt``, its query rewritten with ``history`` when a rewriter is
+        set and there is history (a failed rewrite keeps the message, with the reason)."""
+        message = prompt.text.strip()
+        if self.rewriter is None or not message:
+            return UpfrontPlan(calls=self.calls(prompt))
+        rewrite = await self.rewriter.rewrite(message, history)
+        return UpfrontPlan(calls=self._calls_for(rewrite.query), rewrite=rewrite)
 
     def calls(self, prompt: Message) -> list[ToolCallBlock]:
         """The calls to make for ``prompt``: one retrieval, none for a message without text."""
-        query = prompt.text.strip()[:MAX_QUERY_CHARS]
+        return self._calls_for(prompt.text)
+
+    def _calls_for(self, text: str) -> list[ToolCallBlock]:
+        query = text.strip()[:MAX_QUERY_CHARS]
         if not query:
             return []
         arguments: dict[str, object] = {"query": query}

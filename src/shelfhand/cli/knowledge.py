@@ -435,6 +435,8 @@ def search(
                 "only); `shelfhand embed` embeds them[/]",
                 highlight=False,
             )
+        if timings.rerank_reason:
+            _console().print(f"[yellow]note:[/] {escape(timings.rerank_reason)}", highlight=False)
     kb.close()
 
 

@@ -29,6 +29,15 @@ call ``retrieve`` for more.
 Passage compression: ``compress`` (``SHELFHAND_COMPRESS``, true | false, default false) cuts
 each retrieved passage to the sentences that answer the query, within ``compress_tokens``
 (``SHELFHAND_COMPRESS_TOKENS``, default 200) tokens per passage.
+
+Rerank and query rewrite (off by default; see :mod:`shelfhand.knowledge.rerank`):
+``rerank`` (``SHELFHAND_RERANK``: off | endpoint | llm), ``rerank_url``
+(``SHELFHAND_RERANK_URL``, needed for ``endpoint``), ``rerank_model``
+(``SHELFHAND_RERANK_MODEL``), ``SHELFHAND_RERANK_API_KEY`` (environment only: a secret),
+``rerank_timeout`` (``SHELFHAND_RERANK_TIMEOUT``, seconds, default 5; the fused order is kept
+past it), ``rerank_candidates`` (``SHELFHAND_RERANK_CANDIDATES``, fused hits shown to the
+reranker, default 20) and ``query_rewrite`` (``SHELFHAND_QUERY_REWRITE``: on | off; the chat
+model rewrites a follow-up message into a self-contained query for up-front retrieval).
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both"
 DEFAULT_WORKSPACE = ".shelfhand"
 TOOL_CHOICES = ("auto", "required", "none")
 TOOL_MODES = ("native", "plain", "constrained")
+RERANK_MODES = ("off", "endpoint", "llm")
+_ON = ("on", "true", "1", "yes", "llm")
+_OFF = ("off", "false", "0", "no", "")
 MODEL_ENV = {
     "model_timeout": "SHELFHAND_MODEL_TIMEOUT",
     "first_token_timeout": "SHELFHAND_FIRST_TOKEN_TIMEOUT",
@@ -87,6 +99,14 @@ class Settings:
     ``SHELFHAND_COMPRESS``); off by default, see :mod:`shelfhand.knowledge.compress`."""
     compress_tokens: int = 200
     """Tokens kept per passage when ``compress`` is on (``SHELFHAND_COMPRESS_TOKENS``)."""
+
+    rerank: str = "off"
+    rerank_url: str | None = None
+    rerank_model: str | None = None
+    rerank_api_key: str | None = field(default=None, repr=False)
+    rerank_timeout: float = 5.0
+    rerank_candidates: int = 20
+    query_rewrite: bool = False
 
     @classmethod
     def load(
@@ -132,6 +152,7 @@ class Settings:
                 "settings out of range: embed_timeout and turn_timeout > 0, "
                 "chunk_tokens >= 32, 0 <= chunk_overlap < chunk_tokens"
             )
+        rerank = rerank_options(pick, env)
         return cls(
             workspace=ws,
             model=pick("SHELFHAND_MODEL", "model") or None,
@@ -147,6 +168,7 @@ class Settings:
             answer_retrieval=answer_retrieval,
             **options,
             **_compression(pick),
+            **rerank,
         )
 
 
@@ -181,6 +203,59 @@ def _compression(pick: Any) -> dict[str, Any]:
                 f"not {tokens!r}"
             )
     return out
+
+
+def rerank_options(pick: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    """The rerank and query-rewrite settings, checked; ``pick(env_key, file_key)`` reads one
+    value. The API key comes from the environment only.
+
+    Raises:
+        ConfigurationError: An unknown mode, ``endpoint`` without a URL, a bad number.
+    """
+    mode = str(pick("SHELFHAND_RERANK", "rerank") or "off").strip().lower()
+    if mode not in RERANK_MODES:
+        raise ConfigurationError(
+            f"rerank {mode!r} is not one of {', '.join(RERANK_MODES)} "
+            "(set SHELFHAND_RERANK or rerank in shelfhand.toml)"
+        )
+    url = str(pick("SHELFHAND_RERANK_URL", "rerank_url") or "").strip() or None
+    if mode == "endpoint" and url is None:
+        raise ConfigurationError(
+            "rerank = endpoint needs a URL: set SHELFHAND_RERANK_URL or rerank_url "
+            "(e.g. http://127.0.0.1:8080 for a TEI or vLLM reranker)"
+        )
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"rerank_url must start with http:// or https://, not {url!r}")
+    try:
+        timeout = float(pick("SHELFHAND_RERANK_TIMEOUT", "rerank_timeout") or 5.0)
+        raw_candidates = pick("SHELFHAND_RERANK_CANDIDATES", "rerank_candidates") or 20
+        if isinstance(raw_candidates, float):
+            raise ValueError(f"rerank_candidates must be a whole number, not {raw_candidates}")
+        candidates = int(raw_candidates)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"invalid number in rerank settings: {exc}") from exc
+    if not 0 < timeout <= 3600 or timeout != timeout or not 1 <= candidates <= 200:
+        raise ConfigurationError(
+            "rerank settings out of range: 0 < rerank_timeout <= 3600, "
+            "1 <= rerank_candidates <= 200"
+        )
+    rewrite = pick("SHELFHAND_QUERY_REWRITE", "query_rewrite")
+    rewrite_text = str(rewrite if rewrite is not None else "off").strip().lower()
+    if rewrite_text not in _ON + _OFF:
+        raise ConfigurationError(
+            f"query_rewrite must be on or off, not {rewrite!r} "
+            "(SHELFHAND_QUERY_REWRITE or query_rewrite in shelfhand.toml)"
+        )
+    model = str(pick("SHELFHAND_RERANK_MODEL", "rerank_model") or "").strip() or None
+    return {
+        "rerank": mode,
+        "rerank_url": url,
+        "rerank_model": model,
+        "rerank_api_key": env.get("SHELFHAND_RERANK_API_KEY") or None,
+        "rerank_timeout": timeout,
+        "rerank_candidates": candidates,
+        "query_rewrite": rewrite_text in _ON,
+    }
 
 
 def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:

@@ -6,15 +6,18 @@ remembers which provider mode it runs in and why it degraded, if it did (DESIGN 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestReport
+from shelfhand.knowledge.rerank import Reranker, RerankStage
 from shelfhand.knowledge.retrieval import (
     EmbeddedKnowledge,
     SearchMode,
@@ -60,6 +63,10 @@ class KnowledgeBase:
         router: Embedders per vector space; ``None`` means keyword-only.
         mode: The provider mode it was opened in (``auto``, ``simple`` or ``keyword``).
         degraded_reason: Why ``auto`` fell back to less than hybrid search, if it did.
+        reranker: Reorders the fused candidates (``None``: off, the default); see
+            :mod:`shelfhand.knowledge.rerank`.
+        rerank_candidates: How many fused hits a search fetches for the reranker (at
+            least ``k``).
     """
 
     def __init__(
@@ -74,6 +81,8 @@ class KnowledgeBase:
         lock: WorkspaceLock | None = None,
         access: Access = "write",
         embed_timeout: float | None = None,
+        reranker: Reranker | None = None,
+        rerank_candidates: int = 20,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -89,6 +98,11 @@ class KnowledgeBase:
             access=access,
             embed_timeout=embed_timeout,
         )
+        self.rerank_stage = (
+            RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None
+        )
+        self.last_rerank_reason: str | None = None
+        """Why the last search that reranked kept the fused order (the reranker failed)."""
 
     @property
     def degraded_reason(self) -> str | None:
@@ -174,9 +188,13 @@ class KnowledgeBase:
         user: UserContext | None = None,
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
+        rerank: bool = True,
     ) -> list[SearchHit]:
         """Top ``k`` passages ``user`` may read (permissions applied inside the index queries)."""
-        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters)[0]
+        hits, _ = self.search_timed(
+            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank
+        )
+        return hits
 
     def search_timed(
         self,
@@ -186,10 +204,31 @@ class KnowledgeBase:
         user: UserContext | None = None,
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
+        rerank: bool = True,
     ) -> tuple[list[SearchHit], SearchTimings]:
+        """:meth:`search` with the time spent in each stage.
+
+        With a reranker (and ``rerank``), ``rerank_candidates`` fused hits are fetched, the
+        reranker orders them and the best ``k`` are kept; if it fails the fused order is kept
+        and ``timings.rerank_reason`` (and :attr:`last_rerank_reason`) says why.
+        """
         if self.router is None and mode != "keyword":
             mode = "keyword"
-        return self._stack.retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+        retriever = self._stack.retriever
+        stage = self.rerank_stage if rerank else None
+        if stage is None or k <= 0:
+            return retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+        started = time.perf_counter()
+        hits, timings = retriever.search_timed(
+            query, k=stage.fetch_count(k), user=user, mode=mode, filters=filters
+        )
+        outcome = stage.run(query, hits, k)
+        self.last_rerank_reason = outcome.reason
+        total = (time.perf_counter() - started) * 1000
+        timings = replace(
+            timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
+        )
+        return outcome.hits, timings
 
     def warm_up(self) -> None:
         """Load what the first search would load (query embedders, index readers) now, so a
@@ -210,6 +249,11 @@ class KnowledgeBase:
 
     def close(self) -> None:
         try:
+            if self.rerank_stage is not None:
+                close_reranker = getattr(self.rerank_stage.reranker, "close", None)
+                if callable(close_reranker):
+                    with contextlib.suppress(Exception):  # a connection pool; never blocks close
+                        close_reranker()
             self._stack.close()
         finally:
             if self.lock is not None:

@@ -75,6 +75,10 @@ class SearchTimings:
     pending_chunks: int = 0
     """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
     searches that use vectors."""
+    rerank_ms: float = 0.0
+    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
+    rerank_reason: str | None = None
+    """Why the reranker's order was not used (it failed and the fused order was kept)."""
 
 
 def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:

@@ -80,3 +80,6 @@ class SearchHit:
     exact: bool = False
     """The passage's text holds an identifier of the query (``E-888``, ``SKU2024-011``); such
     hits are ranked first (see ``HybridRetriever.exact_boost``)."""
+    rerank_score: float | None = None
+    """The reranker's score, when a rerank endpoint ranked this hit (see
+    :mod:`shelfhand.knowledge.rerank`)."""

@@ -1,0 +1,145 @@
+"""Query rewrite (DESIGN R7): a follow-up message made into a self-contained search query.
+
+"and the price?" after a question about the Lumen X1 finds nothing on its own; the chat model
+rewrites it, with the conversation so far, into "Lumen X1 price" for the up-front retrieval
+(:mod:`shelfhand.agent.grounding`). It is only asked when there is history, and its answer is
+used only when it looks like a query: a model error, a timeout, an empty answer, one far
+longer than the message, JSON, a code block, a tool call or words of its own instructions
+(small models echo them) all keep the user's message, with the reason in
+:attr:`Rewrite.reason`. Citation markers (``[1]``) copied from the history are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shelfhand.core.messages import Message
+from shelfhand.models.base import ChatModel
+
+__all__ = ["QueryRewriter", "Rewrite"]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM = (
+    "Rewrite the user's last message as a short, self-contained search query for a document "
+    "search, filling in what it leaves out (product names, models, error codes) from the "
+    "conversation. Keep the user's language. Reply with the query only.\n"
+    'Example: after a conversation about the Acme Z9 printer, the message "and the weight?" '
+    "becomes: Acme Z9 printer weight"
+)
+_EXAMPLE_WORDS = re.compile(r"\b(?:acme|z9|printer|weight)\b", re.I)
+"""The example's own words: dropped from a rewrite when the conversation does not use them
+(a small model copies the example into its answer)."""
+HISTORY_MESSAGES = 6
+HISTORY_CHARS = 300
+_CITATION = re.compile(r"\s*\[\d{1,3}\]")
+_PREFIX = re.compile(
+    r"^(?:search\s+query|query|rewritten(?:\s+query)?|查询|检索词)\s*[:：]\s*", re.I
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rewrite:
+    """The query to search with, and what happened."""
+
+    query: str
+    original: str
+    rewritten: bool = False
+    """``True`` when ``query`` is the model's rewrite."""
+    reason: str | None = None
+    """Why the original was kept, when the model was asked and its answer not used."""
+
+
+class QueryRewriter:
+    """Rewrites a message with its history through ``model``.
+
+    Args:
+        model: The chat model (the agent's own is fine: it is called on the agent's loop).
+        timeout: Seconds the model may take.
+        max_growth: The rewrite may be at most this many times the message's length
+            (plus ``slack`` characters); longer answers are taken for answers, not queries.
+        slack: See ``max_growth``.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        timeout: float = 10.0,
+        max_growth: float = 4.0,
+        slack: int = 60,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("rewrite timeout must be positive")
+        self.model = model
+        self.timeout = timeout
+        self.max_growth = max_growth
+        self.slack = slack
+
+    async def rewrite(self, message: str, history: Sequence[Message]) -> Rewrite:
+        """The query for ``message``; the message itself when there is no history to use or
+        the model's answer is unusable (never raises for a model failure)."""
+        original = message.strip()
+        turns = _history_text(history)
+        if not original or not turns:
+            return Rewrite(query=original, original=original)
+        prompt = [
+            Message.system(SYSTEM),
+            Message.user(f"Conversation:\n{turns}\n\nLast message: {original}\n\nSearch query:"),
+        ]
+        try:
+            response = await asyncio.wait_for(self.model.request(prompt), self.timeout)
+        except TimeoutError:
+            return self._keep(original, f"the model did not answer within {self.timeout:g} s")
+        except Exception as exc:
+            return self._keep(original, f"the model failed: {type(exc).__name__}: {exc}")
+        if response.message.tool_calls:
+            return self._keep(original, "the model answered with a tool call")
+        query, problem = self._clean(response.message.text, original, turns)
+        if problem is not None:
+            return self._keep(original, problem)
+        return Rewrite(query=query, original=original, rewritten=query != original)
+
+    def _clean(self, answer: str, original: str, turns: str) -> tuple[str, str | None]:
+        text = answer.strip()
+        if not text:
+            return "", "the model's answer was empty"
+        if "```" in text or text[0] in "{[<":
+            return "", f"the model's answer is not a query: {text[:60]!r}"
+        line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        line = _PREFIX.sub("", line).strip().strip("\"'“”「」`").strip()
+        line = _CITATION.sub("", line).strip()  # "Lumen X1 [1]": a citation, not a term
+        if not line:
+            return "", "the model's answer was empty"
+        said = f"{turns}\n{original}".lower()
+        line = _EXAMPLE_WORDS.sub(lambda m: m[0] if m[0].lower() in said else "", line)
+        line = " ".join(line.split())
+        if not line:
+            return "", "the model's answer only repeated the prompt's example"
+        echo = line.lower().rstrip(".")
+        own_words = all(w in said for w in echo.split())
+        if (len(echo.split()) >= 3 or len(echo) >= 20) and echo in SYSTEM.lower() and not own_words:
+            return "", f"the model repeated its instructions: {line[:60]!r}"
+        if len(line) > self.max_growth * len(original) + self.slack:
+            return "", f"the model's answer is far longer than the message ({len(line)} chars)"
+        return line, None
+
+    def _keep(self, original: str, reason: str) -> Rewrite:
+        logger.info("query rewrite kept the message: %s", reason)
+        return Rewrite(query=original, original=original, reason=reason)
+
+
+def _history_text(history: Sequence[Message]) -> str:
+    """The last few user and assistant texts, each cut, one per line."""
+    lines: list[str] = []
+    for m in history:
+        if m.role not in ("user", "assistant"):
+            continue
+        content = " ".join(m.text.split())
+        if content:
+            lines.append(f"{m.role}: {content[:HISTORY_CHARS]}")
+    return "\n".join(lines[-HISTORY_MESSAGES:])

@@ -70,7 +70,14 @@ if TYPE_CHECKING:
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
 
-__all__ = ["DEFAULT_MAX_CALLS", "DEFAULT_MAX_DEPTH", "Supervisor", "as_tool", "fingerprint"]
+__all__ = [
+    "DEFAULT_MAX_CALLS",
+    "DEFAULT_MAX_DEPTH",
+    "Supervisor",
+    "as_tool",
+    "fingerprint",
+    "renumber_citations",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +188,7 @@ class _Delegation:
         finally:
             elapsed = (time.perf_counter() - started) * 1000
             turn.emit(replace(finished, duration_ms=elapsed))
-        output, citations = _renumbered(result.output, result.citations, run)
+        output, citations = renumber_citations(result.output, result.citations, run)
         key = (turn.session, spec.id)
         mark = fingerprint(result.output)
         if turn.guard.get(key) == mark:
@@ -223,11 +230,11 @@ def _refused(message: str) -> ToolOutput:
     return ToolOutput(content=message, is_error=True)
 
 
-def _renumbered(
+def renumber_citations(
     text: str, citations: Sequence[Citation], run: RunContext
 ) -> tuple[str, tuple[Citation, ...]]:
-    """The subagent's passages numbered in the caller's run, and its text's markers with them
-    (its ``[1]`` may be the caller's ``[4]``)."""
+    """Another run's passages numbered in ``run``, and ``text``'s markers with them (a
+    subagent's ``[1]`` may be the caller's ``[4]``)."""
     if not citations:
         return text, ()
     numbers: dict[int, int] = {}

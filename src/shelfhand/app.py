@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.agent.subagents import Subagent
+    from shelfhand.agent.supervisor import Supervisor
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
@@ -247,6 +249,62 @@ class App:
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
         )
+
+    def subagents(self, code: Sequence[Subagent] = ()) -> list[Subagent]:
+        """The subagents: ``code`` declarations plus ``<workspace>/agents/*.md`` files.
+
+        Raises:
+            DeclarationError: a bad file (file and line) or an id declared twice (both places).
+        """
+        from shelfhand.agent.subagents import (
+            AGENTS_FOLDER,
+            load_subagent_files,
+            merge_declarations,
+        )
+
+        files = load_subagent_files(self.settings.workspace / AGENTS_FOLDER)
+        return merge_declarations(code, files)
+
+    def supervisor(
+        self,
+        model: ChatModel,
+        kb: KnowledgeBase | None,
+        *,
+        subagents: Sequence[Subagent] = (),
+        memory: ConversationMemory | None = None,
+        toolkit: Toolkit | None = None,
+    ) -> Supervisor:
+        """A main agent delegating to the workspace's subagents (and ``subagents`` from code).
+
+        A subagent file naming another ``model`` gets that model on the configured endpoint
+        (with a ``scripted:`` model, the script plays every part).
+
+        Raises:
+            DeclarationError: see :meth:`subagents`; an unknown tool name in a declaration.
+        """
+        from shelfhand.agent.supervisor import Supervisor
+
+        subs = self.subagents(subagents)
+        models: dict[str, ChatModel] = {}
+        for sub in subs:
+            named = sub.model
+            if isinstance(named, str) and named != model.name and named not in models:
+                models[named] = self._named_model(named, model)
+        return Supervisor(
+            model=model,
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            subagents=subs,
+            models=models,
+            memory=memory,
+        )
+
+    def _named_model(self, name: str, main: ChatModel) -> ChatModel:
+        s = self.settings
+        if not s.model or s.model.startswith("scripted:"):
+            return main
+        from shelfhand.providers.openai_chat import OpenAIChatModel
+
+        return OpenAIChatModel.from_env(s, model=name)
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +180,59 @@ def test_a_subagent_may_not_take_the_name_of_a_tool() -> None:
             toolkit=Toolkit([query_stock]),
             subagents=[Subagent("query_stock", "Clashes.")],
         )
+
+
+def shelfhand_cli(*args: str, workspace: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(SHELFHAND_WORKSPACE=str(workspace), COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_agents_command_lists_the_workspace_subagents(tmp_path: Path) -> None:
+    write(tmp_path / "agents", "product-advisor.md", ADVISOR)
+    write(tmp_path / "agents", "writer.md", "---\ndescription: Writes.\ntools: [calculator]\n---\n")
+    out = shelfhand_cli("agents", "--json", workspace=tmp_path)
+    assert out.returncode == 0, out.stderr
+    listed = json.loads(out.stdout)
+    assert [(a["id"], a["tools"], a["max_iters"]) for a in listed] == [
+        ("product-advisor", ["query_stock"], 4),
+        ("writer", ["calculator"], 6),
+    ]
+    table = shelfhand_cli("agents", workspace=tmp_path)
+    assert "product-advisor" in table.stdout and "Answers questions about products" in table.stdout
+    assert "query_stock' is not built in" in table.stdout
+
+
+def test_the_agents_command_reports_a_bad_file_with_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "agents", "bad.md", "---\ndescription: x\ncolour: blue\n---\n")
+    out = shelfhand_cli("agents", workspace=tmp_path)
+    assert out.returncode == 2
+    assert f"{path}:3: unknown key 'colour'" in out.stderr.replace("\n", "")
+    assert "Traceback" not in out.stderr
+
+
+def test_the_app_builds_a_supervisor_from_workspace_files_and_code(tmp_path: Path) -> None:
+    from shelfhand.app import App
+    from shelfhand.core.settings import Settings
+
+    write(
+        tmp_path / "agents",
+        "troubleshooter.md",
+        "---\ndescription: Fixes.\ntools: [retrieve]\n---\nFix.",
+    )
+    app = App(settings=Settings(workspace=tmp_path))
+    code = Subagent("summarizer", "Summarises.", tools=["calculator"])
+    sup = app.supervisor(ScriptedModel([]), None, subagents=[code])
+    names = {s["function"]["name"] for s in sup.toolkit.schemas()}
+    assert {"troubleshooter", "summarizer", "retrieve", "calculator"} <= names
+    assert [t.name for t in sup.subagent("troubleshooter").toolkit.tools] == ["retrieve"]  # type: ignore[attr-defined]
+    with pytest.raises(DeclarationError, match="declared twice"):
+        app.supervisor(ScriptedModel([]), None, subagents=[Subagent("troubleshooter", "Dup.")])
+    app.close()

@@ -243,16 +243,19 @@ class Agent:
         approvals: Approvals | None = None,
         trace_id: str | None = None,
         parent: RunContext | None = None,
+        text_deltas: bool = True,
     ) -> AsyncGenerator[Event, None]:
         """Yield text deltas, tool started/finished, approvals, citations, and one final event.
 
         ``trace_id`` names the run in logs, audit records and the result (default: a new id);
-        ``parent`` as in :meth:`run`.
+        ``parent`` as in :meth:`run`. ``text_deltas=False``: the model is asked without
+        streaming and no ``TextDelta`` is yielded, only the steps and the final event (for
+        callers that show the steps but not the text, e.g. a supervisor running a subagent).
         """
         # aclosing: a consumer that stops early closes the inner generators now, so pending
         # approvals are withdrawn at once rather than whenever the generator is collected
         events = self._loop(
-            prompt, context, history, deps, streaming=True, approvals=approvals,
+            prompt, context, history, deps, streaming=text_deltas, approvals=approvals,
             trace_id=trace_id, parent=parent,
         )  # fmt: skip
         async with aclosing(events):

@@ -37,7 +37,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -212,7 +212,14 @@ class _Delegation:
     async def _stream(self, run: RunContext, task: str, turn: _Turn) -> RunResult:
         spec = self.spec
         history = turn.history if spec.memory == "shared" else ()
-        events = self.agent().stream(task, history=history, approvals=turn.approvals, parent=run)
+        agent = self.agent()
+        events: AsyncIterator[Event]
+        if isinstance(agent, Agent):  # its text is the tool result: no need to stream it
+            events = agent.stream(
+                task, history=history, approvals=turn.approvals, parent=run, text_deltas=False
+            )
+        else:
+            events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
         async with aclosing(events) as stream:  # type: ignore[type-var]
             async for event in stream:
                 if isinstance(event, Final):
@@ -429,15 +436,47 @@ class Supervisor:
         session: str | None = None,
     ) -> RunResult:
         """Run the turn to its answer (see :meth:`stream` for the arguments)."""
-        events = self.stream(
-            prompt, context=context, history=history, deps=deps, approvals=approvals,
-            trace_id=trace_id, parent=parent, session=session,
-        )  # fmt: skip
-        async with aclosing(events) as stream:
-            async for event in stream:
-                if isinstance(event, Final):
-                    return event.result
+        trace_id = trace_id or new_id()
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        turn = self._new_turn(first, history, approvals, session or trace_id)
+        token = _turn.set(turn)  # no stream to feed: the main agent runs in this task
+        try:
+            events = self.agent.stream(
+                first, context=context, history=history, deps=deps, approvals=approvals,
+                trace_id=trace_id, parent=parent, text_deltas=False,
+            )  # fmt: skip
+            async with aclosing(events) as inner:
+                async for event in inner:
+                    if turn.human is not None:  # the loop guard tripped: ask nothing more
+                        break
+                    if isinstance(event, Final):
+                        return event.result
+        finally:
+            _turn.reset(token)
+        assert turn.human is not None
+        async for event in self._stop(first, turn.human, turn, trace_id):
+            if isinstance(event, Final):
+                return event.result
         raise RuntimeError("supervisor ended without a final event")  # pragma: no cover
+
+    def _new_turn(
+        self,
+        first: Message,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        session: str,
+        sink: Callable[[Event], None] | None = None,
+    ) -> _Turn:
+        memory = self.agent.memory
+        past = tuple(memory.messages) if memory is not None else tuple(history)
+        return _Turn(
+            session=session,
+            max_calls=self.max_calls,
+            sink=sink,
+            history=(*past, first),
+            approvals=approvals if approvals is not None else self.agent.approvals,
+            guard=self._guard,
+        )
 
     def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
         """``run`` for scripts and the CLI (not inside a running event loop)."""
@@ -465,16 +504,7 @@ class Supervisor:
         trace_id = trace_id or new_id()
         queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        memory = self.agent.memory
-        past = tuple(memory.messages) if memory is not None else tuple(history)
-        turn = _Turn(
-            session=session or trace_id,
-            max_calls=self.max_calls,
-            sink=queue.put_nowait,
-            history=(*past, first),
-            approvals=approvals if approvals is not None else self.agent.approvals,
-            guard=self._guard,
-        )
+        turn = self._new_turn(first, history, approvals, session or trace_id, queue.put_nowait)
 
         async def produce() -> None:
             try:

@@ -369,3 +369,29 @@ def test_governance_is_shared_with_subagent_toolkits() -> None:
     assert sup.toolkit.governance is gov
     assert sup.subagent("product_advisor").toolkit.governance is gov  # type: ignore[attr-defined]
     assert json.dumps(event_to_dict(SubagentStarted(subagent="a", depth=1)))
+
+
+async def test_run_also_stops_at_the_loop_guard_and_sessions_carry_fingerprints() -> None:
+    # run(): the same result twice in one turn
+    child = ScriptedModel([text("same"), text("same")])
+    main = ScriptedModel(
+        [
+            tool_call("product_advisor", {"task": "a"}),
+            tool_call("product_advisor", {"task": "b"}),
+            text("never asked"),
+        ]
+    )
+    sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(child)])
+    result = await sup.run("x", context=ALICE)
+    assert result.stop_reason == "human_needed" and main.remaining == 1
+    # a session: the same result in two turns in a row trips it too; another session does not
+    child = ScriptedModel([text("same"), text("same"), text("same")])
+    main = ScriptedModel(
+        [tool_call("product_advisor", {"task": "a"}), text("first")] * 2
+        + [tool_call("product_advisor", {"task": "a"}), text("other session")]
+    )
+    sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(child)])
+    assert (await sup.run("x", context=ALICE, session="s1")).output == "first"
+    assert (await sup.run("x", context=ALICE, session="s2")).output == "first"
+    again = await sup.run("x", context=ALICE, session="s1")
+    assert again.stop_reason == "human_needed"

@@ -179,15 +179,20 @@ class _Delegation:
                 "spent. Answer with what you have."
             )
         turn.calls += 1
-        turn.emit(SubagentStarted(subagent=spec.id, depth=depth, task=task))
-        started = time.perf_counter()
-        finished = SubagentFinished(subagent=spec.id, depth=depth, is_error=True, stop_reason="")
-        try:
-            result = await self._stream(run, task, turn)
-            finished = replace(finished, is_error=False, stop_reason=result.stop_reason)
-        finally:
-            elapsed = (time.perf_counter() - started) * 1000
-            turn.emit(replace(finished, duration_ms=elapsed))
+        if turn.sink is None:  # nobody watches the events: just run it
+            result = await self._run(run, task, turn)
+        else:
+            turn.emit(SubagentStarted(subagent=spec.id, depth=depth, task=task))
+            started = time.perf_counter()
+            finished = SubagentFinished(
+                subagent=spec.id, depth=depth, is_error=True, stop_reason=""
+            )
+            try:
+                result = await self._stream(run, task, turn)
+                finished = replace(finished, is_error=False, stop_reason=result.stop_reason)
+            finally:
+                elapsed = (time.perf_counter() - started) * 1000
+                turn.emit(replace(finished, duration_ms=elapsed))
         output, citations = renumber_citations(result.output, result.citations, run)
         key = (turn.session, spec.id)
         mark = fingerprint(result.output)
@@ -208,6 +213,10 @@ class _Delegation:
         while len(turn.guard) > _GUARD_KEYS:
             turn.guard.popitem(last=False)
         return ToolOutput(content=output, citations=citations, data=result)
+
+    async def _run(self, run: RunContext, task: str, turn: _Turn) -> RunResult:
+        history = turn.history if self.spec.memory == "shared" else ()
+        return await self.agent().run(task, history=history, approvals=turn.approvals, parent=run)
 
     async def _stream(self, run: RunContext, task: str, turn: _Turn) -> RunResult:
         spec = self.spec

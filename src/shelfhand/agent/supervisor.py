@@ -70,6 +70,8 @@ if TYPE_CHECKING:
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
 
+    from .tasks import TaskRegistry
+
 __all__ = [
     "DEFAULT_MAX_CALLS",
     "DEFAULT_MAX_DEPTH",
@@ -160,7 +162,11 @@ class _Delegation:
             delegate, name=spec.id, description=spec.description, timeout=spec.timeout, retries=0
         )
 
-    async def run(self, run: RunContext, task: str) -> ToolOutput:
+    async def run(
+        self, run: RunContext, task: str, history: Sequence[Message] | None = None
+    ) -> ToolOutput:
+        """Delegate ``task`` for ``run``'s caller (``history``: an earlier exchange with this
+        subagent to continue, instead of what its memory setting gives it)."""
         spec = self.spec
         turn = _turn.get()
         if turn is None:  # called outside a supervisor's turn (a plain Agent): limits per run
@@ -180,7 +186,7 @@ class _Delegation:
             )
         turn.calls += 1
         if turn.sink is None:  # nobody watches the events: just run it
-            result = await self._run(run, task, turn)
+            result = await self._run(run, task, turn, history)
         else:
             turn.emit(SubagentStarted(subagent=spec.id, depth=depth, task=task))
             started = time.perf_counter()
@@ -188,7 +194,7 @@ class _Delegation:
                 subagent=spec.id, depth=depth, is_error=True, stop_reason=""
             )
             try:
-                result = await self._stream(run, task, turn)
+                result = await self._stream(run, task, turn, history)
                 finished = replace(finished, is_error=False, stop_reason=result.stop_reason)
             finally:
                 elapsed = (time.perf_counter() - started) * 1000
@@ -214,13 +220,22 @@ class _Delegation:
             turn.guard.popitem(last=False)
         return ToolOutput(content=output, citations=citations, data=result)
 
-    async def _run(self, run: RunContext, task: str, turn: _Turn) -> RunResult:
-        history = turn.history if self.spec.memory == "shared" else ()
+    def _history(self, turn: _Turn, given: Sequence[Message] | None) -> Sequence[Message]:
+        if given is not None:
+            return given
+        return turn.history if self.spec.memory == "shared" else ()
+
+    async def _run(
+        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
+    ) -> RunResult:
+        history = self._history(turn, given)
         return await self.agent().run(task, history=history, approvals=turn.approvals, parent=run)
 
-    async def _stream(self, run: RunContext, task: str, turn: _Turn) -> RunResult:
+    async def _stream(
+        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
+    ) -> RunResult:
         spec = self.spec
-        history = turn.history if spec.memory == "shared" else ()
+        history = self._history(turn, given)
         agent = self.agent()
         events: AsyncIterator[Event]
         if isinstance(agent, Agent):  # its text is the tool result: no need to stream it
@@ -305,6 +320,11 @@ class Supervisor:
         memory: The main agent's conversation memory.
         approvals: Where ``confirm=True`` calls (also the subagents') wait for a human.
         name: Shown in logs, traces and audit records.
+        tasks: Where background tasks are kept; with one, the main agent also gets the
+            lifecycle tools (``agent_spawn``, ``agent_send``, ``task_output``,
+            ``wait_async_results``, ``task_cancel``, ``task_list``; see
+            :mod:`shelfhand.agent.lifecycle`). Tasks belong to the caller and the ``session``
+            of the turn that started them.
 
     Raises:
         DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
@@ -327,6 +347,7 @@ class Supervisor:
         approvals: Approvals | None = None,
         name: str = "supervisor",
         description: str = "",
+        tasks: TaskRegistry | None = None,
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
@@ -367,6 +388,12 @@ class Supervisor:
             kit.add(found)
         for delegation in self._delegations.values():
             kit.add(delegation.tool())
+        self.tasks = tasks
+        if tasks is not None:
+            from .lifecycle import lifecycle_tools
+
+            for lifecycle_tool in lifecycle_tools(self, tasks):
+                kit.add(lifecycle_tool)
         self.agent = Agent(
             name=name,
             model=model,

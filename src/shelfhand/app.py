@@ -7,6 +7,7 @@ production builds it from settings.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
@@ -273,16 +275,21 @@ class App:
         subagents: Sequence[Subagent] = (),
         memory: ConversationMemory | None = None,
         toolkit: Toolkit | None = None,
+        system_prompt: str | None = None,
+        tasks: TaskRegistry | None = None,
+        fingerprints: OrderedDict[tuple[str, str], str] | None = None,
     ) -> Supervisor:
         """A main agent delegating to the workspace's subagents (and ``subagents`` from code).
 
         A subagent file naming another ``model`` gets that model on the configured endpoint
-        (with a ``scripted:`` model, the script plays every part).
+        (with a ``scripted:`` model, the script plays every part). ``tasks`` adds the
+        lifecycle tools (background tasks); ``system_prompt`` and ``fingerprints`` as in
+        :class:`~shelfhand.agent.supervisor.Supervisor`.
 
         Raises:
             DeclarationError: see :meth:`subagents`; an unknown tool name in a declaration.
         """
-        from shelfhand.agent.supervisor import Supervisor
+        from shelfhand.agent.supervisor import SUPERVISOR_PROMPT, Supervisor
 
         subs = self.subagents(subagents)
         models: dict[str, ChatModel] = {}
@@ -296,6 +303,9 @@ class App:
             subagents=subs,
             models=models,
             memory=memory,
+            system_prompt=system_prompt or SUPERVISOR_PROMPT,
+            tasks=tasks,
+            fingerprints=fingerprints,
         )
 
     def _named_model(self, name: str, main: ChatModel) -> ChatModel:

@@ -325,6 +325,9 @@ class Supervisor:
             ``wait_async_results``, ``task_cancel``, ``task_list``; see
             :mod:`shelfhand.agent.lifecycle`). Tasks belong to the caller and the ``session``
             of the turn that started them.
+        fingerprints: The loop guard's memory, (session, subagent) → fingerprint of the last
+            result; share one between supervisors built per turn (a service does) so that it
+            spans a session's turns.
 
     Raises:
         DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
@@ -348,6 +351,7 @@ class Supervisor:
         name: str = "supervisor",
         description: str = "",
         tasks: TaskRegistry | None = None,
+        fingerprints: OrderedDict[tuple[str, str], str] | None = None,
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
@@ -361,7 +365,7 @@ class Supervisor:
         self.subagents = merge_declarations(subagents)
         self._models = dict(models or {})
         self._source = toolkit
-        self._guard: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._guard = fingerprints if fingerprints is not None else OrderedDict()
         self._delegations: dict[str, _Delegation] = {}
         for spec in self.subagents:
             if toolkit.get(spec.id) is not None:

@@ -395,3 +395,58 @@ async def test_run_also_stops_at_the_loop_guard_and_sessions_carry_fingerprints(
     assert (await sup.run("x", context=ALICE, session="s2")).output == "first"
     again = await sup.run("x", context=ALICE, session="s1")
     assert again.stop_reason == "human_needed"
+
+
+def test_a_delegated_run_belongs_to_its_parents_caller() -> None:
+    from shelfhand.core.context import RunContext
+
+    parent = RunContext.start(agent_name="main", user=ALICE, trace_id="t-1")
+    child = RunContext.start(agent_name="sub", parent=parent)
+    assert (child.user, child.parent_trace_id, child.depth) == (ALICE, "t-1", 1)
+    assert RunContext.start(agent_name="sub2", parent=child).depth == 2
+    with pytest.raises(ValueError, match="parent's caller"):
+        RunContext.start(
+            agent_name="sub", parent=parent, user=UserContext(tenant_id="x", user_id="y")
+        )
+
+
+async def test_a_subagent_past_its_deadline_is_an_error_result_and_the_turn_goes_on() -> None:
+    import asyncio
+
+    async def stuck(messages: list[Message], tools: list[dict]) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    main = ScriptedModel([tool_call("slow", {"task": "x"}), text("gave up")])
+    sup = Supervisor(
+        model=main,
+        toolkit=kit(),
+        subagents=[Subagent("slow", "Slow.", model=FunctionModel(stuck), timeout=0.05)],
+    )
+    events = [e async for e in sup.stream("x", context=ALICE)]
+    finished = next(e for e in events if isinstance(e, SubagentFinished))
+    assert finished.is_error
+    result = events[-1].result  # type: ignore[attr-defined]
+    handed_back = result.messages[2].tool_results[0]
+    assert handed_back.is_error and "slow" in handed_back.content
+    assert result.output == "gave up"
+
+
+async def test_a_consumer_that_stops_early_leaves_no_task_running() -> None:
+    import asyncio
+
+    gate = asyncio.Event()
+
+    async def waits(messages: list[Message], tools: list[dict]) -> str:
+        await gate.wait()
+        return "late"
+
+    main = ScriptedModel([tool_call("product_advisor", {"task": "x"}), text("done")])
+    sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(FunctionModel(waits))])
+    before = len(asyncio.all_tasks())
+    stream = sup.stream("x", context=ALICE)
+    async for event in stream:
+        if isinstance(event, SubagentStarted):
+            break
+    await stream.aclose()
+    assert len(asyncio.all_tasks()) == before

@@ -312,9 +312,11 @@ class App:
         s = self.settings
         if not s.model or s.model.startswith("scripted:"):
             return main
+        from dataclasses import replace
+
         from shelfhand.providers.openai_chat import OpenAIChatModel
 
-        return OpenAIChatModel.from_env(s, model=name)
+        return OpenAIChatModel.from_env(replace(s, model=name))  # same endpoint and options
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent

@@ -306,6 +306,8 @@ class App:
             system_prompt=system_prompt or SUPERVISOR_PROMPT,
             tasks=tasks,
             fingerprints=fingerprints,
+            # like the chat agent: without documents there is nothing to retrieve up front
+            retrieval=self.settings.answer_retrieval if kb is not None else "tool",
         )
 
     def _named_model(self, name: str, main: ChatModel) -> ChatModel:

@@ -450,3 +450,26 @@ async def test_a_consumer_that_stops_early_leaves_no_task_running() -> None:
             break
     await stream.aclose()
     assert len(asyncio.all_tasks()) == before
+
+
+async def test_the_main_agent_retrieves_up_front_like_a_chat_agent(tmp_path: Path) -> None:
+    from shelfhand import KnowledgeBase
+    from shelfhand.agent.retrieve import make_retrieve_tool
+    from shelfhand.knowledge.base import sample_corpus
+
+    kb = KnowledgeBase(tmp_path / "kb", None, mode="keyword")
+    try:
+        kb.ingest([sample_corpus()], tenant_id="acme")
+        main = ScriptedModel([text("E-203 表示灯泡过热 [1]。")])
+        sup = Supervisor(
+            model=main,
+            toolkit=Toolkit([make_retrieve_tool(kb), query_stock]),
+            subagents=[advisor(ScriptedModel([]))],
+            retrieval="context",
+        )
+        result = await sup.run("E-203 是什么故障？", context=ALICE)
+        assert result.citations and "灯泡过热" in str(main.requests[0][-1].text)
+        assert "retrieve" not in {s["function"]["name"] for s in main.tool_schemas[0]}
+        assert "product_advisor" in {s["function"]["name"] for s in main.tool_schemas[0]}
+    finally:
+        kb.close()

@@ -67,6 +67,7 @@ from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
 if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.core.settings import AnswerRetrieval
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
 
@@ -328,6 +329,9 @@ class Supervisor:
         fingerprints: The loop guard's memory, (session, subagent) → fingerprint of the last
             result; share one between supervisors built per turn (a service does) so that it
             spans a session's turns.
+        retrieval: Where the main agent's answers get passages (``tool``, ``context`` or
+            ``both``, as :class:`~shelfhand.agent.agent.Agent`'s; not ``tool`` needs a
+            ``retrieve`` tool among its own).
 
     Raises:
         DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
@@ -352,6 +356,7 @@ class Supervisor:
         description: str = "",
         tasks: TaskRegistry | None = None,
         fingerprints: OrderedDict[tuple[str, str], str] | None = None,
+        retrieval: AnswerRetrieval = "tool",
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
@@ -406,6 +411,7 @@ class Supervisor:
             max_iters=max_iters,
             memory=memory,
             approvals=approvals,
+            retrieval=retrieval,
         )
 
     @property

@@ -473,3 +473,15 @@ async def test_the_main_agent_retrieves_up_front_like_a_chat_agent(tmp_path: Pat
         assert "product_advisor" in {s["function"]["name"] for s in main.tool_schemas[0]}
     finally:
         kb.close()
+
+
+async def test_a_subagent_tool_in_a_plain_agent_keeps_the_budget_per_run() -> None:
+    child = FunctionModel(lambda messages, tools: f"answer to {messages[-1].text}")
+    delegate = as_tool(Agent(name="helper", model=child), description="Helps.", max_calls=1)
+    main = ScriptedModel(
+        [tool_call("helper", {"task": "a"}), tool_call("helper", {"task": "b"}), text("done")]
+    )
+    result = await Agent(model=main, toolkit=Toolkit([delegate])).run("x", context=ALICE)
+    first, second = (m.tool_results[0] for m in result.messages if m.role == "tool")
+    assert first.content == "answer to a"
+    assert second.is_error and "budget of 1 subagent calls" in second.content

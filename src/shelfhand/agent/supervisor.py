@@ -141,6 +141,7 @@ class _Delegation:
         self.max_depth = max_depth
         self.max_calls = max_calls
         self._guard = guard if guard is not None else OrderedDict()
+        self._standalone: OrderedDict[str, _Turn] = OrderedDict()  # calling run → its turn
 
     def agent(self) -> Delegable:
         if self._agent is None:
@@ -171,7 +172,12 @@ class _Delegation:
         spec = self.spec
         turn = _turn.get()
         if turn is None:  # called outside a supervisor's turn (a plain Agent): limits per run
-            turn = _Turn(session=run.trace_id, max_calls=self.max_calls, guard=self._guard)
+            turn = self._standalone.get(run.trace_id)
+            if turn is None:
+                turn = _Turn(session=run.trace_id, max_calls=self.max_calls, guard=self._guard)
+                self._standalone[run.trace_id] = turn
+                while len(self._standalone) > _GUARD_KEYS:
+                    self._standalone.popitem(last=False)
         depth = run.depth + 1
         if turn.human is not None:
             return _refused(f"not delegated: {turn.human.reason}")

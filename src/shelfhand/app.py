@@ -7,6 +7,7 @@ production builds it from settings.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.rewrite import QueryRewriter
+    from shelfhand.agent.subagents import Subagent
+    from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.core.context import UserContext
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
@@ -307,6 +311,74 @@ class App:
             retrieval=mode if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
         )
+
+    def subagents(self, code: Sequence[Subagent] = ()) -> list[Subagent]:
+        """The subagents: ``code`` declarations plus ``<workspace>/agents/*.md`` files.
+
+        Raises:
+            DeclarationError: a bad file (file and line) or an id declared twice (both places).
+        """
+        from shelfhand.agent.subagents import (
+            AGENTS_FOLDER,
+            load_subagent_files,
+            merge_declarations,
+        )
+
+        files = load_subagent_files(self.settings.workspace / AGENTS_FOLDER)
+        return merge_declarations(code, files)
+
+    def supervisor(
+        self,
+        model: ChatModel,
+        kb: KnowledgeBase | None,
+        *,
+        subagents: Sequence[Subagent] = (),
+        memory: ConversationMemory | None = None,
+        toolkit: Toolkit | None = None,
+        system_prompt: str | None = None,
+        tasks: TaskRegistry | None = None,
+        fingerprints: OrderedDict[tuple[str, str], str] | None = None,
+    ) -> Supervisor:
+        """A main agent delegating to the workspace's subagents (and ``subagents`` from code).
+
+        A subagent file naming another ``model`` gets that model on the configured endpoint
+        (with a ``scripted:`` model, the script plays every part). ``tasks`` adds the
+        lifecycle tools (background tasks); ``system_prompt`` and ``fingerprints`` as in
+        :class:`~shelfhand.agent.supervisor.Supervisor`.
+
+        Raises:
+            DeclarationError: see :meth:`subagents`; an unknown tool name in a declaration.
+        """
+        from shelfhand.agent.supervisor import SUPERVISOR_PROMPT, Supervisor
+
+        subs = self.subagents(subagents)
+        models: dict[str, ChatModel] = {}
+        for sub in subs:
+            named = sub.model
+            if isinstance(named, str) and named != model.name and named not in models:
+                models[named] = self._named_model(named, model)
+        return Supervisor(
+            model=model,
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            subagents=subs,
+            models=models,
+            memory=memory,
+            system_prompt=system_prompt or SUPERVISOR_PROMPT,
+            tasks=tasks,
+            fingerprints=fingerprints,
+            # like the chat agent: without documents there is nothing to retrieve up front
+            retrieval=self.settings.answer_retrieval if kb is not None else "tool",
+        )
+
+    def _named_model(self, name: str, main: ChatModel) -> ChatModel:
+        s = self.settings
+        if not s.model or s.model.startswith("scripted:"):
+            return main
+        from dataclasses import replace
+
+        from shelfhand.providers.openai_chat import OpenAIChatModel
+
+        return OpenAIChatModel.from_env(replace(s, model=name))  # same endpoint and options
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent

@@ -81,11 +81,14 @@ DEFAULT_SYSTEM_PROMPT = (
     "If the documents do not contain the answer, say so instead of guessing."
 )
 
-StopReason = Literal["final", "max_iters", "external_tool", "empty", "repeated_call"]
+StopReason = Literal[
+    "final", "max_iters", "external_tool", "empty", "repeated_call", "human_needed"
+]
 """Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
 called an ``external`` tool (``external_tool``); it answered blank even after a nudge
 (``empty``: the output is an honest fallback); it kept repeating a failing call
-(``repeated_call``)."""
+(``repeated_call``); delegation went round in circles and a person should look
+(``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,16 +199,20 @@ class Agent:
         deps: Any = None,
         approvals: Approvals | None = None,
         trace_id: str | None = None,
+        parent: RunContext | None = None,
     ) -> RunResult:
         """Run to the final answer and return it with the transcript and citations.
 
         ``approvals`` overrides the agent's registry for this run; with a registry but no
         handler, ``run`` waits until someone else approves or rejects (use ``stream`` to see
-        the ``ApprovalRequired`` events).
+        the ``ApprovalRequired`` events). ``parent``: the run delegating this one (a
+        subagent's run: its caller is the parent's, its depth one more, see
+        :mod:`shelfhand.agent.supervisor`).
         """
         async for event in self._loop(
-            prompt, context, history, deps, streaming=False, approvals=approvals, trace_id=trace_id
-        ):
+            prompt, context, history, deps, streaming=False, approvals=approvals,
+            trace_id=trace_id, parent=parent,
+        ):  # fmt: skip
             if isinstance(event, Final):
                 return event.result
         raise RuntimeError("agent loop ended without a final event")  # pragma: no cover
@@ -241,16 +248,22 @@ class Agent:
         deps: Any = None,
         approvals: Approvals | None = None,
         trace_id: str | None = None,
+        parent: RunContext | None = None,
+        text_deltas: bool = True,
     ) -> AsyncGenerator[Event, None]:
         """Yield text deltas, tool started/finished, approvals, citations, and one final event.
 
-        ``trace_id`` names the run in logs, audit records and the result (default: a new id).
+        ``trace_id`` names the run in logs, audit records and the result (default: a new id);
+        ``parent`` as in :meth:`run`. ``text_deltas=False``: the model is asked without
+        streaming and no ``TextDelta`` is yielded, only the steps and the final event (for
+        callers that show the steps but not the text, e.g. a supervisor running a subagent).
         """
         # aclosing: a consumer that stops early closes the inner generators now, so pending
         # approvals are withdrawn at once rather than whenever the generator is collected
         events = self._loop(
-            prompt, context, history, deps, streaming=True, approvals=approvals, trace_id=trace_id
-        )
+            prompt, context, history, deps, streaming=text_deltas, approvals=approvals,
+            trace_id=trace_id, parent=parent,
+        )  # fmt: skip
         async with aclosing(events):
             async for event in events:
                 yield event
@@ -266,9 +279,12 @@ class Agent:
         streaming: bool,
         approvals: Approvals | None = None,
         trace_id: str | None = None,
+        parent: RunContext | None = None,
     ) -> AsyncGenerator[Event, None]:
         approvals = approvals if approvals is not None else self.approvals
-        run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
+        run = RunContext.start(
+            agent_name=self.name, user=context, deps=deps, trace_id=trace_id, parent=parent
+        )
         user = run.user
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory

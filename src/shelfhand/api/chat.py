@@ -39,6 +39,8 @@ import anyio
 
 from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.memory import ConversationMemory, build_system_prompt
+from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
+from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
     ModelError,
@@ -46,7 +48,7 @@ from shelfhand.core.errors import (
     ScriptExhaustedError,
     ShelfhandError,
 )
-from shelfhand.core.events import Final, event_to_dict
+from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
 from shelfhand.sessions.store import MemoryWindow
 from shelfhand.sessions.user_memory import format_memories
@@ -170,6 +172,13 @@ class ChatService:
         self._busy: set[str] = set()
         self._approval_sessions: dict[str, str] = {}
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
+        # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
+        self.subagents = app.subagents()
+        self.tasks = TaskRegistry()
+        """Background subagent tasks, by (tenant, user, session)."""
+        self._fingerprints: OrderedDict[tuple[str, str], str] = OrderedDict()
+        if self.subagents and model is not None:  # an unknown tool name fails at start-up
+            app.supervisor(model, kb, toolkit=toolkit, tasks=self.tasks)
 
     WINDOW_CACHE = 2048
     """Sessions whose memory window is kept in the process."""
@@ -247,7 +256,7 @@ class ChatService:
                 summary=window.summary,
             )
             events = (
-                self._chat_events(user, content, memory, trace_id)
+                self._chat_events(user, content, memory, trace_id, session_id)
                 if self.model is not None
                 else self._knowledge_events(user, content, memory, trace_id)
             )
@@ -321,20 +330,38 @@ class ChatService:
             await events.aclose()  # ends the model request if the turn stops early
 
     async def _chat_events(
-        self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
+        self,
+        user: UserContext,
+        content: str,
+        memory: ConversationMemory,
+        trace_id: str,
+        session_id: str = "",
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
         facts = self.memories.recall(user)
         system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
         # group state is per conversation; a toolkit without groups can be shared as is
         toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit
-        agent = self.app.chat_agent(
-            self.model, self.kb, memory=memory, toolkit=toolkit, system_prompt=system
-        )
-        # the turn's trace id names the agent run too: logs, audit records and events agree
-        async for event in agent.stream(
-            content, context=user, approvals=self.approvals, trace_id=trace_id
-        ):
+        events: AsyncIterator[Event]
+        if self.subagents:
+            supervisor = self.app.supervisor(
+                self.model, self.kb, memory=memory, toolkit=toolkit,
+                system_prompt=build_system_prompt(SUPERVISOR_PROMPT, memory=format_memories(facts)),
+                tasks=self.tasks, fingerprints=self._fingerprints,
+            )  # fmt: skip
+            events = supervisor.stream(
+                content, context=user, approvals=self.approvals, trace_id=trace_id,
+                session=session_id,
+            )  # fmt: skip
+        else:
+            agent = self.app.chat_agent(
+                self.model, self.kb, memory=memory, toolkit=toolkit, system_prompt=system
+            )
+            # the turn's trace id names the agent run too: logs, audit records and events agree
+            events = agent.stream(
+                content, context=user, approvals=self.approvals, trace_id=trace_id
+            )
+        async for event in events:
             data = event_to_dict(event)
             if isinstance(event, Final):
                 data["stop_reason"] = event.result.stop_reason

@@ -7,8 +7,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 import anyio
+import anyio.from_thread
 from fastapi import APIRouter, Body, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
 
 from shelfhand.api.chat import SessionBusyError, TurnFailed
 from shelfhand.api.deps import Caller, ServiceDep, hide_paths, sse_event
@@ -97,7 +99,25 @@ def delete_session(session_id: SessionId, service: ServiceDep, caller: Caller) -
     if not service.sessions.delete(session_id, caller):
         raise _not_found()
     service.chat.forget(session_id)
+    # its background subagent tasks go with it (the tasks live on the event loop)
+    anyio.from_thread.run(service.chat.tasks.cancel_session, caller.tenant_id, session_id)
     return Response(status_code=204)
+
+
+class TaskList(BaseModel):
+    tasks: list[dict[str, Any]] = Field(
+        description="Background subagent tasks: id, subagent, task, status (running, done, "
+        "failed, cancelled), output, error, created, finished (epoch seconds)."
+    )
+
+
+@router.get("/sessions/{session_id}/tasks", tags=["sessions"], responses=_ERRORS)
+def list_session_tasks(session_id: SessionId, service: ServiceDep, caller: Caller) -> TaskList:
+    """The session's background subagent tasks (started with ``agent_spawn``), oldest first."""
+    if service.sessions.get(session_id, caller) is None:
+        raise _not_found()
+    owner = (caller.tenant_id, caller.user_id, session_id)
+    return TaskList(tasks=[t.to_dict() for t in service.chat.tasks.tasks_of(owner)])
 
 
 @router.post(

@@ -177,6 +177,7 @@ def create_app(
         try:
             yield
         finally:
+            await service.chat.tasks.close()  # background subagent tasks end with the server
             if embedder is not None:
                 embedder.stop()
             if group is not None:

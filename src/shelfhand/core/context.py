@@ -76,6 +76,10 @@ class RunContext:
     citations: CitationLedger = field(default_factory=CitationLedger, compare=False, repr=False)
     """This run's citation numbers: every tool call of the run (and of its iterations) shares
     them, so passages keep one number per run; a new run starts from ``[1]``."""
+    parent_trace_id: str = ""
+    """The trace id of the run that delegated this one (a subagent's run); empty at the top."""
+    depth: int = 0
+    """How many delegations deep this run is: 0 for the main agent, 1 for its subagents..."""
 
     @classmethod
     def start(
@@ -85,12 +89,28 @@ class RunContext:
         user: UserContext | None = None,
         deps: Any = None,
         trace_id: str | None = None,
+        parent: RunContext | None = None,
     ) -> RunContext:
         """A new run for ``user`` (anonymous if ``None``), under ``trace_id`` if the caller
-        chose one (e.g. the HTTP turn's), else a fresh one."""
+        chose one (e.g. the HTTP turn's), else a fresh one.
+
+        ``parent``: the run that delegates this one (a subagent's run). The new run records
+        its trace id and is one level deeper; its caller is the parent's caller, always.
+        """
+        if parent is None:
+            return cls(
+                agent_name=agent_name,
+                user=user or ANONYMOUS,
+                deps=deps,
+                trace_id=trace_id or new_id(),
+            )
+        if user is not None and user != parent.user:
+            raise ValueError("a delegated run belongs to its parent's caller; pass no other user")
         return cls(
             agent_name=agent_name,
-            user=user or ANONYMOUS,
+            user=parent.user,
             deps=deps,
             trace_id=trace_id or new_id(),
+            parent_trace_id=parent.trace_id,
+            depth=parent.depth + 1,
         )

@@ -24,6 +24,8 @@ class ToolStarted:
     call_id: str
     name: str
     arguments: str
+    agent: str | None = None
+    """The subagent that made the call (``None``: the agent whose stream this is)."""
     type: Literal["tool_started"] = "tool_started"
 
 
@@ -36,6 +38,8 @@ class ToolFinished:
     duration_ms: float
     replayed: bool = False
     """The result was replayed from the tool cache (the tool did not run again)."""
+    agent: str | None = None
+    """The subagent that made the call (``None``: the agent whose stream this is)."""
     type: Literal["tool_finished"] = "tool_finished"
 
 
@@ -102,6 +106,42 @@ class Final:
     type: Literal["final"] = "final"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentStarted:
+    """A subagent (or pipeline) was handed a task by the agent one level up (DESIGN S3)."""
+
+    subagent: str
+    depth: int
+    """1 for a subagent of the main agent, 2 for one of its subagents, ..."""
+    task: str = ""
+    call_id: str = ""
+    type: Literal["subagent_started"] = "subagent_started"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentFinished:
+    """A subagent handed its result back (``is_error``: it could not do the task)."""
+
+    subagent: str
+    depth: int
+    is_error: bool = False
+    stop_reason: str = "final"
+    duration_ms: float = 0.0
+    call_id: str = ""
+    type: Literal["subagent_finished"] = "subagent_finished"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HumanNeeded:
+    """Delegation stopped and a person should look (DESIGN S4): e.g. a subagent handed back
+    the same result twice in a row, so asking it again would go round in circles."""
+
+    subagent: str
+    reason: str
+    depth: int = 1
+    type: Literal["human_needed"] = "human_needed"
+
+
 Event: TypeAlias = (
     TextDelta
     | ToolStarted
@@ -111,6 +151,9 @@ Event: TypeAlias = (
     | ApprovalDecided
     | CitationsFound
     | Final
+    | SubagentStarted
+    | SubagentFinished
+    | HumanNeeded
 )
 
 
@@ -128,5 +171,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = {"type": event.type}
     for f in fields(event):
         value = getattr(event, f.name)
+        if f.name == "agent" and value is None:
+            continue  # the main agent's own tool events look as they always did
         data[f.name] = dict(value) if isinstance(value, Mapping) else value
     return data

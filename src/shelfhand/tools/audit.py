@@ -79,13 +79,26 @@ AUDIT_MIGRATIONS = [
         name="audit_002_argument_repairs",
         sql="ALTER TABLE audit_log ADD COLUMN repairs TEXT NOT NULL DEFAULT '';",
     ),
+    Migration(
+        name="audit_003_delegation",
+        sql="""
+        ALTER TABLE audit_log ADD COLUMN parent_trace_id TEXT NOT NULL DEFAULT '';
+        ALTER TABLE audit_log ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE audit_log ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+        CREATE INDEX audit_log_parent ON audit_log (parent_trace_id);
+        """,
+    ),
 ]
 
 _COLUMNS = (
     "ts, tool, tenant, user_id, trace_id, request_id, call_id, args_hash, arguments, decision, "
-    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts, repairs"
+    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts, repairs, "
+    "parent_trace_id, depth, agent"
 )
-_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 17)})"
+_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 20)})"
+_ROW_DEFAULTS: tuple[Any, ...] = ((), "", 0, "")
+"""Values of the optional trailing fields of a buffered row (repairs, parent trace, depth,
+agent), for rows appended without them."""
 
 
 def redact(value: Any) -> Any:
@@ -139,6 +152,12 @@ class AuditRecord:
     attempts: int
     repairs: tuple[str, ...] = ()
     """What was repaired in the model's arguments before the call (see ``tools.repair``)."""
+    parent_trace_id: str = ""
+    """The trace of the run that delegated this call's run (a subagent's call); else empty."""
+    depth: int = 0
+    """Delegation depth of the calling run: 0 for the main agent, 1 for its subagents..."""
+    agent: str = ""
+    """The agent (or subagent id) whose run made the call."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (the ``time`` field is ISO 8601, UTC)."""
@@ -203,6 +222,9 @@ class AuditLog:
         attempts: int = 1,
         ts: float | None = None,
         repairs: Sequence[str] = (),
+        parent_trace_id: str = "",
+        depth: int = 0,
+        agent: str = "",
     ) -> None:
         """Buffer one record; hashing, redaction and the write happen off the calling path.
 
@@ -228,13 +250,16 @@ class AuditLog:
                 dedup_hit,
                 attempts,
                 tuple(repairs),
+                parent_trace_id,
+                depth,
+                agent,
             )
         )
 
     def append(self, row: tuple[Any, ...]) -> None:
         """:meth:`record` without keywords, for the toolkit's hot path: ``row`` holds the same
-        values in the order of :meth:`record`'s parameters (``ts`` first, required; ``repairs``
-        last, optional)."""
+        values in the order of :meth:`record`'s parameters (``ts`` first, required; ``repairs``,
+        ``parent_trace_id``, ``depth`` and ``agent`` last, optional)."""
         if self._closed:
             logger.warning("audit log %s is closed; dropping a record for %s", self.path, row[1])
             return
@@ -310,6 +335,7 @@ class AuditLog:
         outcome: str | None = None,
         trace_id: str | None = None,
         limit: int | None = 1000,
+        parent_trace_id: str | None = None,
     ) -> list[AuditRecord]:
         """Records matching every given filter, oldest first (the newest ``limit`` of them).
 
@@ -321,6 +347,7 @@ class AuditLog:
             outcome: ``ok``, ``error``, ``denied``, ... (see :class:`AuditRecord`).
             trace_id: One run's calls.
             limit: Most records returned (``None``: all).
+            parent_trace_id: The calls of the runs a run delegated to (its subagents').
         """
         return list(
             self._select(
@@ -331,6 +358,7 @@ class AuditLog:
                 outcome=outcome,
                 trace_id=trace_id,
                 limit=limit,
+                parent_trace_id=parent_trace_id,
             )
         )
 
@@ -359,6 +387,7 @@ class AuditLog:
         outcome: str | None = None,
         trace_id: str | None = None,
         limit: int | None = 1000,
+        parent_trace_id: str | None = None,
     ) -> Iterator[AuditRecord]:
         if not self._closed:
             self.flush()
@@ -370,6 +399,7 @@ class AuditLog:
             ("tenant", tenant),
             ("outcome", outcome),
             ("trace_id", trace_id),
+            ("parent_trace_id", parent_trace_id),
         ):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -407,14 +437,17 @@ class AuditLog:
                 dedup_hit=bool(row[14]),
                 attempts=row[15],
                 repairs=tuple(json.loads(row[16])) if row[16] else (),
+                parent_trace_id=row[17],
+                depth=row[18],
+                agent=row[19],
             )
 
 
 def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """A buffered record → the stored row: hash and redact the arguments."""
-    if len(raw) == 16:  # a row appended without repairs
-        raw = (*raw, ())
-    raw = (*raw[:16], json.dumps(list(raw[16]), ensure_ascii=False) if raw[16] else "")
+    if len(raw) < 20:  # a row appended without the optional trailing fields
+        raw = (*raw, *_ROW_DEFAULTS[len(raw) - 16 :])
+    raw = (*raw[:16], json.dumps(list(raw[16]), ensure_ascii=False) if raw[16] else "", *raw[17:])
     arguments, canonical = raw[7], raw[8]
     if canonical is None:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it

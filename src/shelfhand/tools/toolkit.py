@@ -565,6 +565,9 @@ class Toolkit:
                 report.shared,
                 report.attempts,
                 report.repairs,
+                run.parent_trace_id,
+                run.depth,
+                run.agent_name,
             )
         )
 

@@ -250,13 +250,17 @@ async function send(text) {
     setStatus("trace " + (res.headers.get("X-Trace-Id") || ""));
     await readEvents(res, (type, ev) => {
       if (type === "text_delta") { answer.text += ev.text; renderAnswer(answer); }
-      else if (type === "tool_started") steps[ev.call_id] = addStep(answer, `→ ${ev.name}(${ev.arguments})`);
+      // a subagent's tool events carry its id in `agent` (its call ids are its own)
+      else if (type === "tool_started") steps[(ev.agent || "") + ev.call_id] = addStep(answer, `${ev.agent ? `[${ev.agent}] ` : ""}→ ${ev.name}(${ev.arguments})`);
       else if (type === "tool_finished") {
-        const line = steps[ev.call_id] || addStep(answer, "");
+        const line = steps[(ev.agent || "") + ev.call_id] || addStep(answer, "");
         line.textContent += ` ← ${ev.is_error ? "error" : "ok"} ${Math.round(ev.duration_ms)} ms`;
         if (ev.is_error) line.classList.add("failed");
       } else if (type === "citations") { answer.citations.push(...ev.citations); renderAnswer(answer); }
       else if (type === "approval_required") showApproval(answer, ev);
+      else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
+      else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
+      else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
       else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); }
       else if (type === "error") showFailure(answer, `${ev.status}: ${ev.message}` + (ev.trace_id ? ` (trace ${ev.trace_id})` : ""));
       answer.el.scrollIntoView({ block: "end" });

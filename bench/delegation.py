@@ -1,0 +1,150 @@
+"""The cost of one delegation (issue 12, acceptance 2), in one process, scripted models.
+
+Four ways of answering the same question, each ``--runs`` times per repeat, interleaved over
+``--repeats`` repeats; per run: CPU microseconds of this process (minimum over the repeats)
+and wall microseconds (median), with the ratios to the single-agent run:
+
+- ``single``: one agent, one tool call (``add``), then the answer (2 model calls, 1 tool call);
+- ``as_tool``: a plain agent calls a subagent made a tool with ``as_tool`` (the subagent makes
+  the tool call): 4 model calls, 2 tool calls;
+- ``supervisor``: the same delegation through a :class:`Supervisor` (events of the subagent
+  interleaved into the main stream, per-turn budget, loop guard);
+- ``supervisor_stream``: the same, consumed as a stream (what the service does); compare it
+  with ``single_stream``, the single agent consumed as a stream.
+
+The tool is ``inline=True`` and the toolkits are not audited, so the figures are the
+framework's own cost. Goal: a delegation at most 2x a single-agent run with one tool call.
+
+    python bench/delegation.py [--runs 300] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from shelfhand import Agent, Toolkit, UserContext, tool
+from shelfhand.agent.subagents import Subagent
+from shelfhand.agent.supervisor import Supervisor, as_tool
+from shelfhand.core.messages import Message
+from shelfhand.testing import FunctionModel, text, tool_call
+
+USER = UserContext(tenant_id="bench", user_id="u1")
+
+
+@tool(read_only=True, inline=True)
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+
+
+def calls(name: str, arguments: dict[str, Any]) -> FunctionModel:
+    """A model that calls ``name`` once, then answers with the tool's result."""
+
+    def turn(messages: Sequence[Message], tools: list[dict[str, Any]]) -> Any:
+        last = messages[-1]
+        if last.role == "tool":
+            return text(f"result {last.tool_results[0].content}")
+        return tool_call(name, arguments)
+
+    return FunctionModel(turn)
+
+
+def build() -> dict[str, Callable[[], Awaitable[Any]]]:
+    single = Agent(name="single", model=calls("add", {"a": 2, "b": 3}), toolkit=Toolkit([add]))
+    worker = Agent(name="worker", model=calls("add", {"a": 2, "b": 3}), toolkit=Toolkit([add]))
+    plain = Agent(
+        name="main",
+        model=calls("worker", {"task": "add 2 and 3"}),
+        toolkit=Toolkit([as_tool(worker, description="Adds numbers.")]),
+    )
+    sup = Supervisor(
+        model=calls("worker", {"task": "add 2 and 3"}),
+        toolkit=Toolkit([add]),
+        tools=[],
+        subagents=[
+            Subagent(
+                "worker",
+                "Adds numbers.",
+                model=calls("add", {"a": 2, "b": 3}),
+                tools=["add"],
+                max_iters=4,
+            )
+        ],
+    )
+
+    async def stream() -> None:
+        async for _ in sup.stream("what is 2 + 3?", context=USER):
+            pass
+
+    async def single_stream() -> None:
+        async for _ in single.stream("what is 2 + 3?", context=USER):
+            pass
+
+    return {
+        "single": lambda: single.run("what is 2 + 3?", context=USER),
+        "single_stream": single_stream,
+        "as_tool": lambda: plain.run("what is 2 + 3?", context=USER),
+        "supervisor": lambda: sup.run("what is 2 + 3?", context=USER),
+        "supervisor_stream": stream,
+    }
+
+
+async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
+    """Per case: (CPU microseconds per run, minimum over repeats; wall microseconds per run,
+    median over repeats). CPU time of this process is what the framework costs; wall time on
+    a loaded machine also counts other processes."""
+    cases = build()
+    for make in cases.values():  # warm up
+        for _ in range(50):
+            await make()
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    wall: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, make in cases.items():
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(runs):
+                await make()
+            cpu[name].append((time.process_time() - c0) / runs * 1e6)
+            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
+    return {name: (min(cpu[name]), statistics.median(wall[name])) for name in cases}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args()
+    figures = asyncio.run(measure(a.runs, a.repeats))
+    base_cpu, base_wall = figures["single"]
+    base_cpu_stream, base_wall_stream = figures["single_stream"]
+    if a.json:
+        print(
+            json.dumps(
+                {
+                    k: {"cpu_us": round(c, 1), "wall_us": round(w, 1)}
+                    for k, (c, w) in figures.items()
+                }
+            )
+        )
+        return
+    print(f"{'case':<20} {'cpu us/run':>10} {'ratio':>10} {'wall us/run':>12} {'ratio':>10}")
+    # ratios: to ``single``, and for the streamed cases to ``single_stream``
+    for name, (c, w) in figures.items():
+        bc, bw = (base_cpu_stream, base_wall_stream) if "stream" in name else (base_cpu, base_wall)
+        print(f"{name:<20} {c:>10.1f} {c / bc:>9.2f}x {w:>12.1f} {w / bw:>9.2f}x")
+
+
+if __name__ == "__main__":
+    main()

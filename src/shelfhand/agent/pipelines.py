@@ -1,0 +1,468 @@
+"""Pipelines: agents composed without changing them (DESIGN K6).
+
+- :func:`sequential` ``(a, b, c)``: ``a`` gets the prompt, ``b`` gets ``a``'s answer, ``c``
+  gets ``b``'s; the answer is ``c``'s ("search, then summarise, then translate").
+- :func:`conditional` ``(router, {"x": a, "y": b})``: the router (a function of the prompt
+  text, or an agent whose answer names a route) picks one agent, which answers the prompt.
+- :func:`fan_out` ``(a, b, c, merge=..., max_concurrency=...)``: every agent answers the same
+  prompt, at most ``max_concurrency`` at once; ``merge`` (a function of the results, or an
+  agent given the prompt and the answers) makes one answer of them; by default the answers
+  are listed under the agents' names, in the order the agents were given.
+
+Contract (every kind):
+
+- A pipeline is itself an agent: ``run``, ``run_sync`` and ``stream`` take the arguments of
+  :class:`~shelfhand.agent.agent.Agent`'s, and it can be a subagent or a tool
+  (:func:`~shelfhand.agent.supervisor.as_tool`).
+- Each step runs for the caller (the same ``UserContext``), as a delegated run one level
+  deeper (audit records carry the pipeline run's trace id as their parent).
+- Streams carry ``SubagentStarted``/``SubagentFinished`` per step (``subagent`` = the step
+  agent's name) and the steps' tool events tagged with it; text deltas only of the step that
+  gives the answer.
+- Passages keep one numbering per pipeline run: a step's ``[1]`` is renumbered, in its
+  answer and its citations, into the pipeline's numbers before the next step reads it.
+- A step that ends with ``human_needed`` (or an ``external`` tool call) ends the pipeline
+  with that result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import re
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.citations import unknown_citations
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.events import (
+    Event,
+    Final,
+    SubagentFinished,
+    SubagentStarted,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+from shelfhand.core.messages import Citation, Message
+from shelfhand.models.base import Usage
+
+from .agent import RunResult
+from .supervisor import renumber_citations
+
+if TYPE_CHECKING:
+    from shelfhand.tools.approvals import Approvals
+
+    from .subagents import Delegable
+
+__all__ = [
+    "Conditional",
+    "FanOut",
+    "Pipeline",
+    "RoutingError",
+    "Sequential",
+    "conditional",
+    "fan_out",
+    "sequential",
+]
+
+Router = Callable[[str], "str | Awaitable[str]"]
+Merge = Callable[[Sequence[RunResult]], "str | Awaitable[str]"]
+_STOPS = ("human_needed", "external_tool")
+
+
+class RoutingError(ValueError):
+    """A conditional pipeline's router chose no known route and there is no default."""
+
+
+class _Step:
+    """Where one step's result lands (async generators cannot return values)."""
+
+    result: RunResult | None = None
+
+
+class Pipeline:
+    """What every pipeline shares: the agent interface and running one step."""
+
+    def __init__(self, name: str, description: str = "") -> None:
+        self.name = name
+        self.description = description
+
+    async def run(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+        parent: RunContext | None = None,
+    ) -> RunResult:
+        """Run to the answer (arguments as :meth:`stream`)."""
+        events = self.stream(
+            prompt, context=context, history=history, deps=deps, approvals=approvals,
+            trace_id=trace_id, parent=parent,
+        )  # fmt: skip
+        async with aclosing(events) as stream:
+            async for event in stream:
+                if isinstance(event, Final):
+                    return event.result
+        raise RuntimeError(f"pipeline {self.name} ended without a final event")  # pragma: no cover
+
+    def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
+        """``run`` for scripts (not inside a running event loop)."""
+        return asyncio.run(self.run(prompt, **kwargs))
+
+    async def stream(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+        parent: RunContext | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """The steps' events and one ``Final`` (``parent``: the run delegating to this one)."""
+        root = RunContext.start(
+            agent_name=self.name, user=None if parent else context, deps=deps,
+            trace_id=trace_id, parent=parent,
+        )  # fmt: skip
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        results: list[RunResult] = []
+        answer = _Step()
+        steps = self._steps(first.text, root, history, approvals, results, answer)
+        async with aclosing(steps) as events:
+            async for event in events:
+                yield event
+        yield Final(result=self._combine(first, root, results, answer.result))
+
+    def _steps(
+        self,
+        prompt: str,
+        root: RunContext,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        results: list[RunResult],
+        answer: _Step,
+    ) -> AsyncGenerator[Event, None]:
+        raise NotImplementedError  # pragma: no cover
+
+    async def _step(
+        self,
+        agent: Delegable,
+        prompt: str,
+        root: RunContext,
+        out: _Step,
+        *,
+        history: Sequence[Message] = (),
+        approvals: Approvals | None = None,
+        show_text: bool = False,
+    ) -> AsyncGenerator[Event, None]:
+        """Run one step for ``root``'s caller; its result (renumbered) lands in ``out``."""
+        depth = root.depth + 1
+        yield SubagentStarted(subagent=agent.name, depth=depth, task=prompt)
+        started = time.perf_counter()
+        result: RunResult | None = None
+        try:
+            events = agent.stream(prompt, history=history, approvals=approvals, parent=root)
+            async with aclosing(events) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if isinstance(event, Final):
+                        result = event.result
+                    elif isinstance(event, ToolStarted | ToolFinished) and event.agent is None:
+                        yield replace(event, agent=agent.name)
+                    elif not isinstance(event, TextDelta) or show_text:
+                        yield event
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            reason = result.stop_reason if result is not None else ""
+            yield SubagentFinished(
+                subagent=agent.name, depth=depth, is_error=result is None, stop_reason=reason,
+                duration_ms=ms,
+            )  # fmt: skip
+        if result is None:
+            raise RuntimeError(f"pipeline step {agent.name} ended without a final event")
+        text, citations = renumber_citations(result.output, result.citations, root)
+        out.result = replace(result, output=text, citations=citations)
+
+    def _combine(
+        self,
+        first: Message,
+        root: RunContext,
+        results: Sequence[RunResult],
+        answer: RunResult | None,
+    ) -> RunResult:
+        output = answer.output if answer is not None else ""
+        citations = _unique(c for r in results for c in r.citations)
+        return RunResult(
+            output=output,
+            messages=(first, Message.assistant(output)),
+            citations=citations,
+            usage=Usage(
+                input_tokens=sum(r.usage.input_tokens for r in results),
+                output_tokens=sum(r.usage.output_tokens for r in results),
+            ),
+            iterations=sum(r.iterations for r in results),
+            stop_reason=answer.stop_reason if answer is not None else "final",
+            external_calls=answer.external_calls if answer is not None else (),
+            trace_id=root.trace_id,
+            unknown_citations=unknown_citations(output, citations),
+        )
+
+
+class Sequential(Pipeline):
+    """Each agent answers the previous one's answer (see :func:`sequential`)."""
+
+    def __init__(self, agents: Sequence[Delegable], *, name: str, description: str = "") -> None:
+        if not agents:
+            raise ValueError("sequential needs at least one agent")
+        super().__init__(name, description)
+        self.agents = tuple(agents)
+
+    async def _steps(
+        self,
+        prompt: str,
+        root: RunContext,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        results: list[RunResult],
+        answer: _Step,
+    ) -> AsyncGenerator[Event, None]:
+        current = prompt
+        last = len(self.agents) - 1
+        for i, agent in enumerate(self.agents):
+            out = _Step()
+            step = self._step(
+                agent, current, root, out, history=history if i == 0 else (),
+                approvals=approvals, show_text=i == last,
+            )  # fmt: skip
+            async with aclosing(step) as events:
+                async for event in events:
+                    yield event
+            assert out.result is not None
+            results.append(out.result)
+            answer.result = out.result
+            if out.result.stop_reason in _STOPS:
+                return
+            current = out.result.output
+
+
+class Conditional(Pipeline):
+    """One agent, chosen by a router, answers (see :func:`conditional`)."""
+
+    def __init__(
+        self,
+        router: Router | Delegable,
+        routes: Mapping[str, Delegable],
+        *,
+        default: Delegable | None = None,
+        name: str,
+        description: str = "",
+    ) -> None:
+        if not routes:
+            raise ValueError("conditional needs at least one route")
+        super().__init__(name, description)
+        self.router = router
+        self.routes = dict(routes)
+        self.default = default
+
+    async def _steps(
+        self,
+        prompt: str,
+        root: RunContext,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        results: list[RunResult],
+        answer: _Step,
+    ) -> AsyncGenerator[Event, None]:
+        router = self.router
+        if hasattr(router, "stream"):
+            out = _Step()
+            async with aclosing(self._step(router, prompt, root, out, approvals=approvals)) as ev:  # type: ignore[arg-type]
+                async for event in ev:
+                    yield event
+            assert out.result is not None
+            results.append(out.result)
+            said = out.result.output
+        else:
+            chosen = router(prompt)  # type: ignore[operator]
+            said = str(await chosen if inspect.isawaitable(chosen) else chosen)
+        key = _route_key(said, self.routes)
+        agent = self.routes.get(key) if key is not None else self.default
+        if agent is None:
+            agent = self.default
+        if agent is None:
+            known = ", ".join(self.routes)
+            raise RoutingError(
+                f"pipeline {self.name}: the router chose {said.strip()[:80]!r}, which is not a "
+                f"route ({known}), and there is no default"
+            )
+        out = _Step()
+        step = self._step(
+            agent, prompt, root, out, history=history, approvals=approvals, show_text=True
+        )
+        async with aclosing(step) as events:
+            async for event in events:
+                yield event
+        assert out.result is not None
+        results.append(out.result)
+        answer.result = out.result
+
+
+class FanOut(Pipeline):
+    """Every agent answers the same prompt; one answer is merged (see :func:`fan_out`)."""
+
+    def __init__(
+        self,
+        agents: Sequence[Delegable],
+        *,
+        merge: Merge | Delegable | None = None,
+        max_concurrency: int = 4,
+        name: str,
+        description: str = "",
+    ) -> None:
+        if not agents:
+            raise ValueError("fan_out needs at least one agent")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        super().__init__(name, description)
+        self.agents = tuple(agents)
+        self.merge = merge
+        self.max_concurrency = max_concurrency
+
+    async def _steps(
+        self,
+        prompt: str,
+        root: RunContext,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        results: list[RunResult],
+        answer: _Step,
+    ) -> AsyncGenerator[Event, None]:
+        queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+        gate = asyncio.Semaphore(self.max_concurrency)
+        outs = [_Step() for _ in self.agents]
+
+        async def one(agent: Delegable, out: _Step) -> None:
+            try:
+                async with gate:
+                    step = self._step(
+                        agent, prompt, root, out, history=history, approvals=approvals
+                    )
+                    async with aclosing(step) as events:
+                        async for event in events:
+                            queue.put_nowait(event)
+                queue.put_nowait(None)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                queue.put_nowait(exc)
+
+        tasks = [asyncio.create_task(one(a, o)) for a, o in zip(self.agents, outs, strict=True)]
+        try:
+            pending = len(tasks)
+            while pending:
+                item = await queue.get()
+                if item is None:
+                    pending -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        done = [o.result for o in outs if o.result is not None]
+        results.extend(done)
+        merge = self.merge
+        if merge is not None and hasattr(merge, "stream"):
+            out = _Step()
+            task = f"{prompt}\n\n{_sections(self.agents, done)}"
+            step = self._step(merge, task, root, out, approvals=approvals, show_text=True)  # type: ignore[arg-type]
+            async with aclosing(step) as events:
+                async for event in events:
+                    yield event
+            assert out.result is not None
+            results.append(out.result)
+            answer.result = out.result
+            return
+        if merge is None:
+            text = _sections(self.agents, done)
+        else:
+            merged = merge(done)  # type: ignore[operator]
+            text = str(await merged if inspect.isawaitable(merged) else merged)
+        yield TextDelta(text=text)
+        answer.result = RunResult(output=text, messages=(), trace_id=root.trace_id)
+
+
+def _sections(agents: Sequence[Delegable], results: Sequence[RunResult]) -> str:
+    return "\n\n".join(f"## {a.name}\n\n{r.output}" for a, r in zip(agents, results, strict=True))
+
+
+def _route_key(said: str, routes: Mapping[str, Delegable]) -> str | None:
+    """The route a router's answer names: the whole answer (trimmed, any case, quotes and
+    final punctuation ignored), else the one route named as a word in it."""
+    clean = said.strip().strip("\"'`“”‘’。.!！ ").lower()
+    for key in routes:
+        if key.lower() == clean:
+            return key
+    named = [k for k in routes if re.search(rf"(?<![\w-]){re.escape(k.lower())}(?![\w-])", clean)]
+    return named[0] if len(named) == 1 else None
+
+
+def _unique(citations: Any) -> tuple[Citation, ...]:
+    seen: dict[tuple[int, str], Citation] = {}
+    for c in citations:
+        seen.setdefault((c.index, c.chunk_id), c)
+    return tuple(seen.values())
+
+
+def sequential(*agents: Delegable, name: str = "sequential", description: str = "") -> Sequential:
+    """``a`` answers the prompt, ``b`` answers ``a``'s answer, ...; the last one's answer is
+    the pipeline's."""
+    return Sequential(agents, name=name, description=description)
+
+
+def conditional(
+    router: Router | Delegable,
+    routes: Mapping[str, Delegable],
+    *,
+    default: Delegable | None = None,
+    name: str = "conditional",
+    description: str = "",
+) -> Conditional:
+    """The route ``router`` names answers the prompt.
+
+    Args:
+        router: A function of the prompt text returning a route key (sync or async), or an
+            agent whose answer names one.
+        routes: Route key → agent.
+        default: The agent for an answer that names no route; without one, such a run
+            raises :class:`RoutingError`.
+    """
+    return Conditional(router, routes, default=default, name=name, description=description)
+
+
+def fan_out(
+    *agents: Delegable,
+    merge: Merge | Delegable | None = None,
+    max_concurrency: int = 4,
+    name: str = "fan_out",
+    description: str = "",
+) -> FanOut:
+    """Every agent answers the prompt (at most ``max_concurrency`` at once); ``merge`` makes
+    one answer: a function of the results (in the order the agents were given), an agent
+    given the prompt and the answers, or ``None`` (the answers under the agents' names)."""
+    return FanOut(
+        agents, merge=merge, max_concurrency=max_concurrency, name=name, description=description
+    )

@@ -1,0 +1,626 @@
+"""A supervisor: a main agent that delegates to subagents (DESIGN S2–S4).
+
+Each :class:`~shelfhand.agent.subagents.Subagent` becomes a governed tool of the main agent
+(name = its id, its description, one ``task`` argument). Calling it runs the subagent:
+
+- with **only its own tools** (a toolkit built from its whitelist; a tool it was not given is
+  an "unknown tool" error even when its model names it), its own ``max_iters`` and deadline
+  (the tool's timeout), and an **isolated context**: it sees the task, not the conversation,
+  unless it declares ``memory: shared``;
+- for **the caller**: the ``UserContext`` of the injected ``RunContext`` flows down unchanged
+  (nothing in the task text can change who the caller is), and its tool calls go through the
+  same governance (permissions, rate limits, audit). Its run records the parent's trace id and
+  its depth, and so does every audit record of its calls;
+- within **limits**: a depth limit (default 3) and a budget of subagent calls per turn
+  (default 8); past either, the call is refused with a message the model can act on.
+
+**Loop guard (S4).** Each subagent result is fingerprinted (SHA-256 of the whitespace-
+normalised text) per (session, subagent). The same result twice in a row stops delegation:
+the run ends with an honest answer (``stop_reason="human_needed"``) and a
+:class:`~shelfhand.core.events.HumanNeeded` event.
+
+**Events.** A supervisor's stream is the main agent's, plus ``SubagentStarted`` /
+``SubagentFinished`` (subagent id and depth) and the subagents' own tool events, tagged with
+their id (``ToolStarted.agent``), as they happen.
+
+Anything :class:`~shelfhand.agent.subagents.Delegable` (an agent, a pipeline, another
+supervisor) can be delegated to: declare ``Subagent(id, description, agent=...)``, or make a
+stand-alone tool of it with :func:`as_tool`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.events import (
+    ApprovalDecided,
+    ApprovalRequired,
+    Event,
+    Final,
+    HumanNeeded,
+    SubagentFinished,
+    SubagentStarted,
+    TextDelta,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+)
+from shelfhand.core.ids import new_id
+from shelfhand.core.messages import Citation, Message
+from shelfhand.tools.tool import Tool, ToolOutput
+from shelfhand.tools.toolkit import Toolkit
+
+from .agent import DEFAULT_SYSTEM_PROMPT, Agent, RunResult
+from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
+
+if TYPE_CHECKING:
+    from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.core.settings import AnswerRetrieval
+    from shelfhand.models.base import ChatModel
+    from shelfhand.tools.approvals import Approvals
+
+    from .tasks import TaskRegistry
+
+__all__ = [
+    "DEFAULT_MAX_CALLS",
+    "DEFAULT_MAX_DEPTH",
+    "Supervisor",
+    "as_tool",
+    "fingerprint",
+    "renumber_citations",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_DEPTH = 3
+DEFAULT_MAX_CALLS = 8
+_GUARD_KEYS = 4096  # (session, subagent) fingerprints remembered per supervisor
+_MARKER = re.compile(r"([\[［【]\s*)(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)(\s*[\]］】])")
+
+SUPERVISOR_PROMPT = (
+    DEFAULT_SYSTEM_PROMPT + " Some tools are specialists: give each one a complete, "
+    "self-contained task (they do not see this conversation) and use what they hand back."
+)
+
+
+def fingerprint(text: str) -> str:
+    """SHA-256 of ``text`` with whitespace normalised (runs of it → one space, ends trimmed)."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+@dataclass(slots=True, kw_only=True)
+class _Turn:
+    """Delegation state of one supervisor turn, shared by every delegation in it (nested
+    ones too: tools run in copies of the turn's context, which hold this same object)."""
+
+    session: str
+    max_calls: int
+    sink: Callable[[Event], None] | None = None
+    history: tuple[Message, ...] = ()
+    approvals: Approvals | None = None
+    calls: int = 0
+    human: HumanNeeded | None = None
+    last_output: str = ""
+    guard: OrderedDict[tuple[str, str], str] = field(default_factory=OrderedDict)
+
+    def emit(self, event: Event) -> None:
+        if self.sink is not None:
+            self.sink(event)
+
+
+_turn: ContextVar[_Turn | None] = ContextVar("shelfhand_delegation_turn", default=None)
+
+
+class _Delegation:
+    """Runs one subagent for a delegate tool: limits, events, identity, loop guard."""
+
+    def __init__(
+        self,
+        spec: Subagent,
+        build: Callable[[], Delegable],
+        *,
+        max_depth: int,
+        max_calls: int,
+        guard: OrderedDict[tuple[str, str], str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self._build = build
+        self._agent: Delegable | None = None
+        self.max_depth = max_depth
+        self.max_calls = max_calls
+        self._guard = guard if guard is not None else OrderedDict()
+        self._standalone: OrderedDict[str, _Turn] = OrderedDict()  # calling run → its turn
+
+    def agent(self) -> Delegable:
+        if self._agent is None:
+            self._agent = self._build()
+        return self._agent
+
+    def tool(self) -> Tool[..., Any]:
+        spec = self.spec
+
+        async def delegate(run: RunContext, task: str) -> ToolOutput:
+            """Hand a task to this specialist and get its answer back.
+
+            Args:
+                task: The complete task, with every detail the specialist needs: it does not
+                    see the conversation.
+            """
+            return await self.run(run, task)
+
+        return Tool(
+            delegate, name=spec.id, description=spec.description, timeout=spec.timeout, retries=0
+        )
+
+    async def run(
+        self, run: RunContext, task: str, history: Sequence[Message] | None = None
+    ) -> ToolOutput:
+        """Delegate ``task`` for ``run``'s caller (``history``: an earlier exchange with this
+        subagent to continue, instead of what its memory setting gives it)."""
+        spec = self.spec
+        turn = _turn.get()
+        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits per run
+            turn = self._standalone.get(run.trace_id)
+            if turn is None:
+                turn = _Turn(session=run.trace_id, max_calls=self.max_calls, guard=self._guard)
+                self._standalone[run.trace_id] = turn
+                while len(self._standalone) > _GUARD_KEYS:
+                    self._standalone.popitem(last=False)
+        depth = run.depth + 1
+        if turn.human is not None:
+            return _refused(f"not delegated: {turn.human.reason}")
+        if depth > self.max_depth:
+            return _refused(
+                f"not delegated: {spec.id} would run {depth} levels deep, past the limit of "
+                f"{self.max_depth}. Do the task yourself or answer with what you have."
+            )
+        if turn.calls >= turn.max_calls:
+            return _refused(
+                f"not delegated: this turn's budget of {turn.max_calls} subagent calls is "
+                "spent. Answer with what you have."
+            )
+        turn.calls += 1
+        if turn.sink is None:  # nobody watches the events: just run it
+            result = await self._run(run, task, turn, history)
+        else:
+            turn.emit(SubagentStarted(subagent=spec.id, depth=depth, task=task))
+            started = time.perf_counter()
+            finished = SubagentFinished(
+                subagent=spec.id, depth=depth, is_error=True, stop_reason=""
+            )
+            try:
+                result = await self._stream(run, task, turn, history)
+                finished = replace(finished, is_error=False, stop_reason=result.stop_reason)
+            finally:
+                elapsed = (time.perf_counter() - started) * 1000
+                turn.emit(replace(finished, duration_ms=elapsed))
+        output, citations = renumber_citations(result.output, result.citations, run)
+        key = (turn.session, spec.id)
+        mark = fingerprint(result.output)
+        if turn.guard.get(key) == mark:
+            turn.human = HumanNeeded(
+                subagent=spec.id,
+                depth=depth,
+                reason=(
+                    f"{spec.id} handed back the same result twice in a row; asking it again "
+                    "would go round in circles"
+                ),
+            )
+            turn.last_output = output
+            turn.emit(turn.human)
+            return _refused(f"delegation stopped: {turn.human.reason}. A person should look.")
+        turn.guard[key] = mark
+        turn.guard.move_to_end(key)
+        while len(turn.guard) > _GUARD_KEYS:
+            turn.guard.popitem(last=False)
+        return ToolOutput(content=output, citations=citations, data=result)
+
+    def _history(self, turn: _Turn, given: Sequence[Message] | None) -> Sequence[Message]:
+        if given is not None:
+            return given
+        return turn.history if self.spec.memory == "shared" else ()
+
+    async def _run(
+        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
+    ) -> RunResult:
+        history = self._history(turn, given)
+        return await self.agent().run(task, history=history, approvals=turn.approvals, parent=run)
+
+    async def _stream(
+        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
+    ) -> RunResult:
+        spec = self.spec
+        history = self._history(turn, given)
+        agent = self.agent()
+        events: AsyncIterator[Event]
+        if isinstance(agent, Agent):  # its text is the tool result: no need to stream it
+            events = agent.stream(
+                task, history=history, approvals=turn.approvals, parent=run, text_deltas=False
+            )
+        else:
+            events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                if isinstance(event, Final):
+                    return event.result
+                if isinstance(event, ToolStarted | ToolFinished):
+                    turn.emit(event if event.agent is not None else replace(event, agent=spec.id))
+                elif isinstance(event, ToolProgress | ApprovalRequired | ApprovalDecided):
+                    turn.emit(event)
+                elif isinstance(event, SubagentStarted | SubagentFinished | HumanNeeded):
+                    turn.emit(event)  # a pipeline's own steps
+        raise RuntimeError(f"subagent {spec.id} ended without a final event")
+
+
+def _refused(message: str) -> ToolOutput:
+    return ToolOutput(content=message, is_error=True)
+
+
+def renumber_citations(
+    text: str, citations: Sequence[Citation], run: RunContext
+) -> tuple[str, tuple[Citation, ...]]:
+    """Another run's passages numbered in ``run``, and ``text``'s markers with them (a
+    subagent's ``[1]`` may be the caller's ``[4]``)."""
+    if not citations:
+        return text, ()
+    numbers: dict[int, int] = {}
+    out: list[Citation] = []
+    for c in citations:
+        numbered = run.citations.number([c])
+        if numbered:
+            numbers[c.index] = numbered[0].index
+            out.append(numbered[0])
+
+    def swap(match: re.Match[str]) -> str:
+        inner = re.sub(r"\d+", lambda m: str(numbers.get(int(m.group()), m.group())), match[2])
+        return match[1] + inner + match[3]
+
+    return _MARKER.sub(swap, text), tuple(out)
+
+
+def as_tool(
+    agent: Delegable,
+    *,
+    name: str | None = None,
+    description: str,
+    timeout: float = 120.0,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_calls: int = DEFAULT_MAX_CALLS,
+) -> Tool[..., Any]:
+    """A governed tool (one ``task`` argument) that runs ``agent`` (an agent or a pipeline).
+
+    The same adapter a :class:`Supervisor` gives its subagents: the caller's identity flows
+    down, the depth limit and call budget hold, the loop guard watches its results. Its
+    events reach a stream only inside a supervisor's turn.
+    """
+    spec = Subagent(name or agent.name, description, agent=agent, timeout=timeout, origin="as_tool")
+    return _Delegation(spec, lambda: agent, max_depth=max_depth, max_calls=max_calls).tool()
+
+
+class Supervisor:
+    """A main agent that delegates tasks to subagents (specialists).
+
+    Args:
+        model: The main agent's chat model (and the default model of subagents).
+        toolkit: Where tool names are looked up: the main agent's own tools and those the
+            subagents list. Its governance (audit, rate limits, breakers) is shared by all.
+        subagents: The specialists (ids must not clash with tool names).
+        tools: The main agent's own tools, by name (``None``: every tool of ``toolkit``; the
+            subagents' tools are always added).
+        models: Chat models by name, for subagents that name their model.
+        system_prompt: The main agent's instructions.
+        max_iters: The main agent's most model calls per turn.
+        max_depth: How deep delegation may nest (a subagent of a subagent is depth 2).
+        max_calls: Subagent calls allowed in one turn (all depths together).
+        memory: The main agent's conversation memory.
+        approvals: Where ``confirm=True`` calls (also the subagents') wait for a human.
+        name: Shown in logs, traces and audit records.
+        tasks: Where background tasks are kept; with one, the main agent also gets the
+            lifecycle tools (``agent_spawn``, ``agent_send``, ``task_output``,
+            ``wait_async_results``, ``task_cancel``, ``task_list``; see
+            :mod:`shelfhand.agent.lifecycle`). Tasks belong to the caller and the ``session``
+            of the turn that started them.
+        fingerprints: The loop guard's memory, (session, subagent) → fingerprint of the last
+            result; share one between supervisors built per turn (a service does) so that it
+            spans a session's turns.
+        retrieval: Where the main agent's answers get passages (``tool``, ``context`` or
+            ``both``, as :class:`~shelfhand.agent.agent.Agent`'s; not ``tool`` needs a
+            ``retrieve`` tool among its own).
+
+    Raises:
+        DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
+            model name in a declaration (the message names where it was declared).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: ChatModel,
+        toolkit: Toolkit,
+        subagents: Sequence[Subagent],
+        tools: Sequence[str] | None = None,
+        models: Mapping[str, ChatModel] | None = None,
+        system_prompt: str = SUPERVISOR_PROMPT,
+        max_iters: int = 10,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_calls: int = DEFAULT_MAX_CALLS,
+        memory: ConversationMemory | None = None,
+        approvals: Approvals | None = None,
+        name: str = "supervisor",
+        description: str = "",
+        tasks: TaskRegistry | None = None,
+        fingerprints: OrderedDict[tuple[str, str], str] | None = None,
+        retrieval: AnswerRetrieval = "tool",
+    ) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
+        if max_calls < 1:
+            raise ValueError("max_calls must be at least 1")
+        self.name = name
+        self.description = description
+        self.model = model
+        self.max_depth = max_depth
+        self.max_calls = max_calls
+        self.subagents = merge_declarations(subagents)
+        self._models = dict(models or {})
+        self._source = toolkit
+        self._guard = fingerprints if fingerprints is not None else OrderedDict()
+        self._delegations: dict[str, _Delegation] = {}
+        for spec in self.subagents:
+            if toolkit.get(spec.id) is not None:
+                raise DeclarationError(
+                    f"subagent {spec.id!r} ({spec.origin}) has the name of a tool; rename it"
+                )
+        for spec in self.subagents:
+            self._check(spec)
+            self._delegations[spec.id] = _Delegation(
+                spec,
+                lambda spec=spec: self._build(spec),  # type: ignore[misc]
+                max_depth=max_depth,
+                max_calls=max_calls,
+                guard=self._guard,
+            )
+        own = [t.name for t in toolkit.tools] if tools is None else list(tools)
+        unknown = [n for n in own if toolkit.get(n) is None]
+        if unknown:
+            raise DeclarationError(f"supervisor {name!r}: unknown tool {unknown[0]!r}")
+        kit = Toolkit(governance=toolkit.governance)
+        for tool_name in own:
+            found = toolkit.get(tool_name)
+            assert found is not None
+            kit.add(found)
+        for delegation in self._delegations.values():
+            kit.add(delegation.tool())
+        self.tasks = tasks
+        if tasks is not None:
+            from .lifecycle import lifecycle_tools
+
+            for lifecycle_tool in lifecycle_tools(self, tasks):
+                kit.add(lifecycle_tool)
+        self.agent = Agent(
+            name=name,
+            model=model,
+            toolkit=kit,
+            system_prompt=system_prompt,
+            max_iters=max_iters,
+            memory=memory,
+            approvals=approvals,
+            retrieval=retrieval,
+        )
+
+    @property
+    def memory(self) -> ConversationMemory | None:
+        return self.agent.memory
+
+    @property
+    def toolkit(self) -> Toolkit:
+        """The main agent's toolkit: its own tools and one tool per subagent."""
+        return self.agent.toolkit
+
+    def subagent(self, subagent_id: str) -> Delegable:
+        """The agent behind a subagent (built on first use)."""
+        return self._delegations[subagent_id].agent()
+
+    def _check(self, spec: Subagent) -> None:
+        if spec.agent is not None:
+            return
+        for tool_name in spec.tools:
+            if self._source.get(tool_name) is None and tool_name not in {
+                s.id for s in self.subagents
+            }:
+                known = ", ".join(
+                    [t.name for t in self._source.tools] + [s.id for s in self.subagents]
+                )
+                raise DeclarationError(
+                    f"subagent {spec.id!r} ({spec.origin}): unknown tool {tool_name!r}; "
+                    f"known: {known}"
+                )
+        named = spec.model
+        if isinstance(named, str) and named not in self._models and self.model.name != named:
+            known = ", ".join(self._models) or "none"
+            raise DeclarationError(
+                f"subagent {spec.id!r} ({spec.origin}): unknown model {named!r}; "
+                f"models given to the supervisor: {known}"
+            )
+
+    def _build(self, spec: Subagent) -> Delegable:
+        if spec.agent is not None:
+            return spec.agent
+        kit = Toolkit(governance=self._source.governance)
+        for tool_name in spec.tools:
+            delegation = self._delegations.get(tool_name)
+            found = self._source.get(tool_name)
+            kit.add(delegation.tool() if found is None and delegation is not None else found)  # type: ignore[arg-type]
+        model = spec.model
+        if isinstance(model, str):
+            model = self._models.get(model, self.model)
+        return Agent(
+            name=spec.id,
+            model=model or self.model,
+            toolkit=kit,
+            system_prompt=spec.system_prompt or DEFAULT_SYSTEM_PROMPT,
+            max_iters=spec.max_iters,
+        )
+
+    # --- running --------------------------------------------------------------------------
+    async def run(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+        parent: RunContext | None = None,
+        session: str | None = None,
+    ) -> RunResult:
+        """Run the turn to its answer (see :meth:`stream` for the arguments)."""
+        trace_id = trace_id or new_id()
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        turn = self._new_turn(first, history, approvals, session or trace_id)
+        token = _turn.set(turn)  # no stream to feed: the main agent runs in this task
+        try:
+            events = self.agent.stream(
+                first, context=context, history=history, deps=deps, approvals=approvals,
+                trace_id=trace_id, parent=parent, text_deltas=False,
+            )  # fmt: skip
+            async with aclosing(events) as inner:
+                async for event in inner:
+                    if turn.human is not None:  # the loop guard tripped: ask nothing more
+                        break
+                    if isinstance(event, Final):
+                        return event.result
+        finally:
+            _turn.reset(token)
+        assert turn.human is not None
+        async for event in self._stop(first, turn.human, turn, trace_id):
+            if isinstance(event, Final):
+                return event.result
+        raise RuntimeError("supervisor ended without a final event")  # pragma: no cover
+
+    def _new_turn(
+        self,
+        first: Message,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        session: str,
+        sink: Callable[[Event], None] | None = None,
+    ) -> _Turn:
+        memory = self.agent.memory
+        past = tuple(memory.messages) if memory is not None else tuple(history)
+        return _Turn(
+            session=session,
+            max_calls=self.max_calls,
+            sink=sink,
+            history=(*past, first),
+            approvals=approvals if approvals is not None else self.agent.approvals,
+            guard=self._guard,
+        )
+
+    def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
+        """``run`` for scripts and the CLI (not inside a running event loop)."""
+        return asyncio.run(self.run(prompt, **kwargs))
+
+    async def stream(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+        deps: Any = None,
+        approvals: Approvals | None = None,
+        trace_id: str | None = None,
+        parent: RunContext | None = None,
+        session: str | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """The main agent's events, with the subagents' interleaved as they happen.
+
+        Args:
+            session: The conversation the loop guard keys fingerprints by (default: this
+                turn only).
+            Others: as :meth:`Agent.stream <shelfhand.agent.agent.Agent.stream>`.
+        """
+        trace_id = trace_id or new_id()
+        queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        turn = self._new_turn(first, history, approvals, session or trace_id, queue.put_nowait)
+
+        async def produce() -> None:
+            try:
+                events = self.agent.stream(
+                    first, context=context, history=history, deps=deps, approvals=approvals,
+                    trace_id=trace_id, parent=parent,
+                )  # fmt: skip
+                async with aclosing(events) as inner:
+                    async for event in inner:
+                        queue.put_nowait(event)
+                        if turn.human is not None:  # the loop guard tripped: ask nothing more
+                            break
+                queue.put_nowait(None)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                queue.put_nowait(exc)
+
+        token = _turn.set(turn)
+        try:
+            task = asyncio.create_task(produce())  # runs in a copy of this context
+        finally:
+            _turn.reset(token)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, HumanNeeded):
+                    yield item
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    async for event in self._stop(first, item, turn, trace_id):
+                        yield event
+                    return
+                yield item
+                if isinstance(item, Final):
+                    return
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _stop(
+        self, first: Message, human: HumanNeeded, turn: _Turn, trace_id: str
+    ) -> AsyncGenerator[Event, None]:
+        """End the turn honestly after the loop guard tripped."""
+        text = (
+            f"I stopped delegating: {human.reason}. A person needs to look at this request. "
+            f"The last answer from {human.subagent} was:\n\n{turn.last_output}"
+        )
+        reply = Message.assistant(text)
+        if self.agent.memory is not None:
+            self.agent.memory.add([first, reply])
+        yield TextDelta(text=text)
+        yield Final(
+            result=RunResult(
+                output=text,
+                messages=(first, reply),
+                stop_reason="human_needed",
+                trace_id=trace_id,
+            )
+        )

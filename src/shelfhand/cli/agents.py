@@ -1,0 +1,77 @@
+"""``shelfhand agents``: list the workspace's subagents (``<workspace>/agents/*.md``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+
+
+@app.command()
+def agents(
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
+) -> None:
+    """List the subagents declared in <workspace>/agents/*.md (a bad file is an error)."""
+    from shelfhand.agent.subagents import DeclarationError
+
+    a = _app(workspace)
+    try:
+        subs = a.subagents()
+    except DeclarationError as exc:
+        raise _err(str(exc), 2) from None
+    # tools added by code or MCP servers are not known here: name them, do not fail
+    known = {t.name for t in a.toolkit(None, governed=False).tools} | {s.id for s in subs}
+    notes = [
+        f"{s.id}: tool {t!r} is not built in; the application must provide it"
+        for s in subs
+        for t in s.tools
+        if t not in known
+    ]
+    rows = [
+        {
+            "id": s.id,
+            "name": s.name,
+            "description": s.description,
+            "model": s.model if isinstance(s.model, str) else None,
+            "max_iters": s.max_iters,
+            "tools": list(s.tools),
+            "memory": s.memory,
+            "file": s.origin,
+        }
+        for s in subs
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    console = _console()
+    if not rows:
+        console.print(
+            f"No subagents: add Markdown files to {a.settings.workspace / 'agents'} "
+            "(see README, 'Several agents')."
+        )
+        return
+    from rich.table import Table
+
+    table = Table(title="subagents")
+    table.add_column("id", style="bold", no_wrap=True)
+    table.add_column("tools")
+    table.add_column("model")
+    table.add_column("max_iters", justify="right")
+    table.add_column("memory")
+    table.add_column("description", ratio=1)
+    for r in rows:
+        table.add_row(
+            str(r["id"]),
+            ", ".join(r["tools"]) or "(none)",  # type: ignore[arg-type]
+            str(r["model"] or "(main)"),
+            str(r["max_iters"]),
+            str(r["memory"]),
+            str(r["description"]),
+        )
+    console.print(table)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False)

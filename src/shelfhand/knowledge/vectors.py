@@ -281,7 +281,8 @@ class VectorSpace:
             scores = np.where(sel.mask, scores, -np.inf)
             return _top(scores, np.arange(self.n), self.ids, min(k, sel.count))
         if sel.subset is not None:
-            return _top(sel.subset @ q[0], sel.positions, self.ids, min(k, sel.count))
+            scores = _inner_products(sel.subset, q[0])
+            return _top(scores, sel.positions, self.ids, min(k, sel.count))
         params: Any = _FAISS.SearchParametersHNSW(efSearch=self.effective_ef(k, sel))
         if sel.selector is not None:
             params.sel = sel.selector
@@ -296,6 +297,20 @@ class VectorSpace:
             subset = self.hnsw.reconstruct_batch(sel.positions)
             return _top(subset @ q[0], sel.positions, self.ids, min(k, sel.count))
         return hits
+
+
+def _inner_products(matrix: Vectors, query: Vectors) -> npt.NDArray[np.float32]:
+    """``matrix @ query`` on this thread (faiss' SIMD kernel). numpy hands a matrix-vector
+    product of this size to OpenBLAS's threads, and that hand-off cost ~8 ms per query where a
+    single thread needs ~2 ms (30k x 384, BENCHMARKS.md "HNSW recall at 1M")."""
+    out = np.empty(len(matrix), dtype=np.float32)
+    if len(matrix):
+        rows = np.ascontiguousarray(matrix, dtype=np.float32)
+        vec = np.ascontiguousarray(query, dtype=np.float32)
+        _FAISS.fvec_inner_products_ny(
+            faiss.swig_ptr(out), faiss.swig_ptr(vec), faiss.swig_ptr(rows), rows.shape[1], len(rows)
+        )
+    return out
 
 
 def _top(scores: Any, positions: Ids, ids: Ids, k: int) -> list[tuple[int, float]]:

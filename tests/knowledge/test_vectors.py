@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import faiss  # type: ignore[import-untyped]
 import numpy as np
 import pytest
 
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vectors import VectorIndexes, VectorSpace
+from shelfhand.knowledge.vectors import (
+    EF_MAX,
+    EF_REFERENCE_SIZE,
+    VectorIndexes,
+    VectorSpace,
+    adaptive_ef,
+)
 
 DIM = 32
 
@@ -173,4 +182,113 @@ def test_the_acl_selection_is_cached_until_the_store_changes(
     hits = vectors.search("default", x[45], 1, tenant_id="default", roles=("b", "a"))
     assert len(calls) == 2
     assert store.chunks_by_rowids([hits[0][0]])[0].doc_id == "e0"
+    store.close()
+
+
+@pytest.fixture
+def one_faiss_thread() -> Iterator[None]:
+    # A graph built by one thread is the same on every run: recall figures are reproducible.
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
+
+
+def test_adaptive_ef_keeps_ef_search_at_reference_scale_and_widens_beyond() -> None:
+    assert adaptive_ef(128, 10, 50_000, 50_000) == 128
+    assert adaptive_ef(128, 30, EF_REFERENCE_SIZE, EF_REFERENCE_SIZE) == 128
+    # Bigger graph, more results wanted, a more selective caller: each widens the search.
+    assert adaptive_ef(128, 10, 1_000_000, 1_000_000) > adaptive_ef(128, 10, 100_000, 100_000)
+    assert adaptive_ef(128, 10, 10_000_000, 10**7) > adaptive_ef(128, 10, 1_000_000, 10**6)
+    assert adaptive_ef(128, 200, 50_000, 50_000) == 400
+    half = adaptive_ef(128, 10, 1_000_000, 500_000)
+    tenth = adaptive_ef(128, 10, 1_000_000, 100_000)
+    assert adaptive_ef(128, 10, 1_000_000, 1_000_000) < half < tenth
+    # Bounded, except that it never asks for fewer candidates than results.
+    assert adaptive_ef(128, 10, 10**9, 10**3) == EF_MAX
+    assert adaptive_ef(128, EF_MAX + 5, 10**6, 10**6) == EF_MAX + 5
+
+
+def search_recall(space: VectorSpace, exact: VectorSpace, allowed: np.ndarray) -> float:
+    sel, sel_exact = space.select(allowed), exact.select(allowed)
+    found = 0
+    queries = clustered(100, seed=2)
+    for q in queries:
+        truth = {r for r, _ in exact.search(q, 10, sel_exact)}
+        found += len(truth & {r for r, _ in space.search(q, 10, sel)})
+    return found / (10 * len(queries))
+
+
+def test_a_filtered_graph_search_is_widened_by_the_filters_selectivity(
+    one_faiss_thread: None,
+) -> None:
+    x = clustered(4000, seed=1)
+    ids = np.arange(1, 4001, dtype=np.int64)
+    exact = VectorSpace(DIM, hnsw_threshold=10**9)
+    exact.load_all(ids, x)
+    # A caller reads a tenth of the documents (10 vectors each); graph search, not exact.
+    readable = np.random.default_rng(3).random(400) < 0.1
+    allowed = ids[np.repeat(readable, 10)]
+    recall = {}
+    for adaptive in (False, True):
+        space = VectorSpace(
+            DIM,
+            hnsw_threshold=1000,
+            ef_search=16,
+            adaptive_ef=adaptive,
+            exact_below=50,
+            exact_fraction=0.0,
+        )
+        space.load_all(ids, x)
+        sel = space.select(allowed)
+        assert sel.selector is not None and sel.subset is None
+        assert space.effective_ef(10, sel) == (
+            adaptive_ef(16, 10, 4000, len(allowed)) if adaptive else 16
+        )
+        recall[adaptive] = search_recall(space, exact, allowed)
+    assert recall[True] >= 0.97
+    assert recall[False] < recall[True]
+
+
+def test_a_caller_reading_under_the_exact_bound_gets_exact_search(one_faiss_thread: None) -> None:
+    x = clustered(4000, seed=1)
+    ids = np.arange(1, 4001, dtype=np.int64)
+    exact = VectorSpace(DIM, hnsw_threshold=10**9)
+    exact.load_all(ids, x)
+    space = VectorSpace(DIM, hnsw_threshold=1000, exact_below=10, exact_fraction=0.25)
+    space.load_all(ids, x)
+    a_fifth = ids[np.repeat(np.random.default_rng(4).random(400) < 0.2, 10)]
+    a_third = ids[np.repeat(np.random.default_rng(4).random(400) < 0.33, 10)]
+    assert len(a_fifth) < 1000 < len(a_third)
+    sel = space.select(a_fifth)
+    assert sel.subset is not None and sel.selector is None
+    assert search_recall(space, exact, a_fifth) == 1.0
+    assert space.select(a_third).selector is not None
+
+
+def test_the_state_file_records_build_params_and_an_older_state_still_loads(
+    tmp_path: Path,
+) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    store.attach(VectorIndexes(tmp_path / "v", store, hnsw_threshold=300, m=16))
+    x = clustered(400)
+    with store.deferred_sync():
+        add_docs(store, x)
+    store.close()
+    state_path = tmp_path / "v" / "state.json"
+    state = json.loads(state_path.read_text(encoding="utf-8"))
+    entry = state["spaces"]["default"]
+    assert (entry["mode"], entry["m"], entry["ef_construction"]) == ("hnsw", 16, 80)
+    # A state file written before these keys existed loads the same graph.
+    del entry["m"], entry["ef_construction"]
+    state_path.write_text(json.dumps(state), encoding="utf-8")
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store, hnsw_threshold=300)  # configured M=32
+    space = vectors.space("default")
+    assert space is not None and space.mode == "hnsw"
+    assert vectors.durable_generation() == store.generation  # loaded, not rebuilt
+    assert space.built_params() == {"m": 16, "ef_construction": 80}  # kept until a rebuild
+    store.attach(vectors)
+    hits = vectors.search("default", x[123], 1, tenant_id="default", roles=())
+    assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d120::3"
     store.close()

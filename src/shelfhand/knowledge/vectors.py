@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -35,11 +36,29 @@ from shelfhand.knowledge.store import PRIVILEGED_ROLES, IndexChange, SqliteKnowl
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VectorIndexes", "VectorSpace"]
+__all__ = ["VectorIndexes", "VectorSpace", "adaptive_ef"]
 
 Ids = npt.NDArray[np.int64]
 _FAISS: Any = faiss  # parts of the SWIG API have no stubs
 _STATE_FILE = "state.json"
+# Adaptive efSearch (issue 13; measured in bench/hnsw_recall.py, BENCHMARKS.md "HNSW recall at
+# 1M"): ``ef_search`` holds up to EF_REFERENCE_SIZE vectors, a full selection and k <= ef/2;
+# beyond that the breadth grows with the graph size (log), with k, and with the share of the
+# graph a caller's ACL filter hides (filtered graph search skips unreadable nodes but still has
+# to walk them), up to EF_MAX.
+EF_REFERENCE_SIZE = 100_000
+EF_PER_K = 2
+EF_MAX = 2048
+
+
+def adaptive_ef(ef_search: int, k: int, size: int, selected: int) -> int:
+    """The HNSW search breadth for ``k`` results among ``selected`` of ``size`` graph nodes."""
+    ef = float(max(ef_search, EF_PER_K * k))
+    if size > EF_REFERENCE_SIZE:
+        ef *= 1.0 + math.log10(size / EF_REFERENCE_SIZE)
+    if 0 < selected < size:
+        ef /= math.sqrt(selected / size)
+    return max(k, min(math.ceil(ef), EF_MAX))
 
 
 @dataclass(slots=True)
@@ -65,6 +84,9 @@ class VectorSpace:
         m: int = 32,
         ef_construction: int = 80,
         ef_search: int = 128,
+        adaptive_ef: bool = True,
+        exact_below: int = 2000,
+        exact_fraction: float = 0.05,
         rebuild_ratio: float = 0.2,
     ) -> None:
         self.dim = dim
@@ -72,6 +94,9 @@ class VectorSpace:
         self.m = m
         self.ef_construction = ef_construction
         self.ef_search = ef_search
+        self.adaptive = adaptive_ef
+        self.exact_below = exact_below
+        self.exact_fraction = exact_fraction
         self.rebuild_ratio = rebuild_ratio
         self.ids: Ids = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=bool)
@@ -188,6 +213,14 @@ class VectorSpace:
 
     # -- persistence (HNSW only) --------------------------------------------------------------
 
+    def built_params(self) -> dict[str, int]:
+        """M and efConstruction the current graph was built with (a loaded graph keeps its own
+        until the space is compacted or rebuilt with the configured ones)."""
+        if self.hnsw is None:
+            return {}
+        graph = self.hnsw.hnsw
+        return {"m": int(graph.nb_neighbors(1)), "ef_construction": int(graph.efConstruction)}
+
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.hnsw, str(folder / "hnsw.faiss"))
@@ -206,6 +239,16 @@ class VectorSpace:
         self.ids, self.live, self.n = ids, live, len(ids)
         self.pos = {int(r): int(p) for p, r in enumerate(ids.tolist()) if live[p]}
         self.dirty = False
+        built = self.built_params()
+        if built != {"m": self.m, "ef_construction": self.ef_construction}:
+            logger.info(
+                "HNSW space in %s was built with %s (configured M=%d, efConstruction=%d): "
+                "kept until the next rebuild",
+                folder.name,
+                built,
+                self.m,
+                self.ef_construction,
+            )
 
     # -- search ---------------------------------------------------------------------------------
 
@@ -214,13 +257,20 @@ class VectorSpace:
         positions = np.flatnonzero(mask).astype(np.int64)
         sel = _Selection(mask=mask, count=len(positions), positions=positions)
         if self.hnsw is not None and sel.count:
-            if sel.count < max(2000, self.n // 50):
-                # Too selective for graph search: brute-force the few readable vectors.
+            if sel.count < max(self.exact_below, int(self.n * self.exact_fraction)):
+                # Too selective for graph search: brute-force the readable vectors. Exact, and
+                # at 1M no dearer than the wide filtered walk, which lost recall below ~10%.
                 sel.subset = self.hnsw.reconstruct_batch(positions)
             elif sel.count < self.n:
                 sel.bitmap = np.packbits(mask, bitorder="little")
                 sel.selector = faiss.IDSelectorBitmap(self.n, faiss.swig_ptr(sel.bitmap))
         return sel
+
+    def effective_ef(self, k: int, sel: _Selection) -> int:
+        """The efSearch a graph search of ``k`` results under ``sel`` runs with."""
+        if not self.adaptive:
+            return max(self.ef_search, k)
+        return adaptive_ef(self.ef_search, k, self.n, sel.count)
 
     def search(self, query: Vectors, k: int, sel: _Selection) -> list[tuple[int, float]]:
         if sel.count == 0 or k <= 0:
@@ -231,8 +281,9 @@ class VectorSpace:
             scores = np.where(sel.mask, scores, -np.inf)
             return _top(scores, np.arange(self.n), self.ids, min(k, sel.count))
         if sel.subset is not None:
-            return _top(sel.subset @ q[0], sel.positions, self.ids, min(k, sel.count))
-        params: Any = _FAISS.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+            scores = _inner_products(sel.subset, q[0])
+            return _top(scores, sel.positions, self.ids, min(k, sel.count))
+        params: Any = _FAISS.SearchParametersHNSW(efSearch=self.effective_ef(k, sel))
         if sel.selector is not None:
             params.sel = sel.selector
         distances, labels = self.hnsw.search(q, k, params=params)
@@ -248,6 +299,20 @@ class VectorSpace:
         return hits
 
 
+def _inner_products(matrix: Vectors, query: Vectors) -> npt.NDArray[np.float32]:
+    """``matrix @ query`` on this thread (faiss' SIMD kernel). numpy hands a matrix-vector
+    product of this size to OpenBLAS's threads, and that hand-off cost ~8 ms per query where a
+    single thread needs ~2 ms (30k x 384, BENCHMARKS.md "HNSW recall at 1M")."""
+    out = np.empty(len(matrix), dtype=np.float32)
+    if len(matrix):
+        rows = np.ascontiguousarray(matrix, dtype=np.float32)
+        vec = np.ascontiguousarray(query, dtype=np.float32)
+        _FAISS.fvec_inner_products_ny(
+            faiss.swig_ptr(out), faiss.swig_ptr(vec), faiss.swig_ptr(rows), rows.shape[1], len(rows)
+        )
+    return out
+
+
 def _top(scores: Any, positions: Ids, ids: Ids, k: int) -> list[tuple[int, float]]:
     part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
     order = part[np.argsort(-scores[part], kind="stable")]
@@ -261,7 +326,15 @@ class VectorIndexes:
         directory: Where HNSW spaces are persisted, e.g. ``<workspace>/vectors``.
         store: The system of record the spaces are loaded from and filtered against.
         hnsw_threshold: Spaces with at least this many vectors use HNSW, smaller ones exact.
-        ef_search: HNSW search breadth (recall vs. latency).
+        m, ef_construction: HNSW graph degree and build breadth for graphs built from now on
+            (a persisted graph keeps the ones it was built with, recorded in the state file).
+        ef_search: HNSW search breadth (recall vs. latency) at up to 100k vectors, a full
+            selection and small k.
+        adaptive_ef: Widen the search with the graph size, ``k`` and the selectivity of the
+            caller's ACL filter (:func:`adaptive_ef`); False uses ``max(ef_search, k)``.
+        exact_below, exact_fraction: A caller who may read fewer than
+            ``max(exact_below, exact_fraction * size)`` vectors of an HNSW space gets exact
+            search over just those.
         persist_every: Persist HNSW spaces after this many non-durable flushes (bounds replay).
     """
 
@@ -276,6 +349,9 @@ class VectorIndexes:
         m: int = 32,
         ef_construction: int = 80,
         ef_search: int = 128,
+        adaptive_ef: bool = True,
+        exact_below: int = 2000,
+        exact_fraction: float = 0.05,
         persist_every: int = 50,
         acl_cache_size: int = 64,
     ) -> None:
@@ -286,6 +362,9 @@ class VectorIndexes:
             "m": m,
             "ef_construction": ef_construction,
             "ef_search": ef_search,
+            "adaptive_ef": adaptive_ef,
+            "exact_below": exact_below,
+            "exact_fraction": exact_fraction,
         }
         self._persist_every = persist_every
         self._unpersisted_flushes = 0
@@ -355,7 +434,7 @@ class VectorIndexes:
                 continue
             folder = f"{_safe(name)}-{generation}-{os.getpid()}-{vs.version}"
             vs.save(self.directory / folder)
-            entries[name] = {"mode": "hnsw", "dim": vs.dim, "folder": folder}
+            entries[name] = {"mode": "hnsw", "dim": vs.dim, "folder": folder, **vs.built_params()}
         tmp = self.directory / (_STATE_FILE + ".tmp")
         tmp.write_text(json.dumps({"generation": generation, "spaces": entries}), encoding="utf-8")
         os.replace(tmp, self.directory / _STATE_FILE)

@@ -354,3 +354,34 @@ def test_a_heading_match_beats_a_passing_mention(tmp_path: Path, query: str, exp
     hits = kb.retriever.search(query, k=2, mode="keyword")
     kb.close()
     assert hits[0].chunk.source == expected
+
+
+@pytest.mark.parametrize("query", ["What is error E-203?", "E-203 是什么错误？", "E203"])
+def test_the_passage_about_a_code_beats_a_passing_mention_of_it(tmp_path: Path, query: str) -> None:
+    # the FAQ line says "error" and is short, so BM25 prefers it; the manual's entry starts
+    # with the code (its heading in a PDF without section paths)
+    faq = doc(
+        "faq.html",
+        (
+            "",
+            "How often should I clean the filter? A blocked filter is the most common cause "
+            "of overheating errors such as E-203. 错误 E-203 常见于防尘网堵塞。",
+        ),
+    )
+    manual = doc(
+        "manual.pdf",
+        (
+            "",
+            "E-203 Lamp overheating / 灯泡过热\nThe lamp temperature is above the safe limit. "
+            "Wait 30 minutes, clean the air filter and leave 30 cm of space around it.",
+        ),
+    )
+    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": HashingEmbedder()}))
+    kb.ingestor.ingest_documents([faq, manual])
+    try:
+        for mode in MODES:
+            hits = kb.retriever.search(query, k=2, mode=mode)
+            assert sources(hits) == ["manual.pdf", "faq.html"], mode
+            assert all(h.exact for h in hits)
+    finally:
+        kb.close()

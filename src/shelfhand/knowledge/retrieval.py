@@ -38,13 +38,13 @@ from typing import Any, Literal
 
 from shelfhand.core.context import ANONYMOUS, UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
+from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
 from shelfhand.knowledge.fusion import rrf
 from shelfhand.knowledge.ingest import Ingestor
 from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
 from shelfhand.knowledge.store import SqliteKnowledgeStore
-from shelfhand.knowledge.types import SearchHit
+from shelfhand.knowledge.types import Chunk, SearchHit
 from shelfhand.knowledge.vectors import VectorIndexes
 
 logger = logging.getLogger(__name__)
@@ -386,8 +386,18 @@ class HybridRetriever:
             if h is not None and h not in placed:
                 placed.add(h)  # a duplicate passage comes once
                 order.append((rowid, score, h))
-        order = order[:k]
         chunks = self.store.chunk_map([r for r, _, h in order if h not in fused])
+        # A passage *about* the code (its heading, or a line that starts with it: "E-203 Lamp
+        # overheating") before one that names it in passing ("errors such as E-203"), each
+        # group in BM25 order.
+        wanted = set(identifiers)
+
+        def about(item: tuple[int, float, str]) -> bool:
+            rowid, _, h = item
+            return _names_in_heading(fused[h].chunk if h in fused else chunks.get(rowid), wanted)
+
+        order.sort(key=lambda item: not about(item))
+        order = order[:k]
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         first: list[SearchHit] = []
         for rowid, score, h in order:
@@ -449,6 +459,21 @@ class HybridRetriever:
             for rowid, score in chosen
             if rowid in chunks
         ]
+
+
+def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
+    """Whether ``chunk`` is about one of ``identifiers``: a line of its section headings,
+    title or text starts with it (after bullets, numbering or ``#``)."""
+    if chunk is None:
+        return False
+    for line in (*chunk.section_path, chunk.title, *chunk.text.splitlines()):
+        first = line.lstrip(_LEAD).split(maxsplit=1)
+        if first and identifiers.intersection(identifier_tokens(first[0])):
+            return True
+    return False
+
+
+_LEAD = " \t#*-•·>0123456789.)、（(【["
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

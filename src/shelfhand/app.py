@@ -169,6 +169,7 @@ class App:
                 lock=lock,
                 access=access,
                 embed_timeout=self.settings.embed_timeout,
+                min_relevance=self.settings.min_relevance,
             )
         except BaseException:
             if lock is not None:

@@ -60,6 +60,8 @@ class KnowledgeBase:
         router: Embedders per vector space; ``None`` means keyword-only.
         mode: The provider mode it was opened in (``auto``, ``simple`` or ``keyword``).
         degraded_reason: Why ``auto`` fell back to less than hybrid search, if it did.
+        min_relevance: Search hits with a ``relevance`` under it are dropped (0 keeps all;
+            the app passes the ``min_relevance`` setting).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class KnowledgeBase:
         lock: WorkspaceLock | None = None,
         access: Access = "write",
         embed_timeout: float | None = None,
+        min_relevance: float = 0.0,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -88,6 +91,7 @@ class KnowledgeBase:
             overlap_tokens=overlap_tokens,
             access=access,
             embed_timeout=embed_timeout,
+            min_relevance=min_relevance,
         )
 
     @property

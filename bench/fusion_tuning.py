@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -115,6 +116,23 @@ def _lists(row: dict[str, Any], fetch: int) -> tuple[list[Any], list[list[Any]],
     return row["keyword"][:fetch], vecs, weights
 
 
+_CJK = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+_LETTERS = re.compile(r"[^\W\d_]")
+_CODE = re.compile(r"(?<![\w])(?=[\w./:#-]*\d)[A-Za-z0-9]+(?:[-_./:#][A-Za-z0-9]+)+(?![\w])")
+
+
+def _alpha(
+    query: str, default: float = 0.4, chinese: float = 0.4, identifier: float = 0.4
+) -> float:
+    """Keyword weight per query type (tried; the shipped fusion uses one weight)."""
+    if _CODE.search(query):
+        return identifier
+    letters = len(_LETTERS.findall(query))
+    if letters and len(_CJK.findall(query)) / letters >= 0.2:
+        return chinese
+    return default
+
+
 def variants() -> dict[str, Fuser]:
     from shelfhand.knowledge import fusion
 
@@ -152,14 +170,15 @@ def variants() -> dict[str, Fuser]:
                     if any(r == k for k, _ in kw):
                         cos.setdefault(r, c)
             maps.append(cos)
-        alpha = fusion.keyword_weight(row["query"], **alphas)
+        alpha = _alpha(row["query"], **alphas)
         ranked = fusion.convex_fusion(kw, list(zip(maps, w, strict=True)), alpha)
         return [r for r, _ in ranked]
 
     out["convex (shipped)"] = convex
     out["convex, no exact-cosine fill"] = lambda row: convex(row, fill=False)
     out["convex, 30 candidates"] = lambda row: convex(row, fetch=30)
-    out["convex, no identifier rule"] = lambda row: convex(row, identifier=fusion.KEYWORD_WEIGHT)
+    out["convex, codes alpha 0.7"] = lambda row: convex(row, identifier=0.7)
+    out["convex, Chinese alpha 0.6"] = lambda row: convex(row, chinese=0.6)
     for a in (0.2, 0.3, 0.5, 0.6, 0.7):
         out[f"convex, alpha {a} everywhere"] = lambda row, a=a: convex(
             row, default=a, chinese=a, identifier=a

@@ -16,12 +16,9 @@ from shelfhand.knowledge.analysis import tokenize_for_index
 from shelfhand.knowledge.base import KnowledgeBase
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.fusion import (
-    CHINESE_KEYWORD_WEIGHT,
-    KEYWORD_WEIGHT,
     bm25_idf,
     convex_fusion,
     keyword_evidence,
-    keyword_weight,
     relevance,
 )
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, HybridRetriever, open_embedded_store
@@ -124,13 +121,6 @@ def test_convex_fusion_ranks_what_both_sides_like_above_a_one_sided_top_hit() ->
 def test_negative_cosines_never_lower_a_keyword_hit() -> None:
     fused = dict(convex_fusion([("a", 2.0)], [({"a": -0.3}, 1.0)], alpha=0.5))
     assert fused["a"] == pytest.approx(0.5)
-
-
-def test_chinese_queries_and_english_queries_get_their_own_keyword_weight() -> None:
-    assert keyword_weight("How long is the warranty?") == KEYWORD_WEIGHT
-    assert keyword_weight("保修期多久？") == CHINESE_KEYWORD_WEIGHT
-    assert keyword_weight("保修期多久？", chinese=0.9) == 0.9
-    assert keyword_weight("warranty 保修", chinese=0.9, default=0.1) == 0.9
 
 
 def test_keyword_evidence_is_the_share_of_query_idf_covered() -> None:

@@ -39,10 +39,10 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
 from shelfhand.knowledge.fusion import (
+    KEYWORD_WEIGHT,
     bm25_idf,
     convex_fusion,
     keyword_evidence,
-    keyword_weight,
     relevance,
 )
 from shelfhand.knowledge.ingest import Ingestor
@@ -99,8 +99,7 @@ class HybridRetriever:
         other_space_weight: Weight of vector spaces other than the one the query's language
             routes to (a model weak in the query's language ranks worse), in fusion and in
             relevance.
-        keyword_weight: ``α`` of the convex fusion for a plain query; ``None`` picks it per
-            query (:func:`~shelfhand.knowledge.fusion.keyword_weight`).
+        keyword_weight: ``α`` of the convex fusion, the keyword side's share (0..1).
         min_relevance: Hits whose ``relevance`` is under this are dropped (0 keeps all).
         embed_timeout: Seconds a query embedding may take before the search goes on with
             keywords alone (``None``: wait for it).
@@ -119,7 +118,7 @@ class HybridRetriever:
         candidates_factor: int = 3,
         rrf_k: int = 60,
         other_space_weight: float = 0.5,
-        keyword_weight: float | None = None,
+        keyword_weight: float = KEYWORD_WEIGHT,
         min_relevance: float = 0.0,
         embed_timeout: float | None = None,
         load_timeout: float = 60.0,
@@ -135,7 +134,7 @@ class HybridRetriever:
         self.other_space_weight = other_space_weight
         if not 0.0 <= min_relevance <= 1.0:
             raise KnowledgeError(f"min_relevance must be within 0..1, not {min_relevance}")
-        if keyword_weight is not None and not 0.0 <= keyword_weight <= 1.0:
+        if not 0.0 <= keyword_weight <= 1.0:
             raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
         self.keyword_weight = keyword_weight
         self.min_relevance = min_relevance
@@ -368,8 +367,8 @@ class HybridRetriever:
         cosines = [dict(found) for found in vectors.lists]
         if keyword and vectors.lists:
             self._fill_cosines(keyword, vectors, cosines)
-            alpha = keyword_weight(query) if self.keyword_weight is None else self.keyword_weight
-            ranked = convex_fusion(keyword, list(zip(cosines, vectors.weights, strict=True)), alpha)
+            pairs = list(zip(cosines, vectors.weights, strict=True))
+            ranked = convex_fusion(keyword, pairs, self.keyword_weight)
         else:
             ranked = keyword or vectors.lists[0]
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list

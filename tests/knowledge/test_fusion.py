@@ -265,3 +265,27 @@ def test_relevance_is_comparable_across_queries(kb: EmbeddedKnowledge) -> None:
     assert strong.relevance is not None and weak.relevance is not None
     assert strong.relevance > 0.5 > weak.relevance
     assert not math.isnan(weak.relevance)
+
+
+@pytest.mark.parametrize("hnsw_threshold", [1_000, 2])
+def test_similarities_read_indexed_vectors_exact_or_hnsw(
+    tmp_path: Path, hnsw_threshold: int
+) -> None:
+    texts = {"a": "lamp overheating", "b": "fan noise", "c": "remote control"}
+    embedder = TableEmbedder(
+        {texts["a"]: (0.6, 0.8, 0.0), texts["b"]: (0.9, 0.43589, 0.0), texts["c"]: (0, 0, 1)}
+    )
+    kb = open_embedded_store(
+        tmp_path, EmbeddingRouter({"t": embedder}), hnsw_threshold=hnsw_threshold
+    )
+    try:
+        kb.ingestor.ingest_documents([doc(name, text) for name, text in texts.items()])
+        rowid = {c.chunk.source: c.rowid for c in kb.store.iter_chunks()}
+        assert kb.vectors.space("t").mode == ("hnsw" if hnsw_threshold == 2 else "exact")  # type: ignore[union-attr]
+        sims = kb.vectors.similarities(
+            "t", np.asarray([1.0, 0.0, 0.0], dtype=np.float32), [rowid["a"], rowid["c"], 10**9]
+        )
+        assert sims == {rowid["a"]: pytest.approx(0.6), rowid["c"]: pytest.approx(0.0)}
+        assert kb.vectors.similarities("nope", np.zeros(3, dtype=np.float32), [rowid["a"]]) == {}
+    finally:
+        kb.close()

@@ -406,18 +406,14 @@ class HybridRetriever:
         vectors: _VectorSide,
         cosines: list[dict[int, float]],
     ) -> None:
-        """Exact cosines of keyword candidates that a space's top list missed (their stored
-        vectors): fusion then weighs what the vector side really thinks of them."""
+        """Exact cosines of keyword candidates that a space's top list missed (their indexed
+        vectors, read from memory): fusion then weighs what the vector side thinks of them."""
         missing = [r for r, _ in keyword if not any(r in c for c in cosines)]
-        if not missing:
+        if not missing or self.vector_indexes is None:
             return
-        stored = self.store.vectors_by_rowids(missing)
         for i, space in enumerate(vectors.spaces):
-            if space not in stored:
-                continue
-            ids, matrix = stored[space]
-            sims = matrix @ vectors.query_vectors[i]
-            cosines[i].update(zip(ids.tolist(), sims.tolist(), strict=True))
+            found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
+            cosines[i].update(found)
 
     def _relevance(
         self,

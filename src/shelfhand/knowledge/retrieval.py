@@ -1,4 +1,4 @@
-"""Hybrid retrieval: BM25 + vectors fused by RRF, permission-filtered inside each query (R6).
+"""Hybrid retrieval: BM25 + vectors fused convexly, permission-filtered inside each query (R6).
 
 ::
 

@@ -178,6 +178,7 @@ class App:
                 embed_timeout=self.settings.embed_timeout,
                 reranker=reranker,
                 rerank_candidates=self.settings.rerank_candidates,
+                min_relevance=self.settings.min_relevance,
             )
         except BaseException:
             if lock is not None:

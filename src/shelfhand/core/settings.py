@@ -11,13 +11,15 @@ both), and the model options of :data:`MODEL_ENV`: ``SHELFHAND_MODEL_TIMEOUT`` (
 whole model call, retries included), ``SHELFHAND_FIRST_TOKEN_TIMEOUT`` (seconds until a
 streamed reply's first token), ``SHELFHAND_MAX_TOKENS``, ``SHELFHAND_TEMPERATURE``,
 ``SHELFHAND_CONTEXT_TOKENS``, ``SHELFHAND_TOOL_CHOICE`` (auto | required | none),
-``SHELFHAND_TOOL_MODE`` (native | plain | constrained).
+``SHELFHAND_TOOL_MODE`` (native | plain | constrained), ``SHELFHAND_MIN_RELEVANCE`` (0..1:
+search hits whose relevance is under it are dropped, so an unanswerable question finds
+nothing; default :data:`DEFAULT_MIN_RELEVANCE`, 0 keeps every hit).
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
 (``model``, ``base_url``, ``api_key``, ``model_timeout``, ``first_token_timeout``,
 ``max_tokens``, ``temperature``, ``context_tokens``, ``tool_choice``, ``tool_mode``,
 ``retrieval_mode``, ``embedder``, ``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``,
-``turn_timeout``, ``answer_retrieval``). Reading limits live in a ``[limits]`` table (see
+``turn_timeout``, ``answer_retrieval``, ``min_relevance``). Reading limits live in a ``[limits]`` table (see
 :mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
 knowledge base opens.
 
@@ -70,6 +72,10 @@ MODEL_ENV = {
     "tool_mode": "SHELFHAND_TOOL_MODE",
 }
 """Model options: settings attribute (and ``shelfhand.toml`` key) → environment variable."""
+DEFAULT_MIN_RELEVANCE = 0.25
+"""Calibrated on the sample case set (every not-in-the-documents query scores under it, every
+answerable one above) and checked on SciFact and CMRC 2018: see BENCHMARKS.md, "Retrieval
+quality (issue 13)"."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +113,7 @@ class Settings:
     rerank_timeout: float = 5.0
     rerank_candidates: int = 20
     query_rewrite: bool = False
+    min_relevance: float = DEFAULT_MIN_RELEVANCE
 
     @classmethod
     def load(
@@ -140,6 +147,7 @@ class Settings:
             chunk_overlap = int(file_values.get("chunk_overlap", 40))
             embed_timeout = float(pick("SHELFHAND_EMBED_TIMEOUT", "embed_timeout") or 2.0)
             turn_timeout = float(pick("SHELFHAND_TURN_TIMEOUT", "turn_timeout") or 120.0)
+            min_relevance = _min_relevance(pick("SHELFHAND_MIN_RELEVANCE", "min_relevance"))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid number in settings: {exc}") from exc
         if (
@@ -166,6 +174,7 @@ class Settings:
             embed_timeout=embed_timeout,
             turn_timeout=turn_timeout,
             answer_retrieval=answer_retrieval,
+            min_relevance=min_relevance,
             **options,
             **_compression(pick),
             **rerank,
@@ -256,6 +265,18 @@ def rerank_options(pick: Any, env: Mapping[str, str]) -> dict[str, Any]:
         "rerank_candidates": candidates,
         "query_rewrite": rewrite_text in _ON,
     }
+
+
+def _min_relevance(value: object) -> float:
+    if value is None or value == "":
+        return DEFAULT_MIN_RELEVANCE
+    number = float(value)  # type: ignore[arg-type]
+    if not 0.0 <= number <= 1.0:
+        raise ConfigurationError(
+            f"min_relevance {number:g} is out of range: use 0..1 "
+            "(SHELFHAND_MIN_RELEVANCE or min_relevance in shelfhand.toml; 0 keeps every hit)"
+        )
+    return number
 
 
 def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:

@@ -67,6 +67,8 @@ class KnowledgeBase:
             :mod:`shelfhand.knowledge.rerank`.
         rerank_candidates: How many fused hits a search fetches for the reranker (at
             least ``k``).
+        min_relevance: Search hits with a ``relevance`` under it are dropped (0 keeps all;
+            the app passes the ``min_relevance`` setting).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class KnowledgeBase:
         embed_timeout: float | None = None,
         reranker: Reranker | None = None,
         rerank_candidates: int = 20,
+        min_relevance: float = 0.0,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -97,6 +100,7 @@ class KnowledgeBase:
             overlap_tokens=overlap_tokens,
             access=access,
             embed_timeout=embed_timeout,
+            min_relevance=min_relevance,
         )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None

@@ -1,13 +1,45 @@
-"""Reciprocal Rank Fusion (Cormack et al., 2009): merge ranked lists without comparing scores."""
+"""Fusing keyword and vector candidates, and how strongly a hit answers the query.
+
+Two fusions live here:
+
+* :func:`rrf` — Reciprocal Rank Fusion (Cormack et al., 2009): ranks only, scores ignored.
+* :func:`convex_fusion` — what :class:`~shelfhand.knowledge.retrieval.HybridRetriever` uses:
+  ``α · bm25 / max_bm25 + (1 - α) · Σ w_space · cosine``. BM25 is scaled by the query's best
+  score (its scale depends on the query); cosines are used as they are (already comparable),
+  and a keyword candidate outside the vector top-N gets its *exact* cosine (the retriever reads
+  its stored vector) rather than nothing.
+
+On SciFact (MiniLM) and CMRC 2018 (USE) this beats RRF of the same lists; the measurements,
+and the variants that did not help, are in BENCHMARKS.md ("Retrieval quality (issue 13)")
+and ``bench/fusion_tuning.py`` replays them.
+
+Relevance (:func:`keyword_evidence`, :func:`relevance`) is a 0..1 evidence strength that is
+comparable across queries, unlike fused scores: the larger of the hit's cosine in the query's
+own vector space and the share of the query's IDF that its BM25 score covers. The retriever
+drops hits under ``min_relevance``, which is how "not in the documents" is answered.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import math
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ["rrf"]
+__all__ = [
+    "KEYWORD_WEIGHT",
+    "bm25_idf",
+    "convex_fusion",
+    "keyword_evidence",
+    "relevance",
+    "rrf",
+]
 
 K = TypeVar("K", bound=Hashable)
+
+KEYWORD_WEIGHT = 0.4
+"""``α`` of :func:`convex_fusion`. On SciFact nDCG@10 is within 0.005 of its best for 0.3–0.5
+and on CMRC 2018 recall@5 stays at or above keyword search for 0.2–0.7; weights per query type
+(Chinese, identifiers) did not pay (BENCHMARKS.md)."""
 
 
 def rrf(
@@ -33,6 +65,57 @@ def rrf(
         for key, weight in zip(ranked, table, strict=False):
             scores[key] = get(key, 0.0) + weight
     return sorted(scores.items(), key=_score, reverse=True)
+
+
+def convex_fusion(
+    keyword: Sequence[tuple[K, float]],
+    vectors: Sequence[tuple[Mapping[K, float], float]],
+    alpha: float,
+) -> list[tuple[K, float]]:
+    """``α · bm25 / max_bm25 + (1 - α) · Σ w · max(cosine, 0)`` over every candidate.
+
+    Args:
+        keyword: ``(id, bm25)`` best first.
+        vectors: Per vector space, ``({id: cosine}, weight)``; the map may hold exact cosines
+            of keyword candidates that the space's own top list missed.
+        alpha: Weight of the keyword side, 0..1.
+
+    Returns:
+        ``(id, fused score)`` best first; ties keep first-seen order (keyword first).
+    """
+    top = keyword[0][1] if keyword else 0.0
+    scale = alpha / top if top > 0 else 0.0
+    scores: dict[K, float] = {key: s * scale for key, s in keyword}
+    get = scores.get
+    for cosines, weight in vectors:
+        w = (1.0 - alpha) * weight
+        for key, cos in cosines.items():
+            scores[key] = get(key, 0.0) + w * max(cos, 0.0)
+    return sorted(scores.items(), key=_score, reverse=True)
+
+
+def bm25_idf(doc_freq: int, num_docs: int) -> float:
+    """BM25's IDF (the Lucene/tantivy form, never negative)."""
+    return math.log(1.0 + (num_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def keyword_evidence(bm25: float, idf_sum: float) -> float:
+    """How much of the query a BM25 score covers, 0..1.
+
+    ``idf_sum`` is the sum of the IDFs of the query's distinct terms, matched or not: one
+    occurrence of every term in a chunk of average length scores about that much, so the ratio
+    is roughly the share of the query's information the chunk holds (clipped at 1).
+    """
+    if idf_sum <= 0 or bm25 <= 0:
+        return 0.0
+    return min(1.0, bm25 / idf_sum)
+
+
+def relevance(cosine: float | None, keyword: float | None) -> float:
+    """A hit's evidence strength, 0..1: the stronger of its (space-weighted) cosine in the
+    query's space and its :func:`keyword_evidence`; ``None`` means that side has no score."""
+    best = max(cosine or 0.0, keyword or 0.0)
+    return min(1.0, max(0.0, best))
 
 
 def _score(item: tuple[object, float]) -> float:

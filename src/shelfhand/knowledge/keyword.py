@@ -376,3 +376,13 @@ class TantivyKeywordIndex:
             return []
         rowids = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
         return [(int(r or 0), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]
+
+    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
+        """Chunks in the index and, per distinct token (first-seen order), how many contain it.
+
+        Statistics for the relevance estimate of :mod:`shelfhand.knowledge.fusion` (the share
+        of the query's IDF a hit matches); like BM25's own, they count every tenant.
+        """
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        searcher = self._index.searcher()
+        return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]

@@ -1,4 +1,4 @@
-"""Hybrid retrieval: BM25 + vectors fused by RRF, permission-filtered inside each query (R6).
+"""Hybrid retrieval: BM25 + vectors fused convexly, permission-filtered inside each query (R6).
 
 ::
 
@@ -8,8 +8,12 @@
 
 Each side fetches ``candidates_factor × k`` candidates: keyword from tantivy, vectors from every
 space that holds vectors (the query embedded by that space's embedder, so a mixed Chinese and
-English corpus works). Lists are fused with Reciprocal Rank Fusion (k=60) and deduplicated by
-chunk content hash. When one side has nothing, the other's ranking and scores are used as is.
+English corpus works). Lists are fused by :func:`~shelfhand.knowledge.fusion.convex_fusion`
+(BM25 scaled by the query's best score, plus cosine; a keyword candidate outside a space's top
+list gets its exact cosine from its stored vector) and deduplicated by chunk content hash. When
+one side has nothing, the other's ranking and scores are used as is. Every hit gets a
+``relevance`` (0..1, comparable across queries); hits under ``min_relevance`` are dropped, so a
+query the documents do not answer finds nothing.
 If embedding the query fails (quota, model unavailable) or does not finish within
 ``embed_timeout`` seconds, the search continues on keywords and ``last_degraded_reason`` says why.
 After ``breaker_failures`` such failures in a row the query embedder is not asked at all for
@@ -40,7 +44,13 @@ from shelfhand.core.context import ANONYMOUS, UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
-from shelfhand.knowledge.fusion import rrf
+from shelfhand.knowledge.fusion import (
+    KEYWORD_WEIGHT,
+    bm25_idf,
+    convex_fusion,
+    keyword_evidence,
+    relevance,
+)
 from shelfhand.knowledge.ingest import Ingestor
 from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
 from shelfhand.knowledge.store import SqliteKnowledgeStore
@@ -97,9 +107,12 @@ class HybridRetriever:
         vector_indexes: The vector spaces, or ``None`` for keyword-only search.
         router: Embeds queries per space; ``None`` disables the vector side.
         candidates_factor: Each side fetches ``candidates_factor * k`` candidates.
-        rrf_k: The RRF damping constant.
-        other_space_weight: RRF weight of vector spaces other than the one the query's
-            language routes to (a model weak in the query's language ranks worse).
+        rrf_k: Unused (fusion is convex now); kept so existing callers still work.
+        other_space_weight: Weight of vector spaces other than the one the query's language
+            routes to (a model weak in the query's language ranks worse), in fusion and in
+            relevance.
+        keyword_weight: ``α`` of the convex fusion, the keyword side's share (0..1).
+        min_relevance: Hits whose ``relevance`` is under this are dropped (0 keeps all).
         embed_timeout: Seconds a query embedding may take before the search goes on with
             keywords alone (``None``: wait for it).
         load_timeout: The same for the first query of each space (it loads the model).
@@ -119,6 +132,8 @@ class HybridRetriever:
         candidates_factor: int = 3,
         rrf_k: int = 60,
         other_space_weight: float = 0.5,
+        keyword_weight: float = KEYWORD_WEIGHT,
+        min_relevance: float = 0.0,
         embed_timeout: float | None = None,
         load_timeout: float = 60.0,
         breaker_failures: int = 3,
@@ -133,6 +148,12 @@ class HybridRetriever:
         self.candidates_factor = candidates_factor
         self.rrf_k = rrf_k
         self.other_space_weight = other_space_weight
+        if not 0.0 <= min_relevance <= 1.0:
+            raise KnowledgeError(f"min_relevance must be within 0..1, not {min_relevance}")
+        if not 0.0 <= keyword_weight <= 1.0:
+            raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
+        self.keyword_weight = keyword_weight
+        self.min_relevance = min_relevance
         self.last_degraded_reason: str | None = None
         self.last_timings = SearchTimings()
         self._warned: set[str] = set()
@@ -216,6 +237,8 @@ class HybridRetriever:
         keyword: list[tuple[int, float]] = []
         vector_lists: list[list[tuple[int, float]]] = []
         vector_weights: list[float] = []
+        query_vectors_used: list[Vectors] = []
+        vector_spaces: list[str] = []
         t_kw = t_embed = t_vec = 0.0
         use_keyword = mode != "vector"
         if mode != "keyword":
@@ -233,13 +256,20 @@ class HybridRetriever:
                         vector_lists.append(found)
                         weight = 1.0 if space == home else self.other_space_weight
                         vector_weights.append(weight)
+                        vector_spaces.append(space)
+                        query_vectors_used.append(qvec)
                 t_vec = time.perf_counter() - t1
         if use_keyword:
             t1 = time.perf_counter()
             keyword = self.keyword_index.search(tokenize_query(query), fetch, **acl)
             t_kw = time.perf_counter() - t1
         t1 = time.perf_counter()
-        hits = self._fuse(keyword, vector_lists, vector_weights, k)
+        hits = self._fuse(
+            query,
+            keyword,
+            _VectorSide(vector_spaces, vector_lists, vector_weights, query_vectors_used),
+            k,
+        )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         hits = self._exact_first(query, hits, keyword, k, acl)
@@ -416,27 +446,25 @@ class HybridRetriever:
         return (first + rest)[:k]
 
     def _fuse(
-        self,
-        keyword: list[tuple[int, float]],
-        vector_lists: list[list[tuple[int, float]]],
-        vector_weights: list[float],
-        k: int,
+        self, query: str, keyword: list[tuple[int, float]], vectors: _VectorSide, k: int
     ) -> list[SearchHit]:
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
-        for found in vector_lists:
+        for found in vectors.lists:
             for i, (rowid, _) in enumerate(found, start=1):
                 vector_rank[rowid] = min(i, vector_rank.get(rowid, i))
-        lists = [found for found in [keyword, *vector_lists] if found]
-        weights = ([1.0] if keyword else []) + vector_weights
-        if not lists:
+        if not keyword and not vectors.lists:
             return []
-        if len(lists) == 1:
-            ranked = lists[0]
+        cosines = [dict(found) for found in vectors.lists]
+        if keyword and vectors.lists:
+            self._fill_cosines(keyword, vectors, cosines)
+            pairs = list(zip(cosines, vectors.weights, strict=True))
+            ranked = convex_fusion(keyword, pairs, self.keyword_weight)
         else:
-            ranked = rrf(
-                [[rowid for rowid, _ in found] for found in lists], k=self.rrf_k, weights=weights
-            )
+            ranked = keyword or vectors.lists[0]
+            if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
+                ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
+        strength = self._relevance(query, keyword, cosines, vectors.weights)
         hashes = self.store.content_hashes([rowid for rowid, _ in ranked])
         chosen: list[tuple[int, float]] = []
         seen: set[str] = set()
@@ -444,6 +472,8 @@ class HybridRetriever:
             h = hashes.get(rowid)
             if h is None or h in seen:
                 continue  # deleted since indexing, or a duplicate passage
+            if strength.get(rowid, 0.0) < self.min_relevance:
+                continue  # too weak to count as an answer
             seen.add(h)
             chosen.append((rowid, score))
             if len(chosen) == k:
@@ -455,10 +485,55 @@ class HybridRetriever:
                 score=score,
                 keyword_rank=keyword_rank.get(rowid),
                 vector_rank=vector_rank.get(rowid),
+                relevance=strength.get(rowid, 0.0),
             )
             for rowid, score in chosen
             if rowid in chunks
         ]
+
+    def _fill_cosines(
+        self,
+        keyword: list[tuple[int, float]],
+        vectors: _VectorSide,
+        cosines: list[dict[int, float]],
+    ) -> None:
+        """Exact cosines of keyword candidates that a space's top list missed (their indexed
+        vectors, read from memory): fusion then weighs what the vector side thinks of them."""
+        missing = [r for r, _ in keyword if not any(r in c for c in cosines)]
+        if not missing or self.vector_indexes is None:
+            return
+        for i, space in enumerate(vectors.spaces):
+            found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
+            cosines[i].update(found)
+
+    def _relevance(
+        self,
+        query: str,
+        keyword: list[tuple[int, float]],
+        cosines: list[dict[int, float]],
+        weights: list[float],
+    ) -> dict[int, float]:
+        """Every candidate's :func:`~shelfhand.knowledge.fusion.relevance`."""
+        kw: dict[int, float] = {}
+        if keyword:
+            num_docs, freqs = self.keyword_index.doc_freqs(tokenize_query(query))
+            idf_sum = sum(bm25_idf(df, num_docs) for df in freqs)
+            kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
+        cos: dict[int, float] = {}
+        for found, weight in zip(cosines, weights, strict=True):
+            for rowid, c in found.items():
+                cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
+        return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
+
+
+@dataclass(frozen=True, slots=True)
+class _VectorSide:
+    """What the vector side found: per space, its name, top list, weight and query vector."""
+
+    spaces: list[str]
+    lists: list[list[tuple[int, float]]]
+    weights: list[float]
+    query_vectors: list[Vectors]
 
 
 def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
@@ -500,6 +575,7 @@ def open_embedded_store(
     overlap_tokens: int = 40,
     access: Access = "write",
     embed_timeout: float | None = None,
+    min_relevance: float = 0.0,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -507,14 +583,16 @@ def open_embedded_store(
     rebuilt from the database. ``access`` is how this process uses the keyword index
     (``write``, ``read``, or ``read-only`` while another process writes; see
     :mod:`shelfhand.knowledge.keyword`). ``embed_timeout`` bounds each query embedding
-    (seconds).
+    (seconds); hits under ``min_relevance`` are dropped.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
     keyword = TantivyKeywordIndex(workspace / "index" / "keyword", access=access)
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
-    retriever = HybridRetriever(store, keyword, vectors, router, embed_timeout=embed_timeout)
+    retriever = HybridRetriever(
+        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
+    )
     ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     return EmbeddedKnowledge(
         store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor

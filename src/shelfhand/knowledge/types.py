@@ -74,7 +74,8 @@ class Chunk:
 class SearchHit:
     chunk: Chunk
     score: float
-    """Fused score (RRF) or the single side's score."""
+    """Fused score (convex fusion of BM25 and cosine) or the single side's score; compare it
+    only within one query."""
     keyword_rank: int | None = None
     vector_rank: int | None = None
     exact: bool = False
@@ -83,3 +84,7 @@ class SearchHit:
     rerank_score: float | None = None
     """The reranker's score, when a rerank endpoint ranked this hit (see
     :mod:`shelfhand.knowledge.rerank`)."""
+    relevance: float | None = None
+    """Evidence strength 0..1, comparable across queries: the larger of the hit's cosine in
+    the query's vector space and the share of the query's IDF its BM25 score covers (see
+    :func:`shelfhand.knowledge.fusion.relevance`). ``None`` when not computed."""

@@ -560,6 +560,26 @@ class VectorIndexes:
                     self._selections.popitem(last=False)
             return vs.search(query, k, sel)
 
+    def similarities(self, space: str, query: Vectors, rowids: Sequence[int]) -> dict[int, float]:
+        """Inner products of ``query`` with the stored vectors of ``rowids`` in ``space`` (those
+        that have one), from memory. No permission check: pass rowids the caller may read
+        (hybrid search scores keyword candidates that the vector top list missed)."""
+        with self._lock:
+            vs = self._spaces.get(space)
+            if vs is None:
+                return {}
+            found = [(r, p) for r in rowids if (p := vs.pos.get(int(r))) is not None]
+            if not found:
+                return {}
+            positions = np.fromiter((p for _, p in found), dtype=np.int64, count=len(found))
+            if vs.hnsw is None:
+                matrix = vs.matrix[positions]
+            else:
+                matrix = vs.hnsw.reconstruct_batch(positions)
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        sims = (matrix @ q).tolist()
+        return {r: float(x) for (r, _), x in zip(found, sims, strict=True)}
+
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name) or "space"

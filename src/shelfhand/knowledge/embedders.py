@@ -290,6 +290,10 @@ class USEEmbedder:
         threads: BLAS threads for the forward pass; default ``min(2, cores)``.
     """
 
+    multilingual = True
+    """One vector space for all its languages: an English query finds a Chinese passage, so
+    retrieval weighs this space fully whatever the query's language."""
+
     def __init__(self, *, batch_size: int = 32, threads: int | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")

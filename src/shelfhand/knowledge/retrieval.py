@@ -28,6 +28,10 @@ Exact identifiers win in every mode: when the query names identifiers (``E-888``
 text holds one (an exact term lookup in the keyword index, restricted like the search) go first,
 best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
 behind them (``exact_boost=False`` turns this off, for ablations).
+
+Versions side by side: a hit from one version of a document (``保修政策（第 1 版）``) brings the
+same section of its other versions along (:mod:`shelfhand.knowledge.versions`), so their
+disagreements can be flagged; ``version_siblings=False`` turns this off.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, SearchHit
 from shelfhand.knowledge.vectors import VectorIndexes
+from shelfhand.knowledge.versions import add_version_siblings
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +115,8 @@ class HybridRetriever:
         rrf_k: Unused (fusion is convex now); kept so existing callers still work.
         other_space_weight: Weight of vector spaces other than the one the query's language
             routes to (a model weak in the query's language ranks worse), in fusion and in
-            relevance.
+            relevance. A space whose embedder is ``multilingual`` (USE) is weighted 1 for every
+            language: it matches an English question to a Chinese passage.
         keyword_weight: ``α`` of the convex fusion, the keyword side's share (0..1).
         min_relevance: Hits whose ``relevance`` is under this are dropped (0 keeps all).
         embed_timeout: Seconds a query embedding may take before the search goes on with
@@ -120,6 +126,8 @@ class HybridRetriever:
         breaker_cooldown: Seconds the paused embedder is left alone.
         exact_boost: Put passages holding an identifier of the query first (see the module
             docstring); an attribute, switchable for ablations.
+        version_siblings: Bring the same section of a hit's other document versions along
+            (see :mod:`shelfhand.knowledge.versions`); an attribute too.
     """
 
     def __init__(
@@ -139,8 +147,10 @@ class HybridRetriever:
         breaker_failures: int = 3,
         breaker_cooldown: float = 30.0,
         exact_boost: bool = True,
+        version_siblings: bool = True,
     ) -> None:
         self.exact_boost = exact_boost
+        self.version_siblings = version_siblings
         self.store = store
         self.keyword_index = keyword_index
         self.vector_indexes = vector_indexes
@@ -250,11 +260,12 @@ class HybridRetriever:
             elif self.vector_indexes is not None:
                 t1 = time.perf_counter()
                 home = self.router.space_for(query) if self.router is not None else None
+                multilingual = self._multilingual_spaces()
                 for space, qvec in embedded.items():
                     found = self.vector_indexes.search(space, qvec, fetch, **acl)
                     if found:
                         vector_lists.append(found)
-                        weight = 1.0 if space == home else self.other_space_weight
+                        weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
                         vector_weights.append(weight)
                         vector_spaces.append(space)
                         query_vectors_used.append(qvec)
@@ -273,6 +284,8 @@ class HybridRetriever:
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         hits = self._exact_first(query, hits, keyword, k, acl)
+        if self.version_siblings:
+            hits = add_version_siblings(hits, self.store, acl, k)
         t_exact = time.perf_counter() - t1
         pending = self.store.count_pending() if mode != "keyword" and self.router else 0
         timings = SearchTimings(
@@ -286,6 +299,16 @@ class HybridRetriever:
         )
         self.last_timings = timings
         return hits, timings
+
+    def _multilingual_spaces(self) -> tuple[str, ...]:
+        """The spaces whose embedder declares ``multilingual = True``."""
+        if self.router is None:
+            return ()
+        return tuple(
+            space
+            for space in self.router.spaces
+            if getattr(self.router.embedder(space), "multilingual", False) is True
+        )
 
     def _embed(self, query: str) -> dict[str, Vectors] | None:
         """The query vector in every space that holds vectors; ``None`` when embedding failed,

@@ -675,6 +675,18 @@ class SqliteKnowledgeStore:
         sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({{marks}})"
         return {r[0]: _row_to_chunk(r) for rows in self._select_in(sql, rowids) for r in rows}
 
+    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]:
+        """The tenant's chunks whose innermost section heading is ``leaf`` (rowid → chunk)."""
+        tail = json.dumps(leaf, ensure_ascii=False) + "]"
+        pattern = "%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE tenant_id = ? AND section_path LIKE ?"
+                " ESCAPE '\\' LIMIT 200",
+                (tenant_id, pattern),
+            ).fetchall()
+        return {r[0]: _row_to_chunk(r) for r in rows}
+
     def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
         sql = "SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})"
         return {r[0]: r[1] for rows in self._select_in(sql, rowids) for r in rows}

@@ -1,0 +1,89 @@
+"""Versions side by side: a hit from one version of a document brings the same section of its
+other versions along, visible by the search's own rules (real SQLite + tantivy workspaces)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shelfhand.core.context import UserContext
+from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
+from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.versions import version_key
+
+
+def policy(version: int, months: int, *, tags: tuple[str, ...] = ()) -> Document:
+    title = f"保修政策（第 {version} 版）"
+    sections = (
+        Section(text=f"{title}\n本版本适用于 Lumen 系列。", section_path=(title,)),
+        Section(text=f"整机保修 {months} 个月。", section_path=(title, "保修期限")),
+        Section(text="人为损坏不在保修范围内。", section_path=(title, "保修范围")),
+    )
+    body = "".join(s.text for s in sections)
+    return Document(
+        doc_id=f"policy-v{version}.md",
+        source=f"policy-v{version}.md",
+        title=title,
+        doc_type="markdown",
+        sections=sections,
+        content_hash=hashlib.sha256(body.encode()).hexdigest(),
+        permission_tags=tags,
+    )
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    base = KnowledgeBase(tmp_path / "ws", None)
+    base.ingest_documents([policy(1, 12), policy(2, 24), policy(3, 36, tags=("legal",))])
+    yield base
+    base.close()
+
+
+def test_version_markers_are_taken_off_titles_and_file_names() -> None:
+    assert version_key("保修政策（第 2 版）") == version_key("保修政策（第 1 版）") == "保修政策"
+    assert version_key("Returns policy v1.2") == version_key("Returns policy (version 3)")
+    assert version_key("Returns policy", "docs/returns-v2.md") == "returns"
+    assert version_key("Returns policy", "docs/returns.md") is None
+
+
+def test_a_hit_brings_the_same_section_of_the_other_visible_versions(kb: KnowledgeBase) -> None:
+    hits = kb.search("整机保修 12 个月", k=3, mode="keyword")
+    ids = [h.chunk.chunk_id for h in hits]
+    assert ids[:2] == ["policy-v1.md::1", "policy-v2.md::1"]
+    # version 3 is tagged "legal": an ordinary caller never gets it as a sibling
+    assert "policy-v3.md::1" not in ids
+    legal = UserContext(tenant_id="default", user_id="l", roles=["legal"])
+    ids = [h.chunk.chunk_id for h in kb.search("整机保修 12 个月", k=3, mode="keyword", user=legal)]
+    assert {"policy-v1.md::1", "policy-v2.md::1", "policy-v3.md::1"} <= set(ids)
+
+
+def test_siblings_stay_within_k_and_identical_passages_are_not_repeated(
+    kb: KnowledgeBase,
+) -> None:
+    assert len(kb.search("整机保修 12 个月", k=1, mode="keyword")) == 1
+    hits = kb.search("人为损坏", k=3, mode="keyword")
+    # the 保修范围 text is the same in every version: one passage, no siblings
+    assert [h.chunk.section_path[-1] for h in hits].count("保修范围") == 1
+
+
+def test_siblings_can_be_switched_off(kb: KnowledgeBase) -> None:
+    # only version 1 says "12": the other version comes along as a sibling, or not at all
+    assert [h.chunk.chunk_id for h in kb.search("12", k=2, mode="keyword")] == [
+        "policy-v1.md::1",
+        "policy-v2.md::1",
+    ]
+    kb._stack.retriever.version_siblings = False
+    assert [h.chunk.chunk_id for h in kb.search("12", k=2, mode="keyword")] == ["policy-v1.md::1"]
+
+
+def test_the_sample_warranty_versions_come_together(tmp_path: Path) -> None:
+    with KnowledgeBase(tmp_path / "ws", None) as base:
+        base.ingest([sample_corpus()])
+        hits = base.search("整机保修期为自购买之日起 12 个月", k=2, mode="keyword")
+        assert [h.chunk.source.rsplit("/", 1)[-1] for h in hits] == [
+            "warranty-policy-v1.md",
+            "warranty-policy-v2.md",
+        ]

@@ -560,17 +560,24 @@ class _VectorSide:
 
 
 def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
-    """Whether ``chunk`` is about one of ``identifiers``: a line of its section headings,
-    title or text starts with it (after bullets, numbering or ``#``)."""
+    """Whether ``chunk`` is about one of ``identifiers``: one of its section headings below the
+    document title, or a heading-like line of its text (short, with more text after it),
+    starts with it (after bullets, numbering or ``#``). Neither a paragraph that merely begins
+    with the code nor the document's title counts: on SciFact, where abstracts and titles
+    often begin with a gene name, counting them cost 0.012 nDCG@10."""
     if chunk is None:
         return False
-    for line in (*chunk.section_path, chunk.title, *chunk.text.splitlines()):
+    lines = chunk.text.splitlines()
+    headings = [line for line in lines[:-1] if len(line) <= _HEADING_CHARS]
+    sections = [heading for heading in chunk.section_path if heading != chunk.title]
+    for line in (*sections, *headings):
         first = line.lstrip(_LEAD).split(maxsplit=1)
         if first and identifiers.intersection(identifier_tokens(first[0])):
             return True
     return False
 
 
+_HEADING_CHARS = 80
 _LEAD = " \t#*-•·>0123456789.)、（(【["
 
 

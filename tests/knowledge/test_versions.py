@@ -87,3 +87,29 @@ def test_the_sample_warranty_versions_come_together(tmp_path: Path) -> None:
             "warranty-policy-v1.md",
             "warranty-policy-v2.md",
         ]
+
+
+@pytest.mark.slow
+def test_the_english_warranty_question_gets_both_versions_flagged(tmp_path: Path) -> None:
+    # the case: an English question over the Chinese policies, the packaged embedders
+    # (USE matches English to Chinese), the app's default relevance cut
+    from shelfhand.core.settings import DEFAULT_MIN_RELEVANCE
+    from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
+    from shelfhand.knowledge.embedders import default_router
+
+    with KnowledgeBase(
+        tmp_path / "ws", default_router(), min_relevance=DEFAULT_MIN_RELEVANCE
+    ) as base:
+        base.ingest([sample_corpus()])
+        question = "How long is the warranty?"
+        hits = base.search(question, k=5)
+        periods = {
+            h.chunk.source.rsplit("/", 1)[-1]: h
+            for h in hits
+            if h.chunk.section_path[-1:] == ("保修期限",)
+        }
+        assert set(periods) == {"warranty-policy-v1.md", "warranty-policy-v2.md"}
+        evidence = prepare_evidence(to_citations(hits), question)
+        flagged = [c for c in evidence if c.conflicts_with]
+        assert {c.source.rsplit("/", 1)[-1] for c in flagged} == set(periods)
+        assert "12 个月 vs 24 个月" in format_passages(evidence)

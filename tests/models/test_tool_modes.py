@@ -99,6 +99,58 @@ async def test_a_constrained_answer_becomes_plain_text(chat_server: ChatServer) 
     assert response.message.tool_calls == ()
 
 
+async def test_the_constrained_prompt_says_how_to_choose_and_plain_does_not(
+    chat_server: ChatServer,
+) -> None:
+    reply = completion(json.dumps({"tool": "none", "answer": "Hi!"}))
+    await ask(chat_server, "constrained", Reply(body=reply))
+    await ask(chat_server, "plain", Reply(body=completion("Hi!")))
+
+    constrained, plain = (r.body["messages"][0]["content"] for r in chat_server.requests)
+    for rule in (
+        "If one tool is made for exactly what the user asks, call that tool",
+        "go to the search tool; never answer those from memory",
+        "small talk: answer directly, no tool",
+        "exactly as the user wrote them, whole",
+    ):
+        assert rule in constrained and rule not in plain
+    # the rules follow the tool list, which names the tools; the rules name none of them
+    rules = constrained[constrained.index("How to choose:") :]
+    assert "query_stock" not in rules and "quote_price" not in rules
+
+
+@pytest.mark.parametrize(
+    ("cut", "answer"),
+    [
+        (
+            '{"tool": "none", "answer": "To clean the lens:\\n1. Use a soft',
+            "To clean the lens:\n1. Use a soft…",
+        ),
+        ('{"tool": "none", "answer": "拆封后七天内\\u53', "拆封后七天内…"),
+        ('{"tool": "none", "answer": "有 12 台现货。"', "有 12 台现货。"),
+    ],
+)
+async def test_a_constrained_answer_cut_off_by_max_tokens_is_text_not_json(
+    chat_server: ChatServer, cut: str, answer: str
+) -> None:
+    body = completion(cut)
+    body["choices"][0]["finish_reason"] = "length"
+    response = await ask(chat_server, "constrained", Reply(body=body), max_tokens=16)
+
+    assert response.message.text == answer
+    assert response.message.tool_calls == ()
+
+
+async def test_broken_constrained_json_that_is_not_a_cut_answer_is_not_guessed(
+    chat_server: ChatServer,
+) -> None:
+    broken = '{"tool": "none", "answer": "ok", "extra": '
+    response = await ask(chat_server, "constrained", Reply(body=completion(broken)))
+
+    assert response.message.text == broken  # left to the agent's raw-JSON handling
+    assert response.message.tool_calls == ()
+
+
 async def test_tool_choice_required_leaves_no_answer_in_the_schema(
     chat_server: ChatServer,
 ) -> None:

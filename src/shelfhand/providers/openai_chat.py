@@ -64,6 +64,7 @@ from shelfhand.providers.tool_modes import (
     ToolMode,
     parse_constrained,
     prompted_messages,
+    repeats_answered_calls,
     response_format,
 )
 
@@ -308,15 +309,19 @@ class OpenAIChatModel:
         """
         tools = self._offered(tools)
         response = await self._request(messages, tools)
+        if self._loops(messages, response):
+            response = await self._answer_now(messages, tools, response)
         if self._echoed_json(messages, response):
             response = await self._in_plain_words(messages, tools, response)
         return response
 
     async def _request(
-        self, messages: Sequence[Message], tools: Sequence[ToolSchema]
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], *, answer_only: bool = False
     ) -> ModelResponse:
         client = self._get_client()
         params = self._params(messages, tools, stream=False)
+        if answer_only:
+            params["response_format"] = response_format((), answer=True)
         deadline = anyio.current_time() + self.timeout
         completion = await self._with_retries(
             lambda left: client.chat.completions.create(**params, timeout=left), deadline
@@ -389,6 +394,8 @@ class OpenAIChatModel:
                 response = self._finish(
                     text, calls, tools, reply.finish_reason, reply.usage, reply.model_name
                 )
+                if self._loops(messages, response):
+                    response = await self._answer_now(messages, tools, response)
                 if self._echoed_json(messages, response):
                     response = await self._in_plain_words(messages, tools, response)
                 if buffered and response.message.text:
@@ -411,6 +418,33 @@ class OpenAIChatModel:
         after_results = bool(messages) and bool(messages[-1].tool_results)
         reply = response.message
         return after_results and not reply.tool_calls and json_reply(reply.text) is not None
+
+    def _loops(self, messages: Sequence[Message], response: ModelResponse) -> bool:
+        """Constrained mode, and the reply only repeats calls already answered this turn."""
+        if self.tool_mode != "constrained" or self.tool_choice == "required":
+            return False
+        return repeats_answered_calls(messages, response.message.tool_calls)
+
+    async def _answer_now(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], looping: ModelResponse
+    ) -> ModelResponse:
+        """The same request with a schema that admits only an answer: the results of the
+        repeated call are already in the conversation. A failure keeps the repeated call
+        (the agent's loop guard answers it from the run's results)."""
+        logger.debug("model %s repeated an answered call: asked for the answer", self.model)
+        try:
+            again = await self._request(messages, tools, answer_only=True)
+        except ModelError as exc:
+            logger.warning("model %s: the answer-only retry failed (%s)", self.model, exc)
+            return looping
+        if not again.message.text.strip() and not again.message.tool_calls:
+            return looping
+        return ModelResponse(
+            message=again.message,
+            usage=_added(looping.usage, again.usage),
+            finish_reason=again.finish_reason,
+            model_name=again.model_name,
+        )
 
     async def _in_plain_words(
         self, messages: Sequence[Message], tools: Sequence[ToolSchema], echoed: ModelResponse

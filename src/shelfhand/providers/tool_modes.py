@@ -33,6 +33,7 @@ __all__ = [
     "ToolMode",
     "parse_constrained",
     "prompted_messages",
+    "repeats_answered_calls",
     "response_format",
 ]
 
@@ -244,3 +245,34 @@ def parse_constrained(text: str, names: set[str]) -> tuple[str, list[ToolCallBlo
         else:
             return None
     return "\n".join(answer), calls
+
+
+def _canonical(call: ToolCallBlock) -> tuple[str, str]:
+    try:
+        arguments = json.dumps(call.parsed_arguments(), sort_keys=True, ensure_ascii=False)
+    except json.JSONDecodeError:
+        arguments = call.arguments.strip()
+    return call.name, arguments
+
+
+def repeats_answered_calls(messages: Sequence[Message], calls: Sequence[ToolCallBlock]) -> bool:
+    """Every one of ``calls`` was already made, with the same arguments, since the user last
+    wrote, and its result came back without error: the model is looping instead of answering.
+    """
+    start = next(
+        (
+            i + 1
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i].role == "user" and not messages[i].tool_results
+        ),
+        0,
+    )
+    made: dict[str, tuple[str, str]] = {}
+    answered: set[tuple[str, str]] = set()
+    for message in messages[start:]:
+        for call in message.tool_calls:
+            made[call.id] = _canonical(call)
+        for result in message.tool_results:
+            if not result.is_error and result.call_id in made:
+                answered.add(made[result.call_id])
+    return bool(calls) and all(_canonical(c) in answered for c in calls)

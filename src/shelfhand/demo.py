@@ -44,7 +44,7 @@ def make_tools(db: sqlite3.Connection) -> list[Tool[Any, Any]]:
 
     @tool(read_only=True)
     def query_stock(sku: str) -> dict[str, Any]:
-        """How many units of a product are in stock.
+        """Live stock: how many units of a product are in stock now (is it available, how many are left).
 
         Args:
             sku: The product SKU, e.g. SKU2024-011.
@@ -58,10 +58,10 @@ def make_tools(db: sqlite3.Connection) -> list[Tool[Any, Any]]:
 
     @tool(read_only=True)
     def quote_price(sku: str, quantity: int = 1) -> dict[str, Any]:
-        """Quote a price: 10% off from 3 units.
+        """Live prices: quote the total price for a quantity of a product (how much it costs; 10% off from 3 units).
 
         Args:
-            sku: The product SKU.
+            sku: The product SKU, e.g. SKU2024-011.
             quantity: How many units.
         """
         row = db.execute("SELECT price FROM products WHERE sku=?", (sku,)).fetchone()
@@ -72,7 +72,7 @@ def make_tools(db: sqlite3.Connection) -> list[Tool[Any, Any]]:
 
     @tool(read_only=True)
     def query_order(ctx: UserContext, order_id: str) -> dict[str, Any]:
-        """Look up one of the caller's orders.
+        """Look up the status and shipping of one of the caller's orders by its order number.
 
         Args:
             order_id: The order number, e.g. SO-1001.
@@ -89,10 +89,10 @@ def make_tools(db: sqlite3.Connection) -> list[Tool[Any, Any]]:
 
     @tool(confirm=True)
     def create_return(ctx: UserContext, order_id: str, reason: str) -> str:
-        """Create a return for one of the caller's orders (needs the customer's confirmation).
+        """Create a return when the customer wants to send back the product of one of their orders (needs the customer's confirmation).
 
         Args:
-            order_id: The order number.
+            order_id: The order number, e.g. SO-1001.
             reason: Why the product goes back.
         """
         owned = db.execute(

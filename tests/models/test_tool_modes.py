@@ -99,6 +99,58 @@ async def test_a_constrained_answer_becomes_plain_text(chat_server: ChatServer) 
     assert response.message.tool_calls == ()
 
 
+async def test_the_constrained_prompt_says_how_to_choose_and_plain_does_not(
+    chat_server: ChatServer,
+) -> None:
+    reply = completion(json.dumps({"tool": "none", "answer": "Hi!"}))
+    await ask(chat_server, "constrained", Reply(body=reply))
+    await ask(chat_server, "plain", Reply(body=completion("Hi!")))
+
+    constrained, plain = (r.body["messages"][0]["content"] for r in chat_server.requests)
+    for rule in (
+        "If one tool is made for exactly what the user asks, call that tool",
+        "go to the search tool; never answer those from memory",
+        "small talk: answer directly, no tool",
+        "exactly as the user wrote them, whole",
+    ):
+        assert rule in constrained and rule not in plain
+    # the rules follow the tool list, which names the tools; the rules name none of them
+    rules = constrained[constrained.index("How to choose:") :]
+    assert "query_stock" not in rules and "quote_price" not in rules
+
+
+@pytest.mark.parametrize(
+    ("cut", "answer"),
+    [
+        (
+            '{"tool": "none", "answer": "To clean the lens:\\n1. Use a soft',
+            "To clean the lens:\n1. Use a soft…",
+        ),
+        ('{"tool": "none", "answer": "拆封后七天内\\u53', "拆封后七天内…"),
+        ('{"tool": "none", "answer": "有 12 台现货。"', "有 12 台现货。"),
+    ],
+)
+async def test_a_constrained_answer_cut_off_by_max_tokens_is_text_not_json(
+    chat_server: ChatServer, cut: str, answer: str
+) -> None:
+    body = completion(cut)
+    body["choices"][0]["finish_reason"] = "length"
+    response = await ask(chat_server, "constrained", Reply(body=body), max_tokens=16)
+
+    assert response.message.text == answer
+    assert response.message.tool_calls == ()
+
+
+async def test_broken_constrained_json_that_is_not_a_cut_answer_is_not_guessed(
+    chat_server: ChatServer,
+) -> None:
+    broken = '{"tool": "none", "answer": "ok", "extra": '
+    response = await ask(chat_server, "constrained", Reply(body=completion(broken)))
+
+    assert response.message.text == broken  # left to the agent's raw-JSON handling
+    assert response.message.tool_calls == ()
+
+
 async def test_tool_choice_required_leaves_no_answer_in_the_schema(
     chat_server: ChatServer,
 ) -> None:
@@ -216,3 +268,75 @@ async def test_native_tool_calls_streamed_the_way_llama_cpp_sends_them(
     assert (call.id, call.name) == ("3zLWiKnE", "query_stock")
     assert json.loads(call.arguments) == {"sku": "SKU2024-011"}
     assert "tools" in chat_server.requests[0].body
+
+
+# --- constrained: a repeated call after its result -----------------------------------------------
+
+
+def answered_history(*, error: bool = False) -> list[Message]:
+    call = ToolCallBlock(id="c1", name="query_stock", arguments='{"sku": "SKU2024-011"}')
+    result = ToolResultBlock(
+        call_id="c1", name="query_stock", content='{"stock": 12}', is_error=error
+    )
+    return [
+        Message.user("SKU2024-011 有货吗？"),
+        Message.assistant("", tool_calls=[call]),
+        Message.tool([result]),
+    ]
+
+
+def constrained_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return completion(json.dumps({"tool": name, "arguments": arguments}))
+
+
+async def test_repeating_an_answered_call_gets_an_answer_only_schema(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.add(Reply(body=constrained_call("query_stock", {"sku": "SKU2024-011"})))
+    answer = json.dumps({"tool": "none", "answer": "有 12 台现货。"}, ensure_ascii=False)
+    response = await ask(
+        chat_server, "constrained", Reply(body=completion(answer)), messages=answered_history()
+    )
+
+    assert response.message.text == "有 12 台现货。"
+    assert response.message.tool_calls == ()
+    first, second = (r.body for r in chat_server.requests)
+    assert len(schema_choices(first)) == 3  # both tools and the answer
+    [only] = schema_choices(second)
+    assert only["properties"]["tool"]["const"] == "none"
+    assert second["messages"] == first["messages"]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ({"sku": "SKU2024-012"}, False),  # other arguments: a new call
+        ({"sku": "SKU2024-011"}, True),  # the first one failed: the loop guard's business
+    ],
+)
+async def test_a_new_call_or_a_retry_of_a_failed_one_is_passed_on(
+    chat_server: ChatServer, call: dict[str, Any], error: bool
+) -> None:
+    response = await ask(
+        chat_server,
+        "constrained",
+        Reply(body=constrained_call("query_stock", call)),
+        messages=answered_history(error=error),
+    )
+
+    [block] = response.message.tool_calls
+    assert json.loads(block.arguments) == call
+    assert len(chat_server.requests) == 1
+
+
+async def test_the_same_call_in_a_new_user_turn_is_passed_on(chat_server: ChatServer) -> None:
+    history = [*answered_history(), Message.assistant("有货。"), Message.user("再查一次？")]
+    response = await ask(
+        chat_server,
+        "constrained",
+        Reply(body=constrained_call("query_stock", {"sku": "SKU2024-011"})),
+        messages=history,
+    )
+
+    assert [c.name for c in response.message.tool_calls] == ["query_stock"]
+    assert len(chat_server.requests) == 1

@@ -35,7 +35,7 @@ from typing import Any
 
 from shelfhand.core.messages import ToolCallBlock
 
-__all__ = ["recover_tool_calls"]
+__all__ = ["json_as_text", "json_reply", "recover_tool_calls"]
 
 _TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.DOTALL)
@@ -264,3 +264,60 @@ def recover_tool_calls(
     remaining = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
     remaining = re.sub(r"\n{3,}", "\n\n", remaining).strip()
     return remaining, blocks
+
+
+_WHOLE_FENCE = re.compile(r"\A```[ \t]*(?:json5?)?[ \t]*\n?(.*?)```\Z", re.DOTALL | re.IGNORECASE)
+
+
+def json_reply(text: str) -> Any | None:
+    """The JSON value when a reply is nothing but a JSON object or array (bare or in one
+    ```` ```json ```` fence), else ``None``: a small model that echoes a tool result as its
+    answer (``{"name": "Lumen X1", "stock": 12}``) instead of writing one."""
+    body = text.strip()
+    fenced = _WHOLE_FENCE.match(body)
+    if fenced is not None:
+        body = fenced.group(1).strip()
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def json_as_text(value: Any, indent: str = "") -> str:
+    """A JSON value as plain lines for a person: ``key: value`` per field, ``- item`` per
+    element, nested values indented."""
+    if isinstance(value, dict):
+        if not value:
+            return f"{indent}(nothing)"
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines.append(f"{indent}{key}:\n{json_as_text(item, indent + '  ')}")
+            else:
+                lines.append(f"{indent}{key}: {_scalar(item)}")
+        return "\n".join(lines)
+    if isinstance(value, list):
+        if not value:
+            return f"{indent}(nothing)"
+        lines = []
+        for item in value:
+            if isinstance(item, dict | list) and item:
+                nested = json_as_text(item, indent + "  ")
+                lines.append(f"{indent}- {nested.lstrip()}")
+            else:
+                lines.append(f"{indent}- {_scalar(item)}")
+        return "\n".join(lines)
+    return f"{indent}{_scalar(value)}"
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict | list):
+        return "(nothing)"
+    return str(value)

@@ -15,7 +15,10 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 - caller-facing errors (:class:`~shelfhand.core.errors.ModelProviderError`,
   :class:`~shelfhand.core.errors.ModelTimeoutError`) whose message says what to check;
 - tolerant parsing: ``content`` as a string or a list of parts; tool calls that a small model
-  wrote as text are recovered with :func:`~shelfhand.models.textcalls.recover_tool_calls`.
+  wrote as text are recovered with :func:`~shelfhand.models.textcalls.recover_tool_calls`;
+- no JSON echoes: a reply to tool results that is nothing but a JSON object or array (a small
+  model echoing the result instead of answering) is asked once more, in words
+  (:data:`PLAIN_WORDS`); JSON again is rendered as ``key: value`` lines, in every tool mode.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from shelfhand.models.base import (
     ToolSchema,
     Usage,
 )
-from shelfhand.models.textcalls import recover_tool_calls
+from shelfhand.models.textcalls import json_as_text, json_reply, recover_tool_calls
 from shelfhand.providers.openai_wire import (
     PartialCall,
     StreamReply,
@@ -61,6 +64,7 @@ from shelfhand.providers.tool_modes import (
     ToolMode,
     parse_constrained,
     prompted_messages,
+    repeats_answered_calls,
     response_format,
 )
 
@@ -71,11 +75,26 @@ except ImportError as exc:  # pragma: no cover - openai is a core dependency
         "OpenAIChatModel needs the openai package: pip install 'openai>=1.40'"
     ) from exc
 
-__all__ = ["OpenAIChatModel", "messages_to_openai"]
+__all__ = ["PLAIN_WORDS", "OpenAIChatModel", "messages_to_openai"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+PLAIN_WORDS = (
+    "Answer my question now in plain words, using the tool results above. Do not reply with JSON."
+)
+"""Sent once when a reply to tool results is bare JSON (see ``OpenAIChatModel``)."""
+
+
+def _added(first: Usage | None, second: Usage | None) -> Usage | None:
+    if first is None or second is None:
+        return second or first
+    return Usage(
+        input_tokens=first.input_tokens + second.input_tokens,
+        output_tokens=first.output_tokens + second.output_tokens,
+    )
+
 
 # Local servers (llama.cpp, Ollama, vLLM) ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "sk-no-key-required"
@@ -288,9 +307,21 @@ class OpenAIChatModel:
             ModelTimeoutError: No whole answer within ``timeout`` (retries included).
             ModelProviderError: The server refused (at once for 4xx) or kept failing.
         """
-        client = self._get_client()
         tools = self._offered(tools)
+        response = await self._request(messages, tools)
+        if self._loops(messages, response):
+            response = await self._answer_now(messages, tools, response)
+        if self._echoed_json(messages, response):
+            response = await self._in_plain_words(messages, tools, response)
+        return response
+
+    async def _request(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], *, answer_only: bool = False
+    ) -> ModelResponse:
+        client = self._get_client()
         params = self._params(messages, tools, stream=False)
+        if answer_only:
+            params["response_format"] = response_format((), answer=True)
         deadline = anyio.current_time() + self.timeout
         completion = await self._with_retries(
             lambda left: client.chat.completions.create(**params, timeout=left), deadline
@@ -363,6 +394,10 @@ class OpenAIChatModel:
                 response = self._finish(
                     text, calls, tools, reply.finish_reason, reply.usage, reply.model_name
                 )
+                if self._loops(messages, response):
+                    response = await self._answer_now(messages, tools, response)
+                if self._echoed_json(messages, response):
+                    response = await self._in_plain_words(messages, tools, response)
                 if buffered and response.message.text:
                     yield StreamText(text=response.message.text)
                 yield StreamDone(response=response)
@@ -376,6 +411,65 @@ class OpenAIChatModel:
             attempt += 1
 
     # --- internals -----------------------------------------------------------------------------
+    @staticmethod
+    def _echoed_json(messages: Sequence[Message], response: ModelResponse) -> bool:
+        """The reply right after tool results is bare JSON, not a call: a small model echoing
+        a result (``{"name": "Lumen X1", "stock": 12}``) instead of answering."""
+        after_results = bool(messages) and bool(messages[-1].tool_results)
+        reply = response.message
+        return after_results and not reply.tool_calls and json_reply(reply.text) is not None
+
+    def _loops(self, messages: Sequence[Message], response: ModelResponse) -> bool:
+        """Constrained mode, and the reply only repeats calls already answered this turn."""
+        if self.tool_mode != "constrained" or self.tool_choice == "required":
+            return False
+        return repeats_answered_calls(messages, response.message.tool_calls)
+
+    async def _answer_now(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], looping: ModelResponse
+    ) -> ModelResponse:
+        """The same request with a schema that admits only an answer: the results of the
+        repeated call are already in the conversation. A failure keeps the repeated call
+        (the agent's loop guard answers it from the run's results)."""
+        logger.debug("model %s repeated an answered call: asked for the answer", self.model)
+        try:
+            again = await self._request(messages, tools, answer_only=True)
+        except ModelError as exc:
+            logger.warning("model %s: the answer-only retry failed (%s)", self.model, exc)
+            return looping
+        if not again.message.text.strip() and not again.message.tool_calls:
+            return looping
+        return ModelResponse(
+            message=again.message,
+            usage=_added(looping.usage, again.usage),
+            finish_reason=again.finish_reason,
+            model_name=again.model_name,
+        )
+
+    async def _in_plain_words(
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema], echoed: ModelResponse
+    ) -> ModelResponse:
+        """One more request asking for the answer in words; when that is JSON again (or
+        fails), the JSON rendered as ``key: value`` lines, so the user never reads raw JSON."""
+        logger.debug("model %s answered tool results with bare JSON: asked again", self.model)
+        try:
+            again = await self._request([*messages, Message.user(PLAIN_WORDS)], tools)
+        except ModelError as exc:
+            logger.warning("model %s: the plain-words retry failed (%s)", self.model, exc)
+            again = echoed
+        usage = _added(echoed.usage, again.usage) if again is not echoed else echoed.usage
+        message = again.message
+        if not message.tool_calls:
+            value = json_reply(message.text)
+            if value is not None:
+                message = Message.assistant(json_as_text(value))
+        return ModelResponse(
+            message=message,
+            usage=usage,
+            finish_reason=again.finish_reason,
+            model_name=again.model_name,
+        )
+
     def _offered(self, tools: Sequence[ToolSchema]) -> Sequence[ToolSchema]:
         return () if self.tool_choice == "none" else tools
 

@@ -19,6 +19,7 @@ the server was not told about tools.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -32,6 +33,7 @@ __all__ = [
     "ToolMode",
     "parse_constrained",
     "prompted_messages",
+    "repeats_answered_calls",
     "response_format",
 ]
 
@@ -45,10 +47,22 @@ _PLAIN_RULES = (
     '<tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call> '
     "(one line per call). When you need no tool, answer the user in plain text, never JSON."
 )
-_CONSTRAINED_RULES = (
+_CONSTRAINED_FORMAT = (
     'Reply with one JSON object: {"tool": "<tool name>", "arguments": {<arguments>}} to call '
-    'a tool, or {"tool": "none", "answer": "<your answer to the user>"} to answer. '
-    "Call a tool when it can give facts you do not have; answer once you have them."
+    'a tool, or {"tool": "none", "answer": "<your answer to the user>"} to answer.'
+)
+# How a small model should choose (measured on Qwen2.5-Coder-0.5B, BENCHMARKS.md "After issue
+# 9 round 2"): the specific tool over a general search, documents questions to a search tool,
+# small talk without tools, identifiers copied whole. Naming the search tool in rule 2 measured
+# worse (8/20: it then got the stock, price and order questions too), so the rules name no tool.
+_CHOOSE_RULES = (
+    "How to choose:\n"
+    "1. If one tool is made for exactly what the user asks, call that tool, even when a "
+    "search tool could also find something.\n"
+    "2. Questions that documents answer (how to do something, what an error code means, rules, "
+    "policies, warranty) go to the search tool; never answer those from memory.\n"
+    "3. Greetings, thanks, translations and small talk: answer directly, no tool.\n"
+    "Copy codes and numbers into the arguments exactly as the user wrote them, whole."
 )
 _AFTER_RESULTS = (
     "Answer the user's question from these results now; call another tool only if "
@@ -88,7 +102,8 @@ def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
         lines.extend(
             f"    {_argument(name, spec, name in required)}" for name, spec in props.items()
         )
-    lines.append(_CONSTRAINED_RULES if mode == "constrained" else _PLAIN_RULES)
+    rules = [_CONSTRAINED_FORMAT, _CHOOSE_RULES] if mode == "constrained" else [_PLAIN_RULES]
+    lines.extend(rules)
     return "\n".join(lines)
 
 
@@ -180,13 +195,36 @@ def response_format(tools: Sequence[ToolSchema], *, answer: bool = True) -> dict
     }
 
 
+_CUT_ANSWER = re.compile(r'\A\s*\{\s*"tool"\s*:\s*"none"\s*,\s*"answer"\s*:\s*"(.*)\Z', re.DOTALL)
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
+
+
+def _cut_answer(text: str) -> str | None:
+    """The answer of a constrained reply cut off mid-string (``max_tokens`` reached), with
+    an ellipsis; ``None`` when ``text`` is not such a reply."""
+    match = _CUT_ANSWER.match(text)
+    if match is None:
+        return None
+    body = match.group(1)
+    closed = body.endswith('"') and not body.endswith('\\"')
+    body = body[:-1] if closed else _PARTIAL_ESCAPE.sub("", body)
+    try:
+        answer = json.loads(f'"{body}"')
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(answer, str) or not answer.strip():
+        return None
+    return answer if closed else f"{answer.rstrip()}…"
+
+
 def parse_constrained(text: str, names: set[str]) -> tuple[str, list[ToolCallBlock]] | None:
     """A constrained reply as ``(answer text, tool calls)``; ``None`` when ``text`` is not
     such a reply (a server that ignored ``response_format``: the caller falls back)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        return None
+        cut = _cut_answer(text)
+        return None if cut is None else (cut, [])
     items = data if isinstance(data, list) else [data]
     answer: list[str] = []
     calls: list[ToolCallBlock] = []
@@ -207,3 +245,34 @@ def parse_constrained(text: str, names: set[str]) -> tuple[str, list[ToolCallBlo
         else:
             return None
     return "\n".join(answer), calls
+
+
+def _canonical(call: ToolCallBlock) -> tuple[str, str]:
+    try:
+        arguments = json.dumps(call.parsed_arguments(), sort_keys=True, ensure_ascii=False)
+    except json.JSONDecodeError:
+        arguments = call.arguments.strip()
+    return call.name, arguments
+
+
+def repeats_answered_calls(messages: Sequence[Message], calls: Sequence[ToolCallBlock]) -> bool:
+    """Every one of ``calls`` was already made, with the same arguments, since the user last
+    wrote, and its result came back without error: the model is looping instead of answering.
+    """
+    start = next(
+        (
+            i + 1
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i].role == "user" and not messages[i].tool_results
+        ),
+        0,
+    )
+    made: dict[str, tuple[str, str]] = {}
+    answered: set[tuple[str, str]] = set()
+    for message in messages[start:]:
+        for call in message.tool_calls:
+            made[call.id] = _canonical(call)
+        for result in message.tool_results:
+            if not result.is_error and result.call_id in made:
+                answered.add(made[result.call_id])
+    return bool(calls) and all(_canonical(c) in answered for c in calls)

@@ -248,7 +248,7 @@ def measure_latency(
         totals: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
         stages: dict[str, dict[str, list[float]]] = {
-            m: {"keyword_ms": [], "vector_ms": [], "fuse_ms": []} for m in modes
+            m: {"keyword_ms": [], "vector_ms": [], "fuse_ms": [], "exact_ms": []} for m in modes
         }
         hit = dict.fromkeys(modes, 0)
         # Modes interleaved query by query, in rotating order, so load spikes of the shared

@@ -4,15 +4,20 @@ other versions along, visible by the search's own rules (real SQLite + tantivy w
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from shelfhand.agent.agent import Agent
 from shelfhand.core.context import UserContext
+from shelfhand.core.messages import Message
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.types import Document, Section
 from shelfhand.knowledge.versions import version_key
+from shelfhand.testing import FunctionModel, text
+from shelfhand.tools.toolkit import Toolkit
 
 
 def policy(version: int, months: int, *, tags: tuple[str, ...] = ()) -> Document:
@@ -113,3 +118,15 @@ def test_the_english_warranty_question_gets_both_versions_flagged(tmp_path: Path
         flagged = [c for c in evidence if c.conflicts_with]
         assert {c.source.rsplit("/", 1)[-1] for c in flagged} == set(periods)
         assert "12 个月 vs 24 个月" in format_passages(evidence)
+        # and what the model is shown when it answers the question (up-front retrieval)
+        seen: list[str] = []
+
+        def answer(messages: Sequence[Message], tools: list[dict[str, Any]]) -> Any:
+            seen.append(messages[-1].text)
+            return text("24 个月 [1]")
+
+        agent = Agent(
+            model=FunctionModel(answer), toolkit=Toolkit([base.as_tool()]), retrieval="context"
+        )
+        agent.run_sync(question)
+        assert "Note: " in seen[0] and "12 个月 vs 24 个月" in seen[0]

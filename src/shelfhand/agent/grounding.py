@@ -48,6 +48,11 @@ PASSAGES_INTRO = (
 )
 FAILED_INTRO = "Searching the knowledge base for the question below failed:"
 QUESTION_LABEL = "Question: "
+UPFRONT_TOP_K = 5
+"""Passages the up-front retrieval fetches: the five an answer without a model shows too (the
+``retrieve`` tool's own default, for calls the model makes, is three). With three, the English
+"How long is the warranty?" over the Chinese samples got the FAQ and spec-sheet pointers and
+neither policy's warranty period; with five it gets both versions, flagged."""
 REWRITE = "rewrite"
 """Metadata key of the up-front message: ``{"original", "query"}`` when the query was
 rewritten, ``{"original", "reason"}`` when the rewrite was not used."""
@@ -75,7 +80,8 @@ class UpfrontRetrieval:
     Args:
         toolkit: A toolkit holding the ``retrieve`` tool; it need not be the one the model is
             offered (``context`` mode hides ``retrieve`` from the model).
-        top_k: Passages to fetch (``None``: the tool's default).
+        top_k: Passages to fetch (default :data:`UPFRONT_TOP_K`; ``None``: the tool's own
+            default).
         tool_name: The retrieval tool's name.
         rewriter: Rewrites a follow-up message into a self-contained query (``None``: the
             message is the query).
@@ -88,7 +94,7 @@ class UpfrontRetrieval:
         self,
         toolkit: Toolkit,
         *,
-        top_k: int | None = None,
+        top_k: int | None = UPFRONT_TOP_K,
         tool_name: str = RETRIEVE_TOOL,
         rewriter: QueryRewriter | None = None,
     ) -> None:

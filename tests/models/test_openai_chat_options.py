@@ -251,3 +251,10 @@ async def test_a_stream_that_keeps_sending_tokens_still_ends_at_the_total_deadli
             assert not any(isinstance(i, StreamDone) for i in items)
     finally:
         await model.aclose()
+
+
+def test_from_env_takes_the_model_as_an_override() -> None:
+    env = {"SHELFHAND_MODEL": "main-model", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}
+    model = OpenAIChatModel.from_env(env, model="other-model")
+    assert model.name == "other-model" and model.base_url == "http://127.0.0.1:1/v1"
+    assert OpenAIChatModel.from_env(env).name == "main-model"

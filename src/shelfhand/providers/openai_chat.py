@@ -226,7 +226,8 @@ class OpenAIChatModel:
                 settings object with ``model``, ``base_url``, ``api_key`` and optionally
                 ``model_timeout``, ``first_token_timeout``, ``max_tokens``, ``temperature``,
                 ``context_tokens``, ``tool_choice`` and ``tool_mode`` attributes.
-            **overrides: Constructor arguments that win over ``source``.
+            **overrides: Constructor arguments that win over ``source`` (``model=`` too: the
+                same endpoint and options, another model).
 
         Raises:
             ConfigurationError: When no model is named or an option is invalid.
@@ -242,6 +243,7 @@ class OpenAIChatModel:
                 getattr(source, a, None) for a in ("model", "base_url", "api_key")
             )
             raw = {key: getattr(source, key, None) for key in MODEL_ENV}
+        model = overrides.pop("model", None) or model
         if not model:
             raise ConfigurationError(
                 "no chat model configured: set SHELFHAND_MODEL (e.g. gpt-4o-mini, or the model "

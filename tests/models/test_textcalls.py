@@ -180,3 +180,21 @@ def test_a_mistral_marker_before_the_calls_is_removed_too() -> None:
 
     assert remaining == "Checking."
     assert [c.name for c in calls] == ["retrieve"]
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [("Retrieve", "retrieve"), ("query stock", "query_stock"), ("Query-Stock", "query_stock")],
+)
+def test_a_misspelt_offered_tool_name_is_given_the_tools_name(written: str, meant: str) -> None:
+    reply = json.dumps(
+        {"name": written, "arguments": {"query": "E-203 是什么"}}, ensure_ascii=False
+    )
+    _, calls = recover_tool_calls(reply, ["retrieve", "query_stock"])
+    assert [c.name for c in calls] == [meant]
+    # a name no offered tool spells stays as written (the toolkit refuses it)
+    _, calls = recover_tool_calls(reply.replace(written, "Order Status"), ["retrieve"])
+    assert [c.name for c in calls] == ["Order Status"]
+    # two tools spelt alike: no guess
+    _, calls = recover_tool_calls(json.dumps({"name": "A b", "arguments": {}}), ["a_b", "A-B"])
+    assert [c.name for c in calls] == ["A b"]

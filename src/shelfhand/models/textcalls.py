@@ -205,7 +205,10 @@ def recover_tool_calls(
     ``function``, ``tool`` or ``tool_name``; the arguments under ``arguments``,
     ``parameters``, ``args`` or ``input`` (an object or a JSON string). A list is recovered
     only when every element is a call to a known tool. Text inside ``<think>`` blocks and
-    code fences of other languages is never read.
+    code fences of other languages is never read. A recovered call whose name is an offered
+    tool's spelt differently (``"Retrieve"``, ``"query stock"`` for ``query_stock``: case,
+    spaces and hyphens aside) is given that tool's name; other unknown names stay as written
+    (the toolkit answers them "unknown tool").
 
     Args:
         text: The assistant's message text.
@@ -251,6 +254,7 @@ def recover_tool_calls(
         spans.append((0, len(text), calls))
 
     spans.sort(key=lambda span: span[0])
+    spelled = _spellings(names, tool_names)
     new_id = make_id or _new_call_id
     pieces: list[str] = []
     blocks: list[ToolCallBlock] = []
@@ -259,11 +263,26 @@ def recover_tool_calls(
         pieces.append(text[cursor:start])
         cursor = end
         for name, arguments, given_id in calls:
+            if name not in names:  # "Retrieve", "query stock": the tool the model meant
+                name = spelled.get(_spelling(name), name)
             blocks.append(ToolCallBlock(id=given_id or new_id(), name=name, arguments=arguments))
     pieces.append(text[cursor:])
     remaining = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
     remaining = re.sub(r"\n{3,}", "\n\n", remaining).strip()
     return remaining, blocks
+
+
+def _spelling(name: str) -> str:
+    """A tool name as small models misspell it: case, spaces and hyphens do not count."""
+    return re.sub(r"[\s\-]+", "_", name.strip()).lower()
+
+
+def _spellings(names: Container[str], tool_names: Collection[str]) -> dict[str, str]:
+    """Spelling → offered tool name, for the spellings that name exactly one tool."""
+    by_spelling: dict[str, list[str]] = {}
+    for tool in tool_names:
+        by_spelling.setdefault(_spelling(tool), []).append(tool)
+    return {key: found[0] for key, found in by_spelling.items() if len(found) == 1}
 
 
 _WHOLE_FENCE = re.compile(r"\A```[ \t]*(?:json5?)?[ \t]*\n?(.*?)```\Z", re.DOTALL | re.IGNORECASE)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import venv
@@ -144,9 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         f"OPENAI_BASE_URL=http://127.0.0.1:{args.port}/v1"
     )
     server_args = [str(model), str(args.port), str(args.threads), str(args.ctx), MODEL_ALIAS]
+    server = subprocess.Popen([str(python), "-c", SERVER_CODE, *server_args])
+
+    def stop(signum: int, frame: object) -> None:  # kill <this pid> stops the server too
+        server.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        return subprocess.run([str(python), "-c", SERVER_CODE, *server_args]).returncode
+        return server.wait()
     except KeyboardInterrupt:
+        server.terminate()
+        server.wait()
         return 0
 
 

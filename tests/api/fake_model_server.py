@@ -3,6 +3,7 @@ servers do: hang without a byte, cut a chunked stream mid-answer, or send malfor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -71,7 +72,8 @@ class FakeModelServer:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        with conn:
+        # a client that gives up (a garbage stream is a 502 at once) may close first
+        with conn, contextlib.suppress(ConnectionResetError, BrokenPipeError):
             if not self._read_request(conn):
                 return
             mode = self.modes.popleft() if self.modes else "ok"

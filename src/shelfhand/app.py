@@ -369,6 +369,7 @@ class App:
             fingerprints=fingerprints,
             # like the chat agent: without documents there is nothing to retrieve up front
             retrieval=self.settings.answer_retrieval if kb is not None else "tool",
+            rewriter=self.query_rewriter(model),
         )
 
     def _named_model(self, name: str, main: ChatModel) -> ChatModel:

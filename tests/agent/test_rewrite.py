@@ -203,3 +203,20 @@ async def test_app_gives_the_chat_agent_a_rewriter_only_when_enabled(tmp_path: P
     upfront = next(m for m in result.messages if m.metadata.get(UPFRONT))
     assert upfront.metadata[REWRITE]["query"] == "E-203 故障"
     assert result.citations and "E-203" in result.citations[0].text
+
+
+async def test_app_gives_the_supervisor_the_same_rewriter(tmp_path: Path) -> None:
+    from shelfhand.agent.subagents import Subagent
+
+    on = App(settings=Settings.load(tmp_path, env={"SHELFHAND_QUERY_REWRITE": "on"}))
+    kb = KnowledgeBase(tmp_path / "ws", None, mode="keyword")
+    try:
+        kb.ingest([sample_corpus()])
+        model = ScriptedModel([text("E-203 故障"), text("灯泡过热 [1]。")])
+        helper = Subagent("helper", "Answers nothing here.", tools=[])
+        supervisor = on.supervisor(model, kb, subagents=[helper])
+        result = await supervisor.run("那这个呢？", history=[Message.user("E-203 是什么？")])
+    finally:
+        kb.close()
+    upfront = next(m for m in result.messages if m.metadata.get(UPFRONT))
+    assert upfront.metadata[REWRITE]["query"] == "E-203 故障"

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
 
+    from .rewrite import QueryRewriter
     from .tasks import TaskRegistry
 
 __all__ = [
@@ -338,6 +339,8 @@ class Supervisor:
         retrieval: Where the main agent's answers get passages (``tool``, ``context`` or
             ``both``, as :class:`~shelfhand.agent.agent.Agent`'s; not ``tool`` needs a
             ``retrieve`` tool among its own).
+        rewriter: Rewrites a follow-up into a self-contained query for the up-front
+            retrieval, as the chat agent's (see :mod:`shelfhand.agent.rewrite`).
 
     Raises:
         DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
@@ -363,6 +366,7 @@ class Supervisor:
         tasks: TaskRegistry | None = None,
         fingerprints: OrderedDict[tuple[str, str], str] | None = None,
         retrieval: AnswerRetrieval = "tool",
+        rewriter: QueryRewriter | None = None,
     ) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
@@ -418,6 +422,7 @@ class Supervisor:
             memory=memory,
             approvals=approvals,
             retrieval=retrieval,
+            rewriter=rewriter,
         )
 
     @property

@@ -27,6 +27,7 @@ Contract (every kind):
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
@@ -85,8 +86,9 @@ class _Step:
     result: RunResult | None = None
 
 
-class Pipeline:
-    """What every pipeline shares: the agent interface and running one step."""
+class Pipeline(abc.ABC):
+    """What every pipeline shares: the agent interface and running one step; a pipeline says
+    how its steps run in :meth:`_steps`."""
 
     def __init__(self, name: str, description: str = "") -> None:
         self.name = name
@@ -143,6 +145,7 @@ class Pipeline:
                 yield event
         yield Final(result=self._combine(first, root, results, answer.result))
 
+    @abc.abstractmethod
     def _steps(
         self,
         prompt: str,
@@ -152,7 +155,8 @@ class Pipeline:
         results: list[RunResult],
         answer: _Step,
     ) -> AsyncGenerator[Event, None]:
-        raise NotImplementedError  # pragma: no cover
+        """The steps' events, in order; each step's result is appended to ``results`` and the
+        answer's result lands in ``answer``."""
 
     async def _step(
         self,

@@ -3,43 +3,22 @@ the real openai SDK, and a chat-completions server on 127.0.0.1 that plays a scr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+from chat_completions_server import Reply, chunk, completion  # see conftest.py
 
 from shelfhand.knowledge.base import sample_corpus
-
-_spec = importlib.util.spec_from_file_location(
-    "chat_completions_server",
-    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
-)
-assert _spec is not None and _spec.loader is not None
-server_module = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("chat_completions_server", server_module)
-_spec.loader.exec_module(server_module)
-ChatServer, Reply = server_module.ChatServer, server_module.Reply
-completion, chunk = server_module.completion, server_module.chunk
 
 RETRIEVE_CALL = {
     "id": "call_1",
     "type": "function",
     "function": {"name": "retrieve", "arguments": json.dumps({"query": "E-203"})},
 }
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    s = ChatServer()
-    s.start()
-    yield s
-    s.stop()
 
 
 def run(

@@ -3,33 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_completions_server import Reply, completion  # see conftest.py
 
 from shelfhand.demo import make_tools
 from shelfhand.tool_eval import CaseResult, load_tool_cases, sample_tool_cases, summarise
-
-_spec = importlib.util.spec_from_file_location(
-    "chat_completions_server",
-    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
-)
-assert _spec is not None and _spec.loader is not None
-server_module = importlib.util.module_from_spec(_spec)
-sys.modules["chat_completions_server"] = server_module
-_spec.loader.exec_module(server_module)
-ChatServer, Reply, completion = (
-    server_module.ChatServer,
-    server_module.Reply,
-    server_module.completion,
-)
 
 CASES = [
     {"id": "stock-zh", "request": "SKU2024-011 有货吗？", "tool": "query_stock",
@@ -46,14 +31,6 @@ def native_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(arguments)},
     }
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    s = ChatServer()
-    s.start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-_spec = importlib.util.spec_from_file_location(
-    "chat_completions_server",
-    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
-)
-assert _spec is not None and _spec.loader is not None
-server_module = importlib.util.module_from_spec(_spec)
-sys.modules["chat_completions_server"] = server_module
-_spec.loader.exec_module(server_module)
-ChatServer, Reply = server_module.ChatServer, server_module.Reply
-completion, chunk = server_module.completion, server_module.chunk
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    s = ChatServer()
-    s.start()
-    yield s
-    s.stop()
+from chat_completions_server import Reply, chunk, completion  # see conftest.py
 
 
 def run(

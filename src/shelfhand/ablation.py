@@ -36,8 +36,8 @@ from shelfhand.knowledge.evaluation import (
     CaseResult,
     EvalCase,
     case_report,
-    evaluate,
     latency_summary,
+    quality_row,
 )
 from shelfhand.knowledge.types import SearchHit
 
@@ -369,17 +369,9 @@ def _measure(
             rels = {d for d, g in run.qrels.get(qid, {}).items() if g > 0}
             total += compression.measure(query, hits, rels, contains.get(qid), run)
         totals.append(total)
-    scores = evaluate(ranked, run.qrels, k=10, recall_ks=(5,))
-    lat = latency_summary(totals)
-    row: dict[str, Any] = {
-        "ndcg@10": scores["nDCG@10"],
-        "recall@5": scores["Recall@5"],
-        "recall@10": scores["Recall@10"],
-        "mrr@10": scores["MRR@10"],
-        "p50_ms": lat["p50_ms"],
-        "p95_ms": lat["p95_ms"],
-        "timings": {name: latency_summary(values) for name, values in parts.items()},
-    }
+    row: dict[str, Any] = quality_row(ranked, run.qrels, totals)
+    del row["n_queries"]  # the run's, reported once
+    row["timings"] = {name: latency_summary(values) for name, values in parts.items()}
     if degraded:
         row["degraded"] = dict(degraded)
     if run.cases:

@@ -24,10 +24,9 @@ from shelfhand.knowledge.evaluation import (
     EvalCase,
     case_report,
     cases_to_qrels,
-    evaluate,
-    latency_summary,
     load_beir,
     load_cases,
+    quality_row,
 )
 from shelfhand.knowledge.types import Document, SearchHit, Section
 
@@ -84,18 +83,7 @@ def _score(
         latencies.append(timings.total_ms)
         run[qid] = [key(h) for h in hits]
         tops[qid] = hits[0].chunk.text if hits else None
-    scores = evaluate(run, qrels, k=10, recall_ks=(5,))
-    lat = latency_summary(latencies)
-    result: dict[str, Any] = {
-        "mode": mode,
-        "ndcg@10": scores["nDCG@10"],
-        "recall@5": scores["Recall@5"],
-        "recall@10": scores["Recall@10"],
-        "mrr@10": scores["MRR@10"],
-        "p50_ms": lat["p50_ms"],
-        "p95_ms": lat["p95_ms"],
-        "n_queries": scores["n_queries"],
-    }
+    result: dict[str, Any] = {"mode": mode, **quality_row(run, qrels, latencies)}
     if cases:
         results = {q: CaseResult(ranked=tuple(run[q]), top_text=tops[q]) for q in run}
         result.update(n_cases=len(cases), **case_report(cases, results))

@@ -51,6 +51,7 @@ __all__ = [
     "load_cases",
     "mrr_at_k",
     "ndcg_at_k",
+    "quality_row",
     "recall_at_k",
 ]
 
@@ -446,4 +447,21 @@ def case_report(
     return {
         "kinds": kinds,
         "langs": {lang: _kind_figures(group, results, k) for lang, group in sorted(langs.items())},
+    }
+
+
+def quality_row(
+    run: Mapping[str, Sequence[str]], qrels: Qrels, latencies_ms: Sequence[float]
+) -> dict[str, float]:
+    """What an evaluation report shows for one run: nDCG@10, Recall@5/10, MRR@10 and the
+    latency's p50/p95 (keys ``ndcg@10``, ``recall@5``, ``recall@10``, ``mrr@10``,
+    ``p50_ms``, ``p95_ms``, ``n_queries``)."""
+    scores = evaluate(run, qrels, k=10, recall_ks=(5,))
+    return {
+        "ndcg@10": scores["nDCG@10"],
+        "recall@5": scores["Recall@5"],
+        "recall@10": scores["Recall@10"],
+        "mrr@10": scores["MRR@10"],
+        **latency_summary(latencies_ms),
+        "n_queries": scores["n_queries"],
     }

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_with_a_model import Reply, completion, run, server
+from chat_completions_server import Reply, completion  # see conftest.py
+from test_cli_with_a_model import run
 
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.embedders import HashingEmbedder
 from shelfhand.knowledge.embedding import EmbeddingRouter
-
-__all__ = ["server"]  # the fixture, shared with test_cli_with_a_model
 
 
 @pytest.fixture(scope="module")

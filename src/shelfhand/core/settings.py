@@ -40,6 +40,11 @@ Rerank and query rewrite (off by default; see :mod:`shelfhand.knowledge.rerank`)
 past it), ``rerank_candidates`` (``SHELFHAND_RERANK_CANDIDATES``, fused hits shown to the
 reranker, default 20) and ``query_rewrite`` (``SHELFHAND_QUERY_REWRITE``: on | off; the chat
 model rewrites a follow-up message into a self-contained query for up-front retrieval).
+
+Scale-out (both optional; secrets in them are never logged): ``database_url``
+(``SHELFHAND_DATABASE_URL``, ``postgresql://...``: the PostgreSQL + pgvector store, used by
+``retrieval_mode`` ``auto`` when set and required by ``pg``) and ``redis_url``
+(``SHELFHAND_REDIS_URL``, ``redis://...``: state shared by several service replicas).
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from typing import Any, Literal
 
 from shelfhand.core.errors import ConfigurationError
 
-RETRIEVAL_MODES = ("auto", "simple", "keyword")
+RETRIEVAL_MODES = ("auto", "pg", "simple", "keyword")
 AnswerRetrieval = Literal["context", "tool", "both"]
 ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both")
 DEFAULT_WORKSPACE = ".shelfhand"
@@ -114,6 +119,10 @@ class Settings:
     rerank_candidates: int = 20
     query_rewrite: bool = False
     min_relevance: float = DEFAULT_MIN_RELEVANCE
+    database_url: str | None = field(default=None, repr=False)
+    """PostgreSQL for the knowledge store and shared records (``SHELFHAND_DATABASE_URL``)."""
+    redis_url: str | None = field(default=None, repr=False)
+    """Redis for state shared by several replicas (``SHELFHAND_REDIS_URL``)."""
 
     @classmethod
     def load(
@@ -161,6 +170,21 @@ class Settings:
                 "chunk_tokens >= 32, 0 <= chunk_overlap < chunk_tokens"
             )
         rerank = rerank_options(pick, env)
+        database_url = _url(
+            pick("SHELFHAND_DATABASE_URL", "database_url"),
+            ("postgresql", "postgres"),
+            "database_url (SHELFHAND_DATABASE_URL)",
+        )
+        redis_url = _url(
+            pick("SHELFHAND_REDIS_URL", "redis_url"),
+            ("redis", "rediss", "unix"),
+            "redis_url (SHELFHAND_REDIS_URL)",
+        )
+        if mode == "pg" and database_url is None:
+            raise ConfigurationError(
+                "retrieval mode 'pg' needs a PostgreSQL URL: set SHELFHAND_DATABASE_URL "
+                "(postgresql://user@host:5432/db) or database_url in shelfhand.toml"
+            )
         return cls(
             workspace=ws,
             model=pick("SHELFHAND_MODEL", "model") or None,
@@ -175,10 +199,26 @@ class Settings:
             turn_timeout=turn_timeout,
             answer_retrieval=answer_retrieval,
             min_relevance=min_relevance,
+            database_url=database_url,
+            redis_url=redis_url,
             **options,
             **_compression(pick),
             **rerank,
         )
+
+
+def _url(value: object, schemes: tuple[str, ...], where: str) -> str | None:
+    """A service URL with one of ``schemes``, or None when unset; the error never shows it
+    (it may hold a password)."""
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme not in schemes:
+        raise ConfigurationError(
+            f"{where} must start with {' or '.join(s + '://' for s in schemes)}"
+        )
+    return text
 
 
 _TRUE = ("1", "true", "yes", "on")

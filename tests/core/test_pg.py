@@ -1,0 +1,138 @@
+"""PostgreSQL plumbing: versioned migrations, clear errors, and the local dev servers."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.pg import (
+    PgMigration,
+    applied_pg_migrations,
+    apply_pg_migrations,
+    check_postgres,
+    connect,
+    open_pool,
+    redact_url,
+)
+from shelfhand.core.settings import Settings
+from shelfhand.devservices import LocalPostgres, free_port
+
+MIGRATIONS = [
+    PgMigration(name="t_001", sql="CREATE TABLE t (id INT PRIMARY KEY, name TEXT NOT NULL)"),
+    PgMigration(name="t_002", sql="ALTER TABLE t ADD COLUMN note TEXT; CREATE INDEX ON t (name)"),
+]
+
+
+def test_migrations_apply_once_even_from_two_processes_at_once(pg_url: str) -> None:
+    results: list[int] = []
+
+    def run() -> None:
+        with connect(pg_url) as conn:
+            results.append(apply_pg_migrations(conn, MIGRATIONS))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 0, 0, 2]
+    with connect(pg_url) as conn:
+        assert applied_pg_migrations(conn) == ["t_001", "t_002"]
+        conn.execute("INSERT INTO t (id, name, note) VALUES (1, '保修', 'x')")
+        # a later version adds one more; the earlier ones are not run again
+        more = [*MIGRATIONS, PgMigration(name="t_003", sql="ALTER TABLE t ADD COLUMN n INT")]
+        assert apply_pg_migrations(conn, more) == 1
+        assert conn.execute("SELECT name FROM t").fetchone() == ("保修",)
+
+
+def test_a_failing_migration_names_itself_and_changes_nothing(pg_url: str) -> None:
+    bad = [*MIGRATIONS, PgMigration(name="t_bad", sql="CREATE TABLE u (id INT); SELEC 1")]
+    with connect(pg_url) as conn:
+        with pytest.raises(ConfigurationError, match="t_bad"):
+            apply_pg_migrations(conn, bad)
+        # the whole run is one transaction: nothing of it stays
+        assert applied_pg_migrations(conn) == []
+        assert conn.execute("SELECT to_regclass('u')").fetchone() == (None,)
+
+
+def test_duplicate_migration_names_are_refused(pg_url: str) -> None:
+    with connect(pg_url) as conn, pytest.raises(ValueError, match="duplicate"):
+        apply_pg_migrations(conn, [MIGRATIONS[0], MIGRATIONS[0]])
+
+
+def test_an_unreachable_server_fails_fast_without_showing_the_password() -> None:
+    url = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/db"
+    with pytest.raises(ConfigurationError) as err:
+        connect(url, timeout=1)
+    assert "unreachable" in str(err.value) and "s3cret" not in str(err.value)
+    with pytest.raises(ConfigurationError) as err:
+        open_pool(url, timeout=1)
+    assert "s3cret" not in str(err.value)
+
+
+def test_redact_url() -> None:
+    assert redact_url("postgresql://app:pw@h:5432/db") == "postgresql://app:***@h:5432/db"
+    assert redact_url("postgresql://h/db") == "postgresql://h/db"
+
+
+def test_check_postgres_reports_the_version_and_enables_pgvector(pg_url: str) -> None:
+    assert check_postgres(pg_url, need_vector=True).startswith("18")
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone()
+    assert row == ("vector",)
+
+
+def test_a_pool_hands_out_autocommit_connections(pg_url: str) -> None:
+    pool = open_pool(pg_url, max_size=2)
+    try:
+        with pool.connection() as conn:
+            assert conn.autocommit
+            assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
+    finally:
+        pool.close()
+
+
+def test_the_local_server_survives_a_crash_and_restarts(
+    pg_server: LocalPostgres, pg_url: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (v TEXT)")
+        conn.execute("INSERT INTO kept VALUES ('E-203')")
+    pg_server.stop(kill=True)  # kill -9 of the postmaster and its backends
+    assert not pg_server.running()
+    with pytest.raises(ConfigurationError):
+        connect(pg_url, timeout=1)
+    pg_server.start()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT v FROM kept").fetchone() == ("E-203",)
+
+
+def test_redis_fixture_gives_a_flushed_server(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    assert client.dbsize() == 0
+    client.set("k", "v")
+    client.close()
+
+
+def test_settings_read_and_check_the_service_urls(tmp_path: object) -> None:
+    env = {
+        "SHELFHAND_DATABASE_URL": "postgresql://app:pw@db:5432/shelf",
+        "SHELFHAND_REDIS_URL": "redis://cache:6379/0",
+    }
+    s = Settings.load(str(tmp_path), env=env)
+    assert s.database_url == env["SHELFHAND_DATABASE_URL"]
+    assert s.redis_url == env["SHELFHAND_REDIS_URL"]
+    assert "pw" not in repr(s)
+    with pytest.raises(ConfigurationError, match="SHELFHAND_DATABASE_URL") as err:
+        Settings.load(str(tmp_path), env={"SHELFHAND_DATABASE_URL": "mysql://u:pw@h/db"})
+    assert "pw" not in str(err.value)
+    with pytest.raises(ConfigurationError, match="SHELFHAND_REDIS_URL"):
+        Settings.load(str(tmp_path), env={"SHELFHAND_REDIS_URL": "http://cache"})
+    with pytest.raises(ConfigurationError, match="needs a PostgreSQL URL"):
+        Settings.load(str(tmp_path), env={"SHELFHAND_RETRIEVAL_MODE": "pg"})
+    assert Settings.load(str(tmp_path), env={}).database_url is None

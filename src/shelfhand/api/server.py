@@ -42,6 +42,7 @@ from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.api.uploads import UploadRegistry, Uploads
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.worker import EmbeddingWorker
 
 if TYPE_CHECKING:
@@ -346,6 +347,14 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
         ]
         body = ErrorBody(detail=problems, code="invalid_input", trace_id=current_trace_id())
         return JSONResponse(body.model_dump(), status_code=422)
+
+    @api.exception_handler(DependencyUnavailableError)
+    async def dependency_down(request: Request, exc: DependencyUnavailableError) -> Response:
+        logger.warning("%s %s: %s", request.method, request.url.path, exc)
+        body = ErrorBody(
+            detail=str(exc), code=f"{exc.dependency}_unavailable", trace_id=current_trace_id()
+        )
+        return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "2"})
 
     @api.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:

@@ -130,3 +130,19 @@ class ToolUnavailableError(TransientToolError):
     connected). Besides the tool's own circuit breaker it also counts against a ``circuit``
     the tool shares with others (e.g. one MCP server's), unlike a timeout or a 5xx of one call.
     """
+
+
+class DependencyUnavailableError(ShelfhandError):
+    """A service shelfhand depends on (PostgreSQL, Redis) cannot be reached right now.
+
+    The service answers 503 with the message (which names the dependency, never its
+    password) and ``Retry-After``; it never answers from a stale local copy. The next request
+    tries again, so the service recovers by itself when the dependency returns.
+
+    Attributes:
+        dependency: ``"postgresql"`` or ``"redis"``.
+    """
+
+    def __init__(self, message: str, *, dependency: str) -> None:
+        super().__init__(message)
+        self.dependency = dependency

@@ -79,7 +79,9 @@ def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
         import psycopg
 
         with psycopg.connect(cluster.database_url) as conn:
-            assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone()
+            assert conn.execute(
+                "SELECT extname FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()
     finally:
         procs = list(cluster.replicas)
         cluster.stop()

@@ -40,8 +40,8 @@ from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.chunking import iter_chunks
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.limits import current_limits
-from shelfhand.knowledge.readers import iter_files, read_file
 from shelfhand.knowledge.protocols import KnowledgeStore
+from shelfhand.knowledge.readers import iter_files, read_file
 from shelfhand.knowledge.store import StoredChunk
 from shelfhand.knowledge.types import Chunk, Document
 

@@ -11,11 +11,12 @@ is ever answered from a local copy.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from shelfhand.core.errors import DependencyUnavailableError
+from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.core.pg import apply_pg_migrations, open_pool, redact_url
 from shelfhand.knowledge.store import PRIVILEGED_ROLES
 
@@ -47,9 +48,13 @@ class PgDatabase:
         from shelfhand.knowledge.pg.migrations import MIGRATIONS
 
         self.url = url
+        self._sizes = (min_size, max_size)
+        self._timeout = timeout
         self.pool: ConnectionPool[Any] = open_pool(
             url, min_size=min_size, max_size=max_size, timeout=timeout
         )
+        self._broken = False
+        self._swap = threading.Lock()
         self._vector_info: Any = None
         try:
             with self.pool.connection() as conn:
@@ -72,12 +77,40 @@ class PgDatabase:
             dependency="postgresql",
         )
 
+    def _recover(self) -> None:
+        """After an outage: probe the server once (a refused connection fails at once, so a
+        request during the outage is answered quickly) and, when it answers, swap in a fresh
+        pool. The old pool would only retry on its growing back-off schedule."""
+        import psycopg
+
+        with self._swap:
+            if not self._broken:
+                return
+            try:
+                psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                ).close()
+                fresh = open_pool(
+                    self.url,
+                    min_size=self._sizes[0],
+                    max_size=self._sizes[1],
+                    timeout=self._timeout,
+                )
+            except (psycopg.Error, ConfigurationError) as exc:
+                raise self._unavailable(exc) from exc
+            old, self.pool = self.pool, fresh
+            self._broken = False
+            logger.info("PostgreSQL at %s is back", redact_url(self.url))
+        old.close(timeout=0)
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection with the ``vector`` type registered."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        if self._broken:
+            self._recover()
         try:
             with self.pool.connection() as conn:
                 if conn.adapters.types.get("vector") is None:
@@ -86,6 +119,7 @@ class PgDatabase:
                     register_vector_info(conn, self._vector_info)
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            self._broken = True
             raise self._unavailable(exc) from exc
 
     @contextmanager

@@ -34,7 +34,7 @@ from shelfhand.knowledge.types import Chunk, Document
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["FIELDS", "PgKnowledgeStore", "tsquery_literal"]
+__all__ = ["FIELDS", "ImportedDocument", "PgKnowledgeStore", "tsquery_literal"]
 
 EMBED_NONE = "none"
 EMBED_DONE = "embedded"
@@ -128,6 +128,17 @@ class SpaceTable:
     space: str
     table: str
     dim: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportedDocument:
+    """A document to import with its chunks, vectors (space → positions, matrix) and state."""
+
+    doc: Document
+    chunks: Sequence[Chunk]
+    vectors: Mapping[str, tuple[Sequence[int], Vectors]]
+    embed_state: str
+    embed_error: str | None = None
 
 
 class PgKnowledgeStore:
@@ -557,6 +568,35 @@ class PgKnowledgeStore:
                 )
             self._finish(conn, delta)
         return result
+
+    def import_documents(
+        self,
+        items: Sequence[ImportedDocument],
+        *,
+        space_models: Mapping[str, tuple[str, int]] | None = None,
+        sources: Sequence[tuple[str, str, str]] = (),
+    ) -> None:
+        """Store documents read from another store, with their vectors and embedding state, in
+        one transaction (``pg-import``); a document already stored under the same id is
+        replaced. ``sources`` are ``(source, content_hash, doc_type)`` to record."""
+        delta = _Delta()
+        with self.db.transaction() as conn:
+            for space, (model, dim) in (space_models or {}).items():
+                self._ensure_space(conn, space, dim, model)
+            self._remove_docs(conn, [item.doc.doc_id for item in items], delta)
+            for item in items:
+                self._insert_doc(
+                    conn,
+                    item.doc,
+                    item.chunks,
+                    item.vectors,
+                    item.embed_state,
+                    item.embed_error,
+                    delta,
+                )
+            for source, content_hash, doc_type in sources:
+                self._record_source(conn, source, content_hash, doc_type)
+            self._finish(conn, delta)
 
     def delete_document(self, doc_id: str) -> bool:
         delta = _Delta()

@@ -190,8 +190,10 @@ class App:
         access: Access = "write"
         database_url = self.settings.database_url
         if database_url:
-            # PostgreSQL takes concurrent writers (replicas, workers): no workspace lock.
+            # PostgreSQL takes concurrent writers (replicas, workers): no workspace lock. The
+            # workspace folder still holds settings, sessions and audit: make it exist.
             self.check_database()
+            self.settings.workspace.mkdir(parents=True, exist_ok=True)
         elif writer is not None:
             lock = WorkspaceLock(self.settings.workspace, writer)
             lock.acquire(wait=wait, on_wait=on_wait)

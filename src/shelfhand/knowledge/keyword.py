@@ -74,7 +74,7 @@ Access = Literal["write", "read", "read-only"]
 _HEAD_BOOST = 1.0
 # Unfiltered ranking then a filter check of its hits (module docstring): fetch
 # ``k / share * _OVERSAMPLE + _OVERSAMPLE_EXTRA`` hits, unless that passes ``oversample_limit``.
-_OVERSAMPLE = 1.25
+_OVERSAMPLE = 1.5
 _OVERSAMPLE_EXTRA = 10
 _OVERSAMPLE_LIMIT = 2000
 # Filter values beyond this many are matched as a term set (one bitset) instead of a union of

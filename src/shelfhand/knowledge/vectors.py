@@ -658,7 +658,7 @@ class VectorIndexes:
             else:
                 matrix = vs.hnsw.reconstruct_batch(positions)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        sims = (matrix @ q).tolist()
+        sims = _inner_products(matrix, q).tolist()  # on this thread, not OpenBLAS's
         return {r: float(x) for (r, _), x in zip(found, sims, strict=True)}
 
 

@@ -182,7 +182,7 @@ def _same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -
 
 
 @settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

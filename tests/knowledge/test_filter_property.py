@@ -120,12 +120,12 @@ _runs = itertools.count()
 def _load(stores: Stores, specs: list[dict[str, Any]], seed: int) -> dict[int, dict[str, Any]]:
     """Replace the stores' content with ``specs``; per rowid its spec and vector."""
     store = stores.store
-    for source in store.all_sources():
-        store.delete_source(source)
     run = next(_runs)
     rng = np.random.default_rng(seed)
     rows: dict[int, dict[str, Any]] = {}
-    with store.deferred_sync():
+    with store.deferred_sync():  # one commit of the indexes per example
+        for source in store.all_sources():
+            store.delete_source(source)
         for i, spec in enumerate(specs):
             doc_id = f"r{run}-d{i}"
             texts = [" ".join(words) for words in spec["chunks"]]

@@ -261,16 +261,19 @@ def build_workspace(
     open_s = time.perf_counter() - t0
     if meta["docs"] == corpus.n_docs:
         logger.info("reusing the %d-chunk store in %s", kb.store.count_chunks(), workspace)
-        info = meta.get("info") or {  # a build stopped at a checkpoint (see the log for RSS)
-            "chunks": kb.store.count_chunks(),
-            "build_s": meta["build_s"],
-            "build_cpu_s": meta["cpu_s"],
-            "rss_peak_mb": float("nan"),
-            "disk_mb": _du_mb(workspace),
-            "stopped_at_checkpoint": True,
-        }
+        info = meta.get("info")
+        if not info or info.get("chunks") != corpus.n:  # a build stopped at a checkpoint
+            info = {  # (its RSS peak is in the build's log)
+                "chunks": kb.store.count_chunks(),
+                "build_s": meta["build_s"],
+                "build_cpu_s": meta["cpu_s"],
+                "rss_peak_mb": float("nan"),
+                "disk_mb": _du_mb(workspace),
+                "stopped_at_checkpoint": True,
+            }
         return kb, {**info, "reused": True, "open_s": open_s}
     start = meta["docs"]
+    meta.pop("info", None)  # a copied smaller workspace's figures
     logger.info("building %s from document %d to %d", workspace, start, corpus.n_docs)
     t0, c0 = time.perf_counter(), time.process_time()
 

@@ -9,8 +9,9 @@ Concurrency: a session runs one turn at a time. A second request for a session w
 still running is refused at once with :class:`SessionBusyError` (HTTP 409, ``Retry-After``)
 instead of waiting: a client that double-submits learns it immediately, and no request can
 sit on a connection to run later against a conversation that has moved on. Different
-sessions run concurrently. The busy set lives in the process: run one service process per
-workspace (the default of ``shelfhand serve``).
+sessions run concurrently. The claim is a :class:`~shelfhand.api.turn_lock.TurnLock`: a set in
+the process by default, or a renewed lock in Redis shared by every replica (``redis_url``), so
+a busy session is 409 whichever replica the second message reaches.
 
 A failed turn (model timeout or provider error) keeps nothing of the turn; the session
 records the failure and its trace id and stays usable.
@@ -27,6 +28,7 @@ history.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -41,8 +43,10 @@ from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.memory import ConversationMemory, build_system_prompt
 from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
+from shelfhand.api.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
+    DependencyUnavailableError,
     ModelError,
     ModelTimeoutError,
     ScriptExhaustedError,
@@ -58,8 +62,8 @@ if TYPE_CHECKING:
     from shelfhand.app import App
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
-    from shelfhand.sessions.store import SqliteSessionStore
-    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.toolkit import Toolkit
 
@@ -85,6 +89,8 @@ def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
     if isinstance(exc, ModelTimeoutError):
         return 504, "model_timeout"
+    if isinstance(exc, DependencyUnavailableError):
+        return 503, f"{exc.dependency}_unavailable"
     if isinstance(exc, (ModelError, ScriptExhaustedError)) or _from_provider(exc):
         return 502, "model_error"
     return 500, "internal_error"
@@ -144,6 +150,8 @@ class ChatService:
         memory_token_budget: Short-term memory budget per session (tokens).
         turn_timeout: Seconds a turn may go without an event (waiting for an approval
             excepted) before it fails as a model timeout; ``None``: no limit.
+        turn_lock: Where a session's running turn is claimed (default: in this process;
+            :class:`~shelfhand.api.turn_lock.RedisTurnLock` for several replicas).
     """
 
     def __init__(
@@ -151,13 +159,14 @@ class ChatService:
         *,
         app: App,
         kb: KnowledgeBase,
-        sessions: SqliteSessionStore,
-        memories: SqliteUserMemoryStore,
+        sessions: SessionStore,
+        memories: UserMemoryStore,
         toolkit: Toolkit,
         model: ChatModel | None,
         approvals: Approvals | None = None,
         memory_token_budget: int = 4000,
         turn_timeout: float | None = None,
+        turn_lock: TurnLock | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -169,7 +178,7 @@ class ChatService:
         self.memory_token_budget = memory_token_budget
         self.turn_timeout = turn_timeout
         self._knowledge_agent: KnowledgeAgent | None = None
-        self._busy: set[str] = set()
+        self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
         self._approval_sessions: dict[str, str] = {}
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
@@ -204,7 +213,7 @@ class ChatService:
             self._windows.popitem(last=False)
 
     def is_busy(self, session_id: str) -> bool:
-        return session_id in self._busy
+        return self.turn_lock.is_busy(session_id)
 
     def decide(
         self, session_id: str, approval_id: str, user: UserContext, *, approved: bool, reason: str
@@ -234,18 +243,20 @@ class ChatService:
         turn. Consume the iterator to the end or ``aclose()`` it.
 
         Raises:
-            SessionBusyError: A turn of this session is running.
+            SessionBusyError: A turn of this session is running (on any replica).
+            DependencyUnavailableError: The shared turn lock (Redis) cannot be reached.
         """
-        if session_id in self._busy:
+        claim = self.turn_lock.claim(session_id)
+        if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        self._busy.add(session_id)
-        return self._turn(session_id, user, content, trace_id)
+        return self._turn(session_id, user, content, trace_id, claim)
 
     async def _turn(
-        self, session_id: str, user: UserContext, content: str, trace_id: str
+        self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
         answering = False
+        keeper = asyncio.create_task(claim.keep()) if claim.renews else None
         try:
             window = self._window(session_id, user)
             if window is None:
@@ -301,7 +312,9 @@ class ChatService:
             raise TurnFailed(message, status=status, code=code) from exc
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
-            self._busy.discard(session_id)
+            if keeper is not None:
+                keeper.cancel()
+            claim.release()
             for approval_id in [a for a, s in self._approval_sessions.items() if s == session_id]:
                 del self._approval_sessions[approval_id]
 

@@ -179,7 +179,6 @@ class ChatService:
         self.turn_timeout = turn_timeout
         self._knowledge_agent: KnowledgeAgent | None = None
         self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
-        self._approval_sessions: dict[str, str] = {}
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -220,7 +219,7 @@ class ChatService:
     ) -> bool:
         """Approve or reject a pending tool call of ``session_id``; ``False`` if there is no
         such pending call for this caller (unknown, decided, or someone else's)."""
-        if self.approvals is None or self._approval_sessions.get(approval_id) != session_id:
+        if self.approvals is None or self.approvals.session_of(approval_id) != session_id:
             return False
         request = self.approvals.get(approval_id)
         if request is None or request.user.scope != user.scope:
@@ -275,8 +274,8 @@ class ChatService:
                 if event.get("type") == "text_delta":
                     answering = True
                 event["trace_id"] = trace_id
-                if event.get("type") == "approval_required":
-                    self._approval_sessions[str(event.get("approval_id"))] = session_id
+                if event.get("type") == "approval_required" and self.approvals is not None:
+                    self.approvals.bind_session(str(event.get("approval_id")), session_id)
                 if final is not None:
                     info = self.sessions.record_turn(
                         session_id,
@@ -315,8 +314,6 @@ class ChatService:
             if keeper is not None:
                 keeper.cancel()
             claim.release()
-            for approval_id in [a for a, s in self._approval_sessions.items() if s == session_id]:
-                del self._approval_sessions[approval_id]
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]

@@ -3,6 +3,8 @@ decided, through replica B (each replica has its own registry and Redis connecti
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 import pytest
 
@@ -76,8 +78,8 @@ async def test_a_call_paused_on_one_replica_is_approved_on_the_other(redis_url: 
                 request = b.get(event.approval_id)
                 assert request is not None and request.tool == "create_return"
                 assert created == []
-                approval_id = event.approval_id
-                await anyio.to_thread.run_sync(lambda: b.approve(approval_id, by="alice"))
+                approve = functools.partial(b.approve, event.approval_id, by="alice")
+                await anyio.to_thread.run_sync(approve)
                 with pytest.raises(KeyError):  # decided once, on any replica
                     a.reject(event.approval_id, "too late")
     decided = next(e for e in events if isinstance(e, ApprovalDecided))

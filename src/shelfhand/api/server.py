@@ -60,7 +60,6 @@ def build_service(
 ) -> Service:
     """Open the stores and build the toolkit and chat service (fails fast on bad settings)."""
     from shelfhand.agent.remember import make_remember_tool
-    from shelfhand.tools.approvals import Approvals
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
@@ -69,7 +68,7 @@ def build_service(
     memories = app.user_memory_store()
     registry = UploadRegistry(app.settings.workspace / "sessions.db")
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
-    approvals = Approvals(timeout=300)
+    approvals = app.approvals(timeout=300)
     chat = ChatService(
         app=app,
         kb=kb,
@@ -80,6 +79,7 @@ def build_service(
         approvals=approvals,
         memory_token_budget=config.memory_token_budget,
         turn_timeout=config.turn_timeout or app.settings.turn_timeout,
+        turn_lock=app.turn_lock(),
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

@@ -117,8 +117,12 @@ async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
         assert second.json()["output"] == (
             "我看到了 2 条消息：我的订单号是 A-1001 / 我的订单号是多少？"
         )
+        third = await message(alice_a, session, "谢谢")  # back on A: it sees B's turn too
+        assert third.json()["output"] == (
+            "我看到了 3 条消息：我的订单号是 A-1001 / 我的订单号是多少？ / 谢谢"
+        )
         detail = (await alice_b.get(f"/v1/sessions/{session}")).json()
-        assert detail["message_count"] == 4 and len(detail["messages"]) == 4
+        assert detail["message_count"] == 6 and len(detail["messages"]) == 6
 
         # 2. a second message to a busy session is 409 from either replica
         with anyio.fail_after(30):
@@ -204,11 +208,14 @@ async def test_redis_or_postgresql_going_away_is_503_and_the_service_recovers(
             down = await message(c, session, "hello again")
             assert down.status_code == 503 and down.json()["code"] == "redis_unavailable"
             assert "session lock" in down.json()["detail"] and down.headers["retry-after"]
-            # what does not need Redis still answers
+            # what does not need Redis still answers; readiness says what is missing
             assert (await c.get(f"/v1/sessions/{session}")).status_code == 200
+            ready = await c.get("/readyz")
+            assert ready.status_code == 503 and ready.json()["store"].startswith("unavailable")
         finally:
             redis_server.start()
         assert (await message(c, session, "back")).status_code == 200  # recovered by itself
+        assert (await c.get("/readyz")).status_code == 200
 
         pg_server.stop()
         try:

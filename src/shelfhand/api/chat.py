@@ -23,7 +23,8 @@ cancels the model request and frees the session at once.
 
 The memory windows of recently used sessions are cached in the process (the store stays the
 system of record and is written on every turn), so a turn does not re-read and re-parse its
-history.
+history. Not with a session store shared by replicas (``cache_windows=False``): another
+replica may have answered the session's last turn, so each turn reads its window.
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ class ChatService:
             excepted) before it fails as a model timeout; ``None``: no limit.
         turn_lock: Where a session's running turn is claimed (default: in this process;
             :class:`~shelfhand.api.turn_lock.RedisTurnLock` for several replicas).
+        cache_windows: Keep memory windows in the process; ``False`` when other replicas
+            write the same sessions.
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class ChatService:
         memory_token_budget: int = 4000,
         turn_timeout: float | None = None,
         turn_lock: TurnLock | None = None,
+        cache_windows: bool = True,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -179,6 +183,7 @@ class ChatService:
         self.turn_timeout = turn_timeout
         self._knowledge_agent: KnowledgeAgent | None = None
         self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
+        self.cache_windows = cache_windows
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -205,6 +210,8 @@ class ChatService:
     def _keep_window(
         self, session_id: str, user: UserContext, messages: Sequence[Message], summary: str
     ) -> None:
+        if not self.cache_windows:
+            return
         window = MemoryWindow(messages=tuple(messages), summary=summary)
         self._windows[session_id] = (user.scope, window)
         self._windows.move_to_end(session_id)

@@ -80,6 +80,7 @@ def build_service(
         memory_token_budget=config.memory_token_budget,
         turn_timeout=config.turn_timeout or app.settings.turn_timeout,
         turn_lock=app.turn_lock(),
+        cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -227,11 +228,15 @@ def _add_health_routes(api: FastAPI) -> None:
         responses={503: {"model": Readiness, "description": "Not ready."}},
     )
     async def readyz(service: ServiceDep) -> Response:
-        """Readiness: the stores answer and the chat model is reachable (or not configured)."""
+        """Readiness: the stores (and Redis, when configured) answer and the chat model is
+        reachable (or not configured)."""
         store = "ok"
         try:
             service.sessions.check()
             await asyncio.to_thread(service.kb.count_chunks)
+            redis = service.app.shared_state().redis
+            if redis is not None:
+                await asyncio.to_thread(redis.ping)
         except Exception as exc:
             store = f"unavailable: {type(exc).__name__}: {exc}"
         model_state = await _model_state(service)

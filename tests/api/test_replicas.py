@@ -226,3 +226,18 @@ async def test_redis_or_postgresql_going_away_is_503_and_the_service_recovers(
             pg_server.start()
         back = await c.get(f"/v1/sessions/{session}")
         assert back.status_code == 200 and back.json()["message_count"] == 4
+
+
+def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the_password(
+    tmp_path: Path,
+) -> None:
+    from service_helpers import start_serve
+
+    from shelfhand.devservices import free_port
+
+    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
+    env = {"SHELFHAND_REDIS_URL": url, "SHELFHAND_RETRIEVAL_MODE": "keyword"}
+    with pytest.raises(AssertionError, match="exited during start-up") as failed:
+        start_serve(tmp_path / "ws", env=env).stop()
+    assert "Redis at redis://127.0.0.1" in str(failed.value)
+    assert "is unreachable" in str(failed.value) and "s3cret-pw" not in str(failed.value)

@@ -1,7 +1,7 @@
 """Two service replicas on one PostgreSQL and one Redis behave as one service (issue 14,
 acceptance 2): two uvicorn servers on 127.0.0.1, each built by ``create_app`` over its own
-workspace (keyword retrieval) with ``database_url`` and ``redis_url`` pointing at the same
-real servers, and a scripted chat model."""
+workspace folder with ``database_url`` and ``redis_url`` pointing at the same real servers
+(knowledge in the PostgreSQL store, keyword retrieval), and a scripted chat model."""
 
 from __future__ import annotations
 
@@ -179,6 +179,17 @@ async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
             assert (await c.get("/v1/sessions")).json()["sessions"] == []
         listed = (await alice_b.get("/v1/sessions")).json()["sessions"]
         assert {s["id"] for s in listed} == {session, session_b}
+        # ... and for knowledge (the PostgreSQL store both replicas share)
+        doc = "# 退货政策\n\n投影仪 P20 的退货期限是 30 天，凭订单号 RMA 办理。\n".encode()
+        up = await alice_a.post("/v1/knowledge/files", files=[("files", ("退货.md", doc))])
+        assert up.status_code == 200
+        found = await alice_b.get("/v1/knowledge/search", params={"q": "退货期限"})
+        assert [r["source"] for r in found.json()["results"]][:1] == ["t1/退货.md"]
+        same_tenant = await carol_b.get("/v1/knowledge/search", params={"q": "退货期限"})
+        assert same_tenant.json()["results"]  # untagged: the whole tenant t1 reads it
+        other_tenant = await bob_b.get("/v1/knowledge/search", params={"q": "退货期限"})
+        assert other_tenant.json()["results"] == []
+        assert (await bob_b.get("/v1/knowledge/sources")).json()["sources"] == []
 
     # the audit log of both replicas is one table
     for replica_ in (a, b):

@@ -121,3 +121,36 @@ async def test_without_redis_a_confirmation_cannot_be_opened() -> None:
     with pytest.raises(DependencyUnavailableError, match="approvals"):
         down.open(call_id="c1", tool="create_return", arguments={}, user=ALICE)
     assert down.pending() == []  # nothing half-open is left in the process
+
+
+async def test_a_timeout_never_overrides_a_decision_another_replica_made(
+    redis_url: str,
+) -> None:
+    a, b = replicas(redis_url)
+    # B decides in the instant between A's last look and A's timeout: A's timeout loses
+    raced = a.open(call_id="c1", tool="create_return", arguments={}, user=ALICE)
+    b.approve(raced.id, by="alice")  # B told its caller: approved
+    assert a._time_out(raced.id).approved is True
+    # no decision: the timeout is recorded like one, and nobody can decide after it
+    quiet = a.open(call_id="c2", tool="create_return", arguments={}, user=ALICE)
+    assert a._time_out(quiet.id).approved is False
+    with pytest.raises(KeyError):
+        b.approve(quiet.id)
+
+
+async def test_an_undecided_request_times_out_and_cannot_be_decided_later(
+    redis_url: str,
+) -> None:
+    a, b = replicas(redis_url)
+    a.timeout = 0.3
+    model = script()
+    agent = Agent(model=model, toolkit=Toolkit([create_return]), approvals=a)
+    asked: list[str] = []
+    with anyio.fail_after(20):
+        async for event in agent.stream("我要退货", context=ALICE):
+            if isinstance(event, ApprovalRequired):
+                asked.append(event.approval_id)
+    assert created == []
+    assert "no decision within 0.3 s" in model.requests[1][-1].tool_results[0].content
+    with pytest.raises(KeyError):
+        b.approve(asked[0])

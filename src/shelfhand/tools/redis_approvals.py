@@ -172,21 +172,43 @@ class RedisApprovals(Approvals):
             give_up = None if self.timeout is None else time.monotonic() + self.timeout
             future = pending.future
             while True:
-                await asyncio.wait([future], timeout=self.poll_interval)  # never cancels it
+                wait = self.poll_interval
+                if give_up is not None:
+                    wait = max(0.0, min(wait, give_up - time.monotonic()))
+                await asyncio.wait([future], timeout=wait)  # never cancels the future
                 if future.done():
                     return future.result()
                 remote = self._remote_decision(approval_id)
                 if remote is not None:
                     return remote
                 if give_up is not None and time.monotonic() >= give_up:
-                    return ApprovalDecision(
-                        approved=False, reason=f"no decision within {self.timeout:g} s"
-                    )
+                    return self._time_out(approval_id)
         finally:
             with self._lock:
                 self._pending.pop(approval_id, None)
                 self._sessions.pop(approval_id, None)
             self._forget(approval_id, pending.request.user)
+
+    def _time_out(self, approval_id: str) -> ApprovalDecision:
+        """The timeout's rejection, claimed like any decision: if a replica decided first
+        (in the last instant), its decision stands, so what its caller was told holds."""
+        timed_out = ApprovalDecision(
+            approved=False, reason=f"no decision within {self.timeout:g} s"
+        )
+        payload = json.dumps(
+            {"approved": False, "reason": timed_out.reason, "by": ""}, ensure_ascii=False
+        )
+        try:
+            won = self._claim(
+                keys=[self._key(approval_id), self._key(approval_id) + ":decision"],
+                args=[payload, self._expiry_ms],
+            )
+        except Exception as exc:
+            logger.warning("approval %s: cannot record its timeout (Redis: %s)", approval_id, exc)
+            return timed_out
+        if won is not None:
+            return timed_out
+        return self._remote_decision(approval_id) or timed_out
 
     def _remote_decision(self, approval_id: str) -> ApprovalDecision | None:
         try:

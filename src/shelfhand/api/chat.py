@@ -35,8 +35,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["ChatService", "SessionBusyError", "TurnFailed", "error_status"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class SessionBusyError(ShelfhandError):
@@ -155,6 +158,9 @@ class ChatService:
             :class:`~shelfhand.api.turn_lock.RedisTurnLock` for several replicas).
         cache_windows: Keep memory windows in the process; ``False`` when other replicas
             write the same sessions.
+        offload_stores: Call the session and memory stores in a worker thread, not on the
+            event loop (for stores across a network, such as PostgreSQL, whose round trips
+            would stall every other turn of the process).
     """
 
     def __init__(
@@ -171,6 +177,7 @@ class ChatService:
         turn_timeout: float | None = None,
         turn_lock: TurnLock | None = None,
         cache_windows: bool = True,
+        offload_stores: bool = False,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -184,6 +191,7 @@ class ChatService:
         self._knowledge_agent: KnowledgeAgent | None = None
         self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
         self.cache_windows = cache_windows
+        self.offload_stores = offload_stores
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -217,6 +225,12 @@ class ChatService:
         self._windows.move_to_end(session_id)
         while len(self._windows) > self.WINDOW_CACHE:
             self._windows.popitem(last=False)
+
+    async def store(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)``: a store call, in a worker thread with ``offload_stores``."""
+        if self.offload_stores:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
 
     def is_busy(self, session_id: str) -> bool:
         return self.turn_lock.is_busy(session_id)
@@ -264,7 +278,7 @@ class ChatService:
         answering = False
         keeper = asyncio.create_task(claim.keep()) if claim.renews else None
         try:
-            window = self._window(session_id, user)
+            window = await self.store(self._window, session_id, user)
             if window is None:
                 raise TurnFailed("session not found", status=404, code="not_found")
             memory = ConversationMemory(
@@ -284,7 +298,8 @@ class ChatService:
                 if event.get("type") == "approval_required" and self.approvals is not None:
                     self.approvals.bind_session(str(event.get("approval_id")), session_id)
                 if final is not None:
-                    info = self.sessions.record_turn(
+                    info = await self.store(
+                        self.sessions.record_turn,
                         session_id,
                         user,
                         final,
@@ -314,7 +329,9 @@ class ChatService:
                 logger.exception("turn failed session=%s", session_id)
             else:
                 logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
-            self.sessions.record_failure(session_id, user, trace_id=trace_id, error=message)
+            await self.store(
+                self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+            )
             raise TurnFailed(message, status=status, code=code) from exc
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
@@ -355,7 +372,7 @@ class ChatService:
         session_id: str = "",
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
-        facts = self.memories.recall(user)
+        facts = await self.store(self.memories.recall, user)
         system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
         # group state is per conversation; a toolkit without groups can be shared as is
         toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit

@@ -81,6 +81,7 @@ def build_service(
         turn_timeout=config.turn_timeout or app.settings.turn_timeout,
         turn_lock=app.turn_lock(),
         cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
+        offload_stores=app.settings.database_url is not None,  # network round trips
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

@@ -127,9 +127,7 @@ def main() -> None:
                 ),
                 (
                     "record a turn + read its window",
-                    median_us(
-                        turns(SqliteSessionStore(folder / "sessions.db")), n // 4, repeats
-                    ),
+                    median_us(turns(SqliteSessionStore(folder / "sessions.db")), n // 4, repeats),
                     median_us(turns(PgSessionStore(pool, url=url)), n // 4, repeats),
                 ),
             ]

@@ -252,3 +252,22 @@ def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the
         start_serve(tmp_path / "ws", env=env).stop()
     assert "Redis at redis://127.0.0.1" in str(failed.value)
     assert "is unreachable" in str(failed.value) and "s3cret-pw" not in str(failed.value)
+
+
+def test_without_shared_urls_the_state_stays_in_the_process(tmp_path: Path) -> None:
+    from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock
+    from shelfhand.sessions.store import SqliteSessionStore
+    from shelfhand.tools.approvals import Approvals
+    from shelfhand.tools.redis_approvals import RedisApprovals
+
+    app = App(settings=Settings.load(tmp_path, env={"SHELFHAND_RETRIEVAL_MODE": "keyword"}))
+    try:
+        assert isinstance(app.turn_lock(), LocalTurnLock)
+        approvals = app.approvals()
+        assert type(approvals) is Approvals and not isinstance(approvals, RedisApprovals)
+        assert isinstance(app.session_store(), SqliteSessionStore)
+        assert app.governance().shared is None
+        assert not isinstance(app.turn_lock(), RedisTurnLock)
+        assert (tmp_path / "audit.db").is_file()
+    finally:
+        app.close()

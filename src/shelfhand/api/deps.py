@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from shelfhand.api.uploads import Uploads
     from shelfhand.app import App
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.sessions.store import SqliteSessionStore
-    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
 
 __all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
@@ -65,8 +65,8 @@ class Service:
     config: ServiceConfig
     api_keys: Mapping[str, UserContext]
     kb: KnowledgeBase
-    sessions: SqliteSessionStore
-    memories: SqliteUserMemoryStore
+    sessions: SessionStore
+    memories: UserMemoryStore
     toolkit: Toolkit
     chat: ChatService
     uploads: Uploads

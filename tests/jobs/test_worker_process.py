@@ -1,0 +1,164 @@
+"""Real worker processes on a real PostgreSQL queue: kill -9 mid-job, graceful stop.
+
+Waits are bounded polls of the job record (no sleeps standing in for synchronisation); the
+worker under test holds its job through a hook in tests/jobs/worker_process.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from job_helpers import ALICE, FAQ_EN, FAQ_ZH, job_env, make_app
+
+from shelfhand.jobs.queue import IngestQueue, JobFile, JobRecord
+
+SCRIPT = Path(__file__).with_name("worker_process.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+FILES = [
+    JobFile(name="a-returns.md", data=FAQ_EN.encode()),
+    JobFile(name="b-退货.md", data=FAQ_ZH.encode()),
+    JobFile(name="c-warranty.md", data=b"# Warranty\n\nThe warranty covers the lamp for a year.\n"),
+]
+SOURCES = [f"acme/{f.name}" for f in FILES]
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[IngestQueue]:
+    q = IngestQueue.open(pg_url)
+    yield q
+    q.close()
+
+
+class Workers:
+    """Worker processes started by a test, all stopped when it ends."""
+
+    def __init__(self, workspace: Path, pg_url: str) -> None:
+        self.workspace = workspace
+        self.env = {
+            **os.environ,
+            **job_env(pg_url),
+            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *hold: Path) -> subprocess.Popen[bytes]:
+        args = ["--hold-after-stored", *map(str, hold)] if hold else []
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(self.workspace), *args],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+@pytest.fixture
+def workers(tmp_path: Path, pg_url: str) -> Iterator[Workers]:
+    w = Workers(tmp_path / "ws", pg_url)
+    yield w
+    w.close()
+
+
+def wait_for(check: Callable[[], bool], what: str, proc: subprocess.Popen[bytes]) -> None:
+    """Poll ``check`` for up to 90 s (a loaded 2-core box); fail with the worker's log."""
+    deadline = time.monotonic() + 90
+    pause = threading.Event()
+    while not check():
+        if proc.poll() is not None and proc.returncode not in (0, -9):
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            pytest.fail(f"worker exited {proc.returncode} while waiting for {what}:\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        pause.wait(0.1)
+
+
+def _status(queue: IngestQueue, job_id: str) -> JobRecord:
+    record = queue.get(job_id)
+    assert record is not None
+    return record
+
+
+def test_a_job_whose_worker_is_killed_mid_way_completes_exactly_once_on_another(
+    tmp_path: Path, pg_url: str, queue: IngestQueue, workers: Workers
+) -> None:
+    # what a clean ingest of these files stores, for comparison
+    reference = make_app(tmp_path / "reference", pg_url)
+    ref_kb = reference.open_knowledge()
+    ref_dir = tmp_path / "ref" / "acme"
+    ref_dir.mkdir(parents=True)
+    for f in FILES:
+        (ref_dir / f.name).write_bytes(f.data)
+    ref_kb.ingest([ref_dir])
+    expected = {s.source: (s.documents, s.chunks) for s in ref_kb.sources()}
+    ref_kb.close()
+    assert sorted(expected) == sorted(SOURCES)
+
+    job = queue.enqueue(kind="upload", user=ALICE, files=FILES, sources=SOURCES)
+    marker = tmp_path / "held"
+    first = workers.start(marker)
+    wait_for(marker.exists, "the first worker to store a file and hold", first)
+    assert _status(queue, job.id).status == "running"
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+
+    # the killed attempt left part of the upload behind (one file stored, pending rows)
+    app = make_app(workers.workspace, pg_url)
+    kb = app.open_knowledge()
+    assert 1 <= len(kb.sources()) < len(FILES)
+    kb.close()
+
+    second = workers.start()
+    wait_for(lambda: _status(queue, job.id).final, "the job to finish on the second worker", second)
+    done = _status(queue, job.id)
+    assert done.status == "done", done.error
+    assert done.attempts == 2  # the killed attempt and the one that completed
+    kb = app.open_knowledge()
+    try:
+        stored = {s.source: (s.documents, s.chunks) for s in kb.sources()}
+        assert stored == expected  # one version of each document, no duplicate chunks
+        hits = kb.search("无理由退货", k=5, user=ALICE, mode="keyword")
+        assert [h.chunk.source for h in hits] == ["acme/b-退货.md"]
+    finally:
+        kb.close()
+    from shelfhand.api.uploads import UploadRegistry
+
+    registry = UploadRegistry(workers.workspace / "sessions.db")
+    try:
+        assert sorted(r.source for r in registry.for_tenant("acme")) == sorted(SOURCES)
+        assert registry.pending() == []
+    finally:
+        registry.close()
+
+
+def test_sigterm_lets_the_running_job_finish_then_stops_the_worker(
+    tmp_path: Path, queue: IngestQueue, workers: Workers
+) -> None:
+    job = queue.enqueue(kind="upload", user=ALICE, files=FILES[:2], sources=SOURCES[:2])
+    marker, release = tmp_path / "held", tmp_path / "release"
+    proc = workers.start(marker, release)
+    wait_for(marker.exists, "the worker to hold its job", proc)
+    proc.send_signal(signal.SIGTERM)
+    later = queue.enqueue(kind="upload", user=ALICE, files=FILES[2:], sources=SOURCES[2:])
+    assert proc.poll() is None  # still running its job
+    release.write_text("go", encoding="utf-8")
+    assert proc.wait(90) == 0
+    assert _status(queue, job.id).status == "done"
+    assert _status(queue, later.id).status == "queued"  # a stopping worker takes no new job

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.supervisor import Supervisor
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.core.context import UserContext
+    from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
     from shelfhand.knowledge.keyword import Access
@@ -55,6 +56,7 @@ class App:
     router: EmbeddingRouter | None = None
     _model_built: bool = field(default=False, repr=False)
     _governance: Governance | None = field(default=None, repr=False)
+    _ingest_queue: IngestQueue | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -247,6 +249,23 @@ class App:
         kb.warm_up()
         logger.info("knowledge warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
 
+    # --- ingest jobs ----------------------------------------------------------------------
+    def ingest_queue(self) -> IngestQueue | None:
+        """The ingest job queue on ``database_url`` (procrastinate over PostgreSQL), or
+        ``None`` without one (uploads and ``shelfhand ingest`` then ingest in process).
+
+        With it, uploads and ``shelfhand ingest`` enqueue jobs that ``shelfhand worker``
+        processes run. Fails fast with :class:`ConfigurationError` when PostgreSQL cannot be
+        reached or the ``worker`` extra is missing.
+        """
+        if not self.settings.database_url:
+            return None
+        if self._ingest_queue is None:
+            from shelfhand.jobs.queue import IngestQueue
+
+            self._ingest_queue = IngestQueue.open(self.settings.database_url)
+        return self._ingest_queue
+
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:
         """One governance state per app (cache, breakers, rate limits), audited into
@@ -405,9 +424,12 @@ class App:
         return SqliteUserMemoryStore(self.settings.workspace / "sessions.db")
 
     def close(self) -> None:
-        """Flush and close what the app opened (the audit log)."""
+        """Flush and close what the app opened (the audit log, the ingest queue)."""
         if self._governance is not None and self._governance.audit is not None:
             self._governance.audit.close()
+        if self._ingest_queue is not None:
+            self._ingest_queue.close()
+            self._ingest_queue = None
 
     def api_keys(self) -> dict[str, UserContext]:
         """API key → caller, from ``SHELFHAND_API_KEYS`` or ``[[api_keys]]`` in shelfhand.toml."""

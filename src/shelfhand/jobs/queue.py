@@ -232,13 +232,16 @@ class IngestQueue:
             ).fetchone()
         return None if row is None else _record(row)
 
-    def for_tenant(self, tenant_id: str, *, limit: int = 50) -> list[JobRecord]:
-        """The tenant's jobs, newest first."""
+    def for_tenant(
+        self, tenant_id: str, *, user_id: str | None = None, limit: int = 50
+    ) -> list[JobRecord]:
+        """The tenant's jobs (only ``user_id``'s when given), newest first."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM shelfhand_ingest_jobs WHERE tenant_id=%s"
+                " AND (%s::text IS NULL OR user_id=%s::text)"
                 " ORDER BY created_at DESC, id LIMIT %s",
-                (tenant_id, limit),
+                (tenant_id, user_id, user_id, limit),
             ).fetchall()
         return [_record(r) for r in rows]
 

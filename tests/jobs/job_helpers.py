@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.settings import Settings
+
+SCRIPT = Path(__file__).with_name("worker_process.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 ALICE = UserContext(tenant_id="acme", user_id="alice", roles=("support",))
 
@@ -27,3 +38,48 @@ def make_app(workspace: Path, pg_url: str, *, mode: str = "keyword") -> App:
     if mode != "keyword":
         env["SHELFHAND_EMBEDDER"] = "hashing"
     return App(settings=Settings.load(workspace, env=env))
+
+
+class Workers:
+    """Worker processes started by a test, all stopped when it ends."""
+
+    def __init__(self, workspace: Path, pg_url: str) -> None:
+        self.workspace = workspace
+        self.env = {
+            **os.environ,
+            **job_env(pg_url),
+            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *hold: Path) -> subprocess.Popen[bytes]:
+        args = ["--hold-after-stored", *map(str, hold)] if hold else []
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(self.workspace), *args],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+def wait_for(check: Callable[[], bool], what: str, proc: subprocess.Popen[bytes]) -> None:
+    """Poll ``check`` for up to 90 s (a loaded 2-core box); fail with the worker's log."""
+    deadline = time.monotonic() + 90
+    pause = threading.Event()
+    while not check():
+        if proc.poll() is not None and proc.returncode not in (0, -9):
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            pytest.fail(f"worker exited {proc.returncode} while waiting for {what}:\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        pause.wait(0.1)

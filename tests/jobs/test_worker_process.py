@@ -6,22 +6,14 @@ worker under test holds its job through a hook in tests/jobs/worker_process.py.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from job_helpers import ALICE, FAQ_EN, FAQ_ZH, job_env, make_app
+from job_helpers import ALICE, FAQ_EN, FAQ_ZH, Workers, make_app, wait_for
 
 from shelfhand.jobs.queue import IngestQueue, JobFile, JobRecord
-
-SCRIPT = Path(__file__).with_name("worker_process.py")
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 FILES = [
     JobFile(name="a-returns.md", data=FAQ_EN.encode()),
@@ -38,56 +30,11 @@ def queue(pg_url: str) -> Iterator[IngestQueue]:
     q.close()
 
 
-class Workers:
-    """Worker processes started by a test, all stopped when it ends."""
-
-    def __init__(self, workspace: Path, pg_url: str) -> None:
-        self.workspace = workspace
-        self.env = {
-            **os.environ,
-            **job_env(pg_url),
-            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, *hold: Path) -> subprocess.Popen[bytes]:
-        args = ["--hold-after-stored", *map(str, hold)] if hold else []
-        proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(self.workspace), *args],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
-            if proc.stderr is not None:
-                proc.stderr.close()
-
-
 @pytest.fixture
 def workers(tmp_path: Path, pg_url: str) -> Iterator[Workers]:
     w = Workers(tmp_path / "ws", pg_url)
     yield w
     w.close()
-
-
-def wait_for(check: Callable[[], bool], what: str, proc: subprocess.Popen[bytes]) -> None:
-    """Poll ``check`` for up to 90 s (a loaded 2-core box); fail with the worker's log."""
-    deadline = time.monotonic() + 90
-    pause = threading.Event()
-    while not check():
-        if proc.poll() is not None and proc.returncode not in (0, -9):
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            pytest.fail(f"worker exited {proc.returncode} while waiting for {what}:\n{err}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        pause.wait(0.1)
 
 
 def _status(queue: IngestQueue, job_id: str) -> JobRecord:

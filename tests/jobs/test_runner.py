@@ -8,7 +8,7 @@ import pytest
 from job_helpers import ALICE, FAQ_EN, FAQ_ZH, make_app
 
 from shelfhand.jobs.queue import IngestQueue, JobFile
-from shelfhand.jobs.worker import build_runner
+from shelfhand.jobs.worker import build_runner, close_runner
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_an_enqueued_upload_is_searchable_once_its_job_ran(
         again = runner.run(job.id)
         assert again is not None and again.attempts == 1 and again.status == "done"
     finally:
-        runner.uploads.registry.close()
+        close_runner(runner)
 
 
 def test_a_malformed_file_fails_its_job_with_the_reason_and_keeps_what_was_stored(
@@ -97,7 +97,7 @@ def test_a_malformed_file_fails_its_job_with_the_reason_and_keeps_what_was_store
         assert runner.uploads.registry.owner_of("acme/退货.md") is None
         assert runner.uploads.registry.pending() == []
     finally:
-        runner.uploads.registry.close()
+        close_runner(runner)
 
 
 def test_an_ingest_job_keeps_folder_sources_and_prunes_what_vanished(
@@ -124,4 +124,4 @@ def test_an_ingest_job_keeps_folder_sources_and_prunes_what_vanished(
         assert report.report["unchanged"] == ["docs/returns.md"]
         assert _search(app, "无理由退货") == []
     finally:
-        runner.uploads.registry.close()
+        close_runner(runner)

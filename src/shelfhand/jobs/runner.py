@@ -204,8 +204,18 @@ class JobRunner:
                 path = target / file.name
                 path.write_bytes(file.data)
                 staged.files.append((path, len(file.data)))
-            self.uploads.rollback_unfinished(kb, job.sources)
-            return self.uploads.ingest(staged, job.user, kb, progress, job.permission_tags)
+            # an Uploads of the job's own: its lock serialises uploads within one service, while
+            # jobs are kept apart by their source locks and may run in parallel
+            uploads = Uploads(
+                self.uploads.root,
+                self.uploads.registry,
+                max_file_bytes=self.uploads.max_file_bytes,
+                max_files=self.uploads.max_files,
+                max_tenant_bytes=self.uploads.max_tenant_bytes,
+                max_tenant_files=self.uploads.max_tenant_files,
+            )
+            uploads.rollback_unfinished(kb, job.sources)
+            return uploads.ingest(staged, job.user, kb, progress, job.permission_tags)
         finally:
             self.uploads.discard(staged)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,10 +40,18 @@ if TYPE_CHECKING:
     from shelfhand.api.uploads import KnowledgeTarget
     from shelfhand.app import App
     from shelfhand.jobs.queue import IngestQueue
+    from shelfhand.knowledge.base import KnowledgeBase
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WorkerOptions", "build_runner", "queue_app", "run_worker"]
+__all__ = [
+    "KnowledgeOpener",
+    "WorkerOptions",
+    "build_runner",
+    "close_runner",
+    "queue_app",
+    "run_worker",
+]
 
 WRITER_WAIT_S = 24 * 3600.0
 """How long a job waits for the workspace's writer lock (embedded store): as long as it takes."""
@@ -105,9 +114,52 @@ def queue_app(url: str, runner: JobRunner | None = None) -> procrastinate.App:
     return app
 
 
+class KnowledgeOpener:
+    """Opens the knowledge base for each job of a worker process.
+
+    The embedded store (files in the workspace) is opened per job under the workspace's
+    writer lock, so jobs of several workers on one workspace write one after another. A shared
+    store (PostgreSQL: opened without a workspace lock) is opened once and used by every job of
+    the process, in parallel.
+    """
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._shared: KnowledgeBase | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def __call__(self) -> Iterator[KnowledgeTarget]:
+        with self._lock:
+            shared = self._shared
+        if shared is not None:
+            yield shared
+            return
+        kb = self.app.open_knowledge(writer="ingest", wait=WRITER_WAIT_S)
+        if kb.lock is None:  # no workspace lock: a shared store, kept open for every job
+            with self._lock:
+                if self._shared is None:
+                    self._shared = kb
+                else:
+                    kb.close()
+                    kb = self._shared
+            yield kb
+            return
+        try:
+            yield kb
+        finally:
+            kb.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._shared is not None:
+                self._shared.close()
+                self._shared = None
+
+
 def build_runner(app: App, queue: IngestQueue, *, on_event: EventHook | None = None) -> JobRunner:
     """The runner for ``app``'s workspace: the service's upload logic and registry, and the
-    knowledge base opened per job (the embedded store's writer lock held while it writes)."""
+    knowledge base through a :class:`KnowledgeOpener` (close it with :func:`close_runner`)."""
     from shelfhand.api.uploads import UploadRegistry, Uploads
 
     workspace = app.settings.workspace
@@ -115,18 +167,20 @@ def build_runner(app: App, queue: IngestQueue, *, on_event: EventHook | None = N
     registry = UploadRegistry(workspace / "sessions.db")
     # the limits were enforced when the job was queued; the worker checks ownership again
     uploads = Uploads(workspace / "uploads", registry, max_file_bytes=2**62, max_files=2**31)
-
-    @contextmanager
-    def open_knowledge() -> Iterator[KnowledgeTarget]:
-        kb = app.open_knowledge(writer="ingest", wait=WRITER_WAIT_S)
-        try:
-            yield kb
-        finally:
-            kb.close()
-
     return JobRunner(
-        queue, uploads, open_knowledge, staging=workspace / "jobs" / "staging", on_event=on_event
+        queue,
+        uploads,
+        KnowledgeOpener(app),
+        staging=workspace / "jobs" / "staging",
+        on_event=on_event,
     )
+
+
+def close_runner(runner: JobRunner) -> None:
+    """Close what :func:`build_runner` opened (the shared knowledge base, the registry)."""
+    if isinstance(runner.open_knowledge, KnowledgeOpener):
+        runner.open_knowledge.close()
+    runner.uploads.registry.close()
 
 
 async def _recover_stalled(pc_app: procrastinate.App, options: WorkerOptions) -> None:
@@ -194,6 +248,6 @@ def run_worker(
         try:
             asyncio.run(run_worker_async(url, runner, opts))
         finally:
-            runner.uploads.registry.close()
+            close_runner(runner)
     finally:
         queue.close()

@@ -195,3 +195,22 @@ def test_an_unreadable_upload_is_refused_at_once_and_queues_nothing(
         assert r.status_code == 202 and r.json()["status"] == "queued"
         missing = client.get(f"{a.url}/v1/knowledge/jobs/nope", headers=ALICE)
         assert missing.status_code == 404
+
+
+def test_job_endpoints_answer_503_while_postgresql_is_down_and_recover(
+    tmp_path: Path, pg_url: str, pg_server: Any, thread_servers: list[ThreadServer]
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    a = _server(workspace, pg_url)
+    thread_servers.append(a)
+    with httpx.Client(timeout=60) as client:
+        assert client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE).status_code == 200
+        pg_server.stop()
+        try:
+            down = client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE)
+            assert down.status_code == 503, down.text
+            assert "PostgreSQL" in down.json()["detail"]
+        finally:
+            pg_server.start()
+        assert client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE).status_code == 200

@@ -30,10 +30,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.pg import apply_pg_migrations, open_pool
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME, migrations
 
 if TYPE_CHECKING:
+    import psycopg
     from psycopg_pool import ConnectionPool
 
 logger = logging.getLogger(__name__)
@@ -163,6 +165,22 @@ class IngestQueue:
     def close(self) -> None:
         self.pool.close()
 
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; PostgreSQL going away is :class:`DependencyUnavailableError`
+        (the service answers 503 and recovers when it returns)."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DependencyUnavailableError(
+                f"PostgreSQL (ingest jobs) is unreachable: {first}", dependency="postgresql"
+            ) from exc
+
     # --- the enqueue side (API, CLI) -------------------------------------------------------
     def enqueue(
         self,
@@ -181,7 +199,7 @@ class IngestQueue:
         size = sum(len(f.data) for f in files)
         progress = JobProgress(files_total=len(files), bytes_total=size)
         tags = None if permission_tags is None else json.dumps(list(permission_tags))
-        with self.pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             conn.execute(
                 "INSERT INTO shelfhand_ingest_jobs (id, kind, tenant_id, user_id, roles,"
                 " permission_tags, files, bytes, sources, progress, created_at)"
@@ -226,7 +244,7 @@ class IngestQueue:
         return record
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM shelfhand_ingest_jobs WHERE id=%s", (job_id,)
             ).fetchone()
@@ -236,7 +254,7 @@ class IngestQueue:
         self, tenant_id: str, *, user_id: str | None = None, limit: int = 50
     ) -> list[JobRecord]:
         """The tenant's jobs (only ``user_id``'s when given), newest first."""
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM shelfhand_ingest_jobs WHERE tenant_id=%s"
                 " AND (%s::text IS NULL OR user_id=%s::text)"
@@ -247,7 +265,7 @@ class IngestQueue:
 
     # --- the worker side -------------------------------------------------------------------
     def files(self, job_id: str) -> list[JobFile]:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT name, data, folder FROM shelfhand_ingest_job_files WHERE job_id=%s"
                 " ORDER BY position",
@@ -258,7 +276,7 @@ class IngestQueue:
     def start(self, job_id: str) -> JobRecord | None:
         """Mark an attempt as running; ``None`` when the job is gone or already final (a
         retried job that completed: nothing to do, so it completes once)."""
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "UPDATE shelfhand_ingest_jobs SET status='running', attempts=attempts+1,"
                 " started_at=%s, error=NULL, error_code=NULL"
@@ -269,7 +287,7 @@ class IngestQueue:
         return None if row is None else _record(row)
 
     def set_progress(self, job_id: str, progress: JobProgress) -> None:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(
                 "UPDATE shelfhand_ingest_jobs SET progress=%s::jsonb"
                 " WHERE id=%s AND status='running'",
@@ -286,7 +304,7 @@ class IngestQueue:
 
     def note_error(self, job_id: str, error: str) -> None:
         """An attempt failed unexpectedly and will be retried: back to ``queued``."""
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(
                 "UPDATE shelfhand_ingest_jobs SET status='queued', error=%s,"
                 " error_code='retrying' WHERE id=%s AND status='running'",
@@ -303,7 +321,7 @@ class IngestQueue:
         error: str | None = None,
         code: str | None = None,
     ) -> None:
-        with self.pool.connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             conn.execute(
                 "UPDATE shelfhand_ingest_jobs SET status=%s, report=%s::jsonb, error=%s,"
                 " error_code=%s, finished_at=%s, progress=COALESCE(%s::jsonb, progress)"
@@ -324,7 +342,7 @@ class IngestQueue:
     def exclusive(self, keys: Sequence[str]) -> Iterator[None]:
         """Hold an advisory lock per key (sorted: no deadlocks) while the block runs."""
         ordered = sorted(set(keys))
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             for key in ordered:
                 conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             try:

@@ -222,7 +222,16 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
                 console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
 
 
-COMMAND_MODULES = ("knowledge", "audit", "mcp", "serve", "tool_eval", "agents", "worker")
+COMMAND_MODULES = (
+    "knowledge",
+    "audit",
+    "mcp",
+    "serve",
+    "tool_eval",
+    "agents",
+    "cluster",
+    "worker",
+)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,89 @@
+"""The dev cluster: a round-robin proxy over real servers, and the whole cluster started for
+real (PostgreSQL, Redis, two `shelfhand serve` processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shelfhand.devcluster import RoundRobinProxy, start_dev_cluster
+from shelfhand.devservices import free_port
+
+
+async def _named_server(name: str) -> tuple[asyncio.Server, int]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:  # keep-alive: answer every request on the connection
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            body = name.encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+            )
+            writer.write(body)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, int(server.sockets[0].getsockname()[1])
+
+
+@pytest.mark.anyio
+async def test_the_proxy_takes_turns_skips_a_dead_backend_and_says_503_when_none_is_up() -> None:
+    a, port_a = await _named_server("A")
+    b, port_b = await _named_server("B")
+    dead = free_port()
+    proxy = RoundRobinProxy([("127.0.0.1", port_a), ("127.0.0.1", dead), ("127.0.0.1", port_b)])
+    port = await proxy.start()
+    try:
+        seen = []
+        for _ in range(4):  # a new connection each time
+            async with httpx.AsyncClient() as c:
+                seen.append((await c.get(f"http://127.0.0.1:{port}/")).text)
+        assert sorted(seen) == ["A", "A", "B", "B"]
+        # keep-alive: one connection stays on its backend
+        async with httpx.AsyncClient() as c:
+            same = {(await c.get(f"http://127.0.0.1:{port}/x")).text for _ in range(3)}
+        assert len(same) == 1
+        a.close()
+        b.close()
+        await a.wait_closed()
+        await b.wait_closed()
+        async with httpx.AsyncClient() as c:
+            r = await c.get(f"http://127.0.0.1:{port}/")
+        assert r.status_code == 503 and r.json()["code"] == "no_backend"
+    finally:
+        await proxy.close()
+
+
+def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
+    tmp_path: Path, pg_server: object
+) -> None:
+    # pg_server: only to skip with its reason when PostgreSQL cannot start here
+    cluster = start_dev_cluster(
+        tmp_path / "cluster",
+        replicas=2,
+        workers=0,
+        serve_args=["--allow-anonymous"],
+        extra_env={"SHELFHAND_RETRIEVAL_MODE": "keyword"},
+    )
+    try:
+        assert len(cluster.replica_urls) == 2
+        for url in cluster.replica_urls:
+            assert httpx.get(f"{url}/readyz", timeout=10).status_code == 200
+        assert cluster.env["SHELFHAND_DATABASE_URL"] == cluster.database_url
+        import psycopg
+
+        with psycopg.connect(cluster.database_url) as conn:
+            assert conn.execute(
+                "SELECT extname FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone()
+    finally:
+        procs = list(cluster.replicas)
+        cluster.stop()
+    assert all(p.poll() is not None for p in procs)
+    assert not cluster.postgres.running()

@@ -92,14 +92,15 @@ def run_config(
         ids.append(job.id)
     load_before = os.getloadavg()[0]
     cpu_before = _cpu_children()
+    logs = [workspace / f"worker-{n}.log" for n in range(workers)]
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "shelfhand.cli", "worker", "-w", str(workspace)],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=log.open("wb"),
         )
-        for _ in range(workers)
+        for log in logs
     ]
     pause = threading.Event()
     try:
@@ -108,7 +109,8 @@ def run_config(
             if all(r is not None and r.final for r in records):
                 break
             if any(p.poll() is not None for p in procs):
-                raise RuntimeError("a worker exited early")
+                tail = "".join(log.read_text(errors="replace")[-3000:] for log in logs)
+                raise RuntimeError(f"a worker exited early:\n{tail}")
             pause.wait(0.5)
     finally:
         for p in procs:

@@ -7,8 +7,10 @@ worker under test holds its job through a hook in tests/jobs/worker_process.py.
 from __future__ import annotations
 
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from job_helpers import ALICE, FAQ_EN, FAQ_ZH, Workers, make_app, wait_for
@@ -44,10 +46,11 @@ def _status(queue: IngestQueue, job_id: str) -> JobRecord:
 
 
 def test_a_job_whose_worker_is_killed_mid_way_completes_exactly_once_on_another(
-    tmp_path: Path, pg_url: str, queue: IngestQueue, workers: Workers
+    tmp_path: Path, pg_url: str, pg_server: Any, queue: IngestQueue, workers: Workers
 ) -> None:
-    # what a clean ingest of these files stores, for comparison
-    reference = make_app(tmp_path / "reference", pg_url)
+    # what a clean ingest of these files stores (in a database and workspace of its own)
+    other = f"r_{uuid.uuid4().hex[:12]}"
+    reference = make_app(tmp_path / "reference", pg_server.create_database(other))
     ref_kb = reference.open_knowledge()
     ref_dir = tmp_path / "ref" / "acme"
     ref_dir.mkdir(parents=True)
@@ -56,6 +59,8 @@ def test_a_job_whose_worker_is_killed_mid_way_completes_exactly_once_on_another(
     ref_kb.ingest([ref_dir])
     expected = {s.source: (s.documents, s.chunks) for s in ref_kb.sources()}
     ref_kb.close()
+    reference.close()
+    pg_server.drop_database(other)
     assert sorted(expected) == sorted(SOURCES)
 
     job = queue.enqueue(kind="upload", user=ALICE, files=FILES, sources=SOURCES)

@@ -52,8 +52,12 @@ class Workers:
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *hold: Path) -> subprocess.Popen[bytes]:
-        args = ["--hold-after-stored", *map(str, hold)] if hold else []
+    def start(
+        self, *hold: Path, each: bool = False, concurrency: int = 1
+    ) -> subprocess.Popen[bytes]:
+        args = ["--concurrency", str(concurrency)]
+        if hold:
+            args += ["--hold-each" if each else "--hold-after-stored", *map(str, hold)]
         proc = subprocess.Popen(
             [sys.executable, str(SCRIPT), str(self.workspace), *args],
             env=self.env,

@@ -114,3 +114,25 @@ def test_sigterm_lets_the_running_job_finish_then_stops_the_worker(
     assert proc.wait(90) == 0
     assert _status(queue, job.id).status == "done"
     assert _status(queue, later.id).status == "queued"  # a stopping worker takes no new job
+
+
+def test_a_worker_runs_jobs_in_parallel_on_a_shared_store(
+    tmp_path: Path, pg_url: str, queue: IngestQueue, workers: Workers
+) -> None:
+    kb = make_app(workers.workspace, pg_url).open_knowledge(writer="ingest")
+    embedded = kb.lock is not None
+    kb.close()
+    if embedded:
+        pytest.skip("the embedded store writes one job at a time (workspace writer lock)")
+    jobs = [
+        queue.enqueue(kind="upload", user=ALICE, files=[f], sources=[s])
+        for f, s in zip(FILES[:2], SOURCES[:2], strict=True)
+    ]
+    marker, release = tmp_path / "held", tmp_path / "release"
+    proc = workers.start(marker, release, each=True, concurrency=2)
+    markers = [marker.with_name(f"held-{j.id}") for j in jobs]
+    # both jobs are mid-way at the same time: they run in parallel
+    wait_for(lambda: all(m.exists() for m in markers), "both jobs to be running at once", proc)
+    release.write_text("go", encoding="utf-8")
+    wait_for(lambda: all(_status(queue, j.id).final for j in jobs), "both jobs to finish", proc)
+    assert [_status(queue, j.id).status for j in jobs] == ["done", "done"]

@@ -8,6 +8,7 @@ import pytest
 from job_helpers import ALICE, FAQ_EN, FAQ_ZH, make_app
 
 from shelfhand.jobs.queue import IngestQueue, JobFile
+from shelfhand.jobs.runner import EMBED_LOCK
 from shelfhand.jobs.worker import build_runner, close_runner
 
 
@@ -123,5 +124,57 @@ def test_an_ingest_job_keeps_folder_sources_and_prunes_what_vanished(
         assert report.report is not None and report.report["removed"] == ["docs/zh/退货.md"]
         assert report.report["unchanged"] == ["docs/returns.md"]
         assert _search(app, "无理由退货") == []
+    finally:
+        close_runner(runner)
+
+
+def test_jobs_embed_what_they_store_and_leave_it_to_the_job_already_embedding(
+    tmp_path: Path, pg_url: str, queue: IngestQueue
+) -> None:
+    app = make_app(tmp_path / "ws", pg_url, mode="simple")  # hashing embedder
+    runner = build_runner(app, queue)
+    try:
+        first = queue.enqueue(
+            kind="upload",
+            user=ALICE,
+            files=[JobFile(name="returns.md", data=FAQ_EN.encode())],
+            sources=["acme/returns.md"],
+        )
+        done = runner.run(first.id)
+        assert done is not None and done.status == "done" and done.report is not None
+        assert done.report["chunks"] >= 1
+        assert done.report["embedded_chunks"] == done.report["chunks"]
+        assert done.report["pending_chunks"] == 0
+        assert done.progress.chunks_embedded == done.report["chunks"]
+
+        # another job holds phase 2: this one stores its text (searchable) and moves on
+        second = queue.enqueue(
+            kind="upload",
+            user=ALICE,
+            files=[JobFile(name="退货.md", data=FAQ_ZH.encode())],
+            sources=["acme/退货.md"],
+        )
+        with queue.try_exclusive(EMBED_LOCK) as held:
+            assert held
+            waited = runner.run(second.id)
+        assert waited is not None and waited.status == "done" and waited.report is not None
+        assert waited.report["embedded_chunks"] == 0 and waited.report["pending_chunks"] >= 1
+        assert _search(app, "无理由退货") == ["acme/退货.md"]  # keyword-searchable already
+
+        # the next job that gets phase 2 embeds what was left pending
+        third = queue.enqueue(
+            kind="upload",
+            user=ALICE,
+            files=[JobFile(name="warranty.md", data=b"# Warranty\n\nOne year on the lamp.\n")],
+            sources=["acme/warranty.md"],
+        )
+        last = runner.run(third.id)
+        assert last is not None and last.report is not None
+        assert last.report["embedded_chunks"] == last.report["chunks"] + waited.report["chunks"]
+        kb = app.open_knowledge()
+        try:
+            assert kb.status().pending_chunks == 0
+        finally:
+            kb.close()
     finally:
         close_runner(runner)

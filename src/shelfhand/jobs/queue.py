@@ -339,6 +339,21 @@ class IngestQueue:
             conn.execute("DELETE FROM shelfhand_ingest_job_files WHERE job_id=%s", (job_id,))
 
     @contextmanager
+    def try_exclusive(self, key: str) -> Iterator[bool]:
+        """Hold the advisory lock ``key`` while the block runs if it is free (``True``);
+        ``False`` at once when another session holds it."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+            ).fetchone()
+            got = bool(row and row[0])
+            try:
+                yield got
+            finally:
+                if got:
+                    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+
+    @contextmanager
     def exclusive(self, keys: Sequence[str]) -> Iterator[None]:
         """Hold an advisory lock per key (sorted: no deadlocks) while the block runs."""
         ordered = sorted(set(keys))

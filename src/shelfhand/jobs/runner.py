@@ -15,6 +15,13 @@ for the same job, any number of times, from any worker: that is what makes a job
    replaces its source's documents (see :mod:`shelfhand.knowledge.ingest`), so a retried job
    leaves one version of each document and no duplicate chunks.
 
+**Text first, embeddings by one job at a time.** A job stores its text (phase 1: parse, chunk,
+store; keyword-searchable at once) in parallel with other jobs, then embeds the chunks still
+pending (phase 2) only if no other job is embedding: embedding takes every pending chunk, so
+two jobs embedding at once would compute the same vectors twice. A job that finds phase 2 taken
+is done when its text is stored; the embedding job looks for pending chunks again after it lets
+go of phase 2, so chunks stored meanwhile are never left behind.
+
 A job whose files cannot be ingested (a malformed file) or that the caller may not write (a
 source someone else owns) is ``failed`` for good with the reason; anything unexpected is
 recorded and raised, so the queue retries it (up to :data:`MAX_ATTEMPTS` attempts).
@@ -27,15 +34,16 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from shelfhand.api.source_access import StoredSource
 from shelfhand.api.uploads import KnowledgeTarget, Staged, UploadRejected, Uploads, tenant_folder
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.jobs.queue import IngestQueue, JobFile, JobProgress, JobRecord
-from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestFailure, IngestReport
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +52,67 @@ __all__ = ["MAX_ATTEMPTS", "JobRunner", "report_dict"]
 MAX_ATTEMPTS = 5
 """Attempts of a job that keeps failing unexpectedly (or whose worker keeps dying)."""
 
-KnowledgeOpener = Callable[[], AbstractContextManager[KnowledgeTarget]]
+EMBED_LOCK = "embed-pending"
+"""The advisory lock of phase 2: one job at a time embeds the pending chunks."""
+
+
+class JobKnowledge(KnowledgeTarget, Protocol):
+    """What a job needs of a knowledge base: :class:`~shelfhand.knowledge.base.KnowledgeBase`
+    fits."""
+
+    @property
+    def keyword_only(self) -> bool: ...
+
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        tenant_id: str = "default",
+        permission_tags: Sequence[str] = (),
+        progress: Callable[[IngestEvent], None] | None = None,
+        wait: bool = True,
+    ) -> IngestReport: ...
+
+    def embed_pending(
+        self, *, progress: Callable[[IngestEvent], None] | None = None
+    ) -> EmbedReport: ...
+
+    def status(self) -> Any: ...
+
+
+class _TextFirst:
+    """A knowledge base whose ``ingest`` stores text only (phase 1); the runner embeds."""
+
+    def __init__(self, kb: JobKnowledge) -> None:
+        self.kb = kb
+
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        tenant_id: str = "default",
+        permission_tags: Sequence[str] = (),
+        progress: Callable[[IngestEvent], None] | None = None,
+    ) -> IngestReport:
+        return self.kb.ingest(
+            paths,
+            tenant_id=tenant_id,
+            permission_tags=permission_tags,
+            progress=progress,
+            wait=False,
+        )
+
+    def forget(self, source: str) -> int:
+        return self.kb.forget(source)
+
+    def sources(self) -> Sequence[object]:
+        return self.kb.sources()
+
+    def source_access(self, sources: Sequence[str]) -> dict[str, StoredSource]:
+        return self.kb.source_access(sources)
+
+
+KnowledgeOpener = Callable[[], AbstractContextManager[JobKnowledge]]
 EventHook = Callable[[JobRecord, IngestEvent], None]
 
 
@@ -183,9 +251,51 @@ class JobRunner:
     def _ingest(self, job: JobRecord, progress: Callable[[IngestEvent], None]) -> IngestReport:
         files = self.queue.files(job.id)
         with self.open_knowledge() as kb:
+            text = _TextFirst(kb)
             if job.kind == "upload":
-                return self._upload(job, files, kb, progress)
-            return self._ingest_files(job, files, kb, progress)
+                report = self._upload(job, files, text, progress)
+            else:
+                report = self._ingest_files(job, files, text, progress)
+            embedded = self._embed(kb, progress)
+        if embedded is None:
+            return report
+        failed = sorted({*report.added, *report.updated}) if embedded.error else []
+        return dataclasses.replace(
+            report,
+            embedded_chunks=embedded.embedded_chunks,
+            embed_seconds=embedded.seconds,
+            pending_chunks=embedded.pending_chunks,
+            embedding_error=embedded.error,
+            embedding_failed=tuple(
+                IngestFailure(source=s, reason=embedded.error or "") for s in failed
+            ),
+            total_seconds=report.total_seconds + embedded.seconds,
+        )
+
+    def _embed(
+        self, kb: JobKnowledge, progress: Callable[[IngestEvent], None]
+    ) -> EmbedReport | None:
+        """Phase 2, unless another job is at it (see the module docstring)."""
+        if kb.keyword_only:
+            return None
+        total = EmbedReport()
+        while True:
+            with self.queue.try_exclusive(EMBED_LOCK) as mine:
+                if not mine:  # another job embeds, and looks again when it is done
+                    return dataclasses.replace(total, pending_chunks=kb.status().pending_chunks)
+                report = kb.embed_pending(progress=progress)
+            total = EmbedReport(
+                embedded_chunks=total.embedded_chunks + report.embedded_chunks,
+                pending_chunks=report.pending_chunks,
+                seconds=total.seconds + report.seconds,
+                error=report.error,
+                interrupted=report.interrupted,
+            )
+            if report.error or report.interrupted:
+                return total
+            # jobs that found phase 2 taken while this one held it left their chunks pending
+            if kb.status().pending_chunks == 0:
+                return dataclasses.replace(total, pending_chunks=0)
 
     def _upload(
         self,

@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.pg import redact_url
-from shelfhand.jobs.runner import MAX_ATTEMPTS, EventHook, JobRunner
+from shelfhand.jobs.runner import MAX_ATTEMPTS, EventHook, JobKnowledge, JobRunner
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME
 
 if TYPE_CHECKING:
     import procrastinate
 
-    from shelfhand.api.uploads import KnowledgeTarget
     from shelfhand.app import App
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
@@ -129,7 +128,7 @@ class KnowledgeOpener:
         self._lock = threading.Lock()
 
     @contextmanager
-    def __call__(self) -> Iterator[KnowledgeTarget]:
+    def __call__(self) -> Iterator[JobKnowledge]:
         with self._lock:
             shared = self._shared
         if shared is not None:

@@ -18,6 +18,7 @@ from service_helpers import (
     ALICE,
     BOB,
     CAROL,
+    DORA,
     ThreadServer,
     parse_sse,
     start_thread_server,
@@ -214,3 +215,40 @@ def test_job_endpoints_answer_503_while_postgresql_is_down_and_recover(
         finally:
             pg_server.start()
         assert client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE).status_code == 200
+
+
+def test_a_source_the_caller_may_not_replace_is_refused_before_anything_is_queued(
+    tmp_path: Path, pg_url: str, thread_servers: list[ThreadServer]
+) -> None:
+    from shelfhand.jobs.worker import build_runner, close_runner
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    a = _server(workspace, pg_url)
+    thread_servers.append(a)
+    with httpx.Client(timeout=60) as client:
+        r = client.post(
+            f"{a.url}/v1/knowledge/files",
+            headers=DORA,
+            params={"wait": "false"},
+            data={"tags": "hr"},
+            files=[("files", ("salaries.md", b"# Salaries\n\nConfidential.\n", "text/markdown"))],
+        )
+        assert r.status_code == 202, r.text
+        runner = build_runner(
+            App(settings=Settings.load(workspace, env=_env(pg_url))), a.service.jobs
+        )
+        try:
+            assert runner.run(r.json()["id"]).status == "done"  # type: ignore[union-attr]
+        finally:
+            close_runner(runner)
+        before = client.get(f"{a.url}/v1/knowledge/jobs", headers=DORA).json()["jobs"]
+        # alice (same tenant, no role hr) may not replace it: 409 at once, no job queued
+        r = client.post(
+            f"{a.url}/v1/knowledge/files",
+            headers=ALICE,
+            files=[("files", ("salaries.md", b"# Salaries\n\nPublic now.\n", "text/markdown"))],
+        )
+        assert r.status_code == 409 and r.json()["code"] == "source_conflict"
+        assert client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE).json()["jobs"] == []
+        assert client.get(f"{a.url}/v1/knowledge/jobs", headers=DORA).json()["jobs"] == before

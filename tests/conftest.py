@@ -9,6 +9,8 @@ cannot start (the package or binary is missing).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,15 +26,20 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+def pg_server() -> Iterator[LocalPostgres]:
+    # not under pytest's basetemp: another pytest run on the machine may prune those folders
+    # while this server still runs in one (and they are private to root)
+    folder = Path(tempfile.mkdtemp(prefix="shelfhand-test-pg-"))
     try:
-        server = start_postgres(tmp_path_factory.mktemp("pg") / "data")
+        server = start_postgres(folder / "data")
     except Exception as exc:  # the reason is shown in the skip line
+        shutil.rmtree(folder, ignore_errors=True)
         pytest.skip(f"PostgreSQL could not start: {exc}")
     try:
         yield server
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -85,7 +85,32 @@ class App:
 
     # --- knowledge ------------------------------------------------------------------------
     def knowledge_exists(self) -> bool:
+        """Whether there is a knowledge store to open: always with a ``database_url`` (the
+        PostgreSQL store), else when the workspace holds ``knowledge.db``."""
+        if self.settings.database_url:
+            return True
         return (self.settings.workspace / "knowledge.db").is_file()
+
+    def knowledge_store(self) -> str:
+        """Which knowledge store this app uses, for status output (no password)."""
+        if self.settings.database_url:
+            from shelfhand.core.pg import redact_url
+
+            return f"postgresql ({redact_url(self.settings.database_url)})"
+        return f"embedded ({self.settings.workspace})"
+
+    def check_database(self) -> None:
+        """Provider modes (R11): with a ``database_url`` the knowledge lives in PostgreSQL in
+        every mode (``auto``, ``pg``, ``simple``, ``keyword``), never in a local copy; it must
+        be reachable and have pgvector, or start-up fails here.
+
+        Raises:
+            ConfigurationError: unreachable, or pgvector missing (what to do is in the message).
+        """
+        if self.settings.database_url:
+            from shelfhand.core.pg import check_postgres
+
+            check_postgres(self.settings.database_url, need_vector=True)
 
     def embedding_router(self) -> tuple[EmbeddingRouter | None, str | None]:
         """The router for the configured mode and, for ``auto``, why it degraded (if it did).
@@ -150,8 +175,13 @@ class App:
         index's writer, and while another process holds the writer lock it does not touch the
         index files at all (it searches what that process has committed).
 
+        With a ``database_url`` the knowledge base is the PostgreSQL store in every retrieval
+        mode (``keyword`` then searches PostgreSQL by keywords only), and no workspace lock is
+        taken: several replicas and workers share the database (see :meth:`check_database`).
+
         Raises:
             WorkspaceBusyError: Another process holds the writer lock (the message says who).
+            ConfigurationError: The configured PostgreSQL is unreachable or lacks pgvector.
         """
         from shelfhand.knowledge.base import KnowledgeBase
         from shelfhand.knowledge.limits import configure_limits
@@ -160,7 +190,13 @@ class App:
         configure_limits(self.read_limits())
         lock = None
         access: Access = "write"
-        if writer is not None:
+        database_url = self.settings.database_url
+        if database_url:
+            # PostgreSQL takes concurrent writers (replicas, workers): no workspace lock. The
+            # workspace folder still holds settings, sessions and audit: make it exist.
+            self.check_database()
+            self.settings.workspace.mkdir(parents=True, exist_ok=True)
+        elif writer is not None:
             lock = WorkspaceLock(self.settings.workspace, writer)
             lock.acquire(wait=wait, on_wait=on_wait)
         else:  # a reader: never hold the index's writer, and never write while another does
@@ -181,6 +217,7 @@ class App:
                 reranker=reranker,
                 rerank_candidates=self.settings.rerank_candidates,
                 min_relevance=self.settings.min_relevance,
+                database_url=database_url,
             )
         except BaseException:
             if lock is not None:

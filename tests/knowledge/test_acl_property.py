@@ -1,9 +1,11 @@
-"""Property: whatever the documents and the caller, every hit is one the caller may read."""
+"""Property: whatever the documents and the caller, every hit is one the caller may read (on
+both stores)."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -71,10 +73,24 @@ callers = st.builds(
 _counter = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKnowledge]:
+@pytest.fixture(scope="module", params=["embedded", "pg"])
+def kb(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbeddedKnowledge]:
+    """Both stores (the PostgreSQL one on a database of this module)."""
+    router = EmbeddingRouter({"default": WordEmbedder()})
+    if request.param == "pg":
+        from shelfhand.knowledge.pg import open_pg_store
+
+        server = request.getfixturevalue("pg_server")
+        name = f"acl_{uuid.uuid4().hex[:12]}"
+        kb = open_pg_store(server.create_database(name), router)
+        yield kb
+        kb.close()
+        server.drop_database(name)
+        return
     workspace: Path = tmp_path_factory.mktemp("acl")
-    kb = open_embedded_store(workspace, EmbeddingRouter({"default": WordEmbedder()}))
+    kb = open_embedded_store(workspace, router)
     yield kb
     kb.close()
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,8 @@ import pytest
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.ingest import IngestEvent
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+
+OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
 
 class CountingEmbedder:
@@ -67,8 +69,13 @@ def docs(tmp_path: Path) -> Path:
     return root
 
 
-def open_kb(workspace: Path, embedder: CountingEmbedder) -> EmbeddedKnowledge:
-    return open_embedded_store(workspace, EmbeddingRouter({"default": embedder}))
+def open_kb(opener: Path | OpenStack, embedder: CountingEmbedder) -> EmbeddedKnowledge:
+    """The store of ``opener`` (the ``open_stack`` fixture: both stores) or the embedded
+    store of a workspace."""
+    router = EmbeddingRouter({"default": embedder})
+    if isinstance(opener, Path):
+        return open_embedded_store(opener, router)
+    return opener(router)
 
 
 def assert_consistent(kb: EmbeddedKnowledge) -> None:
@@ -76,9 +83,11 @@ def assert_consistent(kb: EmbeddedKnowledge) -> None:
     assert kb.vectors.count() == kb.store.count_vectors() == kb.store.count_chunks()
 
 
-def test_a_second_ingest_of_an_unchanged_folder_embeds_nothing(tmp_path: Path, docs: Path) -> None:
+def test_a_second_ingest_of_an_unchanged_folder_embeds_nothing(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
     embedder = CountingEmbedder()
-    kb = open_kb(tmp_path / "ws", embedder)
+    kb = open_kb(open_stack, embedder)
     events: list[IngestEvent] = []
     first = kb.ingestor.ingest([docs], progress=events.append)
     assert sorted(first.added) == ["docs/errors.txt", "docs/warranty.md", "docs/zh/保修.md"]
@@ -92,8 +101,10 @@ def test_a_second_ingest_of_an_unchanged_folder_embeds_nothing(tmp_path: Path, d
     kb.close()
 
 
-def test_an_edited_file_replaces_its_chunks(tmp_path: Path, docs: Path) -> None:
-    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+def test_an_edited_file_replaces_its_chunks(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
+    kb = open_kb(open_stack, CountingEmbedder())
     kb.ingestor.ingest([docs])
     write(docs / "warranty.md", "# Warranty\n\nThe projector warranty now lasts two years.\n")
     report = kb.ingestor.ingest([docs])
@@ -105,8 +116,10 @@ def test_an_edited_file_replaces_its_chunks(tmp_path: Path, docs: Path) -> None:
     kb.close()
 
 
-def test_a_removed_file_disappears_from_store_and_indexes(tmp_path: Path, docs: Path) -> None:
-    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+def test_a_removed_file_disappears_from_store_and_indexes(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
+    kb = open_kb(open_stack, CountingEmbedder())
     kb.ingestor.ingest([docs])
     (docs / "errors.txt").unlink()
     report = kb.ingestor.ingest([docs])
@@ -117,8 +130,10 @@ def test_a_removed_file_disappears_from_store_and_indexes(tmp_path: Path, docs: 
     kb.close()
 
 
-def test_ingesting_one_file_leaves_the_rest_of_its_folder_alone(tmp_path: Path, docs: Path) -> None:
-    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+def test_ingesting_one_file_leaves_the_rest_of_its_folder_alone(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
+    kb = open_kb(open_stack, CountingEmbedder())
     kb.ingestor.ingest([docs])
     report = kb.ingestor.ingest([docs / "errors.txt"])
     assert report.unchanged == ("docs/errors.txt",) and not report.removed
@@ -128,10 +143,12 @@ def test_ingesting_one_file_leaves_the_rest_of_its_folder_alone(tmp_path: Path, 
     kb.close()
 
 
-def test_unreadable_files_are_reported_and_the_rest_ingested(tmp_path: Path, docs: Path) -> None:
+def test_unreadable_files_are_reported_and_the_rest_ingested(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
     write(docs / "empty.md", "   \n")
     (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
-    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    kb = open_kb(open_stack, CountingEmbedder())
     report = kb.ingestor.ingest([docs])
     assert sorted(f.source for f in report.failed) == ["docs/broken.pdf", "docs/empty.md"]
     assert len(report.added) == 3
@@ -139,11 +156,11 @@ def test_unreadable_files_are_reported_and_the_rest_ingested(tmp_path: Path, doc
 
 
 def test_an_embedding_failure_keeps_the_text_searchable_and_is_retried(
-    tmp_path: Path, docs: Path
+    open_stack: OpenStack, tmp_path: Path, docs: Path
 ) -> None:
     embedder = CountingEmbedder()
     embedder.fail = True
-    kb = open_kb(tmp_path / "ws", embedder)
+    kb = open_kb(open_stack, embedder)
     report = kb.ingestor.ingest([docs])
     assert len(report.embedding_failed) == 3
     assert "unavailable" in report.embedding_failed[0].reason
@@ -166,11 +183,11 @@ def test_an_embedding_failure_keeps_the_text_searchable_and_is_retried(
 
 
 def test_an_embedder_outage_leaves_chunks_pending_until_embed_pending_runs(
-    tmp_path: Path, docs: Path
+    open_stack: OpenStack, tmp_path: Path, docs: Path
 ) -> None:
     embedder = CountingEmbedder()
     embedder.fail = True
-    kb = open_kb(tmp_path / "ws", embedder)
+    kb = open_kb(open_stack, embedder)
     kb.ingestor.ingest([docs])
     hits, timings = kb.retriever.search_timed("warranty twelve months", mode="hybrid")
     assert hits[0].chunk.source == "docs/warranty.md"  # keywords stand in for vectors
@@ -187,10 +204,10 @@ def test_an_embedder_outage_leaves_chunks_pending_until_embed_pending_runs(
 
 
 def test_no_wait_stores_text_first_and_leaves_embedding_for_later(
-    tmp_path: Path, docs: Path
+    open_stack: OpenStack, tmp_path: Path, docs: Path
 ) -> None:
     embedder = CountingEmbedder()
-    kb = open_kb(tmp_path / "ws", embedder)
+    kb = open_kb(open_stack, embedder)
     report = kb.ingestor.ingest([docs], wait=False)
     assert len(report.added) == 3 and report.embedded_chunks == 0
     assert embedder.texts == 0 and report.pending_chunks == kb.store.count_chunks()
@@ -253,7 +270,7 @@ def test_a_big_file_is_committed_in_batches_and_searchable_before_it_is_embedded
 
 
 def test_an_unexpected_exception_in_one_file_skips_only_that_file(
-    tmp_path: Path, docs: Path, monkeypatch: pytest.MonkeyPatch
+    open_stack: OpenStack, tmp_path: Path, docs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from shelfhand.knowledge import ingest as ingest_module
 
@@ -265,7 +282,7 @@ def test_an_unexpected_exception_in_one_file_skips_only_that_file(
         return real(path, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ingest_module, "read_file", flaky)
-    kb = open_kb(tmp_path / "ws", CountingEmbedder())
+    kb = open_kb(open_stack, CountingEmbedder())
     report = kb.ingestor.ingest([docs])
     assert [f.source for f in report.failed] == ["docs/warranty.md"]
     assert report.failed[0].reason == "RecursionError: maximum recursion depth exceeded"
@@ -376,7 +393,9 @@ def test_an_ingest_killed_while_embedding_keeps_its_vectors_and_finishes_later(
     kb.close()
 
 
-def test_ready_made_documents_are_ingested_and_skipped_when_unchanged(tmp_path: Path) -> None:
+def test_ready_made_documents_are_ingested_and_skipped_when_unchanged(
+    open_stack: OpenStack, tmp_path: Path
+) -> None:
     from shelfhand.knowledge.types import Document, Section
 
     def doc(i: int, text: str) -> Document:
@@ -390,7 +409,7 @@ def test_ready_made_documents_are_ingested_and_skipped_when_unchanged(tmp_path: 
         )
 
     embedder = CountingEmbedder()
-    kb = open_kb(tmp_path / "ws", embedder)
+    kb = open_kb(open_stack, embedder)
     first = kb.ingestor.ingest_documents([doc(i, f"claim {i} about cells") for i in range(5)])
     assert len(first.added) == 5 and kb.store.count_documents() == 5
     again = kb.ingestor.ingest_documents([doc(i, f"claim {i} about cells") for i in range(5)])

@@ -1,11 +1,12 @@
-"""Hybrid retrieval: fusion, fallbacks, dedup, filters, spaces per language."""
+"""Hybrid retrieval: fusion, fallbacks, dedup, filters, spaces per language (the store-backed
+tests run on both stores: ``open_stack``)."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.fusion import rrf
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
+
+OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
 
 class BagEmbedder:
@@ -78,9 +81,9 @@ CORPUS = [
 
 
 @pytest.fixture
-def kb(tmp_path: Path) -> EmbeddedKnowledge:
+def kb(open_stack: OpenStack) -> EmbeddedKnowledge:
     embedder = BagEmbedder()
-    kb = open_embedded_store(tmp_path, EmbeddingRouter({"default": embedder}))
+    kb = open_stack(EmbeddingRouter({"default": embedder}))
     kb.ingestor.ingest_documents(CORPUS)
     yield kb
     kb.close()
@@ -165,9 +168,9 @@ def test_tagged_chunks_need_the_role(kb: EmbeddedKnowledge) -> None:
     assert kb.retriever.search("projector", user=stranger) == []
 
 
-def test_every_space_is_searched_with_its_own_embedder(tmp_path: Path) -> None:
+def test_every_space_is_searched_with_its_own_embedder(open_stack: OpenStack) -> None:
     en, zh = BagEmbedder("en-model"), BagEmbedder("zh-model", dim=48)
-    kb = open_embedded_store(tmp_path, EmbeddingRouter({"en": en, "zh": zh}))
+    kb = open_stack(EmbeddingRouter({"en": en, "zh": zh}))
     kb.ingestor.ingest_documents([CORPUS[0], CORPUS[5]])
     assert sorted(kb.vectors.spaces()) == ["en", "zh"]
     hits = kb.retriever.search("保修期多久", k=2, mode="vector")

@@ -1,10 +1,12 @@
-"""The SQLite system of record, its migrations and the outbox that keeps indexes in step."""
+"""The system of record (both stores: ``open_stack``), and the SQLite store's migrations and
+the outbox that keeps its indexes in step (embedded only)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +16,10 @@ from shelfhand.core.db import Migration, applied_migrations, apply_migrations, c
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.keyword import TantivyKeywordIndex
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document, Section
 from shelfhand.knowledge.vectors import VectorIndexes
+
+OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
 
 class HashEmbedder:
@@ -127,8 +130,8 @@ def test_a_failing_migration_leaves_nothing_half_applied(tmp_path: Path) -> None
     assert conn.execute("SELECT name FROM sqlite_master WHERE name='b'").fetchone() is None
 
 
-def test_documents_round_trip_with_chunks_and_sources(tmp_path: Path) -> None:
-    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+def test_documents_round_trip_with_chunks_and_sources(open_stack: OpenStack) -> None:
+    store = open_stack(None).store
     doc, chunks = make_doc("guide.md", ["投影仪保修期为12个月。", "Warranty is one year."])
     rowids = store.upsert_document(doc, chunks, vectors_for(chunks))
     assert store.get_document_hash("guide.md") == doc.content_hash
@@ -147,8 +150,8 @@ def test_documents_round_trip_with_chunks_and_sources(tmp_path: Path) -> None:
     store.close()
 
 
-def test_upsert_replaces_the_chunks_of_a_document(tmp_path: Path) -> None:
-    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+def test_upsert_replaces_the_chunks_of_a_document(open_stack: OpenStack) -> None:
+    store = open_stack(None).store
     doc, chunks = make_doc("a", ["one", "two", "three"])
     old = store.upsert_document(doc, chunks, vectors_for(chunks))
     doc2, chunks2 = make_doc("a", ["uno"])
@@ -160,8 +163,8 @@ def test_upsert_replaces_the_chunks_of_a_document(tmp_path: Path) -> None:
     store.close()
 
 
-def test_deleting_a_document_cascades_to_chunks_and_vectors(tmp_path: Path) -> None:
-    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+def test_deleting_a_document_cascades_to_chunks_and_vectors(open_stack: OpenStack) -> None:
+    store = open_stack(None).store
     for name in ("a", "b"):
         doc, chunks = make_doc(name, [f"{name} text", f"{name} more"])
         store.upsert_document(doc, chunks, vectors_for(chunks))
@@ -173,8 +176,8 @@ def test_deleting_a_document_cascades_to_chunks_and_vectors(tmp_path: Path) -> N
     store.close()
 
 
-def test_deleting_a_source_removes_all_its_records(tmp_path: Path) -> None:
-    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+def test_deleting_a_source_removes_all_its_records(open_stack: OpenStack) -> None:
+    store = open_stack(None).store
     for key in ("1", "2", "3"):
         doc, chunks = make_doc(f"products.csv#{key}", [f"row {key}"], source="products.csv")
         store.upsert_document(doc, chunks)
@@ -185,8 +188,8 @@ def test_deleting_a_source_removes_all_its_records(tmp_path: Path) -> None:
     store.close()
 
 
-def test_allowed_rowids_follow_tenant_and_tags(tmp_path: Path) -> None:
-    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+def test_allowed_rowids_follow_tenant_and_tags(open_stack: OpenStack) -> None:
+    store = open_stack(None).store
     [public] = store.upsert_document(*make_doc("pub", ["p"]))
     [sales] = store.upsert_document(*make_doc("sales", ["s"], tags=("sales", "exec")))
     [other] = store.upsert_document(*make_doc("other", ["o"], tenant="acme"))

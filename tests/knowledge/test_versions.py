@@ -1,5 +1,6 @@
 """Versions side by side: a hit from one version of a document brings the same section of its
-other versions along, visible by the search's own rules (real SQLite + tantivy workspaces)."""
+other versions along, visible by the search's own rules (both stores: real SQLite + tantivy
+workspaces and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -40,8 +41,14 @@ def policy(version: int, months: int, *, tags: tuple[str, ...] = ()) -> Document
 
 
 @pytest.fixture
-def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", None)
+def database_url(store_kind: str, request: pytest.FixtureRequest) -> str | None:
+    """Both stores: ``None`` (embedded) or a fresh PostgreSQL database (conftest.py)."""
+    return str(request.getfixturevalue("pg_url")) if store_kind == "pg" else None
+
+
+@pytest.fixture
+def kb(tmp_path: Path, database_url: str | None) -> Iterator[KnowledgeBase]:
+    base = KnowledgeBase(tmp_path / "ws", None, database_url=database_url)
     base.ingest_documents([policy(1, 12), policy(2, 24), policy(3, 36, tags=("legal",))])
     yield base
     base.close()
@@ -84,8 +91,10 @@ def test_siblings_can_be_switched_off(kb: KnowledgeBase) -> None:
     assert [h.chunk.chunk_id for h in kb.search("12", k=2, mode="keyword")] == ["policy-v1.md::1"]
 
 
-def test_the_sample_warranty_versions_come_together(tmp_path: Path) -> None:
-    with KnowledgeBase(tmp_path / "ws", None) as base:
+def test_the_sample_warranty_versions_come_together(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    with KnowledgeBase(tmp_path / "ws", None, database_url=database_url) as base:
         base.ingest([sample_corpus()])
         hits = base.search("整机保修期为自购买之日起 12 个月", k=2, mode="keyword")
         assert [h.chunk.source.rsplit("/", 1)[-1] for h in hits] == [

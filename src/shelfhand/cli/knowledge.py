@@ -346,6 +346,7 @@ def status(
         "workspace": str(a.settings.workspace),
         "retrieval_mode": a.settings.retrieval_mode,
         "embedder": a.settings.embedder,
+        "store": a.knowledge_store(),
         "sources": 0,
         "documents": 0,
         "chunks": 0,

@@ -229,6 +229,7 @@ COMMAND_MODULES = (
     "serve",
     "tool_eval",
     "agents",
+    "pg",
     "cluster",
     "worker",
 )

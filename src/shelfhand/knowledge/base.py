@@ -1,7 +1,7 @@
 """``KnowledgeBase``: one object for ingest, search, sources and forget over a workspace.
 
-It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces) and
-remembers which provider mode it runs in and why it degraded, if it did (DESIGN R11).
+It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces), or the
+PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.pg`), and remembers which provider mode it runs in and why it degraded, if it did (DESIGN R11).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class KnowledgeStatus:
     vectors: int
     pending_chunks: int
     keyword_only: bool
+    store: str = "embedded"
+    """``embedded`` (the workspace's files) or ``postgresql``."""
 
 
 def sample_corpus() -> Path:
@@ -69,6 +71,9 @@ class KnowledgeBase:
             least ``k``).
         min_relevance: Search hits with a ``relevance`` under it are dropped (0 keeps all;
             the app passes the ``min_relevance`` setting).
+        database_url: Keep the knowledge in this PostgreSQL database (``postgresql://...``,
+            :mod:`shelfhand.knowledge.pg`) instead of the workspace's embedded store; the
+            workspace still holds the other files (settings, agents).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class KnowledgeBase:
         reranker: Reranker | None = None,
         rerank_candidates: int = 20,
         min_relevance: float = 0.0,
+        database_url: str | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -93,15 +99,30 @@ class KnowledgeBase:
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
-        self._stack: EmbeddedKnowledge = open_embedded_store(
-            self.workspace,
-            router,
-            max_tokens=max_tokens,
-            overlap_tokens=overlap_tokens,
-            access=access,
-            embed_timeout=embed_timeout,
-            min_relevance=min_relevance,
-        )
+        self.store_kind = "postgresql" if database_url else "embedded"
+        """Where the knowledge lives: ``embedded`` (the workspace) or ``postgresql``."""
+        self._stack: EmbeddedKnowledge
+        if database_url:
+            from shelfhand.knowledge.pg import open_pg_store
+
+            self._stack = open_pg_store(
+                database_url,
+                router,
+                max_tokens=max_tokens,
+                overlap_tokens=overlap_tokens,
+                embed_timeout=embed_timeout,
+                min_relevance=min_relevance,
+            )
+        else:
+            self._stack = open_embedded_store(
+                self.workspace,
+                router,
+                max_tokens=max_tokens,
+                overlap_tokens=overlap_tokens,
+                access=access,
+                embed_timeout=embed_timeout,
+                min_relevance=min_relevance,
+            )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None
         )
@@ -167,6 +188,7 @@ class KnowledgeBase:
             vectors=store.count_vectors(),
             pending_chunks=store.count_pending(),
             keyword_only=self.keyword_only,
+            store=self.store_kind,
         )
 
     def forget(self, source: str) -> int:

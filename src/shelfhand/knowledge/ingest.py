@@ -40,8 +40,9 @@ from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.chunking import iter_chunks
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.limits import current_limits
+from shelfhand.knowledge.protocols import KnowledgeStore
 from shelfhand.knowledge.readers import iter_files, read_file
-from shelfhand.knowledge.store import SqliteKnowledgeStore, StoredChunk
+from shelfhand.knowledge.store import StoredChunk
 from shelfhand.knowledge.types import Chunk, Document
 
 logger = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: SqliteKnowledgeStore,
+        store: KnowledgeStore,
         router: EmbeddingRouter | None,
         *,
         max_tokens: int = 400,

@@ -57,6 +57,7 @@ from shelfhand.knowledge.fusion import (
 )
 from shelfhand.knowledge.ingest import Ingestor
 from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
+from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, SearchHit
 from shelfhand.knowledge.vectors import VectorIndexes
@@ -132,9 +133,9 @@ class HybridRetriever:
 
     def __init__(
         self,
-        store: SqliteKnowledgeStore,
-        keyword_index: TantivyKeywordIndex,
-        vector_indexes: VectorIndexes | None,
+        store: KnowledgeStore,
+        keyword_index: KeywordIndex,
+        vector_indexes: VectorSearch | None,
         router: EmbeddingRouter | None,
         *,
         candidates_factor: int = 3,
@@ -583,16 +584,17 @@ _LEAD = " \t#*-•·>0123456789.)、（(【["
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmbeddedKnowledge:
-    """The embedded knowledge stack of one workspace, composed and ready."""
+    """A knowledge stack, composed and ready: the embedded one of a workspace
+    (:func:`open_embedded_store`) or the PostgreSQL one (:func:`shelfhand.knowledge.pg.open_pg_store`)."""
 
-    store: SqliteKnowledgeStore
-    keyword: TantivyKeywordIndex
-    vectors: VectorIndexes
+    store: KnowledgeStore
+    keyword: KeywordIndex
+    vectors: VectorSearch
     retriever: HybridRetriever
     ingestor: Ingestor
 
     def close(self) -> None:
-        """Persist the indexes and close the database."""
+        """Persist the indexes and close the database (or its connection pool)."""
         self.store.close()
 
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from shelfhand.knowledge.store import PRIVILEGED_ROLES, SqliteKnowledgeStore
+from shelfhand.knowledge.protocols import KnowledgeStore
+from shelfhand.knowledge.store import PRIVILEGED_ROLES
 from shelfhand.knowledge.types import Chunk, SearchHit
 
 __all__ = ["add_version_siblings", "version_key"]
@@ -59,7 +60,7 @@ def _visible(chunk: Chunk, acl: Mapping[str, Any]) -> bool:
     return sources is None or chunk.source in sources
 
 
-def _siblings(store: SqliteKnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> Iterable[Chunk]:
+def _siblings(store: KnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> Iterable[Chunk]:
     key = version_key(chunk.title, chunk.source)
     below = _below_title(chunk)
     if key is None or not below:
@@ -79,7 +80,7 @@ def _siblings(store: SqliteKnowledgeStore, chunk: Chunk, acl: Mapping[str, Any])
 
 
 def add_version_siblings(
-    hits: Sequence[SearchHit], store: SqliteKnowledgeStore, acl: Mapping[str, Any], k: int
+    hits: Sequence[SearchHit], store: KnowledgeStore, acl: Mapping[str, Any], k: int
 ) -> list[SearchHit]:
     """``hits`` with the same section of every other version of a hit's document right after
     it (see the module docstring); at most ``k`` hits."""

@@ -1,0 +1,59 @@
+"""PostgreSQL commands: ``pg-import`` (an embedded workspace into the configured database)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+
+
+@app.command("pg-import")
+def pg_import(
+    workspace: WorkspaceOpt = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="Target PostgreSQL (default: SHELFHAND_DATABASE_URL / database_url).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Copy the workspace's embedded knowledge (documents, chunks, vectors, source hashes)
+    into PostgreSQL, without re-embedding; run again, it replaces what it imported."""
+    from shelfhand.core.errors import ConfigurationError, ShelfhandError
+    from shelfhand.core.pg import redact_url
+
+    a = _app(workspace, existing=True)
+    url = database_url or a.settings.database_url
+    if not url:
+        raise _err("no PostgreSQL configured: set SHELFHAND_DATABASE_URL or --database-url", 2)
+    if not (a.settings.workspace / "knowledge.db").is_file():
+        raise _err(f"{a.settings.workspace} has no embedded knowledge to import", 2)
+    from shelfhand.knowledge.pg import PgDatabase, PgKnowledgeStore
+    from shelfhand.knowledge.pg.transfer import import_workspace
+
+    console = _console()
+    try:
+        store = PgKnowledgeStore(PgDatabase(url))
+    except ConfigurationError as exc:
+        raise _err(str(exc), 2) from exc
+    try:
+        report = import_workspace(
+            a.settings.workspace,
+            store,
+            progress=lambda done, total: console.print(
+                f"  {done}/{total} documents", highlight=False
+            ),
+        )
+    except ShelfhandError as exc:
+        raise _err(str(exc), 1) from exc
+    finally:
+        store.close()
+    console.print(
+        f"imported {report.documents} documents, {report.chunks} chunks, {report.vectors} "
+        f"vectors and {report.sources} source hashes into {redact_url(url)}",
+        highlight=False,
+    )

@@ -1,0 +1,187 @@
+"""What retrieval, ingest and versions need from a knowledge store and its indexes.
+
+Two implementations satisfy these protocols: the embedded stack (SQLite + tantivy + faiss,
+:mod:`shelfhand.knowledge.store`, :mod:`~shelfhand.knowledge.keyword`,
+:mod:`~shelfhand.knowledge.vectors`) and the PostgreSQL store (:mod:`shelfhand.knowledge.pg`),
+where one database holds the records and both searches. The methods are exactly those that
+:class:`~shelfhand.knowledge.retrieval.HybridRetriever`,
+:class:`~shelfhand.knowledge.ingest.Ingestor`, :mod:`~shelfhand.knowledge.versions` and
+:class:`~shelfhand.knowledge.base.KnowledgeBase` call, with the embedded store's semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import numpy as np
+
+from shelfhand.knowledge.embedding import Vectors
+from shelfhand.knowledge.store import SourceInfo, StoredChunk
+from shelfhand.knowledge.types import Chunk, Document
+
+__all__ = ["KeywordIndex", "KnowledgeStore", "VectorSearch"]
+
+RowIds = np.ndarray[Any, np.dtype[np.int64]]
+
+
+class KnowledgeStore(Protocol):
+    """The system of record: documents, chunks (keyed by rowid), vectors, sources, roots."""
+
+    # -- lifecycle
+    def close(self) -> None: ...
+
+    def sync(self, *, durable: bool = False) -> None:
+        """Make committed changes searchable (a no-op where writes are searchable at once)."""
+        ...
+
+    def deferred_sync(self) -> AbstractContextManager[None]: ...
+
+    # -- writes
+    def write_batch(
+        self,
+        source: str,
+        *,
+        new_docs: Sequence[tuple[Document, Sequence[Chunk]]] = (),
+        appended: Sequence[tuple[str, Sequence[Chunk]]] = (),
+        start: bool = False,
+        finish_hash: str | None = None,
+        doc_type: str = "",
+    ) -> None: ...
+
+    def add_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        *,
+        model: tuple[str, int] | None = None,
+    ) -> int: ...
+
+    def upsert_document(
+        self,
+        doc: Document,
+        chunks: Sequence[Chunk],
+        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
+        *,
+        embed_state: str | None = None,
+        embed_error: str | None = None,
+    ) -> list[int]: ...
+
+    def delete_document(self, doc_id: str) -> bool: ...
+
+    def delete_source(self, source: str) -> int: ...
+
+    def set_root_path(self, name: str, path: str) -> None: ...
+
+    def forget_root(self, name: str) -> None: ...
+
+    # -- reads
+    def get_document_hash(self, doc_id: str) -> str | None: ...
+
+    def get_source_hash(self, source: str) -> str | None: ...
+
+    def embed_state(self, source: str) -> set[str]: ...
+
+    def sources(self) -> list[SourceInfo]: ...
+
+    def all_sources(self) -> list[str]: ...
+
+    def source_access(self, sources: Sequence[str]) -> dict[str, tuple[set[str], set[str]]]: ...
+
+    def root_path(self, name: str) -> str | None: ...
+
+    def count_documents(self) -> int: ...
+
+    def count_chunks(self) -> int: ...
+
+    def count_vectors(self, space: str | None = None) -> int: ...
+
+    def count_pending(self) -> int: ...
+
+    def pending_sources(self) -> set[str]: ...
+
+    def pending_chunks(self, *, after: int = 0, limit: int = 256) -> list[StoredChunk]: ...
+
+    def vector_spaces(self) -> list[str]: ...
+
+    def chunks_by_rowids(self, rowids: Sequence[int]) -> list[Chunk]: ...
+
+    def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]: ...
+
+    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]: ...
+
+    def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]: ...
+
+    def iter_chunks(self, doc_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]: ...
+
+    def iter_vectors(
+        self, space: str, doc_ids: Sequence[str] | None = None, batch: int = 5000
+    ) -> Iterator[tuple[RowIds, Vectors]]: ...
+
+    def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]: ...
+
+    def allowed_rowids(
+        self,
+        tenant_id: str,
+        roles: Iterable[str],
+        *,
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> RowIds: ...
+
+
+class KeywordIndex(Protocol):
+    """BM25 over the analysed tokens, restricted to what the caller may read."""
+
+    def num_docs(self) -> int: ...
+
+    def search(
+        self,
+        query_tokens: Sequence[str],
+        k: int,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def search_exact(
+        self,
+        identifiers: Sequence[str],
+        k: int,
+        *,
+        rank_by: Sequence[str] = (),
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]: ...
+
+
+class VectorSearch(Protocol):
+    """Inner-product search per vector space, restricted to what the caller may read."""
+
+    def spaces(self) -> list[str]: ...
+
+    def count(self, space: str | None = None) -> int: ...
+
+    def search(
+        self,
+        space: str,
+        query: Vectors,
+        k: int,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]: ...
+
+    def similarities(
+        self, space: str, query: Vectors, rowids: Sequence[int]
+    ) -> dict[int, float]: ...

@@ -1,0 +1,48 @@
+"""The knowledge store under test: every test that takes ``open_stack`` runs twice, on the
+embedded store (SQLite + tantivy + faiss in a tmp workspace) and on the PostgreSQL store (a
+fresh database on the session's server, see ``pg_url`` in tests/conftest.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+
+OpenStack = Callable[..., EmbeddedKnowledge]
+STORE_KINDS = ["embedded", "pg"]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def open_stack(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OpenStack]:
+    """``open_stack(router, **options)``: the store of this test (opening it again reopens the
+    same workspace or database)."""
+    opened: list[EmbeddedKnowledge] = []
+    workspace = tmp_path_factory.mktemp("ws")
+
+    def open_(router: EmbeddingRouter | None, **options: Any) -> EmbeddedKnowledge:
+        if store_kind == "pg":
+            from shelfhand.knowledge.pg import open_pg_store
+
+            url = request.getfixturevalue("pg_url")
+            stack = open_pg_store(url, router, **options)
+        else:
+            stack = open_embedded_store(workspace, router, **options)
+        opened.append(stack)
+        return stack
+
+    yield open_
+    for stack in opened:
+        with contextlib.suppress(Exception):  # already closed by the test
+            stack.close()

@@ -81,6 +81,7 @@ def test_ingest_with_a_database_queues_a_job_and_detach_returns_at_once(
     done = _cli(pg_url, "ingest", "-w", str(tmp_path / "ws"), str(docs), "--detach")
     assert done.returncode == 0, done.stderr
     assert "queued job" in done.stdout
+    assert "no worker is running" in done.stdout
     queue = IngestQueue.open(pg_url)
     try:
         (job,) = queue.for_tenant("default")
@@ -89,7 +90,31 @@ def test_ingest_with_a_database_queues_a_job_and_detach_returns_at_once(
     finally:
         queue.close()
     # nothing was ingested in process
-    assert not (tmp_path / "ws" / "knowledge.db").exists()
+    kb = make_app(tmp_path / "ws", pg_url).open_knowledge()
+    try:
+        assert kb.sources() == []
+    finally:
+        kb.close()
+
+
+def test_ingest_no_queue_ingests_in_its_own_process(
+    tmp_path: Path, pg_url: str, docs: Path
+) -> None:
+    ws = tmp_path / "ws"
+    done = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--no-queue", "--tenant", "acme")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 added" in done.stdout and "queued" not in done.stdout
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        hits = kb.search("无理由退货", k=3, user=ALICE, mode="keyword")
+        assert [h.chunk.source for h in hits] == ["docs/zh/退货.md"]
+    finally:
+        kb.close()
+    queue = IngestQueue.open(pg_url)
+    try:
+        assert queue.for_tenant("acme") == []
+    finally:
+        queue.close()
 
 
 def test_ingest_follows_its_job_on_a_worker_and_reports_like_an_in_process_ingest(

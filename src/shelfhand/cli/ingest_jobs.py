@@ -4,7 +4,8 @@ The files are read here and stored with the job in PostgreSQL (each within the `
 file size, all of them within :data:`MAX_JOB_BYTES`); a ``shelfhand worker`` ingests them with
 the same source names an in-process ingest gives (``<folder name>/<path>``), and a folder
 still prunes the sources of files that vanished from it. The command follows the job until it
-is done (Ctrl-C stops following, not the job) unless ``--detach``.
+is done (Ctrl-C stops following, not the job) unless ``--detach``; it says so when no worker
+is running (``--no-queue`` ingests in the command's own process instead).
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ def queued_ingest(
         "(a `shelfhand worker` ingests them)",
         highlight=False,
     )
+    if not queue.live_workers():
+        console.print(
+            "[yellow]no worker is running:[/] start `shelfhand worker` with the same settings "
+            "(the job waits in the queue), or ingest here with --no-queue",
+            highlight=False,
+        )
     if detach:
         return
     try:

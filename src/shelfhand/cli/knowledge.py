@@ -194,6 +194,14 @@ def ingest(
             help="With SHELFHAND_DATABASE_URL: queue the job and return without following it.",
         ),
     ] = False,
+    no_queue: Annotated[
+        bool,
+        typer.Option(
+            "--no-queue",
+            help="With SHELFHAND_DATABASE_URL: ingest in this process instead of queueing a "
+            "job for `shelfhand worker`.",
+        ),
+    ] = False,
 ) -> None:
     """Index files and folders (incremental: unchanged files cost nothing).
 
@@ -217,7 +225,7 @@ def ingest(
 
     a = _app(workspace)
     console = _console()
-    if a.settings.database_url:  # workers ingest: queue the files as one job
+    if a.settings.database_url and not no_queue:  # workers ingest: queue the files as a job
         from shelfhand.cli.ingest_jobs import queued_ingest
         from shelfhand.core.errors import ConfigurationError
 

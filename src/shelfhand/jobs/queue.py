@@ -263,6 +263,16 @@ class IngestQueue:
             ).fetchall()
         return [_record(r) for r in rows]
 
+    def live_workers(self, *, within_s: float = 60.0) -> int:
+        """Workers whose last heartbeat is at most ``within_s`` seconds old."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM procrastinate_workers"
+                " WHERE last_heartbeat > now() - make_interval(secs => %s)",
+                (within_s,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     # --- the worker side -------------------------------------------------------------------
     def files(self, job_id: str) -> list[JobFile]:
         with self._connection() as conn:

@@ -2,6 +2,7 @@
 
     python bench/retrieval.py latency   # 100k chunks through the real store; p50/p95 per mode
     python bench/retrieval.py scale     # 1M chunks: our tantivy index and HNSW vector indexes
+    python bench/retrieval.py embedded --sizes 100000 1000000   # the real store at 100k and 1M
     python bench/retrieval.py ingest    # 1,000 SciFact abstracts, real embedders: overhead
     python bench/retrieval.py peers --li-python /tmp/peers/venv-llamaindex/bin/python
     python bench/retrieval.py all --li-python ...   # latency + peers share one 100k build
@@ -160,6 +161,54 @@ def run_scale(args: argparse.Namespace) -> dict[str, Any]:
         ["index/caller", "p50 ms", "p95 ms", "CPU p50 ms"],
         rows,
     )
+    return res
+
+
+# -- embedded: the real store at 100k and 1M (issue 14, point 7) ------------------------------
+
+
+def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
+    import retrieval_scale as rs
+
+    res: dict[str, Any] = {}
+    if args.faiss_threads:
+        import faiss  # type: ignore[import-untyped]
+
+        faiss.omp_set_num_threads(args.faiss_threads)
+    previous: Path | None = None
+    for n in sorted(args.sizes):
+        corpus = rs.make_mixed_corpus(n, seed=args.seed, n_queries=args.queries)
+        workspace = args.ws_dir / f"embedded-{n}"
+        kb, build = rs.build_workspace(workspace, corpus, seed_from=previous)
+        previous = workspace
+        if args.build_only:
+            kb.close()
+            continue
+        out = rs.measure(kb, corpus, k=args.k)
+        out["build"] = build
+        out["faiss_threads"] = args.faiss_threads or "default"
+        kb.close()
+        res[str(n)] = out
+        _save(f"embedded-{n}", out)
+        how = "reused" if build.get("reused") else "built"
+        _table(
+            f"embedded store, {build['chunks']:,} chunks ({how}: {build['build_s']:.0f} s wall,"
+            f" {build['build_cpu_s']:.0f} s CPU, RSS peak {build['rss_peak_mb']:.0f} MB,"
+            f" {build['disk_mb']:.0f} MB on disk), k={args.k}, {out['fetch_per_side']} per side,"
+            f" {out['queries']} queries, query vectors given, faiss threads"
+            f" {out['faiss_threads']}; load {out['load_before']} -> {out['load_after']}",
+            [
+                "caller (reads)",
+                "keyword p50 / p95 ms",
+                "vector p50 / p95 ms",
+                "hybrid p50 / p95 ms",
+                "CPU p50 kw / vec / hybrid",
+                "hybrid stages p50: kw index / vec index / fuse+exact",
+                "vector recall@10",
+                "first vector query ms",
+            ],
+            list(rs.iter_rows(out)),
+        )
     return res
 
 
@@ -564,7 +613,9 @@ def _save(name: str, res: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("part", choices=["latency", "scale", "ingest", "peers", "all", "_li-worker"])
+    ap.add_argument(
+        "part", choices=["latency", "scale", "embedded", "ingest", "peers", "all", "_li-worker"]
+    )
     ap.add_argument("--chunks", type=int, default=100_000, help="latency corpus size")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument(
@@ -577,6 +628,19 @@ def main() -> None:
     )
     ap.add_argument("--scale-chunks", type=int, default=1_000_000)
     ap.add_argument("--scale-budget-s", type=float, default=600.0, help="per index build")
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", default=[100_000, 1_000_000], help="embedded: chunks"
+    )
+    ap.add_argument(
+        "--ws-dir",
+        type=Path,
+        default=Path("/tmp/shelfhand-bench-embedded"),
+        help="embedded: workspaces are kept (and reused) here",
+    )
+    ap.add_argument("--build-only", action="store_true", help="embedded: build, do not measure")
+    ap.add_argument(
+        "--faiss-threads", type=int, default=0, help="embedded: faiss OpenMP threads (0: default)"
+    )
     ap.add_argument("--ingest-docs", type=int, default=1000)
     ap.add_argument("--ingest-slices", type=int, default=4)
     ap.add_argument("--li-python", default=None)
@@ -607,6 +671,8 @@ def main() -> None:
     if args.part in ("ingest", "all"):
         res["ingest"] = run_ingest(args)
         _save("ingest", res["ingest"])
+    if args.part == "embedded":
+        res["embedded"] = run_embedded(args)
     if args.part in ("scale", "all"):
         res["scale"] = run_scale(args)
         _save("scale", res["scale"])

@@ -324,7 +324,9 @@ def measure_with_embedding(
 
 class ArrayStore:
     """Stands in for ``SqliteKnowledgeStore`` towards the indexes: chunks, vectors and the ACL
-    answer (``allowed_rowids``) come from the in-memory corpus; rowid = chunk index + 1."""
+    answer (``allowed_rowids``; the vector spaces now label their vectors from ``chunk_map``
+    instead) come from the in-memory corpus; rowid = chunk index + 1. ``bench/retrieval.py
+    embedded`` measures the real store instead."""
 
     def __init__(self, corpus: Corpus, block: int) -> None:
         self.corpus = corpus
@@ -346,6 +348,13 @@ class ArrayStore:
 
     def iter_chunks(self, doc_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]:
         raise NotImplementedError("the keyword index is bulk-loaded by the bench")
+
+    def vectors_by_rowids(self, rowids: Sequence[int]) -> dict[str, Any]:
+        return {}  # the bench adds whole blocks as replaced documents, never single vectors
+
+    def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]:
+        """What the vector spaces label their vectors with: tenant, tags, doc type, source."""
+        return {int(r): _chunk(self.corpus, int(r) - 1) for r in rowids}
 
     def allowed_rowids(
         self,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
     from shelfhand.agent.tasks import TaskRegistry
+    from shelfhand.api.turn_lock import TurnLock
     from shelfhand.core.context import UserContext
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.rerank import Reranker
     from shelfhand.knowledge.workspace_lock import Role
     from shelfhand.models.base import ChatModel
-    from shelfhand.sessions.store import SqliteSessionStore
-    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
+    from shelfhand.tools.approvals import Approvals
+    from shelfhand.tools.audit import AuditLog
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
 
@@ -56,6 +59,7 @@ class App:
     router: EmbeddingRouter | None = None
     _model_built: bool = field(default=False, repr=False)
     _governance: Governance | None = field(default=None, repr=False)
+    _shared: SharedState | None = field(default=None, repr=False)
     _ingest_queue: IngestQueue | None = field(default=None, repr=False)
 
     @classmethod
@@ -306,13 +310,18 @@ class App:
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:
         """One governance state per app (cache, breakers, rate limits), audited into
-        ``<workspace>/audit.db``; every toolkit the app builds shares it."""
+        ``<workspace>/audit.db`` (PostgreSQL with ``database_url``); every toolkit the app
+        builds shares it. With ``redis_url`` its state lives in Redis, shared by replicas."""
         if self._governance is None:
-            from shelfhand.tools.audit import AuditLog
             from shelfhand.tools.governance import Governance
 
-            self.settings.workspace.mkdir(parents=True, exist_ok=True)
-            self._governance = Governance(audit=AuditLog.for_workspace(self.settings.workspace))
+            shared = None
+            redis = self.shared_state().redis
+            if redis is not None:
+                from shelfhand.tools.redis_state import RedisGovernanceState
+
+                shared = RedisGovernanceState(redis)
+            self._governance = Governance(audit=self.audit_log(), shared=shared)
         return self._governance
 
     def toolkit(
@@ -448,22 +457,78 @@ class App:
         return self.settings.compress_tokens if self.settings.compress else None
 
     # --- service state --------------------------------------------------------------------
-    def session_store(self) -> SqliteSessionStore:
-        """Conversation sessions in ``<workspace>/sessions.db``."""
+    def shared_state(self) -> SharedState:
+        """The connections to the services replicas share (opened once, checked now: an
+        unreachable ``redis_url`` or ``database_url`` fails here, at start-up)."""
+        if self._shared is None:
+            self._shared = SharedState.open(self.settings)
+        return self._shared
+
+    def session_store(self) -> SessionStore:
+        """Conversation sessions: in PostgreSQL with ``database_url``, else in
+        ``<workspace>/sessions.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.sessions.pg import PgSessionStore
+
+            return PgSessionStore(pool, url=str(self.settings.database_url))
         from shelfhand.sessions.store import SqliteSessionStore
 
         return SqliteSessionStore(self.settings.workspace / "sessions.db")
 
-    def user_memory_store(self) -> SqliteUserMemoryStore:
-        """Long-term memory per user, in ``<workspace>/sessions.db``."""
+    def user_memory_store(self) -> UserMemoryStore:
+        """Long-term memory per user: in PostgreSQL with ``database_url``, else in
+        ``<workspace>/sessions.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.sessions.pg import PgUserMemoryStore
+
+            return PgUserMemoryStore(pool, url=str(self.settings.database_url))
         from shelfhand.sessions.user_memory import SqliteUserMemoryStore
 
         return SqliteUserMemoryStore(self.settings.workspace / "sessions.db")
 
+    def audit_log(self) -> AuditLog:
+        """A new handle on the audit log: PostgreSQL with ``database_url``, else
+        ``<workspace>/audit.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.tools.pg_audit import PgAuditLog
+
+            return PgAuditLog(pool, url=str(self.settings.database_url))
+        from shelfhand.tools.audit import AuditLog
+
+        self.settings.workspace.mkdir(parents=True, exist_ok=True)
+        return AuditLog.for_workspace(self.settings.workspace)
+
+    def approvals(self, *, timeout: float | None = 300.0) -> Approvals:
+        """Where ``confirm=True`` calls wait for a decision: in Redis with ``redis_url``
+        (decided through any replica), else in the process."""
+        redis = self.shared_state().redis
+        if redis is not None:
+            from shelfhand.tools.redis_approvals import RedisApprovals
+
+            return RedisApprovals(redis, timeout=timeout)
+        from shelfhand.tools.approvals import Approvals
+
+        return Approvals(timeout=timeout)
+
+    def turn_lock(self) -> TurnLock:
+        """One turn at a time per session: in Redis with ``redis_url`` (across replicas),
+        else in the process."""
+        from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock
+
+        redis = self.shared_state().redis
+        return LocalTurnLock() if redis is None else RedisTurnLock(redis)
+
     def close(self) -> None:
-        """Flush and close what the app opened (the audit log, the ingest queue)."""
+        """Flush and close what the app opened (the audit log, shared connections, the ingest
+        queue)."""
         if self._governance is not None and self._governance.audit is not None:
             self._governance.audit.close()
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
         if self._ingest_queue is not None:
             self._ingest_queue.close()
             self._ingest_queue = None
@@ -473,6 +538,43 @@ class App:
         from shelfhand.core.auth import load_api_keys
 
         return load_api_keys(self.settings.workspace)
+
+
+@dataclass(slots=True)
+class SharedState:
+    """Connections to what replicas share: Redis (``redis_url``) and PostgreSQL
+    (``database_url``); ``None`` for what is not configured."""
+
+    redis: Any = None
+    """A ``redis.Redis`` client (strings decoded)."""
+    pool: Any = None
+    """A ``psycopg_pool.ConnectionPool`` for sessions, memory and audit."""
+
+    @classmethod
+    def open(cls, settings: Settings) -> SharedState:
+        """Connect to what is configured; an unreachable service is a ConfigurationError."""
+        state = cls()
+        try:
+            if settings.redis_url:
+                from shelfhand.core.shared import open_redis
+
+                state.redis = open_redis(settings.redis_url)
+            if settings.database_url:
+                from shelfhand.core.pg import open_pool
+
+                state.pool = open_pool(settings.database_url, max_size=10)
+        except BaseException:
+            state.close()
+            raise
+        return state
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.redis is not None:
+            self.redis.close()
+            self.redis = None
 
 
 def _build_router(spec: str) -> EmbeddingRouter:

@@ -88,7 +88,7 @@ class LocalPostgres:
     def running(self) -> bool:
         return _wait_port(self.port, 0.2)
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 180.0) -> None:
         """(Re)start the server on the same folder and port."""
         pid = _postmaster_pid(self.data)
         if pid and not _pid_alive(pid):  # the pid file of a killed server

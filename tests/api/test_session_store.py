@@ -1,9 +1,12 @@
-"""Session and user-memory stores on real SQLite files, and the scripted-model file format."""
+"""Session and user-memory stores, on real SQLite files and on a real PostgreSQL (the same
+tests, parametrised), and the scripted-model file format."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,10 +15,59 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError, ModelProviderError, ModelTimeoutError
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.sessions import SqliteSessionStore, SqliteUserMemoryStore
+from shelfhand.sessions.store import SessionStore
+from shelfhand.sessions.user_memory import UserMemoryStore
 from shelfhand.testing import CyclingScriptModel, ScriptedModel, load_scripted_model
 
 ALICE = UserContext(tenant_id="t1", user_id="alice")
 BOB = UserContext(tenant_id="t2", user_id="alice")  # same user id, other tenant
+
+
+class Stores:
+    """Opens the session and memory stores of one backend (again, to test reopening)."""
+
+    def __init__(self, kind: str, folder: Path, pg_url: str | None) -> None:
+        self.kind = kind
+        self.folder = folder
+        self.pg_url = pg_url
+        self._pools: list[Any] = []
+
+    def _pool(self) -> Any:
+        from shelfhand.core.pg import open_pool
+
+        assert self.pg_url is not None
+        pool = open_pool(self.pg_url, max_size=2)
+        self._pools.append(pool)
+        return pool
+
+    def sessions(self) -> SessionStore:
+        if self.kind == "sqlite":
+            return SqliteSessionStore(self.folder / "sessions.db")
+        from shelfhand.sessions.pg import PgSessionStore
+
+        assert self.pg_url is not None
+        return PgSessionStore(self._pool(), url=self.pg_url)
+
+    def memories(self, **kwargs: Any) -> UserMemoryStore:
+        if self.kind == "sqlite":
+            return SqliteUserMemoryStore(self.folder / "sessions.db", **kwargs)
+        from shelfhand.sessions.pg import PgUserMemoryStore
+
+        assert self.pg_url is not None
+        return PgUserMemoryStore(self._pool(), url=self.pg_url, **kwargs)
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
+    """The SQLite stores (one file) or the PostgreSQL stores (a fresh database)."""
+    url = request.getfixturevalue("pg_url") if request.param == "pg" else None
+    opened = Stores(request.param, tmp_path, url)
+    yield opened
+    opened.close()
 
 
 def turn(question: str, answer: str) -> list[Message]:
@@ -31,24 +83,24 @@ def turn(question: str, answer: str) -> list[Message]:
     ]
 
 
-def test_a_recorded_turn_is_read_back_losslessly_after_reopening(tmp_path: Path) -> None:
-    store = SqliteSessionStore(tmp_path / "sessions.db")
+def test_a_recorded_turn_is_read_back_losslessly_after_reopening(stores: Stores) -> None:
+    store = stores.sessions()
     info = store.create(ALICE)
     first = turn("保修期多久？", "12 个月 [1]。")
     updated = store.record_turn(info.id, ALICE, first, window=first, summary="", trace_id="tr-1")
     assert updated is not None and updated.message_count == 4 and updated.title == "保修期多久？"
     store.close()
 
-    reopened = SqliteSessionStore(tmp_path / "sessions.db")
+    reopened = stores.sessions()
     assert reopened.messages(info.id, ALICE) == first
     got = reopened.get(info.id, ALICE)
     assert got is not None and got.last_trace_id == "tr-1" and got.state == "idle"
 
 
 def test_the_memory_window_starts_where_the_memory_kept_messages_after_compaction(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    store = SqliteSessionStore(tmp_path / "sessions.db")
+    store = stores.sessions()
     sid = store.create(ALICE).id
     one, two = turn("first", "a1"), turn("second", "a2")
     store.record_turn(sid, ALICE, one, window=one, summary="", trace_id="t1")
@@ -59,8 +111,8 @@ def test_the_memory_window_starts_where_the_memory_kept_messages_after_compactio
     assert len(store.messages(sid, ALICE) or []) == 8
 
 
-def test_sessions_of_another_tenant_or_user_look_missing(tmp_path: Path) -> None:
-    store = SqliteSessionStore(tmp_path / "sessions.db")
+def test_sessions_of_another_tenant_or_user_look_missing(stores: Stores) -> None:
+    store = stores.sessions()
     sid = store.create(ALICE, title="mine").id
     carol = UserContext(tenant_id="t1", user_id="carol")
     for other in (BOB, carol):
@@ -76,8 +128,8 @@ def test_sessions_of_another_tenant_or_user_look_missing(tmp_path: Path) -> None
     assert store.delete(sid, ALICE) is True and store.get(sid, ALICE) is None
 
 
-def test_a_failed_run_is_recorded_without_touching_the_transcript(tmp_path: Path) -> None:
-    store = SqliteSessionStore(tmp_path / "sessions.db")
+def test_a_failed_run_is_recorded_without_touching_the_transcript(stores: Stores) -> None:
+    store = stores.sessions()
     sid = store.create(ALICE).id
     store.record_failure(sid, ALICE, trace_id="tr-9", error="model timed out")
     info = store.get(sid, ALICE)
@@ -85,8 +137,8 @@ def test_a_failed_run_is_recorded_without_touching_the_transcript(tmp_path: Path
     assert info.message_count == 0
 
 
-def test_user_memories_are_deduplicated_bounded_and_kept_per_tenant(tmp_path: Path) -> None:
-    memories = SqliteUserMemoryStore(tmp_path / "sessions.db", max_per_user=3)
+def test_user_memories_are_deduplicated_bounded_and_kept_per_tenant(stores: Stores) -> None:
+    memories = stores.memories(max_per_user=3)
     first = memories.remember(ALICE, "偏好中文回答")
     assert memories.remember(ALICE, "  偏好中文回答\n").id == first.id
     for fact in ("owns a P20", "lives in Hangzhou", "prefers short answers"):
@@ -103,10 +155,10 @@ def test_user_memories_are_deduplicated_bounded_and_kept_per_tenant(tmp_path: Pa
 
 
 @pytest.mark.anyio
-async def test_the_remember_tool_saves_for_the_injected_caller_only(tmp_path: Path) -> None:
+async def test_the_remember_tool_saves_for_the_injected_caller_only(stores: Stores) -> None:
     from shelfhand.core.context import RunContext
 
-    memories = SqliteUserMemoryStore(tmp_path / "sessions.db")
+    memories = stores.memories()
     remember = make_remember_tool(memories)
     assert set(remember.schema()["function"]["parameters"]["properties"]) == {"fact"}
     out = await remember.invoke({"fact": "Owns the P20 projector"}, run=RunContext(user=ALICE))

@@ -9,8 +9,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from governance_helpers import FakeClock, governance
@@ -23,6 +25,58 @@ from shelfhand.tools.governance import Governance
 ALICE = UserContext(tenant_id="acme", user_id="alice")
 BOB = UserContext(tenant_id="acme", user_id="bob")
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class Backend:
+    """The audit log on SQLite (a file) or PostgreSQL (a fresh database): the same tests."""
+
+    def __init__(self, kind: str, folder: Path, pg_url: str | None) -> None:
+        self.kind = kind
+        self.folder = folder
+        self.pg_url = pg_url
+        self.pool: Any = None
+
+    def open(self, **kwargs: Any) -> AuditLog:
+        if self.kind == "sqlite":
+            return AuditLog(self.folder / "audit.db", **kwargs)
+        from shelfhand.core.pg import open_pool
+        from shelfhand.tools.pg_audit import PgAuditLog
+
+        assert self.pg_url is not None
+        if self.pool is None:
+            self.pool = open_pool(self.pg_url, max_size=2)
+        return PgAuditLog(self.pool, url=self.pg_url, **kwargs)
+
+    def stored(self) -> bytes:
+        """Everything written, as bytes (to look for leaked secrets)."""
+        if self.kind == "sqlite":
+            return b"".join(p.read_bytes() for p in self.folder.iterdir() if p.is_file())
+        with self.pool.connection() as conn:
+            rows = conn.execute("SELECT audit_pg_log::text FROM audit_pg_log").fetchall()
+        return "\n".join(r[0] for r in rows).encode()
+
+    def count(self) -> int:
+        """Rows in the table, read through a connection of its own."""
+        if self.kind == "sqlite":
+            other = sqlite3.connect(self.folder / "audit.db")
+            try:
+                return int(other.execute("SELECT COUNT(*) FROM audit_log").fetchone()[0])
+            finally:
+                other.close()
+        with self.pool.connection() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM audit_pg_log").fetchone()[0])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    url = request.getfixturevalue("pg_url") if request.param == "pg" else None
+    opened = Backend(request.param, tmp_path, url)
+    yield opened
+    opened.close()
 
 
 @tool(read_only=True, retries=1, cache_ttl=300)
@@ -47,9 +101,9 @@ def login(username: str, password: str, options: dict[str, object]) -> str:
 
 @pytest.mark.anyio
 async def test_the_audit_log_holds_one_correct_record_per_call(
-    tmp_path: Path, clock: FakeClock
+    backend: Backend, clock: FakeClock
 ) -> None:
-    log = AuditLog(tmp_path / "audit.db")
+    log = backend.open()
     gov = governance(clock)
     gov.audit = log
     kit = Toolkit([query_stock, delete_order, login], governance=gov)
@@ -102,14 +156,17 @@ async def test_the_audit_log_holds_one_correct_record_per_call(
     hit = log.query(tool="query_stock")[-1]
     assert (hit.call_id, hit.cache_hit, hit.attempts) == ("c7", True, 0)
     log.close()
-    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    stored = backend.stored()
+    assert "张三".encode() in stored
     for leaked in (b"hunter2", b"sk-should-not-leak", b"Bearer x"):
         assert leaked not in stored
 
 
 @pytest.mark.anyio
-async def test_query_filters_by_tool_user_time_and_outcome(tmp_path: Path) -> None:
-    with AuditLog(tmp_path / "audit.db") as log:
+async def test_query_filters_by_tool_user_time_and_outcome(
+    backend: Backend, tmp_path: Path
+) -> None:
+    with backend.open() as log:
         kit = Toolkit([query_stock], audit=log)
         for user, sku in ((ALICE, "A"), (BOB, "B"), (BOB, "BROKEN")):
             model = ScriptedModel([tool_call("query_stock", {"sku": sku}), text("ok")])
@@ -130,9 +187,8 @@ async def test_query_filters_by_tool_user_time_and_outcome(tmp_path: Path) -> No
         assert len((tmp_path / "all.jsonl").read_text(encoding="utf-8").splitlines()) == 3
 
 
-def test_writes_are_batched_not_one_transaction_per_call(tmp_path: Path) -> None:
-    path = tmp_path / "audit.db"
-    log = AuditLog(path, batch_size=1000, flush_interval=60)
+def test_writes_are_batched_not_one_transaction_per_call(backend: Backend) -> None:
+    log = backend.open(batch_size=1000, flush_interval=60)
     for i in range(3):
         log.record(
             tool="query_stock",
@@ -147,30 +203,26 @@ def test_writes_are_batched_not_one_transaction_per_call(tmp_path: Path) -> None
             outcome="ok",
             duration_ms=0.1,
         )
-    other = sqlite3.connect(path)
-    try:
-        assert other.execute("SELECT COUNT(*) FROM audit_log").fetchone() == (0,)
-        assert log.flush() == 3
-        assert other.execute("SELECT COUNT(*) FROM audit_log").fetchone() == (3,)
-        log.record(
-            tool="t",
-            tenant="x",
-            user="y",
-            trace_id="t",
-            request_id="r",
-            call_id="c",
-            arguments='{"broken',  # not JSON: hashed, never stored
-            canonical=None,
-            decision="allow",
-            outcome="invalid_arguments",
-            duration_ms=0.1,
-        )
-        log.close()  # writes what is left
-        assert other.execute("SELECT COUNT(*) FROM audit_log").fetchone() == (4,)
-        stored = other.execute("SELECT arguments FROM audit_log WHERE tool = 't'").fetchone()
-        assert stored == ('"<unparsed arguments, 8 chars>"',)
-    finally:
-        other.close()
+    assert backend.count() == 0
+    assert log.flush() == 3
+    assert backend.count() == 3
+    log.record(
+        tool="t",
+        tenant="x",
+        user="y",
+        trace_id="t",
+        request_id="r",
+        call_id="c",
+        arguments='{"broken',  # not JSON: hashed, never stored
+        canonical=None,
+        decision="allow",
+        outcome="invalid_arguments",
+        duration_ms=0.1,
+    )
+    log.close()  # writes what is left
+    assert backend.count() == 4
+    stored = backend.stored()
+    assert b"<unparsed arguments, 8 chars>" in stored and b'{"broken' not in stored
 
 
 def test_redaction_covers_every_secret_name_at_any_depth() -> None:

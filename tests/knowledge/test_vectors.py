@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import faiss  # type: ignore[import-untyped]
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.vector_labels import VectorLabels
 from shelfhand.knowledge.vectors import (
     EF_MAX,
     EF_REFERENCE_SIZE,
@@ -39,11 +41,13 @@ def add_docs(
     *,
     per_doc: int = 10,
     tags_of: dict[int, tuple[str, ...]] | None = None,
+    tenant_of: dict[int, str] | None = None,
     prefix: str = "d",
 ) -> None:
     for d in range(0, len(vectors), per_doc):
         doc_id = f"{prefix}{d}"
         tags = (tags_of or {}).get(d // per_doc, ())
+        tenant = (tenant_of or {}).get(d // per_doc, "default")
         rows = vectors[d : d + per_doc]
         doc = Document(
             doc_id=doc_id,
@@ -53,6 +57,7 @@ def add_docs(
             sections=(Section(text="x"),),
             content_hash=doc_id,
             permission_tags=tags,
+            tenant_id=tenant,
         )
         chunks = [
             Chunk(
@@ -69,6 +74,7 @@ def add_docs(
                 content_hash=hashlib.sha256(f"{doc_id}/{i}".encode()).hexdigest(),
                 doc_type="text",
                 permission_tags=tags,
+                tenant_id=tenant,
             )
             for i in range(len(rows))
         ]
@@ -159,7 +165,7 @@ def test_a_selective_acl_on_hnsw_still_returns_the_few_readable_vectors(tmp_path
     store.close()
 
 
-def test_the_acl_selection_is_cached_until_the_store_changes(
+def test_the_acl_selection_is_cached_until_the_space_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SqliteKnowledgeStore(tmp_path / "k.db")
@@ -168,13 +174,15 @@ def test_the_acl_selection_is_cached_until_the_store_changes(
     x = clustered(50)
     add_docs(store, x[:40])
     calls = []
-    original = store.allowed_rowids
+    original = VectorLabels.mask
 
-    def counting(*args: object, **kwargs: object) -> np.ndarray:
+    def counting(self: VectorLabels, *args: Any, **kwargs: Any) -> np.ndarray:
         calls.append(args)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(store, "allowed_rowids", counting)
+    monkeypatch.setattr(VectorLabels, "mask", counting)
+    # the filter comes from the space's own labels: the chunk table is never asked
+    monkeypatch.setattr(store, "allowed_rowids", None)
     for q in x[:5]:
         vectors.search("default", q, 3, tenant_id="default", roles=("a", "b"))
     assert len(calls) == 1
@@ -183,6 +191,45 @@ def test_the_acl_selection_is_cached_until_the_store_changes(
     assert len(calls) == 2
     assert store.chunks_by_rowids([hits[0][0]])[0].doc_id == "e0"
     store.close()
+
+
+def test_labels_are_persisted_with_the_graph_and_rebuilt_for_an_old_graph(
+    tmp_path: Path,
+) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "k.db")
+    vectors = VectorIndexes(tmp_path / "v", store, hnsw_threshold=50)
+    store.attach(vectors)
+    x = clustered(80)
+    with store.deferred_sync():
+        add_docs(store, x, tags_of={3: ("hr",)}, tenant_of={5: "acme"})
+    before = {
+        roles: vectors.search("default", x[35], 80, tenant_id="default", roles=roles)
+        for roles in ((), ("hr",), ("admin",))
+    }
+    store.close()
+    space_dir = next(p for p in (tmp_path / "v").iterdir() if p.is_dir())
+    assert (space_dir / "labels.npz").exists()
+
+    def reopened() -> dict[tuple[str, ...], list[tuple[int, float]]]:
+        again = SqliteKnowledgeStore(tmp_path / "k.db")
+        vi = VectorIndexes(tmp_path / "v", again, hnsw_threshold=50)
+        again.attach(vi)
+        space = vi.space("default")
+        assert space is not None and space.mode == "hnsw"
+        found = {
+            roles: vi.search("default", x[35], 80, tenant_id="default", roles=roles)
+            for roles in before
+        }
+        again.close()
+        return found
+
+    assert reopened() == before
+    # a graph saved before labels existed: labelled from the store on open
+    (space_dir / "labels.npz").unlink()
+    assert reopened() == before
+    hr_only = {r for r, _ in before[("hr",)]} - {r for r, _ in before[()]}
+    assert len(hr_only) == 10  # the ten chunks of the hr document
+    assert len(before[("admin",)]) == 70  # not the ten chunks of tenant acme
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from shelfhand.core.context import UserContext
-from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+from shelfhand.sessions.user_memory import UserMemoryStore
 from shelfhand.tools.tool import Tool, tool
 
 REMEMBER_DESCRIPTION = (
@@ -19,7 +19,7 @@ REMEMBER_DESCRIPTION = (
 )
 
 
-def make_remember_tool(store: SqliteUserMemoryStore) -> Tool[Any, Any]:
+def make_remember_tool(store: UserMemoryStore) -> Tool[Any, Any]:
     """The ``remember`` tool over ``store`` (the caller's identity is injected, not an argument)."""
 
     def remember(ctx: UserContext, fact: str) -> str:

@@ -9,8 +9,9 @@ Concurrency: a session runs one turn at a time. A second request for a session w
 still running is refused at once with :class:`SessionBusyError` (HTTP 409, ``Retry-After``)
 instead of waiting: a client that double-submits learns it immediately, and no request can
 sit on a connection to run later against a conversation that has moved on. Different
-sessions run concurrently. The busy set lives in the process: run one service process per
-workspace (the default of ``shelfhand serve``).
+sessions run concurrently. The claim is a :class:`~shelfhand.api.turn_lock.TurnLock`: a set in
+the process by default, or a renewed lock in Redis shared by every replica (``redis_url``), so
+a busy session is 409 whichever replica the second message reaches.
 
 A failed turn (model timeout or provider error) keeps nothing of the turn; the session
 records the failure and its trace id and stays usable.
@@ -22,18 +23,20 @@ cancels the model request and frees the session at once.
 
 The memory windows of recently used sessions are cached in the process (the store stays the
 system of record and is written on every turn), so a turn does not re-read and re-parse its
-history.
+history. Not with a session store shared by replicas (``cache_windows=False``): another
+replica may have answered the session's last turn, so each turn reads its window.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
@@ -41,8 +44,10 @@ from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.memory import ConversationMemory, build_system_prompt
 from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
+from shelfhand.api.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
+    DependencyUnavailableError,
     ModelError,
     ModelTimeoutError,
     ScriptExhaustedError,
@@ -58,14 +63,17 @@ if TYPE_CHECKING:
     from shelfhand.app import App
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
-    from shelfhand.sessions.store import SqliteSessionStore
-    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.toolkit import Toolkit
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ChatService", "SessionBusyError", "TurnFailed", "error_status"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class SessionBusyError(ShelfhandError):
@@ -85,6 +93,8 @@ def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
     if isinstance(exc, ModelTimeoutError):
         return 504, "model_timeout"
+    if isinstance(exc, DependencyUnavailableError):
+        return 503, f"{exc.dependency}_unavailable"
     if isinstance(exc, (ModelError, ScriptExhaustedError)) or _from_provider(exc):
         return 502, "model_error"
     return 500, "internal_error"
@@ -144,6 +154,13 @@ class ChatService:
         memory_token_budget: Short-term memory budget per session (tokens).
         turn_timeout: Seconds a turn may go without an event (waiting for an approval
             excepted) before it fails as a model timeout; ``None``: no limit.
+        turn_lock: Where a session's running turn is claimed (default: in this process;
+            :class:`~shelfhand.api.turn_lock.RedisTurnLock` for several replicas).
+        cache_windows: Keep memory windows in the process; ``False`` when other replicas
+            write the same sessions.
+        offload_stores: Call the session and memory stores in a worker thread, not on the
+            event loop (for stores across a network, such as PostgreSQL, whose round trips
+            would stall every other turn of the process).
     """
 
     def __init__(
@@ -151,13 +168,16 @@ class ChatService:
         *,
         app: App,
         kb: KnowledgeBase,
-        sessions: SqliteSessionStore,
-        memories: SqliteUserMemoryStore,
+        sessions: SessionStore,
+        memories: UserMemoryStore,
         toolkit: Toolkit,
         model: ChatModel | None,
         approvals: Approvals | None = None,
         memory_token_budget: int = 4000,
         turn_timeout: float | None = None,
+        turn_lock: TurnLock | None = None,
+        cache_windows: bool = True,
+        offload_stores: bool = False,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -169,8 +189,9 @@ class ChatService:
         self.memory_token_budget = memory_token_budget
         self.turn_timeout = turn_timeout
         self._knowledge_agent: KnowledgeAgent | None = None
-        self._busy: set[str] = set()
-        self._approval_sessions: dict[str, str] = {}
+        self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
+        self.cache_windows = cache_windows
+        self.offload_stores = offload_stores
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -197,21 +218,29 @@ class ChatService:
     def _keep_window(
         self, session_id: str, user: UserContext, messages: Sequence[Message], summary: str
     ) -> None:
+        if not self.cache_windows:
+            return
         window = MemoryWindow(messages=tuple(messages), summary=summary)
         self._windows[session_id] = (user.scope, window)
         self._windows.move_to_end(session_id)
         while len(self._windows) > self.WINDOW_CACHE:
             self._windows.popitem(last=False)
 
+    async def store(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)``: a store call, in a worker thread with ``offload_stores``."""
+        if self.offload_stores:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
     def is_busy(self, session_id: str) -> bool:
-        return session_id in self._busy
+        return self.turn_lock.is_busy(session_id)
 
     def decide(
         self, session_id: str, approval_id: str, user: UserContext, *, approved: bool, reason: str
     ) -> bool:
         """Approve or reject a pending tool call of ``session_id``; ``False`` if there is no
         such pending call for this caller (unknown, decided, or someone else's)."""
-        if self.approvals is None or self._approval_sessions.get(approval_id) != session_id:
+        if self.approvals is None or self.approvals.session_of(approval_id) != session_id:
             return False
         request = self.approvals.get(approval_id)
         if request is None or request.user.scope != user.scope:
@@ -234,20 +263,22 @@ class ChatService:
         turn. Consume the iterator to the end or ``aclose()`` it.
 
         Raises:
-            SessionBusyError: A turn of this session is running.
+            SessionBusyError: A turn of this session is running (on any replica).
+            DependencyUnavailableError: The shared turn lock (Redis) cannot be reached.
         """
-        if session_id in self._busy:
+        claim = self.turn_lock.claim(session_id)
+        if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        self._busy.add(session_id)
-        return self._turn(session_id, user, content, trace_id)
+        return self._turn(session_id, user, content, trace_id, claim)
 
     async def _turn(
-        self, session_id: str, user: UserContext, content: str, trace_id: str
+        self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
         answering = False
+        keeper = asyncio.create_task(claim.keep()) if claim.renews else None
         try:
-            window = self._window(session_id, user)
+            window = await self.store(self._window, session_id, user)
             if window is None:
                 raise TurnFailed("session not found", status=404, code="not_found")
             memory = ConversationMemory(
@@ -264,10 +295,11 @@ class ChatService:
                 if event.get("type") == "text_delta":
                     answering = True
                 event["trace_id"] = trace_id
-                if event.get("type") == "approval_required":
-                    self._approval_sessions[str(event.get("approval_id"))] = session_id
+                if event.get("type") == "approval_required" and self.approvals is not None:
+                    self.approvals.bind_session(str(event.get("approval_id")), session_id)
                 if final is not None:
-                    info = self.sessions.record_turn(
+                    info = await self.store(
+                        self.sessions.record_turn,
                         session_id,
                         user,
                         final,
@@ -297,13 +329,15 @@ class ChatService:
                 logger.exception("turn failed session=%s", session_id)
             else:
                 logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
-            self.sessions.record_failure(session_id, user, trace_id=trace_id, error=message)
+            await self.store(
+                self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+            )
             raise TurnFailed(message, status=status, code=code) from exc
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
-            self._busy.discard(session_id)
-            for approval_id in [a for a, s in self._approval_sessions.items() if s == session_id]:
-                del self._approval_sessions[approval_id]
+            if keeper is not None:
+                keeper.cancel()
+            claim.release()
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]
@@ -338,7 +372,7 @@ class ChatService:
         session_id: str = "",
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
-        facts = self.memories.recall(user)
+        facts = await self.store(self.memories.recall, user)
         system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
         # group state is per conversation; a toolkit without groups can be shared as is
         toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit

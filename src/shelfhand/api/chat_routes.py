@@ -145,7 +145,7 @@ async def post_message(
     is answered with its HTTP status, a later failure ends the stream with an ``error``
     event. A client that disconnects cancels the turn.
     """
-    if service.sessions.get(session_id, caller) is None:
+    if await service.chat.store(service.sessions.get, session_id, caller) is None:
         raise _not_found()
     trace_id = current_trace_id()
     try:

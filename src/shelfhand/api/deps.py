@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from shelfhand.app import App
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.sessions.store import SqliteSessionStore
-    from shelfhand.sessions.user_memory import SqliteUserMemoryStore
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
 
 __all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
@@ -69,8 +69,8 @@ class Service:
     config: ServiceConfig
     api_keys: Mapping[str, UserContext]
     kb: KnowledgeBase
-    sessions: SqliteSessionStore
-    memories: SqliteUserMemoryStore
+    sessions: SessionStore
+    memories: UserMemoryStore
     toolkit: Toolkit
     chat: ChatService
     uploads: Uploads

@@ -60,7 +60,6 @@ def build_service(
 ) -> Service:
     """Open the stores and build the toolkit and chat service (fails fast on bad settings)."""
     from shelfhand.agent.remember import make_remember_tool
-    from shelfhand.tools.approvals import Approvals
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
@@ -71,7 +70,7 @@ def build_service(
     memories = app.user_memory_store()
     registry = UploadRegistry(app.settings.workspace / "sessions.db")
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
-    approvals = Approvals(timeout=300)
+    approvals = app.approvals(timeout=300)
     chat = ChatService(
         app=app,
         kb=kb,
@@ -82,6 +81,9 @@ def build_service(
         approvals=approvals,
         memory_token_budget=config.memory_token_budget,
         turn_timeout=config.turn_timeout or app.settings.turn_timeout,
+        turn_lock=app.turn_lock(),
+        cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
+        offload_stores=app.settings.database_url is not None,  # network round trips
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -234,11 +236,15 @@ def _add_health_routes(api: FastAPI) -> None:
         responses={503: {"model": Readiness, "description": "Not ready."}},
     )
     async def readyz(service: ServiceDep) -> Response:
-        """Readiness: the stores answer and the chat model is reachable (or not configured)."""
+        """Readiness: the stores (and Redis, when configured) answer and the chat model is
+        reachable (or not configured)."""
         store = "ok"
         try:
             service.sessions.check()
             await asyncio.to_thread(service.kb.count_chunks)
+            redis = service.app.shared_state().redis
+            if redis is not None:
+                await asyncio.to_thread(redis.ping)
         except Exception as exc:
             store = f"unavailable: {type(exc).__name__}: {exc}"
         model_state = await _model_state(service)

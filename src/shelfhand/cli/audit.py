@@ -45,9 +45,10 @@ def audit(
     """Show the audit log: one record per tool call (secrets redacted), oldest first."""
     from shelfhand.tools.audit import AuditLog, parse_since
 
-    ws = _app(workspace, existing=True).settings.workspace
+    app = _app(workspace, existing=True)
+    ws = app.settings.workspace
     path = ws / AuditLog.FILENAME
-    if not path.is_file():
+    if not app.settings.database_url and not path.is_file():
         _console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
         return
     try:
@@ -62,13 +63,16 @@ def audit(
         "outcome": outcome,
         "trace_id": trace,
     }
-    with AuditLog(path) as log:
-        if jsonl:
-            import sys
+    try:  # with database_url, the replicas' shared log in PostgreSQL
+        with app.audit_log() as log:
+            if jsonl:
+                import sys
 
-            log.export_jsonl(sys.stdout, limit=limit, **filters)
-            return
-        records = log.query(limit=50 if limit is None else limit, **filters)
+                log.export_jsonl(sys.stdout, limit=limit, **filters)
+                return
+            records = log.query(limit=50 if limit is None else limit, **filters)
+    finally:
+        app.close()
     if not records:
         _console().print("No matching audit records.")
         return

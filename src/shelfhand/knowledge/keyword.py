@@ -6,6 +6,16 @@ and query time. Queries are built from term objects, never parsed from user text
 errors, no injection). Tenant, permission tags, doc type and source are indexed raw and form
 zero-scored ``Must`` clauses of every query, so a caller never gets a hit they may not read.
 
+A filter clause costs the ranked query its block-max WAND pruning: tantivy prunes only a plain
+union of terms, so a filtered query scores every matching chunk of the caller (3-6 ms p50 at 1M
+chunks against ~1 ms unfiltered, BENCHMARKS.md "The embedded store at 1M chunks").
+:meth:`TantivyKeywordIndex.search` therefore first ranks the plain union for a few more hits
+than the caller's estimated readable share needs (``k / share``, the share from the filter
+terms' document frequencies), then asks tantivy which of those rowids pass the same filter
+clauses (a second query over just those rowids). When at least ``k`` pass, they are exactly the
+filtered top ``k`` (the filters score zero, so the ranking is the same); otherwise, and for
+callers who may read too little for this to pay, the filtered query runs as before.
+
 Several processes may open one index, but only one may write it (tantivy allows one
 ``IndexWriter`` per directory; the workspace's writer lock decides which process that is).
 ``access`` says how this process uses it:
@@ -30,9 +40,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +72,14 @@ _STATE_FILE = "shelfhand-state.json"
 Access = Literal["write", "read", "read-only"]
 # Measured on the sample corpus, CMRC 2018 and SciFact (see BENCHMARKS.md).
 _HEAD_BOOST = 1.0
+# Unfiltered ranking then a filter check of its hits (module docstring): fetch
+# ``k / share * _OVERSAMPLE + _OVERSAMPLE_EXTRA`` hits, unless that passes ``oversample_limit``.
+_OVERSAMPLE = 1.5
+_OVERSAMPLE_EXTRA = 10
+_OVERSAMPLE_LIMIT = 2000
+# Filter values beyond this many are never a lazy union of term queries (see _filter_query)
+# and are not counted for the share estimate.
+_UNION_MAX = 16
 
 
 def _schema() -> tantivy.Schema:
@@ -97,6 +117,12 @@ class TantivyKeywordIndex:
         access: ``write``, ``read`` or ``read-only`` (see the module docstring).
         head_boost: Weight of a query term's match in the title and section headings, on top
             of its match in the body (0 turns heading weighting off).
+        oversample_limit: Most unfiltered hits :meth:`search` ranks before checking them
+            against the caller's filter (module docstring); 0 always runs the filtered query.
+
+    ``paths`` counts how searches were answered: ``"oversampled"`` (unfiltered ranking, then
+    the filter check), ``"filtered"`` (the filtered query) or ``"empty"`` (no chunk of the
+    caller's tenant, or nothing matched).
     """
 
     name = "keyword"
@@ -108,10 +134,15 @@ class TantivyKeywordIndex:
         writer_heap_bytes: int = 64_000_000,
         access: Access = "write",
         head_boost: float = _HEAD_BOOST,
+        oversample_limit: int = _OVERSAMPLE_LIMIT,
     ) -> None:
         if head_boost < 0:
             raise ValueError(f"head_boost must be >= 0, not {head_boost}")
+        if oversample_limit < 0:
+            raise ValueError(f"oversample_limit must be >= 0, not {oversample_limit}")
         self.head_boost = head_boost
+        self.oversample_limit = oversample_limit
+        self.paths: Counter[str] = Counter()
         self.directory = Path(directory)
         self.access: Access = access
         self._heap = writer_heap_bytes
@@ -290,7 +321,13 @@ class TantivyKeywordIndex:
         if self.head_boost > 0:
             should += self._should("head", terms, self.head_boost)
         return self._run(
-            tantivy.Query.boolean_query(should), k, tenant_id, roles, doc_types, sources
+            tantivy.Query.boolean_query(should),
+            k,
+            tenant_id,
+            roles,
+            doc_types,
+            sources,
+            oversample=True,
         )
 
     def search_exact(
@@ -340,6 +377,41 @@ class TantivyKeywordIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
+    def _filters(
+        self,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None,
+        sources: Sequence[str] | None,
+    ) -> list[tuple[str, list[str]]]:
+        """The caller's visibility as ``(field, allowed values)``; a chunk must match each."""
+        filters: list[tuple[str, list[str]]] = [("tenant", [tenant_id])]
+        role_set = set(roles)
+        if not role_set & PRIVILEGED_ROLES:
+            filters.append(("tags", sorted(role_set | {PUBLIC_TAG})))
+        if doc_types is not None:
+            filters.append(("doc_type", sorted(set(doc_types))))
+        if sources is not None:
+            filters.append(("source", sorted(set(sources))))
+        return filters
+
+    def _filter_query(self, field: str, values: Sequence[str], *, lazy: bool) -> tantivy.Query:
+        """One filter clause. ``lazy``: a union of term queries, which tantivy advances only to
+        the documents another clause proposes (the check of a few candidates); else a term-set
+        query, which first collects every chunk of its values into a bitset (1.5 against 0.3 ms
+        CPU for the candidates' rowids at 1M) but beats a union when the filter drives a whole
+        filtered query (5.0 against 6.6 ms for two tags at 1M, bench/keyword_filters.py)."""
+        if len(values) == 1:
+            return tantivy.Query.term_query(self._schema, field, values[0])
+        if lazy and len(values) <= _UNION_MAX:
+            return tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, v))
+                    for v in values
+                ]
+            )
+        return tantivy.Query.term_set_query(self._schema, field, list(values))
+
     def _run(
         self,
         text: tantivy.Query,
@@ -348,34 +420,110 @@ class TantivyKeywordIndex:
         roles: Iterable[str],
         doc_types: Sequence[str] | None,
         sources: Sequence[str] | None,
+        *,
+        oversample: bool = False,
     ) -> list[tuple[int, float]]:
         """``text`` as a required clause, the caller's visibility as zero-scored filters."""
-        schema = self._schema
         occ = tantivy.Occur
-        filters: list[tantivy.Query] = [tantivy.Query.term_query(schema, "tenant", tenant_id)]
-        role_set = set(roles)
-        if not role_set & PRIVILEGED_ROLES:
-            filters.append(
-                tantivy.Query.term_set_query(schema, "tags", sorted(role_set | {PUBLIC_TAG}))
-            )
-        if doc_types is not None:
-            filters.append(tantivy.Query.term_set_query(schema, "doc_type", list(doc_types)))
-        if sources is not None:
-            filters.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
-        clauses = [(occ.Must, text)] + [
-            # Zero-scored: filters decide visibility, never ranking.
-            (occ.Must, tantivy.Query.const_score_query(f, 0.0))
-            for f in filters
-        ]
+        filters = self._filters(tenant_id, roles, doc_types, sources)
+        if any(not values for _, values in filters):
+            self.paths["empty"] += 1
+            return []  # an empty doc_types or sources list allows nothing
         if self.access != "write":  # another process may write: see its commits now
             with self._lock:
                 self._index.reload()  # well under a millisecond
         searcher = self._index.searcher()
+        fetch = self._oversample_size(searcher, k, filters) if oversample else None
+        if fetch == 0:
+            self.paths["empty"] += 1
+            return []
+        if fetch is not None:
+            hits = self._oversampled(searcher, text, k, fetch, filters)
+            if hits is not None:
+                self.paths["oversampled"] += 1
+                return hits
+        self.paths["filtered"] += 1
+        clauses = [(occ.Must, text)] + [
+            # Zero-scored: filters decide visibility, never ranking.
+            (occ.Must, tantivy.Query.const_score_query(self._filter_query(f, v, lazy=False), 0.0))
+            for f, v in filters
+        ]
         result = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False)
         if not result.hits:
             return []
         rowids = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
         return [(int(r or 0), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]
+
+    def _oversample_size(
+        self, searcher: Any, k: int, filters: Sequence[tuple[str, list[str]]]
+    ) -> int | None:
+        """How many unfiltered hits to rank for ``k`` readable ones, 0 when the caller's tenant
+        has no chunk, None when the filtered query is the better plan.
+
+        The readable share is estimated from document frequencies (which still count deleted
+        chunks until a merge) as if the filters were independent: a wrong estimate costs time
+        (the filtered query runs after all), never correctness.
+        """
+        total = int(searcher.num_docs)
+        if total == 0 or searcher.doc_freq("tenant", filters[0][1][0]) == 0:
+            return 0
+        if self.oversample_limit == 0:
+            return None
+        share = 1.0
+        for field, values in filters:
+            if len(values) > _UNION_MAX:
+                return None
+            matching = sum(int(searcher.doc_freq(field, v)) for v in values)
+            share *= min(1.0, matching / total)
+        if share <= 0.0:
+            return None  # e.g. a doc type no chunk has: the filtered query finds that fast
+        fetch = math.ceil(k / share * _OVERSAMPLE) + _OVERSAMPLE_EXTRA
+        return fetch if fetch <= self.oversample_limit else None
+
+    def _oversampled(
+        self,
+        searcher: Any,
+        text: tantivy.Query,
+        k: int,
+        fetch: int,
+        filters: Sequence[tuple[str, list[str]]],
+    ) -> list[tuple[int, float]] | None:
+        """The top ``k`` readable hits among the unfiltered top ``fetch``, or None when fewer
+        than ``k`` of those are readable and more hits exist (then only the filtered query is
+        exact)."""
+        occ = tantivy.Occur
+        result = searcher.search(text, fetch, count=False)
+        if not result.hits:
+            return []
+        rowids = [
+            int(r or 0)
+            for r in searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
+        ]
+        schema = self._schema
+        candidates = tantivy.Query.boolean_query(
+            [(occ.Should, tantivy.Query.term_query(schema, "rowid", r)) for r in rowids]
+        )
+        check = tantivy.Query.boolean_query(
+            [(occ.Must, tantivy.Query.const_score_query(candidates, 0.0))]
+            + [
+                (
+                    occ.Must,
+                    tantivy.Query.const_score_query(self._filter_query(f, v, lazy=True), 0.0),
+                )
+                for f, v in filters
+            ]
+        )
+        passed = searcher.search(check, len(rowids), count=False)
+        readable = {
+            int(r or 0)
+            for r in searcher.fast_field_values("rowid", [addr for _, addr in passed.hits])
+        }
+        hits = [
+            (r, float(s)) for (s, _), r in zip(result.hits, rowids, strict=True) if r in readable
+        ]
+        if len(hits) < k and len(result.hits) == fetch:
+            return None
+        return hits[:k]
 
     def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
         """Chunks in the index and, per distinct token (first-seen order), how many contain it.

@@ -2,9 +2,10 @@
 
 Every space is keyed by chunk rowid. Deleted chunks become tombstones (masked at search) and the
 space is compacted when they pass ``rebuild_ratio`` of it. The permission filter is part of the
-search: the rowids a caller may read (from :meth:`SqliteKnowledgeStore.allowed_rowids`) become a
-mask / faiss ``IDSelectorBitmap`` cached per (tenant, roles, filters) until the store or the
-space changes — never recomputed per query.
+search: each space labels its vectors with their chunk's tenant, permission tags, doc type and
+source (:mod:`shelfhand.knowledge.vector_labels`), so the positions a caller may read are a mask
+over those columns; it becomes a faiss ``IDSelectorBitmap`` (or an exact subset), cached per
+(tenant, roles, filters) until the space changes — never recomputed per query.
 
 Persistence: exact spaces are loaded from SQLite (their vectors are the system of record) on
 open; HNSW spaces are written under ``directory`` on durable flushes, in a fresh folder that a
@@ -33,6 +34,7 @@ import numpy.typing as npt
 from shelfhand.knowledge.embedding import Vectors
 from shelfhand.knowledge.outbox import split_changes
 from shelfhand.knowledge.store import PRIVILEGED_ROLES, IndexChange, SqliteKnowledgeStore
+from shelfhand.knowledge.vector_labels import ChunkMeta, VectorLabels
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,11 @@ class _Selection:
 
 
 class VectorSpace:
-    """The vectors of one space; exact or HNSW. Not thread-safe: :class:`VectorIndexes` locks."""
+    """The vectors of one space; exact or HNSW. Not thread-safe: :class:`VectorIndexes` locks.
+
+    ``labelled`` spaces (those of :class:`VectorIndexes`) keep each vector's
+    :class:`~shelfhand.knowledge.vector_labels.VectorLabels` and need ``metas`` with every add.
+    """
 
     def __init__(
         self,
@@ -88,8 +94,10 @@ class VectorSpace:
         exact_below: int = 2000,
         exact_fraction: float = 0.05,
         rebuild_ratio: float = 0.2,
+        labelled: bool = False,
     ) -> None:
         self.dim = dim
+        self.labels: VectorLabels | None = VectorLabels() if labelled else None
         self.hnsw_threshold = hnsw_threshold
         self.m = m
         self.ef_construction = ef_construction
@@ -123,22 +131,28 @@ class VectorSpace:
         self.ids = np.resize(self.ids, cap)
         self.live = np.resize(self.live, cap)
         self.live[self.n :] = False
+        if self.labels is not None:
+            self.labels.resize(cap)
         if self.hnsw is None:
             grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[: self.n] = self.matrix[: self.n]
             self.matrix = grown
 
-    def add(self, rowids: Ids, vectors: Vectors) -> None:
+    def add(self, rowids: Ids, vectors: Vectors, metas: Sequence[ChunkMeta] | None = None) -> None:
         if len(rowids) == 0:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape[1] != self.dim:
             raise ValueError(f"vector dim {vectors.shape[1]} != space dim {self.dim}")
+        if self.labels is not None and (metas is None or len(metas) != len(rowids)):
+            raise ValueError("a labelled space needs one ChunkMeta per added vector")
         self.remove(rowids)
         self._grow(len(rowids))
         start, end = self.n, self.n + len(rowids)
         self.ids[start:end] = rowids
         self.live[start:end] = True
+        if self.labels is not None and metas is not None:
+            self.labels.set(start, metas)
         if self.hnsw is None:
             self.matrix[start:end] = vectors
         else:
@@ -174,7 +188,13 @@ class VectorSpace:
             return self.ids[keep].copy(), np.zeros((0, self.dim), dtype=np.float32)
         return self.ids[keep].copy(), self.hnsw.reconstruct_batch(keep.astype(np.int64))
 
-    def _reset(self, ids: Ids, vectors: Vectors, hnsw: bool) -> None:
+    def _reset(
+        self, ids: Ids, vectors: Vectors, hnsw: bool, labels: VectorLabels | None = None
+    ) -> None:
+        if self.labels is not None:
+            if labels is None:
+                raise ValueError("a labelled space needs the labels of the vectors it resets to")
+            self.labels = VectorLabels()  # replaced by ``labels`` once the arrays are sized
         self.ids = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=bool)
         self.pos = {}
@@ -191,6 +211,9 @@ class VectorSpace:
                 self.hnsw.add(np.ascontiguousarray(vectors, dtype=np.float32))
             self.pos = {r: i for i, r in enumerate(ids.tolist())}
             self.n = len(ids)
+        if self.labels is not None and labels is not None:
+            labels.resize(len(self.ids))
+            self.labels = labels
         self._changed()
 
     def _new_hnsw(self) -> Any:
@@ -199,17 +222,33 @@ class VectorSpace:
         index.hnsw.efSearch = self.ef_search
         return index
 
+    def _live_labels(self) -> VectorLabels | None:
+        if self.labels is None:
+            return None
+        return self.labels.take(np.flatnonzero(self.live[: self.n]).astype(np.int64))
+
     def _to_hnsw(self) -> None:
         logger.info("vector space grew to %d vectors: building HNSW", self.live_count)
+        labels = self._live_labels()
         ids, vectors = self.live_vectors()
-        self._reset(ids, vectors, hnsw=True)
+        self._reset(ids, vectors, hnsw=True, labels=labels)
 
     def _compact(self) -> None:
+        labels = self._live_labels()
         ids, vectors = self.live_vectors()
-        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold)
+        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold, labels=labels)
 
-    def load_all(self, ids: Ids, vectors: Vectors) -> None:
-        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold)
+    def load_all(
+        self, ids: Ids, vectors: Vectors, metas: Sequence[ChunkMeta] | None = None
+    ) -> None:
+        labels = None
+        if self.labels is not None:
+            if metas is None or len(metas) != len(ids):
+                raise ValueError("a labelled space needs one ChunkMeta per vector")
+            labels = VectorLabels()
+            labels.resize(len(ids))
+            labels.set(0, metas)
+        self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold, labels=labels)
 
     # -- persistence (HNSW only) --------------------------------------------------------------
 
@@ -225,6 +264,8 @@ class VectorSpace:
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.hnsw, str(folder / "hnsw.faiss"))
         np.savez(folder / "ids.npz", ids=self.ids[: self.n], live=self.live[: self.n])
+        if self.labels is not None:
+            self.labels.save(folder, self.n)
         self.dirty = False
 
     def load(self, folder: Path) -> None:
@@ -239,6 +280,9 @@ class VectorSpace:
         self.ids, self.live, self.n = ids, live, len(ids)
         self.pos = {int(r): int(p) for p, r in enumerate(ids.tolist()) if live[p]}
         self.dirty = False
+        if self.labels is not None:
+            # None for a graph saved before labels existed: VectorIndexes fills them in
+            self.labels = VectorLabels.load(folder, self.n)
         built = self.built_params()
         if built != {"m": self.m, "ef_construction": self.ef_construction}:
             logger.info(
@@ -253,7 +297,28 @@ class VectorSpace:
     # -- search ---------------------------------------------------------------------------------
 
     def select(self, allowed: Ids) -> _Selection:
-        mask = np.isin(self.ids[: self.n], allowed, assume_unique=True) & self.live[: self.n]
+        """The selection of the live vectors whose rowid is in ``allowed``."""
+        return self.select_mask(np.isin(self.ids[: self.n], allowed, assume_unique=True))
+
+    def select_labels(
+        self,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> _Selection:
+        """The selection of the live vectors the caller may read (a labelled space)."""
+        if self.labels is None:
+            raise ValueError("this space keeps no labels: select by rowids")
+        mask = self.labels.mask(
+            self.n, tenant_id=tenant_id, roles=roles, doc_types=doc_types, sources=sources
+        )
+        return self.select_mask(mask)
+
+    def select_mask(self, readable: npt.NDArray[np.bool_]) -> _Selection:
+        """The selection of the live positions among ``readable`` (one flag per position)."""
+        mask = readable & self.live[: self.n]
         positions = np.flatnonzero(mask).astype(np.int64)
         sel = _Selection(mask=mask, count=len(positions), positions=positions)
         if self.hnsw is not None and sel.count:
@@ -365,12 +430,12 @@ class VectorIndexes:
             "adaptive_ef": adaptive_ef,
             "exact_below": exact_below,
             "exact_fraction": exact_fraction,
+            "labelled": True,
         }
         self._persist_every = persist_every
         self._unpersisted_flushes = 0
         self._lock = threading.RLock()
         self._spaces: dict[str, VectorSpace] = {}
-        self._allowed: OrderedDict[tuple[Any, ...], tuple[int, Ids]] = OrderedDict()
         self._selections: OrderedDict[tuple[Any, ...], _Selection] = OrderedDict()
         self._cache_size = acl_cache_size
         self._durable: int | None = None
@@ -398,6 +463,8 @@ class VectorIndexes:
                 vs = VectorSpace(int(entry["dim"]), **self._opts)
                 try:
                     vs.load(self.directory / entry["folder"])
+                    if vs.labels is None:
+                        self._label_from_store(vs)
                     self._spaces[space] = vs
                     hnsw_generation = int(state["generation"])
                     continue
@@ -417,8 +484,35 @@ class VectorIndexes:
         ids = np.concatenate([b[0] for b in batches])
         vectors = np.concatenate([b[1] for b in batches])
         vs = VectorSpace(vectors.shape[1], **self._opts)
-        vs.load_all(ids, vectors)
+        vs.load_all(ids, vectors, self._metas(self._store, ids))
         self._spaces[space] = vs
+
+    @staticmethod
+    def _metas(store: SqliteKnowledgeStore, rowids: Ids) -> list[ChunkMeta]:
+        """Tenant, tags, doc type and source of each rowid's chunk, from the store."""
+        metas: list[ChunkMeta] = []
+        ids = rowids.tolist()
+        for a in range(0, len(ids), 20_000):
+            part = ids[a : a + 20_000]
+            chunks = store.chunk_map(part)
+            for r in part:
+                c = chunks.get(r)
+                # A vector's chunk is deleted with it; if one were missing, nobody reads it.
+                metas.append(
+                    ("\x00gone", (), "", "")
+                    if c is None
+                    else (c.tenant_id, tuple(c.permission_tags), c.doc_type, c.source)
+                )
+        return metas
+
+    def _label_from_store(self, vs: VectorSpace) -> None:
+        """Label a graph saved before labels existed (once: persisted at the next flush)."""
+        logger.info("labelling %d vectors of a graph saved without labels", vs.n)
+        labels = VectorLabels()
+        labels.resize(vs.n)
+        labels.set(0, self._metas(self._store, vs.ids[: vs.n]))
+        vs.labels = labels
+        vs.dirty = True
 
     def _persist(self, generation: int) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -467,7 +561,7 @@ class VectorIndexes:
                     if target is None:
                         target = VectorSpace(vectors.shape[1], **self._opts)
                         self._spaces[space] = target
-                    target.add(ids, vectors)
+                    target.add(ids, vectors, self._metas(store, ids))
             self._selections.clear()
 
     def flush(self, generation: int, *, durable: bool) -> None:
@@ -494,7 +588,6 @@ class VectorIndexes:
         with self._lock:
             self._spaces.clear()
             self._selections.clear()
-            self._allowed.clear()
 
     # -- search ---------------------------------------------------------------------------------
 
@@ -511,19 +604,6 @@ class VectorIndexes:
                 vs = self._spaces.get(space)
                 return 0 if vs is None else vs.live_count
             return sum(vs.live_count for vs in self._spaces.values())
-
-    def _allowed_rowids(self, key: tuple[Any, ...]) -> Ids:
-        generation = self._store.generation
-        hit = self._allowed.get(key)
-        if hit is not None and hit[0] == generation:
-            self._allowed.move_to_end(key)
-            return hit[1]
-        tenant, roles, doc_types, sources = key
-        allowed = self._store.allowed_rowids(tenant, roles, doc_types=doc_types, sources=sources)
-        self._allowed[key] = (generation, allowed)
-        while len(self._allowed) > self._cache_size:
-            self._allowed.popitem(last=False)
-        return allowed
 
     def search(
         self,
@@ -550,11 +630,12 @@ class VectorIndexes:
             vs = self._spaces.get(space)
             if vs is None:
                 return []
-            allowed = self._allowed_rowids(key)
-            sel_key = (space, vs.version, self._store.generation, *key)
+            sel_key = (space, vs.version, *key)
             sel = self._selections.get(sel_key)
             if sel is None:
-                sel = vs.select(allowed)
+                sel = vs.select_labels(
+                    tenant_id=tenant_id, roles=role_set, doc_types=doc_types, sources=sources
+                )
                 self._selections[sel_key] = sel
                 while len(self._selections) > self._cache_size:
                     self._selections.popitem(last=False)
@@ -577,7 +658,7 @@ class VectorIndexes:
             else:
                 matrix = vs.hnsw.reconstruct_batch(positions)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        sims = (matrix @ q).tolist()
+        sims = _inner_products(matrix, q).tolist()  # on this thread, not OpenBLAS's
         return {r: float(x) for (r, _), x in zip(found, sims, strict=True)}
 
 

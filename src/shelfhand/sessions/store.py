@@ -100,7 +100,10 @@ class MemoryWindow:
 
 
 class SessionStore(Protocol):
-    """Where sessions live (SQLite here; Redis or PostgreSQL when several replicas run)."""
+    """Where sessions live: SQLite here, PostgreSQL (:mod:`shelfhand.sessions.pg`) when
+    several replicas run."""
+
+    def check(self) -> None: ...
 
     def create(self, owner: UserContext, *, title: str = "") -> SessionInfo: ...
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.db import Migration, apply_migrations, connect, transaction
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_MEMORY_CHARS",
     "MemoryItem",
     "SqliteUserMemoryStore",
+    "UserMemoryStore",
     "format_memories",
 ]
 
@@ -57,6 +59,33 @@ class MemoryItem:
     created_at: float
 
 
+class UserMemoryStore(Protocol):
+    """Where long-term memories live: SQLite here, PostgreSQL
+    (:mod:`shelfhand.sessions.pg`) when several replicas run."""
+
+    def remember(self, user: UserContext, content: str) -> MemoryItem: ...
+
+    def recall(self, user: UserContext, *, limit: int = 50) -> list[MemoryItem]: ...
+
+    def forget(self, user: UserContext, memory_id: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def clean_memory(content: str) -> str:
+    """``content`` with its whitespace folded, checked against the limits.
+
+    Raises:
+        ValueError: empty or longer than :data:`MAX_MEMORY_CHARS`.
+    """
+    text = " ".join(content.split())
+    if not text:
+        raise ValueError("a memory needs some text")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise ValueError(f"a memory is at most {MAX_MEMORY_CHARS} characters; shorten it")
+    return text
+
+
 class SqliteUserMemoryStore:
     """Memories keyed by (tenant, user), in a SQLite file (usually ``sessions.db``).
 
@@ -82,11 +111,7 @@ class SqliteUserMemoryStore:
         Raises:
             ValueError: ``content`` is empty or longer than :data:`MAX_MEMORY_CHARS`.
         """
-        text = " ".join(content.split())
-        if not text:
-            raise ValueError("a memory needs some text")
-        if len(text) > MAX_MEMORY_CHARS:
-            raise ValueError(f"a memory is at most {MAX_MEMORY_CHARS} characters; shorten it")
+        text = clean_memory(content)
         key = (user.tenant_id, user.user_id)
         with self._lock, transaction(self._conn):
             row = self._conn.execute(

@@ -100,6 +100,7 @@ class Approvals:
         self.handler = handler
         self.timeout = timeout
         self._pending: dict[str, _Pending] = {}
+        self._sessions: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def open(
@@ -149,6 +150,19 @@ class Approvals:
         finally:
             with self._lock:
                 self._pending.pop(approval_id, None)
+                self._sessions.pop(approval_id, None)
+
+    def bind_session(self, approval_id: str, session_id: str) -> None:
+        """Note which conversation a pending request belongs to (a service checks it when
+        a decision comes for a session); forgotten with the request."""
+        with self._lock:
+            if approval_id in self._pending:
+                self._sessions[approval_id] = session_id
+
+    def session_of(self, approval_id: str) -> str | None:
+        """The session a pending request was bound to, if any."""
+        with self._lock:
+            return self._sessions.get(approval_id)
 
     def approve(self, approval_id: str, *, by: str = "") -> ApprovalRequest:
         """Approve a pending request; the waiting run resumes and executes the call.
@@ -198,6 +212,7 @@ class Approvals:
         """Forget a request without deciding it (its run was cancelled); unknown ids are ignored."""
         with self._lock:
             pending = self._pending.pop(approval_id, None)
+            self._sessions.pop(approval_id, None)
         if pending is not None and not pending.future.done():
             pending.future.cancel()
 

@@ -187,6 +187,9 @@ class AuditLog:
         self.path = Path(path)
         self._conn = connect(self.path)
         apply_migrations(self._conn, AUDIT_MIGRATIONS)
+        self._start_buffer(batch_size=batch_size, flush_interval=flush_interval)
+
+    def _start_buffer(self, *, batch_size: int, flush_interval: float) -> None:
         self._batch_size = batch_size
         self._interval = flush_interval
         self._buffer: deque[tuple[Any, ...]] = deque()
@@ -280,9 +283,21 @@ class AuditLog:
             except IndexError:  # pragma: no cover - drained by the writer thread meanwhile
                 break
         if rows:
-            with self._db_lock, transaction(self._conn):
-                self._conn.executemany(_INSERT, rows)
+            self._write(rows)
         return len(rows)
+
+    # --- storage (SQLite here; PgAuditLog overrides these three) -------------------------
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+        with self._db_lock, transaction(self._conn):
+            self._conn.executemany(_INSERT, rows)
+
+    def _fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        with self._db_lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def _close_store(self) -> None:
+        with self._db_lock:
+            self._conn.close()
 
     def close(self) -> None:
         """Write what is buffered and close the file (idempotent)."""
@@ -295,8 +310,7 @@ class AuditLog:
         try:
             self.flush()
         finally:
-            with self._db_lock:
-                self._conn.close()
+            self._close_store()
             atexit.unregister(self.close)
 
     def __enter__(self) -> AuditLog:
@@ -416,9 +430,7 @@ class AuditLog:
                 "ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id"
             )
             params.append(int(limit))
-        with self._db_lock:
-            rows = self._conn.execute(sql, params).fetchall()
-        for row in rows:
+        for row in self._fetch(sql, params):
             yield AuditRecord(
                 ts=row[0],
                 tool=row[1],

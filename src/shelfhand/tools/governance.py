@@ -34,7 +34,10 @@ httpx transport errors and HTTP 429/5xx, and :class:`~shelfhand.core.errors.Tran
 A call that runs past its *own* timeout is not retried (that would multiply the wait).
 
 State (buckets, cache, breakers, in-flight calls) lives in the :class:`Governance` object and is
-shared by copies of a toolkit; it is meant to be used from one event loop. Time comes from an
+shared by copies of a toolkit; it is meant to be used from one event loop. With a ``shared``
+state (:class:`~shelfhand.tools.redis_state.RedisGovernanceState`, for several replicas), rate
+limits, breakers and the result cache live in Redis instead, keyed the same way, and the
+single-flight of cached tools spans replicas. Time comes from an
 injectable ``clock`` and ``sleep``, so tests of TTLs, backoff and half-open breakers need no
 real waiting.
 """
@@ -49,7 +52,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import anyio
 
@@ -61,8 +64,10 @@ from shelfhand.core.errors import (
 )
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.limits import (
+    Breaker,
     CircuitBreaker,
     Deadlines,
+    Limiter,
     Rate,
     RateLimiter,
     TargetBreakers,
@@ -83,6 +88,7 @@ __all__ = [
     "GovernancePolicy",
     "Rate",
     "RateLimiter",
+    "SharedGovernanceState",
     "ToolPlan",
     "is_transient",
     "parse_rate",
@@ -173,14 +179,43 @@ class ToolPlan:
     """0 unless the tool is read-only and declares a ``cache_ttl`` (caching is opt-in)."""
     dedup: bool
     confirm: bool
-    per_caller: RateLimiter | None
-    total: RateLimiter | None
-    breaker: CircuitBreaker | None
+    per_caller: Limiter | None
+    total: Limiter | None
+    breaker: Breaker | None
     """The tool's own breaker; ``None`` when it is keyed by target (``breaker_key``)."""
     breaker_key: BreakerKey | None
-    circuit: CircuitBreaker | None
+    circuit: Breaker | None
     """A breaker shared with other tools (e.g. one MCP server's), opened only by failures that
     say the shared service is unreachable."""
+
+
+class SharedGovernanceState(Protocol):
+    """Governance state kept outside the process, shared by replicas (see
+    :class:`~shelfhand.tools.redis_state.RedisGovernanceState`)."""
+
+    poll_interval: float
+
+    def rate_limiter(self, name: str, rate: Rate) -> Limiter: ...
+
+    def breaker(
+        self,
+        name: str,
+        *,
+        min_calls: int,
+        failure_rate: float,
+        window: float,
+        reset_after: float,
+    ) -> Breaker: ...
+
+    def cache_get(self, key: tuple[str, str, str]) -> ToolOutput | None: ...
+
+    def cache_put(self, key: tuple[str, str, str], output: ToolOutput, ttl: float) -> None: ...
+
+    def lead(self, key: tuple[str, str, str], seconds: float) -> bool: ...
+
+    def done(self, key: tuple[str, str, str]) -> None: ...
+
+    def computing(self, key: tuple[str, str, str]) -> bool: ...
 
 
 class CallOutcome(NamedTuple):
@@ -240,6 +275,8 @@ class Governance:
         clock: Monotonic seconds (injectable for tests).
         sleep: Async sleep used between retries (injectable for tests).
         jitter: Returns a float in [0, 1) (injectable for tests).
+        shared: Rate limits, breakers and the result cache outside the process, shared by
+            several replicas (``None``: in this object).
     """
 
     def __init__(
@@ -250,8 +287,10 @@ class Governance:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         jitter: Callable[[], float] = random.random,
+        shared: SharedGovernanceState | None = None,
     ) -> None:
         self.policy = policy or GovernancePolicy()
+        self.shared = shared
         self.audit = audit
         self.clock = clock
         self._sleep = sleep
@@ -259,10 +298,10 @@ class Governance:
         self._cache: dict[tuple[str, str, str], tuple[float, ToolOutput]] = {}
         self._inflight: dict[tuple[str, str, str], _Flight] = {}
         self._waiting: dict[tuple[str, str, str], int] = {}
-        self._breakers: dict[str, CircuitBreaker] = {}
-        self._circuits: dict[str, CircuitBreaker] = {}
+        self._breakers: dict[str, Breaker] = {}
+        self._circuits: dict[str, Breaker] = {}
         self._targets = TargetBreakers(self._new_breaker)
-        self._limiters: dict[tuple[str, str, str], RateLimiter] = {}
+        self._limiters: dict[tuple[str, str, str], Limiter] = {}
         self._deadlines: Deadlines | None = None
         self._id_prefix = os.urandom(4).hex()
         self._ids = itertools.count(1)
@@ -278,13 +317,13 @@ class Governance:
         per_caller = _attr(item, "rate_limit", p.rate_limit)
         total = _attr(item, "total_rate_limit", p.total_rate_limit)
         breaker_key: BreakerKey | None = getattr(item, "breaker_key", None)
-        breaker: CircuitBreaker | None = None
+        breaker: Breaker | None = None
         if breaker_key is None:
             breaker = self._breakers.get(item.name)
             if breaker is None:
                 breaker = self._breakers[item.name] = self._new_breaker(item.name)
         circuit_name: str | None = getattr(item, "circuit", None)
-        circuit: CircuitBreaker | None = None
+        circuit: Breaker | None = None
         if circuit_name:
             circuit = self._circuits.get(circuit_name)
             if circuit is None:
@@ -303,8 +342,16 @@ class Governance:
             circuit=circuit,
         )
 
-    def _new_breaker(self, name: str) -> CircuitBreaker:
+    def _new_breaker(self, name: str) -> Breaker:
         p = self.policy
+        if self.shared is not None:
+            return self.shared.breaker(
+                name,
+                min_calls=p.breaker_min_calls,
+                failure_rate=p.breaker_failure_rate,
+                window=p.breaker_window,
+                reset_after=p.breaker_reset_after,
+            )
         return CircuitBreaker(
             name,
             min_calls=p.breaker_min_calls,
@@ -313,7 +360,7 @@ class Governance:
             reset_after=p.breaker_reset_after,
         )
 
-    def _limiter(self, tool: str, kind: str, text: str | None) -> RateLimiter | None:
+    def _limiter(self, tool: str, kind: str, text: str | None) -> Limiter | None:
         # Shared by every plan of this tool name (toolkit copies, re-registration), so a
         # limit cannot be side-stepped by rebuilding a toolkit around the same governance.
         if not text:
@@ -321,7 +368,12 @@ class Governance:
         key = (tool, kind, text)
         limiter = self._limiters.get(key)
         if limiter is None:
-            limiter = self._limiters[key] = RateLimiter(parse_rate(text))
+            rate = parse_rate(text)
+            limiter = self._limiters[key] = (
+                RateLimiter(rate)
+                if self.shared is None
+                else self.shared.rate_limiter(f"{tool}:{kind}:{text}", rate)
+            )
         return limiter
 
     @staticmethod
@@ -336,7 +388,7 @@ class Governance:
             return "deny"
         return "ask" if getattr(item, "confirm", False) else "allow"
 
-    def breaker(self, name: str, target: str | None = None) -> CircuitBreaker | None:
+    def breaker(self, name: str, target: str | None = None) -> Breaker | None:
         """A circuit breaker, if it exists yet.
 
         ``breaker("tool")``: the tool's own breaker (tools without ``breaker_key``), else the
@@ -349,7 +401,7 @@ class Governance:
 
     def breaker_for(
         self, plan: ToolPlan, arguments: Mapping[str, Any], user: UserContext
-    ) -> CircuitBreaker:
+    ) -> Breaker:
         """The breaker one call of ``plan`` goes through (its target's, for keyed tools)."""
         if plan.breaker is not None:
             return plan.breaker
@@ -410,13 +462,18 @@ class Governance:
         if key is None:
             return await self._attempts(plan, item, arguments, run, execute), False, False
         if plan.cache_ttl:
-            hit = self._cache.get(key)
-            if hit is not None:
-                if hit[0] > self.clock():
-                    return CallOutcome(output=hit[1], outcome="ok", attempts=0), True, False
-                del self._cache[key]
+            if self.shared is not None:
+                output = self.shared.cache_get(key)
+                if output is not None:
+                    return CallOutcome(output=output, outcome="ok", attempts=0), True, False
+            else:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    if hit[0] > self.clock():
+                        return CallOutcome(output=hit[1], outcome="ok", attempts=0), True, False
+                    del self._cache[key]
         if not plan.dedup:
-            alone = await self._attempts(plan, item, arguments, run, execute)
+            alone = await self._compute(plan, item, arguments, run, key, execute)
             self._remember(plan, key, alone)
             return alone, False, False
         loop = asyncio.get_running_loop()
@@ -434,9 +491,13 @@ class Governance:
                     del waiting[key]
         flight = self._inflight[key] = _Flight(loop)
         outcome: CallOutcome | None = None
+        shared = False
         try:
-            outcome = await self._attempts(plan, item, arguments, run, execute)
-            self._remember(plan, key, outcome)
+            outcome = await self._compute(plan, item, arguments, run, key, execute)
+            if outcome.attempts == 0:  # computed by another replica: it cached it
+                outcome, shared = outcome._replace(attempts=1), True
+            else:
+                self._remember(plan, key, outcome)
         finally:
             if self._inflight.get(key) is flight:
                 del self._inflight[key]
@@ -446,7 +507,38 @@ class Governance:
                     future.cancel()  # the leader was cancelled: followers get an error result
                 else:
                     future.set_result(outcome)
-        return outcome, False, False
+        return outcome, False, shared
+
+    async def _compute(
+        self,
+        plan: ToolPlan,
+        item: Any,
+        arguments: dict[str, Any],
+        run: RunContext,
+        key: tuple[str, str, str],
+        execute: Executor,
+    ) -> CallOutcome:
+        """Run the call; for a cached tool with shared state, only one replica runs it: the
+        others wait (at most the tool's timeout) for its cached result (``attempts=0``)."""
+        shared = self.shared
+        if shared is None or not plan.cache_ttl:
+            return await self._attempts(plan, item, arguments, run, execute)
+        bound = (plan.timeout or 30.0) * plan.attempts + 1.0
+        if not shared.lead(key, bound):
+            give_up = time.monotonic() + bound  # real time: other replicas work in it
+            while time.monotonic() < give_up:
+                await asyncio.sleep(shared.poll_interval)
+                output = shared.cache_get(key)
+                if output is not None:
+                    return CallOutcome(output=output, outcome="ok", attempts=0)
+                if not shared.computing(key):
+                    break  # the other replica failed (errors are not cached) or gave up
+            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
+                return await self._attempts(plan, item, arguments, run, execute)
+        try:
+            return await self._attempts(plan, item, arguments, run, execute)
+        finally:
+            shared.done(key)
 
     async def _with_timeout(
         self,
@@ -481,6 +573,9 @@ class Governance:
 
     def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
         if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
+            return
+        if self.shared is not None:
+            self.shared.cache_put(key, outcome.output, plan.cache_ttl)
             return
         cache = self._cache
         if len(cache) >= self.policy.cache_size:
@@ -606,7 +701,7 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
     )
 
 
-def _circuit_message(name: str, breaker: CircuitBreaker, wait: float, attempts: int) -> str:
+def _circuit_message(name: str, breaker: Breaker, wait: float, attempts: int) -> str:
     circuit = breaker.name
     if circuit == name:
         which = "circuit"

@@ -13,12 +13,14 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
+    "Breaker",
     "CircuitBreaker",
     "Deadline",
     "Deadlines",
+    "Limiter",
     "Rate",
     "RateLimiter",
     "TargetBreakers",
@@ -57,6 +59,35 @@ def parse_rate(text: str) -> Rate:
             "e.g. '30/minute'"
         )
     return Rate(calls=int(match.group(1)), period=period, text=text.strip())
+
+
+class Limiter(Protocol):
+    """What the pipeline needs of a rate limiter (:class:`RateLimiter` in the process, or
+    :class:`~shelfhand.tools.redis_state.RedisRateLimiter` shared by replicas)."""
+
+    @property
+    def rate(self) -> Rate: ...
+
+    def acquire(self, key: str, now: float) -> float: ...
+
+
+class Breaker(Protocol):
+    """What the pipeline needs of a circuit breaker (:class:`CircuitBreaker` in the process,
+    or :class:`~shelfhand.tools.redis_state.RedisCircuitBreaker` shared by replicas)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    def before(self, now: float) -> float | None: ...
+
+    def success(self, now: float) -> None: ...
+
+    def failure(self, now: float) -> None: ...
+
+    def neutral(self) -> None: ...
 
 
 class RateLimiter:
@@ -213,19 +244,19 @@ class TargetBreakers:
 
     __slots__ = ("_breakers", "_make", "_max_keys")
 
-    def __init__(self, make: Callable[[str], CircuitBreaker], *, max_keys: int = 10_000) -> None:
+    def __init__(self, make: Callable[[str], Breaker], *, max_keys: int = 10_000) -> None:
         self._make = make
         self._max_keys = max_keys
-        self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
+        self._breakers: dict[tuple[str, str], Breaker] = {}
 
     def __len__(self) -> int:
         return len(self._breakers)
 
-    def get(self, key: tuple[str, str]) -> CircuitBreaker | None:
+    def get(self, key: tuple[str, str]) -> Breaker | None:
         """The breaker for ``key`` if one exists (nothing is made)."""
         return self._breakers.get(key)
 
-    def of(self, key: tuple[str, str]) -> CircuitBreaker:
+    def of(self, key: tuple[str, str]) -> Breaker:
         """The breaker for ``key``, made (closed) on first use."""
         breaker = self._breakers.get(key)
         if breaker is None:

@@ -1,0 +1,101 @@
+"""Connections to the shared services of several replicas: Redis and PostgreSQL errors.
+
+Several ``shelfhand serve`` processes behave as one service when they share their state: the
+session turn lock, rate limits, circuit breakers, the result cache and approvals in Redis
+(``redis_url``); sessions, long-term memory and the audit log in PostgreSQL
+(``database_url``). This module opens the Redis client and turns a lost connection to either
+service into :class:`~shelfhand.core.errors.DependencyUnavailableError` (HTTP 503 with the
+reason, never the password); every call tries again, so the service recovers by itself.
+
+::
+
+    client = open_redis(settings.redis_url)      # fails fast at start-up when unreachable
+    with redis_errors():
+        client.set("k", "v")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+from shelfhand.core.pg import redact_url
+
+__all__ = ["KEY_PREFIX", "open_redis", "pg_errors", "redis_errors"]
+
+KEY_PREFIX = "shelfhand:"
+"""Every Redis key shelfhand writes starts with this."""
+
+
+def _redis_module() -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "Redis support is not installed: pip install 'shelfhand[redis]'"
+        ) from exc
+    return redis
+
+
+def open_redis(url: str, *, timeout: float = 2.0, check: bool = True) -> Any:
+    """A Redis client (``redis.Redis``, strings decoded) for ``url``; with ``check``, one
+    ``PING`` now, so a wrong or unreachable URL fails at start-up with ConfigurationError."""
+    redis = _redis_module()
+    try:
+        client = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            health_check_interval=30,
+        )
+    except ValueError as exc:
+        raise ConfigurationError(f"redis_url {redact_url(url)} is not valid: {exc}") from exc
+    if check:
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            client.close()
+            raise ConfigurationError(
+                f"Redis at {redact_url(url)} is unreachable: {_first_line(exc)}"
+            ) from exc
+    return client
+
+
+@contextmanager
+def redis_errors(what: str = "") -> Iterator[None]:
+    """Raise :class:`DependencyUnavailableError` (``redis``) for a connection failure in the
+    block; ``what`` names what needed Redis (e.g. ``"the session lock"``)."""
+    redis = _redis_module()
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        needed = f" for {what}" if what else ""
+        raise DependencyUnavailableError(
+            f"Redis is unreachable{needed}: {_first_line(exc)}; try again shortly",
+            dependency="redis",
+        ) from exc
+
+
+@contextmanager
+def pg_errors(url: str) -> Iterator[None]:
+    """Raise :class:`DependencyUnavailableError` (``postgresql``) when the server cannot be
+    reached in the block (a lost connection, no connection from the pool in time)."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise DependencyUnavailableError(
+            f"PostgreSQL at {redact_url(url)} is unreachable: {_first_line(exc)}; "
+            "try again shortly",
+            dependency="postgresql",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,138 @@
+"""Governance state shared by replicas in a real Redis: rate limits, circuit breakers, the
+result cache and its single-flight. Each "replica" is a Governance of its own, with its own
+Redis connection; what one does, the other sees."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from shelfhand import Toolkit, UserContext, tool
+from shelfhand.core.context import RunContext
+from shelfhand.core.errors import DependencyUnavailableError
+from shelfhand.core.messages import ToolCallBlock
+from shelfhand.core.shared import open_redis
+from shelfhand.devservices import free_port
+from shelfhand.tools.governance import Governance, GovernancePolicy
+from shelfhand.tools.redis_state import RedisGovernanceState
+
+pytestmark = pytest.mark.anyio
+
+ALICE = RunContext(user=UserContext(tenant_id="acme", user_id="alice"))
+BOB = RunContext(user=UserContext(tenant_id="globex", user_id="alice"))  # same id, other tenant
+
+
+def call(name: str, arguments: str = "{}") -> ToolCallBlock:
+    return ToolCallBlock(id="c1", name=name, arguments=arguments)
+
+
+def replica(redis_url: str, **policy: object) -> Governance:
+    shared = RedisGovernanceState(open_redis(redis_url), poll_interval=0.02)
+    return Governance(GovernancePolicy(**policy), shared=shared)  # type: ignore[arg-type]
+
+
+async def test_a_rate_limit_holds_across_replicas_per_caller(redis_url: str) -> None:
+    @tool(rate_limit="2/hour")
+    def send_sms(text: str) -> str:
+        """Send a text message."""
+        return f"sent {text}"
+
+    a = Toolkit([send_sms], governance=replica(redis_url))
+    b = Toolkit([send_sms], governance=replica(redis_url))
+    assert not (await a.execute(call("send_sms", '{"text": "一"}'), ALICE)).result.is_error
+    assert not (await b.execute(call("send_sms", '{"text": "二"}'), ALICE)).result.is_error
+    third = await a.execute(call("send_sms", '{"text": "三"}'), ALICE)
+    assert third.outcome == "rate_limited" and "at most 2/hour" in third.result.content
+    again = await b.execute(call("send_sms", '{"text": "三"}'), ALICE)
+    assert again.outcome == "rate_limited"
+    # keyed by caller scope as in one process: another tenant's alice has her own bucket
+    assert (await b.execute(call("send_sms", '{"text": "x"}'), BOB)).outcome == "ok"
+
+
+async def test_failures_on_one_replica_open_the_breaker_for_the_other(redis_url: str) -> None:
+    runs = 0
+
+    @tool(read_only=True, retries=0)
+    def inventory(sku: str) -> str:
+        """Stock level of a product."""
+        nonlocal runs
+        runs += 1
+        raise ConnectionError("warehouse service refused the connection")
+
+    policy = {"breaker_min_calls": 2, "breaker_failure_rate": 0.5, "breaker_reset_after": 600}
+    a = Toolkit([inventory], governance=replica(redis_url, **policy))
+    b = Toolkit([inventory], governance=replica(redis_url, **policy))
+    for n in range(2):
+        failed = await a.execute(call("inventory", f'{{"sku": "P{n}"}}'), ALICE)
+        assert failed.outcome == "error"
+    blocked = await b.execute(call("inventory", '{"sku": "P9"}'), ALICE)
+    assert blocked.outcome == "circuit_open" and "unavailable" in blocked.result.content
+    assert runs == 2  # replica B never ran it
+    breaker = b.governance.breaker("inventory")
+    assert breaker is not None and breaker.state == "open"
+
+
+async def test_a_cached_call_runs_once_across_replicas_and_others_wait_for_it(
+    redis_url: str,
+) -> None:
+    runs = 0
+    release = asyncio.Event()
+
+    @tool(read_only=True, cache_ttl=60, timeout=20)
+    async def exchange_rate(pair: str) -> str:
+        """Exchange rate of a currency pair."""
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return f"{pair}=7.{runs}"
+
+    a = Toolkit([exchange_rate], governance=replica(redis_url))
+    b = Toolkit([exchange_rate], governance=replica(redis_url))
+    first = asyncio.create_task(a.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE))
+    while runs == 0:  # replica A is computing
+        await asyncio.sleep(0.01)
+    second = asyncio.create_task(b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE))
+    await asyncio.sleep(0.2)
+    assert not second.done()  # B waits for A's result instead of running the tool
+    release.set()
+    one, two = await first, await second
+    assert runs == 1
+    assert one.result.content == two.result.content == "USD/CNY=7.1"
+    assert two.shared and not two.replayed
+    later = await b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE)
+    assert later.replayed and later.result.content == "USD/CNY=7.1"
+    other = await b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), BOB)
+    assert not other.replayed and runs == 2  # the cache is per caller, as in one process
+
+
+async def test_without_redis_the_cache_degrades_but_guards_fail_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down = RedisGovernanceState(
+        open_redis(f"redis://127.0.0.1:{free_port()}/0", check=False, timeout=0.3)
+    )
+    key = ("exchange_rate", "acme/alice", '{"pair":"EUR/CNY"}')
+    with caplog.at_level(logging.WARNING):
+        assert down.cache_get(key) is None  # a miss, not an error
+        assert down.lead(key, 5) is True  # everyone computes, uncached
+    assert "result cache unavailable" in caplog.text
+
+    @tool(rate_limit="5/minute")
+    def send_sms(text: str) -> str:
+        """Send a text message."""
+        return "sent"
+
+    @tool(read_only=True, cache_ttl=60)
+    def exchange_rate(pair: str) -> str:
+        """Exchange rate of a currency pair."""
+        return f"{pair}=7.1"
+
+    kit = Toolkit([exchange_rate, send_sms], governance=Governance(shared=down))
+    # rate limits and breakers never run unguarded: the turn fails with 503 instead
+    with pytest.raises(DependencyUnavailableError, match="rate limits") as failed:
+        await kit.execute(call("send_sms", '{"text": "hi"}'), ALICE)
+    assert failed.value.dependency == "redis"
+    with pytest.raises(DependencyUnavailableError, match="circuit breakers"):
+        await kit.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE)

@@ -1,0 +1,258 @@
+"""Property: the tenant, role, doc-type and source filters inside the indexes are exact.
+
+Random documents (tenants, permission tags, doc types, sources, English and Chinese words,
+vectors) and random callers and filters. The reference is brute force, written plainly: every
+chunk the rule lets the caller read, ranked by the index's own unfiltered scores (keyword) or
+by inner product (vectors).
+
+* keyword search returns exactly the reference's top ``k`` on each of its paths: the filtered
+  query, the unfiltered ranking checked against the filter, and that check with too few
+  candidates (forced), which must fall back to the filtered query;
+* exact (flat) vector search returns exactly the reference's top ``k``;
+* HNSW vector search (filtered graph walk with faiss' selector) returns only readable chunks,
+  each once, and as many as the reference has up to ``k``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shelfhand.knowledge.analysis import tokenize_query
+from shelfhand.knowledge.keyword import TantivyKeywordIndex
+from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.vectors import VectorIndexes
+
+TENANTS = ["default", "acme", "globex"]
+ROLES = ["sales", "support", "hr", "admin", "system"]
+TAGS = ["sales", "support", "hr", "legal"]
+DOC_TYPES = ["text", "pdf", "md"]
+SOURCES = ["a.md", "b.pdf", "c.txt", "d.html"]
+WORDS = ["lamp", "warranty", "price", "filter", "fan", "保修", "退货", "价格", "E-203"]
+DIM = 8
+SPACE = "default"
+
+
+@dataclass(slots=True)
+class Stores:
+    store: SqliteKnowledgeStore
+    keyword: TantivyKeywordIndex
+    exact: VectorIndexes
+    hnsw: VectorIndexes
+    keyword_dir: Path
+
+
+class ForcedFetch(TantivyKeywordIndex):
+    """Reads the same index; ranks exactly ``fetch`` unfiltered hits before the filter check,
+    whatever the share estimate says, so the check-then-fall-back path runs."""
+
+    fetch = 1
+
+    def _oversample_size(self, searcher: Any, k: int, filters: Any) -> int | None:
+        if super()._oversample_size(searcher, k, filters) == 0:
+            return 0
+        return self.fetch
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    root: Path = tmp_path_factory.mktemp("filters")
+    store = SqliteKnowledgeStore(root / "knowledge.db")
+    keyword = TantivyKeywordIndex(root / "keyword")
+    exact = VectorIndexes(root / "exact", store, hnsw_threshold=10**9)
+    # A graph from 16 vectors on, and no exact fallback for selective callers: the filtered
+    # graph walk itself is under test.
+    hnsw = VectorIndexes(root / "hnsw", store, hnsw_threshold=16, exact_below=0, exact_fraction=0)
+    store.attach(keyword, exact, hnsw)
+    yield Stores(store, keyword, exact, hnsw, root / "keyword")
+    store.close()
+
+
+def may_read(spec: dict[str, Any], caller: dict[str, Any]) -> bool:
+    """The rule written out plainly, independent of the implementation."""
+    if spec["tenant"] != caller["tenant"]:
+        return False
+    if caller["doc_types"] is not None and spec["doc_type"] not in caller["doc_types"]:
+        return False
+    if caller["sources"] is not None and spec["source"] not in caller["sources"]:
+        return False
+    if {"admin", "system"} & set(caller["roles"]):
+        return True
+    return not spec["tags"] or bool(set(spec["tags"]) & set(caller["roles"]))
+
+
+doc_specs = st.lists(
+    st.fixed_dictionaries(
+        {
+            "tenant": st.sampled_from(TENANTS),
+            "tags": st.lists(st.sampled_from(TAGS), max_size=2, unique=True),
+            "doc_type": st.sampled_from(DOC_TYPES),
+            "source": st.sampled_from(SOURCES),
+            "chunks": st.lists(
+                st.lists(st.sampled_from(WORDS), min_size=1, max_size=5), min_size=1, max_size=3
+            ),
+        }
+    ),
+    min_size=1,
+    max_size=14,
+)
+callers = st.fixed_dictionaries(
+    {
+        "tenant": st.sampled_from(TENANTS),
+        "roles": st.lists(st.sampled_from(ROLES), max_size=2, unique=True),
+        "doc_types": st.none() | st.lists(st.sampled_from(DOC_TYPES), max_size=2, unique=True),
+        "sources": st.none() | st.lists(st.sampled_from(SOURCES), min_size=1, max_size=3),
+    }
+)
+_runs = itertools.count()
+
+
+def _load(stores: Stores, specs: list[dict[str, Any]], seed: int) -> dict[int, dict[str, Any]]:
+    """Replace the stores' content with ``specs``; per rowid its spec and vector."""
+    store = stores.store
+    run = next(_runs)
+    rng = np.random.default_rng(seed)
+    rows: dict[int, dict[str, Any]] = {}
+    with store.deferred_sync():  # one commit of the indexes per example
+        for source in store.all_sources():
+            store.delete_source(source)
+        for i, spec in enumerate(specs):
+            doc_id = f"r{run}-d{i}"
+            texts = [" ".join(words) for words in spec["chunks"]]
+            chunks = [
+                Chunk(
+                    chunk_id=f"{doc_id}::{j}",
+                    doc_id=doc_id,
+                    chunk_index=j,
+                    text=text,
+                    title="",
+                    section_path=(),
+                    page=None,
+                    source=spec["source"],
+                    start=0,
+                    end=len(text),
+                    content_hash=hashlib.sha256(text.encode()).hexdigest(),
+                    doc_type=spec["doc_type"],
+                    permission_tags=tuple(spec["tags"]),
+                    tenant_id=spec["tenant"],
+                )
+                for j, text in enumerate(texts)
+            ]
+            doc = Document(
+                doc_id=doc_id,
+                source=spec["source"],
+                title="",
+                doc_type=spec["doc_type"],
+                sections=(Section(text="\n".join(texts)),),
+                content_hash=hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+                permission_tags=tuple(spec["tags"]),
+                tenant_id=spec["tenant"],
+            )
+            vectors = rng.standard_normal((len(chunks), DIM)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            rowids = store.upsert_document(
+                doc, chunks, {SPACE: (list(range(len(chunks))), vectors)}
+            )
+            for rowid, vector in zip(rowids, vectors, strict=True):
+                rows[rowid] = {**spec, "vector": vector}
+    return rows
+
+
+def _same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    """Equal up to the order of equal scores: the same scores, and the same chunks above the
+    last score (a tie at the cut may be broken either way, but only among tied chunks)."""
+    assert [round(s, 4) for _, s in got] == [round(s, 4) for _, s in want], (got, want)
+    if want:
+        cut = round(want[-1][1], 4)
+        assert {r for r, s in got if round(s, 4) > cut} == {r for r, s in want if round(s, 4) > cut}
+        tied = {r for r, s in want if round(s, 4) == cut}
+        tied |= {r for r, s in got if round(s, 4) == cut}
+        assert len(got) == len({r for r, _ in got})
+        assert all(r in tied for r, s in got if round(s, 4) == cut)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    specs=doc_specs,
+    caller=callers,
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    k=st.integers(1, 8),
+    fetch=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_filtered_search_equals_a_brute_force_filter(
+    stores: Stores,
+    specs: list[dict[str, Any]],
+    caller: dict[str, Any],
+    query: list[str],
+    k: int,
+    fetch: int,
+    seed: int,
+) -> None:
+    rows = _load(stores, specs, seed)
+    readable = {r for r, spec in rows.items() if may_read(spec, caller)}
+    acl = {
+        "tenant_id": caller["tenant"],
+        "roles": caller["roles"],
+        "doc_types": caller["doc_types"],
+        "sources": caller["sources"],
+    }
+
+    # keyword: the reference ranks every chunk by the index's own unfiltered BM25
+    tokens = tokenize_query(" ".join(query))
+    unfiltered = _unfiltered(stores.keyword, tokens, len(rows) + 1)
+    want = [(r, s) for r, s in unfiltered if r in readable][:k]
+    for limit in (0, 10**6):  # the filtered query; the unfiltered ranking, then the check
+        stores.keyword.oversample_limit = limit
+        _same_ranking(stores.keyword.search(tokens, k, **acl), want)
+    forced = ForcedFetch(stores.keyword_dir, access="read-only")
+    forced.fetch = fetch
+    _same_ranking(forced.search(tokens, k, **acl), want)
+    if len(want) == k and len(unfiltered) > fetch:
+        # the forced check saw too few readable hits unless the top ``fetch`` held k of them
+        held = sum(1 for r, _ in unfiltered[:fetch] if r in readable)
+        assert forced.paths["filtered" if held < k else "oversampled"] == 1
+
+    # vectors: exact search equals brute force; the HNSW walk returns only readable chunks
+    q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)
+    ranked = sorted(readable, key=lambda r: -float(rows[r]["vector"] @ q))[:k]
+    exact = stores.exact.search(SPACE, q, k, **acl)
+    assert [r for r, _ in exact] == ranked
+    np.testing.assert_allclose(
+        [s for _, s in exact], [float(rows[r]["vector"] @ q) for r in ranked], rtol=1e-5
+    )
+    graph = stores.hnsw.search(SPACE, q, k, **acl)
+    got_ids = [r for r, _ in graph]
+    assert set(got_ids) <= readable
+    assert len(got_ids) == len(set(got_ids)) == min(k, len(readable))
+
+
+def _unfiltered(index: TantivyKeywordIndex, tokens: list[str], k: int) -> list[tuple[int, float]]:
+    """Every matching chunk of any tenant, by the index's BM25 (the same scores a filtered
+    search gives, since its filter clauses score zero)."""
+    import tantivy
+
+    terms = list(dict.fromkeys(t for t in tokens if t))
+    if not terms:
+        return []
+    should = index._should("body", terms)
+    if index.head_boost > 0:
+        should += index._should("head", terms, index.head_boost)
+    searcher = index._index.searcher()
+    result = searcher.search(tantivy.Query.boolean_query(should), k, count=False)
+    rowids = searcher.fast_field_values("rowid", [a for _, a in result.hits])
+    return [(int(r), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.supervisor import Supervisor
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.api.turn_lock import TurnLock
+    from shelfhand.api.uploads import UploadRecords
     from shelfhand.core.context import UserContext
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
@@ -306,6 +307,17 @@ class App:
 
             self._ingest_queue = IngestQueue.open(self.settings.database_url)
         return self._ingest_queue
+
+    def upload_registry(self) -> UploadRecords:
+        """Who owns each uploaded source: in PostgreSQL with ``database_url`` (shared by
+        replicas and workers), else in ``<workspace>/sessions.db``."""
+        if self.settings.database_url:
+            from shelfhand.api.pg_uploads import PgUploadRegistry
+
+            return PgUploadRegistry.open(self.settings.database_url)
+        from shelfhand.api.uploads import UploadRegistry
+
+        return UploadRegistry(self.settings.workspace / "sessions.db")
 
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:

@@ -93,10 +93,13 @@ def _poll(client: httpx.Client, url: str, headers: dict[str, str]) -> dict[str, 
 def test_an_upload_through_one_instance_is_searchable_through_another_once_its_job_is_done(
     tmp_path: Path, pg_url: str, thread_servers: list[ThreadServer], worker_factory: Any
 ) -> None:
-    workspace = tmp_path / "ws"
+    # each instance and the worker with a workspace folder of its own, as on separate machines
+    workspace = tmp_path / "worker"
     workspace.mkdir()
-    a = _server(workspace, pg_url, job_wait=0.5)
-    b = _server(workspace, pg_url)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _server(tmp_path / "a", pg_url, job_wait=0.5)
+    b = _server(tmp_path / "b", pg_url)
     thread_servers.extend([a, b])
     with httpx.Client(timeout=60) as client:
         # no worker yet: the upload is queued and answered 202 with the job to poll
@@ -137,8 +140,10 @@ def test_an_upload_through_one_instance_is_searchable_through_another_once_its_j
             ).json()["results"]
             == []
         )
-        sources = client.get(f"{a.url}/v1/knowledge/sources", headers=ALICE).json()["sources"]
-        assert [s["source"] for s in sources] == ["t1/退货.md"]
+        # listed through either instance: the upload records are in PostgreSQL too
+        for url in (a.url, b.url):
+            sources = client.get(f"{url}/v1/knowledge/sources", headers=ALICE).json()["sources"]
+            assert [s["source"] for s in sources] == ["t1/退货.md"]
 
         # with a worker running, an upload answers as an in-process one did (plus job_id)
         r = client.post(

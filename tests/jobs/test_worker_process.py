@@ -90,9 +90,7 @@ def test_a_job_whose_worker_is_killed_mid_way_completes_exactly_once_on_another(
         assert [h.chunk.source for h in hits] == ["acme/b-退货.md"]
     finally:
         kb.close()
-    from shelfhand.api.uploads import UploadRegistry
-
-    registry = UploadRegistry(workers.workspace / "sessions.db")
+    registry = app.upload_registry()  # PostgreSQL: what every replica reads
     try:
         assert sorted(r.source for r in registry.for_tenant("acme")) == sorted(SOURCES)
         assert registry.pending() == []

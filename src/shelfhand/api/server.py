@@ -40,7 +40,7 @@ from shelfhand.api.chat import ChatService
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
-from shelfhand.api.uploads import UploadRegistry, Uploads
+from shelfhand.api.uploads import Uploads
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.worker import EmbeddingWorker
@@ -68,7 +68,7 @@ def build_service(
     kb = app.open_knowledge(writer="serve" if jobs is None else None)
     sessions = app.session_store()
     memories = app.user_memory_store()
-    registry = UploadRegistry(app.settings.workspace / "sessions.db")
+    registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
     chat = ChatService(

@@ -56,7 +56,7 @@ from shelfhand.knowledge.readers import SUPPORTED_SUFFIXES, read_file
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
+__all__ = ["UploadRecords", "UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
 
 MIGRATIONS = [
     Migration(
@@ -152,6 +152,24 @@ def safe_name(filename: str | None) -> str:
             code="unsupported_file_type",
         )
     return name
+
+
+class UploadRecords(Protocol):
+    """Source ownership: :class:`UploadRegistry` (``sessions.db``) or, with ``database_url``,
+    :class:`~shelfhand.api.pg_uploads.PgUploadRegistry` (shared by replicas and workers)."""
+
+    def close(self) -> None: ...
+    def owner_of(self, source: str) -> str | None: ...
+    def get(self, source: str) -> UploadRecord | None: ...
+    def record(self, records: Sequence[UploadRecord]) -> None: ...
+    def begin(self, records: Sequence[UploadRecord]) -> None: ...
+    def commit(self, sources: Sequence[str]) -> None: ...
+    def abandon(self, sources: Sequence[str]) -> None: ...
+    def pending(self) -> list[UploadRecord]: ...
+    def all_records(self) -> list[UploadRecord]: ...
+    def usage(self, tenant_id: str, *, excluding: Sequence[str] = ()) -> tuple[int, int]: ...
+    def for_tenant(self, tenant_id: str) -> list[UploadRecord]: ...
+    def remove(self, tenant_id: str, source: str) -> bool: ...
 
 
 class UploadRegistry:
@@ -329,7 +347,7 @@ class Uploads:
     def __init__(
         self,
         root: Path,
-        registry: UploadRegistry,
+        registry: UploadRecords,
         *,
         max_file_bytes: int,
         max_files: int,

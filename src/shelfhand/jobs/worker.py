@@ -159,11 +159,11 @@ class KnowledgeOpener:
 def build_runner(app: App, queue: IngestQueue, *, on_event: EventHook | None = None) -> JobRunner:
     """The runner for ``app``'s workspace: the service's upload logic and registry, and the
     knowledge base through a :class:`KnowledgeOpener` (close it with :func:`close_runner`)."""
-    from shelfhand.api.uploads import UploadRegistry, Uploads
+    from shelfhand.api.uploads import Uploads
 
     workspace = app.settings.workspace
     workspace.mkdir(parents=True, exist_ok=True)
-    registry = UploadRegistry(workspace / "sessions.db")
+    registry = app.upload_registry()
     # the limits were enforced when the job was queued; the worker checks ownership again
     uploads = Uploads(workspace / "uploads", registry, max_file_bytes=2**62, max_files=2**31)
     return JobRunner(

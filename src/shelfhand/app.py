@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from shelfhand.agent.supervisor import Supervisor
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.api.turn_lock import TurnLock
+    from shelfhand.api.uploads import UploadRecords
     from shelfhand.core.context import UserContext
+    from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embedding import EmbeddingRouter
     from shelfhand.knowledge.keyword import Access
@@ -59,6 +61,7 @@ class App:
     _model_built: bool = field(default=False, repr=False)
     _governance: Governance | None = field(default=None, repr=False)
     _shared: SharedState | None = field(default=None, repr=False)
+    _ingest_queue: IngestQueue | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -288,6 +291,34 @@ class App:
         kb.warm_up()
         logger.info("knowledge warmed up in %.0f ms", (time.perf_counter() - started) * 1000)
 
+    # --- ingest jobs ----------------------------------------------------------------------
+    def ingest_queue(self) -> IngestQueue | None:
+        """The ingest job queue on ``database_url`` (procrastinate over PostgreSQL), or
+        ``None`` without one (uploads and ``shelfhand ingest`` then ingest in process).
+
+        With it, uploads and ``shelfhand ingest`` enqueue jobs that ``shelfhand worker``
+        processes run. Fails fast with :class:`ConfigurationError` when PostgreSQL cannot be
+        reached or the ``worker`` extra is missing.
+        """
+        if not self.settings.database_url:
+            return None
+        if self._ingest_queue is None:
+            from shelfhand.jobs.queue import IngestQueue
+
+            self._ingest_queue = IngestQueue.open(self.settings.database_url)
+        return self._ingest_queue
+
+    def upload_registry(self) -> UploadRecords:
+        """Who owns each uploaded source: in PostgreSQL with ``database_url`` (shared by
+        replicas and workers), else in ``<workspace>/sessions.db``."""
+        if self.settings.database_url:
+            from shelfhand.api.pg_uploads import PgUploadRegistry
+
+            return PgUploadRegistry.open(self.settings.database_url)
+        from shelfhand.api.uploads import UploadRegistry
+
+        return UploadRegistry(self.settings.workspace / "sessions.db")
+
     # --- tools and agents -----------------------------------------------------------------
     def governance(self) -> Governance:
         """One governance state per app (cache, breakers, rate limits), audited into
@@ -503,12 +534,16 @@ class App:
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
 
     def close(self) -> None:
-        """Flush and close what the app opened (the audit log, shared connections)."""
+        """Flush and close what the app opened (the audit log, shared connections, the ingest
+        queue)."""
         if self._governance is not None and self._governance.audit is not None:
             self._governance.audit.close()
         if self._shared is not None:
             self._shared.close()
             self._shared = None
+        if self._ingest_queue is not None:
+            self._ingest_queue.close()
+            self._ingest_queue = None
 
     def api_keys(self) -> dict[str, UserContext]:
         """API key → caller, from ``SHELFHAND_API_KEYS`` or ``[[api_keys]]`` in shelfhand.toml."""

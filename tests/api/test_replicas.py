@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,36 @@ def replica(
     return server
 
 
+WORKER = Path(__file__).resolve().parents[1] / "jobs" / "worker_process.py"
+
+
+@pytest.fixture
+def worker(tmp_path: Path, pg_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """One ingest worker (``shelfhand worker``'s code, tests/jobs/worker_process.py) on the
+    replicas' database: with ``database_url`` uploads are jobs it runs."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")},
+        "SHELFHAND_RETRIEVAL_MODE": "keyword",
+        "SHELFHAND_DATABASE_URL": pg_url,
+        "PYTHONPATH": os.pathsep.join(
+            [str(WORKER.parents[2] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKER), str(tmp_path / "worker")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def last_user_text(messages: list[Message]) -> str:
     return next(m.text for m in reversed(messages) if m.role == "user")
 
@@ -96,7 +130,11 @@ async def message(c: httpx.AsyncClient, session: str, content: str) -> httpx.Res
 
 
 async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
-    tmp_path: Path, pg_url: str, redis_url: str, thread_servers: list[ThreadServer]
+    tmp_path: Path,
+    pg_url: str,
+    redis_url: str,
+    thread_servers: list[ThreadServer],
+    worker: subprocess.Popen[bytes],
 ) -> None:
     model = Model()
     fn = FunctionModel(model)
@@ -181,8 +219,12 @@ async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
         assert {s["id"] for s in listed} == {session, session_b}
         # ... and for knowledge (the PostgreSQL store both replicas share)
         doc = "# 退货政策\n\n投影仪 P20 的退货期限是 30 天，凭订单号 RMA 办理。\n".encode()
-        up = await alice_a.post("/v1/knowledge/files", files=[("files", ("退货.md", doc))])
-        assert up.status_code == 200
+        # (a job that the worker runs; the upload answers its report once it is done)
+        up = await alice_a.post(
+            "/v1/knowledge/files", files=[("files", ("退货.md", doc))], timeout=120
+        )
+        assert up.status_code == 200, up.text
+        assert up.json()["added"] == ["t1/退货.md"] and up.json()["job_id"]
         found = await alice_b.get("/v1/knowledge/search", params={"q": "退货期限"})
         assert [r["source"] for r in found.json()["results"]][:1] == ["t1/退货.md"]
         same_tenant = await carol_b.get("/v1/knowledge/search", params={"q": "退货期限"})
@@ -190,6 +232,8 @@ async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
         other_tenant = await bob_b.get("/v1/knowledge/search", params={"q": "退货期限"})
         assert other_tenant.json()["results"] == []
         assert (await bob_b.get("/v1/knowledge/sources")).json()["sources"] == []
+        listed_b = (await alice_b.get("/v1/knowledge/sources")).json()["sources"]
+        assert [s["source"] for s in listed_b] == ["t1/退货.md"]  # upload records are shared
 
     # the audit log of both replicas is one table
     for replica_ in (a, b):

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from shelfhand.api.chat import ChatService
     from shelfhand.api.uploads import Uploads
     from shelfhand.app import App
+    from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
@@ -45,6 +46,8 @@ class ServiceConfig:
             workspace's ``turn_timeout`` setting.
         heartbeat_interval: Seconds between ``: ping`` comments on a quiet SSE stream (they
             keep proxies from closing it and tell the client the turn is alive).
+        job_wait: With ingest workers (``database_url``), seconds an upload waits for its
+            job before it answers 202 with the job to poll (``GET /v1/knowledge/jobs/{id}``).
     """
 
     max_file_bytes: int = 20 * 1024 * 1024
@@ -55,6 +58,7 @@ class ServiceConfig:
     max_tenant_files: int | None = None
     turn_timeout: float | None = None
     heartbeat_interval: float = 15.0
+    job_wait: float = 300.0
 
 
 @dataclass(slots=True)
@@ -71,6 +75,8 @@ class Service:
     chat: ChatService
     uploads: Uploads
     closers: list[Any] = field(default_factory=list)
+    jobs: IngestQueue | None = None
+    """Uploads become ingest jobs for ``shelfhand worker`` (``database_url`` set)."""
 
 
 # async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than

@@ -17,11 +17,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from shelfhand.api.chat_routes import error_response
 from shelfhand.api.deps import Caller, Service, ServiceDep, sse_event
+from shelfhand.api.job_routes import queued_upload
 from shelfhand.api.schemas import (
     CitationOut,
     ErrorBody,
     IngestFailureOut,
     IngestOut,
+    JobOut,
     SearchOut,
     SourceList,
     SourceOut,
@@ -78,6 +80,11 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
             "ingest_progress events and one ingest_done (or error) event.",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
+        202: {
+            "model": JobOut,
+            "description": "With ingest workers: the job, queued or running (wait=false, or "
+            "not done within the wait); poll GET /v1/knowledge/jobs/{id}.",
+        },
     },
     response_model=IngestOut,
 )
@@ -86,6 +93,13 @@ async def upload_files(
     caller: Caller,
     files: Annotated[list[UploadFile], File(description="One or more documents.")],
     stream: Annotated[bool, Query(description="Stream ingest progress as SSE.")] = False,
+    wait: Annotated[
+        bool,
+        Query(
+            description="With ingest workers (database_url): follow the job and answer its "
+            "result; false answers 202 with the job to poll at once."
+        ),
+    ] = True,
     tags: Annotated[
         list[str] | None,
         Form(
@@ -119,6 +133,15 @@ async def upload_files(
     except BaseException:
         uploads.discard(staged)
         raise
+    if service.jobs is not None:  # workers ingest: enqueue a job, follow it
+        try:
+            return await queued_upload(
+                service, service.jobs, staged, caller, permission_tags, stream=stream, wait=wait
+            )
+        except UploadRejected as exc:
+            return error_response(exc.status, str(exc), exc.code)
+        finally:
+            uploads.discard(staged)
     if stream:
         return StreamingResponse(
             _ingest_events(service, staged, caller, permission_tags),

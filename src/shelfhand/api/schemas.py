@@ -178,6 +178,45 @@ class IngestOut(BaseModel):
         description="Stored and keyword-searchable, but without vectors (retried next ingest).",
     )
     seconds: float
+    job_id: str | None = Field(
+        default=None,
+        description="The ingest job that did it, when workers ingest (database_url is set).",
+    )
+
+
+class JobProgressOut(BaseModel):
+    """Where an ingest job is (phase queued, index, embed or done)."""
+
+    phase: str = "queued"
+    files_done: int = 0
+    files_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    chunks_embedded: int = 0
+    chunks_to_embed: int = 0
+
+
+class JobOut(BaseModel):
+    """An ingest job run by ``shelfhand worker`` (uploads when database_url is set)."""
+
+    id: str
+    kind: str
+    status: Literal["queued", "running", "done", "failed"]
+    sources: list[str]
+    files: int
+    bytes: int
+    attempts: int = Field(description="Runs so far (a retried job, e.g. after a worker died).")
+    progress: JobProgressOut
+    error: str | None = Field(default=None, description="Why it failed (or is being retried).")
+    code: str | None = None
+    result: IngestOut | None = Field(default=None, description="What it did, once done.")
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
 
 
 class SearchOut(BaseModel):

@@ -35,12 +35,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import shelfhand
-from shelfhand.api import chat_routes, knowledge_routes
+from shelfhand.api import chat_routes, job_routes, knowledge_routes
 from shelfhand.api.chat import ChatService
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
-from shelfhand.api.uploads import UploadRegistry, Uploads
+from shelfhand.api.uploads import Uploads
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.worker import EmbeddingWorker
@@ -63,10 +63,12 @@ def build_service(
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
-    kb = app.open_knowledge(writer="serve")  # one writer per workspace: uploads come here
+    jobs = app.ingest_queue()  # database_url set: workers ingest, this service enqueues
+    # one writer per workspace: uploads come here, or (with workers) go to them
+    kb = app.open_knowledge(writer="serve" if jobs is None else None)
     sessions = app.session_store()
     memories = app.user_memory_store()
-    registry = UploadRegistry(app.settings.workspace / "sessions.db")
+    registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
     chat = ChatService(
@@ -91,7 +93,8 @@ def build_service(
         max_tenant_bytes=config.max_tenant_bytes,
         max_tenant_files=config.max_tenant_files,
     )
-    uploads.recover(kb)  # undo an upload a crash interrupted; empty the staging folder
+    if jobs is None:  # (workers undo their own killed attempts, job by job)
+        uploads.recover(kb)  # undo an upload a crash interrupted; empty the staging folder
     service = Service(
         app=app,
         config=config,
@@ -102,6 +105,7 @@ def build_service(
         toolkit=toolkit,
         chat=chat,
         uploads=uploads,
+        jobs=jobs,
     )
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
     return service
@@ -174,7 +178,9 @@ def create_app(
             await service.toolkit.add_mcp(group)
         api.state.service = service
         # Ingest phase 2 in the background: uploads are keyword-searchable at once, vectors follow.
-        embedder = None if service.kb.keyword_only else EmbeddingWorker(service.kb)
+        # (With ingest workers, jobs embed what they store: this service only reads.)
+        background = not service.kb.keyword_only and service.jobs is None
+        embedder = EmbeddingWorker(service.kb) if background else None
         if embedder is not None:
             embedder.start()
         try:
@@ -203,6 +209,7 @@ def create_app(
     api.state.service = service
     api.include_router(chat_routes.router)
     api.include_router(knowledge_routes.router)
+    api.include_router(job_routes.router)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)

@@ -56,7 +56,7 @@ from shelfhand.knowledge.readers import SUPPORTED_SUFFIXES, read_file
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
+__all__ = ["UploadRecords", "UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
 
 MIGRATIONS = [
     Migration(
@@ -152,6 +152,24 @@ def safe_name(filename: str | None) -> str:
             code="unsupported_file_type",
         )
     return name
+
+
+class UploadRecords(Protocol):
+    """Source ownership: :class:`UploadRegistry` (``sessions.db``) or, with ``database_url``,
+    :class:`~shelfhand.api.pg_uploads.PgUploadRegistry` (shared by replicas and workers)."""
+
+    def close(self) -> None: ...
+    def owner_of(self, source: str) -> str | None: ...
+    def get(self, source: str) -> UploadRecord | None: ...
+    def record(self, records: Sequence[UploadRecord]) -> None: ...
+    def begin(self, records: Sequence[UploadRecord]) -> None: ...
+    def commit(self, sources: Sequence[str]) -> None: ...
+    def abandon(self, sources: Sequence[str]) -> None: ...
+    def pending(self) -> list[UploadRecord]: ...
+    def all_records(self) -> list[UploadRecord]: ...
+    def usage(self, tenant_id: str, *, excluding: Sequence[str] = ()) -> tuple[int, int]: ...
+    def for_tenant(self, tenant_id: str) -> list[UploadRecord]: ...
+    def remove(self, tenant_id: str, source: str) -> bool: ...
 
 
 class UploadRegistry:
@@ -329,7 +347,7 @@ class Uploads:
     def __init__(
         self,
         root: Path,
-        registry: UploadRegistry,
+        registry: UploadRecords,
         *,
         max_file_bytes: int,
         max_files: int,
@@ -376,6 +394,23 @@ class Uploads:
                 if leftovers:
                     logger.info("removing %d stale staging folder(s)", len(leftovers))
                 shutil.rmtree(staging, ignore_errors=True)
+
+    def rollback_unfinished(self, kb: KnowledgeTarget, sources: Sequence[str]) -> None:
+        """Undo an earlier attempt at uploading ``sources`` that died mid-way (a worker killed
+        with ``kill -9``), as :meth:`recover` does for the whole registry: a pending source
+        its tenant did not own before is removed again; an owned one (a replace) stays and is
+        replaced by the next attempt. Call while no other upload of these sources runs (a
+        worker holds their job locks)."""
+        wanted = set(sources)
+        with self._ingest_lock:
+            pending = [r for r in self.registry.pending() if r.source in wanted]
+            for record in pending:
+                if self.registry.owner_of(record.source) is not None:
+                    continue
+                kb.forget(record.source)
+                self._kept_file(record.source).unlink(missing_ok=True)
+                logger.warning("rolled back an unfinished attempt at %s", record.source)
+            self.registry.abandon([r.source for r in pending])
 
     def _kept_file(self, source: str) -> Path:
         tenant_dir, _, name = source.partition("/")
@@ -463,38 +498,8 @@ class Uploads:
                 failed after all (422; sources this upload added are removed again).
         """
         tenant_dir = tenant_folder(user.tenant_id)
-        sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
-        now = time.time()
-        records = [
-            UploadRecord(
-                source=source,
-                tenant_id=user.tenant_id,
-                filename=path.name,
-                bytes=size,
-                uploaded_by=user.user_id,
-                uploaded_at=now,
-            )
-            for (path, size), source in zip(staged.files, sources, strict=True)
-        ]
         with self._ingest_lock:
-            stored = kb.source_access(sources)
-            groups: dict[tuple[str, ...], list[Path]] = {}
-            for (path, _), source in zip(staged.files, sources, strict=True):
-                record = self.registry.get(source)
-                tags = tuple(permission_tags or ())
-                if record is not None or source in stored:
-                    if access(user, stored.get(source), record) != "write":
-                        # the same answer whether or not the caller may read it: an
-                        # unreadable source's tags and owner are not revealed
-                        raise UploadRejected(
-                            f"source {source} already exists and is not yours to replace",
-                            status=409,
-                            code="source_conflict",
-                        )
-                    old = stored[source][1] if source in stored else set()
-                    tags = replacement_tags(user, old, permission_tags)
-                groups.setdefault(tags, []).append(path)
-            self._check_quota(user.tenant_id, records)
+            sources, records, groups = self._plan(staged, user, kb, permission_tags)
             new = [s for s in sources if self.registry.owner_of(s) is None]
             self.registry.begin(records)  # the intent, so a crash from here on is undone
             reports: list[IngestReport] = []
@@ -532,6 +537,62 @@ class Uploads:
                 path.replace(keep / path.name)
             self.registry.commit(sources)
         return report
+
+    def check(
+        self,
+        staged: Staged,
+        user: UserContext,
+        kb: KnowledgeTarget,
+        permission_tags: Sequence[str] | None = None,
+    ) -> None:
+        """Refuse now what :meth:`ingest` would refuse (a source the caller may not replace:
+        409; the tenant's quota: 413), before the upload is queued for a worker (which checks
+        again when it runs)."""
+        with self._ingest_lock:
+            self._plan(staged, user, kb, permission_tags)
+
+    def _plan(
+        self,
+        staged: Staged,
+        user: UserContext,
+        kb: KnowledgeTarget,
+        permission_tags: Sequence[str] | None,
+    ) -> tuple[list[str], list[UploadRecord], dict[tuple[str, ...], list[Path]]]:
+        """Sources, registry records and files grouped by tag set; refused as a whole when a
+        source is not the caller's to replace or the quota is exceeded."""
+        tenant_dir = tenant_folder(user.tenant_id)
+        sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
+        now = time.time()
+        records = [
+            UploadRecord(
+                source=source,
+                tenant_id=user.tenant_id,
+                filename=path.name,
+                bytes=size,
+                uploaded_by=user.user_id,
+                uploaded_at=now,
+            )
+            for (path, size), source in zip(staged.files, sources, strict=True)
+        ]
+        stored = kb.source_access(sources)
+        groups: dict[tuple[str, ...], list[Path]] = {}
+        for (path, _), source in zip(staged.files, sources, strict=True):
+            record = self.registry.get(source)
+            tags = tuple(permission_tags or ())
+            if record is not None or source in stored:
+                if access(user, stored.get(source), record) != "write":
+                    # the same answer whether or not the caller may read it: an
+                    # unreadable source's tags and owner are not revealed
+                    raise UploadRejected(
+                        f"source {source} already exists and is not yours to replace",
+                        status=409,
+                        code="source_conflict",
+                    )
+                old = stored[source][1] if source in stored else set()
+                tags = replacement_tags(user, old, permission_tags)
+            groups.setdefault(tags, []).append(path)
+        self._check_quota(user.tenant_id, records)
+        return sources, records, groups
 
     def _check_quota(self, tenant_id: str, records: Sequence[UploadRecord]) -> None:
         if self.max_tenant_bytes is None and self.max_tenant_files is None:

@@ -187,6 +187,21 @@ def ingest(
             "or the service.",
         ),
     ] = False,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help="With SHELFHAND_DATABASE_URL: queue the job and return without following it.",
+        ),
+    ] = False,
+    no_queue: Annotated[
+        bool,
+        typer.Option(
+            "--no-queue",
+            help="With SHELFHAND_DATABASE_URL: ingest in this process instead of queueing a "
+            "job for `shelfhand worker`.",
+        ),
+    ] = False,
 ) -> None:
     """Index files and folders (incremental: unchanged files cost nothing).
 
@@ -210,6 +225,22 @@ def ingest(
 
     a = _app(workspace)
     console = _console()
+    if a.settings.database_url and not no_queue:  # workers ingest: queue the files as a job
+        from shelfhand.cli.ingest_jobs import queued_ingest
+        from shelfhand.core.errors import ConfigurationError
+
+        try:
+            queue = a.ingest_queue()
+        except ConfigurationError as exc:
+            raise _err(str(exc), 2) from None
+        assert queue is not None
+        try:
+            queued_ingest(
+                a, queue, targets, tenant=tenant, tags=tag or [], detach=detach, console=console
+            )
+        finally:
+            a.close()
+        return
     try:
         kb = a.open_knowledge(
             writer="ingest",

@@ -231,6 +231,7 @@ COMMAND_MODULES = (
     "agents",
     "pg",
     "cluster",
+    "worker",
 )
 
 

@@ -1,0 +1,148 @@
+"""``shelfhand ingest`` with ``database_url`` set: the files go on the queue as one job.
+
+The files are read here and stored with the job in PostgreSQL (each within the ``[limits]``
+file size, all of them within :data:`MAX_JOB_BYTES`); a ``shelfhand worker`` ingests them with
+the same source names an in-process ingest gives (``<folder name>/<path>``), and a folder
+still prunes the sources of files that vanished from it. The command follows the job until it
+is done (Ctrl-C stops following, not the job) unless ``--detach``; it says so when no worker
+is running (``--no-queue`` ingests in the command's own process instead).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.markup import escape
+
+from shelfhand.cli.main import _err
+
+if TYPE_CHECKING:
+    from shelfhand.app import App
+    from shelfhand.jobs.queue import IngestQueue, JobFile, JobRecord
+
+MAX_JOB_BYTES = 1024**3
+"""The most bytes one ``shelfhand ingest`` puts on the queue (ingest bigger trees in parts)."""
+
+EXIT_SKIPPED = 3
+EXIT_FAILED = 1
+
+
+def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
+    """The files under ``targets`` named as an in-process ingest names their sources."""
+    from shelfhand.jobs.queue import JobFile
+    from shelfhand.knowledge.readers import iter_files
+
+    files: list[JobFile] = []
+    total = 0
+    for given in targets:
+        folder = given.is_dir()
+        root = given if folder else given.parent
+        root_name = root.resolve().name or "root"
+        for path in iter_files([given]):
+            size = path.stat().st_size
+            if size > max_file_bytes:
+                raise _err(
+                    f"{path} is larger than the file limit ({max_file_bytes} bytes, "
+                    "[limits] max_file_mb)",
+                    2,
+                )
+            total += size
+            if total > MAX_JOB_BYTES:
+                raise _err(
+                    f"more than {MAX_JOB_BYTES // 1024**2} MiB to queue in one ingest: "
+                    "ingest the folders in several runs",
+                    2,
+                )
+            name = f"{root_name}/{path.relative_to(root).as_posix()}"
+            files.append(JobFile(name=name, data=path.read_bytes(), folder=folder))
+    return files
+
+
+def queued_ingest(
+    a: App,
+    queue: IngestQueue,
+    targets: list[Path],
+    *,
+    tenant: str,
+    tags: list[str],
+    detach: bool,
+    console: Any,
+) -> None:
+    """Enqueue the files and (unless ``detach``) follow the job; exits like ``ingest``."""
+    from shelfhand.core.context import UserContext
+
+    files = collect_files(targets, int(a.read_limits().max_file_mb * 1024 * 1024))
+    if not files:
+        raise _err("no readable files to ingest in " + ", ".join(map(str, targets)), 2)
+    job = queue.enqueue(
+        kind="ingest",
+        user=UserContext(tenant_id=tenant, user_id="cli", roles=()),
+        files=files,
+        sources=[f.name for f in files],
+        permission_tags=tags,
+    )
+    console.print(
+        f"queued job {job.id}: {job.files} files, {job.bytes} bytes "
+        "(a `shelfhand worker` ingests them)",
+        highlight=False,
+    )
+    if not queue.live_workers():
+        console.print(
+            "[yellow]no worker is running:[/] start `shelfhand worker` with the same settings "
+            "(the job waits in the queue), or ingest here with --no-queue",
+            highlight=False,
+        )
+    if detach:
+        return
+    try:
+        job = _follow(queue, job, console)
+    except KeyboardInterrupt:
+        console.print(
+            f"[yellow]stopped following:[/] job {job.id} goes on in the workers", highlight=False
+        )
+        raise typer.Exit(130) from None
+    _summary(job, console)
+
+
+def _follow(queue: IngestQueue, job: JobRecord, console: Any) -> JobRecord:
+    pause = threading.Event()
+    started = time.monotonic()
+    with console.status("queued: waiting for a worker") as status:
+        while not job.final:
+            pause.wait(0.5)
+            job = queue.get(job.id) or job
+            p = job.progress
+            if job.status == "queued":
+                text = "queued: waiting for a worker"
+                if job.error:
+                    text = f"retrying after: {job.error}"
+            elif p.phase == "embed":
+                text = f"embedding: {p.chunks_embedded}/{p.chunks_to_embed} chunks"
+            else:
+                text = f"indexing: {p.files_done}/{p.files_total} files"
+            status.update(f"{text} ({time.monotonic() - started:.0f} s)")
+    return job
+
+
+def _summary(job: JobRecord, console: Any) -> None:
+    if job.status == "failed":
+        raise _err(f"job {job.id} failed: {job.error}", EXIT_FAILED)
+    r = job.report or {}
+    console.print(
+        f"{len(r.get('added', []))} added, {len(r.get('updated', []))} updated, "
+        f"{len(r.get('unchanged', []))} unchanged, {len(r.get('removed', []))} removed, "
+        f"{len(r.get('failed', []))} skipped; {r.get('chunks', 0)} chunks "
+        f"({r.get('embedded_chunks', 0)} embedded), job {job.id} done",
+        highlight=False,
+    )
+    for failure in r.get("failed", []):
+        console.print(
+            f"[yellow]skipped[/] {escape(failure['source'])}: {escape(failure['reason'])}",
+            highlight=False,
+        )
+    if r.get("failed"):
+        raise typer.Exit(EXIT_SKIPPED)

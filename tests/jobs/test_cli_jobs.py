@@ -1,0 +1,151 @@
+"""``shelfhand ingest`` with SHELFHAND_DATABASE_URL queues a job; ``shelfhand worker`` runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from job_helpers import ALICE, FAQ_EN, FAQ_ZH, SRC, job_env, make_app
+
+from shelfhand.core.context import UserContext
+from shelfhand.jobs.queue import IngestQueue
+
+
+def _env(pg_url: str) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")},
+        **job_env(pg_url),
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def _cli(pg_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *args],
+        env=_env(pg_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    (folder / "zh").mkdir(parents=True)
+    (folder / "returns.md").write_text(FAQ_EN, encoding="utf-8")
+    (folder / "zh" / "退货.md").write_text(FAQ_ZH, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def worker(tmp_path: Path, pg_url: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shelfhand.cli",
+            "worker",
+            "-w",
+            str(tmp_path / "ws"),
+            "--concurrency",
+            "2",
+            "--heartbeat",
+            "1",
+            "--stalled-after",
+            "5",
+        ],
+        env=_env(pg_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_ingest_with_a_database_queues_a_job_and_detach_returns_at_once(
+    tmp_path: Path, pg_url: str, docs: Path
+) -> None:
+    done = _cli(pg_url, "ingest", "-w", str(tmp_path / "ws"), str(docs), "--detach")
+    assert done.returncode == 0, done.stderr
+    assert "queued job" in done.stdout
+    assert "no worker is running" in done.stdout
+    queue = IngestQueue.open(pg_url)
+    try:
+        (job,) = queue.for_tenant("default")
+        assert job.kind == "ingest" and job.status == "queued"
+        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
+    finally:
+        queue.close()
+    # nothing was ingested in process
+    kb = make_app(tmp_path / "ws", pg_url).open_knowledge()
+    try:
+        assert kb.sources() == []
+    finally:
+        kb.close()
+
+
+def test_ingest_no_queue_ingests_in_its_own_process(
+    tmp_path: Path, pg_url: str, docs: Path
+) -> None:
+    ws = tmp_path / "ws"
+    done = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--no-queue", "--tenant", "acme")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 added" in done.stdout and "queued" not in done.stdout
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        hits = kb.search("无理由退货", k=3, user=ALICE, mode="keyword")
+        assert [h.chunk.source for h in hits] == ["docs/zh/退货.md"]
+    finally:
+        kb.close()
+    queue = IngestQueue.open(pg_url)
+    try:
+        assert queue.for_tenant("acme") == []
+    finally:
+        queue.close()
+
+
+def test_ingest_follows_its_job_on_a_worker_and_reports_like_an_in_process_ingest(
+    tmp_path: Path, pg_url: str, docs: Path, worker: subprocess.Popen[str]
+) -> None:
+    ws = tmp_path / "ws"
+    done = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--tenant", "acme")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 added, 0 updated, 0 unchanged, 0 removed, 0 skipped" in done.stdout
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        hits = kb.search("无理由退货", k=3, user=ALICE, mode="keyword")
+        assert [h.chunk.source for h in hits] == ["docs/zh/退货.md"]
+        other = UserContext(tenant_id="other", user_id="x")
+        assert kb.search("无理由退货", k=3, user=other, mode="keyword") == []
+    finally:
+        kb.close()
+    # the worker stops on SIGTERM, cleanly
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.stderr.read() if worker.stderr else ""
+
+
+def test_worker_without_a_database_fails_with_a_clear_message(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "worker", "-w", str(tmp_path / "ws")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "SHELFHAND_DATABASE_URL" in done.stderr

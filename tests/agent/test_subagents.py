@@ -397,6 +397,25 @@ async def test_run_also_stops_at_the_loop_guard_and_sessions_carry_fingerprints(
     assert again.stop_reason == "human_needed"
 
 
+async def test_only_turns_of_a_session_leave_fingerprints_in_the_shared_memory() -> None:
+    from collections import OrderedDict
+
+    shared: OrderedDict[tuple[str, str], str] = OrderedDict()
+    child = ScriptedModel([text("库存 12")] * 4)
+    main = ScriptedModel(
+        [tool_call("product_advisor", {"task": "a"}), text("first")]
+        + [tool_call("product_advisor", {"task": "a"}), tool_call("product_advisor", {"task": "b"})]
+        + [tool_call("product_advisor", {"task": "a"}), text("in s1")]
+    )
+    sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(child)], fingerprints=shared)
+    assert (await sup.run("x", context=ALICE)).output == "first"
+    assert shared == OrderedDict()  # nothing later could ask for that turn's fingerprints
+    # the guard still holds within a turn of no session
+    assert (await sup.run("x", context=ALICE)).stop_reason == "human_needed"
+    assert (await sup.run("x", context=ALICE, session="s1")).output == "in s1"
+    assert shared == OrderedDict({("s1", "product_advisor"): fingerprint("库存 12")})
+
+
 def test_a_delegated_run_belongs_to_its_parents_caller() -> None:
     from shelfhand.core.context import RunContext
 

@@ -38,7 +38,6 @@ import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -196,7 +195,9 @@ class _Delegation:
         turn.calls += 1
         sink = turn.sink
         if sink is None:  # nobody watches the events: just run it
-            result = await self._run(run, task, turn, history)
+            result = await self.agent().run(
+                task, history=self._history(turn, history), approvals=turn.approvals, parent=run
+            )
         else:
             sink(SubagentStarted(subagent=spec.id, depth=depth, task=task))
             started = time.perf_counter()
@@ -240,12 +241,6 @@ class _Delegation:
             return given
         return turn.history if self.spec.memory == "shared" else ()
 
-    async def _run(
-        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
-    ) -> RunResult:
-        history = self._history(turn, given)
-        return await self.agent().run(task, history=history, approvals=turn.approvals, parent=run)
-
     async def _stream(
         self,
         run: RunContext,
@@ -268,22 +263,23 @@ class _Delegation:
         else:
             events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
         result: RunResult | None = None
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                if isinstance(event, Final):
-                    result = event.result  # the run ends after it: drained, not closed
-                elif isinstance(event, ToolStarted | ToolFinished):
-                    sink(event if event.agent is not None else tag_event(event, spec.id))
-                elif isinstance(
-                    event,
-                    ToolProgress
-                    | ApprovalRequired
-                    | ApprovalDecided
-                    | SubagentStarted  # a pipeline's own steps
-                    | SubagentFinished
-                    | HumanNeeded,
-                ):
-                    sink(event)
+        # drained to its end (a run ends right after its final event): nothing is left to
+        # close; an error or a cancellation raised inside it finishes it
+        async for event in events:
+            if isinstance(event, Final):
+                result = event.result
+            elif isinstance(event, ToolStarted | ToolFinished):
+                sink(event if event.agent is not None else tag_event(event, spec.id))
+            elif isinstance(
+                event,
+                ToolProgress
+                | ApprovalRequired
+                | ApprovalDecided
+                | SubagentStarted  # a pipeline's own steps
+                | SubagentFinished
+                | HumanNeeded,
+            ):
+                sink(event)
         if result is None:
             raise RuntimeError(f"subagent {spec.id} ended without a final event")
         return result
@@ -566,7 +562,7 @@ class Supervisor:
         """Run the turn to its answer (see :meth:`stream` for the arguments)."""
         trace_id = trace_id or new_id()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session or trace_id)
+        turn = self._new_turn(first, history, approvals, session, trace_id)
         final: RunResult | None = None
         token = _turn.set(turn)  # no stream to feed: the main agent runs in this task
         try:
@@ -575,12 +571,14 @@ class Supervisor:
                 first, context, history, deps, streaming=False, approvals=approvals,
                 trace_id=trace_id, parent=parent,
             )  # fmt: skip
-            async with aclosing(events) as inner:
-                async for event in inner:
-                    if turn.human is not None:  # the loop guard tripped: ask nothing more
-                        break
-                    if isinstance(event, Final):
-                        final = event.result  # the loop ends after it: drained, not closed
+            # drained to its end (it ends right after its final event), or closed at once
+            # when the loop guard trips; an exception inside the loop finishes it anyway
+            async for event in events:
+                if turn.human is not None:  # the loop guard tripped: ask nothing more
+                    await events.aclose()
+                    break
+                if isinstance(event, Final):
+                    final = event.result
         finally:
             _turn.reset(token)
         if turn.human is None:
@@ -597,18 +595,22 @@ class Supervisor:
         first: Message,
         history: Sequence[Message],
         approvals: Approvals | None,
-        session: str,
+        session: str | None,
+        trace_id: str,
         sink: Callable[[Event], None] | None = None,
     ) -> _Turn:
         memory = self.agent.memory
         past = tuple(memory.messages) if memory is not None else tuple(history)
         return _Turn(
-            session=session,
+            session=session or trace_id,
             max_calls=self.max_calls,
             sink=sink,
             history=(*past, first),
             approvals=approvals if approvals is not None else self.agent.approvals,
-            guard=self._guard,
+            # without a session the fingerprints are this turn's alone (keyed by its trace
+            # id, which no later turn has): they live with the turn, not in the memory
+            # shared by the supervisor's turns
+            guard=self._guard if session is not None else OrderedDict(),
         )
 
     def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
@@ -637,7 +639,7 @@ class Supervisor:
         trace_id = trace_id or new_id()
         channel = _Channel()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session or trace_id, channel.put)
+        turn = self._new_turn(first, history, approvals, session, trace_id, channel.put)
 
         async def produce() -> None:
             try:
@@ -646,11 +648,12 @@ class Supervisor:
                     first, context, history, deps, streaming=True, approvals=approvals,
                     trace_id=trace_id, parent=parent,
                 )  # fmt: skip
-                async with aclosing(events) as inner:
-                    async for event in inner:
-                        channel.put(event)
-                        if turn.human is not None:  # the loop guard tripped: ask nothing more
-                            break
+                # drained, or closed at once when the loop guard trips (as in ``run``)
+                async for event in events:
+                    channel.put(event)
+                    if turn.human is not None:  # the loop guard tripped: ask nothing more
+                        await events.aclose()
+                        break
                 channel.put(None)
             except asyncio.CancelledError:
                 raise

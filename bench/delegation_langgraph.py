@@ -8,7 +8,8 @@ Run it with a Python that has ``langchain`` and ``langgraph`` (not a shelfhand d
 
 Same shape as shelfhand's cases: ``single`` is one ``create_agent`` graph calling ``add`` once;
 ``delegation`` is a main graph whose one tool ``worker(task)`` runs a second graph (the
-subagent) that calls ``add``. Scripted chat models; CPU microseconds per run (minimum over the
+subagent) that calls ``add``. Both answer ``result 5`` (the subagent hands back the bare sum),
+checked before timing. Scripted chat models; CPU microseconds per run (minimum over the
 repeats) and wall microseconds (median).
 """
 
@@ -34,6 +35,7 @@ class Calls(BaseChatModel):
 
     name_: str
     args: dict[str, Any]
+    answer: str = "result {}"
 
     @property
     def _llm_type(self) -> str:
@@ -45,7 +47,7 @@ class Calls(BaseChatModel):
     def _answer(self, messages: Any) -> ChatResult:
         last = messages[-1]
         if isinstance(last, ToolMessage):
-            msg = AIMessage(content=f"result {last.content}")
+            msg = AIMessage(content=self.answer.format(last.content))
         else:
             call = {"name": self.name_, "args": self.args, "id": "call_1", "type": "tool_call"}
             msg = AIMessage(content="", tool_calls=[call])
@@ -68,7 +70,7 @@ def add(a: int, b: int) -> int:
 
 def build() -> dict[str, Any]:
     single = create_agent(Calls(name_="add", args={"a": 2, "b": 3}), [add])
-    worker_graph = create_agent(Calls(name_="add", args={"a": 2, "b": 3}), [add])
+    worker_graph = create_agent(Calls(name_="add", args={"a": 2, "b": 3}, answer="{}"), [add])
 
     @tool
     async def worker(task: str) -> str:
@@ -86,6 +88,9 @@ def build() -> dict[str, Any]:
 
 async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
     cases = build()
+    for name, make in cases.items():  # the same answer both ways
+        out = await make()
+        assert out["messages"][-1].content == "result 5", (name, out["messages"][-1])
     for make in cases.values():
         for _ in range(20):
             await make()

@@ -309,27 +309,27 @@ class _Channel:
     does not need (bounds, ``task_done``): the consumer waits only when nothing is queued,
     so a burst of events costs one wake-up. One producer and one consumer, on one loop."""
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_waiter", "items")
 
     def __init__(self) -> None:
-        self._items: deque[Event | BaseException | None] = deque()
+        self.items: deque[Event | BaseException | None] = deque()
+        """What is queued; the consumer pops from the left (after :meth:`wait`)."""
         self._waiter: asyncio.Future[None] | None = None
 
     def put(self, item: Event | BaseException | None) -> None:
-        self._items.append(item)
+        self.items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def get(self) -> Event | BaseException | None:
-        items = self._items
-        while not items:
+    async def wait(self) -> None:
+        """Until something is queued."""
+        while not self.items:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        return items.popleft()
 
 
 def _refused(message: str) -> ToolOutput:
@@ -660,6 +660,7 @@ class Supervisor:
             except BaseException as exc:
                 channel.put(exc)
 
+        items = channel.items
         token = _turn.set(turn)
         try:
             task = asyncio.create_task(produce())  # runs in a copy of this context
@@ -667,7 +668,9 @@ class Supervisor:
             _turn.reset(token)
         try:
             while True:
-                item = await channel.get()
+                if not items:
+                    await channel.wait()
+                item = items.popleft()
                 if item is None:
                     return
                 if isinstance(item, BaseException):

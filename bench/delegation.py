@@ -18,7 +18,7 @@ the bare sum, which the main agent words as the single agent does), and the same
 shape; both are checked before timing. Goal: a delegation at most 2x a single-agent run with
 one tool call.
 
-    python bench/delegation.py [--runs 300] [--repeats 15]
+    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE]
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def calls(name: str, arguments: dict[str, Any], answer: str = "result {}") -> Fu
 
 
 ANSWER = "result 5"  # what every case answers: the subagent hands back the bare sum
+CASES = ("single", "single_stream", "as_tool", "supervisor", "supervisor_stream")
 
 
 def build() -> dict[str, Callable[[], Awaitable[Any]]]:
@@ -111,16 +112,20 @@ def build() -> dict[str, Callable[[], Awaitable[Any]]]:
     }
 
 
-async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
+async def measure(
+    runs: int, repeats: int, only: Sequence[str] = ()
+) -> dict[str, tuple[float, float]]:
     """Per case: (CPU microseconds per run, minimum over repeats; wall microseconds per run,
     median over repeats). CPU time of this process is what the framework costs; wall time on
-    a loaded machine also counts other processes."""
+    a loaded machine also counts other processes. ``only``: measure just these cases."""
     cases = build()
     for name, make in cases.items():  # every case gives the same answer, the same way
         out = await make()
         result = out.result if isinstance(out, Final) else out
         assert result.output == ANSWER and result.stop_reason == "final", (name, result)
         assert len(result.messages) == 4, (name, result.messages)  # prompt, call, result, answer
+    if only:
+        cases = {name: cases[name] for name in only}
     for make in cases.values():  # warm up
         for _ in range(50):
             await make()
@@ -141,8 +146,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument(
+        "--only",
+        choices=CASES,
+        action="append",
+        default=[],
+        help="measure only this case (repeatable); for an outside profiler, e.g. "
+        "bench/delegation_instructions.sh",
+    )
     a = ap.parse_args()
-    figures = asyncio.run(measure(a.runs, a.repeats))
+    figures = asyncio.run(measure(a.runs, a.repeats, a.only))
+    if a.only:
+        for name, (c, w) in figures.items():
+            print(f"{name:<20} {c:>10.1f} {w:>12.1f}")
+        return
     base_cpu, base_wall = figures["single"]
     base_cpu_stream, base_wall_stream = figures["single_stream"]
     if a.json:

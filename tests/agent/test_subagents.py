@@ -504,3 +504,23 @@ async def test_a_subagent_tool_in_a_plain_agent_keeps_the_budget_per_run() -> No
     first, second = (m.tool_results[0] for m in result.messages if m.role == "tool")
     assert first.content == "answer to a"
     assert second.is_error and "budget of 1 subagent calls" in second.content
+
+
+async def test_a_subagent_tool_in_a_plain_agent_guards_against_loops_per_run() -> None:
+    child = FunctionModel(lambda messages, tools: "同样的答案")
+    delegate = as_tool(Agent(name="helper", model=child), description="Helps.")
+    agent = Agent(
+        model=ScriptedModel(
+            [tool_call("helper", {"task": "a"}), tool_call("helper", {"task": "b"}), text("1")]
+            + [tool_call("helper", {"task": "a"}), text("2")]
+        ),
+        toolkit=Toolkit([delegate]),
+    )
+    looped = await agent.run("x", context=ALICE)
+    first, second = (m.tool_results[0] for m in looped.messages if m.role == "tool")
+    assert first.content == "同样的答案"
+    assert second.is_error and "handed back the same result twice" in second.content
+    # the next run starts afresh: one such result is no loop
+    again = await agent.run("x", context=ALICE)
+    (only,) = (m.tool_results[0] for m in again.messages if m.role == "tool")
+    assert only.content == "同样的答案" and not only.is_error

@@ -134,14 +134,12 @@ class _Delegation:
         *,
         max_depth: int,
         max_calls: int,
-        guard: OrderedDict[tuple[str, str], str] | None = None,
     ) -> None:
         self.spec = spec
         self._build = build
         self._agent: Delegable | None = None
         self.max_depth = max_depth
         self.max_calls = max_calls
-        self._guard = guard if guard is not None else OrderedDict()
         self._standalone: OrderedDict[str, _Turn] = OrderedDict()  # calling run → its turn
 
     def agent(self) -> Delegable:
@@ -172,10 +170,11 @@ class _Delegation:
         subagent to continue, instead of what its memory setting gives it)."""
         spec = self.spec
         turn = _turn.get()
-        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits per run
+        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits and
+            # fingerprints per calling run
             turn = self._standalone.get(run.trace_id)
             if turn is None:
-                turn = _Turn(session=run.trace_id, max_calls=self.max_calls, guard=self._guard)
+                turn = _Turn(session=run.trace_id, max_calls=self.max_calls)
                 self._standalone[run.trace_id] = turn
                 while len(self._standalone) > _GUARD_KEYS:
                     self._standalone.popitem(last=False)
@@ -461,7 +460,6 @@ class Supervisor:
                 lambda spec=spec: self._build(spec),  # type: ignore[misc]
                 max_depth=max_depth,
                 max_calls=max_calls,
-                guard=self._guard,
             )
         own = [t.name for t in toolkit.tools] if tools is None else list(tools)
         unknown = [n for n in own if toolkit.get(n) is None]

@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+from interleaved import interleaved
 
 from shelfhand import Agent, Toolkit, UserContext, tool
 from shelfhand.agent.subagents import Subagent
@@ -126,19 +126,7 @@ async def measure(
         assert len(result.messages) == 4, (name, result.messages)  # prompt, call, result, answer
     if only:
         cases = {name: cases[name] for name in only}
-    for make in cases.values():  # warm up
-        for _ in range(50):
-            await make()
-    cpu: dict[str, list[float]] = {name: [] for name in cases}
-    wall: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, make in cases.items():
-            c0, w0 = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await make()
-            cpu[name].append((time.process_time() - c0) / runs * 1e6)
-            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
-    return {name: (min(cpu[name]), statistics.median(wall[name])) for name in cases}
+    return await interleaved(cases, runs, repeats, warmup=50)
 
 
 def main() -> None:

@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import json
 import logging
-import statistics
-import time
 from importlib.metadata import version
 from typing import Any
 
@@ -35,6 +33,7 @@ from agentscope.message import TextBlock, ToolCallBlock, ToolResultBlock, UserMs
 from agentscope.model import ChatModelBase, ChatResponse
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
+from interleaved import interleaved
 from pydantic import BaseModel
 
 ALLOW = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="benchmark")
@@ -130,19 +129,7 @@ async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
     answers = {name: await make() for name, make in cases.items()}
     # the same answer both ways, and the subagent's tool result reached the main agent
     assert answers == {"single": "result 5", "delegation": "result 5"}, answers
-    for make in cases.values():
-        for _ in range(20):
-            await make()
-    cpu: dict[str, list[float]] = {k: [] for k in cases}
-    wall: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeats):
-        for name, make in cases.items():
-            c0, w0 = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await make()
-            cpu[name].append((time.process_time() - c0) / runs * 1e6)
-            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
-    return {k: (min(cpu[k]), statistics.median(wall[k])) for k in cases}
+    return await interleaved(cases, runs, repeats, warmup=20)
 
 
 def main() -> None:

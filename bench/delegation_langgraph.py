@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from importlib.metadata import version
 from typing import Any
 
+from interleaved import interleaved
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -91,19 +90,7 @@ async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
     for name, make in cases.items():  # the same answer both ways
         out = await make()
         assert out["messages"][-1].content == "result 5", (name, out["messages"][-1])
-    for make in cases.values():
-        for _ in range(20):
-            await make()
-    cpu: dict[str, list[float]] = {k: [] for k in cases}
-    wall: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeats):
-        for name, make in cases.items():
-            c0, w0 = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await make()
-            cpu[name].append((time.process_time() - c0) / runs * 1e6)
-            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
-    return {k: (min(cpu[k]), statistics.median(wall[k])) for k in cases}
+    return await interleaved(cases, runs, repeats, warmup=20)
 
 
 def main() -> None:

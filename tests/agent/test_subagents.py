@@ -403,9 +403,12 @@ async def test_only_turns_of_a_session_leave_fingerprints_in_the_shared_memory()
     shared: OrderedDict[tuple[str, str], str] = OrderedDict()
     child = ScriptedModel([text("库存 12")] * 4)
     main = ScriptedModel(
-        [tool_call("product_advisor", {"task": "a"}), text("first")]
-        + [tool_call("product_advisor", {"task": "a"}), tool_call("product_advisor", {"task": "b"})]
-        + [tool_call("product_advisor", {"task": "a"}), text("in s1")]
+        [
+            *(tool_call("product_advisor", {"task": "a"}), text("first")),  # turn 1
+            tool_call("product_advisor", {"task": "a"}),  # turn 2: the guard trips
+            tool_call("product_advisor", {"task": "b"}),
+            *(tool_call("product_advisor", {"task": "a"}), text("in s1")),  # turn 3
+        ]
     )
     sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(child)], fingerprints=shared)
     assert (await sup.run("x", context=ALICE)).output == "first"
@@ -511,8 +514,11 @@ async def test_a_subagent_tool_in_a_plain_agent_guards_against_loops_per_run() -
     delegate = as_tool(Agent(name="helper", model=child), description="Helps.")
     agent = Agent(
         model=ScriptedModel(
-            [tool_call("helper", {"task": "a"}), tool_call("helper", {"task": "b"}), text("1")]
-            + [tool_call("helper", {"task": "a"}), text("2")]
+            [
+                *(tool_call("helper", {"task": "a"}), tool_call("helper", {"task": "b"})),
+                text("1"),  # run 1: the second result is the same as the first
+                *(tool_call("helper", {"task": "a"}), text("2")),  # run 2
+            ]
         ),
         toolkit=Toolkit([delegate]),
     )

@@ -33,7 +33,7 @@ from agentscope.message import TextBlock, ToolCallBlock, ToolResultBlock, UserMs
 from agentscope.model import ChatModelBase, ChatResponse
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
-from interleaved import interleaved
+from interleaved import interleaved, print_ratios
 from pydantic import BaseModel
 
 ALLOW = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="benchmark")
@@ -140,11 +140,7 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the agents log each step at INFO/WARNING
     figures = asyncio.run(measure(a.runs, a.repeats))
     print(f"agentscope {version('agentscope')}")
-    base_cpu, base_wall = figures["single"]
-    for name, (c, w) in figures.items():
-        print(
-            f"{name:<12} cpu {c:>9.1f} us {c / base_cpu:>5.2f}x   wall {w:>9.1f} us {w / base_wall:>5.2f}x"
-        )
+    print_ratios(figures)
 
 
 if __name__ == "__main__":

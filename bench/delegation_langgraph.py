@@ -20,7 +20,7 @@ import asyncio
 from importlib.metadata import version
 from typing import Any
 
-from interleaved import interleaved
+from interleaved import interleaved, print_ratios
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -100,11 +100,7 @@ def main() -> None:
     a = ap.parse_args()
     figures = asyncio.run(measure(a.runs, a.repeats))
     print(f"langchain {version('langchain')} / langgraph {version('langgraph')}")
-    base_cpu, base_wall = figures["single"]
-    for name, (c, w) in figures.items():
-        print(
-            f"{name:<12} cpu {c:>9.1f} us {c / base_cpu:>5.2f}x   wall {w:>9.1f} us {w / base_wall:>5.2f}x"
-        )
+    print_ratios(figures)
 
 
 if __name__ == "__main__":

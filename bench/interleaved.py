@@ -31,3 +31,13 @@ async def interleaved(
             cpu[name].append((time.process_time() - c0) / runs * 1e6)
             wall[name].append((time.perf_counter() - w0) / runs * 1e6)
     return {name: (min(cpu[name]), statistics.median(wall[name])) for name in cases}
+
+
+def print_ratios(figures: Mapping[str, tuple[float, float]], base: str = "single") -> None:
+    """One line per case: CPU and wall µs per run, each with its ratio to ``base``."""
+    base_cpu, base_wall = figures[base]
+    for name, (c, w) in figures.items():
+        print(
+            f"{name:<12} cpu {c:>9.1f} us {c / base_cpu:>5.2f}x   "
+            f"wall {w:>9.1f} us {w / base_wall:>5.2f}x"
+        )

@@ -13,9 +13,12 @@ and wall microseconds (median), with the ratios to the single-agent run:
   with ``single_stream``, the single agent consumed as a stream.
 
 The tool is ``inline=True`` and the toolkits are not audited, so the figures are the
-framework's own cost. Goal: a delegation at most 2x a single-agent run with one tool call.
+framework's own cost. Every case gives the same answer, ``result 5`` (the subagent hands back
+the bare sum, which the main agent words as the single agent does), and the same transcript
+shape; both are checked before timing. Goal: a delegation at most 2x a single-agent run with
+one tool call.
 
-    python bench/delegation.py [--runs 300] [--repeats 15]
+    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE]
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+from interleaved import interleaved
 
 from shelfhand import Agent, Toolkit, UserContext, tool
 from shelfhand.agent.subagents import Subagent
 from shelfhand.agent.supervisor import Supervisor, as_tool
+from shelfhand.core.events import Final
 from shelfhand.core.messages import Message
 from shelfhand.testing import FunctionModel, text, tool_call
 
@@ -48,21 +52,27 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def calls(name: str, arguments: dict[str, Any]) -> FunctionModel:
-    """A model that calls ``name`` once, then answers with the tool's result."""
+def calls(name: str, arguments: dict[str, Any], answer: str = "result {}") -> FunctionModel:
+    """A model that calls ``name`` once, then answers ``answer`` with the tool's result in it."""
 
     def turn(messages: Sequence[Message], tools: list[dict[str, Any]]) -> Any:
         last = messages[-1]
         if last.role == "tool":
-            return text(f"result {last.tool_results[0].content}")
+            return text(answer.format(last.tool_results[0].content))
         return tool_call(name, arguments)
 
     return FunctionModel(turn)
 
 
+ANSWER = "result 5"  # what every case answers: the subagent hands back the bare sum
+CASES = ("single", "single_stream", "as_tool", "supervisor", "supervisor_stream")
+
+
 def build() -> dict[str, Callable[[], Awaitable[Any]]]:
     single = Agent(name="single", model=calls("add", {"a": 2, "b": 3}), toolkit=Toolkit([add]))
-    worker = Agent(name="worker", model=calls("add", {"a": 2, "b": 3}), toolkit=Toolkit([add]))
+    worker = Agent(
+        name="worker", model=calls("add", {"a": 2, "b": 3}, answer="{}"), toolkit=Toolkit([add])
+    )
     plain = Agent(
         name="main",
         model=calls("worker", {"task": "add 2 and 3"}),
@@ -76,20 +86,22 @@ def build() -> dict[str, Callable[[], Awaitable[Any]]]:
             Subagent(
                 "worker",
                 "Adds numbers.",
-                model=calls("add", {"a": 2, "b": 3}),
+                model=calls("add", {"a": 2, "b": 3}, answer="{}"),
                 tools=["add"],
                 max_iters=4,
             )
         ],
     )
 
-    async def stream() -> None:
-        async for _ in sup.stream("what is 2 + 3?", context=USER):
-            pass
+    async def stream() -> Any:
+        async for event in sup.stream("what is 2 + 3?", context=USER):
+            last = event
+        return last
 
-    async def single_stream() -> None:
-        async for _ in single.stream("what is 2 + 3?", context=USER):
-            pass
+    async def single_stream() -> Any:
+        async for event in single.stream("what is 2 + 3?", context=USER):
+            last = event
+        return last
 
     return {
         "single": lambda: single.run("what is 2 + 3?", context=USER),
@@ -100,24 +112,21 @@ def build() -> dict[str, Callable[[], Awaitable[Any]]]:
     }
 
 
-async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
+async def measure(
+    runs: int, repeats: int, only: Sequence[str] = ()
+) -> dict[str, tuple[float, float]]:
     """Per case: (CPU microseconds per run, minimum over repeats; wall microseconds per run,
     median over repeats). CPU time of this process is what the framework costs; wall time on
-    a loaded machine also counts other processes."""
+    a loaded machine also counts other processes. ``only``: measure just these cases."""
     cases = build()
-    for make in cases.values():  # warm up
-        for _ in range(50):
-            await make()
-    cpu: dict[str, list[float]] = {name: [] for name in cases}
-    wall: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeats):
-        for name, make in cases.items():
-            c0, w0 = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await make()
-            cpu[name].append((time.process_time() - c0) / runs * 1e6)
-            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
-    return {name: (min(cpu[name]), statistics.median(wall[name])) for name in cases}
+    for name, make in cases.items():  # every case gives the same answer, the same way
+        out = await make()
+        result = out.result if isinstance(out, Final) else out
+        assert result.output == ANSWER and result.stop_reason == "final", (name, result)
+        assert len(result.messages) == 4, (name, result.messages)  # prompt, call, result, answer
+    if only:
+        cases = {name: cases[name] for name in only}
+    return await interleaved(cases, runs, repeats, warmup=50)
 
 
 def main() -> None:
@@ -125,8 +134,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument(
+        "--only",
+        choices=CASES,
+        action="append",
+        default=[],
+        help="measure only this case (repeatable); for an outside profiler, e.g. "
+        "bench/delegation_instructions.sh",
+    )
     a = ap.parse_args()
-    figures = asyncio.run(measure(a.runs, a.repeats))
+    figures = asyncio.run(measure(a.runs, a.repeats, a.only))
+    if a.only:
+        for name, (c, w) in figures.items():
+            print(f"{name:<20} {c:>10.1f} {w:>12.1f}")
+        return
     base_cpu, base_wall = figures["single"]
     base_cpu_stream, base_wall_stream = figures["single_stream"]
     if a.json:

@@ -8,7 +8,8 @@ Run it with a Python that has ``langchain`` and ``langgraph`` (not a shelfhand d
 
 Same shape as shelfhand's cases: ``single`` is one ``create_agent`` graph calling ``add`` once;
 ``delegation`` is a main graph whose one tool ``worker(task)`` runs a second graph (the
-subagent) that calls ``add``. Scripted chat models; CPU microseconds per run (minimum over the
+subagent) that calls ``add``. Both answer ``result 5`` (the subagent hands back the bare sum),
+checked before timing. Scripted chat models; CPU microseconds per run (minimum over the
 repeats) and wall microseconds (median).
 """
 
@@ -16,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from importlib.metadata import version
 from typing import Any
 
+from interleaved import interleaved, print_ratios
 from langchain.agents import create_agent
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -34,6 +34,7 @@ class Calls(BaseChatModel):
 
     name_: str
     args: dict[str, Any]
+    answer: str = "result {}"
 
     @property
     def _llm_type(self) -> str:
@@ -45,7 +46,7 @@ class Calls(BaseChatModel):
     def _answer(self, messages: Any) -> ChatResult:
         last = messages[-1]
         if isinstance(last, ToolMessage):
-            msg = AIMessage(content=f"result {last.content}")
+            msg = AIMessage(content=self.answer.format(last.content))
         else:
             call = {"name": self.name_, "args": self.args, "id": "call_1", "type": "tool_call"}
             msg = AIMessage(content="", tool_calls=[call])
@@ -68,7 +69,7 @@ def add(a: int, b: int) -> int:
 
 def build() -> dict[str, Any]:
     single = create_agent(Calls(name_="add", args={"a": 2, "b": 3}), [add])
-    worker_graph = create_agent(Calls(name_="add", args={"a": 2, "b": 3}), [add])
+    worker_graph = create_agent(Calls(name_="add", args={"a": 2, "b": 3}, answer="{}"), [add])
 
     @tool
     async def worker(task: str) -> str:
@@ -86,19 +87,10 @@ def build() -> dict[str, Any]:
 
 async def measure(runs: int, repeats: int) -> dict[str, tuple[float, float]]:
     cases = build()
-    for make in cases.values():
-        for _ in range(20):
-            await make()
-    cpu: dict[str, list[float]] = {k: [] for k in cases}
-    wall: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(repeats):
-        for name, make in cases.items():
-            c0, w0 = time.process_time(), time.perf_counter()
-            for _ in range(runs):
-                await make()
-            cpu[name].append((time.process_time() - c0) / runs * 1e6)
-            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
-    return {k: (min(cpu[k]), statistics.median(wall[k])) for k in cases}
+    for name, make in cases.items():  # the same answer both ways
+        out = await make()
+        assert out["messages"][-1].content == "result 5", (name, out["messages"][-1])
+    return await interleaved(cases, runs, repeats, warmup=20)
 
 
 def main() -> None:
@@ -108,11 +100,7 @@ def main() -> None:
     a = ap.parse_args()
     figures = asyncio.run(measure(a.runs, a.repeats))
     print(f"langchain {version('langchain')} / langgraph {version('langgraph')}")
-    base_cpu, base_wall = figures["single"]
-    for name, (c, w) in figures.items():
-        print(
-            f"{name:<12} cpu {c:>9.1f} us {c / base_cpu:>5.2f}x   wall {w:>9.1f} us {w / base_wall:>5.2f}x"
-        )
+    print_ratios(figures)
 
 
 if __name__ == "__main__":

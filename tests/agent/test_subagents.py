@@ -397,6 +397,28 @@ async def test_run_also_stops_at_the_loop_guard_and_sessions_carry_fingerprints(
     assert again.stop_reason == "human_needed"
 
 
+async def test_only_turns_of_a_session_leave_fingerprints_in_the_shared_memory() -> None:
+    from collections import OrderedDict
+
+    shared: OrderedDict[tuple[str, str], str] = OrderedDict()
+    child = ScriptedModel([text("库存 12")] * 4)
+    main = ScriptedModel(
+        [
+            *(tool_call("product_advisor", {"task": "a"}), text("first")),  # turn 1
+            tool_call("product_advisor", {"task": "a"}),  # turn 2: the guard trips
+            tool_call("product_advisor", {"task": "b"}),
+            *(tool_call("product_advisor", {"task": "a"}), text("in s1")),  # turn 3
+        ]
+    )
+    sup = Supervisor(model=main, toolkit=kit(), subagents=[advisor(child)], fingerprints=shared)
+    assert (await sup.run("x", context=ALICE)).output == "first"
+    assert shared == OrderedDict()  # nothing later could ask for that turn's fingerprints
+    # the guard still holds within a turn of no session
+    assert (await sup.run("x", context=ALICE)).stop_reason == "human_needed"
+    assert (await sup.run("x", context=ALICE, session="s1")).output == "in s1"
+    assert shared == OrderedDict({("s1", "product_advisor"): fingerprint("库存 12")})
+
+
 def test_a_delegated_run_belongs_to_its_parents_caller() -> None:
     from shelfhand.core.context import RunContext
 
@@ -485,3 +507,26 @@ async def test_a_subagent_tool_in_a_plain_agent_keeps_the_budget_per_run() -> No
     first, second = (m.tool_results[0] for m in result.messages if m.role == "tool")
     assert first.content == "answer to a"
     assert second.is_error and "budget of 1 subagent calls" in second.content
+
+
+async def test_a_subagent_tool_in_a_plain_agent_guards_against_loops_per_run() -> None:
+    child = FunctionModel(lambda messages, tools: "同样的答案")
+    delegate = as_tool(Agent(name="helper", model=child), description="Helps.")
+    agent = Agent(
+        model=ScriptedModel(
+            [
+                *(tool_call("helper", {"task": "a"}), tool_call("helper", {"task": "b"})),
+                text("1"),  # run 1: the second result is the same as the first
+                *(tool_call("helper", {"task": "a"}), text("2")),  # run 2
+            ]
+        ),
+        toolkit=Toolkit([delegate]),
+    )
+    looped = await agent.run("x", context=ALICE)
+    first, second = (m.tool_results[0] for m in looped.messages if m.role == "tool")
+    assert first.content == "同样的答案"
+    assert second.is_error and "handed back the same result twice" in second.content
+    # the next run starts afresh: one such result is no loop
+    again = await agent.run("x", context=ALICE)
+    (only,) = (m.tool_results[0] for m in again.messages if m.role == "tool")
+    assert only.content == "同样的答案" and not only.is_error

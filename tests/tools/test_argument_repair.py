@@ -123,6 +123,20 @@ async def test_arguments_sent_as_a_json_string_and_object_params_as_strings_are_
     }
 
 
+async def test_json_strings_after_whitespace_are_decoded_and_plain_text_is_left_alone() -> None:
+    # the toolkit skips repair for arguments that cannot need it; a JSON string behind
+    # whitespace still needs it
+    kit = Toolkit([ship])
+    spaced = {"order_id": "SO-2", "address": '\n  {"city": "深圳"}', "tags": ' \t["寄件"]'}
+    content, is_error, repairs = await run_one(kit, call("ship", spaced))
+    assert (content, is_error) == ("SO-2 → 深圳 ['寄件']", False)
+    assert len(repairs) == 2
+
+    kit = Toolkit([search_docs])
+    content, is_error, repairs = await run_one(kit, call("search_docs", {"query": "  退货 [1]"}))
+    assert (content, is_error, repairs) == ("alice searched '  退货 [1]' (k=3)", False, ())
+
+
 async def test_an_injected_user_id_is_still_rejected_and_nothing_is_repaired_away(
     tmp_path: Path,
 ) -> None:

@@ -209,13 +209,19 @@ class Agent:
         subagent's run: its caller is the parent's, its depth one more, see
         :mod:`shelfhand.agent.supervisor`).
         """
+        final: RunResult | None = None
+        # the loop returns right after its final event: drain it rather than leave it
+        # suspended (an unfinished async generator is closed by a task the event loop
+        # schedules through its self-pipe, which cost about a tenth of a run)
         async for event in self._loop(
             prompt, context, history, deps, streaming=False, approvals=approvals,
             trace_id=trace_id, parent=parent,
         ):  # fmt: skip
             if isinstance(event, Final):
-                return event.result
-        raise RuntimeError("agent loop ended without a final event")  # pragma: no cover
+                final = event.result
+        if final is None:  # pragma: no cover
+            raise RuntimeError("agent loop ended without a final event")
+        return final
 
     def run_sync(
         self,

@@ -86,7 +86,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
                 max_calls=supervisor.max_calls,
                 history=turn.history if turn is not None else (),
                 approvals=turn.approvals if turn is not None else None,
-                guard=supervisor._guard,
+                guard=turn.guard if turn is not None else supervisor._guard,
             )
             token = _turn.set(background)
             try:

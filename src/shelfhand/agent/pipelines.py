@@ -53,7 +53,7 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.models.base import Usage
 
 from .agent import RunResult
-from .supervisor import renumber_citations
+from .supervisor import renumber_citations, tag_event
 
 if TYPE_CHECKING:
     from shelfhand.tools.approvals import Approvals
@@ -181,7 +181,7 @@ class Pipeline(abc.ABC):
                     if isinstance(event, Final):
                         result = event.result
                     elif isinstance(event, ToolStarted | ToolFinished) and event.agent is None:
-                        yield replace(event, agent=agent.name)
+                        yield tag_event(event, agent.name)
                     elif not isinstance(event, TextDelta) or show_text:
                         yield event
         finally:

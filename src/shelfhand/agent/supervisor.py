@@ -36,11 +36,10 @@ import hashlib
 import logging
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
@@ -81,6 +80,7 @@ __all__ = [
     "as_tool",
     "fingerprint",
     "renumber_citations",
+    "tag_event",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,14 +134,12 @@ class _Delegation:
         *,
         max_depth: int,
         max_calls: int,
-        guard: OrderedDict[tuple[str, str], str] | None = None,
     ) -> None:
         self.spec = spec
         self._build = build
         self._agent: Delegable | None = None
         self.max_depth = max_depth
         self.max_calls = max_calls
-        self._guard = guard if guard is not None else OrderedDict()
         self._standalone: OrderedDict[str, _Turn] = OrderedDict()  # calling run → its turn
 
     def agent(self) -> Delegable:
@@ -172,10 +170,11 @@ class _Delegation:
         subagent to continue, instead of what its memory setting gives it)."""
         spec = self.spec
         turn = _turn.get()
-        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits per run
+        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits and
+            # fingerprints per calling run
             turn = self._standalone.get(run.trace_id)
             if turn is None:
-                turn = _Turn(session=run.trace_id, max_calls=self.max_calls, guard=self._guard)
+                turn = _Turn(session=run.trace_id, max_calls=self.max_calls)
                 self._standalone[run.trace_id] = turn
                 while len(self._standalone) > _GUARD_KEYS:
                     self._standalone.popitem(last=False)
@@ -193,20 +192,28 @@ class _Delegation:
                 "spent. Answer with what you have."
             )
         turn.calls += 1
-        if turn.sink is None:  # nobody watches the events: just run it
-            result = await self._run(run, task, turn, history)
-        else:
-            turn.emit(SubagentStarted(subagent=spec.id, depth=depth, task=task))
-            started = time.perf_counter()
-            finished = SubagentFinished(
-                subagent=spec.id, depth=depth, is_error=True, stop_reason=""
+        sink = turn.sink
+        if sink is None:  # nobody watches the events: just run it
+            result = await self.agent().run(
+                task, history=self._history(turn, history), approvals=turn.approvals, parent=run
             )
+        else:
+            sink(SubagentStarted(subagent=spec.id, depth=depth, task=task))
+            started = time.perf_counter()
+            stop_reason = ""  # stays empty if the subagent fails
             try:
-                result = await self._stream(run, task, turn, history)
-                finished = replace(finished, is_error=False, stop_reason=result.stop_reason)
+                result = await self._stream(run, task, turn, history, sink)
+                stop_reason = result.stop_reason
             finally:
-                elapsed = (time.perf_counter() - started) * 1000
-                turn.emit(replace(finished, duration_ms=elapsed))
+                sink(
+                    SubagentFinished(
+                        subagent=spec.id,
+                        depth=depth,
+                        is_error=not stop_reason,
+                        stop_reason=stop_reason,
+                        duration_ms=(time.perf_counter() - started) * 1000,
+                    )
+                )
         output, citations = renumber_citations(result.output, result.citations, run)
         key = (turn.session, spec.id)
         mark = fingerprint(result.output)
@@ -233,36 +240,95 @@ class _Delegation:
             return given
         return turn.history if self.spec.memory == "shared" else ()
 
-    async def _run(
-        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
-    ) -> RunResult:
-        history = self._history(turn, given)
-        return await self.agent().run(task, history=history, approvals=turn.approvals, parent=run)
-
     async def _stream(
-        self, run: RunContext, task: str, turn: _Turn, given: Sequence[Message] | None
+        self,
+        run: RunContext,
+        task: str,
+        turn: _Turn,
+        given: Sequence[Message] | None,
+        sink: Callable[[Event], None],
     ) -> RunResult:
         spec = self.spec
         history = self._history(turn, given)
         agent = self.agent()
         events: AsyncIterator[Event]
-        if isinstance(agent, Agent):  # its text is the tool result: no need to stream it
-            events = agent.stream(
-                task, history=history, approvals=turn.approvals, parent=run, text_deltas=False
-            )
+        if isinstance(agent, Agent):
+            # its text is the tool result: no need to stream it (the loop itself, as
+            # ``Agent.run`` drives it: no wrapping generator)
+            events = agent._loop(
+                task, None, history, None, streaming=False, approvals=turn.approvals,
+                parent=run,
+            )  # fmt: skip
         else:
             events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                if isinstance(event, Final):
-                    return event.result
-                if isinstance(event, ToolStarted | ToolFinished):
-                    turn.emit(event if event.agent is not None else replace(event, agent=spec.id))
-                elif isinstance(event, ToolProgress | ApprovalRequired | ApprovalDecided):
-                    turn.emit(event)
-                elif isinstance(event, SubagentStarted | SubagentFinished | HumanNeeded):
-                    turn.emit(event)  # a pipeline's own steps
-        raise RuntimeError(f"subagent {spec.id} ended without a final event")
+        result: RunResult | None = None
+        # drained to its end (a run ends right after its final event): nothing is left to
+        # close; an error or a cancellation raised inside it finishes it
+        async for event in events:
+            if isinstance(event, Final):
+                result = event.result
+            elif isinstance(event, ToolStarted | ToolFinished):
+                sink(event if event.agent is not None else tag_event(event, spec.id))
+            elif isinstance(
+                event,
+                ToolProgress
+                | ApprovalRequired
+                | ApprovalDecided
+                | SubagentStarted  # a pipeline's own steps
+                | SubagentFinished
+                | HumanNeeded,
+            ):
+                sink(event)
+        if result is None:
+            raise RuntimeError(f"subagent {spec.id} ended without a final event")
+        return result
+
+
+def tag_event(event: ToolStarted | ToolFinished, agent: str) -> ToolStarted | ToolFinished:
+    """``event`` tagged with the subagent that made the call: ``replace(event, agent=agent)``
+    without ``dataclasses.replace``'s cost (two of these per subagent tool call)."""
+    if isinstance(event, ToolStarted):
+        return ToolStarted(
+            call_id=event.call_id, name=event.name, arguments=event.arguments, agent=agent
+        )
+    return ToolFinished(
+        call_id=event.call_id,
+        name=event.name,
+        content=event.content,
+        is_error=event.is_error,
+        duration_ms=event.duration_ms,
+        replayed=event.replayed,
+        agent=agent,
+    )
+
+
+class _Channel:
+    """What a streamed turn's producer task hands its consumer, in order: events, then
+    ``None`` (done) or the exception it failed with. ``asyncio.Queue`` without what a turn
+    does not need (bounds, ``task_done``): the consumer waits only when nothing is queued,
+    so a burst of events costs one wake-up. One producer and one consumer, on one loop."""
+
+    __slots__ = ("_waiter", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[Event | BaseException | None] = deque()
+        """What is queued; the consumer pops from the left (after :meth:`wait`)."""
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Event | BaseException | None) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until something is queued."""
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 def _refused(message: str) -> ToolOutput:
@@ -394,7 +460,6 @@ class Supervisor:
                 lambda spec=spec: self._build(spec),  # type: ignore[misc]
                 max_depth=max_depth,
                 max_calls=max_calls,
-                guard=self._guard,
             )
         own = [t.name for t in toolkit.tools] if tools is None else list(tools)
         unknown = [n for n in own if toolkit.get(n) is None]
@@ -495,22 +560,29 @@ class Supervisor:
         """Run the turn to its answer (see :meth:`stream` for the arguments)."""
         trace_id = trace_id or new_id()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session or trace_id)
+        turn = self._new_turn(first, history, approvals, session, trace_id)
+        final: RunResult | None = None
         token = _turn.set(turn)  # no stream to feed: the main agent runs in this task
         try:
-            events = self.agent.stream(
-                first, context=context, history=history, deps=deps, approvals=approvals,
-                trace_id=trace_id, parent=parent, text_deltas=False,
+            # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``)
+            events = self.agent._loop(
+                first, context, history, deps, streaming=False, approvals=approvals,
+                trace_id=trace_id, parent=parent,
             )  # fmt: skip
-            async with aclosing(events) as inner:
-                async for event in inner:
-                    if turn.human is not None:  # the loop guard tripped: ask nothing more
-                        break
-                    if isinstance(event, Final):
-                        return event.result
+            # drained to its end (it ends right after its final event), or closed at once
+            # when the loop guard trips; an exception inside the loop finishes it anyway
+            async for event in events:
+                if turn.human is not None:  # the loop guard tripped: ask nothing more
+                    await events.aclose()
+                    break
+                if isinstance(event, Final):
+                    final = event.result
         finally:
             _turn.reset(token)
-        assert turn.human is not None
+        if turn.human is None:
+            if final is None:  # pragma: no cover
+                raise RuntimeError("supervisor ended without a final event")
+            return final
         async for event in self._stop(first, turn.human, turn, trace_id):
             if isinstance(event, Final):
                 return event.result
@@ -521,18 +593,22 @@ class Supervisor:
         first: Message,
         history: Sequence[Message],
         approvals: Approvals | None,
-        session: str,
+        session: str | None,
+        trace_id: str,
         sink: Callable[[Event], None] | None = None,
     ) -> _Turn:
         memory = self.agent.memory
         past = tuple(memory.messages) if memory is not None else tuple(history)
         return _Turn(
-            session=session,
+            session=session or trace_id,
             max_calls=self.max_calls,
             sink=sink,
             history=(*past, first),
             approvals=approvals if approvals is not None else self.agent.approvals,
-            guard=self._guard,
+            # without a session the fingerprints are this turn's alone (keyed by its trace
+            # id, which no later turn has): they live with the turn, not in the memory
+            # shared by the supervisor's turns
+            guard=self._guard if session is not None else OrderedDict(),
         )
 
     def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
@@ -559,27 +635,30 @@ class Supervisor:
             Others: as :meth:`Agent.stream <shelfhand.agent.agent.Agent.stream>`.
         """
         trace_id = trace_id or new_id()
-        queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+        channel = _Channel()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session or trace_id, queue.put_nowait)
+        turn = self._new_turn(first, history, approvals, session, trace_id, channel.put)
 
         async def produce() -> None:
             try:
-                events = self.agent.stream(
-                    first, context=context, history=history, deps=deps, approvals=approvals,
+                # the loop itself, not ``stream``: no wrapping generator
+                events = self.agent._loop(
+                    first, context, history, deps, streaming=True, approvals=approvals,
                     trace_id=trace_id, parent=parent,
                 )  # fmt: skip
-                async with aclosing(events) as inner:
-                    async for event in inner:
-                        queue.put_nowait(event)
-                        if turn.human is not None:  # the loop guard tripped: ask nothing more
-                            break
-                queue.put_nowait(None)
+                # drained, or closed at once when the loop guard trips (as in ``run``)
+                async for event in events:
+                    channel.put(event)
+                    if turn.human is not None:  # the loop guard tripped: ask nothing more
+                        await events.aclose()
+                        break
+                channel.put(None)
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
-                queue.put_nowait(exc)
+                channel.put(exc)
 
+        items = channel.items
         token = _turn.set(turn)
         try:
             task = asyncio.create_task(produce())  # runs in a copy of this context
@@ -587,7 +666,9 @@ class Supervisor:
             _turn.reset(token)
         try:
             while True:
-                item = await queue.get()
+                if not items:
+                    await channel.wait()
+                item = items.popleft()
                 if item is None:
                     return
                 if isinstance(item, BaseException):

@@ -56,6 +56,7 @@ logger = logging.getLogger(__name__)
 META_TOOL_NAME = "use_tool_group"
 _PLAIN_USER = UserContext(tenant_id="-", user_id="-")
 _SCHEMA_KEYWORDS = SCHEMA_KEYWORDS
+_JSON_OPENERS = ("{", "[")  # what a string must start with to be repaired (decoded)
 
 AnyTool = Tool[..., Any]
 
@@ -470,9 +471,11 @@ class Toolkit:
     def _repair(item: AnyTool, arguments: Any) -> tuple[Any, list[str]]:
         """Undo mechanical slips in the arguments (see :mod:`shelfhand.tools.repair`)."""
         if isinstance(arguments, dict) and not any(
-            isinstance(v, str) or k in _SCHEMA_KEYWORDS for k, v in arguments.items()
+            k in _SCHEMA_KEYWORDS or (isinstance(v, str) and v.lstrip()[:1] in _JSON_OPENERS)
+            for k, v in arguments.items()
         ):
-            return arguments, []  # the common case: nothing that could need repair
+            # the common case: no echoed schema keyword, no string that could hold JSON
+            return arguments, []
         parameters = item.schema().get("function", {}).get("parameters") or {}
         return repair_arguments(arguments, parameters)
 

@@ -84,7 +84,9 @@ def run_quality(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": _load()}
     rows = []
     try:
-        for name, ws in (("scifact", args.scifact_ws), ("cmrc2018", args.cmrc_ws)):
+        workspaces = {"scifact": args.scifact_ws, "cmrc2018": args.cmrc_ws}
+        for name in args.datasets:
+            ws = workspaces[name]
             db_url = f"{base}/{args.db_prefix}{name.replace('2018', '')}"
             store = PgKnowledgeStore(PgDatabase(db_url))
             if store.count_documents() == 0:
@@ -327,6 +329,9 @@ def main() -> None:
     parser.add_argument("--cmrc-ws", default="/tmp/pgstore-cmrc")
     parser.add_argument("--db-prefix", default="", help="database names: <prefix>scifact/cmrc")
     parser.add_argument("--limit", type=int, default=None, help="queries per dataset")
+    parser.add_argument(
+        "--datasets", nargs="+", default=["scifact", "cmrc2018"], choices=["scifact", "cmrc2018"]
+    )
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=10)
@@ -338,7 +343,7 @@ def main() -> None:
     run = {"quality": run_quality, "latency": run_latency, "tsrank": run_tsrank}[args.what]
     res = run(args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"pg_store_{args.what}.json").write_text(
+    (RESULTS / f"pg_store_{args.what}_{'_'.join(args.datasets)}.json").write_text(
         json.dumps(res, indent=1, default=str), encoding="utf-8"
     )
 

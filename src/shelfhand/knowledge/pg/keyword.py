@@ -32,11 +32,16 @@ def _idf(df: int, n: int) -> float:
 
 
 def _field_score(column: str, length: str, weights: str, avg: str) -> str:
-    """SQL for one field's BM25 of row ``c``: the weights array is idf * (k1 + 1) per term."""
+    """SQL for one field's BM25 of row ``c``: the weights array is idf * (k1 + 1) per term.
+
+    The row's tsvector is first cut to the query's terms in C (``setweight`` marks them,
+    ``ts_filter`` keeps them), so only those few lexemes are unnested: unnesting the whole
+    vector of each matching row was 3-4 times slower on SciFact."""
     return (
-        f"COALESCE((SELECT sum(q.{weights} * x.tf / (x.tf + {K1} * (1 - {B} + {B} * c.{length}"
+        f"CASE WHEN c.{length} = 0 THEN 0 ELSE COALESCE((SELECT sum(q.{weights} * x.tf / (x.tf + {K1} * (1 - {B} + {B} * c.{length}"
         f" / %({avg})s))) FROM (SELECT u.lexeme, cardinality(u.positions)::float8 AS tf"
-        f" FROM unnest(c.{column}) u) x JOIN q ON q.term = x.lexeme), 0)"
+        f" FROM unnest(ts_filter(setweight(c.{column}, 'A', %(terms)s::text[]), '{{a}}')) u) x"
+        " JOIN q ON q.term = x.lexeme), 0) END"
     )
 
 

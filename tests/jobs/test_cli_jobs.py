@@ -137,6 +137,25 @@ def test_ingest_follows_its_job_on_a_worker_and_reports_like_an_in_process_inges
     assert worker.wait(60) == 0, worker.stderr.read() if worker.stderr else ""
 
 
+def test_a_folder_ingested_in_process_can_be_ingested_again_through_the_queue(
+    tmp_path: Path, pg_url: str, docs: Path, worker: subprocess.Popen[str]
+) -> None:
+    # the worker reads a staging copy of the folder: it must still count as the same folder
+    ws = tmp_path / "ws"
+    first = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--no-queue")
+    assert first.returncode == 0, first.stdout + first.stderr
+    (docs / "new.md").write_text("# 新文件\n\n错误代码 E-999：风扇故障。", encoding="utf-8")
+    (docs / "returns.md").unlink()
+    again = _cli(pg_url, "ingest", "-w", str(ws), str(docs))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 added, 0 updated, 1 unchanged, 1 removed" in again.stdout
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        assert sorted(s.source for s in kb.sources()) == ["docs/new.md", "docs/zh/退货.md"]
+    finally:
+        kb.close()
+
+
 def test_worker_without_a_database_fails_with_a_clear_message(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])

@@ -42,7 +42,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -323,6 +323,7 @@ class KnowledgeTarget(Protocol):
         tenant_id: str = "default",
         permission_tags: Sequence[str] = (),
         progress: Callable[[IngestEvent], None] | None = None,
+        root_origins: Mapping[str, str] | None = None,
     ) -> IngestReport: ...
 
     def forget(self, source: str) -> int: ...

@@ -58,7 +58,8 @@ def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
                     2,
                 )
             name = f"{root_name}/{path.relative_to(root).as_posix()}"
-            files.append(JobFile(name=name, data=path.read_bytes(), folder=folder))
+            origin = str(root.resolve()) if folder else None
+            files.append(JobFile(name=name, data=path.read_bytes(), folder=folder, origin=origin))
     return files
 
 

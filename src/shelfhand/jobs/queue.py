@@ -80,6 +80,9 @@ class JobFile:
     data: bytes = field(repr=False)
     folder: bool = False
     """(ingest) The root was given as a folder: what vanished from it is removed."""
+    origin: str | None = None
+    """(ingest, folder roots) The folder as the client resolved it: the root's identity, so
+    the same folder ingested queued or in process (on any worker) is one root."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,9 +224,9 @@ class IngestQueue:
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO shelfhand_ingest_job_files (job_id, position, name, folder,"
-                    " size, data) VALUES (%s, %s, %s, %s, %s, %s)",
+                    " origin, size, data) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     [
-                        (job_id, n, f.name, f.folder, len(f.data), f.data)
+                        (job_id, n, f.name, f.folder, f.origin, len(f.data), f.data)
                         for n, f in enumerate(files)
                     ],
                 )
@@ -277,11 +280,11 @@ class IngestQueue:
     def files(self, job_id: str) -> list[JobFile]:
         with self._connection() as conn:
             rows = conn.execute(
-                "SELECT name, data, folder FROM shelfhand_ingest_job_files WHERE job_id=%s"
-                " ORDER BY position",
+                "SELECT name, data, folder, origin FROM shelfhand_ingest_job_files"
+                " WHERE job_id=%s ORDER BY position",
                 (job_id,),
             ).fetchall()
-        return [JobFile(name=r[0], data=bytes(r[1]), folder=bool(r[2])) for r in rows]
+        return [JobFile(name=r[0], data=bytes(r[1]), folder=bool(r[2]), origin=r[3]) for r in rows]
 
     def start(self, job_id: str) -> JobRecord | None:
         """Mark an attempt as running; ``None`` when the job is gone or already final (a

@@ -34,7 +34,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +70,7 @@ class JobKnowledge(KnowledgeTarget, Protocol):
         tenant_id: str = "default",
         permission_tags: Sequence[str] = (),
         progress: Callable[[IngestEvent], None] | None = None,
+        root_origins: Mapping[str, str] | None = None,
         wait: bool = True,
     ) -> IngestReport: ...
 
@@ -93,12 +94,14 @@ class _TextFirst:
         tenant_id: str = "default",
         permission_tags: Sequence[str] = (),
         progress: Callable[[IngestEvent], None] | None = None,
+        root_origins: Mapping[str, str] | None = None,
     ) -> IngestReport:
         return self.kb.ingest(
             paths,
             tenant_id=tenant_id,
             permission_tags=permission_tags,
             progress=progress,
+            root_origins=root_origins,
             wait=False,
         )
 
@@ -340,9 +343,12 @@ class JobRunner:
         worker's (``<staging>/roots/<name>``, so its sources keep their names and what
         vanished from it is pruned); files given one by one under the job's own folder."""
         roots: dict[str, bool] = {}
+        origins: dict[str, str] = {}  # root -> the client's folder (the root's identity)
         for file in files:
             root = file.name.split("/", 1)[0]
             roots[root] = roots.get(root, False) or file.folder
+            if file.folder and file.origin:
+                origins[root] = file.origin
         scratch = self.staging / "files" / job.id
         targets: list[Path] = []
         made: list[Path] = [scratch]
@@ -366,6 +372,7 @@ class JobRunner:
                 tenant_id=job.tenant_id,
                 permission_tags=job.permission_tags or (),
                 progress=progress,
+                root_origins=origins,
             )
         finally:
             for path in made:

@@ -64,4 +64,8 @@ def migrations() -> list[PgMigration]:
     return [
         PgMigration(name="jobs_001_procrastinate_schema", sql=SchemaManager.get_schema()),
         PgMigration(name="jobs_002_ingest_records", sql=_RECORDS),
+        PgMigration(
+            name="jobs_003_file_origin",
+            sql="ALTER TABLE shelfhand_ingest_job_files ADD COLUMN origin TEXT",
+        ),
     ]

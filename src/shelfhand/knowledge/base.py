@@ -147,6 +147,7 @@ class KnowledgeBase:
         progress: Callable[[IngestEvent], None] | None = None,
         wait: bool = True,
         should_stop: Callable[[], bool] | None = None,
+        root_origins: Mapping[str, str] | None = None,
     ) -> IngestReport:
         """Index files and folders incrementally (unchanged files cost nothing).
 
@@ -160,6 +161,7 @@ class KnowledgeBase:
             progress=progress,
             wait=wait,
             should_stop=should_stop,
+            root_origins=root_origins,
         )
 
     def ingest_documents(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -256,6 +256,7 @@ class Ingestor:
         progress: Progress | None = None,
         wait: bool = True,
         should_stop: ShouldStop | None = None,
+        root_origins: Mapping[str, str] | None = None,
     ) -> IngestReport:
         """Ingest files and directories incrementally; see the module docstring.
 
@@ -268,6 +269,9 @@ class Ingestor:
                 to a later :meth:`embed_pending`.
             should_stop: Polled between batches; when true, the ingest ends early (keeping what
                 was committed) with ``interrupted`` set.
+            root_origins: Folder name -> the folder it stands for, when ``paths`` holds a copy
+                of it (an ingest worker's staging copy of a client's folder): the copy is
+                claimed as that folder, so queued and in-process ingests of one folder agree.
 
         Raises:
             UnreadableDocumentError: A given path does not exist (nothing is changed then).
@@ -286,7 +290,8 @@ class Ingestor:
             root = path if path.is_dir() else path.parent
             root_name = root.resolve().name or "root"
             if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
-                self._claim_root(root_name, str(root.resolve()), claimed)
+                origin = (root_origins or {}).get(root_name) or str(root.resolve())
+                self._claim_root(root_name, origin, claimed)
                 roots.append(root_name + "/")
             for file in iter_files([path]):
                 try:

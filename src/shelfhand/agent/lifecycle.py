@@ -18,7 +18,7 @@ from shelfhand.core.messages import Message
 from shelfhand.tools.tool import Tool, ToolOutput
 
 from .agent import RunResult
-from .supervisor import _Delegation, _Turn, _turn
+from .supervisor import _Delegation, _refused, _Turn, _turn
 from .tasks import BackgroundTask, Owner, TaskNotFound, TaskRegistry, describe
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ def _owner(run: RunContext) -> tuple[Owner, _Turn | None]:
     turn = _turn.get()
     session = turn.session if turn is not None else run.trace_id
     return (run.user.tenant_id, run.user.user_id, session), turn
-
-
-def _error(message: str) -> ToolOutput:
-    return ToolOutput(content=message, is_error=True)
 
 
 def _report(item: BackgroundTask) -> ToolOutput:
@@ -118,12 +114,12 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         """
         delegation = delegations.get(subagent)
         if delegation is None:
-            return _error(f"unknown subagent {subagent!r}; use one of: {names}")
+            return _refused(f"unknown subagent {subagent!r}; use one of: {names}")
         owner, turn = _owner(run)
         try:
             item = registry.start(owner, subagent, task, runner(delegation, run, turn, task, None))
         except RuntimeError as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         return await finished_within(item, timeout)
 
     async def agent_send(
@@ -143,7 +139,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
             go = runner(delegation, run, turn, message, item.messages)
             item = registry.resume(owner, task_id, message, go)
         except (TaskNotFound, RuntimeError) as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         return await finished_within(item, timeout)
 
     async def task_output(run: RunContext, task_id: str) -> ToolOutput:
@@ -155,7 +151,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(registry.get(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
 
     async def wait_async_results(
         run: RunContext, task_ids: list[str] | None = None, timeout: float = 30
@@ -169,7 +165,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             items = await registry.wait(_owner(run)[0], task_ids, min(max(timeout, 0), MAX_WAIT))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         if not items:
             return ToolOutput(content="no tasks are running")
         return ToolOutput(content=describe(items), data=[t.to_dict() for t in items])
@@ -183,7 +179,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(await registry.cancel(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
 
     async def task_list(run: RunContext) -> ToolOutput:
         """The tasks of this conversation, with their status."""

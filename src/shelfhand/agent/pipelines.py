@@ -299,9 +299,7 @@ class Conditional(Pipeline):
             chosen = router(prompt)  # type: ignore[operator]
             said = str(await chosen if inspect.isawaitable(chosen) else chosen)
         key = _route_key(said, self.routes)
-        agent = self.routes.get(key) if key is not None else self.default
-        if agent is None:
-            agent = self.default
+        agent = self.routes[key] if key is not None else self.default
         if agent is None:
             known = ", ".join(self.routes)
             raise RoutingError(

@@ -77,13 +77,18 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
     ) -> Any:
         async def go() -> RunResult:
             # a task of its own: no stream to feed, its own budget, the session's loop guard
-            background = _Turn(
-                session=turn.session if turn is not None else run.trace_id,
-                max_calls=supervisor.max_calls,
-                history=turn.history if turn is not None else (),
-                approvals=turn.approvals if turn is not None else None,
-                guard=turn.guard if turn is not None else supervisor._guard,
-            )
+            if turn is not None:
+                background = _Turn(
+                    session=turn.session,
+                    max_calls=supervisor.max_calls,
+                    history=turn.history,
+                    approvals=turn.approvals,
+                    guard=turn.guard,
+                )
+            else:  # outside a turn: the calling run's session, the supervisor's guard
+                background = _Turn(
+                    session=run.trace_id, max_calls=supervisor.max_calls, guard=supervisor._guard
+                )
             token = _turn.set(background)
             try:
                 out = await delegation.run(run, task, history)

@@ -18,7 +18,7 @@ from shelfhand.core.messages import Message
 from shelfhand.tools.tool import Tool, ToolOutput
 
 from .agent import RunResult
-from .supervisor import _Delegation, _Turn, _turn
+from .supervisor import _Delegation, _refused, _Turn, _turn
 from .tasks import BackgroundTask, Owner, TaskNotFound, TaskRegistry, describe
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ def _owner(run: RunContext) -> tuple[Owner, _Turn | None]:
     turn = _turn.get()
     session = turn.session if turn is not None else run.trace_id
     return (run.user.tenant_id, run.user.user_id, session), turn
-
-
-def _error(message: str) -> ToolOutput:
-    return ToolOutput(content=message, is_error=True)
 
 
 def _report(item: BackgroundTask) -> ToolOutput:
@@ -81,13 +77,18 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
     ) -> Any:
         async def go() -> RunResult:
             # a task of its own: no stream to feed, its own budget, the session's loop guard
-            background = _Turn(
-                session=turn.session if turn is not None else run.trace_id,
-                max_calls=supervisor.max_calls,
-                history=turn.history if turn is not None else (),
-                approvals=turn.approvals if turn is not None else None,
-                guard=turn.guard if turn is not None else supervisor._guard,
-            )
+            if turn is not None:
+                background = _Turn(
+                    session=turn.session,
+                    max_calls=supervisor.max_calls,
+                    history=turn.history,
+                    approvals=turn.approvals,
+                    guard=turn.guard,
+                )
+            else:  # outside a turn: the calling run's session, the supervisor's guard
+                background = _Turn(
+                    session=run.trace_id, max_calls=supervisor.max_calls, guard=supervisor._guard
+                )
             token = _turn.set(background)
             try:
                 out = await delegation.run(run, task, history)
@@ -118,12 +119,12 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         """
         delegation = delegations.get(subagent)
         if delegation is None:
-            return _error(f"unknown subagent {subagent!r}; use one of: {names}")
+            return _refused(f"unknown subagent {subagent!r}; use one of: {names}")
         owner, turn = _owner(run)
         try:
             item = registry.start(owner, subagent, task, runner(delegation, run, turn, task, None))
         except RuntimeError as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         return await finished_within(item, timeout)
 
     async def agent_send(
@@ -143,7 +144,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
             go = runner(delegation, run, turn, message, item.messages)
             item = registry.resume(owner, task_id, message, go)
         except (TaskNotFound, RuntimeError) as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         return await finished_within(item, timeout)
 
     async def task_output(run: RunContext, task_id: str) -> ToolOutput:
@@ -155,7 +156,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(registry.get(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
 
     async def wait_async_results(
         run: RunContext, task_ids: list[str] | None = None, timeout: float = 30
@@ -169,7 +170,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             items = await registry.wait(_owner(run)[0], task_ids, min(max(timeout, 0), MAX_WAIT))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
         if not items:
             return ToolOutput(content="no tasks are running")
         return ToolOutput(content=describe(items), data=[t.to_dict() for t in items])
@@ -183,7 +184,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(await registry.cancel(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _error(str(exc))
+            return _refused(str(exc))
 
     async def task_list(run: RunContext) -> ToolOutput:
         """The tasks of this conversation, with their status."""

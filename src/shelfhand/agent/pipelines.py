@@ -196,6 +196,31 @@ class Pipeline(abc.ABC):
         text, citations = renumber_citations(result.output, result.citations, root)
         out.result = replace(result, output=text, citations=citations)
 
+    async def _record(
+        self,
+        agent: Delegable,
+        prompt: str,
+        root: RunContext,
+        results: list[RunResult],
+        answer: _Step | None,
+        *,
+        history: Sequence[Message] = (),
+        approvals: Approvals | None = None,
+        show_text: bool = False,
+    ) -> AsyncGenerator[Event, None]:
+        """:meth:`_step`, its result appended to ``results`` (and landing in ``answer``)."""
+        out = _Step()
+        step = self._step(
+            agent, prompt, root, out, history=history, approvals=approvals, show_text=show_text
+        )
+        async with aclosing(step) as events:
+            async for event in events:
+                yield event
+        assert out.result is not None
+        results.append(out.result)
+        if answer is not None:
+            answer.result = out.result
+
     def _combine(
         self,
         first: Message,
@@ -242,20 +267,16 @@ class Sequential(Pipeline):
         current = prompt
         last = len(self.agents) - 1
         for i, agent in enumerate(self.agents):
-            out = _Step()
-            step = self._step(
-                agent, current, root, out, history=history if i == 0 else (),
+            step = self._record(
+                agent, current, root, results, answer, history=history if i == 0 else (),
                 approvals=approvals, show_text=i == last,
             )  # fmt: skip
             async with aclosing(step) as events:
                 async for event in events:
                     yield event
-            assert out.result is not None
-            results.append(out.result)
-            answer.result = out.result
-            if out.result.stop_reason in _STOPS:
+            if results[-1].stop_reason in _STOPS:
                 return
-            current = out.result.output
+            current = results[-1].output
 
 
 class Conditional(Pipeline):
@@ -288,36 +309,29 @@ class Conditional(Pipeline):
     ) -> AsyncGenerator[Event, None]:
         router = self.router
         if hasattr(router, "stream"):
-            out = _Step()
-            async with aclosing(self._step(router, prompt, root, out, approvals=approvals)) as ev:  # type: ignore[arg-type]
-                async for event in ev:
+            step = self._record(router, prompt, root, results, None, approvals=approvals)  # type: ignore[arg-type]
+            async with aclosing(step) as events:
+                async for event in events:
                     yield event
-            assert out.result is not None
-            results.append(out.result)
-            said = out.result.output
+            said = results[-1].output
         else:
             chosen = router(prompt)  # type: ignore[operator]
             said = str(await chosen if inspect.isawaitable(chosen) else chosen)
         key = _route_key(said, self.routes)
-        agent = self.routes.get(key) if key is not None else self.default
-        if agent is None:
-            agent = self.default
+        agent = self.routes[key] if key is not None else self.default
         if agent is None:
             known = ", ".join(self.routes)
             raise RoutingError(
                 f"pipeline {self.name}: the router chose {said.strip()[:80]!r}, which is not a "
                 f"route ({known}), and there is no default"
             )
-        out = _Step()
-        step = self._step(
-            agent, prompt, root, out, history=history, approvals=approvals, show_text=True
-        )
+        step = self._record(
+            agent, prompt, root, results, answer, history=history, approvals=approvals,
+            show_text=True,
+        )  # fmt: skip
         async with aclosing(step) as events:
             async for event in events:
                 yield event
-        assert out.result is not None
-        results.append(out.result)
-        answer.result = out.result
 
 
 class FanOut(Pipeline):
@@ -390,15 +404,13 @@ class FanOut(Pipeline):
         results.extend(done)
         merge = self.merge
         if merge is not None and hasattr(merge, "stream"):
-            out = _Step()
             task = f"{prompt}\n\n{_sections(self.agents, done)}"
-            step = self._step(merge, task, root, out, approvals=approvals, show_text=True)  # type: ignore[arg-type]
+            step = self._record(
+                merge, task, root, results, answer, approvals=approvals, show_text=True,  # type: ignore[arg-type]
+            )  # fmt: skip
             async with aclosing(step) as events:
                 async for event in events:
                     yield event
-            assert out.result is not None
-            results.append(out.result)
-            answer.result = out.result
             return
         if merge is None:
             text = _sections(self.agents, done)

@@ -92,3 +92,24 @@ def test_narrow_tables_keep_codes_numbers_and_dates_whole(tmp_path: Path) -> Non
     for row in rows:  # type, counts and the date sit whole on the row's first line
         assert re.search(r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b", row), row
     assert max(len(line) for line in out.stdout.splitlines()) <= 60
+
+
+@pytest.mark.parametrize("command", [["search", "保修期"], ["status"], ["sources"]])
+def test_an_unreachable_database_is_a_one_line_error_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    from shelfhand.devservices import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env["SHELFHAND_DATABASE_URL"] = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/shelf"
+    done = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *command, "-w", str(tmp_path / "ws")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "unreachable" in done.stderr
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr

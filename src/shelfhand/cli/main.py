@@ -60,6 +60,8 @@ def _console() -> Any:
 
 BUSY_EXIT_CODE = 75
 """Exit code when another process writes the workspace (EX_TEMPFAIL: try again later)."""
+UNAVAILABLE_EXIT_CODE = 69
+"""Exit code when PostgreSQL or Redis stops answering during a command (EX_UNAVAILABLE)."""
 
 
 def _err(message: str, code: int = 1) -> typer.Exit:
@@ -276,10 +278,16 @@ def main() -> None:
         if find_spec(f"shelfhand.cli.{name}") is not None:
             import_module(f"shelfhand.cli.{name}")
     quiet_third_party()
+    from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except ConfigurationError as exc:  # e.g. a database_url that does not answer at start-up
+        sys.exit(_err(str(exc), 2).exit_code)
+    except DependencyUnavailableError as exc:  # PostgreSQL or Redis went away mid-command
+        sys.exit(_err(str(exc), UNAVAILABLE_EXIT_CODE).exit_code)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import anyio.lowlevel
 
+from shelfhand import tool
+from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.governance import Governance, GovernancePolicy
 
 
@@ -33,4 +35,33 @@ def governance(clock: FakeClock, **policy: object) -> Governance:
         clock=clock,
         sleep=clock.sleep,
         jitter=lambda: 1.0,
+    )
+
+
+# a write tool that needs confirmation, and a model script calling it (approval tests)
+created: list[str] = []
+
+
+@tool(confirm=True)
+def create_return(order_id: str, reason: str, api_key: str = "") -> str:
+    """Create a return for one of the caller's orders (a write).
+
+    Args:
+        order_id: The order number.
+        reason: Why the customer returns it.
+        api_key: Key of the returns service.
+    """
+    created.append(order_id)
+    return f"退货单 RMA-{order_id} 已创建"
+
+
+def script() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            tool_call(
+                "create_return",
+                {"order_id": "SO-1001", "reason": "屏幕坏点", "api_key": "sk-live-123"},
+            ),
+            text("好的。"),
+        ]
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import anyio
 import anyio.to_thread
 import pytest
+from governance_helpers import create_return, created, script
 
-from shelfhand import Agent, ApprovalDecision, Approvals, Toolkit, UserContext, tool
+from shelfhand import Agent, ApprovalDecision, Approvals, Toolkit, UserContext
 from shelfhand.core.events import (
     ApprovalDecided,
     ApprovalRequired,
@@ -21,37 +22,10 @@ pytestmark = pytest.mark.anyio
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
 
-created: list[str] = []
-
-
-@tool(confirm=True)
-def create_return(order_id: str, reason: str, api_key: str = "") -> str:
-    """Create a return for one of the caller's orders (a write).
-
-    Args:
-        order_id: The order number.
-        reason: Why the customer returns it.
-        api_key: Key of the returns service.
-    """
-    created.append(order_id)
-    return f"退货单 RMA-{order_id} 已创建"
-
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     created.clear()
-
-
-def script() -> ScriptedModel:
-    return ScriptedModel(
-        [
-            tool_call(
-                "create_return",
-                {"order_id": "SO-1001", "reason": "屏幕坏点", "api_key": "sk-live-123"},
-            ),
-            text("好的。"),
-        ]
-    )
 
 
 async def test_a_confirm_tool_pauses_the_run_until_approved() -> None:

@@ -7,13 +7,13 @@ import functools
 
 import anyio
 import pytest
+from governance_helpers import create_return, created, script
 
-from shelfhand import Agent, Toolkit, UserContext, tool
+from shelfhand import Agent, Toolkit, UserContext
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, Final, ToolFinished
 from shelfhand.core.shared import open_redis
 from shelfhand.devservices import free_port
-from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.approvals import ApprovalDecision
 from shelfhand.tools.redis_approvals import RedisApprovals
 
@@ -22,37 +22,10 @@ pytestmark = pytest.mark.anyio
 ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
 OTHER_ALICE = UserContext(tenant_id="globex", user_id="alice")
 
-created: list[str] = []
-
-
-@tool(confirm=True)
-def create_return(order_id: str, reason: str, api_key: str = "") -> str:
-    """Create a return for one of the caller's orders (a write).
-
-    Args:
-        order_id: The order number.
-        reason: Why the customer returns it.
-        api_key: Key of the returns service.
-    """
-    created.append(order_id)
-    return f"退货单 RMA-{order_id} 已创建"
-
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     created.clear()
-
-
-def script() -> ScriptedModel:
-    return ScriptedModel(
-        [
-            tool_call(
-                "create_return",
-                {"order_id": "SO-1001", "reason": "屏幕坏点", "api_key": "sk-live-123"},
-            ),
-            text("好的。"),
-        ]
-    )
 
 
 def replicas(redis_url: str) -> tuple[RedisApprovals, RedisApprovals]:

@@ -372,15 +372,14 @@ class ChatService:
         session_id: str = "",
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
-        facts = await self.store(self.memories.recall, user)
-        system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=format_memories(facts))
+        facts = format_memories(await self.store(self.memories.recall, user))
         # group state is per conversation; a toolkit without groups can be shared as is
         toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit
         events: AsyncIterator[Event]
         if self.subagents:
             supervisor = self.app.supervisor(
                 self.model, self.kb, memory=memory, toolkit=toolkit,
-                system_prompt=build_system_prompt(SUPERVISOR_PROMPT, memory=format_memories(facts)),
+                system_prompt=build_system_prompt(SUPERVISOR_PROMPT, memory=facts),
                 tasks=self.tasks, fingerprints=self._fingerprints,
             )  # fmt: skip
             events = supervisor.stream(
@@ -388,6 +387,7 @@ class ChatService:
                 session=session_id,
             )  # fmt: skip
         else:
+            system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=facts)
             agent = self.app.chat_agent(
                 self.model, self.kb, memory=memory, toolkit=toolkit, system_prompt=system
             )

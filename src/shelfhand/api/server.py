@@ -240,7 +240,7 @@ def _add_health_routes(api: FastAPI) -> None:
         reachable (or not configured)."""
         store = "ok"
         try:
-            service.sessions.check()
+            await service.chat.store(service.sessions.check)  # off the loop for PostgreSQL
             await asyncio.to_thread(service.kb.count_chunks)
             redis = service.app.shared_state().redis
             if redis is not None:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
-from shelfhand.core.pg import redact_url
+from shelfhand.core.pg import _first_line, redact_url
 
 __all__ = ["KEY_PREFIX", "open_redis", "pg_errors", "redis_errors"]
 
@@ -94,8 +94,3 @@ def pg_errors(url: str) -> Iterator[None]:
             "try again shortly",
             dependency="postgresql",
         ) from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -107,6 +107,10 @@ class RedisApprovals(Approvals):
     def _key(approval_id: str) -> str:
         return f"{KEY_PREFIX}approval:{approval_id}"
 
+    @classmethod
+    def _decision_key(cls, approval_id: str) -> str:
+        return cls._key(approval_id) + ":decision"
+
     def open(
         self,
         *,
@@ -200,7 +204,7 @@ class RedisApprovals(Approvals):
         )
         try:
             won = self._claim(
-                keys=[self._key(approval_id), self._key(approval_id) + ":decision"],
+                keys=[self._key(approval_id), self._decision_key(approval_id)],
                 args=[payload, self._expiry_ms],
             )
         except Exception as exc:
@@ -212,7 +216,7 @@ class RedisApprovals(Approvals):
 
     def _remote_decision(self, approval_id: str) -> ApprovalDecision | None:
         try:
-            raw = self.client.get(self._key(approval_id) + ":decision")
+            raw = self.client.get(self._decision_key(approval_id))
         except Exception as exc:  # Redis away: a local decision or the timeout still ends it
             logger.warning("approval %s: cannot read decisions (Redis: %s)", approval_id, exc)
             return None
@@ -239,7 +243,7 @@ class RedisApprovals(Approvals):
         )
         with redis_errors("approvals"):
             raw = self._claim(
-                keys=[self._key(approval_id), self._key(approval_id) + ":decision"],
+                keys=[self._key(approval_id), self._decision_key(approval_id)],
                 args=[payload, self._expiry_ms],
             )
         if raw is None:
@@ -267,7 +271,7 @@ class RedisApprovals(Approvals):
             return local
         with redis_errors("approvals"):
             raw, decided = self.client.mget(
-                [self._key(approval_id), self._key(approval_id) + ":decision"]
+                [self._key(approval_id), self._decision_key(approval_id)]
             )
         if raw is None or decided is not None:
             return None
@@ -283,7 +287,7 @@ class RedisApprovals(Approvals):
             if not ids:
                 return []
             keys = [self._key(i) for i in ids]
-            values = self.client.mget([*keys, *(k + ":decision" for k in keys)])
+            values = self.client.mget([*keys, *(self._decision_key(i) for i in ids)])
         raws, decisions = values[: len(ids)], values[len(ids) :]
         found = [
             _request_of(raw)[0]

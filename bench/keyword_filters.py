@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -111,9 +110,8 @@ def main() -> None:
             assert [r for r, _ in a] == [
                 r for r, _ in filtered.search(tokens, 30, tenant_id="default", roles=roles)
             ]
-        cells = [
-            f"{statistics.median(v):.2f} / {float(np.percentile(v, 95)):.2f}" for v in cpu.values()
-        ]
+        pcts = [rl.percentiles(v) for v in cpu.values()]
+        cells = [f"{p['p50_ms']:.2f} / {p['p95_ms']:.2f}" for p in pcts]
         print(f"| {caller} ({share}) | " + " | ".join(cells) + f" | paths {dict(now.paths)}")
     print(f"\nload after {os.getloadavg()[0]:.1f}")
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -38,25 +37,12 @@ RESULTS = HERE / "results"
 DATA = Path("/work/shared/data")
 logger = logging.getLogger("bench.pg_store")
 
-
-def _load() -> str:
-    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-
-
-def _out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+from retrieval import _load, _out  # noqa: E402  # the shared bench helpers (bench/ is on sys.path)
+from retrieval import _table as _retrieval_table  # noqa: E402
 
 
 def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
-    def cell(v: Any) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-    _out(f"\n### {title}\n")
-    _out("| " + " | ".join(header) + " |")
-    _out("|" + "---|" * len(header))
-    for row in rows:
-        _out("| " + " | ".join(cell(v) for v in row) + " |")
+    _retrieval_table(title, header, rows, digits=3)
 
 
 def _server(args: argparse.Namespace) -> tuple[str, Any]:

@@ -51,9 +51,9 @@ def _out(line: str = "") -> None:
     sys.stdout.flush()
 
 
-def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
+def _table(title: str, header: list[str], rows: list[list[Any]], *, digits: int = 2) -> None:
     def cell(v: Any) -> str:
-        return f"{v:.2f}" if isinstance(v, float) else str(v)
+        return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
     _out(f"\n### {title}\n")
     _out("| " + " | ".join(header) + " |")

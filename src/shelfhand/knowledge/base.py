@@ -1,7 +1,8 @@
 """``KnowledgeBase``: one object for ingest, search, sources and forget over a workspace.
 
 It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces), or the
-PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.pg`), and remembers which provider mode it runs in and why it degraded, if it did (DESIGN R11).
+PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.pg`), and remembers
+which provider mode it runs in and why it degraded, if it did (DESIGN R11).
 """
 
 from __future__ import annotations

@@ -251,6 +251,7 @@ class HybridRetriever:
         query_vectors_used: list[Vectors] = []
         vector_spaces: list[str] = []
         t_kw = t_embed = t_vec = 0.0
+        tokens: list[str] | None = None  # the query's tokens, analysed once when needed
         use_keyword = mode != "vector"
         if mode != "keyword":
             t1 = time.perf_counter()
@@ -273,18 +274,19 @@ class HybridRetriever:
                 t_vec = time.perf_counter() - t1
         if use_keyword:
             t1 = time.perf_counter()
-            keyword = self.keyword_index.search(tokenize_query(query), fetch, **acl)
+            tokens = tokenize_query(query)
+            keyword = self.keyword_index.search(tokens, fetch, **acl)
             t_kw = time.perf_counter() - t1
         t1 = time.perf_counter()
         hits = self._fuse(
-            query,
+            tokens or [],
             keyword,
             _VectorSide(vector_spaces, vector_lists, vector_weights, query_vectors_used),
             k,
         )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
-        hits = self._exact_first(query, hits, keyword, k, acl)
+        hits = self._exact_first(query, tokens, hits, keyword, k, acl)
         if self.version_siblings:
             hits = add_version_siblings(hits, self.store, acl, k)
         t_exact = time.perf_counter() - t1
@@ -401,6 +403,7 @@ class HybridRetriever:
     def _exact_first(
         self,
         query: str,
+        tokens: list[str] | None,
         hits: list[SearchHit],
         keyword: list[tuple[int, float]],
         k: int,
@@ -415,7 +418,7 @@ class HybridRetriever:
         keyword rank when the keyword side had them). Duplicate passages (same content hash)
         appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``acl``
         restricts the lookup exactly like the search (tenant, roles, doc type and source
-        filters).
+        filters). ``tokens`` are ``query``'s tokens when the search already analysed it.
         """
         if not self.exact_boost or k <= 0:
             return hits
@@ -424,7 +427,10 @@ class HybridRetriever:
             return hits
         # All exact passages when fewer than k, so that the hits after them are truly not exact.
         found = self.keyword_index.search_exact(
-            identifiers, max(k, len(hits)), rank_by=tokenize_query(query), **acl
+            identifiers,
+            max(k, len(hits)),
+            rank_by=tokens if tokens is not None else tokenize_query(query),
+            **acl,
         )
         if not found:
             return hits
@@ -470,7 +476,11 @@ class HybridRetriever:
         return (first + rest)[:k]
 
     def _fuse(
-        self, query: str, keyword: list[tuple[int, float]], vectors: _VectorSide, k: int
+        self,
+        query_tokens: list[str],
+        keyword: list[tuple[int, float]],
+        vectors: _VectorSide,
+        k: int,
     ) -> list[SearchHit]:
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
@@ -488,7 +498,7 @@ class HybridRetriever:
             ranked = keyword or vectors.lists[0]
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
-        strength = self._relevance(query, keyword, cosines, vectors.weights)
+        strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
         hashes = self.store.content_hashes([rowid for rowid, _ in ranked])
         chosen: list[tuple[int, float]] = []
         seen: set[str] = set()
@@ -532,7 +542,7 @@ class HybridRetriever:
 
     def _relevance(
         self,
-        query: str,
+        query_tokens: list[str],
         keyword: list[tuple[int, float]],
         cosines: list[dict[int, float]],
         weights: list[float],
@@ -540,7 +550,7 @@ class HybridRetriever:
         """Every candidate's :func:`~shelfhand.knowledge.fusion.relevance`."""
         kw: dict[int, float] = {}
         if keyword:
-            num_docs, freqs = self.keyword_index.doc_freqs(tokenize_query(query))
+            num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
             idf_sum = sum(bm25_idf(df, num_docs) for df in freqs)
             kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
         cos: dict[int, float] = {}

@@ -55,6 +55,14 @@ class VectorLabels:
         self.source: Codes = np.zeros(0, dtype=np.int32)
         self.tagbits: npt.NDArray[np.uint64] = np.zeros((0, 1), dtype=np.uint64)
 
+    @classmethod
+    def of(cls, metas: Sequence[ChunkMeta]) -> VectorLabels:
+        """Labels of exactly ``metas``, position by position."""
+        labels = cls()
+        labels.resize(len(metas))
+        labels.set(0, metas)
+        return labels
+
     def resize(self, capacity: int) -> None:
         self.tenant = np.resize(self.tenant, capacity)
         self.doc_type = np.resize(self.doc_type, capacity)

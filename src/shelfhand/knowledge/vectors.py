@@ -245,9 +245,7 @@ class VectorSpace:
         if self.labels is not None:
             if metas is None or len(metas) != len(ids):
                 raise ValueError("a labelled space needs one ChunkMeta per vector")
-            labels = VectorLabels()
-            labels.resize(len(ids))
-            labels.set(0, metas)
+            labels = VectorLabels.of(metas)
         self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold, labels=labels)
 
     # -- persistence (HNSW only) --------------------------------------------------------------
@@ -508,10 +506,7 @@ class VectorIndexes:
     def _label_from_store(self, vs: VectorSpace) -> None:
         """Label a graph saved before labels existed (once: persisted at the next flush)."""
         logger.info("labelling %d vectors of a graph saved without labels", vs.n)
-        labels = VectorLabels()
-        labels.resize(vs.n)
-        labels.set(0, self._metas(self._store, vs.ids[: vs.n]))
-        vs.labels = labels
+        vs.labels = VectorLabels.of(self._metas(self._store, vs.ids[: vs.n]))
         vs.dirty = True
 
     def _persist(self, generation: int) -> None:

@@ -13,10 +13,10 @@ Tenant, roles, doc type and source are conditions of the same SQL.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from shelfhand.knowledge.fusion import bm25_idf
 from shelfhand.knowledge.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.pg.store import tsquery_literal
 
@@ -25,10 +25,6 @@ __all__ = ["PgKeywordIndex"]
 K1 = 1.2
 B = 0.75
 _HEAD_BOOST = 1.0
-
-
-def _idf(df: int, n: int) -> float:
-    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
 def _field_score(column: str, length: str, weights: str, avg: str) -> str:
@@ -152,9 +148,9 @@ class PgKeywordIndex:
                 return []
             params: dict[str, Any] = {"terms": scored}
             if terms:
-                params["wb"] = [_idf(dfs.get(("b", t), 0), n) * (K1 + 1) for t in scored]
+                params["wb"] = [bm25_idf(dfs.get(("b", t), 0), n) * (K1 + 1) for t in scored]
                 params["wh"] = [
-                    self.head_boost * _idf(dfs.get(("h", t), 0), n) * (K1 + 1) for t in scored
+                    self.head_boost * bm25_idf(dfs.get(("h", t), 0), n) * (K1 + 1) for t in scored
                 ]
                 params["avg_b"] = max(fields["b"][1] / n, 1e-9)
                 params["avg_h"] = max(fields["h"][1] / n, 1e-9)
@@ -164,7 +160,7 @@ class PgKeywordIndex:
                 q_cols = "term, wb, wh"
                 q_from = "unnest(%(terms)s::text[], %(wb)s::float8[], %(wh)s::float8[])"
             else:
-                params["wc"] = [_idf(dfs.get(("c", t), 0), n) * (K1 + 1) for t in scored]
+                params["wc"] = [bm25_idf(dfs.get(("c", t), 0), n) * (K1 + 1) for t in scored]
                 params["avg_c"] = max(fields["c"][1] / n, 1e-9)
                 score = _field_score("codes", "codes_len", "wc", "avg_c")
                 q_cols = "term, wc"

@@ -20,6 +20,7 @@ import numpy as np
 
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.pg.store import ImportedDocument, PgKnowledgeStore
+from shelfhand.knowledge.store import _CHUNK_COLUMNS, _row_to_chunk
 from shelfhand.knowledge.types import Chunk, Document
 
 __all__ = ["ImportReport", "import_workspace"]
@@ -40,37 +41,15 @@ def _open(workspace: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
-def _chunk(row: Sequence[Any]) -> Chunk:
-    return Chunk(
-        chunk_id=row[1],
-        doc_id=row[2],
-        chunk_index=row[3],
-        text=row[4],
-        title=row[5],
-        section_path=tuple(json.loads(row[6])),
-        page=row[7],
-        source=row[8],
-        start=row[9],
-        end=row[10],
-        content_hash=row[11],
-        doc_type=row[12],
-        permission_tags=tuple(json.loads(row[13])),
-        tenant_id=row[14],
-        updated_at=row[15],
-    )
-
-
 def _batch(conn: sqlite3.Connection, docs: Sequence[Sequence[Any]]) -> list[ImportedDocument]:
     ids = [d[0] for d in docs]
     marks = ",".join("?" * len(ids))
     chunks: dict[str, list[tuple[int, Chunk]]] = {doc_id: [] for doc_id in ids}
     for row in conn.execute(
-        "SELECT rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source,"
-        " start, end_, content_hash, doc_type, permission_tags, tenant_id, updated_at"
-        f" FROM chunks WHERE doc_id IN ({marks}) ORDER BY rowid",
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks}) ORDER BY rowid",
         ids,
     ):
-        chunks[row[2]].append((int(row[0]), _chunk(row)))
+        chunks[row[2]].append((int(row[0]), _row_to_chunk(row)))
     vectors: dict[int, tuple[str, bytes]] = {
         int(r[0]): (str(r[1]), r[2])
         for r in conn.execute(

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.api.uploads import UploadRecord
-from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.pg import PgMigration, apply_pg_migrations, open_pool
+from shelfhand.core.shared import pg_errors
 
 if TYPE_CHECKING:
     import psycopg
@@ -58,8 +58,9 @@ def _record(r: Sequence[Any]) -> UploadRecord:
 class PgUploadRegistry:
     """Source ownership in PostgreSQL (the interface of :class:`UploadRegistry`)."""
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, pool: ConnectionPool[Any], *, url: str) -> None:
         self.pool = pool
+        self.url = url
 
     @classmethod
     def open(cls, url: str) -> PgUploadRegistry:
@@ -70,24 +71,15 @@ class PgUploadRegistry:
         except BaseException:
             pool.close()
             raise
-        return cls(pool)
+        return cls(pool, url=url)
 
     def close(self) -> None:
         self.pool.close()
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise DependencyUnavailableError(
-                f"PostgreSQL (upload records) is unreachable: {first}", dependency="postgresql"
-            ) from exc
+        with pg_errors(self.url), self.pool.connection() as conn:
+            yield conn
 
     def owner_of(self, source: str) -> str | None:
         record = self.get(source)

@@ -500,8 +500,7 @@ class Uploads:
         """
         tenant_dir = tenant_folder(user.tenant_id)
         with self._ingest_lock:
-            sources, records, groups = self._plan(staged, user, kb, permission_tags)
-            new = [s for s in sources if self.registry.owner_of(s) is None]
+            sources, records, groups, new = self._plan(staged, user, kb, permission_tags)
             self.registry.begin(records)  # the intent, so a crash from here on is undone
             reports: list[IngestReport] = []
             try:
@@ -558,9 +557,10 @@ class Uploads:
         user: UserContext,
         kb: KnowledgeTarget,
         permission_tags: Sequence[str] | None,
-    ) -> tuple[list[str], list[UploadRecord], dict[tuple[str, ...], list[Path]]]:
-        """Sources, registry records and files grouped by tag set; refused as a whole when a
-        source is not the caller's to replace or the quota is exceeded."""
+    ) -> tuple[list[str], list[UploadRecord], dict[tuple[str, ...], list[Path]], list[str]]:
+        """Sources, registry records, files grouped by tag set and the sources no tenant owns
+        yet; refused as a whole when a source is not the caller's to replace or the quota is
+        exceeded."""
         tenant_dir = tenant_folder(user.tenant_id)
         sources = [f"{tenant_dir}/{path.name}" for path, _ in staged.files]
         now = time.time()
@@ -577,8 +577,11 @@ class Uploads:
         ]
         stored = kb.source_access(sources)
         groups: dict[tuple[str, ...], list[Path]] = {}
+        new: list[str] = []
         for (path, _), source in zip(staged.files, sources, strict=True):
             record = self.registry.get(source)
+            if record is None:
+                new.append(source)
             tags = tuple(permission_tags or ())
             if record is not None or source in stored:
                 if access(user, stored.get(source), record) != "write":
@@ -593,7 +596,7 @@ class Uploads:
                 tags = replacement_tags(user, old, permission_tags)
             groups.setdefault(tags, []).append(path)
         self._check_quota(user.tenant_id, records)
-        return sources, records, groups
+        return sources, records, groups, new
 
     def _check_quota(self, tenant_id: str, records: Sequence[UploadRecord]) -> None:
         if self.max_tenant_bytes is None and self.max_tenant_files is None:

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from shelfhand.core.context import UserContext
-from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.pg import apply_pg_migrations, open_pool
+from shelfhand.core.shared import pg_errors
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME, migrations
 
 if TYPE_CHECKING:
@@ -148,8 +148,9 @@ class IngestQueue:
         pool: Autocommit connections (:func:`shelfhand.core.pg.open_pool`).
     """
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, pool: ConnectionPool[Any], *, url: str) -> None:
         self.pool = pool
+        self.url = url
 
     @classmethod
     def open(cls, url: str, *, max_connections: int = 8) -> IngestQueue:
@@ -163,26 +164,18 @@ class IngestQueue:
         except BaseException:
             pool.close()
             raise
-        return cls(pool)
+        return cls(pool, url=url)
 
     def close(self) -> None:
         self.pool.close()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; PostgreSQL going away is :class:`DependencyUnavailableError`
+        """A pooled connection; PostgreSQL going away is
+        :class:`~shelfhand.core.errors.DependencyUnavailableError`
         (the service answers 503 and recovers when it returns)."""
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise DependencyUnavailableError(
-                f"PostgreSQL (ingest jobs) is unreachable: {first}", dependency="postgresql"
-            ) from exc
+        with pg_errors(self.url), self.pool.connection() as conn:
+            yield conn
 
     # --- the enqueue side (API, CLI) -------------------------------------------------------
     def enqueue(

@@ -24,7 +24,7 @@ import functools
 import inspect
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -41,7 +41,14 @@ from shelfhand.tools.schema import FunctionSchema, function_schema
 if TYPE_CHECKING:
     from shelfhand.tools.governance import BreakerKey
 
-__all__ = ["Tool", "ToolOutput", "format_validation_error", "serialise_result", "tool"]
+__all__ = [
+    "Tool",
+    "ToolExample",
+    "ToolOutput",
+    "format_validation_error",
+    "serialise_result",
+    "tool",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,6 +87,31 @@ class ToolOutput:
     """The structured value behind ``content`` (for the caller; the model sees ``content``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolExample:
+    """A request this tool is made for, written by whoever deploys the tool, optionally with
+    the arguments the call should get. Shown to the model with the tool's description (see
+    :func:`~shelfhand.providers.tool_modes.tools_prompt`): small models route by them."""
+
+    request: str
+    arguments: Mapping[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"request": self.request}
+        if self.arguments is not None:
+            out["arguments"] = dict(self.arguments)
+        return out
+
+
+ExampleSpec = str | Mapping[str, Any] | ToolExample
+"""An example as declared: a request, ``{"request": ..., "arguments": {...}}`` or a
+:class:`ToolExample`."""
+
+MAX_EXAMPLES = 8
+"""The most examples one tool may declare (each costs prompt tokens on every model call)."""
+_MAX_EXAMPLE_CHARS = 300
+
+
 class Tool(Generic[P, R]):
     """A function with a model-facing name, description and schema, and a policy.
 
@@ -115,6 +147,8 @@ class Tool(Generic[P, R]):
             (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
             interrupt it.
         strict: The schema follows OpenAI strict mode.
+        examples: Requests the tool is made for (:class:`ToolExample`), shown to the model
+            with the description; in :meth:`schema` as ``function["examples"]``.
         group: Tool group it belongs to by default (see ``Toolkit``).
         func: The wrapped function.
         is_async: Whether ``func`` is a coroutine function.
@@ -146,6 +180,7 @@ class Tool(Generic[P, R]):
         circuit: str | None = None,
         inline: bool = False,
         breaker_key: BreakerKey | None = None,
+        examples: Sequence[ExampleSpec] = (),
     ) -> None:
         tool_name: str = name or str(getattr(func, "__name__", ""))
         if not _NAME_RE.match(tool_name):
@@ -171,6 +206,7 @@ class Tool(Generic[P, R]):
         if breaker_key is not None and not callable(breaker_key):
             raise ValueError(f"tool {tool_name}: breaker_key must be a function or None")
         spec = function_schema(func, strict=strict)
+        self.examples: tuple[ToolExample, ...] = _examples(tool_name, examples, spec)
         self.func = func
         self.name: str = tool_name
         self.description: str = spec.description if description is None else description
@@ -217,6 +253,8 @@ class Tool(Generic[P, R]):
             }
             if self.strict:
                 function["strict"] = True
+            if self.examples:
+                function["examples"] = [e.as_dict() for e in self.examples]
             self._schema = {"type": "function", "function": function}
         return self._schema
 
@@ -266,6 +304,51 @@ class Tool(Generic[P, R]):
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(_sync_executor(), ctx.run, call)
         return serialise_result(result)
+
+
+def _examples(
+    tool_name: str, declared: Sequence[ExampleSpec], spec: FunctionSchema
+) -> tuple[ToolExample, ...]:
+    """Check the declared examples: a non-empty request each, arguments that the tool would
+    accept. A wrong example fails at declaration, not in front of the model."""
+    if isinstance(declared, str | Mapping | ToolExample):
+        raise ValueError(f"tool {tool_name}: examples must be a list of examples")
+    if len(declared) > MAX_EXAMPLES:
+        raise ValueError(
+            f"tool {tool_name}: at most {MAX_EXAMPLES} examples (each one is sent to the model "
+            f"on every call), got {len(declared)}"
+        )
+    out: list[ToolExample] = []
+    for number, item in enumerate(declared, 1):
+        where = f"tool {tool_name}, example {number}"
+        if isinstance(item, str):
+            example = ToolExample(item)
+        elif isinstance(item, ToolExample):
+            example = item
+        elif isinstance(item, Mapping):
+            if unknown := set(item) - {"request", "arguments"}:
+                raise ValueError(f"{where}: unknown key(s) {sorted(unknown)} (request, arguments)")
+            arguments = item.get("arguments")
+            if arguments is not None and not isinstance(arguments, Mapping):
+                raise ValueError(f"{where}: arguments must be an object")
+            example = ToolExample(str(item.get("request") or ""), arguments)
+        else:
+            raise ValueError(f"{where}: expected a request string or an object")
+        if not isinstance(example.request, str) or not example.request.strip():
+            raise ValueError(f"{where}: the request must be non-empty text")
+        if len(example.request) > _MAX_EXAMPLE_CHARS:
+            raise ValueError(f"{where}: the request is longer than {_MAX_EXAMPLE_CHARS} characters")
+        if example.arguments is not None:
+            try:
+                spec.arguments_model.model_validate(dict(example.arguments))
+            except ValidationError as exc:
+                problem = format_validation_error(tool_name, exc).split(": ", 1)[1]
+                raise ValueError(f"{where}: {problem.split('. Fix')[0]}") from None
+            example = ToolExample(example.request.strip(), dict(example.arguments))
+        else:
+            example = ToolExample(example.request.strip())
+        out.append(example)
+    return tuple(out)
 
 
 def _is_async(func: Callable[..., Any]) -> bool:
@@ -339,6 +422,7 @@ def tool(
     circuit: str | None = None,
     inline: bool = False,
     breaker_key: BreakerKey | None = None,
+    examples: Sequence[ExampleSpec] = (),
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -364,6 +448,7 @@ def tool(
     circuit: str | None = None,
     inline: bool = False,
     breaker_key: BreakerKey | None = None,
+    examples: Sequence[ExampleSpec] = (),
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -394,14 +479,18 @@ def tool(
             instead of one for the tool, so one failing target never blocks the others.
         inline: Call a sync function on the event loop, without a worker thread (only for
             fast, non-blocking functions).
+        examples: Up to 8 requests the tool is made for, each a string or
+            ``{"request": ..., "arguments": {...}}`` (the arguments are checked against the
+            tool's parameters). Shown to the model with the description; small local models
+            choose tools by them (BENCHMARKS.md, "After issue 9 round 4").
 
     Governance (timeouts, retries, rate limits, cache, breaker, confirmation, audit) is applied
     by :class:`~shelfhand.tools.toolkit.Toolkit` from these attributes; calling the tool
     directly bypasses it.
 
     Raises:
-        ValueError: a bad name, permission level or timeout, or a strict schema that cannot
-            be expressed.
+        ValueError: a bad name, permission level or timeout, a strict schema that cannot
+            be expressed, or an example that is empty or has arguments the tool rejects.
         TypeError: unresolvable type hints or ``*args``/``**kwargs`` parameters.
     """
 
@@ -428,6 +517,7 @@ def tool(
             circuit=circuit,
             inline=inline,
             breaker_key=breaker_key,
+            examples=examples,
         )
 
     if func is not None:

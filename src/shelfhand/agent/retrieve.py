@@ -19,7 +19,7 @@ from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
 from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
 from shelfhand.knowledge.types import SearchHit
-from shelfhand.tools.tool import Tool, ToolOutput, tool
+from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
 from .agent import RunResult
 from .fallbacks import NOT_CONFIGURED, NOT_COVERED
@@ -52,9 +52,15 @@ def clamp_top_k(top_k: int | None) -> int:
 
 
 def make_retrieve_tool(
-    kb: Searcher | None, *, compress_tokens: int | None = None
+    kb: Searcher | None,
+    *,
+    compress_tokens: int | None = None,
+    examples: Sequence[ExampleSpec] = (),
 ) -> Tool[Any, Any]:
     """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured".
+
+    ``examples``: questions the documents of ``kb`` answer (see ``@tool(examples=...)``),
+    shown to the model with the description.
 
     Passages that disagree with each other (or with a passage an earlier call of the run
     returned) are flagged: a ``Note:`` line after the passages and ``conflicts_with`` /
@@ -92,6 +98,7 @@ def make_retrieve_tool(
         read_only=True,
         cache_ttl=0,
         timeout=RETRIEVE_TIMEOUT,
+        examples=examples,
     )(retrieve)
     found.dedup = False
     return found

@@ -62,6 +62,7 @@ from shelfhand.providers.openai_wire import (
 from shelfhand.providers.tool_modes import (
     TOOL_MODES,
     ToolMode,
+    native_tools,
     parse_constrained,
     prompted_messages,
     repeats_answered_calls,
@@ -482,7 +483,7 @@ class OpenAIChatModel:
         if not tools or self.tool_mode == "native":
             params["messages"] = messages_to_openai(messages)
             if tools:
-                params["tools"] = [dict(t) for t in tools]
+                params["tools"] = native_tools(tools)
                 if self.tool_choice != "auto":
                     params["tool_choice"] = self.tool_choice
         else:

@@ -8,6 +8,11 @@ passage from a document that holds the answer. Needs an OpenAI-compatible server
     python scripts/local_model.py serve --port 8080 &          # Qwen2.5-Coder-0.5B, 1 thread
     python bench/tool_calls.py --base-url http://127.0.0.1:8080/v1 --model qwen2.5-coder-0.5b
 
+The tools carry the reference scenario's routing examples (``shelfhand.demo.TOOL_EXAMPLES``,
+``RETRIEVE_EXAMPLES``); ``--no-examples`` measures them without. ``--cases`` runs another case
+file, e.g. ``bench/tool_cases_heldout.jsonl`` (12 requests written apart from the examples
+and the bundled cases, to check the examples for overfitting).
+
 Resumable: each mode's results are written to ``--out`` as soon as the mode finishes, and
 modes already there are skipped (``--force`` reruns them). Bounded: ``--modes``, ``--limit``
 (first N cases), ``--ask-limit`` (first N questions, 0 skips ``ask``).
@@ -100,7 +105,8 @@ async def ask_questions(
 
 
 async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> dict[str, Any]:
-    cases = load_tool_cases(sample_tool_cases())[args.start :: max(1, args.stride)][: args.limit]
+    all_cases = load_tool_cases(args.cases or sample_tool_cases())
+    cases = all_cases[args.start :: max(1, args.stride)][: args.limit]
     model = model_for(args, mode)
     workspace = Path(tempfile.mkdtemp(prefix=f"tool-bench-{mode}-"))
 
@@ -116,7 +122,13 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
     t0 = time.perf_counter()
     try:
         report = await run_tool_eval(
-            model, cases, workspace=workspace, knowledge=kb, max_iters=4, on_case=progress
+            model,
+            cases,
+            workspace=workspace,
+            knowledge=kb,
+            max_iters=4,
+            on_case=progress,
+            examples=not args.no_examples,
         )
         if args.ask_limit > 0:
             print(f"== {mode}: ask on {min(args.ask_limit, len(QUESTIONS))} questions", flush=True)
@@ -135,8 +147,10 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
             "ask_limit",
             "temperature",
             "max_tokens",
+            "no_examples",
         )
     }
+    report["config"]["cases"] = str(args.cases or "bundled 20")
     return report
 
 
@@ -168,6 +182,10 @@ def main() -> int:
     parser.add_argument("--context-tokens", type=int, default=8192)
     parser.add_argument("--timeout", type=float, default=600.0, help="total per model call")
     parser.add_argument("--first-token-timeout", type=float, default=300.0)
+    parser.add_argument("--cases", type=Path, default=None, help="JSONL (default: the 20)")
+    parser.add_argument(
+        "--no-examples", action="store_true", help="without the demo tools' routing examples"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/tool_calls.json"))
     parser.add_argument("--force", action="store_true", help="rerun modes already in --out")
     args = parser.parse_args()

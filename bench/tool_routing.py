@@ -13,6 +13,8 @@ What it measures:
   (``rotate:N``): how much the listing order decides;
 - ``--samples N --temperature T``: self-consistency, the majority of N sampled decisions
   (ties: the first reached);
+- ``--no-examples``: the tools without their routing examples (``shelfhand.demo``);
+  ``--cases``: another case file (e.g. ``bench/tool_cases_heldout.jsonl``);
 - ``--top``: the model's probabilities of the first token of the decision (llama.cpp
   reports them before the grammar masks tokens), e.g. ``none`` 0.51 / ``retrieve`` 0.28.
 
@@ -41,7 +43,7 @@ import httpx
 from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.core.messages import Message
-from shelfhand.demo import demo_database, make_tools
+from shelfhand.demo import RETRIEVE_EXAMPLES, demo_database, make_tools
 from shelfhand.providers.tool_modes import NO_TOOL, prompted_messages
 from shelfhand.tool_eval import load_tool_cases, sample_tool_cases
 from shelfhand.tools.toolkit import Toolkit
@@ -94,17 +96,24 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=1, help="majority of N decisions")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--top", type=int, default=6, help="first-token probabilities shown")
+    parser.add_argument("--cases", type=Path, default=None, help="JSONL (default: the 20)")
+    parser.add_argument(
+        "--no-examples", action="store_true", help="without the demo tools' routing examples"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON results")
     args = parser.parse_args()
 
     db: sqlite3.Connection = demo_database(Path(tempfile.mkdtemp()) / "shop.db")
-    tools = ordered(Toolkit([make_retrieve_tool(None), *make_tools(db)]).schemas(), args.order)
+    examples = not args.no_examples
+    retrieve = make_retrieve_tool(None, examples=RETRIEVE_EXAMPLES if examples else ())
+    toolkit = Toolkit([retrieve, *make_tools(db, examples=examples)])
+    tools = ordered(toolkit.schemas(), args.order)
     names = [t["function"]["name"] for t in tools]
     print(f"tools listed: {', '.join(names)}", flush=True)
     client = httpx.Client(base_url=args.base_url, timeout=600.0)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for case in load_tool_cases(sample_tool_cases()):
+    for case in load_tool_cases(args.cases or sample_tool_cases()):
         messages = [Message.system(DEFAULT_SYSTEM_PROMPT), Message.user(case.request)]
         body: dict[str, Any] = {
             "model": args.model,
@@ -146,7 +155,7 @@ def main() -> int:
         summary = {
             "right": right,
             "cases": len(rows),
-            "config": vars(args) | {"out": str(args.out)},
+            "config": vars(args) | {"out": str(args.out), "cases": str(args.cases)},
         }
         args.out.write_text(json.dumps({**summary, "rows": rows}, ensure_ascii=False, indent=1))
     return 0

@@ -193,6 +193,7 @@ async def run_tool_eval(
     knowledge: Any = None,
     max_iters: int = 4,
     on_case: Callable[[CaseResult], Any] | None = None,
+    examples: bool = True,
 ) -> dict[str, Any]:
     """Run every case against ``model`` and return :func:`summarise` plus ``results``.
 
@@ -204,10 +205,14 @@ async def run_tool_eval(
             configured", which is enough to judge routing).
         max_iters: The most model calls per case.
         on_case: Called with each result as it completes (progress output).
+        examples: Give the tools the deployer's routing examples of the reference scenario
+            (:data:`~shelfhand.demo.TOOL_EXAMPLES`, and
+            :data:`~shelfhand.demo.RETRIEVE_EXAMPLES` for ``retrieve`` over the samples);
+            ``False`` measures the tools without them.
     """
     from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT, Agent
     from shelfhand.agent.retrieve import make_retrieve_tool
-    from shelfhand.demo import DEMO_USER, demo_database, make_tools
+    from shelfhand.demo import DEMO_USER, RETRIEVE_EXAMPLES, demo_database, make_tools
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.toolkit import Toolkit
 
@@ -215,7 +220,8 @@ async def run_tool_eval(
     shop = workspace / "tool-eval-shop.db"
     shop.unlink(missing_ok=True)  # every run starts from the same demo data
     db: sqlite3.Connection = demo_database(shop)
-    toolkit = Toolkit([make_retrieve_tool(knowledge), *make_tools(db)])
+    retrieve = make_retrieve_tool(knowledge, examples=RETRIEVE_EXAMPLES if examples else ())
+    toolkit = Toolkit([retrieve, *make_tools(db, examples=examples)])
     agent = Agent(
         name="tool-eval",
         model=model,

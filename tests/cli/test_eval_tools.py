@@ -112,6 +112,9 @@ def test_constrained_mode_sends_a_schema_and_reads_the_json_back(
     assert [r["answer"] for r in report["results"]] == ["有 12 台现货。", "8909.1 CNY.", "Hello!"]
     body = server.requests[0].body
     assert "tools" not in body
+    # the reference scenario's routing examples (shelfhand.demo) are in the prompt
+    system = body["messages"][0]["content"]
+    assert 'User: "SKU2023-105 缺货了吗？" -> {"tool": "query_stock"' in system
     consts = [
         c["properties"]["tool"]["const"]
         for c in body["response_format"]["json_schema"]["schema"]["anyOf"]

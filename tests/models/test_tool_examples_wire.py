@@ -10,7 +10,7 @@ import anyio
 import pytest
 from chat_completions_server import ChatServer, Reply, completion
 
-from shelfhand.core.messages import Message
+from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.demo import RETRIEVE_EXAMPLES, TOOL_EXAMPLES, demo_database, make_tools
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.providers.tool_modes import examples_block
@@ -149,3 +149,28 @@ def test_the_demo_examples_are_not_the_eval_cases() -> None:
     assert not requests & {c.request for c in load_tool_cases(sample_tool_cases())}
     langs = {"zh" if any("\u4e00" <= ch <= "\u9fff" for ch in r) else "en" for r in requests}
     assert langs == {"en", "zh"}
+
+
+async def test_examples_are_shown_to_route_a_request_not_after_tool_results(
+    chat_server: ChatServer,
+) -> None:
+    call = ToolCallBlock(id="c1", name="query_stock", arguments='{"sku": "SKU2024-011"}')
+    result = Message.tool([ToolResultBlock(call_id="c1", name="query_stock", content="12")])
+    asked = Message.user("SKU2024-011 有货吗？")
+    after_results = [asked, Message.assistant("", tool_calls=[call]), result]
+    nudged = [*after_results, Message.user("Answer in plain words.")]
+    next_turn = [*after_results, Message.assistant("有 12 台。"), Message.user("And the X2?")]
+    for messages in ([asked], after_results, nudged, next_turn):
+        chat_server.add(Reply(body=completion(json.dumps({"tool": "none", "answer": "ok"}))))
+        model = OpenAIChatModel("m", base_url=chat_server.url, tool_mode="constrained")
+        try:
+            with anyio.fail_after(10):
+                await model.request(messages, tools=TOOLS)
+        finally:
+            await model.aclose()
+
+    systems = [r.body["messages"][0]["content"] for r in chat_server.requests]
+    shown = ["Examples of requests and the right reply:" in s for s in systems]
+    assert shown == [True, False, False, True]
+    # the prompt without examples is the start of the prompt with them (a prompt cache holds)
+    assert systems[0].startswith(systems[1])

@@ -158,9 +158,9 @@ def native_tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
     return out
 
 
-def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
-    """The tool descriptions (with each argument's description), the calling rules and the
-    deployer's examples (:func:`examples_block`)."""
+def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode, *, examples: bool = True) -> str:
+    """The tool descriptions (with each argument's description), the calling rules and,
+    with ``examples``, the deployer's examples (:func:`examples_block`)."""
     lines = ["You can call these tools:"]
     for tool in tools:
         fn = _function(tool)
@@ -174,8 +174,8 @@ def tools_prompt(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
         )
     rules = [_CONSTRAINED_FORMAT, _CHOOSE_RULES] if mode == "constrained" else [_PLAIN_RULES]
     lines.extend(rules)
-    if examples := examples_block(tools, mode):
-        lines.append(examples)
+    if examples and (block := examples_block(tools, mode)):
+        lines.append(block)
     return "\n".join(lines)
 
 
@@ -196,11 +196,24 @@ def _answer_text(text: str, mode: ToolMode) -> str:
     return text
 
 
+def _routing_step(messages: Sequence[Message]) -> bool:
+    """The model is to route a user's request: the last message is the user's and does not
+    follow tool results. After results the examples are left out: measured with
+    Qwen2.5-Coder-0.5B (BENCHMARKS.md, "After issue 9 round 4"), a model shown them after a
+    result called another example's tool with that example's arguments (a return "arrived
+    cracked" after an order lookup). The system prompt up to the examples stays the same, so
+    a server's prompt cache still covers it."""
+    if not messages or messages[-1].role != "user" or messages[-1].tool_results:
+        return False
+    return not (len(messages) > 1 and messages[-2].tool_results)
+
+
 def prompted_messages(
     messages: Sequence[Message], tools: Sequence[ToolSchema], mode: ToolMode
 ) -> list[dict[str, Any]]:
     """Wire messages for ``plain``/``constrained`` mode: tools described in the system
-    prompt, earlier calls and results written as text."""
+    prompt (their examples only while the model routes a new request, see
+    :func:`_routing_step`), earlier calls and results written as text."""
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "assistant" and message.tool_calls:
@@ -221,7 +234,7 @@ def prompted_messages(
         else:
             out.extend(messages_to_openai([message]))
     if tools:
-        prompt = tools_prompt(tools, mode)
+        prompt = tools_prompt(tools, mode, examples=_routing_step(messages))
         if out and out[0]["role"] == "system":
             out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}
         else:

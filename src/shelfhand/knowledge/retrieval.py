@@ -604,6 +604,7 @@ class _Overlap:
     def __init__(self, workers: int) -> None:
         if workers < 0:
             raise KnowledgeError(f"overlap_workers must be >= 0, not {workers}")
+        self.workers = workers
         self._slots = threading.BoundedSemaphore(max(workers, 1))
         self._pool = (
             ThreadPoolExecutor(workers, thread_name_prefix="shelfhand-keyword") if workers else None
@@ -686,6 +687,7 @@ def open_embedded_store(
     access: Access = "write",
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
+    overlap_workers: int | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -693,7 +695,8 @@ def open_embedded_store(
     rebuilt from the database. ``access`` is how this process uses the keyword index
     (``write``, ``read``, or ``read-only`` while another process writes; see
     :mod:`shelfhand.knowledge.keyword`). ``embed_timeout`` bounds each query embedding
-    (seconds); hits under ``min_relevance`` are dropped.
+    (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
+    :class:`HybridRetriever`'s.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
@@ -701,7 +704,13 @@ def open_embedded_store(
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
     retriever = HybridRetriever(
-        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
+        store,
+        keyword,
+        vectors,
+        router,
+        embed_timeout=embed_timeout,
+        min_relevance=min_relevance,
+        overlap_workers=overlap_workers,
     )
     ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     return EmbeddedKnowledge(

@@ -525,20 +525,26 @@ class HybridRetriever:
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
         strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
-        hashes = self.store.content_hashes([rowid for rowid, _ in ranked])
+        # too weak to count as an answer
+        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
         chosen: list[tuple[int, float]] = []
+        chunks: dict[int, Chunk] = {}
         seen: set[str] = set()
-        for rowid, score in ranked:
-            h = hashes.get(rowid)
-            if h is None or h in seen:
-                continue  # deleted since indexing, or a duplicate passage
-            if strength.get(rowid, 0.0) < self.min_relevance:
-                continue  # too weak to count as an answer
-            seen.add(h)
-            chosen.append((rowid, score))
-            if len(chosen) == k:
-                break
-        chunks = self.store.chunk_map([rowid for rowid, _ in chosen])
+        start = 0
+        while len(chosen) < k and start < len(strong):
+            # read the chunks a few more than still needed at a time: usually one query
+            batch = strong[start : start + k - len(chosen) + 2]
+            start += len(batch)
+            read = self.store.chunk_map([rowid for rowid, _ in batch])
+            for rowid, score in batch:
+                chunk = read.get(rowid)
+                if chunk is None or chunk.content_hash in seen:
+                    continue  # deleted since indexing, or a duplicate passage
+                seen.add(chunk.content_hash)
+                chosen.append((rowid, score))
+                chunks[rowid] = chunk
+                if len(chosen) == k:
+                    break
         return [
             SearchHit(
                 chunk=chunks[rowid],

@@ -181,12 +181,18 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
         workspace = args.ws_dir / f"embedded-{n}"
         kb, build = rs.build_workspace(workspace, corpus, seed_from=previous)
         previous = workspace
+        if args.overlap_workers is not None:
+            from shelfhand.knowledge.retrieval import _Overlap
+
+            kb.retriever._overlap.close()
+            kb.retriever._overlap = _Overlap(args.overlap_workers)
         if args.build_only:
             kb.close()
             continue
         out = rs.measure(kb, corpus, k=args.k)
         out["build"] = build
         out["faiss_threads"] = args.faiss_threads or "default"
+        out["overlap_workers"] = kb.retriever._overlap.workers
         kb.close()
         res[str(n)] = out
         _save(f"embedded-{n}", out)
@@ -196,7 +202,8 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
             f" {build['build_cpu_s']:.0f} s CPU, RSS peak {build['rss_peak_mb']:.0f} MB,"
             f" {build['disk_mb']:.0f} MB on disk), k={args.k}, {out['fetch_per_side']} per side,"
             f" {out['queries']} queries, query vectors given, faiss threads"
-            f" {out['faiss_threads']}; load {out['load_before']} -> {out['load_after']}",
+            f" {out['faiss_threads']}, keyword-side workers {out['overlap_workers']};"
+            f" load {out['load_before']} -> {out['load_after']}",
             [
                 "caller (reads)",
                 "keyword p50 / p95 ms",
@@ -640,6 +647,12 @@ def main() -> None:
     ap.add_argument("--build-only", action="store_true", help="embedded: build, do not measure")
     ap.add_argument(
         "--faiss-threads", type=int, default=0, help="embedded: faiss OpenMP threads (0: default)"
+    )
+    ap.add_argument(
+        "--overlap-workers",
+        type=int,
+        default=None,
+        help="embedded: threads running hybrid searches' keyword side (default: the retriever's)",
     )
     ap.add_argument("--ingest-docs", type=int, default=1000)
     ap.add_argument("--ingest-slices", type=int, default=4)

@@ -6,7 +6,8 @@ chunk the rule lets the caller read, ranked by the index's own unfiltered scores
 by inner product (vectors).
 
 * keyword search returns exactly the reference's top ``k`` on each of its paths: the filtered
-  query, the unfiltered ranking checked against the filter, and that check with too few
+  query, the unfiltered ranking checked against the writer's per-rowid labels, the same
+  ranking checked by a second tantivy query (a reading process), and that check with too few
   candidates (forced), which must fall back to the filtered query;
 * exact (flat) vector search returns exactly the reference's top ``k``;
 * HNSW vector search (filtered graph walk with faiss' selector) returns only readable chunks,
@@ -216,9 +217,12 @@ def test_filtered_search_equals_a_brute_force_filter(
     tokens = tokenize_query(" ".join(query))
     unfiltered = _unfiltered(stores.keyword, tokens, len(rows) + 1)
     want = [(r, s) for r, s in unfiltered if r in readable][:k]
+    assert stores.keyword._labels is not None  # the writer checks with its labels
     for limit in (0, 10**6):  # the filtered query; the unfiltered ranking, then the check
         stores.keyword.oversample_limit = limit
         _same_ranking(stores.keyword.search(tokens, k, **acl), want)
+    reader = TantivyKeywordIndex(stores.keyword_dir, access="read-only")  # checks with tantivy
+    _same_ranking(reader.search(tokens, k, **acl), want)
     forced = ForcedFetch(stores.keyword_dir, access="read-only")
     forced.fetch = fetch
     _same_ranking(forced.search(tokens, k, **acl), want)

@@ -143,3 +143,80 @@ def test_deleted_and_replaced_documents_leave_the_index(store: SqliteKnowledgeSt
     assert search(store, "lamp") == []
     assert search(store, "fan") == ["a"]
     assert keyword(store).num_docs() == 1
+
+
+def _hr_may_read(index: TantivyKeywordIndex, rowid: int) -> bool | None:
+    labels = index._labels
+    assert labels is not None
+    allowed = labels.allows([rowid], tenant_id="acme", roles=["hr"])
+    return None if allowed is None else allowed[0]
+
+
+def _no_tantivy_check(*args: object) -> list[bool]:
+    raise AssertionError("the writer's labels should have answered")
+
+
+def test_the_writer_checks_hits_against_labels_saved_with_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    store.attach(TantivyKeywordIndex(tmp_path / "keyword"))
+    hr = add(store, "hr", "保修 warranty for staff", tenant="acme", tags=("hr",))
+    sales = add(store, "sales", "保修 warranty for customers", tenant="acme", tags=("sales",))
+    store.close()
+    assert (tmp_path / "keyword" / "labels" / "labels.npz").exists()
+
+    again = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    index = TantivyKeywordIndex(tmp_path / "keyword")
+    assert index._labels is not None  # loaded with the index, not read from the store
+    again.attach(index)
+    assert _hr_may_read(index, hr) is True and _hr_may_read(index, sales) is False
+    monkeypatch.setattr(index, "_check", _no_tantivy_check)
+    assert search(again, "保修 warranty", tenant_id="acme", roles=["hr"]) == ["hr"]
+    assert index.paths["oversampled"] == 1  # the unfiltered ranking, checked by the labels
+
+    # a document's tags change: the writer's labels follow before the next search
+    add(again, "sales", "保修 warranty for customers", tenant="acme", tags=("hr",))
+    assert sorted(search(again, "保修 warranty", tenant_id="acme", roles=["hr"])) == [
+        "hr",
+        "sales",
+    ]
+    assert search(again, "warranty", tenant_id="acme", roles=["sales"]) == []
+    assert search(again, "warranty", tenant_id="default", roles=["admin"]) == []
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["state", "stale"])
+def test_missing_or_stale_labels_are_rebuilt_from_the_store(tmp_path: Path, damage: str) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    store.attach(TantivyKeywordIndex(tmp_path / "keyword"))
+    rowid = add(store, "hr", "warranty for staff", tenant="acme", tags=("hr",))
+    store.close()
+    state = tmp_path / "keyword" / "labels" / "shelfhand-state.json"
+    if damage == "state":  # a process that stopped while saving, or an index from before
+        state.unlink()
+    else:  # labels of an older generation than the index
+        state.write_text('{"generation": 0}', encoding="utf-8")
+
+    again = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    index = TantivyKeywordIndex(tmp_path / "keyword")
+    assert index._labels is None
+    again.attach(index)  # the writer labels every chunk from the store, once
+    assert _hr_may_read(index, rowid) is True
+    assert search(again, "warranty", tenant_id="acme", roles=["hr"]) == ["hr"]
+    assert search(again, "warranty", tenant_id="acme", roles=["sales"]) == []
+    again.close()
+    assert state.exists()
+
+
+def test_a_reading_process_checks_hits_with_tantivy(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    store.attach(TantivyKeywordIndex(tmp_path / "keyword"))
+    add(store, "hr", "warranty for staff", tenant="acme", tags=("hr",))
+    add(store, "pub", "warranty for everyone", tenant="acme")
+    reader = TantivyKeywordIndex(tmp_path / "keyword", access="read-only")
+    assert reader._labels is None  # it cannot see the writer's later labels
+    hits = reader.search(tokenize_query("warranty"), 5, tenant_id="acme", roles=())
+    assert [c.doc_id for c in store.chunks_by_rowids([r for r, _ in hits])] == ["pub"]
+    assert reader.paths["oversampled"] == 1
+    store.close()

@@ -17,7 +17,7 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_for_index
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.fusion import rrf
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.retrieval import EmbeddedKnowledge, _Overlap, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
@@ -116,6 +116,70 @@ def test_when_keywords_find_nothing_the_vector_side_is_used(kb: EmbeddedKnowledg
     hits = kb.retriever.search("the of and", k=2)
     assert len(hits) == 2
     assert all(h.keyword_rank is None and h.vector_rank is not None for h in hits)
+
+
+class BlockingEmbedder(BagEmbedder):
+    """Holds each query embedding until told to go on, recording the thread it ran in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        assert self.go.wait(10)
+        return super().embed_query(text)
+
+
+def test_the_keyword_side_runs_while_the_query_is_embedded(open_stack: OpenStack) -> None:
+    embedder = BlockingEmbedder()
+    kb = open_stack(EmbeddingRouter({"default": embedder}))
+    kb.ingestor.ingest_documents(CORPUS)
+    kb.retriever._overlap = _Overlap(1)  # one worker whatever the machine's CPU count
+    searched = threading.Event()
+    keyword = kb.retriever.keyword_index
+    plain_search = keyword.search
+
+    def search(*args: object, **kwargs: object) -> list[tuple[int, float]]:
+        found = plain_search(*args, **kwargs)  # type: ignore[arg-type]
+        searched.set()
+        return found
+
+    keyword.search = search  # type: ignore[method-assign]
+    try:
+        result: list[list[str]] = []
+        t = threading.Thread(
+            target=lambda: result.append(sources(kb.retriever.search("保修 warranty", k=3)))
+        )
+        t.start()
+        # the keyword side finishes although the embedding has not started to return
+        assert searched.wait(10)
+        embedder.go.set()
+        t.join(10)
+        serial = kb.retriever
+        serial._overlap = _Overlap(0)  # no workers: the same search, in one thread
+        assert result == [sources(serial.search("保修 warranty", k=3))]
+        assert "保修.md" in result[0]
+    finally:
+        embedder.go.set()
+        kb.close()
+
+
+def test_a_busy_overlap_runs_the_work_in_the_calling_thread() -> None:
+    overlap = _Overlap(1)
+    release = threading.Event()
+    first = overlap.submit(lambda: release.wait(10))
+    assert first is not None
+    assert overlap.submit(lambda: None) is None  # every worker busy: the caller does it
+    release.set()
+    first.result(10)
+    deadline = time.monotonic() + 10
+    while (second := overlap.submit(lambda: 1)) is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the slot comes back once the first one's callback ran
+    assert second is not None and second.result(10) == 1
+    overlap.close()
+    assert overlap.submit(lambda: 1) is None
+    with pytest.raises(KnowledgeError):
+        _Overlap(-1)
 
 
 def test_keyword_mode_uses_no_embedder(kb: EmbeddedKnowledge) -> None:

@@ -70,6 +70,10 @@ class DerivedIndex(Protocol):
         """Recreate the index from the store's current contents and persist it."""
         ...
 
+    def attached(self, store: SqliteKnowledgeStore) -> None:
+        """Called once the store has brought the index up to date on attach."""
+        ...
+
     def close(self) -> None: ...
 
 

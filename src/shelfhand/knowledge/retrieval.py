@@ -29,6 +29,11 @@ text holds one (an exact term lookup in the keyword index, restricted like the s
 best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
 behind them (``exact_boost=False`` turns this off, for ablations).
 
+In hybrid mode the keyword side runs on a worker thread while the calling thread embeds the
+query and searches the vectors (tantivy, faiss and the PostgreSQL driver release the GIL), so a
+hybrid search takes about as long as its slower side rather than the sum of both; when every
+worker is busy (many concurrent searches) it runs in the calling thread as before.
+
 Versions side by side: a hit from one version of a document (``保修政策（第 1 版）``) brings the
 same section of its other versions along (:mod:`shelfhand.knowledge.versions`), so their
 disagreements can be flagged; ``version_siblings=False`` turns this off.
@@ -37,9 +42,11 @@ disagreements can be flagged; ``version_siblings=False`` turns this off.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -129,6 +136,8 @@ class HybridRetriever:
             docstring); an attribute, switchable for ablations.
         version_siblings: Bring the same section of a hit's other document versions along
             (see :mod:`shelfhand.knowledge.versions`); an attribute too.
+        overlap_workers: Threads that run hybrid searches' keyword side alongside their vector
+            side (module docstring); ``None``: one fewer than the CPUs, at most 8; 0: none.
     """
 
     def __init__(
@@ -149,6 +158,7 @@ class HybridRetriever:
         breaker_cooldown: float = 30.0,
         exact_boost: bool = True,
         version_siblings: bool = True,
+        overlap_workers: int | None = None,
     ) -> None:
         self.exact_boost = exact_boost
         self.version_siblings = version_siblings
@@ -177,6 +187,11 @@ class HybridRetriever:
         self._paused_until = 0.0
         self._last_failure = ""
         self._warm: set[str] = set()
+        self._overlap = _Overlap(_default_workers() if overlap_workers is None else overlap_workers)
+
+    def close(self) -> None:
+        """Stop the keyword side's worker threads (searches still work, without overlap)."""
+        self._overlap.close()
 
     def warm_up(self) -> str | None:
         """Load every space's query embedder (one embedding each, waiting at most
@@ -253,6 +268,9 @@ class HybridRetriever:
         t_kw = t_embed = t_vec = 0.0
         tokens: list[str] | None = None  # the query's tokens, analysed once when needed
         use_keyword = mode != "vector"
+        keyword_side: Future[_KeywordSide] | None = None
+        if mode == "hybrid":  # overlaps the embedding and the vector search
+            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, acl)
         if mode != "keyword":
             t1 = time.perf_counter()
             embedded = query_vectors if query_vectors is not None else self._embed(query)
@@ -273,10 +291,12 @@ class HybridRetriever:
                         query_vectors_used.append(qvec)
                 t_vec = time.perf_counter() - t1
         if use_keyword:
-            t1 = time.perf_counter()
-            tokens = tokenize_query(query)
-            keyword = self.keyword_index.search(tokens, fetch, **acl)
-            t_kw = time.perf_counter() - t1
+            side = (
+                keyword_side.result()
+                if keyword_side is not None
+                else self._keyword_side(query, fetch, acl)
+            )
+            tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
         hits = self._fuse(
             tokens or [],
@@ -400,6 +420,12 @@ class HybridRetriever:
             self._warned.add(message)
             logger.warning("%s", message)
 
+    def _keyword_side(self, query: str, fetch: int, acl: Mapping[str, Any]) -> _KeywordSide:
+        t1 = time.perf_counter()
+        tokens = tokenize_query(query)
+        hits = self.keyword_index.search(tokens, fetch, **acl)
+        return _KeywordSide(tokens, hits, time.perf_counter() - t1)
+
     def _exact_first(
         self,
         query: str,
@@ -499,20 +525,26 @@ class HybridRetriever:
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
         strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
-        hashes = self.store.content_hashes([rowid for rowid, _ in ranked])
+        # too weak to count as an answer
+        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
         chosen: list[tuple[int, float]] = []
+        chunks: dict[int, Chunk] = {}
         seen: set[str] = set()
-        for rowid, score in ranked:
-            h = hashes.get(rowid)
-            if h is None or h in seen:
-                continue  # deleted since indexing, or a duplicate passage
-            if strength.get(rowid, 0.0) < self.min_relevance:
-                continue  # too weak to count as an answer
-            seen.add(h)
-            chosen.append((rowid, score))
-            if len(chosen) == k:
-                break
-        chunks = self.store.chunk_map([rowid for rowid, _ in chosen])
+        start = 0
+        while len(chosen) < k and start < len(strong):
+            # read the chunks a few more than still needed at a time: usually one query
+            batch = strong[start : start + k - len(chosen) + 2]
+            start += len(batch)
+            read = self.store.chunk_map([rowid for rowid, _ in batch])
+            for rowid, score in batch:
+                chunk = read.get(rowid)
+                if chunk is None or chunk.content_hash in seen:
+                    continue  # deleted since indexing, or a duplicate passage
+                seen.add(chunk.content_hash)
+                chosen.append((rowid, score))
+                chunks[rowid] = chunk
+                if len(chosen) == k:
+                    break
         return [
             SearchHit(
                 chunk=chunks[rowid],
@@ -561,6 +593,48 @@ class HybridRetriever:
 
 
 @dataclass(frozen=True, slots=True)
+class _KeywordSide:
+    tokens: list[str]
+    hits: list[tuple[int, float]]
+    seconds: float
+
+
+def _default_workers() -> int:
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+class _Overlap:
+    """At most ``workers`` keyword sides on worker threads at once; ``submit`` returns None
+    when all are busy (the caller then runs the work itself, never waits for a worker)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 0:
+            raise KnowledgeError(f"overlap_workers must be >= 0, not {workers}")
+        self.workers = workers
+        self._slots = threading.BoundedSemaphore(max(workers, 1))
+        self._pool = (
+            ThreadPoolExecutor(workers, thread_name_prefix="shelfhand-keyword") if workers else None
+        )
+
+    def submit(self, fn: Callable[..., _KeywordSide], *args: Any) -> Future[_KeywordSide] | None:
+        pool = self._pool
+        if pool is None or not self._slots.acquire(blocking=False):
+            return None
+        try:
+            future = pool.submit(fn, *args)
+        except RuntimeError:  # closed meanwhile
+            self._slots.release()
+            return None
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+@dataclass(frozen=True, slots=True)
 class _VectorSide:
     """What the vector side found: per space, its name, top list, weight and query vector."""
 
@@ -605,6 +679,7 @@ class EmbeddedKnowledge:
 
     def close(self) -> None:
         """Persist the indexes and close the database (or its connection pool)."""
+        self.retriever.close()
         self.store.close()
 
 
@@ -618,6 +693,7 @@ def open_embedded_store(
     access: Access = "write",
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
+    overlap_workers: int | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -625,7 +701,8 @@ def open_embedded_store(
     rebuilt from the database. ``access`` is how this process uses the keyword index
     (``write``, ``read``, or ``read-only`` while another process writes; see
     :mod:`shelfhand.knowledge.keyword`). ``embed_timeout`` bounds each query embedding
-    (seconds); hits under ``min_relevance`` are dropped.
+    (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
+    :class:`HybridRetriever`'s.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
@@ -633,7 +710,13 @@ def open_embedded_store(
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
     retriever = HybridRetriever(
-        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
+        store,
+        keyword,
+        vectors,
+        router,
+        embed_timeout=embed_timeout,
+        min_relevance=min_relevance,
+        overlap_workers=overlap_workers,
     )
     ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
     return EmbeddedKnowledge(

@@ -165,6 +165,7 @@ class SqliteKnowledgeStore:
                     logger.info("replaying %d outbox changes into %s", len(pending), index.name)
                     index.apply(self, pending)
                     index.flush(generation, durable=True)
+                index.attached(self)
                 self._indexes.append(index)
             self._applied_outbox_id = max((c.outbox_id for c in pending), default=0)
             self._ack(generation)
@@ -709,6 +710,24 @@ class SqliteKnowledgeStore:
             if not rows:
                 return
             yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
+            last = rows[-1][0]
+
+    def iter_chunk_acl(
+        self, batch: int = 20_000
+    ) -> Iterator[list[tuple[int, str, tuple[str, ...], str, str]]]:
+        """``(rowid, tenant_id, permission_tags, doc_type, source)`` of every chunk, in rowid
+        order, in batches (what an index needs to label its entries for the access rule)."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT rowid, tenant_id, permission_tags, doc_type, source FROM chunks"
+                    " WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                    (last, batch),
+                ).fetchall()
+            if not rows:
+                return
+            yield [(r[0], r[1], tuple(json.loads(r[2])), r[3], r[4]) for r in rows]
             last = rows[-1][0]
 
     def iter_vectors(

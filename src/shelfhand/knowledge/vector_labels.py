@@ -1,4 +1,5 @@
-"""Who may read each vector of a space: the permission filter inside the vector index.
+"""Who may read each vector of a space, or each chunk of the keyword index: the permission
+filter inside the indexes.
 
 A :class:`~shelfhand.knowledge.vectors.VectorSpace` keeps, per position, its chunk's tenant,
 doc type and source as codes into small per-space dictionaries, and its permission tags as
@@ -6,6 +7,10 @@ bits. A caller's readable positions are then a few numpy comparisons over these 
 (milliseconds at 1M vectors) instead of a query of the SQLite chunk table, which read the whole
 table (0.65-0.9 s at 100k chunks here, BENCHMARKS.md "The embedded store at 1M chunks") on every
 caller's first search after each change of the store.
+
+The keyword index keeps the same labels with the chunk rowid as the position
+(:class:`~shelfhand.knowledge.keyword.TantivyKeywordIndex`): it checks the few hits of its
+unfiltered ranking with :meth:`VectorLabels.allows` instead of a second tantivy query.
 
 The rule is the store's (:meth:`SqliteKnowledgeStore.allowed_rowids`): same tenant, and no
 permission tags or one among the caller's roles, or a privileged role; then the doc-type and
@@ -42,6 +47,13 @@ def _code(table: dict[str, int], value: str) -> int:
     return code
 
 
+def _resized(column: Codes, capacity: int) -> Codes:
+    out = np.full(capacity, -1, dtype=np.int32)
+    keep = min(capacity, len(column))
+    out[:keep] = column[:keep]
+    return out
+
+
 class VectorLabels:
     """Per-position tenant, doc type, source and tag bits of one vector space."""
 
@@ -64,9 +76,10 @@ class VectorLabels:
         return labels
 
     def resize(self, capacity: int) -> None:
-        self.tenant = np.resize(self.tenant, capacity)
-        self.doc_type = np.resize(self.doc_type, capacity)
-        self.source = np.resize(self.source, capacity)
+        """Room for ``capacity`` positions; new positions are unlabelled (tenant code -1)."""
+        self.tenant = _resized(self.tenant, capacity)
+        self.doc_type = _resized(self.doc_type, capacity)
+        self.source = _resized(self.source, capacity)
         bits = np.zeros((capacity, self.tagbits.shape[1]), dtype=np.uint64)
         keep = min(capacity, len(self.tagbits))
         bits[:keep] = self.tagbits[:keep]
@@ -74,12 +87,28 @@ class VectorLabels:
 
     def set(self, start: int, metas: Sequence[ChunkMeta]) -> None:
         """Label positions ``start`` … ``start + len(metas) - 1`` (within capacity)."""
-        end = start + len(metas)
-        self.tenant[start:end] = [_code(self.tenants, m[0]) for m in metas]
-        self.doc_type[start:end] = [_code(self.doc_types, m[2]) for m in metas]
-        self.source[start:end] = [_code(self.sources, m[3]) for m in metas]
-        self.tagbits[start:end] = 0
-        for i, meta in enumerate(metas, start=start):
+        self._label(slice(start, start + len(metas)), range(start, start + len(metas)), metas)
+
+    def put(self, positions: Sequence[int], metas: Sequence[ChunkMeta]) -> None:
+        """Label ``positions`` (any order), growing the arrays (doubling) to hold them."""
+        if not positions:
+            return
+        top = max(positions) + 1
+        if top > len(self.tenant):
+            self.resize(max(top, 2 * len(self.tenant), 1024))
+        self._label(np.asarray(positions, dtype=np.int64), positions, metas)
+
+    def _label(
+        self,
+        rows: slice | npt.NDArray[np.int64],
+        positions: Sequence[int],
+        metas: Sequence[ChunkMeta],
+    ) -> None:
+        self.tenant[rows] = [_code(self.tenants, m[0]) for m in metas]
+        self.doc_type[rows] = [_code(self.doc_types, m[2]) for m in metas]
+        self.source[rows] = [_code(self.sources, m[3]) for m in metas]
+        self.tagbits[rows] = 0
+        for i, meta in zip(positions, metas, strict=True):
             for tag in meta[1]:
                 bit = _code(self.tags, tag)
                 word = bit // 64
@@ -110,13 +139,43 @@ class VectorLabels:
         sources: Sequence[str] | None = None,
     ) -> Mask:
         """Which of the first ``n`` positions the caller may read (liveness not included)."""
+        return self._match(slice(0, n), n, tenant_id, roles, doc_types, sources)
+
+    def allows(
+        self,
+        positions: Sequence[int],
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[bool] | None:
+        """Whether the caller may read each of ``positions``; None when one of them is not
+        labelled (beyond the arrays, or never :meth:`put`): the caller must ask elsewhere."""
+        rows = np.asarray(positions, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self.tenant)):
+            return None
+        if len(rows) and bool((self.tenant[rows] < 0).any()):
+            return None
+        allowed = self._match(rows, len(rows), tenant_id, roles, doc_types, sources)
+        return [bool(a) for a in allowed]
+
+    def _match(
+        self,
+        rows: slice | npt.NDArray[np.int64],
+        n: int,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None,
+        sources: Sequence[str] | None,
+    ) -> Mask:
         tenant = self.tenants.get(tenant_id)
         if tenant is None:
             return np.zeros(n, dtype=bool)
-        mask: Mask = self.tenant[:n] == tenant
+        mask: Mask = self.tenant[rows] == tenant
         role_set = set(roles)
         if not role_set & PRIVILEGED_ROLES:
-            bits = self.tagbits[:n]
+            bits = self.tagbits[rows]
             readable: Mask = np.logical_not(bits.any(axis=1))  # untagged: public within the tenant
             want = np.zeros(bits.shape[1], dtype=np.uint64)
             for role in role_set:
@@ -132,7 +191,7 @@ class VectorLabels:
         ):
             if values is not None:
                 codes = [table[v] for v in set(values) if v in table]
-                mask &= np.isin(column[:n], np.asarray(codes, dtype=np.int32))
+                mask &= np.isin(column[rows], np.asarray(codes, dtype=np.int32))
         return mask
 
     # -- persistence (next to an HNSW graph) ---------------------------------------------------
@@ -154,9 +213,9 @@ class VectorLabels:
         (folder / _DICTS).write_text(json.dumps(dicts, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, n: int) -> VectorLabels | None:
-        """The labels saved in ``folder`` for ``n`` positions; None when there are none (a
-        graph saved before labels existed) or they do not fit."""
+    def load(cls, folder: Path, n: int | None) -> VectorLabels | None:
+        """The labels saved in ``folder`` for ``n`` positions (any number when None); None
+        when there are none (a graph saved before labels existed) or they do not fit."""
         if not (folder / _FILE).exists() or not (folder / _DICTS).exists():
             return None
         out = cls()
@@ -168,6 +227,7 @@ class VectorLabels:
             out.doc_type = data["doc_type"].astype(np.int32)
             out.source = data["source"].astype(np.int32)
             out.tagbits = data["tagbits"].astype(np.uint64)
-        if not len(out.tenant) == len(out.doc_type) == len(out.source) == len(out.tagbits) == n:
+        size = len(out.tenant) if n is None else n
+        if not len(out.tenant) == len(out.doc_type) == len(out.source) == len(out.tagbits) == size:
             return None
         return out

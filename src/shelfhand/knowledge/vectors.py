@@ -579,6 +579,9 @@ class VectorIndexes:
             self._persist(generation)
             self._durable = generation
 
+    def attached(self, store: SqliteKnowledgeStore) -> None:
+        """Nothing to do: each space labels its vectors when it is loaded."""
+
     def close(self) -> None:
         with self._lock:
             self._spaces.clear()

@@ -13,6 +13,7 @@ the search (tenant, roles, doc type and source filters) and identical passages a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -31,6 +32,7 @@ _MARKERS = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def version_key(title: str, source: str = "") -> str | None:
     """``title`` (else the file name of ``source``) without its version marker, or ``None``
     when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
@@ -61,9 +63,11 @@ def _visible(chunk: Chunk, acl: Mapping[str, Any]) -> bool:
 
 
 def _siblings(store: KnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> Iterable[Chunk]:
-    key = version_key(chunk.title, chunk.source)
     below = _below_title(chunk)
-    if key is None or not below:
+    if not below:  # no section below the title: nothing to match (and no regex to run)
+        return ()
+    key = version_key(chunk.title, chunk.source)
+    if key is None:
         return ()
     found = store.chunks_in_section(chunk.tenant_id, below[-1]).values()
     return sorted(

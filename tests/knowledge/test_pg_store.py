@@ -192,9 +192,10 @@ def test_pg_import_moves_a_workspace_without_re_embedding(pg_url: str, tmp_path:
 
     counting = Counting()
     pg = open_pg_store(pg_url, EmbeddingRouter({"any": counting}))
-    for _ in range(2):  # a second run replaces, never duplicates
-        report = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
-    assert (report.documents, report.chunks, report.vectors) == (7, 7, 7)
+    report = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
+    assert (report.documents, report.chunks, report.vectors, report.skipped) == (7, 7, 7, 0)
+    again = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
+    assert (again.documents, again.chunks, again.skipped) == (0, 0, 7)  # never duplicates
     assert pg.store.count_chunks() == pg.store.count_vectors() == 7
     assert pg.store.count_pending() == 0
     assert pg.store.root_path("manuals") == "/srv/manuals"

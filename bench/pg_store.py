@@ -469,6 +469,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         user, filters = rs.CALLERS[name]
         wall: dict[tuple[str, str], list[float]] = {(s, m): [] for s in stores for m in modes}
         cpu: dict[tuple[str, str], list[float]] = {key: [] for key in wall}
+        stages: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in wall}
         overlap: dict[str, list[float]] = {m: [] for m in modes}
         for kb in stores.values():  # connections, caches, the caller's vector selection
             kb.retriever.search_timed(
@@ -495,6 +496,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 cpu[(s, m)].append((time.process_time() - c0) * 1000)
                 wall[(s, m)].append(timing.total_ms)
+                stages[(s, m)].append((timing.keyword_ms, timing.vector_ms))
                 found[(s, m)] = {h.chunk.chunk_id for h in hits}
             for m in modes:
                 want = found[("embedded", m)]
@@ -505,7 +507,12 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
             cell: dict[str, Any] = {"overlap@k": statistics.mean(overlap[m])}
             for s in stores:
                 pct = rs._pcts(wall[(s, m)])
-                cell[s] = {**pct, "cpu_p50_ms": statistics.median(cpu[(s, m)])}
+                cell[s] = {
+                    **pct,
+                    "cpu_p50_ms": statistics.median(cpu[(s, m)]),
+                    "keyword_ms_p50": statistics.median(k for k, _ in stages[(s, m)]),
+                    "vector_ms_p50": statistics.median(v for _, v in stages[(s, m)]),
+                }
             out[f"{name}/{m}"] = cell
             rows.append(
                 [
@@ -513,7 +520,8 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
                     m,
                     f"{cell['embedded']['p50_ms']:.1f} / {cell['embedded']['p95_ms']:.1f}",
                     f"{cell['embedded']['cpu_p50_ms']:.1f}",
-                    f"{cell['pg']['p50_ms']:,.0f} / {cell['pg']['p95_ms']:,.0f}",
+                    f"{cell['pg']['p50_ms']:,.1f} / {cell['pg']['p95_ms']:,.1f}",
+                    f"{cell['pg']['keyword_ms_p50']:,.1f} / {cell['pg']['vector_ms_p50']:,.1f}",
                     f"{cell['overlap@k']:.2f}",
                 ]
             )
@@ -531,6 +539,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
             "embedded p50 / p95 ms",
             "embedded CPU p50 ms",
             "PostgreSQL p50 / p95 ms",
+            "PostgreSQL p50 kw / vec stage ms",
             "same top-k",
         ],
         rows,

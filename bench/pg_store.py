@@ -610,7 +610,10 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["quality", "latency", "tsrank", "import", "latency-ws"])
+    parser.add_argument(
+        "what",
+        choices=["quality", "latency", "tsrank", "import", "latency-ws", "keyword-prune"],
+    )
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--scifact-ws", default="/tmp/pgstore-scifact")
     parser.add_argument("--cmrc-ws", default="/tmp/pgstore-cmrc")

@@ -2,6 +2,12 @@
 
     python bench/pg_store.py quality --database-url postgresql://...   # SciFact + CMRC 2018
     python bench/pg_store.py latency --chunks 100000                   # p50/p95 per caller
+    python bench/pg_store.py import --workspace WS --database-url URL  # pg-import, timed
+    python bench/pg_store.py latency-ws --workspace WS --database-url URL --queries 8
+    python bench/pg_store.py keyword-prune --chunks 1000000 --database-url URL
+
+``import``, ``latency-ws``, ``keyword-prune``: see their functions (BENCHMARKS.md "1M chunks on
+PostgreSQL").
 
 ``quality``: nDCG@10 / Recall@10 of ``shelfhand eval --beir`` (hybrid and keyword) on an
 embedded workspace and on the same content moved into PostgreSQL with ``pg-import`` (same
@@ -449,6 +455,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
     if pg.store.count_chunks() != embedded.store.count_chunks():
         raise SystemExit("the database does not hold the workspace: run `import` first")
     pg.keyword.rare_share = args.rare_share  # type: ignore[attr-defined]
+    pg.keyword.bitmap_scan = not args.no_bitmap_scan  # type: ignore[attr-defined]
     stores = {"embedded": embedded, "pg": pg}
     for kb in stores.values():
         kb.retriever.exact_boost = not args.no_exact_boost
@@ -462,6 +469,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         "queries": len(picked),
         "exact_boost": not args.no_exact_boost,
         "rare_share": args.rare_share,
+        "bitmap_scan": not args.no_bitmap_scan,
         "load_before": _load(),
     }
     rows = []
@@ -531,7 +539,8 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         f"embedded vs PostgreSQL, {n:,} chunks, k={args.k} ({out['per_side']} per side),"
         f" {len(picked)} queries per caller, query vectors given, stores interleaved,"
         f" exact-identifier step {'on' if out['exact_boost'] else 'off'},"
-        f" PostgreSQL rare-terms-first {args.rare_share or 'off'};"
+        f" PostgreSQL rare-terms-first {args.rare_share or 'off'}, bitmap scan"
+        f" {'on' if out['bitmap_scan'] else 'off'};"
         f" load {out['load_before']} → {out['load_after']}",
         [
             "caller (reads)",
@@ -561,7 +570,12 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
     corpus = rs.make_mixed_corpus(args.chunks, seed=args.seed, n_queries=args.corpus_queries)
     picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
     db = PgDatabase(str(args.database_url))
-    index = {"full": PgKeywordIndex(db), "pruned": PgKeywordIndex(db, rare_share=args.rare_share)}
+    index = {  # the planner's plan, every match scored / the variant asked for
+        "full": PgKeywordIndex(db, bitmap_scan=False),
+        "pruned": PgKeywordIndex(
+            db, rare_share=args.rare_share, bitmap_scan=not args.no_bitmap_scan
+        ),
+    }
     fetch = args.k * 3
     out: dict[str, Any] = {"rare_share": args.rare_share, "fetch": fetch, "load_before": _load()}
     rows = []
@@ -598,10 +612,12 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
     out["load_after"] = _load()
     _table(
         f"PostgreSQL keyword search, {args.chunks:,} chunks, {fetch} hits, {len(picked)} queries"
-        f" per caller: every match scored vs rare terms first (rare: in at most"
-        f" {args.rare_share:.0%} of the chunks); paths {out['paths']};"
+        f" per caller: the planner's plan, every match scored vs bitmap scan"
+        f" {'on' if not args.no_bitmap_scan else 'off'}, rare terms first"
+        f" {f'(rare: in at most {args.rare_share:.0%} of the chunks)' if args.rare_share else 'off'};"
+        f" paths {out['paths']};"
         f" load {out['load_before']} → {out['load_after']}",
-        ["caller", "full p50 / p95 ms", "rare first p50 / p95 ms", "results differ"],
+        ["caller", "planner's plan p50 / p95 ms", "variant p50 / p95 ms", "results differ"],
         rows,
     )
     db.close()
@@ -638,6 +654,7 @@ def main() -> None:
     parser.add_argument(
         "--corpus-queries", type=int, default=300, help="latency-ws: as retrieval.py --queries"
     )
+    parser.add_argument("--no-bitmap-scan", action="store_true", help="let the planner choose")
     parser.add_argument(
         "--rare-share", type=float, default=0.0, help="PostgreSQL rare-terms-first pruning"
     )
@@ -661,6 +678,7 @@ def main() -> None:
     name = args.what + ("_" + "_".join(args.datasets) if args.what == "quality" else "")
     if args.what == "latency-ws":
         name += "_" + "_".join(args.modes) + ("_noexact" if args.no_exact_boost else "")
+        name += f"_q{args.queries}" + ("_seqscan" if args.no_bitmap_scan else "")
     (RESULTS / f"pg_store_{name}.json").write_text(
         json.dumps(res, indent=1, default=str), encoding="utf-8"
     )

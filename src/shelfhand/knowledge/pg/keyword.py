@@ -48,6 +48,11 @@ class PgKeywordIndex:
     Args:
         db: The store's connection pool.
         head_boost: Weight of a query term's match in the chunk's own heading (0: off).
+        bitmap_scan: Read the matching chunks through the GIN indexes (a bitmap scan) even
+            where the planner would scan the whole table: it cannot tell that testing every
+            row's ``tsvector`` costs far more than its estimate (at 1M chunks a query matching
+            15% of them took 9.5 s by a full scan, 3.1 s through the index). Same rows, so the
+            same results.
         rare_share: MaxScore pruning (exact): when some query terms are rare (in at most this
             share of the chunks) and others common, the chunks matching a rare term are scored
             first (on every term); if the k-th of them scores more than any chunk holding only
@@ -59,13 +64,19 @@ class PgKeywordIndex:
     name = "keyword"
 
     def __init__(
-        self, db: PgDatabase, *, head_boost: float = _HEAD_BOOST, rare_share: float = 0.0
+        self,
+        db: PgDatabase,
+        *,
+        head_boost: float = _HEAD_BOOST,
+        rare_share: float = 0.0,
+        bitmap_scan: bool = True,
     ) -> None:
         if head_boost < 0:
             raise ValueError(f"head_boost must be >= 0, not {head_boost}")
         self.db = db
         self.head_boost = head_boost
         self.rare_share = rare_share
+        self.bitmap_scan = bitmap_scan
         self.paths: Counter[str] = Counter()
         """How searches were answered: ``pruned`` (rare terms first), ``full``."""
 
@@ -153,7 +164,9 @@ class PgKeywordIndex:
         when given — scored by BM25 of ``terms`` (of the identifiers in codes if none)."""
         where, acl_params = acl_sql("c", tenant_id, roles, doc_types, sources)
         scored = list(terms) if terms else list(identifiers or ())
-        with self.db.connection() as conn:
+        with self.db.connection() as conn, conn.transaction():
+            if self.bitmap_scan:
+                conn.execute("SET LOCAL enable_seqscan = off")
             fields, dfs = self._stats(conn, scored)
             n = fields.get("b", (0, 0))[0]
             if n == 0:

@@ -2,6 +2,12 @@
 
     python bench/pg_store.py quality --database-url postgresql://...   # SciFact + CMRC 2018
     python bench/pg_store.py latency --chunks 100000                   # p50/p95 per caller
+    python bench/pg_store.py import --workspace WS --database-url URL  # pg-import, timed
+    python bench/pg_store.py latency-ws --workspace WS --database-url URL --queries 8
+    python bench/pg_store.py keyword-prune --chunks 1000000 --database-url URL
+
+``import``, ``latency-ws``, ``keyword-prune``: see their functions (BENCHMARKS.md "1M chunks on
+PostgreSQL").
 
 ``quality``: nDCG@10 / Recall@10 of ``shelfhand eval --beir`` (hybrid and keyword) on an
 embedded workspace and on the same content moved into PostgreSQL with ``pg-import`` (same
@@ -23,8 +29,12 @@ temporary folder and stopped at the end. Markdown tables go to stdout, JSON to
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import logging
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -163,6 +173,110 @@ def run_tsrank(args: argparse.Namespace) -> dict[str, Any]:
     _table(
         "keyword ranking inside PostgreSQL: BM25 in SQL vs ts_rank (same GIN match)",
         ["dataset", "ranking", "nDCG@10", "Recall@10"],
+        rows,
+    )
+    return out
+
+
+# -- import: an existing workspace into PostgreSQL, timed per step --------------------------------
+
+
+def _server_cpu_s(data: Path | None) -> float:
+    """CPU seconds of a local server's processes (postmaster, backends, reaped workers)."""
+    if data is None:
+        return float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid: int) -> float:  # utime + stime + cutime + cstime
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / tick
+
+    postmaster = int((data / "postmaster.pid").read_text().split()[0])
+    total = cpu(postmaster)
+    for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError):  # exited: its time is the postmaster's
+            total += cpu(int(child))
+    return total
+
+
+def _db_size_mb(url: str) -> float:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    return float(row[0]) / 2**20 if row else float("nan")
+
+
+def run_import(args: argparse.Namespace) -> dict[str, Any]:
+    """``pg-import`` of ``--workspace`` into ``--database-url``: wall, client CPU (this process
+    and its analysis workers) and server CPU (``--pg-data``: a local server's data folder) per
+    step (rows, each index built), then the database size."""
+    from shelfhand.knowledge.pg import PgDatabase, PgKnowledgeStore
+    from shelfhand.knowledge.pg.transfer import import_workspace
+
+    data = Path(args.pg_data) if args.pg_data else None
+    store = PgKnowledgeStore(PgDatabase(str(args.database_url)))
+    steps: list[dict[str, Any]] = []
+
+    def snapshot(name: str) -> None:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        steps.append(
+            {
+                "step": name,
+                "wall": time.perf_counter(),
+                "client_cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                "server_cpu": _server_cpu_s(data),
+                "load": _load(),
+            }
+        )
+        logger.info("step %s (load %s)", name, steps[-1]["load"])
+
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] > 60:
+            last[0] = time.perf_counter()
+            logger.info("%d/%d documents", done, total)
+
+    snapshot("start")
+    report = import_workspace(
+        Path(args.workspace),
+        store,
+        batch_documents=args.batch,
+        workers=args.workers,
+        maintenance_work_mem=args.maintenance_work_mem,
+        index_workers=args.index_workers,
+        progress=progress,
+        on_step=snapshot,
+    )
+    snapshot("done")
+    store.close()
+    out: dict[str, Any] = {
+        "documents": report.documents,
+        "chunks": report.chunks,
+        "vectors": report.vectors,
+        "skipped": report.skipped,
+        "workers": args.workers,
+        "database_mb": _db_size_mb(str(args.database_url)),
+        "steps": [],
+    }
+    rows = []
+    for a, b in itertools.pairwise(steps):
+        step = {
+            "step": a["step"],
+            "wall_s": b["wall"] - a["wall"],
+            "client_cpu_s": b["client_cpu"] - a["client_cpu"],
+            "server_cpu_s": b["server_cpu"] - a["server_cpu"],
+            "load": f"{a['load']} → {b['load']}",
+        }
+        out["steps"].append(step)
+        rows.append([step["step"], step["wall_s"], step["client_cpu_s"], step["server_cpu_s"]])
+    _table(
+        f"pg-import of {args.workspace}: {report.documents:,} documents, {report.chunks:,}"
+        f" chunks, {report.vectors:,} vectors ({report.skipped:,} skipped), {args.workers}"
+        f" analysis workers; database {out['database_mb']:,.0f} MB",
+        ["step", "wall s", "client CPU s", "server CPU s"],
         rows,
     )
     return out
@@ -312,9 +426,210 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# -- latency-ws: the queries and callers of `bench/retrieval.py embedded` on both stores -----------
+
+
+def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
+    """The embedded workspace of ``bench/retrieval.py embedded`` (``--workspace``, reused, never
+    built) and the same content in PostgreSQL (``--database-url``, filled by ``import``): the
+    same queries, query vectors and callers, k = ``--k`` (``candidates_factor`` × k per side),
+    the two stores interleaved query by query, modes rotated. Wall ms per search
+    (``search_timed``, no query embedding) and this process's CPU ms (the embedded store's
+    whole work; for PostgreSQL only the client's share)."""
+    import statistics
+
+    import numpy as np
+    import retrieval_scale as rs
+
+    from shelfhand.knowledge.pg import open_pg_store
+    from shelfhand.knowledge.retrieval import SearchMode
+
+    workspace = Path(args.workspace)
+    meta = json.loads((workspace / "bench-corpus.json").read_text(encoding="utf-8"))
+    n = int(meta["docs"]) * rs.PER_DOC
+    corpus = rs.make_mixed_corpus(n, seed=args.seed, n_queries=args.corpus_queries)
+    if meta.get("corpus") != corpus.fingerprint():
+        raise SystemExit(f"{workspace} does not hold the corpus of {n:,} chunks (seed {args.seed})")
+    embedded, _ = rs.build_workspace(workspace, corpus)  # reused: the corpus is complete
+    pg = open_pg_store(str(args.database_url), None)
+    if pg.store.count_chunks() != embedded.store.count_chunks():
+        raise SystemExit("the database does not hold the workspace: run `import` first")
+    pg.keyword.rare_share = args.rare_share  # type: ignore[attr-defined]
+    pg.keyword.bitmap_scan = not args.no_bitmap_scan  # type: ignore[attr-defined]
+    stores = {"embedded": embedded, "pg": pg}
+    for kb in stores.values():
+        kb.retriever.exact_boost = not args.no_exact_boost
+    modes: tuple[SearchMode, ...] = tuple(args.modes)
+    callers = [c for c in rs.CALLERS if args.callers is None or c in args.callers]
+    picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
+    out: dict[str, Any] = {
+        "chunks": n,
+        "k": args.k,
+        "per_side": args.k * embedded.retriever.candidates_factor,
+        "queries": len(picked),
+        "exact_boost": not args.no_exact_boost,
+        "rare_share": args.rare_share,
+        "bitmap_scan": not args.no_bitmap_scan,
+        "load_before": _load(),
+    }
+    rows = []
+    for name in callers:
+        user, filters = rs.CALLERS[name]
+        wall: dict[tuple[str, str], list[float]] = {(s, m): [] for s in stores for m in modes}
+        cpu: dict[tuple[str, str], list[float]] = {key: [] for key in wall}
+        stages: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in wall}
+        overlap: dict[str, list[float]] = {m: [] for m in modes}
+        for kb in stores.values():  # connections, caches, the caller's vector selection
+            kb.retriever.search_timed(
+                corpus.queries[0],
+                k=args.k,
+                user=user,
+                filters=filters,
+                query_vectors={rs.SPACE: corpus.qvecs[0]},
+            )
+        t_caller = time.perf_counter()
+        for i, q in enumerate(int(x) for x in picked):
+            order = [(s, m) for m in modes for s in stores]
+            shift = i % len(order)
+            found: dict[tuple[str, str], set[str]] = {}
+            for s, m in order[shift:] + order[:shift]:
+                c0 = time.process_time()
+                hits, timing = stores[s].retriever.search_timed(
+                    corpus.queries[q],
+                    k=args.k,
+                    user=user,
+                    mode=m,
+                    filters=filters,
+                    query_vectors={rs.SPACE: corpus.qvecs[q]},
+                )
+                cpu[(s, m)].append((time.process_time() - c0) * 1000)
+                wall[(s, m)].append(timing.total_ms)
+                stages[(s, m)].append((timing.keyword_ms, timing.vector_ms))
+                found[(s, m)] = {h.chunk.chunk_id for h in hits}
+            for m in modes:
+                want = found[("embedded", m)]
+                overlap[m].append(len(want & found[("pg", m)]) / max(1, len(want)))
+        logger.info("%s: %d queries in %.0f s", name, len(picked), time.perf_counter() - t_caller)
+        share = float(corpus.visible(name).mean())
+        for m in modes:
+            cell: dict[str, Any] = {"overlap@k": statistics.mean(overlap[m])}
+            for s in stores:
+                pct = rs._pcts(wall[(s, m)])
+                cell[s] = {
+                    **pct,
+                    "cpu_p50_ms": statistics.median(cpu[(s, m)]),
+                    "keyword_ms_p50": statistics.median(k for k, _ in stages[(s, m)]),
+                    "vector_ms_p50": statistics.median(v for _, v in stages[(s, m)]),
+                }
+            out[f"{name}/{m}"] = cell
+            rows.append(
+                [
+                    f"{name} ({100 * share:.0f}%)",
+                    m,
+                    f"{cell['embedded']['p50_ms']:.1f} / {cell['embedded']['p95_ms']:.1f}",
+                    f"{cell['embedded']['cpu_p50_ms']:.1f}",
+                    f"{cell['pg']['p50_ms']:,.1f} / {cell['pg']['p95_ms']:,.1f}",
+                    f"{cell['pg']['keyword_ms_p50']:,.1f} / {cell['pg']['vector_ms_p50']:,.1f}",
+                    f"{cell['overlap@k']:.2f}",
+                ]
+            )
+    out["load_after"] = _load()
+    out["pg_keyword_paths"] = dict(pg.keyword.paths)  # type: ignore[attr-defined]
+    _table(
+        f"embedded vs PostgreSQL, {n:,} chunks, k={args.k} ({out['per_side']} per side),"
+        f" {len(picked)} queries per caller, query vectors given, stores interleaved,"
+        f" exact-identifier step {'on' if out['exact_boost'] else 'off'},"
+        f" PostgreSQL rare-terms-first {args.rare_share or 'off'}, bitmap scan"
+        f" {'on' if out['bitmap_scan'] else 'off'};"
+        f" load {out['load_before']} → {out['load_after']}",
+        [
+            "caller (reads)",
+            "mode",
+            "embedded p50 / p95 ms",
+            "embedded CPU p50 ms",
+            "PostgreSQL p50 / p95 ms",
+            "PostgreSQL p50 kw / vec stage ms",
+            "same top-k",
+        ],
+        rows,
+    )
+    for kb in stores.values():
+        kb.close()
+    return out
+
+
+def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
+    """PostgreSQL keyword search with and without rare-terms-first pruning (``--rare-share``),
+    on the queries of ``latency-ws``, interleaved; counts the searches whose results differ."""
+    import numpy as np
+    import retrieval_scale as rs
+
+    from shelfhand.knowledge.analysis import tokenize_query
+    from shelfhand.knowledge.pg import PgDatabase, PgKeywordIndex
+
+    corpus = rs.make_mixed_corpus(args.chunks, seed=args.seed, n_queries=args.corpus_queries)
+    picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
+    db = PgDatabase(str(args.database_url))
+    index = {  # the planner's plan, every match scored / the variant asked for
+        "full": PgKeywordIndex(db, bitmap_scan=False),
+        "pruned": PgKeywordIndex(
+            db, rare_share=args.rare_share, bitmap_scan=not args.no_bitmap_scan
+        ),
+    }
+    fetch = args.k * 3
+    out: dict[str, Any] = {"rare_share": args.rare_share, "fetch": fetch, "load_before": _load()}
+    rows = []
+    for name, (user, filters) in rs.CALLERS.items():
+        if args.callers is not None and name not in args.callers:
+            continue
+        acl = {
+            "tenant_id": user.tenant_id,
+            "roles": user.roles,
+            "doc_types": [filters["doc_type"]] if filters else None,
+        }
+        times: dict[str, list[float]] = {"full": [], "pruned": []}
+        differ = 0
+        for i, q in enumerate(int(x) for x in picked):
+            tokens = tokenize_query(corpus.queries[q])
+            got = {}
+            for which in ("full", "pruned")[i % 2 :] + ("full", "pruned")[: i % 2]:
+                t0 = time.perf_counter()
+                got[which] = index[which].search(tokens, fetch, **acl)  # type: ignore[arg-type]
+                times[which].append((time.perf_counter() - t0) * 1000)
+            differ += got["full"] != got["pruned"]
+        pf, pp = rs._pcts(times["full"]), rs._pcts(times["pruned"])
+        out[name] = {"full": pf, "pruned": pp, "differ": differ}
+        rows.append(
+            [
+                name,
+                f"{pf['p50_ms']:,.0f} / {pf['p95_ms']:,.0f}",
+                f"{pp['p50_ms']:,.0f} / {pp['p95_ms']:,.0f}",
+                differ,
+            ]
+        )
+        logger.info("%s: %s", name, out[name])
+    out["paths"] = dict(index["pruned"].paths)
+    out["load_after"] = _load()
+    _table(
+        f"PostgreSQL keyword search, {args.chunks:,} chunks, {fetch} hits, {len(picked)} queries"
+        f" per caller: the planner's plan, every match scored vs bitmap scan"
+        f" {'on' if not args.no_bitmap_scan else 'off'}, rare terms first"
+        f" {f'(rare: in at most {args.rare_share:.0%} of the chunks)' if args.rare_share else 'off'};"
+        f" paths {out['paths']};"
+        f" load {out['load_before']} → {out['load_after']}",
+        ["caller", "planner's plan p50 / p95 ms", "variant p50 / p95 ms", "results differ"],
+        rows,
+    )
+    db.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["quality", "latency", "tsrank"])
+    parser.add_argument(
+        "what",
+        choices=["quality", "latency", "tsrank", "import", "latency-ws", "keyword-prune"],
+    )
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--scifact-ws", default="/tmp/pgstore-scifact")
     parser.add_argument("--cmrc-ws", default="/tmp/pgstore-cmrc")
@@ -329,12 +644,41 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workspace", default=None, help="embedded store folder (reused)")
     parser.add_argument("--no-exact-boost", action="store_true")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["keyword", "vector", "hybrid"],
+        choices=["keyword", "vector", "hybrid"],
+    )
+    parser.add_argument("--callers", nargs="+", default=None, help="latency-ws: caller names")
+    parser.add_argument(
+        "--corpus-queries", type=int, default=300, help="latency-ws: as retrieval.py --queries"
+    )
+    parser.add_argument("--no-bitmap-scan", action="store_true", help="let the planner choose")
+    parser.add_argument(
+        "--rare-share", type=float, default=0.0, help="PostgreSQL rare-terms-first pruning"
+    )
+    parser.add_argument("--pg-data", default=None, help="import: local server data (its CPU)")
+    parser.add_argument("--workers", type=int, default=2, help="import: analysis processes")
+    parser.add_argument("--batch", type=int, default=500, help="import: documents per batch")
+    parser.add_argument("--maintenance-work-mem", default="1GB")
+    parser.add_argument("--index-workers", type=int, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    run = {"quality": run_quality, "latency": run_latency, "tsrank": run_tsrank}[args.what]
+    run = {
+        "quality": run_quality,
+        "latency": run_latency,
+        "tsrank": run_tsrank,
+        "import": run_import,
+        "latency-ws": run_latency_ws,
+        "keyword-prune": run_keyword_prune,
+    }[args.what]
     res = run(args)
     RESULTS.mkdir(exist_ok=True)
     name = args.what + ("_" + "_".join(args.datasets) if args.what == "quality" else "")
+    if args.what == "latency-ws":
+        name += "_" + "_".join(args.modes) + ("_noexact" if args.no_exact_boost else "")
+        name += f"_q{args.queries}" + ("_seqscan" if args.no_bitmap_scan else "")
     (RESULTS / f"pg_store_{name}.json").write_text(
         json.dumps(res, indent=1, default=str), encoding="utf-8"
     )

@@ -23,7 +23,7 @@ from shelfhand.devservices import LocalPostgres, free_port
 from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embedders import HashingEmbedder
 from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.pg import open_pg_store
+from shelfhand.knowledge.pg import PgKeywordIndex, open_pg_store
 from shelfhand.knowledge.pg.transfer import import_workspace
 from shelfhand.knowledge.retrieval import open_embedded_store
 from shelfhand.knowledge.types import Chunk, Document, Section
@@ -192,9 +192,10 @@ def test_pg_import_moves_a_workspace_without_re_embedding(pg_url: str, tmp_path:
 
     counting = Counting()
     pg = open_pg_store(pg_url, EmbeddingRouter({"any": counting}))
-    for _ in range(2):  # a second run replaces, never duplicates
-        report = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
-    assert (report.documents, report.chunks, report.vectors) == (7, 7, 7)
+    report = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
+    assert (report.documents, report.chunks, report.vectors, report.skipped) == (7, 7, 7, 0)
+    again = import_workspace(tmp_path, pg.store)  # type: ignore[arg-type]
+    assert (again.documents, again.chunks, again.skipped) == (0, 0, 7)  # never duplicates
     assert pg.store.count_chunks() == pg.store.count_vectors() == 7
     assert pg.store.count_pending() == 0
     assert pg.store.root_path("manuals") == "/srv/manuals"
@@ -282,4 +283,34 @@ def test_searches_raise_dependency_unavailable_while_the_server_is_down(
     finally:
         pg_server.start()
     assert kb.retriever.search("warranty", k=1, mode="keyword")[0].chunk.source == "warranty.md"
+    kb.close()
+
+
+def test_rare_terms_first_pruning_returns_the_full_scoring_top_k(pg_url: str) -> None:
+    kb = open_pg_store(pg_url, None)
+    common = ["lamp projector manual", "投影仪 说明书 灯泡"]
+    docs = []
+    for i in range(120):
+        text = f"{common[i % 2]} page {i}" + (f" rare{i % 7} 稀有{i % 5}" if i % 3 == 0 else "")
+        docs.append(
+            Document(
+                doc_id=f"p{i}",
+                source=f"p{i}",
+                title="",
+                doc_type="markdown",
+                sections=(Section(text=text),),
+                content_hash=text,
+                permission_tags=("sales",) if i % 4 == 0 else (),
+            )
+        )
+    kb.ingestor.ingest_documents(docs)
+    full = PgKeywordIndex(kb.store.db)  # type: ignore[attr-defined]
+    pruned = PgKeywordIndex(kb.store.db, rare_share=0.1)  # type: ignore[attr-defined]
+    callers = [{"tenant_id": "default", "roles": r} for r in (["admin"], [], ["sales"])]
+    for query in ["lamp rare3", "projector rare1 rare2 manual", "灯泡 稀有2", "说明书 稀有4 page"]:
+        for k in (1, 3, 10, 60):
+            for acl in callers:
+                tokens = tokenize_query(query)
+                assert pruned.search(tokens, k, **acl) == full.search(tokens, k, **acl)  # type: ignore[arg-type]
+    assert pruned.paths["pruned"] > 0 and pruned.paths["full"] > 0  # both paths ran
     kb.close()

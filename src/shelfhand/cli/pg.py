@@ -20,9 +20,22 @@ def pg_import(
             show_default=False,
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", min=1, help="Processes analysing the text (the bulk of the work)."
+        ),
+    ] = 1,
+    maintenance_work_mem: Annotated[
+        str,
+        typer.Option(
+            "--maintenance-work-mem", help="PostgreSQL memory for the index builds after a load."
+        ),
+    ] = "1GB",
 ) -> None:
     """Copy the workspace's embedded knowledge (documents, chunks, vectors, source hashes)
-    into PostgreSQL, without re-embedding; run again, it replaces what it imported."""
+    into PostgreSQL, without re-embedding; run again, it skips what is already there unchanged
+    (an interrupted import resumes) and replaces what changed."""
     from shelfhand.core.errors import ConfigurationError, ShelfhandError
     from shelfhand.core.pg import redact_url
 
@@ -44,6 +57,8 @@ def pg_import(
         report = import_workspace(
             a.settings.workspace,
             store,
+            workers=workers,
+            maintenance_work_mem=maintenance_work_mem,
             progress=lambda done, total: console.print(
                 f"  {done}/{total} documents", highlight=False
             ),
@@ -54,6 +69,7 @@ def pg_import(
         store.close()
     console.print(
         f"imported {report.documents} documents, {report.chunks} chunks, {report.vectors} "
-        f"vectors and {report.sources} source hashes into {redact_url(url)}",
+        f"vectors and {report.sources} source hashes into {redact_url(url)}"
+        f" ({report.skipped} documents already there unchanged)",
         highlight=False,
     )

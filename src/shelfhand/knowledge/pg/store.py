@@ -34,7 +34,14 @@ from shelfhand.knowledge.types import Chunk, Document
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["FIELDS", "ImportedDocument", "PgKnowledgeStore", "tsquery_literal"]
+__all__ = [
+    "FIELDS",
+    "GIN_INDEXES",
+    "ImportedDocument",
+    "PgKnowledgeStore",
+    "hnsw_index_sql",
+    "tsquery_literal",
+]
 
 EMBED_NONE = "none"
 EMBED_DONE = "embedded"
@@ -50,6 +57,21 @@ HNSW_MAX_DIM = 2000
 """pgvector's HNSW indexes ``vector`` columns up to 2000 dimensions; wider spaces are exact."""
 
 
+GIN_INDEXES = {
+    f"knowledge_pg_chunks_{column}": f"ON knowledge_pg_chunks USING gin ({column})"
+    for column in ("body", "head", "codes")
+}
+"""The keyword indexes (name → definition after ``CREATE INDEX <name>``), as migrated."""
+
+
+def hnsw_index_sql(table: str, *, if_not_exists: bool = False) -> str:
+    """The HNSW index of a vector table (``<table>_hnsw``)."""
+    return (
+        f"CREATE INDEX {'IF NOT EXISTS ' if if_not_exists else ''}{table}_hnsw ON {table}"
+        " USING hnsw (embedding vector_ip_ops) WITH (m = 16, ef_construction = 64)"
+    )
+
+
 def _quote(term: str) -> str:
     return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -58,12 +80,12 @@ def _indexable(term: str) -> bool:
     return bool(term) and len(term.encode("utf-8")) <= _MAX_TERM_BYTES
 
 
+_POSITIONS = [",".join(str(p) for p in range(1, n + 1)) for n in range(_MAX_TF + 1)]
+
+
 def tsvector_literal(counts: Mapping[str, int]) -> str:
     """A ``tsvector`` literal holding each term with positions ``1..tf`` (tf capped)."""
-    return " ".join(
-        f"{_quote(t)}:{','.join(str(p) for p in range(1, min(n, _MAX_TF) + 1))}"
-        for t, n in counts.items()
-    )
+    return " ".join(f"{_quote(t)}:{_POSITIONS[min(n, _MAX_TF)]}" for t, n in counts.items())
 
 
 def tsquery_literal(terms: Sequence[str]) -> str:
@@ -171,10 +193,7 @@ class PgKnowledgeStore(PgStoreReads):
             )
             conn.execute(f"CREATE INDEX {table}_tenant ON {table} (tenant_id)")
             if dim <= HNSW_MAX_DIM:
-                conn.execute(
-                    f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_ip_ops)"
-                    " WITH (m = 16, ef_construction = 64)"
-                )
+                conn.execute(hnsw_index_sql(table))
             return SpaceTable(space=space, table=table, dim=dim)
         embedder, stored_dim = str(row[1]), int(row[2])
         if stored_dim != dim or (model is not None and embedder not in ("", model)):

@@ -317,7 +317,7 @@ class Agent:
         tag: str | None = None,
     ) -> AsyncGenerator[Event, None]:
         """The run's events (see :meth:`stream`); ``quiet``: only the final event, for a
-        caller that reads nothing else (:meth:`run_nested`): the steps' events are not built,
+        caller that reads nothing else (:meth:`_run_quiet`): the steps' events are not built,
         or handed to ``emit`` as they happen (tool events tagged with ``tag``)."""
         approvals = approvals if approvals is not None else self.approvals
         run = RunContext.start(
@@ -573,8 +573,11 @@ class Agent:
         for call in calls:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
         done: dict[str, ToolResultBlock] = {}
-        for call in _replayed(calls, guard, done):
-            yield _replay_finished(call, done[call.id])
+        for call in calls:
+            earlier = guard.replay(call)
+            if earlier is not None:
+                done[call.id] = earlier
+                yield _replay_finished(call, earlier)
         todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
         if approvals is not None and todo:
@@ -627,9 +630,12 @@ class Agent:
                     )
                 )
         done: dict[str, ToolResultBlock] = {}
-        for call in _replayed(calls, guard, done):
-            if emit is not None:
-                emit(_replay_finished(call, done[call.id], tag))
+        for call in calls:
+            earlier = guard.replay(call)
+            if earlier is not None:
+                done[call.id] = earlier
+                if emit is not None:
+                    emit(_replay_finished(call, earlier, tag))
         todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
         if approvals is not None and todo:
@@ -651,7 +657,7 @@ class Agent:
                     call, report = await next_done
                     done[call.id] = guard.record(call, report.result)
                     if emit is not None:
-                        emit(_finished(report, done[call.id], tag))
+                        emit(_tagged_finished(report, done[call.id], tag))
             finally:
                 for t in tasks:
                     t.cancel()
@@ -660,7 +666,7 @@ class Agent:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
                 done[call.id] = guard.record(call, report.result)
                 if emit is not None:
-                    emit(_finished(report, done[call.id], tag))
+                    emit(_tagged_finished(report, done[call.id], tag))
         results.extend(done[c.id] for c in calls)
 
     async def _ask(
@@ -747,7 +753,18 @@ def _new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation])
     return out
 
 
-def _finished(report: CallReport, res: ToolResultBlock, tag: str | None = None) -> ToolFinished:
+def _finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:
+    return ToolFinished(
+        call_id=res.call_id,
+        name=res.name,
+        content=res.content,
+        is_error=res.is_error,
+        duration_ms=report.duration_ms,
+        replayed=report.replayed,
+    )
+
+
+def _tagged_finished(report: CallReport, res: ToolResultBlock, tag: str | None) -> ToolFinished:
     return ToolFinished(
         call_id=res.call_id,
         name=res.name,
@@ -757,20 +774,6 @@ def _finished(report: CallReport, res: ToolResultBlock, tag: str | None = None) 
         replayed=report.replayed,
         agent=tag,
     )
-
-
-def _replayed(
-    calls: Sequence[ToolCallBlock], guard: CallGuard, done: dict[str, ToolResultBlock]
-) -> list[ToolCallBlock]:
-    """The calls answered from an earlier successful call of the run (their results put in
-    ``done``), in order."""
-    out: list[ToolCallBlock] = []
-    for call in calls:
-        earlier = guard.replay(call)
-        if earlier is not None:
-            done[call.id] = earlier
-            out.append(call)
-    return out
 
 
 def _replay_finished(

@@ -68,6 +68,7 @@ from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .rewrite import QueryRewriter
+from .step_events import finished, replay_finished, tag_event, tagged_finished
 from .streaming import STEP_SEPARATOR, CallTextGate
 
 if TYPE_CHECKING:
@@ -537,7 +538,7 @@ class Agent:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
             report = await self._upfront.execute(call, run)
             results.append(report.result)
-            yield _finished(report, report.result)
+            yield finished(report, report.result)
         new.append(Message.assistant(tool_calls=calls, metadata=plan.metadata()))
         new.append(Message.tool(results))
         found = _new_citations(results, citations)
@@ -577,7 +578,7 @@ class Agent:
             earlier = guard.replay(call)
             if earlier is not None:
                 done[call.id] = earlier
-                yield _replay_finished(call, earlier)
+                yield replay_finished(call, earlier)
         todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
         if approvals is not None and todo:
@@ -597,7 +598,7 @@ class Agent:
                 for next_done in asyncio.as_completed(tasks):
                     call, report = await next_done
                     done[call.id] = guard.record(call, report.result)
-                    yield _finished(report, done[call.id])
+                    yield finished(report, done[call.id])
             finally:
                 for t in tasks:
                     t.cancel()
@@ -605,7 +606,7 @@ class Agent:
             for call in todo:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
                 done[call.id] = guard.record(call, report.result)
-                yield _finished(report, done[call.id])
+                yield finished(report, done[call.id])
         results.extend(done[c.id] for c in calls)
 
     async def _execute_quiet(
@@ -635,7 +636,7 @@ class Agent:
             if earlier is not None:
                 done[call.id] = earlier
                 if emit is not None:
-                    emit(_replay_finished(call, earlier, tag))
+                    emit(replay_finished(call, earlier, tag))
         todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
         if approvals is not None and todo:
@@ -657,7 +658,7 @@ class Agent:
                     call, report = await next_done
                     done[call.id] = guard.record(call, report.result)
                     if emit is not None:
-                        emit(_tagged_finished(report, done[call.id], tag))
+                        emit(tagged_finished(report, done[call.id], tag))
             finally:
                 for t in tasks:
                     t.cancel()
@@ -666,7 +667,7 @@ class Agent:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
                 done[call.id] = guard.record(call, report.result)
                 if emit is not None:
-                    emit(_tagged_finished(report, done[call.id], tag))
+                    emit(tagged_finished(report, done[call.id], tag))
         results.extend(done[c.id] for c in calls)
 
     async def _ask(
@@ -751,58 +752,3 @@ def _new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation])
             keys.add((c.index, c.chunk_id))
             out.append(c)
     return out
-
-
-def _finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:
-    return ToolFinished(
-        call_id=res.call_id,
-        name=res.name,
-        content=res.content,
-        is_error=res.is_error,
-        duration_ms=report.duration_ms,
-        replayed=report.replayed,
-    )
-
-
-def _tagged_finished(report: CallReport, res: ToolResultBlock, tag: str | None) -> ToolFinished:
-    return ToolFinished(
-        call_id=res.call_id,
-        name=res.name,
-        content=res.content,
-        is_error=res.is_error,
-        duration_ms=report.duration_ms,
-        replayed=report.replayed,
-        agent=tag,
-    )
-
-
-def _replay_finished(
-    call: ToolCallBlock, earlier: ToolResultBlock, tag: str | None = None
-) -> ToolFinished:
-    return ToolFinished(
-        call_id=call.id,
-        name=call.name,
-        content=earlier.content,
-        is_error=False,
-        duration_ms=0.0,
-        replayed=True,
-        agent=tag,
-    )
-
-
-def tag_event(event: ToolStarted | ToolFinished, agent: str) -> ToolStarted | ToolFinished:
-    """``event`` tagged with the subagent that made the call: ``replace(event, agent=agent)``
-    without ``dataclasses.replace``'s cost (two of these per subagent tool call)."""
-    if isinstance(event, ToolStarted):
-        return ToolStarted(
-            call_id=event.call_id, name=event.name, arguments=event.arguments, agent=agent
-        )
-    return ToolFinished(
-        call_id=event.call_id,
-        name=event.name,
-        content=event.content,
-        is_error=event.is_error,
-        duration_ms=event.duration_ms,
-        replayed=event.replayed,
-        agent=agent,
-    )

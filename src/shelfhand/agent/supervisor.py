@@ -61,7 +61,8 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.tools.tool import Tool, ToolOutput
 from shelfhand.tools.toolkit import Toolkit
 
-from .agent import DEFAULT_SYSTEM_PROMPT, Agent, RunResult, tag_event
+from .agent import DEFAULT_SYSTEM_PROMPT, Agent, RunResult
+from .step_events import tag_event
 from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
 if TYPE_CHECKING:

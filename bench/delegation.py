@@ -18,7 +18,12 @@ the bare sum, which the main agent words as the single agent does), and the same
 shape; both are checked before timing. Goal: a delegation at most 2x a single-agent run with
 one tool call.
 
-    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE]
+The scripted models keep every request they are sent (``requests``, for tests), so the heap
+grows over a run of this command, with each model call, and the garbage collector's passes
+cost more as it does. ``--last-request-only`` makes them keep only the latest one (what the
+figures would be with a model that keeps nothing); the default is the recorded benchmark.
+
+    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE] [--last-request-only]
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+class _LatestOnly(FunctionModel):
+    """A :class:`FunctionModel` that keeps only the latest request (``--last-request-only``)."""
+
+    def _record(self, messages: Sequence[Message], tools: Sequence[Any]) -> None:
+        self.requests[:] = [list(messages)]
+
+
+KEEP_EVERY_REQUEST = True  # False: --last-request-only
+
+
 def calls(name: str, arguments: dict[str, Any], answer: str = "result {}") -> FunctionModel:
     """A model that calls ``name`` once, then answers ``answer`` with the tool's result in it."""
 
@@ -61,7 +76,7 @@ def calls(name: str, arguments: dict[str, Any], answer: str = "result {}") -> Fu
             return text(answer.format(last.tool_results[0].content))
         return tool_call(name, arguments)
 
-    return FunctionModel(turn)
+    return FunctionModel(turn) if KEEP_EVERY_REQUEST else _LatestOnly(turn)
 
 
 ANSWER = "result 5"  # what every case answers: the subagent hands back the bare sum
@@ -142,7 +157,14 @@ def main() -> None:
         help="measure only this case (repeatable); for an outside profiler, e.g. "
         "bench/delegation_instructions.sh",
     )
+    ap.add_argument(
+        "--last-request-only",
+        action="store_true",
+        help="scripted models keep only their latest request (see the module doc)",
+    )
     a = ap.parse_args()
+    global KEEP_EVERY_REQUEST
+    KEEP_EVERY_REQUEST = not a.last_request_only
     figures = asyncio.run(measure(a.runs, a.repeats, a.only))
     if a.only:
         for name, (c, w) in figures.items():

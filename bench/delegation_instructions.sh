@@ -6,6 +6,7 @@
 # process (dict and type-cache layouts), so it is taken per PYTHONHASHSEED.
 #
 #   bench/delegation_instructions.sh [SEED ...]        # default: seed 0
+#   BENCH_ARGS=--last-request-only bench/delegation_instructions.sh 0   # models keep one request
 #
 # Needs valgrind (apt-get install valgrind). About a minute per case and seed on a quiet core.
 set -euo pipefail
@@ -15,7 +16,7 @@ cases=(single supervisor single_stream supervisor_stream)
 
 count() {  # seed case runs -> instructions of the whole process
   PYTHONHASHSEED=$1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$py" bench/delegation.py --only "$2" --repeats 1 --runs "$3" 2>&1 >/dev/null |
+    "$py" bench/delegation.py --only "$2" --repeats 1 --runs "$3" ${BENCH_ARGS:-} 2>&1 >/dev/null |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -68,6 +68,7 @@ from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .rewrite import QueryRewriter
+from .step_events import finished, replay_finished, tag_event, tagged_finished
 from .streaming import STEP_SEPARATOR, CallTextGate
 
 if TYPE_CHECKING:
@@ -223,6 +224,32 @@ class Agent:
             raise RuntimeError("agent loop ended without a final event")
         return final
 
+    async def _run_quiet(
+        self,
+        prompt: str | Message,
+        *,
+        history: Sequence[Message],
+        approvals: Approvals | None,
+        parent: RunContext,
+        emit: Callable[[Event], None] | None = None,
+        tag: str | None = None,
+    ) -> RunResult:
+        """A delegated run (see :mod:`shelfhand.agent.supervisor`): ``run`` without building
+        the events of its steps, which its caller does not read; with ``emit``, its tool and
+        approval events go there as they happen, tool events tagged with ``tag`` (the
+        subagent's id), instead of through this run's generators. Citations come back in the
+        result only (no ``CitationsFound``)."""
+        final: RunResult | None = None
+        async for event in self._loop(
+            prompt, None, history, None, streaming=False, approvals=approvals, parent=parent,
+            quiet=True, emit=emit, tag=tag,
+        ):  # fmt: skip
+            if isinstance(event, Final):
+                final = event.result
+        if final is None:  # pragma: no cover
+            raise RuntimeError("agent loop ended without a final event")
+        return final
+
     def run_sync(
         self,
         prompt: str | Message,
@@ -286,7 +313,13 @@ class Agent:
         approvals: Approvals | None = None,
         trace_id: str | None = None,
         parent: RunContext | None = None,
+        quiet: bool = False,
+        emit: Callable[[Event], None] | None = None,
+        tag: str | None = None,
     ) -> AsyncGenerator[Event, None]:
+        """The run's events (see :meth:`stream`); ``quiet``: only the final event, for a
+        caller that reads nothing else (:meth:`_run_quiet`): the steps' events are not built,
+        or handed to ``emit`` as they happen (tool events tagged with ``tag``)."""
         approvals = approvals if approvals is not None else self.approvals
         run = RunContext.start(
             agent_name=self.name, user=context, deps=deps, trace_id=trace_id, parent=parent
@@ -315,7 +348,10 @@ class Agent:
                 self._retrieve_upfront(first, run, new, citations, past)
             ) as upfront:
                 async for event in upfront:
-                    yield event
+                    if not quiet:
+                        yield event
+                    elif emit is not None and isinstance(event, ToolStarted | ToolFinished):
+                        emit(event if tag is None else tag_event(event, tag))
 
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
@@ -419,13 +455,17 @@ class Agent:
 
             step = replace(run, iteration=iteration) if iteration > 1 else run
             results: list[ToolResultBlock] = []
-            async with aclosing(self._execute(calls, step, results, approvals, guard)) as steps:
-                async for event in steps:
-                    yield event
+            if quiet:
+                await self._execute_quiet(calls, step, results, approvals, guard, emit, tag)
+            else:
+                async with aclosing(self._execute(calls, step, results, approvals, guard)) as steps:
+                    async for event in steps:
+                        yield event
             found = _new_citations(results, citations)
             if found:
                 citations.extend(found)
-                yield CitationsFound(citations=tuple(found))
+                if not quiet:
+                    yield CitationsFound(citations=tuple(found))
             new.append(Message.tool(results))
 
         text = max_iters_answer(self.max_iters, new)
@@ -498,7 +538,7 @@ class Agent:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments)
             report = await self._upfront.execute(call, run)
             results.append(report.result)
-            yield _finished(report, report.result)
+            yield finished(report, report.result)
         new.append(Message.assistant(tool_calls=calls, metadata=plan.metadata()))
         new.append(Message.tool(results))
         found = _new_citations(results, citations)
@@ -538,14 +578,7 @@ class Agent:
             earlier = guard.replay(call)
             if earlier is not None:
                 done[call.id] = earlier
-                yield ToolFinished(
-                    call_id=call.id,
-                    name=call.name,
-                    content=earlier.content,
-                    is_error=False,
-                    duration_ms=0.0,
-                    replayed=True,
-                )
+                yield replay_finished(call, earlier)
         todo = [c for c in calls if c.id not in done]
         decisions: dict[str, ApprovalDecision] = {}
         if approvals is not None and todo:
@@ -565,7 +598,7 @@ class Agent:
                 for next_done in asyncio.as_completed(tasks):
                     call, report = await next_done
                     done[call.id] = guard.record(call, report.result)
-                    yield _finished(report, done[call.id])
+                    yield finished(report, done[call.id])
             finally:
                 for t in tasks:
                     t.cancel()
@@ -573,7 +606,68 @@ class Agent:
             for call in todo:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
                 done[call.id] = guard.record(call, report.result)
-                yield _finished(report, done[call.id])
+                yield finished(report, done[call.id])
+        results.extend(done[c.id] for c in calls)
+
+    async def _execute_quiet(
+        self,
+        calls: Sequence[ToolCallBlock],
+        run: RunContext,
+        results: list[ToolResultBlock],
+        approvals: Approvals | None,
+        guard: CallGuard,
+        emit: Callable[[Event], None] | None,
+        tag: str | None,
+    ) -> None:
+        """:meth:`_execute` for a quiet run: the same calls in the same order, with the
+        same replays, approvals and concurrency; its events are built only for ``emit``
+        (tool events tagged with ``tag``), which gets them at the points ``_execute`` yields
+        them."""
+        if emit is not None:
+            for call in calls:
+                emit(
+                    ToolStarted(
+                        call_id=call.id, name=call.name, arguments=call.arguments, agent=tag
+                    )
+                )
+        done: dict[str, ToolResultBlock] = {}
+        for call in calls:
+            earlier = guard.replay(call)
+            if earlier is not None:
+                done[call.id] = earlier
+                if emit is not None:
+                    emit(replay_finished(call, earlier, tag))
+        todo = [c for c in calls if c.id not in done]
+        decisions: dict[str, ApprovalDecision] = {}
+        if approvals is not None and todo:
+            async with aclosing(self._ask(todo, run, approvals, decisions)) as asking:
+                async for event in asking:
+                    if emit is not None:
+                        emit(event)
+        kit = self.toolkit
+        if len(todo) > 1 and kit.is_concurrency_safe([c.name for c in todo]):
+            gate = asyncio.Semaphore(self.max_concurrency)
+
+            async def one(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
+                async with gate:
+                    return call, await kit.execute(call, run, approval=decisions.get(call.id))
+
+            tasks = [asyncio.ensure_future(one(c)) for c in todo]
+            try:
+                for next_done in asyncio.as_completed(tasks):
+                    call, report = await next_done
+                    done[call.id] = guard.record(call, report.result)
+                    if emit is not None:
+                        emit(tagged_finished(report, done[call.id], tag))
+            finally:
+                for t in tasks:
+                    t.cancel()
+        else:
+            for call in todo:
+                report = await kit.execute(call, run, approval=decisions.get(call.id))
+                done[call.id] = guard.record(call, report.result)
+                if emit is not None:
+                    emit(tagged_finished(report, done[call.id], tag))
         results.extend(done[c.id] for c in calls)
 
     async def _ask(
@@ -658,14 +752,3 @@ def _new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation])
             keys.add((c.index, c.chunk_id))
             out.append(c)
     return out
-
-
-def _finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:
-    return ToolFinished(
-        call_id=res.call_id,
-        name=res.name,
-        content=res.content,
-        is_error=res.is_error,
-        duration_ms=report.duration_ms,
-        replayed=report.replayed,
-    )

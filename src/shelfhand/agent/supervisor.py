@@ -37,7 +37,7 @@ import logging
 import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,7 @@ from shelfhand.tools.tool import Tool, ToolOutput
 from shelfhand.tools.toolkit import Toolkit
 
 from .agent import DEFAULT_SYSTEM_PROMPT, Agent, RunResult
+from .step_events import tag_event
 from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
 if TYPE_CHECKING:
@@ -194,9 +195,17 @@ class _Delegation:
         turn.calls += 1
         sink = turn.sink
         if sink is None:  # nobody watches the events: just run it
-            result = await self.agent().run(
-                task, history=self._history(turn, history), approvals=turn.approvals, parent=run
-            )
+            agent = self.agent()
+            if isinstance(agent, Agent):  # without building events nobody reads
+                result = await agent._run_quiet(
+                    task, history=self._history(turn, history), approvals=turn.approvals,
+                    parent=run,
+                )  # fmt: skip
+            else:
+                result = await agent.run(
+                    task, history=self._history(turn, history), approvals=turn.approvals,
+                    parent=run,
+                )  # fmt: skip
         else:
             sink(SubagentStarted(subagent=spec.id, depth=depth, task=task))
             started = time.perf_counter()
@@ -251,16 +260,15 @@ class _Delegation:
         spec = self.spec
         history = self._history(turn, given)
         agent = self.agent()
-        events: AsyncIterator[Event]
         if isinstance(agent, Agent):
-            # its text is the tool result: no need to stream it (the loop itself, as
-            # ``Agent.run`` drives it: no wrapping generator)
-            events = agent._loop(
-                task, None, history, None, streaming=False, approvals=turn.approvals,
-                parent=run,
+            # its text is the tool result: not streamed; its tool and approval events go
+            # straight to the sink as they happen, tool events tagged with its id (what the
+            # loop below forwards of another delegable's stream), and nothing else is built
+            return await agent._run_quiet(
+                task, history=history, approvals=turn.approvals, parent=run, emit=sink,
+                tag=spec.id,
             )  # fmt: skip
-        else:
-            events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
+        events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
         result: RunResult | None = None
         # drained to its end (a run ends right after its final event): nothing is left to
         # close; an error or a cancellation raised inside it finishes it
@@ -282,24 +290,6 @@ class _Delegation:
         if result is None:
             raise RuntimeError(f"subagent {spec.id} ended without a final event")
         return result
-
-
-def tag_event(event: ToolStarted | ToolFinished, agent: str) -> ToolStarted | ToolFinished:
-    """``event`` tagged with the subagent that made the call: ``replace(event, agent=agent)``
-    without ``dataclasses.replace``'s cost (two of these per subagent tool call)."""
-    if isinstance(event, ToolStarted):
-        return ToolStarted(
-            call_id=event.call_id, name=event.name, arguments=event.arguments, agent=agent
-        )
-    return ToolFinished(
-        call_id=event.call_id,
-        name=event.name,
-        content=event.content,
-        is_error=event.is_error,
-        duration_ms=event.duration_ms,
-        replayed=event.replayed,
-        agent=agent,
-    )
 
 
 class _Channel:

@@ -10,21 +10,23 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-import threading
 
-_lock = threading.Lock()
-_pid = -1
 _prefix = ""
 _counter = itertools.count()
 
 
+def _reset() -> None:
+    """A fresh prefix and counter: at import, and in a forked child, which must not repeat its
+    parent's ids (``os.register_at_fork``, so ``new_id`` makes no ``getpid`` system call)."""
+    global _prefix, _counter
+    _prefix = secrets.token_hex(8)
+    _counter = itertools.count()
+
+
+_reset()
+os.register_at_fork(after_in_child=_reset)
+
+
 def new_id() -> str:
     """A 32-hex-character id, unique within and (with overwhelming probability) across processes."""
-    global _pid, _prefix, _counter
-    if _pid != os.getpid():  # a forked child must not repeat its parent's ids
-        with _lock:
-            if _pid != os.getpid():
-                _prefix = secrets.token_hex(8)
-                _counter = itertools.count()
-                _pid = os.getpid()
     return f"{_prefix}{next(_counter):016x}"

@@ -18,12 +18,14 @@ the bare sum, which the main agent words as the single agent does), and the same
 shape; both are checked before timing. Goal: a delegation at most 2x a single-agent run with
 one tool call.
 
-The scripted models keep every request they are sent (``requests``, for tests), so the heap
-grows over a run of this command, with each model call, and the garbage collector's passes
-cost more as it does. ``--last-request-only`` makes them keep only the latest one (what the
-figures would be with a model that keeps nothing); the default is the recorded benchmark.
+The scripted models keep only their latest request, like the peers' scripted models in
+``delegation_langgraph.py`` and ``delegation_agentscope.py`` (which keep none) and like a real
+model client. ``--keep-every-request`` makes them keep every request they are sent (the
+``requests`` list tests read), as this bench did before: the heap then grows over a run of
+the command with each model call, the garbage collector's passes cost more as it does, and a
+delegation, which makes twice the model calls, pays that test double's cost twice.
 
-    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE] [--last-request-only]
+    python bench/delegation.py [--runs 300] [--repeats 15] [--only CASE] [--keep-every-request]
 """
 
 from __future__ import annotations
@@ -58,13 +60,13 @@ def add(a: int, b: int) -> int:
 
 
 class _LatestOnly(FunctionModel):
-    """A :class:`FunctionModel` that keeps only the latest request (``--last-request-only``)."""
+    """A :class:`FunctionModel` that keeps only the latest request (the default)."""
 
     def _record(self, messages: Sequence[Message], tools: Sequence[Any]) -> None:
         self.requests[:] = [list(messages)]
 
 
-KEEP_EVERY_REQUEST = True  # False: --last-request-only
+KEEP_EVERY_REQUEST = False  # True: --keep-every-request
 
 
 def calls(name: str, arguments: dict[str, Any], answer: str = "result {}") -> FunctionModel:
@@ -158,13 +160,14 @@ def main() -> None:
         "bench/delegation_instructions.sh",
     )
     ap.add_argument(
-        "--last-request-only",
+        "--keep-every-request",
         action="store_true",
-        help="scripted models keep only their latest request (see the module doc)",
+        help="scripted models keep every request, as before (see the module doc)",
     )
+    ap.add_argument("--last-request-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     global KEEP_EVERY_REQUEST
-    KEEP_EVERY_REQUEST = not a.last_request_only
+    KEEP_EVERY_REQUEST = a.keep_every_request
     figures = asyncio.run(measure(a.runs, a.repeats, a.only))
     if a.only:
         for name, (c, w) in figures.items():

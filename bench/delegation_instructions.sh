@@ -6,7 +6,7 @@
 # process (dict and type-cache layouts), so it is taken per PYTHONHASHSEED.
 #
 #   bench/delegation_instructions.sh [SEED ...]        # default: seed 0
-#   BENCH_ARGS=--last-request-only bench/delegation_instructions.sh 0   # models keep one request
+#   BENCH_ARGS=--keep-every-request bench/delegation_instructions.sh 0   # models keep every request
 #
 # Needs valgrind (apt-get install valgrind). About a minute per case and seed on a quiet core.
 set -euo pipefail

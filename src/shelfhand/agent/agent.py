@@ -68,7 +68,7 @@ from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .rewrite import QueryRewriter
-from .step_events import finished, replay_finished, tag_event, tagged_finished
+from .step_events import finished, replay_finished, tag_event
 from .streaming import STEP_SEPARATOR, CallTextGate
 
 if TYPE_CHECKING:
@@ -658,7 +658,7 @@ class Agent:
                     call, report = await next_done
                     done[call.id] = guard.record(call, report.result)
                     if emit is not None:
-                        emit(tagged_finished(report, done[call.id], tag))
+                        emit(finished(report, done[call.id], tag))
             finally:
                 for t in tasks:
                     t.cancel()
@@ -667,7 +667,7 @@ class Agent:
                 report = await kit.execute(call, run, approval=decisions.get(call.id))
                 done[call.id] = guard.record(call, report.result)
                 if emit is not None:
-                    emit(tagged_finished(report, done[call.id], tag))
+                    emit(finished(report, done[call.id], tag))
         results.extend(done[c.id] for c in calls)
 
     async def _ask(

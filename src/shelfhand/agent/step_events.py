@@ -3,7 +3,7 @@
 A tool call shows as ``ToolStarted`` then ``ToolFinished``; a call answered from an earlier
 identical one of the same run as a ``ToolFinished`` marked ``replayed``. A subagent's events
 reach its supervisor's stream tagged with its id (``agent``): a quiet subagent run builds them
-tagged (:func:`tagged_finished`), another delegable's are copied (:func:`tag_event`).
+tagged (:func:`finished` with its id), another delegable's are copied (:func:`tag_event`).
 """
 
 from __future__ import annotations
@@ -16,23 +16,12 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
     from shelfhand.tools.toolkit import CallReport
 
-__all__ = ["finished", "replay_finished", "tag_event", "tagged_finished"]
+__all__ = ["finished", "replay_finished", "tag_event"]
 
 
-def finished(report: CallReport, res: ToolResultBlock) -> ToolFinished:
-    """The end of a call that ran (or failed) through the toolkit."""
-    return ToolFinished(
-        call_id=res.call_id,
-        name=res.name,
-        content=res.content,
-        is_error=res.is_error,
-        duration_ms=report.duration_ms,
-        replayed=report.replayed,
-    )
-
-
-def tagged_finished(report: CallReport, res: ToolResultBlock, tag: str | None) -> ToolFinished:
-    """:func:`finished`, made by the subagent ``tag``."""
+def finished(report: CallReport, res: ToolResultBlock, tag: str | None = None) -> ToolFinished:
+    """The end of a call that ran (or failed) through the toolkit; ``tag``: made by that
+    subagent."""
     return ToolFinished(
         call_id=res.call_id,
         name=res.name,

@@ -39,6 +39,7 @@ __all__ = [
     "GIN_INDEXES",
     "ImportedDocument",
     "PgKnowledgeStore",
+    "chunk_row",
     "hnsw_index_sql",
     "tsquery_literal",
 ]
@@ -129,6 +130,43 @@ class ImportedDocument:
     vectors: Mapping[str, tuple[Sequence[int], Vectors]]
     embed_state: str
     embed_error: str | None = None
+
+
+def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
+    """A chunk as a ``knowledge_pg_chunks`` row (the columns of the insert, rowid left out):
+    its analysed fields as tsvectors and their lengths; their statistics added to ``delta``."""
+    analysed = _analyse(c)
+    lengths = []
+    for name, counts in analysed.fields():
+        delta.docs[name] += 1
+        size = sum(counts.values())
+        delta.tokens[name] += size
+        lengths.append(size)
+        for term in counts:
+            delta.terms[(name, term)] += 1
+    return (
+        c.chunk_id,
+        c.doc_id,
+        c.chunk_index,
+        c.text,
+        c.title,
+        list(c.section_path),
+        c.page,
+        c.source,
+        c.start,
+        c.end,
+        c.content_hash,
+        c.doc_type,
+        list(c.permission_tags),
+        c.tenant_id,
+        c.updated_at,
+        detect_language(c.text),
+        space,
+        tsvector_literal(analysed.body),
+        tsvector_literal(analysed.head),
+        tsvector_literal(analysed.codes),
+        *lengths,
+    )
 
 
 class PgKnowledgeStore(PgStoreReads):
@@ -326,40 +364,7 @@ class PgKnowledgeStore(PgStoreReads):
         for i, c in enumerate(chunks):
             if c.doc_id != doc_id:
                 raise KnowledgeError(f"chunk {c.chunk_id!r} does not belong to {doc_id!r}")
-            analysed = _analyse(c)
-            lengths = []
-            for name, counts in analysed.fields():
-                delta.docs[name] += 1
-                size = sum(counts.values())
-                delta.tokens[name] += size
-                lengths.append(size)
-                for term in counts:
-                    delta.terms[(name, term)] += 1
-            params.append(
-                (
-                    c.chunk_id,
-                    c.doc_id,
-                    c.chunk_index,
-                    c.text,
-                    c.title,
-                    list(c.section_path),
-                    c.page,
-                    c.source,
-                    c.start,
-                    c.end,
-                    c.content_hash,
-                    c.doc_type,
-                    list(c.permission_tags),
-                    c.tenant_id,
-                    c.updated_at,
-                    detect_language(c.text),
-                    space_of.get(i),
-                    tsvector_literal(analysed.body),
-                    tsvector_literal(analysed.head),
-                    tsvector_literal(analysed.codes),
-                    *lengths,
-                )
-            )
+            params.append(chunk_row(c, space_of.get(i), delta))
         if not params:
             return []
         rowids: list[int] = []

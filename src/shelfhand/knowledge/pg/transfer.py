@@ -35,17 +35,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.embedding import detect_language
 from shelfhand.knowledge.pg.reads import SpaceTable
 from shelfhand.knowledge.pg.store import (
     GIN_INDEXES,
     HNSW_MAX_DIM,
     ImportedDocument,
     PgKnowledgeStore,
-    _analyse,
     _Delta,
+    chunk_row,
     hnsw_index_sql,
-    tsvector_literal,
 )
 from shelfhand.knowledge.store import _CHUNK_COLUMNS, _row_to_chunk
 from shelfhand.knowledge.types import Chunk, Document
@@ -172,41 +170,8 @@ def _prepare(batch: _Batch) -> _Prepared:
     for raw in batch.chunks:
         c = _row_to_chunk(raw)
         counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
-        analysed = _analyse(c)
-        lengths = []
-        for name, terms in analysed.fields():
-            delta.docs[name] += 1
-            size = sum(terms.values())
-            delta.tokens[name] += size
-            lengths.append(size)
-            for term in terms:
-                delta.terms[(name, term)] += 1
         space = batch.vectors.get(int(raw[0]), (None, b""))[0]
-        rows.append(
-            (
-                c.chunk_id,
-                c.doc_id,
-                c.chunk_index,
-                c.text,
-                c.title,
-                list(c.section_path),
-                c.page,
-                c.source,
-                c.start,
-                c.end,
-                c.content_hash,
-                c.doc_type,
-                list(c.permission_tags),
-                c.tenant_id,
-                c.updated_at,
-                detect_language(c.text),
-                space,
-                tsvector_literal(analysed.body),
-                tsvector_literal(analysed.head),
-                tsvector_literal(analysed.codes),
-                *lengths,
-            )
-        )
+        rows.append(chunk_row(c, space, delta))
     docs = [
         (
             d[0],

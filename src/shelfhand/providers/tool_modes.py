@@ -136,9 +136,13 @@ def examples_block(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
 
 
 def native_tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
-    """The ``tools`` list of a ``native`` request: each tool's examples moved from
-    ``function["examples"]`` (not part of the OpenAI format: a strict server would refuse
-    it) to the end of its description, where the server's chat template shows them."""
+    """The ``tools`` list of a ``native`` request, without the tools' examples.
+
+    ``function["examples"]`` is not part of the OpenAI format (a strict server would refuse
+    it), and the examples are not shown in native mode at all: folded into the descriptions
+    (``Examples: "…" -> {…}``), they taught Qwen2.5-Coder-0.5B to write its calls as JSON
+    text, three of them malformed and shown as the answer (BENCHMARKS.md, "After issue 9
+    round 4"); without them native mode measured 0 such answers (round 3)."""
     out: list[dict[str, Any]] = []
     for tool in tools:
         fn = tool.get("function")
@@ -146,14 +150,6 @@ def native_tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
             out.append(dict(tool))
             continue
         function = {k: v for k, v in fn.items() if k != "examples"}
-        shown = "; ".join(
-            json.dumps(request, ensure_ascii=False)
-            + ("" if args is None else f" -> {json.dumps(dict(args), ensure_ascii=False)}")
-            for request, args in tool_examples(tool)
-        )
-        if shown:
-            description = str(fn.get("description") or "").rstrip()
-            function["description"] = f"{description}\nExamples: {shown}".lstrip()
         out.append({**tool, "function": function})
     return out
 

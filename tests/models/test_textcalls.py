@@ -198,3 +198,40 @@ def test_a_misspelt_offered_tool_name_is_given_the_tools_name(written: str, mean
     # two tools spelt alike: no guess
     _, calls = recover_tool_calls(json.dumps({"name": "A b", "arguments": {}}), ["a_b", "A-B"])
     assert [c.name for c in calls] == ["A b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "arguments"),
+    [
+        # measured with Qwen2.5-Coder-0.5B in native mode: shown to the user as the answer
+        (
+            '{"name": "retrieve", "arguments": {"query": "How often should the air filter be '
+            'cleaned?"}]}',
+            "retrieve",
+            {"query": "How often should the air filter be cleaned?"},
+        ),
+        ('{"name": "thank you", "arguments": {"message": "merci"}]}', "thank you", None),
+        ('{"name": "retrieve", "arguments": {"query": "a ]} \\" b"}]}', "retrieve", None),
+        ('{"name": "retrieve", "arguments": {"query": "保修期"}}}', "retrieve", None),
+    ],
+)
+def test_a_whole_reply_call_with_a_stray_closing_bracket_is_recovered(
+    text: str, name: str, arguments: dict[str, str] | None
+) -> None:
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert remaining == "" and [c.name for c in calls] == [name]
+    if arguments is not None:
+        assert json.loads(str(calls[0].arguments)) == arguments
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "retrieve", "arguments": {"query": "x"}',  # still open: not a call
+        'The filter {"name": "retrieve"}] is fine.',  # prose
+        '{"note": "see [1]"}]',  # no call inside
+    ],
+)
+def test_only_stray_closers_are_repaired(text: str) -> None:
+    assert recover_tool_calls(text, TOOLS) == (text, [])

@@ -192,6 +192,36 @@ def _bare_spans(text: str, names: Container[str], excluded: list[tuple[int, int]
         pos = end
 
 
+def _drop_stray_closers(snippet: str) -> str | None:
+    """``snippet`` without the closing brackets that close nothing open (outside strings), or
+    None when there are none or a bracket is still open at the end: the one repair of
+    call-shaped JSON that cannot change what the call says."""
+    if not snippet.startswith("{"):
+        return None
+    out: list[str] = []
+    stack: list[str] = []
+    in_string = escaped = dropped = False
+    for ch in snippet:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack[-1] != ch:
+                dropped = True
+                continue
+            stack.pop()
+        out.append(ch)
+    return "".join(out) if dropped and not stack and not in_string else None
+
+
 def recover_tool_calls(
     text: str,
     tool_names: Collection[str],
@@ -249,6 +279,10 @@ def recover_tool_calls(
         # A reply that is nothing but call-shaped JSON is a call, whatever tool it names.
         whole = _LEADING_MARKER.sub("", text.strip())
         calls = _calls_from_snippet(whole, _ANY_NAME, require_args=True)
+        if not calls and (balanced := _drop_stray_closers(whole)) is not None:
+            # ``{"name": "retrieve", "arguments": {...}]}``: a stray bracket (measured with
+            # Qwen2.5-Coder-0.5B in native mode) must not put the call in front of the user
+            calls = _calls_from_snippet(balanced, _ANY_NAME, require_args=True)
         if not calls:
             return text, []
         spans.append((0, len(text), calls))
@@ -269,6 +303,8 @@ def recover_tool_calls(
     pieces.append(text[cursor:])
     remaining = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
     remaining = re.sub(r"\n{3,}", "\n\n", remaining).strip()
+    if remaining and not remaining.strip("}]"):
+        remaining = ""  # stray closing brackets left behind by a recovered call
     return remaining, blocks
 
 

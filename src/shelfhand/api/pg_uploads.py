@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.api.uploads import UploadRecord
-from shelfhand.core.pg import PgMigration, apply_pg_migrations, open_pool
+from shelfhand.core.pg import PgMigration, open_pool
 from shelfhand.core.shared import pg_errors
 
 if TYPE_CHECKING:
@@ -64,14 +64,7 @@ class PgUploadRegistry:
 
     @classmethod
     def open(cls, url: str) -> PgUploadRegistry:
-        pool = open_pool(url, max_size=4)
-        try:
-            with pool.connection() as conn:
-                apply_pg_migrations(conn, MIGRATIONS)
-        except BaseException:
-            pool.close()
-            raise
-        return cls(pool, url=url)
+        return cls(open_pool(url, max_size=4, migrations=MIGRATIONS), url=url)
 
     def close(self) -> None:
         self.pool.close()

@@ -89,10 +89,16 @@ def connect(url: str, *, timeout: float = 5.0) -> psycopg.Connection[Any]:
 
 
 def open_pool(
-    url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 5.0
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    timeout: float = 5.0,
+    migrations: Sequence[PgMigration] = (),
 ) -> ConnectionPool[Any]:
     """A connection pool (autocommit connections), opened and checked: fails fast with
-    :class:`ConfigurationError` when the server cannot be reached."""
+    :class:`ConfigurationError` when the server cannot be reached. ``migrations`` are applied
+    (:func:`apply_pg_migrations`) before it is returned; the pool is closed if that fails."""
     _driver()
     try:
         from psycopg_pool import ConnectionPool, PoolTimeout
@@ -117,6 +123,13 @@ def open_pool(
         raise ConfigurationError(
             f"PostgreSQL at {redact_url(url)} is unreachable (no connection within {timeout:g} s)"
         ) from exc
+    if migrations:
+        try:
+            with pool.connection() as conn:
+                apply_pg_migrations(conn, migrations)
+        except BaseException:
+            pool.close()
+            raise
     return pool
 
 

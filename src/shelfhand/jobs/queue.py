@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from shelfhand.core.context import UserContext
-from shelfhand.core.pg import apply_pg_migrations, open_pool
+from shelfhand.core.pg import open_pool
 from shelfhand.core.shared import pg_errors
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME, migrations
 
@@ -157,14 +157,7 @@ class IngestQueue:
         """Connect (fails fast with :class:`~shelfhand.core.errors.ConfigurationError`) and
         create the queue's tables if they are missing."""
         schema = migrations()  # the install hint comes before any connection
-        pool = open_pool(url, max_size=max_connections)
-        try:
-            with pool.connection() as conn:
-                apply_pg_migrations(conn, schema)
-        except BaseException:
-            pool.close()
-            raise
-        return cls(pool, url=url)
+        return cls(open_pool(url, max_size=max_connections, migrations=schema), url=url)
 
     def close(self) -> None:
         self.pool.close()

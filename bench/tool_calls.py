@@ -113,6 +113,8 @@ async def run_mode(args: argparse.Namespace, mode: str, kb: KnowledgeBase) -> di
     def progress(r: Any) -> None:
         called = r.calls[0]["name"] if r.calls else "no tool"
         flags = [f for f in ("raw_json", "empty", "overflow") if getattr(r, f)]
+        if r.stop_reason not in ("", "final"):
+            flags.append(f"fallback:{r.stop_reason}")
         error = f" error: {r.error[:120]}" if r.error else ""
         mark = "ok " if r.arguments_ok else "NO "
         line = f"  {mark} {r.id}: {called} {r.latency_ms / 1000:.1f}s {' '.join(flags)}{error}"

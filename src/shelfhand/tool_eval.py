@@ -72,6 +72,9 @@ class CaseResult:
     error: str | None = None
     steps: int = 0
     latency_ms: float = 0.0
+    stop_reason: str = ""
+    """The run's stop reason; anything but ``final`` means the answer is an honest fallback
+    (blank or echoed reply, a repeated failing call, ``max_iters``), not the model's."""
 
 
 def sample_tool_cases() -> Path:
@@ -178,6 +181,7 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
         "empty_answers": sum(r.empty for r in results),
         "context_overflows": sum(r.overflow for r in results),
         "errors": sum(r.error is not None for r in results),
+        "fallback_answers": sum(r.stop_reason not in ("", "final") for r in results),
         "mean_steps": sum(r.steps for r in results) / n if n else 0.0,
         "mean_latency_ms": sum(lat) / n if n else 0.0,
         "p50_latency_ms": pct(0.5),
@@ -245,6 +249,7 @@ async def run_tool_eval(
             else:
                 result.answer = run.output
                 result.steps = run.iterations
+                result.stop_reason = run.stop_reason
                 result.calls = [
                     {"name": c.name, "arguments": _arguments(c)}
                     for m in run.messages

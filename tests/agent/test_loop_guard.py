@@ -176,3 +176,75 @@ async def test_replaying_can_be_switched_off_and_failing_calls_are_still_stopped
 
     assert runs == {"lookup": 2, "flaky": 2}
     assert result.stop_reason == "repeated_call"
+
+
+def price_tools() -> Toolkit:
+    @tool(cache_ttl=0)
+    def quote_price(sku: str, quantity: int = 1) -> dict[str, Any]:
+        """Quote a price."""
+        return {"sku": sku, "quantity": quantity, "total_cny": 2969.1 * quantity}
+
+    return Toolkit([quote_price])
+
+
+PRICE = {"sku": "SKU2024-011", "quantity": 3}
+# The 0.5B model in native mode (BENCHMARKS, round 4) answered with the replayed result copied
+# whole, note first; the note now follows the result, so a copy starts with the JSON.
+ECHO_OF_REPLAY = (
+    '{"sku":"SKU2024-011","quantity":3,"total_cny":8907.3}\n'
+    "[The same call already succeeded earlier in this run; this is its result again.]"
+)
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        '{"sku": "SKU2024-011", "quantity": 3, "total_cny": 8907.3}',
+        '```json\n{"total_cny": 8907.3, "sku": "SKU2024-011", "quantity": 3}\n```',
+        ECHO_OF_REPLAY,
+    ],
+    ids=["bare", "fenced", "with-the-replay-note"],
+)
+async def test_a_reply_that_only_repeats_a_tool_result_is_nudged_and_never_streamed(
+    echo: str,
+) -> None:
+    model = ScriptedModel(
+        [
+            tool_call("quote_price", PRICE),
+            tool_call("quote_price", PRICE),  # replayed, with the note
+            text(echo),
+            text("3 units of SKU2024-011 cost 8907.3 CNY."),
+        ]
+    )
+    events = [e async for e in Agent(model=model, toolkit=price_tools()).stream("3 units?")]
+
+    final = events[-1]
+    assert isinstance(final, Final) and final.result.stop_reason == "final"
+    assert final.result.output == "3 units of SKU2024-011 cost 8907.3 CNY."
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert streamed == final.result.output  # the echo was held back, not shown
+    assert model.requests[3][-1].text.startswith("Your last reply only repeated the raw result")
+    assert "quote_price" in model.requests[3][-1].text
+    assert echo not in [m.text for m in final.result.messages]
+
+
+async def test_an_echo_after_the_nudge_ends_with_the_tool_result_named_as_such() -> None:
+    model = ScriptedModel(
+        [tool_call("quote_price", PRICE), text(ECHO_OF_REPLAY), text(ECHO_OF_REPLAY)]
+    )
+    events = [e async for e in Agent(model=model, toolkit=price_tools()).stream("3 units?")]
+
+    final = events[-1]
+    assert isinstance(final, Final) and final.result.stop_reason == "empty"
+    output = final.result.output
+    assert output.startswith("The model did not write an answer in words. The quote_price tool")
+    assert '"total_cny":8907.3' in output.replace(" ", "")
+    assert "already succeeded" not in output
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == output
+
+
+async def test_json_that_is_not_a_tool_result_and_prose_about_one_are_answers() -> None:
+    for answer in ['{"answer": "8907.3 CNY"}', 'It costs 8907.3 CNY: {"total_cny": 8907.3}']:
+        model = ScriptedModel([tool_call("quote_price", PRICE), text(answer)])
+        result = await Agent(model=model, toolkit=price_tools()).run("3 units?")
+        assert result.stop_reason == "final" and result.output == answer

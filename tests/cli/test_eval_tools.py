@@ -201,8 +201,9 @@ def test_summary_counts_empty_answers_and_percentiles() -> None:
         CaseResult(id="a", request="x", expected_tool=None, routed=True, arguments_ok=True,
                    steps=1, latency_ms=100.0),
         CaseResult(id="b", request="y", expected_tool="retrieve", empty=True, steps=3,
-                   latency_ms=300.0),
+                   latency_ms=300.0, stop_reason="empty"),
     ]  # fmt: skip
     summary = summarise(results)
     assert summary["empty_answers"] == 1 and summary["routing_accuracy"] == 0.5
+    assert summary["fallback_answers"] == 1
     assert summary["mean_steps"] == 2.0 and summary["p50_latency_ms"] == 200.0

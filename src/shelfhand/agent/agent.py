@@ -63,7 +63,15 @@ from .budget import (
     schema_tokens,
     size_bound,
 )
-from .fallbacks import NUDGE, empty_answer, max_iters_answer, repeated_call_answer
+from .fallbacks import (
+    ECHO_NUDGE,
+    NUDGE,
+    echo_answer,
+    echoed_result,
+    empty_answer,
+    max_iters_answer,
+    repeated_call_answer,
+)
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
@@ -86,8 +94,8 @@ StopReason = Literal[
     "final", "max_iters", "external_tool", "empty", "repeated_call", "human_needed"
 ]
 """Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
-called an ``external`` tool (``external_tool``); it answered blank even after a nudge
-(``empty``: the output is an honest fallback); it kept repeating a failing call
+called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
+raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept repeating a failing call
 (``repeated_call``); delegation went round in circles and a person should look
 (``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
 
@@ -389,7 +397,9 @@ class Agent:
                 if response is None:
                     raise RuntimeError(f"model {self.model.name} stream ended without a reply")
                 reply = _recovered(response.message, schemas)
-                rest = gate.finish(reply.text)
+                # an echo of a tool's JSON result was held back whole: it is not shown
+                echoed = None if gate.sent else _echoed(reply, new)
+                rest = gate.finish("" if echoed is not None else reply.text)
                 if rest:
                     if shown and not step_shown:
                         yield TextDelta(text=STEP_SEPARATOR)
@@ -399,6 +409,7 @@ class Agent:
             else:
                 response = await self.model.request(request, tools=schemas)
                 reply = _recovered(response.message, schemas)
+                echoed = _echoed(reply, new)
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
@@ -406,12 +417,15 @@ class Agent:
             if not calls:
                 reason: StopReason = "final"
                 text = reply.text
-                if not text.strip():
+                if echoed is not None or not text.strip():
                     if not nudged and iteration < self.max_iters:
                         nudged = True
-                        nudge = Message.user(NUDGE)
+                        nudge = Message.user(
+                            NUDGE if echoed is None else ECHO_NUDGE.format(tool=echoed.name)
+                        )
                         continue
-                    text, reason = empty_answer(citations, new), "empty"
+                    text = empty_answer(citations, new) if echoed is None else echo_answer(echoed)
+                    reason = "empty"
                     reply = Message.assistant(text)
                     if streaming:
                         yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
@@ -723,6 +737,11 @@ def _recovered(reply: Message, schemas: Sequence[ToolSchema]) -> Message:
     if not calls:
         return reply
     return replace(reply, content=Message.assistant(text, tool_calls=calls).content)
+
+
+def _echoed(reply: Message, new: Sequence[Message]) -> ToolResultBlock | None:
+    """The tool result of the run that a final ``reply`` only repeats (see ``echoed_result``)."""
+    return None if reply.tool_calls else echoed_result(reply.text, new)
 
 
 def _not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:

@@ -2,22 +2,31 @@
 
 A run never ends with a blank answer: a blank reply gets one nudge (:data:`NUDGE`); a second
 blank reply ends the run with :func:`empty_answer` (the passages the run found, "the documents
-do not cover this" when it searched them and found nothing, or "no answer"). A run that stops because the model kept repeating a failing call ends with
-:func:`repeated_call_answer`; one that reaches ``max_iters`` with :func:`max_iters_answer`.
+do not cover this" when it searched them and found nothing, or "no answer"). A reply that only
+repeats a tool's raw JSON result (:func:`echoed_result`; small models do) is treated the same
+way: one nudge (:data:`ECHO_NUDGE`), then :func:`echo_answer`. A run that stops because the
+model kept repeating a failing call ends with :func:`repeated_call_answer`; one that reaches
+``max_iters`` with :func:`max_iters_answer`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
+from typing import Any
 
-from shelfhand.core.messages import Citation, Message
+from shelfhand.core.messages import Citation, Message, ToolResultBlock
 
-from .guard import Repeated
+from .guard import REPEATED_NOTE, Repeated
 
 __all__ = [
+    "ECHO_NUDGE",
     "NOT_CONFIGURED",
     "NOT_COVERED",
     "NUDGE",
+    "echo_answer",
+    "echoed_result",
     "empty_answer",
     "found_nothing",
     "max_iters_answer",
@@ -34,7 +43,58 @@ NUDGE = (
     "Your last reply was empty. Answer the question now, in plain text, using the tool results "
     "above; if they do not contain the answer, say so."
 )
+ECHO_NUDGE = (
+    "Your last reply only repeated the raw result of the {tool} tool. Answer the user's "
+    "question now, in plain words, using that result."
+)
 _PASSAGE_CHARS = 300
+_ECHO_CHARS = 2000
+_FENCED = re.compile(r"\A```[A-Za-z0-9_]*[ \t]*\n(.*)\n```\Z", re.DOTALL)
+_NOTE = REPEATED_NOTE.strip()
+
+
+def _json_value(text: str) -> Any:
+    """``text`` (the replay note and a code fence removed) as JSON; ``None`` when it is not
+    a JSON object or array."""
+    text = text.replace(_NOTE, "").strip()
+    fenced = _FENCED.match(text)
+    if fenced is not None:
+        text = fenced.group(1).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def echoed_result(text: str, messages: Sequence[Message]) -> ToolResultBlock | None:
+    """The tool result of this run that ``text`` (a final reply) merely repeats: the same JSON
+    object or array, maybe fenced, maybe with the replay note; else ``None``.
+
+    Only JSON counts: a reply that quotes a plain-text result is an answer in words."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[", "```")):
+        return None
+    value = _json_value(stripped)
+    if value is None:
+        return None
+    for message in reversed(messages):
+        for result in message.tool_results:
+            if not result.is_error and _json_value(result.content) == value:
+                return result
+    return None
+
+
+def echo_answer(result: ToolResultBlock) -> str:
+    """What the user reads when the model twice answered with only a tool's raw result."""
+    content = result.content.replace(_NOTE, "").strip()
+    if len(content) > _ECHO_CHARS:
+        content = content[:_ECHO_CHARS] + "…"
+    return (
+        f"The model did not write an answer in words. The {result.name} tool returned:\n{content}"
+    )
 
 
 def _passages(citations: Sequence[Citation]) -> list[str]:

@@ -21,13 +21,16 @@ from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.toolkit import META_TOOL_NAME
 
-__all__ = ["FAILURES_BEFORE_STOP", "CallGuard", "Repeated"]
+__all__ = ["FAILURES_BEFORE_STOP", "REPEATED_NOTE", "CallGuard", "Repeated"]
 
 FAILURES_BEFORE_STOP = 2
 """Identical failures after which the model is told to stop; the next identical call ends the
 run."""
 
-REPEATED_NOTE = "[The same call already succeeded earlier in this run; this is that result.]\n"
+REPEATED_NOTE = "\n[The same call already succeeded earlier in this run; this is its result again.]"
+"""Appended (not prefixed) to a replayed result: a model that copies the result as its answer
+then starts with the result itself, which the streaming gate holds back when it is JSON, and
+the run can tell it for an echo (:func:`shelfhand.agent.fallbacks.echoed_result`)."""
 STOP_NOTE = (
     "\n\nThis exact call has now failed {n} times with the same error. Do not call it again "
     "with the same arguments: change the arguments, use another tool, or answer with what you "
@@ -105,7 +108,7 @@ class CallGuard:
         return ToolResultBlock(
             call_id=call.id,
             name=call.name,
-            content=REPEATED_NOTE + earlier.content,
+            content=earlier.content + REPEATED_NOTE,
             citations=earlier.citations,
         )
 

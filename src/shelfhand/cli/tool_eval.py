@@ -117,6 +117,7 @@ def _print_summary(console: Any, report: dict[str, Any]) -> None:
         ("raw-JSON answers", str(report["raw_json_answers"])),
         ("empty answers", str(report["empty_answers"])),
         ("context overflows", str(report["context_overflows"])),
+        ("fallback answers", str(report["fallback_answers"])),
         ("errors", str(report["errors"])),
         ("mean steps", f"{report['mean_steps']:.2f}"),
         ("mean latency", f"{report['mean_latency_ms']:.0f} ms"),

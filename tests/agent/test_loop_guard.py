@@ -188,11 +188,10 @@ def price_tools() -> Toolkit:
 
 
 PRICE = {"sku": "SKU2024-011", "quantity": 3}
-# The 0.5B model in native mode (BENCHMARKS, round 4) answered with the replayed result copied
-# whole, note first; the note now follows the result, so a copy starts with the JSON.
+# what the 0.5B model answered in native mode (BENCHMARKS, round 4): the replayed result, copied
 ECHO_OF_REPLAY = (
-    '{"sku":"SKU2024-011","quantity":3,"total_cny":8907.3}\n'
-    "[The same call already succeeded earlier in this run; this is its result again.]"
+    "[The same call already succeeded earlier in this run; this is that result.]\n"
+    '{"sku":"SKU2024-011","quantity":3,"total_cny":8907.3}'
 )
 
 
@@ -202,8 +201,10 @@ ECHO_OF_REPLAY = (
         '{"sku": "SKU2024-011", "quantity": 3, "total_cny": 8907.3}',
         '```json\n{"total_cny": 8907.3, "sku": "SKU2024-011", "quantity": 3}\n```',
         ECHO_OF_REPLAY,
+        '{"total_cny": 8907.3}',  # some fields of the result (measured: {"name", "stock"})
+        "[The same call already succeeded earlier in this run; this is that result.]",
     ],
-    ids=["bare", "fenced", "with-the-replay-note"],
+    ids=["bare", "fenced", "with-the-replay-note", "some-fields", "the-note-alone"],
 )
 async def test_a_reply_that_only_repeats_a_tool_result_is_nudged_and_never_streamed(
     echo: str,
@@ -244,7 +245,30 @@ async def test_an_echo_after_the_nudge_ends_with_the_tool_result_named_as_such()
 
 
 async def test_json_that_is_not_a_tool_result_and_prose_about_one_are_answers() -> None:
-    for answer in ['{"answer": "8907.3 CNY"}', 'It costs 8907.3 CNY: {"total_cny": 8907.3}']:
+    answers = [
+        '{"answer": "8907.3 CNY"}',
+        '{"sku": "SKU2024-011", "total_cny": 100}',  # not the result's value
+        'It costs 8907.3 CNY: {"total_cny": 8907.3}',
+    ]
+    for answer in answers:
         model = ScriptedModel([tool_call("quote_price", PRICE), text(answer)])
         result = await Agent(model=model, toolkit=price_tools()).run("3 units?")
         assert result.stop_reason == "final" and result.output == answer
+
+
+async def test_a_copied_replay_note_before_an_answer_in_words_is_dropped() -> None:
+    answer = "3 units cost 8907.3 CNY."
+    model = ScriptedModel(
+        [
+            tool_call("quote_price", PRICE),
+            tool_call("quote_price", PRICE),
+            text("[The same call already succeeded earlier in this run; this is that result.]\n"
+                 + answer),
+        ]
+    )  # fmt: skip
+    events = [e async for e in Agent(model=model, toolkit=price_tools()).stream("3 units?")]
+
+    final = events[-1]
+    assert isinstance(final, Final) and final.result.output == answer
+    assert final.result.stop_reason == "final" and model.remaining == 0
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == answer

@@ -71,6 +71,7 @@ from .fallbacks import (
     empty_answer,
     max_iters_answer,
     repeated_call_answer,
+    without_copied_note,
 )
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
@@ -399,6 +400,8 @@ class Agent:
                 reply = _recovered(response.message, schemas)
                 # an echo of a tool's JSON result was held back whole: it is not shown
                 echoed = None if gate.sent else _echoed(reply, new)
+                if echoed is None:
+                    reply = _without_copied_note(reply)
                 rest = gate.finish("" if echoed is not None else reply.text)
                 if rest:
                     if shown and not step_shown:
@@ -410,6 +413,8 @@ class Agent:
                 response = await self.model.request(request, tools=schemas)
                 reply = _recovered(response.message, schemas)
                 echoed = _echoed(reply, new)
+                if echoed is None:
+                    reply = _without_copied_note(reply)
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
@@ -742,6 +747,14 @@ def _recovered(reply: Message, schemas: Sequence[ToolSchema]) -> Message:
 def _echoed(reply: Message, new: Sequence[Message]) -> ToolResultBlock | None:
     """The tool result of the run that a final ``reply`` only repeats (see ``echoed_result``)."""
     return None if reply.tool_calls else echoed_result(reply.text, new)
+
+
+def _without_copied_note(reply: Message) -> Message:
+    """A final ``reply`` without a replay note the model copied into its answer."""
+    if reply.tool_calls:
+        return reply
+    text = without_copied_note(reply.text)
+    return reply if text == reply.text else replace(reply, content=Message.assistant(text).content)
 
 
 def _not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:

@@ -31,6 +31,7 @@ __all__ = [
     "found_nothing",
     "max_iters_answer",
     "repeated_call_answer",
+    "without_copied_note",
 ]
 
 NOT_COVERED = "The documents do not cover this: no passage in the knowledge base matches it."
@@ -69,22 +70,41 @@ def _json_value(text: str) -> Any:
     return value if isinstance(value, dict | list) else None
 
 
+def _within(part: Any, whole: Any) -> bool:
+    """``part`` is ``whole``, or an object holding some of its keys with the same values."""
+    if isinstance(part, dict) and isinstance(whole, dict):
+        return bool(part) and all(k in whole and _within(v, whole[k]) for k, v in part.items())
+    return bool(part == whole)
+
+
 def echoed_result(text: str, messages: Sequence[Message]) -> ToolResultBlock | None:
-    """The tool result of this run that ``text`` (a final reply) merely repeats: the same JSON
-    object or array, maybe fenced, maybe with the replay note; else ``None``.
+    """The tool result of this run that ``text`` (a final reply) merely repeats: its JSON
+    object or array, or some of its fields (``{"stock": 12}`` of ``{"sku": …, "stock": 12}``),
+    maybe fenced, maybe with the replay note; or the replay note alone (then the latest
+    replayed result); else ``None``.
 
     Only JSON counts: a reply that quotes a plain-text result is an answer in words."""
     stripped = text.strip()
     if not stripped.startswith(("{", "[", "```")):
         return None
     value = _json_value(stripped)
-    if value is None:
+    if value is None and stripped.replace(_NOTE, "").strip():
         return None
     for message in reversed(messages):
         for result in message.tool_results:
-            if not result.is_error and _json_value(result.content) == value:
+            if result.is_error:
+                continue
+            if value is None:  # only the note: the model copied a replayed result's head
+                if result.content.startswith(REPEATED_NOTE):
+                    return result
+            elif _within(value, _json_value(result.content)):
                 return result
     return None
+
+
+def without_copied_note(text: str) -> str:
+    """``text`` without a replay note the model copied into it (the rest is its answer)."""
+    return text.replace(_NOTE, "").strip() if _NOTE in text else text
 
 
 def echo_answer(result: ToolResultBlock) -> str:

@@ -27,10 +27,11 @@ FAILURES_BEFORE_STOP = 2
 """Identical failures after which the model is told to stop; the next identical call ends the
 run."""
 
-REPEATED_NOTE = "\n[The same call already succeeded earlier in this run; this is its result again.]"
-"""Appended (not prefixed) to a replayed result: a model that copies the result as its answer
-then starts with the result itself, which the streaming gate holds back when it is JSON, and
-the run can tell it for an echo (:func:`shelfhand.agent.fallbacks.echoed_result`)."""
+REPEATED_NOTE = "[The same call already succeeded earlier in this run; this is that result.]\n"
+"""Put before a replayed result. (After it, the 0.5B model copied the result as its answer in
+5 of the first 6 native-mode cases, against 1 of 20 with the note first.) A model that copies
+the note is held back by the streaming gate and told apart as an echo
+(:func:`shelfhand.agent.fallbacks.echoed_result`)."""
 STOP_NOTE = (
     "\n\nThis exact call has now failed {n} times with the same error. Do not call it again "
     "with the same arguments: change the arguments, use another tool, or answer with what you "
@@ -108,7 +109,7 @@ class CallGuard:
         return ToolResultBlock(
             call_id=call.id,
             name=call.name,
-            content=earlier.content + REPEATED_NOTE,
+            content=REPEATED_NOTE + earlier.content,
             citations=earlier.citations,
         )
 

@@ -5,7 +5,7 @@ Small models often write a tool call as *text* (a fenced ```` ```json ```` block
 the reply is complete. :class:`CallTextGate` sits between the model's text chunks and the
 ``TextDelta`` events of one step: text that cannot start a call is passed on at once; from the
 first sign of a possible call (``{``, a code fence, ``<tool_call``, ``[{``, a Mistral or Llama
-call marker) the rest of the step is held back until the reply is decided — except a code fence
+call marker, or the note of a replayed tool result that the model copied) the rest of the step is held back until the reply is decided — except a code fence
 of another language (```` ```python ````), which can hold no call and streams on. Then
 :meth:`CallTextGate.finish` releases what the user should see: the held text unchanged when the
 reply was plain text, or only the prose around the calls when it held calls.
@@ -20,13 +20,20 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from .guard import REPEATED_NOTE
+
 __all__ = ["STEP_SEPARATOR", "CallTextGate"]
 
 STEP_SEPARATOR = "\n\n"
 """Streamed between the text of two model steps of one run, so consumers never glue them."""
 
-_TRIGGER = re.compile(r"\{|```|<tool_call|\[TOOL_CALLS\]|<\|python_tag\|>|\[\s*\{")
-_MARKERS = ("```", "<tool_call", "[TOOL_CALLS]", "<|python_tag|>")
+# A reply that copies the note of a replayed result (guard.REPEATED_NOTE) is a copied tool
+# result: held back, then told apart as an echo by the run.
+_ECHO_MARKER = REPEATED_NOTE[: REPEATED_NOTE.index(";")]
+_TRIGGER = re.compile(
+    r"\{|```|<tool_call|\[TOOL_CALLS\]|<\|python_tag\|>|\[\s*\{|" + re.escape(_ECHO_MARKER)
+)
+_MARKERS = ("```", "<tool_call", "[TOOL_CALLS]", "<|python_tag|>", _ECHO_MARKER)
 _LONGEST_MARKER = max(len(m) for m in _MARKERS)
 _OPEN_BRACKET = re.compile(r"\[\s*")
 # A fence whose language line is complete; only these languages may hold a call (as textcalls).

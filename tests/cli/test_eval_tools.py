@@ -129,6 +129,23 @@ def test_constrained_mode_sends_a_schema_and_reads_the_json_back(
     ]
 
 
+def test_no_examples_leaves_the_routing_examples_out(
+    tmp_path: Path, server: Any, cases_file: Path
+) -> None:
+    server.add(Reply(body=completion('{"tool": "none", "answer": "有货。"}')))
+
+    out = run(
+        [str(cases_file), "--json", "--no-docs", "--tool-mode", "constrained", "--limit", "1",
+         "--no-examples"],
+        tmp_path,
+        server,
+    )  # fmt: skip
+
+    assert out.returncode == 0, out.stderr
+    system = server.requests[0].body["messages"][0]["content"]
+    assert "SKU2023-105" not in system and "query_stock" in system
+
+
 def test_raw_json_answers_and_context_overflows_are_counted(
     tmp_path: Path, server: Any, cases_file: Path
 ) -> None:

@@ -31,6 +31,12 @@ def eval_tools(
     no_docs: Annotated[
         bool, typer.Option("--no-docs", help="Do not index the samples behind `retrieve`.")
     ] = False,
+    no_examples: Annotated[
+        bool,
+        typer.Option(
+            "--no-examples", help="Offer the tools without their routing examples (an ablation)."
+        ),
+    ] = False,
     max_tokens: MaxTokensOpt = None,
     temperature: TemperatureOpt = None,
     tool_mode: ToolModeOpt = None,
@@ -70,6 +76,8 @@ def eval_tools(
             mark = "[green]ok[/]" if result.arguments_ok else "[red]wrong[/]"
             called = result.calls[0]["name"] if result.calls else "no tool"
             note = f" [red]{result.error}[/]" if result.error else ""
+            if result.stop_reason not in ("", "final"):
+                note += f" [yellow](fallback answer: {result.stop_reason})[/]"
             console.print(f"{mark} {result.id}: {called} ({result.latency_ms:.0f} ms){note}")
 
     try:
@@ -81,6 +89,7 @@ def eval_tools(
                 knowledge=kb,
                 max_iters=max_iters,
                 on_case=progress,
+                examples=not no_examples,
             )
         )
     finally:

@@ -96,8 +96,8 @@ StopReason = Literal[
 ]
 """Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
 called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
-raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept repeating a failing call
-(``repeated_call``); delegation went round in circles and a person should look
+raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept
+repeating a failing call (``repeated_call``); delegation went round in circles and a person should look
 (``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
 
 

@@ -115,3 +115,18 @@ def test_bad_arguments_get_a_clear_error_not_a_traceback(tmp_path: Path, args: l
     out = shelfhand(*args, workspace=tmp_path)
     assert out.returncode == 2
     assert "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> None:
+    env = {"SHELFHAND_EMBEDDER": "hashing"}
+    empty = shelfhand("reindex", workspace=tmp_path, env=env)
+    assert empty.returncode == 2 and "nothing indexed yet" in empty.stderr
+    assert shelfhand("ingest", "--samples", workspace=tmp_path, env=env).returncode == 0
+    before = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
+
+    out = shelfhand("reindex", workspace=tmp_path, env=env)
+
+    assert out.returncode == 0, out.stderr
+    assert "keyword index rebuilt" in out.stdout and "1 segment(s)" in out.stdout
+    after = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
+    assert json.loads(after.stdout) == json.loads(before.stdout)

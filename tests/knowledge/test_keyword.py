@@ -220,3 +220,55 @@ def test_a_reading_process_checks_hits_with_tantivy(tmp_path: Path) -> None:
     assert [c.doc_id for c in store.chunks_by_rowids([r for r, _ in hits])] == ["pub"]
     assert reader.paths["oversampled"] == 1
     store.close()
+
+
+def test_a_rebuild_leaves_one_segment_and_the_same_results(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    index = TantivyKeywordIndex(tmp_path / "keyword")
+    store.attach(index)
+    for batch in range(4):  # every commit writes a segment
+        for i in range(5):
+            tags = ("hr",) if i % 2 else ()
+            filler = " filler" * (batch * 5 + i)  # distinct lengths: no tied scores
+            add(store, f"d{batch}-{i}", f"保修 warranty part{i} batch{batch}{filler}", tags=tags)
+        store.sync(durable=True)
+    assert index.segments() > 1
+    queries = ["warranty part1", "保修 batch2", "part3"]
+    callers = [{"tenant_id": "default", "roles": ()}, {"tenant_id": "default", "roles": ("hr",)}]
+
+    def results() -> list[list[tuple[int, float]]]:
+        return [
+            index.search(tokenize_query(q), 10, **c)  # type: ignore[arg-type]
+            for q in queries
+            for c in callers
+        ]
+
+    before = results()
+    store.rebuild_indexes([index.name])
+    assert index.segments() == 1
+    assert results() == before
+    add(store, "late", "warranty part1 late")  # the writer goes on after the rebuild
+    store.sync()
+    assert "late" in search(store, "late warranty")
+    store.close()
+
+
+def test_a_failed_rebuild_keeps_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    store.attach(TantivyKeywordIndex(tmp_path / "keyword"))
+    add(store, "a", "warranty two years")
+    add(store, "b", "保修两年", tags=("hr",))
+    store.sync(durable=True)
+
+    def broken(*args: object) -> object:
+        yield from ()
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(store, "iter_chunks", broken)
+    with pytest.raises(OSError, match="disk went away"):
+        store.rebuild_indexes(["keyword"])
+    monkeypatch.undo()
+    assert search(store, "warranty") == ["a"]
+    assert search(store, "保修") == []  # the labels still hide the hr chunk
+    assert search(store, "保修", roles=("hr",)) == ["b"]
+    store.close()

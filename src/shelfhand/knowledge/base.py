@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.rerank import Reranker, RerankStage
@@ -275,6 +276,22 @@ class KnowledgeBase:
         from shelfhand.agent.retrieve import make_retrieve_tool
 
         return make_retrieve_tool(self)
+
+    def rebuild_keyword_index(self) -> int:
+        """Re-index every chunk into a fresh keyword index in as few segments as its buffer
+        allows (one at 1M chunks): keyword search over an index grown by many ingests gets
+        faster (``shelfhand reindex``). Returns the number of segments after. Needs the
+        workspace's writer; the embedded store only (PostgreSQL keeps its own indexes)."""
+        from shelfhand.knowledge.keyword import TantivyKeywordIndex
+        from shelfhand.knowledge.store import SqliteKnowledgeStore
+
+        store, keyword = self._stack.store, self._stack.keyword
+        if not isinstance(store, SqliteKnowledgeStore) or not isinstance(
+            keyword, TantivyKeywordIndex
+        ):
+            raise KnowledgeError("only the embedded store has a keyword index to rebuild")
+        store.rebuild_indexes([keyword.name])
+        return keyword.segments()
 
     def close(self) -> None:
         try:

@@ -84,6 +84,10 @@ _HEAD_BOOST = 1.0
 _OVERSAMPLE = 1.5
 _OVERSAMPLE_EXTRA = 10
 _OVERSAMPLE_LIMIT = 2000
+# Indexing buffer of a rebuild: big enough that a rebuild of 1M chunks writes one segment
+# (searches of one segment: 15-20% faster at 1M than of the nine that ingest left, BENCHMARKS
+# "Keyword index in one segment"); tantivy takes the memory as it fills, not up front.
+_REBUILD_HEAP = 1_500_000_000
 # Filter values beyond this many are never a lazy union of term queries (see _filter_query)
 # and are not counted for the share estimate.
 _UNION_MAX = 16
@@ -126,6 +130,7 @@ class TantivyKeywordIndex:
             of its match in the body (0 turns heading weighting off).
         oversample_limit: Most unfiltered hits :meth:`search` ranks before checking them
             against the caller's filter (module docstring); 0 always runs the filtered query.
+        rebuild_heap_bytes: Memory for the indexing buffer of :meth:`rebuild`.
 
     ``paths`` counts how searches were answered: ``"oversampled"`` (unfiltered ranking, then
     the filter check), ``"filtered"`` (the filtered query) or ``"empty"`` (no chunk of the
@@ -142,6 +147,7 @@ class TantivyKeywordIndex:
         access: Access = "write",
         head_boost: float = _HEAD_BOOST,
         oversample_limit: int = _OVERSAMPLE_LIMIT,
+        rebuild_heap_bytes: int = _REBUILD_HEAP,
     ) -> None:
         if head_boost < 0:
             raise ValueError(f"head_boost must be >= 0, not {head_boost}")
@@ -153,6 +159,7 @@ class TantivyKeywordIndex:
         self.directory = Path(directory)
         self.access: Access = access
         self._heap = writer_heap_bytes
+        self.rebuild_heap_bytes = rebuild_heap_bytes
         self._schema = _schema()
         self._lock = threading.RLock()
         self._writer: Any = None
@@ -277,23 +284,38 @@ class TantivyKeywordIndex:
             writer.wait_merging_threads()  # also drops tantivy's directory lock
 
     def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        """Re-index every chunk of ``store`` with one large indexing buffer
+        (``rebuild_heap_bytes``), so that the index ends up in as few segments as the buffer
+        allows (one at 1M chunks with the default), which searches faster than the many small
+        segments that incremental ingest leaves."""
         if self.access == "read-only":
             return  # the writing process rebuilds it
         with self._lock:
-            writer = self._get_writer()
-            writer.delete_all_documents()
-            if self.access == "write":
-                self._labels = VectorLabels()
-            for n, stored in enumerate(store.iter_chunks(), start=1):
-                self._add(writer, stored.rowid, stored.chunk)
-                if n % 50_000 == 0:
-                    logger.info("keyword index: %d chunks re-indexed", n)
-            writer.commit()
-            if self.access == "read":
-                self._release_writer()
+            self._release_writer()  # the rebuild's own writer takes the directory lock
+            writer = self._index.writer(self.rebuild_heap_bytes, 1)
+            try:
+                writer.delete_all_documents()
+                if self.access == "write":
+                    self._labels = VectorLabels()
+                for n, stored in enumerate(store.iter_chunks(), start=1):
+                    self._add(writer, stored.rowid, stored.chunk)
+                    if n % 50_000 == 0:
+                        logger.info("keyword index: %d chunks re-indexed", n)
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                if self.access == "write":  # labels of the rows indexed so far: read anew
+                    self._labels = self._load_labels(self._generation or -1)
+                raise
+            finally:
+                writer.wait_merging_threads()  # lets go of the directory lock
             self._index.reload()
             self._write_state(generation)
             self._save_labels(generation)
+
+    def segments(self) -> int:
+        """How many segments the index has now (fewer search faster; see :meth:`rebuild`)."""
+        return int(self._index.searcher().num_segments)
 
     def attached(self, store: SqliteKnowledgeStore) -> None:
         """The writer labels an index saved without labels (before they existed, or by a

@@ -170,12 +170,17 @@ class SqliteKnowledgeStore:
             self._applied_outbox_id = max((c.outbox_id for c in pending), default=0)
             self._ack(generation)
 
-    def rebuild_indexes(self) -> None:
-        """Recreate every attached index from SQLite (repairs any drift)."""
+    def rebuild_indexes(self, names: Iterable[str] | None = None) -> None:
+        """Recreate the attached indexes (those called ``names``, default all) from SQLite:
+        repairs any drift, and leaves the keyword index in one segment."""
         with self._lock:
+            wanted = None if names is None else set(names)
+            if wanted is not None:
+                self.sync(durable=True)  # the indexes not rebuilt are brought up to date
             generation = self.generation
             for index in self._indexes:
-                index.rebuild(self, generation)
+                if wanted is None or index.name in wanted:
+                    index.rebuild(self, generation)
             self._applied_outbox_id = max((c.outbox_id for c in self.pending_changes()), default=0)
             self._ack(generation)
 

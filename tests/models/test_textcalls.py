@@ -235,3 +235,33 @@ def test_a_whole_reply_call_with_a_stray_closing_bracket_is_recovered(
 )
 def test_only_stray_closers_are_repaired(text: str) -> None:
     assert recover_tool_calls(text, TOOLS) == (text, [])
+
+
+RETURN_CALL = (
+    '{"name": "return", "arguments": {"RMA-7": "created", "order_id": "SO-1001", '
+    '"status": "delivered"}}'
+)
+
+
+def test_calls_repeated_until_max_tokens_cut_the_last_off_are_recovered() -> None:
+    # measured with Qwen2.5-Coder-0.5B in native mode ("Hello!"): shown as the answer
+    text = "\n".join([RETURN_CALL] * 13 + [RETURN_CALL[:80]])
+
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert remaining == "" and len(calls) == 13
+    assert {c.name for c in calls} == {"return"}  # the toolkit answers "unknown tool"
+    assert json.loads(str(calls[0].arguments))["order_id"] == "SO-1001"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        RETURN_CALL[:80],  # nothing complete before the cut
+        '{"note": "x"}\n' + RETURN_CALL[:80],  # what is complete is no call
+        RETURN_CALL + '\n{"name": "x"}]',  # the last value is malformed, not cut off
+        "Sure: " + RETURN_CALL + "\n" + RETURN_CALL[:80],  # prose first
+    ],
+)
+def test_only_a_cut_off_last_value_after_complete_calls_is_dropped(text: str) -> None:
+    assert recover_tool_calls(text, TOOLS) == (text, [])

@@ -136,6 +136,59 @@ def _decode_all(snippet: str) -> list[Any] | None:
         values.append(value)
 
 
+def _structure(snippet: str) -> tuple[list[bool], bool]:
+    """For each character of JSON text, whether it stands outside a string (so a bracket there
+    is structure, not text); and whether a string is still open at the end."""
+    flags: list[bool] = []
+    in_string = escaped = False
+    for ch in snippet:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            flags.append(False)
+        else:
+            in_string = ch == '"'
+            flags.append(not in_string)
+    return flags, in_string
+
+
+def _cut_off(tail: str) -> bool:
+    """Whether ``tail`` is the start of a JSON object that ends early (a reply cut off by
+    ``max_tokens``): brackets still open at its end, none closed out of turn."""
+    if not tail.startswith("{"):
+        return False
+    stack: list[str] = []
+    flags, _ = _structure(tail)
+    for ch, structural in zip(tail, flags, strict=True):
+        if not structural:
+            continue
+        if ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and (not stack or stack.pop() != ch):
+            return False
+    return bool(stack)
+
+
+def _complete_values(snippet: str) -> str | None:
+    """``snippet`` up to a last value that was cut off (see :func:`_cut_off`), when the values
+    before it are complete JSON; else None."""
+    pos, end = 0, len(snippet)
+    while True:
+        while pos < end and (snippet[pos].isspace() or snippet[pos] in ",;"):
+            pos += 1
+        if pos >= end:
+            return None  # nothing was cut off
+        try:
+            _, next_pos = _DECODER.raw_decode(snippet, pos)
+        except json.JSONDecodeError:
+            return snippet[:pos] if pos > 0 and _cut_off(snippet[pos:]) else None
+        pos = next_pos
+
+
 def _calls_from_snippet(
     snippet: str, names: Container[str], *, require_args: bool = False
 ) -> list[_Call]:
@@ -200,20 +253,12 @@ def _drop_stray_closers(snippet: str) -> str | None:
         return None
     out: list[str] = []
     stack: list[str] = []
-    in_string = escaped = dropped = False
-    for ch in snippet:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
+    dropped = False
+    flags, in_string = _structure(snippet)
+    for ch, structural in zip(snippet, flags, strict=True):
+        if structural and ch in "{[":
             stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
+        elif structural and ch in "}]":
             if not stack or stack[-1] != ch:
                 dropped = True
                 continue
@@ -283,6 +328,10 @@ def recover_tool_calls(
             # ``{"name": "retrieve", "arguments": {...}]}``: a stray bracket (measured with
             # Qwen2.5-Coder-0.5B in native mode) must not put the call in front of the user
             calls = _calls_from_snippet(balanced, _ANY_NAME, require_args=True)
+        if not calls and (complete := _complete_values(whole)) is not None:
+            # the same call written over and over until ``max_tokens`` cut the last one off
+            # (measured, same model): the complete ones are calls, the cut one is dropped
+            calls = _calls_from_snippet(complete, _ANY_NAME, require_args=True)
         if not calls:
             return text, []
         spans.append((0, len(text), calls))

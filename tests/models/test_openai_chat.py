@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -511,3 +512,35 @@ async def test_check_on_an_unreachable_endpoint_raises_a_provider_error() -> Non
     with pytest.raises(ModelProviderError, match="cannot reach") as err:
         await model.check()
     assert "sk-secret-value" not in str(err.value)
+
+
+async def test_arguments_in_the_history_that_are_not_json_are_sent_as_a_json_string(
+    chat_server: ChatServer, model: OpenAIChatModel
+) -> None:
+    # measured: llama.cpp answers HTTP 500 to a history holding the 0.5B model's own
+    # `"arguments": "[1] BrightBeam Projector FAQ …"` (it parses every call's arguments)
+    raw = "[1] BrightBeam Projector FAQ › Care"
+    history = [
+        Message.user("How do I clean the lens?"),
+        Message.assistant(
+            "",
+            tool_calls=[
+                ToolCallBlock(id="c1", name="lookup_order", arguments=raw),
+                ToolCallBlock(id="c2", name="lookup_order", arguments='{"order_id": "A-1"}'),
+                ToolCallBlock(id="c3", name="lookup_order", arguments=""),
+            ],
+        ),
+        Message.tool(
+            [
+                ToolResultBlock(call_id=c, name="lookup_order", content="x", is_error=True)
+                for c in ("c1", "c2", "c3")
+            ]
+        ),
+    ]
+    chat_server.add(Reply(body=completion("Wipe it gently.")))
+
+    await model.request(history, tools=[LOOKUP_ORDER])
+
+    sent = chat_server.requests[0].body["messages"][1]["tool_calls"]
+    arguments = [c["function"]["arguments"] for c in sent]
+    assert [json.loads(a) for a in arguments] == [raw, {"order_id": "A-1"}, {}]

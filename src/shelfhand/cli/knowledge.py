@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.retrieval import SearchMode
 
 from shelfhand.cli.main import (
@@ -311,18 +312,24 @@ def ingest(
         raise typer.Exit(EXIT_PENDING)
 
 
-@app.command()
-def embed(workspace: WorkspaceOpt = None) -> None:
-    """Embed chunks stored without vectors (after `ingest --no-wait` or an embedder outage)."""
+def _open_existing_as_writer(workspace: Path | None) -> KnowledgeBase:
+    """The knowledge base of an existing workspace, with its writer lock (clear exits when
+    nothing is indexed yet or another process writes)."""
     from shelfhand.core.errors import WorkspaceBusyError
 
     a = _app(workspace, existing=True)
     if not a.knowledge_exists():
         raise _err("nothing indexed yet: run `shelfhand ingest PATH`", 2)
     try:
-        kb = a.open_knowledge(writer="ingest")
+        return a.open_knowledge(writer="ingest")
     except WorkspaceBusyError as exc:
         raise _err(str(exc), BUSY_EXIT_CODE) from None
+
+
+@app.command()
+def embed(workspace: WorkspaceOpt = None) -> None:
+    """Embed chunks stored without vectors (after `ingest --no-wait` or an embedder outage)."""
+    kb = _open_existing_as_writer(workspace)
     console = _console()
     if kb.keyword_only:
         reason = kb.degraded_reason or "retrieval mode is keyword"
@@ -349,15 +356,9 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     in many segments, and one segment searches faster (15-20% at 1M chunks)."""
     import time
 
-    from shelfhand.core.errors import KnowledgeError, WorkspaceBusyError
+    from shelfhand.core.errors import KnowledgeError
 
-    a = _app(workspace, existing=True)
-    if not a.knowledge_exists():
-        raise _err("nothing indexed yet: run `shelfhand ingest PATH`", 2)
-    try:
-        kb = a.open_knowledge(writer="ingest")
-    except WorkspaceBusyError as exc:
-        raise _err(str(exc), BUSY_EXIT_CODE) from None
+    kb = _open_existing_as_writer(workspace)
     started = time.perf_counter()
     try:
         chunks = kb.count_chunks()

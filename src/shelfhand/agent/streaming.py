@@ -5,8 +5,9 @@ Small models often write a tool call as *text* (a fenced ```` ```json ```` block
 the reply is complete. :class:`CallTextGate` sits between the model's text chunks and the
 ``TextDelta`` events of one step: text that cannot start a call is passed on at once; from the
 first sign of a possible call (``{``, a code fence, ``<tool_call``, ``[{``, a Mistral or Llama
-call marker, or the note of a replayed tool result that the model copied) the rest of the step is held back until the reply is decided — except a code fence
-of another language (```` ```python ````), which can hold no call and streams on. Then
+call marker, or the note of a replayed tool result that the model copied) the rest of the step
+is held back until the reply is decided — except a code fence of another language
+(```` ```python ````), which can hold no call and streams on. Then
 :meth:`CallTextGate.finish` releases what the user should see: the held text unchanged when the
 reply was plain text, or only the prose around the calls when it held calls.
 

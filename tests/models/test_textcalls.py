@@ -265,3 +265,28 @@ def test_calls_repeated_until_max_tokens_cut_the_last_off_are_recovered() -> Non
 )
 def test_only_a_cut_off_last_value_after_complete_calls_is_dropped(text: str) -> None:
     assert recover_tool_calls(text, TOOLS) == (text, [])
+
+
+def test_a_whole_reply_call_closed_with_a_parenthesis_is_recovered() -> None:
+    # measured with Qwen2.5-Coder-0.5B in native mode (`ask` "What does error E-310 mean?")
+    text = (
+        '{"name": "error E-310", "arguments": {"code": "E-310", "status_light": "红色", '
+        '"description": "投影仪没有收到所选输入端口的画面。"})'
+    )
+
+    remaining, calls = recover_tool_calls(text, TOOLS)
+
+    assert remaining == "" and [c.name for c in calls] == ["error E-310"]
+    assert json.loads(str(calls[0].arguments))["code"] == "E-310"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "retrieve", "arguments": {"query": "x)',  # the ")" is inside an open string
+        'Call {"name": "retrieve", "arguments": {"query": "x"})',  # prose first
+        '{"name": "nope", "arguments": {"query": "x"}})',  # nothing owed before ")"
+    ],
+)
+def test_only_a_final_parenthesis_standing_for_owed_closers_is_repaired(text: str) -> None:
+    assert recover_tool_calls(text, TOOLS) == (text, [])

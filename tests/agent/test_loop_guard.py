@@ -272,3 +272,17 @@ async def test_a_copied_replay_note_before_an_answer_in_words_is_dropped() -> No
     assert isinstance(final, Final) and final.result.output == answer
     assert final.result.stop_reason == "final" and model.remaining == 0
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == answer
+
+
+async def test_a_blank_answer_after_tool_results_without_passages_shows_the_results() -> None:
+    # measured (plain mode, 0.5B): the stock looked up, the same call twice more, then blank
+    model = ScriptedModel(
+        [tool_call("quote_price", PRICE), tool_call("quote_price", PRICE), text(""), text("")]
+    )
+    result = await Agent(model=model, toolkit=price_tools()).run("3 units?")
+
+    assert result.stop_reason == "empty"
+    assert result.output.startswith("The model returned an empty reply, so there is no written")
+    lines = result.output.splitlines()[1:]
+    assert len(lines) == 1 and lines[0].startswith("- quote_price: {")  # the replay once
+    assert "8907.3" in lines[0] and "already succeeded" not in lines[0]

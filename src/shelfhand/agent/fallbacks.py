@@ -107,6 +107,23 @@ def without_copied_note(text: str) -> str:
     return text.replace(_NOTE, "").strip() if _NOTE in text else text
 
 
+def _tool_results(messages: Sequence[Message]) -> list[str]:
+    """The run's successful tool results as ``- tool: content`` lines, each content once
+    (replays of it included), shortened like passages."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for message in messages:
+        for result in message.tool_results:
+            content = result.content.replace(_NOTE, "").strip()
+            if result.is_error or not content or content in seen:
+                continue
+            seen.add(content)
+            if len(content) > _PASSAGE_CHARS:
+                content = content[:_PASSAGE_CHARS] + "…"
+            lines.append(f"- {result.name}: {content}")
+    return lines
+
+
 def echo_answer(result: ToolResultBlock) -> str:
     """What the user reads when the model twice answered with only a tool's raw result."""
     content = result.content.replace(_NOTE, "").strip()
@@ -146,6 +163,15 @@ def empty_answer(citations: Sequence[Citation], messages: Sequence[Message] = ()
     if not citations and found_nothing(messages):
         return f"{NOT_COVERED} (The model returned an empty reply.)"
     if not citations:
+        results = _tool_results(messages)
+        if results:
+            return "\n".join(
+                [
+                    "The model returned an empty reply, so there is no written answer. The tools "
+                    "returned:",
+                    *results,
+                ]
+            )
         return "No answer: the model returned an empty reply. Try asking again or rephrasing."
     return "\n".join(
         [

@@ -120,20 +120,27 @@ def _calls_from_value(value: Any, names: Container[str], *, require_args: bool) 
     return calls
 
 
-def _decode_all(snippet: str) -> list[Any] | None:
-    """Every JSON value in ``snippet`` (separated by whitespace or commas), or ``None``."""
+def _decode_prefix(snippet: str) -> tuple[list[Any], int | None]:
+    """The JSON values at the start of ``snippet`` (separated by whitespace or commas), and
+    where the first one that does not decode starts (None when every value decoded)."""
     values: list[Any] = []
     pos, end = 0, len(snippet)
     while True:
         while pos < end and (snippet[pos].isspace() or snippet[pos] in ",;"):
             pos += 1
         if pos >= end:
-            return values or None
+            return values, None
         try:
             value, pos = _DECODER.raw_decode(snippet, pos)
         except json.JSONDecodeError:
-            return None
+            return values, pos
         values.append(value)
+
+
+def _decode_all(snippet: str) -> list[Any] | None:
+    """Every JSON value in ``snippet`` (separated by whitespace or commas), or ``None``."""
+    values, failed = _decode_prefix(snippet)
+    return values or None if failed is None else None
 
 
 def _structure(snippet: str) -> tuple[list[bool], bool]:
@@ -156,14 +163,14 @@ def _structure(snippet: str) -> tuple[list[bool], bool]:
     return flags, in_string
 
 
-def _open_closers(snippet: str) -> str | None:
+def _open_closers(snippet: str) -> tuple[str, bool] | None:
     """The closers still owed at the end of ``snippet``, a JSON object that may end early
-    (innermost first); None when a bracket is closed out of turn or it does not start as an
-    object."""
+    (innermost first), and whether a string is still open there; None when a bracket is
+    closed out of turn or it does not start as an object."""
     if not snippet.startswith("{"):
         return None
     stack: list[str] = []
-    flags, _ = _structure(snippet)
+    flags, in_string = _structure(snippet)
     for ch, structural in zip(snippet, flags, strict=True):
         if not structural:
             continue
@@ -171,13 +178,14 @@ def _open_closers(snippet: str) -> str | None:
             stack.append("}" if ch == "{" else "]")
         elif ch in "}]" and (not stack or stack.pop() != ch):
             return None
-    return "".join(reversed(stack))
+    return "".join(reversed(stack)), in_string
 
 
 def _cut_off(tail: str) -> bool:
     """Whether ``tail`` is the start of a JSON object that ends early (a reply cut off by
     ``max_tokens``): brackets still open at its end, none closed out of turn."""
-    return bool(_open_closers(tail))
+    owed = _open_closers(tail)
+    return owed is not None and bool(owed[0])
 
 
 def _paren_closed(snippet: str) -> str | None:
@@ -186,26 +194,19 @@ def _paren_closed(snippet: str) -> str | None:
     body = snippet.rstrip()
     if not body.endswith(")"):
         return None
-    body = body[:-1]
-    _, in_string = _structure(body)
-    owed = _open_closers(body)
-    return body + owed if owed and not in_string else None
+    owed = _open_closers(body[:-1])
+    if owed is None or not owed[0] or owed[1]:
+        return None
+    return body[:-1] + owed[0]
 
 
 def _complete_values(snippet: str) -> str | None:
     """``snippet`` up to a last value that was cut off (see :func:`_cut_off`), when the values
     before it are complete JSON; else None."""
-    pos, end = 0, len(snippet)
-    while True:
-        while pos < end and (snippet[pos].isspace() or snippet[pos] in ",;"):
-            pos += 1
-        if pos >= end:
-            return None  # nothing was cut off
-        try:
-            _, next_pos = _DECODER.raw_decode(snippet, pos)
-        except json.JSONDecodeError:
-            return snippet[:pos] if pos > 0 and _cut_off(snippet[pos:]) else None
-        pos = next_pos
+    values, failed = _decode_prefix(snippet)
+    if failed is None or not values or not _cut_off(snippet[failed:]):
+        return None
+    return snippet[:failed]
 
 
 def _calls_from_snippet(

@@ -82,6 +82,12 @@ class StoredChunk:
     chunk: Chunk
 
 
+def _json_tuple(text: str) -> tuple[Any, ...]:
+    """A stored JSON list as a tuple; most are empty, which skips the decoder (searches read
+    a dozen rows each)."""
+    return () if text == "[]" else tuple(json.loads(text))
+
+
 def _row_to_chunk(row: Sequence[Any]) -> Chunk:
     return Chunk(
         chunk_id=row[1],
@@ -89,14 +95,14 @@ def _row_to_chunk(row: Sequence[Any]) -> Chunk:
         chunk_index=row[3],
         text=row[4],
         title=row[5],
-        section_path=tuple(json.loads(row[6])),
+        section_path=_json_tuple(row[6]),
         page=row[7],
         source=row[8],
         start=row[9],
         end=row[10],
         content_hash=row[11],
         doc_type=row[12],
-        permission_tags=tuple(json.loads(row[13])),
+        permission_tags=_json_tuple(row[13]),
         tenant_id=row[14],
         updated_at=row[15],
     )

@@ -10,8 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError, KnowledgeError
-from shelfhand.core.settings import DEFAULT_MIN_RELEVANCE, Settings
+from shelfhand.core.settings import (
+    DEFAULT_KEYWORD_COMMON_SHARE,
+    DEFAULT_MIN_RELEVANCE,
+    Settings,
+)
 from shelfhand.knowledge.analysis import tokenize_for_index
 from shelfhand.knowledge.base import KnowledgeBase
 from shelfhand.knowledge.embedding import EmbeddingRouter
@@ -19,6 +24,7 @@ from shelfhand.knowledge.fusion import (
     bm25_idf,
     convex_fusion,
     keyword_evidence,
+    ranking_terms,
     relevance,
 )
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, HybridRetriever, open_embedded_store
@@ -289,3 +295,36 @@ def test_similarities_read_indexed_vectors_exact_or_hnsw(
         assert kb.vectors.similarities("nope", np.zeros(3, dtype=np.float32), [rowid["a"]]) == {}
     finally:
         kb.close()
+
+
+def test_common_terms_do_not_rank_when_a_rarer_term_does() -> None:
+    terms = ["cell", "activ", "telomer", "xyz"]
+    dfs = [500, 150, 3, 0]
+    assert ranking_terms(terms, dfs, 1000, 0.1) == ["telomer", "xyz"]
+    assert ranking_terms(terms, dfs, 1000, 0.2) == ["activ", "telomer", "xyz"]
+    assert ranking_terms(terms, dfs, 1000, 1.0) == terms  # off
+    # no rarer term found in the index: every term ranks
+    assert ranking_terms(["cell", "xyz"], [500, 0], 1000, 0.1) == ["cell", "xyz"]
+    assert ranking_terms(["cell", "activ"], [500, 150], 1000, 0.1) == ["cell", "activ"]
+    assert ranking_terms(["cell"], [5], 0, 0.1) == ["cell"]  # empty index
+    # the limit is inclusive
+    assert ranking_terms(["a", "b"], [100, 1], 1000, 0.1) == ["a", "b"]
+
+
+def test_keyword_common_share_comes_from_env_then_file_and_reaches_the_index(
+    tmp_path: Path,
+) -> None:
+    assert Settings.load(tmp_path, env={}).keyword_common_share == DEFAULT_KEYWORD_COMMON_SHARE
+    (tmp_path / "shelfhand.toml").write_text("[shelfhand]\nkeyword_common_share = 0.3\n")
+    assert Settings.load(tmp_path, env={}).keyword_common_share == 0.3
+    env = {"SHELFHAND_KEYWORD_COMMON_SHARE": "1", "SHELFHAND_RETRIEVAL_MODE": "keyword"}
+    settings = Settings.load(tmp_path, env=env)
+    assert settings.keyword_common_share == 1.0
+    with App(settings).open_knowledge(embed=False) as kb:
+        assert kb._stack.keyword.common_share == 1.0
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1", "most", "nan"])
+def test_a_bad_keyword_common_share_fails_at_start_up(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"keyword_common_share|invalid number"):
+        Settings.load(tmp_path, env={"SHELFHAND_KEYWORD_COMMON_SHARE": value})

@@ -304,8 +304,9 @@ def test_rare_terms_first_pruning_returns_the_full_scoring_top_k(pg_url: str) ->
             )
         )
     kb.ingestor.ingest_documents(docs)
-    full = PgKeywordIndex(kb.store.db)  # type: ignore[attr-defined]
-    pruned = PgKeywordIndex(kb.store.db, rare_share=0.1)  # type: ignore[attr-defined]
+    # every term ranks: this is the exact pruning on its own
+    full = PgKeywordIndex(kb.store.db, common_share=1.0)  # type: ignore[attr-defined]
+    pruned = PgKeywordIndex(kb.store.db, rare_share=0.1, common_share=1.0)  # type: ignore[attr-defined]
     callers = [{"tenant_id": "default", "roles": r} for r in (["admin"], [], ["sales"])]
     for query in ["lamp rare3", "projector rare1 rare2 manual", "灯泡 稀有2", "说明书 稀有4 page"]:
         for k in (1, 3, 10, 60):

@@ -14,7 +14,7 @@ import pytest
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import tokenize_for_index
+from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.fusion import rrf
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, _Overlap, open_embedded_store
@@ -315,4 +315,42 @@ def test_the_first_query_of_a_space_may_take_the_load_timeout(tmp_path: Path) ->
     timer.join()
     assert kb.retriever.last_degraded_reason is None
     assert any(h.vector_rank is not None for h in hits)
+    kb.close()
+
+
+def test_a_term_in_most_chunks_does_not_rank_while_rarer_ones_find_k(
+    open_stack: OpenStack,
+) -> None:
+    """ "projector" is in every chunk: "projector lamp" ranks by "lamp" alone (same hits, same
+    scores) while "lamp" finds k readable chunks, and by both terms once it does not."""
+    kb = open_stack(None)
+    notes = [
+        doc(
+            f"p{i}.md",
+            f"Projector note {i}." + (" Lamp replacement." if i < 3 else ""),
+            tags=("hr",) if i in (1, 2) else (),
+        )
+        for i in range(30)
+    ]
+    kb.ingestor.ingest_documents(notes)
+    index = kb.keyword
+    admin = {"tenant_id": "default", "roles": ["admin"]}
+    both, lamp = tokenize_query("projector lamp"), tokenize_query("lamp")
+    lamp_hits = index.search(lamp, 3, **admin)
+    assert index.search(both, 3, **admin) == lamp_hits
+    # asked for more than "lamp" finds: every term ranks, the lamp chunks first
+    ten = index.search(both, 10, **admin)
+    assert len(ten) == 10
+    assert {r for r, _ in ten[:3]} == {r for r, _ in lamp_hits}
+    # a caller who may read one lamp chunk: the common term ranks the rest for them too
+    public = {"tenant_id": "default", "roles": []}
+    readable_lamp = index.search(lamp, 3, **public)
+    anonymous = index.search(both, 3, **public)
+    assert len(readable_lamp) == 1 and len(anonymous) == 3
+    assert anonymous[0][0] == readable_lamp[0][0]
+    # off: the common term adds to every score
+    index.common_share = 1.0
+    with_common = index.search(both, 3, **admin)
+    assert {r for r, _ in with_common} == {r for r, _ in lamp_hits}
+    assert min(s for _, s in with_common) > max(s for _, s in lamp_hits)
     kb.close()

@@ -13,13 +13,16 @@ streamed reply's first token), ``SHELFHAND_MAX_TOKENS``, ``SHELFHAND_TEMPERATURE
 ``SHELFHAND_CONTEXT_TOKENS``, ``SHELFHAND_TOOL_CHOICE`` (auto | required | none),
 ``SHELFHAND_TOOL_MODE`` (native | plain | constrained), ``SHELFHAND_MIN_RELEVANCE`` (0..1:
 search hits whose relevance is under it are dropped, so an unanswerable question finds
-nothing; default :data:`DEFAULT_MIN_RELEVANCE`, 0 keeps every hit).
+nothing; default :data:`DEFAULT_MIN_RELEVANCE`, 0 keeps every hit),
+``SHELFHAND_KEYWORD_COMMON_SHARE`` (0..1: query terms found in more than this share of the
+chunks do not rank keyword hits while rarer terms find enough; 1 keeps every term; default
+:data:`DEFAULT_KEYWORD_COMMON_SHARE`).
 
 ``shelfhand.toml`` in the workspace may hold the same keys in lower case under ``[shelfhand]``
 (``model``, ``base_url``, ``api_key``, ``model_timeout``, ``first_token_timeout``,
 ``max_tokens``, ``temperature``, ``context_tokens``, ``tool_choice``, ``tool_mode``,
 ``retrieval_mode``, ``embedder``, ``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``,
-``turn_timeout``, ``answer_retrieval``, ``min_relevance``). Reading limits live in a ``[limits]`` table (see
+``turn_timeout``, ``answer_retrieval``, ``min_relevance``, ``keyword_common_share``). Reading limits live in a ``[limits]`` table (see
 :mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
 knowledge base opens.
 
@@ -78,6 +81,9 @@ MODEL_ENV = {
 }
 """Model options: settings attribute (and ``shelfhand.toml`` key) → environment variable."""
 DEFAULT_MIN_RELEVANCE = 0.25
+DEFAULT_KEYWORD_COMMON_SHARE = 0.2
+"""Query terms in more than this share of the chunks do not rank keyword hits while rarer
+ones find enough (:func:`shelfhand.knowledge.fusion.ranking_terms`)."""
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
 answerable one above) and checked on SciFact and CMRC 2018: see BENCHMARKS.md, "Retrieval
 quality (issue 13)"."""
@@ -119,6 +125,9 @@ class Settings:
     rerank_candidates: int = 20
     query_rewrite: bool = False
     min_relevance: float = DEFAULT_MIN_RELEVANCE
+    keyword_common_share: float = DEFAULT_KEYWORD_COMMON_SHARE
+    """Query terms in more than this share of the chunks do not rank keyword hits while rarer
+    ones find enough (``SHELFHAND_KEYWORD_COMMON_SHARE``; 1 keeps every term)."""
     database_url: str | None = field(default=None, repr=False)
     """PostgreSQL for the knowledge store and shared records (``SHELFHAND_DATABASE_URL``)."""
     redis_url: str | None = field(default=None, repr=False)
@@ -157,6 +166,9 @@ class Settings:
             embed_timeout = float(pick("SHELFHAND_EMBED_TIMEOUT", "embed_timeout") or 2.0)
             turn_timeout = float(pick("SHELFHAND_TURN_TIMEOUT", "turn_timeout") or 120.0)
             min_relevance = _min_relevance(pick("SHELFHAND_MIN_RELEVANCE", "min_relevance"))
+            common_share = _common_share(
+                pick("SHELFHAND_KEYWORD_COMMON_SHARE", "keyword_common_share")
+            )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid number in settings: {exc}") from exc
         if (
@@ -199,6 +211,7 @@ class Settings:
             turn_timeout=turn_timeout,
             answer_retrieval=answer_retrieval,
             min_relevance=min_relevance,
+            keyword_common_share=common_share,
             database_url=database_url,
             redis_url=redis_url,
             **options,
@@ -315,6 +328,19 @@ def _min_relevance(value: object) -> float:
         raise ConfigurationError(
             f"min_relevance {number:g} is out of range: use 0..1 "
             "(SHELFHAND_MIN_RELEVANCE or min_relevance in shelfhand.toml; 0 keeps every hit)"
+        )
+    return number
+
+
+def _common_share(value: object) -> float:
+    if value is None or value == "":
+        return DEFAULT_KEYWORD_COMMON_SHARE
+    number = float(value)  # type: ignore[arg-type]
+    if not 0.0 < number <= 1.0:
+        raise ConfigurationError(
+            f"keyword_common_share {number:g} is out of range: use a share above 0 and up to 1 "
+            "(SHELFHAND_KEYWORD_COMMON_SHARE or keyword_common_share in shelfhand.toml; "
+            "1 keeps every query term)"
         )
     return number
 

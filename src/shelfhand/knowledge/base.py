@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.fusion import COMMON_SHARE
 from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.rerank import Reranker, RerankStage
 from shelfhand.knowledge.retrieval import (
@@ -73,6 +74,9 @@ class KnowledgeBase:
             least ``k``).
         min_relevance: Search hits with a ``relevance`` under it are dropped (0 keeps all;
             the app passes the ``min_relevance`` setting).
+        keyword_common_share: Query terms in more than this share of the chunks do not rank
+            keyword hits while rarer ones find enough (1 keeps every term; the app passes the
+            ``keyword_common_share`` setting).
         database_url: Keep the knowledge in this PostgreSQL database (``postgresql://...``,
             :mod:`shelfhand.knowledge.pg`) instead of the workspace's embedded store; the
             workspace still holds the other files (settings, agents).
@@ -93,6 +97,7 @@ class KnowledgeBase:
         reranker: Reranker | None = None,
         rerank_candidates: int = 20,
         min_relevance: float = 0.0,
+        keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
     ) -> None:
         self.workspace = Path(workspace)
@@ -114,6 +119,7 @@ class KnowledgeBase:
                 overlap_tokens=overlap_tokens,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                common_share=keyword_common_share,
             )
         else:
             self._stack = open_embedded_store(
@@ -124,6 +130,7 @@ class KnowledgeBase:
                 access=access,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                common_share=keyword_common_share,
             )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None

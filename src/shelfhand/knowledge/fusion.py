@@ -25,11 +25,15 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
+from shelfhand.core.settings import DEFAULT_KEYWORD_COMMON_SHARE
+
 __all__ = [
+    "COMMON_SHARE",
     "KEYWORD_WEIGHT",
     "bm25_idf",
     "convex_fusion",
     "keyword_evidence",
+    "ranking_terms",
     "relevance",
     "rrf",
 ]
@@ -97,6 +101,33 @@ def convex_fusion(
 def bm25_idf(doc_freq: int, num_docs: int) -> float:
     """BM25's IDF (the Lucene/tantivy form, never negative)."""
     return math.log(1.0 + (num_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+COMMON_SHARE = DEFAULT_KEYWORD_COMMON_SHARE
+"""Default ``common_share`` of the keyword indexes (:func:`ranking_terms`), the
+``keyword_common_share`` setting's default; measured in BENCHMARKS.md ("Common query
+terms")."""
+
+
+def ranking_terms(
+    terms: Sequence[str], doc_freqs: Sequence[int], num_docs: int, common_share: float
+) -> list[str]:
+    """The query terms BM25 ranks by: ``terms`` less those found in more than
+    ``common_share`` of the ``num_docs`` chunks, when a rarer term found in the index remains
+    (otherwise every term).
+
+    A term in a share ``p`` of the chunks weighs at most ``ln(1/p)`` against ~9 for a term in
+    a hundred of a million chunks, yet its postings are most of what a disjunctive query walks:
+    at 1M chunks, English questions whose terms sit in a quarter to half of the chunks took
+    4 ms in tantivy, which block-max WAND could not prune. The stop words of a fixed list,
+    computed from the collection instead. ``doc_freqs`` are the terms' document frequencies.
+    """
+    if common_share >= 1 or num_docs <= 0:
+        return list(terms)
+    limit = common_share * num_docs
+    if not any(0 < df <= limit for df in doc_freqs):
+        return list(terms)
+    return [t for t, df in zip(terms, doc_freqs, strict=True) if df <= limit]
 
 
 def keyword_evidence(bm25: float, idf_sum: float) -> float:

@@ -57,6 +57,7 @@ from typing import Any, Literal
 import tantivy
 
 from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
+from shelfhand.knowledge.fusion import COMMON_SHARE, ranking_terms
 from shelfhand.knowledge.outbox import split_changes
 from shelfhand.knowledge.store import (
     PRIVILEGED_ROLES,
@@ -131,6 +132,9 @@ class TantivyKeywordIndex:
         oversample_limit: Most unfiltered hits :meth:`search` ranks before checking them
             against the caller's filter (module docstring); 0 always runs the filtered query.
         rebuild_heap_bytes: Memory for the indexing buffer of :meth:`rebuild`.
+        common_share: Query terms found in more than this share of the chunks are left out of
+            the ranking when the query has rarer terms (:func:`~shelfhand.knowledge.fusion.
+            ranking_terms`); 1 keeps every term.
 
     ``paths`` counts how searches were answered: ``"oversampled"`` (unfiltered ranking, then
     the filter check), ``"filtered"`` (the filtered query) or ``"empty"`` (no chunk of the
@@ -148,9 +152,13 @@ class TantivyKeywordIndex:
         head_boost: float = _HEAD_BOOST,
         oversample_limit: int = _OVERSAMPLE_LIMIT,
         rebuild_heap_bytes: int = _REBUILD_HEAP,
+        common_share: float = COMMON_SHARE,
     ) -> None:
         if head_boost < 0:
             raise ValueError(f"head_boost must be >= 0, not {head_boost}")
+        if not 0 < common_share <= 1:
+            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        self.common_share = common_share
         if oversample_limit < 0:
             raise ValueError(f"oversample_limit must be >= 0, not {oversample_limit}")
         self.head_boost = head_boost
@@ -405,18 +413,27 @@ class TantivyKeywordIndex:
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
             return []
+        ranked = self._ranking_terms(terms)
+        hits = self._run(self._ranked(ranked), k, tenant_id, roles, doc_types, sources, True)
+        if len(hits) < k and len(ranked) < len(terms):
+            # few readable chunks hold the rarer terms: the common ones rank the rest
+            self.paths["common terms"] += 1
+            hits = self._run(self._ranked(terms), k, tenant_id, roles, doc_types, sources, True)
+        return hits
+
+    def _ranked(self, terms: Sequence[str]) -> tantivy.Query:
         should = self._should("body", terms)
         if self.head_boost > 0:
             should += self._should("head", terms, self.head_boost)
-        return self._run(
-            tantivy.Query.boolean_query(should),
-            k,
-            tenant_id,
-            roles,
-            doc_types,
-            sources,
-            oversample=True,
-        )
+        return tantivy.Query.boolean_query(should)
+
+    def _ranking_terms(self, terms: list[str]) -> list[str]:
+        """``terms`` less the common ones (:func:`~shelfhand.knowledge.fusion.ranking_terms`)."""
+        if self.common_share >= 1:
+            return terms
+        searcher = self._index.searcher()
+        dfs = [int(searcher.doc_freq("body", t)) for t in terms]
+        return ranking_terms(terms, dfs, int(searcher.num_docs), self.common_share)
 
     def search_exact(
         self,
@@ -508,7 +525,6 @@ class TantivyKeywordIndex:
         roles: Iterable[str],
         doc_types: Sequence[str] | None,
         sources: Sequence[str] | None,
-        *,
         oversample: bool = False,
     ) -> list[tuple[int, float]]:
         """``text`` as a required clause, the caller's visibility as zero-scored filters."""

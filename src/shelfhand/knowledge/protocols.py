@@ -135,6 +135,10 @@ class KnowledgeStore(Protocol):
 class KeywordIndex(Protocol):
     """BM25 over the analysed tokens, restricted to what the caller may read."""
 
+    common_share: float
+    """Query terms in more than this share of the chunks do not rank when rarer ones do
+    (:func:`~shelfhand.knowledge.fusion.ranking_terms`)."""
+
     def num_docs(self) -> int: ...
 
     def search(

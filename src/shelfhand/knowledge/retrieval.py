@@ -56,10 +56,12 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
 from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
 from shelfhand.knowledge.fusion import (
+    COMMON_SHARE,
     KEYWORD_WEIGHT,
     bm25_idf,
     convex_fusion,
     keyword_evidence,
+    ranking_terms,
     relevance,
 )
 from shelfhand.knowledge.ingest import Ingestor
@@ -583,7 +585,12 @@ class HybridRetriever:
         kw: dict[int, float] = {}
         if keyword:
             num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
-            idf_sum = sum(bm25_idf(df, num_docs) for df in freqs)
+            # the IDF of the terms that ranked the hits (the common ones may not have)
+            terms = list(dict.fromkeys(t for t in query_tokens if t))
+            ranked = set(ranking_terms(terms, freqs, num_docs, self.keyword_index.common_share))
+            idf_sum = sum(
+                bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
+            )
             kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
         cos: dict[int, float] = {}
         for found, weight in zip(cosines, weights, strict=True):
@@ -694,6 +701,7 @@ def open_embedded_store(
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
     overlap_workers: int | None = None,
+    common_share: float = COMMON_SHARE,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -702,11 +710,13 @@ def open_embedded_store(
     (``write``, ``read``, or ``read-only`` while another process writes; see
     :mod:`shelfhand.knowledge.keyword`). ``embed_timeout`` bounds each query embedding
     (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
-    :class:`HybridRetriever`'s.
+    :class:`HybridRetriever`'s; ``common_share`` is the keyword index's.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
-    keyword = TantivyKeywordIndex(workspace / "index" / "keyword", access=access)
+    keyword = TantivyKeywordIndex(
+        workspace / "index" / "keyword", access=access, common_share=common_share
+    )
     vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
     store.attach(keyword, vectors)
     retriever = HybridRetriever(

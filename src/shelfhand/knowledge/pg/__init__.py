@@ -24,6 +24,7 @@ cannot be reached every call raises :class:`~shelfhand.core.errors.DependencyUna
 from __future__ import annotations
 
 from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.fusion import COMMON_SHARE
 from shelfhand.knowledge.ingest import Ingestor
 from shelfhand.knowledge.pg.db import PgDatabase
 from shelfhand.knowledge.pg.keyword import PgKeywordIndex
@@ -48,6 +49,7 @@ def open_pg_store(
     overlap_tokens: int = 40,
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
+    common_share: float = COMMON_SHARE,
     pool_size: int = 8,
     timeout: float = 5.0,
 ) -> EmbeddedKnowledge:
@@ -60,7 +62,7 @@ def open_pg_store(
     """
     db = PgDatabase(url, max_size=pool_size, timeout=timeout)
     store = PgKnowledgeStore(db)
-    keyword = PgKeywordIndex(db)
+    keyword = PgKeywordIndex(db, common_share=common_share)
     vectors = PgVectorIndexes(db, store)
     retriever = HybridRetriever(
         store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance

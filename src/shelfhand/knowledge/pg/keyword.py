@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shelfhand.knowledge.fusion import bm25_idf
+from shelfhand.knowledge.fusion import COMMON_SHARE, bm25_idf, ranking_terms
 from shelfhand.knowledge.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.pg.store import tsquery_literal
 
@@ -59,6 +59,9 @@ class PgKeywordIndex:
             common terms could (the sum of those terms' BM25 upper bounds), that is the top k,
             and the chunks holding only common terms are never scored. Otherwise every match
             is scored. 0 turns it off.
+        common_share: Query terms in more than this share of the chunks do not rank when
+            rarer ones do, as in the embedded index (:func:`~shelfhand.knowledge.fusion.
+            ranking_terms`); 1 keeps every term.
     """
 
     name = "keyword"
@@ -70,15 +73,20 @@ class PgKeywordIndex:
         head_boost: float = _HEAD_BOOST,
         rare_share: float = 0.0,
         bitmap_scan: bool = True,
+        common_share: float = COMMON_SHARE,
     ) -> None:
         if head_boost < 0:
             raise ValueError(f"head_boost must be >= 0, not {head_boost}")
+        if not 0 < common_share <= 1:
+            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        self.common_share = common_share
         self.db = db
         self.head_boost = head_boost
         self.rare_share = rare_share
         self.bitmap_scan = bitmap_scan
         self.paths: Counter[str] = Counter()
-        """How searches were answered: ``pruned`` (rare terms first), ``full``."""
+        """How searches were answered: ``pruned`` (rare terms first), ``full``; ``common
+        terms``: the ranking terms found fewer than k chunks, every term ranked them."""
 
     def num_docs(self) -> int:
         with self.db.connection() as conn:
@@ -171,67 +179,96 @@ class PgKeywordIndex:
             n = fields.get("b", (0, 0))[0]
             if n == 0:
                 return []
-            params: dict[str, Any] = {"terms": scored}
-            if terms:
-                params["wb"] = [bm25_idf(dfs.get(("b", t), 0), n) * (K1 + 1) for t in scored]
-                params["wh"] = [
-                    self.head_boost * bm25_idf(dfs.get(("h", t), 0), n) * (K1 + 1) for t in scored
-                ]
-                params["avg_b"] = max(fields["b"][1] / n, 1e-9)
-                params["avg_h"] = max(fields["h"][1] / n, 1e-9)
-                score = _field_score("body", "body_len", "wb", "avg_b")
-                if self.head_boost > 0:
-                    score += " + " + _field_score("head", "head_len", "wh", "avg_h")
-                q_cols = "term, wb, wh"
-                q_from = "unnest(%(terms)s::text[], %(wb)s::float8[], %(wh)s::float8[])"
-            else:
-                params["wc"] = [bm25_idf(dfs.get(("c", t), 0), n) * (K1 + 1) for t in scored]
-                params["avg_c"] = max(fields["c"][1] / n, 1e-9)
-                score = _field_score("codes", "codes_len", "wc", "avg_c")
-                q_cols = "term, wc"
-                q_from = "unnest(%(terms)s::text[], %(wc)s::float8[])"
-            if identifiers is not None:
-                params["match"] = tsquery_literal(identifiers)
-                match = "c.codes @@ %(match)s::tsquery"
-            else:
-                params["match"] = tsquery_literal(terms)
-                match = "(c.body @@ %(match)s::tsquery OR c.head @@ %(match)s::tsquery)"
-            if not params["match"]:
-                return []
-            for i, value in enumerate(acl_params):
-                params[f"acl{i}"] = value
-            where = _named(where, len(acl_params))
-            params["k"] = k
-            sql = (
-                f"WITH q({q_cols}) AS (SELECT * FROM {q_from})"
-                f" SELECT c.rowid, {score} AS score FROM knowledge_pg_chunks c"
-                f" WHERE {match} AND {where} ORDER BY score DESC, c.rowid LIMIT %(k)s"
-            )
-            if identifiers is None and self.rare_share > 0:
-                rare = [
-                    t
-                    for t in terms
-                    if dfs.get(("b", t), 0) + dfs.get(("h", t), 0) <= n * self.rare_share
-                ]
-                common = [t for t in terms if t not in rare]
-                if rare and common:
-                    # a chunk holding no rare term scores below the common terms' bounds
-                    # (a term's BM25 < idf * (k1 + 1) in each field that holds it at all)
-                    bound = sum(
-                        params["wb"][i] * (dfs.get(("b", t), 0) > 0)
-                        + params["wh"][i] * (self.head_boost > 0 and dfs.get(("h", t), 0) > 0)
-                        for i, t in enumerate(terms)
-                        if t in common
-                    )
-                    first = conn.execute(
-                        sql.replace("%(match)s", "%(rare)s"),
-                        {**params, "rare": tsquery_literal(rare)},
-                    ).fetchall()
-                    if len(first) == k and float(first[-1][1]) > bound:
-                        self.paths["pruned"] += 1
-                        return [(int(r[0]), float(r[1])) for r in first]
-            self.paths["full"] += 1
-            rows = conn.execute(sql, params).fetchall()
+            if identifiers is None:
+                ranked = self._ranking_terms(terms, dfs, n)
+                if len(ranked) < len(terms):
+                    hits = self._scored(conn, ranked, None, k, fields, dfs, where, acl_params)
+                    if len(hits) == k:
+                        return hits
+                    self.paths["common terms"] += 1  # the common terms rank the rest
+            return self._scored(conn, terms, identifiers, k, fields, dfs, where, acl_params)
+
+    def _ranking_terms(
+        self, terms: Sequence[str], dfs: dict[tuple[str, str], int], n: int
+    ) -> list[str]:
+        body = [dfs.get(("b", t), 0) for t in terms]
+        return ranking_terms(terms, body, n, self.common_share)
+
+    def _scored(
+        self,
+        conn: Any,
+        terms: Sequence[str],
+        identifiers: Sequence[str] | None,
+        k: int,
+        fields: dict[str, tuple[int, int]],
+        dfs: dict[tuple[str, str], int],
+        where: str,
+        acl_params: Sequence[Any],
+    ) -> list[tuple[int, float]]:
+        """One ranked query (see :meth:`_run`) with the statistics already read."""
+        scored = list(terms) if terms else list(identifiers or ())
+        n = fields["b"][0]
+        params: dict[str, Any] = {"terms": scored}
+        if terms:
+            params["wb"] = [bm25_idf(dfs.get(("b", t), 0), n) * (K1 + 1) for t in scored]
+            params["wh"] = [
+                self.head_boost * bm25_idf(dfs.get(("h", t), 0), n) * (K1 + 1) for t in scored
+            ]
+            params["avg_b"] = max(fields["b"][1] / n, 1e-9)
+            params["avg_h"] = max(fields["h"][1] / n, 1e-9)
+            score = _field_score("body", "body_len", "wb", "avg_b")
+            if self.head_boost > 0:
+                score += " + " + _field_score("head", "head_len", "wh", "avg_h")
+            q_cols = "term, wb, wh"
+            q_from = "unnest(%(terms)s::text[], %(wb)s::float8[], %(wh)s::float8[])"
+        else:
+            params["wc"] = [bm25_idf(dfs.get(("c", t), 0), n) * (K1 + 1) for t in scored]
+            params["avg_c"] = max(fields["c"][1] / n, 1e-9)
+            score = _field_score("codes", "codes_len", "wc", "avg_c")
+            q_cols = "term, wc"
+            q_from = "unnest(%(terms)s::text[], %(wc)s::float8[])"
+        if identifiers is not None:
+            params["match"] = tsquery_literal(identifiers)
+            match = "c.codes @@ %(match)s::tsquery"
+        else:
+            params["match"] = tsquery_literal(terms)
+            match = "(c.body @@ %(match)s::tsquery OR c.head @@ %(match)s::tsquery)"
+        if not params["match"]:
+            return []
+        for i, value in enumerate(acl_params):
+            params[f"acl{i}"] = value
+        where = _named(where, len(acl_params))
+        params["k"] = k
+        sql = (
+            f"WITH q({q_cols}) AS (SELECT * FROM {q_from})"
+            f" SELECT c.rowid, {score} AS score FROM knowledge_pg_chunks c"
+            f" WHERE {match} AND {where} ORDER BY score DESC, c.rowid LIMIT %(k)s"
+        )
+        if identifiers is None and self.rare_share > 0:
+            rare = [
+                t
+                for t in terms
+                if dfs.get(("b", t), 0) + dfs.get(("h", t), 0) <= n * self.rare_share
+            ]
+            common = [t for t in terms if t not in rare]
+            if rare and common:
+                # a chunk holding no rare term scores below the common terms' bounds
+                # (a term's BM25 < idf * (k1 + 1) in each field that holds it at all)
+                bound = sum(
+                    params["wb"][i] * (dfs.get(("b", t), 0) > 0)
+                    + params["wh"][i] * (self.head_boost > 0 and dfs.get(("h", t), 0) > 0)
+                    for i, t in enumerate(terms)
+                    if t in common
+                )
+                first = conn.execute(
+                    sql.replace("%(match)s", "%(rare)s"),
+                    {**params, "rare": tsquery_literal(rare)},
+                ).fetchall()
+                if len(first) == k and float(first[-1][1]) > bound:
+                    self.paths["pruned"] += 1
+                    return [(int(r[0]), float(r[1])) for r in first]
+        self.paths["full"] += 1
+        rows = conn.execute(sql, params).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:

@@ -186,6 +186,8 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
 
             kb.retriever._overlap.close()
             kb.retriever._overlap = _Overlap(args.overlap_workers)
+        if args.keyword_common_share is not None:
+            kb.keyword.common_share = args.keyword_common_share
         if args.build_only:
             kb.close()
             continue
@@ -193,6 +195,7 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
         out["build"] = build
         out["faiss_threads"] = args.faiss_threads or "default"
         out["overlap_workers"] = kb.retriever._overlap.workers
+        out["keyword_common_share"] = kb.keyword.common_share
         kb.close()
         res[str(n)] = out
         _save(f"embedded-{n}", out)
@@ -202,7 +205,8 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
             f" {build['build_cpu_s']:.0f} s CPU, RSS peak {build['rss_peak_mb']:.0f} MB,"
             f" {build['disk_mb']:.0f} MB on disk), k={args.k}, {out['fetch_per_side']} per side,"
             f" {out['queries']} queries, query vectors given, faiss threads"
-            f" {out['faiss_threads']}, keyword-side workers {out['overlap_workers']};"
+            f" {out['faiss_threads']}, keyword-side workers {out['overlap_workers']},"
+            f" keyword common share {out['keyword_common_share']};"
             f" load {out['load_before']} -> {out['load_after']}",
             [
                 "caller (reads)",
@@ -653,6 +657,12 @@ def main() -> None:
         type=int,
         default=None,
         help="embedded: threads running hybrid searches' keyword side (default: the retriever's)",
+    )
+    ap.add_argument(
+        "--keyword-common-share",
+        type=float,
+        default=None,
+        help="embedded: the keyword index's common_share (default: the setting's default)",
     )
     ap.add_argument("--ingest-docs", type=int, default=1000)
     ap.add_argument("--ingest-slices", type=int, default=4)

@@ -108,6 +108,22 @@ def test_an_exact_code_ranks_above_its_scattered_parts(store: SqliteKnowledgeSto
     assert search(store, "E-203 是什么故障？")[0] == "code"
 
 
+def test_terms_no_chunk_holds_change_nothing_and_alone_find_nothing(
+    store: SqliteKnowledgeStore,
+) -> None:
+    add(store, "warranty", "The warranty covers the lamp for one year.")
+    add(store, "lamp", "The lamp of the projector lasts 3000 hours.")
+    index = keyword(store)
+    known = index.search(tokenize_query("lamp warranty"), 5, tenant_id="default", roles=())
+    assert len(known) == 2
+    # the query's terms no chunk has get no clause: same hits, same scores
+    more = tokenize_query("lamp warranty zyxwvut qqqzzz")
+    assert index.search(more, 5, tenant_id="default", roles=()) == known
+    before = index.paths["empty"]
+    assert index.search(["zyxwvut", "qqqzzz"], 5, tenant_id="default", roles=()) == []
+    assert index.paths["empty"] == before + 1
+
+
 def test_query_syntax_in_user_text_is_just_words(store: SqliteKnowledgeStore) -> None:
     add(store, "a", "title body AND OR NOT")
     assert search(store, 'title:foo AND (bar OR "baz') == ["a"]

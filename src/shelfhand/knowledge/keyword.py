@@ -21,6 +21,10 @@ which does not see the writer's labels, asks tantivy which of those rowids pass 
 clauses (a second query over just those rowids; 0.7-1.2 ms CPU at 1M chunks, against a few
 microseconds for the labels).
 
+Query terms found in more than ``common_share`` of the chunks do not rank while the rarer
+terms find k readable chunks (:func:`~shelfhand.knowledge.fusion.ranking_terms`): block-max
+WAND cannot skip postings that long, and they weigh little in BM25.
+
 Several processes may open one index, but only one may write it (tantivy allows one
 ``IndexWriter`` per directory; the workspace's writer lock decides which process that is).
 ``access`` says how this process uses it:
@@ -50,7 +54,7 @@ import os
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -138,7 +142,8 @@ class TantivyKeywordIndex:
 
     ``paths`` counts how searches were answered: ``"oversampled"`` (unfiltered ranking, then
     the filter check), ``"filtered"`` (the filtered query) or ``"empty"`` (no chunk of the
-    caller's tenant, or nothing matched).
+    caller's tenant, or nothing matched); ``"common terms"`` counts searches whose rarer terms
+    found fewer than k readable chunks, so that every term ranked them after all.
     """
 
     name = "keyword"
@@ -413,27 +418,47 @@ class TantivyKeywordIndex:
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
             return []
-        ranked = self._ranking_terms(terms)
-        hits = self._run(self._ranked(ranked), k, tenant_id, roles, doc_types, sources, True)
+        searcher = self._searcher()
+        body_df = {t: int(searcher.doc_freq("body", t)) for t in terms}
+        ranked = terms
+        if self.common_share < 1:
+            ranked = ranking_terms(
+                terms, list(body_df.values()), int(searcher.num_docs), self.common_share
+            )
+        query = self._ranked(searcher, ranked, body_df)
+        if query is None:  # no chunk holds any of the terms
+            self.paths["empty"] += 1
+            return []
+        hits = self._run(searcher, query, k, tenant_id, roles, doc_types, sources, True)
         if len(hits) < k and len(ranked) < len(terms):
             # few readable chunks hold the rarer terms: the common ones rank the rest
             self.paths["common terms"] += 1
-            hits = self._run(self._ranked(terms), k, tenant_id, roles, doc_types, sources, True)
+            every = self._ranked(searcher, terms, body_df)
+            if every is not None:  # (it holds the ranked terms' clauses)
+                hits = self._run(searcher, every, k, tenant_id, roles, doc_types, sources, True)
         return hits
 
-    def _ranked(self, terms: Sequence[str]) -> tantivy.Query:
-        should = self._should("body", terms)
-        if self.head_boost > 0:
-            should += self._should("head", terms, self.head_boost)
-        return tantivy.Query.boolean_query(should)
+    def _searcher(self) -> Any:
+        """The searcher of the latest commit this process may see."""
+        if self.access != "write":  # another process may write: see its commits now
+            with self._lock:
+                self._index.reload()  # well under a millisecond
+        return self._index.searcher()
 
-    def _ranking_terms(self, terms: list[str]) -> list[str]:
-        """``terms`` less the common ones (:func:`~shelfhand.knowledge.fusion.ranking_terms`)."""
-        if self.common_share >= 1:
-            return terms
-        searcher = self._index.searcher()
-        dfs = [int(searcher.doc_freq("body", t)) for t in terms]
-        return ranking_terms(terms, dfs, int(searcher.num_docs), self.common_share)
+    def _ranked(
+        self, searcher: Any, terms: Sequence[str], body_df: Mapping[str, int] | None = None
+    ) -> tantivy.Query | None:
+        """BM25 over the body and, weighted by ``head_boost``, the section heading, with a
+        clause only for the terms the field holds (None when it holds none): a term no chunk
+        has adds nothing to any score, but its clause cost tantivy 22 % of the query's time at
+        30k chunks without headings. ``body_df``: the terms' body frequencies, when known."""
+        known = body_df or {}
+        body = [t for t in terms if (known[t] if t in known else searcher.doc_freq("body", t))]
+        should = self._should("body", body)
+        if self.head_boost > 0:
+            head = [t for t in terms if searcher.doc_freq("head", t)]
+            should += self._should("head", head, self.head_boost)
+        return tantivy.Query.boolean_query(should) if should else None
 
     def search_exact(
         self,
@@ -456,20 +481,17 @@ class TantivyKeywordIndex:
         if not terms or k <= 0:
             return []
         holds = tantivy.Query.boolean_query(self._should("codes", terms))
-        ranking = list(dict.fromkeys(t for t in rank_by if t))
-        if ranking:
-            should = self._should("body", ranking)
-            if self.head_boost > 0:
-                should += self._should("head", ranking, self.head_boost)
+        searcher = self._searcher()
+        ranked = self._ranked(searcher, list(dict.fromkeys(t for t in rank_by if t)))
+        text = holds
+        if ranked is not None:
             text = tantivy.Query.boolean_query(
                 [
                     (tantivy.Occur.Must, tantivy.Query.const_score_query(holds, 0.0)),
-                    (tantivy.Occur.Should, tantivy.Query.boolean_query(should)),
+                    (tantivy.Occur.Should, ranked),
                 ]
             )
-        else:
-            text = holds
-        return self._run(text, k, tenant_id, roles, doc_types, sources)
+        return self._run(searcher, text, k, tenant_id, roles, doc_types, sources)
 
     def _should(
         self, field: str, terms: Sequence[str], boost: float = 1.0
@@ -519,6 +541,7 @@ class TantivyKeywordIndex:
 
     def _run(
         self,
+        searcher: Any,
         text: tantivy.Query,
         k: int,
         tenant_id: str,
@@ -533,10 +556,6 @@ class TantivyKeywordIndex:
         if any(not values for _, values in filters):
             self.paths["empty"] += 1
             return []  # an empty doc_types or sources list allows nothing
-        if self.access != "write":  # another process may write: see its commits now
-            with self._lock:
-                self._index.reload()  # well under a millisecond
-        searcher = self._index.searcher()
         fetch = self._oversample_size(searcher, k, filters) if oversample else None
         if fetch == 0:
             self.paths["empty"] += 1

@@ -320,29 +320,45 @@ def rerank_options(pick: Any, env: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def _min_relevance(value: object) -> float:
+def _bounded(
+    value: object, *, name: str, env_key: str, default: float, low_open: bool, note: str
+) -> float:
+    """``value`` as a number in 0..1 (above 0 when ``low_open``), ``default`` when unset; the
+    error names the setting, where to set it and ``note``."""
     if value is None or value == "":
-        return DEFAULT_MIN_RELEVANCE
-    number = float(value)  # type: ignore[arg-type]
-    if not 0.0 <= number <= 1.0:
-        raise ConfigurationError(
-            f"min_relevance {number:g} is out of range: use 0..1 "
-            "(SHELFHAND_MIN_RELEVANCE or min_relevance in shelfhand.toml; 0 keeps every hit)"
-        )
+        return default
+    where = f"{env_key} or {name} in shelfhand.toml; {note}"
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} {value!r} is not a number ({where})") from None
+    above_low = number > 0.0 if low_open else number >= 0.0
+    if not above_low or number > 1.0:  # (NaN fails both)
+        use = "a share above 0 and up to 1" if low_open else "0..1"
+        raise ConfigurationError(f"{name} {number:g} is out of range: use {use} ({where})")
     return number
+
+
+def _min_relevance(value: object) -> float:
+    return _bounded(
+        value,
+        name="min_relevance",
+        env_key="SHELFHAND_MIN_RELEVANCE",
+        default=DEFAULT_MIN_RELEVANCE,
+        low_open=False,
+        note="0 keeps every hit",
+    )
 
 
 def _common_share(value: object) -> float:
-    if value is None or value == "":
-        return DEFAULT_KEYWORD_COMMON_SHARE
-    number = float(value)  # type: ignore[arg-type]
-    if not 0.0 < number <= 1.0:
-        raise ConfigurationError(
-            f"keyword_common_share {number:g} is out of range: use a share above 0 and up to 1 "
-            "(SHELFHAND_KEYWORD_COMMON_SHARE or keyword_common_share in shelfhand.toml; "
-            "1 keeps every query term)"
-        )
-    return number
+    return _bounded(
+        value,
+        name="keyword_common_share",
+        env_key="SHELFHAND_KEYWORD_COMMON_SHARE",
+        default=DEFAULT_KEYWORD_COMMON_SHARE,
+        low_open=True,
+        note="1 keeps every query term",
+    )
 
 
 def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:

@@ -9,6 +9,8 @@ by inner product (vectors).
   query, the unfiltered ranking checked against the writer's per-rowid labels, the same
   ranking checked by a second tantivy query (a reading process), and that check with too few
   candidates (forced), which must fall back to the filtered query;
+* the exact-identifier lookup returns the reference's readable chunks holding the identifier,
+  with filters that check the holders and with filters that collect their own chunks;
 * exact (flat) vector search returns exactly the reference's top ``k``;
 * HNSW vector search (filtered graph walk with faiss' selector) returns only readable chunks,
   each once, and as many as the reference has up to ``k``.
@@ -28,7 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shelfhand.knowledge.analysis import tokenize_query
+from shelfhand.knowledge import keyword as keyword_module
+from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
 from shelfhand.knowledge.keyword import TantivyKeywordIndex
 from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document, Section
@@ -203,6 +206,7 @@ def test_filtered_search_equals_a_brute_force_filter(
     k: int,
     fetch: int,
     seed: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rows = _load(stores, specs, seed)
     readable = {r for r, spec in rows.items() if may_read(spec, caller)}
@@ -213,10 +217,17 @@ def test_filtered_search_equals_a_brute_force_filter(
         "sources": caller["sources"],
     }
 
-    # keyword: the reference ranks every chunk by the index's own unfiltered BM25
+    # keyword: the reference ranks every chunk by the index's own unfiltered BM25, on the
+    # query's rarer terms while those find k readable chunks, else on every term
     tokens = tokenize_query(" ".join(query))
     unfiltered = _unfiltered(stores.keyword, tokens, len(rows) + 1)
-    want = [(r, s) for r, s in unfiltered if r in readable][:k]
+    ranking = unfiltered
+    rarer = _rarer_terms(stores.keyword, tokens)
+    if rarer is not None:
+        by_rarer = _unfiltered(stores.keyword, rarer, len(rows) + 1)
+        if sum(1 for r, _ in by_rarer if r in readable) >= k:
+            ranking = by_rarer
+    want = [(r, s) for r, s in ranking if r in readable][:k]
     assert stores.keyword._labels is not None  # the writer checks with its labels
     for limit in (0, 10**6):  # the filtered query; the unfiltered ranking, then the check
         stores.keyword.oversample_limit = limit
@@ -226,10 +237,24 @@ def test_filtered_search_equals_a_brute_force_filter(
     forced = ForcedFetch(stores.keyword_dir, access="read-only")
     forced.fetch = fetch
     _same_ranking(forced.search(tokens, k, **acl), want)
-    if len(want) == k and len(unfiltered) > fetch:
+    if len(want) == k and len(ranking) > fetch and ranking is unfiltered and rarer is None:
         # the forced check saw too few readable hits unless the top ``fetch`` held k of them
-        held = sum(1 for r, _ in unfiltered[:fetch] if r in readable)
+        held = sum(1 for r, _ in ranking[:fetch] if r in readable)
         assert forced.paths["filtered" if held < k else "oversampled"] == 1
+
+    # the exact-identifier lookup (the query and a code): readable chunks holding the code,
+    # ranked by BM25 on the query, whether the filters check the holders (narrow) or collect
+    # their own chunks
+    asked = " ".join([*query, "E-203"])
+    tokens = tokenize_query(asked)
+    texts = stores.store.chunk_map(list(rows))
+    holders = {r for r, c in texts.items() if "E-203" in c.text.split()}
+    ranked_all = _unfiltered(stores.keyword, tokens, len(rows) + 1)
+    want_exact = [(r, s) for r, s in ranked_all if r in readable & holders][:k]
+    for narrow_share in (0.0, 1.0):
+        monkeypatch.setattr(keyword_module, "_NARROW_SHARE", narrow_share)
+        found = stores.keyword.search_exact(query_identifiers(asked), k, rank_by=tokens, **acl)
+        _same_ranking(found, want_exact)
 
     # vectors: exact search equals brute force; the HNSW walk returns only readable chunks
     q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)
@@ -237,12 +262,25 @@ def test_filtered_search_equals_a_brute_force_filter(
     exact = stores.exact.search(SPACE, q, k, **acl)
     assert [r for r, _ in exact] == ranked
     np.testing.assert_allclose(
-        [s for _, s in exact], [float(rows[r]["vector"] @ q) for r in ranked], rtol=1e-5
+        [s for _, s in exact], [float(rows[r]["vector"] @ q) for r in ranked], rtol=1e-5, atol=1e-6
     )
     graph = stores.hnsw.search(SPACE, q, k, **acl)
     got_ids = [r for r, _ in graph]
     assert set(got_ids) <= readable
     assert len(got_ids) == len(set(got_ids)) == min(k, len(readable))
+
+
+def _rarer_terms(index: TantivyKeywordIndex, tokens: list[str]) -> list[str] | None:
+    """The query's terms found in at most ``common_share`` of the chunks, when some are and
+    some are not (else None: every term ranks)."""
+    searcher = index._index.searcher()
+    terms = list(dict.fromkeys(t for t in tokens if t))
+    limit = index.common_share * searcher.num_docs
+    freqs = [searcher.doc_freq("body", t) for t in terms]
+    rarer = [t for t, df in zip(terms, freqs, strict=True) if df <= limit]
+    if len(rarer) == len(terms) or not any(freqs[terms.index(t)] for t in rarer):
+        return None
+    return rarer
 
 
 def _unfiltered(index: TantivyKeywordIndex, tokens: list[str], k: int) -> list[tuple[int, float]]:

@@ -93,6 +93,9 @@ _OVERSAMPLE_LIMIT = 2000
 # (searches of one segment: 15-20% faster at 1M than of the nine that ingest left, BENCHMARKS
 # "Keyword index in one segment"); tantivy takes the memory as it fills, not up front.
 _REBUILD_HEAP = 1_500_000_000
+# A required clause matching at most this share of the chunks is narrow: filters check its
+# chunks (lazy unions) rather than collect their own (term sets); see _run.
+_NARROW_SHARE = 0.05
 # Filter values beyond this many are never a lazy union of term queries (see _filter_query)
 # and are not counted for the share estimate.
 _UNION_MAX = 16
@@ -480,8 +483,13 @@ class TantivyKeywordIndex:
         terms = list(dict.fromkeys(t for t in identifiers if t))
         if not terms or k <= 0:
             return []
-        holds = tantivy.Query.boolean_query(self._should("codes", terms))
         searcher = self._searcher()
+        freqs = {t: int(searcher.doc_freq("codes", t)) for t in terms}
+        terms = [t for t in terms if freqs[t]]
+        if not terms:  # no chunk holds one
+            self.paths["empty"] += 1
+            return []
+        holds = tantivy.Query.boolean_query(self._should("codes", terms))
         ranked = self._ranked(searcher, list(dict.fromkeys(t for t in rank_by if t)))
         text = holds
         if ranked is not None:
@@ -491,7 +499,9 @@ class TantivyKeywordIndex:
                     (tantivy.Occur.Should, ranked),
                 ]
             )
-        return self._run(searcher, text, k, tenant_id, roles, doc_types, sources)
+        # few chunks hold the identifiers (usually): filters that only check those
+        narrow = sum(freqs.values()) <= _NARROW_SHARE * int(searcher.num_docs)
+        return self._run(searcher, text, k, tenant_id, roles, doc_types, sources, narrow=narrow)
 
     def _should(
         self, field: str, terms: Sequence[str], boost: float = 1.0
@@ -549,8 +559,12 @@ class TantivyKeywordIndex:
         doc_types: Sequence[str] | None,
         sources: Sequence[str] | None,
         oversample: bool = False,
+        *,
+        narrow: bool = False,
     ) -> list[tuple[int, float]]:
-        """``text`` as a required clause, the caller's visibility as zero-scored filters."""
+        """``text`` as a required clause, the caller's visibility as zero-scored filters.
+        ``narrow``: ``text`` matches few chunks, so the filters only check those (lazy unions;
+        a term-set filter would first collect every chunk of its values)."""
         occ = tantivy.Occur
         filters = self._filters(tenant_id, roles, doc_types, sources)
         if any(not values for _, values in filters):
@@ -574,7 +588,7 @@ class TantivyKeywordIndex:
         self.paths["filtered"] += 1
         clauses = [(occ.Must, text)] + [
             # Zero-scored: filters decide visibility, never ranking.
-            (occ.Must, tantivy.Query.const_score_query(self._filter_query(f, v, lazy=False), 0.0))
+            (occ.Must, tantivy.Query.const_score_query(self._filter_query(f, v, lazy=narrow), 0.0))
             for f, v in filters
         ]
         result = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False)

@@ -354,3 +354,18 @@ def test_a_term_in_most_chunks_does_not_rank_while_rarer_ones_find_k(
     assert {r for r, _ in with_common} == {r for r, _ in lamp_hits}
     assert min(s for _, s in with_common) > max(s for _, s in lamp_hits)
     kb.close()
+
+
+def test_the_keyword_search_hands_its_term_statistics_to_the_relevance_estimate(
+    kb: EmbeddedKnowledge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = tokenize_query("projector lamp 保修 nonexistentword")
+    hits = kb.keyword.search(tokens, 5, tenant_id="default", roles=[])
+    assert hits and hits.stats() == kb.keyword.doc_freqs(tokens)  # type: ignore[attr-defined]
+    # the estimate from the search's statistics equals the one that asks the index
+    asked = kb.retriever._relevance(tokens, list(hits), [], [])
+    assert kb.retriever._relevance(tokens, hits, [], []) == asked
+    # and a search does not ask again
+    monkeypatch.setattr(kb.keyword, "doc_freqs", lambda _: pytest.fail("statistics read twice"))
+    found = kb.retriever.search("projector lamp 保修 nonexistentword", k=3, mode="keyword")
+    assert {h.relevance for h in found} <= set(asked.values())

@@ -69,7 +69,7 @@ from shelfhand.knowledge.store import (
     IndexChange,
     SqliteKnowledgeStore,
 )
-from shelfhand.knowledge.types import Chunk
+from shelfhand.knowledge.types import Chunk, KeywordHits
 from shelfhand.knowledge.vector_labels import VectorLabels
 
 logger = logging.getLogger(__name__)
@@ -439,7 +439,7 @@ class TantivyKeywordIndex:
             every = self._ranked(searcher, terms, body_df)
             if every is not None:  # (it holds the ranked terms' clauses)
                 hits = self._run(searcher, every, k, tenant_id, roles, doc_types, sources, True)
-        return hits
+        return KeywordHits(hits, num_docs=int(searcher.num_docs), doc_freqs=list(body_df.values()))
 
     def _searcher(self) -> Any:
         """The searcher of the latest commit this process may see."""

@@ -68,7 +68,7 @@ from shelfhand.knowledge.ingest import Ingestor
 from shelfhand.knowledge.keyword import Access, TantivyKeywordIndex
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.store import SqliteKnowledgeStore
-from shelfhand.knowledge.types import Chunk, SearchHit
+from shelfhand.knowledge.types import Chunk, KeywordHits, SearchHit
 from shelfhand.knowledge.vectors import VectorIndexes
 from shelfhand.knowledge.versions import add_version_siblings
 
@@ -584,7 +584,12 @@ class HybridRetriever:
         """Every candidate's :func:`~shelfhand.knowledge.fusion.relevance`."""
         kw: dict[int, float] = {}
         if keyword:
-            num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
+            # the statistics the keyword search read, else the index's (e.g. a stand-in index)
+            stats = keyword.stats() if isinstance(keyword, KeywordHits) else None
+            if stats is not None:
+                num_docs, freqs = stats
+            else:
+                num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
             # the IDF of the terms that ranked the hits (the common ones may not have)
             terms = list(dict.fromkeys(t for t in query_tokens if t))
             ranked = set(ranking_terms(terms, freqs, num_docs, self.keyword_index.common_share))
@@ -592,6 +597,8 @@ class HybridRetriever:
                 bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
             )
             kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
+            if not cosines:
+                return kw  # (keyword evidence is already the relevance: 0..1)
         cos: dict[int, float] = {}
         for found, weight in zip(cosines, weights, strict=True):
             for rowid, c in found.items():

@@ -20,6 +20,7 @@ from typing import Any
 from shelfhand.knowledge.fusion import COMMON_SHARE, bm25_idf, ranking_terms
 from shelfhand.knowledge.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.pg.store import tsquery_literal
+from shelfhand.knowledge.types import KeywordHits
 
 __all__ = ["PgKeywordIndex"]
 
@@ -179,14 +180,17 @@ class PgKeywordIndex:
             n = fields.get("b", (0, 0))[0]
             if n == 0:
                 return []
-            if identifiers is None:
-                ranked = self._ranking_terms(terms, dfs, n)
-                if len(ranked) < len(terms):
-                    hits = self._scored(conn, ranked, None, k, fields, dfs, where, acl_params)
-                    if len(hits) == k:
-                        return hits
+            if identifiers is not None:
+                return self._scored(conn, terms, identifiers, k, fields, dfs, where, acl_params)
+            ranked = self._ranking_terms(terms, dfs, n)
+            hits: list[tuple[int, float]] = []
+            if len(ranked) < len(terms):
+                hits = self._scored(conn, ranked, None, k, fields, dfs, where, acl_params)
+                if len(hits) < k:
                     self.paths["common terms"] += 1  # the common terms rank the rest
-            return self._scored(conn, terms, identifiers, k, fields, dfs, where, acl_params)
+            if len(hits) < k:
+                hits = self._scored(conn, terms, None, k, fields, dfs, where, acl_params)
+        return KeywordHits(hits, num_docs=n, doc_freqs=[dfs.get(("b", t), 0) for t in terms])
 
     def _ranking_terms(
         self, terms: Sequence[str], dfs: dict[tuple[str, str], int], n: int

@@ -16,6 +16,7 @@ from shelfhand.core.db import Migration, applied_migrations, apply_migrations, c
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.keyword import TantivyKeywordIndex
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.store import SqliteKnowledgeStore
 from shelfhand.knowledge.types import Chunk, Document, Section
 from shelfhand.knowledge.vectors import VectorIndexes
 
@@ -119,6 +120,13 @@ def test_migrations_run_once_and_are_recorded_by_name(tmp_path: Path) -> None:
     assert conn.execute("SELECT COUNT(*) FROM a").fetchone()[0] == 1
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_the_knowledge_store_keeps_a_larger_page_cache(tmp_path: Path) -> None:
+    store = SqliteKnowledgeStore(tmp_path / "knowledge.db")
+    assert store._conn.execute("PRAGMA cache_size").fetchone()[0] == -65_536  # KiB
+    assert connect(tmp_path / "other.db").execute("PRAGMA cache_size").fetchone()[0] == -2000
+    store.close()
 
 
 def test_a_failing_migration_leaves_nothing_half_applied(tmp_path: Path) -> None:

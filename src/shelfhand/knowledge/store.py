@@ -82,6 +82,9 @@ class StoredChunk:
     chunk: Chunk
 
 
+_PAGE_CACHE_KIB = 65_536  # at most; SQLite fills it as pages are read
+
+
 def _json_tuple(text: str) -> tuple[Any, ...]:
     """A stored JSON list as a tuple; most are empty, which skips the decoder (searches read
     a dozen rows each)."""
@@ -120,6 +123,9 @@ class SqliteKnowledgeStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._conn = connect(self.path)
+        # Searches read a dozen random chunk rows each; SQLite's default 2 MB page cache does
+        # not hold the table's inner pages at 1M chunks (chunk reads -20% with 64 MiB there).
+        self._conn.execute(f"PRAGMA cache_size=-{_PAGE_CACHE_KIB}")
         self._lock = threading.RLock()
         self._indexes: list[DerivedIndex] = []
         self._deferred = 0

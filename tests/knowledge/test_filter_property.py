@@ -10,7 +10,7 @@ by inner product (vectors).
   ranking checked by a second tantivy query (a reading process), and that check with too few
   candidates (forced), which must fall back to the filtered query;
 * the exact-identifier lookup returns the reference's readable chunks holding the identifier,
-  with filters that check the holders and with filters that collect their own chunks;
+  ranked like the reference, on each of its query forms and paths;
 * exact (flat) vector search returns exactly the reference's top ``k``;
 * HNSW vector search (filtered graph walk with faiss' selector) returns only readable chunks,
   each once, and as many as the reference has up to ``k``.
@@ -243,18 +243,23 @@ def test_filtered_search_equals_a_brute_force_filter(
         assert forced.paths["filtered" if held < k else "oversampled"] == 1
 
     # the exact-identifier lookup (the query and a code): readable chunks holding the code,
-    # ranked by BM25 on the query, whether the filters check the holders (narrow) or collect
-    # their own chunks
+    # ranked by BM25 on the query, on each path: filters that check the holders (narrow) or
+    # collect their own chunks; ranking terms scored on the holders one by one or as a union;
+    # the filtered query, or the unfiltered ranking then checked (labels, or tantivy)
     asked = " ".join([*query, "E-203"])
     tokens = tokenize_query(asked)
     texts = stores.store.chunk_map(list(rows))
     holders = {r for r, c in texts.items() if "E-203" in c.text.split()}
     ranked_all = _unfiltered(stores.keyword, tokens, len(rows) + 1)
     want_exact = [(r, s) for r, s in ranked_all if r in readable & holders][:k]
-    for narrow_share in (0.0, 1.0):
+    for narrow_share, intersect, limit in itertools.product((0.0, 1.0), (0.0, 1e9), (0, 10**6)):
         monkeypatch.setattr(keyword_module, "_NARROW_SHARE", narrow_share)
+        monkeypatch.setattr(keyword_module, "_INTERSECT_RATIO", intersect)
+        stores.keyword.oversample_limit = limit  # the filtered query, or ranked then checked
         found = stores.keyword.search_exact(query_identifiers(asked), k, rank_by=tokens, **acl)
         _same_ranking(found, want_exact)
+    found = reader.search_exact(query_identifiers(asked), k, rank_by=tokens, **acl)
+    _same_ranking(found, want_exact)  # checked by a second tantivy query
 
     # vectors: exact search equals brute force; the HNSW walk returns only readable chunks
     q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)

@@ -455,6 +455,8 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
     if pg.store.count_chunks() != embedded.store.count_chunks():
         raise SystemExit("the database does not hold the workspace: run `import` first")
     pg.keyword.rare_share = args.rare_share  # type: ignore[attr-defined]
+    if args.keyword_common_share is not None:  # both stores: e.g. 1 for every term ranking
+        pg.keyword.common_share = embedded.keyword.common_share = args.keyword_common_share
     pg.keyword.bitmap_scan = not args.no_bitmap_scan  # type: ignore[attr-defined]
     stores = {"embedded": embedded, "pg": pg}
     for kb in stores.values():
@@ -470,6 +472,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         "exact_boost": not args.no_exact_boost,
         "rare_share": args.rare_share,
         "bitmap_scan": not args.no_bitmap_scan,
+        "keyword_common_share": pg.keyword.common_share,
         "load_before": _load(),
     }
     rows = []
@@ -539,6 +542,7 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         f"embedded vs PostgreSQL, {n:,} chunks, k={args.k} ({out['per_side']} per side),"
         f" {len(picked)} queries per caller, query vectors given, stores interleaved,"
         f" exact-identifier step {'on' if out['exact_boost'] else 'off'},"
+        f" keyword common share {out['keyword_common_share']},"
         f" PostgreSQL rare-terms-first {args.rare_share or 'off'}, bitmap scan"
         f" {'on' if out['bitmap_scan'] else 'off'};"
         f" load {out['load_before']} → {out['load_after']}",
@@ -655,6 +659,9 @@ def main() -> None:
         "--corpus-queries", type=int, default=300, help="latency-ws: as retrieval.py --queries"
     )
     parser.add_argument("--no-bitmap-scan", action="store_true", help="let the planner choose")
+    parser.add_argument(
+        "--keyword-common-share", type=float, default=None, help="latency-ws: both stores'"
+    )
     parser.add_argument(
         "--rare-share", type=float, default=0.0, help="PostgreSQL rare-terms-first pruning"
     )

@@ -519,8 +519,8 @@ class TantivyKeywordIndex:
         elif holders * len(clauses) <= _INTERSECT_RATIO * postings:
             # Few holders: score each ranking term on the holders only (an intersection seeks
             # the term's postings), instead of walking the terms' union up to each holder
-            # (which decodes every posting on the way): the same scores, 0.5 against 1.0 ms p50
-            # at 1M chunks (BENCHMARKS "Exact-identifier step").
+            # (which decodes most postings on the way): the same scores, 0.5-0.7 against
+            # 0.8-1.0 ms p50 at 1M chunks (BENCHMARKS.md, "The exact-identifier step").
             text = tantivy.Query.boolean_query(
                 [(occ.Should, holds)]
                 + [

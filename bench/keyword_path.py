@@ -42,12 +42,8 @@ from shelfhand.knowledge.store import SqliteKnowledgeStore
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", type=int, default=1_000_000)
-    ap.add_argument("--ws-dir", type=Path, default=Path("/tmp/shelfhand-bench-embedded"))
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
+    rs.workspace_arguments(ap)
     ap.add_argument("--rounds", type=int, default=2, help="passes over the queries per caller")
-    ap.add_argument("--callers", nargs="+", default=["admin", "anonymous", "sales"])
     ap.add_argument("--label", default="", help="a name for this checkout in the output")
     ap.add_argument("--summarize", type=Path, help="JSON lines of passes: medians per label")
     args = ap.parse_args()

@@ -34,11 +34,7 @@ from shelfhand.knowledge.retrieval import _Overlap, open_embedded_store
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", type=int, default=1_000_000)
-    ap.add_argument("--ws-dir", type=Path, default=Path("/tmp/shelfhand-bench-embedded"))
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--callers", nargs="+", default=["admin", "anonymous", "sales"])
+    rs.workspace_arguments(ap)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     corpus = rs.make_mixed_corpus(args.size, seed=args.seed, n_queries=args.queries)

@@ -29,6 +29,7 @@ Callers (tenant ``default``): admin (reads the whole tenant, 70% of the store), 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
@@ -184,6 +185,15 @@ class MixedCorpus:
         if filters and "doc_type" in filters:
             ok = ok & (self.doc_type == DOC_TYPES.index(filters["doc_type"]))
         return ok
+
+
+def workspace_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of a bench that reads a workspace built by ``retrieval.py embedded``."""
+    ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--ws-dir", type=Path, default=Path("/tmp/shelfhand-bench-embedded"))
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--callers", nargs="+", default=["admin", "anonymous", "sales"])
 
 
 def _draw(seed: int, what: int, n: int, p: tuple[float, ...]) -> np.ndarray:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -165,9 +165,15 @@ class Settings:
             chunk_overlap = int(file_values.get("chunk_overlap", 40))
             embed_timeout = float(pick("SHELFHAND_EMBED_TIMEOUT", "embed_timeout") or 2.0)
             turn_timeout = float(pick("SHELFHAND_TURN_TIMEOUT", "turn_timeout") or 120.0)
-            min_relevance = _min_relevance(pick("SHELFHAND_MIN_RELEVANCE", "min_relevance"))
-            common_share = _common_share(
-                pick("SHELFHAND_KEYWORD_COMMON_SHARE", "keyword_common_share")
+            min_relevance = _bounded(
+                pick, "min_relevance", DEFAULT_MIN_RELEVANCE, note="0 keeps every hit"
+            )
+            common_share = _bounded(
+                pick,
+                "keyword_common_share",
+                DEFAULT_KEYWORD_COMMON_SHARE,
+                low_open=True,
+                note="1 keeps every query term",
             )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid number in settings: {exc}") from exc
@@ -321,15 +327,23 @@ def rerank_options(pick: Any, env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _bounded(
-    value: object, *, name: str, env_key: str, default: float, low_open: bool, note: str
+    pick: Callable[[str, str], Any],
+    name: str,
+    default: float,
+    *,
+    low_open: bool = False,
+    note: str,
 ) -> float:
-    """``value`` as a number in 0..1 (above 0 when ``low_open``), ``default`` when unset; the
-    error names the setting, where to set it and ``note``."""
+    """Setting ``name`` (``SHELFHAND_<NAME>``, else ``name`` in shelfhand.toml) as a number in
+    0..1 (above 0 when ``low_open``), ``default`` when unset; the error names the setting,
+    where to set it and ``note``."""
+    env_key = f"SHELFHAND_{name.upper()}"
+    value = pick(env_key, name)
     if value is None or value == "":
         return default
     where = f"{env_key} or {name} in shelfhand.toml; {note}"
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)
     except (TypeError, ValueError):
         raise ConfigurationError(f"{name} {value!r} is not a number ({where})") from None
     above_low = number > 0.0 if low_open else number >= 0.0
@@ -337,28 +351,6 @@ def _bounded(
         use = "a share above 0 and up to 1" if low_open else "0..1"
         raise ConfigurationError(f"{name} {number:g} is out of range: use {use} ({where})")
     return number
-
-
-def _min_relevance(value: object) -> float:
-    return _bounded(
-        value,
-        name="min_relevance",
-        env_key="SHELFHAND_MIN_RELEVANCE",
-        default=DEFAULT_MIN_RELEVANCE,
-        low_open=False,
-        note="0 keeps every hit",
-    )
-
-
-def _common_share(value: object) -> float:
-    return _bounded(
-        value,
-        name="keyword_common_share",
-        env_key="SHELFHAND_KEYWORD_COMMON_SHARE",
-        default=DEFAULT_KEYWORD_COMMON_SHARE,
-        low_open=True,
-        note="1 keeps every query term",
-    )
 
 
 def check_answer_retrieval(value: object, *, where: str = "") -> AnswerRetrieval:

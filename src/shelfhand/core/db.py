@@ -42,7 +42,9 @@ class Migration:
             raise ValueError(f"migration {self.name!r} needs exactly one of sql= or run=")
 
 
-def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+def connect(
+    path: Path | str, *, busy_timeout_ms: int = 5000, cache_kib: int | None = None
+) -> sqlite3.Connection:
     """Open a SQLite file tuned for one writer and many readers.
 
     WAL journal, foreign keys on, a busy timeout and ``synchronous=NORMAL`` (durable at
@@ -53,6 +55,7 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connect
     Args:
         path: The database file; its parent directory is created when missing.
         busy_timeout_ms: How long a statement waits for another connection's lock.
+        cache_kib: The most page cache this connection keeps (SQLite's default: 2 MB).
     """
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +66,8 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connect
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     conn.execute("PRAGMA synchronous=NORMAL")
+    if cache_kib is not None:
+        conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
     return conn
 
 

@@ -585,9 +585,8 @@ class HybridRetriever:
         kw: dict[int, float] = {}
         if keyword:
             # the statistics the keyword search read, else the index's (e.g. a stand-in index)
-            stats = keyword.stats() if isinstance(keyword, KeywordHits) else None
-            if stats is not None:
-                num_docs, freqs = stats
+            if isinstance(keyword, KeywordHits):
+                num_docs, freqs = keyword.stats()
             else:
                 num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
             # the IDF of the terms that ranked the hits (the common ones may not have)

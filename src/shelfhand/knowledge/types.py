@@ -93,25 +93,19 @@ class SearchHit:
 class KeywordHits(list[tuple[int, float]]):
     """A keyword search's ``(rowid, BM25)`` hits, best first, with the statistics it read:
     ``num_docs`` and the body document frequency of each distinct query term (first-seen
-    order), what ``KeywordIndex.doc_freqs`` would return for the same tokens; ``None`` when
-    the search did not read them. The relevance estimate reuses them instead of asking the
-    index again (a second SQL round trip on PostgreSQL)."""
+    order), what ``KeywordIndex.doc_freqs`` returns for the same tokens. The relevance
+    estimate reuses them instead of asking the index again (a second SQL round trip on
+    PostgreSQL)."""
 
     __slots__ = ("doc_freqs", "num_docs")
 
     def __init__(
-        self,
-        hits: Iterable[tuple[int, float]] = (),
-        *,
-        num_docs: int | None = None,
-        doc_freqs: Sequence[int] | None = None,
+        self, hits: Iterable[tuple[int, float]], *, num_docs: int, doc_freqs: Sequence[int]
     ) -> None:
         super().__init__(hits)
         self.num_docs = num_docs
-        self.doc_freqs = None if doc_freqs is None else list(doc_freqs)
+        self.doc_freqs = list(doc_freqs)
 
-    def stats(self) -> tuple[int, list[int]] | None:
-        """``(num_docs, doc_freqs)`` when the search read both, else None."""
-        if self.num_docs is None or self.doc_freqs is None:
-            return None
+    def stats(self) -> tuple[int, list[int]]:
+        """``(num_docs, doc_freqs)``, as ``KeywordIndex.doc_freqs`` returns them."""
         return self.num_docs, self.doc_freqs

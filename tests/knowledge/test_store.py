@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shelfhand.core.db import Migration, applied_migrations, apply_migrations, connect
+from shelfhand.core.db import (
+    Migration,
+    applied_migrations,
+    apply_migrations,
+    connect,
+    transaction,
+)
+from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.embedding import EmbeddingRouter
 from shelfhand.knowledge.keyword import TantivyKeywordIndex
 from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
@@ -120,6 +127,22 @@ def test_migrations_run_once_and_are_recorded_by_name(tmp_path: Path) -> None:
     assert conn.execute("SELECT COUNT(*) FROM a").fetchone()[0] == 1
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_a_write_lock_held_elsewhere_is_a_clear_error_not_a_crash(tmp_path: Path) -> None:
+    holder = connect(tmp_path / "k.db")
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    waiting = connect(tmp_path / "k.db", busy_timeout_ms=50)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing, for longer than the timeout
+    with (
+        pytest.raises(DependencyUnavailableError, match=r"k\.db is locked .*waited 50 ms"),
+        transaction(waiting) as conn,
+    ):
+        conn.execute("INSERT INTO t VALUES (1)")
+    holder.execute("COMMIT")
+    with transaction(waiting) as conn:  # once it lets go, writing works again
+        conn.execute("INSERT INTO t VALUES (2)")
+    assert [r[0] for r in holder.execute("SELECT x FROM t")] == [2]
 
 
 def test_the_knowledge_store_keeps_a_larger_page_cache(tmp_path: Path) -> None:

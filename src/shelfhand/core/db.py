@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from shelfhand.core.errors import DependencyUnavailableError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Migration", "applied_migrations", "apply_migrations", "connect", "transaction"]
@@ -75,9 +77,23 @@ def connect(
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """Run the block in one ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
 
-    ``IMMEDIATE`` takes the write lock up front, so two writers never deadlock half-way.
+    ``IMMEDIATE`` takes the write lock up front, so two writers never deadlock half-way. When
+    another connection keeps it past the busy timeout, this raises
+    :class:`~shelfhand.core.errors.DependencyUnavailableError` naming the file (the service
+    answers 503, the CLI says so) instead of SQLite's bare "database is locked".
     """
-    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+        file = conn.execute("PRAGMA database_list").fetchone()[2] or ":memory:"
+        waited = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        raise DependencyUnavailableError(
+            f"the SQLite database {file} is locked by another connection (waited {waited} ms "
+            "for its write lock): try again when that process has finished writing",
+            dependency="sqlite",
+        ) from exc
     try:
         yield conn
     except BaseException:

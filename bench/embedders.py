@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from shelfhand.knowledge.embedders import MiniLMEmbedder, USEEmbedder
-from shelfhand.knowledge.embedding import Embedder
-from shelfhand.knowledge.evaluation import evaluate, load_beir
+from shelfhand.evals.retrieval import evaluate, load_beir
+from shelfhand.knowledge.embeddings.local import MiniLMEmbedder, USEEmbedder
+from shelfhand.knowledge.embeddings.router import Embedder
 
 SCIFACT = Path(os.environ.get("SCIFACT_DIR", "/work/shared/data/scifact"))
 

@@ -26,11 +26,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from shelfhand.core.tokens import count_tokens
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.chunking import count_tokens
-from shelfhand.knowledge.citations import prepare_evidence, to_citations
-from shelfhand.knowledge.conflicts import cache_clear, find_conflicts
-from shelfhand.knowledge.embedders import default_router
+from shelfhand.knowledge.embeddings.local import default_router
+from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
+from shelfhand.knowledge.evidence.conflicts import cache_clear, find_conflicts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGETS = (60, 100, 200)

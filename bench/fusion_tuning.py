@@ -4,7 +4,7 @@ Re-running ``shelfhand eval`` per idea costs minutes (query embedding dominates)
 runs every judged query of a BEIR dataset through the workspace's keyword index and every
 vector space once, stores the candidate lists (rowid, raw score) with the chunk → document
 mapping, and then replays fusion variants in pure Python/numpy against the qrels, using the
-same functions the retriever uses (:mod:`shelfhand.knowledge.fusion`).
+same functions the retriever uses (:mod:`shelfhand.knowledge.retrieval.fusion`).
 
 ::
 
@@ -34,9 +34,9 @@ K = 30  # chunks per query, as `shelfhand eval` asks
 def dump(beir: Path, workspace: Path, out: Path, limit: int | None = None) -> None:
     from shelfhand.app import App
     from shelfhand.core.context import ANONYMOUS
+    from shelfhand.evals.retrieval import load_beir
     from shelfhand.knowledge import fusion
     from shelfhand.knowledge.analysis import tokenize_query
-    from shelfhand.knowledge.evaluation import load_beir
 
     ds = load_beir(beir)
     app = App.from_settings(workspace)
@@ -94,7 +94,7 @@ Fuser = Callable[[dict[str, Any]], list[int]]
 
 
 def score(data: dict[str, Any], fuse: Fuser) -> dict[str, float]:
-    from shelfhand.knowledge.evaluation import evaluate
+    from shelfhand.evals.retrieval import evaluate
 
     doc_of = data["doc_of"]
     run: dict[str, list[str]] = {}

@@ -47,7 +47,7 @@ from typing import Any
 import faiss  # type: ignore[import-untyped]
 import numpy as np
 
-from shelfhand.knowledge.vectors import VectorSpace
+from shelfhand.knowledge.stores.faiss import VectorSpace
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from shelfhand.knowledge.embedders import default_router
-from shelfhand.knowledge.retrieval import SearchMode, open_embedded_store
+from shelfhand.knowledge.embeddings.local import default_router
+from shelfhand.knowledge.retrieval.hybrid import SearchMode
+from shelfhand.knowledge.stack import open_embedded_store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "src" / "shelfhand" / "samples"
 

@@ -170,8 +170,8 @@ def bench_rss(kb: int, tmp: Path) -> dict[str, Any]:
 
 def bench_embed(kb: int, tmp: Path) -> dict[str, Any]:
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.embedders import default_router
-    from shelfhand.knowledge.ingest import embedding_text
+    from shelfhand.knowledge.embeddings.local import default_router
+    from shelfhand.knowledge.ingest.ingestor import embedding_text
 
     root = tmp / "embed"
     root.mkdir()
@@ -205,8 +205,8 @@ def bench_embed(kb: int, tmp: Path) -> dict[str, Any]:
 def bench_windows(n_docs: int) -> dict[str, Any]:
     import numpy as np
 
-    from shelfhand.knowledge.embedders import MiniLMEmbedder
-    from shelfhand.knowledge.evaluation import evaluate, load_beir
+    from shelfhand.evals.retrieval import evaluate, load_beir
+    from shelfhand.knowledge.embeddings.local import MiniLMEmbedder
 
     ds = load_beir(Path(os.environ.get("SCIFACT_DIR", "/work/shared/data/scifact")))
     relevant = {d for judged in ds.qrels.values() for d in judged}

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from shelfhand.core.context import UserContext  # noqa: E402
-from shelfhand.devservices import start_postgres  # noqa: E402
+from shelfhand.dev.services import start_postgres  # noqa: E402
 from shelfhand.jobs.queue import IngestQueue, JobFile  # noqa: E402
 
 CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")

@@ -44,8 +44,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.keyword import TantivyKeywordIndex
-    from shelfhand.knowledge.store import PUBLIC_TAG
+    from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG
+    from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 
     if not args.index.exists():
         corpus = rl.make_corpus(args.chunks, seed=0, n_queries=10)

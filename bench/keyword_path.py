@@ -35,9 +35,9 @@ import retrieval_scale as rs
 
 import shelfhand
 from shelfhand.knowledge.analysis import query_identifiers
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
-from shelfhand.knowledge.retrieval import HybridRetriever
-from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 
 
 def main() -> None:

@@ -58,7 +58,7 @@ def _table(title: str, header: list[str], rows: list[list[Any]]) -> None:
 def _server(args: argparse.Namespace) -> tuple[str, Any]:
     if args.database_url:
         return str(args.database_url), None
-    from shelfhand.devservices import start_postgres
+    from shelfhand.dev.services import start_postgres
 
     folder = Path(tempfile.mkdtemp(prefix="shelfhand-bench-pg-"))
     server = start_postgres(folder / "data")
@@ -71,9 +71,9 @@ def _server(args: argparse.Namespace) -> tuple[str, Any]:
 def run_quality(args: argparse.Namespace) -> dict[str, Any]:
     from shelfhand.app import App
     from shelfhand.core.settings import Settings
-    from shelfhand.eval_runner import run_beir_eval
-    from shelfhand.knowledge.pg import PgDatabase, PgKnowledgeStore
-    from shelfhand.knowledge.pg.transfer import import_workspace
+    from shelfhand.evals.runner import run_beir_eval
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
+    from shelfhand.knowledge.stores.pg.transfer import import_workspace
 
     url, server = _server(args)
     base = url.rsplit("/", 1)[0]
@@ -131,12 +131,12 @@ def run_quality(args: argparse.Namespace) -> dict[str, Any]:
 def run_tsrank(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword nDCG@10 when the same GIN match is ranked by ``ts_rank`` instead of BM25 (the
     issue's rule: BM25 in SQL unless ts_rank is within 0.02 of the embedded store)."""
-    from shelfhand.eval_runner import _beir_queries, _score
-    from shelfhand.knowledge.evaluation import load_beir
-    from shelfhand.knowledge.pg import PgDatabase, PgKeywordIndex, PgKnowledgeStore
-    from shelfhand.knowledge.pg.db import acl_sql
-    from shelfhand.knowledge.pg.store import tsquery_literal
-    from shelfhand.knowledge.retrieval import HybridRetriever
+    from shelfhand.evals.retrieval import load_beir
+    from shelfhand.evals.runner import _beir_queries, _score
+    from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKeywordIndex, PgKnowledgeStore
+    from shelfhand.knowledge.stores.pg.db import acl_sql
+    from shelfhand.knowledge.stores.pg.store import tsquery_literal
 
     class TsRank(PgKeywordIndex):
         def search(self, query_tokens: Any, k: int, **acl: Any) -> list[tuple[int, float]]:
@@ -211,8 +211,8 @@ def run_import(args: argparse.Namespace) -> dict[str, Any]:
     """``pg-import`` of ``--workspace`` into ``--database-url``: wall, client CPU (this process
     and its analysis workers) and server CPU (``--pg-data``: a local server's data folder) per
     step (rows, each index built), then the database size."""
-    from shelfhand.knowledge.pg import PgDatabase, PgKnowledgeStore
-    from shelfhand.knowledge.pg.transfer import import_workspace
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
+    from shelfhand.knowledge.stores.pg.transfer import import_workspace
 
     data = Path(args.pg_data) if args.pg_data else None
     store = PgKnowledgeStore(PgDatabase(str(args.database_url)))
@@ -288,8 +288,8 @@ def run_import(args: argparse.Namespace) -> dict[str, Any]:
 def _build_pg(url: str, corpus: Any) -> tuple[Any, float]:
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.pg import open_pg_store
-    from shelfhand.knowledge.pg.store import ImportedDocument
+    from shelfhand.knowledge.stack import open_pg_store
+    from shelfhand.knowledge.stores.pg.store import ImportedDocument
     from shelfhand.knowledge.types import Document, Section
 
     kb = open_pg_store(url, None)
@@ -359,7 +359,7 @@ def _drop_indexes(db: Any) -> list[tuple[str, str]]:
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.retrieval import SearchMode
+    from shelfhand.knowledge.retrieval.hybrid import SearchMode
 
     corpus = rl.make_corpus(args.chunks, seed=args.seed, n_queries=args.queries)
     url, server = _server(args)
@@ -441,8 +441,8 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import retrieval_scale as rs
 
-    from shelfhand.knowledge.pg import open_pg_store
-    from shelfhand.knowledge.retrieval import SearchMode
+    from shelfhand.knowledge.retrieval.hybrid import SearchMode
+    from shelfhand.knowledge.stack import open_pg_store
 
     workspace = Path(args.workspace)
     meta = json.loads((workspace / "bench-corpus.json").read_text(encoding="utf-8"))
@@ -569,7 +569,7 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
     import retrieval_scale as rs
 
     from shelfhand.knowledge.analysis import tokenize_query
-    from shelfhand.knowledge.pg import PgDatabase, PgKeywordIndex
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKeywordIndex
 
     corpus = rs.make_mixed_corpus(args.chunks, seed=args.seed, n_queries=args.corpus_queries)
     picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]

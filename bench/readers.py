@@ -30,9 +30,11 @@ from typing import Any
 
 from shelfhand.core.errors import UnreadableDocumentError
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.limits import ReadLimits
-from shelfhand.knowledge.parse_worker import shared_worker
-from shelfhand.knowledge.readers import _Input, parse_in_process, read_file
+from shelfhand.knowledge.reading.formats import parse_in_process
+from shelfhand.knowledge.reading.limits import ReadLimits
+from shelfhand.knowledge.reading.parse_worker import shared_worker
+from shelfhand.knowledge.reading.readers import read_file
+from shelfhand.knowledge.reading.source import ReadInput as _Input
 
 MIB = 1024 * 1024
 

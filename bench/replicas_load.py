@@ -1,6 +1,6 @@
 """Load on 1 vs 2 ``shelfhand serve`` replicas sharing PostgreSQL and Redis (issue 14).
 
-Starts a local PostgreSQL 18 and redis-server (``shelfhand.devservices``), then for each
+Starts a local PostgreSQL 18 and redis-server (``shelfhand.dev.services``), then for each
 replica count: that many ``shelfhand serve`` processes on 127.0.0.1 with ``database_url`` and
 ``redis_url`` set (sessions, memory and audit in PostgreSQL; the turn lock and governance in
 Redis; keyword retrieval; the scripted model answering at once). N client sessions, spread
@@ -37,7 +37,7 @@ from service_load import (
     one_session,
 )
 
-from shelfhand.devservices import start_postgres, start_redis
+from shelfhand.dev.services import start_postgres, start_redis
 
 
 def start_replica(

@@ -34,7 +34,7 @@ from typing import Any
 from shelfhand.agent.llm_rerank import LlmReranker
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.retrieval import SearchMode
+from shelfhand.knowledge.retrieval.hybrid import SearchMode
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.providers.openai_chat import OpenAIChatModel
 
@@ -100,7 +100,7 @@ def main() -> None:
     )
     router = None
     if args.mode == "hybrid":
-        from shelfhand.knowledge.embedders import default_router
+        from shelfhand.knowledge.embeddings.local import default_router
 
         router = default_router()
     mode: SearchMode = "hybrid" if router is not None else "keyword"

@@ -182,7 +182,7 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
         kb, build = rs.build_workspace(workspace, corpus, seed_from=previous)
         previous = workspace
         if args.overlap_workers is not None:
-            from shelfhand.knowledge.retrieval import _Overlap
+            from shelfhand.knowledge.retrieval.hybrid import _Overlap
 
             kb.retriever._overlap.close()
             kb.retriever._overlap = _Overlap(args.overlap_workers)
@@ -269,10 +269,10 @@ def _ingest_batches(
 def run_ingest(args: argparse.Namespace) -> dict[str, Any]:
     import hashlib
 
-    from shelfhand.knowledge.chunking import chunk_document
-    from shelfhand.knowledge.embedders import default_router
-    from shelfhand.knowledge.ingest import embedding_text
-    from shelfhand.knowledge.retrieval import open_embedded_store
+    from shelfhand.knowledge.embeddings.local import default_router
+    from shelfhand.knowledge.ingest.chunking import chunk_document
+    from shelfhand.knowledge.ingest.ingestor import embedding_text
+    from shelfhand.knowledge.stack import open_embedded_store
     from shelfhand.knowledge.types import Document, Section
 
     docs: list[Document] = []
@@ -292,7 +292,7 @@ def run_ingest(args: argparse.Namespace) -> dict[str, Any]:
                     content_hash=hashlib.sha256(f"{d['title']}\x00{body}".encode()).hexdigest(),
                 )
             )
-    from shelfhand.knowledge.embedding import EmbeddingRouter, detect_language
+    from shelfhand.knowledge.embeddings.router import EmbeddingRouter, detect_language
 
     default = default_router()
     cpu = _CpuMeter()

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import retrieval_scale as rs
 
-from shelfhand.knowledge.retrieval import _Overlap, open_embedded_store
+from shelfhand.knowledge.retrieval.hybrid import _Overlap
+from shelfhand.knowledge.stack import open_embedded_store
 
 
 def main() -> None:

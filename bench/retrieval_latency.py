@@ -31,18 +31,14 @@ import tantivy
 
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
-from shelfhand.knowledge.embedders import MiniLMEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
-from shelfhand.knowledge.retrieval import (
-    EmbeddedKnowledge,
-    HybridRetriever,
-    SearchMode,
-    open_embedded_store,
-)
-from shelfhand.knowledge.store import PUBLIC_TAG, IndexChange, StoredChunk
+from shelfhand.knowledge.embeddings.local import MiniLMEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.retrieval.hybrid import HybridRetriever, SearchMode
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.stores.faiss import VectorIndexes
+from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, StoredChunk
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vectors import VectorIndexes
 
 logger = logging.getLogger("bench.retrieval")
 

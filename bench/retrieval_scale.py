@@ -49,10 +49,11 @@ import tantivy
 
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.analysis import tokenize_query
-from shelfhand.knowledge.fusion import ranking_terms
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, SearchMode, open_embedded_store
+from shelfhand.knowledge.retrieval.hybrid import SearchMode
+from shelfhand.knowledge.scoring import ranking_terms
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.stores.faiss import adaptive_ef
 from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vectors import adaptive_ef
 
 logger = logging.getLogger("bench.retrieval")
 

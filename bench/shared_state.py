@@ -1,6 +1,6 @@
 """What shared state costs per operation: in the process vs Redis / PostgreSQL (issue 14.3).
 
-Starts a local redis-server and PostgreSQL 18 (``shelfhand.devservices``) in a temporary
+Starts a local redis-server and PostgreSQL 18 (``shelfhand.dev.services``) in a temporary
 folder, then times, as medians of ``--repeats`` blocks of ``--n`` operations (wall time,
 loopback, one client):
 
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shelfhand import Toolkit, UserContext, tool
-from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock, TurnLock
+from shelfhand.backends.postgres import open_pool
+from shelfhand.backends.redis import open_redis
 from shelfhand.core.context import RunContext
 from shelfhand.core.messages import Message, ToolCallBlock
-from shelfhand.core.pg import open_pool
-from shelfhand.core.shared import open_redis
-from shelfhand.devservices import start_postgres, start_redis
+from shelfhand.dev.services import start_postgres, start_redis
+from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock, TurnLock
 from shelfhand.sessions.pg import PgSessionStore
 from shelfhand.sessions.store import SessionStore, SqliteSessionStore
 from shelfhand.tools.governance import Governance

@@ -8,7 +8,7 @@ passage from a document that holds the answer. Needs an OpenAI-compatible server
     python scripts/local_model.py serve --port 8080 &          # Qwen2.5-Coder-0.5B, 1 thread
     python bench/tool_calls.py --base-url http://127.0.0.1:8080/v1 --model qwen2.5-coder-0.5b
 
-The tools carry the reference scenario's routing examples (``shelfhand.demo.TOOL_EXAMPLES``,
+The tools carry the reference scenario's routing examples (``shelfhand.tools.demo.TOOL_EXAMPLES``,
 ``RETRIEVE_EXAMPLES``); ``--no-examples`` measures them without. ``--cases`` runs another case
 file, e.g. ``bench/tool_cases_heldout.jsonl`` (12 requests written apart from the examples
 and the bundled cases, to check the examples for overfitting).
@@ -36,9 +36,9 @@ from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ModelError
 from shelfhand.core.settings import Settings
+from shelfhand.evals.tool_eval import load_tool_cases, run_tool_eval, sample_tool_cases
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.providers.openai_chat import OpenAIChatModel
-from shelfhand.tool_eval import load_tool_cases, run_tool_eval, sample_tool_cases
 
 MODES = ("plain", "native", "constrained")
 QUESTIONS = [  # (question, documents that answer it), from samples/projector-eval.jsonl

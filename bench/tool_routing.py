@@ -13,7 +13,7 @@ What it measures:
   (``rotate:N``): how much the listing order decides;
 - ``--samples N --temperature T``: self-consistency, the majority of N sampled decisions
   (ties: the first reached);
-- ``--no-examples``: the tools without their routing examples (``shelfhand.demo``);
+- ``--no-examples``: the tools without their routing examples (``shelfhand.tools.demo``);
   ``--cases``: another case file (e.g. ``bench/tool_cases_heldout.jsonl``);
 - ``--top``: the model's probabilities of the first token of the decision (llama.cpp
   reports them before the grammar masks tokens), e.g. ``none`` 0.51 / ``retrieve`` 0.28.
@@ -43,9 +43,9 @@ import httpx
 from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.core.messages import Message
-from shelfhand.demo import RETRIEVE_EXAMPLES, demo_database, make_tools
+from shelfhand.evals.tool_eval import load_tool_cases, sample_tool_cases
 from shelfhand.providers.tool_modes import NO_TOOL, prompted_messages
-from shelfhand.tool_eval import load_tool_cases, sample_tool_cases
+from shelfhand.tools.demo import RETRIEVE_EXAMPLES, demo_database, make_tools
 from shelfhand.tools.toolkit import Toolkit
 
 

@@ -18,19 +18,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shelfhand import Agent, Approvals, KnowledgeBase, Toolkit, UserContext
-from shelfhand.demo import demo_database, make_tools
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.citations import label
-from shelfhand.knowledge.embedders import default_router
+from shelfhand import Agent, Approvals, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand.knowledge import default_router, label, sample_corpus
 from shelfhand.testing import ScriptedModel, text, tool_call
-from shelfhand.tools.approvals import ApprovalRequest
+from shelfhand.tools import ApprovalRequest
+from shelfhand.tools.demo import demo_database, make_tools
 
 
 async def main(workspace: Path) -> list[str]:
     kb = KnowledgeBase(workspace / "kb", default_router())
     kb.ingest([sample_corpus()])
-    toolkit = Toolkit([kb.as_tool(), *make_tools(demo_database(workspace / "shop.db"))])
+    toolkit = Toolkit([retrieve_tool(kb), *make_tools(demo_database(workspace / "shop.db"))])
     customer = UserContext(tenant_id="default", user_id="u7", roles=["user"])
     answers: list[str] = []
 

@@ -22,9 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shelfhand import Approvals, KnowledgeBase, Toolkit, UserContext
-from shelfhand.agent.subagents import Subagent
-from shelfhand.agent.supervisor import Supervisor
+from shelfhand import Approvals, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand.agent import Subagent, Supervisor
 from shelfhand.core.events import (
     ApprovalRequired,
     Final,
@@ -33,11 +32,11 @@ from shelfhand.core.events import (
     ToolFinished,
     ToolStarted,
 )
-from shelfhand.demo import demo_database, make_tools
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.models.base import ChatModel
+from shelfhand.knowledge import sample_corpus
+from shelfhand.models import ChatModel
 from shelfhand.testing import ScriptedModel, text, tool_call
-from shelfhand.tools.approvals import ApprovalRequest
+from shelfhand.tools import ApprovalRequest
+from shelfhand.tools.demo import demo_database, make_tools
 
 QUESTIONS = (
     "投影仪的保修期是多久？SKU2024-011 有货吗？报个价",
@@ -116,10 +115,10 @@ def specialists(models: dict[str, ChatModel]) -> list[Subagent]:
 async def main(workspace: Path, *, real: bool = False) -> list[str]:
     kb = KnowledgeBase(workspace / "kb", None, mode="keyword")
     kb.ingest([sample_corpus()])
-    toolkit = Toolkit([kb.as_tool(), *make_tools(demo_database(workspace / "shop.db"))])
+    toolkit = Toolkit([retrieve_tool(kb), *make_tools(demo_database(workspace / "shop.db"))])
     customer = UserContext(tenant_id="default", user_id="u7", roles=["user"])
     if real:
-        from shelfhand.providers.openai_chat import OpenAIChatModel
+        from shelfhand.providers import OpenAIChatModel
 
         model: ChatModel = OpenAIChatModel.from_env()
         models: dict[str, ChatModel] = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shelfhand.devservices import LocalPostgres, LocalRedis, start_postgres, start_redis
+from shelfhand.dev.services import LocalPostgres, LocalRedis, start_postgres, start_redis
 
 
 @pytest.fixture

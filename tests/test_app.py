@@ -13,7 +13,7 @@ from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embedding import EmbeddingRouter, Vectors
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 
 
 class BrokenEmbedder:

@@ -5,14 +5,14 @@ The public names below are imported lazily so that ``import shelfhand`` stays fa
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from shelfhand.core.lazy import lazy_exports
+from shelfhand.core.version import __version__ as __version__
 
 _EXPORTS: dict[str, str] = {
     "Agent": "shelfhand.agent.agent",
-    "RunResult": "shelfhand.agent.agent",
+    "RunResult": "shelfhand.core.results",
     "ConversationMemory": "shelfhand.agent.memory",
     "KnowledgeAgent": "shelfhand.agent.retrieve",
     "Toolkit": "shelfhand.tools.toolkit",
@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "ModelError": "shelfhand.core.errors",
     "KnowledgeBase": "shelfhand.knowledge.base",
     "App": "shelfhand.app",
+    "retrieve_tool": "shelfhand.agent.retrieve",
 }
 
 __all__ = [
@@ -61,13 +62,14 @@ __all__ = [
     "Toolkit",
     "TransientToolError",
     "UserContext",
+    "retrieve_tool",
     "tool",
 ]
 
 if TYPE_CHECKING:
-    from shelfhand.agent.agent import Agent, RunResult
+    from shelfhand.agent.agent import Agent
     from shelfhand.agent.memory import ConversationMemory
-    from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.agent.retrieve import KnowledgeAgent, retrieve_tool
     from shelfhand.app import App
     from shelfhand.core.context import RunContext, UserContext
     from shelfhand.core.errors import (
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
         TransientToolError,
     )
     from shelfhand.core.messages import Citation, Message
+    from shelfhand.core.results import RunResult
     from shelfhand.core.settings import Settings
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.tools.approvals import ApprovalDecision, Approvals
@@ -87,14 +90,4 @@ if TYPE_CHECKING:
     from shelfhand.tools.toolkit import Toolkit
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shelfhand' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -24,17 +24,18 @@ if TYPE_CHECKING:
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
     from shelfhand.agent.tasks import TaskRegistry
-    from shelfhand.api.turn_lock import TurnLock
-    from shelfhand.api.uploads import UploadRecords
+    from shelfhand.backends.shared import SharedState
     from shelfhand.core.context import UserContext
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.embedding import EmbeddingRouter
-    from shelfhand.knowledge.keyword import Access
-    from shelfhand.knowledge.limits import ReadLimits
-    from shelfhand.knowledge.rerank import Reranker
-    from shelfhand.knowledge.workspace_lock import Role
+    from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+    from shelfhand.knowledge.reading.limits import ReadLimits
+    from shelfhand.knowledge.retrieval.rerank import Reranker
+    from shelfhand.knowledge.stores.tantivy import Access
+    from shelfhand.knowledge.stores.workspace_lock import Role
     from shelfhand.models.base import ChatModel
+    from shelfhand.service.turn_lock import TurnLock
+    from shelfhand.service.uploads import UploadRecords
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.approvals import Approvals
@@ -79,7 +80,7 @@ class App:
             self._model_built = True
             s = self.settings
             if s.model and s.model.startswith("scripted:"):
-                from shelfhand.testing import load_scripted_model
+                from shelfhand.models.scripted import load_scripted_model
 
                 self.model = load_scripted_model(s.model.split(":", 1)[1])
             elif s.model:
@@ -99,7 +100,7 @@ class App:
     def knowledge_store(self) -> str:
         """Which knowledge store this app uses, for status output (no password)."""
         if self.settings.database_url:
-            from shelfhand.core.pg import redact_url
+            from shelfhand.backends.urls import redact_url
 
             return f"postgresql ({redact_url(self.settings.database_url)})"
         return f"embedded ({self.settings.workspace})"
@@ -113,7 +114,7 @@ class App:
             ConfigurationError: unreachable, or pgvector missing (what to do is in the message).
         """
         if self.settings.database_url:
-            from shelfhand.core.pg import check_postgres
+            from shelfhand.backends.postgres import check_postgres
 
             check_postgres(self.settings.database_url, need_vector=True)
 
@@ -152,7 +153,7 @@ class App:
 
     def read_limits(self) -> ReadLimits:
         """The per-file reading limits from ``[limits]`` (a bad table fails here)."""
-        from shelfhand.knowledge.limits import ReadLimits
+        from shelfhand.knowledge.reading.limits import ReadLimits
 
         return ReadLimits.from_mapping(self.settings.limits)
 
@@ -189,8 +190,8 @@ class App:
             ConfigurationError: The configured PostgreSQL is unreachable or lacks pgvector.
         """
         from shelfhand.knowledge.base import KnowledgeBase
-        from shelfhand.knowledge.limits import configure_limits
-        from shelfhand.knowledge.workspace_lock import WorkspaceLock
+        from shelfhand.knowledge.reading.limits import configure_limits
+        from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
 
         configure_limits(self.read_limits())
         lock = None
@@ -241,7 +242,7 @@ class App:
         """
         s = self.settings
         if s.rerank == "endpoint" and s.rerank_url:
-            from shelfhand.knowledge.rerank import HttpReranker
+            from shelfhand.knowledge.retrieval.rerank import HttpReranker
 
             return HttpReranker(
                 s.rerank_url,
@@ -256,7 +257,7 @@ class App:
             if self.model is not None or not s.model:
                 model = self.model
             elif s.model.startswith("scripted:"):
-                from shelfhand.testing import load_scripted_model
+                from shelfhand.models.scripted import load_scripted_model
 
                 model = load_scripted_model(s.model.split(":", 1)[1])
             else:
@@ -313,10 +314,10 @@ class App:
         """Who owns each uploaded source: in PostgreSQL with ``database_url`` (shared by
         replicas and workers), else in ``<workspace>/sessions.db``."""
         if self.settings.database_url:
-            from shelfhand.api.pg_uploads import PgUploadRegistry
+            from shelfhand.service.pg_uploads import PgUploadRegistry
 
             return PgUploadRegistry.open(self.settings.database_url)
-        from shelfhand.api.uploads import UploadRegistry
+        from shelfhand.service.uploads import UploadRegistry
 
         return UploadRegistry(self.settings.workspace / "sessions.db")
 
@@ -474,7 +475,11 @@ class App:
         """The connections to the services replicas share (opened once, checked now: an
         unreachable ``redis_url`` or ``database_url`` fails here, at start-up)."""
         if self._shared is None:
-            self._shared = SharedState.open(self.settings)
+            from shelfhand.backends.shared import SharedState
+
+            self._shared = SharedState.open(
+                redis_url=self.settings.redis_url, database_url=self.settings.database_url
+            )
         return self._shared
 
     def session_store(self) -> SessionStore:
@@ -529,7 +534,7 @@ class App:
     def turn_lock(self) -> TurnLock:
         """One turn at a time per session: in Redis with ``redis_url`` (across replicas),
         else in the process."""
-        from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock
+        from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock
 
         redis = self.shared_state().redis
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
@@ -553,53 +558,16 @@ class App:
         return load_api_keys(self.settings.workspace)
 
 
-@dataclass(slots=True)
-class SharedState:
-    """Connections to what replicas share: Redis (``redis_url``) and PostgreSQL
-    (``database_url``); ``None`` for what is not configured."""
-
-    redis: Any = None
-    """A ``redis.Redis`` client (strings decoded)."""
-    pool: Any = None
-    """A ``psycopg_pool.ConnectionPool`` for sessions, memory and audit."""
-
-    @classmethod
-    def open(cls, settings: Settings) -> SharedState:
-        """Connect to what is configured; an unreachable service is a ConfigurationError."""
-        state = cls()
-        try:
-            if settings.redis_url:
-                from shelfhand.core.shared import open_redis
-
-                state.redis = open_redis(settings.redis_url)
-            if settings.database_url:
-                from shelfhand.core.pg import open_pool
-
-                state.pool = open_pool(settings.database_url, max_size=10)
-        except BaseException:
-            state.close()
-            raise
-        return state
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-        if self.redis is not None:
-            self.redis.close()
-            self.redis = None
-
-
 def _build_router(spec: str) -> EmbeddingRouter:
     """``default`` (MiniLM for English + USE for Chinese), ``hashing``, or ``openai:<model>``."""
-    from shelfhand.knowledge.embedding import EmbeddingRouter
+    from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 
     if spec == "default":
-        from shelfhand.knowledge.embedders import default_router
+        from shelfhand.knowledge.embeddings.local import default_router
 
         return default_router()
     if spec == "hashing":
-        from shelfhand.knowledge.embedders import HashingEmbedder
+        from shelfhand.knowledge.embeddings.local import HashingEmbedder
 
         return EmbeddingRouter({"any": HashingEmbedder()})
     if spec.startswith("openai:"):

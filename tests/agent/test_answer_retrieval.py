@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.grounding import as_model_sees
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
@@ -18,8 +18,8 @@ from shelfhand.core.events import CitationsFound, Final, ToolFinished, ToolStart
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
 
@@ -67,7 +67,7 @@ async def test_context_mode_puts_numbered_passages_in_the_first_request_and_need
     kb: KnowledgeBase, question: str, expected: str
 ) -> None:
     model = ScriptedModel([text("答案 [1]。")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="context")
     result = await agent.run(question, context=ACME)
 
     assert len(model.requests) == 1  # one model call: no tool round trip
@@ -89,7 +89,7 @@ async def test_tool_mode_retrieves_only_when_the_model_calls(
     kb: KnowledgeBase, question: str, expected: str
 ) -> None:
     model = ScriptedModel([tool_call("retrieve", {"query": "E-203"}), text("[1]")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="tool")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="tool")
     result = await agent.run(question, context=ACME)
     assert tool_messages(model.requests[0]) == []  # nothing up front
     assert "retrieve" in offered(model, 0)
@@ -97,7 +97,9 @@ async def test_tool_mode_retrieves_only_when_the_model_calls(
     assert result.citations[0].index == 1
 
     lazy = ScriptedModel([text("I think so.")])
-    alone = await Agent(model=lazy, toolkit=Toolkit([kb.as_tool()])).run(question, context=ACME)
+    alone = await Agent(model=lazy, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        question, context=ACME
+    )
     assert tool_messages(lazy.requests[0]) == [] and alone.citations == ()  # tool is the default
 
 
@@ -108,7 +110,7 @@ async def test_both_mode_retrieves_up_front_and_the_model_may_retrieve_more(
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "warranty 保修 period"}), text("[1][4]")]
     )
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="both")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="both")
     events = [e async for e in agent.stream(question, context=ACME)]
 
     assert expected in shown_passages(model.requests[0])
@@ -133,7 +135,7 @@ async def test_both_mode_retrieves_up_front_and_the_model_may_retrieve_more(
 async def test_up_front_retrieval_reads_only_what_the_caller_may_read(kb: KnowledgeBase) -> None:
     async def answer(user: UserContext) -> str:
         model = ScriptedModel([text("ok")])
-        agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+        agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="context")
         await agent.run("E-203 bonus table 机密", context=user)
         return shown_passages(model.requests[0])
 
@@ -147,7 +149,7 @@ async def test_up_front_retrieval_is_an_audited_governed_call(
 ) -> None:
     audit = AuditLog(tmp_path / "audit.db")
     model = ScriptedModel([text("ok")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()], audit=audit), retrieval="both")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)], audit=audit), retrieval="both")
     result = await agent.run("拆封后还能退吗？", context=ACME)
     audit.flush()
     records = audit.query(tool="retrieve")
@@ -229,14 +231,14 @@ async def test_a_failed_up_front_retrieval_is_an_error_result_and_the_model_stil
 
 async def test_a_message_without_text_gets_no_up_front_retrieval(kb: KnowledgeBase) -> None:
     model = ScriptedModel([text("?")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="context")
     result = await agent.run("   ", context=ACME)
     assert tool_messages(model.requests[0]) == [] and result.citations == ()
 
 
 async def test_the_up_front_call_is_marked_as_the_frameworks(kb: KnowledgeBase) -> None:
     model = ScriptedModel([tool_call("retrieve", {"query": "保修"}), text("[1][4]")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="both")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="both")
     result = await agent.run("灯泡保修多久？", context=ACME)
     assert result.messages[1].metadata == {"upfront": True}
     assert result.messages[3].metadata == {}  # the model's own call

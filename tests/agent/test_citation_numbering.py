@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.core.citations import CitationLedger, cited_numbers
 from shelfhand.core.events import Final, event_to_dict
 from shelfhand.core.messages import Citation, ToolResultBlock
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.governance import Governance
 
@@ -58,7 +58,7 @@ async def test_two_retrieves_in_one_turn_give_distinct_numbers_that_match_their_
             text("answer [1][4]"),
         ]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(first, context=ACME)
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(first, context=ACME)
     one, two, again = tool_results(result.messages)
 
     # the second call goes on from where the first stopped
@@ -97,7 +97,7 @@ async def test_a_cited_number_that_was_never_given_is_flagged(kb: KnowledgeBase)
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "拆封 退货", "top_k": 2}), text("可以退 [1]，详见 [9]。")]
     )
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]))
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]))
     events = [e async for e in agent.stream("拆封后还能退吗？", context=ACME)]
     final = events[-1]
     assert isinstance(final, Final)
@@ -114,7 +114,7 @@ async def test_an_answer_citing_without_any_retrieval_has_only_unknown_numbers()
 
 
 async def test_concurrent_runs_never_share_numbers(kb: KnowledgeBase) -> None:
-    toolkit = Toolkit([kb.as_tool()])  # one toolkit, one governance: as in the service
+    toolkit = Toolkit([retrieve_tool(kb)])  # one toolkit, one governance: as in the service
     busy = Agent(
         model=ScriptedModel(
             [
@@ -135,7 +135,7 @@ async def test_concurrent_runs_never_share_numbers(kb: KnowledgeBase) -> None:
     assert len(first.citations) > len(second.citations)
     assert first.unknown_citations == ()
     # identical concurrent retrieve calls of two runs each run: the numbers belong to a run
-    assert Governance().plan(kb.as_tool()).dedup is False
+    assert Governance().plan(retrieve_tool(kb)).dedup is False
 
 
 def test_the_ledger_keeps_first_numbers_and_drops_duplicates_within_one_call() -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext
+from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.fallbacks import NOT_COVERED, found_nothing
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.compress import GAP
+from shelfhand.knowledge.evidence.compress import GAP
 from shelfhand.testing import ScriptedModel, text, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +40,7 @@ async def test_the_warranty_question_shows_both_versions_with_a_conflict_flag(
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "整机保修期", "top_k": 5}), text("24 个月 [3]。")]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
         "整机保修期多久？", context=ACME
     )
     (passages,) = result.messages[2].tool_results
@@ -67,7 +67,9 @@ async def test_passages_that_agree_carry_no_flag(kb: KnowledgeBase) -> None:
         # top 5 brings both warranty versions too, which rightly disagree
         [tool_call("retrieve", {"query": "E-203 灯泡过热", "top_k": 3}), text("ok")]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=ACME)
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=ACME
+    )
     assert result.citations
     assert all(c.conflicts_with == () and c.conflict_note == "" for c in result.citations)
     assert "Note:" not in result.messages[2].tool_results[0].content
@@ -82,7 +84,9 @@ async def test_a_second_retrieval_is_checked_against_the_first(kb: KnowledgeBase
             text("ok"),
         ]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("保修？", context=ACME)
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "保修？", context=ACME
+    )
     first = result.messages[2].tool_results[0].citations
     second = result.messages[4].tool_results[0].citations
     assert [c.source for c in first] == ["projector/warranty-policy-v1.md"]
@@ -125,7 +129,7 @@ async def test_with_nothing_found_the_model_is_told_to_say_so_and_a_blank_reply_
     kb: KnowledgeBase,
 ) -> None:
     model = ScriptedModel([text(""), text("")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="context")
     result = await agent.run("整机保修期多久？", context=NOBODY)
     shown = model.requests[0][-1].text
     assert "No relevant passages were found" in shown and "do not cover this" in shown
@@ -136,7 +140,7 @@ async def test_with_nothing_found_the_model_is_told_to_say_so_and_a_blank_reply_
 
 async def test_an_honest_not_covered_answer_passes_through(kb: KnowledgeBase) -> None:
     model = ScriptedModel([text("文档中没有相关内容。")])
-    agent = Agent(model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="both")
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="both")
     result = await agent.run("火星上能用投影仪吗？", context=NOBODY)
     assert result.output == "文档中没有相关内容。" and result.citations == ()
     assert found_nothing(result.messages)

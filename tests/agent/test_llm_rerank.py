@@ -17,7 +17,7 @@ from shelfhand.app import App
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.rerank import RerankError
+from shelfhand.knowledge.retrieval.rerank import RerankError
 from shelfhand.knowledge.types import Document, SearchHit, Section
 from shelfhand.models.base import ToolSchema
 from shelfhand.providers.openai_chat import OpenAIChatModel

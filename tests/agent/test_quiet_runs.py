@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, tool
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.agent import agent as agent_module
 from shelfhand.agent.agent import RunResult
 from shelfhand.agent.subagents import Subagent
@@ -35,8 +35,8 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.approvals import Approvals
 
@@ -116,12 +116,16 @@ def approved(kb: KnowledgeBase) -> tuple[Agent, str, Approvals | None]:
 
 def retrieved_by_tool(kb: KnowledgeBase) -> tuple[Agent, str, Approvals | None]:
     model = ScriptedModel([tool_call("retrieve", {"query": "E-203 故障"}), text("灯泡过热 [1]")])
-    return Agent(name="w", model=model, toolkit=Toolkit([kb.as_tool()])), "E-203 是什么故障？", None
+    return (
+        Agent(name="w", model=model, toolkit=Toolkit([retrieve_tool(kb)])),
+        "E-203 是什么故障？",
+        None,
+    )
 
 
 def retrieved_up_front(kb: KnowledgeBase) -> tuple[Agent, str, Approvals | None]:
     model = ScriptedModel([text("E-203 means the lamp overheats [1]")])
-    agent = Agent(name="w", model=model, toolkit=Toolkit([kb.as_tool()]), retrieval="context")
+    agent = Agent(name="w", model=model, toolkit=Toolkit([retrieve_tool(kb)]), retrieval="context")
     return agent, "What does error E-203 mean?", None
 
 

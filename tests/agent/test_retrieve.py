@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext
+from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.retrieve import NOT_CONFIGURED, make_retrieve_tool
 from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ async def test_citations_from_retrieve_reach_the_run_result(kb: KnowledgeBase) -
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "拆封 退货"}), text("拆封后 7 天内可退 [1]。")]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
         "拆封后还能退吗？", context=ACME
     )
     assert result.output == "拆封后 7 天内可退 [1]。"
@@ -53,12 +53,14 @@ async def test_the_caller_identity_comes_from_the_context_not_the_arguments(
     kb: KnowledgeBase,
 ) -> None:
     # the model cannot pass a tenant: the schema has no such parameter and extra ones are refused
-    schema = kb.as_tool().schema()["function"]["parameters"]
+    schema = retrieve_tool(kb).schema()["function"]["parameters"]
     assert set(schema["properties"]) == {"query", "top_k"}
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "E-203", "tenant_id": "acme"}), text("ok")]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=GLOBEX)
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=GLOBEX
+    )
     refused = result.messages[2].tool_results[0]
     assert refused.is_error and "tenant_id" in refused.content
 
@@ -67,17 +69,23 @@ async def test_another_tenant_and_untagged_roles_see_nothing_they_may_not_read(
     kb: KnowledgeBase,
 ) -> None:
     model = ScriptedModel([tool_call("retrieve", {"query": "E-203", "top_k": 8}), text("ok")])
-    other = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=GLOBEX)
+    other = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=GLOBEX
+    )
     assert other.citations == ()
     assert "No relevant passages" in other.messages[2].tool_results[0].content
 
     model = ScriptedModel([tool_call("retrieve", {"query": "E-203 bonus", "top_k": 8}), text("ok")])
-    plain = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=ACME)
+    plain = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=ACME
+    )
     assert plain.citations and all(c.source != "hr/salaries.md" for c in plain.citations)
 
     hr = UserContext(tenant_id="acme", user_id="u3", roles=["hr"])
     model = ScriptedModel([tool_call("retrieve", {"query": "E-203 bonus", "top_k": 8}), text("ok")])
-    allowed = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run("E-203?", context=hr)
+    allowed = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=hr
+    )
     assert any(c.source == "hr/salaries.md" for c in allowed.citations)
 
 
@@ -85,7 +93,7 @@ async def test_top_k_is_capped_at_eight(kb: KnowledgeBase) -> None:
     model = ScriptedModel(
         [tool_call("retrieve", {"query": "投影仪 保修 退货 E-203", "top_k": 100}), text("ok")]
     )
-    result = await Agent(model=model, toolkit=Toolkit([kb.as_tool()])).run(
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
         "everything", context=ACME
     )
     assert 0 < len(result.citations) <= 8
@@ -112,7 +120,7 @@ async def test_the_knowledge_agent_answers_with_cited_passages_and_no_model(
 async def test_a_document_ingested_between_two_calls_is_found_by_the_second(
     kb: KnowledgeBase, tmp_path: Path
 ) -> None:
-    kit = Toolkit([kb.as_tool()])
+    kit = Toolkit([retrieve_tool(kb)])
     script = [tool_call("retrieve", {"query": "Z-999 firmware"}), text("a")] * 2
     agent = Agent(model=ScriptedModel(script), toolkit=kit)
     before = await agent.run("Z-999?", context=ACME)

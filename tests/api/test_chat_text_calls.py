@@ -13,8 +13,8 @@ from shelfhand.agent.streaming import STEP_SEPARATOR
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text
 
 DOC = "# Returns\n\nUnopened projectors can be returned within 30 days for a full refund.\n"

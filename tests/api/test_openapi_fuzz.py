@@ -22,8 +22,8 @@ from service_helpers import ALICE, ThreadServer, start_thread_server, user_conte
 from shelfhand.api import ServiceConfig, create_app  # noqa: E402
 from shelfhand.app import App  # noqa: E402
 from shelfhand.core.settings import Settings  # noqa: E402
-from shelfhand.knowledge.embedders import HashingEmbedder  # noqa: E402
-from shelfhand.knowledge.embedding import EmbeddingRouter  # noqa: E402
+from shelfhand.knowledge.embeddings.local import HashingEmbedder  # noqa: E402
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter  # noqa: E402
 from shelfhand.testing import CyclingScriptModel, text, tool_call  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from service_helpers import ALICE, ThreadServer, start_thread_server, user_conte
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
-from shelfhand.devservices import LocalPostgres
+from shelfhand.dev.services import LocalPostgres
 from shelfhand.knowledge.types import Document, Section
 
 

@@ -25,7 +25,7 @@ from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
-from shelfhand.devservices import LocalPostgres, LocalRedis
+from shelfhand.dev.services import LocalPostgres, LocalRedis
 from shelfhand.testing import FunctionModel, text, tool_call
 from shelfhand.tools.tool import tool
 
@@ -288,7 +288,7 @@ def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the
 ) -> None:
     from service_helpers import start_serve
 
-    from shelfhand.devservices import free_port
+    from shelfhand.dev.services import free_port
 
     url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
     env = {"SHELFHAND_REDIS_URL": url, "SHELFHAND_RETRIEVAL_MODE": "keyword"}
@@ -299,7 +299,7 @@ def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the
 
 
 def test_without_shared_urls_the_state_stays_in_the_process(tmp_path: Path) -> None:
-    from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock
+    from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock
     from shelfhand.sessions.store import SqliteSessionStore
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.redis_approvals import RedisApprovals

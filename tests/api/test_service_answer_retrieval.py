@@ -15,8 +15,8 @@ from shelfhand.api import create_app
 from shelfhand.app import App
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import FunctionModel, text, tool_call
 
 DOCS = {

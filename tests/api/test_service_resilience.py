@@ -32,8 +32,8 @@ from shelfhand.api.deps import hide_paths
 from shelfhand.api.server import public_detail
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.providers.openai_chat import OpenAIChatModel
 
 

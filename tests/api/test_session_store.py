@@ -33,7 +33,7 @@ class Stores:
         self._pools: list[Any] = []
 
     def _pool(self) -> Any:
-        from shelfhand.core.pg import open_pool
+        from shelfhand.backends.postgres import open_pool
 
         assert self.pg_url is not None
         pool = open_pool(self.pg_url, max_size=2)

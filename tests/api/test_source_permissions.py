@@ -22,12 +22,12 @@ from service_helpers import (
 )
 
 from shelfhand.api import ServiceConfig, create_app
-from shelfhand.api.source_access import access, replacement_tags
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.service.source_access import access, replacement_tags
 
 ADA = {"Authorization": "Bearer key-ada"}  # tenant t1, admin
 EVE = {"Authorization": "Bearer key-eve"}  # tenant t1, hr and finance

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from shelfhand.api.turn_lock import LocalTurnLock, RedisTurnLock
+from shelfhand.backends.redis import open_redis
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
-from shelfhand.core.shared import open_redis
-from shelfhand.devservices import free_port
+from shelfhand.dev.services import free_port
+from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock
 
 
 def test_the_local_lock_holds_one_turn_per_session() -> None:

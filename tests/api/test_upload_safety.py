@@ -16,11 +16,11 @@ from service_helpers import ALICE, BOB, ServeProcess, ThreadServer, start_serve,
 from service_helpers import user_contexts as contexts
 
 from shelfhand.api import ServiceConfig, create_app
-from shelfhand.api.uploads import UploadRecord, UploadRegistry, Uploads
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.service.uploads import UploadRecord, UploadRegistry, Uploads
 
 BUSY = 75
 

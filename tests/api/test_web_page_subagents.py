@@ -13,8 +13,8 @@ from service_helpers import start_thread_server, user_contexts
 from shelfhand.api import create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 
 CHROMIUM = os.environ.get("SHELFHAND_CHROMIUM", "/usr/bin/chromium")

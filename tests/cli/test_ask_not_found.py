@@ -14,8 +14,8 @@ from test_cli_with_a_model import run
 
 from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 
 NOT_FOUND_LINE = "not found: no passage of the documents matches this question"
 

@@ -11,8 +11,8 @@ from chat_completions_server import Reply, completion  # see conftest.py
 from test_cli_with_a_model import run
 
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 
 
 @pytest.fixture(scope="module")

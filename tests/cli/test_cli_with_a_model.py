@@ -114,7 +114,7 @@ def test_a_model_provider_error_is_a_clear_message_not_a_traceback(
 @pytest.mark.parametrize(("answer", "created"), [("y", True), ("n", False)])
 def test_confirm_tools_ask_at_the_terminal(answer: str, created: bool) -> None:
     from shelfhand import Agent, Toolkit, tool
-    from shelfhand.cli.main import console_approvals
+    from shelfhand.cli.chat import console_approvals
     from shelfhand.testing import ScriptedModel, text, tool_call
 
     done: list[str] = []

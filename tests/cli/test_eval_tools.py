@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from chat_completions_server import Reply, completion  # see conftest.py
 
-from shelfhand.demo import make_tools
-from shelfhand.tool_eval import CaseResult, load_tool_cases, sample_tool_cases, summarise
+from shelfhand.evals.tool_eval import CaseResult, load_tool_cases, sample_tool_cases, summarise
+from shelfhand.tools.demo import make_tools
 
 CASES = [
     {"id": "stock-zh", "request": "SKU2024-011 有货吗？", "tool": "query_stock",
@@ -112,7 +112,7 @@ def test_constrained_mode_sends_a_schema_and_reads_the_json_back(
     assert [r["answer"] for r in report["results"]] == ["有 12 台现货。", "8909.1 CNY.", "Hello!"]
     body = server.requests[0].body
     assert "tools" not in body
-    # the reference scenario's routing examples (shelfhand.demo) are in the prompt
+    # the reference scenario's routing examples (shelfhand.tools.demo) are in the prompt
     system = body["messages"][0]["content"]
     assert 'User: "SKU2023-105 缺货了吗？" -> {"tool": "query_stock"' in system
     consts = [

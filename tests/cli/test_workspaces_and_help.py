@@ -98,7 +98,7 @@ def test_narrow_tables_keep_codes_numbers_and_dates_whole(tmp_path: Path) -> Non
 def test_an_unreachable_database_is_a_one_line_error_not_a_traceback(
     tmp_path: Path, command: list[str]
 ) -> None:
-    from shelfhand.devservices import free_port
+    from shelfhand.dev.services import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
     env["SHELFHAND_DATABASE_URL"] = f"postgresql://app:s3cret@127.0.0.1:{free_port()}/shelf"

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shelfhand.devcluster import RoundRobinProxy, start_dev_cluster
-from shelfhand.devservices import free_port
+from shelfhand.dev.cluster import RoundRobinProxy, start_dev_cluster
+from shelfhand.dev.services import free_port
 
 
 async def _named_server(name: str) -> tuple[asyncio.Server, int]:

@@ -7,8 +7,7 @@ import threading
 import psycopg
 import pytest
 
-from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.pg import (
+from shelfhand.backends.postgres import (
     PgMigration,
     applied_pg_migrations,
     apply_pg_migrations,
@@ -17,8 +16,9 @@ from shelfhand.core.pg import (
     open_pool,
     redact_url,
 )
+from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import Settings
-from shelfhand.devservices import LocalPostgres, free_port
+from shelfhand.dev.services import LocalPostgres, free_port
 
 MIGRATIONS = [
     PgMigration(name="t_001", sql="CREATE TABLE t (id INT PRIMARY KEY, name TEXT NOT NULL)"),

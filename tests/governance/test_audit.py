@@ -39,7 +39,7 @@ class Backend:
     def open(self, **kwargs: Any) -> AuditLog:
         if self.kind == "sqlite":
             return AuditLog(self.folder / "audit.db", **kwargs)
-        from shelfhand.core.pg import open_pool
+        from shelfhand.backends.postgres import open_pool
         from shelfhand.tools.pg_audit import PgAuditLog
 
         assert self.pg_url is not None

@@ -10,10 +10,10 @@ import pytest
 from governance_helpers import create_return, created, script
 
 from shelfhand import Agent, Toolkit, UserContext
+from shelfhand.backends.redis import open_redis
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, Final, ToolFinished
-from shelfhand.core.shared import open_redis
-from shelfhand.devservices import free_port
+from shelfhand.dev.services import free_port
 from shelfhand.tools.approvals import ApprovalDecision
 from shelfhand.tools.redis_approvals import RedisApprovals
 

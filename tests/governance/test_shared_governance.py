@@ -10,11 +10,11 @@ import logging
 import pytest
 
 from shelfhand import Toolkit, UserContext, tool
+from shelfhand.backends.redis import open_redis
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.messages import ToolCallBlock
-from shelfhand.core.shared import open_redis
-from shelfhand.devservices import free_port
+from shelfhand.dev.services import free_port
 from shelfhand.tools.governance import Governance, GovernancePolicy
 from shelfhand.tools.redis_state import RedisGovernanceState
 

@@ -8,8 +8,8 @@ import pytest
 from job_helpers import ALICE, FAQ_EN, FAQ_ZH, make_app
 
 from shelfhand.jobs.queue import IngestQueue, JobFile
-from shelfhand.jobs.runner import EMBED_LOCK
 from shelfhand.jobs.worker import build_runner, close_runner
+from shelfhand.service.jobs import EMBED_LOCK
 
 
 @pytest.fixture

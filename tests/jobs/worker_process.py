@@ -20,7 +20,7 @@ from shelfhand.app import App
 from shelfhand.core.settings import Settings
 from shelfhand.jobs.queue import JobRecord
 from shelfhand.jobs.worker import WorkerOptions, run_worker
-from shelfhand.knowledge.ingest import IngestEvent
+from shelfhand.knowledge.ingest.ingestor import IngestEvent
 
 
 def main(argv: list[str]) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 
 OpenStack = Callable[..., EmbeddedKnowledge]
 STORE_KINDS = ["embedded", "pg"]
@@ -33,7 +33,7 @@ def open_stack(
 
     def open_(router: EmbeddingRouter | None, **options: Any) -> EmbeddedKnowledge:
         if store_kind == "pg":
-            from shelfhand.knowledge.pg import open_pg_store
+            from shelfhand.knowledge.stack import open_pg_store
 
             url = request.getfixturevalue("pg_url")
             stack = open_pg_store(url, router, **options)

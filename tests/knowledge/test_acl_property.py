@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shelfhand.core.context import UserContext
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
 
 TENANTS = ["default", "acme", "globex"]
@@ -80,7 +80,7 @@ def kb(
     """Both stores (the PostgreSQL one on a database of this module)."""
     router = EmbeddingRouter({"default": WordEmbedder()})
     if request.param == "pg":
-        from shelfhand.knowledge.pg import open_pg_store
+        from shelfhand.knowledge.stack import open_pg_store
 
         server = request.getfixturevalue("pg_server")
         name = f"acl_{uuid.uuid4().hex[:12]}"

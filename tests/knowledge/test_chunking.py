@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shelfhand.knowledge.chunking import chunk_document, count_tokens
-from shelfhand.knowledge.readers import iter_files, read_file
+from shelfhand.knowledge.ingest.chunking import chunk_document, count_tokens
+from shelfhand.knowledge.reading.readers import iter_files, read_file
 from shelfhand.knowledge.types import Chunk, Document, Section
 
 SAMPLES = Path(str(files("shelfhand") / "samples" / "projector"))

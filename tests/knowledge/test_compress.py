@@ -11,10 +11,10 @@ from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.messages import Citation
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.chunking import count_tokens
-from shelfhand.knowledge.citations import prepare_evidence, to_citations
-from shelfhand.knowledge.compress import GAP, compress_citation, keep_spans, sentence_spans
-from shelfhand.knowledge.readers import read_file
+from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
+from shelfhand.knowledge.evidence.compress import GAP, compress_citation, keep_spans, sentence_spans
+from shelfhand.knowledge.ingest.chunking import count_tokens
+from shelfhand.knowledge.reading.readers import read_file
 
 ZH = (
     "本政策适用于明光官方商城售出的投影仪及配件。申请退货时请提供订单号，退货商品需附带原包装、配件和赠品。\n\n"

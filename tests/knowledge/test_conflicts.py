@@ -11,8 +11,8 @@ import pytest
 
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
-from shelfhand.knowledge.conflicts import (
+from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
+from shelfhand.knowledge.evidence.conflicts import (
     annotate_conflicts,
     doc_version,
     find_conflicts,

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.knowledge.embedders import (
+from shelfhand.knowledge.embeddings.local import (
     HashingEmbedder,
     MiniLMEmbedder,
     USEEmbedder,
     default_router,
     hashing_tokens,
 )
-from shelfhand.knowledge.embedding import Embedder, EmbeddingRouter
+from shelfhand.knowledge.embeddings.router import Embedder, EmbeddingRouter
 
 EN = [
     "A man is playing a guitar on stage.",
@@ -201,7 +201,7 @@ def test_minilm_windows_of_a_short_text_change_nothing() -> None:
 
 
 def test_detect_language_counts_cjk_ideographs_among_letters() -> None:
-    from shelfhand.knowledge.embedding import detect_language
+    from shelfhand.knowledge.embeddings.router import detect_language
 
     assert detect_language("拆封后还能退货吗？") == "zh"
     assert detect_language("E-203: lamp overheating, 2024") == "en"

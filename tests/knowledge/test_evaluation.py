@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.evaluation import (
+from shelfhand.evals.retrieval import (
     EvalCase,
     cases_to_qrels,
     evaluate,

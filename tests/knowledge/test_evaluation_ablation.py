@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from shelfhand.ablation import (
+from shelfhand.app import App
+from shelfhand.core.messages import Citation
+from shelfhand.core.settings import Settings
+from shelfhand.evals.ablation import (
     STAGES,
     SWITCHES,
     SearchRun,
@@ -21,12 +24,9 @@ from shelfhand.ablation import (
     Switch,
     run_stages,
 )
-from shelfhand.app import App
-from shelfhand.core.messages import Citation
-from shelfhand.core.settings import Settings
-from shelfhand.eval_runner import CHUNKS_PER_QUERY, _case_key, run_ablation
+from shelfhand.evals.retrieval import cases_to_qrels, load_cases
+from shelfhand.evals.runner import CHUNKS_PER_QUERY, _case_key, run_ablation
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge.evaluation import cases_to_qrels, load_cases
 
 SAMPLE_CASES = sample_corpus().parent / "projector-cases.jsonl"
 
@@ -100,7 +100,7 @@ def test_a_switch_missing_from_the_build_skips_its_stage_with_the_reason(
     rows = _rows(report)
     kb = keyword_app.open_knowledge(embed=False)
     try:
-        from shelfhand.ablation import _holder
+        from shelfhand.evals.ablation import _holder
 
         for switch in SWITCHES:
             row = rows[f"+ {switch.name}"]
@@ -210,8 +210,8 @@ def budgets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         DEFAULT_COMPRESS_TOKENS=99,
     )
     _fake_module(monkeypatch, "fake_evidence")  # no prepare_evidence: passage by passage
-    monkeypatch.setattr("shelfhand.ablation.COMPRESS_MODULE", "fake_compress")
-    monkeypatch.setattr("shelfhand.ablation.EVIDENCE_MODULE", "fake_evidence")
+    monkeypatch.setattr("shelfhand.evals.ablation.COMPRESS_MODULE", "fake_compress")
+    monkeypatch.setattr("shelfhand.evals.ablation.EVIDENCE_MODULE", "fake_evidence")
     return seen
 
 
@@ -253,11 +253,13 @@ def test_compression_goes_through_prepare_evidence_when_the_build_has_it(
 def test_without_a_compressor_the_compression_stage_is_skipped(kb: KnowledgeBase) -> None:
     stages = [Stage(name="+ compression", mode=None, compress=True)]
     try:
-        import shelfhand.knowledge.compress  # noqa: F401
+        import shelfhand.knowledge.evidence.compress  # noqa: F401
     except ImportError:
         (row,) = run_stages(kb, _run(limit=1), stages, switches=[])
         assert row["status"] == "skipped"
-        assert row["reason"] == "not available in this build (shelfhand.knowledge.compress)"
+        assert (
+            row["reason"] == "not available in this build (shelfhand.knowledge.evidence.compress)"
+        )
     else:
         pytest.skip("this build has a compressor")
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.evaluation import (
+from shelfhand.evals.retrieval import (
     CaseResult,
     EvalCase,
     case_lang,
     case_report,
     load_cases,
 )
+from shelfhand.knowledge.base import sample_corpus
 
 SAMPLE_CASES = sample_corpus().parent / "projector-cases.jsonl"
 

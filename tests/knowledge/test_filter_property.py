@@ -30,12 +30,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shelfhand.knowledge import keyword as keyword_module
 from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
-from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.stores import tantivy as keyword_module
+from shelfhand.knowledge.stores.faiss import VectorIndexes
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vectors import VectorIndexes
 
 TENANTS = ["default", "acme", "globex"]
 ROLES = ["sales", "support", "hr", "admin", "system"]

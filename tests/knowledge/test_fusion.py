@@ -19,15 +19,11 @@ from shelfhand.core.settings import (
 )
 from shelfhand.knowledge.analysis import tokenize_for_index
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.fusion import (
-    bm25_idf,
-    convex_fusion,
-    keyword_evidence,
-    ranking_terms,
-    relevance,
-)
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, HybridRetriever, open_embedded_store
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.retrieval.fusion import convex_fusion
+from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
+from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
 
 

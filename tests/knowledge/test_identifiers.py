@@ -17,10 +17,11 @@ import pytest
 
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.analysis import query_identifiers, tokenize_for_index, tokenize_query
-from shelfhand.knowledge.embedders import HashingEmbedder, default_router
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.keyword import index_head
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, SearchMode, open_embedded_store
+from shelfhand.knowledge.embeddings.local import HashingEmbedder, default_router
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.retrieval.hybrid import SearchMode
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.stores.tantivy import index_head
 from shelfhand.knowledge.types import Chunk, Document, SearchHit, Section
 
 SAMPLES = Path(str(files("shelfhand") / "samples"))

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.ingest import IngestEvent
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.ingest.ingestor import IngestEvent
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
@@ -254,7 +254,7 @@ def test_a_big_file_is_committed_in_batches_and_searchable_before_it_is_embedded
     assert kb.store.count_pending() == report.chunks
     # Replaying an appended-chunks change (a crash before the outbox row was deleted) must not
     # index a chunk twice.
-    from shelfhand.knowledge.outbox import IndexChange
+    from shelfhand.knowledge.stores.outbox import IndexChange
 
     appended = [s.rowid for s in kb.store.iter_chunks() if s.chunk.source == "big/manual.txt"]
     replay = IndexChange(
@@ -272,7 +272,7 @@ def test_a_big_file_is_committed_in_batches_and_searchable_before_it_is_embedded
 def test_an_unexpected_exception_in_one_file_skips_only_that_file(
     open_stack: OpenStack, tmp_path: Path, docs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shelfhand.knowledge import ingest as ingest_module
+    from shelfhand.knowledge.ingest import ingestor as ingest_module
 
     real = ingest_module.read_file
 
@@ -296,8 +296,8 @@ _CHILD = textwrap.dedent(
     import sys, threading
     from pathlib import Path
     import numpy as np
-    from shelfhand.knowledge.embedding import EmbeddingRouter
-    from shelfhand.knowledge.retrieval import open_embedded_store
+    from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+    from shelfhand.knowledge.stack import open_embedded_store
 
     class Hanging:
         name = "counting"
@@ -421,9 +421,9 @@ def test_ready_made_documents_are_ingested_and_skipped_when_unchanged(
 def test_a_keyword_only_ingest_is_embedded_by_the_next_ingest_with_embedders(
     tmp_path: Path,
 ) -> None:
-    from shelfhand.knowledge.embedders import HashingEmbedder
-    from shelfhand.knowledge.embedding import EmbeddingRouter
-    from shelfhand.knowledge.retrieval import open_embedded_store
+    from shelfhand.knowledge.embeddings.local import HashingEmbedder
+    from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+    from shelfhand.knowledge.stack import open_embedded_store
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -444,7 +444,7 @@ def test_a_keyword_only_ingest_is_embedded_by_the_next_ingest_with_embedders(
 
 def test_two_different_folders_with_the_same_name_are_refused_not_mixed(tmp_path: Path) -> None:
     from shelfhand.core.errors import KnowledgeError
-    from shelfhand.knowledge.retrieval import open_embedded_store
+    from shelfhand.knowledge.stack import open_embedded_store
 
     first, second = tmp_path / "a" / "docs", tmp_path / "b" / "docs"
     for folder, text in ((first, "Alpha manual."), (second, "Beta manual.")):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
-from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.types import Chunk, Document, Section
 
 

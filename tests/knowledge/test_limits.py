@@ -18,15 +18,15 @@ import pytest
 from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError, DocumentTooLarge
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.limits import (
+from shelfhand.knowledge.reading.limits import (
     ReadLimits,
     configure_limits,
     current_limits,
     json_depth_exceeds,
 )
-from shelfhand.knowledge.parse_worker import POOL_SIZE, shared_worker
-from shelfhand.knowledge.readers import decode_text, read_file
-from shelfhand.knowledge.retrieval import open_embedded_store
+from shelfhand.knowledge.reading.parse_worker import POOL_SIZE, shared_worker
+from shelfhand.knowledge.reading.readers import decode_text, read_file
+from shelfhand.knowledge.stack import open_embedded_store
 
 MIB = 1024 * 1024
 

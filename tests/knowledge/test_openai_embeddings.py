@@ -18,7 +18,7 @@ from shelfhand.core.errors import (
     EmbeddingUnavailableError,
     KnowledgeError,
 )
-from shelfhand.knowledge.embedding import Embedder
+from shelfhand.knowledge.embeddings.router import Embedder
 from shelfhand.providers.openai_embeddings import OpenAIEmbedder
 
 DIM = 8

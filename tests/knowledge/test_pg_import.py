@@ -14,13 +14,12 @@ import psycopg
 import pytest
 
 from shelfhand.core.context import UserContext
-from shelfhand.devservices import LocalPostgres
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.pg import open_pg_store
-from shelfhand.knowledge.pg.store import GIN_INDEXES
-from shelfhand.knowledge.pg.transfer import import_workspace
-from shelfhand.knowledge.retrieval import open_embedded_store
+from shelfhand.dev.services import LocalPostgres
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.stack import open_embedded_store, open_pg_store
+from shelfhand.knowledge.stores.pg.store import GIN_INDEXES
+from shelfhand.knowledge.stores.pg.transfer import import_workspace
 from shelfhand.knowledge.types import Document, Section
 
 TEXTS = [

@@ -19,13 +19,13 @@ from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.core.settings import Settings
-from shelfhand.devservices import LocalPostgres, free_port
+from shelfhand.dev.services import LocalPostgres, free_port
 from shelfhand.knowledge.analysis import tokenize_query
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.pg import PgKeywordIndex, open_pg_store
-from shelfhand.knowledge.pg.transfer import import_workspace
-from shelfhand.knowledge.retrieval import open_embedded_store
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.stack import open_embedded_store, open_pg_store
+from shelfhand.knowledge.stores.pg import PgKeywordIndex
+from shelfhand.knowledge.stores.pg.transfer import import_workspace
 from shelfhand.knowledge.types import Chunk, Document, Section
 
 TEXTS = [

@@ -19,7 +19,7 @@ from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfgen.canvas import Canvas
 
 from shelfhand.core.errors import UnreadableDocumentError
-from shelfhand.knowledge.readers import (
+from shelfhand.knowledge.reading.readers import (
     SUPPORTED_SUFFIXES,
     clean_pdf_pages,
     decode_text,

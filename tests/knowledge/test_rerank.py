@@ -19,7 +19,7 @@ from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.rerank import (
+from shelfhand.knowledge.retrieval.rerank import (
     HttpReranker,
     RerankError,
     RerankStage,

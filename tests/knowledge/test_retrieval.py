@@ -15,9 +15,10 @@ import pytest
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.fusion import rrf
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, _Overlap, open_embedded_store
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.retrieval.fusion import rrf
+from shelfhand.knowledge.retrieval.hybrid import _Overlap
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)

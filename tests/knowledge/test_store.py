@@ -20,12 +20,12 @@ from shelfhand.core.db import (
     transaction,
 )
 from shelfhand.core.errors import DependencyUnavailableError
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.keyword import TantivyKeywordIndex
-from shelfhand.knowledge.retrieval import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.store import SqliteKnowledgeStore
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.stores.faiss import VectorIndexes
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vectors import VectorIndexes
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 

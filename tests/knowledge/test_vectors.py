@@ -12,16 +12,16 @@ import faiss  # type: ignore[import-untyped]
 import numpy as np
 import pytest
 
-from shelfhand.knowledge.store import SqliteKnowledgeStore
-from shelfhand.knowledge.types import Chunk, Document, Section
-from shelfhand.knowledge.vector_labels import VectorLabels
-from shelfhand.knowledge.vectors import (
+from shelfhand.knowledge.stores.faiss import (
     EF_MAX,
     EF_REFERENCE_SIZE,
     VectorIndexes,
     VectorSpace,
     adaptive_ef,
 )
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.vector_labels import VectorLabels
+from shelfhand.knowledge.types import Chunk, Document, Section
 
 DIM = 32
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from shelfhand import retrieve_tool
 from shelfhand.agent.agent import Agent
 from shelfhand.core.context import UserContext
 from shelfhand.core.messages import Message
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
+from shelfhand.knowledge.retrieval.versions import version_key
 from shelfhand.knowledge.types import Document, Section
-from shelfhand.knowledge.versions import version_key
 from shelfhand.testing import FunctionModel, text
 from shelfhand.tools.toolkit import Toolkit
 
@@ -108,8 +109,12 @@ def test_the_english_warranty_question_gets_both_versions_flagged(tmp_path: Path
     # the case: an English question over the Chinese policies, the packaged embedders
     # (USE matches English to Chinese), the app's default relevance cut
     from shelfhand.core.settings import DEFAULT_MIN_RELEVANCE
-    from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
-    from shelfhand.knowledge.embedders import default_router
+    from shelfhand.knowledge.embeddings.local import default_router
+    from shelfhand.knowledge.evidence.citations import (
+        format_passages,
+        prepare_evidence,
+        to_citations,
+    )
 
     with KnowledgeBase(
         tmp_path / "ws", default_router(), min_relevance=DEFAULT_MIN_RELEVANCE
@@ -135,7 +140,7 @@ def test_the_english_warranty_question_gets_both_versions_flagged(tmp_path: Path
             return text("24 个月 [1]")
 
         agent = Agent(
-            model=FunctionModel(answer), toolkit=Toolkit([base.as_tool()]), retrieval="context"
+            model=FunctionModel(answer), toolkit=Toolkit([retrieve_tool(base)]), retrieval="context"
         )
         agent.run_sync(question)
         assert "Note: " in seen[0] and "12 个月 vs 24 个月" in seen[0]

@@ -11,9 +11,9 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.ingest import EmbedReport
-from shelfhand.knowledge.worker import EmbeddingWorker
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.ingest.ingestor import EmbedReport
+from shelfhand.knowledge.ingest.worker import EmbeddingWorker
 
 
 class Flaky:

@@ -13,8 +13,8 @@ import pytest
 from shelfhand.app import App
 from shelfhand.core.errors import WorkspaceBusyError
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.retrieval import open_embedded_store
-from shelfhand.knowledge.workspace_lock import WorkspaceLock
+from shelfhand.knowledge.stack import open_embedded_store
+from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
 
 BUSY = 75
 
@@ -149,7 +149,7 @@ def test_a_reader_that_replays_an_interrupted_ingest_does_not_block_a_later_writ
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from shelfhand.knowledge.retrieval import open_embedded_store\n"
+        "from shelfhand.knowledge.stack import open_embedded_store\n"
         "kb = open_embedded_store(Path(sys.argv[1]), None)\n"
         "with kb.store.deferred_sync():\n"
         "    kb.ingestor.ingest([Path(sys.argv[2])])\n"

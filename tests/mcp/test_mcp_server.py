@@ -26,8 +26,8 @@ from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.embedders import HashingEmbedder
-from shelfhand.knowledge.embedding import EmbeddingRouter
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.mcp import SseServer, StreamableHttpServer
 from shelfhand.mcp.server import build_http_app
 from shelfhand.testing import ScriptedModel, text, tool_call

@@ -11,11 +11,11 @@ import pytest
 from chat_completions_server import ChatServer, Reply, completion
 
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
-from shelfhand.demo import RETRIEVE_EXAMPLES, TOOL_EXAMPLES, demo_database, make_tools
+from shelfhand.evals.tool_eval import load_tool_cases, sample_tool_cases
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.providers.tool_modes import examples_block
-from shelfhand.tool_eval import load_tool_cases, sample_tool_cases
 from shelfhand.tools import tool
+from shelfhand.tools.demo import RETRIEVE_EXAMPLES, TOOL_EXAMPLES, demo_database, make_tools
 
 pytestmark = pytest.mark.anyio
 

@@ -26,8 +26,8 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext, UserContext
@@ -42,6 +42,7 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.core.results import RunResult, StopReason, Usage
 from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import (
     ChatModel,
@@ -49,7 +50,6 @@ from shelfhand.models.base import (
     StreamDone,
     StreamText,
     ToolSchema,
-    Usage,
 )
 from shelfhand.models.textcalls import recover_tool_calls
 from shelfhand.tools.toolkit import CallReport, Toolkit
@@ -90,36 +90,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "language. When you use passages returned by a tool, cite them by number like [1][2]. "
     "If the documents do not contain the answer, say so instead of guessing."
 )
-
-StopReason = Literal[
-    "final", "max_iters", "external_tool", "empty", "repeated_call", "human_needed"
-]
-"""Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
-called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
-raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept
-repeating a failing call (``repeated_call``); delegation went round in circles and a person should look
-(``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
-    """What one agent run produced."""
-
-    output: str
-    """The final answer text."""
-    messages: tuple[Message, ...]
-    """This run's transcript: the prompt, every model reply and every tool result."""
-    citations: tuple[Citation, ...] = ()
-    """Evidence returned by tools during the run, in the order it arrived."""
-    usage: Usage = field(default_factory=Usage)
-    iterations: int = 0
-    stop_reason: StopReason = "final"
-    external_calls: tuple[ToolCallBlock, ...] = ()
-    """Calls of ``external`` tools, for the caller to execute (when stop_reason says so)."""
-    trace_id: str = ""
-    unknown_citations: tuple[int, ...] = ()
-    """Numbers the answer cites (``[9]``) that no passage of this run carries: show them as
-    plain text, never as links."""
 
 
 class Agent:

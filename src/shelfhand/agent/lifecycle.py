@@ -9,20 +9,18 @@ arguments: a model can only see and touch the tasks of the session it answers in
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.messages import Message
+from shelfhand.core.results import RunResult
 from shelfhand.tools.tool import Tool, ToolOutput
 
-from .agent import RunResult
-from .supervisor import _Delegation, _refused, _Turn, _turn
+from .delegation import Delegation, Turn, current_turn, refused
 from .tasks import BackgroundTask, Owner, TaskNotFound, TaskRegistry, describe
-
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
 
 __all__ = ["LIFECYCLE_TOOLS", "MAX_WAIT", "lifecycle_tools"]
 
@@ -38,8 +36,8 @@ MAX_WAIT = 300.0
 """The longest a lifecycle tool waits for answers, in seconds (longer: ask again)."""
 
 
-def _owner(run: RunContext) -> tuple[Owner, _Turn | None]:
-    turn = _turn.get()
+def _owner(run: RunContext) -> tuple[Owner, Turn | None]:
+    turn = current_turn.get()
     session = turn.session if turn is not None else run.trace_id
     return (run.user.tenant_id, run.user.user_id, session), turn
 
@@ -63,37 +61,42 @@ def _report(item: BackgroundTask) -> ToolOutput:
     )
 
 
-def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool[..., Any]]:
-    """The six lifecycle tools over ``supervisor``'s subagents, keeping tasks in ``registry``."""
-    delegations: dict[str, _Delegation] = supervisor._delegations
+def lifecycle_tools(
+    delegations: dict[str, Delegation],
+    registry: TaskRegistry,
+    *,
+    max_calls: int,
+    guard: OrderedDict[tuple[str, str], str],
+) -> list[Tool[..., Any]]:
+    """The six lifecycle tools over a supervisor's subagents (``delegations``), keeping tasks
+    in ``registry``; ``max_calls`` and ``guard`` are the supervisor's (a background task's turn
+    budget and, outside a turn, its loop guard)."""
     names = ", ".join(delegations)
 
     def runner(
-        delegation: _Delegation,
+        delegation: Delegation,
         run: RunContext,
-        turn: _Turn | None,
+        turn: Turn | None,
         task: str,
         history: Sequence[Message] | None,
     ) -> Any:
         async def go() -> RunResult:
             # a task of its own: no stream to feed, its own budget, the session's loop guard
             if turn is not None:
-                background = _Turn(
+                background = Turn(
                     session=turn.session,
-                    max_calls=supervisor.max_calls,
+                    max_calls=max_calls,
                     history=turn.history,
                     approvals=turn.approvals,
                     guard=turn.guard,
                 )
             else:  # outside a turn: the calling run's session, the supervisor's guard
-                background = _Turn(
-                    session=run.trace_id, max_calls=supervisor.max_calls, guard=supervisor._guard
-                )
-            token = _turn.set(background)
+                background = Turn(session=run.trace_id, max_calls=max_calls, guard=guard)
+            token = current_turn.set(background)
             try:
                 out = await delegation.run(run, task, history)
             finally:
-                _turn.reset(token)
+                current_turn.reset(token)
             if not isinstance(out.data, RunResult):
                 raise RuntimeError(out.content)
             return replace(out.data, output=out.content)
@@ -119,12 +122,12 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         """
         delegation = delegations.get(subagent)
         if delegation is None:
-            return _refused(f"unknown subagent {subagent!r}; use one of: {names}")
+            return refused(f"unknown subagent {subagent!r}; use one of: {names}")
         owner, turn = _owner(run)
         try:
             item = registry.start(owner, subagent, task, runner(delegation, run, turn, task, None))
         except RuntimeError as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
         return await finished_within(item, timeout)
 
     async def agent_send(
@@ -144,7 +147,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
             go = runner(delegation, run, turn, message, item.messages)
             item = registry.resume(owner, task_id, message, go)
         except (TaskNotFound, RuntimeError) as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
         return await finished_within(item, timeout)
 
     async def task_output(run: RunContext, task_id: str) -> ToolOutput:
@@ -156,7 +159,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(registry.get(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
 
     async def wait_async_results(
         run: RunContext, task_ids: list[str] | None = None, timeout: float = 30
@@ -170,7 +173,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             items = await registry.wait(_owner(run)[0], task_ids, min(max(timeout, 0), MAX_WAIT))
         except TaskNotFound as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
         if not items:
             return ToolOutput(content="no tasks are running")
         return ToolOutput(content=describe(items), data=[t.to_dict() for t in items])
@@ -184,7 +187,7 @@ def lifecycle_tools(supervisor: Supervisor, registry: TaskRegistry) -> list[Tool
         try:
             return _report(await registry.cancel(_owner(run)[0], task_id))
         except TaskNotFound as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
 
     async def task_list(run: RunContext) -> ToolOutput:
         """The tasks of this conversation, with their status."""

@@ -5,7 +5,7 @@ characters) and asked for the numbers of the helpful passages, best first, as a 
 Small local models answer loosely, so the answer is read leniently (:func:`parse_ranking`):
 a JSON array or object, numbers in brackets, or plain numbers in the text. Passages it leaves
 out follow in their fused order. An answer without a usable number, a model error or a
-timeout raises :class:`~shelfhand.knowledge.rerank.RerankError`, and the knowledge base keeps
+timeout raises :class:`~shelfhand.knowledge.retrieval.rerank.RerankError`, and the knowledge base keeps
 the fused order with that reason.
 
 Searches run in worker threads and the reranker's interface is synchronous, while chat models
@@ -25,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from shelfhand.core.messages import Message
-from shelfhand.knowledge.rerank import RerankError, complete, passage_text
+from shelfhand.knowledge.retrieval.rerank import RerankError, complete, passage_text
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.models.base import ChatModel
 

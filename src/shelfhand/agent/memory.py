@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
-from shelfhand.knowledge.chunking import count_tokens
+from shelfhand.core.tokens import count_tokens
 from shelfhand.models.base import ChatModel
 
 logger = logging.getLogger(__name__)

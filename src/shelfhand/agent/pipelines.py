@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.errors import RoutingError
 from shelfhand.core.events import (
     Event,
     Final,
@@ -50,9 +51,9 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message
+from shelfhand.core.results import RunResult
 from shelfhand.models.base import Usage
 
-from .agent import RunResult
 from .supervisor import renumber_citations, tag_event
 
 if TYPE_CHECKING:
@@ -74,10 +75,6 @@ __all__ = [
 Router = Callable[[str], "str | Awaitable[str]"]
 Merge = Callable[[Sequence[RunResult]], "str | Awaitable[str]"]
 _STOPS = ("human_needed", "external_tool")
-
-
-class RoutingError(ValueError):
-    """A conditional pipeline's router chose no known route and there is no default."""
 
 
 class _Step:

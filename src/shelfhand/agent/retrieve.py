@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
-from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
+from shelfhand.core.results import RunResult
+from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
-from .agent import RunResult
 from .fallbacks import NOT_CONFIGURED, NOT_COVERED
 
 DEFAULT_TOP_K = 3
@@ -66,7 +66,7 @@ def make_retrieve_tool(
     returned) are flagged: a ``Note:`` line after the passages and ``conflicts_with`` /
     ``conflict_note`` on the citations. With ``compress_tokens`` each passage keeps only the
     sentences that answer the query, within that many tokens (see
-    :mod:`shelfhand.knowledge.compress`).
+    :mod:`shelfhand.knowledge.evidence.compress`).
     """
 
     async def retrieve(run: RunContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
@@ -147,3 +147,8 @@ class KnowledgeAgent:
 
     def run_sync(self, prompt: str | Message, *, context: UserContext | None = None) -> RunResult:
         return asyncio.run(self.run(prompt, context=context))
+
+
+retrieve_tool = make_retrieve_tool
+"""The ``retrieve`` tool over a knowledge base: ``Toolkit([retrieve_tool(kb)])`` (the public
+name of :func:`make_retrieve_tool`)."""

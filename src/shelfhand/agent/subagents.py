@@ -40,13 +40,13 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import DeclarationError
 
 if TYPE_CHECKING:
-    from shelfhand.agent.agent import RunResult
     from shelfhand.core.context import RunContext, UserContext
     from shelfhand.core.events import Event
     from shelfhand.core.messages import Message
+    from shelfhand.core.results import RunResult
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
 
@@ -66,10 +66,6 @@ AGENTS_FOLDER = "agents"
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _KEYS = ("name", "description", "model", "max_iters", "tools", "memory")
 Memory = Literal["isolated", "shared"]
-
-
-class DeclarationError(ConfigurationError):
-    """A subagent declaration is wrong; the message names the file and line (or the code)."""
 
 
 class Delegable(Protocol):

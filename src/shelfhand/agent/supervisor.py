@@ -32,36 +32,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
-import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.events import (
-    ApprovalDecided,
-    ApprovalRequired,
     Event,
     Final,
     HumanNeeded,
-    SubagentFinished,
-    SubagentStarted,
     TextDelta,
-    ToolFinished,
-    ToolProgress,
-    ToolStarted,
 )
 from shelfhand.core.ids import new_id
-from shelfhand.core.messages import Citation, Message
-from shelfhand.tools.tool import Tool, ToolOutput
+from shelfhand.core.messages import Message
+from shelfhand.core.results import RunResult
+from shelfhand.tools.tool import Tool
 from shelfhand.tools.toolkit import Toolkit
 
-from .agent import DEFAULT_SYSTEM_PROMPT, Agent, RunResult
+from .agent import DEFAULT_SYSTEM_PROMPT, Agent
+from .delegation import (
+    Channel,
+    Delegation,
+    Turn,
+    current_turn,
+    fingerprint,
+    renumber_citations,
+)
 from .step_events import tag_event
 from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
@@ -88,263 +85,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_DEPTH = 3
 DEFAULT_MAX_CALLS = 8
-_GUARD_KEYS = 4096  # (session, subagent) fingerprints remembered per supervisor
-_MARKER = re.compile(r"([\[［【]\s*)(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)(\s*[\]］】])")
-
 SUPERVISOR_PROMPT = (
     DEFAULT_SYSTEM_PROMPT + " Some tools are specialists: give each one a complete, "
     "self-contained task (they do not see this conversation) and use what they hand back."
 )
-
-
-def fingerprint(text: str) -> str:
-    """SHA-256 of ``text`` with whitespace normalised (runs of it → one space, ends trimmed)."""
-    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
-
-
-@dataclass(slots=True, kw_only=True)
-class _Turn:
-    """Delegation state of one supervisor turn, shared by every delegation in it (nested
-    ones too: tools run in copies of the turn's context, which hold this same object)."""
-
-    session: str
-    max_calls: int
-    sink: Callable[[Event], None] | None = None
-    history: tuple[Message, ...] = ()
-    approvals: Approvals | None = None
-    calls: int = 0
-    human: HumanNeeded | None = None
-    last_output: str = ""
-    guard: OrderedDict[tuple[str, str], str] = field(default_factory=OrderedDict)
-
-    def emit(self, event: Event) -> None:
-        if self.sink is not None:
-            self.sink(event)
-
-
-_turn: ContextVar[_Turn | None] = ContextVar("shelfhand_delegation_turn", default=None)
-
-
-class _Delegation:
-    """Runs one subagent for a delegate tool: limits, events, identity, loop guard."""
-
-    def __init__(
-        self,
-        spec: Subagent,
-        build: Callable[[], Delegable],
-        *,
-        max_depth: int,
-        max_calls: int,
-    ) -> None:
-        self.spec = spec
-        self._build = build
-        self._agent: Delegable | None = None
-        self.max_depth = max_depth
-        self.max_calls = max_calls
-        self._standalone: OrderedDict[str, _Turn] = OrderedDict()  # calling run → its turn
-
-    def agent(self) -> Delegable:
-        if self._agent is None:
-            self._agent = self._build()
-        return self._agent
-
-    def tool(self) -> Tool[..., Any]:
-        spec = self.spec
-
-        async def delegate(run: RunContext, task: str) -> ToolOutput:
-            """Hand a task to this specialist and get its answer back.
-
-            Args:
-                task: The complete task, with every detail the specialist needs: it does not
-                    see the conversation.
-            """
-            return await self.run(run, task)
-
-        return Tool(
-            delegate, name=spec.id, description=spec.description, timeout=spec.timeout, retries=0
-        )
-
-    async def run(
-        self, run: RunContext, task: str, history: Sequence[Message] | None = None
-    ) -> ToolOutput:
-        """Delegate ``task`` for ``run``'s caller (``history``: an earlier exchange with this
-        subagent to continue, instead of what its memory setting gives it)."""
-        spec = self.spec
-        turn = _turn.get()
-        if turn is None:  # called outside a supervisor's turn (a plain Agent): limits and
-            # fingerprints per calling run
-            turn = self._standalone.get(run.trace_id)
-            if turn is None:
-                turn = _Turn(session=run.trace_id, max_calls=self.max_calls)
-                self._standalone[run.trace_id] = turn
-                while len(self._standalone) > _GUARD_KEYS:
-                    self._standalone.popitem(last=False)
-        depth = run.depth + 1
-        if turn.human is not None:
-            return _refused(f"not delegated: {turn.human.reason}")
-        if depth > self.max_depth:
-            return _refused(
-                f"not delegated: {spec.id} would run {depth} levels deep, past the limit of "
-                f"{self.max_depth}. Do the task yourself or answer with what you have."
-            )
-        if turn.calls >= turn.max_calls:
-            return _refused(
-                f"not delegated: this turn's budget of {turn.max_calls} subagent calls is "
-                "spent. Answer with what you have."
-            )
-        turn.calls += 1
-        sink = turn.sink
-        if sink is None:  # nobody watches the events: just run it
-            agent = self.agent()
-            if isinstance(agent, Agent):  # without building events nobody reads
-                result = await agent._run_quiet(
-                    task, history=self._history(turn, history), approvals=turn.approvals,
-                    parent=run,
-                )  # fmt: skip
-            else:
-                result = await agent.run(
-                    task, history=self._history(turn, history), approvals=turn.approvals,
-                    parent=run,
-                )  # fmt: skip
-        else:
-            sink(SubagentStarted(subagent=spec.id, depth=depth, task=task))
-            started = time.perf_counter()
-            stop_reason = ""  # stays empty if the subagent fails
-            try:
-                result = await self._stream(run, task, turn, history, sink)
-                stop_reason = result.stop_reason
-            finally:
-                sink(
-                    SubagentFinished(
-                        subagent=spec.id,
-                        depth=depth,
-                        is_error=not stop_reason,
-                        stop_reason=stop_reason,
-                        duration_ms=(time.perf_counter() - started) * 1000,
-                    )
-                )
-        output, citations = renumber_citations(result.output, result.citations, run)
-        key = (turn.session, spec.id)
-        mark = fingerprint(result.output)
-        if turn.guard.get(key) == mark:
-            turn.human = HumanNeeded(
-                subagent=spec.id,
-                depth=depth,
-                reason=(
-                    f"{spec.id} handed back the same result twice in a row; asking it again "
-                    "would go round in circles"
-                ),
-            )
-            turn.last_output = output
-            turn.emit(turn.human)
-            return _refused(f"delegation stopped: {turn.human.reason}. A person should look.")
-        turn.guard[key] = mark
-        turn.guard.move_to_end(key)
-        while len(turn.guard) > _GUARD_KEYS:
-            turn.guard.popitem(last=False)
-        return ToolOutput(content=output, citations=citations, data=result)
-
-    def _history(self, turn: _Turn, given: Sequence[Message] | None) -> Sequence[Message]:
-        if given is not None:
-            return given
-        return turn.history if self.spec.memory == "shared" else ()
-
-    async def _stream(
-        self,
-        run: RunContext,
-        task: str,
-        turn: _Turn,
-        given: Sequence[Message] | None,
-        sink: Callable[[Event], None],
-    ) -> RunResult:
-        spec = self.spec
-        history = self._history(turn, given)
-        agent = self.agent()
-        if isinstance(agent, Agent):
-            # its text is the tool result: not streamed; its tool and approval events go
-            # straight to the sink as they happen, tool events tagged with its id (what the
-            # loop below forwards of another delegable's stream), and nothing else is built
-            return await agent._run_quiet(
-                task, history=history, approvals=turn.approvals, parent=run, emit=sink,
-                tag=spec.id,
-            )  # fmt: skip
-        events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
-        result: RunResult | None = None
-        # drained to its end (a run ends right after its final event): nothing is left to
-        # close; an error or a cancellation raised inside it finishes it
-        async for event in events:
-            if isinstance(event, Final):
-                result = event.result
-            elif isinstance(event, ToolStarted | ToolFinished):
-                sink(event if event.agent is not None else tag_event(event, spec.id))
-            elif isinstance(
-                event,
-                ToolProgress
-                | ApprovalRequired
-                | ApprovalDecided
-                | SubagentStarted  # a pipeline's own steps
-                | SubagentFinished
-                | HumanNeeded,
-            ):
-                sink(event)
-        if result is None:
-            raise RuntimeError(f"subagent {spec.id} ended without a final event")
-        return result
-
-
-class _Channel:
-    """What a streamed turn's producer task hands its consumer, in order: events, then
-    ``None`` (done) or the exception it failed with. ``asyncio.Queue`` without what a turn
-    does not need (bounds, ``task_done``): the consumer waits only when nothing is queued,
-    so a burst of events costs one wake-up. One producer and one consumer, on one loop."""
-
-    __slots__ = ("_waiter", "items")
-
-    def __init__(self) -> None:
-        self.items: deque[Event | BaseException | None] = deque()
-        """What is queued; the consumer pops from the left (after :meth:`wait`)."""
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: Event | BaseException | None) -> None:
-        self.items.append(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Until something is queued."""
-        while not self.items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-
-def _refused(message: str) -> ToolOutput:
-    return ToolOutput(content=message, is_error=True)
-
-
-def renumber_citations(
-    text: str, citations: Sequence[Citation], run: RunContext
-) -> tuple[str, tuple[Citation, ...]]:
-    """Another run's passages numbered in ``run``, and ``text``'s markers with them (a
-    subagent's ``[1]`` may be the caller's ``[4]``)."""
-    if not citations:
-        return text, ()
-    numbers: dict[int, int] = {}
-    out: list[Citation] = []
-    for c in citations:
-        numbered = run.citations.number([c])
-        if numbered:
-            numbers[c.index] = numbered[0].index
-            out.append(numbered[0])
-
-    def swap(match: re.Match[str]) -> str:
-        inner = re.sub(r"\d+", lambda m: str(numbers.get(int(m.group()), m.group())), match[2])
-        return match[1] + inner + match[3]
-
-    return _MARKER.sub(swap, text), tuple(out)
 
 
 def as_tool(
@@ -363,7 +107,7 @@ def as_tool(
     events reach a stream only inside a supervisor's turn.
     """
     spec = Subagent(name or agent.name, description, agent=agent, timeout=timeout, origin="as_tool")
-    return _Delegation(spec, lambda: agent, max_depth=max_depth, max_calls=max_calls).tool()
+    return Delegation(spec, lambda: agent, max_depth=max_depth, max_calls=max_calls).tool()
 
 
 class Supervisor:
@@ -437,7 +181,7 @@ class Supervisor:
         self._models = dict(models or {})
         self._source = toolkit
         self._guard = fingerprints if fingerprints is not None else OrderedDict()
-        self._delegations: dict[str, _Delegation] = {}
+        self._delegations: dict[str, Delegation] = {}
         for spec in self.subagents:
             if toolkit.get(spec.id) is not None:
                 raise DeclarationError(
@@ -445,7 +189,7 @@ class Supervisor:
                 )
         for spec in self.subagents:
             self._check(spec)
-            self._delegations[spec.id] = _Delegation(
+            self._delegations[spec.id] = Delegation(
                 spec,
                 lambda spec=spec: self._build(spec),  # type: ignore[misc]
                 max_depth=max_depth,
@@ -466,7 +210,9 @@ class Supervisor:
         if tasks is not None:
             from .lifecycle import lifecycle_tools
 
-            for lifecycle_tool in lifecycle_tools(self, tasks):
+            for lifecycle_tool in lifecycle_tools(
+                self._delegations, tasks, max_calls=self.max_calls, guard=self._guard
+            ):
                 kit.add(lifecycle_tool)
         self.agent = Agent(
             name=name,
@@ -552,7 +298,7 @@ class Supervisor:
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         turn = self._new_turn(first, history, approvals, session, trace_id)
         final: RunResult | None = None
-        token = _turn.set(turn)  # no stream to feed: the main agent runs in this task
+        token = current_turn.set(turn)  # no stream to feed: the main agent runs in this task
         try:
             # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``)
             events = self.agent._loop(
@@ -568,7 +314,7 @@ class Supervisor:
                 if isinstance(event, Final):
                     final = event.result
         finally:
-            _turn.reset(token)
+            current_turn.reset(token)
         if turn.human is None:
             if final is None:  # pragma: no cover
                 raise RuntimeError("supervisor ended without a final event")
@@ -586,10 +332,10 @@ class Supervisor:
         session: str | None,
         trace_id: str,
         sink: Callable[[Event], None] | None = None,
-    ) -> _Turn:
+    ) -> Turn:
         memory = self.agent.memory
         past = tuple(memory.messages) if memory is not None else tuple(history)
-        return _Turn(
+        return Turn(
             session=session or trace_id,
             max_calls=self.max_calls,
             sink=sink,
@@ -625,7 +371,7 @@ class Supervisor:
             Others: as :meth:`Agent.stream <shelfhand.agent.agent.Agent.stream>`.
         """
         trace_id = trace_id or new_id()
-        channel = _Channel()
+        channel = Channel()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         turn = self._new_turn(first, history, approvals, session, trace_id, channel.put)
 
@@ -649,11 +395,11 @@ class Supervisor:
                 channel.put(exc)
 
         items = channel.items
-        token = _turn.set(turn)
+        token = current_turn.set(turn)
         try:
             task = asyncio.create_task(produce())  # runs in a copy of this context
         finally:
-            _turn.reset(token)
+            current_turn.reset(token)
         try:
             while True:
                 if not items:
@@ -681,7 +427,7 @@ class Supervisor:
                     await task
 
     async def _stop(
-        self, first: Message, human: HumanNeeded, turn: _Turn, trace_id: str
+        self, first: Message, human: HumanNeeded, turn: Turn, trace_id: str
     ) -> AsyncGenerator[Event, None]:
         """End the turn honestly after the loop guard tripped."""
         text = (

@@ -28,9 +28,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from shelfhand.core.errors import TaskNotFound
+
 if TYPE_CHECKING:
-    from shelfhand.agent.agent import RunResult
     from shelfhand.core.messages import Message
+    from shelfhand.core.results import RunResult
 
 __all__ = ["BackgroundTask", "Owner", "TaskNotFound", "TaskRegistry", "TaskStatus"]
 
@@ -38,10 +40,6 @@ TaskStatus = Literal["running", "done", "failed", "cancelled"]
 Owner = tuple[str, str, str]
 """(tenant id, user id, session): who may see a task."""
 Runner = Callable[[], Awaitable["RunResult"]]
-
-
-class TaskNotFound(LookupError):
-    """No task with this id belongs to the caller (it may not exist, or be someone else's)."""
 
 
 @dataclass(slots=True, kw_only=True)

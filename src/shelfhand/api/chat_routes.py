@@ -12,7 +12,6 @@ from fastapi import APIRouter, Body, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from shelfhand.api.chat import SessionBusyError, TurnFailed
 from shelfhand.api.deps import Caller, ServiceDep, hide_paths, sse_event
 from shelfhand.api.schemas import (
     ChatReply,
@@ -31,6 +30,7 @@ from shelfhand.api.schemas import (
 )
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.messages import Citation
+from shelfhand.service.chat import SessionBusyError, TurnFailed
 
 router = APIRouter(prefix="/v1")
 

@@ -15,11 +15,11 @@ from shelfhand.core.auth import identify
 from shelfhand.core.context import UserContext
 
 if TYPE_CHECKING:
-    from shelfhand.api.chat import ChatService
-    from shelfhand.api.uploads import Uploads
     from shelfhand.app import App
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.service.chat import ChatService
+    from shelfhand.service.uploads import Uploads
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit

@@ -40,10 +40,9 @@ from shelfhand.api.schemas import (
     JobOut,
     JobProgressOut,
 )
-from shelfhand.api.uploads import Staged, tenant_folder
-from shelfhand.core.context import UserContext
+from shelfhand.core.context import PRIVILEGED_ROLES, UserContext
 from shelfhand.jobs.queue import IngestQueue, JobFile, JobRecord
-from shelfhand.knowledge.store import PRIVILEGED_ROLES
+from shelfhand.service.uploads import Staged, tenant_folder
 
 router = APIRouter(prefix="/v1")
 

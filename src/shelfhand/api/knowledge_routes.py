@@ -1,8 +1,8 @@
 """Routes for the knowledge base (``/v1/knowledge``) and the tool list (``/v1/tools``).
 
-Uploads are all or nothing (see :mod:`shelfhand.api.uploads`); search, listing and deleting
+Uploads are all or nothing (see :mod:`shelfhand.service.uploads`); search, listing and deleting
 see only the caller's tenant, and only sources the caller may read (permission tags); see
-:mod:`shelfhand.api.source_access` for who may replace or delete what.
+:mod:`shelfhand.service.source_access` for who may replace or delete what.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from shelfhand.api.schemas import (
     ToolList,
     ToolOut,
 )
-from shelfhand.api.source_access import access
-from shelfhand.api.uploads import Staged, UploadRejected
 from shelfhand.core.context import UserContext
-from shelfhand.knowledge.citations import prepare_evidence, to_citations
-from shelfhand.knowledge.ingest import IngestEvent, IngestReport
+from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
+from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
+from shelfhand.service.source_access import access
+from shelfhand.service.uploads import Staged, UploadRejected
 
 router = APIRouter(prefix="/v1")
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.citations import label
+from shelfhand.knowledge.evidence.citations import label
 from shelfhand.sessions.store import SessionInfo
 
 MAX_CONTENT_CHARS = 32_000

@@ -34,16 +34,16 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-import shelfhand
 from shelfhand.api import chat_routes, job_routes, knowledge_routes
-from shelfhand.api.chat import ChatService
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
-from shelfhand.api.uploads import Uploads
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError
-from shelfhand.knowledge.worker import EmbeddingWorker
+from shelfhand.core.version import __version__
+from shelfhand.knowledge.ingest.worker import EmbeddingWorker
+from shelfhand.service.chat import ChatService
+from shelfhand.service.uploads import Uploads
 
 if TYPE_CHECKING:
     from shelfhand.app import App
@@ -199,7 +199,7 @@ def create_app(
 
     api = FastAPI(
         title="shelfhand",
-        version=shelfhand.__version__,
+        version=__version__,
         description="Cited answers from your documents and governed tools, over HTTP. "
         "Authenticate with `Authorization: Bearer <API key>`.",
         lifespan=lifespan,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
 
 
 @app.command()
@@ -18,11 +18,11 @@ def agents(
     """List the subagents declared in <workspace>/agents/*.md (a bad file is an error)."""
     from shelfhand.agent.subagents import DeclarationError
 
-    a = _app(workspace)
+    a = open_app(workspace)
     try:
         subs = a.subagents()
     except DeclarationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     # tools added by code or MCP servers are not known here: name them, do not fail
     known = {t.name for t in a.toolkit(None, governed=False).tools} | {s.id for s in subs}
     notes = [
@@ -47,7 +47,7 @@ def agents(
     if as_json:
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
         return
-    console = _console()
+    console = make_console()
     if not rows:
         console.print(
             f"No subagents: add Markdown files to {a.settings.workspace / 'agents'} "

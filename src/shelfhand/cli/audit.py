@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
 
 OUTCOMES = (
     "ok, error, timeout, denied, unknown_tool, invalid_arguments, rate_limited, circuit_open, "
@@ -45,16 +45,16 @@ def audit(
     """Show the audit log: one record per tool call (secrets redacted), oldest first."""
     from shelfhand.tools.audit import AuditLog, parse_since
 
-    app = _app(workspace, existing=True)
+    app = open_app(workspace, existing=True)
     ws = app.settings.workspace
     path = ws / AuditLog.FILENAME
     if not app.settings.database_url and not path.is_file():
-        _console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
+        make_console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
         return
     try:
         since_ts = parse_since(since) if since else None
     except ValueError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     filters: dict[str, Any] = {
         "tool": tool,
         "user": user,
@@ -74,7 +74,7 @@ def audit(
     finally:
         app.close()
     if not records:
-        _console().print("No matching audit records.")
+        make_console().print("No matching audit records.")
         return
     _print_table(records)
 
@@ -109,4 +109,4 @@ def _print_table(records: list[Any]) -> None:
             hit,
             args,
         )
-    _console().print(table)
+    make_console().print(table)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.main import _err, app
+from shelfhand.cli.common import app, fail
 
 
 @app.command("dev-cluster")
@@ -36,7 +36,7 @@ def dev_cluster(
     logs stay in FOLDER; Ctrl-C stops everything.
     """
     from shelfhand.core.errors import ConfigurationError
-    from shelfhand.devcluster import RoundRobinProxy, start_dev_cluster
+    from shelfhand.dev.cluster import RoundRobinProxy, start_dev_cluster
 
     serve_args = ["--allow-anonymous"] if allow_anonymous else []
     try:
@@ -44,14 +44,14 @@ def dev_cluster(
             folder, replicas=replicas, workers=workers, serve_args=serve_args, say=typer.echo
         )
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
 
     async def serve_proxy() -> None:
         proxy = RoundRobinProxy([("127.0.0.1", p) for p in cluster.replica_ports])
         try:
             await proxy.start(port)
         except OSError as exc:
-            raise _err(f"port {port} is taken ({exc}); pass --port", 2) from None
+            raise fail(f"port {port} is taken ({exc}); pass --port", 2) from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

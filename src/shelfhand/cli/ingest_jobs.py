@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 
-from shelfhand.cli.main import _err
+from shelfhand.cli.common import fail
 
 if TYPE_CHECKING:
     from shelfhand.app import App
@@ -34,7 +34,7 @@ EXIT_FAILED = 1
 def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
     """The files under ``targets`` named as an in-process ingest names their sources."""
     from shelfhand.jobs.queue import JobFile
-    from shelfhand.knowledge.readers import iter_files
+    from shelfhand.knowledge.reading.readers import iter_files
 
     files: list[JobFile] = []
     total = 0
@@ -45,14 +45,14 @@ def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
         for path in iter_files([given]):
             size = path.stat().st_size
             if size > max_file_bytes:
-                raise _err(
+                raise fail(
                     f"{path} is larger than the file limit ({max_file_bytes} bytes, "
                     "[limits] max_file_mb)",
                     2,
                 )
             total += size
             if total > MAX_JOB_BYTES:
-                raise _err(
+                raise fail(
                     f"more than {MAX_JOB_BYTES // 1024**2} MiB to queue in one ingest: "
                     "ingest the folders in several runs",
                     2,
@@ -78,7 +78,7 @@ def queued_ingest(
 
     files = collect_files(targets, int(a.read_limits().max_file_mb * 1024 * 1024))
     if not files:
-        raise _err("no readable files to ingest in " + ", ".join(map(str, targets)), 2)
+        raise fail("no readable files to ingest in " + ", ".join(map(str, targets)), 2)
     job = queue.enqueue(
         kind="ingest",
         user=UserContext(tenant_id=tenant, user_id="cli", roles=()),
@@ -131,7 +131,7 @@ def _follow(queue: IngestQueue, job: JobRecord, console: Any) -> JobRecord:
 
 def _summary(job: JobRecord, console: Any) -> None:
     if job.status == "failed":
-        raise _err(f"job {job.id} failed: {job.error}", EXIT_FAILED)
+        raise fail(f"job {job.id} failed: {job.error}", EXIT_FAILED)
     r = job.report or {}
     console.print(
         f"{len(r.get('added', []))} added, {len(r.get('updated', []))} updated, "

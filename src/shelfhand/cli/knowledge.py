@@ -12,20 +12,20 @@ from rich.markup import escape
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.retrieval import SearchMode
+    from shelfhand.knowledge.retrieval.hybrid import SearchMode
 
-from shelfhand.cli.main import (
+from shelfhand.cli.common import (
     BUSY_EXIT_CODE,
     NO_MODEL_HINT,
     RolesOpt,
     TenantOpt,
     UserOpt,
     WorkspaceOpt,
-    _app,
-    _console,
-    _err,
-    _user,
     app,
+    caller_context,
+    fail,
+    make_console,
+    open_app,
 )
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
@@ -219,13 +219,13 @@ def ingest(
 
         targets.append(sample_corpus())
     if not targets:
-        raise _err("give one or more PATHs, or --samples for the bundled sample corpus", 2)
+        raise fail("give one or more PATHs, or --samples for the bundled sample corpus", 2)
     missing = [str(p) for p in targets if not p.exists()]
     if missing:
-        raise _err(f"no such file or folder: {', '.join(missing)}", 2)
+        raise fail(f"no such file or folder: {', '.join(missing)}", 2)
 
-    a = _app(workspace)
-    console = _console()
+    a = open_app(workspace)
+    console = make_console()
     if a.settings.database_url and not no_queue:  # workers ingest: queue the files as a job
         from shelfhand.cli.ingest_jobs import queued_ingest
         from shelfhand.core.errors import ConfigurationError
@@ -233,7 +233,7 @@ def ingest(
         try:
             queue = a.ingest_queue()
         except ConfigurationError as exc:
-            raise _err(str(exc), 2) from None
+            raise fail(str(exc), 2) from None
         assert queue is not None
         try:
             queued_ingest(
@@ -249,7 +249,7 @@ def ingest(
             on_wait=lambda why: console.print(f"[yellow]waiting:[/] {why}", highlight=False),
         )
     except WorkspaceBusyError as exc:
-        raise _err(str(exc), BUSY_EXIT_CODE) from None
+        raise fail(str(exc), BUSY_EXIT_CODE) from None
     try:
         with _StopOnSigint(console) as stop, _bars(console) as bar:
             report = kb.ingest(
@@ -262,7 +262,7 @@ def ingest(
             )
     except KnowledgeError as exc:
         kb.close()
-        raise _err(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
         kb.close()
         console.print(
@@ -317,24 +317,24 @@ def _open_existing_as_writer(workspace: Path | None) -> KnowledgeBase:
     nothing is indexed yet or another process writes)."""
     from shelfhand.core.errors import WorkspaceBusyError
 
-    a = _app(workspace, existing=True)
+    a = open_app(workspace, existing=True)
     if not a.knowledge_exists():
-        raise _err("nothing indexed yet: run `shelfhand ingest PATH`", 2)
+        raise fail("nothing indexed yet: run `shelfhand ingest PATH`", 2)
     try:
         return a.open_knowledge(writer="ingest")
     except WorkspaceBusyError as exc:
-        raise _err(str(exc), BUSY_EXIT_CODE) from None
+        raise fail(str(exc), BUSY_EXIT_CODE) from None
 
 
 @app.command()
 def embed(workspace: WorkspaceOpt = None) -> None:
     """Embed chunks stored without vectors (after `ingest --no-wait` or an embedder outage)."""
     kb = _open_existing_as_writer(workspace)
-    console = _console()
+    console = make_console()
     if kb.keyword_only:
         reason = kb.degraded_reason or "retrieval mode is keyword"
         kb.close()
-        raise _err(f"no embedder available ({reason})", 2)
+        raise fail(f"no embedder available ({reason})", 2)
     with _StopOnSigint(console) as stop, _bars(console) as bar:
         report = kb.embed_pending(progress=_progress_handler(bar), should_stop=stop)
     kb.close()
@@ -347,7 +347,7 @@ def embed(workspace: WorkspaceOpt = None) -> None:
         console.print("[yellow]interrupted:[/] run `shelfhand embed` again to go on")
         raise typer.Exit(EXIT_INTERRUPTED)
     if report.error:
-        raise _err(report.error, EXIT_PENDING)
+        raise fail(report.error, EXIT_PENDING)
 
 
 @app.command()
@@ -364,10 +364,10 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
         chunks = kb.count_chunks()
         segments = kb.rebuild_keyword_index()
     except KnowledgeError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     finally:
         kb.close()
-    _console().print(
+    make_console().print(
         f"keyword index rebuilt: {chunks} chunks, {segments} segment(s), "
         f"{time.perf_counter() - started:.1f} s",
         highlight=False,
@@ -380,7 +380,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """What the workspace holds: sources, chunks, vectors and chunks waiting for embedding."""
-    a = _app(workspace, existing=True)
+    a = open_app(workspace, existing=True)
     info: dict[str, Any] = {
         "workspace": str(a.settings.workspace),
         "retrieval_mode": a.settings.retrieval_mode,
@@ -406,7 +406,7 @@ def status(
     if as_json:
         typer.echo(json.dumps(info, ensure_ascii=False))
         return
-    console = _console()
+    console = make_console()
     for key, value in info.items():
         console.print(f"{key.replace('_', ' '):>19}: {value}", highlight=False)
     if info["pending_embeddings"]:
@@ -421,9 +421,9 @@ def status(
 @app.command()
 def sources(workspace: WorkspaceOpt = None) -> None:
     """List the indexed sources."""
-    a = _app(workspace, existing=True)
+    a = open_app(workspace, existing=True)
     if not a.knowledge_exists():
-        _console().print("nothing indexed yet: run `shelfhand ingest PATH`")
+        make_console().print("nothing indexed yet: run `shelfhand ingest PATH`")
         return
     kb = a.open_knowledge(embed=False)
     from rich.table import Table
@@ -443,7 +443,7 @@ def sources(workspace: WorkspaceOpt = None) -> None:
             str(s.chunks),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
         )
-    _console().print(table)
+    make_console().print(table)
     kb.close()
 
 
@@ -452,18 +452,18 @@ def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     """Remove one source (and its chunks) from the index; `docs/` removes a whole folder."""
     from shelfhand.core.errors import WorkspaceBusyError
 
-    a = _app(workspace)
+    a = open_app(workspace)
     if not a.knowledge_exists():
-        raise _err("nothing indexed yet", 1)
+        raise fail("nothing indexed yet", 1)
     try:
         kb = a.open_knowledge(embed=False, writer="forget")
     except WorkspaceBusyError as exc:
-        raise _err(str(exc), BUSY_EXIT_CODE) from None
+        raise fail(str(exc), BUSY_EXIT_CODE) from None
     removed = kb.forget(source)
     kb.close()
     if not removed:
-        raise _err(f"{source!r} is not indexed (see `shelfhand sources`)", 1)
-    _console().print(f"removed {source} ({removed} document(s))")
+        raise fail(f"{source!r} is not indexed (see `shelfhand sources`)", 1)
+    make_console().print(f"removed {source} ({removed} document(s))")
 
 
 @app.command()
@@ -478,35 +478,43 @@ def search(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
-    from shelfhand.knowledge.citations import format_passages, prepare_evidence, to_citations
+    from shelfhand.knowledge.evidence.citations import (
+        format_passages,
+        prepare_evidence,
+        to_citations,
+    )
 
-    a = _app(workspace, existing=True)
+    a = open_app(workspace, existing=True)
     kb = a.open_knowledge()
     hits, timings = kb.search_timed(
-        query, k=k, user=_user(tenant, user, role), mode=_check_mode(mode)
+        query, k=k, user=caller_context(tenant, user, role), mode=_check_mode(mode)
     )
     citations = prepare_evidence(to_citations(hits), query)  # disagreements flagged
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
-        _console().print(f"not found: no passage matches {query!r}", highlight=False, markup=False)
+        make_console().print(
+            f"not found: no passage matches {query!r}", highlight=False, markup=False
+        )
     else:
-        _console().print(format_passages(citations), highlight=False, markup=False)
+        make_console().print(format_passages(citations), highlight=False, markup=False)
         if timings.pending_chunks:
-            _console().print(
+            make_console().print(
                 f"[dim]{timings.pending_chunks} chunks are not embedded yet (found by keywords "
                 "only); `shelfhand embed` embeds them[/]",
                 highlight=False,
             )
         if timings.rerank_reason:
-            _console().print(f"[yellow]note:[/] {escape(timings.rerank_reason)}", highlight=False)
+            make_console().print(
+                f"[yellow]note:[/] {escape(timings.rerank_reason)}", highlight=False
+            )
     kb.close()
 
 
 def _check_mode(mode: str) -> SearchMode:
     if mode in ("hybrid", "keyword", "vector"):
         return cast("SearchMode", mode)
-    raise _err(f"--mode must be hybrid, keyword or vector, not {mode!r}", 2)
+    raise fail(f"--mode must be hybrid, keyword or vector, not {mode!r}", 2)
 
 
 @app.command()
@@ -538,13 +546,13 @@ def ask(
     from shelfhand.agent.fallbacks import found_nothing
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
-    from shelfhand.knowledge.citations import conflict_notes, label
+    from shelfhand.knowledge.evidence.citations import conflict_notes, label
 
     try:
         mode = None if retrieval is None else check_answer_retrieval(retrieval)
     except ConfigurationError as exc:
-        raise _err(f"--retrieval: {exc}", 2) from None
-    a = _app(workspace, existing=True)
+        raise fail(f"--retrieval: {exc}", 2) from None
+    a = open_app(workspace, existing=True)
     apply_model_flags(
         a,
         max_tokens=max_tokens,
@@ -552,13 +560,13 @@ def ask(
         tool_mode=tool_mode,
         tool_choice=tool_choice,
     )
-    console = _console()
+    console = make_console()
     kb = a.open_knowledge() if a.knowledge_exists() else None
     model = a.chat_model()
-    ctx = _user(tenant, user, role)
+    ctx = caller_context(tenant, user, role)
     if model is None:
         if kb is None:
-            raise _err("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
+            raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
         result = a.knowledge_agent(kb).run_sync(question, context=ctx)
         console.print(result.output, highlight=False, markup=False)
         from rich.markup import escape
@@ -570,11 +578,11 @@ def ask(
         return
     agent = a.chat_agent(model, kb, retrieval=mode)
     try:
-        from shelfhand.cli.main import console_approvals
+        from shelfhand.cli.chat import console_approvals
 
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
-        raise _err(f"the chat model failed: {exc}", 1) from None
+        raise fail(f"the chat model failed: {exc}", 1) from None
     console.print(result.output, highlight=False, markup=False)
     if not result.citations and found_nothing(result.messages):
         console.print(
@@ -631,13 +639,13 @@ def evaluate(
     rate) and per-language ones.
     """
     from shelfhand.core.errors import KnowledgeError
-    from shelfhand.eval_runner import run_ablation, run_beir_eval, run_case_eval
+    from shelfhand.evals.runner import run_ablation, run_beir_eval, run_case_eval
 
     if (cases is None) == (beir is None):
-        raise _err("give either a CASES file or --beir PATH", 2)
+        raise fail("give either a CASES file or --beir PATH", 2)
     _check_mode(mode)
-    a = _app(workspace, existing=cases is not None)  # a BEIR run builds its own workspace
-    console = _console()
+    a = open_app(workspace, existing=cases is not None)  # a BEIR run builds its own workspace
+    console = make_console()
     if as_json:  # stdout is the JSON object; progress goes to stderr
         from rich.console import Console
 
@@ -647,11 +655,11 @@ def evaluate(
     try:
         if beir is not None:
             if not (beir / "corpus.jsonl").is_file():
-                raise _err(
+                raise fail(
                     f"{beir} is not a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv)", 2
                 )
             ws = workspace or a.settings.workspace / f"beir-{beir.resolve().name}"
-            a = _app(ws)
+            a = open_app(ws)
             if ablation:
                 report = run_ablation(a, beir=beir, limit=limit, log=log)
             else:
@@ -659,15 +667,15 @@ def evaluate(
         else:
             assert cases is not None
             if not cases.is_file():
-                raise _err(f"no such case file: {cases}", 2)
+                raise fail(f"no such case file: {cases}", 2)
             if not a.knowledge_exists():
-                raise _err("nothing indexed yet: run `shelfhand ingest PATH` (or --samples)", 2)
+                raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples)", 2)
             if ablation:
                 report = run_ablation(a, cases_path=cases, limit=limit, log=log)
             else:
                 report = run_case_eval(a, cases, mode=mode, limit=limit)
     except KnowledgeError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     if as_json:
         typer.echo(json.dumps(report, ensure_ascii=False))
         return

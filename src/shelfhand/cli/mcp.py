@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import RolesOpt, TenantOpt, WorkspaceOpt, _app, _console, _err, _user, app
+from shelfhand.cli.common import (
+    RolesOpt,
+    TenantOpt,
+    WorkspaceOpt,
+    app,
+    caller_context,
+    fail,
+    make_console,
+    open_app,
+)
 
 mcp_app = typer.Typer(
     name="mcp",
@@ -70,7 +79,7 @@ def serve(
     loopback (with a warning), refused on any other address unless --allow-anonymous.
     """
     if transport not in ("stdio", "http", "sse"):
-        raise _err(f"unknown transport {transport!r}: use stdio, http or sse", 2)
+        raise fail(f"unknown transport {transport!r}: use stdio, http or sse", 2)
     # stdout carries the protocol on stdio: every log line must go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     import anyio
@@ -79,7 +88,7 @@ def serve(
     from shelfhand.core.errors import ConfigurationError
     from shelfhand.mcp.server import check_anonymous, exposed_tools, serve_http, serve_stdio
 
-    a = _app(workspace)
+    a = open_app(workspace)
     keys = {}
     if transport != "stdio":
         # Checked before anything is opened: a refused start-up touches nothing.
@@ -87,11 +96,11 @@ def serve(
             keys = load_api_keys(a.settings.workspace)
             check_anonymous(host, keys, allow_anonymous)
         except ConfigurationError as exc:
-            raise _err(str(exc), 2) from None
+            raise fail(str(exc), 2) from None
     kb = a.open_knowledge() if a.knowledge_exists() else None
     a.warm_up(kb)  # loading must not count against the first tool call's timeout
-    tools = exposed_tools(a, kb)
-    identity = _user(tenant, user, role)
+    tools = exposed_tools(a.toolkit(kb))
+    identity = caller_context(tenant, user, role)
     try:
         if transport == "stdio":
             anyio.run(serve_stdio, tools, identity)
@@ -117,7 +126,7 @@ def serve(
         try:
             anyio.run(run_http)
         except OSError as exc:
-            raise _err(f"cannot listen on {host}:{port}: {exc}", 1) from None
+            raise fail(f"cannot listen on {host}:{port}: {exc}", 1) from None
     except KeyboardInterrupt:
         pass
     finally:
@@ -139,11 +148,11 @@ def list_servers(
     from shelfhand.core.errors import ConfigurationError
     from shelfhand.mcp.config import load_mcp_config
 
-    source = config if config is not None else _app(workspace, create=True).settings.workspace
+    source = config if config is not None else open_app(workspace, create=True).settings.workspace
     try:
         configs = load_mcp_config(source)
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     import anyio
 
     rows = anyio.run(_probe_all, configs, timeout)
@@ -151,7 +160,7 @@ def list_servers(
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
         return
     if not rows:
-        _console().print(f"no MCP servers configured (looked in {source})")
+        make_console().print(f"no MCP servers configured (looked in {source})")
         return
     from rich.table import Table
 
@@ -162,7 +171,7 @@ def list_servers(
         table.add_row(
             row["name"], row["transport"], row["target"], row["status"], ", ".join(row["tools"])
         )
-    _console().print(table)
+    make_console().print(table)
 
 
 async def _probe_all(configs: list[Any], timeout: float) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def apply_model_flags(
     Raises:
         typer.Exit: (code 2) when a value is invalid, with the setting named.
     """
-    from shelfhand.cli.main import _err
+    from shelfhand.cli.common import fail
     from shelfhand.core.errors import ConfigurationError
     from shelfhand.core.settings import model_options
 
@@ -72,6 +72,6 @@ def apply_model_flags(
     try:
         options = model_options(raw)
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     if options:
         app.settings = dataclasses.replace(app.settings, **options)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _console, _err, app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
 
 
 @app.command("pg-import")
@@ -36,23 +36,23 @@ def pg_import(
     """Copy the workspace's embedded knowledge (documents, chunks, vectors, source hashes)
     into PostgreSQL, without re-embedding; run again, it skips what is already there unchanged
     (an interrupted import resumes) and replaces what changed."""
+    from shelfhand.backends.urls import redact_url
     from shelfhand.core.errors import ConfigurationError, ShelfhandError
-    from shelfhand.core.pg import redact_url
 
-    a = _app(workspace, existing=True)
+    a = open_app(workspace, existing=True)
     url = database_url or a.settings.database_url
     if not url:
-        raise _err("no PostgreSQL configured: set SHELFHAND_DATABASE_URL or --database-url", 2)
+        raise fail("no PostgreSQL configured: set SHELFHAND_DATABASE_URL or --database-url", 2)
     if not (a.settings.workspace / "knowledge.db").is_file():
-        raise _err(f"{a.settings.workspace} has no embedded knowledge to import", 2)
-    from shelfhand.knowledge.pg import PgDatabase, PgKnowledgeStore
-    from shelfhand.knowledge.pg.transfer import import_workspace
+        raise fail(f"{a.settings.workspace} has no embedded knowledge to import", 2)
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
+    from shelfhand.knowledge.stores.pg.transfer import import_workspace
 
-    console = _console()
+    console = make_console()
     try:
         store = PgKnowledgeStore(PgDatabase(url))
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from exc
+        raise fail(str(exc), 2) from exc
     try:
         report = import_workspace(
             a.settings.workspace,
@@ -64,7 +64,7 @@ def pg_import(
             ),
         )
     except ShelfhandError as exc:
-        raise _err(str(exc), 1) from exc
+        raise fail(str(exc), 1) from exc
     finally:
         store.close()
     console.print(

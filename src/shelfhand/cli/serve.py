@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import BUSY_EXIT_CODE, WorkspaceOpt, _app, _err, app
+from shelfhand.cli.common import BUSY_EXIT_CODE, WorkspaceOpt, app, fail, open_app
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 
@@ -75,24 +75,24 @@ def serve(
     """
     from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
-    a = _app(workspace, create=True)
+    a = open_app(workspace, create=True)
     try:
         import uvicorn
 
         from shelfhand.api import ServiceConfig, create_app
     except ImportError as exc:  # the server extra is missing
-        raise _err(
+        raise fail(
             f"{exc}; install it with: pip install '.[server]' (from a clone) or 'shelfhand[server]'",
             2,
         ) from None
     level = log_level.lower()
     if level not in ("debug", "info", "warning", "error"):
-        raise _err("--log-level must be debug, info, warning or error", 2)
+        raise fail("--log-level must be debug, info, warning or error", 2)
     logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s %(message)s")
     try:
         keys = a.api_keys()
         if not keys and not allow_anonymous:
-            raise _err(
+            raise fail(
                 'no API keys configured: set SHELFHAND_API_KEYS=\'{"KEY": {"tenant": "t1", '
                 '"user": "u1", "roles": ["user"]}}\' or add [[api_keys]] to '
                 f"{Path(a.settings.workspace) / 'shelfhand.toml'}; or pass --allow-anonymous "
@@ -108,9 +108,9 @@ def serve(
         )
         api = create_app(a, config=config, api_keys=keys)
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     except WorkspaceBusyError as exc:
-        raise _err(str(exc), BUSY_EXIT_CODE) from None
+        raise fail(str(exc), BUSY_EXIT_CODE) from None
     uvicorn.run(
         api,
         host=host,

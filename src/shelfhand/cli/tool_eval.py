@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.main import NO_MODEL_HINT, WorkspaceOpt, _app, _console, _err, app
+from shelfhand.cli.common import NO_MODEL_HINT, WorkspaceOpt, app, fail, make_console, open_app
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
     TemperatureOpt,
@@ -47,9 +47,9 @@ def eval_tools(
     import asyncio
 
     from shelfhand.core.errors import ConfigurationError
-    from shelfhand.tool_eval import load_tool_cases, run_tool_eval, sample_tool_cases
+    from shelfhand.evals.tool_eval import load_tool_cases, run_tool_eval, sample_tool_cases
 
-    a = _app(workspace)
+    a = open_app(workspace)
     apply_model_flags(
         a,
         max_tokens=max_tokens,
@@ -58,17 +58,17 @@ def eval_tools(
         tool_choice=tool_choice,
     )
     if limit is not None and limit < 1:
-        raise _err("--limit must be at least 1", 2)
+        raise fail("--limit must be at least 1", 2)
     if max_iters < 1:
-        raise _err("--max-iters must be at least 1", 2)
+        raise fail("--max-iters must be at least 1", 2)
     try:
         selected = load_tool_cases(cases or sample_tool_cases())[:limit]
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
     model = a.chat_model()
     if model is None:
-        raise _err(NO_MODEL_HINT, 2)
-    console = _console()
+        raise fail(NO_MODEL_HINT, 2)
+    console = make_console()
     kb = None if no_docs else _sample_knowledge(a, quiet=as_json)
 
     def progress(result: Any) -> None:

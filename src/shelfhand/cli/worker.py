@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.main import WorkspaceOpt, _app, _err, app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, open_app
 
 
 @app.command()
@@ -42,7 +42,7 @@ def worker(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    a = _app(workspace, create=True)
+    a = open_app(workspace, create=True)
     try:
         options = WorkerOptions(
             concurrency=concurrency,
@@ -53,4 +53,4 @@ def worker(
         )
         run_worker(a, options)
     except ConfigurationError as exc:
-        raise _err(str(exc), 2) from None
+        raise fail(str(exc), 2) from None

@@ -13,6 +13,15 @@ from typing import Any, Literal
 from shelfhand.core.citations import CitationLedger
 from shelfhand.core.ids import new_id
 
+__all__ = [
+    "ANONYMOUS",
+    "PRIVILEGED_ROLES",
+    "PermissionLevel",
+    "RunContext",
+    "UserContext",
+    "permission_rank",
+]
+
 PermissionLevel = Literal["user", "admin", "system"]
 _LEVEL_ORDER: dict[str, int] = {"user": 0, "admin": 1, "system": 2}
 
@@ -23,6 +32,10 @@ def permission_rank(level: str) -> int:
         return _LEVEL_ORDER[level]
     except KeyError:
         raise ValueError(f"unknown permission level {level!r}; use user, admin or system") from None
+
+
+PRIVILEGED_ROLES: frozenset[str] = frozenset({"admin", "system"})
+"""Roles that read every document of their tenant, whatever its permission tags."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

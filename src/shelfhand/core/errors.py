@@ -1,4 +1,4 @@
-"""Errors, for two audiences.
+"""Every error shelfhand raises that a user can see, in one tree, for two audiences.
 
 Model-facing errors describe a problem with a tool call that the model can fix or work around
 (unknown tool, bad arguments, a failing tool). They become a tool *result* with
@@ -7,108 +7,190 @@ Model-facing errors describe a problem with a tool call that the model can fix o
 Caller-facing errors propagate to the program or person that runs the agent, with a message
 that says what to do (bad configuration, a model provider that is down, an exhausted script).
 
+Each class has a stable :attr:`~ShelfhandError.code` (the API's error ``code``, the audit
+log's outcome, what a program matches on); messages may change, codes do not. An error that
+also subclasses a builtin (``ValueError``, ``LookupError``) is still caught by code that
+expects the builtin.
+
 ::
 
-    ShelfhandError
-    ├── ConfigurationError          wrong or missing settings (fails fast at start-up)
-    ├── ModelError                  the chat model could not answer
-    │   ├── ModelTimeoutError       the provider did not answer in time
-    │   ├── ModelProviderError      the provider answered with an error (HTTP status kept)
-    │   └── ContextBudgetError      the request cannot fit the model's context window
-    ├── ScriptExhaustedError        a ScriptedModel ran out of turns (tests)
-    ├── KnowledgeError              ingest / store / retrieval problems
-    │   ├── UnreadableDocumentError a file that cannot be read (reported, then skipped)
-    │   │   └── DocumentTooLarge    over a reading limit (bytes, characters, pages, time…)
-    │   ├── WorkspaceBusyError      another process (server or ingest) writes the workspace
-    │   └── EmbeddingUnavailableError the embedding service is out of quota or down
-    └── ToolError                   model-facing: becomes an error tool result
-        ├── UnknownToolError
-        ├── ToolArgumentError       arguments are not valid JSON or fail validation
-        ├── ToolPermissionError     the caller may not use this tool
-        ├── ToolTimeoutError
-        └── TransientToolError      raised by a tool for a failure worth retrying
-            └── ToolUnavailableError the service behind the tool cannot be reached
+    ShelfhandError                    shelfhand_error
+    ├── ConfigurationError            configuration_error   wrong or missing settings (fails fast at start-up)
+    │   └── DeclarationError          declaration_error     a subagent declaration (file and line named)
+    ├── InvalidArgumentError          invalid_argument      a bad value passed to a shelfhand API (also a ValueError)
+    │   └── RoutingError              routing_error         a pipeline's router chose no known route
+    ├── NotFoundError                 not_found             no such thing for this caller (also a LookupError)
+    │   └── TaskNotFound              task_not_found        a background task id the caller does not own
+    ├── ModelError                    model_error           the chat model could not answer
+    │   ├── ModelTimeoutError         model_timeout         the provider did not answer in time
+    │   ├── ModelProviderError        model_provider_error  the provider answered with an error (HTTP status kept)
+    │   └── ContextBudgetError        context_budget        the request cannot fit the model's context window
+    ├── ScriptExhaustedError          script_exhausted      a ScriptedModel ran out of turns (tests)
+    ├── KnowledgeError                knowledge_error       ingest / store / retrieval problems
+    │   ├── UnreadableDocumentError   unreadable_document   a file that cannot be read (reported, then skipped)
+    │   │   └── DocumentTooLarge      document_too_large    over a reading limit (bytes, characters, pages, time…)
+    │   ├── WorkspaceBusyError        workspace_busy        another process (server or ingest) writes the workspace
+    │   ├── EmbeddingUnavailableError embedding_unavailable the embedding service is out of quota or down
+    │   └── RerankError               rerank_failed         a reranker could not rank (the fused order is kept)
+    ├── DependencyUnavailableError    <dependency>_unavailable  PostgreSQL or Redis cannot be reached right now
+    ├── SessionBusyError              session_busy          a turn of this session is still running
+    ├── TurnFailed                    (its own)             a service turn failed: carries the HTTP status and code
+    ├── UploadRejected                (its own)             an upload refused as a whole; nothing was stored
+    └── ToolError                     tool_error            model-facing: becomes an error tool result
+        ├── UnknownToolError          unknown_tool
+        ├── ToolArgumentError         invalid_tool_arguments  arguments are not valid JSON or fail validation
+        ├── ToolPermissionError       tool_permission_denied  the caller may not use this tool
+        ├── ToolTimeoutError          tool_timeout
+        └── TransientToolError        tool_transient_failure  raised by a tool for a failure worth retrying
+            └── ToolUnavailableError  tool_unavailable        the service behind the tool cannot be reached
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+__all__ = [
+    "ConfigurationError",
+    "ContextBudgetError",
+    "DeclarationError",
+    "DependencyUnavailableError",
+    "DocumentTooLarge",
+    "EmbeddingUnavailableError",
+    "InvalidArgumentError",
+    "KnowledgeError",
+    "ModelError",
+    "ModelProviderError",
+    "ModelTimeoutError",
+    "NotFoundError",
+    "RerankError",
+    "RoutingError",
+    "ScriptExhaustedError",
+    "SessionBusyError",
+    "ShelfhandError",
+    "TaskNotFound",
+    "ToolArgumentError",
+    "ToolError",
+    "ToolPermissionError",
+    "ToolTimeoutError",
+    "ToolUnavailableError",
+    "TransientToolError",
+    "TurnFailed",
+    "UnknownToolError",
+    "UnreadableDocumentError",
+    "UploadRejected",
+    "WorkspaceBusyError",
+]
+
 
 class ShelfhandError(Exception):
-    """Base class of every error raised by shelfhand."""
+    """Base class of every error raised by shelfhand.
+
+    Attributes:
+        code: A stable identifier of the kind of error (see the tree above).
+    """
+
+    code: ClassVar[str] = "shelfhand_error"
 
 
 class ConfigurationError(ShelfhandError):
     """Settings are wrong or missing; the message says which and how to fix it."""
 
+    code = "configuration_error"
+
+
+class DeclarationError(ConfigurationError):
+    """A subagent declaration is wrong; the message names the file and line (or the code)."""
+
+    code = "declaration_error"
+
+
+class InvalidArgumentError(ShelfhandError, ValueError):
+    """A value passed to a shelfhand API is not valid; the message names it and what fits."""
+
+    code = "invalid_argument"
+
+
+class RoutingError(InvalidArgumentError):
+    """A conditional pipeline's router chose no known route and there is no default."""
+
+    code = "routing_error"
+
+
+class NotFoundError(ShelfhandError, LookupError):
+    """What was asked for does not exist for this caller (or belongs to someone else)."""
+
+    code = "not_found"
+
+
+class TaskNotFound(NotFoundError):
+    """No task with this id belongs to the caller (it may not exist, or be someone else's)."""
+
+    code = "task_not_found"
+
 
 class ModelError(ShelfhandError):
     """The chat model could not produce an answer."""
+
+    code = "model_error"
 
 
 class ModelTimeoutError(ModelError):
     """The model provider did not answer within the configured timeout."""
 
+    code = "model_timeout"
+
 
 class ModelProviderError(ModelError):
-    """The model provider answered with an error."""
+    """The model provider answered with an error, or its reply could not be read.
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    Attributes:
+        status_code: The HTTP status it answered with, when it answered.
+        connection_lost: The connection broke (reset, closed mid-reply), as opposed to an
+            answer that was an error: after text has reached the caller this is a reply cut
+            off half way.
+    """
+
+    code = "model_provider_error"
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, connection_lost: bool = False
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.connection_lost = connection_lost
 
 
 class ContextBudgetError(ModelError):
     """The request cannot fit the model's context window, even with tool results cut; nothing
     was sent (the message says how many tokens were needed and how many fit)."""
 
+    code = "context_budget"
+
 
 class ScriptExhaustedError(ShelfhandError):
     """A ``ScriptedModel`` was asked for more turns than its script holds."""
+
+    code = "script_exhausted"
 
 
 class KnowledgeError(ShelfhandError):
     """A problem in ingest, storage or retrieval of documents."""
 
+    code = "knowledge_error"
+
 
 class UnreadableDocumentError(KnowledgeError):
     """A file could not be read (corrupt, encrypted, unsupported). It is skipped."""
 
-
-class EmbeddingUnavailableError(KnowledgeError):
-    """The embedding service stayed unavailable (quota, rate limit, outage) after retries.
-
-    Retrieval catches this and falls back to keyword search instead of failing.
-    """
-
-
-class ToolError(ShelfhandError):
-    """A model-facing tool problem: reported to the model as an error result."""
-
-
-class UnknownToolError(ToolError):
-    """The model called a tool that does not exist (or is not visible to this caller)."""
-
-
-class ToolArgumentError(ToolError):
-    """The tool call's arguments are not valid JSON or do not match the schema."""
-
-
-class ToolPermissionError(ToolError):
-    """The caller may not use this tool."""
-
-
-class ToolTimeoutError(ToolError):
-    """The tool did not finish within its timeout."""
-
-
-class TransientToolError(ToolError):
-    """Raised by a tool for a temporary failure (worth retrying for read-only tools)."""
+    code = "unreadable_document"
 
 
 class DocumentTooLarge(UnreadableDocumentError):
     """A file is over one of the reading limits (bytes, characters, pages, nesting, time,
     memory); the message names the limit and how to raise it. It is skipped like any
     unreadable file."""
+
+    code = "document_too_large"
 
 
 class WorkspaceBusyError(KnowledgeError):
@@ -119,17 +201,27 @@ class WorkspaceBusyError(KnowledgeError):
         pid: The process id of the holder, when known.
     """
 
+    code = "workspace_busy"
+
     def __init__(self, message: str, *, holder: str = "", pid: int | None = None) -> None:
         super().__init__(message)
         self.holder = holder
         self.pid = pid
 
 
-class ToolUnavailableError(TransientToolError):
-    """The service behind a tool cannot be reached at all (connection refused or lost, not
-    connected). Besides the tool's own circuit breaker it also counts against a ``circuit``
-    the tool shares with others (e.g. one MCP server's), unlike a timeout or a 5xx of one call.
+class EmbeddingUnavailableError(KnowledgeError):
+    """The embedding service stayed unavailable (quota, rate limit, outage) after retries.
+
+    Retrieval catches this and falls back to keyword search instead of failing.
     """
+
+    code = "embedding_unavailable"
+
+
+class RerankError(KnowledgeError):
+    """A reranker could not rank (error, timeout, malformed answer); the message says why."""
+
+    code = "rerank_failed"
 
 
 class DependencyUnavailableError(ShelfhandError):
@@ -143,6 +235,79 @@ class DependencyUnavailableError(ShelfhandError):
         dependency: ``"postgresql"`` or ``"redis"``.
     """
 
+    code = "dependency_unavailable"
+
     def __init__(self, message: str, *, dependency: str) -> None:
         super().__init__(message)
         self.dependency = dependency
+
+
+class SessionBusyError(ShelfhandError):
+    """A turn of this session is still running."""
+
+    code = "session_busy"
+
+
+class TurnFailed(ShelfhandError):
+    """A service turn failed; carries the HTTP status and the code the API answers with
+    (its ``code`` is the failure's: ``model_timeout``, ``model_error``, ...)."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code  # type: ignore[misc]  # the failure's code, per instance
+
+
+class UploadRejected(ShelfhandError):
+    """An upload is refused as a whole; nothing was stored. ``status`` is the HTTP status the
+    API answers with and ``code`` says why (``too_large``, ``forbidden``, ...)."""
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code  # type: ignore[misc]  # why, per instance
+
+
+class ToolError(ShelfhandError):
+    """A model-facing tool problem: reported to the model as an error result."""
+
+    code = "tool_error"
+
+
+class UnknownToolError(ToolError):
+    """The model called a tool that does not exist (or is not visible to this caller)."""
+
+    code = "unknown_tool"
+
+
+class ToolArgumentError(ToolError):
+    """The tool call's arguments are not valid JSON or do not match the schema."""
+
+    code = "invalid_tool_arguments"
+
+
+class ToolPermissionError(ToolError):
+    """The caller may not use this tool."""
+
+    code = "tool_permission_denied"
+
+
+class ToolTimeoutError(ToolError):
+    """The tool did not finish within its timeout."""
+
+    code = "tool_timeout"
+
+
+class TransientToolError(ToolError):
+    """Raised by a tool for a temporary failure (worth retrying for read-only tools)."""
+
+    code = "tool_transient_failure"
+
+
+class ToolUnavailableError(TransientToolError):
+    """The service behind a tool cannot be reached at all (connection refused or lost, not
+    connected). Besides the tool's own circuit breaker it also counts against a ``circuit``
+    the tool shares with others (e.g. one MCP server's), unlike a timeout or a 5xx of one call.
+    """
+
+    code = "tool_unavailable"

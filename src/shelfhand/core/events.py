@@ -5,12 +5,27 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.messages import Citation
+from shelfhand.core.results import RunResult
 
-if TYPE_CHECKING:
-    from shelfhand.agent.agent import RunResult
+__all__ = [
+    "ApprovalDecided",
+    "ApprovalRequired",
+    "CitationsFound",
+    "Event",
+    "Final",
+    "HumanNeeded",
+    "SubagentFinished",
+    "SubagentStarted",
+    "TextDelta",
+    "ToolFinished",
+    "ToolProgress",
+    "ToolStarted",
+    "event_to_dict",
+    "progress_sink",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

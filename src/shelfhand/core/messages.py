@@ -16,6 +16,19 @@ from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.ids import new_id
 
+__all__ = [
+    "Block",
+    "Citation",
+    "CitationBlock",
+    "Message",
+    "Role",
+    "TextBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "messages_from_json",
+    "messages_to_json",
+]
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 

@@ -23,7 +23,7 @@ chunks do not rank keyword hits while rarer terms find enough; 1 keeps every ter
 ``max_tokens``, ``temperature``, ``context_tokens``, ``tool_choice``, ``tool_mode``,
 ``retrieval_mode``, ``embedder``, ``chunk_tokens``, ``chunk_overlap``, ``embed_timeout``,
 ``turn_timeout``, ``answer_retrieval``, ``min_relevance``, ``keyword_common_share``). Reading limits live in a ``[limits]`` table (see
-:mod:`shelfhand.knowledge.limits`); they are kept here as given and checked when the
+:mod:`shelfhand.knowledge.reading.limits`); they are kept here as given and checked when the
 knowledge base opens.
 
 ``answer_retrieval`` is how chat answers get their passages: ``context`` retrieves before the
@@ -35,7 +35,7 @@ Passage compression: ``compress`` (``SHELFHAND_COMPRESS``, true | false, default
 each retrieved passage to the sentences that answer the query, within ``compress_tokens``
 (``SHELFHAND_COMPRESS_TOKENS``, default 200) tokens per passage.
 
-Rerank and query rewrite (off by default; see :mod:`shelfhand.knowledge.rerank`):
+Rerank and query rewrite (off by default; see :mod:`shelfhand.knowledge.retrieval.rerank`):
 ``rerank`` (``SHELFHAND_RERANK``: off | endpoint | llm), ``rerank_url``
 (``SHELFHAND_RERANK_URL``, needed for ``endpoint``), ``rerank_model``
 (``SHELFHAND_RERANK_MODEL``), ``SHELFHAND_RERANK_API_KEY`` (environment only: a secret),
@@ -83,7 +83,7 @@ MODEL_ENV = {
 DEFAULT_MIN_RELEVANCE = 0.25
 DEFAULT_KEYWORD_COMMON_SHARE = 0.2
 """Query terms in more than this share of the chunks do not rank keyword hits while rarer
-ones find enough (:func:`shelfhand.knowledge.fusion.ranking_terms`)."""
+ones find enough (:func:`shelfhand.knowledge.retrieval.fusion.ranking_terms`)."""
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
 answerable one above) and checked on SciFact and CMRC 2018: see BENCHMARKS.md, "Retrieval
 quality (issue 13)"."""
@@ -113,7 +113,7 @@ class Settings:
     answer_retrieval: AnswerRetrieval = "both"
     compress: bool = False
     """Cut each retrieved passage to the sentences that answer the query (``compress``,
-    ``SHELFHAND_COMPRESS``); off by default, see :mod:`shelfhand.knowledge.compress`."""
+    ``SHELFHAND_COMPRESS``); off by default, see :mod:`shelfhand.knowledge.evidence.compress`."""
     compress_tokens: int = 200
     """Tokens kept per passage when ``compress`` is on (``SHELFHAND_COMPRESS_TOKENS``)."""
 

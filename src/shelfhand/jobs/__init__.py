@@ -5,7 +5,7 @@ The queue is `procrastinate <https://procrastinate.readthedocs.io>`_ over Postgr
 jobs live in the same database as the system of record, so an upload's record, its bytes and
 its queue job are written in one transaction (no second durable broker to run, back up or keep
 consistent). :mod:`shelfhand.jobs.queue` writes and reads job records (API, CLI);
-:mod:`shelfhand.jobs.runner` runs one job (in a worker); :mod:`shelfhand.jobs.worker` is the
+:mod:`shelfhand.service.jobs` runs one job (in a worker); :mod:`shelfhand.jobs.worker` is the
 worker process (procrastinate's worker plus stalled-job recovery).
 """
 

@@ -26,13 +26,20 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.postgres import open_pool, pg_errors
 from shelfhand.core.context import UserContext
-from shelfhand.core.pg import open_pool
-from shelfhand.core.shared import pg_errors
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME, migrations
+from shelfhand.service.job_records import (
+    FINAL_STATUSES,
+    JobFile,
+    JobKind,
+    JobProgress,
+    JobRecord,
+    JobStatus,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -42,80 +49,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["FINAL_STATUSES", "IngestQueue", "JobFile", "JobProgress", "JobRecord", "JobStatus"]
 
-JobStatus = Literal["queued", "running", "done", "failed"]
-JobKind = Literal["upload", "ingest"]
-FINAL_STATUSES: frozenset[str] = frozenset({"done", "failed"})
-
 _COLUMNS = (
     "id, kind, tenant_id, user_id, roles, permission_tags, status, attempts, files, bytes,"
     " sources, progress, error, error_code, report, created_at, started_at, finished_at"
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobProgress:
-    """Where a running job is: phase ``queued``, ``index`` (files stored, keyword-searchable
-    at once), ``embed`` (chunks embedded) or ``done``."""
-
-    phase: str = "queued"
-    files_done: int = 0
-    files_total: int = 0
-    bytes_done: int = 0
-    bytes_total: int = 0
-    chunks_embedded: int = 0
-    chunks_to_embed: int = 0
-    source: str = ""
-
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> JobProgress:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobFile:
-    """One file of a job: for an upload its file name; for an ingest ``<root>/<path>``."""
-
-    name: str
-    data: bytes = field(repr=False)
-    folder: bool = False
-    """(ingest) The root was given as a folder: what vanished from it is removed."""
-    origin: str | None = None
-    """(ingest, folder roots) The folder as the client resolved it: the root's identity, so
-    the same folder ingested queued or in process (on any worker) is one root."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobRecord:
-    id: str
-    kind: JobKind
-    tenant_id: str
-    user_id: str
-    roles: tuple[str, ...]
-    permission_tags: tuple[str, ...] | None
-    """``None``: a replaced source keeps its tags (see :func:`~shelfhand.api.source_access.
-    replacement_tags`)."""
-    status: JobStatus
-    attempts: int
-    files: int
-    bytes: int
-    sources: tuple[str, ...]
-    progress: JobProgress
-    error: str | None
-    error_code: str | None
-    report: dict[str, Any] | None
-    created_at: float
-    started_at: float | None
-    finished_at: float | None
-
-    @property
-    def final(self) -> bool:
-        return self.status in FINAL_STATUSES
-
-    @property
-    def user(self) -> UserContext:
-        """Who enqueued it: the identity the job acts for (never anything the files say)."""
-        return UserContext(tenant_id=self.tenant_id, user_id=self.user_id, roles=self.roles)
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
@@ -145,7 +82,7 @@ class IngestQueue:
     """Job records and the queue, on one PostgreSQL database.
 
     Args:
-        pool: Autocommit connections (:func:`shelfhand.core.pg.open_pool`).
+        pool: Autocommit connections (:func:`shelfhand.backends.postgres.open_pool`).
     """
 
     def __init__(self, pool: ConnectionPool[Any], *, url: str) -> None:

@@ -1,6 +1,6 @@
 """The PostgreSQL schema of ingest jobs: procrastinate's queue tables and our job records.
 
-Both are versioned migrations in ``shelfhand_migrations`` (:func:`shelfhand.core.pg.
+Both are versioned migrations in ``shelfhand_migrations`` (:func:`shelfhand.backends.postgres.
 apply_pg_migrations`, under its advisory lock), so two replicas or workers starting at once
 create them exactly once. procrastinate's schema is the one its installed version ships
 (``procrastinate/sql/schema.sql``); a later procrastinate that changes it ships migrations of
@@ -9,8 +9,8 @@ its own (``procrastinate/sql/migrations``), to be added here as further named mi
 
 from __future__ import annotations
 
+from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.pg import PgMigration
 
 __all__ = ["QUEUE_NAME", "TASK_NAME", "migrations"]
 

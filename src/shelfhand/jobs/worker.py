@@ -2,7 +2,7 @@
 
 Several worker processes (on one machine or several) share the queue: each takes the next job
 with procrastinate's ``SELECT ... FOR UPDATE SKIP LOCKED`` and runs it with
-:class:`~shelfhand.jobs.runner.JobRunner`; ``--concurrency N`` runs up to N jobs at once in one
+:class:`~shelfhand.service.jobs.JobRunner`; ``--concurrency N`` runs up to N jobs at once in one
 process (in threads).
 
 **Stopping.** ``SIGTERM`` or ``SIGINT`` stops a worker gracefully: it takes no new job and
@@ -11,7 +11,7 @@ exits when its running jobs are done.
 **Dying.** A worker killed with ``kill -9`` (or whose machine dies) stops sending heartbeats.
 Every worker looks for jobs left ``doing`` by a worker whose last heartbeat is older than
 ``stalled_after_s`` (at start and every ``stalled_check_s``) and puts them back on the queue;
-the runner makes the retried job complete exactly once (see :mod:`shelfhand.jobs.runner`).
+the runner makes the retried job complete exactly once (see :mod:`shelfhand.service.jobs`).
 
 **Knowledge store.** With the embedded store (SQLite, tantivy and faiss files in the
 workspace) a job takes the workspace's writer lock while it writes, so the jobs of several
@@ -27,24 +27,27 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from shelfhand.backends.urls import redact_url
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.pg import redact_url
-from shelfhand.jobs.runner import MAX_ATTEMPTS, EventHook, JobKnowledge, JobRunner
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME
+from shelfhand.service.jobs import MAX_ATTEMPTS, EventHook, JobKnowledge, JobRunner
 
 if TYPE_CHECKING:
     import procrastinate
 
-    from shelfhand.app import App
+    from shelfhand.core.settings import Settings
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.knowledge.stores.workspace_lock import Role
+    from shelfhand.service.uploads import UploadRecords
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "KnowledgeOpener",
+    "WorkerApp",
     "WorkerOptions",
     "build_runner",
     "close_runner",
@@ -113,6 +116,16 @@ def queue_app(url: str, runner: JobRunner | None = None) -> procrastinate.App:
     return app
 
 
+class WorkerApp(Protocol):
+    """What a worker needs of the composition root: :class:`~shelfhand.app.App` fits."""
+
+    settings: Settings
+
+    def open_knowledge(self, *, writer: Role | None = None, wait: float = 0.0) -> KnowledgeBase: ...
+
+    def upload_registry(self) -> UploadRecords: ...
+
+
 class KnowledgeOpener:
     """Opens the knowledge base for each job of a worker process.
 
@@ -122,7 +135,7 @@ class KnowledgeOpener:
     the process, in parallel.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: WorkerApp) -> None:
         self.app = app
         self._shared: KnowledgeBase | None = None
         self._lock = threading.Lock()
@@ -156,10 +169,12 @@ class KnowledgeOpener:
                 self._shared = None
 
 
-def build_runner(app: App, queue: IngestQueue, *, on_event: EventHook | None = None) -> JobRunner:
+def build_runner(
+    app: WorkerApp, queue: IngestQueue, *, on_event: EventHook | None = None
+) -> JobRunner:
     """The runner for ``app``'s workspace: the service's upload logic and registry, and the
     knowledge base through a :class:`KnowledgeOpener` (close it with :func:`close_runner`)."""
-    from shelfhand.api.uploads import Uploads
+    from shelfhand.service.uploads import Uploads
 
     workspace = app.settings.workspace
     workspace.mkdir(parents=True, exist_ok=True)
@@ -229,7 +244,7 @@ async def run_worker_async(
 
 
 def run_worker(
-    app: App, options: WorkerOptions | None = None, *, on_event: EventHook | None = None
+    app: WorkerApp, options: WorkerOptions | None = None, *, on_event: EventHook | None = None
 ) -> None:
     """Run a worker for ``app``'s workspace and ``database_url`` until stopped (blocking)."""
     url = app.settings.database_url

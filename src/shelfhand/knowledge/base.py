@@ -1,7 +1,7 @@
 """``KnowledgeBase``: one object for ingest, search, sources and forget over a workspace.
 
 It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces), or the
-PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.pg`), and remembers
+PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.stores.pg`), and remembers
 which provider mode it runs in and why it degraded, if it did (DESIGN R11).
 """
 
@@ -17,23 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.embedding import EmbeddingRouter
-from shelfhand.knowledge.fusion import COMMON_SHARE
-from shelfhand.knowledge.ingest import EmbedReport, IngestEvent, IngestReport
-from shelfhand.knowledge.rerank import Reranker, RerankStage
-from shelfhand.knowledge.retrieval import (
-    EmbeddedKnowledge,
-    SearchMode,
-    SearchTimings,
-    open_embedded_store,
-)
-from shelfhand.knowledge.store import SourceInfo
-from shelfhand.knowledge.types import Document, SearchHit
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
+from shelfhand.knowledge.retrieval.hybrid import SearchMode, SearchTimings
+from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
+from shelfhand.knowledge.scoring import COMMON_SHARE
+from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
+from shelfhand.knowledge.types import Document, SearchHit, SourceInfo
 
 if TYPE_CHECKING:
-    from shelfhand.knowledge.keyword import Access
-    from shelfhand.knowledge.workspace_lock import WorkspaceLock
-    from shelfhand.tools.tool import Tool
+    from shelfhand.knowledge.stores.tantivy import Access
+    from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +63,7 @@ class KnowledgeBase:
         mode: The provider mode it was opened in (``auto``, ``simple`` or ``keyword``).
         degraded_reason: Why ``auto`` fell back to less than hybrid search, if it did.
         reranker: Reorders the fused candidates (``None``: off, the default); see
-            :mod:`shelfhand.knowledge.rerank`.
+            :mod:`shelfhand.knowledge.retrieval.rerank`.
         rerank_candidates: How many fused hits a search fetches for the reranker (at
             least ``k``).
         min_relevance: Search hits with a ``relevance`` under it are dropped (0 keeps all;
@@ -78,7 +72,7 @@ class KnowledgeBase:
             keyword hits while rarer ones find enough (1 keeps every term; the app passes the
             ``keyword_common_share`` setting).
         database_url: Keep the knowledge in this PostgreSQL database (``postgresql://...``,
-            :mod:`shelfhand.knowledge.pg`) instead of the workspace's embedded store; the
+            :mod:`shelfhand.knowledge.stores.pg`) instead of the workspace's embedded store; the
             workspace still holds the other files (settings, agents).
     """
 
@@ -110,7 +104,7 @@ class KnowledgeBase:
         """Where the knowledge lives: ``embedded`` (the workspace) or ``postgresql``."""
         self._stack: EmbeddedKnowledge
         if database_url:
-            from shelfhand.knowledge.pg import open_pg_store
+            from shelfhand.knowledge.stack import open_pg_store
 
             self._stack = open_pg_store(
                 database_url,
@@ -161,7 +155,7 @@ class KnowledgeBase:
         """Index files and folders incrementally (unchanged files cost nothing).
 
         Text is stored and keyword-searchable first; then (``wait``) pending chunks are
-        embedded. See :class:`~shelfhand.knowledge.ingest.Ingestor`.
+        embedded. See :class:`~shelfhand.knowledge.ingest.ingestor.Ingestor`.
         """
         return self._stack.ingestor.ingest(
             paths,
@@ -278,10 +272,22 @@ class KnowledgeBase:
         self._stack.retriever.search("warm up 预热", k=1, mode="keyword")
 
     # --- integration ----------------------------------------------------------------------
-    def as_tool(self) -> Tool[Any, Any]:
-        """The ``retrieve`` tool over this knowledge base (cited passages, caller's ACL)."""
+    def as_tool(self) -> Any:
+        """The ``retrieve`` tool over this knowledge base.
+
+        .. deprecated:: use :func:`shelfhand.retrieve_tool` (``retrieve_tool(kb)``): the
+           knowledge layer knows nothing of agents and tools; this shim goes in a later
+           release.
+        """
+        import warnings
+
         from shelfhand.agent.retrieve import make_retrieve_tool
 
+        warnings.warn(
+            "KnowledgeBase.as_tool() is deprecated: use shelfhand.retrieve_tool(kb)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return make_retrieve_tool(self)
 
     def rebuild_keyword_index(self) -> int:
@@ -289,8 +295,8 @@ class KnowledgeBase:
         allows (one at 1M chunks): keyword search over an index grown by many ingests gets
         faster (``shelfhand reindex``). Returns the number of segments after. Needs the
         workspace's writer; the embedded store only (PostgreSQL keeps its own indexes)."""
-        from shelfhand.knowledge.keyword import TantivyKeywordIndex
-        from shelfhand.knowledge.store import SqliteKnowledgeStore
+        from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+        from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 
         store, keyword = self._stack.store, self._stack.keyword
         if not isinstance(store, SqliteKnowledgeStore) or not isinstance(

@@ -1,11 +1,11 @@
 """What retrieval, ingest and versions need from a knowledge store and its indexes.
 
 Two implementations satisfy these protocols: the embedded stack (SQLite + tantivy + faiss,
-:mod:`shelfhand.knowledge.store`, :mod:`~shelfhand.knowledge.keyword`,
-:mod:`~shelfhand.knowledge.vectors`) and the PostgreSQL store (:mod:`shelfhand.knowledge.pg`),
+:mod:`shelfhand.knowledge.stores.sqlite`, :mod:`~shelfhand.knowledge.stores.tantivy`,
+:mod:`~shelfhand.knowledge.stores.faiss`) and the PostgreSQL store (:mod:`shelfhand.knowledge.stores.pg`),
 where one database holds the records and both searches. The methods are exactly those that
-:class:`~shelfhand.knowledge.retrieval.HybridRetriever`,
-:class:`~shelfhand.knowledge.ingest.Ingestor`, :mod:`~shelfhand.knowledge.versions` and
+:class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever`,
+:class:`~shelfhand.knowledge.ingest.ingestor.Ingestor`, :mod:`~shelfhand.knowledge.retrieval.versions` and
 :class:`~shelfhand.knowledge.base.KnowledgeBase` call, with the embedded store's semantics.
 """
 
@@ -17,9 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from shelfhand.knowledge.embedding import Vectors
-from shelfhand.knowledge.store import SourceInfo, StoredChunk
-from shelfhand.knowledge.types import Chunk, Document
+from shelfhand.knowledge.embeddings.router import Vectors
+from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
 
 __all__ = ["KeywordIndex", "KnowledgeStore", "VectorSearch"]
 
@@ -137,7 +136,7 @@ class KeywordIndex(Protocol):
 
     common_share: float
     """Query terms in more than this share of the chunks do not rank when rarer ones do
-    (:func:`~shelfhand.knowledge.fusion.ranking_terms`)."""
+    (:func:`~shelfhand.knowledge.retrieval.fusion.ranking_terms`)."""
 
     def num_docs(self) -> int: ...
 

@@ -83,11 +83,11 @@ class SearchHit:
     hits are ranked first (see ``HybridRetriever.exact_boost``)."""
     rerank_score: float | None = None
     """The reranker's score, when a rerank endpoint ranked this hit (see
-    :mod:`shelfhand.knowledge.rerank`)."""
+    :mod:`shelfhand.knowledge.retrieval.rerank`)."""
     relevance: float | None = None
     """Evidence strength 0..1, comparable across queries: the larger of the hit's cosine in
     the query's vector space and the share of the query's IDF its BM25 score covers (see
-    :func:`shelfhand.knowledge.fusion.relevance`). ``None`` when not computed."""
+    :func:`shelfhand.knowledge.retrieval.fusion.relevance`). ``None`` when not computed."""
 
 
 class KeywordHits(list[tuple[int, float]]):
@@ -109,3 +109,21 @@ class KeywordHits(list[tuple[int, float]]):
     def stats(self) -> tuple[int, list[int]]:
         """``(num_docs, doc_freqs)``, as ``KeywordIndex.doc_freqs`` returns them."""
         return self.num_docs, self.doc_freqs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceInfo:
+    source: str
+    doc_type: str
+    documents: int
+    chunks: int
+    updated_at: float
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredChunk:
+    """A chunk as the indexes need it: its rowid key, ACL fields and index text."""
+
+    rowid: int
+    chunk: Chunk

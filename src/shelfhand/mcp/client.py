@@ -672,7 +672,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _version() -> str:
-    from shelfhand import __version__
+    from shelfhand.core.version import __version__
 
     return __version__
 

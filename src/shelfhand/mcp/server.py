@@ -30,7 +30,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio
 import mcp.types as types
@@ -48,10 +48,6 @@ from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.tools.tool import Tool
 from shelfhand.tools.toolkit import Toolkit
-
-if TYPE_CHECKING:
-    from shelfhand.app import App
-    from shelfhand.knowledge.base import KnowledgeBase
 
 __all__ = [
     "DEFAULT_HOST",
@@ -76,9 +72,10 @@ ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 Identity = Callable[[ServerRequestContext[Any, Any]], UserContext]
 
 
-def exposed_tools(app: App, kb: KnowledgeBase | None) -> list[Tool[..., Any]]:
-    """The workspace's read-only, non-external tools (``retrieve`` first)."""
-    return [t for t in app.toolkit(kb).tools if t.read_only and not t.external]
+def exposed_tools(toolkit: Toolkit) -> list[Tool[..., Any]]:
+    """The read-only, non-external tools of ``toolkit`` (the workspace's: ``retrieve``
+    first), the ones an MCP client may call."""
+    return [t for t in toolkit.tools if t.read_only and not t.external]
 
 
 def build_server(
@@ -372,6 +369,6 @@ async def _unauthorized(send: Any) -> None:
 
 
 def _version() -> str:
-    from shelfhand import __version__
+    from shelfhand.core.version import __version__
 
     return __version__

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mcp.types as types
 import pydantic_core
@@ -20,10 +20,28 @@ from shelfhand.core.messages import Citation
 from shelfhand.mcp.options import ToolSettings
 from shelfhand.tools.tool import Tool, ToolOutput
 
-if TYPE_CHECKING:
-    from shelfhand.mcp.client import McpServer
+__all__ = ["McpServerLike", "McpTool", "ResourceTool", "cap", "resource_output", "to_output"]
 
-__all__ = ["McpTool", "ResourceTool", "cap", "resource_output", "to_output"]
+
+class McpServerLike(Protocol):
+    """What a tool needs of its server (:class:`~shelfhand.mcp.client.McpServer`)."""
+
+    name: str
+    prefix: str
+    timeout: float
+    max_duration: float
+    defaults: ToolSettings
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        tool_name: str | None = None,
+    ) -> ToolOutput: ...
+
+    async def read_resource(self, uri: str) -> ToolOutput: ...
 
 
 async def _no_op(run: RunContext) -> None:
@@ -34,10 +52,10 @@ class _RemoteTool(Tool[..., Any]):
     """A tool whose work happens on an MCP server: the schema is :attr:`input_schema` as
     given, arguments go to the subclass's ``invoke`` unchanged (the server validates them)."""
 
-    server: McpServer
+    server: McpServerLike
     input_schema: dict[str, Any]
 
-    def _remote_setup(self, server: McpServer, input_schema: Mapping[str, Any]) -> None:
+    def _remote_setup(self, server: McpServerLike, input_schema: Mapping[str, Any]) -> None:
         self.server = server
         self.input_schema = dict(input_schema)
         # Whoever calls ``func(*bind(...))`` instead of ``invoke`` reaches the server too.
@@ -84,7 +102,7 @@ class McpTool(_RemoteTool):
         settings: The governance settings it was mounted with.
     """
 
-    def __init__(self, server: McpServer, listed: types.Tool, settings: ToolSettings) -> None:
+    def __init__(self, server: McpServerLike, listed: types.Tool, settings: ToolSettings) -> None:
         hints = listed.annotations
         read_only = bool(hints is not None and hints.read_only_hint)
         super().__init__(
@@ -137,7 +155,7 @@ class ResourceTool(_RemoteTool):
     The description names the resources listed when the tool was mounted (the first 20).
     """
 
-    def __init__(self, server: McpServer, resources: Sequence[types.Resource]) -> None:
+    def __init__(self, server: McpServerLike, resources: Sequence[types.Resource]) -> None:
         shown = [
             f"- {r.uri}"
             + (f" ({r.mime_type})" if r.mime_type else "")

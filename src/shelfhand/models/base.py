@@ -13,15 +13,20 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from shelfhand.core.messages import Message
+from shelfhand.core.results import Usage
+
+__all__ = [
+    "ChatModel",
+    "ModelResponse",
+    "StreamChunk",
+    "StreamDone",
+    "StreamText",
+    "ToolSchema",
+    "Usage",
+]
 
 ToolSchema: TypeAlias = Mapping[str, Any]
 """One tool in the OpenAI ``{"type": "function", "function": {...}}`` format."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

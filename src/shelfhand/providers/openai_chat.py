@@ -24,6 +24,7 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import os
 import random
@@ -32,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, TypeVar
 
 import anyio
+import httpx
 
 from shelfhand.core.errors import (
     ConfigurationError,
@@ -326,9 +328,12 @@ class OpenAIChatModel:
         if answer_only:
             params["response_format"] = response_format((), answer=True)
         deadline = anyio.current_time() + self.timeout
-        completion = await self._with_retries(
-            lambda left: client.chat.completions.create(**params, timeout=left), deadline
-        )
+        try:
+            completion = await self._with_retries(
+                lambda left: client.chat.completions.create(**params, timeout=left), deadline
+            )
+        except (httpx.TransportError, json.JSONDecodeError) as error:
+            raise _unreadable(error) from error
         data = as_dict(completion)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -392,6 +397,8 @@ class OpenAIChatModel:
                 exc: Exception = _Deadline(first_token=True)
             except (_Deadline, openai.APIError) as error:
                 exc = error
+            except (httpx.TransportError, json.JSONDecodeError) as error:
+                raise _unreadable(error) from error
             else:
                 text, calls = "".join(reply.parts), reply.tool_calls()
                 response = self._finish(
@@ -598,7 +605,8 @@ class OpenAIChatModel:
         if isinstance(exc, openai.APIConnectionError):
             return ModelProviderError(
                 f"could not connect to {where}{tries}: {exc}. Check OPENAI_BASE_URL and that "
-                "the server is running."
+                "the server is running.",
+                connection_lost=_connection_lost(exc),
             )
         if not isinstance(exc, openai.APIError):  # pragma: no cover - callers pass only these
             return ModelProviderError(f"{where} failed: {exc}")
@@ -618,3 +626,33 @@ class OpenAIChatModel:
             f"model {self.model!r} at {self._where()} {what}. Check that OPENAI_BASE_URL "
             "points at a chat-completions API and the model name is right."
         )
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection to the model broke (reset or closed mid-reply), rather than the server
+    answering with an error: the cause chain holds such an ``httpx`` or ``openai`` error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return True
+        if isinstance(current, openai.APIConnectionError) and not isinstance(
+            current, openai.APITimeoutError
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _unreadable(exc: httpx.TransportError | json.JSONDecodeError) -> ModelProviderError:
+    """A reply the SDK could not parse or read (malformed JSON, a broken stream): the
+    provider's fault, reported as such."""
+    if isinstance(exc, json.JSONDecodeError):
+        return ModelProviderError(
+            f"the model provider sent a malformed reply (invalid JSON: {exc.msg})"
+        )
+    return ModelProviderError(
+        f"the model provider failed: {type(exc).__name__}: {exc}",
+        connection_lost=_connection_lost(exc),
+    )

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shelfhand.core.errors import ConfigurationError, EmbeddingUnavailableError, KnowledgeError
-from shelfhand.knowledge.embedding import Vectors
+from shelfhand.knowledge.embeddings.router import Vectors
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _MAX_RETRY_AFTER_S = 20.0
 
 
 class OpenAIEmbedder:
-    """An :class:`~shelfhand.knowledge.embedding.Embedder` backed by an embeddings API.
+    """An :class:`~shelfhand.knowledge.embeddings.router.Embedder` backed by an embeddings API.
 
     Args:
         model: Model name as the server knows it (``text-embedding-3-small``, ``bge-m3``).

@@ -5,7 +5,7 @@ SqliteSessionStore`, :class:`~shelfhand.sessions.user_memory.SqliteUserMemorySto
 read and write names the owner, a session of someone else looks missing, a finished turn is
 appended in one transaction. Tables are their own (``pg_sessions``, ``pg_session_messages``,
 ``pg_user_memories``), created by the migrations ``sessions_pg_*`` and ``memory_pg_*``
-through :mod:`shelfhand.core.pg`, so several replicas starting at once apply them once.
+through :mod:`shelfhand.backends.postgres`, so several replicas starting at once apply them once.
 
 A server that cannot be reached is :class:`~shelfhand.core.errors.DependencyUnavailableError`
 (HTTP 503); the next call tries again.
@@ -25,10 +25,9 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.postgres import PgMigration, apply_pg_migrations, pg_errors
 from shelfhand.core.context import UserContext
 from shelfhand.core.messages import Message
-from shelfhand.core.pg import PgMigration, apply_pg_migrations
-from shelfhand.core.shared import pg_errors
 from shelfhand.sessions.store import MemoryWindow, SessionInfo, _info, _title_from
 from shelfhand.sessions.user_memory import MAX_MEMORIES_PER_USER, MemoryItem, clean_memory
 
@@ -116,7 +115,7 @@ class PgSessionStore(_PgStore):
     """Sessions in PostgreSQL (see the module docstring).
 
     Args:
-        pool: An open connection pool (:func:`shelfhand.core.pg.open_pool`).
+        pool: An open connection pool (:func:`shelfhand.backends.postgres.open_pool`).
         url: The database URL (named, without password, in errors).
     """
 

@@ -5,7 +5,20 @@ filters them per caller and runs the model's calls. Built-in tools live in
 :mod:`shelfhand.tools.builtins`.
 """
 
+from shelfhand.tools.approvals import ApprovalDecision, ApprovalRequest, Approvals
+from shelfhand.tools.audit import AuditLog
+from shelfhand.tools.governance import GovernancePolicy
 from shelfhand.tools.tool import Tool, ToolOutput, tool
 from shelfhand.tools.toolkit import Toolkit
 
-__all__ = ["Tool", "ToolOutput", "Toolkit", "tool"]
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "Approvals",
+    "AuditLog",
+    "GovernancePolicy",
+    "Tool",
+    "ToolOutput",
+    "Toolkit",
+    "tool",
+]

@@ -77,10 +77,9 @@ from shelfhand.tools.limits import (
 if TYPE_CHECKING:
     from shelfhand.core.context import RunContext, UserContext
     from shelfhand.tools.audit import AuditLog
-    from shelfhand.tools.tool import Tool, ToolOutput
+    from shelfhand.tools.tool import BreakerKey, Tool, ToolOutput
 
 __all__ = [
-    "BreakerKey",
     "CallOutcome",
     "CircuitBreaker",
     "Decision",
@@ -114,9 +113,6 @@ Outcome: TypeAlias = Literal[
 ]
 
 Executor: TypeAlias = Callable[[Any, dict[str, Any], "RunContext"], Awaitable["ToolOutput"]]
-
-BreakerKey: TypeAlias = Callable[[Mapping[str, Any], "UserContext"], str]
-"""Derives a call's breaker target from its (unvalidated) arguments and its caller."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shelfhand.core.breaker import CLOSED, Breaker, CircuitBreaker
+
 __all__ = [
     "Breaker",
     "CircuitBreaker",
@@ -71,25 +73,6 @@ class Limiter(Protocol):
     def acquire(self, key: str, now: float) -> float: ...
 
 
-class Breaker(Protocol):
-    """What the pipeline needs of a circuit breaker (:class:`CircuitBreaker` in the process,
-    or :class:`~shelfhand.tools.redis_state.RedisCircuitBreaker` shared by replicas)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def state(self) -> str: ...
-
-    def before(self, now: float) -> float | None: ...
-
-    def success(self, now: float) -> None: ...
-
-    def failure(self, now: float) -> None: ...
-
-    def neutral(self) -> None: ...
-
-
 class RateLimiter:
     """Token buckets, one per key: ``calls`` tokens, refilled evenly over ``period``."""
 
@@ -132,108 +115,6 @@ class RateLimiter:
                 del self._buckets[k]
 
 
-# --- circuit breaker -----------------------------------------------------------------------
-_CLOSED, _OPEN, _HALF_OPEN = "closed", "open", "half_open"
-
-
-class CircuitBreaker:
-    """Opens when the failure share in a counting window crosses a threshold.
-
-    Closed: calls pass and are counted per tumbling window of ``window`` seconds. When a window
-    holds at least ``min_calls`` calls and ``failure_rate`` of them failed, the breaker opens:
-    calls fail fast. After ``reset_after`` seconds it half-opens: one trial call passes; its
-    success closes the breaker, its failure opens it again.
-    """
-
-    __slots__ = (
-        "_calls",
-        "_failures",
-        "_min_calls",
-        "_opened_at",
-        "_rate",
-        "_reset_after",
-        "_trial",
-        "_window",
-        "_window_start",
-        "name",
-        "state",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        min_calls: int = 5,
-        failure_rate: float = 0.5,
-        window: float = 60.0,
-        reset_after: float = 30.0,
-    ) -> None:
-        self.name = name
-        self.state = _CLOSED
-        self._min_calls = min_calls
-        self._rate = failure_rate
-        self._window = window
-        self._reset_after = reset_after
-        self._window_start = float("-inf")
-        self._calls = 0
-        self._failures = 0
-        self._opened_at = 0.0
-        self._trial = False
-
-    def before(self, now: float) -> float | None:
-        """``None`` when a call may pass, else seconds until the breaker lets one through."""
-        if self.state is _CLOSED:
-            return None
-        if self.state is _OPEN:
-            waited = now - self._opened_at
-            if waited < self._reset_after:
-                return self._reset_after - waited
-            self.state = _HALF_OPEN
-            self._trial = False
-        if self._trial:
-            return 0.0  # a trial call is in flight; others still fail fast
-        self._trial = True
-        return None
-
-    def success(self, now: float) -> None:
-        if self.state is not _CLOSED:
-            logger.info("circuit %s closed after a successful trial call", self.name)
-            self.state = _CLOSED
-            self._trial = False
-            self._calls = self._failures = 0
-            self._window_start = now
-            return
-        if now - self._window_start >= self._window:
-            self._window_start = now
-            self._calls = self._failures = 0
-        self._calls += 1
-
-    def failure(self, now: float) -> None:
-        if self.state is not _CLOSED:
-            self._open(now)
-            return
-        if now - self._window_start >= self._window:
-            self._window_start = now
-            self._calls = self._failures = 0
-        self._calls += 1
-        self._failures += 1
-        if self._calls >= self._min_calls and self._failures >= self._rate * self._calls:
-            self._open(now)
-
-    def neutral(self) -> None:
-        """The call neither proved nor disproved health (bad arguments, cancellation)."""
-        if self.state is _HALF_OPEN:
-            self._trial = False
-
-    def _open(self, now: float) -> None:
-        logger.warning(
-            "circuit %s opened (%d of %d calls failed)", self.name, self._failures, self._calls
-        )
-        self.state = _OPEN
-        self._opened_at = now
-        self._trial = False
-
-
 class TargetBreakers:
     """Circuit breakers made on demand, one per ``(tool, target)`` key, at most ``max_keys``.
 
@@ -266,7 +147,7 @@ class TargetBreakers:
         return breaker
 
     def _sweep(self) -> None:
-        closed = [k for k, b in self._breakers.items() if b.state is _CLOSED]
+        closed = [k for k, b in self._breakers.items() if b.state == CLOSED]
         for k in closed:
             del self._breakers[k]
         if len(self._breakers) >= self._max_keys:

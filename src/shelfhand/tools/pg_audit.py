@@ -1,7 +1,7 @@
 """The audit log in PostgreSQL (``database_url``): one table for every replica.
 
 :class:`PgAuditLog` is :class:`~shelfhand.tools.audit.AuditLog` with its rows in the table
-``audit_pg_log`` (migrations ``audit_pg_*`` through :mod:`shelfhand.core.pg`): the same
+``audit_pg_log`` (migrations ``audit_pg_*`` through :mod:`shelfhand.backends.postgres`): the same
 batching off the calling path, the same redaction, hashing and queries. Records of all
 replicas land in one table, so ``shelfhand audit`` and the query API see every call.
 
@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shelfhand.core.pg import PgMigration, apply_pg_migrations, redact_url
-from shelfhand.core.shared import pg_errors
+from shelfhand.backends.postgres import PgMigration, apply_pg_migrations, pg_errors
+from shelfhand.backends.urls import redact_url
 from shelfhand.tools.audit import _INSERT, AuditLog
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class PgAuditLog(AuditLog):
     """Batched, append-only audit log in PostgreSQL (see the module docstring).
 
     Args:
-        pool: An open connection pool (:func:`shelfhand.core.pg.open_pool`).
+        pool: An open connection pool (:func:`shelfhand.backends.postgres.open_pool`).
         url: The database URL (named, without password, in errors).
         batch_size: Buffered records that trigger a write.
         flush_interval: Seconds after which buffered records are written anyway.

@@ -12,7 +12,7 @@ A call paused on replica A can be approved or rejected through replica B:
   ``poll_interval`` seconds for one made elsewhere (A polls the decision key while it waits,
   bounded by the approval ``timeout`` as in one process).
 
-The owner checks stay where they are (:meth:`shelfhand.api.chat.ChatService.decide`): the
+The owner checks stay where they are (:meth:`shelfhand.service.chat.ChatService.decide`): the
 request carries its caller, and the caller deciding must be the same tenant and user.
 
 Without Redis an approval cannot be opened or decided
@@ -30,8 +30,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from shelfhand.backends.redis import KEY_PREFIX, redis_errors
 from shelfhand.core.context import UserContext
-from shelfhand.core.shared import KEY_PREFIX, redis_errors
 from shelfhand.tools.approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest, Approvals
 
 __all__ = ["RedisApprovals"]

@@ -27,8 +27,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.redis import KEY_PREFIX, redis_errors
 from shelfhand.core.messages import Citation
-from shelfhand.core.shared import KEY_PREFIX, redis_errors
 from shelfhand.tools.limits import Rate
 
 if TYPE_CHECKING:

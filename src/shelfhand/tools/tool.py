@@ -27,21 +27,19 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
 
 import pydantic_core
 from pydantic import ValidationError
 
-from shelfhand.core.context import PermissionLevel, RunContext, permission_rank
+from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
 
-if TYPE_CHECKING:
-    from shelfhand.tools.governance import BreakerKey
-
 __all__ = [
+    "BreakerKey",
     "Tool",
     "ToolExample",
     "ToolOutput",
@@ -49,6 +47,9 @@ __all__ = [
     "serialise_result",
     "tool",
 ]
+
+BreakerKey: TypeAlias = Callable[[Mapping[str, Any], UserContext], str]
+"""Derives a call's breaker target from its (unvalidated) arguments and its caller."""
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -1,0 +1,7 @@
+"""Connections to external backends (PostgreSQL, Redis): opening, checking, migrating and
+turning their outages into :class:`~shelfhand.core.errors.DependencyUnavailableError`.
+
+Only the adapters that keep records in a backend import these modules (the PostgreSQL
+knowledge store, session store and audit log, the Redis governance state, the job queue), and
+only these modules import the drivers (``psycopg``, ``redis``).
+"""

@@ -1,0 +1,199 @@
+"""PostgreSQL connections and versioned migrations (``pip install 'shelfhand[pg]'``).
+
+The PostgreSQL counterpart of :mod:`shelfhand.core.db`: every component that keeps its records
+in PostgreSQL (the knowledge store, sessions, audit, jobs) opens a pool with :func:`open_pool`
+and evolves its schema with a list of :class:`PgMigration`. Applied migrations are recorded by
+name in ``shelfhand_migrations``; :func:`apply_pg_migrations` holds an advisory lock while it
+runs, so two replicas starting at once apply each migration exactly once.
+
+::
+
+    pool = open_pool(settings.database_url)
+    with pool.connection() as conn:
+        apply_pg_migrations(conn, [PgMigration(name="sessions_001_initial", sql="CREATE ...")])
+
+Errors name the host and database, never the password (:func:`redact_url`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.backends.urls import first_line, redact_url
+from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PgMigration",
+    "applied_pg_migrations",
+    "apply_pg_migrations",
+    "check_postgres",
+    "open_pool",
+    "pg_errors",
+    "redact_url",
+]
+
+_LOCK_KEY = 0x5348454C  # "SHEL": the advisory lock migrations hold
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PgMigration:
+    """One named schema change: a SQL script run in one transaction."""
+
+    name: str
+    sql: str
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "PostgreSQL support is not installed: pip install 'shelfhand[pg]'"
+        ) from exc
+    return psycopg
+
+
+def connect(url: str, *, timeout: float = 5.0) -> psycopg.Connection[Any]:
+    """One autocommit connection; a clear :class:`ConfigurationError` if it cannot be made."""
+    driver = _driver()
+    try:
+        conn: psycopg.Connection[Any] = driver.connect(
+            url, autocommit=True, connect_timeout=max(1, int(timeout))
+        )
+    except driver.Error as exc:
+        raise ConfigurationError(
+            f"PostgreSQL at {redact_url(url)} is unreachable: {first_line(exc)}"
+        ) from exc
+    return conn
+
+
+def open_pool(
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    timeout: float = 5.0,
+    migrations: Sequence[PgMigration] = (),
+) -> ConnectionPool[Any]:
+    """A connection pool (autocommit connections), opened and checked: fails fast with
+    :class:`ConfigurationError` when the server cannot be reached. ``migrations`` are applied
+    (:func:`apply_pg_migrations`) before it is returned; the pool is closed if that fails."""
+    _driver()
+    try:
+        from psycopg_pool import ConnectionPool, PoolTimeout
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "PostgreSQL support is not installed: pip install 'shelfhand[pg]'"
+        ) from exc
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+        timeout=timeout,
+        open=False,
+        check=ConnectionPool.check_connection,
+        name="shelfhand",
+    )
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except PoolTimeout as exc:
+        pool.close()
+        raise ConfigurationError(
+            f"PostgreSQL at {redact_url(url)} is unreachable (no connection within {timeout:g} s)"
+        ) from exc
+    if migrations:
+        try:
+            with pool.connection() as conn:
+                apply_pg_migrations(conn, migrations)
+        except BaseException:
+            pool.close()
+            raise
+    return pool
+
+
+def check_postgres(url: str, *, need_vector: bool = False, timeout: float = 5.0) -> str:
+    """Connect once and return the server version; with ``need_vector``, also require the
+    pgvector extension (created if it is available but not yet created).
+
+    Raises:
+        ConfigurationError: unreachable, or pgvector missing, with what to do about it.
+    """
+    with connect(url, timeout=timeout) as conn:
+        version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+        if need_vector:
+            available = conn.execute(
+                "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+            ).fetchone()
+            if available is None:
+                raise ConfigurationError(
+                    f"PostgreSQL {version} at {redact_url(url)} has no pgvector extension: "
+                    "install pgvector (https://github.com/pgvector/pgvector) on the server"
+                )
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return version
+
+
+def applied_pg_migrations(conn: psycopg.Connection[Any]) -> list[str]:
+    """Names of the migrations applied to this database, oldest first."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS shelfhand_migrations ("
+        " name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    )
+    rows = conn.execute("SELECT name FROM shelfhand_migrations ORDER BY applied_at, name")
+    return [str(r[0]) for r in rows.fetchall()]
+
+
+def apply_pg_migrations(conn: psycopg.Connection[Any], migrations: Sequence[PgMigration]) -> int:
+    """Apply the migrations not yet recorded, in one transaction under an advisory lock
+    (several processes may call this at once; a failing migration leaves the database as it
+    was and names itself). Returns how many were applied."""
+    names = [m.name for m in migrations]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate migration names in {names}")
+    applied = 0
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        done = set(applied_pg_migrations(conn))
+        for migration in migrations:
+            if migration.name in done:
+                continue
+            with conn.transaction():  # a savepoint: one failing migration names itself
+                try:
+                    conn.execute(migration.sql.encode())
+                except Exception as exc:
+                    raise ConfigurationError(
+                        f"PostgreSQL migration {migration.name} failed: {first_line(exc)}"
+                    ) from exc
+                conn.execute(
+                    "INSERT INTO shelfhand_migrations (name) VALUES (%s)", (migration.name,)
+                )
+            logger.info("applied PostgreSQL migration %s", migration.name)
+            applied += 1
+    return applied
+
+
+@contextmanager
+def pg_errors(url: str) -> Iterator[None]:
+    """Raise :class:`DependencyUnavailableError` (``postgresql``) when the server cannot be
+    reached in the block (a lost connection, no connection from the pool in time)."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    try:
+        yield
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise DependencyUnavailableError(
+            f"PostgreSQL at {redact_url(url)} is unreachable: {first_line(exc)}; try again shortly",
+            dependency="postgresql",
+        ) from exc

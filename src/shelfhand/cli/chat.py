@@ -1,0 +1,144 @@
+"""Commands to talk to the agent and see its tools: ``tools`` and ``chat``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from shelfhand.cli.common import (
+    NO_MODEL_HINT,
+    RolesOpt,
+    TenantOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    caller_context,
+    fail,
+    make_console,
+    open_app,
+)
+from shelfhand.cli.model_flags import (
+    MaxTokensOpt,
+    TemperatureOpt,
+    ToolChoiceOpt,
+    ToolModeOpt,
+    apply_model_flags,
+)
+
+
+@app.command()
+def tools(
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schemas as JSON.")] = False,
+) -> None:
+    """List the tools the model can call, with their JSON schemas."""
+    a = open_app(workspace)
+    # the schemas do not depend on the documents: no need to open the knowledge base
+    kit = a.toolkit(None, governed=False)
+    schemas = kit.schemas()
+    if as_json:
+        typer.echo(json.dumps(schemas, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="tools")
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("attributes")
+    table.add_column("parameters")
+    table.add_column("description", ratio=1)
+    for t in kit.visible_tools():
+        params = t.schema()["function"]["parameters"].get("properties", {})
+        attrs = [k for k in ("read_only", "concurrency_safe", "external") if getattr(t, k)]
+        attrs.append(f"permission={t.permission}")
+        table.add_row(t.name, ", ".join(attrs), ", ".join(params), t.description.split("\n")[0])
+    make_console().print(table)
+
+
+@app.command()
+def chat(
+    workspace: WorkspaceOpt = None,
+    tenant: TenantOpt = "default",
+    user: UserOpt = "cli",
+    role: RolesOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    tool_mode: ToolModeOpt = None,
+    tool_choice: ToolChoiceOpt = None,
+) -> None:
+    """Chat with the configured model (streaming), using the tools and the knowledge base."""
+    a = open_app(workspace)
+    apply_model_flags(
+        a,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_mode=tool_mode,
+        tool_choice=tool_choice,
+    )
+    model = a.chat_model()
+    if model is None:
+        raise fail(NO_MODEL_HINT, 2)
+    import asyncio
+
+    from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.core.errors import ModelError
+
+    console = make_console()
+    kb = a.open_knowledge() if a.knowledge_exists() else None
+    agent = a.chat_agent(model, kb, memory=ConversationMemory())
+    ctx = caller_context(tenant, user, role)
+    console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
+    while True:
+        try:
+            line = console.input("[bold green]you> [/]")
+        except (EOFError, KeyboardInterrupt):
+            break
+        if not line.strip():
+            break
+        try:
+            asyncio.run(_stream_turn(agent, line, ctx, console))
+        except ModelError as exc:
+            console.print(f"[bold red]model error:[/] {exc}")
+
+
+def console_approvals(console: Any) -> Any:
+    """Approvals decided at the terminal: each ``confirm=True`` call asks "run it? [y/N]"."""
+    import asyncio
+    import json as _json
+
+    from shelfhand.tools.approvals import ApprovalRequest, Approvals
+
+    async def ask(request: ApprovalRequest) -> bool:
+        args = _json.dumps(dict(request.arguments), ensure_ascii=False)
+        prompt = f"[bold yellow]approve[/] {request.tool}({args})? [y/N] "
+        try:
+            answer = await asyncio.to_thread(console.input, prompt)
+        except (EOFError, KeyboardInterrupt):
+            return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return Approvals(handler=ask)
+
+
+async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
+    from shelfhand.core.events import Final, TextDelta, ToolFinished, ToolStarted
+    from shelfhand.knowledge.evidence.citations import label
+
+    mid_line = False  # streamed text without a line end yet: a tool step starts a new line
+    async for event in agent.stream(line, context=ctx, approvals=console_approvals(console)):
+        if isinstance(event, TextDelta):
+            console.print(event.text, end="", highlight=False, markup=False)
+            mid_line = not event.text.endswith("\n")
+        elif isinstance(event, ToolStarted):
+            if mid_line:
+                console.print()
+                mid_line = False
+            console.print(f"[dim]→ {event.name}({event.arguments})[/]")
+        elif isinstance(event, ToolFinished):
+            status = "[red]error[/]" if event.is_error else "ok"
+            console.print(f"[dim]← {event.name} {status} {event.duration_ms:.0f} ms[/]")
+        elif isinstance(event, Final):
+            console.print()
+            for c in event.result.citations:
+                console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)

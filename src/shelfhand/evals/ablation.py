@@ -1,0 +1,424 @@
+"""The stages of ``shelfhand eval --ablation``: one list, one entry per pipeline switch.
+
+The corpus is ingested once; each stage runs the same queries with different switches::
+
+    keyword        BM25 alone, every switch off
+    vector         vector search alone, every switch off
+    hybrid         both sides fused, every switch off
+    + exact boost  hybrid with identifier matches first       (HybridRetriever.exact_boost)
+    + threshold    ... and weak hits dropped                  (min_relevance)
+    + rerank       ... and the fused list reranked            (KnowledgeBase.rerank_stage)
+    + compression  ... and the evidence compressed            (shelfhand.knowledge.evidence.compress)
+
+A switch is an attribute of the :class:`KnowledgeBase` or of its retriever. The base stages
+set every switch that exists to its *off* value; a ``+`` stage also turns on its own switch
+and those before it. A switch this build lacks, or one the workspace did not configure (rerank
+with ``rerank=off``), makes its stage ``skipped`` with the reason — never silently dropped;
+an earlier switch that is missing only leaves it out of the later stages' ``on`` list.
+Adding a stage is one :class:`Switch` entry in :data:`SWITCHES`. Every switch is put back as it
+was after each stage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.messages import Citation
+from shelfhand.core.tokens import count_tokens
+from shelfhand.evals.retrieval import (
+    CaseResult,
+    EvalCase,
+    case_report,
+    latency_summary,
+    quality_row,
+)
+from shelfhand.knowledge.evidence.citations import to_citations
+from shelfhand.knowledge.types import SearchHit
+
+if TYPE_CHECKING:
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.knowledge.retrieval.hybrid import SearchMode
+
+__all__ = [
+    "EVIDENCE_K",
+    "STAGES",
+    "SWITCHES",
+    "SearchRun",
+    "Stage",
+    "StageSkipped",
+    "Switch",
+    "load_compressor",
+    "run_stages",
+]
+
+EVIDENCE_K = 3
+"""Passages handed to compression: the ``retrieve`` tool's default top_k."""
+COMPRESS_MODULE = "shelfhand.knowledge.evidence.compress"
+"""Where ``compress_citation(citation, query, *, tokens)`` and ``DEFAULT_COMPRESS_TOKENS`` are."""
+EVIDENCE_MODULE = "shelfhand.knowledge.evidence.citations"
+"""Where ``prepare_evidence(citations, query, *, compress_tokens)`` is: what the ``retrieve``
+tool does to its passages (conflict notes, then compression); used when present."""
+
+Compressor = Callable[[str, list[Citation]], list[Citation]]
+
+
+class StageSkipped(Exception):
+    """A stage cannot run in this build or workspace; the message says why."""
+
+
+def _same(configured: object) -> object:
+    return configured
+
+
+def _configured_threshold(configured: object) -> object:
+    if not configured:
+        raise StageSkipped(
+            "min_relevance is not set (settings key min_relevance, env SHELFHAND_MIN_RELEVANCE)"
+        )
+    return configured
+
+
+def _configured_reranker(configured: object) -> object:
+    if configured is None:
+        raise StageSkipped("rerank is off (settings key rerank, env SHELFHAND_RERANK)")
+    return configured
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switch:
+    """One pipeline switch: an attribute of the knowledge base or of its retriever."""
+
+    name: str
+    """The stage is called ``+ <name>``."""
+    attr: str
+    off: object
+    """The value that turns it off (set in every stage that does not turn it on)."""
+    on: Callable[[object], object]
+    """The workspace's configured value → the value for the ``+`` stage; raises
+    :class:`StageSkipped` when the workspace did not configure it."""
+    where: str
+    """Where the attribute is expected, for the "not available in this build" reason."""
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch(
+        name="exact boost",
+        attr="exact_boost",
+        off=False,
+        on=lambda _configured: True,
+        where="HybridRetriever.exact_boost",
+    ),
+    Switch(
+        name="threshold",
+        attr="min_relevance",
+        off=0.0,
+        on=_configured_threshold,
+        where="min_relevance on the retriever or the knowledge base",
+    ),
+    Switch(
+        name="rerank",
+        attr="rerank_stage",
+        off=None,
+        on=_configured_reranker,
+        where="KnowledgeBase.rerank_stage",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stage:
+    """One row of the ablation: a search mode, the switches it turns on, and compression."""
+
+    name: str
+    mode: SearchMode | None
+    """``None``: hybrid, or keyword in a workspace without embedders."""
+    switches: tuple[str, ...] = ()
+    compress: bool = False
+
+
+def _stages() -> tuple[Stage, ...]:
+    names = [sw.name for sw in SWITCHES]
+    return (
+        Stage(name="keyword", mode="keyword"),
+        Stage(name="vector", mode="vector"),
+        Stage(name="hybrid", mode="hybrid"),
+        *(
+            Stage(name=f"+ {name}", mode=None, switches=tuple(names[: i + 1]))
+            for i, name in enumerate(names)
+        ),
+        Stage(name="+ compression", mode=None, switches=tuple(names), compress=True),
+    )
+
+
+STAGES = _stages()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchRun:
+    """The queries every stage runs, and how to score them."""
+
+    queries: Mapping[str, str]
+    qrels: Mapping[str, Mapping[str, int]]
+    cases: Sequence[EvalCase]
+    """The case file's cases (empty for BEIR): adds per-kind and per-language figures."""
+    key: Callable[[SearchHit], str]
+    """Hit → the id the qrels use."""
+    k: int
+    """Chunks fetched per query."""
+
+
+def _retriever(kb: KnowledgeBase) -> object | None:
+    found = getattr(kb, "retriever", None)
+    if found is None:  # today's KnowledgeBase keeps it in its embedded stack
+        found = getattr(getattr(kb, "_stack", None), "retriever", None)
+    return found
+
+
+def _holder(kb: KnowledgeBase, attr: str) -> object | None:
+    for obj in (kb, _retriever(kb)):
+        if obj is not None and hasattr(obj, attr):
+            return obj
+    return None
+
+
+def load_compressor(tokens: int | None = None) -> tuple[Compressor, int]:
+    """The evidence compressor of this build, adapted to ``(query, citations) -> citations``,
+    and the tokens it keeps per passage.
+
+    Args:
+        tokens: Tokens kept per passage (the ``compress_tokens`` setting); ``None``: the
+            compressor's default.
+
+    Raises:
+        StageSkipped: This build has none (or it cannot be imported: the reason says why).
+    """
+    try:
+        module = importlib.import_module(COMPRESS_MODULE)
+    except ImportError as exc:
+        if getattr(exc, "name", None) == COMPRESS_MODULE:
+            raise StageSkipped(f"not available in this build ({COMPRESS_MODULE})") from None
+        raise StageSkipped(f"{COMPRESS_MODULE} failed to import: {exc}") from None
+    budget = tokens or getattr(module, "DEFAULT_COMPRESS_TOKENS", None)
+    if not isinstance(budget, int) or budget < 1:
+        raise StageSkipped("no token budget for compression (settings key compress_tokens)")
+    prepare = getattr(importlib.import_module(EVIDENCE_MODULE), "prepare_evidence", None)
+    if callable(prepare) and "compress_tokens" in inspect.signature(prepare).parameters:
+
+        def prepared(query: str, citations: list[Citation]) -> list[Citation]:
+            return list(prepare(citations, query, compress_tokens=budget))
+
+        return prepared, budget
+    one = getattr(module, "compress_citation", None)
+    if not callable(one):
+        raise StageSkipped(f"not available in this build ({COMPRESS_MODULE}.compress_citation)")
+
+    def each(query: str, citations: list[Citation]) -> list[Citation]:
+        return [one(c, query, tokens=budget) for c in citations]
+
+    return each, budget
+
+
+class _Switched:
+    """Sets switch attributes for one stage and puts every one back on exit."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[object, str, object]] = []
+
+    def set(self, holder: object, attr: str, value: object) -> None:
+        self._saved.append((holder, attr, getattr(holder, attr)))
+        setattr(holder, attr, value)
+
+    def __enter__(self) -> _Switched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for holder, attr, value in reversed(self._saved):
+            setattr(holder, attr, value)
+
+
+def _plain(value: object) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _apply(
+    kb: KnowledgeBase,
+    stage: Stage,
+    switches: Sequence[Switch],
+    configured: Mapping[str, object],
+    switched: _Switched,
+) -> dict[str, object]:
+    """Turn the stage's switches on and the others off; returns the ones on (name → value)."""
+    own = stage.switches[-1] if stage.switches and not stage.compress else None
+    on: dict[str, object] = {}
+    for sw in switches:
+        holder = _holder(kb, sw.attr)
+        if sw.name not in stage.switches:
+            if holder is not None:
+                switched.set(holder, sw.attr, sw.off)
+            continue
+        if holder is None:
+            if sw.name == own:
+                raise StageSkipped(f"not available in this build ({sw.where})")
+            continue
+        try:
+            value = sw.on(configured[sw.name])
+        except StageSkipped:
+            if sw.name == own:
+                raise
+            switched.set(holder, sw.attr, sw.off)
+            continue
+        switched.set(holder, sw.attr, value)
+        on[sw.name] = value if _plain(value) else type(value).__name__
+    return on
+
+
+def _mode(kb: KnowledgeBase, stage: Stage) -> SearchMode:
+    if stage.mode == "keyword":
+        return "keyword"
+    if kb.keyword_only:
+        if stage.mode is None:
+            return "keyword"
+        why = kb.degraded_reason or "retrieval_mode is keyword"
+        raise StageSkipped(f"no embedder in this workspace ({why})")
+    return "hybrid" if stage.mode is None else stage.mode
+
+
+class _Compression:
+    """Evidence tokens before/after compression, and whether what matters survived."""
+
+    def __init__(self, compressor: Compressor, tokens: int) -> None:
+        self.compressor = compressor
+        self.tokens = tokens
+        self.ms: list[float] = []
+        self.tokens_before = 0
+        self.tokens_after = 0
+        self.contains = [0, 0]  # kept, cases whose evidence held the text
+        self.relevant = [0, 0]  # kept, queries whose evidence held a relevant passage
+
+    def measure(
+        self,
+        query: str,
+        hits: list[SearchHit],
+        rels: set[str],
+        contains: str | None,
+        run: SearchRun,
+    ) -> float:
+        before = to_citations(hits[:EVIDENCE_K])
+        t0 = time.perf_counter()
+        after = self.compressor(query, before)
+        ms = (time.perf_counter() - t0) * 1000
+        self.ms.append(ms)
+        self.tokens_before += sum(count_tokens(c.text) for c in before)
+        self.tokens_after += sum(count_tokens(c.text) for c in after)
+        keys = {h.chunk.chunk_id: run.key(h) for h in hits[:EVIDENCE_K]}
+        if rels and any(keys[c.chunk_id] in rels for c in before):
+            self.relevant[1] += 1
+            self.relevant[0] += any(keys.get(c.chunk_id) in rels and c.text for c in after)
+        needle = contains.casefold() if contains else None
+        if needle and any(needle in c.text.casefold() for c in before):
+            self.contains[1] += 1
+            self.contains[0] += any(needle in c.text.casefold() for c in after)
+        return ms
+
+    def report(self, queries: int) -> dict[str, Any]:
+        lat = latency_summary(self.ms)
+        return {
+            "evidence_k": EVIDENCE_K,
+            "tokens_per_passage": self.tokens,
+            "tokens_before": self.tokens_before / queries if queries else 0.0,
+            "tokens_after": self.tokens_after / queries if queries else 0.0,
+            "contains_kept": self.contains[0],
+            "contains_total": self.contains[1],
+            "relevant_kept": self.relevant[0],
+            "relevant_total": self.relevant[1],
+            "p50_ms": lat["p50_ms"],
+            "p95_ms": lat["p95_ms"],
+        }
+
+
+def _measure(
+    kb: KnowledgeBase, run: SearchRun, mode: SearchMode, compression: _Compression | None
+) -> dict[str, Any]:
+    contains = {c.case_id: c.contains for c in run.cases}
+    ranked: dict[str, list[str]] = {}
+    tops: dict[str, str | None] = {}
+    totals: list[float] = []
+    parts: dict[str, list[float]] = {}
+    degraded: Counter[str] = Counter()
+    for qid, query in run.queries.items():
+        hits, timings = kb.search_timed(query, k=run.k, mode=mode)
+        total = timings.total_ms
+        for f in fields(timings):
+            value = getattr(timings, f.name)
+            if f.name.endswith("_ms") and f.name != "total_ms" and isinstance(value, float):
+                parts.setdefault(f.name, []).append(value)
+        if kb.degraded_reason:
+            degraded[kb.degraded_reason] += 1
+        fallback = getattr(timings, "rerank_reason", None)
+        if fallback:  # the reranker failed and the fused order was kept
+            degraded[f"rerank kept the fused order: {fallback}"] += 1
+        ranked[qid] = [run.key(h) for h in hits]
+        tops[qid] = hits[0].chunk.text if hits else None
+        if compression is not None:
+            rels = {d for d, g in run.qrels.get(qid, {}).items() if g > 0}
+            total += compression.measure(query, hits, rels, contains.get(qid), run)
+        totals.append(total)
+    row: dict[str, Any] = quality_row(ranked, run.qrels, totals)
+    del row["n_queries"]  # the run's, reported once
+    row["timings"] = {name: latency_summary(values) for name, values in parts.items()}
+    if degraded:
+        row["degraded"] = dict(degraded)
+    if run.cases:
+        results = {q: CaseResult(ranked=tuple(ranked[q]), top_text=tops[q]) for q in ranked}
+        row.update(case_report(run.cases, results))
+    if compression is not None:
+        row["compression"] = compression.report(len(run.queries))
+    return row
+
+
+def run_stages(
+    kb: KnowledgeBase,
+    run: SearchRun,
+    stages: Sequence[Stage] = STAGES,
+    *,
+    switches: Sequence[Switch] = SWITCHES,
+    compress_tokens: int | None = None,
+    log: Callable[[str], Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``run``'s queries once per stage; one row per stage, skipped ones with the reason.
+
+    ``compress_tokens`` is the compression stage's budget per passage (``None``: the
+    compressor's default).
+
+    Every switch is restored after each stage, so the knowledge base is left as it came.
+    """
+    configured: dict[str, object] = {}
+    for sw in switches:
+        holder = _holder(kb, sw.attr)
+        if holder is not None:
+            configured[sw.name] = getattr(holder, sw.attr)
+    rows: list[dict[str, Any]] = []
+    for stage in stages:
+        try:
+            mode = _mode(kb, stage)
+            compression = (
+                _Compression(*load_compressor(compress_tokens)) if stage.compress else None
+            )
+            with _Switched() as switched:
+                on = _apply(kb, stage, switches, configured, switched)
+                if log:
+                    log(f"stage {stage.name}: {len(run.queries)} queries ({mode}) …")
+                row = {"stage": stage.name, "status": "ok", "mode": mode, "on": on}
+                if compression is not None:
+                    on["compression"] = True
+                row.update(_measure(kb, run, mode, compression))
+        except StageSkipped as exc:
+            row = {"stage": stage.name, "status": "skipped", "reason": str(exc)}
+        rows.append(row)
+    return rows

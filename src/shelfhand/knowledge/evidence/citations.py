@@ -1,0 +1,109 @@
+"""Numbered evidence: search hits → ``[1] …`` passages and structured citations (DESIGN R9)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.evidence.compress import compress_citation
+from shelfhand.knowledge.evidence.conflicts import annotate_conflicts, find_conflicts
+from shelfhand.knowledge.types import SearchHit
+
+NOTHING_FOUND = (
+    "No relevant passages were found in the knowledge base. Tell the user the documents do not "
+    "cover this instead of guessing."
+)
+
+
+def to_citations(hits: Sequence[SearchHit], *, start: int = 1) -> list[Citation]:
+    """One citation per hit, numbered from ``start``."""
+    return [
+        Citation(
+            index=start + i,
+            source=h.chunk.source,
+            title=h.chunk.title,
+            section=h.chunk.section,
+            page=h.chunk.page,
+            doc_id=h.chunk.doc_id,
+            chunk_id=h.chunk.chunk_id,
+            text=h.chunk.text,
+            score=h.score,
+            start=h.chunk.start,
+            end=h.chunk.end,
+        )
+        for i, h in enumerate(hits)
+    ]
+
+
+def prepare_evidence(
+    citations: Sequence[Citation],
+    query: str,
+    *,
+    earlier: Sequence[Citation] = (),
+    compress_tokens: int | None = None,
+) -> list[Citation]:
+    """Numbered ``citations`` made ready to show: disagreements flagged, then (with
+    ``compress_tokens``) each passage cut to the sentences that answer ``query``.
+
+    Conflicts are looked for among ``citations`` and between them and ``earlier`` passages
+    of the same run (full text, before compression); only ``citations`` are returned. A
+    compressed passage keeps the sentences holding the values its conflicts name.
+    """
+    current = {c.index for c in citations}
+    pool = [*citations, *(c for c in earlier if c.index not in current)]
+    conflicts = [x for x in find_conflicts(pool) if x.a in current or x.b in current]
+    out = annotate_conflicts(citations, conflicts)
+    if compress_tokens is None:
+        return out
+    compressed = []
+    for c in out:
+        pinned = [
+            value
+            for x in conflicts
+            if c.index in (x.a, x.b)
+            for pair in x.values
+            for side in pair
+            for value in side.split(", ")
+        ]
+        compressed.append(compress_citation(c, query, tokens=compress_tokens, pinned=pinned))
+    return compressed
+
+
+def label(c: Citation) -> str:
+    """``title › section (source, p. 3)`` — how a citation is shown to people and models."""
+    where = c.title or c.source
+    section = c.section
+    if c.title and section.startswith(c.title):
+        section = section[len(c.title) :].lstrip(" >")
+    if section:
+        where += f" › {section}"
+    origin = c.source
+    if c.page is not None:
+        origin += f", p. {c.page}"
+    return f"{where} ({origin})"
+
+
+def conflict_notes(citations: Sequence[Citation]) -> list[str]:
+    """The disagreements flagged on ``citations`` (see :mod:`shelfhand.knowledge.evidence.conflicts`),
+    each once, as ``Note: [2] and [4] disagree: …`` lines."""
+    notes: dict[str, None] = {}
+    for c in citations:
+        for line in c.conflict_note.splitlines():
+            if line.strip():
+                notes.setdefault(f"Note: {line.strip()}", None)
+    return list(notes)
+
+
+def format_passages(citations: Sequence[Citation], *, max_chars: int = 1200) -> str:
+    """The numbered passages as the model (or a person) reads them, then a ``Note:`` line
+    for each disagreement flagged on them."""
+    if not citations:
+        return NOTHING_FOUND
+    blocks = []
+    for c in citations:
+        text = c.text if len(c.text) <= max_chars else c.text[:max_chars].rstrip() + " …"
+        blocks.append(f"[{c.index}] {label(c)}\n{text}")
+    notes = conflict_notes(citations)
+    if notes:
+        blocks.append("\n".join(notes))
+    return "\n\n".join(blocks)

@@ -1,0 +1,650 @@
+"""Incremental, two-phase ingest: files → reader → chunker → store, then → embedder (R3, R4).
+
+**Phase 1 (keyword-first).** A file's bytes are hashed first; a file whose hash matches the
+last ingest of its source is skipped without reading. Changed and new files, smallest first,
+are read, chunked as they are stored and committed ``batch_chunks`` chunks at a time (a small
+file in one transaction, a big one in several), without vectors: each batch is keyword-searchable
+as soon as the keyword index syncs (every ``sync_chunks`` chunks or ``sync_every`` files). The
+file hash is recorded with the last batch, so a file whose ingest was interrupted is redone
+next time. Any exception while reading or storing one file is that file's failure (reported,
+the rest go on). Files that vanished from a directory given to :meth:`Ingestor.ingest` are
+removed.
+
+**Phase 2 (embedding).** Chunks without vectors ("pending") are embedded ``group_chunks`` at a
+time and their vectors committed; the vector index follows through the outbox, so hybrid search
+uses vectors where they exist. Vectors of unchanged chunk texts are reused. If the embedder
+fails, phase 2 stops and the chunks stay pending (still keyword-searchable) until the next
+ingest, ``shelfhand embed`` or the service's background worker embeds them
+(:meth:`Ingestor.embed_pending`).
+
+Either phase stops between batches when ``should_stop()`` turns true (Ctrl-C in the CLI):
+what was committed stays.
+
+Sources are ``<dir name>/<path relative to it>`` (a file given directly counts as under its
+parent directory), so they are stable across runs and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.ingest.chunking import iter_chunks
+from shelfhand.knowledge.protocols import KnowledgeStore
+from shelfhand.knowledge.reading.limits import current_limits
+from shelfhand.knowledge.reading.readers import iter_files, read_file
+from shelfhand.knowledge.types import Chunk, Document, StoredChunk
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EmbedReport", "IngestEvent", "IngestFailure", "IngestReport", "Ingestor"]
+
+EventKind = Literal["unchanged", "stored", "failed", "removed", "progress", "embedded", "done"]
+Phase = Literal["index", "embed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestEvent:
+    """Progress of an ingest.
+
+    Phase ``index``: one file handled (``unchanged``, ``stored``, ``failed``, ``removed``) or a
+    batch of a big file committed (``progress``); ``done`` of ``total`` files, ``bytes_done`` of
+    ``bytes_total`` bytes (known up front). Phase ``embed`` (``embedded``): ``done`` of ``total``
+    pending chunks embedded. The last event is ``done`` (``done`` = files handled).
+    """
+
+    kind: EventKind
+    source: str
+    done: int
+    total: int
+    message: str = ""
+    phase: Phase = "index"
+    bytes_done: int = 0
+    bytes_total: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestFailure:
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbedReport:
+    """What a phase 2 run did."""
+
+    embedded_chunks: int = 0
+    pending_chunks: int = 0
+    """Chunks still without vectors afterwards."""
+    seconds: float = 0.0
+    error: str | None = None
+    """Why embedding stopped early (the embedder failed); the chunks stay pending."""
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestReport:
+    """What an ingest did. Sources are listed by outcome."""
+
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    failed: tuple[IngestFailure, ...] = ()
+    """Files skipped because reading or storing them failed (the others were ingested)."""
+    embedding_failed: tuple[IngestFailure, ...] = ()
+    """Stored and keyword-searchable, but (some) chunks still without vectors because the
+    embedder failed; they are embedded later (next ingest, ``shelfhand embed``, the service)."""
+    chunks: int = 0
+    embedded_chunks: int = 0
+    embed_seconds: float = 0.0
+    total_seconds: float = 0.0
+    pending_chunks: int = 0
+    """Chunks without vectors after this ingest (0 for a keyword-only ingest)."""
+    embedding_error: str | None = None
+    interrupted: bool = False
+    """``should_stop`` ended the ingest early; committed work is kept."""
+    bytes_total: int = 0
+
+
+@dataclass(slots=True)
+class _Tally:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    failed: list[IngestFailure] = field(default_factory=list)
+    chunks: int = 0
+    files_done: int = 0
+    bytes_done: int = 0
+    unsynced_chunks: int = 0
+    unsynced_files: int = 0
+    interrupted: bool = False
+
+    def report(
+        self, started: float, embed: EmbedReport, failed_embedding: Sequence[str], total: int
+    ) -> IngestReport:
+        return IngestReport(
+            added=tuple(self.added),
+            updated=tuple(self.updated),
+            unchanged=tuple(self.unchanged),
+            removed=tuple(self.removed),
+            failed=tuple(self.failed),
+            embedding_failed=tuple(
+                IngestFailure(source=s, reason=embed.error or "") for s in failed_embedding
+            ),
+            chunks=self.chunks,
+            embedded_chunks=embed.embedded_chunks,
+            embed_seconds=embed.seconds,
+            total_seconds=time.perf_counter() - started,
+            pending_chunks=embed.pending_chunks,
+            embedding_error=embed.error,
+            interrupted=self.interrupted or embed.interrupted,
+            bytes_total=total,
+        )
+
+
+Progress = Callable[[IngestEvent], None]
+ShouldStop = Callable[[], bool]
+
+
+def embedding_text(chunk: Chunk) -> str:
+    """What the embedder sees of a chunk: its title (when not already leading) and text."""
+    if chunk.title and not chunk.text.startswith(chunk.title):
+        return f"{chunk.title}\n{chunk.text}"
+    return chunk.text
+
+
+def _never() -> bool:
+    return False
+
+
+def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
+    """Why a file failed, without its path (the failure is reported under its source)."""
+    if isinstance(exc, UnreadableDocumentError | KnowledgeError | OSError | ValueError):
+        reason = str(exc) or type(exc).__name__
+    else:
+        reason = f"{type(exc).__name__}: {exc}"  # unexpected: name the kind of failure
+    if file is not None:
+        for prefix in (f"{file}: ", f"cannot read {file}: "):
+            reason = reason.removeprefix(prefix)
+        reason = reason.replace(str(file), file.name)
+    return reason
+
+
+class Ingestor:
+    """Keeps a store in step with files on disk (or with documents handed over directly).
+
+    Args:
+        store: The store; its attached indexes follow through the outbox.
+        router: Embeds chunks per vector space; ``None`` stores text only (keyword search).
+        max_tokens: Chunk size bound.
+        overlap_tokens: Overlap between consecutive chunks of a section.
+        batch_size: Texts per embedder call.
+        group_chunks: Pending chunks embedded per commit in phase 2.
+        sync_every: Files stored between keyword-index syncs in phase 1.
+        batch_chunks: Chunks per phase 1 commit (a bigger file spans several commits).
+        sync_chunks: Chunks stored between keyword-index syncs in phase 1.
+    """
+
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        router: EmbeddingRouter | None,
+        *,
+        max_tokens: int = 400,
+        overlap_tokens: int = 40,
+        batch_size: int = 32,
+        group_chunks: int = 256,
+        sync_every: int = 200,
+        batch_chunks: int = 500,
+        sync_chunks: int = 2000,
+    ) -> None:
+        if min(batch_size, group_chunks, sync_every, batch_chunks, sync_chunks) < 1:
+            raise ValueError("batch sizes and sync intervals must be >= 1")
+        self.store = store
+        self.router = router
+        self.max_tokens = max_tokens
+        self.overlap_tokens = overlap_tokens
+        self.batch_size = batch_size
+        self.group_chunks = group_chunks
+        self.sync_every = sync_every
+        self.batch_chunks = batch_chunks
+        self.sync_chunks = sync_chunks
+
+    def forget(self, source: str) -> int:
+        """Remove every document of ``source``; a name ending in ``/`` (``docs/``) removes every
+        source under that folder. Returns how many documents were removed."""
+        if not source.endswith("/"):
+            return self.store.delete_source(source)
+        removed = sum(
+            self.store.delete_source(s) for s in self.store.all_sources() if s.startswith(source)
+        )
+        self.store.forget_root(source.rstrip("/"))
+        return removed
+
+    def _claim_root(self, name: str, folder: str, claimed: dict[str, str]) -> None:
+        """Sources are named ``<folder name>/<relative path>``: two different folders with the
+        same name would overwrite, and prune, each other's sources. Refuse that, up front.
+        (Files given one by one do not claim their folder: they replace by name, never prune.)"""
+        known = claimed.get(name) or self.store.root_path(name)
+        if known is not None and known != folder:
+            raise KnowledgeError(
+                f"a different folder named {name!r} is already indexed ({known}); sources are "
+                f"named '{name}/...', so {folder} would overwrite and remove its documents. "
+                f"Rename one of the folders, or remove the old ones first with "
+                f"`shelfhand forget {name}/`"
+            )
+        claimed[name] = folder
+
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        tenant_id: str = "default",
+        permission_tags: Sequence[str] = (),
+        progress: Progress | None = None,
+        wait: bool = True,
+        should_stop: ShouldStop | None = None,
+        root_origins: Mapping[str, str] | None = None,
+    ) -> IngestReport:
+        """Ingest files and directories incrementally; see the module docstring.
+
+        Args:
+            paths: Files and folders.
+            tenant_id: Tenant of the new documents.
+            permission_tags: Roles allowed to read them (none: the whole tenant).
+            progress: Called with :class:`IngestEvent` values.
+            wait: Run phase 2 (embed pending chunks) before returning; ``False`` leaves them
+                to a later :meth:`embed_pending`.
+            should_stop: Polled between batches; when true, the ingest ends early (keeping what
+                was committed) with ``interrupted`` set.
+            root_origins: Folder name -> the folder it stands for, when ``paths`` holds a copy
+                of it (an ingest worker's staging copy of a client's folder): the copy is
+                claimed as that folder, so queued and in-process ingests of one folder agree.
+
+        Raises:
+            UnreadableDocumentError: A given path does not exist (nothing is changed then).
+            KnowledgeError: A folder of the same name from elsewhere is already indexed.
+        """
+        started = time.perf_counter()
+        stop = should_stop or _never
+        tally = _Tally()
+        files: list[tuple[Path, str, int]] = []
+        roots: list[str] = []
+        claimed: dict[str, str] = {}
+        for given in paths:
+            path = Path(given)
+            if not path.exists():
+                raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
+            root = path if path.is_dir() else path.parent
+            root_name = root.resolve().name or "root"
+            if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
+                origin = (root_origins or {}).get(root_name) or str(root.resolve())
+                self._claim_root(root_name, origin, claimed)
+                roots.append(root_name + "/")
+            for file in iter_files([path]):
+                try:
+                    size = file.stat().st_size
+                except OSError:
+                    size = 0  # reported when it is read
+                files.append((file, f"{root_name}/{file.relative_to(root).as_posix()}", size))
+        for name, folder in claimed.items():
+            self.store.set_root_path(name, folder)
+        # Smallest first: a big file never holds the small ones back.
+        files.sort(key=lambda f: (f[2], f[1]))
+        seen = {source for _, source, _ in files}
+        total_bytes = sum(size for _, _, size in files)
+        total = len(files)
+        if progress and files:  # the totals, up front
+            progress(
+                IngestEvent(
+                    kind="progress", source="", done=0, total=total, bytes_total=total_bytes
+                )
+            )
+        with self.store.deferred_sync():
+            for file, source, size in files:
+                if stop():
+                    tally.interrupted = True
+                    break
+                kind = self._index_file(
+                    file, source, size, tenant_id, permission_tags, tally, progress, total,
+                    total_bytes, stop,
+                )  # fmt: skip
+                tally.files_done += 1
+                tally.bytes_done += size
+                if kind == "stored":
+                    tally.unsynced_files += 1
+                    if tally.unsynced_files >= self.sync_every:
+                        self._sync(tally)
+                if progress:
+                    progress(
+                        IngestEvent(
+                            kind=kind,
+                            source=source,
+                            done=tally.files_done,
+                            total=total,
+                            bytes_done=tally.bytes_done,
+                            bytes_total=total_bytes,
+                            message=tally.failed[-1].reason if kind == "failed" else "",
+                        )
+                    )
+            if not tally.interrupted:
+                for source in self.store.all_sources():
+                    if source not in seen and any(source.startswith(r) for r in roots):
+                        self.store.delete_source(source)
+                        tally.removed.append(source)
+                        if progress:
+                            progress(
+                                IngestEvent(
+                                    kind="removed",
+                                    source=source,
+                                    done=tally.files_done,
+                                    total=total,
+                                    bytes_done=tally.bytes_done,
+                                    bytes_total=total_bytes,
+                                )
+                            )
+        embed = self._phase_two(wait and not tally.interrupted, progress, stop)
+        stored = [*tally.added, *tally.updated, *tally.unchanged]
+        failed_embedding = sorted(set(stored) & self.store.pending_sources()) if embed.error else []
+        report = tally.report(started, embed, failed_embedding, total_bytes)
+        if progress:
+            progress(
+                IngestEvent(
+                    kind="done",
+                    source="",
+                    done=tally.files_done,
+                    total=total,
+                    bytes_done=tally.bytes_done,
+                    bytes_total=total_bytes,
+                )
+            )
+        return report
+
+    def ingest_documents(
+        self,
+        docs: Iterable[Document],
+        *,
+        progress: Progress | None = None,
+        wait: bool = True,
+        should_stop: ShouldStop | None = None,
+    ) -> IngestReport:
+        """Ingest ready-made documents (e.g. an evaluation corpus); unchanged ones are skipped.
+
+        A document is unchanged when its ``content_hash`` matches the stored one for its
+        ``doc_id``. Nothing is removed. Phase 2 runs as for :meth:`ingest`.
+        """
+        started = time.perf_counter()
+        stop = should_stop or _never
+        tally = _Tally()
+        batch: list[tuple[Document, list[Chunk]]] = []
+        size = 0
+
+        def commit() -> None:
+            nonlocal batch, size
+            if batch:
+                self.store.write_batch("", new_docs=batch)
+                tally.unsynced_chunks += size
+                if tally.unsynced_chunks >= self.sync_chunks:
+                    self._sync(tally)
+            batch, size = [], 0
+
+        with self.store.deferred_sync():
+            for doc in docs:
+                if stop():
+                    tally.interrupted = True
+                    break
+                existing = self.store.get_document_hash(doc.doc_id)
+                tally.files_done += 1
+                if existing == doc.content_hash:
+                    tally.unchanged.append(doc.doc_id)
+                    continue
+                chunks = list(
+                    iter_chunks(doc, max_tokens=self.max_tokens, overlap_tokens=self.overlap_tokens)
+                )
+                batch.append((doc, chunks))
+                size += len(chunks)
+                tally.chunks += len(chunks)
+                (tally.updated if existing is not None else tally.added).append(doc.doc_id)
+                if size >= self.batch_chunks:
+                    commit()
+            commit()
+        embed = self._phase_two(wait and not tally.interrupted, progress, stop)
+        return tally.report(started, embed, [], 0)
+
+    # -- phase 1 -------------------------------------------------------------------------------
+
+    def _sync(self, tally: _Tally) -> None:
+        self.store.sync()
+        tally.unsynced_chunks = tally.unsynced_files = 0
+
+    def _index_file(
+        self,
+        file: Path,
+        source: str,
+        size: int,
+        tenant_id: str,
+        permission_tags: Sequence[str],
+        tally: _Tally,
+        progress: Progress | None,
+        total: int,
+        total_bytes: int,
+        stop: ShouldStop,
+    ) -> EventKind:
+        """Phase 1 for one file. Any exception is this file's failure, reported once."""
+        try:
+            data = file.read_bytes()
+            file_hash = hashlib.sha256(data).hexdigest()
+            stored = self.store.get_source_hash(source)
+            if stored == file_hash:
+                tally.unchanged.append(source)
+                return "unchanged"
+            # the bytes just hashed: read once, and the stored hash matches what was indexed
+            docs = read_file(
+                file,
+                source=source,
+                tenant_id=tenant_id,
+                permission_tags=permission_tags,
+                data=data,
+            )
+            del data
+            existed = stored is not None or bool(self.store.embed_state(source))
+            complete = self._write_file(
+                source, file_hash, docs, tally, stop, progress, size, total, total_bytes
+            )
+        except Exception as exc:  # one file's failure never stops the others
+            if self.store.get_source_hash(source) is None and self.store.embed_state(source):
+                # batches of this file were committed before it failed (e.g. it ran over
+                # max_chunks): nothing half-stored stays searchable
+                self.store.delete_source(source)
+            reason = _failure_reason(exc, file)
+            logger.info("skipping %s: %s", source, reason)  # the report names it, once
+            logger.debug("failure of %s", source, exc_info=True)
+            tally.failed.append(IngestFailure(source=source, reason=reason))
+            return "failed"
+        if not complete:
+            tally.interrupted = True
+            tally.failed.append(
+                IngestFailure(source=source, reason="interrupted; ingest it again to finish")
+            )
+            return "failed"
+        (tally.updated if existed else tally.added).append(source)
+        return "stored"
+
+    def _write_file(
+        self,
+        source: str,
+        file_hash: str,
+        docs: Sequence[Document],
+        tally: _Tally,
+        stop: ShouldStop,
+        progress: Progress | None,
+        size: int,
+        total: int,
+        total_bytes: int,
+    ) -> bool:
+        """Store a file's documents in batches of ``batch_chunks``; ``False`` if stopped."""
+        new: dict[str, tuple[Document, list[Chunk]]] = {}
+        more: dict[str, list[Chunk]] = {}
+        inserted: set[str] = set()
+        first = True
+        count = 0
+
+        def commit(final: bool) -> None:
+            nonlocal first, count, new, more
+            self.store.write_batch(
+                source,
+                new_docs=list(new.values()),
+                appended=list(more.items()),
+                start=first,
+                finish_hash=file_hash if final else None,
+                doc_type=docs[0].doc_type if docs else "",
+            )
+            inserted.update(new)
+            tally.chunks += count
+            tally.unsynced_chunks += count
+            if tally.unsynced_chunks >= self.sync_chunks:
+                self._sync(tally)
+            first, count, new, more = False, 0, {}, {}
+
+        limits = current_limits()
+        file_chunks = 0
+        for n, doc in enumerate(docs):
+            new[doc.doc_id] = (doc, [])
+            length = max(1, sum(len(s.text) + 2 for s in doc.sections))
+            for chunk in iter_chunks(
+                doc, max_tokens=self.max_tokens, overlap_tokens=self.overlap_tokens
+            ):
+                if doc.doc_id in inserted:
+                    more.setdefault(doc.doc_id, []).append(chunk)
+                else:
+                    new[doc.doc_id][1].append(chunk)
+                count += 1
+                file_chunks += 1
+                if file_chunks > limits.max_chunks:
+                    limits.check_chunks(source, file_chunks)  # raises DocumentTooLarge
+                if count < self.batch_chunks:
+                    continue
+                commit(final=False)
+                if progress:
+                    share = (n + min(chunk.end / length, 1.0)) / len(docs)
+                    progress(
+                        IngestEvent(
+                            kind="progress",
+                            source=source,
+                            done=tally.files_done,
+                            total=total,
+                            bytes_done=tally.bytes_done + int(size * share),
+                            bytes_total=total_bytes,
+                        )
+                    )
+                if stop():
+                    return False
+        commit(final=True)
+        return True
+
+    # -- phase 2 -------------------------------------------------------------------------------
+
+    def _phase_two(self, run: bool, progress: Progress | None, stop: ShouldStop) -> EmbedReport:
+        if self.router is None:
+            return EmbedReport()
+        if not run:
+            return EmbedReport(pending_chunks=self.store.count_pending())
+        return self.embed_pending(progress=progress, should_stop=stop)
+
+    def embed_pending(
+        self, *, progress: Progress | None = None, should_stop: ShouldStop | None = None
+    ) -> EmbedReport:
+        """Phase 2: embed every chunk that has no vectors yet, ``group_chunks`` per commit.
+
+        Never raises for an embedder failure: it stops, and the report says why (the chunks
+        stay pending). A vector space whose stored model differs from the configured embedder
+        raises :class:`KnowledgeError`.
+        """
+        if self.router is None:
+            return EmbedReport()
+        stop = should_stop or _never
+        started = time.perf_counter()
+        total = self.store.count_pending()
+        embedded = 0
+        error: str | None = None
+        interrupted = False
+        after = 0
+        while error is None and not interrupted:
+            page = self.store.pending_chunks(after=after, limit=self.group_chunks)
+            if not page:
+                break
+            after = page[-1].rowid
+            done, error, interrupted = self._embed_page(page, stop)
+            embedded += done
+            if progress:
+                progress(
+                    IngestEvent(
+                        kind="embedded",
+                        source=page[-1].chunk.source,
+                        done=min(embedded, total),
+                        total=total,
+                        phase="embed",
+                    )
+                )
+        return EmbedReport(
+            embedded_chunks=embedded,
+            pending_chunks=self.store.count_pending(),
+            seconds=time.perf_counter() - started,
+            error=error,
+            interrupted=interrupted,
+        )
+
+    def _embed_page(
+        self, page: Sequence[StoredChunk], stop: ShouldStop
+    ) -> tuple[int, str | None, bool]:
+        """Embed one page of pending chunks; returns (stored, error, interrupted)."""
+        assert self.router is not None
+        router = self.router
+        work: dict[str, list[tuple[int, str, str]]] = {}
+        for item in page:
+            text = embedding_text(item.chunk)
+            work.setdefault(router.space_for(text), []).append(
+                (item.rowid, text, item.chunk.content_hash)
+            )
+        stored = 0
+        for space, entries in work.items():
+            embedder = router.embedder(space)
+            reuse = self.store.vectors_by_content_hash(space, [e[2] for e in entries])
+            rowids = [e[0] for e in entries if e[2] in reuse]
+            rows = [reuse[e[2]] for e in entries if e[2] in reuse]
+            todo = [e for e in entries if e[2] not in reuse]
+            error: str | None = None
+            interrupted = False
+            for start in range(0, len(todo), self.batch_size):
+                batch = todo[start : start + self.batch_size]
+                try:
+                    matrix = embedder.embed([e[1] for e in batch])
+                    if matrix.shape != (len(batch), embedder.dim):
+                        raise KnowledgeError(f"embedder returned shape {matrix.shape}")
+                except Exception as exc:  # an outage must not lose the text: it stays pending
+                    error = f"embedding failed ({type(exc).__name__}: {exc})"
+                    logger.warning("%s; %d chunks stay pending", error, len(todo) - start)
+                    break
+                rowids.extend(e[0] for e in batch)
+                rows.extend(matrix)
+                if stop():
+                    interrupted = True
+                    break
+            if rowids:
+                stored += self.store.add_vectors(
+                    space, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
+                )
+            if error is not None or interrupted:
+                return stored, error, interrupted
+        return stored, None, False

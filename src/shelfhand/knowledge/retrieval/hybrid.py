@@ -1,0 +1,666 @@
+"""Hybrid retrieval: BM25 + vectors fused convexly, permission-filtered inside each query (R6).
+
+::
+
+    kb = open_embedded_store(workspace, router)
+    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user)
+    kb.close()
+
+Each side fetches ``candidates_factor × k`` candidates: keyword from tantivy, vectors from every
+space that holds vectors (the query embedded by that space's embedder, so a mixed Chinese and
+English corpus works). Lists are fused by :func:`~shelfhand.knowledge.retrieval.fusion.convex_fusion`
+(BM25 scaled by the query's best score, plus cosine; a keyword candidate outside a space's top
+list gets its exact cosine from its stored vector) and deduplicated by chunk content hash. When
+one side has nothing, the other's ranking and scores are used as is. Every hit gets a
+``relevance`` (0..1, comparable across queries); hits under ``min_relevance`` are dropped, so a
+query the documents do not answer finds nothing.
+If embedding the query fails (quota, model unavailable) or does not finish within
+``embed_timeout`` seconds, the search continues on keywords and ``last_degraded_reason`` says why.
+After ``breaker_failures`` such failures in a row the query embedder is not asked at all for
+``breaker_cooldown`` seconds (searches go straight to keywords, with the reason), then one
+search tries it again. The first query of each space in a process may take ``load_timeout``
+(loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
+Chunks still waiting for ingest phase 2 have no vectors: they are found by keywords only, and
+:attr:`SearchTimings.pending_chunks` says how many there are.
+
+Exact identifiers win in every mode: when the query names identifiers (``E-888``,
+``SKU2024-011``, see :func:`~shelfhand.knowledge.analysis.query_identifiers`), the passages whose
+text holds one (an exact term lookup in the keyword index, restricted like the search) go first,
+best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
+behind them (``exact_boost=False`` turns this off, for ablations).
+
+In hybrid mode the keyword side runs on a worker thread while the calling thread embeds the
+query and searches the vectors (tantivy, faiss and the PostgreSQL driver release the GIL), so a
+hybrid search takes about as long as its slower side rather than the sum of both; when every
+worker is busy (many concurrent searches) it runs in the calling thread as before.
+
+Versions side by side: a hit from one version of a document (``保修政策（第 1 版）``) brings the
+same section of its other versions along (:mod:`shelfhand.knowledge.retrieval.versions`), so their
+disagreements can be flagged; ``version_siblings=False`` turns this off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from shelfhand.core.context import ANONYMOUS, UserContext
+from shelfhand.core.errors import KnowledgeError
+from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
+from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
+from shelfhand.knowledge.retrieval.fusion import KEYWORD_WEIGHT, convex_fusion
+from shelfhand.knowledge.retrieval.versions import add_version_siblings
+from shelfhand.knowledge.scoring import (
+    bm25_idf,
+    keyword_evidence,
+    ranking_terms,
+    relevance,
+)
+from shelfhand.knowledge.types import Chunk, KeywordHits, SearchHit
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HybridRetriever", "SearchMode", "SearchTimings"]
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+_FILTER_KEYS = {"doc_type", "source"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchTimings:
+    """Milliseconds spent in each stage of one search."""
+
+    keyword_ms: float = 0.0
+    embed_ms: float = 0.0
+    vector_ms: float = 0.0
+    fuse_ms: float = 0.0
+    exact_ms: float = 0.0
+    """The exact-identifier lookup (only for queries that name an identifier)."""
+    total_ms: float = 0.0
+    pending_chunks: int = 0
+    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
+    searches that use vectors."""
+    rerank_ms: float = 0.0
+    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
+    rerank_reason: str | None = None
+    """Why the reranker's order was not used (it failed and the fused order was kept)."""
+
+
+def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:
+    if not filters or filters.get(key) is None:
+        return None
+    value = filters[key]
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+class HybridRetriever:
+    """Searches the keyword index and every vector space, fuses and deduplicates.
+
+    Args:
+        store: The system of record (chunk texts, ACL for the vector side).
+        keyword_index: The BM25 index.
+        vector_indexes: The vector spaces, or ``None`` for keyword-only search.
+        router: Embeds queries per space; ``None`` disables the vector side.
+        candidates_factor: Each side fetches ``candidates_factor * k`` candidates.
+        rrf_k: Unused (fusion is convex now); kept so existing callers still work.
+        other_space_weight: Weight of vector spaces other than the one the query's language
+            routes to (a model weak in the query's language ranks worse), in fusion and in
+            relevance. A space whose embedder is ``multilingual`` (USE) is weighted 1 for every
+            language: it matches an English question to a Chinese passage.
+        keyword_weight: ``α`` of the convex fusion, the keyword side's share (0..1).
+        min_relevance: Hits whose ``relevance`` is under this are dropped (0 keeps all).
+        embed_timeout: Seconds a query embedding may take before the search goes on with
+            keywords alone (``None``: wait for it).
+        load_timeout: The same for the first query of each space (it loads the model).
+        breaker_failures: Failed or late query embeddings in a row that pause the embedder.
+        breaker_cooldown: Seconds the paused embedder is left alone.
+        exact_boost: Put passages holding an identifier of the query first (see the module
+            docstring); an attribute, switchable for ablations.
+        version_siblings: Bring the same section of a hit's other document versions along
+            (see :mod:`shelfhand.knowledge.retrieval.versions`); an attribute too.
+        overlap_workers: Threads that run hybrid searches' keyword side alongside their vector
+            side (module docstring); ``None``: one fewer than the CPUs, at most 8; 0: none.
+    """
+
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        keyword_index: KeywordIndex,
+        vector_indexes: VectorSearch | None,
+        router: EmbeddingRouter | None,
+        *,
+        candidates_factor: int = 3,
+        rrf_k: int = 60,
+        other_space_weight: float = 0.5,
+        keyword_weight: float = KEYWORD_WEIGHT,
+        min_relevance: float = 0.0,
+        embed_timeout: float | None = None,
+        load_timeout: float = 60.0,
+        breaker_failures: int = 3,
+        breaker_cooldown: float = 30.0,
+        exact_boost: bool = True,
+        version_siblings: bool = True,
+        overlap_workers: int | None = None,
+    ) -> None:
+        self.exact_boost = exact_boost
+        self.version_siblings = version_siblings
+        self.store = store
+        self.keyword_index = keyword_index
+        self.vector_indexes = vector_indexes
+        self.router = router
+        self.candidates_factor = candidates_factor
+        self.rrf_k = rrf_k
+        self.other_space_weight = other_space_weight
+        if not 0.0 <= min_relevance <= 1.0:
+            raise KnowledgeError(f"min_relevance must be within 0..1, not {min_relevance}")
+        if not 0.0 <= keyword_weight <= 1.0:
+            raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
+        self.keyword_weight = keyword_weight
+        self.min_relevance = min_relevance
+        self.last_degraded_reason: str | None = None
+        self.last_timings = SearchTimings()
+        self._warned: set[str] = set()
+        self.embed_timeout = embed_timeout
+        self.load_timeout = load_timeout
+        self.breaker_failures = breaker_failures
+        self.breaker_cooldown = breaker_cooldown
+        self._breaker_lock = threading.Lock()
+        self._failures = 0
+        self._paused_until = 0.0
+        self._last_failure = ""
+        self._warm: set[str] = set()
+        self._overlap = _Overlap(_default_workers() if overlap_workers is None else overlap_workers)
+
+    def close(self) -> None:
+        """Stop the keyword side's worker threads (searches still work, without overlap)."""
+        self._overlap.close()
+
+    def warm_up(self) -> str | None:
+        """Load every space's query embedder (one embedding each, waiting at most
+        ``load_timeout``) so that later queries meet ``embed_timeout``; returns why that
+        failed, if it did (searches then fall back to keywords as usual)."""
+        if self.router is None or self.vector_indexes is None:
+            return None
+        for space in self.router.spaces:
+            limit = None if self.embed_timeout is None else self.load_timeout
+            try:
+                self._embed_one(space, "warm up", limit)
+            except Exception as exc:
+                return f"warming up the {space!r} embedder failed ({type(exc).__name__}: {exc})"
+            self._warm.add(space)
+        return None
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user: UserContext | None = None,
+        mode: SearchMode = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[SearchHit]:
+        """Top ``k`` chunks for ``query`` that ``user`` may read.
+
+        Args:
+            query: The user's words, any language.
+            k: How many hits at most.
+            user: The caller; ``None`` is an anonymous caller of tenant ``default``.
+            mode: ``hybrid``, or one side only.
+            filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
+
+        Raises:
+            KnowledgeError: An unknown filter key or mode.
+        """
+        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters)[0]
+
+    def search_timed(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user: UserContext | None = None,
+        mode: SearchMode = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        query_vectors: Mapping[str, Vectors] | None = None,
+    ) -> tuple[list[SearchHit], SearchTimings]:
+        """Like :meth:`search`, also returning per-stage timings.
+
+        ``query_vectors`` (space → query vector) skips query embedding, for benchmarks.
+        """
+        if mode not in ("hybrid", "keyword", "vector"):
+            raise KnowledgeError(f"unknown search mode {mode!r}; use hybrid, keyword or vector")
+        unknown = set(filters or {}) - _FILTER_KEYS
+        if unknown:
+            raise KnowledgeError(f"unknown filter {sorted(unknown)}; use doc_type or source")
+        t0 = time.perf_counter()
+        caller = user or ANONYMOUS
+        acl: dict[str, Any] = {
+            "tenant_id": caller.tenant_id,
+            "roles": caller.roles,
+            "doc_types": _filter_values(filters, "doc_type"),
+            "sources": _filter_values(filters, "source"),
+        }
+        fetch = max(k, 1) * self.candidates_factor
+        self.last_degraded_reason = None
+        keyword: list[tuple[int, float]] = []
+        vector_lists: list[list[tuple[int, float]]] = []
+        vector_weights: list[float] = []
+        query_vectors_used: list[Vectors] = []
+        vector_spaces: list[str] = []
+        t_kw = t_embed = t_vec = 0.0
+        tokens: list[str] | None = None  # the query's tokens, analysed once when needed
+        use_keyword = mode != "vector"
+        keyword_side: Future[_KeywordSide] | None = None
+        if mode == "hybrid":  # overlaps the embedding and the vector search
+            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, acl)
+        if mode != "keyword":
+            t1 = time.perf_counter()
+            embedded = query_vectors if query_vectors is not None else self._embed(query)
+            t_embed = time.perf_counter() - t1
+            if embedded is None:
+                use_keyword = True  # degraded: keywords stand in for vectors
+            elif self.vector_indexes is not None:
+                t1 = time.perf_counter()
+                home = self.router.space_for(query) if self.router is not None else None
+                multilingual = self._multilingual_spaces()
+                for space, qvec in embedded.items():
+                    found = self.vector_indexes.search(space, qvec, fetch, **acl)
+                    if found:
+                        vector_lists.append(found)
+                        weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
+                        vector_weights.append(weight)
+                        vector_spaces.append(space)
+                        query_vectors_used.append(qvec)
+                t_vec = time.perf_counter() - t1
+        if use_keyword:
+            side = (
+                keyword_side.result()
+                if keyword_side is not None
+                else self._keyword_side(query, fetch, acl)
+            )
+            tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
+        t1 = time.perf_counter()
+        hits = self._fuse(
+            tokens or [],
+            keyword,
+            _VectorSide(vector_spaces, vector_lists, vector_weights, query_vectors_used),
+            k,
+        )
+        t_fuse = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        hits = self._exact_first(query, tokens, hits, keyword, k, acl)
+        if self.version_siblings:
+            hits = add_version_siblings(hits, self.store, acl, k)
+        t_exact = time.perf_counter() - t1
+        pending = self.store.count_pending() if mode != "keyword" and self.router else 0
+        timings = SearchTimings(
+            keyword_ms=t_kw * 1000,
+            embed_ms=t_embed * 1000,
+            vector_ms=t_vec * 1000,
+            fuse_ms=t_fuse * 1000,
+            exact_ms=t_exact * 1000,
+            total_ms=(time.perf_counter() - t0) * 1000,
+            pending_chunks=pending,
+        )
+        self.last_timings = timings
+        return hits, timings
+
+    def _multilingual_spaces(self) -> tuple[str, ...]:
+        """The spaces whose embedder declares ``multilingual = True``."""
+        if self.router is None:
+            return ()
+        return tuple(
+            space
+            for space in self.router.spaces
+            if getattr(self.router.embedder(space), "multilingual", False) is True
+        )
+
+    def _embed(self, query: str) -> dict[str, Vectors] | None:
+        """The query vector in every space that holds vectors; ``None`` when embedding failed,
+        took too long, or is paused by the breaker."""
+        if self.router is None or self.vector_indexes is None:
+            return {}
+        paused = self._paused_for()
+        if paused > 0:
+            self.last_degraded_reason = (
+                f"query embedding paused after {self.breaker_failures} failures in a row "
+                f"(last: {self._last_failure}); using keyword search, retrying in {paused:.0f}s"
+            )
+            return None
+        out: dict[str, Vectors] = {}
+        for space in self.vector_indexes.spaces():
+            if space not in self.router.spaces:
+                self._warn_once(f"no embedder configured for vector space {space!r}")
+                continue
+            timeout = self.embed_timeout
+            if timeout is not None and space not in self._warm:
+                timeout = max(timeout, self.load_timeout)
+            try:
+                out[space] = self._embed_one(space, query, timeout)
+            except Exception as exc:  # any provider failure degrades to keyword search
+                what = (
+                    f"did not finish within {timeout:g}s"
+                    if isinstance(exc, TimeoutError)
+                    else f"failed ({type(exc).__name__}: {exc})"
+                )
+                self._record_failure(what)
+                reason = f"query embedding {what}; using keyword search"
+                self.last_degraded_reason = reason
+                self._warn_once(reason)
+                return None
+            self._warm.add(space)
+        with self._breaker_lock:
+            self._failures = 0
+        return out
+
+    def _embed_one(self, space: str, query: str, timeout: float | None) -> Vectors:
+        """Embed on a daemon thread and wait at most ``timeout`` seconds (a hung embedder
+        keeps its thread, never the caller)."""
+        assert self.router is not None
+        embedder = self.router.embedder(space)
+        if timeout is None:
+            return embedder.embed_query(query)
+        box: list[Vectors | BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append(embedder.embed_query(query))
+            except BaseException as exc:  # handed to the waiting caller
+                box.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="shelfhand-query-embed", daemon=True).start()
+        if not done.wait(timeout):
+            raise TimeoutError(f"query embedding took longer than {timeout:g}s")
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _paused_for(self) -> float:
+        with self._breaker_lock:
+            return max(0.0, self._paused_until - time.monotonic())
+
+    def _record_failure(self, what: str) -> None:
+        with self._breaker_lock:
+            self._failures += 1
+            self._last_failure = what
+            if self._failures >= self.breaker_failures:
+                self._paused_until = time.monotonic() + self.breaker_cooldown
+                self._failures = 0
+                logger.warning(
+                    "query embedding paused for %gs after %d failures in a row (last: %s)",
+                    self.breaker_cooldown,
+                    self.breaker_failures,
+                    what,
+                )
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning("%s", message)
+
+    def _keyword_side(self, query: str, fetch: int, acl: Mapping[str, Any]) -> _KeywordSide:
+        t1 = time.perf_counter()
+        tokens = tokenize_query(query)
+        hits = self.keyword_index.search(tokens, fetch, **acl)
+        return _KeywordSide(tokens, hits, time.perf_counter() - t1)
+
+    def _exact_first(
+        self,
+        query: str,
+        tokens: list[str] | None,
+        hits: list[SearchHit],
+        keyword: list[tuple[int, float]],
+        k: int,
+        acl: Mapping[str, Any],
+    ) -> list[SearchHit]:
+        """The fused ``hits`` with the passages holding an identifier of ``query`` first.
+
+        Exact passages come in the order of their BM25 on the query (the keyword side's
+        judgement of which passage is *about* the code: on the samples the fused order put a
+        passing mention of E-203 above the manual's E-203 section); those among ``hits`` keep
+        their fused score and ranks, those the fusion left out carry the BM25 score (and their
+        keyword rank when the keyword side had them). Duplicate passages (same content hash)
+        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``acl``
+        restricts the lookup exactly like the search (tenant, roles, doc type and source
+        filters). ``tokens`` are ``query``'s tokens when the search already analysed it.
+        """
+        if not self.exact_boost or k <= 0:
+            return hits
+        identifiers = query_identifiers(query)
+        if not identifiers:
+            return hits
+        # All exact passages when fewer than k, so that the hits after them are truly not exact.
+        found = self.keyword_index.search_exact(
+            identifiers,
+            max(k, len(hits)),
+            rank_by=tokens if tokens is not None else tokenize_query(query),
+            **acl,
+        )
+        if not found:
+            return hits
+        # Whether a passage holds the identifier depends on its text only: compare by content
+        # hash, and load only the chunks the fusion left out.
+        hash_of = self.store.content_hashes([rowid for rowid, _ in found])
+        exact = set(hash_of.values())
+        fused = {hit.chunk.content_hash: hit for hit in hits if hit.chunk.content_hash in exact}
+        order: list[tuple[int, float, str]] = []
+        placed: set[str] = set()
+        for rowid, score in found:
+            h = hash_of.get(rowid)
+            if h is not None and h not in placed:
+                placed.add(h)  # a duplicate passage comes once
+                order.append((rowid, score, h))
+        chunks = self.store.chunk_map([r for r, _, h in order if h not in fused])
+        # A passage *about* the code (its heading, or a line that starts with it: "E-203 Lamp
+        # overheating") before one that names it in passing ("errors such as E-203"), each
+        # group in BM25 order.
+        wanted = set(identifiers)
+
+        def about(item: tuple[int, float, str]) -> bool:
+            rowid, _, h = item
+            return _names_in_heading(fused[h].chunk if h in fused else chunks.get(rowid), wanted)
+
+        order.sort(key=lambda item: not about(item))
+        order = order[:k]
+        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
+        first: list[SearchHit] = []
+        for rowid, score, h in order:
+            if h in fused:
+                first.append(replace(fused[h], exact=True))
+            elif rowid in chunks:  # else deleted since indexing
+                first.append(
+                    SearchHit(
+                        chunk=chunks[rowid],
+                        score=score,
+                        keyword_rank=keyword_rank.get(rowid),
+                        exact=True,
+                    )
+                )
+        rest = [hit for hit in hits if hit.chunk.content_hash not in exact]
+        return (first + rest)[:k]
+
+    def _fuse(
+        self,
+        query_tokens: list[str],
+        keyword: list[tuple[int, float]],
+        vectors: _VectorSide,
+        k: int,
+    ) -> list[SearchHit]:
+        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
+        vector_rank: dict[int, int] = {}
+        for found in vectors.lists:
+            for i, (rowid, _) in enumerate(found, start=1):
+                vector_rank[rowid] = min(i, vector_rank.get(rowid, i))
+        if not keyword and not vectors.lists:
+            return []
+        cosines = [dict(found) for found in vectors.lists]
+        if keyword and vectors.lists:
+            self._fill_cosines(keyword, vectors, cosines)
+            pairs = list(zip(cosines, vectors.weights, strict=True))
+            ranked = convex_fusion(keyword, pairs, self.keyword_weight)
+        else:
+            ranked = keyword or vectors.lists[0]
+            if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
+                ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
+        strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
+        # too weak to count as an answer
+        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
+        chosen: list[tuple[int, float]] = []
+        chunks: dict[int, Chunk] = {}
+        seen: set[str] = set()
+        start = 0
+        while len(chosen) < k and start < len(strong):
+            # read the chunks a few more than still needed at a time: usually one query
+            batch = strong[start : start + k - len(chosen) + 2]
+            start += len(batch)
+            read = self.store.chunk_map([rowid for rowid, _ in batch])
+            for rowid, score in batch:
+                chunk = read.get(rowid)
+                if chunk is None or chunk.content_hash in seen:
+                    continue  # deleted since indexing, or a duplicate passage
+                seen.add(chunk.content_hash)
+                chosen.append((rowid, score))
+                chunks[rowid] = chunk
+                if len(chosen) == k:
+                    break
+        return [
+            SearchHit(
+                chunk=chunks[rowid],
+                score=score,
+                keyword_rank=keyword_rank.get(rowid),
+                vector_rank=vector_rank.get(rowid),
+                relevance=strength.get(rowid, 0.0),
+            )
+            for rowid, score in chosen
+            if rowid in chunks
+        ]
+
+    def _fill_cosines(
+        self,
+        keyword: list[tuple[int, float]],
+        vectors: _VectorSide,
+        cosines: list[dict[int, float]],
+    ) -> None:
+        """Exact cosines of keyword candidates that a space's top list missed (their indexed
+        vectors, read from memory): fusion then weighs what the vector side thinks of them."""
+        missing = [r for r, _ in keyword if not any(r in c for c in cosines)]
+        if not missing or self.vector_indexes is None:
+            return
+        for i, space in enumerate(vectors.spaces):
+            found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
+            cosines[i].update(found)
+
+    def _relevance(
+        self,
+        query_tokens: list[str],
+        keyword: list[tuple[int, float]],
+        cosines: list[dict[int, float]],
+        weights: list[float],
+    ) -> dict[int, float]:
+        """Every candidate's :func:`~shelfhand.knowledge.retrieval.fusion.relevance`."""
+        kw: dict[int, float] = {}
+        if keyword:
+            # the statistics the keyword search read, else the index's (e.g. a stand-in index)
+            if isinstance(keyword, KeywordHits):
+                num_docs, freqs = keyword.stats()
+            else:
+                num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
+            # the IDF of the terms that ranked the hits (the common ones may not have)
+            terms = list(dict.fromkeys(t for t in query_tokens if t))
+            ranked = set(ranking_terms(terms, freqs, num_docs, self.keyword_index.common_share))
+            idf_sum = sum(
+                bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
+            )
+            kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
+            if not cosines:
+                return kw  # (keyword evidence is already the relevance: 0..1)
+        cos: dict[int, float] = {}
+        for found, weight in zip(cosines, weights, strict=True):
+            for rowid, c in found.items():
+                cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
+        return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
+
+
+@dataclass(frozen=True, slots=True)
+class _KeywordSide:
+    tokens: list[str]
+    hits: list[tuple[int, float]]
+    seconds: float
+
+
+def _default_workers() -> int:
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+class _Overlap:
+    """At most ``workers`` keyword sides on worker threads at once; ``submit`` returns None
+    when all are busy (the caller then runs the work itself, never waits for a worker)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 0:
+            raise KnowledgeError(f"overlap_workers must be >= 0, not {workers}")
+        self.workers = workers
+        self._slots = threading.BoundedSemaphore(max(workers, 1))
+        self._pool = (
+            ThreadPoolExecutor(workers, thread_name_prefix="shelfhand-keyword") if workers else None
+        )
+
+    def submit(self, fn: Callable[..., _KeywordSide], *args: Any) -> Future[_KeywordSide] | None:
+        pool = self._pool
+        if pool is None or not self._slots.acquire(blocking=False):
+            return None
+        try:
+            future = pool.submit(fn, *args)
+        except RuntimeError:  # closed meanwhile
+            self._slots.release()
+            return None
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _VectorSide:
+    """What the vector side found: per space, its name, top list, weight and query vector."""
+
+    spaces: list[str]
+    lists: list[list[tuple[int, float]]]
+    weights: list[float]
+    query_vectors: list[Vectors]
+
+
+def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
+    """Whether ``chunk`` is about one of ``identifiers``: one of its section headings below the
+    document title, or a heading-like line of its text (short, with more text after it),
+    starts with it (after bullets, numbering or ``#``). Neither a paragraph that merely begins
+    with the code nor the document's title counts: on SciFact, where abstracts and titles
+    often begin with a gene name, counting them cost 0.012 nDCG@10."""
+    if chunk is None:
+        return False
+    lines = chunk.text.splitlines()
+    headings = [line for line in lines[:-1] if len(line) <= _HEADING_CHARS]
+    sections = [heading for heading in chunk.section_path if heading != chunk.title]
+    for line in (*sections, *headings):
+        first = line.lstrip(_LEAD).split(maxsplit=1)
+        if first and identifiers.intersection(identifier_tokens(first[0])):
+            return True
+    return False
+
+
+_HEADING_CHARS = 80
+_LEAD = " \t#*-•·>0123456789.)、（(【["

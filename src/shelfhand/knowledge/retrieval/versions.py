@@ -1,0 +1,132 @@
+"""Versions of one document side by side: a hit from "保修政策（第 1 版）" brings the same section of
+"保修政策（第 2 版）" along (DESIGN R8: disagreeing versions are flagged, never silently resolved).
+
+Two documents are versions of each other when their titles (else their file names) are equal
+once the version marker is taken off (``第 2 版``, ``v2``, ``version 1.1``, ``rev 3``). When a
+search hit comes from such a document, the chunks of the other versions with the same section
+headings below the title are put right after it, so the model and the user see every version of
+that passage and :mod:`shelfhand.knowledge.evidence.conflicts` can flag what differs. A sibling
+replaces the lowest-ranked hit that is neither an exact identifier match nor a sibling, so a
+search still returns at most ``k`` hits. Siblings are visible to the caller by the same rule as
+the search (tenant, roles, doc type and source filters) and identical passages are skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from shelfhand.core.context import PRIVILEGED_ROLES
+from shelfhand.knowledge.protocols import KnowledgeStore
+from shelfhand.knowledge.types import Chunk, SearchHit
+
+__all__ = ["add_version_siblings", "version_key"]
+
+_MARKERS = (
+    re.compile(r"[（(\[【]?\s*第\s*\d+\s*版\s*[)）\]】]?"),
+    re.compile(r"(?i)[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*\d+(?:\.\d+)*\b[)）]?"),
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def version_key(title: str, source: str = "") -> str | None:
+    """``title`` (else the file name of ``source``) without its version marker, or ``None``
+    when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
+    for text in (title, PurePosixPath(source).stem if source else ""):
+        for pattern in _MARKERS:
+            match = pattern.search(text)
+            if match:
+                return (text[: match.start()] + text[match.end() :]).strip(" -_").lower()
+    return None
+
+
+def _below_title(chunk: Chunk) -> tuple[str, ...]:
+    """The section path without its first heading when that heading is the title."""
+    path = chunk.section_path
+    return path[1:] if path and path[0] == chunk.title else path
+
+
+def _visible(chunk: Chunk, acl: Mapping[str, Any]) -> bool:
+    if chunk.tenant_id != acl["tenant_id"]:
+        return False
+    roles = set(acl["roles"])
+    if chunk.permission_tags and not roles & (PRIVILEGED_ROLES | set(chunk.permission_tags)):
+        return False
+    doc_types, sources = acl.get("doc_types"), acl.get("sources")
+    if doc_types is not None and chunk.doc_type not in doc_types:
+        return False
+    return sources is None or chunk.source in sources
+
+
+def _siblings(store: KnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> Iterable[Chunk]:
+    below = _below_title(chunk)
+    if not below:  # no section below the title: nothing to match (and no regex to run)
+        return ()
+    key = version_key(chunk.title, chunk.source)
+    if key is None:
+        return ()
+    found = store.chunks_in_section(chunk.tenant_id, below[-1]).values()
+    return sorted(
+        (
+            other
+            for other in found
+            if other.doc_id != chunk.doc_id
+            and _below_title(other) == below
+            and version_key(other.title, other.source) == key
+            and _visible(other, acl)
+        ),
+        key=lambda c: (c.source, c.chunk_index),
+    )
+
+
+def add_version_siblings(
+    hits: Sequence[SearchHit], store: KnowledgeStore, acl: Mapping[str, Any], k: int
+) -> list[SearchHit]:
+    """``hits`` with the same section of every other version of a hit's document right after
+    it (see the module docstring); at most ``k`` hits."""
+    out = list(hits)
+    seen = {h.chunk.content_hash for h in out}
+    protected = {h.chunk.chunk_id for h in out if h.exact}
+    i = 0
+    while i < len(out):
+        hit = out[i]
+        for sibling in _siblings(store, hit.chunk, acl):
+            if sibling.content_hash in seen:
+                continue
+            # the lowest hit that is neither exact nor a sibling (nor this one) makes room
+            if len(out) >= k:
+                drop = next(
+                    (
+                        j
+                        for j in range(len(out) - 1, -1, -1)
+                        if j != i and out[j].chunk.chunk_id not in protected
+                    ),
+                    None,
+                )
+                if drop is None:
+                    break
+                seen.discard(out[drop].chunk.content_hash)
+                del out[drop]
+                if drop < i:
+                    i -= 1
+            seen.add(sibling.content_hash)
+            protected.add(sibling.chunk_id)
+            protected.add(hit.chunk.chunk_id)
+            out.insert(
+                i + 1,
+                replace(
+                    hit,
+                    chunk=sibling,
+                    keyword_rank=None,
+                    vector_rank=None,
+                    exact=False,
+                    rerank_score=None,
+                ),
+            )
+            i += 1
+        i += 1
+    return out[:k]

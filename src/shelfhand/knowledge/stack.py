@@ -1,0 +1,126 @@
+"""Composing a knowledge stack: the system of record, its indexes, the retriever and the
+ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
+(:func:`open_pg_store`).
+
+::
+
+    kb = open_embedded_store(workspace, router)
+    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user).hits
+    kb.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.ingest.ingestor import Ingestor
+from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
+from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
+from shelfhand.knowledge.scoring import COMMON_SHARE
+from shelfhand.knowledge.stores.faiss import VectorIndexes
+from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
+
+__all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbeddedKnowledge:
+    """A knowledge stack, composed and ready: the embedded one of a workspace
+    (:func:`open_embedded_store`) or the PostgreSQL one (:func:`open_pg_store`)."""
+
+    store: KnowledgeStore
+    keyword: KeywordIndex
+    vectors: VectorSearch
+    retriever: HybridRetriever
+    ingestor: Ingestor
+
+    def close(self) -> None:
+        """Persist the indexes and close the database (or its connection pool)."""
+        self.retriever.close()
+        self.store.close()
+
+
+def open_embedded_store(
+    workspace: Path,
+    router: EmbeddingRouter | None,
+    *,
+    hnsw_threshold: int = 20_000,
+    max_tokens: int = 400,
+    overlap_tokens: int = 40,
+    access: Access = "write",
+    embed_timeout: float | None = None,
+    min_relevance: float = 0.0,
+    overlap_workers: int | None = None,
+    common_share: float = COMMON_SHARE,
+) -> EmbeddedKnowledge:
+    """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
+
+    Pending index changes from an interrupted run are replayed; a missing or stale index is
+    rebuilt from the database. ``access`` is how this process uses the keyword index
+    (``write``, ``read``, or ``read-only`` while another process writes; see
+    :mod:`shelfhand.knowledge.stores.tantivy`). ``embed_timeout`` bounds each query embedding
+    (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
+    :class:`HybridRetriever`'s; ``common_share`` is the keyword index's.
+    """
+    workspace = Path(workspace)
+    store = SqliteKnowledgeStore(workspace / "knowledge.db")
+    keyword = TantivyKeywordIndex(
+        workspace / "index" / "keyword", access=access, common_share=common_share
+    )
+    vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
+    store.attach(keyword, vectors)
+    retriever = HybridRetriever(
+        store,
+        keyword,
+        vectors,
+        router,
+        embed_timeout=embed_timeout,
+        min_relevance=min_relevance,
+        overlap_workers=overlap_workers,
+    )
+    ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    return EmbeddedKnowledge(
+        store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
+    )
+
+
+def open_pg_store(
+    url: str,
+    router: EmbeddingRouter | None,
+    *,
+    max_tokens: int = 400,
+    overlap_tokens: int = 40,
+    embed_timeout: float | None = None,
+    min_relevance: float = 0.0,
+    common_share: float = COMMON_SHARE,
+    pool_size: int = 8,
+    timeout: float = 5.0,
+) -> EmbeddedKnowledge:
+    """Connect to ``url``, migrate the knowledge schema and compose the stack, like
+    :func:`open_embedded_store` does for a workspace.
+
+    Raises:
+        ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
+            migration fails (e.g. pgvector is missing on the server).
+    """
+    from shelfhand.knowledge.stores.pg import (
+        PgDatabase,
+        PgKeywordIndex,
+        PgKnowledgeStore,
+        PgVectorIndexes,
+    )
+
+    db = PgDatabase(url, max_size=pool_size, timeout=timeout)
+    store = PgKnowledgeStore(db)
+    keyword = PgKeywordIndex(db, common_share=common_share)
+    vectors = PgVectorIndexes(db, store)
+    retriever = HybridRetriever(
+        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
+    )
+    ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    return EmbeddedKnowledge(
+        store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
+    )

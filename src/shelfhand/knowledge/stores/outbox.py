@@ -1,0 +1,132 @@
+"""The index outbox: how document changes reach the derived indexes (DESIGN R3, R5).
+
+Every write to the store adds outbox rows in the same transaction; after the commit the store
+applies them to each attached :class:`DerivedIndex` and deletes them once every index has made
+them durable (see :mod:`shelfhand.knowledge.stores.sqlite`). A row has a kind:
+
+- ``doc``: the document was replaced or deleted; ``old_rowids`` were its chunks. An index
+  drops the old rowids and re-reads the document's current chunks (and vectors).
+- ``chunks``: ``rowids`` were appended to a document that is ingested in batches (a big file
+  is committed a few hundred chunks at a time, so its first pages are searchable at once).
+- ``vectors``: ``rowids`` got their vectors (phase 2 of ingest embeds pending chunks).
+
+Applying any row is idempotent: indexes always read the current state from the store.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar
+
+__all__ = [
+    "ChangeKind",
+    "DerivedIndex",
+    "IndexChange",
+    "read_changes",
+    "split_changes",
+    "write_change",
+]
+
+ChangeKind = Literal["doc", "chunks", "vectors"]
+StoreT = TypeVar("StoreT", contravariant=True)
+"""The store an index is derived from (:class:`~shelfhand.knowledge.stores.sqlite.SqliteKnowledgeStore`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexChange:
+    """One pending outbox row: document ``doc_id`` changed; see the module docstring."""
+
+    outbox_id: int
+    generation: int
+    doc_id: str
+    old_rowids: tuple[int, ...]
+    kind: ChangeKind = "doc"
+    rowids: tuple[int, ...] = ()
+
+
+class DerivedIndex(Protocol[StoreT]):
+    """A search index rebuilt from, and kept in step with, the store via the outbox."""
+
+    name: str
+
+    def durable_generation(self) -> int | None:
+        """Store generation the persisted index reflects; ``None`` when missing or unreadable."""
+        ...
+
+    def apply(self, store: StoreT, changes: Sequence[IndexChange]) -> None:
+        """Idempotently make the index match the store for the changed documents."""
+        ...
+
+    def flush(self, generation: int, *, durable: bool) -> None:
+        """Make applied changes searchable; with ``durable`` also persist them."""
+        ...
+
+    def rebuild(self, store: StoreT, generation: int) -> None:
+        """Recreate the index from the store's current contents and persist it."""
+        ...
+
+    def attached(self, store: StoreT) -> None:
+        """Called once the store has brought the index up to date on attach."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def split_changes(
+    changes: Sequence[IndexChange], kind: ChangeKind
+) -> tuple[list[str], set[int], list[int]]:
+    """``(replaced doc ids, their old rowids, rowids of kind)``, the last without rowids of
+    replaced documents (re-reading those documents covers them)."""
+    doc_ids = list(dict.fromkeys(c.doc_id for c in changes if c.kind == "doc"))
+    replaced = set(doc_ids)
+    old = {r for c in changes if c.kind == "doc" for r in c.old_rowids}
+    rowids = [r for c in changes if c.kind == kind and c.doc_id not in replaced for r in c.rowids]
+    return doc_ids, old, list(dict.fromkeys(rowids))
+
+
+def write_change(
+    conn: sqlite3.Connection,
+    generation: int,
+    doc_id: str,
+    *,
+    old_rowids: Sequence[int] = (),
+    kind: ChangeKind = "doc",
+    rowids: Sequence[int] = (),
+) -> None:
+    """Add an outbox row (inside the caller's transaction)."""
+    conn.execute(
+        "INSERT INTO index_outbox (generation, doc_id, old_rowids, created_at, kind, rowids)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            generation,
+            doc_id,
+            json.dumps(list(old_rowids)),
+            time.time(),
+            kind,
+            json.dumps(list(rowids)),
+        ),
+    )
+
+
+def read_changes(conn: sqlite3.Connection, after_id: int = 0) -> list[IndexChange]:
+    """Outbox rows after ``after_id``, oldest first."""
+    rows = conn.execute(
+        "SELECT id, generation, doc_id, old_rowids, kind, rowids FROM index_outbox WHERE id > ?"
+        " ORDER BY id",
+        (after_id,),
+    ).fetchall()
+    return [
+        IndexChange(
+            outbox_id=r[0],
+            generation=r[1],
+            doc_id=r[2],
+            old_rowids=tuple(json.loads(r[3])),
+            kind=r[4],
+            rowids=tuple(json.loads(r[5])),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,162 @@
+"""The knowledge store's connection pool: outages become :class:`DependencyUnavailableError`.
+
+Every query of the PostgreSQL store runs through :meth:`PgDatabase.connection` (or
+:meth:`~PgDatabase.transaction`). A server that cannot be reached (refused, dropped
+connection, no pooled connection within the pool timeout) raises
+:class:`~shelfhand.core.errors.DependencyUnavailableError` naming PostgreSQL and the reason; the
+service answers 503 and the next request tries again (the pool reconnects by itself). Nothing
+is ever answered from a local copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.backends.postgres import apply_pg_migrations, open_pool
+from shelfhand.backends.urls import redact_url
+from shelfhand.core.context import PRIVILEGED_ROLES
+from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PgDatabase", "acl_sql"]
+
+
+class PgDatabase:
+    """A connection pool on ``url`` with the knowledge schema migrated and pgvector loaded.
+
+    Args:
+        url: ``postgresql://...``.
+        min_size, max_size: Pool bounds.
+        timeout: Seconds to wait for a connection (at open and per query) before the
+            database counts as unreachable.
+
+    Raises:
+        ConfigurationError: The server cannot be reached at open, or a migration fails.
+    """
+
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 5.0
+    ) -> None:
+        from shelfhand.knowledge.stores.pg.migrations import MIGRATIONS
+
+        self.url = url
+        self._sizes = (min_size, max_size)
+        self._timeout = timeout
+        self.pool: ConnectionPool[Any] = open_pool(
+            url, min_size=min_size, max_size=max_size, timeout=timeout
+        )
+        self._broken = False
+        self._swap = threading.Lock()
+        self._vector_info: Any = None
+        try:
+            with self.pool.connection() as conn:
+                apply_pg_migrations(conn, MIGRATIONS)
+                from psycopg.types import TypeInfo
+
+                self._vector_info = TypeInfo.fetch(conn, "vector")
+        except BaseException:
+            self.pool.close()
+            raise
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def _unavailable(self, exc: BaseException) -> DependencyUnavailableError:
+        text = str(exc).strip().splitlines()
+        reason = text[0] if text else type(exc).__name__
+        return DependencyUnavailableError(
+            f"PostgreSQL at {redact_url(self.url)} is unavailable: {reason}",
+            dependency="postgresql",
+        )
+
+    def _recover(self) -> None:
+        """After an outage: probe the server once (a refused connection fails at once, so a
+        request during the outage is answered quickly) and, when it answers, swap in a fresh
+        pool. The old pool would only retry on its growing back-off schedule."""
+        import psycopg
+
+        with self._swap:
+            if not self._broken:
+                return
+            try:
+                psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                ).close()
+                fresh = open_pool(
+                    self.url,
+                    min_size=self._sizes[0],
+                    max_size=self._sizes[1],
+                    timeout=self._timeout,
+                )
+            except (psycopg.Error, ConfigurationError) as exc:
+                raise self._unavailable(exc) from exc
+            old, self.pool = self.pool, fresh
+            self._broken = False
+            logger.info("PostgreSQL at %s is back", redact_url(self.url))
+        old.close(timeout=0)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection with the ``vector`` type registered."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        if self._broken:
+            self._recover()
+        try:
+            with self.pool.connection() as conn:
+                if conn.adapters.types.get("vector") is None:
+                    from pgvector.psycopg.vector import register_vector_info
+
+                    register_vector_info(conn, self._vector_info)
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            self._broken = True
+            raise self._unavailable(exc) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection inside one transaction (committed at the end of the block)."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+
+def acl_sql(
+    alias: str,
+    tenant_id: str,
+    roles: Iterable[str],
+    doc_types: Sequence[str] | None,
+    sources: Sequence[str] | None,
+    *,
+    tags_column: str = "permission_tags",
+) -> tuple[str, list[Any]]:
+    """The caller's visibility as a SQL condition on ``alias`` (and its parameters).
+
+    Visible iff same tenant AND (no permission tags, or a tag among ``roles``, or the caller
+    holds ``admin``/``system``), narrowed by doc types and sources when given.
+    """
+    role_set = set(roles)
+    sql = f"{alias}.tenant_id = %s"
+    params: list[Any] = [tenant_id]
+    if not role_set & PRIVILEGED_ROLES:
+        sql += f" AND (cardinality({alias}.{tags_column}) = 0"
+        if role_set:
+            sql += f" OR {alias}.{tags_column} && %s::text[]"
+            params.append(sorted(role_set))
+        sql += ")"
+    if doc_types is not None:
+        sql += f" AND {alias}.doc_type = ANY(%s::text[])"
+        params.append(list(doc_types))
+    if sources is not None:
+        sql += f" AND {alias}.source = ANY(%s::text[])"
+        params.append(list(sources))
+    return sql, params

@@ -1,0 +1,115 @@
+"""The PostgreSQL knowledge store's schema, versioned with :class:`~shelfhand.backends.postgres.PgMigration`.
+
+Every name starts with ``knowledge_pg_`` (other components keep their own tables in the same
+database). Vector tables are created per vector space at run time
+(:class:`~shelfhand.knowledge.stores.pg.store.PgKnowledgeStore`), each with its own dimension and
+HNSW index: see :mod:`shelfhand.knowledge.stores.pg`.
+"""
+
+from __future__ import annotations
+
+from shelfhand.backends.postgres import PgMigration
+
+__all__ = ["MIGRATIONS"]
+
+_INITIAL = """
+CREATE EXTENSION IF NOT EXISTS vector;
+
+CREATE TABLE knowledge_pg_meta (
+    key TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+INSERT INTO knowledge_pg_meta (key, value) VALUES ('generation', 0);
+
+CREATE TABLE knowledge_pg_documents (
+    doc_id TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    title TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    permission_tags TEXT[] NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    metadata JSONB NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    embed_state TEXT NOT NULL,
+    embed_error TEXT
+);
+CREATE INDEX knowledge_pg_documents_source ON knowledge_pg_documents (source);
+
+-- body: title + section path + text; head: the chunk's own heading; codes: identifiers of
+-- the text. Each a tsvector of our analysed tokens (positions 1..tf carry the term
+-- frequency), with its length in tokens for BM25.
+CREATE TABLE knowledge_pg_chunks (
+    rowid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    chunk_id TEXT NOT NULL,
+    doc_id TEXT NOT NULL REFERENCES knowledge_pg_documents (doc_id) ON DELETE CASCADE,
+    chunk_index INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    title TEXT NOT NULL,
+    section_path TEXT[] NOT NULL,
+    page INTEGER,
+    source TEXT NOT NULL,
+    start_ INTEGER NOT NULL,
+    end_ INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    permission_tags TEXT[] NOT NULL,
+    tenant_id TEXT NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    language TEXT,
+    space TEXT,
+    body TSVECTOR NOT NULL,
+    head TSVECTOR NOT NULL,
+    codes TSVECTOR NOT NULL,
+    body_len INTEGER NOT NULL,
+    head_len INTEGER NOT NULL,
+    codes_len INTEGER NOT NULL
+);
+CREATE INDEX knowledge_pg_chunks_doc ON knowledge_pg_chunks (doc_id);
+CREATE INDEX knowledge_pg_chunks_tenant ON knowledge_pg_chunks (tenant_id);
+CREATE INDEX knowledge_pg_chunks_hash ON knowledge_pg_chunks (content_hash);
+CREATE INDEX knowledge_pg_chunks_pending ON knowledge_pg_chunks (rowid) WHERE space IS NULL;
+CREATE INDEX knowledge_pg_chunks_leaf
+    ON knowledge_pg_chunks (tenant_id, (section_path[cardinality(section_path)]));
+CREATE INDEX knowledge_pg_chunks_body ON knowledge_pg_chunks USING gin (body);
+CREATE INDEX knowledge_pg_chunks_head ON knowledge_pg_chunks USING gin (head);
+CREATE INDEX knowledge_pg_chunks_codes ON knowledge_pg_chunks USING gin (codes);
+
+-- BM25 statistics: per field ('b' body, 'h' head, 'c' codes) the chunk count and total
+-- length, and per term its document frequency; maintained in each write's transaction.
+CREATE TABLE knowledge_pg_field_stats (
+    field CHAR(1) PRIMARY KEY,
+    docs BIGINT NOT NULL,
+    tokens BIGINT NOT NULL
+);
+INSERT INTO knowledge_pg_field_stats (field, docs, tokens) VALUES ('b', 0, 0), ('h', 0, 0), ('c', 0, 0);
+CREATE TABLE knowledge_pg_terms (
+    field CHAR(1) NOT NULL,
+    term TEXT NOT NULL,
+    df BIGINT NOT NULL,
+    PRIMARY KEY (field, term)
+);
+
+CREATE TABLE knowledge_pg_sources (
+    source TEXT PRIMARY KEY,
+    content_hash TEXT NOT NULL,
+    doc_type TEXT NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE TABLE knowledge_pg_roots (
+    name TEXT PRIMARY KEY,
+    path TEXT NOT NULL
+);
+
+-- One table per vector space (knowledge_pg_vec_<id>): its own dimension and HNSW index.
+CREATE TABLE knowledge_pg_spaces (
+    id INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    space TEXT NOT NULL UNIQUE,
+    embedder TEXT NOT NULL,
+    dim INTEGER NOT NULL
+);
+"""
+
+MIGRATIONS = [PgMigration(name="knowledge_pg_001_initial", sql=_INITIAL)]

@@ -1,0 +1,725 @@
+"""BM25 keyword search with tantivy, permission filter inside the query (DESIGN R6).
+
+Text is analysed by :mod:`shelfhand.knowledge.analysis` and handed to tantivy pre-split by
+whitespace, so Chinese segmentation, stemming and whole codes are ours and identical at index
+and query time. Queries are built from term objects, never parsed from user text (no syntax
+errors, no injection). Tenant, permission tags, doc type and source are indexed raw and form
+zero-scored ``Must`` clauses of every query, so a caller never gets a hit they may not read.
+
+A filter clause costs the ranked query its block-max WAND pruning: tantivy prunes only a plain
+union of terms, so a filtered query scores every matching chunk of the caller (3-6 ms p50 at 1M
+chunks against ~1 ms unfiltered, BENCHMARKS.md "The embedded store at 1M chunks").
+:meth:`TantivyKeywordIndex.search` therefore first ranks the plain union for a few more hits
+than the caller's estimated readable share needs (``k / share``, the share from the filter
+terms' document frequencies), then checks which of those rowids the caller may read. When at
+least ``k`` pass, they are exactly the filtered top ``k`` (the filters score zero, so the ranking
+is the same); otherwise, and for callers who may read too little for this to pay, the filtered
+query runs as before. The writing process checks the hits against labels it keeps per rowid
+(tenant, tags, doc type and source codes, :class:`~shelfhand.knowledge.stores.vector_labels.
+VectorLabels`, filled as chunks are indexed and saved next to the index); a reading process,
+which does not see the writer's labels, asks tantivy which of those rowids pass the same filter
+clauses (a second query over just those rowids; 0.7-1.2 ms CPU at 1M chunks, against a few
+microseconds for the labels).
+
+Query terms found in more than ``common_share`` of the chunks do not rank while the rarer
+terms find k readable chunks (:func:`~shelfhand.knowledge.retrieval.fusion.ranking_terms`): block-max
+WAND cannot skip postings that long, and they weigh little in BM25.
+
+Several processes may open one index, but only one may write it (tantivy allows one
+``IndexWriter`` per directory; the workspace's writer lock decides which process that is).
+``access`` says how this process uses it:
+
+* ``"write"`` — the writer: keeps its ``IndexWriter`` between commits;
+* ``"read"`` — no other writer was running at open: it may replay pending changes, but lets go
+  of the ``IndexWriter`` after each commit so that a writer starting later is not blocked;
+* ``"read-only"`` — another process writes: this one never touches the files.
+
+Both reading kinds reload the searcher before each search, so they see a writer's commits.
+
+Section headings are indexed twice: with the title and text in ``body`` and on their own in
+``head``, which a query also searches with ``head_boost``. A passage whose heading names the
+query's subject (``保修期限`` for ``保修期多久``) so beats one that mentions it in passing.
+The identifiers of the passage text (not of its headings: a cited passage should show the code)
+are indexed in ``codes``; :meth:`TantivyKeywordIndex.search_exact` looks them up for the
+exact-identifier step of :class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import tantivy
+
+from shelfhand.core.context import PRIVILEGED_ROLES
+from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
+from shelfhand.knowledge.scoring import COMMON_SHARE, ranking_terms
+from shelfhand.knowledge.stores.outbox import split_changes
+from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, SqliteKnowledgeStore
+from shelfhand.knowledge.stores.vector_labels import VectorLabels
+from shelfhand.knowledge.types import Chunk, KeywordHits
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TantivyKeywordIndex", "index_head", "index_text"]
+
+# 2: identifiers without sub-token noise (analysis), the ``head`` and ``codes`` fields.
+_SCHEMA_VERSION = 2
+_STATE_FILE = "shelfhand-state.json"
+_LABELS_DIR = "labels"
+
+Access = Literal["write", "read", "read-only"]
+# Measured on the sample corpus, CMRC 2018 and SciFact (see BENCHMARKS.md).
+_HEAD_BOOST = 1.0
+# Unfiltered ranking then a filter check of its hits (module docstring): fetch
+# ``k / share * _OVERSAMPLE + _OVERSAMPLE_EXTRA`` hits, unless that passes ``oversample_limit``.
+_OVERSAMPLE = 1.5
+_OVERSAMPLE_EXTRA = 10
+_OVERSAMPLE_LIMIT = 2000
+# Indexing buffer of a rebuild: big enough that a rebuild of 1M chunks writes one segment
+# (searches of one segment: 15-20% faster at 1M than of the nine that ingest left, BENCHMARKS
+# "Keyword index in one segment"); tantivy takes the memory as it fills, not up front.
+_REBUILD_HEAP = 1_500_000_000
+# A required clause matching at most this share of the chunks is narrow: filters check its
+# chunks (lazy unions) rather than collect their own (term sets); see _run.
+_NARROW_SHARE = 0.05
+# The exact-identifier step scores its holders term by term (intersections) while holders x
+# ranking clauses stay under this share of the clauses' postings (measured at 1M chunks: the
+# intersections win below ~0.06, lose 1.2-3x above 0.1).
+_INTERSECT_RATIO = 0.05
+# Filter values beyond this many are never a lazy union of term queries (see _filter_query)
+# and are not counted for the share estimate.
+_UNION_MAX = 16
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_unsigned_field("rowid", stored=False, indexed=True, fast=True)
+    for name in ("doc_id", "tenant", "tags", "doc_type", "source"):
+        sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("body", tokenizer_name="whitespace", index_option="freq")
+    sb.add_text_field("head", tokenizer_name="whitespace", index_option="freq")
+    sb.add_text_field("codes", tokenizer_name="whitespace", index_option="freq")
+    return sb.build()
+
+
+def index_text(chunk: Chunk) -> str:
+    """What the keyword index sees of a chunk: title, section path and text, analysed."""
+    parts = [chunk.title, " ".join(chunk.section_path), chunk.text]
+    return " ".join(tokenize_for_index("\n".join(p for p in parts if p)))
+
+
+def index_head(chunk: Chunk) -> str:
+    """The heading of a chunk's own section, analysed; nothing when that is the document title
+    (a title is shared by every chunk of the document and weighting it cost 0.04 nDCG@10 on
+    SciFact, whose titles are whole sentences)."""
+    if not chunk.section_path or chunk.section_path[-1].strip() == chunk.title.strip():
+        return ""
+    return " ".join(tokenize_for_index(chunk.section_path[-1]))
+
+
+class TantivyKeywordIndex:
+    """A tantivy index in ``directory``, keyed by chunk rowid; a :class:`DerivedIndex`.
+
+    Args:
+        directory: Where the index lives (created when missing), e.g. ``<workspace>/keyword``.
+        writer_heap_bytes: Memory for the indexing buffer.
+        access: ``write``, ``read`` or ``read-only`` (see the module docstring).
+        head_boost: Weight of a query term's match in the title and section headings, on top
+            of its match in the body (0 turns heading weighting off).
+        oversample_limit: Most unfiltered hits :meth:`search` ranks before checking them
+            against the caller's filter (module docstring); 0 always runs the filtered query.
+        rebuild_heap_bytes: Memory for the indexing buffer of :meth:`rebuild`.
+        common_share: Query terms found in more than this share of the chunks are left out of
+            the ranking when the query has rarer terms (:func:`~shelfhand.knowledge.retrieval.fusion.
+            ranking_terms`); 1 keeps every term.
+
+    ``paths`` counts how searches were answered: ``"oversampled"`` (unfiltered ranking, then
+    the filter check), ``"filtered"`` (the filtered query) or ``"empty"`` (no chunk of the
+    caller's tenant, or nothing matched); ``"common terms"`` counts searches whose rarer terms
+    found fewer than k readable chunks, so that every term ranked them after all.
+    """
+
+    name = "keyword"
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        writer_heap_bytes: int = 64_000_000,
+        access: Access = "write",
+        head_boost: float = _HEAD_BOOST,
+        oversample_limit: int = _OVERSAMPLE_LIMIT,
+        rebuild_heap_bytes: int = _REBUILD_HEAP,
+        common_share: float = COMMON_SHARE,
+    ) -> None:
+        if head_boost < 0:
+            raise ValueError(f"head_boost must be >= 0, not {head_boost}")
+        if not 0 < common_share <= 1:
+            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        self.common_share = common_share
+        if oversample_limit < 0:
+            raise ValueError(f"oversample_limit must be >= 0, not {oversample_limit}")
+        self.head_boost = head_boost
+        self.oversample_limit = oversample_limit
+        self.paths: Counter[str] = Counter()
+        self.directory = Path(directory)
+        self.access: Access = access
+        self._heap = writer_heap_bytes
+        self.rebuild_heap_bytes = rebuild_heap_bytes
+        self._schema = _schema()
+        self._lock = threading.RLock()
+        self._writer: Any = None
+        self._generation: int | None = None
+        # Per-rowid access labels, kept by the writing process only (module docstring).
+        self._labels: VectorLabels | None = None
+        self._labels_lock = threading.Lock()  # short: never held while analysing text
+        self._labels_dirty = False
+        self._index = self._open()
+        if self.access == "write" and self._generation is not None:
+            self._labels = self._load_labels(self._generation)
+
+    def _read_generation(self) -> int:
+        state = json.loads((self.directory / _STATE_FILE).read_text(encoding="utf-8"))
+        if state.get("schema") != _SCHEMA_VERSION:
+            raise ValueError("schema changed")
+        return int(state["generation"])
+
+    def _open(self) -> tantivy.Index:
+        try:
+            generation = self._read_generation()
+            if not tantivy.Index.exists(str(self.directory)):
+                raise ValueError("index files missing")
+            index = tantivy.Index(self._schema, path=str(self.directory), reuse=True)
+            self._generation = generation
+            return index
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if self.access == "read-only":  # the writer's to rebuild; search nothing meanwhile
+                logger.warning(
+                    "keyword index at %s is unusable (%s) and another process writes the "
+                    "workspace: keyword search is empty until it rebuilds the index",
+                    self.directory,
+                    exc,
+                )
+                return tantivy.Index(self._schema)  # empty, in memory
+
+            # Missing or unreadable: start empty; the store sees generation None and rebuilds.
+            if self.directory.exists():
+                logger.warning(
+                    "keyword index at %s is unusable (%s); rebuilding", self.directory, exc
+                )
+                shutil.rmtree(self.directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._generation = None
+            return tantivy.Index(self._schema, path=str(self.directory), reuse=False)
+
+    # -- DerivedIndex ----------------------------------------------------------------------------
+
+    def durable_generation(self) -> int | None:
+        return self._generation
+
+    def _get_writer(self) -> Any:
+        if self._writer is None:
+            # One thread: the machine is shared and ingest is bound by analysis, not tantivy.
+            self._writer = self._index.writer(self._heap, 1)
+        return self._writer
+
+    def _add(self, writer: Any, rowid: int, chunk: Chunk) -> None:
+        doc = tantivy.Document()
+        doc.add_unsigned("rowid", rowid)
+        doc.add_text("doc_id", chunk.doc_id)
+        doc.add_text("tenant", chunk.tenant_id)
+        for tag in chunk.permission_tags or (PUBLIC_TAG,):
+            doc.add_text("tags", tag)
+        doc.add_text("doc_type", chunk.doc_type)
+        doc.add_text("source", chunk.source)
+        doc.add_text("body", index_text(chunk))
+        doc.add_text("head", index_head(chunk))
+        doc.add_text("codes", " ".join(identifier_tokens(chunk.text)))
+        writer.add_document(doc)
+        if self._labels is not None:
+            meta = (chunk.tenant_id, tuple(chunk.permission_tags), chunk.doc_type, chunk.source)
+            with self._labels_lock:
+                self._labels.put([rowid], [meta])
+                self._labels_dirty = True
+
+    def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
+        """Delete every replaced document by id, then add its current chunks from the store;
+        add chunks appended to a document by rowid (``vectors`` changes do not concern it)."""
+        if self.access == "read-only":
+            return  # the writing process applies them
+        doc_ids, _, appended = split_changes(changes, "chunks")
+        with self._lock:
+            writer = self._get_writer()
+            for doc_id in doc_ids:
+                writer.delete_documents_by_term("doc_id", doc_id)
+            if appended:  # a replayed change must not add a chunk twice
+                # (delete_documents_by_term silently ignores unsigned fields; a query works)
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_set_query(self._schema, "rowid", appended)
+                )
+            for stored in store.iter_chunks(doc_ids):
+                self._add(writer, stored.rowid, stored.chunk)
+            for rowid, chunk in store.chunk_map(appended).items():
+                self._add(writer, rowid, chunk)
+
+    def flush(self, generation: int, *, durable: bool) -> None:
+        """Commit (tantivy commits are durable), reload the searcher, record the generation."""
+        with self._lock:
+            if self.access == "read-only":
+                self._refresh()
+                return
+            if self._writer is not None:
+                self._writer.commit()
+                if self.access == "read":
+                    self._release_writer()
+            self._index.reload()
+            self._write_state(generation)
+            if durable:
+                self._save_labels(generation)
+
+    def _refresh(self) -> None:
+        """Read-only: see the writer's latest commit and the generation it recorded."""
+        self._index.reload()
+        # the writer may be replacing the state file: then keep the last generation read
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            self._generation = self._read_generation()
+
+    def _release_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()  # also drops tantivy's directory lock
+
+    def rebuild(self, store: SqliteKnowledgeStore, generation: int) -> None:
+        """Re-index every chunk of ``store`` with one large indexing buffer
+        (``rebuild_heap_bytes``), so that the index ends up in as few segments as the buffer
+        allows (one at 1M chunks with the default), which searches faster than the many small
+        segments that incremental ingest leaves."""
+        if self.access == "read-only":
+            return  # the writing process rebuilds it
+        with self._lock:
+            self._release_writer()  # the rebuild's own writer takes the directory lock
+            writer = self._index.writer(self.rebuild_heap_bytes, 1)
+            try:
+                writer.delete_all_documents()
+                if self.access == "write":
+                    self._labels = VectorLabels()
+                for n, stored in enumerate(store.iter_chunks(), start=1):
+                    self._add(writer, stored.rowid, stored.chunk)
+                    if n % 50_000 == 0:
+                        logger.info("keyword index: %d chunks re-indexed", n)
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                if self.access == "write":  # labels of the rows indexed so far: read anew
+                    self._labels = self._load_labels(self._generation or -1)
+                raise
+            finally:
+                writer.wait_merging_threads()  # lets go of the directory lock
+            self._index.reload()
+            self._write_state(generation)
+            self._save_labels(generation)
+
+    def segments(self) -> int:
+        """How many segments the index has now (fewer search faster; see :meth:`rebuild`)."""
+        return int(self._index.searcher().num_segments)
+
+    def attached(self, store: SqliteKnowledgeStore) -> None:
+        """The writer labels an index saved without labels (before they existed, or by a
+        process that stopped between durable flushes) from the store, once: ~2 s CPU per
+        million chunks, then saved with the index."""
+        if self.access != "write" or self._labels is not None or self._generation is None:
+            return
+        with self._lock:
+            labels = VectorLabels()
+            n = 0
+            for rows in store.iter_chunk_acl():
+                labels.put([r[0] for r in rows], [r[1:] for r in rows])
+                n += len(rows)
+            logger.info("keyword index: labelled %d chunks for the access check", n)
+            self._labels = labels
+            self._labels_dirty = True
+            self._save_labels(self._generation)
+
+    def _load_labels(self, generation: int) -> VectorLabels | None:
+        folder = self.directory / _LABELS_DIR
+        try:
+            state = json.loads((folder / _STATE_FILE).read_text(encoding="utf-8"))
+            if int(state["generation"]) != generation:
+                return None
+            return VectorLabels.load(folder, None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _save_labels(self, generation: int) -> None:
+        """Persist the labels with the generation they reflect (after the index's commit)."""
+        if self._labels is None or not self._labels_dirty:
+            return
+        folder = self.directory / _LABELS_DIR
+        folder.mkdir(exist_ok=True)
+        with self._labels_lock:
+            (folder / _STATE_FILE).unlink(missing_ok=True)  # no state: never read half-saved
+            self._labels.save(folder, len(self._labels.tenant))
+            self._labels_dirty = False
+        tmp = folder / (_STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation}), encoding="utf-8")
+        os.replace(tmp, folder / _STATE_FILE)
+
+    def _write_state(self, generation: int) -> None:
+        path = self.directory / _STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"generation": generation, "schema": _SCHEMA_VERSION}), encoding="utf-8"
+        )
+        os.replace(tmp, path)
+        self._generation = generation
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                writer.commit()
+                writer.wait_merging_threads()
+            if self._generation is not None:
+                self._save_labels(self._generation)
+
+    # -- search --------------------------------------------------------------------------------
+
+    def num_docs(self) -> int:
+        return int(self._index.searcher().num_docs)
+
+    def search(
+        self,
+        query_tokens: Sequence[str],
+        k: int,
+        *,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks by BM25 that the caller may read, as ``(rowid, score)``.
+
+        Args:
+            query_tokens: From :func:`~shelfhand.knowledge.analysis.tokenize_query`.
+            k: How many hits at most.
+            tenant_id: The caller's tenant; other tenants' chunks never match.
+            roles: The caller's roles; a chunk matches when untagged or sharing a role
+                (``admin``/``system`` see the whole tenant).
+            doc_types: Only these document types, when given.
+            sources: Only these sources, when given.
+        """
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        if not terms or k <= 0:
+            return []
+        searcher = self._searcher()
+        body_df = {t: int(searcher.doc_freq("body", t)) for t in terms}
+        ranked = terms
+        if self.common_share < 1:
+            ranked = ranking_terms(
+                terms, list(body_df.values()), int(searcher.num_docs), self.common_share
+            )
+        query = self._ranked(searcher, ranked, body_df)
+        if query is None:  # no chunk holds any of the terms
+            self.paths["empty"] += 1
+            return []
+        hits = self._run(searcher, query, k, tenant_id, roles, doc_types, sources, True)
+        if len(hits) < k and len(ranked) < len(terms):
+            # few readable chunks hold the rarer terms: the common ones rank the rest
+            self.paths["common terms"] += 1
+            every = self._ranked(searcher, terms, body_df)
+            if every is not None:  # (it holds the ranked terms' clauses)
+                hits = self._run(searcher, every, k, tenant_id, roles, doc_types, sources, True)
+        return KeywordHits(hits, num_docs=int(searcher.num_docs), doc_freqs=list(body_df.values()))
+
+    def _searcher(self) -> Any:
+        """The searcher of the latest commit this process may see."""
+        if self.access != "write":  # another process may write: see its commits now
+            with self._lock:
+                self._index.reload()  # well under a millisecond
+        return self._index.searcher()
+
+    def _ranked(
+        self, searcher: Any, terms: Sequence[str], body_df: Mapping[str, int] | None = None
+    ) -> tantivy.Query | None:
+        """BM25 over the body and, weighted by ``head_boost``, the section heading, with a
+        clause only for the terms the field holds (None when it holds none): a term no chunk
+        has adds nothing to any score, but its clause cost tantivy 22 % of the query's time at
+        30k chunks without headings. ``body_df``: the terms' body frequencies, when known."""
+        should, _ = self._rank_clauses(searcher, terms, body_df)
+        return tantivy.Query.boolean_query(should) if should else None
+
+    def _rank_clauses(
+        self, searcher: Any, terms: Sequence[str], body_df: Mapping[str, int] | None = None
+    ) -> tuple[list[tuple[tantivy.Occur, tantivy.Query]], int]:
+        """The clauses of :meth:`_ranked`, and how many postings they hold in all."""
+        known = body_df or {}
+        body_freqs = {
+            t: int(known[t] if t in known else searcher.doc_freq("body", t)) for t in terms
+        }
+        body = [t for t, df in body_freqs.items() if df]
+        should = self._should("body", body)
+        postings = sum(body_freqs.values())
+        if self.head_boost > 0:
+            head_freqs = {t: int(searcher.doc_freq("head", t)) for t in terms}
+            should += self._should(
+                "head", [t for t, df in head_freqs.items() if df], self.head_boost
+            )
+            postings += sum(head_freqs.values())
+        return should, postings
+
+    def search_exact(
+        self,
+        identifiers: Sequence[str],
+        k: int,
+        *,
+        rank_by: Sequence[str] = (),
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks whose text holds at least one of ``identifiers`` (index tokens from
+        :func:`~shelfhand.knowledge.analysis.query_identifiers`), as ``(rowid, score)``, ranked
+        like :meth:`search` ranks ``rank_by`` (the query's tokens), or by their BM25 on the
+        identifiers when it is empty. Tenant, roles and filters restrict it exactly like
+        :meth:`search`.
+        """
+        terms = list(dict.fromkeys(t for t in identifiers if t))
+        if not terms or k <= 0:
+            return []
+        searcher = self._searcher()
+        freqs = {t: int(searcher.doc_freq("codes", t)) for t in terms}
+        terms = [t for t in terms if freqs[t]]
+        if not terms:  # no chunk holds one
+            self.paths["empty"] += 1
+            return []
+        codes = tantivy.Query.boolean_query(self._should("codes", terms))
+        holds = tantivy.Query.const_score_query(codes, 0.0)
+        clauses, postings = self._rank_clauses(
+            searcher, list(dict.fromkeys(t for t in rank_by if t))
+        )
+        holders = sum(freqs.values())
+        occ = tantivy.Occur
+        if not clauses:
+            text = codes  # ranked by the identifiers' own BM25
+        elif holders * len(clauses) <= _INTERSECT_RATIO * postings:
+            # Few holders: score each ranking term on the holders only (an intersection seeks
+            # the term's postings), instead of walking the terms' union up to each holder
+            # (which decodes most postings on the way): the same scores, 0.5-0.7 against
+            # 0.8-1.0 ms p50 at 1M chunks (BENCHMARKS.md, "The exact-identifier step").
+            text = tantivy.Query.boolean_query(
+                [(occ.Should, holds)]
+                + [
+                    (occ.Should, tantivy.Query.boolean_query([(occ.Must, holds), (occ.Must, q)]))
+                    for _, q in clauses
+                ]
+            )
+        else:
+            text = tantivy.Query.boolean_query(
+                [(occ.Must, holds), (occ.Should, tantivy.Query.boolean_query(clauses))]
+            )
+        # ranked unfiltered, then checked like search (oversampled), else filtered; few
+        # holders: filters that only check those (lazy)
+        narrow = holders <= _NARROW_SHARE * int(searcher.num_docs)
+        return self._run(
+            searcher, text, k, tenant_id, roles, doc_types, sources, True, narrow=narrow
+        )
+
+    def _should(
+        self, field: str, terms: Sequence[str], boost: float = 1.0
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        clauses = []
+        for term in terms:
+            query = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
+            if boost != 1.0:
+                query = tantivy.Query.boost_query(query, boost)
+            clauses.append((tantivy.Occur.Should, query))
+        return clauses
+
+    def _filters(
+        self,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None,
+        sources: Sequence[str] | None,
+    ) -> list[tuple[str, list[str]]]:
+        """The caller's visibility as ``(field, allowed values)``; a chunk must match each."""
+        filters: list[tuple[str, list[str]]] = [("tenant", [tenant_id])]
+        role_set = set(roles)
+        if not role_set & PRIVILEGED_ROLES:
+            filters.append(("tags", sorted(role_set | {PUBLIC_TAG})))
+        if doc_types is not None:
+            filters.append(("doc_type", sorted(set(doc_types))))
+        if sources is not None:
+            filters.append(("source", sorted(set(sources))))
+        return filters
+
+    def _filter_query(self, field: str, values: Sequence[str], *, lazy: bool) -> tantivy.Query:
+        """One filter clause. ``lazy``: a union of term queries, which tantivy advances only to
+        the documents another clause proposes (the check of a few candidates); else a term-set
+        query, which first collects every chunk of its values into a bitset (1.5 against 0.3 ms
+        CPU for the candidates' rowids at 1M) but beats a union when the filter drives a whole
+        filtered query (5.0 against 6.6 ms for two tags at 1M, bench/keyword_filters.py)."""
+        if len(values) == 1:
+            return tantivy.Query.term_query(self._schema, field, values[0])
+        if lazy and len(values) <= _UNION_MAX:
+            return tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, v))
+                    for v in values
+                ]
+            )
+        return tantivy.Query.term_set_query(self._schema, field, list(values))
+
+    def _run(
+        self,
+        searcher: Any,
+        text: tantivy.Query,
+        k: int,
+        tenant_id: str,
+        roles: Iterable[str],
+        doc_types: Sequence[str] | None,
+        sources: Sequence[str] | None,
+        oversample: bool = False,
+        *,
+        narrow: bool = False,
+    ) -> list[tuple[int, float]]:
+        """``text`` as a required clause, the caller's visibility as zero-scored filters.
+        ``narrow``: ``text`` matches few chunks, so the filters only check those (lazy unions;
+        a term-set filter would first collect every chunk of its values)."""
+        occ = tantivy.Occur
+        filters = self._filters(tenant_id, roles, doc_types, sources)
+        if any(not values for _, values in filters):
+            self.paths["empty"] += 1
+            return []  # an empty doc_types or sources list allows nothing
+        fetch = self._oversample_size(searcher, k, filters) if oversample else None
+        if fetch == 0:
+            self.paths["empty"] += 1
+            return []
+        if fetch is not None:
+            caller = {
+                "tenant_id": tenant_id,
+                "roles": roles,
+                "doc_types": doc_types,
+                "sources": sources,
+            }
+            hits = self._oversampled(searcher, text, k, fetch, filters, caller)
+            if hits is not None:
+                self.paths["oversampled"] += 1
+                return hits
+        self.paths["filtered"] += 1
+        clauses = [(occ.Must, text)] + [
+            # Zero-scored: filters decide visibility, never ranking.
+            (occ.Must, tantivy.Query.const_score_query(self._filter_query(f, v, lazy=narrow), 0.0))
+            for f, v in filters
+        ]
+        result = searcher.search(tantivy.Query.boolean_query(clauses), k, count=False)
+        if not result.hits:
+            return []
+        rowids = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
+        return [(int(r or 0), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]
+
+    def _oversample_size(
+        self, searcher: Any, k: int, filters: Sequence[tuple[str, list[str]]]
+    ) -> int | None:
+        """How many unfiltered hits to rank for ``k`` readable ones, 0 when the caller's tenant
+        has no chunk, None when the filtered query is the better plan.
+
+        The readable share is estimated from document frequencies (which still count deleted
+        chunks until a merge) as if the filters were independent: a wrong estimate costs time
+        (the filtered query runs after all), never correctness.
+        """
+        total = int(searcher.num_docs)
+        if total == 0 or searcher.doc_freq("tenant", filters[0][1][0]) == 0:
+            return 0
+        if self.oversample_limit == 0:
+            return None
+        share = 1.0
+        for field, values in filters:
+            if len(values) > _UNION_MAX:
+                return None
+            matching = sum(int(searcher.doc_freq(field, v)) for v in values)
+            share *= min(1.0, matching / total)
+        if share <= 0.0:
+            return None  # e.g. a doc type no chunk has: the filtered query finds that fast
+        fetch = math.ceil(k / share * _OVERSAMPLE) + _OVERSAMPLE_EXTRA
+        return fetch if fetch <= self.oversample_limit else None
+
+    def _oversampled(
+        self,
+        searcher: Any,
+        text: tantivy.Query,
+        k: int,
+        fetch: int,
+        filters: Sequence[tuple[str, list[str]]],
+        caller: dict[str, Any],
+    ) -> list[tuple[int, float]] | None:
+        """The top ``k`` readable hits among the unfiltered top ``fetch``, or None when fewer
+        than ``k`` of those are readable and more hits exist (then only the filtered query is
+        exact)."""
+        result = searcher.search(text, fetch, count=False)
+        if not result.hits:
+            return []
+        rowids = [
+            int(r or 0)
+            for r in searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
+        ]
+        allowed: list[bool] | None = None
+        labels = self._labels
+        if labels is not None:
+            with self._labels_lock:
+                allowed = labels.allows(rowids, **caller)
+        if allowed is None:  # a reading process, or a rowid not labelled yet
+            allowed = self._check(searcher, rowids, filters)
+        hits = [
+            (r, float(s)) for (s, _), r, ok in zip(result.hits, rowids, allowed, strict=True) if ok
+        ]
+        if len(hits) < k and len(result.hits) == fetch:
+            return None
+        return hits[:k]
+
+    def _check(
+        self, searcher: Any, rowids: list[int], filters: Sequence[tuple[str, list[str]]]
+    ) -> list[bool]:
+        """Which of ``rowids`` pass the filter clauses, asked of tantivy."""
+        occ = tantivy.Occur
+        schema = self._schema
+        candidates = tantivy.Query.boolean_query(
+            [(occ.Should, tantivy.Query.term_query(schema, "rowid", r)) for r in rowids]
+        )
+        check = tantivy.Query.boolean_query(
+            [(occ.Must, tantivy.Query.const_score_query(candidates, 0.0))]
+            + [
+                (
+                    occ.Must,
+                    tantivy.Query.const_score_query(self._filter_query(f, v, lazy=True), 0.0),
+                )
+                for f, v in filters
+            ]
+        )
+        passed = searcher.search(check, len(rowids), count=False)
+        readable = {
+            int(r or 0)
+            for r in searcher.fast_field_values("rowid", [addr for _, addr in passed.hits])
+        }
+        return [r in readable for r in rowids]
+
+    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
+        """Chunks in the index and, per distinct token (first-seen order), how many contain it.
+
+        Statistics for the relevance estimate of :mod:`shelfhand.knowledge.retrieval.fusion` (the share
+        of the query's IDF a hit matches); like BM25's own, they count every tenant.
+        """
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        searcher = self._index.searcher()
+        return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]

@@ -1,0 +1,411 @@
+"""Chat turns of the service: one session, one turn at a time (DESIGN P1, P2).
+
+:class:`ChatService` runs a user message through the chat agent (or, with no chat model
+configured, through the knowledge agent) with the session's short-term memory and the user's
+long-term memory, yields the run's events as JSON-ready dicts, and records the finished turn
+in the session store.
+
+Concurrency: a session runs one turn at a time. A second request for a session whose turn is
+still running is refused at once with :class:`SessionBusyError` (HTTP 409, ``Retry-After``)
+instead of waiting: a client that double-submits learns it immediately, and no request can
+sit on a connection to run later against a conversation that has moved on. Different
+sessions run concurrently. The claim is a :class:`~shelfhand.service.turn_lock.TurnLock`: a set in
+the process by default, or a renewed lock in Redis shared by every replica (``redis_url``), so
+a busy session is 409 whichever replica the second message reaches.
+
+A failed turn (model timeout or provider error) keeps nothing of the turn; the session
+records the failure and its trace id and stays usable.
+
+Deadline: a turn that produces no event for ``turn_timeout`` seconds (a model that hangs before
+or during its answer) fails as a model timeout (HTTP 504); time spent waiting for the caller's
+approval of a tool call does not count. Closing the turn's iterator (a client that went away)
+cancels the model request and frees the session at once.
+
+The memory windows of recently used sessions are cached in the process (the store stays the
+system of record and is written on every turn), so a turn does not re-read and re-parse its
+history. Not with a session store shared by replicas (``cache_windows=False``): another
+replica may have answered the session's last turn, so each turn reads its window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
+
+import anyio
+
+from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
+from shelfhand.agent.memory import ConversationMemory, build_system_prompt
+from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
+from shelfhand.agent.tasks import TaskRegistry
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import (
+    DependencyUnavailableError,
+    ModelError,
+    ModelProviderError,
+    ModelTimeoutError,
+    ScriptExhaustedError,
+    SessionBusyError,
+    TurnFailed,
+)
+from shelfhand.core.events import Event, Final, event_to_dict
+from shelfhand.core.messages import Message
+from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
+from shelfhand.sessions.store import MemoryWindow
+from shelfhand.sessions.user_memory import format_memories
+
+if TYPE_CHECKING:
+    from shelfhand.agent.agent import Agent
+    from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.agent.subagents import Subagent
+    from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.models.base import ChatModel
+    from shelfhand.sessions.store import SessionStore
+    from shelfhand.sessions.user_memory import UserMemoryStore
+    from shelfhand.tools.approvals import Approvals
+    from shelfhand.tools.toolkit import Toolkit
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChatService", "SessionBusyError", "TurnFailed", "error_status"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def error_status(exc: BaseException) -> tuple[int, str]:
+    """HTTP status and code for a failure during a turn."""
+    if isinstance(exc, ModelTimeoutError):
+        return 504, "model_timeout"
+    if isinstance(exc, DependencyUnavailableError):
+        return 503, f"{exc.dependency}_unavailable"
+    if isinstance(exc, (ModelError, ScriptExhaustedError)):
+        return 502, "model_error"
+    return 500, "internal_error"
+
+
+def failure_message(exc: BaseException, *, answering: bool) -> str:
+    """What the caller is told about a failed turn (``answering``: text had streamed)."""
+    if answering and isinstance(exc, ModelProviderError) and exc.connection_lost:
+        return "the model's stream was cut off before the answer was complete; try again"
+    return str(exc) or type(exc).__name__
+
+
+class AgentFactory(Protocol):
+    """What the service needs to build agents per turn: :class:`~shelfhand.app.App` fits."""
+
+    def subagents(self) -> list[Subagent]: ...
+
+    def supervisor(
+        self,
+        model: ChatModel,
+        kb: KnowledgeBase | None,
+        *,
+        memory: ConversationMemory | None = None,
+        toolkit: Toolkit | None = None,
+        system_prompt: str | None = None,
+        tasks: TaskRegistry | None = None,
+        fingerprints: OrderedDict[tuple[str, str], str] | None = None,
+    ) -> Supervisor: ...
+
+    def chat_agent(
+        self,
+        model: ChatModel,
+        kb: KnowledgeBase | None,
+        *,
+        memory: ConversationMemory | None = None,
+        toolkit: Toolkit | None = None,
+        system_prompt: str | None = None,
+    ) -> Agent: ...
+
+    def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent: ...
+
+
+class ChatService:
+    """Runs chat turns for the service.
+
+    Args:
+        app: Builds the agents (the composition root, :class:`~shelfhand.app.App`).
+        kb: The workspace's knowledge base.
+        sessions: Where sessions and their memory windows are kept.
+        memories: Long-term memory per user.
+        toolkit: The shared toolkit (governance state lives there).
+        model: The chat model, or ``None`` to answer with cited passages only.
+        approvals: Where ``confirm=True`` tool calls wait for the caller's decision
+            (:meth:`decide`); ``None``: such calls are not run.
+        memory_token_budget: Short-term memory budget per session (tokens).
+        turn_timeout: Seconds a turn may go without an event (waiting for an approval
+            excepted) before it fails as a model timeout; ``None``: no limit.
+        turn_lock: Where a session's running turn is claimed (default: in this process;
+            :class:`~shelfhand.service.turn_lock.RedisTurnLock` for several replicas).
+        cache_windows: Keep memory windows in the process; ``False`` when other replicas
+            write the same sessions.
+        offload_stores: Call the session and memory stores in a worker thread, not on the
+            event loop (for stores across a network, such as PostgreSQL, whose round trips
+            would stall every other turn of the process).
+    """
+
+    def __init__(
+        self,
+        *,
+        app: AgentFactory,
+        kb: KnowledgeBase,
+        sessions: SessionStore,
+        memories: UserMemoryStore,
+        toolkit: Toolkit,
+        model: ChatModel | None,
+        approvals: Approvals | None = None,
+        memory_token_budget: int = 4000,
+        turn_timeout: float | None = None,
+        turn_lock: TurnLock | None = None,
+        cache_windows: bool = True,
+        offload_stores: bool = False,
+    ) -> None:
+        self.app = app
+        self.kb = kb
+        self.sessions = sessions
+        self.memories = memories
+        self.toolkit = toolkit
+        self.model = model
+        self.approvals = approvals
+        self.memory_token_budget = memory_token_budget
+        self.turn_timeout = turn_timeout
+        self._knowledge_agent: KnowledgeAgent | None = None
+        self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
+        self.cache_windows = cache_windows
+        self.offload_stores = offload_stores
+        self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
+        # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
+        self.subagents = app.subagents()
+        self.tasks = TaskRegistry()
+        """Background subagent tasks, by (tenant, user, session)."""
+        self._fingerprints: OrderedDict[tuple[str, str], str] = OrderedDict()
+        if self.subagents and model is not None:  # an unknown tool name fails at start-up
+            app.supervisor(model, kb, toolkit=toolkit, tasks=self.tasks)
+
+    WINDOW_CACHE = 2048
+    """Sessions whose memory window is kept in the process."""
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached window of a deleted session."""
+        self._windows.pop(session_id, None)
+
+    def _window(self, session_id: str, user: UserContext) -> MemoryWindow | None:
+        cached = self._windows.get(session_id)
+        if cached is not None and cached[0] == user.scope:
+            self._windows.move_to_end(session_id)
+            return cached[1]
+        return self.sessions.window(session_id, user)
+
+    def _keep_window(
+        self, session_id: str, user: UserContext, messages: Sequence[Message], summary: str
+    ) -> None:
+        if not self.cache_windows:
+            return
+        window = MemoryWindow(messages=tuple(messages), summary=summary)
+        self._windows[session_id] = (user.scope, window)
+        self._windows.move_to_end(session_id)
+        while len(self._windows) > self.WINDOW_CACHE:
+            self._windows.popitem(last=False)
+
+    async def store(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)``: a store call, in a worker thread with ``offload_stores``."""
+        if self.offload_stores:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    def is_busy(self, session_id: str) -> bool:
+        return self.turn_lock.is_busy(session_id)
+
+    def decide(
+        self, session_id: str, approval_id: str, user: UserContext, *, approved: bool, reason: str
+    ) -> bool:
+        """Approve or reject a pending tool call of ``session_id``; ``False`` if there is no
+        such pending call for this caller (unknown, decided, or someone else's)."""
+        if self.approvals is None or self.approvals.session_of(approval_id) != session_id:
+            return False
+        request = self.approvals.get(approval_id)
+        if request is None or request.user.scope != user.scope:
+            return False
+        try:
+            if approved:
+                self.approvals.approve(approval_id, by=user.scope)
+            else:
+                self.approvals.reject(approval_id, reason, by=user.scope)
+        except KeyError:  # decided or timed out in the meantime
+            return False
+        return True
+
+    def turn(
+        self, session_id: str, user: UserContext, content: str, *, trace_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Claim the session and return the turn's events (the claim ends with the iterator).
+
+        The session is claimed before this returns, so two requests can never both start a
+        turn. Consume the iterator to the end or ``aclose()`` it.
+
+        Raises:
+            SessionBusyError: A turn of this session is running (on any replica).
+            DependencyUnavailableError: The shared turn lock (Redis) cannot be reached.
+        """
+        claim = self.turn_lock.claim(session_id)
+        if claim is None:
+            raise SessionBusyError(f"session {session_id} is answering another message")
+        return self._turn(session_id, user, content, trace_id, claim)
+
+    async def _turn(
+        self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        started = time.perf_counter()
+        answering = False
+        keeper = asyncio.create_task(claim.keep()) if claim.renews else None
+        try:
+            window = await self.store(self._window, session_id, user)
+            if window is None:
+                raise TurnFailed("session not found", status=404, code="not_found")
+            memory = ConversationMemory(
+                token_budget=self.memory_token_budget,
+                messages=list(window.messages),
+                summary=window.summary,
+            )
+            events = (
+                self._chat_events(user, content, memory, trace_id, session_id)
+                if self.model is not None
+                else self._knowledge_events(user, content, memory, trace_id)
+            )
+            async for event, final in self._bounded(events):
+                if event.get("type") == "text_delta":
+                    answering = True
+                event["trace_id"] = trace_id
+                if event.get("type") == "approval_required" and self.approvals is not None:
+                    self.approvals.bind_session(str(event.get("approval_id")), session_id)
+                if final is not None:
+                    info = await self.store(
+                        self.sessions.record_turn,
+                        session_id,
+                        user,
+                        final,
+                        window=memory.messages,
+                        summary=memory.summary,
+                        trace_id=trace_id,
+                    )
+                    if info is None:  # deleted while the turn ran
+                        self.forget(session_id)
+                    else:
+                        self._keep_window(session_id, user, memory.messages, memory.summary)
+                    event["session_id"] = session_id
+                    event["message_count"] = info.message_count if info else 0
+                    logger.info(
+                        "turn session=%s user=%s ms=%.1f",
+                        session_id,
+                        user.scope,
+                        (time.perf_counter() - started) * 1000,
+                    )
+                yield event
+        except Exception as exc:
+            if isinstance(exc, TurnFailed):
+                raise
+            status, code = error_status(exc)
+            message = failure_message(exc, answering=answering)
+            if status == 500:
+                logger.exception("turn failed session=%s", session_id)
+            else:
+                logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
+            await self.store(
+                self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+            )
+            raise TurnFailed(message, status=status, code=code) from exc
+        finally:
+            # synchronous on purpose: this must run even when the stream is cancelled
+            if keeper is not None:
+                keeper.cancel()
+            claim.release()
+
+    async def _bounded(
+        self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]
+    ) -> AsyncIterator[tuple[dict[str, Any], tuple[Message, ...] | None]]:
+        """``events``, failing with :class:`ModelTimeoutError` when none comes for
+        ``turn_timeout`` seconds (not counted: waiting for an approval)."""
+        waiting_for_approval = False
+        try:
+            while True:
+                limit = None if waiting_for_approval else self.turn_timeout
+                with anyio.move_on_after(math.inf if limit is None else limit) as scope:
+                    try:
+                        item = await anext(events)
+                    except StopAsyncIteration:
+                        return
+                if scope.cancelled_caught:
+                    raise ModelTimeoutError(
+                        f"the model produced nothing for {limit:g}s (turn_timeout); check "
+                        "that the model server is up and not overloaded"
+                    )
+                waiting_for_approval = item[0].get("type") == "approval_required"
+                yield item
+        finally:
+            await events.aclose()  # ends the model request if the turn stops early
+
+    async def _chat_events(
+        self,
+        user: UserContext,
+        content: str,
+        memory: ConversationMemory,
+        trace_id: str,
+        session_id: str = "",
+    ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
+        assert self.model is not None
+        facts = format_memories(await self.store(self.memories.recall, user))
+        # group state is per conversation; a toolkit without groups can be shared as is
+        toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit
+        events: AsyncIterator[Event]
+        if self.subagents:
+            supervisor = self.app.supervisor(
+                self.model, self.kb, memory=memory, toolkit=toolkit,
+                system_prompt=build_system_prompt(SUPERVISOR_PROMPT, memory=facts),
+                tasks=self.tasks, fingerprints=self._fingerprints,
+            )  # fmt: skip
+            events = supervisor.stream(
+                content, context=user, approvals=self.approvals, trace_id=trace_id,
+                session=session_id,
+            )  # fmt: skip
+        else:
+            system = build_system_prompt(DEFAULT_SYSTEM_PROMPT, memory=facts)
+            agent = self.app.chat_agent(
+                self.model, self.kb, memory=memory, toolkit=toolkit, system_prompt=system
+            )
+            # the turn's trace id names the agent run too: logs, audit records and events agree
+            events = agent.stream(
+                content, context=user, approvals=self.approvals, trace_id=trace_id
+            )
+        async for event in events:
+            data = event_to_dict(event)
+            if isinstance(event, Final):
+                data["stop_reason"] = event.result.stop_reason
+                data["run_id"] = event.result.trace_id
+                yield data, event.result.messages
+            else:
+                yield data, None
+
+    async def _knowledge_events(
+        self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
+    ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
+        from shelfhand.core.events import CitationsFound, TextDelta
+
+        if self._knowledge_agent is None:
+            self._knowledge_agent = self.app.knowledge_agent(self.kb)
+        result = await self._knowledge_agent.run(content, context=user, trace_id=trace_id)
+        if result.citations:
+            yield event_to_dict(CitationsFound(citations=result.citations)), None
+        yield event_to_dict(TextDelta(text=result.output)), None
+        # no model, so no summary: keep just this turn in the window (history is unused)
+        memory.messages = list(result.messages)
+        final = event_to_dict(Final(result=result))
+        final["stop_reason"] = result.stop_reason
+        final["run_id"] = result.trace_id
+        yield final, result.messages

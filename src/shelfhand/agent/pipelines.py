@@ -54,6 +54,7 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.models.base import Usage
 
+from .runs import run_to_final
 from .supervisor import renumber_citations, tag_event
 
 if TYPE_CHECKING:
@@ -107,11 +108,7 @@ class Pipeline(abc.ABC):
             prompt, context=context, history=history, deps=deps, approvals=approvals,
             trace_id=trace_id, parent=parent,
         )  # fmt: skip
-        async with aclosing(events) as stream:
-            async for event in stream:
-                if isinstance(event, Final):
-                    return event.result
-        raise RuntimeError(f"pipeline {self.name} ended without a final event")  # pragma: no cover
+        return await run_to_final(events, what=f"pipeline {self.name}")
 
     def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
         """``run`` for scripts (not inside a running event loop)."""

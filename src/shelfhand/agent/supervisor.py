@@ -59,7 +59,8 @@ from .delegation import (
     fingerprint,
     renumber_citations,
 )
-from .step_events import tag_event
+from .runs import run_to_final
+from .step_events import STEPS, STEPS_AND_TEXT, tag_event
 from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
 if TYPE_CHECKING:
@@ -297,32 +298,25 @@ class Supervisor:
         trace_id = trace_id or new_id()
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         turn = self._new_turn(first, history, approvals, session, trace_id)
-        final: RunResult | None = None
         token = current_turn.set(turn)  # no stream to feed: the main agent runs in this task
         try:
-            # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``)
+            # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``); its
+            # steps' events are built, for the loop guard to be checked after each
             events = self.agent._loop(
-                first, context, history, deps, streaming=False, approvals=approvals,
+                first, context, history, deps, sink=STEPS, approvals=approvals,
                 trace_id=trace_id, parent=parent,
             )  # fmt: skip
-            # drained to its end (it ends right after its final event), or closed at once
-            # when the loop guard trips; an exception inside the loop finishes it anyway
-            async for event in events:
-                if turn.human is not None:  # the loop guard tripped: ask nothing more
-                    await events.aclose()
-                    break
-                if isinstance(event, Final):
-                    final = event.result
+            # drained to its end, or closed at once when the loop guard trips (ask nothing
+            # more); an exception inside the loop finishes it anyway
+            final = await run_to_final(
+                events, what="supervisor", stop=lambda: turn.human is not None
+            )
         finally:
             current_turn.reset(token)
         if turn.human is None:
-            if final is None:  # pragma: no cover
-                raise RuntimeError("supervisor ended without a final event")
+            assert final is not None  # not stopped: run_to_final raises without one
             return final
-        async for event in self._stop(first, turn.human, turn, trace_id):
-            if isinstance(event, Final):
-                return event.result
-        raise RuntimeError("supervisor ended without a final event")  # pragma: no cover
+        return await run_to_final(self._stop(first, turn.human, turn, trace_id), what="supervisor")
 
     def _new_turn(
         self,
@@ -379,7 +373,7 @@ class Supervisor:
             try:
                 # the loop itself, not ``stream``: no wrapping generator
                 events = self.agent._loop(
-                    first, context, history, deps, streaming=True, approvals=approvals,
+                    first, context, history, deps, sink=STEPS_AND_TEXT, approvals=approvals,
                     trace_id=trace_id, parent=parent,
                 )  # fmt: skip
                 # drained, or closed at once when the loop guard trips (as in ``run``)

@@ -102,6 +102,16 @@ def test_bad_options_are_refused_at_decoration() -> None:
         tool(timeout=0)(f)
 
 
+def test_a_keyword_that_is_not_a_tool_option_is_refused_at_once() -> None:
+    def f() -> str:
+        return ""
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'readonly'"):
+        tool(readonly=True)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'retry'"):
+        Tool(f, retry=3)  # type: ignore[call-arg]
+
+
 async def test_user_context_is_injected_from_the_run() -> None:
     out = await lookup_order.invoke({"order_id": "SO-1001"}, run=RUN)
     assert out.content == '{"order":"SO-1001","owner":"alice","detail":"brief"}'

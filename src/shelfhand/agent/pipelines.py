@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import RoutingError
+from shelfhand.core.errors import InvalidArgumentError, RoutingError
 from shelfhand.core.events import (
     Event,
     Final,
@@ -245,7 +245,7 @@ class Sequential(Pipeline):
 
     def __init__(self, agents: Sequence[Delegable], *, name: str, description: str = "") -> None:
         if not agents:
-            raise ValueError("sequential needs at least one agent")
+            raise InvalidArgumentError("sequential needs at least one agent")
         super().__init__(name, description)
         self.agents = tuple(agents)
 
@@ -286,7 +286,7 @@ class Conditional(Pipeline):
         description: str = "",
     ) -> None:
         if not routes:
-            raise ValueError("conditional needs at least one route")
+            raise InvalidArgumentError("conditional needs at least one route")
         super().__init__(name, description)
         self.router = router
         self.routes = dict(routes)
@@ -341,9 +341,9 @@ class FanOut(Pipeline):
         description: str = "",
     ) -> None:
         if not agents:
-            raise ValueError("fan_out needs at least one agent")
+            raise InvalidArgumentError("fan_out needs at least one agent")
         if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
+            raise InvalidArgumentError("max_concurrency must be at least 1")
         super().__init__(name, description)
         self.agents = tuple(agents)
         self.merge = merge

@@ -38,6 +38,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.events import (
     Event,
     Final,
@@ -170,9 +171,9 @@ class Supervisor:
         rewriter: QueryRewriter | None = None,
     ) -> None:
         if max_depth < 1:
-            raise ValueError("max_depth must be at least 1")
+            raise InvalidArgumentError("max_depth must be at least 1")
         if max_calls < 1:
-            raise ValueError("max_calls must be at least 1")
+            raise InvalidArgumentError("max_calls must be at least 1")
         self.name = name
         self.description = description
         self.model = model

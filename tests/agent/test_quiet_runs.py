@@ -233,9 +233,7 @@ async def test_a_streamed_run_tags_its_tool_events_as_a_quiet_run_does(
     sink = EventSink(stream=True, tag="worker")
     streamed = [
         e
-        async for e in agent._loop(
-            task, None, (), None, sink=sink, approvals=approvals, parent=parent
-        )
+        async for e in agent._loop(task, sink, {"approvals": approvals, "parent": parent})
         if isinstance(e, ToolStarted | ToolFinished)
     ]
     assert streamed and all(e.agent == "worker" for e in streamed)

@@ -19,9 +19,9 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
-from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.context import RunContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.events import Event
 from shelfhand.core.messages import Message
@@ -34,7 +34,7 @@ from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .loop import AgentLoop
 from .memory import ConversationMemory
 from .rewrite import QueryRewriter
-from .runs import run_to_final
+from .runs import RunOptions, run_to_final
 from .step_events import SILENT, STEPS, STEPS_AND_TEXT, EventSink
 
 if TYPE_CHECKING:
@@ -129,31 +129,16 @@ class Agent(AgentLoop):
                 self.toolkit.remove(RETRIEVE_TOOL)
 
     # --- public API ------------------------------------------------------------------------
-    async def run(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-    ) -> RunResult:
+    async def run(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
         """Run to the final answer and return it with the transcript and citations.
 
-        ``approvals`` overrides the agent's registry for this run; with a registry but no
-        handler, ``run`` waits until someone else approves or rejects (use ``stream`` to see
-        the ``ApprovalRequired`` events). ``parent``: the run delegating this one (a
-        subagent's run: its caller is the parent's, its depth one more, see
-        :mod:`shelfhand.agent.supervisor`).
+        Args:
+            prompt: The user's message.
+            **options: The run's caller, history, approvals, trace id, parent run
+                (:class:`~shelfhand.agent.runs.RunOptions`).
         """
         # nobody reads the steps: none of their events is built
-        events = self._loop(
-            prompt, context, history, deps, sink=SILENT, approvals=approvals,
-            trace_id=trace_id, parent=parent,
-        )  # fmt: skip
-        return await run_to_final(events, what="agent loop")
+        return await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
 
     async def _run_quiet(
         self,
@@ -170,58 +155,28 @@ class Agent(AgentLoop):
         events tagged with ``tag`` (the subagent's id), instead of through this run's
         generator. Citations come back in the result only (no ``CitationsFound``)."""
         sink = SILENT if emit is None else EventSink(emit=emit, tag=tag)
-        events = self._loop(
-            prompt, None, history, None, sink=sink, approvals=approvals, parent=parent
-        )
-        return await run_to_final(events, what="agent loop")
+        options: RunOptions = {"history": history, "approvals": approvals, "parent": parent}
+        return await run_to_final(self._loop(prompt, sink, options), what="agent loop")
 
-    def run_sync(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-    ) -> RunResult:
+    def run_sync(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
         """``run`` for scripts and the CLI (not inside a running event loop)."""
-        return asyncio.run(
-            self.run(
-                prompt,
-                context=context,
-                history=history,
-                deps=deps,
-                approvals=approvals,
-                trace_id=trace_id,
-            )
-        )
+        return asyncio.run(self.run(prompt, **options))
 
     async def stream(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-        text_deltas: bool = True,
+        self, prompt: str | Message, *, text_deltas: bool = True, **options: Unpack[RunOptions]
     ) -> AsyncGenerator[Event, None]:
         """Yield text deltas, tool started/finished, approvals, citations, and one final event.
 
-        ``trace_id`` names the run in logs, audit records and the result (default: a new id);
-        ``parent`` as in :meth:`run`. ``text_deltas=False``: the model is asked without
-        streaming and no ``TextDelta`` is yielded, only the steps and the final event (for
-        callers that show the steps but not the text, e.g. a supervisor running a subagent).
+        Args:
+            prompt: The user's message.
+            text_deltas: ``False``: the model is asked without streaming and no
+                ``TextDelta`` is yielded, only the steps and the final event (for callers
+                that show the steps but not the text, e.g. a supervisor running a subagent).
+            **options: As for :meth:`run`.
         """
         # aclosing: a consumer that stops early closes the inner generators now, so pending
         # approvals are withdrawn at once rather than whenever the generator is collected
-        events = self._loop(
-            prompt, context, history, deps, sink=STEPS_AND_TEXT if text_deltas else STEPS,
-            approvals=approvals, trace_id=trace_id, parent=parent,
-        )  # fmt: skip
+        events = self._loop(prompt, STEPS_AND_TEXT if text_deltas else STEPS, options)
         async with aclosing(events):
             async for event in events:
                 yield event

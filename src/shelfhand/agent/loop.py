@@ -21,9 +21,9 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.results import StopReason, Usage
@@ -54,6 +54,7 @@ from .replies import (
     recovered,
     without_copied_note,
 )
+from .runs import RunOptions
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
 from .tool_round import retrieve_upfront, tool_round
@@ -106,28 +107,25 @@ class AgentLoop:
     _upfront: UpfrontRetrieval | None
 
     async def _loop(
-        self,
-        prompt: str | Message,
-        context: UserContext | None,
-        history: Sequence[Message],
-        deps: Any,
-        *,
-        sink: EventSink,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
+        self, prompt: str | Message, sink: EventSink, options: RunOptions
     ) -> AsyncGenerator[Event, None]:
         """The run's events as ``sink`` asks for them, always ending with one ``Final``
         (right after it, the generator ends)."""
-        approvals = approvals if approvals is not None else self.approvals
+        approvals = options.get("approvals")
+        if approvals is None:
+            approvals = self.approvals
         stream, emit = sink.stream, sink.emit  # where the steps' events go
         run = RunContext.start(
-            agent_name=self.name, user=context, deps=deps, trace_id=trace_id, parent=parent
+            agent_name=self.name,
+            user=options.get("context"),
+            deps=options.get("deps"),
+            trace_id=options.get("trace_id"),
+            parent=options.get("parent"),
         )
         user = run.user
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
-        past = list(memory.messages) if memory is not None else list(history)
+        past = list(memory.messages) if memory is not None else list(options.get("history", ()))
         system = Message.system(
             build_system_prompt(self.system_prompt, summary=memory.summary if memory else "")
         )

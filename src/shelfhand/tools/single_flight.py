@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.tools.audit import canonical_json
@@ -38,6 +38,10 @@ class CallSharing:
     _cache: dict[tuple[str, str, str], tuple[float, ToolOutput]]
     _inflight: dict[tuple[str, str, str], _Flight]
     _waiting: dict[tuple[str, str, str], int]
+    _attempts: Callable[
+        [ToolPlan, Any, dict[str, Any], RunContext, Executor], Awaitable[CallOutcome]
+    ]
+    """Run the call: the pipeline's attempts (retries, breakers, timeouts; ``Governance``)."""
 
     def _share_nothing(self) -> None:
         """Start with nothing cached or in flight."""
@@ -161,17 +165,6 @@ class CallSharing:
                 return
             del cache[next(iter(cache))]  # oldest insertion first
         cache[key] = (self.clock() + plan.cache_ttl, outcome.output)
-
-    async def _attempts(
-        self,
-        plan: ToolPlan,
-        item: Any,
-        arguments: dict[str, Any],
-        run: RunContext,
-        execute: Executor,
-    ) -> CallOutcome:
-        """Run the call: the pipeline's attempts (see ``Governance``)."""
-        raise NotImplementedError
 
 
 class _Flight:

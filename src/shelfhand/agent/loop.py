@@ -18,10 +18,10 @@ to the model's context window (:mod:`.budget`).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
@@ -44,16 +44,7 @@ from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import UpfrontRetrieval, as_model_sees
 from .guard import CallGuard
 from .memory import ConversationMemory, build_system_prompt
-from .replies import (
-    echoed,
-    external_final,
-    final,
-    new_citations,
-    not_run,
-    positive_int,
-    recovered,
-    without_copied_note,
-)
+from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
 from .runs import RunOptions
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
@@ -67,26 +58,15 @@ __all__ = ["AgentLoop"]
 logger = logging.getLogger(__name__)
 
 
-class _Streamed:
-    """What a streamed model step leaves behind (async generators cannot return values)."""
-
-    __slots__ = ("echo", "reply", "response", "shown")
-
-    def __init__(self) -> None:
-        self.response: ModelResponse | None = None
-        self.reply: Message | None = None
-        self.echo: ToolResultBlock | None = None
-        self.shown = False
+def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
+    """What builds ``run`` again, but its iteration: every step after the first runs its tools
+    with the run's context at that iteration (``dataclasses.replace`` would read the fields
+    again at each step, twice the cost of building it from these)."""
+    return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
 
 
-async def _hand_on(
-    events: AsyncGenerator[Event, None], emit: Callable[[Event], None] | None
-) -> None:
-    """Run a step that is not streamed to its end, its events (built only for a callback)
-    handed to ``emit``. It never waits at a yield, so it never needs closing."""
-    async for event in events:
-        if emit is not None:
-            emit(event)
+def _ignore(event: Event) -> None:
+    """Where a step's events would go in a run nobody watches (none are built)."""
 
 
 class AgentLoop:
@@ -114,7 +94,9 @@ class AgentLoop:
         approvals = options.get("approvals")
         if approvals is None:
             approvals = self.approvals
-        stream, emit = sink.stream, sink.emit  # where the steps' events go
+        # where the steps' events go: the stream, or a callback (then a step runs here to its
+        # end without waiting at a yield, so it never needs closing)
+        stream, emit = sink.stream, sink.emit or _ignore
         run = RunContext.start(
             agent_name=self.name,
             user=options.get("context"),
@@ -149,7 +131,8 @@ class AgentLoop:
                     async for event in upfront:
                         yield event
             else:
-                await _hand_on(upfront, emit)
+                async for event in upfront:
+                    emit(event)
             found = new_citations(retrieved, citations)
             if found:
                 citations.extend(found)
@@ -158,6 +141,7 @@ class AgentLoop:
 
         reply: Message | None = None
         reason: StopReason
+        step_fields: dict[str, Any] | None = None
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
             conversation = [
@@ -178,27 +162,41 @@ class AgentLoop:
                 conversation, budget, keep_from=1 + len(model_past), count=count, bound=bound
             )
             if sink.text:
-                step = _Streamed()
-                deltas = self._stream_step(request, schemas, new, shown, step)
-                async with aclosing(deltas):
-                    async for delta in deltas:
-                        yield delta
-                response, reply, echo = step.response, step.reply, step.echo
-                assert response is not None and reply is not None
-                shown = shown or step.shown
+                gate = CallTextGate(active=bool(schemas))
+                streamed: ModelResponse | None = None
+                step_shown = False
+                async for chunk in self.model.stream(request, tools=schemas):
+                    if isinstance(chunk, StreamText):
+                        piece = gate.feed(chunk.text) if chunk.text else ""
+                        if piece:
+                            if shown and not step_shown:
+                                yield TextDelta(text=STEP_SEPARATOR)
+                            step_shown = True
+                            yield TextDelta(text=piece)
+                    elif isinstance(chunk, StreamDone):
+                        streamed = chunk.response
+                if streamed is None:
+                    raise RuntimeError(f"model {self.model.name} stream ended without a reply")
+                response = streamed
+                # an echo of a tool's JSON result was held back whole: it is not shown
+                reply, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
+                rest = gate.finish("" if echo is not None else reply.text)
+                if rest:
+                    if shown and not step_shown:
+                        yield TextDelta(text=STEP_SEPARATOR)
+                    step_shown = True
+                    yield TextDelta(text=rest)
+                shown = shown or step_shown
             else:
                 response = await self.model.request(request, tools=schemas)
-                reply = recovered(response.message, schemas)
-                echo = echoed(reply, new)
-                if echo is None:
-                    reply = without_copied_note(reply)
+                reply, echo = cleaned(response.message, schemas, new)
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
             calls = reply.tool_calls
             if not calls:
                 reason, text = "final", reply.text
-                if echo is not None or not reply.text.strip():
+                if echo is not None or not text.strip():
                     if not nudged and iteration < self.max_iters:
                         nudged = True
                         nudge = Message.user(
@@ -225,7 +223,12 @@ class AgentLoop:
                 reply = None
                 break
 
-            step_run = replace(run, iteration=iteration) if iteration > 1 else run
+            if iteration == 1:
+                step_run = run
+            else:  # the run's context at this iteration
+                if step_fields is None:
+                    step_fields = _fields_but_iteration(run)
+                step_run = RunContext(**step_fields, iteration=iteration)
             results: list[ToolResultBlock] = []
             steps = tool_round(
                 calls, step_run, results, toolkit=self.toolkit,
@@ -239,7 +242,8 @@ class AgentLoop:
                     async for event in steps:
                         yield event
             else:
-                await _hand_on(steps, emit)
+                async for event in steps:
+                    emit(event)
             found = new_citations(results, citations)
             if found:
                 citations.extend(found)
@@ -259,43 +263,6 @@ class AgentLoop:
         await self._remember(new)
         usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
         yield final(text, new, citations, run, iteration, usage, reason)
-
-    async def _stream_step(
-        self,
-        request: Sequence[Message],
-        schemas: Sequence[ToolSchema],
-        new: Sequence[Message],
-        shown: bool,
-        out: _Streamed,
-    ) -> AsyncGenerator[TextDelta, None]:
-        """Ask the model with streaming: its text as it comes, minus what may be a tool call
-        (:class:`CallTextGate`); the response and the cleaned reply land in ``out``."""
-        gate = CallTextGate(active=bool(schemas))
-        response: ModelResponse | None = None
-        async for chunk in self.model.stream(request, tools=schemas):
-            if isinstance(chunk, StreamText):
-                piece = gate.feed(chunk.text) if chunk.text else ""
-                if piece:
-                    if shown and not out.shown:
-                        yield TextDelta(text=STEP_SEPARATOR)
-                    out.shown = True
-                    yield TextDelta(text=piece)
-            elif isinstance(chunk, StreamDone):
-                response = chunk.response
-        if response is None:
-            raise RuntimeError(f"model {self.model.name} stream ended without a reply")
-        reply = recovered(response.message, schemas)
-        # an echo of a tool's JSON result was held back whole: it is not shown
-        echo = None if gate.sent else echoed(reply, new)
-        if echo is None:
-            reply = without_copied_note(reply)
-        rest = gate.finish("" if echo is not None else reply.text)
-        if rest:
-            if shown and not out.shown:
-                yield TextDelta(text=STEP_SEPARATOR)
-            out.shown = True
-            yield TextDelta(text=rest)
-        out.response, out.reply, out.echo = response, reply, echo
 
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
         """The schemas' token estimate, kept while the toolkit hands out the same list."""

@@ -25,6 +25,7 @@ from . import fallbacks
 from .guard import Repeated
 
 __all__ = [
+    "cleaned",
     "echoed",
     "external_final",
     "final",
@@ -64,6 +65,20 @@ def without_copied_note(reply: Message) -> Message:
     return reply if text == reply.text else replace(reply, content=Message.assistant(text).content)
 
 
+def cleaned(
+    message: Message, schemas: Sequence[ToolSchema], new: Sequence[Message], *, shown: bool = False
+) -> tuple[Message, ToolResultBlock | None]:
+    """The model's reply as the run acts on it, and the tool result of the run that it only
+    repeats (``None``: it does not). Tool calls written as text become calls; a reply whose
+    text was already ``shown`` (streamed) is never such an echo; an answer loses a replay
+    note the model copied into it."""
+    reply = recovered(message, schemas)
+    echo = None if shown else echoed(reply, new)
+    if echo is None:
+        reply = without_copied_note(reply)
+    return reply, echo
+
+
 def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
     """Results for the calls of a reply the run stopped at (keeps the transcript valid)."""
     return Message.tool(
@@ -80,6 +95,8 @@ def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
 def new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) -> list[Citation]:
     """The citations of ``results`` not already in ``seen`` (a passage retrieved again keeps
     its number, and is listed once)."""
+    if not any(r.citations for r in results):
+        return []  # most tool results cite nothing
     keys = {(c.index, c.chunk_id) for c in seen}
     out: list[Citation] = []
     for c in (c for r in results for c in r.citations):

@@ -13,7 +13,7 @@ whose caller reads only the result: no step event is built at all).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shelfhand.core.events import Event, ToolFinished, ToolStarted
@@ -52,11 +52,12 @@ class EventSink:
     text: bool = False
     emit: Callable[[Event], None] | None = None
     tag: str | None = None
+    listening: bool = field(init=False)
+    """Whether anybody takes the step events (else they are not built)."""
 
-    @property
-    def listening(self) -> bool:
-        """Whether anybody takes the step events (else they are not built)."""
-        return self.stream or self.emit is not None
+    def __post_init__(self) -> None:
+        # a field, not a property: it is read at every step of every run
+        object.__setattr__(self, "listening", self.stream or self.emit is not None)
 
 
 SILENT = EventSink()

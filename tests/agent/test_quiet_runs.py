@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
-from shelfhand.agent import agent as agent_module
+from shelfhand.agent import tool_round as agent_module
 from shelfhand.agent.agent import RunResult
+from shelfhand.agent.step_events import EventSink
 from shelfhand.agent.subagents import Subagent
 from shelfhand.agent.supervisor import Supervisor
 from shelfhand.core.context import RunContext
@@ -220,6 +221,30 @@ async def test_a_quiet_run_emits_what_the_full_stream_shows_and_ends_the_same(
     silent = await agent._run_quiet(task, history=(), approvals=approvals, parent=parent)
     assert same_run(silent) == same_run(final.result)
     assert silent.trace_id != result.trace_id != final.result.trace_id  # a run each
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+async def test_a_streamed_run_tags_its_tool_events_as_a_quiet_run_does(
+    kb: KnowledgeBase, scenario: Scenario
+) -> None:
+    parent = RunContext.start(agent_name="main", user=ALICE)
+
+    agent, task, approvals = scenario(kb)
+    sink = EventSink(stream=True, tag="worker")
+    streamed = [
+        e
+        async for e in agent._loop(task, sink, {"approvals": approvals, "parent": parent})
+        if isinstance(e, ToolStarted | ToolFinished)
+    ]
+    assert streamed and all(e.agent == "worker" for e in streamed)
+
+    agent, task, approvals = scenario(kb)
+    emitted: list[Event] = []
+    await agent._run_quiet(
+        task, history=(), approvals=approvals, parent=parent, emit=emitted.append, tag="worker"
+    )
+    tool_events = [e for e in emitted if isinstance(e, ToolStarted | ToolFinished)]
+    assert comparable(tool_events) == comparable(list(streamed))
 
 
 async def test_a_quiet_run_is_delegated_for_the_parents_caller_one_level_deeper() -> None:

@@ -14,11 +14,12 @@ import pytest
 from governance_helpers import FakeClock, governance
 
 from shelfhand import Toolkit, UserContext, tool
+from shelfhand.core.breaker import CircuitBreaker
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import ToolArgumentError, ToolUnavailableError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.tools.builtins import http_target, make_http_get
-from shelfhand.tools.limits import CircuitBreaker, TargetBreakers
+from shelfhand.tools.limits import TargetBreakers
 
 pytestmark = pytest.mark.anyio
 

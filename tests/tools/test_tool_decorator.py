@@ -10,9 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import ToolArgumentError
+from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
 from shelfhand.core.messages import Citation
-from shelfhand.tools import Tool, ToolOutput, tool
+from shelfhand.tools import Tool, Toolkit, ToolOutput, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +100,27 @@ def test_bad_options_are_refused_at_decoration() -> None:
         tool(permission="root")(f)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         tool(timeout=0)(f)
+
+
+def test_bad_declarations_are_shelfhand_errors_a_value_error_handler_still_catches() -> None:
+    def f() -> str:
+        return ""
+
+    with pytest.raises(InvalidArgumentError) as caught:
+        tool(retries=-1)(f)
+    assert isinstance(caught.value, ValueError) and caught.value.code == "invalid_argument"
+    with pytest.raises(InvalidArgumentError, match="already in this toolkit"):
+        Toolkit([tool(f), tool(f)])
+
+
+def test_a_keyword_that_is_not_a_tool_option_is_refused_at_once() -> None:
+    def f() -> str:
+        return ""
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'readonly'"):
+        tool(readonly=True)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'retry'"):
+        Tool(f, retry=3)  # type: ignore[call-arg]
 
 
 async def test_user_context_is_injected_from_the_run() -> None:

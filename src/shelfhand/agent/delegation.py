@@ -24,7 +24,6 @@ from shelfhand.core.events import (
     ApprovalDecided,
     ApprovalRequired,
     Event,
-    Final,
     HumanNeeded,
     SubagentFinished,
     SubagentStarted,
@@ -37,6 +36,7 @@ from shelfhand.core.results import RunResult
 from shelfhand.tools.tool import Tool, ToolOutput
 
 from .agent import Agent
+from .runs import run_to_final
 from .step_events import tag_event
 from .subagents import Delegable, Subagent
 
@@ -233,13 +233,9 @@ class Delegation:
                 tag=spec.id,
             )  # fmt: skip
         events = agent.stream(task, history=history, approvals=turn.approvals, parent=run)
-        result: RunResult | None = None
-        # drained to its end (a run ends right after its final event): nothing is left to
-        # close; an error or a cancellation raised inside it finishes it
-        async for event in events:
-            if isinstance(event, Final):
-                result = event.result
-            elif isinstance(event, ToolStarted | ToolFinished):
+
+        def forward(event: Event) -> None:
+            if isinstance(event, ToolStarted | ToolFinished):
                 sink(event if event.agent is not None else tag_event(event, spec.id))
             elif isinstance(
                 event,
@@ -251,9 +247,10 @@ class Delegation:
                 | HumanNeeded,
             ):
                 sink(event)
-        if result is None:
-            raise RuntimeError(f"subagent {spec.id} ended without a final event")
-        return result
+
+        # drained to its end (a run ends right after its final event): nothing is left to
+        # close; an error or a cancellation raised inside it finishes it
+        return await run_to_final(events, what=f"subagent {spec.id}", forward=forward)
 
 
 class Channel:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from shelfhand.core.context import RunContext
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
@@ -99,7 +100,7 @@ class UpfrontRetrieval:
         rewriter: QueryRewriter | None = None,
     ) -> None:
         if toolkit.get(tool_name) is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"up-front retrieval needs a {tool_name!r} tool in the toolkit "
                 "(add kb.as_tool(), or use retrieval='tool')"
             )

@@ -35,12 +35,12 @@ import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.citations import unknown_citations
-from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import RoutingError
+from shelfhand.core.context import RunContext
+from shelfhand.core.errors import InvalidArgumentError, RoutingError
 from shelfhand.core.events import (
     Event,
     Final,
@@ -54,6 +54,7 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.models.base import Usage
 
+from .runs import RunOptions, run_to_final
 from .supervisor import renumber_citations, tag_event
 
 if TYPE_CHECKING:
@@ -83,6 +84,22 @@ class _Step:
     result: RunResult | None = None
 
 
+@dataclass(slots=True, kw_only=True)
+class _Run:
+    """One run of a pipeline: what its steps share, and the results they leave."""
+
+    prompt: str
+    root: RunContext
+    """The pipeline's run: its steps run one level deeper, for its caller."""
+    history: Sequence[Message]
+    """For the steps that answer the prompt itself (the first, a route, a fan-out's)."""
+    approvals: Approvals | None
+    results: list[RunResult] = field(default_factory=list)
+    """Every step's result, in order."""
+    answer: RunResult | None = None
+    """The result that is the pipeline's answer."""
+
+
 class Pipeline(abc.ABC):
     """What every pipeline shares: the agent interface and running one step; a pipeline says
     how its steps run in :meth:`_steps`."""
@@ -91,88 +108,68 @@ class Pipeline(abc.ABC):
         self.name = name
         self.description = description
 
-    async def run(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-    ) -> RunResult:
+    async def run(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
         """Run to the answer (arguments as :meth:`stream`)."""
-        events = self.stream(
-            prompt, context=context, history=history, deps=deps, approvals=approvals,
-            trace_id=trace_id, parent=parent,
-        )  # fmt: skip
-        async with aclosing(events) as stream:
-            async for event in stream:
-                if isinstance(event, Final):
-                    return event.result
-        raise RuntimeError(f"pipeline {self.name} ended without a final event")  # pragma: no cover
+        return await run_to_final(self.stream(prompt, **options), what=f"pipeline {self.name}")
 
-    def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
+    def run_sync(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
         """``run`` for scripts (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, **kwargs))
+        return asyncio.run(self.run(prompt, **options))
 
     async def stream(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
+        self, prompt: str | Message, **options: Unpack[RunOptions]
     ) -> AsyncGenerator[Event, None]:
-        """The steps' events and one ``Final`` (``parent``: the run delegating to this one)."""
+        """The steps' events and one ``Final``.
+
+        Args:
+            prompt: The message the first step (or the router) gets.
+            **options: As for :meth:`Agent.run <shelfhand.agent.agent.Agent.run>`
+                (:class:`~shelfhand.agent.runs.RunOptions`); ``parent``: the run delegating
+                to this one.
+        """
+        parent = options.get("parent")
         root = RunContext.start(
-            agent_name=self.name, user=None if parent else context, deps=deps,
-            trace_id=trace_id, parent=parent,
-        )  # fmt: skip
+            agent_name=self.name,
+            user=None if parent else options.get("context"),
+            deps=options.get("deps"),
+            trace_id=options.get("trace_id"),
+            parent=parent,
+        )
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        results: list[RunResult] = []
-        answer = _Step()
-        steps = self._steps(first.text, root, history, approvals, results, answer)
-        async with aclosing(steps) as events:
+        run = _Run(
+            prompt=first.text,
+            root=root,
+            history=options.get("history", ()),
+            approvals=options.get("approvals"),
+        )
+        async with aclosing(self._steps(run)) as events:
             async for event in events:
                 yield event
-        yield Final(result=self._combine(first, root, results, answer.result))
+        yield Final(result=self._combine(first, run))
 
     @abc.abstractmethod
-    def _steps(
-        self,
-        prompt: str,
-        root: RunContext,
-        history: Sequence[Message],
-        approvals: Approvals | None,
-        results: list[RunResult],
-        answer: _Step,
-    ) -> AsyncGenerator[Event, None]:
-        """The steps' events, in order; each step's result is appended to ``results`` and the
-        answer's result lands in ``answer``."""
+    def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
+        """The steps' events, in order; each step's result is appended to ``run.results``
+        and the answer's result lands in ``run.answer``."""
 
     async def _step(
         self,
         agent: Delegable,
         prompt: str,
-        root: RunContext,
+        run: _Run,
         out: _Step,
         *,
         history: Sequence[Message] = (),
-        approvals: Approvals | None = None,
         show_text: bool = False,
     ) -> AsyncGenerator[Event, None]:
-        """Run one step for ``root``'s caller; its result (renumbered) lands in ``out``."""
+        """Run one step for the pipeline's caller; its result (renumbered) lands in ``out``."""
+        root = run.root
         depth = root.depth + 1
         yield SubagentStarted(subagent=agent.name, depth=depth, task=prompt)
         started = time.perf_counter()
         result: RunResult | None = None
         try:
-            events = agent.stream(prompt, history=history, approvals=approvals, parent=root)
+            events = agent.stream(prompt, history=history, approvals=run.approvals, parent=root)
             async with aclosing(events) as stream:  # type: ignore[type-var]
                 async for event in stream:
                     if isinstance(event, Final):
@@ -197,34 +194,27 @@ class Pipeline(abc.ABC):
         self,
         agent: Delegable,
         prompt: str,
-        root: RunContext,
-        results: list[RunResult],
-        answer: _Step | None,
+        run: _Run,
         *,
+        answers: bool,
         history: Sequence[Message] = (),
-        approvals: Approvals | None = None,
         show_text: bool = False,
     ) -> AsyncGenerator[Event, None]:
-        """:meth:`_step`, its result appended to ``results`` (and landing in ``answer``)."""
+        """:meth:`_step`, its result appended to ``run.results`` (and, when it ``answers``,
+        the pipeline's answer)."""
         out = _Step()
-        step = self._step(
-            agent, prompt, root, out, history=history, approvals=approvals, show_text=show_text
-        )
-        async with aclosing(step) as events:
+        async with aclosing(
+            self._step(agent, prompt, run, out, history=history, show_text=show_text)
+        ) as events:
             async for event in events:
                 yield event
         assert out.result is not None
-        results.append(out.result)
-        if answer is not None:
-            answer.result = out.result
+        run.results.append(out.result)
+        if answers:
+            run.answer = out.result
 
-    def _combine(
-        self,
-        first: Message,
-        root: RunContext,
-        results: Sequence[RunResult],
-        answer: RunResult | None,
-    ) -> RunResult:
+    def _combine(self, first: Message, run: _Run) -> RunResult:
+        results, answer = run.results, run.answer
         output = answer.output if answer is not None else ""
         citations = _unique(c for r in results for c in r.citations)
         return RunResult(
@@ -238,7 +228,7 @@ class Pipeline(abc.ABC):
             iterations=sum(r.iterations for r in results),
             stop_reason=answer.stop_reason if answer is not None else "final",
             external_calls=answer.external_calls if answer is not None else (),
-            trace_id=root.trace_id,
+            trace_id=run.root.trace_id,
             unknown_citations=unknown_citations(output, citations),
         )
 
@@ -248,32 +238,24 @@ class Sequential(Pipeline):
 
     def __init__(self, agents: Sequence[Delegable], *, name: str, description: str = "") -> None:
         if not agents:
-            raise ValueError("sequential needs at least one agent")
+            raise InvalidArgumentError("sequential needs at least one agent")
         super().__init__(name, description)
         self.agents = tuple(agents)
 
-    async def _steps(
-        self,
-        prompt: str,
-        root: RunContext,
-        history: Sequence[Message],
-        approvals: Approvals | None,
-        results: list[RunResult],
-        answer: _Step,
-    ) -> AsyncGenerator[Event, None]:
-        current = prompt
+    async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
+        current = run.prompt
         last = len(self.agents) - 1
         for i, agent in enumerate(self.agents):
             step = self._record(
-                agent, current, root, results, answer, history=history if i == 0 else (),
-                approvals=approvals, show_text=i == last,
+                agent, current, run, answers=True, history=run.history if i == 0 else (),
+                show_text=i == last,
             )  # fmt: skip
             async with aclosing(step) as events:
                 async for event in events:
                     yield event
-            if results[-1].stop_reason in _STOPS:
+            if run.results[-1].stop_reason in _STOPS:
                 return
-            current = results[-1].output
+            current = run.results[-1].output
 
 
 class Conditional(Pipeline):
@@ -289,28 +271,20 @@ class Conditional(Pipeline):
         description: str = "",
     ) -> None:
         if not routes:
-            raise ValueError("conditional needs at least one route")
+            raise InvalidArgumentError("conditional needs at least one route")
         super().__init__(name, description)
         self.router = router
         self.routes = dict(routes)
         self.default = default
 
-    async def _steps(
-        self,
-        prompt: str,
-        root: RunContext,
-        history: Sequence[Message],
-        approvals: Approvals | None,
-        results: list[RunResult],
-        answer: _Step,
-    ) -> AsyncGenerator[Event, None]:
-        router = self.router
+    async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
+        router, prompt = self.router, run.prompt
         if hasattr(router, "stream"):
-            step = self._record(router, prompt, root, results, None, approvals=approvals)  # type: ignore[arg-type]
+            step = self._record(router, prompt, run, answers=False)  # type: ignore[arg-type]
             async with aclosing(step) as events:
                 async for event in events:
                     yield event
-            said = results[-1].output
+            said = run.results[-1].output
         else:
             chosen = router(prompt)  # type: ignore[operator]
             said = str(await chosen if inspect.isawaitable(chosen) else chosen)
@@ -322,10 +296,7 @@ class Conditional(Pipeline):
                 f"pipeline {self.name}: the router chose {said.strip()[:80]!r}, which is not a "
                 f"route ({known}), and there is no default"
             )
-        step = self._record(
-            agent, prompt, root, results, answer, history=history, approvals=approvals,
-            show_text=True,
-        )  # fmt: skip
+        step = self._record(agent, prompt, run, answers=True, history=run.history, show_text=True)
         async with aclosing(step) as events:
             async for event in events:
                 yield event
@@ -344,23 +315,15 @@ class FanOut(Pipeline):
         description: str = "",
     ) -> None:
         if not agents:
-            raise ValueError("fan_out needs at least one agent")
+            raise InvalidArgumentError("fan_out needs at least one agent")
         if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
+            raise InvalidArgumentError("max_concurrency must be at least 1")
         super().__init__(name, description)
         self.agents = tuple(agents)
         self.merge = merge
         self.max_concurrency = max_concurrency
 
-    async def _steps(
-        self,
-        prompt: str,
-        root: RunContext,
-        history: Sequence[Message],
-        approvals: Approvals | None,
-        results: list[RunResult],
-        answer: _Step,
-    ) -> AsyncGenerator[Event, None]:
+    async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
         queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
         gate = asyncio.Semaphore(self.max_concurrency)
         outs = [_Step() for _ in self.agents]
@@ -368,9 +331,7 @@ class FanOut(Pipeline):
         async def one(agent: Delegable, out: _Step) -> None:
             try:
                 async with gate:
-                    step = self._step(
-                        agent, prompt, root, out, history=history, approvals=approvals
-                    )
+                    step = self._step(agent, run.prompt, run, out, history=run.history)
                     async with aclosing(step) as events:
                         async for event in events:
                             queue.put_nowait(event)
@@ -398,13 +359,11 @@ class FanOut(Pipeline):
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
         done = [o.result for o in outs if o.result is not None]
-        results.extend(done)
+        run.results.extend(done)
         merge = self.merge
         if merge is not None and hasattr(merge, "stream"):
-            task = f"{prompt}\n\n{_sections(self.agents, done)}"
-            step = self._record(
-                merge, task, root, results, answer, approvals=approvals, show_text=True,  # type: ignore[arg-type]
-            )  # fmt: skip
+            task = f"{run.prompt}\n\n{_sections(self.agents, done)}"
+            step = self._record(merge, task, run, answers=True, show_text=True)  # type: ignore[arg-type]
             async with aclosing(step) as events:
                 async for event in events:
                     yield event
@@ -415,7 +374,7 @@ class FanOut(Pipeline):
             merged = merge(done)  # type: ignore[operator]
             text = str(await merged if inspect.isawaitable(merged) else merged)
         yield TextDelta(text=text)
-        answer.result = RunResult(output=text, messages=(), trace_id=root.trace_id)
+        run.answer = RunResult(output=text, messages=(), trace_id=run.root.trace_id)
 
 
 def _sections(agents: Sequence[Delegable], results: Sequence[RunResult]) -> str:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
 from shelfhand.models.base import ChatModel
 
@@ -74,7 +75,7 @@ class QueryRewriter:
         slack: int = 60,
     ) -> None:
         if timeout <= 0:
-            raise ValueError("rewrite timeout must be positive")
+            raise InvalidArgumentError("rewrite timeout must be positive")
         self.model = model
         self.timeout = timeout
         self.max_growth = max_growth

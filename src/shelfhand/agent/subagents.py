@@ -35,20 +35,20 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, Unpack
 
 from shelfhand.core.errors import DeclarationError
 
 if TYPE_CHECKING:
-    from shelfhand.core.context import RunContext, UserContext
     from shelfhand.core.events import Event
     from shelfhand.core.messages import Message
     from shelfhand.core.results import RunResult
     from shelfhand.models.base import ChatModel
-    from shelfhand.tools.approvals import Approvals
+
+    from .runs import RunOptions
 
 __all__ = [
     "AGENTS_FOLDER",
@@ -76,28 +76,10 @@ class Delegable(Protocol):
     name: str
 
     def stream(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
+        self, prompt: str | Message, **options: Unpack[RunOptions]
     ) -> AsyncIterator[Event]: ...
 
-    async def run(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-    ) -> RunResult: ...
+    async def run(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult: ...
 
 
 @dataclass(frozen=True, slots=True)

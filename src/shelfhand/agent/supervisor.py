@@ -35,9 +35,9 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.events import (
     Event,
     Final,
@@ -59,7 +59,8 @@ from .delegation import (
     fingerprint,
     renumber_citations,
 )
-from .step_events import tag_event
+from .runs import RunOptions, run_to_final
+from .step_events import STEPS, STEPS_AND_TEXT, tag_event
 from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
 
 if TYPE_CHECKING:
@@ -169,9 +170,9 @@ class Supervisor:
         rewriter: QueryRewriter | None = None,
     ) -> None:
         if max_depth < 1:
-            raise ValueError("max_depth must be at least 1")
+            raise InvalidArgumentError("max_depth must be at least 1")
         if max_calls < 1:
-            raise ValueError("max_calls must be at least 1")
+            raise InvalidArgumentError("max_calls must be at least 1")
         self.name = name
         self.description = description
         self.model = model
@@ -282,59 +283,46 @@ class Supervisor:
 
     # --- running --------------------------------------------------------------------------
     async def run(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-        session: str | None = None,
+        self, prompt: str | Message, *, session: str | None = None, **options: Unpack[RunOptions]
     ) -> RunResult:
         """Run the turn to its answer (see :meth:`stream` for the arguments)."""
-        trace_id = trace_id or new_id()
-        first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session, trace_id)
-        final: RunResult | None = None
+        first, options, trace_id = self._start(prompt, options)
+        turn = self._new_turn(first, options, session, trace_id)
         token = current_turn.set(turn)  # no stream to feed: the main agent runs in this task
         try:
-            # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``)
-            events = self.agent._loop(
-                first, context, history, deps, streaming=False, approvals=approvals,
-                trace_id=trace_id, parent=parent,
-            )  # fmt: skip
-            # drained to its end (it ends right after its final event), or closed at once
-            # when the loop guard trips; an exception inside the loop finishes it anyway
-            async for event in events:
-                if turn.human is not None:  # the loop guard tripped: ask nothing more
-                    await events.aclose()
-                    break
-                if isinstance(event, Final):
-                    final = event.result
+            # the loop itself, not ``stream``: no wrapping generator (as ``Agent.run``); its
+            # steps' events are built, for the loop guard to be checked after each
+            events = self.agent._loop(first, STEPS, options)
+            # drained to its end, or closed at once when the loop guard trips (ask nothing
+            # more); an exception inside the loop finishes it anyway
+            final = await run_to_final(
+                events, what="supervisor", stop=lambda: turn.human is not None
+            )
         finally:
             current_turn.reset(token)
         if turn.human is None:
-            if final is None:  # pragma: no cover
-                raise RuntimeError("supervisor ended without a final event")
+            assert final is not None  # not stopped: run_to_final raises without one
             return final
-        async for event in self._stop(first, turn.human, turn, trace_id):
-            if isinstance(event, Final):
-                return event.result
-        raise RuntimeError("supervisor ended without a final event")  # pragma: no cover
+        return await run_to_final(self._stop(first, turn.human, turn, trace_id), what="supervisor")
+
+    @staticmethod
+    def _start(prompt: str | Message, options: RunOptions) -> tuple[Message, RunOptions, str]:
+        """The turn's first message, and its options with its trace id (a new one if none)."""
+        trace_id = options.get("trace_id") or new_id()
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        return first, {**options, "trace_id": trace_id}, trace_id
 
     def _new_turn(
         self,
         first: Message,
-        history: Sequence[Message],
-        approvals: Approvals | None,
+        options: RunOptions,
         session: str | None,
         trace_id: str,
         sink: Callable[[Event], None] | None = None,
     ) -> Turn:
         memory = self.agent.memory
-        past = tuple(memory.messages) if memory is not None else tuple(history)
+        past = tuple(memory.messages) if memory is not None else tuple(options.get("history", ()))
+        approvals = options.get("approvals")
         return Turn(
             session=session or trace_id,
             max_calls=self.max_calls,
@@ -347,41 +335,32 @@ class Supervisor:
             guard=self._guard if session is not None else OrderedDict(),
         )
 
-    def run_sync(self, prompt: str | Message, **kwargs: Any) -> RunResult:
+    def run_sync(
+        self, prompt: str | Message, *, session: str | None = None, **options: Unpack[RunOptions]
+    ) -> RunResult:
         """``run`` for scripts and the CLI (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, **kwargs))
+        return asyncio.run(self.run(prompt, session=session, **options))
 
     async def stream(
-        self,
-        prompt: str | Message,
-        *,
-        context: UserContext | None = None,
-        history: Sequence[Message] = (),
-        deps: Any = None,
-        approvals: Approvals | None = None,
-        trace_id: str | None = None,
-        parent: RunContext | None = None,
-        session: str | None = None,
+        self, prompt: str | Message, *, session: str | None = None, **options: Unpack[RunOptions]
     ) -> AsyncGenerator[Event, None]:
         """The main agent's events, with the subagents' interleaved as they happen.
 
         Args:
+            prompt: The user's message.
             session: The conversation the loop guard keys fingerprints by (default: this
                 turn only).
-            Others: as :meth:`Agent.stream <shelfhand.agent.agent.Agent.stream>`.
+            **options: As for :meth:`Agent.run <shelfhand.agent.agent.Agent.run>`
+                (:class:`~shelfhand.agent.runs.RunOptions`).
         """
-        trace_id = trace_id or new_id()
         channel = Channel()
-        first = Message.user(prompt) if isinstance(prompt, str) else prompt
-        turn = self._new_turn(first, history, approvals, session, trace_id, channel.put)
+        first, options, trace_id = self._start(prompt, options)
+        turn = self._new_turn(first, options, session, trace_id, channel.put)
 
         async def produce() -> None:
             try:
                 # the loop itself, not ``stream``: no wrapping generator
-                events = self.agent._loop(
-                    first, context, history, deps, streaming=True, approvals=approvals,
-                    trace_id=trace_id, parent=parent,
-                )  # fmt: skip
+                events = self.agent._loop(first, STEPS_AND_TEXT, options)
                 # drained, or closed at once when the loop guard trips (as in ``run``)
                 async for event in events:
                     channel.put(event)

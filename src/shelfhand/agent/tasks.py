@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from shelfhand.core.errors import TaskNotFound
+from shelfhand.core.errors import InvalidArgumentError, TaskNotFound
 
 if TYPE_CHECKING:
     from shelfhand.core.messages import Message
@@ -83,7 +83,7 @@ class TaskRegistry:
 
     def __init__(self, *, max_running: int = 8, max_kept: int = 1000) -> None:
         if max_running < 1 or max_kept < 1:
-            raise ValueError("max_running and max_kept must be at least 1")
+            raise InvalidArgumentError("max_running and max_kept must be at least 1")
         self.max_running = max_running
         self.max_kept = max_kept
         self._tasks: OrderedDict[str, BackgroundTask] = OrderedDict()

@@ -40,6 +40,11 @@ limits, breakers and the result cache live in Redis instead, keyed the same way,
 single-flight of cached tools spans replicas. Time comes from an
 injectable ``clock`` and ``sleep``, so tests of TTLs, backoff and half-open breakers need no
 real waiting.
+
+The pipeline's vocabulary (policy, plans, decisions, outcomes, which failures are transient)
+is :mod:`shelfhand.tools.policy`; the cache and single-flight (points 4–5) are
+:mod:`shelfhand.tools.single_flight`; this module resolves plans and decides, and makes the
+attempts (points 6–8).
 """
 
 from __future__ import annotations
@@ -51,28 +56,26 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from shelfhand.core.errors import (
-    ToolArgumentError,
-    ToolTimeoutError,
-    ToolUnavailableError,
-    TransientToolError,
+from shelfhand.core.breaker import Breaker, CircuitBreaker
+from shelfhand.core.errors import ToolArgumentError, ToolTimeoutError
+from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
+from shelfhand.tools.policy import (
+    CallOutcome,
+    Decision,
+    Executor,
+    GovernancePolicy,
+    Outcome,
+    SharedGovernanceState,
+    ToolPlan,
+    counts_against_breaker,
+    is_transient,
+    unavailable,
 )
-from shelfhand.tools.audit import canonical_json
-from shelfhand.tools.limits import (
-    Breaker,
-    CircuitBreaker,
-    Deadlines,
-    Limiter,
-    Rate,
-    RateLimiter,
-    TargetBreakers,
-    parse_rate,
-)
+from shelfhand.tools.single_flight import CallSharing
 
 if TYPE_CHECKING:
     from shelfhand.core.context import RunContext, UserContext
@@ -85,6 +88,7 @@ __all__ = [
     "Decision",
     "Governance",
     "GovernancePolicy",
+    "Outcome",
     "Rate",
     "RateLimiter",
     "SharedGovernanceState",
@@ -95,174 +99,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Decision: TypeAlias = Literal["allow", "deny", "ask"]
-"""A permission decision: run it, refuse it, or ask a human first."""
 
-Outcome: TypeAlias = Literal[
-    "ok",
-    "error",
-    "timeout",
-    "denied",
-    "unknown_tool",
-    "invalid_arguments",
-    "rate_limited",
-    "circuit_open",
-    "needs_approval",
-    "rejected",
-    "external",
-]
-
-Executor: TypeAlias = Callable[[Any, dict[str, Any], "RunContext"], Awaitable["ToolOutput"]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GovernancePolicy:
-    """Toolkit-wide defaults; a tool's own attributes override them.
-
-    Attributes:
-        timeout: Seconds per attempt (``None``: no limit).
-        retries: Extra attempts after a transient failure (read-only/idempotent tools only).
-        backoff_base: First backoff delay in seconds; doubles per retry, with jitter.
-        backoff_max: Ceiling of one backoff delay.
-        cache_size: Most cached results kept (oldest dropped first). There is no toolkit-wide
-            TTL: only tools that declare ``cache_ttl`` are cached.
-        dedup: Share one execution among identical concurrent read-only calls.
-        rate_limit: Default calls per caller and tool, e.g. ``"30/minute"`` (``None``: none).
-        total_rate_limit: Default calls per tool for all callers together.
-        breaker_min_calls: Calls in a window before a breaker may open.
-        breaker_failure_rate: Failure share (0–1] in a window that opens the breaker.
-        breaker_window: Seconds of one counting window.
-        breaker_reset_after: Seconds an open breaker waits before letting one trial through.
-    """
-
-    timeout: float | None = 5.0
-    retries: int = 2
-    backoff_base: float = 0.2
-    backoff_max: float = 5.0
-    cache_size: int = 2048
-    dedup: bool = True
-    rate_limit: str | None = None
-    total_rate_limit: str | None = None
-    breaker_min_calls: int = 5
-    breaker_failure_rate: float = 0.5
-    breaker_window: float = 60.0
-    breaker_reset_after: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("timeout must be positive or None")
-        if self.retries < 0 or self.cache_size < 0:
-            raise ValueError("retries and cache_size must be 0 or more")
-        if not 0 < self.breaker_failure_rate <= 1:
-            raise ValueError("breaker_failure_rate must be in (0, 1]")
-        if self.breaker_min_calls < 1 or self.breaker_window <= 0:
-            raise ValueError("breaker_min_calls must be >= 1 and breaker_window positive")
-        for limit in (self.rate_limit, self.total_rate_limit):
-            if limit is not None:
-                parse_rate(limit)
-
-
-# --- per-tool plan -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolPlan:
-    """Everything the pipeline needs about one tool, resolved once at registration."""
-
-    name: str
-    timeout: float | None
-    attempts: int
-    """1 + retries for read-only/idempotent tools; always 1 for writes."""
-    cache_ttl: float
-    """0 unless the tool is read-only and declares a ``cache_ttl`` (caching is opt-in)."""
-    dedup: bool
-    confirm: bool
-    per_caller: Limiter | None
-    total: Limiter | None
-    breaker: Breaker | None
-    """The tool's own breaker; ``None`` when it is keyed by target (``breaker_key``)."""
-    breaker_key: BreakerKey | None
-    circuit: Breaker | None
-    """A breaker shared with other tools (e.g. one MCP server's), opened only by failures that
-    say the shared service is unreachable."""
-
-
-class SharedGovernanceState(Protocol):
-    """Governance state kept outside the process, shared by replicas (see
-    :class:`~shelfhand.tools.redis_state.RedisGovernanceState`)."""
-
-    poll_interval: float
-
-    def rate_limiter(self, name: str, rate: Rate) -> Limiter: ...
-
-    def breaker(
-        self,
-        name: str,
-        *,
-        min_calls: int,
-        failure_rate: float,
-        window: float,
-        reset_after: float,
-    ) -> Breaker: ...
-
-    def cache_get(self, key: tuple[str, str, str]) -> ToolOutput | None: ...
-
-    def cache_put(self, key: tuple[str, str, str], output: ToolOutput, ttl: float) -> None: ...
-
-    def lead(self, key: tuple[str, str, str], seconds: float) -> bool: ...
-
-    def done(self, key: tuple[str, str, str]) -> None: ...
-
-    def computing(self, key: tuple[str, str, str]) -> bool: ...
-
-
-class CallOutcome(NamedTuple):
-    """What the pipeline made of one call (after retries).
-
-    A NamedTuple rather than a frozen dataclass: one is built per call, and a tuple is built
-    several times faster.
-    """
-
-    output: ToolOutput | None
-    """The tool's output on success."""
-    outcome: Outcome
-    message: str = ""
-    """The model-facing error message when ``output`` is None."""
-    error_class: str = ""
-    attempts: int = 1
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying (see the module docstring for the list)."""
-    if isinstance(exc, TransientToolError | ConnectionError | TimeoutError):
-        return True
-    if type(exc).__module__.startswith("httpx"):
-        import httpx  # only on this error path: importing httpx costs start-up time
-
-        if isinstance(exc, httpx.HTTPStatusError):
-            code = exc.response.status_code
-            return code == 429 or code >= 500
-        return isinstance(exc, httpx.TransportError)
-    return False
-
-
-def _counts_against_breaker(exc: BaseException) -> bool:
-    # Only dependency health counts: timeouts and transient errors (connection failures, HTTP
-    # 429/5xx). Bad arguments, a tool's own ValueError, "not found" and other model-facing
-    # errors are the caller's input, and must never let one caller block others.
-    return isinstance(exc, ToolTimeoutError) or is_transient(exc)
-
-
-def _unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the service behind the tool is unreachable (not one bad call)."""
-    if isinstance(exc, ToolUnavailableError | ConnectionError):
-        return True
-    if type(exc).__module__.startswith("httpx"):
-        import httpx
-
-        return isinstance(exc, httpx.ConnectError)
-    return False
-
-
-class Governance:
+class Governance(CallSharing):
     """Runs tool calls through the governance pipeline; one per toolkit (shared by copies).
 
     Args:
@@ -291,9 +129,7 @@ class Governance:
         self.clock = clock
         self._sleep = sleep
         self._jitter = jitter
-        self._cache: dict[tuple[str, str, str], tuple[float, ToolOutput]] = {}
-        self._inflight: dict[tuple[str, str, str], _Flight] = {}
-        self._waiting: dict[tuple[str, str, str], int] = {}
+        self._share_nothing()
         self._breakers: dict[str, Breaker] = {}
         self._circuits: dict[str, Breaker] = {}
         self._targets = TargetBreakers(self._new_breaker)
@@ -431,111 +267,7 @@ class Governance:
                 )
         return None
 
-    def waiting(self, tool: str, user: UserContext, arguments: Mapping[str, Any]) -> int:
-        """How many calls are waiting to share the in-flight execution of this exact call."""
-        return self._waiting.get((tool, user.scope, canonical_json(arguments)), 0)
-
-    def clear_cache(self) -> None:
-        """Forget every cached result."""
-        self._cache.clear()
-
     # --- execution -----------------------------------------------------------------------
-    async def run(
-        self,
-        plan: ToolPlan,
-        item: Any,
-        arguments: dict[str, Any],
-        run: RunContext,
-        key: tuple[str, str, str] | None,
-        execute: Executor,
-    ) -> tuple[CallOutcome, bool, bool]:
-        """Cache, single-flight, breaker, retries and timeout around ``execute``.
-
-        ``key`` is ``(tool, caller scope, canonical arguments)`` for read-only tools, else
-        ``None``. Returns the outcome, whether it was replayed from the cache, and whether it
-        was shared with an identical concurrent call.
-        """
-        if key is None:
-            return await self._attempts(plan, item, arguments, run, execute), False, False
-        if plan.cache_ttl:
-            if self.shared is not None:
-                output = self.shared.cache_get(key)
-                if output is not None:
-                    return CallOutcome(output=output, outcome="ok", attempts=0), True, False
-            else:
-                hit = self._cache.get(key)
-                if hit is not None:
-                    if hit[0] > self.clock():
-                        return CallOutcome(output=hit[1], outcome="ok", attempts=0), True, False
-                    del self._cache[key]
-        if not plan.dedup:
-            alone = await self._compute(plan, item, arguments, run, key, execute)
-            self._remember(plan, key, alone)
-            return alone, False, False
-        loop = asyncio.get_running_loop()
-        flight = self._inflight.get(key)
-        if flight is not None and flight.loop is loop:
-            if flight.future is None:  # the first follower makes the future to wait on
-                flight.future = loop.create_future()
-            waiting = self._waiting
-            waiting[key] = waiting.get(key, 0) + 1
-            try:
-                return await _follow(plan.name, flight.future), False, True
-            finally:
-                waiting[key] -= 1
-                if not waiting[key]:
-                    del waiting[key]
-        flight = self._inflight[key] = _Flight(loop)
-        outcome: CallOutcome | None = None
-        shared = False
-        try:
-            outcome = await self._compute(plan, item, arguments, run, key, execute)
-            if outcome.attempts == 0:  # computed by another replica: it cached it
-                outcome, shared = outcome._replace(attempts=1), True
-            else:
-                self._remember(plan, key, outcome)
-        finally:
-            if self._inflight.get(key) is flight:
-                del self._inflight[key]
-            future = flight.future
-            if future is not None and not future.done():
-                if outcome is None:
-                    future.cancel()  # the leader was cancelled: followers get an error result
-                else:
-                    future.set_result(outcome)
-        return outcome, False, shared
-
-    async def _compute(
-        self,
-        plan: ToolPlan,
-        item: Any,
-        arguments: dict[str, Any],
-        run: RunContext,
-        key: tuple[str, str, str],
-        execute: Executor,
-    ) -> CallOutcome:
-        """Run the call; for a cached tool with shared state, only one replica runs it: the
-        others wait (at most the tool's timeout) for its cached result (``attempts=0``)."""
-        shared = self.shared
-        if shared is None or not plan.cache_ttl:
-            return await self._attempts(plan, item, arguments, run, execute)
-        bound = (plan.timeout or 30.0) * plan.attempts + 1.0
-        if not shared.lead(key, bound):
-            give_up = time.monotonic() + bound  # real time: other replicas work in it
-            while time.monotonic() < give_up:
-                await asyncio.sleep(shared.poll_interval)
-                output = shared.cache_get(key)
-                if output is not None:
-                    return CallOutcome(output=output, outcome="ok", attempts=0)
-                if not shared.computing(key):
-                    break  # the other replica failed (errors are not cached) or gave up
-            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
-                return await self._attempts(plan, item, arguments, run, execute)
-        try:
-            return await self._attempts(plan, item, arguments, run, execute)
-        finally:
-            shared.done(key)
-
     async def _with_timeout(
         self,
         timeout: float,
@@ -566,19 +298,6 @@ class Governance:
             # the tool swallowed the cancellation and returned late: still a timeout
             raise ToolTimeoutError(f"timed out after {timeout:g} s")
         return output
-
-    def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
-        if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
-            return
-        if self.shared is not None:
-            self.shared.cache_put(key, outcome.output, plan.cache_ttl)
-            return
-        cache = self._cache
-        if len(cache) >= self.policy.cache_size:
-            if not self.policy.cache_size:
-                return
-            del cache[next(iter(cache))]  # oldest insertion first
-        cache[key] = (self.clock() + plan.cache_ttl, outcome.output)
 
     async def _attempts(
         self,
@@ -621,10 +340,10 @@ class Governance:
                     shared_settled = True
                 return CallOutcome(output=output, outcome="ok", attempts=attempt)
             except Exception as exc:
-                if _counts_against_breaker(exc):
+                if counts_against_breaker(exc):
                     breaker.failure(self.clock())
                     settled = True
-                if circuit is not None and _unavailable(exc):
+                if circuit is not None and unavailable(exc):
                     circuit.failure(self.clock())
                     shared_settled = True
                 if attempt < plan.attempts and is_transient(exc):
@@ -648,32 +367,6 @@ class Governance:
                     breaker.neutral()
                 if circuit is not None and not shared_settled:
                     circuit.neutral()
-
-
-class _Flight:
-    """An execution in progress that identical calls may join (its future made on demand:
-    most calls are never joined, and a future per call would cost more than the bookkeeping)."""
-
-    __slots__ = ("future", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[CallOutcome] | None = None
-
-
-async def _follow(name: str, leader: asyncio.Future[CallOutcome]) -> CallOutcome:
-    try:
-        return await asyncio.shield(leader)
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if leader.cancelled() and (task is None or not task.cancelling()):
-            return CallOutcome(
-                output=None,
-                outcome="error",
-                message=f"tool {name} failed: the identical call it was waiting for was cancelled",
-                error_class="CancelledError",
-            )
-        raise
 
 
 def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOutcome:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shelfhand.core.breaker import CLOSED, Breaker, CircuitBreaker
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = [
     "Breaker",
@@ -56,7 +57,7 @@ def parse_rate(text: str) -> Rate:
     match = _RATE_RE.match(text.lower())
     period = _UNITS.get(match.group(2)) if match else None
     if match is None or period is None or int(match.group(1)) < 1:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"rate limit {text!r} is not understood: use '<n>/<second|minute|hour|day>', "
             "e.g. '30/minute'"
         )

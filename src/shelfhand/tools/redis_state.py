@@ -154,8 +154,16 @@ _NEUTRAL = (
 
 
 class RedisCircuitBreaker:
-    """A :class:`~shelfhand.tools.limits.CircuitBreaker` whose state lives in Redis, so every
-    replica sees one breaker per tool (and target): failures on replica A open it for B."""
+    """A :class:`~shelfhand.core.breaker.CircuitBreaker` whose state lives in Redis, so every
+    replica sees one breaker per tool (and target): failures on replica A open it for B.
+
+    It implements the same :class:`~shelfhand.core.breaker.Breaker` protocol and the same
+    window/threshold decisions, but each transition is decided inside Redis by one Lua script,
+    atomically on the Redis clock: deciding in Python would need a read, a decision and a
+    conditional write per call (WATCH/MULTI, retried under contention) for the replicas not to
+    overwrite each other. So the decisions are written twice, once per language (change
+    both together); ``trip_after`` exists only in the in-process breaker (the pipeline does
+    not use it)."""
 
     __slots__ = ("_args", "_client", "_key", "_scripts", "name")
 

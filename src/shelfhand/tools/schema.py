@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = ["FunctionSchema", "function_schema", "parse_docstring"]
 
@@ -432,7 +433,7 @@ def _strict_node(node: dict[str, Any], where: str) -> dict[str, Any]:
     is_object = kind == "object" or (isinstance(kind, list) and "object" in kind)
     if is_object:
         if "properties" not in out:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{where}: strict mode cannot express a free-form mapping; use a pydantic "
                 "model or a dataclass, or set strict=False"
             )
@@ -440,7 +441,9 @@ def _strict_node(node: dict[str, Any], where: str) -> dict[str, Any]:
         out["required"] = list(out["properties"])
         out["additionalProperties"] = False
     elif not ({"type", "anyOf", "enum", "const", "$ref"} & out.keys()):
-        raise ValueError(f"{where}: strict mode needs a type for every parameter and field")
+        raise InvalidArgumentError(
+            f"{where}: strict mode needs a type for every parameter and field"
+        )
     if isinstance(out.get("items"), dict):
         out["items"] = _strict_node(out["items"], where)
     if "anyOf" in out:

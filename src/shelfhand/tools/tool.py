@@ -27,13 +27,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeAlias, TypedDict, TypeVar, Unpack, overload
 
 import pydantic_core
 from pydantic import ValidationError
 
 from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
-from shelfhand.core.errors import ToolArgumentError
+from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
@@ -42,6 +42,7 @@ __all__ = [
     "BreakerKey",
     "Tool",
     "ToolExample",
+    "ToolOptions",
     "ToolOutput",
     "format_validation_error",
     "serialise_result",
@@ -113,6 +114,80 @@ MAX_EXAMPLES = 8
 _MAX_EXAMPLE_CHARS = 300
 
 
+class ToolOptions(TypedDict, total=False):
+    """The options of a tool, as :func:`tool` and :class:`Tool` take them (all optional).
+
+    Keys:
+        name: Model-facing name (``^[A-Za-z0-9_-]{1,64}$``); default: the function's name.
+        description: Model-facing description; default: the docstring summary.
+        read_only: The tool changes nothing (safe to retry and cache). Default ``False``.
+        concurrency_safe: May run in parallel with other calls; default: ``read_only``.
+        external: The model only emits the call; the caller executes it, not the toolkit
+            (the agent stops and returns the call). Default ``False``.
+        permission: Level a caller needs: ``user`` (default), ``admin`` or ``system``.
+        timeout: Seconds before the call is abandoned (default: the toolkit's, 5 s).
+        idempotent: Repeating the call has no further effect (safe to retry). Default
+            ``False``.
+        strict: Emit an OpenAI strict-mode schema. Default ``False``.
+        group: The tool group it belongs to by default (see ``Toolkit``).
+        retries: Extra attempts after a transient failure (default: the toolkit's, 2, i.e.
+            3 attempts). Only ``read_only`` or ``idempotent`` tools are ever retried.
+        rate_limit: Calls allowed per caller, ``"<n>/<second|minute|hour|day>"``, e.g.
+            ``"30/minute"`` (default: the toolkit's, unlimited).
+        total_rate_limit: Calls allowed for all callers together, same form.
+        cache_ttl: Seconds a read-only result is reused for the same caller and arguments.
+            Opt-in: without it (or with ``0``) results are never cached. Needs
+            ``read_only=True``.
+        confirm: A human must approve each call before it runs (see ``Approvals``; writes
+            that matter). Default ``False``.
+        circuit: Name of a circuit breaker shared with other tools (e.g. one per MCP
+            server), on top of the tool's own; only "unreachable" failures
+            (``ConnectionError``, ``ToolUnavailableError``) open it. Default: none.
+        inline: Run a sync function on the event loop instead of a worker thread. Only for
+            fast functions that never block (pure computation): it saves the thread hop
+            (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
+            interrupt it. Default ``False``.
+        breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
+            target (e.g. per host), so failures of one target never block others. Default:
+            one breaker for the whole tool.
+        examples: Up to 8 requests the tool is made for, each a string,
+            ``{"request": ..., "arguments": {...}}`` or a :class:`ToolExample` (the arguments
+            are checked against the tool's parameters). Shown to the model with the
+            description; small local models choose tools by them (BENCHMARKS.md, "After
+            issue 9 round 4").
+    """
+
+    name: str | None
+    description: str | None
+    read_only: bool
+    concurrency_safe: bool | None
+    external: bool
+    permission: PermissionLevel
+    timeout: float | None
+    idempotent: bool
+    strict: bool
+    group: str | None
+    retries: int | None
+    rate_limit: str | None
+    total_rate_limit: str | None
+    cache_ttl: float | None
+    confirm: bool
+    circuit: str | None
+    inline: bool
+    breaker_key: BreakerKey | None
+    examples: Sequence[ExampleSpec]
+
+
+_OPTIONS = ToolOptions.__optional_keys__
+
+
+def _check_options(options: ToolOptions, where: str) -> None:
+    """Refuse a keyword that is not an option, as a signature would (``**options`` takes any)."""
+    unknown = sorted(options.keys() - _OPTIONS)
+    if unknown:
+        raise TypeError(f"{where} got an unexpected keyword argument {unknown[0]!r}")
+
+
 class Tool(Generic[P, R]):
     """A function with a model-facing name, description and schema, and a policy.
 
@@ -121,36 +196,13 @@ class Tool(Generic[P, R]):
     function (sync functions in a worker thread) and serialises the result.
 
     Attributes:
-        name: Model-facing name (``^[A-Za-z0-9_-]{1,64}$``).
-        description: Model-facing description (the docstring summary by default).
-        read_only: The tool changes nothing (safe to retry and cache).
-        concurrency_safe: May run in parallel with other calls (defaults to ``read_only``).
-        external: The model only emits the call; the caller executes it, not the toolkit.
-        permission: Level a caller needs: ``user``, ``admin`` or ``system``.
-        timeout: Seconds before the call is abandoned (``None``: the toolkit's default, 5 s).
-        idempotent: Repeating the call has no further effect (safe to retry).
-        retries: Extra attempts after a transient failure (``None``: the toolkit's default,
-            2, i.e. 3 attempts). Only ``read_only`` or ``idempotent`` tools are ever retried.
-        rate_limit: Calls allowed per caller, e.g. ``"30/minute"`` (``None``: the toolkit's
-            default, unlimited).
-        total_rate_limit: Calls allowed for all callers together, e.g. ``"600/minute"``.
-        cache_ttl: Seconds a read-only tool's result is reused for the same caller and
-            arguments. Caching is opt-in: ``None`` (the default) or ``0`` means never cached.
-        confirm: A human must approve each call before it runs (see ``Approvals``).
-        circuit: Name of a circuit breaker shared with other tools (e.g. one per MCP server),
-            on top of the tool's own; only "unreachable" failures (``ConnectionError``,
-            ``ToolUnavailableError``) open it. ``None``: no shared breaker.
-        breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
-            target (e.g. per host), so failures of one target never block others. ``None``:
-            one breaker for the whole tool.
-        inline: Run a sync function on the event loop instead of a worker thread. Only for
-            fast functions that never block (pure computation): it saves the thread hop
-            (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
-            interrupt it.
-        strict: The schema follows OpenAI strict mode.
+        name, description, read_only, concurrency_safe, external, permission, timeout,
+        idempotent, retries, rate_limit, total_rate_limit, cache_ttl, confirm, circuit,
+        breaker_key, inline, strict, group: The options it was built with (see
+            :class:`ToolOptions`), defaults resolved (``concurrency_safe`` is ``read_only``
+            unless given; a name or description not given comes from the function).
         examples: Requests the tool is made for (:class:`ToolExample`), shown to the model
             with the description; in :meth:`schema` as ``function["examples"]``.
-        group: Tool group it belongs to by default (see ``Toolkit``).
         func: The wrapped function.
         is_async: Whether ``func`` is a coroutine function.
     """
@@ -159,45 +211,36 @@ class Tool(Generic[P, R]):
     """Identical concurrent read-only calls may share one execution (off for results that
     belong to one run, e.g. ``retrieve``'s run-numbered passages)."""
 
-    def __init__(
-        self,
-        func: Callable[P, R],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        read_only: bool = False,
-        concurrency_safe: bool | None = None,
-        external: bool = False,
-        permission: PermissionLevel = "user",
-        timeout: float | None = None,
-        idempotent: bool = False,
-        strict: bool = False,
-        group: str | None = None,
-        retries: int | None = None,
-        rate_limit: str | None = None,
-        total_rate_limit: str | None = None,
-        cache_ttl: float | None = None,
-        confirm: bool = False,
-        circuit: str | None = None,
-        inline: bool = False,
-        breaker_key: BreakerKey | None = None,
-        examples: Sequence[ExampleSpec] = (),
-    ) -> None:
-        tool_name: str = name or str(getattr(func, "__name__", ""))
+    def __init__(self, func: Callable[P, R], **options: Unpack[ToolOptions]) -> None:
+        _check_options(options, "Tool()")
+        tool_name: str = options.get("name") or str(getattr(func, "__name__", ""))
         if not _NAME_RE.match(tool_name):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"tool name {tool_name!r} is not allowed: use 1-64 ASCII letters, digits, "
                 "'_' or '-' (pass name=... to @tool)"
             )
+        read_only = options.get("read_only", False)
+        permission = options.get("permission", "user")
+        timeout = options.get("timeout")
+        retries = options.get("retries")
+        cache_ttl = options.get("cache_ttl")
+        rate_limit = options.get("rate_limit")
+        total_rate_limit = options.get("total_rate_limit")
+        breaker_key = options.get("breaker_key")
+        strict = options.get("strict", False)
         permission_rank(permission)  # raises ValueError naming the allowed levels
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"tool {tool_name}: timeout must be positive, got {timeout}")
+            raise InvalidArgumentError(f"tool {tool_name}: timeout must be positive, got {timeout}")
         if retries is not None and retries < 0:
-            raise ValueError(f"tool {tool_name}: retries must be 0 or more, got {retries}")
+            raise InvalidArgumentError(
+                f"tool {tool_name}: retries must be 0 or more, got {retries}"
+            )
         if cache_ttl is not None and cache_ttl < 0:
-            raise ValueError(f"tool {tool_name}: cache_ttl must be 0 or more, got {cache_ttl}")
+            raise InvalidArgumentError(
+                f"tool {tool_name}: cache_ttl must be 0 or more, got {cache_ttl}"
+            )
         if cache_ttl and not read_only:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"tool {tool_name}: cache_ttl needs read_only=True (results of tools that "
                 "change something are never reused)"
             )
@@ -205,28 +248,32 @@ class Tool(Generic[P, R]):
             if limit is not None:
                 parse_rate(limit)  # raises ValueError with the accepted forms
         if breaker_key is not None and not callable(breaker_key):
-            raise ValueError(f"tool {tool_name}: breaker_key must be a function or None")
+            raise InvalidArgumentError(f"tool {tool_name}: breaker_key must be a function or None")
         spec = function_schema(func, strict=strict)
-        self.examples: tuple[ToolExample, ...] = _examples(tool_name, examples, spec)
+        self.examples: tuple[ToolExample, ...] = _examples(
+            tool_name, options.get("examples", ()), spec
+        )
         self.func = func
         self.name: str = tool_name
+        description = options.get("description")
         self.description: str = spec.description if description is None else description
         self.read_only = read_only
+        concurrency_safe = options.get("concurrency_safe")
         self.concurrency_safe = read_only if concurrency_safe is None else concurrency_safe
-        self.external = external
+        self.external = options.get("external", False)
         self.permission: PermissionLevel = permission
         self.timeout = timeout
-        self.idempotent = idempotent
+        self.idempotent = options.get("idempotent", False)
         self.strict = strict
-        self.group = group
+        self.group = options.get("group")
         self.retries = retries
         self.rate_limit = rate_limit
         self.total_rate_limit = total_rate_limit
         self.cache_ttl = cache_ttl
-        self.confirm = confirm
-        self.circuit = circuit
+        self.confirm = options.get("confirm", False)
+        self.circuit = options.get("circuit")
         self.breaker_key = breaker_key
-        self.inline = inline
+        self.inline = options.get("inline", False)
         self.is_async = _is_async(func)
         self.spec: FunctionSchema = spec
         self._schema: dict[str, Any] | None = None
@@ -313,9 +360,9 @@ def _examples(
     """Check the declared examples: a non-empty request each, arguments that the tool would
     accept. A wrong example fails at declaration, not in front of the model."""
     if isinstance(declared, str | Mapping | ToolExample):
-        raise ValueError(f"tool {tool_name}: examples must be a list of examples")
+        raise InvalidArgumentError(f"tool {tool_name}: examples must be a list of examples")
     if len(declared) > MAX_EXAMPLES:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"tool {tool_name}: at most {MAX_EXAMPLES} examples (each one is sent to the model "
             f"on every call), got {len(declared)}"
         )
@@ -328,23 +375,27 @@ def _examples(
             example = item
         elif isinstance(item, Mapping):
             if unknown := set(item) - {"request", "arguments"}:
-                raise ValueError(f"{where}: unknown key(s) {sorted(unknown)} (request, arguments)")
+                raise InvalidArgumentError(
+                    f"{where}: unknown key(s) {sorted(unknown)} (request, arguments)"
+                )
             arguments = item.get("arguments")
             if arguments is not None and not isinstance(arguments, Mapping):
-                raise ValueError(f"{where}: arguments must be an object")
+                raise InvalidArgumentError(f"{where}: arguments must be an object")
             example = ToolExample(str(item.get("request") or ""), arguments)
         else:
-            raise ValueError(f"{where}: expected a request string or an object")
+            raise InvalidArgumentError(f"{where}: expected a request string or an object")
         if not isinstance(example.request, str) or not example.request.strip():
-            raise ValueError(f"{where}: the request must be non-empty text")
+            raise InvalidArgumentError(f"{where}: the request must be non-empty text")
         if len(example.request) > _MAX_EXAMPLE_CHARS:
-            raise ValueError(f"{where}: the request is longer than {_MAX_EXAMPLE_CHARS} characters")
+            raise InvalidArgumentError(
+                f"{where}: the request is longer than {_MAX_EXAMPLE_CHARS} characters"
+            )
         if example.arguments is not None:
             try:
                 spec.arguments_model.model_validate(dict(example.arguments))
             except ValidationError as exc:
                 problem = format_validation_error(tool_name, exc).split(": ", 1)[1]
-                raise ValueError(f"{where}: {problem.split('. Fix')[0]}") from None
+                raise InvalidArgumentError(f"{where}: {problem.split('. Fix')[0]}") from None
             example = ToolExample(example.request.strip(), dict(example.arguments))
         else:
             example = ToolExample(example.request.strip())
@@ -403,87 +454,20 @@ def tool(func: Callable[P, R], /) -> Tool[P, R]: ...
 
 
 @overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    concurrency_safe: bool | None = None,
-    external: bool = False,
-    permission: PermissionLevel = "user",
-    timeout: float | None = None,
-    idempotent: bool = False,
-    strict: bool = False,
-    group: str | None = None,
-    retries: int | None = None,
-    rate_limit: str | None = None,
-    total_rate_limit: str | None = None,
-    cache_ttl: float | None = None,
-    confirm: bool = False,
-    circuit: str | None = None,
-    inline: bool = False,
-    breaker_key: BreakerKey | None = None,
-    examples: Sequence[ExampleSpec] = (),
-) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+def tool(**options: Unpack[ToolOptions]) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
-    func: Callable[P, R] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    read_only: bool = False,
-    concurrency_safe: bool | None = None,
-    external: bool = False,
-    permission: PermissionLevel = "user",
-    timeout: float | None = None,
-    idempotent: bool = False,
-    strict: bool = False,
-    group: str | None = None,
-    retries: int | None = None,
-    rate_limit: str | None = None,
-    total_rate_limit: str | None = None,
-    cache_ttl: float | None = None,
-    confirm: bool = False,
-    circuit: str | None = None,
-    inline: bool = False,
-    breaker_key: BreakerKey | None = None,
-    examples: Sequence[ExampleSpec] = (),
+    func: Callable[P, R] | None = None, /, **options: Unpack[ToolOptions]
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
     Args:
         func: The function (sync or async). Parameters typed ``RunContext`` / ``UserContext``
             are injected and hidden from the model.
-        name: Model-facing name; defaults to the function's name.
-        description: Model-facing description; defaults to the docstring summary.
-        read_only: The tool changes nothing.
-        concurrency_safe: May run in parallel with other calls; defaults to ``read_only``.
-        external: The caller executes the call, not the toolkit (the agent stops and returns
-            the call).
-        permission: Level a caller needs: ``user``, ``admin`` or ``system``.
-        timeout: Seconds before the call is abandoned (default: the toolkit's, 5 s).
-        idempotent: Repeating the call has no further effect.
-        strict: Emit an OpenAI strict-mode schema.
-        group: Default tool group.
-        retries: Extra attempts after a transient failure (default: the toolkit's, 2);
-            only read-only or idempotent tools are retried.
-        rate_limit: Calls per caller, ``"<n>/<second|minute|hour|day>"``, e.g. ``"30/minute"``.
-        total_rate_limit: Calls for all callers together, same form.
-        cache_ttl: Seconds a read-only result is reused per caller and arguments. Opt-in:
-            without it (or with ``0``) results are never cached. Needs ``read_only=True``.
-        confirm: Each call waits for a human's approval (writes that matter).
-        circuit: Name of a circuit breaker shared with other tools (e.g. an MCP server),
-            opened only when the shared service is unreachable.
-        breaker_key: ``(arguments, user) -> target``: breakers per target (e.g. a host)
-            instead of one for the tool, so one failing target never blocks the others.
-        inline: Call a sync function on the event loop, without a worker thread (only for
-            fast, non-blocking functions).
-        examples: Up to 8 requests the tool is made for, each a string or
-            ``{"request": ..., "arguments": {...}}`` (the arguments are checked against the
-            tool's parameters). Shown to the model with the description; small local models
-            choose tools by them (BENCHMARKS.md, "After issue 9 round 4").
+        **options: The tool's options (:class:`ToolOptions`: ``name``, ``read_only``,
+            ``permission``, ``timeout``, ``retries``, ``rate_limit``, ``cache_ttl``,
+            ``confirm``, ``circuit``, ``breaker_key``, ``examples``, ...).
 
     Governance (timeouts, retries, rate limits, cache, breaker, confirmation, audit) is applied
     by :class:`~shelfhand.tools.toolkit.Toolkit` from these attributes; calling the tool
@@ -492,34 +476,15 @@ def tool(
     Raises:
         ValueError: a bad name, permission level or timeout, a strict schema that cannot
             be expressed, or an example that is empty or has arguments the tool rejects.
-        TypeError: unresolvable type hints or ``*args``/``**kwargs`` parameters.
+        TypeError: unresolvable type hints, ``*args``/``**kwargs`` parameters, or a keyword
+            that is not an option.
     """
+    _check_options(options, "tool()")
 
     def wrap(f: Callable[P, R]) -> Tool[P, R]:
         if isinstance(f, Tool):
             f = f.func
-        return Tool(
-            f,
-            name=name,
-            description=description,
-            read_only=read_only,
-            concurrency_safe=concurrency_safe,
-            external=external,
-            permission=permission,
-            timeout=timeout,
-            idempotent=idempotent,
-            strict=strict,
-            group=group,
-            retries=retries,
-            rate_limit=rate_limit,
-            total_rate_limit=total_rate_limit,
-            cache_ttl=cache_ttl,
-            confirm=confirm,
-            circuit=circuit,
-            inline=inline,
-            breaker_key=breaker_key,
-            examples=examples,
-        )
+        return Tool(f, **options)
 
     if func is not None:
         return func if isinstance(func, Tool) else wrap(func)

@@ -1,0 +1,292 @@
+"""The ReAct loop of :class:`~shelfhand.agent.agent.Agent`, one for every kind of run.
+
+The model is asked for a reply; tool calls in it run as one round (:mod:`.tool_round`) and
+their results are fed back; the first reply without tool calls is the answer. Where the run's
+events go is its :class:`~.step_events.EventSink`: ``Agent.stream`` yields them all,
+``Agent.run`` builds none, a subagent run inside a supervisor's stream hands its tool and
+approval events to the supervisor as they happen. The loop is the same for each: same model
+requests, same calls, same result.
+
+What the user sees is kept clean (issue 9): streamed text that may be a text-encoded tool
+call is held back until the reply is decided (:mod:`.streaming`), and the text of successive
+steps is separated; a blank answer gets one nudge, then an honest fallback
+(:mod:`.fallbacks`); a call that keeps failing the same way ends the run and a repeated
+successful call is answered from the run's own result (:mod:`.guard`); every request is fitted
+to the model's context window (:mod:`.budget`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.context import RunContext
+from shelfhand.core.events import CitationsFound, Event, TextDelta
+from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.core.results import StopReason, Usage
+from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
+from shelfhand.tools.toolkit import Toolkit
+
+from .budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    GrowingBound,
+    TokenCounter,
+    fit_messages,
+    request_budget,
+    schema_tokens,
+    size_bound,
+)
+from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
+from .fallbacks import repeated_call_answer as repeated_answer
+from .grounding import UpfrontRetrieval, as_model_sees
+from .guard import CallGuard
+from .memory import ConversationMemory, build_system_prompt
+from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
+from .runs import RunOptions
+from .step_events import EventSink
+from .streaming import STEP_SEPARATOR, CallTextGate
+from .tool_round import retrieve_upfront, tool_round
+
+if TYPE_CHECKING:
+    from shelfhand.tools.approvals import Approvals
+
+__all__ = ["AgentLoop"]
+
+logger = logging.getLogger(__name__)
+
+
+def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
+    """What builds ``run`` again, but its iteration: every step after the first runs its tools
+    with the run's context at that iteration (``dataclasses.replace`` would read the fields
+    again at each step, twice the cost of building it from these)."""
+    return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
+
+
+def _ignore(event: Event) -> None:
+    """Where a step's events would go in a run nobody watches (none are built)."""
+
+
+class AgentLoop:
+    """The loop and its per-run machinery; :class:`~shelfhand.agent.agent.Agent` is the
+    public face (its constructor sets these attributes, see its docstring)."""
+
+    name: str
+    model: ChatModel
+    toolkit: Toolkit
+    system_prompt: str
+    max_iters: int
+    max_concurrency: int
+    memory: ConversationMemory | None
+    approvals: Approvals | None
+    context_tokens: int | None
+    replay_repeated_calls: bool
+    _schema_cost: tuple[object, int] | None
+    _upfront: UpfrontRetrieval | None
+
+    async def _loop(
+        self, prompt: str | Message, sink: EventSink, options: RunOptions
+    ) -> AsyncGenerator[Event, None]:
+        """The run's events as ``sink`` asks for them, always ending with one ``Final``
+        (right after it, the generator ends)."""
+        approvals = options.get("approvals")
+        if approvals is None:
+            approvals = self.approvals
+        # where the steps' events go: the stream, or a callback (then a step runs here to its
+        # end without waiting at a yield, so it never needs closing)
+        stream, emit = sink.stream, sink.emit or _ignore
+        run = RunContext.start(
+            agent_name=self.name,
+            user=options.get("context"),
+            deps=options.get("deps"),
+            trace_id=options.get("trace_id"),
+            parent=options.get("parent"),
+        )
+        user = run.user
+        first = Message.user(prompt) if isinstance(prompt, str) else prompt
+        memory = self.memory
+        past = list(memory.messages) if memory is not None else list(options.get("history", ()))
+        system = Message.system(
+            build_system_prompt(self.system_prompt, summary=memory.summary if memory else "")
+        )
+        new: list[Message] = [first]
+        citations: list[Citation] = []
+        input_tokens = output_tokens = 0
+        guard = CallGuard(replay=self.replay_repeated_calls)
+        nudge: Message | None = None
+        nudged = False
+        shown = False  # any text streamed in an earlier step of this run
+        window, max_tokens = self._window()
+        count = TokenCounter()
+        model_past = as_model_sees(past)  # earlier turns' up-front passages as text
+        sent = GrowingBound([system, *model_past])
+        logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+        if self._upfront is not None:
+            retrieved: list[ToolResultBlock] = []
+            upfront = retrieve_upfront(self._upfront, first, past, run, new, retrieved, sink)
+            if stream:
+                async with aclosing(upfront):
+                    async for event in upfront:
+                        yield event
+            else:
+                async for event in upfront:
+                    emit(event)
+            found = new_citations(retrieved, citations)
+            if found:
+                citations.extend(found)
+                if stream:
+                    yield CitationsFound(citations=tuple(found))
+
+        reply: Message | None = None
+        reason: StopReason
+        step_fields: dict[str, Any] | None = None
+        for iteration in range(1, self.max_iters + 1):
+            schemas = self.toolkit.schemas(user)
+            conversation = [
+                system,
+                *model_past,
+                *(as_model_sees(new) if self._upfront is not None else new),
+                *([nudge] if nudge is not None else []),
+            ]
+            # up-front passages are shown as text in the question: count, don't bound
+            bound = (
+                None
+                if self._upfront is not None
+                else sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
+            )
+            nudge = None
+            budget = request_budget(window, max_tokens, tools_tokens=self._tools_tokens(schemas))
+            request = fit_messages(
+                conversation, budget, keep_from=1 + len(model_past), count=count, bound=bound
+            )
+            if sink.text:
+                gate = CallTextGate(active=bool(schemas))
+                streamed: ModelResponse | None = None
+                step_shown = False
+                async for chunk in self.model.stream(request, tools=schemas):
+                    if isinstance(chunk, StreamText):
+                        piece = gate.feed(chunk.text) if chunk.text else ""
+                        if piece:
+                            if shown and not step_shown:
+                                yield TextDelta(text=STEP_SEPARATOR)
+                            step_shown = True
+                            yield TextDelta(text=piece)
+                    elif isinstance(chunk, StreamDone):
+                        streamed = chunk.response
+                if streamed is None:
+                    raise RuntimeError(f"model {self.model.name} stream ended without a reply")
+                response = streamed
+                # an echo of a tool's JSON result was held back whole: it is not shown
+                reply, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
+                rest = gate.finish("" if echo is not None else reply.text)
+                if rest:
+                    if shown and not step_shown:
+                        yield TextDelta(text=STEP_SEPARATOR)
+                    step_shown = True
+                    yield TextDelta(text=rest)
+                shown = shown or step_shown
+            else:
+                response = await self.model.request(request, tools=schemas)
+                reply, echo = cleaned(response.message, schemas, new)
+            if response.usage is not None:
+                input_tokens += response.usage.input_tokens
+                output_tokens += response.usage.output_tokens
+            calls = reply.tool_calls
+            if not calls:
+                reason, text = "final", reply.text
+                if echo is not None or not text.strip():
+                    if not nudged and iteration < self.max_iters:
+                        nudged = True
+                        nudge = Message.user(
+                            NUDGE if echo is None else ECHO_NUDGE.format(tool=echo.name)
+                        )
+                        continue
+                    reason = "empty"
+                    text = empty_answer(citations, new) if echo is None else echo_answer(echo)
+                    reply = None  # the fallback answers instead
+                break
+            new.append(reply)
+
+            external = tuple(c for c in calls if self._is_external(c.name))
+            if external:
+                usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+                yield external_final(reply, external, new, citations, run, iteration, usage)
+                return
+
+            repeated = next((r for c in calls if (r := guard.refused(c)) is not None), None)
+            if repeated is not None:
+                reason = "repeated_call"
+                text = repeated_answer(repeated, citations)
+                new.append(not_run(calls, repeated))
+                reply = None
+                break
+
+            if iteration == 1:
+                step_run = run
+            else:  # the run's context at this iteration
+                if step_fields is None:
+                    step_fields = _fields_but_iteration(run)
+                step_run = RunContext(**step_fields, iteration=iteration)
+            results: list[ToolResultBlock] = []
+            steps = tool_round(
+                calls, step_run, results, toolkit=self.toolkit,
+                max_concurrency=self.max_concurrency, approvals=approvals, guard=guard,
+                sink=sink,
+            )  # fmt: skip
+            if stream:
+                # closed with the stream: a consumer that stops early withdraws the
+                # round's pending approvals at once
+                async with aclosing(steps):
+                    async for event in steps:
+                        yield event
+            else:
+                async for event in steps:
+                    emit(event)
+            found = new_citations(results, citations)
+            if found:
+                citations.extend(found)
+                if stream:
+                    yield CitationsFound(citations=tuple(found))
+            new.append(Message.tool(results))
+        else:
+            reason, text = "max_iters", max_iters_answer(self.max_iters, new)
+            reply = None
+
+        if reply is None:  # the run's own answer: shown as the last step's text
+            reply = Message.assistant(text)
+            if sink.text:
+                yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
+        new.append(reply)
+        # remember before yielding: a consumer may stop at the final event
+        await self._remember(new)
+        usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        yield final(text, new, citations, run, iteration, usage, reason)
+
+    def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
+        """The schemas' token estimate, kept while the toolkit hands out the same list."""
+        cost = self._schema_cost
+        if cost is None or cost[0] is not schemas:
+            cost = (schemas, schema_tokens(schemas))
+            self._schema_cost = cost
+        return cost[1]
+
+    def _window(self) -> tuple[int, int | None]:
+        """The context window and the tokens to reserve for the answer (when known)."""
+        context = (
+            self.context_tokens
+            or positive_int(getattr(self.model, "context_tokens", None))
+            or DEFAULT_CONTEXT_TOKENS
+        )
+        return context, positive_int(getattr(self.model, "max_tokens", None))
+
+    async def _remember(self, new: list[Message]) -> None:
+        if self.memory is None:
+            return
+        self.memory.add(new)
+        await self.memory.compact(self.model)
+
+    def _is_external(self, name: str) -> bool:
+        t = self.toolkit.get(name)
+        return t is not None and t.external

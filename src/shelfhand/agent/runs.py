@@ -1,0 +1,106 @@
+"""What every agent-like object shares: the options of a run, and running it to its result.
+
+An agent, a pipeline or a supervisor takes the same keyword options for ``run``, ``run_sync``
+and ``stream`` (:class:`RunOptions`), and streams events ending with one ``Final``; its
+``run`` (and whoever delegates to it without showing its steps) only wants the ``RunResult``
+that the ``Final`` carries (:func:`run_to_final`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, overload
+
+from shelfhand.core.events import Event, Final
+from shelfhand.core.results import RunResult
+
+if TYPE_CHECKING:
+    from shelfhand.core.context import RunContext, UserContext
+    from shelfhand.core.messages import Message
+    from shelfhand.tools.approvals import Approvals
+
+__all__ = ["RunOptions", "run_to_final"]
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword options of one run (all optional), as ``run``, ``run_sync`` and ``stream``
+    of an agent, a pipeline or a supervisor take them.
+
+    Keys:
+        context: The caller: whose permissions and documents the run uses (``None``: an
+            anonymous user; ignored with ``parent``, whose caller it is).
+        history: Earlier messages of the conversation (an agent with a memory reads its
+            memory instead).
+        deps: Anything the tools need, handed to them as ``RunContext.deps``.
+        approvals: Where ``confirm=True`` calls wait for a human, instead of the agent's own
+            registry; with a registry but no handler, ``run`` waits until someone else
+            approves or rejects (``stream`` shows the ``ApprovalRequired`` events).
+        trace_id: Names the run in logs, audit records and the result (default: a new id).
+        parent: The run delegating this one (a subagent's run: its caller is the parent's,
+            its depth one more, see :mod:`shelfhand.agent.supervisor`).
+    """
+
+    context: UserContext | None
+    history: Sequence[Message]
+    deps: Any
+    approvals: Approvals | None
+    trace_id: str | None
+    parent: RunContext | None
+
+
+@overload
+async def run_to_final(
+    events: AsyncIterator[Event],
+    *,
+    what: str,
+    forward: Callable[[Event], None] | None = None,
+) -> RunResult: ...
+
+
+@overload
+async def run_to_final(
+    events: AsyncGenerator[Event, None],
+    *,
+    what: str,
+    forward: Callable[[Event], None] | None = None,
+    stop: Callable[[], bool],
+) -> RunResult | None: ...
+
+
+async def run_to_final(
+    events: AsyncIterator[Event],
+    *,
+    what: str,
+    forward: Callable[[Event], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> RunResult | None:
+    """Drain ``events`` to their end and return the result of their ``Final``.
+
+    Drained rather than left at the ``Final``: a stream ends right after it, and a suspended
+    async generator would be closed later by a task the event loop schedules (about a tenth
+    of a short run).
+
+    Args:
+        events: The stream (an agent's, a pipeline's, a supervisor's).
+        what: Names the stream in the error when it ends without a ``Final``.
+        forward: Called with every other event, as it comes (e.g. to show a subagent's steps).
+        stop: Asked before each event; when it says so, the stream is closed at once and
+            ``None`` returned (a supervisor whose loop guard tripped).
+
+    Raises:
+        RuntimeError: the stream ended without a ``Final``.
+    """
+    final: RunResult | None = None
+    async for event in events:
+        if stop is not None and stop():
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            return None
+        if isinstance(event, Final):
+            final = event.result
+        elif forward is not None:
+            forward(event)
+    if final is None:
+        raise RuntimeError(f"{what} ended without a final event")
+    return final

@@ -4,8 +4,8 @@ The stores that keep the same records in an embedded SQLite file or in a shared 
 (sessions, user memories, the audit log) write each statement once, as a template, and run it
 through a :class:`Database`, which knows its :class:`Dialect`:
 
-- placeholders are written ``?``; PostgreSQL gets ``%s`` (a ``?`` or ``%`` inside a quoted
-  literal is left alone);
+- placeholders are written ``?``; PostgreSQL gets ``%s`` (a ``?`` inside a quoted literal is
+  left alone; a ``%`` becomes ``%%``, as its driver wants);
 - ``{name}`` slots take the store's own names (``{sessions}``: ``sessions`` or ``pg_sessions``)
   and the dialect's words: ``{real}`` (``REAL`` / ``DOUBLE PRECISION``), ``{id_key}`` (an
   auto-numbered primary key), ``{for_update}`` (row locks, which SQLite does not need: its
@@ -97,9 +97,8 @@ class Dialect:
         token = match.group(0)
         if token == "?":
             return self.placeholder
-        if token == "%":  # a literal percent sign, outside quotes (e.g. a modulo)
-            return "%%"
-        return token
+        # the driver reads every "%" as the start of a placeholder, inside quotes too
+        return token.replace("%", "%%")
 
 
 SQLITE = Dialect(

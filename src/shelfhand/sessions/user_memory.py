@@ -91,7 +91,7 @@ def clean_memory(content: str) -> str:
     """``content`` with its whitespace folded, checked against the limits.
 
     Raises:
-        ValueError: empty or longer than :data:`MAX_MEMORY_CHARS`.
+        InvalidArgumentError: empty or longer than :data:`MAX_MEMORY_CHARS` (a ValueError).
     """
     text = " ".join(content.split())
     if not text:
@@ -126,7 +126,8 @@ class SqlUserMemoryStore:
         """Keep ``content`` for ``user``; saving the same text again returns the existing item.
 
         Raises:
-            ValueError: ``content`` is empty or longer than :data:`MAX_MEMORY_CHARS`.
+            InvalidArgumentError: ``content`` is empty or longer than
+                :data:`MAX_MEMORY_CHARS` (a ValueError).
         """
         text = clean_memory(content)
         key = (user.tenant_id, user.user_id)

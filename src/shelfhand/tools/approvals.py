@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
 
@@ -96,7 +97,7 @@ class Approvals:
         self, *, handler: ApprovalHandler | None = None, timeout: float | None = 600.0
     ) -> None:
         if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive or None")
+            raise InvalidArgumentError("timeout must be positive or None")
         self.handler = handler
         self.timeout = timeout
         self._pending: dict[str, _Pending] = {}

@@ -478,7 +478,7 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     An ISO time without a zone is read as local time.
 
     Raises:
-        ValueError: neither form.
+        InvalidArgumentError: neither form (a ValueError).
     """
     match = _SINCE_RE.match(text)
     if match:

@@ -111,6 +111,25 @@ def test_the_memory_window_starts_where_the_memory_kept_messages_after_compactio
     assert len(store.messages(sid, ALICE) or []) == 8
 
 
+def test_a_message_recorded_twice_starts_the_window_where_the_memory_has_it(
+    stores: Stores,
+) -> None:
+    store = stores.sessions()
+    one = turn("first", "a1")
+    again = [one[0], *turn("first", "a2")[1:]]  # the same question message, asked again
+    compacted, kept = store.create(ALICE).id, store.create(ALICE).id
+    for sid in (compacted, kept):
+        store.record_turn(sid, ALICE, one, window=one, summary="", trace_id="t1")
+    # the memory folded the first turn away: the window is the second turn only
+    store.record_turn(compacted, ALICE, again, window=again, summary="s", trace_id="t2")
+    window = store.window(compacted, ALICE)
+    assert window is not None and window.messages == tuple(again)
+    # the memory kept both turns: the window starts at the first copy
+    store.record_turn(kept, ALICE, again, window=[*one, *again], summary="", trace_id="t2")
+    window = store.window(kept, ALICE)
+    assert window is not None and window.messages == (*one, *again)
+
+
 def test_sessions_of_another_tenant_or_user_look_missing(stores: Stores) -> None:
     store = stores.sessions()
     sid = store.create(ALICE, title="mine").id

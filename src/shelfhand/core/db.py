@@ -12,23 +12,35 @@ share one file.
     apply_migrations(conn, [Migration(name="knowledge_001_initial", sql="CREATE TABLE ...")])
     with transaction(conn):
         conn.execute("INSERT ...")
+
+A store whose statements also run on PostgreSQL opens its file as a :class:`SqliteDatabase`
+(a :class:`~shelfhand.core.sql.Database`; see :mod:`shelfhand.core.sql`).
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shelfhand.core.errors import DependencyUnavailableError
+from shelfhand.core.errors import DependencyUnavailableError, InvalidArgumentError
+from shelfhand.core.sql import SQLITE, Dialect
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Migration", "applied_migrations", "apply_migrations", "connect", "transaction"]
+__all__ = [
+    "Migration",
+    "SqliteDatabase",
+    "applied_migrations",
+    "apply_migrations",
+    "connect",
+    "transaction",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +53,7 @@ class Migration:
 
     def __post_init__(self) -> None:
         if (self.sql is None) == (self.run is None):
-            raise ValueError(f"migration {self.name!r} needs exactly one of sql= or run=")
+            raise InvalidArgumentError(f"migration {self.name!r} needs exactly one of sql= or run=")
 
 
 def connect(
@@ -102,6 +114,41 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
+class SqliteDatabase:
+    """One SQLite file as a :class:`~shelfhand.core.sql.Database`: one connection, guarded by
+    a lock, serves every thread (statements are short: a few rows, no fsync per commit).
+
+    Args:
+        path: The database file (created with its folder when missing).
+        migrations: Applied when opening (see :func:`apply_migrations`).
+    """
+
+    dialect: Dialect = SQLITE
+
+    def __init__(self, path: Path | str, migrations: Sequence[Migration] = ()) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn = connect(self.path)
+        apply_migrations(self._conn, migrations)
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for statements that commit one by one."""
+        with self._lock:
+            yield self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """The connection inside one ``BEGIN IMMEDIATE`` transaction (see :func:`transaction`)."""
+        with self._lock, transaction(self._conn):
+            yield self._conn
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._conn.close()
+
+
 def _ensure_table(conn: sqlite3.Connection) -> None:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS migrations ( name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
@@ -123,7 +170,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) 
     """
     names = [m.name for m in migrations]
     if len(set(names)) != len(names):
-        raise ValueError("migration names must be unique")
+        raise InvalidArgumentError("migration names must be unique")
     done = set(applied_migrations(conn))
     applied: list[str] = []
     for migration in migrations:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 from shelfhand.core.settings import read_toml
 from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
 from shelfhand.mcp.group import McpServerGroup
@@ -320,22 +320,22 @@ def _mount_options(name: str, entry: Mapping[str, Any], here: str) -> dict[str, 
     try:
         prefix = entry.get("prefix", "")
         if not isinstance(prefix, str):
-            raise ValueError("prefix must be a string")
+            raise InvalidArgumentError("prefix must be a string")
         defaults = ToolSettings.from_mapping(
             {k: entry[k] for k in ("confirm", "permission", "cache_ttl") if k in entry},
             "settings",
         )
         limit = entry.get("output_limit", DEFAULT_OUTPUT_LIMIT)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 256:
-            raise ValueError("output_limit must be a whole number of bytes, at least 256")
+            raise InvalidArgumentError("output_limit must be a whole number of bytes, at least 256")
         duration = entry.get("max_duration")
         if duration is not None and (
             isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0
         ):
-            raise ValueError("max_duration must be a positive number of seconds")
+            raise InvalidArgumentError("max_duration must be a positive number of seconds")
         reconnect = entry.get("reconnect", True)
         if not isinstance(reconnect, bool):
-            raise ValueError("reconnect must be true or false")
+            raise InvalidArgumentError("reconnect must be true or false")
         return {
             "prefix": check_prefix(prefix, name),
             "tools": tool_filter(entry.get("tools"), name),

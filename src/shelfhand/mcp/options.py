@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, get_args
 
 from shelfhand.core.context import PermissionLevel, permission_rank
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.events import ToolProgress
 
 __all__ = [
@@ -63,9 +64,9 @@ class ToolSettings:
         if self.permission is not None:
             permission_rank(self.permission)  # ValueError naming the levels
         if self.cache_ttl is not None and self.cache_ttl < 0:
-            raise ValueError(f"cache_ttl must be 0 or more, got {self.cache_ttl}")
+            raise InvalidArgumentError(f"cache_ttl must be 0 or more, got {self.cache_ttl}")
         if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {self.timeout}")
+            raise InvalidArgumentError(f"timeout must be positive, got {self.timeout}")
 
     def over(self, base: ToolSettings) -> ToolSettings:
         """These settings, with ``base`` filling what is not set here."""
@@ -79,26 +80,27 @@ class ToolSettings:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "tool settings") -> ToolSettings:
         """Settings from a config mapping (keys ``confirm``, ``permission``, ``cache_ttl``,
-        ``timeout``); a wrong key or type is a :class:`ValueError` naming ``where``."""
+        ``timeout``); a wrong key or type is an
+        :class:`~shelfhand.core.errors.InvalidArgumentError` (a ValueError) naming ``where``."""
         unknown = sorted(set(data) - {"confirm", "permission", "cache_ttl", "timeout"})
         if unknown:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{where}: unknown keys {', '.join(unknown)} "
                 "(known: cache_ttl, confirm, permission, timeout)"
             )
         confirm = data.get("confirm")
         if confirm is not None and not isinstance(confirm, bool):
-            raise ValueError(f"{where}: confirm must be true or false")
+            raise InvalidArgumentError(f"{where}: confirm must be true or false")
         permission = data.get("permission")
         if permission is not None and permission not in get_args(PermissionLevel):
-            raise ValueError(f"{where}: permission must be user, admin or system")
+            raise InvalidArgumentError(f"{where}: permission must be user, admin or system")
         numbers: dict[str, float | None] = {}
         for key in ("cache_ttl", "timeout"):
             value = data.get(key)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int | float)
             ):
-                raise ValueError(f"{where}: {key} must be a number of seconds")
+                raise InvalidArgumentError(f"{where}: {key} must be a number of seconds")
             numbers[key] = None if value is None else float(value)
         try:
             return cls(
@@ -108,7 +110,7 @@ class ToolSettings:
                 timeout=numbers["timeout"],
             )
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise InvalidArgumentError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +157,7 @@ class ServerOptions(TypedDict, total=False):
 
 def check_prefix(prefix: str, server: str) -> str:
     if not _PREFIX_RE.match(prefix):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"MCP server {server}: prefix {prefix!r} must be up to 32 ASCII letters, digits, "
             "'_' or '-'"
         )
@@ -172,7 +174,9 @@ def tool_filter(value: Any, server: str) -> ToolFilter:
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - {"allow", "deny"})
         if unknown:
-            raise ValueError(f"{here}: unknown keys {', '.join(unknown)} (known: allow, deny)")
+            raise InvalidArgumentError(
+                f"{here}: unknown keys {', '.join(unknown)} (known: allow, deny)"
+            )
         allow = value.get("allow")
         return ToolFilter(
             None if allow is None else _names(allow, f"{here}.allow"),
@@ -186,7 +190,9 @@ def tool_settings(value: Any, server: str) -> dict[str, ToolSettings]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ValueError(f"MCP server {server}: tool_settings must map tool names to settings")
+        raise InvalidArgumentError(
+            f"MCP server {server}: tool_settings must map tool names to settings"
+        )
     out: dict[str, ToolSettings] = {}
     for name, item in value.items():
         if isinstance(item, ToolSettings):
@@ -195,13 +201,15 @@ def tool_settings(value: Any, server: str) -> dict[str, ToolSettings]:
             where = f"MCP server {server}: tool_settings.{name}"
             out[str(name)] = ToolSettings.from_mapping(item, where)
         else:
-            raise ValueError(f"MCP server {server}: tool_settings.{name} must be an object")
+            raise InvalidArgumentError(
+                f"MCP server {server}: tool_settings.{name} must be an object"
+            )
     return out
 
 
 def _names(value: Any, here: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ValueError(f"{here} must be a list of tool names")
+        raise InvalidArgumentError(f"{here} must be a list of tool names")
     if not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{here} must be a list of non-empty tool names")
+        raise InvalidArgumentError(f"{here} must be a list of non-empty tool names")
     return tuple(value)

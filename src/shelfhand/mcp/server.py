@@ -44,7 +44,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from shelfhand.core.auth import identify
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.tools.tool import Tool
 from shelfhand.tools.toolkit import Toolkit
@@ -90,7 +90,9 @@ def build_server(
     """
     not_read_only = [t.name for t in tools if not t.read_only]
     if not_read_only:
-        raise ValueError(f"only read-only tools can be served: {', '.join(not_read_only)}")
+        raise InvalidArgumentError(
+            f"only read-only tools can be served: {', '.join(not_read_only)}"
+        )
     toolkit = Toolkit(tools)
 
     async def on_list_tools(

@@ -82,24 +82,15 @@ class _HttpServer(McpServer):
         super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol, **options)
         self.url = url
         self.headers = dict(headers or {})
-        self._last_error_status: str | None = None
-
-    def _http_note(self) -> str:
-        return self._last_error_status or ""
-
-    async def _on_response(self, response: httpx2.Response) -> None:
-        # The SDK turns a non-JSON error response into "Server returned an error response";
-        # keep the status so that errors can say "HTTP 401 Unauthorized".
-        if response.status_code >= 400:
-            self._last_error_status = f"HTTP {response.status_code} {response.reason_phrase}"
-        else:
-            self._last_error_status = None
 
     def _http_client(self, timeout: httpx2.Timeout) -> httpx2.AsyncClient:
+        # One client per connection: each response's status is filed for its own request
+        # (shelfhand.mcp.statuses), so that errors can say "HTTP 401 Unauthorized".
+        self._statuses.new_connection()
         return httpx2.AsyncClient(
             headers=self.headers,
             timeout=timeout,
-            event_hooks={"response": [self._on_response]},
+            event_hooks={"response": [self._statuses.record]},
         )
 
 

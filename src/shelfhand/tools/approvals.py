@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
 
@@ -96,7 +97,7 @@ class Approvals:
         self, *, handler: ApprovalHandler | None = None, timeout: float | None = 600.0
     ) -> None:
         if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive or None")
+            raise InvalidArgumentError("timeout must be positive or None")
         self.handler = handler
         self.timeout = timeout
         self._pending: dict[str, _Pending] = {}
@@ -124,10 +125,21 @@ class Approvals:
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._pending[request.id] = _Pending(request=request, future=future)
+        try:
+            self._opened(request)
+        except BaseException:  # nothing half-open is left behind
+            with self._lock:
+                self._pending.pop(request.id, None)
+            raise
         return request
 
     async def wait(self, approval_id: str) -> ApprovalDecision:
         """Wait for the decision on ``approval_id``; a timeout becomes a rejection.
+
+        The handler, if any, is asked first; then the decision arrives through
+        :meth:`_arrival` (in this process: :meth:`decide` resolves a future), bounded by
+        ``timeout``, after which :meth:`_time_out` says what stands. The request is forgotten
+        afterwards, whatever happened.
 
         Raises:
             KeyError: no pending request has this id.
@@ -141,16 +153,51 @@ class Approvals:
                 decided = await self._ask_handler(pending.request)
                 if decided is not None:
                     return decided
-            try:
-                return await asyncio.wait_for(asyncio.shield(pending.future), self.timeout)
-            except TimeoutError:
-                return ApprovalDecision(
-                    approved=False, reason=f"no decision within {self.timeout:g} s"
-                )
+            arrived = await self._arrival(approval_id, pending.future, self.timeout)
+            return self._time_out(approval_id) if arrived is None else arrived
         finally:
-            with self._lock:
-                self._pending.pop(approval_id, None)
-                self._sessions.pop(approval_id, None)
+            self._drop(approval_id)
+
+    async def _arrival(
+        self,
+        approval_id: str,
+        decided_here: asyncio.Future[ApprovalDecision],
+        timeout: float | None,
+    ) -> ApprovalDecision | None:
+        """How a decision arrives: the hook a shared registry overrides.
+
+        Args:
+            approval_id: The request waited for.
+            decided_here: Resolved by :meth:`decide` in this process; never cancelled here.
+            timeout: Seconds to wait at most (``None``: no limit).
+
+        Returns:
+            The decision, or ``None`` when ``timeout`` passed without one.
+        """
+        await asyncio.wait({decided_here}, timeout=timeout)
+        return decided_here.result() if decided_here.done() else None
+
+    def _time_out(self, approval_id: str) -> ApprovalDecision:
+        """What stands when no decision arrived in time: a rejection saying so (a shared
+        registry first checks that nobody decided in the last instant)."""
+        return ApprovalDecision(approved=False, reason=f"no decision within {self.timeout:g} s")
+
+    def _opened(self, request: ApprovalRequest) -> None:
+        """Called when ``request`` was registered, for a shared registry to keep a copy; if
+        it raises, the request is not opened."""
+
+    def _forgotten(self, request: ApprovalRequest) -> None:
+        """Called once ``request`` has left the registry (read, timed out or discarded), for
+        a shared registry to remove its copy."""
+
+    def _drop(self, approval_id: str) -> None:
+        with self._lock:
+            pending = self._pending.pop(approval_id, None)
+            self._sessions.pop(approval_id, None)
+        if pending is not None:
+            if not pending.future.done():
+                pending.future.cancel()
+            self._forgotten(pending.request)
 
     def bind_session(self, approval_id: str, session_id: str) -> None:
         """Note which conversation a pending request belongs to (a service checks it when
@@ -210,11 +257,7 @@ class Approvals:
 
     def discard(self, approval_id: str) -> None:
         """Forget a request without deciding it (its run was cancelled); unknown ids are ignored."""
-        with self._lock:
-            pending = self._pending.pop(approval_id, None)
-            self._sessions.pop(approval_id, None)
-        if pending is not None and not pending.future.done():
-            pending.future.cancel()
+        self._drop(approval_id)
 
     def get(self, approval_id: str) -> ApprovalRequest | None:
         """The pending request with this id, or ``None``."""

@@ -33,13 +33,16 @@ from hashlib import sha256
 from pathlib import Path
 from typing import IO, Any
 
-from shelfhand.core.db import Migration, apply_migrations, connect, transaction
+from shelfhand.core.db import Migration, SqliteDatabase
+from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
 
 __all__ = [
     "AUDIT_MIGRATIONS",
     "REDACTED",
     "AuditLog",
     "AuditRecord",
+    "audit_schema",
     "parse_since",
     "redact",
 ]
@@ -49,56 +52,69 @@ logger = logging.getLogger(__name__)
 REDACTED = "[REDACTED]"
 _SECRET_RE = re.compile(r"passw|secret|token|api_?key|authorization|credential", re.IGNORECASE)
 
+# The columns after ``id``: name, definition, and the migration that added it (SQLite's
+# audit_log grew in three steps; a new table, PostgreSQL's included, has them all at once).
+_AUDIT_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("ts", "{real} NOT NULL", 1),
+    ("tool", "TEXT NOT NULL", 1),
+    ("tenant", "TEXT NOT NULL", 1),
+    ("user_id", "TEXT NOT NULL", 1),
+    ("trace_id", "TEXT NOT NULL", 1),
+    ("request_id", "TEXT NOT NULL", 1),
+    ("call_id", "TEXT NOT NULL", 1),
+    ("args_hash", "TEXT NOT NULL", 1),
+    ("arguments", "TEXT NOT NULL", 1),
+    ("decision", "TEXT NOT NULL", 1),
+    ("outcome", "TEXT NOT NULL", 1),
+    ("error_class", "TEXT NOT NULL", 1),
+    ("duration_ms", "{real} NOT NULL", 1),
+    ("cache_hit", "INTEGER NOT NULL", 1),
+    ("dedup_hit", "INTEGER NOT NULL", 1),
+    ("attempts", "INTEGER NOT NULL", 1),
+    ("repairs", "TEXT NOT NULL DEFAULT ''", 2),
+    ("parent_trace_id", "TEXT NOT NULL DEFAULT ''", 3),
+    ("depth", "INTEGER NOT NULL DEFAULT 0", 3),
+    ("agent", "TEXT NOT NULL DEFAULT ''", 3),
+)
+_AUDIT_INDEXES = (("ts", "ts", 1), ("parent", "parent_trace_id", 3))  # {table}_<name>
+
+
+def audit_schema(dialect: Dialect, table: str, step: int | None = None) -> str:
+    """The script that creates the audit table ``table`` with every column (``step`` None),
+    or that takes it to migration ``step`` from the one before (step 1 creates it)."""
+    columns = [(name, spec) for name, spec, added in _AUDIT_COLUMNS if step in (None, added)]
+    indexes = [(name, column) for name, column, added in _AUDIT_INDEXES if step in (None, added)]
+    if step in (None, 1):
+        body = ",\n    ".join(["id {id_key}", *(f"{name} {spec}" for name, spec in columns)])
+        lines = [f"CREATE TABLE {{table}} (\n    {body}\n);"]
+    else:
+        lines = [f"ALTER TABLE {{table}} ADD COLUMN {name} {spec};" for name, spec in columns]
+    lines += [f"CREATE INDEX {{table}}_{name} ON {{table}} ({column});" for name, column in indexes]
+    return dialect.ddl("\n".join(lines), table=table)
+
+
 AUDIT_MIGRATIONS = [
-    Migration(
-        name="audit_001_initial",
-        sql="""
-        CREATE TABLE audit_log (
-            id INTEGER PRIMARY KEY,
-            ts REAL NOT NULL,
-            tool TEXT NOT NULL,
-            tenant TEXT NOT NULL,
-            user_id TEXT NOT NULL,
-            trace_id TEXT NOT NULL,
-            request_id TEXT NOT NULL,
-            call_id TEXT NOT NULL,
-            args_hash TEXT NOT NULL,
-            arguments TEXT NOT NULL,
-            decision TEXT NOT NULL,
-            outcome TEXT NOT NULL,
-            error_class TEXT NOT NULL,
-            duration_ms REAL NOT NULL,
-            cache_hit INTEGER NOT NULL,
-            dedup_hit INTEGER NOT NULL,
-            attempts INTEGER NOT NULL
-        );
-        CREATE INDEX audit_log_ts ON audit_log (ts);
-        """,
-    ),
-    Migration(
-        name="audit_002_argument_repairs",
-        sql="ALTER TABLE audit_log ADD COLUMN repairs TEXT NOT NULL DEFAULT '';",
-    ),
-    Migration(
-        name="audit_003_delegation",
-        sql="""
-        ALTER TABLE audit_log ADD COLUMN parent_trace_id TEXT NOT NULL DEFAULT '';
-        ALTER TABLE audit_log ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE audit_log ADD COLUMN agent TEXT NOT NULL DEFAULT '';
-        CREATE INDEX audit_log_parent ON audit_log (parent_trace_id);
-        """,
-    ),
+    Migration(name="audit_001_initial", sql=audit_schema(SQLITE, "audit_log", 1)),
+    Migration(name="audit_002_argument_repairs", sql=audit_schema(SQLITE, "audit_log", 2)),
+    Migration(name="audit_003_delegation", sql=audit_schema(SQLITE, "audit_log", 3)),
 ]
 
-_COLUMNS = (
-    "ts, tool, tenant, user_id, trace_id, request_id, call_id, args_hash, arguments, decision, "
-    "outcome, error_class, duration_ms, cache_hit, dedup_hit, attempts, repairs, "
-    "parent_trace_id, depth, agent"
-)
-_INSERT = f"INSERT INTO audit_log ({_COLUMNS}) VALUES ({', '.join('?' * 20)})"
+_COLUMNS = ", ".join(name for name, _spec, _added in _AUDIT_COLUMNS)
+_INSERT = f"INSERT INTO {{table}} ({_COLUMNS}) VALUES ({', '.join('?' * len(_AUDIT_COLUMNS))})"
 _ROW_DEFAULTS: tuple[Any, ...] = ((), "", 0, "")
 """Values of the optional trailing fields of a buffered row (repairs, parent trace, depth,
 agent), for rows appended without them."""
+# How query() filters map to columns (an equality each).
+_FILTERS = {
+    "tool": "tool",
+    "user": "user_id",
+    "tenant": "tenant",
+    "outcome": "outcome",
+    "trace_id": "trace_id",
+    "parent_trace_id": "parent_trace_id",
+}
+# The record's field for each column, in the order of _COLUMNS.
+_FIELDS = tuple("user" if name == "user_id" else name for name, _s, _a in _AUDIT_COLUMNS)
 
 
 def redact(value: Any) -> Any:
@@ -185,15 +201,18 @@ class AuditLog:
         self, path: str | Path, *, batch_size: int = 512, flush_interval: float = 0.5
     ) -> None:
         self.path = Path(path)
-        self._conn = connect(self.path)
-        apply_migrations(self._conn, AUDIT_MIGRATIONS)
-        self._start_buffer(batch_size=batch_size, flush_interval=flush_interval)
+        database = SqliteDatabase(self.path, AUDIT_MIGRATIONS)
+        self._start(database, "audit_log", batch_size=batch_size, flush_interval=flush_interval)
 
-    def _start_buffer(self, *, batch_size: int, flush_interval: float) -> None:
+    def _start(
+        self, database: Database, table: str, *, batch_size: int, flush_interval: float
+    ) -> None:
+        """Keep the records in ``table`` of ``database`` (whose migrations created it)."""
+        self._database = database
+        self._sql = Statements(database.dialect, table=table)
         self._batch_size = batch_size
         self._interval = flush_interval
         self._buffer: deque[tuple[Any, ...]] = deque()
-        self._db_lock = threading.Lock()
         self._wake = threading.Event()
         self._writer: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -286,18 +305,16 @@ class AuditLog:
             self._write(rows)
         return len(rows)
 
-    # --- storage (SQLite here; PgAuditLog overrides these three) -------------------------
+    # --- storage ---------------------------------------------------------------------------
     def _write(self, rows: list[tuple[Any, ...]]) -> None:
-        with self._db_lock, transaction(self._conn):
-            self._conn.executemany(_INSERT, rows)
+        # a failure propagates: the writer thread logs it (the batch is lost, loudly) and a
+        # query answers it (503 for a PostgreSQL out of reach)
+        with self._database.transaction() as conn:
+            conn.executemany(self._sql(_INSERT), rows)
 
-    def _fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        with self._db_lock:
-            return self._conn.execute(sql, params).fetchall()
-
-    def _close_store(self) -> None:
-        with self._db_lock:
-            self._conn.close()
+    def _fetch(self, sql: str, params: list[Any]) -> Sequence[Any]:
+        with self._database.connection() as conn:
+            return conn.execute(self._sql(sql), params).fetchall()
 
     def close(self) -> None:
         """Write what is buffered and close the file (idempotent)."""
@@ -310,7 +327,7 @@ class AuditLog:
         try:
             self.flush()
         finally:
-            self._close_store()
+            self._database.close()
             atexit.unregister(self.close)
 
     def __enter__(self) -> AuditLog:
@@ -365,13 +382,13 @@ class AuditLog:
         """
         return list(
             self._select(
+                since=since,
+                limit=limit,
                 tool=tool,
                 user=user,
                 tenant=tenant,
-                since=since,
                 outcome=outcome,
                 trace_id=trace_id,
-                limit=limit,
                 parent_trace_id=parent_trace_id,
             )
         )
@@ -394,84 +411,61 @@ class AuditLog:
     def _select(
         self,
         *,
-        tool: str | None = None,
-        user: str | None = None,
-        tenant: str | None = None,
         since: float | datetime | None = None,
-        outcome: str | None = None,
-        trace_id: str | None = None,
         limit: int | None = 1000,
-        parent_trace_id: str | None = None,
+        **equal: str | None,
     ) -> Iterator[AuditRecord]:
+        """The records of :meth:`query` (``equal``: its equality filters, by its names)."""
+        unknown = sorted(set(equal) - set(_FILTERS))
+        if unknown:
+            raise TypeError(f"unknown audit filters: {', '.join(unknown)}")
         if not self._closed:
             self.flush()
-        where: list[str] = []
-        params: list[Any] = []
-        for column, value in (
-            ("tool", tool),
-            ("user_id", user),
-            ("tenant", tenant),
-            ("outcome", outcome),
-            ("trace_id", trace_id),
-            ("parent_trace_id", parent_trace_id),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where = [f"{_FILTERS[name]} = ?" for name, value in equal.items() if value is not None]
+        params: list[Any] = [value for value in equal.values() if value is not None]
         if since is not None:
             where.append("ts >= ?")
             params.append(since.timestamp() if isinstance(since, datetime) else float(since))
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         if limit is None:
-            sql = f"SELECT {_COLUMNS} FROM audit_log{clause} ORDER BY ts, id"
+            sql = f"SELECT {_COLUMNS} FROM {{table}}{clause} ORDER BY ts, id"
         else:  # the newest `limit` records, returned oldest first
             sql = (
-                f"SELECT {_COLUMNS} FROM (SELECT id, {_COLUMNS} FROM audit_log{clause} "
-                "ORDER BY ts DESC, id DESC LIMIT ?) ORDER BY ts, id"
+                f"SELECT {_COLUMNS} FROM (SELECT id, {_COLUMNS} FROM {{table}}{clause} "
+                "ORDER BY ts DESC, id DESC LIMIT ?) AS newest ORDER BY ts, id"
             )
             params.append(int(limit))
         for row in self._fetch(sql, params):
-            yield AuditRecord(
-                ts=row[0],
-                tool=row[1],
-                tenant=row[2],
-                user=row[3],
-                trace_id=row[4],
-                request_id=row[5],
-                call_id=row[6],
-                args_hash=row[7],
-                arguments=row[8],
-                decision=row[9],
-                outcome=row[10],
-                error_class=row[11],
-                duration_ms=row[12],
-                cache_hit=bool(row[13]),
-                dedup_hit=bool(row[14]),
-                attempts=row[15],
-                repairs=tuple(json.loads(row[16])) if row[16] else (),
-                parent_trace_id=row[17],
-                depth=row[18],
-                agent=row[19],
-            )
+            record = dict(zip(_FIELDS, row, strict=True))
+            record["cache_hit"] = bool(record["cache_hit"])
+            record["dedup_hit"] = bool(record["dedup_hit"])
+            record["repairs"] = tuple(json.loads(record["repairs"])) if record["repairs"] else ()
+            yield AuditRecord(**record)
 
 
 def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """A buffered record → the stored row: hash and redact the arguments."""
     if len(raw) < 20:  # a row appended without the optional trailing fields
         raw = (*raw, *_ROW_DEFAULTS[len(raw) - 16 :])
-    raw = (*raw[:16], json.dumps(list(raw[16]), ensure_ascii=False) if raw[16] else "", *raw[17:])
-    arguments, canonical = raw[7], raw[8]
+    digest, arguments = _stored_arguments(raw[7], raw[8])
+    repairs = json.dumps(list(raw[16]), ensure_ascii=False) if raw[16] else ""
+    # cache_hit and dedup_hit as integers, the same in SQLite and PostgreSQL
+    hits = (int(raw[13]), int(raw[14]))
+    return (*raw[:7], digest, arguments, *raw[9:13], *hits, raw[15], repairs, *raw[17:])
+
+
+def _stored_arguments(arguments: Any, canonical: str | None) -> tuple[str, str]:
+    """The arguments' hash and what is stored of them (redacted canonical JSON)."""
     if canonical is None:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it
             digest = sha256(arguments.encode("utf-8")).hexdigest()
-            placeholder = f'"<unparsed arguments, {len(arguments)} chars>"'
-            return (*raw[:7], digest, placeholder, *raw[9:])
+            return digest, f'"<unparsed arguments, {len(arguments)} chars>"'
         canonical = _CANONICAL.encode(arguments)
     digest = sha256(canonical.encode("utf-8")).hexdigest()
     # A secret key's name appears in the JSON text; without one there is nothing to redact.
     if _SECRET_RE.search(canonical) is not None:
         canonical = _CANONICAL.encode(redact(arguments))
-    return (*raw[:7], digest, canonical, *raw[9:])
+    return digest, canonical
 
 
 _SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -484,7 +478,7 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     An ISO time without a zone is read as local time.
 
     Raises:
-        ValueError: neither form.
+        InvalidArgumentError: neither form (a ValueError).
     """
     match = _SINCE_RE.match(text)
     if match:
@@ -493,7 +487,7 @@ def parse_since(text: str, *, now: float | None = None) -> float:
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"cannot read the time {text!r}: use a duration like 30m, 1h, 2d or an ISO time "
             "like 2025-01-31T09:00"
         ) from None

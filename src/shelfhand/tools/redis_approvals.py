@@ -27,7 +27,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from shelfhand.backends.redis import KEY_PREFIX, redis_errors
@@ -111,42 +110,26 @@ class RedisApprovals(Approvals):
     def _decision_key(cls, approval_id: str) -> str:
         return cls._key(approval_id) + ":decision"
 
-    def open(
-        self,
-        *,
-        call_id: str,
-        tool: str,
-        arguments: Mapping[str, Any],
-        user: UserContext,
-        trace_id: str = "",
-    ) -> ApprovalRequest:
-        request = super().open(
-            call_id=call_id, tool=tool, arguments=arguments, user=user, trace_id=trace_id
-        )
+    def _opened(self, request: ApprovalRequest) -> None:
         record = {
             "id": request.id,
-            "call_id": call_id,
-            "tool": tool,
-            "arguments": dict(arguments),
-            "tenant": user.tenant_id,
-            "user": user.user_id,
-            "roles": list(user.roles),
-            "trace_id": trace_id,
+            "call_id": request.call_id,
+            "tool": request.tool,
+            "arguments": dict(request.arguments),
+            "tenant": request.user.tenant_id,
+            "user": request.user.user_id,
+            "roles": list(request.user.roles),
+            "trace_id": request.trace_id,
             "created_at": request.created_at,
             "session": "",
         }
-        try:
-            with redis_errors("approvals"):
-                pipe = self.client.pipeline()
-                pipe.set(self._key(request.id), json.dumps(record, ensure_ascii=False))
-                pipe.pexpire(self._key(request.id), self._expiry_ms)
-                pipe.zadd(_owner_key(user), {request.id: request.created_at})
-                pipe.pexpire(_owner_key(user), self._expiry_ms)
-                pipe.execute()
-        except BaseException:
-            super().discard(request.id)
-            raise
-        return request
+        with redis_errors("approvals"):
+            pipe = self.client.pipeline()
+            pipe.set(self._key(request.id), json.dumps(record, ensure_ascii=False))
+            pipe.pexpire(self._key(request.id), self._expiry_ms)
+            pipe.zadd(_owner_key(request.user), {request.id: request.created_at})
+            pipe.pexpire(_owner_key(request.user), self._expiry_ms)
+            pipe.execute()
 
     def bind_session(self, approval_id: str, session_id: str) -> None:
         super().bind_session(approval_id, session_id)
@@ -163,42 +146,32 @@ class RedisApprovals(Approvals):
             return None
         return _request_of(raw)[1] or None
 
-    async def wait(self, approval_id: str) -> ApprovalDecision:
-        with self._lock:
-            pending = self._pending.get(approval_id)
-        if pending is None:
-            raise KeyError(f"no pending approval {approval_id!r}")
-        try:
-            if self.handler is not None and not pending.decided:
-                decided = await self._ask_handler(pending.request)
-                if decided is not None:
-                    return decided
-            give_up = None if self.timeout is None else time.monotonic() + self.timeout
-            future = pending.future
-            while True:
-                wait = self.poll_interval
-                if give_up is not None:
-                    wait = max(0.0, min(wait, give_up - time.monotonic()))
-                await asyncio.wait([future], timeout=wait)  # never cancels the future
-                if future.done():
-                    return future.result()
-                remote = self._remote_decision(approval_id)
-                if remote is not None:
-                    return remote
-                if give_up is not None and time.monotonic() >= give_up:
-                    return self._time_out(approval_id)
-        finally:
-            with self._lock:
-                self._pending.pop(approval_id, None)
-                self._sessions.pop(approval_id, None)
-            self._forget(approval_id, pending.request.user)
+    async def _arrival(
+        self,
+        approval_id: str,
+        decided_here: asyncio.Future[ApprovalDecision],
+        timeout: float | None,
+    ) -> ApprovalDecision | None:
+        """A decision made here resolves ``decided_here`` at once; one made on another
+        replica is found by looking at its Redis key every ``poll_interval`` seconds."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self.poll_interval
+            if give_up is not None:
+                wait = max(0.0, min(wait, give_up - time.monotonic()))
+            await asyncio.wait([decided_here], timeout=wait)  # never cancels the future
+            if decided_here.done():
+                return decided_here.result()
+            remote = self._remote_decision(approval_id)
+            if remote is not None:
+                return remote
+            if give_up is not None and time.monotonic() >= give_up:
+                return None
 
     def _time_out(self, approval_id: str) -> ApprovalDecision:
         """The timeout's rejection, claimed like any decision: if a replica decided first
         (in the last instant), its decision stands, so what its caller was told holds."""
-        timed_out = ApprovalDecision(
-            approved=False, reason=f"no decision within {self.timeout:g} s"
-        )
+        timed_out = super()._time_out(approval_id)
         payload = json.dumps(
             {"approved": False, "reason": timed_out.reason, "by": ""}, ensure_ascii=False
         )
@@ -227,14 +200,14 @@ class RedisApprovals(Approvals):
             approved=bool(data["approved"]), reason=data["reason"], by=data["by"]
         )
 
-    def _forget(self, approval_id: str, user: UserContext) -> None:
+    def _forgotten(self, request: ApprovalRequest) -> None:
         try:
             pipe = self.client.pipeline()
-            pipe.delete(self._key(approval_id))
-            pipe.zrem(_owner_key(user), approval_id)
+            pipe.delete(self._key(request.id))
+            pipe.zrem(_owner_key(request.user), request.id)
             pipe.execute()
         except Exception as exc:  # it expires by itself
-            logger.warning("approval %s: cannot remove it from Redis: %s", approval_id, exc)
+            logger.warning("approval %s: cannot remove it from Redis: %s", request.id, exc)
 
     def decide(self, approval_id: str, decision: ApprovalDecision) -> ApprovalRequest:
         payload = json.dumps(
@@ -257,13 +230,6 @@ class RedisApprovals(Approvals):
                 "approved" if decision.approved else "rejected",
             )
             return _request_of(raw)[0]
-
-    def discard(self, approval_id: str) -> None:
-        with self._lock:
-            pending = self._pending.get(approval_id)
-        super().discard(approval_id)
-        if pending is not None:
-            self._forget(approval_id, pending.request.user)
 
     def get(self, approval_id: str) -> ApprovalRequest | None:
         local = super().get(approval_id)

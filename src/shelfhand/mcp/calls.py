@@ -1,0 +1,158 @@
+"""Calling an MCP server's tools and reading its resources (DESIGN M1).
+
+A request the server never received (the connection was refused, or the server answered
+*that request* with a 404: it no longer knows the session) is sent again once, on a reopened
+connection. Whether a request was received is decided from its own response only (see
+:mod:`shelfhand.mcp.statuses`): a call answered with an error, or one that was never answered,
+is never sent twice, whatever happened to other calls meanwhile.
+
+A call's ``timeout`` counts the seconds without an answer *or progress*: each
+``notifications/progress`` restarts it (up to ``max_duration`` in all) and is reported as a
+:class:`~shelfhand.core.events.ToolProgress` to ``on_progress`` and to the caller's
+:data:`~shelfhand.core.events.progress_sink`, if set.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as types
+from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
+
+from shelfhand.core.errors import ToolError, ToolTimeoutError
+from shelfhand.core.events import ToolProgress, progress_sink
+from shelfhand.mcp.connection import McpConnection
+from shelfhand.mcp.tool import resource_output, to_output
+from shelfhand.tools.tool import ToolOutput
+
+__all__ = ["McpCalls"]
+
+logger = logging.getLogger(__name__)
+
+# How a streamable-HTTP server (restarted, or expired the session) says it never ran a request.
+_UNKNOWN_SESSION = frozenset({"Session terminated", "Session not found"})
+# What the SDK says of an error response without a JSON-RPC body: its status says more.
+_BARE_ERROR = "Server returned an error response"
+
+
+class _NotDelivered(Exception):
+    """The request never reached the server (connection refused, unknown session)."""
+
+
+class McpCalls(McpConnection):
+    """Tool calls and resource reads on the server's connection."""
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        tool_name: str | None = None,
+    ) -> ToolOutput:
+        """Call ``name`` (the server's own name) on the server.
+
+        Args:
+            timeout: Seconds without an answer or progress (default: the server's).
+            tool_name: The model-facing name, for progress events (default ``prefix + name``).
+
+        Raises:
+            ToolTimeoutError: no answer or progress within ``timeout``, or no answer within
+                ``max_duration``.
+            ToolError: the server is not available or refused the request (model-facing).
+        """
+        limit = timeout or self.timeout
+        shown = tool_name or self.prefix + name
+        for attempt in (1, 2):
+            client = await self._live_client()
+            try:
+                result = await self._call(client, name, arguments, limit, shown)
+            except _NotDelivered as exc:
+                self._lost(str(exc))
+                if attempt == 1:
+                    continue  # the server never saw it: reconnect and send it once more
+                raise ToolError(f"MCP server {self.name} is not available ({exc})") from None
+            return to_output(result, limit=self.output_limit, source=f"MCP server {self.name}")
+        raise AssertionError("unreachable")
+
+    async def _call(
+        self, client: Client, name: str, arguments: dict[str, Any], limit: float, shown: str
+    ) -> types.CallToolResult:
+        scope = anyio.CancelScope(deadline=anyio.current_time() + limit)
+        # Read here, in the caller's context: the SDK runs the callback in its own task.
+        sinks = [f for f in (self.on_progress, progress_sink.get()) if f is not None]
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            scope.deadline = anyio.current_time() + limit  # progress restarts the clock
+            event = ToolProgress(name=shown, progress=progress, total=total, message=message or "")
+            for sink in sinks:
+                try:
+                    sink(event)
+                except Exception:
+                    logger.exception("MCP server %s: a progress callback failed", self.name)
+
+        timed_out = ToolTimeoutError(
+            f"MCP server {self.name}: no answer or progress within {limit:g} s"
+        )
+        with self._statuses.track() as request:
+            try:
+                with scope:
+                    result = await client.call_tool(
+                        name,
+                        arguments,
+                        read_timeout_seconds=self.max_duration,
+                        progress_callback=progress,
+                        meta=request.meta,
+                    )
+            except MCPError as exc:
+                if scope.cancel_called:
+                    raise timed_out from None
+                raise self._call_error(exc, request.status) from None
+            except httpx2.ConnectError as exc:
+                raise _NotDelivered(self._describe(exc, request.status)) from None
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.HTTPError) as exc:
+                self._lost(self._describe(exc, request.status))
+                raise ToolError(
+                    f"MCP server {self.name} is not available ({self._failure})"
+                ) from None
+        if scope.cancelled_caught:
+            raise timed_out
+        return result
+
+    def _call_error(self, exc: MCPError, status: str) -> Exception:
+        """What a call answered with ``exc`` raises; ``status``: its own response's, if an
+        HTTP error (``HTTP 404 Not Found``)."""
+        if exc.code == types.REQUEST_TIMEOUT:
+            return ToolTimeoutError(
+                f"MCP server {self.name} did not answer within {self.max_duration:g} s"
+            )
+        if exc.code == types.CONNECTION_CLOSED:
+            self._lost("the connection was closed (the server exited or went away)")
+            return ToolError(f"MCP server {self.name}: {self._failure}")
+        if exc.code == types.INVALID_REQUEST and (
+            exc.error.message in _UNKNOWN_SESSION or status.startswith("HTTP 404")
+        ):
+            return _NotDelivered("the server no longer knows this session")
+        if status and exc.error.message == _BARE_ERROR:
+            return ToolError(f"MCP server {self.name}: {status}")
+        if status:
+            return ToolError(f"MCP server {self.name}: {exc} ({status})")
+        return ToolError(f"MCP server {self.name}: {exc}")
+
+    async def read_resource(self, uri: str) -> ToolOutput:
+        """The resource ``uri`` as a tool result (text as is, binary described, capped)."""
+        client = await self._live_client()
+        try:
+            with anyio.fail_after(self.timeout):
+                result = await client.read_resource(uri)
+        except TimeoutError:
+            raise ToolTimeoutError(
+                f"MCP server {self.name} did not answer within {self.timeout:g} s"
+            ) from None
+        except MCPError as exc:
+            raise ToolError(f"MCP server {self.name}: {exc}") from None
+        return resource_output(result, limit=self.output_limit, source=f"MCP server {self.name}")

@@ -136,18 +136,24 @@ class Number:
 
     def range_text(self) -> str:
         """The allowed range in words: ``between 0 and 2``, ``above 0``, ``at least 32``."""
-        low, high = self.low, self.high
+        low = None if self.low is None else _plain(self.low)
+        high = None if self.high is None else _plain(self.high)
         if low is not None and high is not None:
             if self.low_open:
-                return f"above {low:g} and at most {high:g}"
-            return f"between {low:g} and {high:g}"
+                return f"above {low} and at most {high}"
+            return f"between {low} and {high}"
         if low is not None:
-            return f"above {low:g}" if self.low_open else f"at least {low:g}"
-        return f"at most {high:g}" if high is not None else "a number"
+            return f"above {low}" if self.low_open else f"at least {low}"
+        return f"at most {high}" if high is not None else "a number"
 
     def describe(self) -> str:
         kind = "whole number" if self.whole else "number"
         return kind if self.low is None and self.high is None else f"{kind}, {self.range_text()}"
+
+
+def _plain(number: float) -> str:
+    """``1000000`` rather than ``1e+06``; ``0.001`` as it is."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -468,7 +468,7 @@ class Uploads:
             raise UploadRejected(
                 "nothing was ingested; these files cannot be read: " + "; ".join(problems),
                 status=422,
-                code="unreadable_document",
+                code=UnreadableDocumentError.code,
             )
 
     def ingest(
@@ -520,7 +520,7 @@ class Uploads:
                 raise UploadRejected(
                     f"nothing was ingested; these files failed: {reasons}",
                     status=422,
-                    code="unreadable_document",
+                    code=UnreadableDocumentError.code,
                 )
             keep = self.root / tenant_dir
             keep.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,8 @@ from shelfhand.api.schemas import (
     ToolStep,
 )
 from shelfhand.api.tracing import current_trace_id
+from shelfhand.core.errors import SessionBusyError, TurnFailed
 from shelfhand.core.messages import Citation
-from shelfhand.service.chat import SessionBusyError, TurnFailed
 
 router = APIRouter(prefix="/v1")
 
@@ -95,7 +95,9 @@ def get_session(session_id: SessionId, service: ServiceDep, caller: Caller) -> S
 def delete_session(session_id: SessionId, service: ServiceDep, caller: Caller) -> Response:
     """Delete a session and its messages."""
     if service.chat.is_busy(session_id) and service.sessions.get(session_id, caller):
-        return error_response(409, "session is answering a message; retry later", "session_busy")
+        return error_response(
+            409, "session is answering a message; retry later", SessionBusyError.code
+        )
     if not service.sessions.delete(session_id, caller):
         raise _not_found()
     service.chat.forget(session_id)
@@ -151,7 +153,7 @@ async def post_message(
     try:
         events = service.chat.turn(session_id, caller, body.content, trace_id=trace_id)
     except SessionBusyError as exc:
-        return error_response(409, str(exc), "session_busy", headers={"Retry-After": "1"})
+        return error_response(409, str(exc), exc.code, headers={"Retry-After": "1"})
     pump = TurnPump(events)
     if not body.stream:
         return await _json_reply(session_id, trace_id, pump, request)

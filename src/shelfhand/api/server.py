@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
@@ -297,13 +297,15 @@ def _add_docs_routes(api: FastAPI) -> None:
     if assets is not None:
         api.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
 
-    @api.get("/docs", include_in_schema=False)
-    def docs() -> HTMLResponse:
+    def page(render: Callable[..., HTMLResponse], **urls: Any) -> HTMLResponse:
         if assets is None:
             return HTMLResponse(_NO_DOCS_ASSETS)
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json",
-            title="shelfhand API",
+        return render(openapi_url="/openapi.json", title="shelfhand API", **urls)
+
+    @api.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return page(
+            get_swagger_ui_html,
             swagger_js_url="/docs-assets/swagger-ui-bundle.js",
             swagger_css_url="/docs-assets/swagger-ui.css",
             swagger_favicon_url="/docs-assets/favicon.png",
@@ -311,11 +313,8 @@ def _add_docs_routes(api: FastAPI) -> None:
 
     @api.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
-        if assets is None:
-            return HTMLResponse(_NO_DOCS_ASSETS)
-        return get_redoc_html(
-            openapi_url="/openapi.json",
-            title="shelfhand API",
+        return page(
+            get_redoc_html,
             redoc_js_url="/docs-assets/redoc.standalone.js",
             redoc_favicon_url="/docs-assets/favicon.png",
             with_google_fonts=False,

@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.urls import first_line, redact_url
-from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+from shelfhand.core.errors import (
+    ConfigurationError,
+    DependencyUnavailableError,
+    InvalidArgumentError,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -160,7 +164,7 @@ def apply_pg_migrations(conn: psycopg.Connection[Any], migrations: Sequence[PgMi
     was and names itself). Returns how many were applied."""
     names = [m.name for m in migrations]
     if len(set(names)) != len(names):
-        raise ValueError(f"duplicate migration names in {names}")
+        raise InvalidArgumentError(f"duplicate migration names in {names}")
     applied = 0
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))

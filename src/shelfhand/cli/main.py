@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "pg",
     "cluster",
     "worker",
+    "config",
 )
 
 

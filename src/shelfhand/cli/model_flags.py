@@ -1,7 +1,7 @@
 """Command-line flags for the chat model's options (``ask``, ``chat``, ``eval-tools``).
 
-A flag wins over the environment and ``shelfhand.toml``; values are validated like settings
-(:func:`shelfhand.core.settings.model_options`), so a bad one stops the command at once.
+A flag wins over the environment and ``shelfhand.toml``; values are checked by the settings table
+(:func:`shelfhand.core.settings.check_values`), so a bad one stops the command at once.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def apply_model_flags(
     """
     from shelfhand.cli.common import fail
     from shelfhand.core.errors import ConfigurationError
-    from shelfhand.core.settings import model_options
+    from shelfhand.core.settings import check_values
 
     raw = {
         "max_tokens": max_tokens,
@@ -70,7 +70,7 @@ def apply_model_flags(
         "tool_choice": tool_choice,
     }
     try:
-        options = model_options(raw)
+        options = check_values(raw, source="flag")
     except ConfigurationError as exc:
         raise fail(str(exc), 2) from None
     if options:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shelfhand.core.citations import CitationLedger
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
 
 __all__ = [
@@ -31,7 +32,9 @@ def permission_rank(level: str) -> int:
     try:
         return _LEVEL_ORDER[level]
     except KeyError:
-        raise ValueError(f"unknown permission level {level!r}; use user, admin or system") from None
+        raise InvalidArgumentError(
+            f"unknown permission level {level!r}; use user, admin or system"
+        ) from None
 
 
 PRIVILEGED_ROLES: frozenset[str] = frozenset({"admin", "system"})
@@ -118,7 +121,9 @@ class RunContext:
                 trace_id=trace_id or new_id(),
             )
         if user is not None and user != parent.user:
-            raise ValueError("a delegated run belongs to its parent's caller; pass no other user")
+            raise InvalidArgumentError(
+                "a delegated run belongs to its parent's caller; pass no other user"
+            )
         return cls(
             agent_name=agent_name,
             user=parent.user,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
 
 __all__ = [
@@ -184,7 +185,7 @@ def _block_from_dict(data: Mapping[str, Any]) -> Block:
         )
     if kind == "citations":
         return CitationBlock(citations=tuple(Citation.from_dict(c) for c in data["citations"]))
-    raise ValueError(f"unknown content block type {kind!r}")
+    raise InvalidArgumentError(f"unknown content block type {kind!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,7 +266,7 @@ class Message:
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
         role = data["role"]
         if role not in ("system", "user", "assistant", "tool"):
-            raise ValueError(f"unknown message role {role!r}")
+            raise InvalidArgumentError(f"unknown message role {role!r}")
         return cls(
             role=role,
             content=tuple(_block_from_dict(b) for b in data.get("content", ())),

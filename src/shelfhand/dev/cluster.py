@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 from shelfhand.dev.services import LocalPostgres, LocalRedis, free_port, start_postgres, start_redis
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class RoundRobinProxy:
 
     def __init__(self, backends: Sequence[tuple[str, int]], *, host: str = "127.0.0.1") -> None:
         if not backends:
-            raise ValueError("a proxy needs at least one backend")
+            raise InvalidArgumentError("a proxy needs at least one backend")
         self.backends = list(backends)
         self.host = host
         self.port = 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 
 __all__ = ["LocalPostgres", "LocalRedis", "free_port", "start_postgres", "start_redis"]
 
@@ -203,7 +203,7 @@ def start_postgres(folder: Path, *, port: int | None = None) -> LocalPostgres:
 
 def _ident(name: str) -> str:
     if not name.replace("_", "").isalnum():
-        raise ValueError(f"not a plain database name: {name!r}")
+        raise InvalidArgumentError(f"not a plain database name: {name!r}")
     return name
 
 

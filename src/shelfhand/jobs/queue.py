@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.postgres import open_pool, pg_errors
 from shelfhand.core.context import UserContext
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.jobs.schema import QUEUE_NAME, TASK_NAME, migrations
 from shelfhand.service.job_records import (
     FINAL_STATUSES,
@@ -119,7 +120,7 @@ class IngestQueue:
     ) -> JobRecord:
         """Record a job with its files and put it on the queue, in one transaction."""
         if not files:
-            raise ValueError("a job needs at least one file")
+            raise InvalidArgumentError("a job needs at least one file")
         job_id = uuid.uuid4().hex
         now = time.time()
         size = sum(len(f.data) for f in files)

@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.errors import (
     ConfigurationError,
+    InvalidArgumentError,
     ModelError,
     ModelProviderError,
     ModelTimeoutError,
@@ -144,7 +145,7 @@ def failure(
 ) -> ScriptedFailure:
     """A turn in which the model fails: ``kind`` is ``timeout`` or ``provider``."""
     if kind not in ("timeout", "provider"):
-        raise ValueError(f"failure kind must be 'timeout' or 'provider', not {kind!r}")
+        raise InvalidArgumentError(f"failure kind must be 'timeout' or 'provider', not {kind!r}")
     return ScriptedFailure(kind=kind, message=message, status_code=status_code)
 
 
@@ -339,7 +340,7 @@ class CyclingScriptModel(_FakeModel):
         self, script: Sequence[ModelTurn | str | ScriptedFailure], *, name: str = "scripted-cycle"
     ) -> None:
         if not script:
-            raise ValueError("a cycling script needs at least one turn")
+            raise InvalidArgumentError("a cycling script needs at least one turn")
         super().__init__(name)
         self._script = list(script)
 

@@ -7,9 +7,10 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 - deadlines: a whole call (retries included) ends within ``timeout``, and a streamed reply's
   first token must arrive within ``first_token_timeout``; either raises
   :class:`~shelfhand.core.errors.ModelTimeoutError` and closes the HTTP request;
-- our own retry policy: exponential backoff with jitter on 429, 5xx and connection errors —
-  never on 400/401/403/404/422 — honouring ``Retry-After`` (capped); a timeout is retried at
-  most once, and only while the deadline leaves time;
+- our own retry policy (:mod:`shelfhand.providers.openai_retries`): exponential backoff with
+  jitter on 429, 5xx and connection errors — never on 400/401/403/404/422 — honouring
+  ``Retry-After`` (capped); a timeout is retried at most once, and only while the deadline
+  leaves time;
 - the tool modes of :mod:`shelfhand.providers.tool_modes` (``native``, ``plain``,
   ``constrained``) and the request options ``max_tokens``, ``temperature``, ``tool_choice``;
 - caller-facing errors (:class:`~shelfhand.core.errors.ModelProviderError`,
@@ -23,12 +24,9 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
-import random
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -39,7 +37,6 @@ from shelfhand.core.errors import (
     ConfigurationError,
     ModelError,
     ModelProviderError,
-    ModelTimeoutError,
 )
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.core.settings import MODEL_ENV, TOOL_CHOICES, model_options
@@ -52,6 +49,13 @@ from shelfhand.models.base import (
     Usage,
 )
 from shelfhand.models.textcalls import json_as_text, json_reply, recover_tool_calls
+from shelfhand.providers.openai_retries import (
+    Deadline,
+    RetryPolicy,
+    call_error,
+    empty_reply,
+    unreadable,
+)
 from shelfhand.providers.openai_wire import (
     PartialCall,
     StreamReply,
@@ -101,44 +105,6 @@ def _added(first: Usage | None, second: Usage | None) -> Usage | None:
 
 # Local servers (llama.cpp, Ollama, vLLM) ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "sk-no-key-required"
-_MAX_BACKOFF = 30.0
-_RETRYABLE_STATUS = frozenset({429}) | frozenset(range(500, 600))
-_HINTS = {
-    401: "Check OPENAI_API_KEY (and that the key may use this model).",
-    404: "Check SHELFHAND_MODEL and OPENAI_BASE_URL (compatible URLs usually end in /v1).",
-    429: "The server is rate limiting: wait, send fewer requests, or check the quota.",
-    500: "The server kept failing: check its logs and health.",
-    400: "The server rejected the request: check that the model supports tool calling and "
-    "the options sent (temperature, extra_body).",
-}
-
-
-def _retry_after(exc: openai.APIStatusError, cap: float) -> float | None:
-    """Seconds the server asked us to wait, capped; ``None`` when it did not say."""
-    headers = exc.response.headers
-    raw_ms, raw = headers.get("retry-after-ms"), headers.get("retry-after")
-    value: float | None = None
-    try:
-        if raw_ms is not None:
-            value = float(raw_ms) / 1000.0
-        elif raw is not None:
-            value = float(raw)
-    except ValueError:
-        try:  # Retry-After may also be an HTTP date
-            value = email.utils.parsedate_to_datetime(raw or "").timestamp() - time.time()
-        except (TypeError, ValueError):
-            value = None
-    if value is None:
-        return None
-    return min(max(value, 0.0), cap)
-
-
-class _Deadline(Exception):
-    """A deadline passed: ``first_token`` tells which one."""
-
-    def __init__(self, *, first_token: bool) -> None:
-        super().__init__("deadline")
-        self.first_token = first_token
 
 
 class OpenAIChatModel:
@@ -333,11 +299,11 @@ class OpenAIChatModel:
                 lambda left: client.chat.completions.create(**params, timeout=left), deadline
             )
         except (httpx.TransportError, json.JSONDecodeError) as error:
-            raise _unreadable(error) from error
+            raise unreadable(error) from error
         data = as_dict(completion)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise self._empty_reply(data)
+            raise empty_reply(data, where=f"model {self.model!r} at {self._where()}")
         choice = choices[0] if isinstance(choices[0], Mapping) else {}
         message = choice.get("message") or {}
         raw_calls = [tc for tc in message.get("tool_calls") or () if isinstance(tc, Mapping)]
@@ -386,7 +352,7 @@ class OpenAIChatModel:
                         except StopAsyncIteration:
                             break
                         except TimeoutError:
-                            raise _Deadline(first_token=not started) from None
+                            raise Deadline(first_token=not started) from None
                         piece = reply.feed(as_dict(raw))
                         if piece and not buffered:
                             yield StreamText(text=piece)
@@ -394,11 +360,11 @@ class OpenAIChatModel:
                     with anyio.CancelScope(shield=True):
                         await sdk_stream.close()  # also when the caller stops early
             except TimeoutError:  # no response headers before the first-token deadline
-                exc: Exception = _Deadline(first_token=True)
-            except (_Deadline, openai.APIError) as error:
+                exc: Exception = Deadline(first_token=True)
+            except (Deadline, openai.APIError) as error:
                 exc = error
             except (httpx.TransportError, json.JSONDecodeError) as error:
-                raise _unreadable(error) from error
+                raise unreadable(error) from error
             else:
                 text, calls = "".join(reply.parts), reply.tool_calls()
                 response = self._finish(
@@ -541,7 +507,7 @@ class OpenAIChatModel:
                 with anyio.fail_after(max(left, 0.0)):
                     return await call(max(left, 0.001))
             except TimeoutError:
-                exc: Exception = _Deadline(first_token=False)
+                exc: Exception = Deadline(first_token=False)
             except openai.APIError as error:
                 exc = error
             delay = self._delay_for(exc, attempt, deadline)
@@ -550,28 +516,6 @@ class OpenAIChatModel:
             self._log_retry(exc, attempt, delay)
             await anyio.sleep(delay)
             attempt += 1
-
-    def _delay_for(self, exc: Exception, attempt: int, deadline: float) -> float | None:
-        """Seconds to wait before retrying, or ``None`` when we must not retry."""
-        if attempt >= self.max_retries:
-            return None
-        delay: float | None = None
-        timed_out = isinstance(exc, _Deadline | openai.APITimeoutError)
-        if timed_out:
-            if attempt >= 1:
-                return None  # a generation timeout is retried at most once
-        elif isinstance(exc, openai.APIStatusError):
-            if exc.status_code not in _RETRYABLE_STATUS:
-                return None
-            delay = _retry_after(exc, self.retry_after_cap)
-        elif not isinstance(exc, openai.APIConnectionError):
-            return None  # e.g. an error event inside a stream: the server meant it
-        if delay is None:
-            backoff = min(self.backoff_base * 2.0**attempt, _MAX_BACKOFF)
-            delay = backoff * random.uniform(0.5, 1.0)
-        if anyio.current_time() + delay >= deadline:
-            return None  # no time left for another attempt
-        return delay
 
     def _log_retry(self, exc: Exception, attempt: int, delay: float) -> None:
         status = getattr(exc, "status_code", None)
@@ -583,76 +527,18 @@ class OpenAIChatModel:
         return str(client.base_url) if client is not None else str(self.base_url)
 
     def _error(self, exc: Exception, *, attempts: int) -> ModelError:
-        where = f"model {self.model!r} at {self._where()}"
-        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        first = self.first_token_timeout
-        if (
-            isinstance(exc, _Deadline)
-            and exc.first_token
-            and first is not None
-            and first < self.timeout
-        ):
-            return ModelTimeoutError(
-                f"{where} sent no first token within {first:g}s{tries}. "
-                "Check that the server is up and not overloaded, or raise "
-                "SHELFHAND_FIRST_TOKEN_TIMEOUT (a local CPU model needs long for a long prompt)."
-            )
-        if isinstance(exc, _Deadline | openai.APITimeoutError):
-            return ModelTimeoutError(
-                f"{where} did not answer within {self.timeout:g}s{tries}. Check that the server "
-                "is up and not overloaded, or raise the timeout (SHELFHAND_MODEL_TIMEOUT)."
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            return ModelProviderError(
-                f"could not connect to {where}{tries}: {exc}. Check OPENAI_BASE_URL and that "
-                "the server is running.",
-                connection_lost=_connection_lost(exc),
-            )
-        if not isinstance(exc, openai.APIError):  # pragma: no cover - callers pass only these
-            return ModelProviderError(f"{where} failed: {exc}")
-        status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
-        code = 401 if status == 403 else (status or 0)
-        hint = _HINTS.get(code) or _HINTS[500 if code >= 500 else 400]
-        answered = f"answered HTTP {status}" if status else "reported an error"
-        return ModelProviderError(
-            f"{where} {answered}{tries}: {exc.message[:300]}. {hint}", status_code=status
+        return call_error(
+            exc,
+            where=f"model {self.model!r} at {self._where()}",
+            attempts=attempts,
+            timeout=self.timeout,
+            first_token_timeout=self.first_token_timeout,
         )
 
-    def _empty_reply(self, data: Mapping[str, Any]) -> ModelProviderError:
-        error = data.get("error")
-        detail = error.get("message") if isinstance(error, Mapping) else error
-        what = f"reported an error: {str(detail)[:300]}" if error else "sent no choices"
-        return ModelProviderError(
-            f"model {self.model!r} at {self._where()} {what}. Check that OPENAI_BASE_URL "
-            "points at a chat-completions API and the model name is right."
+    def _delay_for(self, exc: Exception, attempt: int, deadline: float) -> float | None:
+        policy = RetryPolicy(
+            max_retries=self.max_retries,
+            backoff_base=self.backoff_base,
+            retry_after_cap=self.retry_after_cap,
         )
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """The connection to the model broke (reset or closed mid-reply), rather than the server
-    answering with an error: the cause chain holds such an ``httpx`` or ``openai`` error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (httpx.RemoteProtocolError, httpx.ReadError)):
-            return True
-        if isinstance(current, openai.APIConnectionError) and not isinstance(
-            current, openai.APITimeoutError
-        ):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _unreadable(exc: httpx.TransportError | json.JSONDecodeError) -> ModelProviderError:
-    """A reply the SDK could not parse or read (malformed JSON, a broken stream): the
-    provider's fault, reported as such."""
-    if isinstance(exc, json.JSONDecodeError):
-        return ModelProviderError(
-            f"the model provider sent a malformed reply (invalid JSON: {exc.msg})"
-        )
-    return ModelProviderError(
-        f"the model provider failed: {type(exc).__name__}: {exc}",
-        connection_lost=_connection_lost(exc),
-    )
+        return policy.delay(exc, attempt, deadline)

@@ -49,6 +49,7 @@ from shelfhand.core.errors import (
     ModelError,
     ModelProviderError,
     ModelTimeoutError,
+    NotFoundError,
     ScriptExhaustedError,
     SessionBusyError,
     TurnFailed,
@@ -82,11 +83,11 @@ _T = TypeVar("_T")
 def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
     if isinstance(exc, ModelTimeoutError):
-        return 504, "model_timeout"
+        return 504, exc.code
     if isinstance(exc, DependencyUnavailableError):
-        return 503, f"{exc.dependency}_unavailable"
+        return 503, f"{exc.dependency}_unavailable"  # which one: postgresql or redis
     if isinstance(exc, (ModelError, ScriptExhaustedError)):
-        return 502, "model_error"
+        return 502, ModelError.code  # one code for every way the model failed
     return 500, "internal_error"
 
 
@@ -268,7 +269,7 @@ class ChatService:
         try:
             window = await self.store(self._window, session_id, user)
             if window is None:
-                raise TurnFailed("session not found", status=404, code="not_found")
+                raise TurnFailed("session not found", status=404, code=NotFoundError.code)
             memory = ConversationMemory(
                 token_budget=self.memory_token_budget,
                 messages=list(window.messages),

@@ -34,7 +34,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,17 +74,6 @@ class JobKnowledge(KnowledgeTarget, Protocol):
     @property
     def keyword_only(self) -> bool: ...
 
-    def ingest(
-        self,
-        paths: Sequence[Path],
-        *,
-        tenant_id: str = "default",
-        permission_tags: Sequence[str] = (),
-        progress: Callable[[IngestEvent], None] | None = None,
-        root_origins: Mapping[str, str] | None = None,
-        wait: bool = True,
-    ) -> IngestReport: ...
-
     def embed_pending(
         self, *, progress: Callable[[IngestEvent], None] | None = None
     ) -> EmbedReport: ...
@@ -98,23 +87,8 @@ class _TextFirst:
     def __init__(self, kb: JobKnowledge) -> None:
         self.kb = kb
 
-    def ingest(
-        self,
-        paths: Sequence[Path],
-        *,
-        tenant_id: str = "default",
-        permission_tags: Sequence[str] = (),
-        progress: Callable[[IngestEvent], None] | None = None,
-        root_origins: Mapping[str, str] | None = None,
-    ) -> IngestReport:
-        return self.kb.ingest(
-            paths,
-            tenant_id=tenant_id,
-            permission_tags=permission_tags,
-            progress=progress,
-            root_origins=root_origins,
-            wait=False,
-        )
+    def ingest(self, paths: Sequence[Path], **options: Any) -> IngestReport:
+        return self.kb.ingest(paths, **{**options, "wait": False})
 
     def forget(self, source: str) -> int:
         return self.kb.forget(source)

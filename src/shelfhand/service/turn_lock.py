@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Protocol
 
 from shelfhand.backends.redis import KEY_PREFIX, redis_errors
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = ["LocalTurnLock", "RedisTurnLock", "TurnClaim", "TurnLock"]
 
@@ -141,7 +142,7 @@ class RedisTurnLock:
 
     def __init__(self, client: Any, *, ttl: float = 30.0) -> None:
         if ttl <= 0:
-            raise ValueError("ttl must be positive")
+            raise InvalidArgumentError("ttl must be positive")
         self.client = client
         self.ttl = ttl
 

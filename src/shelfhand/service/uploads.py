@@ -2,6 +2,9 @@
 
 An upload goes through four steps, and only the last one changes anything a user can see:
 
+Steps 1 and 2 live in :mod:`shelfhand.service.upload_staging`, the registry in
+:mod:`shelfhand.service.upload_registry`; this module ingests, keeps, deletes and recovers.
+
 1. **receive** — each part is streamed to ``<workspace>/uploads/.staging/<id>/<tenant>/<name>``
    with the size limit enforced while reading; names are reduced to a safe base name and the
    suffix must be one the readers understand.
@@ -38,274 +41,39 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from shelfhand.core.context import UserContext
-from shelfhand.core.db import Migration, apply_migrations, connect, transaction
 from shelfhand.core.errors import UnreadableDocumentError, UploadRejected
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
-from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES, read_file
+from shelfhand.service import upload_staging
 from shelfhand.service.source_access import StoredSource, access, merge_reports, replacement_tags
+from shelfhand.service.upload_registry import UploadRecord, UploadRecords, UploadRegistry
+from shelfhand.service.upload_staging import IncomingFile, Staged, safe_name, tenant_folder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadRecords", "UploadRegistry", "UploadRejected", "Uploads", "tenant_folder"]
-
-MIGRATIONS = [
-    Migration(
-        name="uploads_001_initial",
-        sql="""
-CREATE TABLE knowledge_uploads (
-    source TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    uploaded_by TEXT NOT NULL,
-    uploaded_at REAL NOT NULL
-);
-CREATE INDEX knowledge_uploads_tenant ON knowledge_uploads (tenant_id, uploaded_at);
-""",
-    ),
-    Migration(
-        name="uploads_002_pending",
-        sql="""
-CREATE TABLE knowledge_uploads_pending (
-    source TEXT PRIMARY KEY,
-    tenant_id TEXT NOT NULL,
-    filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    uploaded_by TEXT NOT NULL,
-    uploaded_at REAL NOT NULL
-);
-""",
-    ),
+__all__ = [
+    "IncomingFile",
+    "KnowledgeTarget",
+    "Staged",
+    "UploadRecord",
+    "UploadRecords",
+    "UploadRegistry",
+    "UploadRejected",
+    "Uploads",
+    "safe_name",
+    "tenant_folder",
 ]
-
-MAX_NAME_CHARS = 200
-_CHUNK = 1024 * 1024
-
-
-class IncomingFile(Protocol):
-    """What the receiver needs of an uploaded part (Starlette's ``UploadFile`` fits)."""
-
-    filename: str | None
-
-    async def read(self, size: int = -1) -> bytes: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UploadRecord:
-    source: str
-    tenant_id: str
-    filename: str
-    bytes: int
-    uploaded_by: str
-    uploaded_at: float
-
-
-def tenant_folder(tenant_id: str) -> str:
-    """A folder name for a tenant: readable for plain ids, injective for every id."""
-    out = "".join(
-        c if c.isascii() and (c.isalnum() or c in "-_") else f"~{ord(c):x}~" for c in tenant_id
-    )
-    return out or "~empty~"
-
-
-def safe_name(filename: str | None) -> str:
-    """The base name of an uploaded file, or :class:`UploadRejected` (422) if unusable."""
-    name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
-    if not name or name in (".", "..") or name.startswith("."):
-        raise UploadRejected(
-            f"file name {filename!r} is not usable: give each file a plain name such as faq.md",
-            status=422,
-            code="invalid_file_name",
-        )
-    if any(ord(c) < 32 for c in name) or len(name) > MAX_NAME_CHARS:
-        raise UploadRejected(
-            f"file name {filename!r} has control characters or is longer than "
-            f"{MAX_NAME_CHARS} characters",
-            status=422,
-            code="invalid_file_name",
-        )
-    suffix = Path(name).suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
-        raise UploadRejected(
-            f"{name}: unsupported file type {suffix or '(no suffix)'!r}; supported: {supported}",
-            status=415,
-            code="unsupported_file_type",
-        )
-    return name
-
-
-class UploadRecords(Protocol):
-    """Source ownership: :class:`UploadRegistry` (``sessions.db``) or, with ``database_url``,
-    :class:`~shelfhand.service.pg_uploads.PgUploadRegistry` (shared by replicas and workers)."""
-
-    def close(self) -> None: ...
-    def owner_of(self, source: str) -> str | None: ...
-    def get(self, source: str) -> UploadRecord | None: ...
-    def record(self, records: Sequence[UploadRecord]) -> None: ...
-    def begin(self, records: Sequence[UploadRecord]) -> None: ...
-    def commit(self, sources: Sequence[str]) -> None: ...
-    def abandon(self, sources: Sequence[str]) -> None: ...
-    def pending(self) -> list[UploadRecord]: ...
-    def all_records(self) -> list[UploadRecord]: ...
-    def usage(self, tenant_id: str, *, excluding: Sequence[str] = ()) -> tuple[int, int]: ...
-    def for_tenant(self, tenant_id: str) -> list[UploadRecord]: ...
-    def remove(self, tenant_id: str, source: str) -> bool: ...
-
-
-class UploadRegistry:
-    """Which tenant owns each uploaded source (a table in ``sessions.db``)."""
-
-    def __init__(self, path: Path | str) -> None:
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection = connect(path)
-        apply_migrations(self._conn, MIGRATIONS)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def owner_of(self, source: str) -> str | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT tenant_id FROM knowledge_uploads WHERE source=?", (source,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def get(self, source: str) -> UploadRecord | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
-                " FROM knowledge_uploads WHERE source=?",
-                (source,),
-            ).fetchone()
-        if row is None:
-            return None
-        return UploadRecord(
-            source=row[0],
-            tenant_id=row[1],
-            filename=row[2],
-            bytes=row[3],
-            uploaded_by=row[4],
-            uploaded_at=row[5],
-        )
-
-    def record(self, records: Sequence[UploadRecord]) -> None:
-        """Record owned sources directly (an upload goes through :meth:`begin` and
-        :meth:`commit` instead)."""
-        self._write("knowledge_uploads", records)
-
-    def begin(self, records: Sequence[UploadRecord]) -> None:
-        """Write the intent of an upload (pending rows) before its ingest starts."""
-        self._write("knowledge_uploads_pending", records)
-
-    def _write(self, table: str, records: Sequence[UploadRecord]) -> None:
-        with self._lock, transaction(self._conn):
-            self._conn.executemany(
-                f"INSERT OR REPLACE INTO {table}"
-                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (r.source, r.tenant_id, r.filename, r.bytes, r.uploaded_by, r.uploaded_at)
-                    for r in records
-                ],
-            )
-
-    def commit(self, sources: Sequence[str]) -> None:
-        """Promote pending rows to owned ones, in one transaction."""
-        marks = ",".join("?" * len(sources))
-        with self._lock, transaction(self._conn):
-            self._conn.execute(
-                "INSERT OR REPLACE INTO knowledge_uploads"
-                " (source, tenant_id, filename, bytes, uploaded_by, uploaded_at)"
-                " SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
-                f" FROM knowledge_uploads_pending WHERE source IN ({marks})",
-                list(sources),
-            )
-            self._conn.execute(
-                f"DELETE FROM knowledge_uploads_pending WHERE source IN ({marks})", list(sources)
-            )
-
-    def abandon(self, sources: Sequence[str]) -> None:
-        """Drop pending rows (the upload was refused or rolled back)."""
-        with self._lock, transaction(self._conn):
-            self._conn.executemany(
-                "DELETE FROM knowledge_uploads_pending WHERE source=?", [(s,) for s in sources]
-            )
-
-    def pending(self) -> list[UploadRecord]:
-        """Pending rows: uploads that started and never finished (a crash)."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
-                " FROM knowledge_uploads_pending ORDER BY source"
-            ).fetchall()
-        return [_record(r) for r in rows]
-
-    def all_records(self) -> list[UploadRecord]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
-                " FROM knowledge_uploads ORDER BY source"
-            ).fetchall()
-        return [_record(r) for r in rows]
-
-    def usage(self, tenant_id: str, *, excluding: Sequence[str] = ()) -> tuple[int, int]:
-        """Bytes and files the tenant keeps, leaving out ``excluding`` (about to be replaced)."""
-        skip = set(excluding)
-        kept = [r for r in self.for_tenant(tenant_id) if r.source not in skip]
-        return sum(r.bytes for r in kept), len(kept)
-
-    def for_tenant(self, tenant_id: str) -> list[UploadRecord]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT source, tenant_id, filename, bytes, uploaded_by, uploaded_at"
-                " FROM knowledge_uploads WHERE tenant_id=? ORDER BY uploaded_at DESC, source",
-                (tenant_id,),
-            ).fetchall()
-        return [_record(r) for r in rows]
-
-    def remove(self, tenant_id: str, source: str) -> bool:
-        with self._lock:
-            cur = self._conn.execute(
-                "DELETE FROM knowledge_uploads WHERE tenant_id=? AND source=?", (tenant_id, source)
-            )
-        return cur.rowcount > 0
-
-
-def _record(r: Sequence[object]) -> UploadRecord:
-    return UploadRecord(
-        source=str(r[0]),
-        tenant_id=str(r[1]),
-        filename=str(r[2]),
-        bytes=int(r[3]),  # type: ignore[call-overload]
-        uploaded_by=str(r[4]),
-        uploaded_at=float(r[5]),  # type: ignore[arg-type]
-    )
-
-
-@dataclass(slots=True)
-class Staged:
-    """Files received for one upload, not yet visible to anyone."""
-
-    folder: Path
-    """``.staging/<id>``; removed by :meth:`Uploads.discard`."""
-    files: list[tuple[Path, int]]
-    """Each staged file (under ``folder/<tenant>/``) with its size in bytes."""
 
 
 class KnowledgeTarget(Protocol):
-    """What uploads need of a knowledge base."""
+    """What uploads (and ingest jobs) need of a knowledge base; ``wait=False`` stores the
+    text now and leaves the embeddings pending (jobs embed in a phase of their own)."""
 
     def ingest(
         self,
@@ -315,6 +83,7 @@ class KnowledgeTarget(Protocol):
         permission_tags: Sequence[str] = (),
         progress: Callable[[IngestEvent], None] | None = None,
         root_origins: Mapping[str, str] | None = None,
+        wait: bool = True,
     ) -> IngestReport: ...
 
     def forget(self, source: str) -> int: ...
@@ -409,67 +178,20 @@ class Uploads:
         return self.root / tenant_dir / name
 
     async def receive(self, files: Sequence[IncomingFile], user: UserContext) -> Staged:
-        """Stream the parts to a staging folder, enforcing names, types, count and size."""
-        if not files:
-            raise UploadRejected(
-                "no files: send one or more parts named 'files'", status=422, code="no_files"
-            )
-        if len(files) > self.max_files:
-            raise UploadRejected(
-                f"too many files ({len(files)}); at most {self.max_files} per upload",
-                status=413,
-                code="too_many_files",
-            )
-        names = [safe_name(f.filename) for f in files]
-        if len({n.lower() for n in names}) != len(names):
-            raise UploadRejected(
-                "two files in the upload have the same name", status=422, code="duplicate_name"
-            )
-        folder = self.root / ".staging" / uuid.uuid4().hex
-        target = folder / tenant_folder(user.tenant_id)
-        target.mkdir(parents=True)
-        staged = Staged(folder=folder, files=[])
-        try:
-            for part, name in zip(files, names, strict=True):
-                path = target / name
-                size = 0
-                with path.open("wb") as out:
-                    while chunk := await part.read(_CHUNK):
-                        size += len(chunk)
-                        if size > self.max_file_bytes:
-                            raise UploadRejected(
-                                f"{name} is larger than the limit of {self.max_file_bytes} bytes",
-                                status=413,
-                                code="file_too_large",
-                            )
-                        out.write(chunk)
-                staged.files.append((path, size))
-        except BaseException:
-            self.discard(staged)
-            raise
-        return staged
+        """Stream the parts to a staging folder, enforcing names, types, count and size (see
+        :func:`~shelfhand.service.upload_staging.receive`)."""
+        return await upload_staging.receive(
+            files,
+            user.tenant_id,
+            root=self.root,
+            max_files=self.max_files,
+            max_file_bytes=self.max_file_bytes,
+        )
 
     def validate(self, staged: Staged, user: UserContext) -> None:
-        """Read every staged file with its reader; one failure rejects the upload (blocking).
-
-        Any failure of a reader is the file's problem, so it is a 422 naming the file, never a
-        500 (an unexpected one is logged with its traceback as well).
-        """
-        problems: list[str] = []
-        for path, _ in staged.files:
-            try:
-                read_file(path, source=path.name, tenant_id=user.tenant_id)
-            except UnreadableDocumentError as exc:
-                problems.append(f"{path.name}: {str(exc).replace(str(path), path.name)}")
-            except Exception as exc:
-                logger.exception("reading the uploaded file %s failed", path.name)
-                problems.append(f"{path.name}: cannot be read ({type(exc).__name__}: {exc})")
-        if problems:
-            raise UploadRejected(
-                "nothing was ingested; these files cannot be read: " + "; ".join(problems),
-                status=422,
-                code="unreadable_document",
-            )
+        """Read every staged file with its reader; one failure rejects the upload (blocking,
+        see :func:`~shelfhand.service.upload_staging.validate`)."""
+        upload_staging.validate(staged, user.tenant_id)
 
     def ingest(
         self,
@@ -520,7 +242,7 @@ class Uploads:
                 raise UploadRejected(
                     f"nothing was ingested; these files failed: {reasons}",
                     status=422,
-                    code="unreadable_document",
+                    code=UnreadableDocumentError.code,
                 )
             keep = self.root / tenant_dir
             keep.mkdir(parents=True, exist_ok=True)
@@ -648,4 +370,4 @@ class Uploads:
         return True
 
     def discard(self, staged: Staged) -> None:
-        shutil.rmtree(staged.folder, ignore_errors=True)
+        upload_staging.discard(staged)

@@ -1,0 +1,182 @@
+"""What a setting's value may be: each kind reads a raw value (an environment string, a TOML
+value or a command-line flag) and says in words what it accepts.
+
+A kind raises :class:`Invalid` with what it expects; :class:`~shelfhand.core.settings_table.Setting`
+turns that into a :class:`~shelfhand.core.errors.ConfigurationError` naming the setting and
+where to set it, so every setting's message has the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "OFF_WORDS",
+    "ON_WORDS",
+    "Choice",
+    "Invalid",
+    "Kind",
+    "Number",
+    "PathKind",
+    "Switch",
+    "Text",
+    "Url",
+]
+
+ON_WORDS = ("on", "true", "yes", "1")
+OFF_WORDS = ("off", "false", "no", "0")
+"""The one on/off vocabulary of every boolean setting (case-insensitive)."""
+_WORDS = ("on", "off", "true", "false", "yes", "no", "1", "0")
+
+
+class Invalid(Exception):
+    """A raw value a kind refuses.
+
+    Args:
+        expected: What fits, as it reads after "must be" (``"a whole number"``).
+        out_of_range: The value parsed but lies outside the allowed range.
+        show_value: Whether the message may quote the value (not for URLs with passwords).
+    """
+
+    def __init__(
+        self, expected: str, *, out_of_range: bool = False, show_value: bool = True
+    ) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.out_of_range = out_of_range
+        self.show_value = show_value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Text:
+    """Any text, surrounding blanks removed."""
+
+    def parse(self, raw: object) -> str:
+        return str(raw).strip()
+
+    def describe(self) -> str:
+        return "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathKind:
+    """A filesystem path."""
+
+    def parse(self, raw: object) -> Path:
+        return Path(str(raw).strip())
+
+    def describe(self) -> str:
+        return "path"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    """One of ``options``, case-insensitive (read in lower case)."""
+
+    options: tuple[str, ...]
+
+    def parse(self, raw: object) -> str:
+        text = str(raw).strip().lower()
+        if text not in self.options:
+            raise Invalid(f"one of {', '.join(self.options)}")
+        return text
+
+    def describe(self) -> str:
+        return " | ".join(self.options)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switch:
+    """On or off, in the words of :data:`ON_WORDS` and :data:`OFF_WORDS` (TOML booleans too)."""
+
+    def parse(self, raw: object) -> bool:
+        text = str(raw).strip().lower()  # a TOML true/false reads "true"/"false" here
+        if text in ON_WORDS:
+            return True
+        if text in OFF_WORDS:
+            return False
+        raise Invalid(f"on or off ({', '.join(_WORDS)})")
+
+    def describe(self) -> str:
+        return "on | off"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Number:
+    """A number (``whole``: an integer; a TOML float or a boolean is refused) within bounds.
+
+    ``low``/``high`` are inclusive unless ``low_open`` (the value must be above ``low``);
+    ``None`` leaves that side open. NaN is always out of range.
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    whole: bool = False
+
+    def parse(self, raw: object) -> float | int:
+        kind = "a whole number" if self.whole else "a number"
+        if isinstance(raw, bool) or (self.whole and isinstance(raw, float)):
+            raise Invalid(kind)
+        try:
+            number: float | int = int(str(raw).strip()) if self.whole else float(str(raw))
+        except ValueError:
+            raise Invalid(kind) from None
+        if not self._fits(number):
+            raise Invalid(self.range_text(), out_of_range=True)
+        return number
+
+    def _fits(self, number: float) -> bool:
+        if number != number:  # NaN
+            return False
+        if self.low is not None and (number <= self.low if self.low_open else number < self.low):
+            return False
+        return self.high is None or number <= self.high
+
+    def range_text(self) -> str:
+        """The allowed range in words: ``between 0 and 2``, ``above 0``, ``at least 32``."""
+        low = None if self.low is None else _plain(self.low)
+        high = None if self.high is None else _plain(self.high)
+        if low is not None and high is not None:
+            if self.low_open:
+                return f"above {low} and at most {high}"
+            return f"between {low} and {high}"
+        if low is not None:
+            return f"above {low}" if self.low_open else f"at least {low}"
+        return f"at most {high}" if high is not None else "a number"
+
+    def describe(self) -> str:
+        kind = "whole number" if self.whole else "number"
+        return kind if self.low is None and self.high is None else f"{kind}, {self.range_text()}"
+
+
+def _plain(number: float) -> str:
+    """``1000000`` rather than ``1e+06``; ``0.001`` as it is."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Url:
+    """A URL with one of ``schemes``; ``quote`` says whether a refusal may show it (never for
+    URLs that may hold a password)."""
+
+    schemes: tuple[str, ...]
+    quote: bool = True
+
+    def parse(self, raw: object) -> str:
+        text = str(raw).strip()
+        scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+        if scheme not in self.schemes:
+            raise Invalid(f"a URL starting with {self._starts()}", show_value=self.quote)
+        return text
+
+    def _starts(self) -> str:
+        return " or ".join(s + "://" for s in self.schemes)
+
+    def describe(self) -> str:
+        return f"URL ({self._starts()})"
+
+
+Kind = Text | PathKind | Choice | Switch | Number | Url
+"""Every kind of setting value."""

@@ -1,0 +1,228 @@
+"""The one table of shelfhand's settings: name, environment variable, ``shelfhand.toml`` key,
+kind, default, help and whether the value is a secret.
+
+Loading (:mod:`shelfhand.core.settings`), ``shelfhand config`` and the configuration reference
+(``docs/reference/configuration.md``, written by ``scripts/gen_config_reference.py``) all read
+:data:`SETTINGS`; a setting added here is loaded, checked, shown and documented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.setting_kinds import (
+    Choice,
+    Invalid,
+    Kind,
+    Number,
+    PathKind,
+    Switch,
+    Text,
+    Url,
+)
+
+__all__ = [
+    "ANSWER_RETRIEVAL_MODES",
+    "DEFAULT_KEYWORD_COMMON_SHARE",
+    "DEFAULT_MIN_RELEVANCE",
+    "DEFAULT_WORKSPACE",
+    "RERANK_MODES",
+    "RETRIEVAL_MODES",
+    "SETTINGS",
+    "SETTINGS_BY_NAME",
+    "TOOL_CHOICES",
+    "TOOL_MODES",
+    "AnswerRetrieval",
+    "Setting",
+    "Source",
+]
+
+Source = Literal["default", "toml", "env", "flag"]
+"""Where a setting's value came from (precedence: flag > env > toml > default)."""
+
+RETRIEVAL_MODES = ("auto", "pg", "simple", "keyword")
+AnswerRetrieval = Literal["context", "tool", "both"]
+ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both")
+TOOL_CHOICES = ("auto", "required", "none")
+TOOL_MODES = ("native", "plain", "constrained")
+RERANK_MODES = ("off", "endpoint", "llm")
+DEFAULT_WORKSPACE = ".shelfhand"
+DEFAULT_MIN_RELEVANCE = 0.25
+"""Calibrated on the sample case set (every not-in-the-documents query scores under it, every
+answerable one above) and checked on SciFact and CMRC 2018: see BENCHMARKS.md, "Retrieval
+quality (issue 13)"."""
+DEFAULT_KEYWORD_COMMON_SHARE = 0.2
+"""Query terms in more than this share of the chunks do not rank keyword hits while rarer
+ones find enough (:func:`shelfhand.knowledge.retrieval.fusion.ranking_terms`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setting:
+    """One setting.
+
+    Attributes:
+        name: The :class:`~shelfhand.core.settings.Settings` attribute.
+        env: Its environment variable (``None``: not read from the environment).
+        toml: Its key under ``[shelfhand]`` in ``shelfhand.toml`` (``None``: not read there).
+        kind: What the value may be (see :mod:`shelfhand.core.setting_kinds`).
+        default: The value when no source sets it.
+        help: One line for people.
+        secret: Never shown or logged (``shelfhand config`` masks it).
+        label: How refusals name it, when not by ``name`` (``"retrieval mode"``).
+    """
+
+    name: str
+    env: str | None
+    toml: str | None
+    kind: Kind
+    default: Any
+    help: str
+    secret: bool = False
+    label: str | None = None
+
+    def parse(self, raw: object, source: Source) -> Any:
+        """``raw`` (from ``source``) checked and converted.
+
+        Raises:
+            ConfigurationError: The value does not fit; the message names the setting, what
+                fits and where to set it.
+        """
+        try:
+            return self.kind.parse(raw)
+        except Invalid as bad:
+            label = self.label or self.name
+            where = self.where(source)
+            if not bad.show_value:
+                raise ConfigurationError(f"{label} must be {bad.expected} ({where})") from None
+            if isinstance(self.kind, Choice):
+                message = f"{label} {raw!r} is not {bad.expected} ({where})"
+            elif bad.out_of_range:
+                message = f"{label} is out of range: must be {bad.expected}, not {raw!r} ({where})"
+            else:
+                message = f"{label} must be {bad.expected}, not {raw!r} ({where})"
+            raise ConfigurationError(message) from None
+
+    def where(self, source: Source | None = None) -> str:
+        """Where to set it, in words (and that the value was a flag, when it was)."""
+        places = [p for p in (self.env, self.toml and f"{self.toml} in shelfhand.toml") if p]
+        text = f"set {' or '.join(places)}" if places else "a command-line option"
+        if self.env and not self.toml:
+            text += "; environment only"
+        return f"given on the command line; {text}" if source == "flag" else text
+
+
+def _unset(value: object) -> bool:
+    return value is None or value == ""
+
+
+def pick(
+    setting: Setting,
+    *,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    toml: Mapping[str, Any],
+) -> tuple[object, Source]:
+    """The raw value of ``setting`` and its source, by precedence; an empty value (``""``,
+    ``None``) counts as unset, so the next source decides."""
+    if not _unset(flags.get(setting.name)):
+        return flags[setting.name], "flag"
+    if setting.env is not None and not _unset(env.get(setting.env)):
+        return env[setting.env], "env"
+    if setting.toml is not None and not _unset(toml.get(setting.toml)):
+        return toml[setting.toml], "toml"
+    return setting.default, "default"
+
+
+def _s(name: str, env: str | None, kind: Kind, default: Any, help: str, **extra: Any) -> Setting:
+    """A setting whose TOML key is its name (all but the environment-only ones)."""
+    toml = extra.pop("toml", name)
+    return Setting(name=name, env=env, toml=toml, kind=kind, default=default, help=help, **extra)
+
+
+_SECONDS = Number(low=0.001, high=86_400)
+
+SETTINGS: tuple[Setting, ...] = (
+    _s("workspace", "SHELFHAND_WORKSPACE", PathKind(), DEFAULT_WORKSPACE,
+       "Workspace folder: knowledge, sessions, audit log and shelfhand.toml (flag --workspace).",
+       toml=None),
+    _s("model", "SHELFHAND_MODEL", Text(), None,
+       "Chat model id on the endpoint, or scripted:<file.json> to play a script."),
+    _s("base_url", "OPENAI_BASE_URL", Text(), None,
+       "OpenAI-compatible API root, e.g. http://127.0.0.1:8080/v1 (unset: OpenAI)."),
+    _s("api_key", "OPENAI_API_KEY", Text(), None,
+       "Key for the model endpoint (local servers need none).", secret=True),
+    _s("model_timeout", "SHELFHAND_MODEL_TIMEOUT", _SECONDS, 60.0,
+       "Seconds for a whole model call, retries included."),
+    _s("first_token_timeout", "SHELFHAND_FIRST_TOKEN_TIMEOUT", _SECONDS, 30.0,
+       "Seconds until a streamed reply's first token."),
+    _s("max_tokens", "SHELFHAND_MAX_TOKENS", Number(low=1, high=1_000_000, whole=True), None,
+       "Most tokens per model reply; not sent when unset (flag --max-tokens)."),
+    _s("temperature", "SHELFHAND_TEMPERATURE", Number(low=0.0, high=2.0), None,
+       "Sampling temperature; not sent when unset (flag --temperature)."),
+    _s("context_tokens", "SHELFHAND_CONTEXT_TOKENS",
+       Number(low=256, high=10_000_000, whole=True), 8192,
+       "The model's context window; the agent budgets its prompt with it."),
+    _s("tool_choice", "SHELFHAND_TOOL_CHOICE", Choice(options=TOOL_CHOICES), "auto",
+       "auto lets the model decide, required forces a call, none offers no tools "
+       "(flag --tool-choice)."),
+    _s("tool_mode", "SHELFHAND_TOOL_MODE", Choice(options=TOOL_MODES), "native",
+       "How tools reach the model: the tools list, the prompt, or JSON-constrained replies "
+       "(flag --tool-mode)."),
+    _s("retrieval_mode", "SHELFHAND_RETRIEVAL_MODE", Choice(options=RETRIEVAL_MODES), "auto",
+       "auto: embeddings when they work, else keywords; pg: PostgreSQL (needs database_url); "
+       "simple: embeddings or fail; keyword: keywords only.", label="retrieval mode"),
+    _s("embedder", "SHELFHAND_EMBEDDER", Text(), "default",
+       "default (MiniLM for English, USE for Chinese), hashing, or openai:<model>."),
+    _s("chunk_tokens", None, Number(low=32, whole=True), 400,
+       "Tokens per chunk when documents are ingested."),
+    _s("chunk_overlap", None, Number(low=0, whole=True), 40,
+       "Tokens shared by neighbouring chunks; below chunk_tokens."),
+    _s("embed_timeout", "SHELFHAND_EMBED_TIMEOUT", Number(low=0, low_open=True), 2.0,
+       "Seconds a query embedding may take before search falls back to keywords."),
+    _s("turn_timeout", "SHELFHAND_TURN_TIMEOUT", Number(low=0, low_open=True), 120.0,
+       "Seconds a service chat turn may wait on a silent model before it fails with 504."),
+    _s("answer_retrieval", "SHELFHAND_ANSWER_RETRIEVAL",
+       Choice(options=ANSWER_RETRIEVAL_MODES), "both",
+       "Where chat answers get passages: context (retrieved up front), tool (the model calls "
+       "retrieve) or both.", label="answer retrieval mode"),
+    _s("compress", "SHELFHAND_COMPRESS", Switch(), False,
+       "Cut each retrieved passage to the sentences that answer the query."),
+    _s("compress_tokens", "SHELFHAND_COMPRESS_TOKENS",
+       Number(low=16, high=100_000, whole=True), 200,
+       "Tokens kept per passage when compress is on."),
+    _s("rerank", "SHELFHAND_RERANK", Choice(options=RERANK_MODES), "off",
+       "Rerank fused hits: off, endpoint (rerank_url) or llm (the chat model)."),
+    _s("rerank_url", "SHELFHAND_RERANK_URL", Url(schemes=("http", "https")), None,
+       "The reranker for rerank = endpoint (a TEI or vLLM rerank server)."),
+    _s("rerank_model", "SHELFHAND_RERANK_MODEL", Text(), None,
+       "Model name sent to the reranker (llm: another model on the chat endpoint)."),
+    _s("rerank_api_key", "SHELFHAND_RERANK_API_KEY", Text(), None,
+       "Key for the rerank endpoint (never read from shelfhand.toml).", secret=True, toml=None),
+    _s("rerank_timeout", "SHELFHAND_RERANK_TIMEOUT", Number(low=0, high=3600, low_open=True), 5.0,
+       "Seconds for a rerank; past it the fused order is kept."),
+    _s("rerank_candidates", "SHELFHAND_RERANK_CANDIDATES",
+       Number(low=1, high=200, whole=True), 20,
+       "Fused hits shown to the reranker."),
+    _s("query_rewrite", "SHELFHAND_QUERY_REWRITE", Switch(), False,
+       "The chat model rewrites a follow-up into a self-contained query for retrieval."),
+    _s("min_relevance", "SHELFHAND_MIN_RELEVANCE", Number(low=0.0, high=1.0),
+       DEFAULT_MIN_RELEVANCE,
+       "Search hits with a relevance under this are dropped; 0 keeps every hit."),
+    _s("keyword_common_share", "SHELFHAND_KEYWORD_COMMON_SHARE",
+       Number(low=0.0, high=1.0, low_open=True), DEFAULT_KEYWORD_COMMON_SHARE,
+       "Query terms in more than this share of the chunks do not rank keyword hits while "
+       "rarer terms find enough; 1 keeps every term."),
+    _s("database_url", "SHELFHAND_DATABASE_URL",
+       Url(schemes=("postgresql", "postgres"), quote=False), None,
+       "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",
+       secret=True),
+    _s("redis_url", "SHELFHAND_REDIS_URL",
+       Url(schemes=("redis", "rediss", "unix"), quote=False), None,
+       "Redis for state shared by several service replicas.", secret=True),
+)  # fmt: skip
+"""Every setting, in the order ``shelfhand config`` and the reference list them."""
+
+SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

@@ -1,0 +1,184 @@
+"""The settings table drives loading: precedence, one on/off vocabulary, one message shape."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.settings import Settings, check_values, resolve_settings
+from shelfhand.core.settings_table import SETTINGS, SETTINGS_BY_NAME
+
+
+def write_toml(workspace: Path, body: str) -> None:
+    (workspace / "shelfhand.toml").write_text(f"[shelfhand]\n{body}", encoding="utf-8")
+
+
+def test_a_flag_wins_over_the_environment_which_wins_over_the_file_over_the_default(
+    tmp_path: Path,
+) -> None:
+    write_toml(tmp_path, "temperature = 0.3\nmax_tokens = 300\ncontext_tokens = 2048\n")
+    env = {"SHELFHAND_TEMPERATURE": "0.7", "SHELFHAND_MAX_TOKENS": "500"}
+
+    resolved = resolve_settings(tmp_path, env=env, flags={"max_tokens": 64})
+
+    s = resolved.settings
+    assert (s.max_tokens, s.temperature, s.context_tokens, s.tool_mode) == (64, 0.7, 2048, "native")
+    assert {name: resolved.sources[name] for name in ("max_tokens", "temperature")} == {
+        "max_tokens": "flag",
+        "temperature": "env",
+    }
+    assert (resolved.sources["context_tokens"], resolved.sources["tool_mode"]) == (
+        "toml",
+        "default",
+    )
+
+
+def test_the_workspace_comes_from_the_argument_then_the_environment_then_the_default(
+    tmp_path: Path,
+) -> None:
+    env = {"SHELFHAND_WORKSPACE": str(tmp_path / "from-env")}
+
+    given = resolve_settings(tmp_path, env=env)
+    from_env = resolve_settings(env=env)
+    default = resolve_settings(env={})
+
+    assert (given.settings.workspace, given.sources["workspace"]) == (tmp_path, "flag")
+    assert (from_env.settings.workspace, from_env.sources["workspace"]) == (
+        tmp_path / "from-env",
+        "env",
+    )
+    assert (default.settings.workspace, default.sources["workspace"]) == (
+        Path(".shelfhand"),
+        "default",
+    )
+
+
+def test_an_empty_environment_variable_leaves_the_file_to_decide(tmp_path: Path) -> None:
+    write_toml(tmp_path, 'model = "qwen"\n')
+
+    resolved = resolve_settings(tmp_path, env={"SHELFHAND_MODEL": ""})
+
+    assert (resolved.settings.model, resolved.sources["model"]) == ("qwen", "toml")
+
+
+@pytest.mark.parametrize("name", ["compress", "query_rewrite"])
+@pytest.mark.parametrize(
+    ("word", "value"),
+    [
+        ("on", True),
+        ("ON", True),
+        ("true", True),
+        ("Yes", True),
+        ("1", True),
+        ("off", False),
+        ("False", False),
+        ("no", False),
+        ("0", False),
+    ],
+)
+def test_every_boolean_setting_takes_the_one_on_off_vocabulary(
+    tmp_path: Path, name: str, word: str, value: bool
+) -> None:
+    env_key = SETTINGS_BY_NAME[name].env
+    assert env_key is not None
+
+    assert getattr(Settings.load(tmp_path, env={env_key: word}), name) is value
+
+
+@pytest.mark.parametrize("name", ["compress", "query_rewrite"])
+def test_toml_booleans_are_on_and_off(tmp_path: Path, name: str) -> None:
+    write_toml(tmp_path, f"{name} = true\n")
+    assert getattr(Settings.load(tmp_path, env={}), name) is True
+    write_toml(tmp_path, f"{name} = false\n")
+    assert getattr(Settings.load(tmp_path, env={}), name) is False
+
+
+@pytest.mark.parametrize("name", ["compress", "query_rewrite"])
+@pytest.mark.parametrize("word", ["llm", "maybe", "enabled"])
+def test_any_other_word_is_refused_naming_the_setting_and_the_words(
+    tmp_path: Path, name: str, word: str
+) -> None:
+    env_key = SETTINGS_BY_NAME[name].env
+    assert env_key is not None
+
+    with pytest.raises(ConfigurationError) as err:
+        Settings.load(tmp_path, env={env_key: word})
+
+    message = str(err.value)
+    assert message.startswith(f"{name} must be on or off")
+    assert "on, off, true, false, yes, no, 1, 0" in message
+    assert repr(word) in message and env_key in message
+
+
+def test_a_bad_value_in_the_file_names_the_setting_the_value_and_where_to_set_it(
+    tmp_path: Path,
+) -> None:
+    write_toml(tmp_path, "rerank_candidates = 500\n")
+
+    with pytest.raises(ConfigurationError) as err:
+        Settings.load(tmp_path, env={})
+
+    assert str(err.value) == (
+        "rerank_candidates is out of range: must be between 1 and 200, not 500 "
+        "(set SHELFHAND_RERANK_CANDIDATES or rerank_candidates in shelfhand.toml)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("chunk_tokens = 400.5\n", "chunk_tokens must be a whole number, not 400.5"),
+        ("embed_timeout = 0\n", "embed_timeout is out of range: must be above 0, not 0"),
+        ("rerank_timeout = 0\n", "rerank_timeout is out of range: must be above 0 and at most"),
+        ("chunk_overlap = 400\n", "chunk_overlap (400) must be below chunk_tokens (400)"),
+        ('tool_mode = "xml"\n', "tool_mode 'xml' is not one of native, plain, constrained"),
+    ],
+)
+def test_a_file_value_is_checked_like_an_environment_value(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    write_toml(tmp_path, body)
+
+    with pytest.raises(ConfigurationError) as err:
+        Settings.load(tmp_path, env={})
+
+    assert str(err.value).startswith(message)
+
+
+def test_a_bad_flag_says_it_came_from_the_command_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"temperature .*given on the command line"):
+        check_values({"temperature": 5.0}, source="flag")
+    assert check_values({"temperature": 0.5, "max_tokens": None}, source="flag") == {
+        "temperature": 0.5
+    }
+
+
+def test_a_secret_url_is_never_quoted_in_a_refusal(tmp_path: Path) -> None:
+    env = {"SHELFHAND_REDIS_URL": "http://:hunter2@cache:6379"}
+
+    with pytest.raises(ConfigurationError) as err:
+        Settings.load(tmp_path, env=env)
+
+    assert "redis_url" in str(err.value) and "hunter2" not in str(err.value)
+
+
+def test_keys_no_setting_reads_are_reported_and_a_file_secret_is_not_read(
+    tmp_path: Path,
+) -> None:
+    write_toml(tmp_path, 'rerank_api_key = "in-a-file"\nmodle = "typo"\n')
+
+    resolved = resolve_settings(tmp_path, env={})
+
+    assert resolved.unknown_keys == ("modle", "rerank_api_key")
+    assert resolved.settings.rerank_api_key is None and resolved.settings.model is None
+
+
+def test_the_table_names_every_field_of_settings_with_its_default() -> None:
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    assert [s.name for s in SETTINGS] == [n for n in fields if n != "limits"]
+    for setting in SETTINGS[1:]:  # the workspace has no default: it is always resolved
+        assert fields[setting.name].default == setting.default, setting.name
+    assert all(not s.secret or not fields[s.name].repr for s in SETTINGS)

@@ -38,7 +38,7 @@ from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, StoredChunk
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 logger = logging.getLogger("bench.retrieval")
 
@@ -273,7 +273,7 @@ def measure_latency(
     vi = kb.vectors
 
     def search(q: np.ndarray, kk: int, user: UserContext) -> list[tuple[int, float]]:
-        return vi.search(SPACE, q, kk, tenant_id=user.tenant_id, roles=user.roles)
+        return vi.search(SPACE, q, kk, scope=Scope.of(user))
 
     space = vi.space(SPACE)
     out["vector_mode"] = space.mode if space else None
@@ -352,16 +352,9 @@ class ArrayStore:
         """What the vector spaces label their vectors with: tenant, tags, doc type, source."""
         return {int(r): _chunk(self.corpus, int(r) - 1) for r in rowids}
 
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Sequence[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> np.ndarray:
-        role_set = set(roles)
-        if role_set & {"admin", "system"}:
+    def allowed_rowids(self, scope: Scope) -> np.ndarray:
+        role_set = set(scope.roles)
+        if scope.privileged:
             ok = np.ones(len(self._code), dtype=bool)
         else:
             ok = self._code == 0
@@ -458,7 +451,7 @@ def measure_scale(
         cpu: list[float] = []
         for q in corpus.queries:
             t, c = time.perf_counter(), time.process_time()
-            kw.search(tokenize_query(q), fetch, tenant_id=user.tenant_id, roles=user.roles)
+            kw.search(tokenize_query(q), fetch, scope=Scope.of(user))
             lat.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)
         out[f"keyword/{user_name}"] = {**percentiles(lat), "cpu_p50_ms": statistics.median(cpu)}
@@ -481,7 +474,7 @@ def measure_scale(
         sub = corpus
 
     def search(q: np.ndarray, kk: int, user: UserContext) -> list[tuple[int, float]]:
-        return vi.search(SPACE, q, kk, tenant_id=user.tenant_id, roles=user.roles)
+        return vi.search(SPACE, q, kk, scope=Scope.of(user))
 
     for user_name in ("admin", "anonymous"):
         user = USERS[user_name]

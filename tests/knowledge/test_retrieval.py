@@ -19,7 +19,7 @@ from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.fusion import rrf
 from shelfhand.knowledge.retrieval.hybrid import _Overlap
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document, Scope, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
@@ -335,23 +335,23 @@ def test_a_term_in_most_chunks_does_not_rank_while_rarer_ones_find_k(
     ]
     kb.ingestor.ingest_documents(notes)
     index = kb.keyword
-    admin = {"tenant_id": "default", "roles": ["admin"]}
+    admin = Scope(tenant_id="default", roles=["admin"])
     both, lamp = tokenize_query("projector lamp"), tokenize_query("lamp")
-    lamp_hits = index.search(lamp, 3, **admin)
-    assert index.search(both, 3, **admin) == lamp_hits
+    lamp_hits = index.search(lamp, 3, scope=admin)
+    assert index.search(both, 3, scope=admin) == lamp_hits
     # asked for more than "lamp" finds: every term ranks, the lamp chunks first
-    ten = index.search(both, 10, **admin)
+    ten = index.search(both, 10, scope=admin)
     assert len(ten) == 10
     assert {r for r, _ in ten[:3]} == {r for r, _ in lamp_hits}
     # a caller who may read one lamp chunk: the common term ranks the rest for them too
-    public = {"tenant_id": "default", "roles": []}
-    readable_lamp = index.search(lamp, 3, **public)
-    anonymous = index.search(both, 3, **public)
+    public = Scope(tenant_id="default", roles=[])
+    readable_lamp = index.search(lamp, 3, scope=public)
+    anonymous = index.search(both, 3, scope=public)
     assert len(readable_lamp) == 1 and len(anonymous) == 3
     assert anonymous[0][0] == readable_lamp[0][0]
     # off: the common term adds to every score
     index.common_share = 1.0
-    with_common = index.search(both, 3, **admin)
+    with_common = index.search(both, 3, scope=admin)
     assert {r for r, _ in with_common} == {r for r, _ in lamp_hits}
     assert min(s for _, s in with_common) > max(s for _, s in lamp_hits)
     kb.close()
@@ -361,7 +361,7 @@ def test_the_keyword_search_hands_its_term_statistics_to_the_relevance_estimate(
     kb: EmbeddedKnowledge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tokens = tokenize_query("projector lamp 保修 nonexistentword")
-    hits = kb.keyword.search(tokens, 5, tenant_id="default", roles=[])
+    hits = kb.keyword.search(tokens, 5, scope=Scope())
     assert hits and hits.stats() == kb.keyword.doc_freqs(tokens)  # type: ignore[attr-defined]
     # the estimate from the search's statistics equals the one that asks the index
     asked = kb.retriever._relevance(tokens, list(hits), [], [])

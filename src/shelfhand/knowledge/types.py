@@ -1,10 +1,14 @@
-"""Values shared across the knowledge layer: documents, chunks and search hits."""
+"""Values shared across the knowledge layer: documents, chunks, search hits and the caller's
+:class:`Scope`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from shelfhand.core.context import ANONYMOUS, PRIVILEGED_ROLES, UserContext
+from shelfhand.core.errors import KnowledgeError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,3 +131,100 @@ class StoredChunk:
 
     rowid: int
     chunk: Chunk
+
+
+_FILTER_KEYS = frozenset({"doc_type", "source"})
+
+
+def _filter_values(filters: Mapping[str, Any] | None, key: str) -> tuple[str, ...] | None:
+    if not filters or filters.get(key) is None:
+        return None
+    value = filters[key]
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """What one caller may read, as every store and index call that reads chunks takes it.
+
+    A chunk is readable iff it belongs to ``tenant_id`` AND (it has no permission tags, or one
+    of them is among ``roles``, or ``roles`` holds a privileged role, ``admin``/``system``),
+    and, when given, its doc type is among ``doc_types`` and its source among ``sources`` (an
+    empty tuple allows nothing). Each index applies the rule inside its own query (DESIGN R6);
+    :meth:`may_read` is the rule in Python.
+
+    Roles are kept as a frozenset and the filters as tuples, so a scope is hashable (the
+    vector spaces cache a caller's selection per scope).
+    """
+
+    tenant_id: str
+    roles: frozenset[str]
+    doc_types: tuple[str, ...] | None
+    sources: tuple[str, ...] | None
+
+    def __init__(
+        self,
+        *,
+        tenant_id: str = "default",
+        roles: Iterable[str] = (),
+        doc_types: Iterable[str] | None = None,
+        sources: Iterable[str] | None = None,
+    ) -> None:
+        object.__setattr__(self, "tenant_id", str(tenant_id))
+        object.__setattr__(self, "roles", frozenset(str(r) for r in roles))
+        object.__setattr__(self, "doc_types", None if doc_types is None else tuple(doc_types))
+        object.__setattr__(self, "sources", None if sources is None else tuple(sources))
+
+    @classmethod
+    def of(cls, user: UserContext | None = None, filters: Mapping[str, Any] | None = None) -> Scope:
+        """The scope of ``user`` (``None``: an anonymous caller of tenant ``default``) narrowed
+        by a search's ``filters`` (``{"doc_type": ..., "source": ...}``, each a value or a list
+        of values).
+
+        Raises:
+            KnowledgeError: An unknown filter key.
+        """
+        unknown = set(filters or {}) - _FILTER_KEYS
+        if unknown:
+            raise KnowledgeError(f"unknown filter {sorted(unknown)}; use doc_type or source")
+        caller = user or ANONYMOUS
+        return cls(
+            tenant_id=caller.tenant_id,
+            roles=caller.roles,
+            doc_types=_filter_values(filters, "doc_type"),
+            sources=_filter_values(filters, "source"),
+        )
+
+    @property
+    def privileged(self) -> bool:
+        """Whether the caller reads every chunk of the tenant, whatever its tags."""
+        return bool(self.roles & PRIVILEGED_ROLES)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What decides the readable set: privileged callers of a tenant all share one key, and
+        the filters count as sets."""
+        roles = ("admin",) if self.privileged else tuple(sorted(self.roles))
+        return (
+            self.tenant_id,
+            roles,
+            None if self.doc_types is None else tuple(sorted(set(self.doc_types))),
+            None if self.sources is None else tuple(sorted(set(self.sources))),
+        )
+
+    def may_read(
+        self, tenant_id: str, permission_tags: Iterable[str], doc_type: str, source: str
+    ) -> bool:
+        """The rule (see the class docstring) for one chunk's tenant, tags, type and source."""
+        if tenant_id != self.tenant_id:
+            return False
+        tags = set(permission_tags)
+        if tags and not self.privileged and not tags & self.roles:
+            return False
+        if self.doc_types is not None and doc_type not in self.doc_types:
+            return False
+        return self.sources is None or source in self.sources
+
+    def allows(self, chunk: Chunk) -> bool:
+        """Whether the caller may read ``chunk``."""
+        return self.may_read(chunk.tenant_id, chunk.permission_tags, chunk.doc_type, chunk.source)

@@ -50,7 +50,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from shelfhand.core.context import ANONYMOUS, UserContext
+from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
@@ -63,14 +63,13 @@ from shelfhand.knowledge.scoring import (
     ranking_terms,
     relevance,
 )
-from shelfhand.knowledge.types import Chunk, KeywordHits, SearchHit
+from shelfhand.knowledge.types import Chunk, KeywordHits, Scope, SearchHit
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["HybridRetriever", "SearchMode", "SearchTimings"]
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
-_FILTER_KEYS = {"doc_type", "source"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,13 +90,6 @@ class SearchTimings:
     """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
     rerank_reason: str | None = None
     """Why the reranker's order was not used (it failed and the fused order was kept)."""
-
-
-def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:
-    if not filters or filters.get(key) is None:
-        return None
-    value = filters[key]
-    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 class HybridRetriever:
@@ -236,17 +228,8 @@ class HybridRetriever:
         """
         if mode not in ("hybrid", "keyword", "vector"):
             raise KnowledgeError(f"unknown search mode {mode!r}; use hybrid, keyword or vector")
-        unknown = set(filters or {}) - _FILTER_KEYS
-        if unknown:
-            raise KnowledgeError(f"unknown filter {sorted(unknown)}; use doc_type or source")
+        scope = Scope.of(user, filters)
         t0 = time.perf_counter()
-        caller = user or ANONYMOUS
-        acl: dict[str, Any] = {
-            "tenant_id": caller.tenant_id,
-            "roles": caller.roles,
-            "doc_types": _filter_values(filters, "doc_type"),
-            "sources": _filter_values(filters, "source"),
-        }
         fetch = max(k, 1) * self.candidates_factor
         self.last_degraded_reason = None
         keyword: list[tuple[int, float]] = []
@@ -259,7 +242,7 @@ class HybridRetriever:
         use_keyword = mode != "vector"
         keyword_side: Future[_KeywordSide] | None = None
         if mode == "hybrid":  # overlaps the embedding and the vector search
-            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, acl)
+            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
         if mode != "keyword":
             t1 = time.perf_counter()
             embedded = query_vectors if query_vectors is not None else self._embed(query)
@@ -271,7 +254,7 @@ class HybridRetriever:
                 home = self.router.space_for(query) if self.router is not None else None
                 multilingual = self._multilingual_spaces()
                 for space, qvec in embedded.items():
-                    found = self.vector_indexes.search(space, qvec, fetch, **acl)
+                    found = self.vector_indexes.search(space, qvec, fetch, scope=scope)
                     if found:
                         vector_lists.append(found)
                         weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
@@ -283,7 +266,7 @@ class HybridRetriever:
             side = (
                 keyword_side.result()
                 if keyword_side is not None
-                else self._keyword_side(query, fetch, acl)
+                else self._keyword_side(query, fetch, scope)
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
@@ -295,9 +278,9 @@ class HybridRetriever:
         )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
-        hits = self._exact_first(query, tokens, hits, keyword, k, acl)
+        hits = self._exact_first(query, tokens, hits, keyword, k, scope)
         if self.version_siblings:
-            hits = add_version_siblings(hits, self.store, acl, k)
+            hits = add_version_siblings(hits, self.store, scope, k)
         t_exact = time.perf_counter() - t1
         pending = self.store.count_pending() if mode != "keyword" and self.router else 0
         timings = SearchTimings(
@@ -409,10 +392,10 @@ class HybridRetriever:
             self._warned.add(message)
             logger.warning("%s", message)
 
-    def _keyword_side(self, query: str, fetch: int, acl: Mapping[str, Any]) -> _KeywordSide:
+    def _keyword_side(self, query: str, fetch: int, scope: Scope) -> _KeywordSide:
         t1 = time.perf_counter()
         tokens = tokenize_query(query)
-        hits = self.keyword_index.search(tokens, fetch, **acl)
+        hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return _KeywordSide(tokens, hits, time.perf_counter() - t1)
 
     def _exact_first(
@@ -422,7 +405,7 @@ class HybridRetriever:
         hits: list[SearchHit],
         keyword: list[tuple[int, float]],
         k: int,
-        acl: Mapping[str, Any],
+        scope: Scope,
     ) -> list[SearchHit]:
         """The fused ``hits`` with the passages holding an identifier of ``query`` first.
 
@@ -431,7 +414,7 @@ class HybridRetriever:
         passing mention of E-203 above the manual's E-203 section); those among ``hits`` keep
         their fused score and ranks, those the fusion left out carry the BM25 score (and their
         keyword rank when the keyword side had them). Duplicate passages (same content hash)
-        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``acl``
+        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``scope``
         restricts the lookup exactly like the search (tenant, roles, doc type and source
         filters). ``tokens`` are ``query``'s tokens when the search already analysed it.
         """
@@ -445,7 +428,7 @@ class HybridRetriever:
             identifiers,
             max(k, len(hits)),
             rank_by=tokens if tokens is not None else tokenize_query(query),
-            **acl,
+            scope=scope,
         )
         if not found:
             return hits

@@ -31,11 +31,11 @@ import faiss  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from shelfhand.core.context import PRIVILEGED_ROLES
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.outbox import split_changes
 from shelfhand.knowledge.stores.sqlite import IndexChange, SqliteKnowledgeStore
 from shelfhand.knowledge.stores.vector_labels import ChunkMeta, VectorLabels
+from shelfhand.knowledge.types import Scope
 
 logger = logging.getLogger(__name__)
 
@@ -299,21 +299,11 @@ class VectorSpace:
         """The selection of the live vectors whose rowid is in ``allowed``."""
         return self.select_mask(np.isin(self.ids[: self.n], allowed, assume_unique=True))
 
-    def select_labels(
-        self,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> _Selection:
-        """The selection of the live vectors the caller may read (a labelled space)."""
+    def select_labels(self, scope: Scope) -> _Selection:
+        """The selection of the live vectors ``scope`` may read (a labelled space)."""
         if self.labels is None:
             raise ValueError("this space keeps no labels: select by rowids")
-        mask = self.labels.mask(
-            self.n, tenant_id=tenant_id, roles=roles, doc_types=doc_types, sources=sources
-        )
-        return self.select_mask(mask)
+        return self.select_mask(self.labels.mask(self.n, scope))
 
     def select_mask(self, readable: npt.NDArray[np.bool_]) -> _Selection:
         """The selection of the live positions among ``readable`` (one flag per position)."""
@@ -605,36 +595,18 @@ class VectorIndexes:
             return sum(vs.live_count for vs in self._spaces.values())
 
     def search(
-        self,
-        space: str,
-        query: Vectors,
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, space: str, query: Vectors, k: int, *, scope: Scope
     ) -> list[tuple[int, float]]:
-        """Top ``k`` chunks of ``space`` by inner product that the caller may read."""
-        role_set = frozenset(roles)
-        # Privileged callers all see the same set: one cache entry for them.
-        roles_key = ("admin",) if role_set & PRIVILEGED_ROLES else tuple(sorted(role_set))
-        key = (
-            tenant_id,
-            roles_key,
-            None if doc_types is None else tuple(sorted(doc_types)),
-            None if sources is None else tuple(sorted(sources)),
-        )
+        """Top ``k`` chunks of ``space`` by inner product that ``scope`` may read."""
         with self._lock:
             vs = self._spaces.get(space)
             if vs is None:
                 return []
-            sel_key = (space, vs.version, *key)
+            # keyed by what decides the readable set: privileged callers share one entry
+            sel_key = (space, vs.version, *scope.key)
             sel = self._selections.get(sel_key)
             if sel is None:
-                sel = vs.select_labels(
-                    tenant_id=tenant_id, roles=role_set, doc_types=doc_types, sources=sources
-                )
+                sel = vs.select_labels(scope)
                 self._selections[sel_key] = sel
                 while len(self._selections) > self._cache_size:
                     self._selections.popitem(last=False)

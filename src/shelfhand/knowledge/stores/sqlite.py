@@ -26,13 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from shelfhand.core.context import PRIVILEGED_ROLES
 from shelfhand.core.db import apply_migrations, connect, transaction
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
 from shelfhand.knowledge.stores.outbox import DerivedIndex, IndexChange, read_changes, write_change
 from shelfhand.knowledge.stores.sqlite_schema import MIGRATIONS
-from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
+from shelfhand.knowledge.types import Chunk, Document, Scope, SourceInfo, StoredChunk
 
 logger = logging.getLogger(__name__)
 
@@ -672,17 +671,19 @@ class SqliteKnowledgeStore:
         sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({{marks}})"
         return {r[0]: _row_to_chunk(r) for rows in self._select_in(sql, rowids) for r in rows}
 
-    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]:
-        """The tenant's chunks whose innermost section heading is ``leaf`` (rowid → chunk)."""
+    def chunks_in_section(self, scope: Scope, leaf: str) -> dict[int, Chunk]:
+        """Chunks whose innermost section heading is ``leaf`` (rowid → chunk): at most 200 of
+        the scope's tenant, those the scope may read."""
         tail = json.dumps(leaf, ensure_ascii=False) + "]"
         pattern = "%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE tenant_id = ? AND section_path LIKE ?"
                 " ESCAPE '\\' LIMIT 200",
-                (tenant_id, pattern),
+                (scope.tenant_id, pattern),
             ).fetchall()
-        return {r[0]: _row_to_chunk(r) for r in rows}
+        found = {r[0]: _row_to_chunk(r) for r in rows}
+        return {rowid: chunk for rowid, chunk in found.items() if scope.allows(chunk)}
 
     def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
         sql = "SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})"
@@ -764,23 +765,12 @@ class SqliteKnowledgeStore:
             for h, blob in rows
         }
 
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Rowids of the chunks a caller may read (sorted), optionally narrowed by metadata.
-
-        Visible iff same tenant AND (no permission tags, or a tag among ``roles``, or the
-        caller holds ``admin``/``system``).
-        """
-        role_list = sorted(set(roles))
+    def allowed_rowids(self, scope: Scope) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Rowids of the chunks ``scope`` may read (sorted); see :class:`Scope` for the rule."""
         sql = "SELECT rowid FROM chunks WHERE tenant_id = ?"
-        params: list[Any] = [tenant_id]
-        if not set(role_list) & PRIVILEGED_ROLES:
+        params: list[Any] = [scope.tenant_id]
+        if not scope.privileged:
+            role_list = sorted(scope.roles)
             sql += " AND (permission_tags = '[]'"
             if role_list:
                 marks = ",".join("?" * len(role_list))
@@ -790,7 +780,7 @@ class SqliteKnowledgeStore:
                 )
                 params.extend(role_list)
             sql += ")"
-        for column, values in (("doc_type", doc_types), ("source", sources)):
+        for column, values in (("doc_type", scope.doc_types), ("source", scope.sources)):
             if values is not None:
                 sql += f" AND {column} IN ({','.join('?' * len(values))})"
                 params.extend(values)

@@ -54,19 +54,18 @@ import os
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import tantivy
 
-from shelfhand.core.context import PRIVILEGED_ROLES
 from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
 from shelfhand.knowledge.scoring import COMMON_SHARE, ranking_terms
 from shelfhand.knowledge.stores.outbox import split_changes
 from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, SqliteKnowledgeStore
 from shelfhand.knowledge.stores.vector_labels import VectorLabels
-from shelfhand.knowledge.types import Chunk, KeywordHits
+from shelfhand.knowledge.types import Chunk, KeywordHits, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -398,25 +397,15 @@ class TantivyKeywordIndex:
         return int(self._index.searcher().num_docs)
 
     def search(
-        self,
-        query_tokens: Sequence[str],
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, query_tokens: Sequence[str], k: int, *, scope: Scope
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks by BM25 that the caller may read, as ``(rowid, score)``.
 
         Args:
             query_tokens: From :func:`~shelfhand.knowledge.analysis.tokenize_query`.
             k: How many hits at most.
-            tenant_id: The caller's tenant; other tenants' chunks never match.
-            roles: The caller's roles; a chunk matches when untagged or sharing a role
-                (``admin``/``system`` see the whole tenant).
-            doc_types: Only these document types, when given.
-            sources: Only these sources, when given.
+            scope: What the caller may read (tenant, roles, doc type and source filters);
+                nothing else ever matches.
         """
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
@@ -432,13 +421,13 @@ class TantivyKeywordIndex:
         if query is None:  # no chunk holds any of the terms
             self.paths["empty"] += 1
             return []
-        hits = self._run(searcher, query, k, tenant_id, roles, doc_types, sources, True)
+        hits = self._run(searcher, query, k, scope, True)
         if len(hits) < k and len(ranked) < len(terms):
             # few readable chunks hold the rarer terms: the common ones rank the rest
             self.paths["common terms"] += 1
             every = self._ranked(searcher, terms, body_df)
             if every is not None:  # (it holds the ranked terms' clauses)
-                hits = self._run(searcher, every, k, tenant_id, roles, doc_types, sources, True)
+                hits = self._run(searcher, every, k, scope, True)
         return KeywordHits(hits, num_docs=int(searcher.num_docs), doc_freqs=list(body_df.values()))
 
     def _searcher(self) -> Any:
@@ -478,21 +467,12 @@ class TantivyKeywordIndex:
         return should, postings
 
     def search_exact(
-        self,
-        identifiers: Sequence[str],
-        k: int,
-        *,
-        rank_by: Sequence[str] = (),
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks whose text holds at least one of ``identifiers`` (index tokens from
         :func:`~shelfhand.knowledge.analysis.query_identifiers`), as ``(rowid, score)``, ranked
         like :meth:`search` ranks ``rank_by`` (the query's tokens), or by their BM25 on the
-        identifiers when it is empty. Tenant, roles and filters restrict it exactly like
-        :meth:`search`.
+        identifiers when it is empty. ``scope`` restricts it exactly like :meth:`search`.
         """
         terms = list(dict.fromkeys(t for t in identifiers if t))
         if not terms or k <= 0:
@@ -531,9 +511,7 @@ class TantivyKeywordIndex:
         # ranked unfiltered, then checked like search (oversampled), else filtered; few
         # holders: filters that only check those (lazy)
         narrow = holders <= _NARROW_SHARE * int(searcher.num_docs)
-        return self._run(
-            searcher, text, k, tenant_id, roles, doc_types, sources, True, narrow=narrow
-        )
+        return self._run(searcher, text, k, scope, True, narrow=narrow)
 
     def _should(
         self, field: str, terms: Sequence[str], boost: float = 1.0
@@ -546,22 +524,15 @@ class TantivyKeywordIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
-    def _filters(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
-    ) -> list[tuple[str, list[str]]]:
-        """The caller's visibility as ``(field, allowed values)``; a chunk must match each."""
-        filters: list[tuple[str, list[str]]] = [("tenant", [tenant_id])]
-        role_set = set(roles)
-        if not role_set & PRIVILEGED_ROLES:
-            filters.append(("tags", sorted(role_set | {PUBLIC_TAG})))
-        if doc_types is not None:
-            filters.append(("doc_type", sorted(set(doc_types))))
-        if sources is not None:
-            filters.append(("source", sorted(set(sources))))
+    def _filters(self, scope: Scope) -> list[tuple[str, list[str]]]:
+        """What ``scope`` may read as ``(field, allowed values)``; a chunk must match each."""
+        filters: list[tuple[str, list[str]]] = [("tenant", [scope.tenant_id])]
+        if not scope.privileged:
+            filters.append(("tags", sorted(scope.roles | {PUBLIC_TAG})))
+        if scope.doc_types is not None:
+            filters.append(("doc_type", sorted(set(scope.doc_types))))
+        if scope.sources is not None:
+            filters.append(("source", sorted(set(scope.sources))))
         return filters
 
     def _filter_query(self, field: str, values: Sequence[str], *, lazy: bool) -> tantivy.Query:
@@ -586,10 +557,7 @@ class TantivyKeywordIndex:
         searcher: Any,
         text: tantivy.Query,
         k: int,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
+        scope: Scope,
         oversample: bool = False,
         *,
         narrow: bool = False,
@@ -598,7 +566,7 @@ class TantivyKeywordIndex:
         ``narrow``: ``text`` matches few chunks, so the filters only check those (lazy unions;
         a term-set filter would first collect every chunk of its values)."""
         occ = tantivy.Occur
-        filters = self._filters(tenant_id, roles, doc_types, sources)
+        filters = self._filters(scope)
         if any(not values for _, values in filters):
             self.paths["empty"] += 1
             return []  # an empty doc_types or sources list allows nothing
@@ -607,13 +575,7 @@ class TantivyKeywordIndex:
             self.paths["empty"] += 1
             return []
         if fetch is not None:
-            caller = {
-                "tenant_id": tenant_id,
-                "roles": roles,
-                "doc_types": doc_types,
-                "sources": sources,
-            }
-            hits = self._oversampled(searcher, text, k, fetch, filters, caller)
+            hits = self._oversampled(searcher, text, k, fetch, filters, scope)
             if hits is not None:
                 self.paths["oversampled"] += 1
                 return hits
@@ -662,7 +624,7 @@ class TantivyKeywordIndex:
         k: int,
         fetch: int,
         filters: Sequence[tuple[str, list[str]]],
-        caller: dict[str, Any],
+        scope: Scope,
     ) -> list[tuple[int, float]] | None:
         """The top ``k`` readable hits among the unfiltered top ``fetch``, or None when fewer
         than ``k`` of those are readable and more hits exist (then only the filtered query is
@@ -678,7 +640,7 @@ class TantivyKeywordIndex:
         labels = self._labels
         if labels is not None:
             with self._labels_lock:
-                allowed = labels.allows(rowids, **caller)
+                allowed = labels.allows(rowids, scope)
         if allowed is None:  # a reading process, or a rowid not labelled yet
             allowed = self._check(searcher, rowids, filters)
         hits = [

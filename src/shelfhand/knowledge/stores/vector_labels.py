@@ -12,22 +12,21 @@ The keyword index keeps the same labels with the chunk rowid as the position
 (:class:`~shelfhand.knowledge.stores.tantivy.TantivyKeywordIndex`): it checks the few hits of its
 unfiltered ranking with :meth:`VectorLabels.allows` instead of a second tantivy query.
 
-The rule is the store's (:meth:`SqliteKnowledgeStore.allowed_rowids`): same tenant, and no
-permission tags or one among the caller's roles, or a privileged role; then the doc-type and
-source filters.
+The rule is :class:`~shelfhand.knowledge.types.Scope`'s: same tenant, and no permission tags
+or one among the caller's roles, or a privileged role; then the doc-type and source filters.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from shelfhand.core.context import PRIVILEGED_ROLES
+from shelfhand.knowledge.types import Scope
 
 __all__ = ["ChunkMeta", "VectorLabels"]
 
@@ -129,56 +128,31 @@ class VectorLabels:
         out.tagbits = self.tagbits[positions].copy()
         return out
 
-    def mask(
-        self,
-        n: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> Mask:
-        """Which of the first ``n`` positions the caller may read (liveness not included)."""
-        return self._match(slice(0, n), n, tenant_id, roles, doc_types, sources)
+    def mask(self, n: int, scope: Scope) -> Mask:
+        """Which of the first ``n`` positions ``scope`` may read (liveness not included)."""
+        return self._match(slice(0, n), n, scope)
 
-    def allows(
-        self,
-        positions: Sequence[int],
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> list[bool] | None:
-        """Whether the caller may read each of ``positions``; None when one of them is not
+    def allows(self, positions: Sequence[int], scope: Scope) -> list[bool] | None:
+        """Whether ``scope`` may read each of ``positions``; None when one of them is not
         labelled (beyond the arrays, or never :meth:`put`): the caller must ask elsewhere."""
         rows = np.asarray(positions, dtype=np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self.tenant)):
             return None
         if len(rows) and bool((self.tenant[rows] < 0).any()):
             return None
-        allowed = self._match(rows, len(rows), tenant_id, roles, doc_types, sources)
+        allowed = self._match(rows, len(rows), scope)
         return [bool(a) for a in allowed]
 
-    def _match(
-        self,
-        rows: slice | npt.NDArray[np.int64],
-        n: int,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
-    ) -> Mask:
-        tenant = self.tenants.get(tenant_id)
+    def _match(self, rows: slice | npt.NDArray[np.int64], n: int, scope: Scope) -> Mask:
+        tenant = self.tenants.get(scope.tenant_id)
         if tenant is None:
             return np.zeros(n, dtype=bool)
         mask: Mask = self.tenant[rows] == tenant
-        role_set = set(roles)
-        if not role_set & PRIVILEGED_ROLES:
+        if not scope.privileged:
             bits = self.tagbits[rows]
             readable: Mask = np.logical_not(bits.any(axis=1))  # untagged: public within the tenant
             want = np.zeros(bits.shape[1], dtype=np.uint64)
-            for role in role_set:
+            for role in scope.roles:
                 bit = self.tags.get(role)
                 if bit is not None:
                     want[bit // 64] |= np.uint64(1 << (bit % 64))
@@ -186,8 +160,8 @@ class VectorLabels:
                 readable |= (bits & want).any(axis=1)
             mask &= readable
         for column, table, values in (
-            (self.doc_type, self.doc_types, doc_types),
-            (self.source, self.sources, sources),
+            (self.doc_type, self.doc_types, scope.doc_types),
+            (self.source, self.sources, scope.sources),
         ):
             if values is not None:
                 codes = [table[v] for v in set(values) if v in table]

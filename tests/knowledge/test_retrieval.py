@@ -18,6 +18,7 @@ from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.fusion import rrf
 from shelfhand.knowledge.retrieval.hybrid import _Overlap
+from shelfhand.knowledge.retrieval.relevance import candidate_relevance
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Scope, Section
 
@@ -364,8 +365,8 @@ def test_the_keyword_search_hands_its_term_statistics_to_the_relevance_estimate(
     hits = kb.keyword.search(tokens, 5, scope=Scope())
     assert hits and hits.stats() == kb.keyword.doc_freqs(tokens)  # type: ignore[attr-defined]
     # the estimate from the search's statistics equals the one that asks the index
-    asked = kb.retriever._relevance(tokens, list(hits), [], [])
-    assert kb.retriever._relevance(tokens, hits, [], []) == asked
+    asked = candidate_relevance(tokens, list(hits), [], [], kb.keyword)
+    assert candidate_relevance(tokens, hits, [], [], kb.keyword) == asked
     # and a search does not ask again
     monkeypatch.setattr(kb.keyword, "doc_freqs", lambda _: pytest.fail("statistics read twice"))
     found = kb.retriever.search("projector lamp 保修 nonexistentword", k=3, mode="keyword")

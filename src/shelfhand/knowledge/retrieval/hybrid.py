@@ -24,10 +24,10 @@ Chunks still waiting for ingest phase 2 have no vectors: they are found by keywo
 :attr:`SearchTimings.pending_chunks` says how many there are.
 
 Exact identifiers win in every mode: when the query names identifiers (``E-888``,
-``SKU2024-011``, see :func:`~shelfhand.knowledge.analysis.query_identifiers`), the passages whose
-text holds one (an exact term lookup in the keyword index, restricted like the search) go first,
-best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
-behind them (``exact_boost=False`` turns this off, for ablations).
+``SKU2024-011``), the passages whose text holds one go first
+(:mod:`~shelfhand.knowledge.retrieval.exact`; ``exact_boost=False`` turns this off, for
+ablations). The relevance of every candidate is
+:func:`~shelfhand.knowledge.retrieval.relevance.candidate_relevance`.
 
 In hybrid mode the keyword side runs on a worker thread while the calling thread embeds the
 query and searches the vectors (tantivy, faiss and the PostgreSQL driver release the GIL), so a
@@ -47,23 +47,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
+from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
+from shelfhand.knowledge.retrieval.exact import exact_first
 from shelfhand.knowledge.retrieval.fusion import KEYWORD_WEIGHT, convex_fusion
+from shelfhand.knowledge.retrieval.relevance import candidate_relevance
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
-from shelfhand.knowledge.scoring import (
-    bm25_idf,
-    keyword_evidence,
-    ranking_terms,
-    relevance,
-)
-from shelfhand.knowledge.types import Chunk, KeywordHits, Scope, SearchHit
+from shelfhand.knowledge.types import Chunk, Scope, SearchHit
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +274,17 @@ class HybridRetriever:
         )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
-        hits = self._exact_first(query, tokens, hits, keyword, k, scope)
+        if self.exact_boost:
+            hits = exact_first(
+                query,
+                hits,
+                k=k,
+                scope=scope,
+                keyword_index=self.keyword_index,
+                store=self.store,
+                tokens=tokens,
+                keyword=keyword,
+            )
         if self.version_siblings:
             hits = add_version_siblings(hits, self.store, scope, k)
         t_exact = time.perf_counter() - t1
@@ -398,81 +404,6 @@ class HybridRetriever:
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return _KeywordSide(tokens, hits, time.perf_counter() - t1)
 
-    def _exact_first(
-        self,
-        query: str,
-        tokens: list[str] | None,
-        hits: list[SearchHit],
-        keyword: list[tuple[int, float]],
-        k: int,
-        scope: Scope,
-    ) -> list[SearchHit]:
-        """The fused ``hits`` with the passages holding an identifier of ``query`` first.
-
-        Exact passages come in the order of their BM25 on the query (the keyword side's
-        judgement of which passage is *about* the code: on the samples the fused order put a
-        passing mention of E-203 above the manual's E-203 section); those among ``hits`` keep
-        their fused score and ranks, those the fusion left out carry the BM25 score (and their
-        keyword rank when the keyword side had them). Duplicate passages (same content hash)
-        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``scope``
-        restricts the lookup exactly like the search (tenant, roles, doc type and source
-        filters). ``tokens`` are ``query``'s tokens when the search already analysed it.
-        """
-        if not self.exact_boost or k <= 0:
-            return hits
-        identifiers = query_identifiers(query)
-        if not identifiers:
-            return hits
-        # All exact passages when fewer than k, so that the hits after them are truly not exact.
-        found = self.keyword_index.search_exact(
-            identifiers,
-            max(k, len(hits)),
-            rank_by=tokens if tokens is not None else tokenize_query(query),
-            scope=scope,
-        )
-        if not found:
-            return hits
-        # Whether a passage holds the identifier depends on its text only: compare by content
-        # hash, and load only the chunks the fusion left out.
-        hash_of = self.store.content_hashes([rowid for rowid, _ in found])
-        exact = set(hash_of.values())
-        fused = {hit.chunk.content_hash: hit for hit in hits if hit.chunk.content_hash in exact}
-        order: list[tuple[int, float, str]] = []
-        placed: set[str] = set()
-        for rowid, score in found:
-            h = hash_of.get(rowid)
-            if h is not None and h not in placed:
-                placed.add(h)  # a duplicate passage comes once
-                order.append((rowid, score, h))
-        chunks = self.store.chunk_map([r for r, _, h in order if h not in fused])
-        # A passage *about* the code (its heading, or a line that starts with it: "E-203 Lamp
-        # overheating") before one that names it in passing ("errors such as E-203"), each
-        # group in BM25 order.
-        wanted = set(identifiers)
-
-        def about(item: tuple[int, float, str]) -> bool:
-            rowid, _, h = item
-            return _names_in_heading(fused[h].chunk if h in fused else chunks.get(rowid), wanted)
-
-        order.sort(key=lambda item: not about(item))
-        order = order[:k]
-        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
-        first: list[SearchHit] = []
-        for rowid, score, h in order:
-            if h in fused:
-                first.append(replace(fused[h], exact=True))
-            elif rowid in chunks:  # else deleted since indexing
-                first.append(
-                    SearchHit(
-                        chunk=chunks[rowid],
-                        score=score,
-                        keyword_rank=keyword_rank.get(rowid),
-                        exact=True,
-                    )
-                )
-        rest = [hit for hit in hits if hit.chunk.content_hash not in exact]
-        return (first + rest)[:k]
-
     def _fuse(
         self,
         query_tokens: list[str],
@@ -496,7 +427,9 @@ class HybridRetriever:
             ranked = keyword or vectors.lists[0]
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
-        strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
+        strength = candidate_relevance(
+            query_tokens, keyword, cosines, vectors.weights, self.keyword_index
+        )
         # too weak to count as an answer
         strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
         chosen: list[tuple[int, float]] = []
@@ -543,36 +476,6 @@ class HybridRetriever:
         for i, space in enumerate(vectors.spaces):
             found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
             cosines[i].update(found)
-
-    def _relevance(
-        self,
-        query_tokens: list[str],
-        keyword: list[tuple[int, float]],
-        cosines: list[dict[int, float]],
-        weights: list[float],
-    ) -> dict[int, float]:
-        """Every candidate's :func:`~shelfhand.knowledge.retrieval.fusion.relevance`."""
-        kw: dict[int, float] = {}
-        if keyword:
-            # the statistics the keyword search read, else the index's (e.g. a stand-in index)
-            if isinstance(keyword, KeywordHits):
-                num_docs, freqs = keyword.stats()
-            else:
-                num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
-            # the IDF of the terms that ranked the hits (the common ones may not have)
-            terms = list(dict.fromkeys(t for t in query_tokens if t))
-            ranked = set(ranking_terms(terms, freqs, num_docs, self.keyword_index.common_share))
-            idf_sum = sum(
-                bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
-            )
-            kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
-            if not cosines:
-                return kw  # (keyword evidence is already the relevance: 0..1)
-        cos: dict[int, float] = {}
-        for found, weight in zip(cosines, weights, strict=True):
-            for rowid, c in found.items():
-                cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
-        return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,25 +528,3 @@ class _VectorSide:
     lists: list[list[tuple[int, float]]]
     weights: list[float]
     query_vectors: list[Vectors]
-
-
-def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
-    """Whether ``chunk`` is about one of ``identifiers``: one of its section headings below the
-    document title, or a heading-like line of its text (short, with more text after it),
-    starts with it (after bullets, numbering or ``#``). Neither a paragraph that merely begins
-    with the code nor the document's title counts: on SciFact, where abstracts and titles
-    often begin with a gene name, counting them cost 0.012 nDCG@10."""
-    if chunk is None:
-        return False
-    lines = chunk.text.splitlines()
-    headings = [line for line in lines[:-1] if len(line) <= _HEADING_CHARS]
-    sections = [heading for heading in chunk.section_path if heading != chunk.title]
-    for line in (*sections, *headings):
-        first = line.lstrip(_LEAD).split(maxsplit=1)
-        if first and identifiers.intersection(identifier_tokens(first[0])):
-            return True
-    return False
-
-
-_HEADING_CHARS = 80
-_LEAD = " \t#*-•·>0123456789.)、（(【["

@@ -52,7 +52,7 @@ def dump(beir: Path, workspace: Path, out: Path, limit: int | None = None) -> No
         if limit is not None and len(rows) >= limit:
             break
         keyword = stack.keyword.search(tokenize_query(query), FETCH, scope=scope)
-        embedded = retriever._embed(query) or {}
+        embedded = retriever._embed(query)[0] or {}
         home = retriever.router.space_for(query) if retriever.router else None
         vectors = {
             space: stack.vectors.search(space, qvec, FETCH, scope=scope)

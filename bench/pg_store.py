@@ -38,6 +38,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -371,8 +372,10 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         pg, pg_build = _build_pg(url, corpus)
         logger.info("PostgreSQL store built in %.0f s", pg_build)
         stores = {"embedded": embedded, "pg": pg}
-        for kb in stores.values():
-            kb.retriever.exact_boost = not args.no_exact_boost
+        for kb in stores.values():  # the configured switches of this run
+            kb.retriever.options = replace(
+                kb.retriever.options, exact_boost=not args.no_exact_boost
+            )
         out: dict[str, Any] = {
             "exact_boost": not args.no_exact_boost,
             "chunks": corpus.n,
@@ -460,15 +463,15 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         pg.keyword.common_share = embedded.keyword.common_share = args.keyword_common_share
     pg.keyword.bitmap_scan = not args.no_bitmap_scan  # type: ignore[attr-defined]
     stores = {"embedded": embedded, "pg": pg}
-    for kb in stores.values():
-        kb.retriever.exact_boost = not args.no_exact_boost
+    for kb in stores.values():  # the configured switches of this run
+        kb.retriever.options = replace(kb.retriever.options, exact_boost=not args.no_exact_boost)
     modes: tuple[SearchMode, ...] = tuple(args.modes)
     callers = [c for c in rs.CALLERS if args.callers is None or c in args.callers]
     picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
     out: dict[str, Any] = {
         "chunks": n,
         "k": args.k,
-        "per_side": args.k * embedded.retriever.candidates_factor,
+        "per_side": args.k * embedded.retriever.options.candidates_factor,
         "queries": len(picked),
         "exact_boost": not args.no_exact_boost,
         "rare_share": args.rare_share,

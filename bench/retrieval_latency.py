@@ -234,7 +234,7 @@ def measure_latency(
 ) -> dict[str, Any]:
     """keyword / vector / hybrid p50/p95 per caller, query vectors given (no embedding)."""
     retriever = kb.retriever
-    out: dict[str, Any] = {"k": k, "candidates_per_side": k * retriever.candidates_factor}
+    out: dict[str, Any] = {"k": k, "candidates_per_side": k * retriever.options.candidates_factor}
     for user_name, user in USERS.items():
         # Warm the ACL selection cache (computed once per store generation, never per query).
         retriever.search_timed(

@@ -374,7 +374,7 @@ def measure(
     (query vectors given), the bare indexes on the same queries, the first query's ACL cost
     and the filtered vector recall@k against exact search."""
     retriever = kb.retriever
-    fetch = k * retriever.candidates_factor
+    fetch = k * retriever.options.candidates_factor
     out: dict[str, Any] = {"k": k, "fetch_per_side": fetch, "queries": len(corpus.queries)}
     out["load_before"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     qvecs = {i: {SPACE: v} for i, v in enumerate(corpus.qvecs)}

@@ -486,10 +486,10 @@ def search(
 
     a = open_app(workspace, existing=True)
     kb = a.open_knowledge()
-    hits, timings = kb.search_timed(
+    found = kb.search_result(
         query, k=k, user=caller_context(tenant, user, role), mode=_check_mode(mode)
     )
-    citations = prepare_evidence(to_citations(hits), query)  # disagreements flagged
+    citations = prepare_evidence(to_citations(list(found.hits)), query)  # disagreements flagged
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
@@ -498,16 +498,15 @@ def search(
         )
     else:
         make_console().print(format_passages(citations), highlight=False, markup=False)
-        if timings.pending_chunks:
+        if found.pending_chunks:
             make_console().print(
-                f"[dim]{timings.pending_chunks} chunks are not embedded yet (found by keywords "
+                f"[dim]{found.pending_chunks} chunks are not embedded yet (found by keywords "
                 "only); `shelfhand embed` embeds them[/]",
                 highlight=False,
             )
-        if timings.rerank_reason:
-            make_console().print(
-                f"[yellow]note:[/] {escape(timings.rerank_reason)}", highlight=False
-            )
+        for note in (found.degraded_reason, found.rerank_reason):
+            if note:
+                make_console().print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     kb.close()
 
 

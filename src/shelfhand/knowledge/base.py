@@ -19,11 +19,17 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
-from shelfhand.knowledge.retrieval.hybrid import SearchMode, SearchTimings
+from shelfhand.knowledge.retrieval.hybrid import SearchMode
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
 from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.types import Document, SearchHit, SourceInfo
+from shelfhand.knowledge.types import (
+    Document,
+    SearchHit,
+    SearchOptions,
+    SearchResult,
+    SourceInfo,
+)
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.stores.tantivy import Access
@@ -129,12 +135,13 @@ class KnowledgeBase:
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None
         )
-        self.last_rerank_reason: str | None = None
-        """Why the last search that reranked kept the fused order (the reranker failed)."""
 
     @property
     def degraded_reason(self) -> str | None:
-        return self._degraded_reason or self._stack.retriever.last_degraded_reason
+        """Why this base was opened with less than hybrid search (an ``auto`` base whose
+        embedder could not load), if it was. Each search's own fallback (its query
+        embedding failed) is in its :class:`SearchResult`."""
+        return self._degraded_reason
 
     @property
     def keyword_only(self) -> bool:
@@ -211,6 +218,12 @@ class KnowledgeBase:
         return self._stack.store.count_chunks()
 
     # --- search ---------------------------------------------------------------------------
+    @property
+    def search_options(self) -> SearchOptions:
+        """The configured switches, what every search uses unless given others (an ablation
+        passes ``dataclasses.replace(kb.search_options, ...)`` per call)."""
+        return replace(self._stack.retriever.options, rerank=self.rerank_stage is not None)
+
     def search(
         self,
         query: str,
@@ -220,14 +233,15 @@ class KnowledgeBase:
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
         rerank: bool = True,
+        options: SearchOptions | None = None,
     ) -> list[SearchHit]:
-        """Top ``k`` passages ``user`` may read (permissions applied inside the index queries)."""
-        hits, _ = self.search_timed(
-            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank
+        """Top ``k`` passages ``user`` may read: the hits of :meth:`search_result`."""
+        result = self.search_result(
+            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank, options=options
         )
-        return hits
+        return list(result.hits)
 
-    def search_timed(
+    def search_result(
         self,
         query: str,
         *,
@@ -236,30 +250,51 @@ class KnowledgeBase:
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
         rerank: bool = True,
-    ) -> tuple[list[SearchHit], SearchTimings]:
-        """:meth:`search` with the time spent in each stage.
+        options: SearchOptions | None = None,
+    ) -> SearchResult:
+        """Top ``k`` passages ``user`` may read (permissions applied inside the index queries),
+        with how this search went: its timings and, when it fell back to keywords, why.
 
-        With a reranker (and ``rerank``), ``rerank_candidates`` fused hits are fetched, the
-        reranker orders them and the best ``k`` are kept; if it fails the fused order is kept
-        and ``timings.rerank_reason`` (and :attr:`last_rerank_reason`) says why.
+        With a reranker (and ``rerank``, and ``options.rerank``), ``rerank_candidates`` fused
+        hits are fetched, the reranker orders them and the best ``k`` are kept; if it fails
+        the fused order is kept and the result's ``rerank_reason`` says why.
+
+        Args:
+            query: The user's words, any language.
+            k: How many passages at most.
+            user: The caller; ``None`` is an anonymous caller of tenant ``default``.
+            mode: ``hybrid``, ``keyword`` or ``vector`` (a keyword-only base searches by
+                keywords whatever the mode).
+            filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
+            rerank: ``False`` keeps the fused order even with a reranker.
+            options: This search's switches (default: :attr:`search_options`).
         """
         if self.router is None and mode != "keyword":
             mode = "keyword"
+        opts = options or self.search_options
         retriever = self._stack.retriever
-        stage = self.rerank_stage if rerank else None
+        stage = self.rerank_stage if rerank and opts.rerank else None
         if stage is None or k <= 0:
-            return retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+            result = retriever.search_result(
+                query, k=k, user=user, mode=mode, filters=filters, options=opts
+            )
+            return self._with_open_reason(result)
         started = time.perf_counter()
-        hits, timings = retriever.search_timed(
-            query, k=stage.fetch_count(k), user=user, mode=mode, filters=filters
+        fused = retriever.search_result(
+            query, k=stage.fetch_count(k), user=user, mode=mode, filters=filters, options=opts
         )
-        outcome = stage.run(query, hits, k)
-        self.last_rerank_reason = outcome.reason
+        outcome = stage.run(query, list(fused.hits), k)
         total = (time.perf_counter() - started) * 1000
         timings = replace(
-            timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
+            fused.timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
         )
-        return outcome.hits, timings
+        return self._with_open_reason(replace(fused, hits=tuple(outcome.hits), timings=timings))
+
+    def _with_open_reason(self, result: SearchResult) -> SearchResult:
+        """The search's own fallback reason, else why the base has no embeddings at all."""
+        if result.degraded_reason is None and self._degraded_reason is not None:
+            return replace(result, degraded_reason=self._degraded_reason)
+        return result
 
     def warm_up(self) -> None:
         """Load what the first search would load (query embedders, index readers) now, so a

@@ -1,5 +1,6 @@
-"""Values shared across the knowledge layer: documents, chunks, search hits and the caller's
-:class:`Scope`."""
+"""Values shared across the knowledge layer: documents, chunks, search hits, the caller's
+:class:`Scope`, and what one search is asked (:class:`SearchOptions`) and returns
+(:class:`SearchResult`)."""
 
 from __future__ import annotations
 
@@ -228,3 +229,79 @@ class Scope:
     def allows(self, chunk: Chunk) -> bool:
         """Whether the caller may read ``chunk``."""
         return self.may_read(chunk.tenant_id, chunk.permission_tags, chunk.doc_type, chunk.source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """The switches of one search. A knowledge base's configured values are the defaults
+    (:attr:`~shelfhand.knowledge.base.KnowledgeBase.search_options`); a caller that wants
+    other ones for a call (an ablation stage) passes
+    ``dataclasses.replace(kb.search_options, ...)``, never changing the shared base.
+
+    Raises:
+        KnowledgeError: ``min_relevance`` outside 0..1 or ``candidates_factor`` under 1.
+    """
+
+    exact_boost: bool = True
+    """Put the passages holding an identifier of the query first (the exact-identifier step
+    of :mod:`~shelfhand.knowledge.retrieval.hybrid`)."""
+    min_relevance: float = 0.0
+    """Drop hits whose ``relevance`` is under this (0 keeps all)."""
+    version_siblings: bool = True
+    """Bring the same section of a hit's other document versions along
+    (:mod:`~shelfhand.knowledge.retrieval.versions`)."""
+    candidates_factor: int = 3
+    """Each side of a search fetches ``candidates_factor * k`` candidates."""
+    rerank: bool = True
+    """Rerank the fused candidates, when the knowledge base has a reranker."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_relevance <= 1.0:
+            raise KnowledgeError(f"min_relevance must be within 0..1, not {self.min_relevance}")
+        if self.candidates_factor < 1:
+            raise KnowledgeError(
+                f"candidates_factor must be at least 1, not {self.candidates_factor}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchTimings:
+    """Milliseconds spent in each stage of one search."""
+
+    keyword_ms: float = 0.0
+    embed_ms: float = 0.0
+    vector_ms: float = 0.0
+    fuse_ms: float = 0.0
+    exact_ms: float = 0.0
+    """The exact-identifier lookup (only for queries that name an identifier)."""
+    total_ms: float = 0.0
+    pending_chunks: int = 0
+    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
+    searches that use vectors."""
+    rerank_ms: float = 0.0
+    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
+    rerank_reason: str | None = None
+    """Why the reranker's order was not used (it failed and the fused order was kept)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """What one search found and how it went: the outcome travels with the call, so
+    concurrent searches over one shared knowledge base never see each other's."""
+
+    hits: tuple[SearchHit, ...]
+    timings: SearchTimings
+    degraded_reason: str | None = None
+    """Why this search fell back to keywords (its query embedding failed, timed out or was
+    paused by the breaker), or why the knowledge base runs without embeddings at all (an
+    ``auto`` base that degraded when opened); ``None`` when it searched as asked."""
+
+    @property
+    def rerank_reason(self) -> str | None:
+        """Why the reranker's order was not used for this search (it failed)."""
+        return self.timings.rerank_reason
+
+    @property
+    def pending_chunks(self) -> int:
+        """Chunks not embedded yet when this search ran (found by keywords only)."""
+        return self.timings.pending_chunks

@@ -3,8 +3,14 @@
 ::
 
     kb = open_embedded_store(workspace, router)
-    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user)
+    result = kb.retriever.search_result("E-203 是什么故障？", k=5, user=user)
     kb.close()
+
+A search's outcome travels with it (:class:`~shelfhand.knowledge.types.SearchResult`: the hits,
+the time of each stage, why it fell back to keywords if it did); nothing of one search is
+kept on the retriever, which many threads share. Its switches (exact boost, relevance
+threshold, version siblings, candidates per side) are a
+:class:`~shelfhand.knowledge.types.SearchOptions` per call, the configured ones by default.
 
 Each side fetches ``candidates_factor × k`` candidates: keyword from tantivy, vectors from every
 space that holds vectors (the query embedded by that space's embedder, so a mixed Chinese and
@@ -15,19 +21,19 @@ one side has nothing, the other's ranking and scores are used as is. Every hit g
 ``relevance`` (0..1, comparable across queries); hits under ``min_relevance`` are dropped, so a
 query the documents do not answer finds nothing.
 If embedding the query fails (quota, model unavailable) or does not finish within
-``embed_timeout`` seconds, the search continues on keywords and ``last_degraded_reason`` says why.
-After ``breaker_failures`` such failures in a row the query embedder is not asked at all for
-``breaker_cooldown`` seconds (searches go straight to keywords, with the reason), then one
-search tries it again. The first query of each space in a process may take ``load_timeout``
+``embed_timeout`` seconds, the search continues on keywords and its result's
+``degraded_reason`` says why. After ``breaker_failures`` such failures in a row the query
+embedder is not asked at all for ``breaker_cooldown`` seconds (searches go straight to
+keywords, with the reason), then one search tries it again (a
+:class:`~shelfhand.core.breaker.CircuitBreaker`). The first query of each space in a process may take ``load_timeout``
 (loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
 Chunks still waiting for ingest phase 2 have no vectors: they are found by keywords only, and
-:attr:`SearchTimings.pending_chunks` says how many there are.
+:attr:`SearchResult.pending_chunks` says how many there are.
 
 Exact identifiers win in every mode: when the query names identifiers (``E-888``,
 ``SKU2024-011``), the passages whose text holds one go first
 (:mod:`~shelfhand.knowledge.retrieval.exact`; ``exact_boost=False`` turns this off, for
-ablations). The relevance of every candidate is
-:func:`~shelfhand.knowledge.retrieval.relevance.candidate_relevance`.
+ablations).
 
 In hybrid mode the keyword side runs on a worker thread while the calling thread embeds the
 query and searches the vectors (tantivy, faiss and the PostgreSQL driver release the GIL), so a
@@ -50,6 +56,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from shelfhand.core.breaker import OPEN, CircuitBreaker
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_query
@@ -59,7 +66,14 @@ from shelfhand.knowledge.retrieval.exact import exact_first
 from shelfhand.knowledge.retrieval.fusion import KEYWORD_WEIGHT, convex_fusion
 from shelfhand.knowledge.retrieval.relevance import candidate_relevance
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
-from shelfhand.knowledge.types import Chunk, Scope, SearchHit
+from shelfhand.knowledge.types import (
+    Chunk,
+    Scope,
+    SearchHit,
+    SearchOptions,
+    SearchResult,
+    SearchTimings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,28 +82,10 @@ __all__ = ["HybridRetriever", "SearchMode", "SearchTimings"]
 SearchMode = Literal["hybrid", "keyword", "vector"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SearchTimings:
-    """Milliseconds spent in each stage of one search."""
-
-    keyword_ms: float = 0.0
-    embed_ms: float = 0.0
-    vector_ms: float = 0.0
-    fuse_ms: float = 0.0
-    exact_ms: float = 0.0
-    """The exact-identifier lookup (only for queries that name an identifier)."""
-    total_ms: float = 0.0
-    pending_chunks: int = 0
-    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
-    searches that use vectors."""
-    rerank_ms: float = 0.0
-    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
-    rerank_reason: str | None = None
-    """Why the reranker's order was not used (it failed and the fused order was kept)."""
-
-
 class HybridRetriever:
     """Searches the keyword index and every vector space, fuses and deduplicates.
+
+    Thread-safe: one retriever serves concurrent searches, each with its own outcome.
 
     Args:
         store: The system of record (chunk texts, ACL for the vector side).
@@ -110,11 +106,14 @@ class HybridRetriever:
         breaker_failures: Failed or late query embeddings in a row that pause the embedder.
         breaker_cooldown: Seconds the paused embedder is left alone.
         exact_boost: Put passages holding an identifier of the query first (see the module
-            docstring); an attribute, switchable for ablations.
+            docstring).
         version_siblings: Bring the same section of a hit's other document versions along
-            (see :mod:`shelfhand.knowledge.retrieval.versions`); an attribute too.
+            (see :mod:`shelfhand.knowledge.retrieval.versions`).
         overlap_workers: Threads that run hybrid searches' keyword side alongside their vector
             side (module docstring); ``None``: one fewer than the CPUs, at most 8; 0: none.
+
+    ``candidates_factor``, ``min_relevance``, ``exact_boost`` and ``version_siblings`` make
+    :attr:`options`, the defaults of every search; a search may be given others.
     """
 
     def __init__(
@@ -137,31 +136,33 @@ class HybridRetriever:
         version_siblings: bool = True,
         overlap_workers: int | None = None,
     ) -> None:
-        self.exact_boost = exact_boost
-        self.version_siblings = version_siblings
+        self.options = SearchOptions(
+            exact_boost=exact_boost,
+            min_relevance=min_relevance,
+            version_siblings=version_siblings,
+            candidates_factor=candidates_factor,
+        )
+        """The configured switches: what a search uses unless it is given others."""
         self.store = store
         self.keyword_index = keyword_index
         self.vector_indexes = vector_indexes
         self.router = router
-        self.candidates_factor = candidates_factor
         self.rrf_k = rrf_k
         self.other_space_weight = other_space_weight
-        if not 0.0 <= min_relevance <= 1.0:
-            raise KnowledgeError(f"min_relevance must be within 0..1, not {min_relevance}")
         if not 0.0 <= keyword_weight <= 1.0:
             raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
         self.keyword_weight = keyword_weight
-        self.min_relevance = min_relevance
-        self.last_degraded_reason: str | None = None
-        self.last_timings = SearchTimings()
         self._warned: set[str] = set()
         self.embed_timeout = embed_timeout
         self.load_timeout = load_timeout
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
+        self.breaker = CircuitBreaker(
+            "query embedding", trip_after=breaker_failures, reset_after=breaker_cooldown
+        )
+        """Pauses the query embedder after failures in a row (guarded by a lock: a
+        :class:`~shelfhand.core.breaker.CircuitBreaker` is not thread-safe)."""
         self._breaker_lock = threading.Lock()
-        self._failures = 0
-        self._paused_until = 0.0
         self._last_failure = ""
         self._warm: set[str] = set()
         self._overlap = _Overlap(_default_workers() if overlap_workers is None else overlap_workers)
@@ -193,20 +194,13 @@ class HybridRetriever:
         user: UserContext | None = None,
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
+        options: SearchOptions | None = None,
     ) -> list[SearchHit]:
-        """Top ``k`` chunks for ``query`` that ``user`` may read.
-
-        Args:
-            query: The user's words, any language.
-            k: How many hits at most.
-            user: The caller; ``None`` is an anonymous caller of tenant ``default``.
-            mode: ``hybrid``, or one side only.
-            filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
-
-        Raises:
-            KnowledgeError: An unknown filter key or mode.
-        """
-        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters)[0]
+        """The hits of :meth:`search_result` (same arguments)."""
+        result = self.search_result(
+            query, k=k, user=user, mode=mode, filters=filters, options=options
+        )
+        return list(result.hits)
 
     def search_timed(
         self,
@@ -216,23 +210,55 @@ class HybridRetriever:
         user: UserContext | None = None,
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
+        options: SearchOptions | None = None,
         query_vectors: Mapping[str, Vectors] | None = None,
     ) -> tuple[list[SearchHit], SearchTimings]:
-        """Like :meth:`search`, also returning per-stage timings.
+        """The hits and timings of :meth:`search_result` (same arguments; for benchmarks)."""
+        result = self.search_result(
+            query,
+            k=k,
+            user=user,
+            mode=mode,
+            filters=filters,
+            options=options,
+            query_vectors=query_vectors,
+        )
+        return list(result.hits), result.timings
 
-        ``query_vectors`` (space → query vector) skips query embedding, for benchmarks.
+    def search_result(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user: UserContext | None = None,
+        mode: SearchMode = "hybrid",
+        filters: Mapping[str, Any] | None = None,
+        options: SearchOptions | None = None,
+        query_vectors: Mapping[str, Vectors] | None = None,
+    ) -> SearchResult:
+        """Top ``k`` chunks for ``query`` that ``user`` may read, with how the search went.
+
+        Args:
+            query: The user's words, any language.
+            k: How many hits at most.
+            user: The caller; ``None`` is an anonymous caller of tenant ``default``.
+            mode: ``hybrid``, or one side only.
+            filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
+            options: This search's switches (default: :attr:`options`).
+            query_vectors: Space → query vector: skips query embedding (benchmarks).
+
+        Raises:
+            KnowledgeError: An unknown filter key or mode.
         """
         if mode not in ("hybrid", "keyword", "vector"):
             raise KnowledgeError(f"unknown search mode {mode!r}; use hybrid, keyword or vector")
         scope = Scope.of(user, filters)
+        opts = options or self.options
         t0 = time.perf_counter()
-        fetch = max(k, 1) * self.candidates_factor
-        self.last_degraded_reason = None
+        fetch = max(k, 1) * opts.candidates_factor
+        degraded: str | None = None
         keyword: list[tuple[int, float]] = []
-        vector_lists: list[list[tuple[int, float]]] = []
-        vector_weights: list[float] = []
-        query_vectors_used: list[Vectors] = []
-        vector_spaces: list[str] = []
+        vectors = _VectorSide([], [], [], [])
         t_kw = t_embed = t_vec = 0.0
         tokens: list[str] | None = None  # the query's tokens, analysed once when needed
         use_keyword = mode != "vector"
@@ -241,22 +267,16 @@ class HybridRetriever:
             keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
         if mode != "keyword":
             t1 = time.perf_counter()
-            embedded = query_vectors if query_vectors is not None else self._embed(query)
+            if query_vectors is not None:
+                embedded: Mapping[str, Vectors] | None = query_vectors
+            else:
+                embedded, degraded = self._embed(query)
             t_embed = time.perf_counter() - t1
             if embedded is None:
                 use_keyword = True  # degraded: keywords stand in for vectors
             elif self.vector_indexes is not None:
                 t1 = time.perf_counter()
-                home = self.router.space_for(query) if self.router is not None else None
-                multilingual = self._multilingual_spaces()
-                for space, qvec in embedded.items():
-                    found = self.vector_indexes.search(space, qvec, fetch, scope=scope)
-                    if found:
-                        vector_lists.append(found)
-                        weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
-                        vector_weights.append(weight)
-                        vector_spaces.append(space)
-                        query_vectors_used.append(qvec)
+                vectors = self._vector_side(query, embedded, fetch, scope)
                 t_vec = time.perf_counter() - t1
         if use_keyword:
             side = (
@@ -266,15 +286,10 @@ class HybridRetriever:
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
-        hits = self._fuse(
-            tokens or [],
-            keyword,
-            _VectorSide(vector_spaces, vector_lists, vector_weights, query_vectors_used),
-            k,
-        )
+        hits = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance)
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
-        if self.exact_boost:
+        if opts.exact_boost:
             hits = exact_first(
                 query,
                 hits,
@@ -285,7 +300,7 @@ class HybridRetriever:
                 tokens=tokens,
                 keyword=keyword,
             )
-        if self.version_siblings:
+        if opts.version_siblings:
             hits = add_version_siblings(hits, self.store, scope, k)
         t_exact = time.perf_counter() - t1
         pending = self.store.count_pending() if mode != "keyword" and self.router else 0
@@ -298,8 +313,24 @@ class HybridRetriever:
             total_ms=(time.perf_counter() - t0) * 1000,
             pending_chunks=pending,
         )
-        self.last_timings = timings
-        return hits, timings
+        return SearchResult(hits=tuple(hits), timings=timings, degraded_reason=degraded)
+
+    def _vector_side(
+        self, query: str, embedded: Mapping[str, Vectors], fetch: int, scope: Scope
+    ) -> _VectorSide:
+        assert self.vector_indexes is not None
+        side = _VectorSide([], [], [], [])
+        home = self.router.space_for(query) if self.router is not None else None
+        multilingual = self._multilingual_spaces()
+        for space, qvec in embedded.items():
+            found = self.vector_indexes.search(space, qvec, fetch, scope=scope)
+            if found:
+                side.lists.append(found)
+                weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
+                side.weights.append(weight)
+                side.spaces.append(space)
+                side.query_vectors.append(qvec)
+        return side
 
     def _multilingual_spaces(self) -> tuple[str, ...]:
         """The spaces whose embedder declares ``multilingual = True``."""
@@ -311,43 +342,48 @@ class HybridRetriever:
             if getattr(self.router.embedder(space), "multilingual", False) is True
         )
 
-    def _embed(self, query: str) -> dict[str, Vectors] | None:
-        """The query vector in every space that holds vectors; ``None`` when embedding failed,
-        took too long, or is paused by the breaker."""
+    def _embed(self, query: str) -> tuple[dict[str, Vectors] | None, str | None]:
+        """The query vector in every space that holds vectors, or ``None`` with the reason
+        when embedding failed, took too long, or is paused by the breaker."""
         if self.router is None or self.vector_indexes is None:
-            return {}
-        paused = self._paused_for()
-        if paused > 0:
-            self.last_degraded_reason = (
-                f"query embedding paused after {self.breaker_failures} failures in a row "
-                f"(last: {self._last_failure}); using keyword search, retrying in {paused:.0f}s"
-            )
-            return None
-        out: dict[str, Vectors] = {}
-        for space in self.vector_indexes.spaces():
-            if space not in self.router.spaces:
-                self._warn_once(f"no embedder configured for vector space {space!r}")
-                continue
-            timeout = self.embed_timeout
-            if timeout is not None and space not in self._warm:
-                timeout = max(timeout, self.load_timeout)
-            try:
-                out[space] = self._embed_one(space, query, timeout)
-            except Exception as exc:  # any provider failure degrades to keyword search
-                what = (
-                    f"did not finish within {timeout:g}s"
-                    if isinstance(exc, TimeoutError)
-                    else f"failed ({type(exc).__name__}: {exc})"
-                )
-                self._record_failure(what)
-                reason = f"query embedding {what}; using keyword search"
-                self.last_degraded_reason = reason
-                self._warn_once(reason)
-                return None
-            self._warm.add(space)
+            return {}, None
         with self._breaker_lock:
-            self._failures = 0
-        return out
+            wait = self.breaker.before(time.monotonic())
+            last = self._last_failure
+        if wait is not None:
+            return None, (
+                f"query embedding paused after {self.breaker_failures} failures in a row "
+                f"(last: {last}); using keyword search, retrying in {wait:.0f}s"
+            )
+        out: dict[str, Vectors] = {}
+        try:
+            for space in self.vector_indexes.spaces():
+                if space not in self.router.spaces:
+                    self._warn_once(f"no embedder configured for vector space {space!r}")
+                    continue
+                timeout = self.embed_timeout
+                if timeout is not None and space not in self._warm:
+                    timeout = max(timeout, self.load_timeout)
+                try:
+                    out[space] = self._embed_one(space, query, timeout)
+                except Exception as exc:  # any provider failure degrades to keyword search
+                    what = (
+                        f"did not finish within {timeout:g}s"
+                        if isinstance(exc, TimeoutError)
+                        else f"failed ({type(exc).__name__}: {exc})"
+                    )
+                    self._record_failure(what)
+                    reason = f"query embedding {what}; using keyword search"
+                    self._warn_once(reason)
+                    return None, reason
+                self._warm.add(space)
+        except BaseException:
+            with self._breaker_lock:  # neither health nor failure (e.g. interrupted)
+                self.breaker.neutral()
+            raise
+        with self._breaker_lock:
+            self.breaker.success(time.monotonic())
+        return out, None
 
     def _embed_one(self, space: str, query: str, timeout: float | None) -> Vectors:
         """Embed on a daemon thread and wait at most ``timeout`` seconds (a hung embedder
@@ -375,23 +411,19 @@ class HybridRetriever:
             raise result
         return result
 
-    def _paused_for(self) -> float:
-        with self._breaker_lock:
-            return max(0.0, self._paused_until - time.monotonic())
-
     def _record_failure(self, what: str) -> None:
         with self._breaker_lock:
-            self._failures += 1
+            was = self.breaker.state
             self._last_failure = what
-            if self._failures >= self.breaker_failures:
-                self._paused_until = time.monotonic() + self.breaker_cooldown
-                self._failures = 0
-                logger.warning(
-                    "query embedding paused for %gs after %d failures in a row (last: %s)",
-                    self.breaker_cooldown,
-                    self.breaker_failures,
-                    what,
-                )
+            self.breaker.failure(time.monotonic())
+            opened = self.breaker.state is OPEN and was is not OPEN
+        if opened:
+            logger.warning(
+                "query embedding paused for %gs after %d failures in a row (last: %s)",
+                self.breaker_cooldown,
+                self.breaker_failures,
+                what,
+            )
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -410,6 +442,7 @@ class HybridRetriever:
         keyword: list[tuple[int, float]],
         vectors: _VectorSide,
         k: int,
+        min_relevance: float,
     ) -> list[SearchHit]:
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
@@ -431,7 +464,7 @@ class HybridRetriever:
             query_tokens, keyword, cosines, vectors.weights, self.keyword_index
         )
         # too weak to count as an answer
-        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
+        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
         chosen: list[tuple[int, float]] = []
         chunks: dict[int, Chunk] = {}
         seen: set[str] = set()

@@ -125,8 +125,8 @@ async def upload_files(
         staged = await uploads.receive(files, caller)
     except UploadRejected as exc:
         return error_response(exc.status, str(exc), exc.code)
-    try:
-        await asyncio.to_thread(uploads.validate, staged, caller)
+    try:  # read within the limits the knowledge base ingests with
+        await asyncio.to_thread(uploads.validate, staged, caller, service.kb.read_limits)
     except UploadRejected as exc:
         uploads.discard(staged)
         return error_response(exc.status, str(exc), exc.code)

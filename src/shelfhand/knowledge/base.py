@@ -19,6 +19,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.hybrid import SearchMode
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
 from shelfhand.knowledge.scoring import COMMON_SHARE
@@ -80,6 +81,8 @@ class KnowledgeBase:
         database_url: Keep the knowledge in this PostgreSQL database (``postgresql://...``,
             :mod:`shelfhand.knowledge.stores.pg`) instead of the workspace's embedded store; the
             workspace still holds the other files (settings, agents).
+        read_limits: How much one file may cost to read at ingest (the app passes the
+            ``[limits]`` of the settings); the defaults when not given.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class KnowledgeBase:
         min_relevance: float = 0.0,
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
+        read_limits: ReadLimits | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -106,6 +110,8 @@ class KnowledgeBase:
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
+        self.read_limits = ReadLimits() if read_limits is None else read_limits
+        """The reading limits every ingest of this base applies to each file."""
         self.store_kind = "postgresql" if database_url else "embedded"
         """Where the knowledge lives: ``embedded`` (the workspace) or ``postgresql``."""
         self._stack: EmbeddedKnowledge
@@ -120,6 +126,7 @@ class KnowledgeBase:
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
+                read_limits=self.read_limits,
             )
         else:
             self._stack = open_embedded_store(
@@ -131,6 +138,7 @@ class KnowledgeBase:
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
+                read_limits=self.read_limits,
             )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None

@@ -51,6 +51,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.db import Migration, apply_migrations, connect, transaction
 from shelfhand.core.errors import UnreadableDocumentError, UploadRejected
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES, read_file
 from shelfhand.service.source_access import StoredSource, access, merge_reports, replacement_tags
 
@@ -449,8 +450,9 @@ class Uploads:
             raise
         return staged
 
-    def validate(self, staged: Staged, user: UserContext) -> None:
-        """Read every staged file with its reader; one failure rejects the upload (blocking).
+    def validate(self, staged: Staged, user: UserContext, limits: ReadLimits | None = None) -> None:
+        """Read every staged file with its reader, within ``limits`` (those the knowledge base
+        ingests with; the defaults when not given); one failure rejects the upload (blocking).
 
         Any failure of a reader is the file's problem, so it is a 422 naming the file, never a
         500 (an unexpected one is logged with its traceback as well).
@@ -458,7 +460,7 @@ class Uploads:
         problems: list[str] = []
         for path, _ in staged.files:
             try:
-                read_file(path, source=path.name, tenant_id=user.tenant_id)
+                read_file(path, source=path.name, tenant_id=user.tenant_id, limits=limits)
             except UnreadableDocumentError as exc:
                 problems.append(f"{path.name}: {str(exc).replace(str(path), path.name)}")
             except Exception as exc:

@@ -17,6 +17,9 @@ fails, phase 2 stops and the chunks stay pending (still keyword-searchable) unti
 ingest, ``shelfhand embed`` or the service's background worker embeds them
 (:meth:`Ingestor.embed_pending`).
 
+Every file is read within the ingestor's :class:`~shelfhand.knowledge.reading.limits.ReadLimits`
+(a file over one is skipped with the reason).
+
 Either phase stops between batches when ``should_stop()`` turns true (Ctrl-C in the CLI):
 what was committed stays.
 
@@ -40,7 +43,7 @@ from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
 from shelfhand.knowledge.protocols import KnowledgeStore
-from shelfhand.knowledge.reading.limits import current_limits
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.reading.readers import iter_files, read_file
 from shelfhand.knowledge.types import Chunk, Document, StoredChunk
 
@@ -194,6 +197,8 @@ class Ingestor:
         sync_every: Files stored between keyword-index syncs in phase 1.
         batch_chunks: Chunks per phase 1 commit (a bigger file spans several commits).
         sync_chunks: Chunks stored between keyword-index syncs in phase 1.
+        limits: Reading limits of each file (bytes, characters, pages, chunks…); the
+            defaults (``ReadLimits()``) when not given.
     """
 
     def __init__(
@@ -208,6 +213,7 @@ class Ingestor:
         sync_every: int = 200,
         batch_chunks: int = 500,
         sync_chunks: int = 2000,
+        limits: ReadLimits | None = None,
     ) -> None:
         if min(batch_size, group_chunks, sync_every, batch_chunks, sync_chunks) < 1:
             raise ValueError("batch sizes and sync intervals must be >= 1")
@@ -220,6 +226,7 @@ class Ingestor:
         self.sync_every = sync_every
         self.batch_chunks = batch_chunks
         self.sync_chunks = sync_chunks
+        self.limits = ReadLimits() if limits is None else limits
 
     def forget(self, source: str) -> int:
         """Remove every document of ``source``; a name ending in ``/`` (``docs/``) removes every
@@ -456,6 +463,7 @@ class Ingestor:
                 tenant_id=tenant_id,
                 permission_tags=permission_tags,
                 data=data,
+                limits=self.limits,
             )
             del data
             existed = stored is not None or bool(self.store.embed_state(source))
@@ -517,7 +525,7 @@ class Ingestor:
                 self._sync(tally)
             first, count, new, more = False, 0, {}, {}
 
-        limits = current_limits()
+        limits = self.limits
         file_chunks = 0
         for n, doc in enumerate(docs):
             new[doc.doc_id] = (doc, [])

@@ -272,7 +272,7 @@ def run_ingest(args: argparse.Namespace) -> dict[str, Any]:
 
     from shelfhand.knowledge.embeddings.local import default_router
     from shelfhand.knowledge.ingest.chunking import chunk_document
-    from shelfhand.knowledge.ingest.ingestor import embedding_text
+    from shelfhand.knowledge.ingest.pending import embedding_text
     from shelfhand.knowledge.stack import open_embedded_store
     from shelfhand.knowledge.types import Document, Section
 

@@ -25,8 +25,9 @@ If embedding the query fails (quota, model unavailable) or does not finish withi
 ``degraded_reason`` says why. After ``breaker_failures`` such failures in a row the query
 embedder is not asked at all for ``breaker_cooldown`` seconds (searches go straight to
 keywords, with the reason), then one search tries it again (a
-:class:`~shelfhand.core.breaker.CircuitBreaker`). The first query of each space in a process may take ``load_timeout``
-(loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
+:class:`~shelfhand.core.breaker.CircuitBreaker`). The first query of each space in a process
+may take ``load_timeout`` (loading the model); :meth:`HybridRetriever.warm_up` does that before
+a service reports ready.
 Chunks still waiting for ingest phase 2 have no vectors: they are found by keywords only, and
 :attr:`SearchResult.pending_chunks` says how many there are.
 

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from shelfhand.knowledge.retrieval.hybrid import SearchMode
+    from shelfhand.knowledge.types import SearchMode
 
 from shelfhand.cli.common import (
     NO_MODEL_HINT,

@@ -45,7 +45,7 @@ from shelfhand.knowledge.types import SearchHit, SearchOptions
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.retrieval.hybrid import SearchMode
+    from shelfhand.knowledge.types import SearchMode
 
 __all__ = [
     "EVIDENCE_K",

@@ -13,20 +13,21 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.reading.limits import ReadLimits
-from shelfhand.knowledge.retrieval.hybrid import SearchMode
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
 from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import (
     Document,
+    SearchArgs,
     SearchHit,
+    SearchMode,
     SearchOptions,
     SearchResult,
     SourceInfo,
@@ -233,21 +234,11 @@ class KnowledgeBase:
         return replace(self._stack.retriever.options, rerank=self.rerank_stage is not None)
 
     def search(
-        self,
-        query: str,
-        *,
-        k: int = 5,
-        user: UserContext | None = None,
-        mode: SearchMode = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        rerank: bool = True,
-        options: SearchOptions | None = None,
+        self, query: str, *, rerank: bool = True, **args: Unpack[SearchArgs]
     ) -> list[SearchHit]:
-        """Top ``k`` passages ``user`` may read: the hits of :meth:`search_result`."""
-        result = self.search_result(
-            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank, options=options
-        )
-        return list(result.hits)
+        """Top ``k`` passages ``user`` may read: the hits of :meth:`search_result` (same
+        arguments)."""
+        return list(self.search_result(query, rerank=rerank, **args).hits)
 
     def search_result(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from shelfhand.core.context import ANONYMOUS, PRIVILEGED_ROLES, UserContext
 from shelfhand.core.errors import KnowledgeError
@@ -231,6 +231,10 @@ class Scope:
         return self.may_read(chunk.tenant_id, chunk.permission_tags, chunk.doc_type, chunk.source)
 
 
+SearchMode = Literal["hybrid", "keyword", "vector"]
+"""Both sides fused, or one side only."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchOptions:
     """The switches of one search. A knowledge base's configured values are the defaults
@@ -262,6 +266,17 @@ class SearchOptions:
             raise KnowledgeError(
                 f"candidates_factor must be at least 1, not {self.candidates_factor}"
             )
+
+
+class SearchArgs(TypedDict, total=False):
+    """What a search is given besides its query, for the wrappers of ``search_result``
+    (``search(query, **args)``); the meaning and defaults are ``search_result``'s."""
+
+    k: int
+    user: UserContext | None
+    mode: SearchMode
+    filters: Mapping[str, Any] | None
+    options: SearchOptions | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

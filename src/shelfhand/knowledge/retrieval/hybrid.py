@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from shelfhand.core.breaker import OPEN, CircuitBreaker
 from shelfhand.core.context import UserContext
@@ -70,7 +70,9 @@ from shelfhand.knowledge.retrieval.versions import add_version_siblings
 from shelfhand.knowledge.types import (
     Chunk,
     Scope,
+    SearchArgs,
     SearchHit,
+    SearchMode,
     SearchOptions,
     SearchResult,
     SearchTimings,
@@ -79,8 +81,6 @@ from shelfhand.knowledge.types import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["HybridRetriever", "SearchMode", "SearchTimings"]
-
-SearchMode = Literal["hybrid", "keyword", "vector"]
 
 
 class HybridRetriever:
@@ -187,43 +187,19 @@ class HybridRetriever:
             self._warm.add(space)
         return None
 
-    def search(
-        self,
-        query: str,
-        *,
-        k: int = 5,
-        user: UserContext | None = None,
-        mode: SearchMode = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        options: SearchOptions | None = None,
-    ) -> list[SearchHit]:
+    def search(self, query: str, **args: Unpack[SearchArgs]) -> list[SearchHit]:
         """The hits of :meth:`search_result` (same arguments)."""
-        result = self.search_result(
-            query, k=k, user=user, mode=mode, filters=filters, options=options
-        )
-        return list(result.hits)
+        return list(self.search_result(query, **args).hits)
 
     def search_timed(
         self,
         query: str,
         *,
-        k: int = 5,
-        user: UserContext | None = None,
-        mode: SearchMode = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        options: SearchOptions | None = None,
         query_vectors: Mapping[str, Vectors] | None = None,
+        **args: Unpack[SearchArgs],
     ) -> tuple[list[SearchHit], SearchTimings]:
         """The hits and timings of :meth:`search_result` (same arguments; for benchmarks)."""
-        result = self.search_result(
-            query,
-            k=k,
-            user=user,
-            mode=mode,
-            filters=filters,
-            options=options,
-            query_vectors=query_vectors,
-        )
+        result = self.search_result(query, query_vectors=query_vectors, **args)
         return list(result.hits), result.timings
 
     def search_result(

@@ -61,7 +61,7 @@ from typing import Any, Literal
 import tantivy
 
 from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
-from shelfhand.knowledge.scoring import COMMON_SHARE, ranking_terms
+from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ranking_terms
 from shelfhand.knowledge.stores.outbox import split_changes
 from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, SqliteKnowledgeStore
 from shelfhand.knowledge.stores.vector_labels import VectorLabels
@@ -161,10 +161,7 @@ class TantivyKeywordIndex:
         rebuild_heap_bytes: int = _REBUILD_HEAP,
         common_share: float = COMMON_SHARE,
     ) -> None:
-        if head_boost < 0:
-            raise ValueError(f"head_boost must be >= 0, not {head_boost}")
-        if not 0 < common_share <= 1:
-            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        check_keyword_weights(head_boost, common_share)
         self.common_share = common_share
         if oversample_limit < 0:
             raise ValueError(f"oversample_limit must be >= 0, not {oversample_limit}")

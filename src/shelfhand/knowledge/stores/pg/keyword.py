@@ -17,7 +17,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from shelfhand.knowledge.scoring import COMMON_SHARE, bm25_idf, ranking_terms
+from shelfhand.knowledge.scoring import (
+    COMMON_SHARE,
+    bm25_idf,
+    check_keyword_weights,
+    ranking_terms,
+)
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.stores.pg.store import tsquery_literal
 from shelfhand.knowledge.types import KeywordHits, Scope
@@ -76,10 +81,7 @@ class PgKeywordIndex:
         bitmap_scan: bool = True,
         common_share: float = COMMON_SHARE,
     ) -> None:
-        if head_boost < 0:
-            raise ValueError(f"head_boost must be >= 0, not {head_boost}")
-        if not 0 < common_share <= 1:
-            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        check_keyword_weights(head_boost, common_share)
         self.common_share = common_share
         self.db = db
         self.head_boost = head_boost

@@ -20,9 +20,14 @@ import numpy as np
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.types import Chunk, Document, Scope, SourceInfo, StoredChunk
 
-__all__ = ["KeywordIndex", "KnowledgeStore", "VectorSearch"]
+__all__ = ["DocVectors", "KeywordIndex", "KnowledgeStore", "SourceItem", "VectorSearch"]
 
 RowIds = np.ndarray[Any, np.dtype[np.int64]]
+DocVectors = Mapping[str, tuple[Sequence[int], Vectors]]
+"""A document's vectors: per vector space, ``(positions, matrix)``, row ``j`` of ``matrix``
+the vector of the document's chunk ``positions[j]``."""
+SourceItem = tuple[Document, Sequence[Chunk], DocVectors | None]
+"""A document to store with its chunks and their vectors (``None``: none yet)."""
 
 
 class KnowledgeStore(Protocol):
@@ -62,7 +67,7 @@ class KnowledgeStore(Protocol):
         self,
         doc: Document,
         chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
+        vectors: DocVectors | None = None,
         *,
         embed_state: str | None = None,
         embed_error: str | None = None,

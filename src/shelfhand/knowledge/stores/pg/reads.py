@@ -11,6 +11,7 @@ import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
+from shelfhand.knowledge.stores.rows import chunk_from_row
 from shelfhand.knowledge.types import Chunk, Scope, SourceInfo, StoredChunk
 
 if TYPE_CHECKING:
@@ -22,26 +23,12 @@ CHUNK_COLUMNS = (
     "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start_, end_,"
     " content_hash, doc_type, permission_tags, tenant_id, updated_at"
 )
+"""The chunk columns every read selects, in :func:`row_to_chunk`'s order."""
 
 
 def row_to_chunk(row: Sequence[Any]) -> Chunk:
-    return Chunk(
-        chunk_id=row[1],
-        doc_id=row[2],
-        chunk_index=row[3],
-        text=row[4],
-        title=row[5],
-        section_path=tuple(row[6]),
-        page=row[7],
-        source=row[8],
-        start=row[9],
-        end=row[10],
-        content_hash=row[11],
-        doc_type=row[12],
-        permission_tags=tuple(row[13]),
-        tenant_id=row[14],
-        updated_at=row[15],
-    )
+    """The chunk of a row of :data:`CHUNK_COLUMNS`."""
+    return chunk_from_row(row, tuple)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
+from shelfhand.core.errors import InvalidArgumentError, KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
 from shelfhand.knowledge.ingest.pending import PendingEmbedder
@@ -106,7 +106,7 @@ class Ingestor:
         limits: ReadLimits | None = None,
     ) -> None:
         if min(batch_size, group_chunks, sync_every, batch_chunks, sync_chunks) < 1:
-            raise ValueError("batch sizes and sync intervals must be >= 1")
+            raise InvalidArgumentError("batch sizes and sync intervals must be >= 1")
         self.store = store
         self.router = router
         self.max_tokens = max_tokens

@@ -31,6 +31,7 @@ import faiss  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
+from shelfhand.core.errors import InvalidArgumentError, KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.outbox import split_changes
 from shelfhand.knowledge.stores.sqlite import IndexChange, SqliteKnowledgeStore
@@ -144,9 +145,9 @@ class VectorSpace:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape[1] != self.dim:
-            raise ValueError(f"vector dim {vectors.shape[1]} != space dim {self.dim}")
+            raise InvalidArgumentError(f"vector dim {vectors.shape[1]} != space dim {self.dim}")
         if self.labels is not None and (metas is None or len(metas) != len(rowids)):
-            raise ValueError("a labelled space needs one ChunkMeta per added vector")
+            raise InvalidArgumentError("a labelled space needs one ChunkMeta per added vector")
         self.remove(rowids)
         self._grow(len(rowids))
         start, end = self.n, self.n + len(rowids)
@@ -194,7 +195,9 @@ class VectorSpace:
     ) -> None:
         if self.labels is not None:
             if labels is None:
-                raise ValueError("a labelled space needs the labels of the vectors it resets to")
+                raise InvalidArgumentError(
+                    "a labelled space needs the labels of the vectors it resets to"
+                )
             self.labels = VectorLabels()  # replaced by ``labels`` once the arrays are sized
         self.ids = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=bool)
@@ -245,7 +248,7 @@ class VectorSpace:
         labels = None
         if self.labels is not None:
             if metas is None or len(metas) != len(ids):
-                raise ValueError("a labelled space needs one ChunkMeta per vector")
+                raise InvalidArgumentError("a labelled space needs one ChunkMeta per vector")
             labels = VectorLabels.of(metas)
         self._reset(ids, vectors, hnsw=len(ids) >= self.hnsw_threshold, labels=labels)
 
@@ -273,7 +276,7 @@ class VectorSpace:
             ids = data["ids"].astype(np.int64)
             live = data["live"].astype(bool)
         if index.ntotal != len(ids) or index.d != self.dim:
-            raise ValueError("HNSW file and id list disagree")
+            raise KnowledgeError("HNSW file and id list disagree")
         index.hnsw.efSearch = self.ef_search
         self.hnsw = index
         self.ids, self.live, self.n = ids, live, len(ids)
@@ -302,7 +305,7 @@ class VectorSpace:
     def select_labels(self, scope: Scope) -> _Selection:
         """The selection of the live vectors ``scope`` may read (a labelled space)."""
         if self.labels is None:
-            raise ValueError("this space keeps no labels: select by rowids")
+            raise InvalidArgumentError("this space keeps no labels: select by rowids")
         return self.select_mask(self.labels.mask(self.n, scope))
 
     def select_mask(self, readable: npt.NDArray[np.bool_]) -> _Selection:
@@ -457,7 +460,7 @@ class VectorIndexes:
                     self._spaces[space] = vs
                     hnsw_generation = int(state["generation"])
                     continue
-                except (OSError, ValueError, RuntimeError, KeyError) as exc:
+                except (OSError, ValueError, RuntimeError, KeyError, KnowledgeError) as exc:
                     logger.warning(
                         "vector space %s unreadable (%s); reloading from SQLite", space, exc
                     )

@@ -44,7 +44,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG
+    from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG
     from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
     from shelfhand.knowledge.types import Scope
 

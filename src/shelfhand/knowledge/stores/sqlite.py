@@ -36,16 +36,12 @@ from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "PUBLIC_TAG",
     "DerivedIndex",
     "IndexChange",
     "SourceInfo",
     "SqliteKnowledgeStore",
     "StoredChunk",
 ]
-
-PUBLIC_TAG = "__public__"
-"""Tag given in the indexes to chunks without permission tags (readable by the whole tenant)."""
 
 EMBED_NONE = "none"
 EMBED_DONE = "embedded"

@@ -19,7 +19,10 @@ or one among the caller's roles, or a privileged role; then the doc-type and sou
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ import numpy.typing as npt
 
 from shelfhand.knowledge.types import Scope
 
-__all__ = ["ChunkMeta", "VectorLabels"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChunkMeta", "RowLabels", "VectorLabels"]
 
 ChunkMeta = tuple[str, tuple[str, ...], str, str]
 """``(tenant_id, permission_tags, doc_type, source)`` of a chunk."""
@@ -37,6 +42,8 @@ Codes = npt.NDArray[np.int32]
 Mask = npt.NDArray[np.bool_]
 _FILE = "labels.npz"
 _DICTS = "labels.json"
+_STATE = "shelfhand-state.json"
+"""Next to a :class:`RowLabels`' files: the generation of the index they reflect."""
 
 
 def _code(table: dict[str, int], value: str) -> int:
@@ -205,3 +212,72 @@ class VectorLabels:
         if not len(out.tenant) == len(out.doc_type) == len(out.source) == len(out.tagbits) == size:
             return None
         return out
+
+
+class RowLabels:
+    """The keyword index's labels, the chunk rowid as the position, as its writing process
+    keeps them: saved in ``folder`` with the index generation they reflect, and behind a lock
+    (short: never held while text is analysed) since searches read them while ingest adds.
+
+    Args:
+        folder: Where they are saved (the index's ``labels`` folder).
+        labels: What they hold already (loaded), else none.
+    """
+
+    def __init__(self, folder: Path, labels: VectorLabels | None = None) -> None:
+        self.folder = folder
+        self._labels = VectorLabels() if labels is None else labels
+        self._lock = threading.Lock()
+        self._dirty = False
+
+    @classmethod
+    def load(cls, folder: Path, generation: int) -> RowLabels | None:
+        """The labels :meth:`save` left in ``folder`` for ``generation``; None when there are
+        none, or they reflect another generation (the index changed after they were saved)."""
+        try:
+            state = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+            if int(state["generation"]) != generation:
+                return None
+            labels = VectorLabels.load(folder, None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return None if labels is None else cls(folder, labels)
+
+    @classmethod
+    def of_rows(
+        cls, folder: Path, batches: Iterable[Sequence[tuple[int, *ChunkMeta]]]
+    ) -> RowLabels:
+        """Labels from batches of ``(rowid, *meta)`` rows (the store's ``iter_chunk_acl``),
+        not saved yet."""
+        out = cls(folder)
+        n = 0
+        for rows in batches:
+            out._labels.put([r[0] for r in rows], [(r[1], r[2], r[3], r[4]) for r in rows])
+            n += len(rows)
+        out._dirty = True
+        logger.info("keyword index: labelled %d chunks for the access check", n)
+        return out
+
+    def put(self, rowid: int, meta: ChunkMeta) -> None:
+        with self._lock:
+            self._labels.put([rowid], [meta])
+            self._dirty = True
+
+    def allows(self, rowids: Sequence[int], scope: Scope) -> list[bool] | None:
+        """:meth:`VectorLabels.allows` of ``rowids``."""
+        with self._lock:
+            return self._labels.allows(rowids, scope)
+
+    def save(self, generation: int) -> None:
+        """Save them, if they changed, as those of ``generation`` (after the index's commit).
+        The generation is written last: labels saved halfway are never read."""
+        if not self._dirty:
+            return
+        self.folder.mkdir(exist_ok=True)
+        with self._lock:
+            (self.folder / _STATE).unlink(missing_ok=True)
+            self._labels.save(self.folder, len(self._labels.tenant))
+            self._dirty = False
+        tmp = self.folder / (_STATE + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation}), encoding="utf-8")
+        os.replace(tmp, self.folder / _STATE)

@@ -27,6 +27,7 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
 from shelfhand.knowledge.protocols import DocVectors, SourceItem
+from shelfhand.knowledge.stores.keyword_plan import index_head, index_text
 from shelfhand.knowledge.stores.pg.db import PgDatabase
 from shelfhand.knowledge.stores.pg.reads import (
     CHUNK_COLUMNS,
@@ -35,7 +36,6 @@ from shelfhand.knowledge.stores.pg.reads import (
     row_to_chunk,
 )
 from shelfhand.knowledge.stores.replacing import ReplacesSources
-from shelfhand.knowledge.stores.tantivy import index_head, index_text
 from shelfhand.knowledge.types import Chunk, Document
 
 if TYPE_CHECKING:

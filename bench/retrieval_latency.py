@@ -35,10 +35,10 @@ from shelfhand.knowledge.embeddings.local import MiniLMEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.hybrid import HybridRetriever, SearchMode
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG
 from shelfhand.knowledge.stores.sqlite import IndexChange, StoredChunk
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 logger = logging.getLogger("bench.retrieval")

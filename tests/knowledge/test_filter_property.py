@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
 from shelfhand.knowledge.stores import tantivy as keyword_module
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 TENANTS = ["default", "acme", "globex"]

@@ -22,9 +22,9 @@ from shelfhand.core.db import (
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)

@@ -15,11 +15,11 @@ import pytest
 from shelfhand.knowledge.stores.faiss import (
     EF_MAX,
     EF_REFERENCE_SIZE,
-    VectorIndexes,
     VectorSpace,
     adaptive_ef,
 )
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.stores.vector_labels import VectorLabels
 from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 

@@ -20,9 +20,9 @@ from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSe
 from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
 from shelfhand.knowledge.scoring import COMMON_SHARE
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 

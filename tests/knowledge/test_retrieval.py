@@ -17,9 +17,8 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
-from shelfhand.knowledge.retrieval.fusion import rrf
+from shelfhand.knowledge.retrieval.fusion import candidate_relevance, rrf
 from shelfhand.knowledge.retrieval.hybrid import _Overlap
-from shelfhand.knowledge.retrieval.relevance import candidate_relevance
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Scope, Section
 

@@ -64,8 +64,11 @@ from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.retrieval.exact import exact_first
-from shelfhand.knowledge.retrieval.fusion import KEYWORD_WEIGHT, convex_fusion
-from shelfhand.knowledge.retrieval.relevance import candidate_relevance
+from shelfhand.knowledge.retrieval.fusion import (
+    KEYWORD_WEIGHT,
+    candidate_relevance,
+    convex_fusion,
+)
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
 from shelfhand.knowledge.types import (
     Chunk,

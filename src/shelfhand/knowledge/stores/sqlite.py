@@ -29,7 +29,7 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
 from shelfhand.knowledge.protocols import DocVectors, SourceItem
 from shelfhand.knowledge.stores.outbox import DerivedIndex, IndexChange, read_changes, write_change
-from shelfhand.knowledge.stores.replacing import ReplacesSources
+from shelfhand.knowledge.stores.records import ReplacesSources
 from shelfhand.knowledge.stores.sqlite_reads import SqliteStoreReads
 from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from shelfhand.core.db import apply_migrations, connect
 from shelfhand.knowledge.embeddings.router import Vectors
-from shelfhand.knowledge.stores.rows import chunk_from_row
+from shelfhand.knowledge.stores.records import chunk_from_row
 from shelfhand.knowledge.stores.sqlite_schema import MIGRATIONS
 from shelfhand.knowledge.types import Chunk, Scope, SourceInfo, StoredChunk
 

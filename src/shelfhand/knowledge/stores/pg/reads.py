@@ -11,7 +11,7 @@ import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
-from shelfhand.knowledge.stores.rows import chunk_from_row
+from shelfhand.knowledge.stores.records import chunk_from_row
 from shelfhand.knowledge.types import Chunk, Scope, SourceInfo, StoredChunk
 
 if TYPE_CHECKING:

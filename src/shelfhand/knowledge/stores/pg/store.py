@@ -35,7 +35,7 @@ from shelfhand.knowledge.stores.pg.reads import (
     SpaceTable,
     row_to_chunk,
 )
-from shelfhand.knowledge.stores.replacing import ReplacesSources
+from shelfhand.knowledge.stores.records import ReplacesSources
 from shelfhand.knowledge.types import Chunk, Document
 
 if TYPE_CHECKING:

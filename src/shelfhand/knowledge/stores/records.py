@@ -1,21 +1,53 @@
-"""What both stores share of their writes: a document is upserted as a source of one.
+"""What the two systems of record share: how a stored chunk row becomes a value, and that a
+document is upserted as a source of one.
 
-:class:`ReplacesSources` is the base of :class:`~shelfhand.knowledge.stores.sqlite.
-SqliteKnowledgeStore` and :class:`~shelfhand.knowledge.stores.pg.store.PgKnowledgeStore`: each
-implements :meth:`~ReplacesSources.replace_source` in one transaction of its own, and
-:meth:`~ReplacesSources.upsert_document` is that with one document, the others of its source
-kept.
+Both stores select a chunk's columns in one order, its rowid first (``CHUNK_COLUMNS`` of
+:mod:`~shelfhand.knowledge.stores.sqlite_reads` and :mod:`~shelfhand.knowledge.stores.pg.reads`),
+and differ only in how a list column is kept: JSON text in SQLite, an array in PostgreSQL
+(:func:`chunk_from_row`). Each implements :meth:`~ReplacesSources.replace_source` in one
+transaction of its own; :meth:`~ReplacesSources.upsert_document` is that with one document,
+the others of its source kept.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from shelfhand.knowledge.protocols import DocVectors, SourceItem
 from shelfhand.knowledge.types import Chunk, Document
 
-__all__ = ["ReplacesSources"]
+__all__ = ["CHUNK_FIELDS", "ReplacesSources", "chunk_from_row"]
+
+CHUNK_FIELDS = (
+    "chunk_id",
+    "doc_id",
+    "chunk_index",
+    "text",
+    "title",
+    "section_path",
+    "page",
+    "source",
+    "start",
+    "end",
+    "content_hash",
+    "doc_type",
+    "permission_tags",
+    "tenant_id",
+    "updated_at",
+)
+"""The :class:`Chunk` fields, in the order the stores select their columns (after the rowid)."""
+_LISTS = ("section_path", "permission_tags")
+
+
+def chunk_from_row(row: Sequence[Any], as_tuple: Callable[[Any], tuple[Any, ...]]) -> Chunk:
+    """The chunk of ``row`` (``rowid`` then the columns of :data:`CHUNK_FIELDS`);
+    ``as_tuple`` reads a stored list column (section path, permission tags)."""
+    values = dict(zip(CHUNK_FIELDS, row[1:], strict=True))
+    for name in _LISTS:
+        values[name] = as_tuple(values[name])
+    return Chunk(**values)
 
 
 class ReplacesSources(ABC):

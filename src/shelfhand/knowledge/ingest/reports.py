@@ -111,6 +111,8 @@ class Tally:
     def report(
         self, started: float, embed: EmbedReport, failed_embedding: Sequence[str], total: int
     ) -> IngestReport:
+        """The ingest's report: this tally, what phase 2 did (``embed``), the sources whose
+        embedding failed, and ``total`` bytes; timed from ``started`` (``perf_counter``)."""
         return IngestReport(
             added=tuple(self.added),
             updated=tuple(self.updated),

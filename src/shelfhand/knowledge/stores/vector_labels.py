@@ -259,6 +259,7 @@ class RowLabels:
         return out
 
     def put(self, rowid: int, meta: ChunkMeta) -> None:
+        """Label ``rowid`` (a chunk just indexed)."""
         with self._lock:
             self._labels.put([rowid], [meta])
             self._dirty = True

@@ -37,24 +37,25 @@ def dump(beir: Path, workspace: Path, out: Path, limit: int | None = None) -> No
     from shelfhand.evals.retrieval import load_beir
     from shelfhand.knowledge import fusion
     from shelfhand.knowledge.analysis import tokenize_query
+    from shelfhand.knowledge.types import Scope
 
     ds = load_beir(beir)
     app = App.from_settings(workspace)
     kb = app.open_knowledge()
     stack = kb._stack
     retriever = stack.retriever
-    acl: dict[str, Any] = {"tenant_id": ANONYMOUS.tenant_id, "roles": ANONYMOUS.roles}
+    scope = Scope.of(ANONYMOUS)
     rows: list[dict[str, Any]] = []
     for n, (qid, query) in enumerate(ds.queries.items()):
         if qid not in ds.qrels:
             continue
         if limit is not None and len(rows) >= limit:
             break
-        keyword = stack.keyword.search(tokenize_query(query), FETCH, **acl)
-        embedded = retriever._embed(query) or {}
+        keyword = stack.keyword.search(tokenize_query(query), FETCH, scope=scope)
+        embedded = retriever._embed(query)[0] or {}
         home = retriever.router.space_for(query) if retriever.router else None
         vectors = {
-            space: stack.vectors.search(space, qvec, FETCH, **acl)
+            space: stack.vectors.search(space, qvec, FETCH, scope=scope)
             for space, qvec in embedded.items()
         }
         # exact cosines of the keyword candidates (the vector top-N misses some of them)

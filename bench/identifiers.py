@@ -18,6 +18,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from shelfhand.knowledge.embeddings.local import default_router
@@ -43,11 +44,11 @@ def main() -> None:
             kb.ingestor.ingest([SAMPLES / "projector"])
             print(f"ingest {time.perf_counter() - t0:.1f} s")
             for exact in (False, True):
-                kb.retriever.exact_boost = exact
+                options = replace(kb.retriever.options, exact_boost=exact)
                 for mode in modes:
                     missed = []
                     for case in cases:
-                        hits = kb.retriever.search(case["query"], k=5, mode=mode)
+                        hits = kb.retriever.search(case["query"], k=5, mode=mode, options=options)
                         top = hits[0].chunk if hits else None
                         if (
                             top is None
@@ -55,7 +56,7 @@ def main() -> None:
                             or top.source.rsplit("/", 1)[-1] not in case["relevant"]
                         ):
                             missed.append(case["id"])
-                    warranty = kb.retriever.search("保修期多久", k=3, mode=mode)
+                    warranty = kb.retriever.search("保修期多久", k=3, mode=mode, options=options)
                     print(
                         f"exact_boost={exact!s:5} {mode:7} identifier rank-1 "
                         f"{len(cases) - len(missed)}/{len(cases)}"

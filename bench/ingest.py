@@ -171,7 +171,7 @@ def bench_rss(kb: int, tmp: Path) -> dict[str, Any]:
 def bench_embed(kb: int, tmp: Path) -> dict[str, Any]:
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.local import default_router
-    from shelfhand.knowledge.ingest.ingestor import embedding_text
+    from shelfhand.knowledge.ingest.pending import embedding_text
 
     root = tmp / "embed"
     root.mkdir()

@@ -44,8 +44,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG
+    from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG
     from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
+    from shelfhand.knowledge.types import Scope
 
     if not args.index.exists():
         corpus = rl.make_corpus(args.chunks, seed=0, n_queries=10)
@@ -87,8 +88,8 @@ def main() -> None:
     ways: dict[str, Any] = {
         "bare (no filter)": lambda t, r: searcher.search(text(t), 30, count=False),
         "before (term-set filter)": before,
-        "filtered (fallback)": lambda t, r: filtered.search(t, 30, tenant_id="default", roles=r),
-        "now (rank, then check)": lambda t, r: now.search(t, 30, tenant_id="default", roles=r),
+        "filtered (fallback)": lambda t, r: filtered.search(t, 30, scope=Scope(roles=r)),
+        "now (rank, then check)": lambda t, r: now.search(t, 30, scope=Scope(roles=r)),
     }
     print(f"\nload {os.getloadavg()[0]:.1f}, {now.num_docs():,} chunks, CPU ms per search of 30\n")
     print("| caller (reads) | " + " | ".join(f"{w} p50 / p95" for w in ways) + " |")
@@ -106,9 +107,9 @@ def main() -> None:
                 c = time.process_time()
                 fn(tokens, roles)
                 cpu[name].append((time.process_time() - c) * 1000)
-            a = now.search(tokens, 30, tenant_id="default", roles=roles)
+            a = now.search(tokens, 30, scope=Scope(roles=roles))
             assert [r for r, _ in a] == [
-                r for r, _ in filtered.search(tokens, 30, tenant_id="default", roles=roles)
+                r for r, _ in filtered.search(tokens, 30, scope=Scope(roles=roles))
             ]
         pcts = [rl.percentiles(v) for v in cpu.values()]
         cells = [f"{p['p50_ms']:.2f} / {p['p95_ms']:.2f}" for p in pcts]

@@ -38,6 +38,7 @@ import resource
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +138,15 @@ def run_tsrank(args: argparse.Namespace) -> dict[str, Any]:
     from shelfhand.knowledge.stores.pg import PgDatabase, PgKeywordIndex, PgKnowledgeStore
     from shelfhand.knowledge.stores.pg.db import acl_sql
     from shelfhand.knowledge.stores.pg.store import tsquery_literal
+    from shelfhand.knowledge.types import Scope
 
     class TsRank(PgKeywordIndex):
-        def search(self, query_tokens: Any, k: int, **acl: Any) -> list[tuple[int, float]]:
+        def search(self, query_tokens: Any, k: int, *, scope: Any) -> list[tuple[int, float]]:
             terms = list(dict.fromkeys(t for t in query_tokens if t))
             match = tsquery_literal(terms)
             if not match or k <= 0:
                 return []
-            where, params = acl_sql("c", acl["tenant_id"], acl["roles"], None, None)
+            where, params = acl_sql("c", Scope(tenant_id=scope.tenant_id, roles=scope.roles))
             with self.db.connection() as conn:
                 rows = conn.execute(
                     "SELECT c.rowid, ts_rank(c.body, %s::tsquery) + ts_rank(c.head, %s::tsquery)"
@@ -370,8 +372,10 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         pg, pg_build = _build_pg(url, corpus)
         logger.info("PostgreSQL store built in %.0f s", pg_build)
         stores = {"embedded": embedded, "pg": pg}
-        for kb in stores.values():
-            kb.retriever.exact_boost = not args.no_exact_boost
+        for kb in stores.values():  # the configured switches of this run
+            kb.retriever.options = replace(
+                kb.retriever.options, exact_boost=not args.no_exact_boost
+            )
         out: dict[str, Any] = {
             "exact_boost": not args.no_exact_boost,
             "chunks": corpus.n,
@@ -459,15 +463,15 @@ def run_latency_ws(args: argparse.Namespace) -> dict[str, Any]:
         pg.keyword.common_share = embedded.keyword.common_share = args.keyword_common_share
     pg.keyword.bitmap_scan = not args.no_bitmap_scan  # type: ignore[attr-defined]
     stores = {"embedded": embedded, "pg": pg}
-    for kb in stores.values():
-        kb.retriever.exact_boost = not args.no_exact_boost
+    for kb in stores.values():  # the configured switches of this run
+        kb.retriever.options = replace(kb.retriever.options, exact_boost=not args.no_exact_boost)
     modes: tuple[SearchMode, ...] = tuple(args.modes)
     callers = [c for c in rs.CALLERS if args.callers is None or c in args.callers]
     picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
     out: dict[str, Any] = {
         "chunks": n,
         "k": args.k,
-        "per_side": args.k * embedded.retriever.candidates_factor,
+        "per_side": args.k * embedded.retriever.options.candidates_factor,
         "queries": len(picked),
         "exact_boost": not args.no_exact_boost,
         "rare_share": args.rare_share,
@@ -570,6 +574,7 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
 
     from shelfhand.knowledge.analysis import tokenize_query
     from shelfhand.knowledge.stores.pg import PgDatabase, PgKeywordIndex
+    from shelfhand.knowledge.types import Scope
 
     corpus = rs.make_mixed_corpus(args.chunks, seed=args.seed, n_queries=args.corpus_queries)
     picked = np.random.default_rng(args.seed).permutation(len(corpus.queries))[: args.queries]
@@ -586,11 +591,11 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
     for name, (user, filters) in rs.CALLERS.items():
         if args.callers is not None and name not in args.callers:
             continue
-        acl = {
-            "tenant_id": user.tenant_id,
-            "roles": user.roles,
-            "doc_types": [filters["doc_type"]] if filters else None,
-        }
+        scope = Scope(
+            tenant_id=user.tenant_id,
+            roles=user.roles,
+            doc_types=[filters["doc_type"]] if filters else None,
+        )
         times: dict[str, list[float]] = {"full": [], "pruned": []}
         differ = 0
         for i, q in enumerate(int(x) for x in picked):
@@ -598,7 +603,7 @@ def run_keyword_prune(args: argparse.Namespace) -> dict[str, Any]:
             got = {}
             for which in ("full", "pruned")[i % 2 :] + ("full", "pruned")[: i % 2]:
                 t0 = time.perf_counter()
-                got[which] = index[which].search(tokens, fetch, **acl)  # type: ignore[arg-type]
+                got[which] = index[which].search(tokens, fetch, scope=scope)
                 times[which].append((time.perf_counter() - t0) * 1000)
             differ += got["full"] != got["pruned"]
         pf, pp = rs._pcts(times["full"]), rs._pcts(times["pruned"])

@@ -119,7 +119,8 @@ def main() -> None:
     try:
         for case in load_cases():
             plain = kb.search(case["query"], k=args.k, mode=mode, rerank=False)
-            ranked, timings = kb.search_timed(case["query"], k=args.k, mode=mode)
+            found = kb.search_result(case["query"], k=args.k, mode=mode)
+            ranked, timings = list(found.hits), found.timings
             plain_rows.append({"kind": case["kind"], **score(plain, case, args.k)})
             rerank_rows.append({"kind": case["kind"], **score(ranked, case, args.k)})
             latencies.append(timings.rerank_ms)

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def run_latency(
     corpus, kb, rowids, build_s = built or _store(args, args.chunks)
     # the synthetic words (w123) look like identifiers: every query pays the exact lookup, a
     # worst case for it; --no-exact-boost measures without that step
-    kb.retriever.exact_boost = not args.no_exact_boost
+    kb.retriever.options = replace(kb.retriever.options, exact_boost=not args.no_exact_boost)
     res: dict[str, Any] = {"chunks": corpus.n, "build_s": build_s, "queries": len(corpus.queries)}
     res["load_before"] = _load()
     res["no_embedding"] = rl.measure_latency(kb, corpus, rowids, k=args.k)
@@ -271,7 +272,7 @@ def run_ingest(args: argparse.Namespace) -> dict[str, Any]:
 
     from shelfhand.knowledge.embeddings.local import default_router
     from shelfhand.knowledge.ingest.chunking import chunk_document
-    from shelfhand.knowledge.ingest.ingestor import embedding_text
+    from shelfhand.knowledge.ingest.pending import embedding_text
     from shelfhand.knowledge.stack import open_embedded_store
     from shelfhand.knowledge.types import Document, Section
 
@@ -398,7 +399,7 @@ def run_peers(
     corpus, kb, _, _ = built
     queries = corpus.queries[: args.peer_queries]
     qvecs = corpus.qvecs[: args.peer_queries]
-    top = args.k * kb.retriever.candidates_factor
+    top = args.k * kb.retriever.options.candidates_factor
     res: dict[str, Any] = {
         "chunks": corpus.n,
         "queries": len(queries),

@@ -35,10 +35,11 @@ from shelfhand.knowledge.embeddings.local import MiniLMEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.hybrid import HybridRetriever, SearchMode
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.stores.faiss import VectorIndexes
-from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, StoredChunk
+from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG
+from shelfhand.knowledge.stores.sqlite import IndexChange, StoredChunk
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 logger = logging.getLogger("bench.retrieval")
 
@@ -234,7 +235,7 @@ def measure_latency(
 ) -> dict[str, Any]:
     """keyword / vector / hybrid p50/p95 per caller, query vectors given (no embedding)."""
     retriever = kb.retriever
-    out: dict[str, Any] = {"k": k, "candidates_per_side": k * retriever.candidates_factor}
+    out: dict[str, Any] = {"k": k, "candidates_per_side": k * retriever.options.candidates_factor}
     for user_name, user in USERS.items():
         # Warm the ACL selection cache (computed once per store generation, never per query).
         retriever.search_timed(
@@ -273,7 +274,7 @@ def measure_latency(
     vi = kb.vectors
 
     def search(q: np.ndarray, kk: int, user: UserContext) -> list[tuple[int, float]]:
-        return vi.search(SPACE, q, kk, tenant_id=user.tenant_id, roles=user.roles)
+        return vi.search(SPACE, q, kk, scope=Scope.of(user))
 
     space = vi.space(SPACE)
     out["vector_mode"] = space.mode if space else None
@@ -352,16 +353,9 @@ class ArrayStore:
         """What the vector spaces label their vectors with: tenant, tags, doc type, source."""
         return {int(r): _chunk(self.corpus, int(r) - 1) for r in rowids}
 
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Sequence[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> np.ndarray:
-        role_set = set(roles)
-        if role_set & {"admin", "system"}:
+    def allowed_rowids(self, scope: Scope) -> np.ndarray:
+        role_set = set(scope.roles)
+        if scope.privileged:
             ok = np.ones(len(self._code), dtype=bool)
         else:
             ok = self._code == 0
@@ -458,7 +452,7 @@ def measure_scale(
         cpu: list[float] = []
         for q in corpus.queries:
             t, c = time.perf_counter(), time.process_time()
-            kw.search(tokenize_query(q), fetch, tenant_id=user.tenant_id, roles=user.roles)
+            kw.search(tokenize_query(q), fetch, scope=Scope.of(user))
             lat.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)
         out[f"keyword/{user_name}"] = {**percentiles(lat), "cpu_p50_ms": statistics.median(cpu)}
@@ -481,7 +475,7 @@ def measure_scale(
         sub = corpus
 
     def search(q: np.ndarray, kk: int, user: UserContext) -> list[tuple[int, float]]:
-        return vi.search(SPACE, q, kk, tenant_id=user.tenant_id, roles=user.roles)
+        return vi.search(SPACE, q, kk, scope=Scope.of(user))
 
     for user_name in ("admin", "anonymous"):
         user = USERS[user_name]

@@ -53,7 +53,7 @@ from shelfhand.knowledge.retrieval.hybrid import SearchMode
 from shelfhand.knowledge.scoring import ranking_terms
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.stores.faiss import adaptive_ef
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 logger = logging.getLogger("bench.retrieval")
 
@@ -374,7 +374,7 @@ def measure(
     (query vectors given), the bare indexes on the same queries, the first query's ACL cost
     and the filtered vector recall@k against exact search."""
     retriever = kb.retriever
-    fetch = k * retriever.candidates_factor
+    fetch = k * retriever.options.candidates_factor
     out: dict[str, Any] = {"k": k, "fetch_per_side": fetch, "queries": len(corpus.queries)}
     out["load_before"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     qvecs = {i: {SPACE: v} for i, v in enumerate(corpus.qvecs)}
@@ -432,14 +432,7 @@ def measure(
     for name, (user, filters) in CALLERS.items():
         # first query: builds the caller's ACL selection (SQL + bitmap), cached afterwards
         t = time.perf_counter()
-        kb.vectors.search(
-            SPACE,
-            corpus.qvecs[0],
-            fetch,
-            tenant_id=user.tenant_id,
-            roles=user.roles,
-            doc_types=[filters["doc_type"]] if filters else None,
-        )
+        kb.vectors.search(SPACE, corpus.qvecs[0], fetch, scope=Scope.of(user, filters))
         first_ms = (time.perf_counter() - t) * 1000
         modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid")
         wall: dict[str, list[float]] = {m: [] for m in modes}
@@ -471,14 +464,7 @@ def measure(
             }
         found = 0
         for v, want in zip(corpus.qvecs[:recall_queries], truths[name], strict=True):
-            got = kb.vectors.search(
-                SPACE,
-                v,
-                k,
-                tenant_id=user.tenant_id,
-                roles=user.roles,
-                doc_types=[filters["doc_type"]] if filters else None,
-            )
+            got = kb.vectors.search(SPACE, v, k, scope=Scope.of(user, filters))
             chunks = kb.store.chunk_map([r for r, _ in got])
             found += len(want & {c.chunk_id for c in chunks.values()})
         row["vector_recall@k_vs_exact"] = found / (k * recall_queries)

@@ -167,7 +167,7 @@ class App:
     ) -> KnowledgeBase:
         """The workspace's knowledge base; ``embed=False`` for listing and forgetting only.
 
-        Also makes the ``[limits]`` of the settings the process default for reading files.
+        Its ingest reads each file within the ``[limits]`` of the settings (:meth:`read_limits`).
 
         Args:
             embed: Build the embedders (``False``: keyword-only, for listing and forgetting).
@@ -190,10 +190,9 @@ class App:
             ConfigurationError: The configured PostgreSQL is unreachable or lacks pgvector.
         """
         from shelfhand.knowledge.base import KnowledgeBase
-        from shelfhand.knowledge.reading.limits import configure_limits
         from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
 
-        configure_limits(self.read_limits())
+        read_limits = self.read_limits()  # a bad [limits] table fails before any lock is taken
         lock = None
         access: Access = "write"
         database_url = self.settings.database_url
@@ -225,6 +224,7 @@ class App:
                 min_relevance=self.settings.min_relevance,
                 keyword_common_share=self.settings.keyword_common_share,
                 database_url=database_url,
+                read_limits=read_limits,
             )
         except BaseException:
             if lock is not None:

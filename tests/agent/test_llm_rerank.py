@@ -92,7 +92,8 @@ def test_the_models_order_comes_first_then_the_rest_in_fused_order(
     reranker = LlmReranker(model, timeout=5, max_passage_chars=120)
     kb = with_reranker(tmp_path / "ws", reranker)
     try:
-        hits, timings = kb.search_timed(query, k=4)
+        found = kb.search_result(query, k=4)
+        hits, timings = list(found.hits), found.timings
     finally:
         kb.close()
 
@@ -125,7 +126,8 @@ def test_garbage_or_a_failing_model_keeps_the_fused_order(
 ) -> None:
     kb = with_reranker(tmp_path / "ws", LlmReranker(ScriptedModel([turn]), timeout=5))
     try:
-        hits, timings = kb.search_timed("投影仪保修期", k=3)
+        found = kb.search_result("投影仪保修期", k=3)
+        hits, timings = list(found.hits), found.timings
     finally:
         kb.close()
     assert sources(hits) == sources(plain.search("投影仪保修期", k=3))
@@ -140,7 +142,8 @@ def test_a_slow_model_is_abandoned_after_the_timeout(tmp_path: Path, plain: Know
 
     kb = with_reranker(tmp_path / "ws", LlmReranker(FunctionModel(slow), timeout=0.3))
     try:
-        hits, timings = kb.search_timed("projector warranty", k=3)
+        found = kb.search_result("projector warranty", k=3)
+        hits, timings = list(found.hits), found.timings
     finally:
         kb.close()
     assert sources(hits) == sources(plain.search("projector warranty", k=3))
@@ -156,8 +159,10 @@ def test_through_the_openai_sdk_against_a_loopback_server(
     model = OpenAIChatModel("local", base_url=server.url, api_key="k", timeout=5)
     kb = with_reranker(tmp_path / "ws", LlmReranker(model, timeout=5))
     try:
-        hits, timings = kb.search_timed("projector warranty", k=3)
-        again, failed = kb.search_timed("projector warranty", k=3)
+        found = kb.search_result("projector warranty", k=3)
+        hits, timings = list(found.hits), found.timings
+        found = kb.search_result("projector warranty", k=3)
+        again, failed = list(found.hits), found.timings
     finally:
         kb.close()
         server.stop()
@@ -214,7 +219,8 @@ def test_app_builds_the_llm_reranker_over_the_chat_model(tmp_path: Path) -> None
         assert kb.rerank_stage is not None
         assert isinstance(kb.rerank_stage.reranker, LlmReranker)
         kb.ingest_documents(document(n, t) for n, t in DOCS.items())
-        _, timings = kb.search_timed("warranty", k=2)
+        found = kb.search_result("warranty", k=2)
+        _, timings = list(found.hits), found.timings
         assert timings.rerank_reason is None and len(model.requests) == 1
     finally:
         kb.close()

@@ -132,21 +132,20 @@ def _run(limit: int | None = None) -> SearchRun:
 
 
 def test_switches_are_set_per_stage_and_restored_afterwards(kb: KnowledgeBase) -> None:
-    retriever = kb._stack.retriever
     seen: list[int] = []
 
     def record(configured: object) -> object:
         return configured
 
-    # candidates_factor is a real retriever attribute: 1 when "off", configured (3) when on
+    # candidates_factor is a real search option: 1 when "off", configured (3) when on
     switch = Switch(name="wide", attr="candidates_factor", off=1, on=record, where="x")
-    original_search = kb.search_timed
+    original_search = kb.search_result
 
     def spy(query: str, **kwargs: Any) -> Any:
-        seen.append(retriever.candidates_factor)
+        seen.append(kwargs["options"].candidates_factor)
         return original_search(query, **kwargs)
 
-    kb.search_timed = spy  # type: ignore[method-assign]
+    kb.search_result = spy  # type: ignore[method-assign]
     stages = [
         Stage(name="keyword", mode="keyword"),
         Stage(name="+ wide", mode=None, switches=("wide",)),
@@ -154,7 +153,7 @@ def test_switches_are_set_per_stage_and_restored_afterwards(kb: KnowledgeBase) -
     rows = run_stages(kb, _run(limit=3), stages, switches=[switch])
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert rows[0]["on"] == {} and rows[1]["on"] == {"wide": 3}
-    assert retriever.candidates_factor == 3  # put back
+    assert kb.search_options.candidates_factor == 3  # put back
     assert seen == [1, 1, 1, 3, 3, 3]  # off in the keyword stage, on in the `+ wide` stage
 
 
@@ -165,7 +164,7 @@ def test_a_switch_the_workspace_did_not_configure_skips_only_its_own_stage(
         raise StageSkipped("rerank is off (settings key rerank)")
 
     switches = [
-        Switch(name="rerank", attr="rrf_k", off=60, on=not_configured, where="x"),
+        Switch(name="rerank", attr="rerank", off=False, on=not_configured, where="x"),
         Switch(name="missing", attr="no_such_switch", off=False, on=lambda c: True, where="Y.z"),
         Switch(name="wide", attr="candidates_factor", off=1, on=lambda c: 5, where="x"),
     ]
@@ -182,7 +181,7 @@ def test_a_switch_the_workspace_did_not_configure_skips_only_its_own_stage(
     }
     assert rows[1]["reason"] == "not available in this build (Y.z)"
     assert rows[2]["status"] == "ok" and rows[2]["on"] == {"wide": 5}
-    assert kb._stack.retriever.candidates_factor == 3
+    assert kb.search_options.candidates_factor == 3
 
 
 def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: Any) -> None:
@@ -319,19 +318,23 @@ class _RerankTimings:
 
 
 def test_new_timing_fields_and_rerank_fallbacks_are_reported(kb: KnowledgeBase) -> None:
-    original = kb.search_timed
+    original = kb.search_result
     reasons = iter([None, "rerank endpoint timed out after 5s", None])
 
     def with_rerank(query: str, **kwargs: Any) -> Any:
-        hits, timings = original(query, **kwargs)
-        return hits, _RerankTimings(
-            keyword_ms=timings.keyword_ms,
-            rerank_ms=7.0,
-            total_ms=timings.total_ms + 7.0,
-            rerank_reason=next(reasons),
+        found = original(query, **kwargs)
+        timings = found.timings
+        return dataclasses.replace(
+            found,
+            timings=_RerankTimings(
+                keyword_ms=timings.keyword_ms,
+                rerank_ms=7.0,
+                total_ms=timings.total_ms + 7.0,
+                rerank_reason=next(reasons),
+            ),
         )
 
-    kb.search_timed = with_rerank  # type: ignore[method-assign]
+    kb.search_result = with_rerank  # type: ignore[method-assign]
     (row,) = run_stages(kb, _run(limit=3), [Stage(name="keyword", mode="keyword")], switches=[])
     assert row["timings"]["rerank_ms"] == {"p50_ms": 7.0, "p95_ms": 7.0}
     assert row["degraded"] == {"rerank kept the fused order: rerank endpoint timed out after 5s": 1}

@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 
 from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
 from shelfhand.knowledge.stores import tantivy as keyword_module
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 TENANTS = ["default", "acme", "globex"]
 ROLES = ["sales", "support", "hr", "admin", "system"]
@@ -210,12 +210,12 @@ def test_filtered_search_equals_a_brute_force_filter(
 ) -> None:
     rows = _load(stores, specs, seed)
     readable = {r for r, spec in rows.items() if may_read(spec, caller)}
-    acl = {
-        "tenant_id": caller["tenant"],
-        "roles": caller["roles"],
-        "doc_types": caller["doc_types"],
-        "sources": caller["sources"],
-    }
+    scope = Scope(
+        tenant_id=caller["tenant"],
+        roles=caller["roles"],
+        doc_types=caller["doc_types"],
+        sources=caller["sources"],
+    )
 
     # keyword: the reference ranks every chunk by the index's own unfiltered BM25, on the
     # query's rarer terms while those find k readable chunks, else on every term
@@ -231,12 +231,12 @@ def test_filtered_search_equals_a_brute_force_filter(
     assert stores.keyword._labels is not None  # the writer checks with its labels
     for limit in (0, 10**6):  # the filtered query; the unfiltered ranking, then the check
         stores.keyword.oversample_limit = limit
-        _same_ranking(stores.keyword.search(tokens, k, **acl), want)
+        _same_ranking(stores.keyword.search(tokens, k, scope=scope), want)
     reader = TantivyKeywordIndex(stores.keyword_dir, access="read-only")  # checks with tantivy
-    _same_ranking(reader.search(tokens, k, **acl), want)
+    _same_ranking(reader.search(tokens, k, scope=scope), want)
     forced = ForcedFetch(stores.keyword_dir, access="read-only")
     forced.fetch = fetch
-    _same_ranking(forced.search(tokens, k, **acl), want)
+    _same_ranking(forced.search(tokens, k, scope=scope), want)
     if len(want) == k and len(ranking) > fetch and ranking is unfiltered and rarer is None:
         # the forced check saw too few readable hits unless the top ``fetch`` held k of them
         held = sum(1 for r, _ in ranking[:fetch] if r in readable)
@@ -256,20 +256,22 @@ def test_filtered_search_equals_a_brute_force_filter(
         monkeypatch.setattr(keyword_module, "_NARROW_SHARE", narrow_share)
         monkeypatch.setattr(keyword_module, "_INTERSECT_RATIO", intersect)
         stores.keyword.oversample_limit = limit  # the filtered query, or ranked then checked
-        found = stores.keyword.search_exact(query_identifiers(asked), k, rank_by=tokens, **acl)
+        found = stores.keyword.search_exact(
+            query_identifiers(asked), k, rank_by=tokens, scope=scope
+        )
         _same_ranking(found, want_exact)
-    found = reader.search_exact(query_identifiers(asked), k, rank_by=tokens, **acl)
+    found = reader.search_exact(query_identifiers(asked), k, rank_by=tokens, scope=scope)
     _same_ranking(found, want_exact)  # checked by a second tantivy query
 
     # vectors: exact search equals brute force; the HNSW walk returns only readable chunks
     q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)
     ranked = sorted(readable, key=lambda r: -float(rows[r]["vector"] @ q))[:k]
-    exact = stores.exact.search(SPACE, q, k, **acl)
+    exact = stores.exact.search(SPACE, q, k, scope=scope)
     assert [r for r, _ in exact] == ranked
     np.testing.assert_allclose(
         [s for _, s in exact], [float(rows[r]["vector"] @ q) for r in ranked], rtol=1e-5, atol=1e-6
     )
-    graph = stores.hnsw.search(SPACE, q, k, **acl)
+    graph = stores.hnsw.search(SPACE, q, k, scope=scope)
     got_ids = [r for r, _ in graph]
     assert set(got_ids) <= readable
     assert len(got_ids) == len(set(got_ids)) == min(k, len(readable))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -166,8 +167,8 @@ def test_an_answerable_question_keeps_its_relevant_hit_first(
 def test_without_a_threshold_the_unrelated_query_gets_weak_hits(
     kb: EmbeddedKnowledge,
 ) -> None:
-    kb.retriever.min_relevance = 0.0
-    hits = kb.retriever.search("How do I bake sourdough bread at home?", k=3)
+    keep_all = replace(kb.retriever.options, min_relevance=0.0)
+    hits = kb.retriever.search("How do I bake sourdough bread at home?", k=3, options=keep_all)
     assert all((h.relevance or 0.0) < 0.25 for h in hits)
 
 
@@ -201,13 +202,13 @@ def test_a_keyword_hit_outside_the_vector_top_list_gets_its_exact_cosine(
     try:
         kb.ingestor.ingest_documents([doc(name, text) for name, text in texts.items()])
         retriever = kb.retriever
-        retriever.candidates_factor = 1
+        one = replace(retriever.options, candidates_factor=1)
         retriever.keyword_weight = 0.4
-        [hit] = retriever.search("overheating", k=1)
+        [hit] = retriever.search("overheating", k=1, options=one)
         assert hit.chunk.source == "a"
         assert hit.vector_rank is None and hit.keyword_rank == 1
         assert hit.score == pytest.approx(0.4 + 0.6 * 0.6, abs=1e-4)
-        [vector_hit] = retriever.search("overheating", k=1, mode="vector")
+        [vector_hit] = retriever.search("overheating", k=1, mode="vector", options=one)
         assert vector_hit.chunk.source == "b"
         assert vector_hit.relevance == pytest.approx(0.9, abs=1e-4)
     finally:
@@ -259,10 +260,10 @@ def test_a_bad_min_relevance_fails_at_start_up(tmp_path: Path, value: str) -> No
 
 
 def test_relevance_is_comparable_across_queries(kb: EmbeddedKnowledge) -> None:
-    kb.retriever.min_relevance = 0.0
+    keep_all = replace(kb.retriever.options, min_relevance=0.0)
     # The same passage: fully matched by one query, a quarter matched by the other.
-    strong = kb.retriever.search("lamp overheating", k=1)[0]
-    weak = kb.retriever.search("lamp sourdough bread baking", k=1)[0]
+    strong = kb.retriever.search("lamp overheating", k=1, options=keep_all)[0]
+    weak = kb.retriever.search("lamp sourdough bread baking", k=1, options=keep_all)[0]
     assert strong.chunk.source == weak.chunk.source == "errors.md"
     assert strong.relevance is not None and weak.relevance is not None
     assert strong.relevance > 0.5 > weak.relevance

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 
@@ -166,8 +167,8 @@ def test_the_exact_identifier_passage_comes_first_in_every_mode(
 
 def test_without_the_exact_step_fuzzy_matches_outrank_the_code(errors: EmbeddedKnowledge) -> None:
     # What the exact step fixes: the vector side ranks the "error"-laden passages first.
-    errors.retriever.exact_boost = False
-    hits = errors.retriever.search("What is error E-888?", k=3, mode="vector")
+    no_exact = replace(errors.retriever.options, exact_boost=False)
+    hits = errors.retriever.search("What is error E-888?", k=3, mode="vector", options=no_exact)
     assert hits[0].chunk.source != "e888.md"
     assert not any(h.exact for h in hits)
 
@@ -219,8 +220,8 @@ def test_the_exact_lookup_is_restricted_like_the_search(errors: EmbeddedKnowledg
 def test_the_exact_step_is_switchable_and_timed(errors: EmbeddedKnowledge) -> None:
     hits, timings = errors.retriever.search_timed("E-888", k=3, mode="keyword")
     assert hits[0].exact and timings.exact_ms > 0
-    errors.retriever.exact_boost = False
-    hits, timings = errors.retriever.search_timed("E-888", k=3, mode="keyword")
+    no_exact = replace(errors.retriever.options, exact_boost=False)
+    hits, timings = errors.retriever.search_timed("E-888", k=3, mode="keyword", options=no_exact)
     assert not any(h.exact for h in hits) and timings.exact_ms < 1.0
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 
 def add(
@@ -65,10 +66,8 @@ def keyword(store: SqliteKnowledgeStore) -> TantivyKeywordIndex:
     return index
 
 
-def search(store: SqliteKnowledgeStore, query: str, **acl: object) -> list[str]:
-    acl.setdefault("tenant_id", "default")
-    acl.setdefault("roles", ())
-    hits = keyword(store).search(tokenize_query(query), 10, **acl)  # type: ignore[arg-type]
+def search(store: SqliteKnowledgeStore, query: str, **acl: Any) -> list[str]:
+    hits = keyword(store).search(tokenize_query(query), 10, scope=Scope(**acl))
     return [c.doc_id for c in store.chunks_by_rowids([r for r, _ in hits])]
 
 
@@ -114,13 +113,13 @@ def test_terms_no_chunk_holds_change_nothing_and_alone_find_nothing(
     add(store, "warranty", "The warranty covers the lamp for one year.")
     add(store, "lamp", "The lamp of the projector lasts 3000 hours.")
     index = keyword(store)
-    known = index.search(tokenize_query("lamp warranty"), 5, tenant_id="default", roles=())
+    known = index.search(tokenize_query("lamp warranty"), 5, scope=Scope())
     assert len(known) == 2
     # the query's terms no chunk has get no clause: same hits, same scores
     more = tokenize_query("lamp warranty zyxwvut qqqzzz")
-    assert index.search(more, 5, tenant_id="default", roles=()) == known
+    assert index.search(more, 5, scope=Scope()) == known
     before = index.paths["empty"]
-    assert index.search(["zyxwvut", "qqqzzz"], 5, tenant_id="default", roles=()) == []
+    assert index.search(["zyxwvut", "qqqzzz"], 5, scope=Scope()) == []
     assert index.paths["empty"] == before + 1
 
 
@@ -164,7 +163,7 @@ def test_deleted_and_replaced_documents_leave_the_index(store: SqliteKnowledgeSt
 def _hr_may_read(index: TantivyKeywordIndex, rowid: int) -> bool | None:
     labels = index._labels
     assert labels is not None
-    allowed = labels.allows([rowid], tenant_id="acme", roles=["hr"])
+    allowed = labels.allows([rowid], Scope(tenant_id="acme", roles=["hr"]))
     return None if allowed is None else allowed[0]
 
 
@@ -232,7 +231,7 @@ def test_a_reading_process_checks_hits_with_tantivy(tmp_path: Path) -> None:
     add(store, "pub", "warranty for everyone", tenant="acme")
     reader = TantivyKeywordIndex(tmp_path / "keyword", access="read-only")
     assert reader._labels is None  # it cannot see the writer's later labels
-    hits = reader.search(tokenize_query("warranty"), 5, tenant_id="acme", roles=())
+    hits = reader.search(tokenize_query("warranty"), 5, scope=Scope(tenant_id="acme"))
     assert [c.doc_id for c in store.chunks_by_rowids([r for r, _ in hits])] == ["pub"]
     assert reader.paths["oversampled"] == 1
     store.close()
@@ -250,14 +249,10 @@ def test_a_rebuild_leaves_one_segment_and_the_same_results(tmp_path: Path) -> No
         store.sync(durable=True)
     assert index.segments() > 1
     queries = ["warranty part1", "保修 batch2", "part3"]
-    callers = [{"tenant_id": "default", "roles": ()}, {"tenant_id": "default", "roles": ("hr",)}]
+    callers = [Scope(tenant_id="default", roles=()), Scope(tenant_id="default", roles=("hr",))]
 
     def results() -> list[list[tuple[int, float]]]:
-        return [
-            index.search(tokenize_query(q), 10, **c)  # type: ignore[arg-type]
-            for q in queries
-            for c in callers
-        ]
+        return [index.search(tokenize_query(q), 10, scope=c) for q in queries for c in callers]
 
     before = results()
     store.rebuild_indexes([index.name])

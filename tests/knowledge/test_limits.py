@@ -9,7 +9,6 @@ import sys
 import threading
 import zipfile
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import docx
@@ -18,24 +17,12 @@ import pytest
 from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError, DocumentTooLarge
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.reading.limits import (
-    ReadLimits,
-    configure_limits,
-    current_limits,
-    json_depth_exceeds,
-)
+from shelfhand.knowledge.reading.limits import ReadLimits, json_depth_exceeds
 from shelfhand.knowledge.reading.parse_worker import POOL_SIZE, shared_worker
 from shelfhand.knowledge.reading.readers import decode_text, read_file
 from shelfhand.knowledge.stack import open_embedded_store
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture(autouse=True)
-def default_limits() -> Iterator[None]:
-    before = current_limits()
-    yield
-    configure_limits(before)
 
 
 def pdf_bomb(path: Path, zeros_mib: int = 200) -> Path:
@@ -245,8 +232,7 @@ def test_a_file_making_too_many_chunks_is_skipped(tmp_path: Path) -> None:
         "\n\n".join(f"## 第 {n} 节\n\n" + "内容 words " * 200 for n in range(30)), "utf-8"
     )
     (docs / "short.md").write_text("# 保修\n\n保修期两年。", encoding="utf-8")
-    configure_limits(ReadLimits(max_chunks=10))
-    kb = open_embedded_store(tmp_path / "ws", None)
+    kb = open_embedded_store(tmp_path / "ws", None, read_limits=ReadLimits(max_chunks=10))
     try:
         report = kb.ingestor.ingest([docs])
     finally:
@@ -263,8 +249,9 @@ def test_limits_come_from_shelfhand_toml_and_bad_ones_fail_at_start(tmp_path: Pa
     app = App(settings=Settings.load(ws, env={}))
     assert app.read_limits() == ReadLimits(max_chars=1000, parse_seconds=5.0)
     app.settings.workspace.mkdir(exist_ok=True)
-    app.open_knowledge(embed=False).close()
-    assert current_limits().max_chars == 1000
+    kb = app.open_knowledge(embed=False)
+    kb.close()
+    assert kb.read_limits.max_chars == 1000
     with pytest.raises(ConfigurationError, match=r"unknown key.*max_bytes"):
         ReadLimits.from_mapping({"max_bytes": 1})
     with pytest.raises(ConfigurationError, match="max_pages must be a number"):
@@ -311,3 +298,26 @@ def test_one_busy_worker_does_not_hold_up_the_next_file(tmp_path: Path) -> None:
         reader.start()
         reader.join(60)  # with one worker this would wait for the borrowed one
         assert done == ["保修"]
+
+
+def test_each_knowledge_base_reads_within_its_own_workspace_limits(tmp_path: Path) -> None:
+    strict, relaxed = tmp_path / "strict", tmp_path / "relaxed"
+    for ws in (strict, relaxed):
+        ws.mkdir()
+    (strict / "shelfhand.toml").write_text("[limits]\nmax_chars = 1000\n", encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "long.md").write_text("# 保修\n\n" + "保修期两年。" * 400, encoding="utf-8")
+    # both open before either ingests: a limit set for the process would be the last one's
+    bases = [
+        App(settings=Settings.load(ws, env={})).open_knowledge(embed=False)
+        for ws in (strict, relaxed)
+    ]
+    try:
+        strict_report, relaxed_report = (kb.ingest([docs]) for kb in bases)
+    finally:
+        for kb in bases:
+            kb.close()
+    assert [f.source for f in strict_report.failed] == ["docs/long.md"]
+    assert "max_chars" in strict_report.failed[0].reason
+    assert relaxed_report.added == ("docs/long.md",) and not relaxed_report.failed

@@ -26,7 +26,7 @@ from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import open_embedded_store, open_pg_store
 from shelfhand.knowledge.stores.pg import PgKeywordIndex
 from shelfhand.knowledge.stores.pg.transfer import import_workspace
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 TEXTS = [
     ("warranty.md", "# Warranty\n\nThe projector warranty lasts twelve months from purchase."),
@@ -69,9 +69,9 @@ def test_bm25_in_sql_ranks_and_scores_like_the_embedded_index(
     for stack in (embedded, pg):
         stack.ingestor.ingest_documents(docs())
     tokens = tokenize_query(query)
-    admin = {"tenant_id": "default", "roles": ["admin"]}
-    want = embedded.keyword.search(tokens, 10, **admin)  # type: ignore[arg-type]
-    got = pg.keyword.search(tokens, 10, **admin)  # type: ignore[arg-type]
+    admin = Scope(tenant_id="default", roles=["admin"])
+    want = embedded.keyword.search(tokens, 10, scope=admin)
+    got = pg.keyword.search(tokens, 10, scope=admin)
     source = {r: c.source for r, c in embedded.store.chunk_map([r for r, _ in want]).items()}
     pg_source = {r: c.source for r, c in pg.store.chunk_map([r for r, _ in got]).items()}
     assert [pg_source[r] for r, _ in got] == [source[r] for r, _ in want]
@@ -127,9 +127,9 @@ def test_a_selective_filter_still_fills_k_from_the_vector_index(pg_url: str) -> 
         vec = rng.normal(size=(1, 16)).astype(np.float32)
         kb.store.upsert_document(doc, [chunk], {"s": ([0], vec / np.linalg.norm(vec))})
     query = rng.normal(size=16).astype(np.float32)
-    hits = kb.vectors.search("s", query, 5, tenant_id="default", roles=["rare"])
+    hits = kb.vectors.search("s", query, 5, scope=Scope(roles=["rare"]))
     assert len(hits) == 5  # 6 rare chunks: the filter hides 98% of the graph
-    rare = kb.store.allowed_rowids("default", ["rare"]).tolist()
+    rare = kb.store.allowed_rowids(Scope(roles=["rare"])).tolist()
     assert {r for r, _ in hits} <= set(rare)
     assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
     kb.close()
@@ -307,11 +307,11 @@ def test_rare_terms_first_pruning_returns_the_full_scoring_top_k(pg_url: str) ->
     # every term ranks: this is the exact pruning on its own
     full = PgKeywordIndex(kb.store.db, common_share=1.0)  # type: ignore[attr-defined]
     pruned = PgKeywordIndex(kb.store.db, rare_share=0.1, common_share=1.0)  # type: ignore[attr-defined]
-    callers = [{"tenant_id": "default", "roles": r} for r in (["admin"], [], ["sales"])]
+    callers = [Scope(tenant_id="default", roles=r) for r in (["admin"], [], ["sales"])]
     for query in ["lamp rare3", "projector rare1 rare2 manual", "灯泡 稀有2", "说明书 稀有4 page"]:
         for k in (1, 3, 10, 60):
             for acl in callers:
                 tokens = tokenize_query(query)
-                assert pruned.search(tokens, k, **acl) == full.search(tokens, k, **acl)  # type: ignore[arg-type]
+                assert pruned.search(tokens, k, scope=acl) == full.search(tokens, k, scope=acl)
     assert pruned.paths["pruned"] > 0 and pruned.paths["full"] > 0  # both paths ran
     kb.close()

@@ -173,7 +173,8 @@ def test_endpoint_reorders_the_fused_candidates_and_cuts_to_k(
     reranker = HttpReranker(server.url, model="bge-reranker", api_key=SECRET, timeout=5)
     kb = open_kb(tmp_path / "ws", reranker=reranker, rerank_candidates=3)
     try:
-        hits, timings = kb.search_timed(query, k=2)
+        found = kb.search_result(query, k=2)
+        hits, timings = list(found.hits), found.timings
     finally:
         kb.close()
 
@@ -181,7 +182,7 @@ def test_endpoint_reorders_the_fused_candidates_and_cuts_to_k(
     assert len(candidates) == 3
     assert sources(hits) == candidates[::-1][:2]  # the endpoint's order, cut to k
     assert [h.rerank_score for h in hits] == pytest.approx([0.9, 0.8])
-    assert timings.rerank_reason is None and kb.last_rerank_reason is None
+    assert timings.rerank_reason is None and found.rerank_reason is None
     assert timings.rerank_ms > 0 and timings.total_ms >= timings.rerank_ms
     path, headers, body = server.requests[0]
     assert path == "/v1/rerank"
@@ -204,7 +205,8 @@ def test_tei_shape_is_learnt_from_the_servers_complaint_and_kept(
         tmp_path / "ws", reranker=HttpReranker(server.url + "/rerank"), rerank_candidates=4
     )
     try:
-        hits, timings = kb.search_timed("warranty", k=4)
+        found = kb.search_result("warranty", k=4)
+        hits, timings = list(found.hits), found.timings
         again = kb.search("保修期", k=2)
     finally:
         kb.close()
@@ -230,7 +232,8 @@ def test_rerank_false_and_the_default_skip_the_reranker(
         assert sources(kb.search("warranty", k=3, rerank=False)) == fused("warranty", 3)
         assert server.requests == []
         assert plain.rerank_stage is None  # off by default
-        hits, timings = plain.search_timed("warranty", k=3)
+        found = plain.search_result("warranty", k=3)
+        hits, timings = list(found.hits), found.timings
         assert sources(hits) == fused("warranty", 3) and timings.rerank_ms == 0.0
     finally:
         kb.close()
@@ -269,7 +272,8 @@ def test_a_failing_endpoint_keeps_the_fused_order_with_the_reason(
     kb = open_kb(tmp_path / "ws", reranker=reranker, rerank_candidates=4)
     caplog.set_level(logging.DEBUG)
     try:
-        hits, timings = kb.search_timed("projector warranty", k=3)
+        found = kb.search_result("projector warranty", k=3)
+        hits, timings = list(found.hits), found.timings
         zh = kb.search("投影仪保修期", k=2)  # the same failure again: logged once
     finally:
         kb.close()
@@ -278,7 +282,7 @@ def test_a_failing_endpoint_keeps_the_fused_order_with_the_reason(
     assert sources(zh) == fused("投影仪保修期", 2)
     assert all(h.rerank_score is None for h in hits)
     assert timings.rerank_reason is not None and expected in timings.rerank_reason
-    assert kb.last_rerank_reason is not None and expected in kb.last_rerank_reason
+    assert found.rerank_reason is not None and expected in found.rerank_reason
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "rerank" in r.message]
     assert len(warnings) == 1 and "fused order kept" in warnings[0].message
     assert SECRET not in caplog.text and SECRET not in repr(reranker)
@@ -289,7 +293,8 @@ def test_an_unreachable_endpoint_keeps_the_fused_order(
 ) -> None:
     kb = open_kb(tmp_path / "ws", reranker=HttpReranker("http://127.0.0.1:9", timeout=1))
     try:
-        hits, timings = kb.search_timed("warranty", k=3)
+        found = kb.search_result("warranty", k=3)
+        hits, timings = list(found.hits), found.timings
     finally:
         kb.close()
     assert sources(hits) == fused("warranty", 3)

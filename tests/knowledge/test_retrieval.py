@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shelfhand.core.breaker import CircuitBreaker
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
-from shelfhand.knowledge.retrieval.fusion import rrf
+from shelfhand.knowledge.retrieval.fusion import candidate_relevance, rrf
 from shelfhand.knowledge.retrieval.hybrid import _Overlap
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document, Scope, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
@@ -197,13 +198,13 @@ def test_a_failing_query_embedder_falls_back_to_keywords(
     embedder = kb.retriever.router.embedder("default")  # type: ignore[union-attr]
     embedder.fail = True  # type: ignore[attr-defined]
     for mode in ("hybrid", "vector"):
-        hits = kb.retriever.search("保修期", k=3, mode=mode)  # type: ignore[arg-type]
-        assert sources(hits) == ["保修.md"]
-    assert "quota exceeded" in (kb.retriever.last_degraded_reason or "")
+        result = kb.retriever.search_result("保修期", k=3, mode=mode)  # type: ignore[arg-type]
+        assert sources(result.hits) == ["保修.md"]
+    assert "quota exceeded" in (result.degraded_reason or "")
     assert sum("quota exceeded" in r.message for r in caplog.records) == 1
     embedder.fail = False  # type: ignore[attr-defined]
-    kb.retriever.search("保修期", k=3)
-    assert kb.retriever.last_degraded_reason is None
+    result = kb.retriever.search_result("保修期", k=3)
+    assert result.degraded_reason is None
 
 
 def test_filters_narrow_both_sides(kb: EmbeddedKnowledge) -> None:
@@ -238,10 +239,10 @@ def test_every_space_is_searched_with_its_own_embedder(open_stack: OpenStack) ->
     kb = open_stack(EmbeddingRouter({"en": en, "zh": zh}))
     kb.ingestor.ingest_documents([CORPUS[0], CORPUS[5]])
     assert sorted(kb.vectors.spaces()) == ["en", "zh"]
-    hits = kb.retriever.search("保修期多久", k=2, mode="vector")
-    assert sources(hits)[0] == "保修.md"
+    result = kb.retriever.search_result("保修期多久", k=2, mode="vector")
+    assert sources(result.hits)[0] == "保修.md"
     assert (en.query_calls, zh.query_calls) == (1, 1)
-    timings = kb.retriever.last_timings
+    timings = result.timings
     assert timings.total_ms >= timings.vector_ms > 0
     kb.close()
 
@@ -277,32 +278,33 @@ def test_a_hanging_query_embedder_falls_back_to_keywords_with_the_reason(
 ) -> None:
     kb, embedder = hanging
     embedder.hang = True
-    hits = kb.retriever.search("保修期", k=3)
+    result = kb.retriever.search_result("保修期", k=3)
+    hits = result.hits
     assert sources(hits) == ["保修.md"]
     assert all(h.vector_rank is None for h in hits)
-    assert "did not finish within 0.05s" in (kb.retriever.last_degraded_reason or "")
+    assert "did not finish within 0.05s" in (result.degraded_reason or "")
 
 
 def test_the_embedding_breaker_pauses_a_failing_embedder_then_tries_again(
     hanging: tuple[EmbeddedKnowledge, HangingEmbedder],
 ) -> None:
     kb, embedder = hanging
-    kb.retriever.breaker_cooldown = 0.2
+    kb.retriever.breaker = CircuitBreaker("query embedding", trip_after=3, reset_after=0.2)
     embedder.hang = True
     for _ in range(3):  # three late answers in a row open the breaker
         kb.retriever.search("warranty", k=2)
     asked = embedder.query_calls
-    hits = kb.retriever.search("warranty", k=2)
+    result = kb.retriever.search_result("warranty", k=2)
     assert embedder.query_calls == asked  # not asked while paused
-    assert sources(hits) and "paused after 3 failures" in (kb.retriever.last_degraded_reason or "")
+    assert sources(result.hits) and "paused after 3 failures" in (result.degraded_reason or "")
     embedder.hang = False
     embedder.release.set()
     deadline = time.monotonic() + 10
-    while kb.retriever.last_degraded_reason is not None and time.monotonic() < deadline:
+    while result.degraded_reason is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-        hits = kb.retriever.search("projector warranty", k=2)
-    assert kb.retriever.last_degraded_reason is None  # the cooldown ended: vectors again
-    assert any(h.vector_rank is not None for h in hits)
+        result = kb.retriever.search_result("projector warranty", k=2)
+    assert result.degraded_reason is None  # the cooldown ended: vectors again
+    assert any(h.vector_rank is not None for h in result.hits)
 
 
 def test_the_first_query_of_a_space_may_take_the_load_timeout(tmp_path: Path) -> None:
@@ -312,10 +314,10 @@ def test_the_first_query_of_a_space_may_take_the_load_timeout(tmp_path: Path) ->
     embedder.hang = True
     timer = threading.Timer(0.1, embedder.release.set)  # "loading" outlasts embed_timeout
     timer.start()
-    hits = kb.retriever.search("projector warranty", k=2)
+    result = kb.retriever.search_result("projector warranty", k=2)
     timer.join()
-    assert kb.retriever.last_degraded_reason is None
-    assert any(h.vector_rank is not None for h in hits)
+    assert result.degraded_reason is None
+    assert any(h.vector_rank is not None for h in result.hits)
     kb.close()
 
 
@@ -335,23 +337,23 @@ def test_a_term_in_most_chunks_does_not_rank_while_rarer_ones_find_k(
     ]
     kb.ingestor.ingest_documents(notes)
     index = kb.keyword
-    admin = {"tenant_id": "default", "roles": ["admin"]}
+    admin = Scope(tenant_id="default", roles=["admin"])
     both, lamp = tokenize_query("projector lamp"), tokenize_query("lamp")
-    lamp_hits = index.search(lamp, 3, **admin)
-    assert index.search(both, 3, **admin) == lamp_hits
+    lamp_hits = index.search(lamp, 3, scope=admin)
+    assert index.search(both, 3, scope=admin) == lamp_hits
     # asked for more than "lamp" finds: every term ranks, the lamp chunks first
-    ten = index.search(both, 10, **admin)
+    ten = index.search(both, 10, scope=admin)
     assert len(ten) == 10
     assert {r for r, _ in ten[:3]} == {r for r, _ in lamp_hits}
     # a caller who may read one lamp chunk: the common term ranks the rest for them too
-    public = {"tenant_id": "default", "roles": []}
-    readable_lamp = index.search(lamp, 3, **public)
-    anonymous = index.search(both, 3, **public)
+    public = Scope(tenant_id="default", roles=[])
+    readable_lamp = index.search(lamp, 3, scope=public)
+    anonymous = index.search(both, 3, scope=public)
     assert len(readable_lamp) == 1 and len(anonymous) == 3
     assert anonymous[0][0] == readable_lamp[0][0]
     # off: the common term adds to every score
     index.common_share = 1.0
-    with_common = index.search(both, 3, **admin)
+    with_common = index.search(both, 3, scope=admin)
     assert {r for r, _ in with_common} == {r for r, _ in lamp_hits}
     assert min(s for _, s in with_common) > max(s for _, s in lamp_hits)
     kb.close()
@@ -361,11 +363,11 @@ def test_the_keyword_search_hands_its_term_statistics_to_the_relevance_estimate(
     kb: EmbeddedKnowledge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tokens = tokenize_query("projector lamp 保修 nonexistentword")
-    hits = kb.keyword.search(tokens, 5, tenant_id="default", roles=[])
+    hits = kb.keyword.search(tokens, 5, scope=Scope())
     assert hits and hits.stats() == kb.keyword.doc_freqs(tokens)  # type: ignore[attr-defined]
     # the estimate from the search's statistics equals the one that asks the index
-    asked = kb.retriever._relevance(tokens, list(hits), [], [])
-    assert kb.retriever._relevance(tokens, hits, [], []) == asked
+    asked = candidate_relevance(tokens, list(hits), [], [], kb.keyword)
+    assert candidate_relevance(tokens, hits, [], [], kb.keyword) == asked
     # and a search does not ask again
     monkeypatch.setattr(kb.keyword, "doc_freqs", lambda _: pytest.fail("statistics read twice"))
     found = kb.retriever.search("projector lamp 保修 nonexistentword", k=3, mode="keyword")

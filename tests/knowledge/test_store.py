@@ -22,10 +22,10 @@ from shelfhand.core.db import (
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
@@ -224,12 +224,12 @@ def test_allowed_rowids_follow_tenant_and_tags(open_stack: OpenStack) -> None:
     [public] = store.upsert_document(*make_doc("pub", ["p"]))
     [sales] = store.upsert_document(*make_doc("sales", ["s"], tags=("sales", "exec")))
     [other] = store.upsert_document(*make_doc("other", ["o"], tenant="acme"))
-    assert store.allowed_rowids("default", []).tolist() == [public]
-    assert store.allowed_rowids("default", ["exec"]).tolist() == [public, sales]
-    assert store.allowed_rowids("default", ["admin"]).tolist() == [public, sales]
-    assert store.allowed_rowids("acme", ["system"]).tolist() == [other]
-    assert store.allowed_rowids("default", ["exec"], doc_types=["pdf"]).tolist() == []
-    assert store.allowed_rowids("default", ["exec"], sources=["sales"]).tolist() == [sales]
+    assert store.allowed_rowids(Scope(tenant_id="default")).tolist() == [public]
+    assert store.allowed_rowids(Scope(roles=["exec"])).tolist() == [public, sales]
+    assert store.allowed_rowids(Scope(roles=["admin"])).tolist() == [public, sales]
+    assert store.allowed_rowids(Scope(tenant_id="acme", roles=["system"])).tolist() == [other]
+    assert store.allowed_rowids(Scope(roles=["exec"], doc_types=["pdf"])).tolist() == []
+    assert store.allowed_rowids(Scope(roles=["exec"], sources=["sales"])).tolist() == [sales]
     store.close()
 
 

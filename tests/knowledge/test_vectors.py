@@ -15,13 +15,13 @@ import pytest
 from shelfhand.knowledge.stores.faiss import (
     EF_MAX,
     EF_REFERENCE_SIZE,
-    VectorIndexes,
     VectorSpace,
     adaptive_ef,
 )
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.stores.vector_labels import VectorLabels
-from shelfhand.knowledge.types import Chunk, Document, Section
+from shelfhand.knowledge.types import Chunk, Document, Scope, Section
 
 DIM = 32
 
@@ -88,15 +88,15 @@ def test_exact_search_returns_the_nearest_readable_vectors(tmp_path: Path) -> No
     x = clustered(200)
     add_docs(store, x, tags_of={0: ("secret",)})
     assert vectors.space("default").mode == "exact"  # type: ignore[union-attr]
-    hits = vectors.search("default", x[15], 5, tenant_id="default", roles=())
+    hits = vectors.search("default", x[15], 5, scope=Scope(tenant_id="default", roles=()))
     assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d10::5"
     assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
     # d0 is tagged: its own vector is not returned to a caller without the role.
-    hidden = vectors.search("default", x[3], 200, tenant_id="default", roles=())
+    hidden = vectors.search("default", x[3], 200, scope=Scope(tenant_id="default", roles=()))
     assert all(
         not c.chunk_id.startswith("d0::") for c in store.chunks_by_rowids([r for r, _ in hidden])
     )
-    shown = vectors.search("default", x[3], 1, tenant_id="default", roles=("secret",))
+    shown = vectors.search("default", x[3], 1, scope=Scope(tenant_id="default", roles=("secret",)))
     assert store.chunks_by_rowids([shown[0][0]])[0].chunk_id == "d0::3"
     store.close()
 
@@ -143,7 +143,7 @@ def test_a_growing_space_switches_to_hnsw_and_is_persisted(tmp_path: Path) -> No
     assert vectors.space("default").mode == "hnsw"  # type: ignore[union-attr]
     assert vectors.durable_generation() == store.generation  # loaded, no rebuild needed
     store.attach(vectors)
-    hits = vectors.search("default", x[123], 1, tenant_id="default", roles=())
+    hits = vectors.search("default", x[123], 1, scope=Scope(tenant_id="default", roles=()))
     assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d120::3"
     store.close()
 
@@ -155,12 +155,14 @@ def test_a_selective_acl_on_hnsw_still_returns_the_few_readable_vectors(tmp_path
     x = clustered(600)
     with store.deferred_sync():
         add_docs(store, x, tags_of={7: ("rare",)})
-    hits = vectors.search("default", x[0], 10, tenant_id="default", roles=("rare", "x"))
+    hits = vectors.search(
+        "default", x[0], 10, scope=Scope(tenant_id="default", roles=("rare", "x"))
+    )
     # Everything untagged is readable too; the rare doc's vectors come first for its own vector.
-    rare = vectors.search("default", x[75], 3, tenant_id="default", roles=("rare",))
+    rare = vectors.search("default", x[75], 3, scope=Scope(tenant_id="default", roles=("rare",)))
     assert len(hits) == 10
     assert store.chunks_by_rowids([rare[0][0]])[0].chunk_id == "d70::5"
-    none = vectors.search("default", x[75], 3, tenant_id="elsewhere", roles=("rare",))
+    none = vectors.search("default", x[75], 3, scope=Scope(tenant_id="elsewhere", roles=("rare",)))
     assert none == []
     store.close()
 
@@ -184,10 +186,10 @@ def test_the_acl_selection_is_cached_until_the_space_changes(
     # the filter comes from the space's own labels: the chunk table is never asked
     monkeypatch.setattr(store, "allowed_rowids", None)
     for q in x[:5]:
-        vectors.search("default", q, 3, tenant_id="default", roles=("a", "b"))
+        vectors.search("default", q, 3, scope=Scope(tenant_id="default", roles=("a", "b")))
     assert len(calls) == 1
     add_docs(store, x[40:], prefix="e")
-    hits = vectors.search("default", x[45], 1, tenant_id="default", roles=("b", "a"))
+    hits = vectors.search("default", x[45], 1, scope=Scope(tenant_id="default", roles=("b", "a")))
     assert len(calls) == 2
     assert store.chunks_by_rowids([hits[0][0]])[0].doc_id == "e0"
     store.close()
@@ -203,7 +205,7 @@ def test_labels_are_persisted_with_the_graph_and_rebuilt_for_an_old_graph(
     with store.deferred_sync():
         add_docs(store, x, tags_of={3: ("hr",)}, tenant_of={5: "acme"})
     before = {
-        roles: vectors.search("default", x[35], 80, tenant_id="default", roles=roles)
+        roles: vectors.search("default", x[35], 80, scope=Scope(tenant_id="default", roles=roles))
         for roles in ((), ("hr",), ("admin",))
     }
     store.close()
@@ -217,7 +219,7 @@ def test_labels_are_persisted_with_the_graph_and_rebuilt_for_an_old_graph(
         space = vi.space("default")
         assert space is not None and space.mode == "hnsw"
         found = {
-            roles: vi.search("default", x[35], 80, tenant_id="default", roles=roles)
+            roles: vi.search("default", x[35], 80, scope=Scope(tenant_id="default", roles=roles))
             for roles in before
         }
         again.close()
@@ -336,6 +338,6 @@ def test_the_state_file_records_build_params_and_an_older_state_still_loads(
     assert vectors.durable_generation() == store.generation  # loaded, not rebuilt
     assert space.built_params() == {"m": 16, "ef_construction": 80}  # kept until a rebuild
     store.attach(vectors)
-    hits = vectors.search("default", x[123], 1, tenant_id="default", roles=())
+    hits = vectors.search("default", x[123], 1, scope=Scope(tenant_id="default", roles=()))
     assert store.chunks_by_rowids([hits[0][0]])[0].chunk_id == "d120::3"
     store.close()

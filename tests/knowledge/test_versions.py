@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,9 @@ def test_siblings_can_be_switched_off(kb: KnowledgeBase) -> None:
         "policy-v1.md::1",
         "policy-v2.md::1",
     ]
-    kb._stack.retriever.version_siblings = False
-    assert [h.chunk.chunk_id for h in kb.search("12", k=2, mode="keyword")] == ["policy-v1.md::1"]
+    alone = replace(kb.search_options, version_siblings=False)
+    found = kb.search("12", k=2, mode="keyword", options=alone)
+    assert [h.chunk.chunk_id for h in found] == ["policy-v1.md::1"]
 
 
 def test_the_sample_warranty_versions_come_together(

@@ -125,8 +125,8 @@ async def upload_files(
         staged = await uploads.receive(files, caller)
     except UploadRejected as exc:
         return error_response(exc.status, str(exc), exc.code)
-    try:
-        await asyncio.to_thread(uploads.validate, staged, caller)
+    try:  # read within the limits the knowledge base ingests with
+        await asyncio.to_thread(uploads.validate, staged, caller, service.kb.read_limits)
     except UploadRejected as exc:
         uploads.discard(staged)
         return error_response(exc.status, str(exc), exc.code)
@@ -263,13 +263,14 @@ async def search(
     top_k: Annotated[int, Query(ge=1, le=20)] = 5,
     mode: Annotated[Literal["hybrid", "keyword", "vector"], Query()] = "hybrid",
 ) -> SearchOut:
-    """Cited passages the caller may read (the knowledge agent: no model, no tokens)."""
-    kb = service.kb
-    hits = await asyncio.to_thread(kb.search, q, k=top_k, user=caller, mode=mode)
+    """Cited passages the caller may read (the knowledge agent: no model, no tokens);
+    ``degraded`` says why this search fell back to keywords, if it did."""
+    found = await asyncio.to_thread(service.kb.search_result, q, k=top_k, user=caller, mode=mode)
+    citations = prepare_evidence(to_citations(list(found.hits)), q)
     return SearchOut(
         query=q,
-        results=[CitationOut.of(c) for c in prepare_evidence(to_citations(hits), q)],
-        degraded=kb.degraded_reason,
+        results=[CitationOut.of(c) for c in citations],
+        degraded=found.degraded_reason,
     )
 
 

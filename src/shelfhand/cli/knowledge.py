@@ -1,44 +1,30 @@
-"""Knowledge commands: ingest, embed, status, sources, forget, search, ask, eval."""
+"""Knowledge commands: ingest, embed, reindex, status, sources, forget.
+
+Search and ask are in :mod:`shelfhand.cli.search`, eval in :mod:`shelfhand.cli.evaluate`.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.retrieval.hybrid import SearchMode
 
 from shelfhand.cli.common import (
     BUSY_EXIT_CODE,
-    NO_MODEL_HINT,
-    RolesOpt,
     TenantOpt,
-    UserOpt,
     WorkspaceOpt,
     app,
-    caller_context,
     fail,
     make_console,
     open_app,
 )
-from shelfhand.cli.model_flags import (
-    MaxTokensOpt,
-    TemperatureOpt,
-    ToolChoiceOpt,
-    ToolModeOpt,
-    apply_model_flags,
-)
-
-ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
-NO_ANSWER_EXIT_CODE = 3
-"""`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
-
 
 EXIT_SKIPPED = 3
 """``ingest``: some files were skipped (unreadable); the others were ingested."""
@@ -466,231 +452,7 @@ def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     make_console().print(f"removed {source} ({removed} document(s))")
 
 
-@app.command()
-def search(
-    query: str,
-    workspace: WorkspaceOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many passages.")] = 5,
-    mode: ModeOpt = "hybrid",
-    tenant: TenantOpt = "default",
-    user: UserOpt = "cli",
-    role: RolesOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Search the knowledge base and print cited passages (no model involved)."""
-    from shelfhand.knowledge.evidence.citations import (
-        format_passages,
-        prepare_evidence,
-        to_citations,
-    )
-
-    a = open_app(workspace, existing=True)
-    kb = a.open_knowledge()
-    hits, timings = kb.search_timed(
-        query, k=k, user=caller_context(tenant, user, role), mode=_check_mode(mode)
-    )
-    citations = prepare_evidence(to_citations(hits), query)  # disagreements flagged
-    if as_json:
-        typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
-    elif not citations:
-        make_console().print(
-            f"not found: no passage matches {query!r}", highlight=False, markup=False
-        )
-    else:
-        make_console().print(format_passages(citations), highlight=False, markup=False)
-        if timings.pending_chunks:
-            make_console().print(
-                f"[dim]{timings.pending_chunks} chunks are not embedded yet (found by keywords "
-                "only); `shelfhand embed` embeds them[/]",
-                highlight=False,
-            )
-        if timings.rerank_reason:
-            make_console().print(
-                f"[yellow]note:[/] {escape(timings.rerank_reason)}", highlight=False
-            )
-    kb.close()
-
-
-def _check_mode(mode: str) -> SearchMode:
-    if mode in ("hybrid", "keyword", "vector"):
-        return cast("SearchMode", mode)
-    raise fail(f"--mode must be hybrid, keyword or vector, not {mode!r}", 2)
-
-
-@app.command()
-def ask(
-    question: str,
-    workspace: WorkspaceOpt = None,
-    tenant: TenantOpt = "default",
-    user: UserOpt = "cli",
-    role: RolesOpt = None,
-    retrieval: Annotated[
-        str | None,
-        typer.Option(
-            "--retrieval",
-            help="Where the answer's passages come from: context (retrieved before the model "
-            "is asked), tool (the model calls retrieve) or both (default: answer_retrieval "
-            "setting, else both).",
-        ),
-    ] = None,
-    max_tokens: MaxTokensOpt = None,
-    temperature: TemperatureOpt = None,
-    tool_mode: ToolModeOpt = None,
-    tool_choice: ToolChoiceOpt = None,
-) -> None:
-    """Answer from the documents (chat model if configured, else cited passages).
-
-    Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
-    found, or "no answer", are printed instead.
-    """
-    from shelfhand.agent.fallbacks import found_nothing
-    from shelfhand.core.errors import ConfigurationError, ModelError
-    from shelfhand.core.settings import check_answer_retrieval
-    from shelfhand.knowledge.evidence.citations import conflict_notes, label
-
-    try:
-        mode = None if retrieval is None else check_answer_retrieval(retrieval)
-    except ConfigurationError as exc:
-        raise fail(f"--retrieval: {exc}", 2) from None
-    a = open_app(workspace, existing=True)
-    apply_model_flags(
-        a,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        tool_mode=tool_mode,
-        tool_choice=tool_choice,
-    )
-    console = make_console()
-    kb = a.open_knowledge() if a.knowledge_exists() else None
-    model = a.chat_model()
-    ctx = caller_context(tenant, user, role)
-    if model is None:
-        if kb is None:
-            raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
-        result = a.knowledge_agent(kb).run_sync(question, context=ctx)
-        console.print(result.output, highlight=False, markup=False)
-        from rich.markup import escape
-
-        console.print(
-            f"\n[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages above.[/]"
-        )
-        kb.close()
-        return
-    agent = a.chat_agent(model, kb, retrieval=mode)
-    try:
-        from shelfhand.cli.chat import console_approvals
-
-        result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
-    except ModelError as exc:
-        raise fail(f"the chat model failed: {exc}", 1) from None
-    console.print(result.output, highlight=False, markup=False)
-    if not result.citations and found_nothing(result.messages):
-        console.print(
-            "[yellow]not found:[/] no passage of the documents matches this question; "
-            "the answer above is not from them",
-            highlight=False,
-        )
-    if result.citations:
-        console.print()
-        for c in result.citations:
-            console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
-    for note in conflict_notes(result.citations):  # passages that disagree: never hidden
-        text = "note: " + note.removeprefix("Note: ")
-        console.print(text, style="yellow", highlight=False, markup=False)
-    if result.unknown_citations:
-        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
-        console.print(
-            f"[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
-            highlight=False,
-        )
-    if kb is not None:
-        kb.close()
-    if result.stop_reason == "empty":
-        raise typer.Exit(NO_ANSWER_EXIT_CODE)
-
-
-@app.command(name="eval")
-def evaluate(
-    cases: Annotated[
-        Path | None,
-        typer.Argument(
-            help="JSONL file of {query, relevant} (optional: id, kind, lang, contains)."
-        ),
-    ] = None,
-    beir: Annotated[
-        Path | None, typer.Option("--beir", help="A BEIR-layout dataset folder.")
-    ] = None,
-    workspace: WorkspaceOpt = None,
-    mode: ModeOpt = "hybrid",
-    ablation: Annotated[
-        bool,
-        typer.Option(
-            "--ablation",
-            help="Every stage side by side (keyword, vector, hybrid, + exact boost, + threshold, "
-            "+ rerank, + compression) on one ingested corpus; --mode is ignored.",
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="Only the first N queries.")] = None,
-) -> None:
-    """Measure retrieval quality (nDCG@10, Recall@5/10, MRR@10) and latency.
-
-    Case files with kinds also get per-kind figures (identifier rank-1 rate, "not found"
-    rate) and per-language ones.
-    """
-    from shelfhand.core.errors import KnowledgeError
-    from shelfhand.evals.runner import run_ablation, run_beir_eval, run_case_eval
-
-    if (cases is None) == (beir is None):
-        raise fail("give either a CASES file or --beir PATH", 2)
-    _check_mode(mode)
-    a = open_app(workspace, existing=cases is not None)  # a BEIR run builds its own workspace
-    console = make_console()
-    if as_json:  # stdout is the JSON object; progress goes to stderr
-        from rich.console import Console
-
-        log = Console(stderr=True).print
-    else:
-        log = console.print
-    try:
-        if beir is not None:
-            if not (beir / "corpus.jsonl").is_file():
-                raise fail(
-                    f"{beir} is not a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv)", 2
-                )
-            ws = workspace or a.settings.workspace / f"beir-{beir.resolve().name}"
-            a = open_app(ws)
-            if ablation:
-                report = run_ablation(a, beir=beir, limit=limit, log=log)
-            else:
-                report = run_beir_eval(a, beir, mode=mode, limit=limit, log=log)
-        else:
-            assert cases is not None
-            if not cases.is_file():
-                raise fail(f"no such case file: {cases}", 2)
-            if not a.knowledge_exists():
-                raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples)", 2)
-            if ablation:
-                report = run_ablation(a, cases_path=cases, limit=limit, log=log)
-            else:
-                report = run_case_eval(a, cases, mode=mode, limit=limit)
-    except KnowledgeError as exc:
-        raise fail(str(exc), 2) from None
-    if as_json:
-        typer.echo(json.dumps(report, ensure_ascii=False))
-        return
-    if ablation:
-        from shelfhand.cli.eval_tables import print_ablation
-
-        print_ablation(console, report)
-        return
-    for key, value in report.items():
-        if isinstance(value, dict | list):
-            continue  # per-kind and per-language figures: below
-        console.print(
-            f"{key:>12}: {value:.4f}" if isinstance(value, float) else f"{key:>12}: {value}"
-        )
-    if "kinds" in report:
-        from shelfhand.cli.eval_tables import print_case_figures
-
-        print_case_figures(console, [("", report)])
+# search and ask (shelfhand.cli.search) and eval (shelfhand.cli.evaluate) live in modules of
+# their own; importing them here registers them after these commands, in the order `shelfhand
+# --help` has always listed them.
+from shelfhand.cli import evaluate, search  # noqa: E402, F401

@@ -5,18 +5,20 @@ The corpus is ingested once; each stage runs the same queries with different swi
     keyword        BM25 alone, every switch off
     vector         vector search alone, every switch off
     hybrid         both sides fused, every switch off
-    + exact boost  hybrid with identifier matches first       (HybridRetriever.exact_boost)
-    + threshold    ... and weak hits dropped                  (min_relevance)
-    + rerank       ... and the fused list reranked            (KnowledgeBase.rerank_stage)
+    + exact boost  hybrid with identifier matches first       (SearchOptions.exact_boost)
+    + threshold    ... and weak hits dropped                  (SearchOptions.min_relevance)
+    + rerank       ... and the fused list reranked            (SearchOptions.rerank)
     + compression  ... and the evidence compressed            (shelfhand.knowledge.evidence.compress)
 
-A switch is an attribute of the :class:`KnowledgeBase` or of its retriever. The base stages
-set every switch that exists to its *off* value; a ``+`` stage also turns on its own switch
-and those before it. A switch this build lacks, or one the workspace did not configure (rerank
-with ``rerank=off``), makes its stage ``skipped`` with the reason — never silently dropped;
-an earlier switch that is missing only leaves it out of the later stages' ``on`` list.
-Adding a stage is one :class:`Switch` entry in :data:`SWITCHES`. Every switch is put back as it
-was after each stage.
+A switch is a field of :class:`~shelfhand.knowledge.types.SearchOptions`. Each stage starts
+from the knowledge base's configured options (``kb.search_options``), sets every switch that
+exists to its *off* value, and a ``+`` stage turns on its own switch and those before it; the
+options go with every search of the stage, so the shared knowledge base is never changed
+(a concurrent search, or the next stage, sees it as it came). A switch this build lacks, or one
+the workspace did not configure (rerank with ``rerank=off``), makes its stage ``skipped`` with
+the reason — never silently dropped; an earlier switch that is missing only leaves it out of
+the later stages' ``on`` list. Adding a stage is one :class:`Switch` entry in :data:`SWITCHES`.
+Compression is a step of the stage itself, applied to each search's evidence.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import inspect
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.messages import Citation
@@ -39,11 +41,11 @@ from shelfhand.evals.retrieval import (
     quality_row,
 )
 from shelfhand.knowledge.evidence.citations import to_citations
-from shelfhand.knowledge.types import SearchHit
+from shelfhand.knowledge.types import SearchHit, SearchOptions
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.base import KnowledgeBase
-    from shelfhand.knowledge.retrieval.hybrid import SearchMode
+    from shelfhand.knowledge.types import SearchMode
 
 __all__ = [
     "EVIDENCE_K",
@@ -85,25 +87,26 @@ def _configured_threshold(configured: object) -> object:
 
 
 def _configured_reranker(configured: object) -> object:
-    if configured is None:
+    if not configured:  # the knowledge base has no reranker
         raise StageSkipped("rerank is off (settings key rerank, env SHELFHAND_RERANK)")
-    return configured
+    return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Switch:
-    """One pipeline switch: an attribute of the knowledge base or of its retriever."""
+    """One pipeline switch: a field of the searches' :class:`SearchOptions`."""
 
     name: str
     """The stage is called ``+ <name>``."""
     attr: str
+    """The :class:`SearchOptions` field."""
     off: object
     """The value that turns it off (set in every stage that does not turn it on)."""
     on: Callable[[object], object]
     """The workspace's configured value → the value for the ``+`` stage; raises
     :class:`StageSkipped` when the workspace did not configure it."""
     where: str
-    """Where the attribute is expected, for the "not available in this build" reason."""
+    """Where the field is expected, for the "not available in this build" reason."""
 
 
 SWITCHES: tuple[Switch, ...] = (
@@ -112,21 +115,21 @@ SWITCHES: tuple[Switch, ...] = (
         attr="exact_boost",
         off=False,
         on=lambda _configured: True,
-        where="HybridRetriever.exact_boost",
+        where="SearchOptions.exact_boost",
     ),
     Switch(
         name="threshold",
         attr="min_relevance",
         off=0.0,
         on=_configured_threshold,
-        where="min_relevance on the retriever or the knowledge base",
+        where="SearchOptions.min_relevance",
     ),
     Switch(
         name="rerank",
-        attr="rerank_stage",
-        off=None,
+        attr="rerank",
+        off=False,
         on=_configured_reranker,
-        where="KnowledgeBase.rerank_stage",
+        where="SearchOptions.rerank",
     ),
 )
 
@@ -173,18 +176,10 @@ class SearchRun:
     """Chunks fetched per query."""
 
 
-def _retriever(kb: KnowledgeBase) -> object | None:
-    found = getattr(kb, "retriever", None)
-    if found is None:  # today's KnowledgeBase keeps it in its embedded stack
-        found = getattr(getattr(kb, "_stack", None), "retriever", None)
-    return found
-
-
-def _holder(kb: KnowledgeBase, attr: str) -> object | None:
-    for obj in (kb, _retriever(kb)):
-        if obj is not None and hasattr(obj, attr):
-            return obj
-    return None
+def _holder(kb: KnowledgeBase, attr: str) -> SearchOptions | None:
+    """The knowledge base's configured options when ``attr`` is one of their fields."""
+    options = kb.search_options
+    return options if attr in {f.name for f in fields(options)} else None
 
 
 def load_compressor(tokens: int | None = None) -> tuple[Compressor, int]:
@@ -224,24 +219,6 @@ def load_compressor(tokens: int | None = None) -> tuple[Compressor, int]:
     return each, budget
 
 
-class _Switched:
-    """Sets switch attributes for one stage and puts every one back on exit."""
-
-    def __init__(self) -> None:
-        self._saved: list[tuple[object, str, object]] = []
-
-    def set(self, holder: object, attr: str, value: object) -> None:
-        self._saved.append((holder, attr, getattr(holder, attr)))
-        setattr(holder, attr, value)
-
-    def __enter__(self) -> _Switched:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for holder, attr, value in reversed(self._saved):
-            setattr(holder, attr, value)
-
-
 def _plain(value: object) -> bool:
     return value is None or isinstance(value, bool | int | float | str)
 
@@ -251,18 +228,18 @@ def _apply(
     stage: Stage,
     switches: Sequence[Switch],
     configured: Mapping[str, object],
-    switched: _Switched,
-) -> dict[str, object]:
-    """Turn the stage's switches on and the others off; returns the ones on (name → value)."""
+) -> tuple[SearchOptions, dict[str, object]]:
+    """The stage's options (its switches on, the others off) and the ones on (name → value)."""
     own = stage.switches[-1] if stage.switches and not stage.compress else None
+    changes: dict[str, Any] = {}  # field -> value, as the switches give them
     on: dict[str, object] = {}
     for sw in switches:
-        holder = _holder(kb, sw.attr)
+        available = _holder(kb, sw.attr) is not None
         if sw.name not in stage.switches:
-            if holder is not None:
-                switched.set(holder, sw.attr, sw.off)
+            if available:
+                changes[sw.attr] = sw.off
             continue
-        if holder is None:
+        if not available:
             if sw.name == own:
                 raise StageSkipped(f"not available in this build ({sw.where})")
             continue
@@ -271,11 +248,11 @@ def _apply(
         except StageSkipped:
             if sw.name == own:
                 raise
-            switched.set(holder, sw.attr, sw.off)
+            changes[sw.attr] = sw.off
             continue
-        switched.set(holder, sw.attr, value)
+        changes[sw.attr] = value
         on[sw.name] = value if _plain(value) else type(value).__name__
-    return on
+    return replace(kb.search_options, **changes), on
 
 
 def _mode(kb: KnowledgeBase, stage: Stage) -> SearchMode:
@@ -343,7 +320,11 @@ class _Compression:
 
 
 def _measure(
-    kb: KnowledgeBase, run: SearchRun, mode: SearchMode, compression: _Compression | None
+    kb: KnowledgeBase,
+    run: SearchRun,
+    mode: SearchMode,
+    options: SearchOptions,
+    compression: _Compression | None,
 ) -> dict[str, Any]:
     contains = {c.case_id: c.contains for c in run.cases}
     ranked: dict[str, list[str]] = {}
@@ -352,15 +333,16 @@ def _measure(
     parts: dict[str, list[float]] = {}
     degraded: Counter[str] = Counter()
     for qid, query in run.queries.items():
-        hits, timings = kb.search_timed(query, k=run.k, mode=mode)
+        found = kb.search_result(query, k=run.k, mode=mode, options=options)
+        hits, timings = list(found.hits), found.timings
         total = timings.total_ms
         for f in fields(timings):
             value = getattr(timings, f.name)
             if f.name.endswith("_ms") and f.name != "total_ms" and isinstance(value, float):
                 parts.setdefault(f.name, []).append(value)
-        if kb.degraded_reason:
-            degraded[kb.degraded_reason] += 1
-        fallback = getattr(timings, "rerank_reason", None)
+        if found.degraded_reason:  # this search's own fallback to keywords
+            degraded[found.degraded_reason] += 1
+        fallback = found.rerank_reason
         if fallback:  # the reranker failed and the fused order was kept
             degraded[f"rerank kept the fused order: {fallback}"] += 1
         ranked[qid] = [run.key(h) for h in hits]
@@ -396,7 +378,8 @@ def run_stages(
     ``compress_tokens`` is the compression stage's budget per passage (``None``: the
     compressor's default).
 
-    Every switch is restored after each stage, so the knowledge base is left as it came.
+    Each stage's switches go with its searches (:class:`SearchOptions`): the knowledge base
+    is never changed.
     """
     configured: dict[str, object] = {}
     for sw in switches:
@@ -410,14 +393,13 @@ def run_stages(
             compression = (
                 _Compression(*load_compressor(compress_tokens)) if stage.compress else None
             )
-            with _Switched() as switched:
-                on = _apply(kb, stage, switches, configured, switched)
-                if log:
-                    log(f"stage {stage.name}: {len(run.queries)} queries ({mode}) …")
-                row = {"stage": stage.name, "status": "ok", "mode": mode, "on": on}
-                if compression is not None:
-                    on["compression"] = True
-                row.update(_measure(kb, run, mode, compression))
+            options, on = _apply(kb, stage, switches, configured)
+            if log:
+                log(f"stage {stage.name}: {len(run.queries)} queries ({mode}) …")
+            row = {"stage": stage.name, "status": "ok", "mode": mode, "on": on}
+            if compression is not None:
+                on["compression"] = True
+            row.update(_measure(kb, run, mode, options, compression))
         except StageSkipped as exc:
             row = {"stage": stage.name, "status": "skipped", "reason": str(exc)}
         rows.append(row)

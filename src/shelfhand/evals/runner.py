@@ -79,10 +79,10 @@ def _score(
     tops: dict[str, str | None] = {}
     latencies: list[float] = []
     for qid, query in queries.items():
-        hits, timings = kb.search_timed(query, k=CHUNKS_PER_QUERY, mode=mode)  # type: ignore[arg-type]
-        latencies.append(timings.total_ms)
-        run[qid] = [key(h) for h in hits]
-        tops[qid] = hits[0].chunk.text if hits else None
+        found = kb.search_result(query, k=CHUNKS_PER_QUERY, mode=mode)  # type: ignore[arg-type]
+        latencies.append(found.timings.total_ms)
+        run[qid] = [key(h) for h in found.hits]
+        tops[qid] = found.hits[0].chunk.text if found.hits else None
     result: dict[str, Any] = {"mode": mode, **quality_row(run, qrels, latencies)}
     if cases:
         results = {q: CaseResult(ranked=tuple(run[q]), top_text=tops[q]) for q in run}

@@ -13,17 +13,25 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
-from shelfhand.knowledge.retrieval.hybrid import SearchMode, SearchTimings
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
 from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.types import Document, SearchHit, SourceInfo
+from shelfhand.knowledge.types import (
+    Document,
+    SearchArgs,
+    SearchHit,
+    SearchMode,
+    SearchOptions,
+    SearchResult,
+    SourceInfo,
+)
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.stores.tantivy import Access
@@ -74,6 +82,8 @@ class KnowledgeBase:
         database_url: Keep the knowledge in this PostgreSQL database (``postgresql://...``,
             :mod:`shelfhand.knowledge.stores.pg`) instead of the workspace's embedded store; the
             workspace still holds the other files (settings, agents).
+        read_limits: How much one file may cost to read at ingest (the app passes the
+            ``[limits]`` of the settings); the defaults when not given.
     """
 
     def __init__(
@@ -93,6 +103,7 @@ class KnowledgeBase:
         min_relevance: float = 0.0,
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
+        read_limits: ReadLimits | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -100,6 +111,8 @@ class KnowledgeBase:
         self.router = router
         self.mode = mode
         self._degraded_reason = degraded_reason
+        self.read_limits = ReadLimits() if read_limits is None else read_limits
+        """The reading limits every ingest of this base applies to each file."""
         self.store_kind = "postgresql" if database_url else "embedded"
         """Where the knowledge lives: ``embedded`` (the workspace) or ``postgresql``."""
         self._stack: EmbeddedKnowledge
@@ -114,6 +127,7 @@ class KnowledgeBase:
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
+                read_limits=self.read_limits,
             )
         else:
             self._stack = open_embedded_store(
@@ -125,16 +139,18 @@ class KnowledgeBase:
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
+                read_limits=self.read_limits,
             )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None
         )
-        self.last_rerank_reason: str | None = None
-        """Why the last search that reranked kept the fused order (the reranker failed)."""
 
     @property
     def degraded_reason(self) -> str | None:
-        return self._degraded_reason or self._stack.retriever.last_degraded_reason
+        """Why this base was opened with less than hybrid search (an ``auto`` base whose
+        embedder could not load), if it was. Each search's own fallback (its query
+        embedding failed) is in its :class:`SearchResult`."""
+        return self._degraded_reason
 
     @property
     def keyword_only(self) -> bool:
@@ -211,23 +227,20 @@ class KnowledgeBase:
         return self._stack.store.count_chunks()
 
     # --- search ---------------------------------------------------------------------------
+    @property
+    def search_options(self) -> SearchOptions:
+        """The configured switches, what every search uses unless given others (an ablation
+        passes ``dataclasses.replace(kb.search_options, ...)`` per call)."""
+        return replace(self._stack.retriever.options, rerank=self.rerank_stage is not None)
+
     def search(
-        self,
-        query: str,
-        *,
-        k: int = 5,
-        user: UserContext | None = None,
-        mode: SearchMode = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        rerank: bool = True,
+        self, query: str, *, rerank: bool = True, **args: Unpack[SearchArgs]
     ) -> list[SearchHit]:
-        """Top ``k`` passages ``user`` may read (permissions applied inside the index queries)."""
-        hits, _ = self.search_timed(
-            query, k=k, user=user, mode=mode, filters=filters, rerank=rerank
-        )
-        return hits
+        """Top ``k`` passages ``user`` may read: the hits of :meth:`search_result` (same
+        arguments)."""
+        return list(self.search_result(query, rerank=rerank, **args).hits)
 
-    def search_timed(
+    def search_result(
         self,
         query: str,
         *,
@@ -236,30 +249,51 @@ class KnowledgeBase:
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
         rerank: bool = True,
-    ) -> tuple[list[SearchHit], SearchTimings]:
-        """:meth:`search` with the time spent in each stage.
+        options: SearchOptions | None = None,
+    ) -> SearchResult:
+        """Top ``k`` passages ``user`` may read (permissions applied inside the index queries),
+        with how this search went: its timings and, when it fell back to keywords, why.
 
-        With a reranker (and ``rerank``), ``rerank_candidates`` fused hits are fetched, the
-        reranker orders them and the best ``k`` are kept; if it fails the fused order is kept
-        and ``timings.rerank_reason`` (and :attr:`last_rerank_reason`) says why.
+        With a reranker (and ``rerank``, and ``options.rerank``), ``rerank_candidates`` fused
+        hits are fetched, the reranker orders them and the best ``k`` are kept; if it fails
+        the fused order is kept and the result's ``rerank_reason`` says why.
+
+        Args:
+            query: The user's words, any language.
+            k: How many passages at most.
+            user: The caller; ``None`` is an anonymous caller of tenant ``default``.
+            mode: ``hybrid``, ``keyword`` or ``vector`` (a keyword-only base searches by
+                keywords whatever the mode).
+            filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
+            rerank: ``False`` keeps the fused order even with a reranker.
+            options: This search's switches (default: :attr:`search_options`).
         """
         if self.router is None and mode != "keyword":
             mode = "keyword"
+        opts = options or self.search_options
         retriever = self._stack.retriever
-        stage = self.rerank_stage if rerank else None
+        stage = self.rerank_stage if rerank and opts.rerank else None
         if stage is None or k <= 0:
-            return retriever.search_timed(query, k=k, user=user, mode=mode, filters=filters)
+            result = retriever.search_result(
+                query, k=k, user=user, mode=mode, filters=filters, options=opts
+            )
+            return self._with_open_reason(result)
         started = time.perf_counter()
-        hits, timings = retriever.search_timed(
-            query, k=stage.fetch_count(k), user=user, mode=mode, filters=filters
+        fused = retriever.search_result(
+            query, k=stage.fetch_count(k), user=user, mode=mode, filters=filters, options=opts
         )
-        outcome = stage.run(query, hits, k)
-        self.last_rerank_reason = outcome.reason
+        outcome = stage.run(query, list(fused.hits), k)
         total = (time.perf_counter() - started) * 1000
         timings = replace(
-            timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
+            fused.timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
         )
-        return outcome.hits, timings
+        return self._with_open_reason(replace(fused, hits=tuple(outcome.hits), timings=timings))
+
+    def _with_open_reason(self, result: SearchResult) -> SearchResult:
+        """The search's own fallback reason, else why the base has no embeddings at all."""
+        if result.degraded_reason is None and self._degraded_reason is not None:
+            return replace(result, degraded_reason=self._degraded_reason)
+        return result
 
     def warm_up(self) -> None:
         """Load what the first search would load (query embedders, index readers) now, so a

@@ -11,18 +11,23 @@ where one database holds the records and both searches. The methods are exactly 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
-from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
+from shelfhand.knowledge.types import Chunk, Document, Scope, SourceInfo, StoredChunk
 
-__all__ = ["KeywordIndex", "KnowledgeStore", "VectorSearch"]
+__all__ = ["DocVectors", "KeywordIndex", "KnowledgeStore", "SourceItem", "VectorSearch"]
 
 RowIds = np.ndarray[Any, np.dtype[np.int64]]
+DocVectors = Mapping[str, tuple[Sequence[int], Vectors]]
+"""A document's vectors: per vector space, ``(positions, matrix)``, row ``j`` of ``matrix``
+the vector of the document's chunk ``positions[j]``."""
+SourceItem = tuple[Document, Sequence[Chunk], DocVectors | None]
+"""A document to store with its chunks and their vectors (``None``: none yet)."""
 
 
 class KnowledgeStore(Protocol):
@@ -62,7 +67,7 @@ class KnowledgeStore(Protocol):
         self,
         doc: Document,
         chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
+        vectors: DocVectors | None = None,
         *,
         embed_state: str | None = None,
         embed_error: str | None = None,
@@ -109,7 +114,7 @@ class KnowledgeStore(Protocol):
 
     def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]: ...
 
-    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]: ...
+    def chunks_in_section(self, scope: Scope, leaf: str) -> dict[int, Chunk]: ...
 
     def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]: ...
 
@@ -121,18 +126,12 @@ class KnowledgeStore(Protocol):
 
     def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]: ...
 
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> RowIds: ...
+    def allowed_rowids(self, scope: Scope) -> RowIds: ...
 
 
 class KeywordIndex(Protocol):
-    """BM25 over the analysed tokens, restricted to what the caller may read."""
+    """BM25 over the analysed tokens, restricted to what the caller's :class:`Scope` may
+    read."""
 
     common_share: float
     """Query terms in more than this share of the chunks do not rank when rarer ones do
@@ -141,48 +140,26 @@ class KeywordIndex(Protocol):
     def num_docs(self) -> int: ...
 
     def search(
-        self,
-        query_tokens: Sequence[str],
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, query_tokens: Sequence[str], k: int, *, scope: Scope
     ) -> list[tuple[int, float]]: ...
 
     def search_exact(
-        self,
-        identifiers: Sequence[str],
-        k: int,
-        *,
-        rank_by: Sequence[str] = (),
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
     ) -> list[tuple[int, float]]: ...
 
     def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]: ...
 
 
 class VectorSearch(Protocol):
-    """Inner-product search per vector space, restricted to what the caller may read."""
+    """Inner-product search per vector space, restricted to what the caller's :class:`Scope`
+    may read."""
 
     def spaces(self) -> list[str]: ...
 
     def count(self, space: str | None = None) -> int: ...
 
     def search(
-        self,
-        space: str,
-        query: Vectors,
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, space: str, query: Vectors, k: int, *, scope: Scope
     ) -> list[tuple[int, float]]: ...
 
     def similarities(

@@ -12,9 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.settings import DEFAULT_KEYWORD_COMMON_SHARE
 
-__all__ = ["COMMON_SHARE", "bm25_idf", "keyword_evidence", "ranking_terms", "relevance"]
+__all__ = [
+    "COMMON_SHARE",
+    "bm25_idf",
+    "check_keyword_weights",
+    "keyword_evidence",
+    "ranking_terms",
+    "relevance",
+]
 
 
 def bm25_idf(doc_freq: int, num_docs: int) -> float:
@@ -26,6 +34,18 @@ COMMON_SHARE = DEFAULT_KEYWORD_COMMON_SHARE
 """Default ``common_share`` of the keyword indexes (:func:`ranking_terms`), the
 ``keyword_common_share`` setting's default; measured in BENCHMARKS.md ("Common query
 terms")."""
+
+
+def check_keyword_weights(head_boost: float, common_share: float) -> None:
+    """Refuse the weights a keyword index cannot rank with (both indexes take them).
+
+    Raises:
+        InvalidArgumentError: ``head_boost`` under 0, or ``common_share`` outside (0, 1].
+    """
+    if head_boost < 0:
+        raise InvalidArgumentError(f"head_boost must be >= 0, not {head_boost}")
+    if not 0 < common_share <= 1:
+        raise InvalidArgumentError(f"common_share must be in (0, 1], not {common_share}")
 
 
 def ranking_terms(

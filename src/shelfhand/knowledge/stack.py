@@ -5,7 +5,7 @@ ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
 ::
 
     kb = open_embedded_store(workspace, router)
-    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user).hits
+    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user)
     kb.close()
 """
 
@@ -17,11 +17,12 @@ from pathlib import Path
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import Ingestor
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
 from shelfhand.knowledge.scoring import COMMON_SHARE
-from shelfhand.knowledge.stores.faiss import VectorIndexes
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
+from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 
@@ -55,6 +56,7 @@ def open_embedded_store(
     min_relevance: float = 0.0,
     overlap_workers: int | None = None,
     common_share: float = COMMON_SHARE,
+    read_limits: ReadLimits | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -63,7 +65,8 @@ def open_embedded_store(
     (``write``, ``read``, or ``read-only`` while another process writes; see
     :mod:`shelfhand.knowledge.stores.tantivy`). ``embed_timeout`` bounds each query embedding
     (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
-    :class:`HybridRetriever`'s; ``common_share`` is the keyword index's.
+    :class:`HybridRetriever`'s; ``common_share`` is the keyword index's; ingest reads each file
+    within ``read_limits`` (default ``ReadLimits()``).
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
@@ -81,7 +84,9 @@ def open_embedded_store(
         min_relevance=min_relevance,
         overlap_workers=overlap_workers,
     )
-    ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    ingestor = Ingestor(
+        store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
+    )
     return EmbeddedKnowledge(
         store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
     )
@@ -98,6 +103,7 @@ def open_pg_store(
     common_share: float = COMMON_SHARE,
     pool_size: int = 8,
     timeout: float = 5.0,
+    read_limits: ReadLimits | None = None,
 ) -> EmbeddedKnowledge:
     """Connect to ``url``, migrate the knowledge schema and compose the stack, like
     :func:`open_embedded_store` does for a workspace.
@@ -120,7 +126,9 @@ def open_pg_store(
     retriever = HybridRetriever(
         store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
     )
-    ingestor = Ingestor(store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    ingestor = Ingestor(
+        store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
+    )
     return EmbeddedKnowledge(
         store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
     )

@@ -1,10 +1,15 @@
-"""Values shared across the knowledge layer: documents, chunks and search hits."""
+"""Values shared across the knowledge layer: documents, chunks, search hits, the caller's
+:class:`Scope`, and what one search is asked (:class:`SearchOptions`) and returns
+(:class:`SearchResult`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
+
+from shelfhand.core.context import ANONYMOUS, PRIVILEGED_ROLES, UserContext
+from shelfhand.core.errors import KnowledgeError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,3 +132,191 @@ class StoredChunk:
 
     rowid: int
     chunk: Chunk
+
+
+_FILTER_KEYS = frozenset({"doc_type", "source"})
+
+
+def _filter_values(filters: Mapping[str, Any] | None, key: str) -> tuple[str, ...] | None:
+    if not filters or filters.get(key) is None:
+        return None
+    value = filters[key]
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """What one caller may read, as every store and index call that reads chunks takes it.
+
+    A chunk is readable iff it belongs to ``tenant_id`` AND (it has no permission tags, or one
+    of them is among ``roles``, or ``roles`` holds a privileged role, ``admin``/``system``),
+    and, when given, its doc type is among ``doc_types`` and its source among ``sources`` (an
+    empty tuple allows nothing). Each index applies the rule inside its own query (DESIGN R6);
+    :meth:`may_read` is the rule in Python.
+
+    Roles are kept as a frozenset and the filters as tuples, so a scope is hashable (the
+    vector spaces cache a caller's selection per scope).
+    """
+
+    tenant_id: str
+    roles: frozenset[str]
+    doc_types: tuple[str, ...] | None
+    sources: tuple[str, ...] | None
+
+    def __init__(
+        self,
+        *,
+        tenant_id: str = "default",
+        roles: Iterable[str] = (),
+        doc_types: Iterable[str] | None = None,
+        sources: Iterable[str] | None = None,
+    ) -> None:
+        object.__setattr__(self, "tenant_id", str(tenant_id))
+        object.__setattr__(self, "roles", frozenset(str(r) for r in roles))
+        object.__setattr__(self, "doc_types", None if doc_types is None else tuple(doc_types))
+        object.__setattr__(self, "sources", None if sources is None else tuple(sources))
+
+    @classmethod
+    def of(cls, user: UserContext | None = None, filters: Mapping[str, Any] | None = None) -> Scope:
+        """The scope of ``user`` (``None``: an anonymous caller of tenant ``default``) narrowed
+        by a search's ``filters`` (``{"doc_type": ..., "source": ...}``, each a value or a list
+        of values).
+
+        Raises:
+            KnowledgeError: An unknown filter key.
+        """
+        unknown = set(filters or {}) - _FILTER_KEYS
+        if unknown:
+            raise KnowledgeError(f"unknown filter {sorted(unknown)}; use doc_type or source")
+        caller = user or ANONYMOUS
+        return cls(
+            tenant_id=caller.tenant_id,
+            roles=caller.roles,
+            doc_types=_filter_values(filters, "doc_type"),
+            sources=_filter_values(filters, "source"),
+        )
+
+    @property
+    def privileged(self) -> bool:
+        """Whether the caller reads every chunk of the tenant, whatever its tags."""
+        return bool(self.roles & PRIVILEGED_ROLES)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What decides the readable set: privileged callers of a tenant all share one key, and
+        the filters count as sets."""
+        roles = ("admin",) if self.privileged else tuple(sorted(self.roles))
+        return (
+            self.tenant_id,
+            roles,
+            None if self.doc_types is None else tuple(sorted(set(self.doc_types))),
+            None if self.sources is None else tuple(sorted(set(self.sources))),
+        )
+
+    def may_read(
+        self, tenant_id: str, permission_tags: Iterable[str], doc_type: str, source: str
+    ) -> bool:
+        """The rule (see the class docstring) for one chunk's tenant, tags, type and source."""
+        if tenant_id != self.tenant_id:
+            return False
+        tags = set(permission_tags)
+        if tags and not self.privileged and not tags & self.roles:
+            return False
+        if self.doc_types is not None and doc_type not in self.doc_types:
+            return False
+        return self.sources is None or source in self.sources
+
+    def allows(self, chunk: Chunk) -> bool:
+        """Whether the caller may read ``chunk``."""
+        return self.may_read(chunk.tenant_id, chunk.permission_tags, chunk.doc_type, chunk.source)
+
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+"""Both sides fused, or one side only."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """The switches of one search. A knowledge base's configured values are the defaults
+    (:attr:`~shelfhand.knowledge.base.KnowledgeBase.search_options`); a caller that wants
+    other ones for a call (an ablation stage) passes
+    ``dataclasses.replace(kb.search_options, ...)``, never changing the shared base.
+
+    Raises:
+        KnowledgeError: ``min_relevance`` outside 0..1 or ``candidates_factor`` under 1.
+    """
+
+    exact_boost: bool = True
+    """Put the passages holding an identifier of the query first (the exact-identifier step
+    of :mod:`~shelfhand.knowledge.retrieval.hybrid`)."""
+    min_relevance: float = 0.0
+    """Drop hits whose ``relevance`` is under this (0 keeps all)."""
+    version_siblings: bool = True
+    """Bring the same section of a hit's other document versions along
+    (:mod:`~shelfhand.knowledge.retrieval.versions`)."""
+    candidates_factor: int = 3
+    """Each side of a search fetches ``candidates_factor * k`` candidates."""
+    rerank: bool = True
+    """Rerank the fused candidates, when the knowledge base has a reranker."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_relevance <= 1.0:
+            raise KnowledgeError(f"min_relevance must be within 0..1, not {self.min_relevance}")
+        if self.candidates_factor < 1:
+            raise KnowledgeError(
+                f"candidates_factor must be at least 1, not {self.candidates_factor}"
+            )
+
+
+class SearchArgs(TypedDict, total=False):
+    """What a search is given besides its query, for the wrappers of ``search_result``
+    (``search(query, **args)``); the meaning and defaults are ``search_result``'s."""
+
+    k: int
+    user: UserContext | None
+    mode: SearchMode
+    filters: Mapping[str, Any] | None
+    options: SearchOptions | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchTimings:
+    """Milliseconds spent in each stage of one search."""
+
+    keyword_ms: float = 0.0
+    embed_ms: float = 0.0
+    vector_ms: float = 0.0
+    fuse_ms: float = 0.0
+    exact_ms: float = 0.0
+    """The exact-identifier lookup (only for queries that name an identifier)."""
+    total_ms: float = 0.0
+    pending_chunks: int = 0
+    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
+    searches that use vectors."""
+    rerank_ms: float = 0.0
+    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
+    rerank_reason: str | None = None
+    """Why the reranker's order was not used (it failed and the fused order was kept)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """What one search found and how it went: the outcome travels with the call, so
+    concurrent searches over one shared knowledge base never see each other's."""
+
+    hits: tuple[SearchHit, ...]
+    timings: SearchTimings
+    degraded_reason: str | None = None
+    """Why this search fell back to keywords (its query embedding failed, timed out or was
+    paused by the breaker), or why the knowledge base runs without embeddings at all (an
+    ``auto`` base that degraded when opened); ``None`` when it searched as asked."""
+
+    @property
+    def rerank_reason(self) -> str | None:
+        """Why the reranker's order was not used for this search (it failed)."""
+        return self.timings.rerank_reason
+
+    @property
+    def pending_chunks(self) -> int:
+        """Chunks not embedded yet when this search ran (found by keywords only)."""
+        return self.timings.pending_chunks

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from shelfhand.core.errors import UnreadableDocumentError, UploadRejected
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES, read_file
 
 logger = logging.getLogger(__name__)
@@ -142,8 +143,9 @@ async def receive(
     return staged
 
 
-def validate(staged: Staged, tenant_id: str) -> None:
-    """Read every staged file with its reader; one failure rejects the upload (blocking).
+def validate(staged: Staged, tenant_id: str, limits: ReadLimits | None = None) -> None:
+    """Read every staged file with its reader, within ``limits`` (the defaults when not
+    given); one failure rejects the upload (blocking).
 
     Any failure of a reader is the file's problem, so it is a 422 naming the file, never a
     500 (an unexpected one is logged with its traceback as well).
@@ -151,7 +153,7 @@ def validate(staged: Staged, tenant_id: str) -> None:
     problems: list[str] = []
     for path, _ in staged.files:
         try:
-            read_file(path, source=path.name, tenant_id=tenant_id)
+            read_file(path, source=path.name, tenant_id=tenant_id, limits=limits)
         except UnreadableDocumentError as exc:
             problems.append(f"{path.name}: {str(exc).replace(str(path), path.name)}")
         except Exception as exc:

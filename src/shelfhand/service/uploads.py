@@ -50,6 +50,7 @@ from typing import Protocol
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import UnreadableDocumentError, UploadRejected
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.service import upload_staging
 from shelfhand.service.source_access import StoredSource, access, merge_reports, replacement_tags
 from shelfhand.service.upload_registry import UploadRecord, UploadRecords, UploadRegistry
@@ -188,10 +189,11 @@ class Uploads:
             max_file_bytes=self.max_file_bytes,
         )
 
-    def validate(self, staged: Staged, user: UserContext) -> None:
-        """Read every staged file with its reader; one failure rejects the upload (blocking,
+    def validate(self, staged: Staged, user: UserContext, limits: ReadLimits | None = None) -> None:
+        """Read every staged file with its reader, within ``limits`` (those the knowledge base
+        ingests with; the defaults when not given); one failure rejects the upload (blocking,
         see :func:`~shelfhand.service.upload_staging.validate`)."""
-        upload_staging.validate(staged, user.tenant_id)
+        upload_staging.validate(staged, user.tenant_id, limits)
 
     def ingest(
         self,

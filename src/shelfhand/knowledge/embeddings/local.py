@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shelfhand.core.errors import ConfigurationError, KnowledgeError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError, KnowledgeError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors, detect_language
 
 logger = logging.getLogger(__name__)
@@ -128,7 +128,9 @@ class MiniLMEmbedder:
         tokenizer_path: Path | None = None,
     ) -> None:
         if batch_size < 1 or max_length < 3 or max_windows < 1:
-            raise ValueError("batch_size and max_windows must be >= 1 and max_length >= 3")
+            raise InvalidArgumentError(
+                "batch_size and max_windows must be >= 1 and max_length >= 3"
+            )
         self._batch_size = batch_size
         self._max_length = max_length
         self._max_windows = max_windows
@@ -296,7 +298,7 @@ class USEEmbedder:
 
     def __init__(self, *, batch_size: int = 32, threads: int | None = None) -> None:
         if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise InvalidArgumentError("batch_size must be >= 1")
         self._batch_size = batch_size
         self._threads = threads if threads is not None else _default_threads()
         self._lock = threading.Lock()
@@ -388,7 +390,7 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 256) -> None:
         if dim < 2:
-            raise ValueError("dim must be >= 2")
+            raise InvalidArgumentError("dim must be >= 2")
         self._dim = dim
 
     @property

@@ -15,6 +15,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from shelfhand.core.errors import InvalidArgumentError
+
 Vectors = npt.NDArray[np.float32]
 
 
@@ -66,7 +68,7 @@ class EmbeddingRouter:
         route: Callable[[str], str] = detect_language,
     ) -> None:
         if not spaces:
-            raise ValueError("EmbeddingRouter needs at least one embedder")
+            raise InvalidArgumentError("EmbeddingRouter needs at least one embedder")
         self._spaces = dict(spaces)
         self._route = route
         self._default = next(iter(self._spaces))

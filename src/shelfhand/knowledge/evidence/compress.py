@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.core.tokens import count_tokens
 
@@ -91,7 +92,7 @@ def keep_spans(
     first. Returns ``[(0, len(text))]`` when ``text`` is within ``tokens``.
     """
     if tokens < 1:
-        raise ValueError(f"the compression budget must be at least 1 token, not {tokens}")
+        raise InvalidArgumentError(f"the compression budget must be at least 1 token, not {tokens}")
     if count_tokens(text) <= tokens:
         return [(0, len(text))] if text else []
     sentences = sentence_spans(text)

@@ -19,6 +19,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 
+from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.tokens import RUN_CHARS_PER_TOKEN, TOKEN_RE, count_tokens
 from shelfhand.knowledge.types import Chunk, Document
 
@@ -66,9 +67,11 @@ def iter_chunks(
         ValueError: As :func:`chunk_document` (on the first ``next``).
     """
     if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        raise InvalidArgumentError(f"max_tokens must be at least 1, got {max_tokens}")
     if not 0 <= overlap_tokens < max_tokens:
-        raise ValueError(f"overlap_tokens must be in [0, max_tokens), got {overlap_tokens}")
+        raise InvalidArgumentError(
+            f"overlap_tokens must be in [0, max_tokens), got {overlap_tokens}"
+        )
     index = 0
     for section in doc.sections:
         for start, end in _section_spans(section.text, max_tokens, overlap_tokens):

@@ -11,11 +11,12 @@ the rest go on). Files that vanished from a directory given to :meth:`Ingestor.i
 removed.
 
 **Phase 2 (embedding).** Chunks without vectors ("pending") are embedded ``group_chunks`` at a
-time and their vectors committed; the vector index follows through the outbox, so hybrid search
-uses vectors where they exist. Vectors of unchanged chunk texts are reused. If the embedder
-fails, phase 2 stops and the chunks stay pending (still keyword-searchable) until the next
-ingest, ``shelfhand embed`` or the service's background worker embeds them
-(:meth:`Ingestor.embed_pending`).
+time (:mod:`shelfhand.knowledge.ingest.pending`); if the embedder fails they stay pending (still
+keyword-searchable) until the next ingest, ``shelfhand embed`` or the service's background
+worker embeds them (:meth:`Ingestor.embed_pending`).
+
+Every file is read within the ingestor's :class:`~shelfhand.knowledge.reading.limits.ReadLimits`
+(a file over one is skipped with the reason).
 
 Either phase stops between batches when ``should_stop()`` turns true (Ctrl-C in the CLI):
 what was committed stays.
@@ -29,139 +30,31 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
-import numpy as np
-
-from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
+from shelfhand.core.errors import InvalidArgumentError, KnowledgeError, UnreadableDocumentError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
+from shelfhand.knowledge.ingest.pending import PendingEmbedder
+from shelfhand.knowledge.ingest.reports import (
+    EmbedReport,
+    EventKind,
+    IngestEvent,
+    IngestFailure,
+    IngestReport,
+    Progress,
+    ShouldStop,
+    Tally,
+)
 from shelfhand.knowledge.protocols import KnowledgeStore
-from shelfhand.knowledge.reading.limits import current_limits
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.reading.readers import iter_files, read_file
-from shelfhand.knowledge.types import Chunk, Document, StoredChunk
+from shelfhand.knowledge.types import Chunk, Document
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["EmbedReport", "IngestEvent", "IngestFailure", "IngestReport", "Ingestor"]
-
-EventKind = Literal["unchanged", "stored", "failed", "removed", "progress", "embedded", "done"]
-Phase = Literal["index", "embed"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IngestEvent:
-    """Progress of an ingest.
-
-    Phase ``index``: one file handled (``unchanged``, ``stored``, ``failed``, ``removed``) or a
-    batch of a big file committed (``progress``); ``done`` of ``total`` files, ``bytes_done`` of
-    ``bytes_total`` bytes (known up front). Phase ``embed`` (``embedded``): ``done`` of ``total``
-    pending chunks embedded. The last event is ``done`` (``done`` = files handled).
-    """
-
-    kind: EventKind
-    source: str
-    done: int
-    total: int
-    message: str = ""
-    phase: Phase = "index"
-    bytes_done: int = 0
-    bytes_total: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IngestFailure:
-    source: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EmbedReport:
-    """What a phase 2 run did."""
-
-    embedded_chunks: int = 0
-    pending_chunks: int = 0
-    """Chunks still without vectors afterwards."""
-    seconds: float = 0.0
-    error: str | None = None
-    """Why embedding stopped early (the embedder failed); the chunks stay pending."""
-    interrupted: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IngestReport:
-    """What an ingest did. Sources are listed by outcome."""
-
-    added: tuple[str, ...] = ()
-    updated: tuple[str, ...] = ()
-    unchanged: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    failed: tuple[IngestFailure, ...] = ()
-    """Files skipped because reading or storing them failed (the others were ingested)."""
-    embedding_failed: tuple[IngestFailure, ...] = ()
-    """Stored and keyword-searchable, but (some) chunks still without vectors because the
-    embedder failed; they are embedded later (next ingest, ``shelfhand embed``, the service)."""
-    chunks: int = 0
-    embedded_chunks: int = 0
-    embed_seconds: float = 0.0
-    total_seconds: float = 0.0
-    pending_chunks: int = 0
-    """Chunks without vectors after this ingest (0 for a keyword-only ingest)."""
-    embedding_error: str | None = None
-    interrupted: bool = False
-    """``should_stop`` ended the ingest early; committed work is kept."""
-    bytes_total: int = 0
-
-
-@dataclass(slots=True)
-class _Tally:
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    failed: list[IngestFailure] = field(default_factory=list)
-    chunks: int = 0
-    files_done: int = 0
-    bytes_done: int = 0
-    unsynced_chunks: int = 0
-    unsynced_files: int = 0
-    interrupted: bool = False
-
-    def report(
-        self, started: float, embed: EmbedReport, failed_embedding: Sequence[str], total: int
-    ) -> IngestReport:
-        return IngestReport(
-            added=tuple(self.added),
-            updated=tuple(self.updated),
-            unchanged=tuple(self.unchanged),
-            removed=tuple(self.removed),
-            failed=tuple(self.failed),
-            embedding_failed=tuple(
-                IngestFailure(source=s, reason=embed.error or "") for s in failed_embedding
-            ),
-            chunks=self.chunks,
-            embedded_chunks=embed.embedded_chunks,
-            embed_seconds=embed.seconds,
-            total_seconds=time.perf_counter() - started,
-            pending_chunks=embed.pending_chunks,
-            embedding_error=embed.error,
-            interrupted=self.interrupted or embed.interrupted,
-            bytes_total=total,
-        )
-
-
-Progress = Callable[[IngestEvent], None]
-ShouldStop = Callable[[], bool]
-
-
-def embedding_text(chunk: Chunk) -> str:
-    """What the embedder sees of a chunk: its title (when not already leading) and text."""
-    if chunk.title and not chunk.text.startswith(chunk.title):
-        return f"{chunk.title}\n{chunk.text}"
-    return chunk.text
 
 
 def _never() -> bool:
@@ -194,6 +87,8 @@ class Ingestor:
         sync_every: Files stored between keyword-index syncs in phase 1.
         batch_chunks: Chunks per phase 1 commit (a bigger file spans several commits).
         sync_chunks: Chunks stored between keyword-index syncs in phase 1.
+        limits: Reading limits of each file (bytes, characters, pages, chunks…); the
+            defaults (``ReadLimits()``) when not given.
     """
 
     def __init__(
@@ -208,9 +103,10 @@ class Ingestor:
         sync_every: int = 200,
         batch_chunks: int = 500,
         sync_chunks: int = 2000,
+        limits: ReadLimits | None = None,
     ) -> None:
         if min(batch_size, group_chunks, sync_every, batch_chunks, sync_chunks) < 1:
-            raise ValueError("batch sizes and sync intervals must be >= 1")
+            raise InvalidArgumentError("batch sizes and sync intervals must be >= 1")
         self.store = store
         self.router = router
         self.max_tokens = max_tokens
@@ -220,6 +116,7 @@ class Ingestor:
         self.sync_every = sync_every
         self.batch_chunks = batch_chunks
         self.sync_chunks = sync_chunks
+        self.limits = ReadLimits() if limits is None else limits
 
     def forget(self, source: str) -> int:
         """Remove every document of ``source``; a name ending in ``/`` (``docs/``) removes every
@@ -278,7 +175,7 @@ class Ingestor:
         """
         started = time.perf_counter()
         stop = should_stop or _never
-        tally = _Tally()
+        tally = Tally()
         files: list[tuple[Path, str, int]] = []
         roots: list[str] = []
         claimed: dict[str, str] = {}
@@ -386,7 +283,7 @@ class Ingestor:
         """
         started = time.perf_counter()
         stop = should_stop or _never
-        tally = _Tally()
+        tally = Tally()
         batch: list[tuple[Document, list[Chunk]]] = []
         size = 0
 
@@ -424,7 +321,7 @@ class Ingestor:
 
     # -- phase 1 -------------------------------------------------------------------------------
 
-    def _sync(self, tally: _Tally) -> None:
+    def _sync(self, tally: Tally) -> None:
         self.store.sync()
         tally.unsynced_chunks = tally.unsynced_files = 0
 
@@ -435,7 +332,7 @@ class Ingestor:
         size: int,
         tenant_id: str,
         permission_tags: Sequence[str],
-        tally: _Tally,
+        tally: Tally,
         progress: Progress | None,
         total: int,
         total_bytes: int,
@@ -456,6 +353,7 @@ class Ingestor:
                 tenant_id=tenant_id,
                 permission_tags=permission_tags,
                 data=data,
+                limits=self.limits,
             )
             del data
             existed = stored is not None or bool(self.store.embed_state(source))
@@ -486,7 +384,7 @@ class Ingestor:
         source: str,
         file_hash: str,
         docs: Sequence[Document],
-        tally: _Tally,
+        tally: Tally,
         stop: ShouldStop,
         progress: Progress | None,
         size: int,
@@ -517,7 +415,7 @@ class Ingestor:
                 self._sync(tally)
             first, count, new, more = False, 0, {}, {}
 
-        limits = current_limits()
+        limits = self.limits
         file_chunks = 0
         for n, doc in enumerate(docs):
             new[doc.doc_id] = (doc, [])
@@ -565,7 +463,9 @@ class Ingestor:
     def embed_pending(
         self, *, progress: Progress | None = None, should_stop: ShouldStop | None = None
     ) -> EmbedReport:
-        """Phase 2: embed every chunk that has no vectors yet, ``group_chunks`` per commit.
+        """Phase 2: embed every chunk that has no vectors yet, ``group_chunks`` per commit
+        (:class:`~shelfhand.knowledge.ingest.pending.PendingEmbedder`); a keyword-only ingestor
+        does nothing.
 
         Never raises for an embedder failure: it stops, and the report says why (the chunks
         stay pending). A vector space whose stored model differs from the configured embedder
@@ -573,78 +473,7 @@ class Ingestor:
         """
         if self.router is None:
             return EmbedReport()
-        stop = should_stop or _never
-        started = time.perf_counter()
-        total = self.store.count_pending()
-        embedded = 0
-        error: str | None = None
-        interrupted = False
-        after = 0
-        while error is None and not interrupted:
-            page = self.store.pending_chunks(after=after, limit=self.group_chunks)
-            if not page:
-                break
-            after = page[-1].rowid
-            done, error, interrupted = self._embed_page(page, stop)
-            embedded += done
-            if progress:
-                progress(
-                    IngestEvent(
-                        kind="embedded",
-                        source=page[-1].chunk.source,
-                        done=min(embedded, total),
-                        total=total,
-                        phase="embed",
-                    )
-                )
-        return EmbedReport(
-            embedded_chunks=embedded,
-            pending_chunks=self.store.count_pending(),
-            seconds=time.perf_counter() - started,
-            error=error,
-            interrupted=interrupted,
+        pending = PendingEmbedder(
+            self.store, self.router, batch_size=self.batch_size, group_chunks=self.group_chunks
         )
-
-    def _embed_page(
-        self, page: Sequence[StoredChunk], stop: ShouldStop
-    ) -> tuple[int, str | None, bool]:
-        """Embed one page of pending chunks; returns (stored, error, interrupted)."""
-        assert self.router is not None
-        router = self.router
-        work: dict[str, list[tuple[int, str, str]]] = {}
-        for item in page:
-            text = embedding_text(item.chunk)
-            work.setdefault(router.space_for(text), []).append(
-                (item.rowid, text, item.chunk.content_hash)
-            )
-        stored = 0
-        for space, entries in work.items():
-            embedder = router.embedder(space)
-            reuse = self.store.vectors_by_content_hash(space, [e[2] for e in entries])
-            rowids = [e[0] for e in entries if e[2] in reuse]
-            rows = [reuse[e[2]] for e in entries if e[2] in reuse]
-            todo = [e for e in entries if e[2] not in reuse]
-            error: str | None = None
-            interrupted = False
-            for start in range(0, len(todo), self.batch_size):
-                batch = todo[start : start + self.batch_size]
-                try:
-                    matrix = embedder.embed([e[1] for e in batch])
-                    if matrix.shape != (len(batch), embedder.dim):
-                        raise KnowledgeError(f"embedder returned shape {matrix.shape}")
-                except Exception as exc:  # an outage must not lose the text: it stays pending
-                    error = f"embedding failed ({type(exc).__name__}: {exc})"
-                    logger.warning("%s; %d chunks stay pending", error, len(todo) - start)
-                    break
-                rowids.extend(e[0] for e in batch)
-                rows.extend(matrix)
-                if stop():
-                    interrupted = True
-                    break
-            if rowids:
-                stored += self.store.add_vectors(
-                    space, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
-                )
-            if error is not None or interrupted:
-                return stored, error, interrupted
-        return stored, None, False
+        return pending.run(progress=progress, should_stop=should_stop)

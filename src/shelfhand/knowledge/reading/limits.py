@@ -15,14 +15,15 @@ limit, like any unreadable file; everything else in the ingest goes on. The limi
     parse_seconds = 60           # PDF, DOCX and HTML are parsed in a worker process ...
     parse_memory_mb = 2048       # ... killed past this time, or refused past this memory
 
-:func:`configure_limits` sets the process-wide default that :func:`~shelfhand.knowledge.reading.readers.
-read_file` uses when it is not given limits (``App.open_knowledge`` configures it from settings).
+The limits are passed down, never set process-wide: ``App.open_knowledge`` gives the
+settings' limits to the :class:`~shelfhand.knowledge.base.KnowledgeBase`, whose ingest hands
+them to every :func:`~shelfhand.knowledge.reading.readers.read_file`; a caller that passes none
+gets ``ReadLimits()``, the defaults above.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -33,8 +34,6 @@ from shelfhand.core.errors import ConfigurationError, DocumentTooLarge, Unreadab
 __all__ = [
     "ReadLimits",
     "check_zip",
-    "configure_limits",
-    "current_limits",
     "json_depth_exceeds",
 ]
 
@@ -115,22 +114,6 @@ class ReadLimits:
     def check_pages(self, name: str, pages: int) -> None:
         if pages > self.max_pages:
             raise self.too_large(name, f"the PDF has {pages} pages", "max_pages")
-
-
-_default = ReadLimits()
-_default_lock = threading.Lock()
-
-
-def configure_limits(limits: ReadLimits) -> None:
-    """Set the limits :func:`~shelfhand.knowledge.reading.readers.read_file` uses by default."""
-    global _default
-    with _default_lock:
-        _default = limits
-
-
-def current_limits() -> ReadLimits:
-    """The process-wide default limits."""
-    return _default
 
 
 def check_zip(data: bytes, name: str, limits: ReadLimits) -> None:

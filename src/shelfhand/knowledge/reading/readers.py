@@ -22,10 +22,7 @@ from pathlib import Path
 
 from shelfhand.core.errors import UnreadableDocumentError
 from shelfhand.knowledge.reading.formats import READERS
-from shelfhand.knowledge.reading.limits import (
-    ReadLimits,
-    current_limits,
-)
+from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.reading.pdftext import clean_pdf_pages
 from shelfhand.knowledge.reading.source import ReadInput, decode_text, merge_tags
 from shelfhand.knowledge.types import Document
@@ -70,8 +67,7 @@ def read_file(
             ``permissions:`` adds to them.
         data: The file's bytes when the caller already read them (the incremental ingest
             hashes them first); read from ``path`` otherwise.
-        limits: Reading limits; the process default (:func:`~shelfhand.knowledge.reading.limits.
-            configure_limits`) when not given.
+        limits: Reading limits; the defaults (``ReadLimits()``) when not given.
 
     Returns:
         One document for a file, or one per record for CSV, JSON and JSONL
@@ -91,7 +87,7 @@ def read_file(
             f"cannot read {path}: unsupported file type {suffix or '(no suffix)'!r}; "
             f"supported: {supported}"
         )
-    limits = current_limits() if limits is None else limits
+    limits = ReadLimits() if limits is None else limits
     try:
         stat = path.stat()
         limits.check_file_bytes(str(path), len(data) if data is not None else stat.st_size)

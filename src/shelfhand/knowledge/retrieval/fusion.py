@@ -13,7 +13,10 @@ On SciFact (MiniLM) and CMRC 2018 (USE) this beats RRF of the same lists; the me
 and the variants that did not help, are in BENCHMARKS.md ("Retrieval quality (issue 13)")
 and ``bench/fusion_tuning.py`` replays them.
 
-How strongly a hit answers the query (its relevance) is in :mod:`shelfhand.knowledge.scoring`.
+How strongly a hit answers the query (its relevance, :mod:`shelfhand.knowledge.scoring`) is
+computed for every fused candidate by :func:`candidate_relevance`; the retriever drops those
+under the search's ``min_relevance``, which is how a query the documents do not answer finds
+nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ["KEYWORD_WEIGHT", "convex_fusion", "rrf"]
+from shelfhand.knowledge.protocols import KeywordIndex
+from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
+from shelfhand.knowledge.types import KeywordHits
+
+__all__ = ["KEYWORD_WEIGHT", "candidate_relevance", "convex_fusion", "rrf"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -81,6 +88,47 @@ def convex_fusion(
         for key, cos in cosines.items():
             scores[key] = get(key, 0.0) + w * max(cos, 0.0)
     return sorted(scores.items(), key=_score, reverse=True)
+
+
+def candidate_relevance(
+    query_tokens: Sequence[str],
+    keyword: Sequence[tuple[int, float]],
+    cosines: Sequence[dict[int, float]],
+    weights: Sequence[float],
+    keyword_index: KeywordIndex,
+) -> dict[int, float]:
+    """Every candidate's :func:`~shelfhand.knowledge.scoring.relevance`.
+
+    Args:
+        query_tokens: The query's tokens (what ranked the keyword hits).
+        keyword: The keyword side's ``(rowid, BM25)``, best first.
+        cosines: Per vector space, the candidates' cosines.
+        weights: Per vector space, its weight (a space weak in the query's language counts
+            less).
+        keyword_index: Where the keyword hits came from (its term statistics, when the hits
+            do not carry them, and its ``common_share``).
+    """
+    kw: dict[int, float] = {}
+    if keyword:
+        # the statistics the keyword search read, else the index's (e.g. a stand-in index)
+        if isinstance(keyword, KeywordHits):
+            num_docs, freqs = keyword.stats()
+        else:
+            num_docs, freqs = keyword_index.doc_freqs(query_tokens)
+        # the IDF of the terms that ranked the hits (the common ones may not have)
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        ranked = set(ranking_terms(terms, freqs, num_docs, keyword_index.common_share))
+        idf_sum = sum(
+            bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
+        )
+        kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
+        if not cosines:
+            return kw  # (keyword evidence is already the relevance: 0..1)
+    cos: dict[int, float] = {}
+    for found, weight in zip(cosines, weights, strict=True):
+        for rowid, c in found.items():
+            cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
+    return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
 
 
 def _score(item: tuple[object, float]) -> float:

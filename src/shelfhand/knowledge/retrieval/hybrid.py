@@ -3,8 +3,14 @@
 ::
 
     kb = open_embedded_store(workspace, router)
-    hits = kb.retriever.search("E-203 是什么故障？", k=5, user=user)
+    result = kb.retriever.search_result("E-203 是什么故障？", k=5, user=user)
     kb.close()
+
+A search's outcome travels with it (:class:`~shelfhand.knowledge.types.SearchResult`: the hits,
+the time of each stage, why it fell back to keywords if it did); nothing of one search is
+kept on the retriever, which many threads share. Its switches (exact boost, relevance
+threshold, version siblings, candidates per side) are a
+:class:`~shelfhand.knowledge.types.SearchOptions` per call, the configured ones by default.
 
 Each side fetches ``candidates_factor × k`` candidates: keyword from tantivy, vectors from every
 space that holds vectors (the query embedded by that space's embedder, so a mixed Chinese and
@@ -15,19 +21,20 @@ one side has nothing, the other's ranking and scores are used as is. Every hit g
 ``relevance`` (0..1, comparable across queries); hits under ``min_relevance`` are dropped, so a
 query the documents do not answer finds nothing.
 If embedding the query fails (quota, model unavailable) or does not finish within
-``embed_timeout`` seconds, the search continues on keywords and ``last_degraded_reason`` says why.
-After ``breaker_failures`` such failures in a row the query embedder is not asked at all for
-``breaker_cooldown`` seconds (searches go straight to keywords, with the reason), then one
-search tries it again. The first query of each space in a process may take ``load_timeout``
-(loading the model); :meth:`HybridRetriever.warm_up` does that before a service reports ready.
+``embed_timeout`` seconds, the search continues on keywords and its result's
+``degraded_reason`` says why. After ``breaker_failures`` such failures in a row the query
+embedder is not asked at all for ``breaker_cooldown`` seconds (searches go straight to
+keywords, with the reason), then one search tries it again (a
+:class:`~shelfhand.core.breaker.CircuitBreaker`). The first query of each space in a process
+may take ``load_timeout`` (loading the model); :meth:`HybridRetriever.warm_up` does that before
+a service reports ready.
 Chunks still waiting for ingest phase 2 have no vectors: they are found by keywords only, and
-:attr:`SearchTimings.pending_chunks` says how many there are.
+:attr:`SearchResult.pending_chunks` says how many there are.
 
 Exact identifiers win in every mode: when the query names identifiers (``E-888``,
-``SKU2024-011``, see :func:`~shelfhand.knowledge.analysis.query_identifiers`), the passages whose
-text holds one (an exact term lookup in the keyword index, restricted like the search) go first,
-best BM25 first, marked :attr:`SearchHit.exact`, and the other hits keep their fused order
-behind them (``exact_boost=False`` turns this off, for ablations).
+``SKU2024-011``), the passages whose text holds one go first
+(:mod:`~shelfhand.knowledge.retrieval.exact`; ``exact_boost=False`` turns this off, for
+ablations).
 
 In hybrid mode the keyword side runs on a worker thread while the calling thread embeds the
 query and searches the vectors (tantivy, faiss and the PostgreSQL driver release the GIL), so a
@@ -47,61 +54,42 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Unpack
 
-from shelfhand.core.context import ANONYMOUS, UserContext
+from shelfhand.core.breaker import OPEN, CircuitBreaker
+from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import identifier_tokens, query_identifiers, tokenize_query
+from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
-from shelfhand.knowledge.retrieval.fusion import KEYWORD_WEIGHT, convex_fusion
-from shelfhand.knowledge.retrieval.versions import add_version_siblings
-from shelfhand.knowledge.scoring import (
-    bm25_idf,
-    keyword_evidence,
-    ranking_terms,
-    relevance,
+from shelfhand.knowledge.retrieval.exact import exact_first
+from shelfhand.knowledge.retrieval.fusion import (
+    KEYWORD_WEIGHT,
+    candidate_relevance,
+    convex_fusion,
 )
-from shelfhand.knowledge.types import Chunk, KeywordHits, SearchHit
+from shelfhand.knowledge.retrieval.versions import add_version_siblings
+from shelfhand.knowledge.types import (
+    Chunk,
+    Scope,
+    SearchArgs,
+    SearchHit,
+    SearchMode,
+    SearchOptions,
+    SearchResult,
+    SearchTimings,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["HybridRetriever", "SearchMode", "SearchTimings"]
 
-SearchMode = Literal["hybrid", "keyword", "vector"]
-_FILTER_KEYS = {"doc_type", "source"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SearchTimings:
-    """Milliseconds spent in each stage of one search."""
-
-    keyword_ms: float = 0.0
-    embed_ms: float = 0.0
-    vector_ms: float = 0.0
-    fuse_ms: float = 0.0
-    exact_ms: float = 0.0
-    """The exact-identifier lookup (only for queries that name an identifier)."""
-    total_ms: float = 0.0
-    pending_chunks: int = 0
-    """Chunks not embedded yet (ingest phase 2 pending): found by keywords only. Counted for
-    searches that use vectors."""
-    rerank_ms: float = 0.0
-    """Time in the reranker (``KnowledgeBase`` with rerank on), included in ``total_ms``."""
-    rerank_reason: str | None = None
-    """Why the reranker's order was not used (it failed and the fused order was kept)."""
-
-
-def _filter_values(filters: Mapping[str, Any] | None, key: str) -> list[str] | None:
-    if not filters or filters.get(key) is None:
-        return None
-    value = filters[key]
-    return [value] if isinstance(value, str) else [str(v) for v in value]
-
 
 class HybridRetriever:
     """Searches the keyword index and every vector space, fuses and deduplicates.
+
+    Thread-safe: one retriever serves concurrent searches, each with its own outcome.
 
     Args:
         store: The system of record (chunk texts, ACL for the vector side).
@@ -122,11 +110,14 @@ class HybridRetriever:
         breaker_failures: Failed or late query embeddings in a row that pause the embedder.
         breaker_cooldown: Seconds the paused embedder is left alone.
         exact_boost: Put passages holding an identifier of the query first (see the module
-            docstring); an attribute, switchable for ablations.
+            docstring).
         version_siblings: Bring the same section of a hit's other document versions along
-            (see :mod:`shelfhand.knowledge.retrieval.versions`); an attribute too.
+            (see :mod:`shelfhand.knowledge.retrieval.versions`).
         overlap_workers: Threads that run hybrid searches' keyword side alongside their vector
             side (module docstring); ``None``: one fewer than the CPUs, at most 8; 0: none.
+
+    ``candidates_factor``, ``min_relevance``, ``exact_boost`` and ``version_siblings`` make
+    :attr:`options`, the defaults of every search; a search may be given others.
     """
 
     def __init__(
@@ -149,31 +140,33 @@ class HybridRetriever:
         version_siblings: bool = True,
         overlap_workers: int | None = None,
     ) -> None:
-        self.exact_boost = exact_boost
-        self.version_siblings = version_siblings
+        self.options = SearchOptions(
+            exact_boost=exact_boost,
+            min_relevance=min_relevance,
+            version_siblings=version_siblings,
+            candidates_factor=candidates_factor,
+        )
+        """The configured switches: what a search uses unless it is given others."""
         self.store = store
         self.keyword_index = keyword_index
         self.vector_indexes = vector_indexes
         self.router = router
-        self.candidates_factor = candidates_factor
         self.rrf_k = rrf_k
         self.other_space_weight = other_space_weight
-        if not 0.0 <= min_relevance <= 1.0:
-            raise KnowledgeError(f"min_relevance must be within 0..1, not {min_relevance}")
         if not 0.0 <= keyword_weight <= 1.0:
             raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
         self.keyword_weight = keyword_weight
-        self.min_relevance = min_relevance
-        self.last_degraded_reason: str | None = None
-        self.last_timings = SearchTimings()
         self._warned: set[str] = set()
         self.embed_timeout = embed_timeout
         self.load_timeout = load_timeout
         self.breaker_failures = breaker_failures
         self.breaker_cooldown = breaker_cooldown
+        self.breaker = CircuitBreaker(
+            "query embedding", trip_after=breaker_failures, reset_after=breaker_cooldown
+        )
+        """Pauses the query embedder after failures in a row (guarded by a lock: a
+        :class:`~shelfhand.core.breaker.CircuitBreaker` is not thread-safe)."""
         self._breaker_lock = threading.Lock()
-        self._failures = 0
-        self._paused_until = 0.0
         self._last_failure = ""
         self._warm: set[str] = set()
         self._overlap = _Overlap(_default_workers() if overlap_workers is None else overlap_workers)
@@ -197,7 +190,22 @@ class HybridRetriever:
             self._warm.add(space)
         return None
 
-    def search(
+    def search(self, query: str, **args: Unpack[SearchArgs]) -> list[SearchHit]:
+        """The hits of :meth:`search_result` (same arguments)."""
+        return list(self.search_result(query, **args).hits)
+
+    def search_timed(
+        self,
+        query: str,
+        *,
+        query_vectors: Mapping[str, Vectors] | None = None,
+        **args: Unpack[SearchArgs],
+    ) -> tuple[list[SearchHit], SearchTimings]:
+        """The hits and timings of :meth:`search_result` (same arguments; for benchmarks)."""
+        result = self.search_result(query, query_vectors=query_vectors, **args)
+        return list(result.hits), result.timings
+
+    def search_result(
         self,
         query: str,
         *,
@@ -205,8 +213,10 @@ class HybridRetriever:
         user: UserContext | None = None,
         mode: SearchMode = "hybrid",
         filters: Mapping[str, Any] | None = None,
-    ) -> list[SearchHit]:
-        """Top ``k`` chunks for ``query`` that ``user`` may read.
+        options: SearchOptions | None = None,
+        query_vectors: Mapping[str, Vectors] | None = None,
+    ) -> SearchResult:
+        """Top ``k`` chunks for ``query`` that ``user`` may read, with how the search went.
 
         Args:
             query: The user's words, any language.
@@ -214,90 +224,64 @@ class HybridRetriever:
             user: The caller; ``None`` is an anonymous caller of tenant ``default``.
             mode: ``hybrid``, or one side only.
             filters: ``{"doc_type": ..., "source": ...}``, each a value or a list of values.
+            options: This search's switches (default: :attr:`options`).
+            query_vectors: Space → query vector: skips query embedding (benchmarks).
 
         Raises:
             KnowledgeError: An unknown filter key or mode.
         """
-        return self.search_timed(query, k=k, user=user, mode=mode, filters=filters)[0]
-
-    def search_timed(
-        self,
-        query: str,
-        *,
-        k: int = 5,
-        user: UserContext | None = None,
-        mode: SearchMode = "hybrid",
-        filters: Mapping[str, Any] | None = None,
-        query_vectors: Mapping[str, Vectors] | None = None,
-    ) -> tuple[list[SearchHit], SearchTimings]:
-        """Like :meth:`search`, also returning per-stage timings.
-
-        ``query_vectors`` (space → query vector) skips query embedding, for benchmarks.
-        """
         if mode not in ("hybrid", "keyword", "vector"):
             raise KnowledgeError(f"unknown search mode {mode!r}; use hybrid, keyword or vector")
-        unknown = set(filters or {}) - _FILTER_KEYS
-        if unknown:
-            raise KnowledgeError(f"unknown filter {sorted(unknown)}; use doc_type or source")
+        scope = Scope.of(user, filters)
+        opts = options or self.options
         t0 = time.perf_counter()
-        caller = user or ANONYMOUS
-        acl: dict[str, Any] = {
-            "tenant_id": caller.tenant_id,
-            "roles": caller.roles,
-            "doc_types": _filter_values(filters, "doc_type"),
-            "sources": _filter_values(filters, "source"),
-        }
-        fetch = max(k, 1) * self.candidates_factor
-        self.last_degraded_reason = None
+        fetch = max(k, 1) * opts.candidates_factor
+        degraded: str | None = None
         keyword: list[tuple[int, float]] = []
-        vector_lists: list[list[tuple[int, float]]] = []
-        vector_weights: list[float] = []
-        query_vectors_used: list[Vectors] = []
-        vector_spaces: list[str] = []
+        vectors = _VectorSide([], [], [], [])
         t_kw = t_embed = t_vec = 0.0
         tokens: list[str] | None = None  # the query's tokens, analysed once when needed
         use_keyword = mode != "vector"
         keyword_side: Future[_KeywordSide] | None = None
         if mode == "hybrid":  # overlaps the embedding and the vector search
-            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, acl)
+            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
         if mode != "keyword":
             t1 = time.perf_counter()
-            embedded = query_vectors if query_vectors is not None else self._embed(query)
+            if query_vectors is not None:
+                embedded: Mapping[str, Vectors] | None = query_vectors
+            else:
+                embedded, degraded = self._embed(query)
             t_embed = time.perf_counter() - t1
             if embedded is None:
                 use_keyword = True  # degraded: keywords stand in for vectors
             elif self.vector_indexes is not None:
                 t1 = time.perf_counter()
-                home = self.router.space_for(query) if self.router is not None else None
-                multilingual = self._multilingual_spaces()
-                for space, qvec in embedded.items():
-                    found = self.vector_indexes.search(space, qvec, fetch, **acl)
-                    if found:
-                        vector_lists.append(found)
-                        weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
-                        vector_weights.append(weight)
-                        vector_spaces.append(space)
-                        query_vectors_used.append(qvec)
+                vectors = self._vector_side(query, embedded, fetch, scope)
                 t_vec = time.perf_counter() - t1
         if use_keyword:
             side = (
                 keyword_side.result()
                 if keyword_side is not None
-                else self._keyword_side(query, fetch, acl)
+                else self._keyword_side(query, fetch, scope)
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
-        hits = self._fuse(
-            tokens or [],
-            keyword,
-            _VectorSide(vector_spaces, vector_lists, vector_weights, query_vectors_used),
-            k,
-        )
+        hits = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance)
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
-        hits = self._exact_first(query, tokens, hits, keyword, k, acl)
-        if self.version_siblings:
-            hits = add_version_siblings(hits, self.store, acl, k)
+        if opts.exact_boost:
+            hits = exact_first(
+                query,
+                hits,
+                k=k,
+                scope=scope,
+                keyword_index=self.keyword_index,
+                store=self.store,
+                tokens=tokens,
+                keyword=keyword,
+            )
+        if opts.version_siblings:
+            hits = add_version_siblings(hits, self.store, scope, k)
         t_exact = time.perf_counter() - t1
         pending = self.store.count_pending() if mode != "keyword" and self.router else 0
         timings = SearchTimings(
@@ -309,8 +293,24 @@ class HybridRetriever:
             total_ms=(time.perf_counter() - t0) * 1000,
             pending_chunks=pending,
         )
-        self.last_timings = timings
-        return hits, timings
+        return SearchResult(hits=tuple(hits), timings=timings, degraded_reason=degraded)
+
+    def _vector_side(
+        self, query: str, embedded: Mapping[str, Vectors], fetch: int, scope: Scope
+    ) -> _VectorSide:
+        assert self.vector_indexes is not None
+        side = _VectorSide([], [], [], [])
+        home = self.router.space_for(query) if self.router is not None else None
+        multilingual = self._multilingual_spaces()
+        for space, qvec in embedded.items():
+            found = self.vector_indexes.search(space, qvec, fetch, scope=scope)
+            if found:
+                side.lists.append(found)
+                weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
+                side.weights.append(weight)
+                side.spaces.append(space)
+                side.query_vectors.append(qvec)
+        return side
 
     def _multilingual_spaces(self) -> tuple[str, ...]:
         """The spaces whose embedder declares ``multilingual = True``."""
@@ -322,43 +322,48 @@ class HybridRetriever:
             if getattr(self.router.embedder(space), "multilingual", False) is True
         )
 
-    def _embed(self, query: str) -> dict[str, Vectors] | None:
-        """The query vector in every space that holds vectors; ``None`` when embedding failed,
-        took too long, or is paused by the breaker."""
+    def _embed(self, query: str) -> tuple[dict[str, Vectors] | None, str | None]:
+        """The query vector in every space that holds vectors, or ``None`` with the reason
+        when embedding failed, took too long, or is paused by the breaker."""
         if self.router is None or self.vector_indexes is None:
-            return {}
-        paused = self._paused_for()
-        if paused > 0:
-            self.last_degraded_reason = (
-                f"query embedding paused after {self.breaker_failures} failures in a row "
-                f"(last: {self._last_failure}); using keyword search, retrying in {paused:.0f}s"
-            )
-            return None
-        out: dict[str, Vectors] = {}
-        for space in self.vector_indexes.spaces():
-            if space not in self.router.spaces:
-                self._warn_once(f"no embedder configured for vector space {space!r}")
-                continue
-            timeout = self.embed_timeout
-            if timeout is not None and space not in self._warm:
-                timeout = max(timeout, self.load_timeout)
-            try:
-                out[space] = self._embed_one(space, query, timeout)
-            except Exception as exc:  # any provider failure degrades to keyword search
-                what = (
-                    f"did not finish within {timeout:g}s"
-                    if isinstance(exc, TimeoutError)
-                    else f"failed ({type(exc).__name__}: {exc})"
-                )
-                self._record_failure(what)
-                reason = f"query embedding {what}; using keyword search"
-                self.last_degraded_reason = reason
-                self._warn_once(reason)
-                return None
-            self._warm.add(space)
+            return {}, None
         with self._breaker_lock:
-            self._failures = 0
-        return out
+            wait = self.breaker.before(time.monotonic())
+            last = self._last_failure
+        if wait is not None:
+            return None, (
+                f"query embedding paused after {self.breaker_failures} failures in a row "
+                f"(last: {last}); using keyword search, retrying in {wait:.0f}s"
+            )
+        out: dict[str, Vectors] = {}
+        try:
+            for space in self.vector_indexes.spaces():
+                if space not in self.router.spaces:
+                    self._warn_once(f"no embedder configured for vector space {space!r}")
+                    continue
+                timeout = self.embed_timeout
+                if timeout is not None and space not in self._warm:
+                    timeout = max(timeout, self.load_timeout)
+                try:
+                    out[space] = self._embed_one(space, query, timeout)
+                except Exception as exc:  # any provider failure degrades to keyword search
+                    what = (
+                        f"did not finish within {timeout:g}s"
+                        if isinstance(exc, TimeoutError)
+                        else f"failed ({type(exc).__name__}: {exc})"
+                    )
+                    self._record_failure(what)
+                    reason = f"query embedding {what}; using keyword search"
+                    self._warn_once(reason)
+                    return None, reason
+                self._warm.add(space)
+        except BaseException:
+            with self._breaker_lock:  # neither health nor failure (e.g. interrupted)
+                self.breaker.neutral()
+            raise
+        with self._breaker_lock:
+            self.breaker.success(time.monotonic())
+        return out, None
 
     def _embed_one(self, space: str, query: str, timeout: float | None) -> Vectors:
         """Embed on a daemon thread and wait at most ``timeout`` seconds (a hung embedder
@@ -386,109 +391,30 @@ class HybridRetriever:
             raise result
         return result
 
-    def _paused_for(self) -> float:
-        with self._breaker_lock:
-            return max(0.0, self._paused_until - time.monotonic())
-
     def _record_failure(self, what: str) -> None:
         with self._breaker_lock:
-            self._failures += 1
+            was = self.breaker.state
             self._last_failure = what
-            if self._failures >= self.breaker_failures:
-                self._paused_until = time.monotonic() + self.breaker_cooldown
-                self._failures = 0
-                logger.warning(
-                    "query embedding paused for %gs after %d failures in a row (last: %s)",
-                    self.breaker_cooldown,
-                    self.breaker_failures,
-                    what,
-                )
+            self.breaker.failure(time.monotonic())
+            opened = self.breaker.state is OPEN and was is not OPEN
+        if opened:
+            logger.warning(
+                "query embedding paused for %gs after %d failures in a row (last: %s)",
+                self.breaker_cooldown,
+                self.breaker_failures,
+                what,
+            )
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("%s", message)
 
-    def _keyword_side(self, query: str, fetch: int, acl: Mapping[str, Any]) -> _KeywordSide:
+    def _keyword_side(self, query: str, fetch: int, scope: Scope) -> _KeywordSide:
         t1 = time.perf_counter()
         tokens = tokenize_query(query)
-        hits = self.keyword_index.search(tokens, fetch, **acl)
+        hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return _KeywordSide(tokens, hits, time.perf_counter() - t1)
-
-    def _exact_first(
-        self,
-        query: str,
-        tokens: list[str] | None,
-        hits: list[SearchHit],
-        keyword: list[tuple[int, float]],
-        k: int,
-        acl: Mapping[str, Any],
-    ) -> list[SearchHit]:
-        """The fused ``hits`` with the passages holding an identifier of ``query`` first.
-
-        Exact passages come in the order of their BM25 on the query (the keyword side's
-        judgement of which passage is *about* the code: on the samples the fused order put a
-        passing mention of E-203 above the manual's E-203 section); those among ``hits`` keep
-        their fused score and ranks, those the fusion left out carry the BM25 score (and their
-        keyword rank when the keyword side had them). Duplicate passages (same content hash)
-        appear once. The rest of ``hits`` follows in fused order, up to ``k``. ``acl``
-        restricts the lookup exactly like the search (tenant, roles, doc type and source
-        filters). ``tokens`` are ``query``'s tokens when the search already analysed it.
-        """
-        if not self.exact_boost or k <= 0:
-            return hits
-        identifiers = query_identifiers(query)
-        if not identifiers:
-            return hits
-        # All exact passages when fewer than k, so that the hits after them are truly not exact.
-        found = self.keyword_index.search_exact(
-            identifiers,
-            max(k, len(hits)),
-            rank_by=tokens if tokens is not None else tokenize_query(query),
-            **acl,
-        )
-        if not found:
-            return hits
-        # Whether a passage holds the identifier depends on its text only: compare by content
-        # hash, and load only the chunks the fusion left out.
-        hash_of = self.store.content_hashes([rowid for rowid, _ in found])
-        exact = set(hash_of.values())
-        fused = {hit.chunk.content_hash: hit for hit in hits if hit.chunk.content_hash in exact}
-        order: list[tuple[int, float, str]] = []
-        placed: set[str] = set()
-        for rowid, score in found:
-            h = hash_of.get(rowid)
-            if h is not None and h not in placed:
-                placed.add(h)  # a duplicate passage comes once
-                order.append((rowid, score, h))
-        chunks = self.store.chunk_map([r for r, _, h in order if h not in fused])
-        # A passage *about* the code (its heading, or a line that starts with it: "E-203 Lamp
-        # overheating") before one that names it in passing ("errors such as E-203"), each
-        # group in BM25 order.
-        wanted = set(identifiers)
-
-        def about(item: tuple[int, float, str]) -> bool:
-            rowid, _, h = item
-            return _names_in_heading(fused[h].chunk if h in fused else chunks.get(rowid), wanted)
-
-        order.sort(key=lambda item: not about(item))
-        order = order[:k]
-        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
-        first: list[SearchHit] = []
-        for rowid, score, h in order:
-            if h in fused:
-                first.append(replace(fused[h], exact=True))
-            elif rowid in chunks:  # else deleted since indexing
-                first.append(
-                    SearchHit(
-                        chunk=chunks[rowid],
-                        score=score,
-                        keyword_rank=keyword_rank.get(rowid),
-                        exact=True,
-                    )
-                )
-        rest = [hit for hit in hits if hit.chunk.content_hash not in exact]
-        return (first + rest)[:k]
 
     def _fuse(
         self,
@@ -496,6 +422,7 @@ class HybridRetriever:
         keyword: list[tuple[int, float]],
         vectors: _VectorSide,
         k: int,
+        min_relevance: float,
     ) -> list[SearchHit]:
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
@@ -513,9 +440,11 @@ class HybridRetriever:
             ranked = keyword or vectors.lists[0]
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
-        strength = self._relevance(query_tokens, keyword, cosines, vectors.weights)
+        strength = candidate_relevance(
+            query_tokens, keyword, cosines, vectors.weights, self.keyword_index
+        )
         # too weak to count as an answer
-        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= self.min_relevance]
+        strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
         chosen: list[tuple[int, float]] = []
         chunks: dict[int, Chunk] = {}
         seen: set[str] = set()
@@ -560,36 +489,6 @@ class HybridRetriever:
         for i, space in enumerate(vectors.spaces):
             found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
             cosines[i].update(found)
-
-    def _relevance(
-        self,
-        query_tokens: list[str],
-        keyword: list[tuple[int, float]],
-        cosines: list[dict[int, float]],
-        weights: list[float],
-    ) -> dict[int, float]:
-        """Every candidate's :func:`~shelfhand.knowledge.retrieval.fusion.relevance`."""
-        kw: dict[int, float] = {}
-        if keyword:
-            # the statistics the keyword search read, else the index's (e.g. a stand-in index)
-            if isinstance(keyword, KeywordHits):
-                num_docs, freqs = keyword.stats()
-            else:
-                num_docs, freqs = self.keyword_index.doc_freqs(query_tokens)
-            # the IDF of the terms that ranked the hits (the common ones may not have)
-            terms = list(dict.fromkeys(t for t in query_tokens if t))
-            ranked = set(ranking_terms(terms, freqs, num_docs, self.keyword_index.common_share))
-            idf_sum = sum(
-                bm25_idf(df, num_docs) for t, df in zip(terms, freqs, strict=True) if t in ranked
-            )
-            kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
-            if not cosines:
-                return kw  # (keyword evidence is already the relevance: 0..1)
-        cos: dict[int, float] = {}
-        for found, weight in zip(cosines, weights, strict=True):
-            for rowid, c in found.items():
-                cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
-        return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,25 +541,3 @@ class _VectorSide:
     lists: list[list[tuple[int, float]]]
     weights: list[float]
     query_vectors: list[Vectors]
-
-
-def _names_in_heading(chunk: Chunk | None, identifiers: set[str]) -> bool:
-    """Whether ``chunk`` is about one of ``identifiers``: one of its section headings below the
-    document title, or a heading-like line of its text (short, with more text after it),
-    starts with it (after bullets, numbering or ``#``). Neither a paragraph that merely begins
-    with the code nor the document's title counts: on SciFact, where abstracts and titles
-    often begin with a gene name, counting them cost 0.012 nDCG@10."""
-    if chunk is None:
-        return False
-    lines = chunk.text.splitlines()
-    headings = [line for line in lines[:-1] if len(line) <= _HEADING_CHARS]
-    sections = [heading for heading in chunk.section_path if heading != chunk.title]
-    for line in (*sections, *headings):
-        first = line.lstrip(_LEAD).split(maxsplit=1)
-        if first and identifiers.intersection(identifier_tokens(first[0])):
-            return True
-    return False
-
-
-_HEADING_CHARS = 80
-_LEAD = " \t#*-•·>0123456789.)、（(【["

@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from shelfhand.core.errors import RerankError
+from shelfhand.core.errors import InvalidArgumentError, RerankError
 from shelfhand.knowledge.types import SearchHit
 
 __all__ = [
@@ -117,9 +117,11 @@ class HttpReranker:
         client: httpx.Client | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"rerank URL must start with http:// or https://, not {url!r}")
+            raise InvalidArgumentError(
+                f"rerank URL must start with http:// or https://, not {url!r}"
+            )
         if timeout <= 0:
-            raise ValueError("rerank timeout must be positive")
+            raise InvalidArgumentError("rerank timeout must be positive")
         base = url.rstrip("/")
         self.url = base if base.endswith("/rerank") else f"{base}/rerank"
         self.model = model
@@ -245,7 +247,7 @@ class RerankStage:
 
     def __init__(self, reranker: Reranker, *, candidates: int = 20) -> None:
         if candidates < 1:
-            raise ValueError("rerank candidates must be at least 1")
+            raise InvalidArgumentError("rerank candidates must be at least 1")
         self.reranker = reranker
         self.candidates = candidates
         self._warned: set[str] = set()

@@ -7,22 +7,21 @@ search hit comes from such a document, the chunks of the other versions with the
 headings below the title are put right after it, so the model and the user see every version of
 that passage and :mod:`shelfhand.knowledge.evidence.conflicts` can flag what differs. A sibling
 replaces the lowest-ranked hit that is neither an exact identifier match nor a sibling, so a
-search still returns at most ``k`` hits. Siblings are visible to the caller by the same rule as
-the search (tenant, roles, doc type and source filters) and identical passages are skipped.
+search still returns at most ``k`` hits. Siblings are those the search's
+:class:`~shelfhand.knowledge.types.Scope` may read (tenant, roles, doc type and source filters)
+and identical passages are skipped.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import PurePosixPath
-from typing import Any
 
-from shelfhand.core.context import PRIVILEGED_ROLES
 from shelfhand.knowledge.protocols import KnowledgeStore
-from shelfhand.knowledge.types import Chunk, SearchHit
+from shelfhand.knowledge.types import Chunk, Scope, SearchHit
 
 __all__ = ["add_version_siblings", "version_key"]
 
@@ -50,26 +49,14 @@ def _below_title(chunk: Chunk) -> tuple[str, ...]:
     return path[1:] if path and path[0] == chunk.title else path
 
 
-def _visible(chunk: Chunk, acl: Mapping[str, Any]) -> bool:
-    if chunk.tenant_id != acl["tenant_id"]:
-        return False
-    roles = set(acl["roles"])
-    if chunk.permission_tags and not roles & (PRIVILEGED_ROLES | set(chunk.permission_tags)):
-        return False
-    doc_types, sources = acl.get("doc_types"), acl.get("sources")
-    if doc_types is not None and chunk.doc_type not in doc_types:
-        return False
-    return sources is None or chunk.source in sources
-
-
-def _siblings(store: KnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> Iterable[Chunk]:
+def _siblings(store: KnowledgeStore, chunk: Chunk, scope: Scope) -> Iterable[Chunk]:
     below = _below_title(chunk)
     if not below:  # no section below the title: nothing to match (and no regex to run)
         return ()
     key = version_key(chunk.title, chunk.source)
     if key is None:
         return ()
-    found = store.chunks_in_section(chunk.tenant_id, below[-1]).values()
+    found = store.chunks_in_section(scope, below[-1]).values()
     return sorted(
         (
             other
@@ -77,14 +64,13 @@ def _siblings(store: KnowledgeStore, chunk: Chunk, acl: Mapping[str, Any]) -> It
             if other.doc_id != chunk.doc_id
             and _below_title(other) == below
             and version_key(other.title, other.source) == key
-            and _visible(other, acl)
         ),
         key=lambda c: (c.source, c.chunk_index),
     )
 
 
 def add_version_siblings(
-    hits: Sequence[SearchHit], store: KnowledgeStore, acl: Mapping[str, Any], k: int
+    hits: Sequence[SearchHit], store: KnowledgeStore, scope: Scope, k: int
 ) -> list[SearchHit]:
     """``hits`` with the same section of every other version of a hit's document right after
     it (see the module docstring); at most ``k`` hits."""
@@ -94,7 +80,7 @@ def add_version_siblings(
     i = 0
     while i < len(out):
         hit = out[i]
-        for sibling in _siblings(store, hit.chunk, acl):
+        for sibling in _siblings(store, hit.chunk, scope):
             if sibling.content_hash in seen:
                 continue
             # the lowest hit that is neither exact nor a sibling (nor this one) makes room

@@ -17,27 +17,25 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from shelfhand.core.context import PRIVILEGED_ROLES
-from shelfhand.core.db import apply_migrations, connect, transaction
+from shelfhand.core.db import transaction
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
+from shelfhand.knowledge.protocols import DocVectors, SourceItem
 from shelfhand.knowledge.stores.outbox import DerivedIndex, IndexChange, read_changes, write_change
-from shelfhand.knowledge.stores.sqlite_schema import MIGRATIONS
+from shelfhand.knowledge.stores.records import ReplacesSources
+from shelfhand.knowledge.stores.sqlite_reads import SqliteStoreReads
 from shelfhand.knowledge.types import Chunk, Document, SourceInfo, StoredChunk
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "PUBLIC_TAG",
     "DerivedIndex",
     "IndexChange",
     "SourceInfo",
@@ -45,71 +43,28 @@ __all__ = [
     "StoredChunk",
 ]
 
-PUBLIC_TAG = "__public__"
-"""Tag given in the indexes to chunks without permission tags (readable by the whole tenant)."""
-
 EMBED_NONE = "none"
 EMBED_DONE = "embedded"
 EMBED_FAILED = "embedding_failed"
 EMBED_PENDING = "pending"
 """Stored and keyword-searchable; phase 2 of ingest has not embedded all its chunks yet."""
 
-_IN_BATCH = 500
-"""Values per ``IN (...)`` list: well under SQLite's bound-variable limit."""
-_CHUNK_COLUMNS = (
-    "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start, end_,"
-    " content_hash, doc_type, permission_tags, tenant_id, updated_at"
-)
 
-
-_PAGE_CACHE_KIB = 65_536  # at most; SQLite fills it as pages are read
-
-
-def _json_tuple(text: str) -> tuple[Any, ...]:
-    """A stored JSON list as a tuple; most are empty, which skips the decoder (searches read
-    a dozen rows each)."""
-    return () if text == "[]" else tuple(json.loads(text))
-
-
-def _row_to_chunk(row: Sequence[Any]) -> Chunk:
-    return Chunk(
-        chunk_id=row[1],
-        doc_id=row[2],
-        chunk_index=row[3],
-        text=row[4],
-        title=row[5],
-        section_path=_json_tuple(row[6]),
-        page=row[7],
-        source=row[8],
-        start=row[9],
-        end=row[10],
-        content_hash=row[11],
-        doc_type=row[12],
-        permission_tags=_json_tuple(row[13]),
-        tenant_id=row[14],
-        updated_at=row[15],
-    )
-
-
-class SqliteKnowledgeStore:
+class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
     """Documents, chunks and vectors in one SQLite file; the outbox keeps indexes in step.
 
-    Thread-safe: one lock serialises access to the connection.
+    Thread-safe: one lock serialises access to the connection. The reads are
+    :class:`~shelfhand.knowledge.stores.sqlite_reads.SqliteStoreReads`.
 
     Args:
         path: The database file, e.g. ``<workspace>/knowledge.db``.
     """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        # Searches read a dozen random chunk rows each; SQLite's default 2 MB page cache does
-        # not hold the table's inner pages at 1M chunks (chunk reads -20% with 64 MiB there).
-        self._conn = connect(self.path, cache_kib=_PAGE_CACHE_KIB)
-        self._lock = threading.RLock()
+        super().__init__(path)
         self._indexes: list[DerivedIndex[SqliteKnowledgeStore]] = []
         self._deferred = 0
         self._applied_outbox_id = 0
-        apply_migrations(self._conn, MIGRATIONS)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -122,13 +77,6 @@ class SqliteKnowledgeStore:
                 index.close()
             self._indexes.clear()
             self._conn.close()
-
-    @property
-    def generation(self) -> int:
-        """Incremented by every document change; index state and ACL caches key on it."""
-        with self._lock:
-            row = self._conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
-        return int(row[0])
 
     # -- derived indexes ---------------------------------------------------------------------
 
@@ -251,7 +199,7 @@ class SqliteKnowledgeStore:
         self,
         doc: Document,
         chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None,
+        vectors: DocVectors | None,
         embed_state: str,
         embed_error: str | None,
     ) -> list[int]:
@@ -422,91 +370,18 @@ class SqliteKnowledgeStore:
             self._after_change()
         return sum(len(v) for v in by_doc.values())
 
-    def pending_chunks(self, *, after: int = 0, limit: int = 256) -> list[StoredChunk]:
-        """Chunks without vectors (waiting for phase 2), in rowid order, after rowid ``after``."""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE space IS NULL AND rowid > ?"
-                " ORDER BY rowid LIMIT ?",
-                (after, limit),
-            ).fetchall()
-        return [StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows]
-
-    def count_pending(self) -> int:
-        """How many chunks have no vectors yet (keyword-searchable, not vector-searchable)."""
-        with self._lock:
-            row = self._conn.execute("SELECT COUNT(*) FROM chunks WHERE space IS NULL").fetchone()
-        return int(row[0])
-
-    def pending_sources(self) -> set[str]:
-        """Sources with at least one chunk without vectors."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT DISTINCT source FROM chunks WHERE space IS NULL"
-            ).fetchall()
-        return {str(r[0]) for r in rows}
-
-    def vectors_by_rowids(
-        self, rowids: Sequence[int]
-    ) -> dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
-        """Stored vectors of ``rowids``, per space."""
-        sql = "SELECT chunk_rowid, vector, space FROM embeddings WHERE chunk_rowid IN ({marks})"
-        per_space: dict[str, list[Any]] = {}
-        for rows in self._select_in(sql, rowids):
-            for r in rows:
-                per_space.setdefault(str(r[2]), []).append(r)
-        return {space: _to_arrays(rows) for space, rows in per_space.items()}
-
-    def upsert_document(
-        self,
-        doc: Document,
-        chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
-        *,
-        embed_state: str | None = None,
-        embed_error: str | None = None,
-    ) -> list[int]:
-        """Replace a document and its chunks (and vectors) in one transaction.
-
-        Args:
-            doc: The document; an existing one with the same ``doc_id`` is replaced.
-            chunks: Its chunks, in order.
-            vectors: Per vector space, ``(positions, matrix)``: row ``j`` of ``matrix`` is the
-                vector of ``chunks[positions[j]]``.
-            embed_state: ``"embedded"``, ``"embedding_failed"`` or ``"none"``; inferred from
-                ``vectors`` when omitted.
-            embed_error: Why embedding failed, for reports.
-
-        Returns:
-            The rowids given to the chunks, in order.
-        """
-        return self.replace_source(
-            doc.source,
-            None,
-            [(doc, chunks, vectors)],
-            embed_state=embed_state,
-            embed_error=embed_error,
-            remove_others=False,
-        )[0]
-
     def replace_source(
         self,
         source: str,
         source_hash: str | None,
-        items: Sequence[
-            tuple[Document, Sequence[Chunk], Mapping[str, tuple[Sequence[int], Vectors]] | None]
-        ],
+        items: Sequence[SourceItem],
         *,
         embed_state: str | None = None,
         embed_error: str | None = None,
         remove_others: bool = True,
         space_models: Mapping[str, tuple[str, int]] | None = None,
     ) -> list[list[int]]:
-        """Replace everything stored for a source (a file: one document, or CSV records) at once.
-
-        Documents of ``source`` not in ``items`` are removed when ``remove_others``. The file
-        hash is recorded for incremental ingest when ``source_hash`` is given.
-        """
+        """See :meth:`ReplacesSources.replace_source`: one SQLite transaction."""
         with self._lock:
             with transaction(self._conn):
                 generation = self._bump_generation()
@@ -569,244 +444,6 @@ class SqliteKnowledgeStore:
             self._after_change()
         return len(doc_ids)
 
-    # -- reads ---------------------------------------------------------------------------------
-
-    def get_document_hash(self, doc_id: str) -> str | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT content_hash FROM documents WHERE doc_id=?", (doc_id,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def get_source_hash(self, source: str) -> str | None:
-        """The file hash recorded at the last ingest of ``source``."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT content_hash FROM sources WHERE source=?", (source,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def embed_state(self, source: str) -> set[str]:
-        """Embedding states of the documents of ``source``."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT DISTINCT embed_state FROM documents WHERE source=?", (source,)
-            ).fetchall()
-        return {str(r[0]) for r in rows}
-
-    def sources(self) -> list[SourceInfo]:
-        """Every source with its document and chunk counts, newest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT d.source, MIN(d.doc_type), COUNT(*), SUM(d.chunk_count),"
-                " MAX(d.updated_at), COALESCE(s.content_hash, MIN(d.content_hash)),"
-                " s.updated_at FROM documents d LEFT JOIN sources s ON s.source = d.source"
-                " GROUP BY d.source ORDER BY COALESCE(s.updated_at, MAX(d.updated_at)) DESC"
-            ).fetchall()
-        return [
-            SourceInfo(
-                source=r[0],
-                doc_type=r[1],
-                documents=r[2],
-                chunks=r[3] or 0,
-                updated_at=r[6] if r[6] is not None else r[4],
-                content_hash=r[5],
-            )
-            for r in rows
-        ]
-
-    def source_access(self, sources: Sequence[str]) -> dict[str, tuple[set[str], set[str]]]:
-        """For each stored source among ``sources``: its tenants and permission tags (each the
-        union over the source's documents). Sources not stored are left out."""
-        sql = "SELECT source, tenant_id, permission_tags FROM documents WHERE source IN ({marks})"
-        out: dict[str, tuple[set[str], set[str]]] = {}
-        for rows in self._select_in(sql, list(dict.fromkeys(sources))):
-            for source, tenant_id, tags in rows:
-                tenants, tag_set = out.setdefault(source, (set(), set()))
-                tenants.add(tenant_id)
-                tag_set.update(json.loads(tags))
-        return out
-
-    def count_documents(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
-
-    def count_chunks(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
-
-    def count_vectors(self, space: str | None = None) -> int:
-        with self._lock:
-            if space is None:
-                row = self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()
-            else:
-                row = self._conn.execute(
-                    "SELECT COUNT(*) FROM embeddings WHERE space=?", (space,)
-                ).fetchone()
-        return int(row[0])
-
-    def vector_spaces(self) -> list[str]:
-        """Spaces that hold at least one vector."""
-        with self._lock:
-            rows = self._conn.execute("SELECT DISTINCT space FROM embeddings").fetchall()
-        return sorted(str(r[0]) for r in rows)
-
-    def chunks_by_rowids(self, rowids: Sequence[int]) -> list[Chunk]:
-        """Chunks for ``rowids``, in the same order; missing rowids are skipped."""
-        found = self.chunk_map(rowids)
-        return [found[r] for r in rowids if r in found]
-
-    def _select_in(
-        self, sql: str, values: Sequence[Any], params: tuple[Any, ...] = ()
-    ) -> Iterator[list[Any]]:
-        """Rows of ``sql`` (``{marks}`` stands for an IN list) over ``values``, in batches that
-        stay under SQLite's bound-variable limit; ``params`` come before the list."""
-        for start in range(0, len(values), _IN_BATCH):
-            part = tuple(values[start : start + _IN_BATCH])
-            marks = ",".join("?" * len(part))
-            with self._lock:
-                rows = self._conn.execute(sql.format(marks=marks), (*params, *part)).fetchall()
-            yield rows
-
-    def chunk_map(self, rowids: Sequence[int]) -> dict[int, Chunk]:
-        sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid IN ({{marks}})"
-        return {r[0]: _row_to_chunk(r) for rows in self._select_in(sql, rowids) for r in rows}
-
-    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]:
-        """The tenant's chunks whose innermost section heading is ``leaf`` (rowid → chunk)."""
-        tail = json.dumps(leaf, ensure_ascii=False) + "]"
-        pattern = "%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE tenant_id = ? AND section_path LIKE ?"
-                " ESCAPE '\\' LIMIT 200",
-                (tenant_id, pattern),
-            ).fetchall()
-        return {r[0]: _row_to_chunk(r) for r in rows}
-
-    def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
-        sql = "SELECT rowid, content_hash FROM chunks WHERE rowid IN ({marks})"
-        return {r[0]: r[1] for rows in self._select_in(sql, rowids) for r in rows}
-
-    def iter_chunks(self, doc_ids: Sequence[str] | None = None) -> Iterator[StoredChunk]:
-        """Stored chunks with their rowids (all, or of ``doc_ids``), in rowid order."""
-        if doc_ids is not None:
-            sql = f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({{marks}}) ORDER BY rowid"
-            for rows in self._select_in(sql, doc_ids):
-                yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
-            return
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._conn.execute(
-                    f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE rowid > ? ORDER BY rowid"
-                    " LIMIT 2000",
-                    (last,),
-                ).fetchall()
-            if not rows:
-                return
-            yield from (StoredChunk(rowid=r[0], chunk=_row_to_chunk(r)) for r in rows)
-            last = rows[-1][0]
-
-    def iter_chunk_acl(
-        self, batch: int = 20_000
-    ) -> Iterator[list[tuple[int, str, tuple[str, ...], str, str]]]:
-        """``(rowid, tenant_id, permission_tags, doc_type, source)`` of every chunk, in rowid
-        order, in batches (what an index needs to label its entries for the access rule)."""
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._conn.execute(
-                    "SELECT rowid, tenant_id, permission_tags, doc_type, source FROM chunks"
-                    " WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                    (last, batch),
-                ).fetchall()
-            if not rows:
-                return
-            yield [(r[0], r[1], tuple(json.loads(r[2])), r[3], r[4]) for r in rows]
-            last = rows[-1][0]
-
-    def iter_vectors(
-        self, space: str, doc_ids: Sequence[str] | None = None, batch: int = 5000
-    ) -> Iterator[tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
-        """``(rowids, matrix)`` batches of the vectors stored in ``space``."""
-        if doc_ids is not None:
-            sql = (
-                "SELECT e.chunk_rowid, e.vector FROM embeddings e JOIN chunks c"
-                " ON c.rowid = e.chunk_rowid WHERE e.space=? AND c.doc_id IN ({marks})"
-            )
-            for rows in self._select_in(sql, doc_ids, (space,)):
-                if rows:
-                    yield _to_arrays(rows)
-            return
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._conn.execute(
-                    "SELECT chunk_rowid, vector FROM embeddings WHERE space=? AND chunk_rowid > ?"
-                    " ORDER BY chunk_rowid LIMIT ?",
-                    (space, last, batch),
-                ).fetchall()
-            if not rows:
-                return
-            yield _to_arrays(rows)
-            last = rows[-1][0]
-
-    def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]:
-        """Stored vectors of chunks with these content hashes (reused when a file is edited)."""
-        sql = (
-            "SELECT c.content_hash, e.vector FROM chunks c JOIN embeddings e"
-            " ON e.chunk_rowid = c.rowid WHERE e.space=? AND c.content_hash IN ({marks})"
-        )
-        return {
-            h: np.frombuffer(blob, dtype=np.float32)
-            for rows in self._select_in(sql, hashes, (space,))
-            for h, blob in rows
-        }
-
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Rowids of the chunks a caller may read (sorted), optionally narrowed by metadata.
-
-        Visible iff same tenant AND (no permission tags, or a tag among ``roles``, or the
-        caller holds ``admin``/``system``).
-        """
-        role_list = sorted(set(roles))
-        sql = "SELECT rowid FROM chunks WHERE tenant_id = ?"
-        params: list[Any] = [tenant_id]
-        if not set(role_list) & PRIVILEGED_ROLES:
-            sql += " AND (permission_tags = '[]'"
-            if role_list:
-                marks = ",".join("?" * len(role_list))
-                sql += (
-                    " OR EXISTS (SELECT 1 FROM json_each(chunks.permission_tags)"
-                    f" WHERE json_each.value IN ({marks}))"
-                )
-                params.extend(role_list)
-            sql += ")"
-        for column, values in (("doc_type", doc_types), ("source", sources)):
-            if values is not None:
-                sql += f" AND {column} IN ({','.join('?' * len(values))})"
-                params.extend(values)
-        sql += " ORDER BY rowid"
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-
-    def root_path(self, name: str) -> str | None:
-        """The absolute folder last ingested under the source prefix ``name/``."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT value FROM meta WHERE key=?", (f"root:{name}",)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
     def set_root_path(self, name: str, path: str) -> None:
         with self._lock, transaction(self._conn):
             self._conn.execute(
@@ -818,16 +455,3 @@ class SqliteKnowledgeStore:
     def forget_root(self, name: str) -> None:
         with self._lock, transaction(self._conn):
             self._conn.execute("DELETE FROM meta WHERE key=?", (f"root:{name}",))
-
-    def all_sources(self) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT source FROM sources UNION SELECT source FROM documents"
-            ).fetchall()
-        return [str(r[0]) for r in rows]
-
-
-def _to_arrays(rows: Sequence[Any]) -> tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]:
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-    return ids, matrix

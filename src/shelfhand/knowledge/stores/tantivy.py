@@ -6,24 +6,12 @@ and query time. Queries are built from term objects, never parsed from user text
 errors, no injection). Tenant, permission tags, doc type and source are indexed raw and form
 zero-scored ``Must`` clauses of every query, so a caller never gets a hit they may not read.
 
-A filter clause costs the ranked query its block-max WAND pruning: tantivy prunes only a plain
-union of terms, so a filtered query scores every matching chunk of the caller (3-6 ms p50 at 1M
-chunks against ~1 ms unfiltered, BENCHMARKS.md "The embedded store at 1M chunks").
-:meth:`TantivyKeywordIndex.search` therefore first ranks the plain union for a few more hits
-than the caller's estimated readable share needs (``k / share``, the share from the filter
-terms' document frequencies), then checks which of those rowids the caller may read. When at
-least ``k`` pass, they are exactly the filtered top ``k`` (the filters score zero, so the ranking
-is the same); otherwise, and for callers who may read too little for this to pay, the filtered
-query runs as before. The writing process checks the hits against labels it keeps per rowid
-(tenant, tags, doc type and source codes, :class:`~shelfhand.knowledge.stores.vector_labels.
-VectorLabels`, filled as chunks are indexed and saved next to the index); a reading process,
-which does not see the writer's labels, asks tantivy which of those rowids pass the same filter
-clauses (a second query over just those rowids; 0.7-1.2 ms CPU at 1M chunks, against a few
-microseconds for the labels).
-
-Query terms found in more than ``common_share`` of the chunks do not rank while the rarer
-terms find k readable chunks (:func:`~shelfhand.knowledge.retrieval.fusion.ranking_terms`): block-max
-WAND cannot skip postings that long, and they weigh little in BM25.
+A filter clause costs the ranked query its block-max WAND pruning, so
+:meth:`TantivyKeywordIndex.search` first ranks the plain union of the query's terms and checks
+its hits against the caller's filters, and runs the filtered query only when that cannot pay
+(:mod:`~shelfhand.knowledge.stores.keyword_plan` says how, and why). Query terms found in more
+than ``common_share`` of the chunks do not rank while the rarer terms find k readable chunks
+(:func:`~shelfhand.knowledge.scoring.ranking_terms`).
 
 Several processes may open one index, but only one may write it (tantivy allows one
 ``IndexWriter`` per directory; the workspace's writer lock decides which process that is).
@@ -49,24 +37,32 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import tantivy
 
-from shelfhand.core.context import PRIVILEGED_ROLES
-from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
-from shelfhand.knowledge.scoring import COMMON_SHARE, ranking_terms
+from shelfhand.core.errors import InvalidArgumentError, KnowledgeError
+from shelfhand.knowledge.analysis import identifier_tokens
+from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ranking_terms
+from shelfhand.knowledge.stores.keyword_plan import (
+    PUBLIC_TAG,
+    UNION_MAX,
+    Filters,
+    filter_terms,
+    index_head,
+    index_text,
+    oversample_size,
+)
 from shelfhand.knowledge.stores.outbox import split_changes
-from shelfhand.knowledge.stores.sqlite import PUBLIC_TAG, IndexChange, SqliteKnowledgeStore
-from shelfhand.knowledge.stores.vector_labels import VectorLabels
-from shelfhand.knowledge.types import Chunk, KeywordHits
+from shelfhand.knowledge.stores.sqlite import IndexChange, SqliteKnowledgeStore
+from shelfhand.knowledge.stores.vector_labels import RowLabels
+from shelfhand.knowledge.types import Chunk, KeywordHits, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +76,6 @@ _LABELS_DIR = "labels"
 Access = Literal["write", "read", "read-only"]
 # Measured on the sample corpus, CMRC 2018 and SciFact (see BENCHMARKS.md).
 _HEAD_BOOST = 1.0
-# Unfiltered ranking then a filter check of its hits (module docstring): fetch
-# ``k / share * _OVERSAMPLE + _OVERSAMPLE_EXTRA`` hits, unless that passes ``oversample_limit``.
-_OVERSAMPLE = 1.5
-_OVERSAMPLE_EXTRA = 10
 _OVERSAMPLE_LIMIT = 2000
 # Indexing buffer of a rebuild: big enough that a rebuild of 1M chunks writes one segment
 # (searches of one segment: 15-20% faster at 1M than of the nine that ingest left, BENCHMARKS
@@ -96,9 +88,6 @@ _NARROW_SHARE = 0.05
 # ranking clauses stay under this share of the clauses' postings (measured at 1M chunks: the
 # intersections win below ~0.06, lose 1.2-3x above 0.1).
 _INTERSECT_RATIO = 0.05
-# Filter values beyond this many are never a lazy union of term queries (see _filter_query)
-# and are not counted for the share estimate.
-_UNION_MAX = 16
 
 
 def _schema() -> tantivy.Schema:
@@ -110,21 +99,6 @@ def _schema() -> tantivy.Schema:
     sb.add_text_field("head", tokenizer_name="whitespace", index_option="freq")
     sb.add_text_field("codes", tokenizer_name="whitespace", index_option="freq")
     return sb.build()
-
-
-def index_text(chunk: Chunk) -> str:
-    """What the keyword index sees of a chunk: title, section path and text, analysed."""
-    parts = [chunk.title, " ".join(chunk.section_path), chunk.text]
-    return " ".join(tokenize_for_index("\n".join(p for p in parts if p)))
-
-
-def index_head(chunk: Chunk) -> str:
-    """The heading of a chunk's own section, analysed; nothing when that is the document title
-    (a title is shared by every chunk of the document and weighting it cost 0.04 nDCG@10 on
-    SciFact, whose titles are whole sentences)."""
-    if not chunk.section_path or chunk.section_path[-1].strip() == chunk.title.strip():
-        return ""
-    return " ".join(tokenize_for_index(chunk.section_path[-1]))
 
 
 class TantivyKeywordIndex:
@@ -162,13 +136,10 @@ class TantivyKeywordIndex:
         rebuild_heap_bytes: int = _REBUILD_HEAP,
         common_share: float = COMMON_SHARE,
     ) -> None:
-        if head_boost < 0:
-            raise ValueError(f"head_boost must be >= 0, not {head_boost}")
-        if not 0 < common_share <= 1:
-            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        check_keyword_weights(head_boost, common_share)
         self.common_share = common_share
         if oversample_limit < 0:
-            raise ValueError(f"oversample_limit must be >= 0, not {oversample_limit}")
+            raise InvalidArgumentError(f"oversample_limit must be >= 0, not {oversample_limit}")
         self.head_boost = head_boost
         self.oversample_limit = oversample_limit
         self.paths: Counter[str] = Counter()
@@ -181,28 +152,26 @@ class TantivyKeywordIndex:
         self._writer: Any = None
         self._generation: int | None = None
         # Per-rowid access labels, kept by the writing process only (module docstring).
-        self._labels: VectorLabels | None = None
-        self._labels_lock = threading.Lock()  # short: never held while analysing text
-        self._labels_dirty = False
+        self._labels: RowLabels | None = None
         self._index = self._open()
         if self.access == "write" and self._generation is not None:
-            self._labels = self._load_labels(self._generation)
+            self._labels = RowLabels.load(self.directory / _LABELS_DIR, self._generation)
 
     def _read_generation(self) -> int:
         state = json.loads((self.directory / _STATE_FILE).read_text(encoding="utf-8"))
         if state.get("schema") != _SCHEMA_VERSION:
-            raise ValueError("schema changed")
+            raise KnowledgeError("schema changed")
         return int(state["generation"])
 
     def _open(self) -> tantivy.Index:
         try:
             generation = self._read_generation()
             if not tantivy.Index.exists(str(self.directory)):
-                raise ValueError("index files missing")
+                raise KnowledgeError("index files missing")
             index = tantivy.Index(self._schema, path=str(self.directory), reuse=True)
             self._generation = generation
             return index
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, KnowledgeError) as exc:
             if self.access == "read-only":  # the writer's to rebuild; search nothing meanwhile
                 logger.warning(
                     "keyword index at %s is unusable (%s) and another process writes the "
@@ -248,9 +217,7 @@ class TantivyKeywordIndex:
         writer.add_document(doc)
         if self._labels is not None:
             meta = (chunk.tenant_id, tuple(chunk.permission_tags), chunk.doc_type, chunk.source)
-            with self._labels_lock:
-                self._labels.put([rowid], [meta])
-                self._labels_dirty = True
+            self._labels.put(rowid, meta)
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
         """Delete every replaced document by id, then add its current chunks from the store;
@@ -284,14 +251,14 @@ class TantivyKeywordIndex:
                     self._release_writer()
             self._index.reload()
             self._write_state(generation)
-            if durable:
-                self._save_labels(generation)
+            if durable and self._labels is not None:
+                self._labels.save(generation)
 
     def _refresh(self) -> None:
         """Read-only: see the writer's latest commit and the generation it recorded."""
         self._index.reload()
         # the writer may be replacing the state file: then keep the last generation read
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, KnowledgeError):
             self._generation = self._read_generation()
 
     def _release_writer(self) -> None:
@@ -312,7 +279,7 @@ class TantivyKeywordIndex:
             try:
                 writer.delete_all_documents()
                 if self.access == "write":
-                    self._labels = VectorLabels()
+                    self._labels = RowLabels(self.directory / _LABELS_DIR)
                 for n, stored in enumerate(store.iter_chunks(), start=1):
                     self._add(writer, stored.rowid, stored.chunk)
                     if n % 50_000 == 0:
@@ -321,13 +288,16 @@ class TantivyKeywordIndex:
             except BaseException:
                 writer.rollback()
                 if self.access == "write":  # labels of the rows indexed so far: read anew
-                    self._labels = self._load_labels(self._generation or -1)
+                    self._labels = RowLabels.load(
+                        self.directory / _LABELS_DIR, self._generation or -1
+                    )
                 raise
             finally:
                 writer.wait_merging_threads()  # lets go of the directory lock
             self._index.reload()
             self._write_state(generation)
-            self._save_labels(generation)
+            if self._labels is not None:
+                self._labels.save(generation)
 
     def segments(self) -> int:
         """How many segments the index has now (fewer search faster; see :meth:`rebuild`)."""
@@ -340,39 +310,8 @@ class TantivyKeywordIndex:
         if self.access != "write" or self._labels is not None or self._generation is None:
             return
         with self._lock:
-            labels = VectorLabels()
-            n = 0
-            for rows in store.iter_chunk_acl():
-                labels.put([r[0] for r in rows], [r[1:] for r in rows])
-                n += len(rows)
-            logger.info("keyword index: labelled %d chunks for the access check", n)
-            self._labels = labels
-            self._labels_dirty = True
-            self._save_labels(self._generation)
-
-    def _load_labels(self, generation: int) -> VectorLabels | None:
-        folder = self.directory / _LABELS_DIR
-        try:
-            state = json.loads((folder / _STATE_FILE).read_text(encoding="utf-8"))
-            if int(state["generation"]) != generation:
-                return None
-            return VectorLabels.load(folder, None)
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def _save_labels(self, generation: int) -> None:
-        """Persist the labels with the generation they reflect (after the index's commit)."""
-        if self._labels is None or not self._labels_dirty:
-            return
-        folder = self.directory / _LABELS_DIR
-        folder.mkdir(exist_ok=True)
-        with self._labels_lock:
-            (folder / _STATE_FILE).unlink(missing_ok=True)  # no state: never read half-saved
-            self._labels.save(folder, len(self._labels.tenant))
-            self._labels_dirty = False
-        tmp = folder / (_STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps({"generation": generation}), encoding="utf-8")
-        os.replace(tmp, folder / _STATE_FILE)
+            self._labels = RowLabels.of_rows(self.directory / _LABELS_DIR, store.iter_chunk_acl())
+            self._labels.save(self._generation)
 
     def _write_state(self, generation: int) -> None:
         path = self.directory / _STATE_FILE
@@ -389,8 +328,8 @@ class TantivyKeywordIndex:
                 writer, self._writer = self._writer, None
                 writer.commit()
                 writer.wait_merging_threads()
-            if self._generation is not None:
-                self._save_labels(self._generation)
+            if self._generation is not None and self._labels is not None:
+                self._labels.save(self._generation)
 
     # -- search --------------------------------------------------------------------------------
 
@@ -398,25 +337,15 @@ class TantivyKeywordIndex:
         return int(self._index.searcher().num_docs)
 
     def search(
-        self,
-        query_tokens: Sequence[str],
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, query_tokens: Sequence[str], k: int, *, scope: Scope
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks by BM25 that the caller may read, as ``(rowid, score)``.
 
         Args:
             query_tokens: From :func:`~shelfhand.knowledge.analysis.tokenize_query`.
             k: How many hits at most.
-            tenant_id: The caller's tenant; other tenants' chunks never match.
-            roles: The caller's roles; a chunk matches when untagged or sharing a role
-                (``admin``/``system`` see the whole tenant).
-            doc_types: Only these document types, when given.
-            sources: Only these sources, when given.
+            scope: What the caller may read (tenant, roles, doc type and source filters);
+                nothing else ever matches.
         """
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
@@ -432,13 +361,13 @@ class TantivyKeywordIndex:
         if query is None:  # no chunk holds any of the terms
             self.paths["empty"] += 1
             return []
-        hits = self._run(searcher, query, k, tenant_id, roles, doc_types, sources, True)
+        hits = self._run(searcher, query, k, scope, True)
         if len(hits) < k and len(ranked) < len(terms):
             # few readable chunks hold the rarer terms: the common ones rank the rest
             self.paths["common terms"] += 1
             every = self._ranked(searcher, terms, body_df)
             if every is not None:  # (it holds the ranked terms' clauses)
-                hits = self._run(searcher, every, k, tenant_id, roles, doc_types, sources, True)
+                hits = self._run(searcher, every, k, scope, True)
         return KeywordHits(hits, num_docs=int(searcher.num_docs), doc_freqs=list(body_df.values()))
 
     def _searcher(self) -> Any:
@@ -478,21 +407,12 @@ class TantivyKeywordIndex:
         return should, postings
 
     def search_exact(
-        self,
-        identifiers: Sequence[str],
-        k: int,
-        *,
-        rank_by: Sequence[str] = (),
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks whose text holds at least one of ``identifiers`` (index tokens from
         :func:`~shelfhand.knowledge.analysis.query_identifiers`), as ``(rowid, score)``, ranked
         like :meth:`search` ranks ``rank_by`` (the query's tokens), or by their BM25 on the
-        identifiers when it is empty. Tenant, roles and filters restrict it exactly like
-        :meth:`search`.
+        identifiers when it is empty. ``scope`` restricts it exactly like :meth:`search`.
         """
         terms = list(dict.fromkeys(t for t in identifiers if t))
         if not terms or k <= 0:
@@ -531,9 +451,7 @@ class TantivyKeywordIndex:
         # ranked unfiltered, then checked like search (oversampled), else filtered; few
         # holders: filters that only check those (lazy)
         narrow = holders <= _NARROW_SHARE * int(searcher.num_docs)
-        return self._run(
-            searcher, text, k, tenant_id, roles, doc_types, sources, True, narrow=narrow
-        )
+        return self._run(searcher, text, k, scope, True, narrow=narrow)
 
     def _should(
         self, field: str, terms: Sequence[str], boost: float = 1.0
@@ -546,24 +464,6 @@ class TantivyKeywordIndex:
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
-    def _filters(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
-    ) -> list[tuple[str, list[str]]]:
-        """The caller's visibility as ``(field, allowed values)``; a chunk must match each."""
-        filters: list[tuple[str, list[str]]] = [("tenant", [tenant_id])]
-        role_set = set(roles)
-        if not role_set & PRIVILEGED_ROLES:
-            filters.append(("tags", sorted(role_set | {PUBLIC_TAG})))
-        if doc_types is not None:
-            filters.append(("doc_type", sorted(set(doc_types))))
-        if sources is not None:
-            filters.append(("source", sorted(set(sources))))
-        return filters
-
     def _filter_query(self, field: str, values: Sequence[str], *, lazy: bool) -> tantivy.Query:
         """One filter clause. ``lazy``: a union of term queries, which tantivy advances only to
         the documents another clause proposes (the check of a few candidates); else a term-set
@@ -572,7 +472,7 @@ class TantivyKeywordIndex:
         filtered query (5.0 against 6.6 ms for two tags at 1M, bench/keyword_filters.py)."""
         if len(values) == 1:
             return tantivy.Query.term_query(self._schema, field, values[0])
-        if lazy and len(values) <= _UNION_MAX:
+        if lazy and len(values) <= UNION_MAX:
             return tantivy.Query.boolean_query(
                 [
                     (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, field, v))
@@ -586,10 +486,7 @@ class TantivyKeywordIndex:
         searcher: Any,
         text: tantivy.Query,
         k: int,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
+        scope: Scope,
         oversample: bool = False,
         *,
         narrow: bool = False,
@@ -598,7 +495,7 @@ class TantivyKeywordIndex:
         ``narrow``: ``text`` matches few chunks, so the filters only check those (lazy unions;
         a term-set filter would first collect every chunk of its values)."""
         occ = tantivy.Occur
-        filters = self._filters(tenant_id, roles, doc_types, sources)
+        filters = filter_terms(scope)
         if any(not values for _, values in filters):
             self.paths["empty"] += 1
             return []  # an empty doc_types or sources list allows nothing
@@ -607,13 +504,7 @@ class TantivyKeywordIndex:
             self.paths["empty"] += 1
             return []
         if fetch is not None:
-            caller = {
-                "tenant_id": tenant_id,
-                "roles": roles,
-                "doc_types": doc_types,
-                "sources": sources,
-            }
-            hits = self._oversampled(searcher, text, k, fetch, filters, caller)
+            hits = self._oversampled(searcher, text, k, fetch, filters, scope)
             if hits is not None:
                 self.paths["oversampled"] += 1
                 return hits
@@ -629,31 +520,10 @@ class TantivyKeywordIndex:
         rowids = searcher.fast_field_values("rowid", [addr for _, addr in result.hits])
         return [(int(r or 0), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]
 
-    def _oversample_size(
-        self, searcher: Any, k: int, filters: Sequence[tuple[str, list[str]]]
-    ) -> int | None:
-        """How many unfiltered hits to rank for ``k`` readable ones, 0 when the caller's tenant
-        has no chunk, None when the filtered query is the better plan.
-
-        The readable share is estimated from document frequencies (which still count deleted
-        chunks until a merge) as if the filters were independent: a wrong estimate costs time
-        (the filtered query runs after all), never correctness.
-        """
-        total = int(searcher.num_docs)
-        if total == 0 or searcher.doc_freq("tenant", filters[0][1][0]) == 0:
-            return 0
-        if self.oversample_limit == 0:
-            return None
-        share = 1.0
-        for field, values in filters:
-            if len(values) > _UNION_MAX:
-                return None
-            matching = sum(int(searcher.doc_freq(field, v)) for v in values)
-            share *= min(1.0, matching / total)
-        if share <= 0.0:
-            return None  # e.g. a doc type no chunk has: the filtered query finds that fast
-        fetch = math.ceil(k / share * _OVERSAMPLE) + _OVERSAMPLE_EXTRA
-        return fetch if fetch <= self.oversample_limit else None
+    def _oversample_size(self, searcher: Any, k: int, filters: Filters) -> int | None:
+        """:func:`~shelfhand.knowledge.stores.keyword_plan.oversample_size` within this
+        index's ``oversample_limit``."""
+        return oversample_size(searcher, k, filters, self.oversample_limit)
 
     def _oversampled(
         self,
@@ -662,7 +532,7 @@ class TantivyKeywordIndex:
         k: int,
         fetch: int,
         filters: Sequence[tuple[str, list[str]]],
-        caller: dict[str, Any],
+        scope: Scope,
     ) -> list[tuple[int, float]] | None:
         """The top ``k`` readable hits among the unfiltered top ``fetch``, or None when fewer
         than ``k`` of those are readable and more hits exist (then only the filtered query is
@@ -677,8 +547,7 @@ class TantivyKeywordIndex:
         allowed: list[bool] | None = None
         labels = self._labels
         if labels is not None:
-            with self._labels_lock:
-                allowed = labels.allows(rowids, **caller)
+            allowed = labels.allows(rowids, scope)
         if allowed is None:  # a reading process, or a rowid not labelled yet
             allowed = self._check(searcher, rowids, filters)
         hits = [

@@ -12,14 +12,16 @@ The keyword index keeps the same labels with the chunk rowid as the position
 (:class:`~shelfhand.knowledge.stores.tantivy.TantivyKeywordIndex`): it checks the few hits of its
 unfiltered ranking with :meth:`VectorLabels.allows` instead of a second tantivy query.
 
-The rule is the store's (:meth:`SqliteKnowledgeStore.allowed_rowids`): same tenant, and no
-permission tags or one among the caller's roles, or a privileged role; then the doc-type and
-source filters.
+The rule is :class:`~shelfhand.knowledge.types.Scope`'s: same tenant, and no permission tags
+or one among the caller's roles, or a privileged role; then the doc-type and source filters.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from shelfhand.core.context import PRIVILEGED_ROLES
+from shelfhand.knowledge.types import Scope
 
-__all__ = ["ChunkMeta", "VectorLabels"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChunkMeta", "RowLabels", "VectorLabels"]
 
 ChunkMeta = tuple[str, tuple[str, ...], str, str]
 """``(tenant_id, permission_tags, doc_type, source)`` of a chunk."""
@@ -38,6 +42,8 @@ Codes = npt.NDArray[np.int32]
 Mask = npt.NDArray[np.bool_]
 _FILE = "labels.npz"
 _DICTS = "labels.json"
+_STATE = "shelfhand-state.json"
+"""Next to a :class:`RowLabels`' files: the generation of the index they reflect."""
 
 
 def _code(table: dict[str, int], value: str) -> int:
@@ -129,56 +135,31 @@ class VectorLabels:
         out.tagbits = self.tagbits[positions].copy()
         return out
 
-    def mask(
-        self,
-        n: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> Mask:
-        """Which of the first ``n`` positions the caller may read (liveness not included)."""
-        return self._match(slice(0, n), n, tenant_id, roles, doc_types, sources)
+    def mask(self, n: int, scope: Scope) -> Mask:
+        """Which of the first ``n`` positions ``scope`` may read (liveness not included)."""
+        return self._match(slice(0, n), n, scope)
 
-    def allows(
-        self,
-        positions: Sequence[int],
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> list[bool] | None:
-        """Whether the caller may read each of ``positions``; None when one of them is not
+    def allows(self, positions: Sequence[int], scope: Scope) -> list[bool] | None:
+        """Whether ``scope`` may read each of ``positions``; None when one of them is not
         labelled (beyond the arrays, or never :meth:`put`): the caller must ask elsewhere."""
         rows = np.asarray(positions, dtype=np.int64)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self.tenant)):
             return None
         if len(rows) and bool((self.tenant[rows] < 0).any()):
             return None
-        allowed = self._match(rows, len(rows), tenant_id, roles, doc_types, sources)
+        allowed = self._match(rows, len(rows), scope)
         return [bool(a) for a in allowed]
 
-    def _match(
-        self,
-        rows: slice | npt.NDArray[np.int64],
-        n: int,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
-    ) -> Mask:
-        tenant = self.tenants.get(tenant_id)
+    def _match(self, rows: slice | npt.NDArray[np.int64], n: int, scope: Scope) -> Mask:
+        tenant = self.tenants.get(scope.tenant_id)
         if tenant is None:
             return np.zeros(n, dtype=bool)
         mask: Mask = self.tenant[rows] == tenant
-        role_set = set(roles)
-        if not role_set & PRIVILEGED_ROLES:
+        if not scope.privileged:
             bits = self.tagbits[rows]
             readable: Mask = np.logical_not(bits.any(axis=1))  # untagged: public within the tenant
             want = np.zeros(bits.shape[1], dtype=np.uint64)
-            for role in role_set:
+            for role in scope.roles:
                 bit = self.tags.get(role)
                 if bit is not None:
                     want[bit // 64] |= np.uint64(1 << (bit % 64))
@@ -186,8 +167,8 @@ class VectorLabels:
                 readable |= (bits & want).any(axis=1)
             mask &= readable
         for column, table, values in (
-            (self.doc_type, self.doc_types, doc_types),
-            (self.source, self.sources, sources),
+            (self.doc_type, self.doc_types, scope.doc_types),
+            (self.source, self.sources, scope.sources),
         ):
             if values is not None:
                 codes = [table[v] for v in set(values) if v in table]
@@ -231,3 +212,73 @@ class VectorLabels:
         if not len(out.tenant) == len(out.doc_type) == len(out.source) == len(out.tagbits) == size:
             return None
         return out
+
+
+class RowLabels:
+    """The keyword index's labels, the chunk rowid as the position, as its writing process
+    keeps them: saved in ``folder`` with the index generation they reflect, and behind a lock
+    (short: never held while text is analysed) since searches read them while ingest adds.
+
+    Args:
+        folder: Where they are saved (the index's ``labels`` folder).
+        labels: What they hold already (loaded), else none.
+    """
+
+    def __init__(self, folder: Path, labels: VectorLabels | None = None) -> None:
+        self.folder = folder
+        self._labels = VectorLabels() if labels is None else labels
+        self._lock = threading.Lock()
+        self._dirty = False
+
+    @classmethod
+    def load(cls, folder: Path, generation: int) -> RowLabels | None:
+        """The labels :meth:`save` left in ``folder`` for ``generation``; None when there are
+        none, or they reflect another generation (the index changed after they were saved)."""
+        try:
+            state = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+            if int(state["generation"]) != generation:
+                return None
+            labels = VectorLabels.load(folder, None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return None if labels is None else cls(folder, labels)
+
+    @classmethod
+    def of_rows(
+        cls, folder: Path, batches: Iterable[Sequence[tuple[int, *ChunkMeta]]]
+    ) -> RowLabels:
+        """Labels from batches of ``(rowid, *meta)`` rows (the store's ``iter_chunk_acl``),
+        not saved yet."""
+        out = cls(folder)
+        n = 0
+        for rows in batches:
+            out._labels.put([r[0] for r in rows], [(r[1], r[2], r[3], r[4]) for r in rows])
+            n += len(rows)
+        out._dirty = True
+        logger.info("keyword index: labelled %d chunks for the access check", n)
+        return out
+
+    def put(self, rowid: int, meta: ChunkMeta) -> None:
+        """Label ``rowid`` (a chunk just indexed)."""
+        with self._lock:
+            self._labels.put([rowid], [meta])
+            self._dirty = True
+
+    def allows(self, rowids: Sequence[int], scope: Scope) -> list[bool] | None:
+        """:meth:`VectorLabels.allows` of ``rowids``."""
+        with self._lock:
+            return self._labels.allows(rowids, scope)
+
+    def save(self, generation: int) -> None:
+        """Save them, if they changed, as those of ``generation`` (after the index's commit).
+        The generation is written last: labels saved halfway are never read."""
+        if not self._dirty:
+            return
+        self.folder.mkdir(exist_ok=True)
+        with self._lock:
+            (self.folder / _STATE).unlink(missing_ok=True)
+            self._labels.save(self.folder, len(self._labels.tenant))
+            self._dirty = False
+        tmp = self.folder / (_STATE + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation}), encoding="utf-8")
+        os.replace(tmp, self.folder / _STATE)

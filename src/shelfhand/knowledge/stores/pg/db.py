@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.postgres import apply_pg_migrations, open_pool
 from shelfhand.backends.urls import redact_url
-from shelfhand.core.context import PRIVILEGED_ROLES
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+from shelfhand.knowledge.types import Scope
 
 if TYPE_CHECKING:
     import psycopg
@@ -131,32 +131,22 @@ class PgDatabase:
 
 
 def acl_sql(
-    alias: str,
-    tenant_id: str,
-    roles: Iterable[str],
-    doc_types: Sequence[str] | None,
-    sources: Sequence[str] | None,
-    *,
-    tags_column: str = "permission_tags",
+    alias: str, scope: Scope, *, tags_column: str = "permission_tags"
 ) -> tuple[str, list[Any]]:
-    """The caller's visibility as a SQL condition on ``alias`` (and its parameters).
-
-    Visible iff same tenant AND (no permission tags, or a tag among ``roles``, or the caller
-    holds ``admin``/``system``), narrowed by doc types and sources when given.
-    """
-    role_set = set(roles)
+    """What ``scope`` may read as a SQL condition on ``alias`` (and its parameters); see
+    :class:`~shelfhand.knowledge.types.Scope` for the rule."""
     sql = f"{alias}.tenant_id = %s"
-    params: list[Any] = [tenant_id]
-    if not role_set & PRIVILEGED_ROLES:
+    params: list[Any] = [scope.tenant_id]
+    if not scope.privileged:
         sql += f" AND (cardinality({alias}.{tags_column}) = 0"
-        if role_set:
+        if scope.roles:
             sql += f" OR {alias}.{tags_column} && %s::text[]"
-            params.append(sorted(role_set))
+            params.append(sorted(scope.roles))
         sql += ")"
-    if doc_types is not None:
+    if scope.doc_types is not None:
         sql += f" AND {alias}.doc_type = ANY(%s::text[])"
-        params.append(list(doc_types))
-    if sources is not None:
+        params.append(list(scope.doc_types))
+    if scope.sources is not None:
         sql += f" AND {alias}.source = ANY(%s::text[])"
-        params.append(list(sources))
+        params.append(list(scope.sources))
     return sql, params

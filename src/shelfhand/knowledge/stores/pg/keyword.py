@@ -14,13 +14,18 @@ Tenant, roles, doc type and source are conditions of the same SQL.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from shelfhand.knowledge.scoring import COMMON_SHARE, bm25_idf, ranking_terms
+from shelfhand.knowledge.scoring import (
+    COMMON_SHARE,
+    bm25_idf,
+    check_keyword_weights,
+    ranking_terms,
+)
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.stores.pg.store import tsquery_literal
-from shelfhand.knowledge.types import KeywordHits
+from shelfhand.knowledge.types import KeywordHits, Scope
 
 __all__ = ["PgKeywordIndex"]
 
@@ -76,10 +81,7 @@ class PgKeywordIndex:
         bitmap_scan: bool = True,
         common_share: float = COMMON_SHARE,
     ) -> None:
-        if head_boost < 0:
-            raise ValueError(f"head_boost must be >= 0, not {head_boost}")
-        if not 0 < common_share <= 1:
-            raise ValueError(f"common_share must be in (0, 1], not {common_share}")
+        check_keyword_weights(head_boost, common_share)
         self.common_share = common_share
         self.db = db
         self.head_boost = head_boost
@@ -114,33 +116,16 @@ class PgKeywordIndex:
         return fields, dfs
 
     def search(
-        self,
-        query_tokens: Sequence[str],
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, query_tokens: Sequence[str], k: int, *, scope: Scope
     ) -> list[tuple[int, float]]:
-        """Top ``k`` chunks by BM25 that the caller may read, as ``(rowid, score)``."""
+        """Top ``k`` chunks by BM25 that ``scope`` may read, as ``(rowid, score)``."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
             return []
-        return self._run(
-            terms, None, k, tenant_id=tenant_id, roles=roles, doc_types=doc_types, sources=sources
-        )
+        return self._run(terms, None, k, scope)
 
     def search_exact(
-        self,
-        identifiers: Sequence[str],
-        k: int,
-        *,
-        rank_by: Sequence[str] = (),
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks whose text holds one of ``identifiers``, ranked by BM25 of
         ``rank_by`` (or of the identifiers in the ``codes`` field when it is empty)."""
@@ -148,30 +133,14 @@ class PgKeywordIndex:
         if not ids or k <= 0:
             return []
         ranking = list(dict.fromkeys(t for t in rank_by if t))
-        return self._run(
-            ranking,
-            ids,
-            k,
-            tenant_id=tenant_id,
-            roles=roles,
-            doc_types=doc_types,
-            sources=sources,
-        )
+        return self._run(ranking, ids, k, scope)
 
     def _run(
-        self,
-        terms: Sequence[str],
-        identifiers: Sequence[str] | None,
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None,
-        sources: Sequence[str] | None,
+        self, terms: Sequence[str], identifiers: Sequence[str] | None, k: int, scope: Scope
     ) -> list[tuple[int, float]]:
         """Rows matching ``terms`` (body or head) — or holding one of ``identifiers`` (codes),
         when given — scored by BM25 of ``terms`` (of the identifiers in codes if none)."""
-        where, acl_params = acl_sql("c", tenant_id, roles, doc_types, sources)
+        where, acl_params = acl_sql("c", scope)
         scored = list(terms) if terms else list(identifiers or ())
         with self.db.connection() as conn, conn.transaction():
             if self.bitmap_scan:

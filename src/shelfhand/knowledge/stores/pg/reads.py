@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,8 @@ import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
-from shelfhand.knowledge.types import Chunk, SourceInfo, StoredChunk
+from shelfhand.knowledge.stores.records import chunk_from_row
+from shelfhand.knowledge.types import Chunk, Scope, SourceInfo, StoredChunk
 
 if TYPE_CHECKING:
     import psycopg
@@ -22,26 +23,12 @@ CHUNK_COLUMNS = (
     "rowid, chunk_id, doc_id, chunk_index, text, title, section_path, page, source, start_, end_,"
     " content_hash, doc_type, permission_tags, tenant_id, updated_at"
 )
+"""The chunk columns every read selects, in :func:`row_to_chunk`'s order."""
 
 
 def row_to_chunk(row: Sequence[Any]) -> Chunk:
-    return Chunk(
-        chunk_id=row[1],
-        doc_id=row[2],
-        chunk_index=row[3],
-        text=row[4],
-        title=row[5],
-        section_path=tuple(row[6]),
-        page=row[7],
-        source=row[8],
-        start=row[9],
-        end=row[10],
-        content_hash=row[11],
-        doc_type=row[12],
-        permission_tags=tuple(row[13]),
-        tenant_id=row[14],
-        updated_at=row[15],
-    )
+    """The chunk of a row of :data:`CHUNK_COLUMNS`."""
+    return chunk_from_row(row, tuple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,14 +197,16 @@ class PgStoreReads:
         )
         return {int(r[0]): row_to_chunk(r) for r in rows}
 
-    def chunks_in_section(self, tenant_id: str, leaf: str) -> dict[int, Chunk]:
-        """The tenant's chunks whose innermost section heading is ``leaf`` (rowid → chunk)."""
+    def chunks_in_section(self, scope: Scope, leaf: str) -> dict[int, Chunk]:
+        """Chunks whose innermost section heading is ``leaf`` (rowid → chunk): at most 200 of
+        the scope's tenant, those the scope may read."""
         rows = self._all(
             f"SELECT {CHUNK_COLUMNS} FROM knowledge_pg_chunks WHERE tenant_id = %s"
             " AND section_path[cardinality(section_path)] = %s LIMIT 200",
-            (tenant_id, leaf),
+            (scope.tenant_id, leaf),
         )
-        return {int(r[0]): row_to_chunk(r) for r in rows}
+        found = {int(r[0]): row_to_chunk(r) for r in rows}
+        return {rowid: chunk for rowid, chunk in found.items() if scope.allows(chunk)}
 
     def content_hashes(self, rowids: Sequence[int]) -> dict[int, str]:
         if not rowids:
@@ -284,16 +273,9 @@ class PgStoreReads:
         )
         return {str(h): np.asarray(vec, dtype=np.float32) for h, vec in rows}
 
-    def allowed_rowids(
-        self,
-        tenant_id: str,
-        roles: Iterable[str],
-        *,
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-    ) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Rowids of the chunks a caller may read (sorted), optionally narrowed by metadata."""
-        where, params = acl_sql("c", tenant_id, roles, doc_types, sources)
+    def allowed_rowids(self, scope: Scope) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Rowids of the chunks ``scope`` may read (sorted)."""
+        where, params = acl_sql("c", scope)
         rows = self._all(
             f"SELECT c.rowid FROM knowledge_pg_chunks c WHERE {where} ORDER BY c.rowid", params
         )

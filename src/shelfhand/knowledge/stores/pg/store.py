@@ -26,6 +26,8 @@ import numpy as np
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
+from shelfhand.knowledge.protocols import DocVectors, SourceItem
+from shelfhand.knowledge.stores.keyword_plan import index_head, index_text
 from shelfhand.knowledge.stores.pg.db import PgDatabase
 from shelfhand.knowledge.stores.pg.reads import (
     CHUNK_COLUMNS,
@@ -33,7 +35,7 @@ from shelfhand.knowledge.stores.pg.reads import (
     SpaceTable,
     row_to_chunk,
 )
-from shelfhand.knowledge.stores.tantivy import index_head, index_text
+from shelfhand.knowledge.stores.records import ReplacesSources
 from shelfhand.knowledge.types import Chunk, Document
 
 if TYPE_CHECKING:
@@ -132,7 +134,7 @@ class ImportedDocument:
 
     doc: Document
     chunks: Sequence[Chunk]
-    vectors: Mapping[str, tuple[Sequence[int], Vectors]]
+    vectors: DocVectors
     embed_state: str
     embed_error: str | None = None
 
@@ -174,7 +176,7 @@ def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
     )
 
 
-class PgKnowledgeStore(PgStoreReads):
+class PgKnowledgeStore(PgStoreReads, ReplacesSources):
     """Documents, chunks, vectors and keyword statistics in PostgreSQL (pgvector).
 
     Thread-safe: each call takes a pooled connection. Several processes may write at once.
@@ -305,7 +307,7 @@ class PgKnowledgeStore(PgStoreReads):
         conn: psycopg.Connection[Any],
         doc: Document,
         chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None,
+        vectors: DocVectors | None,
         embed_state: str,
         embed_error: str | None,
         delta: _Delta,
@@ -483,40 +485,18 @@ class PgKnowledgeStore(PgStoreReads):
             conn.execute("UPDATE knowledge_pg_meta SET value = value + 1 WHERE key = 'generation'")
         return len(rows)
 
-    def upsert_document(
-        self,
-        doc: Document,
-        chunks: Sequence[Chunk],
-        vectors: Mapping[str, tuple[Sequence[int], Vectors]] | None = None,
-        *,
-        embed_state: str | None = None,
-        embed_error: str | None = None,
-    ) -> list[int]:
-        """Replace a document and its chunks (and vectors) in one transaction; returns the
-        chunks' rowids in order."""
-        return self.replace_source(
-            doc.source,
-            None,
-            [(doc, chunks, vectors)],
-            embed_state=embed_state,
-            embed_error=embed_error,
-            remove_others=False,
-        )[0]
-
     def replace_source(
         self,
         source: str,
         source_hash: str | None,
-        items: Sequence[
-            tuple[Document, Sequence[Chunk], Mapping[str, tuple[Sequence[int], Vectors]] | None]
-        ],
+        items: Sequence[SourceItem],
         *,
         embed_state: str | None = None,
         embed_error: str | None = None,
         remove_others: bool = True,
         space_models: Mapping[str, tuple[str, int]] | None = None,
     ) -> list[list[int]]:
-        """Replace everything stored for a source at once (see the SQLite store)."""
+        """See :meth:`ReplacesSources.replace_source`: one PostgreSQL transaction."""
         delta = _Delta()
         with self.db.transaction() as conn:
             for space, (model, dim) in (space_models or {}).items():

@@ -45,7 +45,7 @@ from shelfhand.knowledge.stores.pg.store import (
     chunk_row,
     hnsw_index_sql,
 )
-from shelfhand.knowledge.stores.sqlite import _CHUNK_COLUMNS, _row_to_chunk
+from shelfhand.knowledge.stores.sqlite_reads import CHUNK_COLUMNS, row_to_chunk
 from shelfhand.knowledge.types import Chunk, Document
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]]) -> _Batch:
     ids = [d[0] for d in docs]
     marks = ",".join("?" * len(ids))
     chunks = conn.execute(
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks}) ORDER BY rowid", ids
+        f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks}) ORDER BY rowid", ids
     ).fetchall()
     vectors = {
         int(r[0]): (str(r[1]), bytes(r[2]))
@@ -127,7 +127,7 @@ def _document(d: Sequence[Any]) -> Document:
 def _imported(batch: _Batch) -> list[ImportedDocument]:
     chunks: dict[str, list[tuple[int, Chunk]]] = {d[0]: [] for d in batch.docs}
     for row in batch.chunks:
-        chunks[row[2]].append((int(row[0]), _row_to_chunk(row)))
+        chunks[row[2]].append((int(row[0]), row_to_chunk(row)))
     out = []
     for d in batch.docs:
         per_space: dict[str, tuple[list[int], list[np.ndarray[Any, Any]]]] = {}
@@ -168,7 +168,7 @@ def _prepare(batch: _Batch) -> _Prepared:
     counts: dict[str, int] = {}
     rows = []
     for raw in batch.chunks:
-        c = _row_to_chunk(raw)
+        c = row_to_chunk(raw)
         counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
         space = batch.vectors.get(int(raw[0]), (None, b""))[0]
         rows.append(chunk_row(c, space, delta))

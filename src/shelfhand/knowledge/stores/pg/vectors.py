@@ -17,7 +17,7 @@ searched exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy as np
 from shelfhand.knowledge.embeddings.router import Vectors
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
 from shelfhand.knowledge.stores.pg.store import PgKnowledgeStore
+from shelfhand.knowledge.types import Scope
 
 __all__ = ["PgVectorIndexes"]
 
@@ -48,22 +49,14 @@ class PgVectorIndexes:
         return self._store.count_vectors(space)
 
     def search(
-        self,
-        space: str,
-        query: Vectors,
-        k: int,
-        *,
-        tenant_id: str,
-        roles: Iterable[str],
-        doc_types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
+        self, space: str, query: Vectors, k: int, *, scope: Scope
     ) -> list[tuple[int, float]]:
-        """Top ``k`` chunks of ``space`` by inner product that the caller may read."""
+        """Top ``k`` chunks of ``space`` by inner product that ``scope`` may read."""
         table = self._store.space_table(space)
         if table is None or k <= 0:
             return []
         vec = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        where, params = acl_sql("v", tenant_id, roles, doc_types, sources)
+        where, params = acl_sql("v", scope)
         sql = (
             f"SELECT v.rowid, -(v.embedding <#> %s) AS score FROM {table.table} v"
             f" WHERE {where} ORDER BY v.embedding <#> %s LIMIT %s"

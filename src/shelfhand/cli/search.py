@@ -1,0 +1,180 @@
+"""Retrieval commands: search (cited passages, no model) and ask (an answer from the
+documents)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, cast
+
+import typer
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from shelfhand.knowledge.types import SearchMode
+
+from shelfhand.cli.common import (
+    NO_MODEL_HINT,
+    RolesOpt,
+    TenantOpt,
+    UserOpt,
+    WorkspaceOpt,
+    app,
+    caller_context,
+    fail,
+    make_console,
+    open_app,
+)
+from shelfhand.cli.model_flags import (
+    MaxTokensOpt,
+    TemperatureOpt,
+    ToolChoiceOpt,
+    ToolModeOpt,
+    apply_model_flags,
+)
+
+ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
+NO_ANSWER_EXIT_CODE = 3
+"""`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
+
+
+@app.command()
+def search(
+    query: str,
+    workspace: WorkspaceOpt = None,
+    k: Annotated[int, typer.Option("-k", help="How many passages.")] = 5,
+    mode: ModeOpt = "hybrid",
+    tenant: TenantOpt = "default",
+    user: UserOpt = "cli",
+    role: RolesOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Search the knowledge base and print cited passages (no model involved)."""
+    from shelfhand.knowledge.evidence.citations import (
+        format_passages,
+        prepare_evidence,
+        to_citations,
+    )
+
+    a = open_app(workspace, existing=True)
+    kb = a.open_knowledge()
+    found = kb.search_result(
+        query, k=k, user=caller_context(tenant, user, role), mode=check_mode(mode)
+    )
+    citations = prepare_evidence(to_citations(list(found.hits)), query)  # disagreements flagged
+    if as_json:
+        typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
+    elif not citations:
+        make_console().print(
+            f"not found: no passage matches {query!r}", highlight=False, markup=False
+        )
+    else:
+        make_console().print(format_passages(citations), highlight=False, markup=False)
+        if found.pending_chunks:
+            make_console().print(
+                f"[dim]{found.pending_chunks} chunks are not embedded yet (found by keywords "
+                "only); `shelfhand embed` embeds them[/]",
+                highlight=False,
+            )
+        for note in (found.degraded_reason, found.rerank_reason):
+            if note:
+                make_console().print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    kb.close()
+
+
+def check_mode(mode: str) -> SearchMode:
+    """``--mode`` as a search mode; anything else exits with a usage error (2)."""
+    if mode in ("hybrid", "keyword", "vector"):
+        return cast("SearchMode", mode)
+    raise fail(f"--mode must be hybrid, keyword or vector, not {mode!r}", 2)
+
+
+@app.command()
+def ask(
+    question: str,
+    workspace: WorkspaceOpt = None,
+    tenant: TenantOpt = "default",
+    user: UserOpt = "cli",
+    role: RolesOpt = None,
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            "--retrieval",
+            help="Where the answer's passages come from: context (retrieved before the model "
+            "is asked), tool (the model calls retrieve) or both (default: answer_retrieval "
+            "setting, else both).",
+        ),
+    ] = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    tool_mode: ToolModeOpt = None,
+    tool_choice: ToolChoiceOpt = None,
+) -> None:
+    """Answer from the documents (chat model if configured, else cited passages).
+
+    Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
+    found, or "no answer", are printed instead.
+    """
+    from shelfhand.agent.fallbacks import found_nothing
+    from shelfhand.core.errors import ConfigurationError, ModelError
+    from shelfhand.core.settings import check_answer_retrieval
+    from shelfhand.knowledge.evidence.citations import conflict_notes, label
+
+    try:
+        mode = None if retrieval is None else check_answer_retrieval(retrieval)
+    except ConfigurationError as exc:
+        raise fail(f"--retrieval: {exc}", 2) from None
+    a = open_app(workspace, existing=True)
+    apply_model_flags(
+        a,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        tool_mode=tool_mode,
+        tool_choice=tool_choice,
+    )
+    console = make_console()
+    kb = a.open_knowledge() if a.knowledge_exists() else None
+    model = a.chat_model()
+    ctx = caller_context(tenant, user, role)
+    if model is None:
+        if kb is None:
+            raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
+        result = a.knowledge_agent(kb).run_sync(question, context=ctx)
+        console.print(result.output, highlight=False, markup=False)
+        from rich.markup import escape
+
+        console.print(
+            f"\n[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages above.[/]"
+        )
+        kb.close()
+        return
+    agent = a.chat_agent(model, kb, retrieval=mode)
+    try:
+        from shelfhand.cli.chat import console_approvals
+
+        result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
+    except ModelError as exc:
+        raise fail(f"the chat model failed: {exc}", 1) from None
+    console.print(result.output, highlight=False, markup=False)
+    if not result.citations and found_nothing(result.messages):
+        console.print(
+            "[yellow]not found:[/] no passage of the documents matches this question; "
+            "the answer above is not from them",
+            highlight=False,
+        )
+    if result.citations:
+        console.print()
+        for c in result.citations:
+            console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+    for note in conflict_notes(result.citations):  # passages that disagree: never hidden
+        text = "note: " + note.removeprefix("Note: ")
+        console.print(text, style="yellow", highlight=False, markup=False)
+    if result.unknown_citations:
+        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
+        console.print(
+            f"[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
+            highlight=False,
+        )
+    if kb is not None:
+        kb.close()
+    if result.stop_reason == "empty":
+        raise typer.Exit(NO_ANSWER_EXIT_CODE)

@@ -50,7 +50,8 @@ DOCUMENTED: dict[str, set[str]] = {
     },
     "shelfhand.knowledge": {
         "Chunk", "Document", "Embedder", "EmbeddingRouter", "HashingEmbedder", "HttpReranker",
-        "KnowledgeBase", "KnowledgeStatus", "ReadLimits", "Reranker", "SearchHit",
+        "KnowledgeBase", "KnowledgeStatus", "ReadLimits", "Reranker", "Scope", "SearchHit",
+        "SearchMode", "SearchOptions", "SearchResult", "SearchTimings",
         "default_router", "format_passages", "label", "prepare_evidence", "sample_corpus",
     },
     "shelfhand.agent": {

@@ -17,11 +17,11 @@ from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.events import CitationsFound, Final, ToolFinished, ToolStarted
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
@@ -34,16 +34,8 @@ QUESTIONS = [("E-203 是什么故障？", "灯泡过热"), ("What does error E-2
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
-    base.ingest([sample_corpus()], tenant_id="acme")
-    hr = tmp_path / "hr"
-    hr.mkdir()
-    (hr / "salaries.md").write_text(
-        "# Salaries\n\nE-203 bonus table: 机密 secret amounts.", encoding="utf-8"
-    )
-    base.ingest([hr], tenant_id="acme", permission_tags=["hr"])
-    yield base
-    base.close()
+    with sample_kb(tmp_path, hr_text="E-203 bonus table: 机密 secret amounts.") as base:
+        yield base
 
 
 def offered(model: ScriptedModel, request: int) -> set[str]:

@@ -14,11 +14,9 @@ from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.core.citations import CitationLedger, cited_numbers
 from shelfhand.core.events import Final, event_to_dict
 from shelfhand.core.messages import Citation, ToolResultBlock
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embeddings.local import HashingEmbedder
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.governance import Governance
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
@@ -27,10 +25,8 @@ ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
-    base.ingest([sample_corpus()], tenant_id="acme")
-    yield base
-    base.close()
+    with sample_kb(tmp_path) as base:
+        yield base
 
 
 def tool_results(messages: tuple[object, ...]) -> list[ToolResultBlock]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,20 +21,7 @@ from shelfhand.core.errors import ModelProviderError
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
-
-_spec = importlib.util.spec_from_file_location(
-    "chat_completions_server",
-    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
-)
-assert _spec is not None and _spec.loader is not None
-server_module = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("chat_completions_server", server_module)
-_spec.loader.exec_module(server_module)
-ChatServer, Reply, completion = (
-    server_module.ChatServer,
-    server_module.Reply,
-    server_module.completion,
-)
+from support.chat_server import ChatServer, Reply, completion
 
 pytestmark = pytest.mark.anyio
 ALICE = UserContext(tenant_id="t1", user_id="alice")

@@ -15,9 +15,9 @@ from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.settings import Settings
-from shelfhand.knowledge.base import sample_corpus
 from shelfhand.knowledge.evidence.compress import GAP
 from shelfhand.testing import ScriptedModel, text, tool_call
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
@@ -28,10 +28,8 @@ NOBODY = UserContext(tenant_id="elsewhere", user_id="u2", roles=["user"])
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
     # keyword-only: "整机保修期" brings both warranty versions today, whatever fusion does
-    base = KnowledgeBase(tmp_path_factory.mktemp("evidence") / "ws", None)
-    base.ingest([sample_corpus()], tenant_id="acme")
-    yield base
-    base.close()
+    with sample_kb(tmp_path_factory.mktemp("evidence"), vectors=False) as base:
+        yield base
 
 
 async def test_the_warranty_question_shows_both_versions_with_a_conflict_flag(

@@ -4,8 +4,6 @@ are read leniently, and garbage, errors and slow models keep the fused order wit
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,18 +20,7 @@ from shelfhand.knowledge.types import Document, SearchHit, Section
 from shelfhand.models.base import ToolSchema
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.testing import FunctionModel, ScriptedModel, failure, text
-
-_spec = importlib.util.spec_from_file_location(
-    "chat_completions_server",
-    Path(__file__).resolve().parents[1] / "models" / "chat_completions_server.py",
-)
-assert _spec is not None and _spec.loader is not None
-server_module = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("chat_completions_server", server_module)
-_spec.loader.exec_module(server_module)
-ChatServer = server_module.ChatServer
-Reply = server_module.Reply
-completion = server_module.completion
+from support.chat_server import ChatServer, Reply, completion
 
 DOCS = {
     "warranty-v1.md": "Warranty v1: the projector warranty lasts 12 months from purchase.",

@@ -35,11 +35,9 @@ from shelfhand.core.events import (
     ToolFinished,
     ToolStarted,
 )
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embeddings.local import HashingEmbedder
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.approvals import Approvals
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
@@ -79,10 +77,8 @@ def refund(order_id: str) -> str:
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
-    base.ingest([sample_corpus()], tenant_id="acme")
-    yield base
-    base.close()
+    with sample_kb(tmp_path) as base:
+        yield base
 
 
 Scenario = Callable[[KnowledgeBase], tuple[Agent, str, Approvals | None]]

@@ -9,10 +9,8 @@ import pytest
 
 from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.retrieve import NOT_CONFIGURED, make_retrieve_tool
-from shelfhand.knowledge.base import sample_corpus
-from shelfhand.knowledge.embeddings.local import HashingEmbedder
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import ScriptedModel, text, tool_call
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
@@ -22,14 +20,8 @@ GLOBEX = UserContext(tenant_id="globex", user_id="u2", roles=["user"])
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
-    base.ingest([sample_corpus()], tenant_id="acme")
-    hr = tmp_path / "hr"
-    hr.mkdir()
-    (hr / "salaries.md").write_text("# Salaries\n\nE-203 bonus table: secret.", encoding="utf-8")
-    base.ingest([hr], tenant_id="acme", permission_tags=["hr"])
-    yield base
-    base.close()
+    with sample_kb(tmp_path, hr_text="E-203 bonus table: secret.") as base:
+        yield base
 
 
 async def test_citations_from_retrieve_reach_the_run_result(kb: KnowledgeBase) -> None:

@@ -9,11 +9,6 @@ from service_helpers import ThreadServer
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def thread_servers() -> Iterator[list[ThreadServer]]:
     """Collects thread servers started by a test and stops them afterwards."""
     started: list[ThreadServer] = []

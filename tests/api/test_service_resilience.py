@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_model_server import FakeModelServer
 from service_helpers import (
     ALICE,
     STARTED,
@@ -35,6 +34,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.providers.openai_chat import OpenAIChatModel
+from support.misbehaving_chat_server import FakeModelServer
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chat_completions_server import Reply, chunk, completion  # see conftest.py
-
 from shelfhand.knowledge.base import sample_corpus
+from support.chat_server import Reply, chunk, completion  # see conftest.py
 
 RETRIEVE_CALL = {
     "id": "call_1",

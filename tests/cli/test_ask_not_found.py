@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_completions_server import Reply, completion  # see conftest.py
 from test_cli import shelfhand
 from test_cli_with_a_model import run
 
@@ -16,6 +15,7 @@ from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from support.chat_server import Reply, completion  # see conftest.py
 
 NOT_FOUND_LINE = "not found: no passage of the documents matches this question"
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_completions_server import Reply, completion  # see conftest.py
 from test_cli_with_a_model import run
 
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from support.chat_server import Reply, completion  # see conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_completions_server import Reply, chunk, completion  # see conftest.py
 
 from shelfhand.knowledge.base import sample_corpus
+from support.chat_server import Reply, chunk, completion  # see conftest.py
 
 RETRIEVE_CALL = {
     "id": "call_1",

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_completions_server import Reply, completion  # see conftest.py
 
 from shelfhand.evals.tool_eval import CaseResult, load_tool_cases, sample_tool_cases, summarise
 from shelfhand.tools.demo import make_tools
+from support.chat_server import Reply, completion  # see conftest.py
 
 CASES = [
     {"id": "stock-zh", "request": "SKU2024-011 有货吗？", "tool": "query_stock",

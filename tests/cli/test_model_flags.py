@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_completions_server import Reply, chunk, completion  # see conftest.py
+
+from support.chat_server import Reply, chunk, completion  # see conftest.py
 
 
 def run(

@@ -18,7 +18,6 @@ from shelfhand.core.settings import (
     DEFAULT_MIN_RELEVANCE,
     Settings,
 )
-from shelfhand.knowledge.analysis import tokenize_for_index
 from shelfhand.knowledge.base import KnowledgeBase
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.fusion import convex_fusion
@@ -26,33 +25,7 @@ from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
 from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Section
-
-
-class BagEmbedder:
-    """Hashing bag of analysed words → normalised vector (lexical, but a real vector space)."""
-
-    def __init__(self, dim: int = 1024) -> None:
-        self._dim = dim
-
-    @property
-    def name(self) -> str:
-        return "bag"
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self._dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for tok in tokenize_for_index(text):
-                out[i, int(hashlib.md5(tok.encode("utf-8")).hexdigest(), 16) % self._dim] += 1
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return out / norms
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+from support.embedders import BagEmbedder
 
 
 def doc(doc_id: str, text: str) -> Document:
@@ -93,7 +66,7 @@ RELATED = {
 @pytest.fixture
 def kb(tmp_path: Path) -> Iterator[EmbeddedKnowledge]:
     kb = open_embedded_store(
-        tmp_path, EmbeddingRouter({"default": BagEmbedder()}), min_relevance=0.25
+        tmp_path, EmbeddingRouter({"default": BagEmbedder(dim=1024)}), min_relevance=0.25
     )
     kb.ingestor.ingest_documents(CORPUS)
     yield kb

@@ -15,46 +15,15 @@ import pytest
 from shelfhand.core.breaker import CircuitBreaker
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query
+from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.fusion import candidate_relevance, rrf
 from shelfhand.knowledge.retrieval.hybrid import _Overlap
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Scope, Section
+from support.embedders import BagEmbedder
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
-
-
-class BagEmbedder:
-    """Hashing bag of analysed words → normalised vector; can be told to fail."""
-
-    def __init__(self, name: str = "bag", dim: int = 64) -> None:
-        self._name, self._dim = name, dim
-        self.fail = False
-        self.query_calls = 0
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if self.fail:
-            raise RuntimeError("quota exceeded")
-        out = np.zeros((len(texts), self._dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for tok in tokenize_for_index(text):
-                out[i, int(hashlib.md5(tok.encode("utf-8")).hexdigest(), 16) % self._dim] += 1
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return out / norms
-
-    def embed_query(self, text: str) -> np.ndarray:
-        self.query_calls += 1
-        return self.embed([text])[0]
 
 
 def doc(

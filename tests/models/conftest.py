@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from chat_completions_server import ChatServer
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+from support.chat_server import ChatServer
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from chat_completions_server import ChatServer, Reply, chunk, completion
 
 from shelfhand import Agent, Toolkit, UserContext, tool
 from shelfhand.core.events import Final, TextDelta
@@ -16,6 +15,7 @@ from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.models import StreamDone, StreamText
 from shelfhand.models.textcalls import json_as_text, json_reply
 from shelfhand.providers.openai_chat import PLAIN_WORDS, OpenAIChatModel
+from support.chat_server import ChatServer, Reply, chunk, completion
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from chat_completions_server import HOLD, ChatServer, Reply, chunk, completion
 
 from shelfhand.core.errors import ConfigurationError, ModelProviderError, ModelTimeoutError
 from shelfhand.core.messages import (
@@ -23,6 +22,7 @@ from shelfhand.core.messages import (
 )
 from shelfhand.models import ChatModel, StreamDone, StreamText
 from shelfhand.providers.openai_chat import OpenAIChatModel
+from support.chat_server import HOLD, ChatServer, Reply, chunk, completion
 
 pytestmark = pytest.mark.anyio
 

@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
-from chat_completions_server import HOLD, ChatServer, Reply, chunk, completion
 
 from shelfhand.core.errors import ConfigurationError, ModelTimeoutError
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
 from shelfhand.models import StreamDone, StreamText
 from shelfhand.providers.openai_chat import OpenAIChatModel
+from support.chat_server import HOLD, ChatServer, Reply, chunk, completion
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from chat_completions_server import ChatServer, Reply, completion
 
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.settings import Settings
+from support.chat_server import ChatServer, Reply, completion
 
 pytestmark = pytest.mark.anyio
 

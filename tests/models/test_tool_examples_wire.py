@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from chat_completions_server import ChatServer, Reply, completion
 
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.evals.tool_eval import load_tool_cases, sample_tool_cases
@@ -16,6 +15,7 @@ from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.providers.tool_modes import examples_block
 from shelfhand.tools import tool
 from shelfhand.tools.demo import RETRIEVE_EXAMPLES, TOOL_EXAMPLES, demo_database, make_tools
+from support.chat_server import ChatServer, Reply, completion
 
 pytestmark = pytest.mark.anyio
 

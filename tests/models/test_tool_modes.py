@@ -7,11 +7,11 @@ from typing import Any
 
 import anyio
 import pytest
-from chat_completions_server import ChatServer, Reply, chunk, completion
 
 from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
 from shelfhand.models import StreamDone, StreamText
 from shelfhand.providers.openai_chat import OpenAIChatModel
+from support.chat_server import ChatServer, Reply, chunk, completion
 
 pytestmark = pytest.mark.anyio
 

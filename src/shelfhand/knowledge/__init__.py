@@ -30,6 +30,11 @@ _EXPORTS: dict[str, str] = {
     "Document": "shelfhand.knowledge.types",
     "Chunk": "shelfhand.knowledge.types",
     "SearchHit": "shelfhand.knowledge.types",
+    "Scope": "shelfhand.knowledge.types",
+    "SearchMode": "shelfhand.knowledge.types",
+    "SearchOptions": "shelfhand.knowledge.types",
+    "SearchResult": "shelfhand.knowledge.types",
+    "SearchTimings": "shelfhand.knowledge.types",
     "Embedder": "shelfhand.knowledge.embeddings.router",
     "EmbeddingRouter": "shelfhand.knowledge.embeddings.router",
     "HashingEmbedder": "shelfhand.knowledge.embeddings.local",
@@ -53,7 +58,12 @@ __all__ = [
     "KnowledgeStatus",
     "ReadLimits",
     "Reranker",
+    "Scope",
     "SearchHit",
+    "SearchMode",
+    "SearchOptions",
+    "SearchResult",
+    "SearchTimings",
     "default_router",
     "format_passages",
     "label",
@@ -68,6 +78,15 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.evidence.citations import format_passages, label, prepare_evidence
     from shelfhand.knowledge.reading.limits import ReadLimits
     from shelfhand.knowledge.retrieval.rerank import HttpReranker, Reranker
-    from shelfhand.knowledge.types import Chunk, Document, SearchHit
+    from shelfhand.knowledge.types import (
+        Chunk,
+        Document,
+        Scope,
+        SearchHit,
+        SearchMode,
+        SearchOptions,
+        SearchResult,
+        SearchTimings,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -20,16 +20,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, ToolStarted
-from shelfhand.core.messages import Message
+from shelfhand.core.messages import Message, ToolResultBlock
 
+from .guard import canonical_arguments
 from .step_events import finished, replay_finished
 
 if TYPE_CHECKING:
     from shelfhand.core.context import RunContext
-    from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+    from shelfhand.core.messages import ToolCallBlock
     from shelfhand.tools.approvals import ApprovalDecision, ApprovalRequest, Approvals
     from shelfhand.tools.toolkit import CallReport, Toolkit
 
@@ -77,18 +79,24 @@ async def tool_round(
                     yield event
     if len(todo) > 1 and toolkit.is_concurrency_safe([c.name for c in todo]):
         gate = asyncio.Semaphore(max_concurrency)
+        leaders, followers = _identical_groups(todo, toolkit)
 
         async def one(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
             async with gate:
                 return call, await toolkit.execute(call, run, approval=decisions.get(call.id))
 
-        tasks = [asyncio.ensure_future(one(c)) for c in todo]
+        tasks = [asyncio.ensure_future(one(c)) for c in leaders]
         try:
             for next_done in asyncio.as_completed(tasks):
                 call, report = await next_done
                 done[call.id] = guard.record(call, report.result)
                 if events:
                     yield finished(report, done[call.id], tag)
+                for other in followers.get(call.id, ()):
+                    copy = _shared_report(report, other)
+                    done[other.id] = guard.record(other, copy.result)
+                    if events:
+                        yield finished(copy, done[other.id], tag)
         finally:
             for t in tasks:
                 t.cancel()
@@ -99,6 +107,50 @@ async def tool_round(
             if events:
                 yield finished(report, done[call.id], tag)
     results.extend(done[c.id] for c in calls)
+
+
+def _identical_groups(
+    calls: Sequence[ToolCallBlock], toolkit: Toolkit
+) -> tuple[list[ToolCallBlock], dict[str, list[ToolCallBlock]]]:
+    """The calls to execute, and for each of them the identical calls of the same reply
+    that share its result (by leader id).
+
+    Identical calls (same tool, same canonical arguments) of a tool that shares identical
+    concurrent calls (read-only, ``dedup``) execute once: governance's single-flight alone
+    is not enough here, because a round wider than ``max_concurrency`` would start the
+    later ones after the first execution ended, and they would run again.
+    """
+    leaders: list[ToolCallBlock] = []
+    followers: dict[str, list[ToolCallBlock]] = {}
+    first: dict[tuple[str, str], str] = {}
+    for call in calls:
+        if not toolkit.shares_identical_calls(call.name):
+            leaders.append(call)
+            continue
+        key = (call.name, canonical_arguments(call.arguments))
+        leader = first.get(key)
+        if leader is None:
+            first[key] = call.id
+            leaders.append(call)
+        else:
+            followers.setdefault(leader, []).append(call)
+    return leaders, followers
+
+
+def _shared_report(report: CallReport, call: ToolCallBlock) -> CallReport:
+    """``report``'s result addressed to ``call``, marked as shared."""
+    result = report.result
+    return replace(
+        report,
+        result=ToolResultBlock(
+            call_id=call.id,
+            name=result.name,
+            content=result.content,
+            is_error=result.is_error,
+            citations=result.citations,
+        ),
+        shared=True,
+    )
 
 
 async def ask_approvals(

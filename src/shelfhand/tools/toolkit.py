@@ -213,6 +213,14 @@ class Toolkit(ToolRegistry):
             )
         return report
 
+    def shares_identical_calls(self, name: str) -> bool:
+        """Whether identical concurrent calls of ``name`` share one execution (read-only tools
+        with single-flight on); False for an unknown name."""
+        found = self.get(name)
+        if found is None:
+            return False
+        return (self._plans.get(name) or self._plan_for(found)).dedup
+
     def decide(self, name: str, user: UserContext | None = None) -> Decision:
         """The permission decision, as data, for ``user`` calling the tool ``name``.
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.backends.shared import SharedState
     from shelfhand.core.context import UserContext
+    from shelfhand.core.tracing import Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from shelfhand.tools.audit import AuditLog
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.traces.store import SqlTraceStore
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class App:
     _governance: Governance | None = field(default=None, repr=False)
     _shared: SharedState | None = field(default=None, repr=False)
     _ingest_queue: IngestQueue | None = field(default=None, repr=False)
+    _tracer: Tracer | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -539,9 +542,56 @@ class App:
         redis = self.shared_state().redis
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
 
+    def trace_store(self) -> SqlTraceStore:
+        """Where traces are kept: PostgreSQL with ``database_url``, else
+        ``<workspace>/traces.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.traces.pg import PgTraceStore
+
+            return PgTraceStore(pool, url=str(self.settings.database_url))
+        from shelfhand.traces.store import SqliteTraceStore
+
+        return SqliteTraceStore(self.settings.workspace / "traces.db")
+
+    def tracer(self) -> Tracer | None:
+        """The service's tracer (one per app): spans stored (``tracing = stored``) and
+        exported over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``); ``None`` when neither is on.
+
+        Raises:
+            ConfigurationError: an OTLP endpoint is set but ``shelfhand[otel]`` is not
+                installed.
+        """
+        if self._tracer is not None:
+            return self._tracer
+        from shelfhand.core.tracing import SpanProcessor, Tracer
+        from shelfhand.traces.recorder import StoreRecorder
+
+        s = self.settings
+        processors: list[SpanProcessor] = []
+        if s.tracing == "stored":
+            processors.append(
+                StoreRecorder(
+                    self.trace_store(),
+                    max_traces=s.trace_max_traces,
+                    max_age_days=s.trace_retention_days,
+                )
+            )
+        if s.otel_endpoint:
+            from shelfhand.providers.otel import otlp_processor
+
+            processors.append(otlp_processor(s.otel_endpoint))
+        if not processors:
+            return None
+        self._tracer = Tracer(processors, record_content=s.trace_content)
+        return self._tracer
+
     def close(self) -> None:
         """Flush and close what the app opened (the audit log, shared connections, the ingest
-        queue)."""
+        queue, the tracer's recorders)."""
+        if self._tracer is not None:
+            self._tracer.close()
+            self._tracer = None
         if self._governance is not None and self._governance.audit is not None:
             self._governance.audit.close()
         if self._shared is not None:

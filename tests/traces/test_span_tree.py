@@ -181,3 +181,43 @@ async def test_a_default_tracer_traces_runs_outside_any_turn(kb: KnowledgeBase) 
     assert run.root and run.trace_id == "a" * 32
     assert (run.tenant_id, run.user_id) == ("acme", "alice")
     assert len(spans.named("chat scripted")) == 5
+
+
+async def test_the_same_tree_reaches_opentelemetry_with_its_ids_and_genai_attributes(
+    kb: KnowledgeBase,
+) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from shelfhand.providers.otel import OtelProcessor
+
+    exporter = InMemorySpanExporter()
+    otel = OtelProcessor(SimpleSpanProcessor(exporter))
+    spans = ListProcessor()
+    root, _ = await run_traced(kb, Tracer([spans, otel]))
+    exported = {format(s.context.span_id, "016x"): s for s in exporter.get_finished_spans()}
+    assert set(exported) == {s.span_id for s in spans.spans}
+    for ours in spans.spans:
+        theirs = exported[ours.span_id]
+        assert theirs.name == ours.name
+        assert format(theirs.context.trace_id, "032x") == root.trace_id
+        parent = theirs.parent
+        assert (format(parent.span_id, "016x") if parent else "") == ours.parent_id
+        assert (theirs.start_time, theirs.end_time) == (ours.start_ns, ours.end_ns)
+    (chat, *_) = [s for s in exporter.get_finished_spans() if s.name == "chat scripted"]
+    assert chat.attributes is not None
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+    assert chat.attributes["gen_ai.request.model"] == "scripted"
+    (tool_span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool refund"]
+    assert tool_span.attributes is not None
+    assert tool_span.attributes["gen_ai.tool.name"] == "refund"
+    assert tool_span.attributes["error.type"] == "denied"
+    assert not tool_span.status.is_ok
+    (retrieval,) = [s for s in exporter.get_finished_spans() if s.name == "retrieval"]
+    assert retrieval.attributes is not None
+    documents = json.loads(str(retrieval.attributes["gen_ai.retrieval.documents"]))
+    assert documents[0]["score"] > 0
+    assert SECRET not in json.dumps(
+        [dict(s.attributes or {}) for s in exporter.get_finished_spans()], default=str
+    )
+    otel.close()

@@ -28,7 +28,7 @@ from shelfhand.api.schemas import (
     SessionOut,
     ToolStep,
 )
-from shelfhand.api.tracing import current_trace_id
+from shelfhand.api.tracing import current_parent_span_id, current_trace_id
 from shelfhand.core.errors import SessionBusyError, TurnFailed
 from shelfhand.core.messages import Citation
 
@@ -151,7 +151,10 @@ async def post_message(
         raise _not_found()
     trace_id = current_trace_id()
     try:
-        events = service.chat.turn(session_id, caller, body.content, trace_id=trace_id)
+        events = service.chat.turn(
+            session_id, caller, body.content, trace_id=trace_id,
+            parent_span_id=current_parent_span_id(),
+        )  # fmt: skip
     except SessionBusyError as exc:
         return error_response(409, str(exc), exc.code, headers={"Retry-After": "1"})
     pump = TurnPump(events)
@@ -303,6 +306,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
         unknown_citations=final.get("unknown_citations", []),
         tool_steps=list(steps.values()),
         stop_reason=final.get("stop_reason", "final"),
+        usage=final.get("usage", {}),
         events=others,
     )
     return JSONResponse(reply.model_dump())

@@ -16,6 +16,7 @@ from shelfhand.core.context import UserContext
 
 if TYPE_CHECKING:
     from shelfhand.app import App
+    from shelfhand.core.tracing import Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.service.chat import ChatService
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.traces.store import SqlTraceStore
 
 __all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
 
@@ -77,6 +79,9 @@ class Service:
     closers: list[Any] = field(default_factory=list)
     jobs: IngestQueue | None = None
     """Uploads become ingest jobs for ``shelfhand worker`` (``database_url`` set)."""
+    traces: SqlTraceStore | None = None
+    """Where turns' traces are read (``None``: tracing is off)."""
+    tracer: Tracer | None = None
 
 
 # async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than

@@ -34,7 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api import chat_routes, job_routes, knowledge_routes
+from shelfhand.api import chat_routes, job_routes, knowledge_routes, trace_routes
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -71,6 +71,8 @@ def build_service(
     registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
+    tracer = app.tracer()
+    traces = app.trace_store() if app.settings.tracing == "stored" else None
     chat = ChatService(
         app=app,
         kb=kb,
@@ -84,6 +86,7 @@ def build_service(
         turn_lock=app.turn_lock(),
         cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
         offload_stores=app.settings.database_url is not None,  # network round trips
+        tracer=tracer,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -106,8 +109,12 @@ def build_service(
         chat=chat,
         uploads=uploads,
         jobs=jobs,
+        traces=traces,
+        tracer=tracer,
     )
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
+    if traces is not None:
+        service.closers.insert(0, traces.close)
     return service
 
 
@@ -210,6 +217,7 @@ def create_app(
     api.include_router(chat_routes.router)
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
+    api.include_router(trace_routes.router)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)

@@ -118,6 +118,11 @@ class Settings:
     keyword_common_share: float = _D["keyword_common_share"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
+    tracing: str = _D["tracing"]
+    trace_content: bool = _D["trace_content"]
+    trace_retention_days: float = _D["trace_retention_days"]
+    trace_max_traces: int = _D["trace_max_traces"]
+    otel_endpoint: str | None = _D["otel_endpoint"]
 
     @classmethod
     def load(

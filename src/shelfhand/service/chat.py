@@ -57,6 +57,7 @@ from shelfhand.core.errors import (
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
+from shelfhand.service.turn_spans import traced_turn
 from shelfhand.sessions.store import MemoryWindow
 from shelfhand.sessions.user_memory import format_memories
 
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.core.tracing import Tracer
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SessionStore
@@ -150,6 +152,7 @@ class ChatService:
         offload_stores: Call the session and memory stores in a worker thread, not on the
             event loop (for stores across a network, such as PostgreSQL, whose round trips
             would stall every other turn of the process).
+        tracer: Records each turn's span tree (``None``: no tracing).
     """
 
     def __init__(
@@ -167,6 +170,7 @@ class ChatService:
         turn_lock: TurnLock | None = None,
         cache_windows: bool = True,
         offload_stores: bool = False,
+        tracer: Tracer | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -181,6 +185,7 @@ class ChatService:
         self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
         self.cache_windows = cache_windows
         self.offload_stores = offload_stores
+        self.tracer = tracer
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -244,12 +249,21 @@ class ChatService:
         return True
 
     def turn(
-        self, session_id: str, user: UserContext, content: str, *, trace_id: str
+        self,
+        session_id: str,
+        user: UserContext,
+        content: str,
+        *,
+        trace_id: str,
+        parent_span_id: str = "",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Claim the session and return the turn's events (the claim ends with the iterator).
 
         The session is claimed before this returns, so two requests can never both start a
         turn. Consume the iterator to the end or ``aclose()`` it.
+
+        ``parent_span_id``: the caller's span (from its ``traceparent``), the parent of the
+        turn's root span.
 
         Raises:
             SessionBusyError: A turn of this session is running (on any replica).
@@ -258,7 +272,10 @@ class ChatService:
         claim = self.turn_lock.claim(session_id)
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        return self._turn(session_id, user, content, trace_id, claim)
+        events = self._turn(session_id, user, content, trace_id, claim)
+        if self.tracer is None:
+            return events
+        return traced_turn(events, self.tracer, session_id, user, trace_id, parent_span_id)
 
     async def _turn(
         self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
@@ -389,6 +406,7 @@ class ChatService:
             if isinstance(event, Final):
                 data["stop_reason"] = event.result.stop_reason
                 data["run_id"] = event.result.trace_id
+                data["usage"] = event.result.usage.to_dict()
                 yield data, event.result.messages
             else:
                 yield data, None
@@ -409,4 +427,5 @@ class ChatService:
         final = event_to_dict(Final(result=result))
         final["stop_reason"] = result.stop_reason
         final["run_id"] = result.trace_id
+        final["usage"] = result.usage.to_dict()
         yield final, result.messages

@@ -27,7 +27,7 @@ class StoreRecorder:
     """Writes finished spans to a trace store (see the module docstring).
 
     Args:
-        store: Where the spans go.
+        store: Where the spans go (closed with the recorder).
         interval: The longest a span waits, in seconds.
         batch: Write as soon as this many spans wait.
         max_pending: Spans kept while the store is slow; beyond it new spans are dropped
@@ -101,11 +101,12 @@ class StoreRecorder:
             logger.debug("trace retention removed %d traces", gone)
 
     def close(self) -> None:
-        """Write what is queued and stop the thread."""
+        """Write what is queued, stop the thread and close the store."""
         self._stopped = True
         self._wake.set()
         self._thread.join(timeout=10)
         self.flush()
+        self.store.close()
 
     def _run(self) -> None:
         while not self._stopped:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.stores.tantivy import Access
     from shelfhand.knowledge.stores.workspace_lock import Role
     from shelfhand.models.base import ChatModel
+    from shelfhand.service.turn_budgets import Budgets
     from shelfhand.service.turn_lock import TurnLock
     from shelfhand.service.uploads import UploadRecords
     from shelfhand.sessions.store import SessionStore
@@ -541,6 +542,29 @@ class App:
 
         redis = self.shared_state().redis
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
+
+    def budgets(self) -> Budgets | None:
+        """The service's budgets (``[budgets]`` of shelfhand.toml), counted in Redis with
+        ``redis_url`` (across replicas), else in the process; ``None`` without budgets.
+
+        Raises:
+            ConfigurationError: an unknown budget or a value that is not a whole number.
+        """
+        from shelfhand.service.turn_budgets import Budgets
+        from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, LocalBudgetBook
+
+        policy = BudgetPolicy.from_toml(self.settings.budgets)
+        if policy is None:
+            return None
+        redis = self.shared_state().redis
+        book: BudgetBook
+        if redis is not None:
+            from shelfhand.usage.redis_budgets import RedisBudgetBook
+
+            book = RedisBudgetBook(redis)
+        else:
+            book = LocalBudgetBook()
+        return Budgets(policy=policy, book=book, audit=self.governance().audit)
 
     def trace_store(self) -> SqlTraceStore:
         """Where traces are kept: PostgreSQL with ``database_url``, else

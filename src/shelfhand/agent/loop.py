@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
 from shelfhand.core.tracing import current_span, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
@@ -130,6 +131,7 @@ class AgentLoop:
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
         traced = current_span() is not None
+        meter = current_meter()
         guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
         nudged = False
@@ -179,6 +181,9 @@ class AgentLoop:
             request = fit_messages(
                 conversation, budget, keep_from=1 + len(model_past), count=count, bound=bound
             )
+            # the most a call can use is the model's context window (request and reply): a
+            # token estimate of the request could fall short of the provider's count
+            reserved = meter.reserve(window) if meter is not None else 0
             chat, chat_token = chat_span(self.model) if traced else (None, None)
             first_token: int | None = None
             if sink.text:
@@ -214,6 +219,8 @@ class AgentLoop:
                 reply, echo = cleaned(response.message, schemas, new)
             if chat is not None:
                 end_chat(chat, chat_token, response, first_token)
+            if meter is not None:
+                meter.settle(reserved, response.usage)
             model_calls += 1
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens

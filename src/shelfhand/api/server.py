@@ -87,6 +87,7 @@ def build_service(
         cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
         offload_stores=app.settings.database_url is not None,  # network round trips
         tracer=tracer,
+        budgets=app.budgets(),
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

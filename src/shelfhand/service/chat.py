@@ -45,6 +45,7 @@ from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
+    BudgetExceededError,
     DependencyUnavailableError,
     ModelError,
     ModelProviderError,
@@ -56,6 +57,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
+from shelfhand.service.turn_budgets import Budgets, budget_failure
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.service.turn_spans import traced_turn
 from shelfhand.sessions.store import MemoryWindow
@@ -84,6 +86,8 @@ _T = TypeVar("_T")
 
 def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
+    if isinstance(exc, BudgetExceededError):
+        return 429, exc.code
     if isinstance(exc, ModelTimeoutError):
         return 504, exc.code
     if isinstance(exc, DependencyUnavailableError):
@@ -153,6 +157,8 @@ class ChatService:
             event loop (for stores across a network, such as PostgreSQL, whose round trips
             would stall every other turn of the process).
         tracer: Records each turn's span tree (``None``: no tracing).
+        budgets: Budgets per tenant and user, reserved before each model call of a turn
+            (``None``: no budgets; see :mod:`shelfhand.service.turn_budgets`).
     """
 
     def __init__(
@@ -171,6 +177,7 @@ class ChatService:
         cache_windows: bool = True,
         offload_stores: bool = False,
         tracer: Tracer | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -186,6 +193,7 @@ class ChatService:
         self.cache_windows = cache_windows
         self.offload_stores = offload_stores
         self.tracer = tracer
+        self.budgets = budgets
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -273,6 +281,8 @@ class ChatService:
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
         events = self._turn(session_id, user, content, trace_id, claim)
+        if self.budgets is not None:
+            events = self.budgets.metered_turn(events, user, trace_id)
         if self.tracer is None:
             return events
         return traced_turn(events, self.tracer, session_id, user, trace_id, parent_span_id)
@@ -331,6 +341,11 @@ class ChatService:
                 raise
             status, code = error_status(exc)
             message = failure_message(exc, answering=answering)
+            if isinstance(exc, BudgetExceededError):
+                await self.store(
+                    self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+                )
+                raise budget_failure(exc) from exc
             if status == 500:
                 logger.exception("turn failed session=%s", session_id)
             else:

@@ -117,7 +117,7 @@ class SignallingStore(SqliteTraceStore):
 
 def test_the_recorder_writes_a_finished_trace_without_being_asked(tmp_path: Path) -> None:
     store = SignallingStore(tmp_path / "traces.db")
-    recorder = StoreRecorder(store, interval=3600)  # only the root's end can wake it
+    recorder = StoreRecorder(store, interval=3600, batch=2)  # only the batch can wake it
     record_turn(Tracer([recorder]), ALICE, "trace-auto", "q")
     assert store.written.wait(10)
     assert [t.trace_id for t in store.recent(ALICE)] == ["trace-auto"]

@@ -1,8 +1,9 @@
 """The trace store's span processor: finished spans are queued and written in batches.
 
 A turn's spans never wait for the database: :meth:`StoreRecorder.on_end` appends to a list
-(no lock, no I/O), and a daemon thread writes what has gathered in one transaction when a
-trace ends, when ``batch`` spans wait, or every ``interval`` seconds. A failed write is
+(no lock, no I/O), and a daemon thread writes what has gathered in one transaction when
+``batch`` spans wait, or every ``interval`` seconds (a reader that needs a trace at once, such
+as ``GET /v1/traces/{id}``, flushes first). A failed write is
 logged and its spans dropped (tracing never fails a turn, nor grows without bound).
 Retention runs after every ``prune_every`` writes.
 """
@@ -41,8 +42,8 @@ class StoreRecorder:
         self,
         store: SqlTraceStore,
         *,
-        interval: float = 1.0,
-        batch: int = 256,
+        interval: float = 0.5,
+        batch: int = 512,
         max_pending: int = 100_000,
         max_traces: int | None = None,
         max_age_days: float | None = None,
@@ -70,7 +71,7 @@ class StoreRecorder:
             self.dropped += 1
             return
         pending.append(span)
-        if span.root or len(pending) >= self.batch:
+        if len(pending) >= self.batch:
             self._wake.set()
 
     def flush(self) -> None:

@@ -456,8 +456,13 @@ def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def masked_arguments(arguments: str) -> str:
-    """A model's raw argument text as it may be shown: canonical JSON with the values of
-    secret-looking keys masked (text that is not JSON is described, never shown)."""
+    """A model's raw argument text as it may be shown: as sent when no secret-looking key
+    can be in it, else canonical JSON with the values of secret-looking keys masked (then
+    text that is not JSON is described, never shown)."""
+    if _SECRET_RE.search(arguments) is None and arguments.lstrip()[:1] == "{":
+        # no secret-looking key can be in it: the model's own text, as sent (if it is not
+        # valid JSON, the span says so in the tool's outcome)
+        return arguments
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "cluster",
     "worker",
     "config",
+    "trace",
 )
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.backends.shared import SharedState
     from shelfhand.core.context import UserContext
-    from shelfhand.core.tracing import Tracer
+    from shelfhand.core.tracing import SpanProcessor, Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
@@ -578,9 +578,10 @@ class App:
 
         return SqliteTraceStore(self.settings.workspace / "traces.db")
 
-    def tracer(self) -> Tracer | None:
-        """The service's tracer (one per app): spans stored (``tracing = stored``) and
-        exported over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``); ``None`` when neither is on.
+    def tracer(self, extra: Sequence[SpanProcessor] = ()) -> Tracer | None:
+        """The service's tracer (one per app): spans stored (``tracing = stored``), exported
+        over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``) and handed to ``extra`` processors (the
+        service's metrics); ``None`` when there is nowhere for spans to go.
 
         Raises:
             ConfigurationError: an OTLP endpoint is set but ``shelfhand[otel]`` is not
@@ -588,11 +589,11 @@ class App:
         """
         if self._tracer is not None:
             return self._tracer
-        from shelfhand.core.tracing import SpanProcessor, Tracer
+        from shelfhand.core.tracing import Tracer
         from shelfhand.traces.recorder import StoreRecorder
 
         s = self.settings
-        processors: list[SpanProcessor] = []
+        processors: list[SpanProcessor] = list(extra)
         if s.tracing == "stored":
             processors.append(
                 StoreRecorder(

@@ -153,3 +153,23 @@ def test_a_json_reply_carries_the_turn_usage(
         ).json()
         assert reply["usage"]["model_calls"] == 2
         assert reply["usage"]["tool_calls"] == 1
+
+
+def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, thread_servers)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        one_turn(c)
+        assert c.get("/metrics").status_code == 403
+    scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN, timeout=30)
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    lines = set(scraped.text.splitlines())
+    assert 'shelfhand_turns_total{status="ok"} 1.0' in lines
+    assert 'shelfhand_model_calls_total{model="scripted",status="ok"} 2.0' in lines
+    assert 'shelfhand_tool_calls_total{outcome="ok",tool="retrieve"} 1.0' in lines
+    assert 'shelfhand_retrieval_seconds_count{mode="hybrid"} 1.0' in lines
+    assert "shelfhand_pending_embeddings 0.0" in lines or any(
+        line.startswith("shelfhand_pending_embeddings ") for line in lines
+    )

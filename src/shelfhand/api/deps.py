@@ -15,6 +15,7 @@ from shelfhand.core.auth import identify
 from shelfhand.core.context import UserContext
 
 if TYPE_CHECKING:
+    from shelfhand.api.metrics import ServiceMetrics
     from shelfhand.app import App
     from shelfhand.core.tracing import Tracer
     from shelfhand.jobs.queue import IngestQueue
@@ -82,6 +83,8 @@ class Service:
     traces: SqlTraceStore | None = None
     """Where turns' traces are read (``None``: tracing is off)."""
     tracer: Tracer | None = None
+    metrics: ServiceMetrics | None = None
+    """``/metrics`` (``None``: prometheus-client is not installed)."""
 
 
 # async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than

@@ -46,6 +46,7 @@ from shelfhand.service.chat import ChatService
 from shelfhand.service.uploads import Uploads
 
 if TYPE_CHECKING:
+    from shelfhand.api.metrics import ServiceMetrics
     from shelfhand.app import App
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ def build_service(
     registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
-    tracer = app.tracer()
+    metrics = _service_metrics()
+    tracer = app.tracer(extra=[metrics] if metrics is not None else [])
     traces = app.trace_store() if app.settings.tracing == "stored" else None
     chat = ChatService(
         app=app,
@@ -112,11 +114,25 @@ def build_service(
         jobs=jobs,
         traces=traces,
         tracer=tracer,
+        metrics=metrics,
     )
+    if metrics is not None:
+        metrics.watch(app.governance(), kb)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
     if traces is not None:
         service.closers.insert(0, traces.close)
     return service
+
+
+def _service_metrics() -> ServiceMetrics | None:
+    """The service's ``/metrics`` counters; ``None`` without prometheus-client (an install
+    of the server extra from before it was added)."""
+    try:
+        from shelfhand.api.metrics import ServiceMetrics
+    except ImportError:
+        logger.warning("/metrics is off: pip install 'shelfhand[server]' for prometheus-client")
+        return None
+    return ServiceMetrics()
 
 
 def _mcp_configs(app: App) -> list[Any]:
@@ -219,6 +235,10 @@ def create_app(
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
     api.include_router(trace_routes.router)
+    if service.metrics is not None:
+        from shelfhand.api.metrics import router as metrics_router
+
+        api.include_router(metrics_router)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -15,7 +15,6 @@ from shelfhand.core.auth import identify
 from shelfhand.core.context import UserContext
 
 if TYPE_CHECKING:
-    from shelfhand.api.metrics import ServiceMetrics
     from shelfhand.app import App
     from shelfhand.core.tracing import Tracer
     from shelfhand.jobs.queue import IngestQueue
@@ -64,6 +63,12 @@ class ServiceConfig:
     job_wait: float = 300.0
 
 
+class MetricsText(Protocol):
+    """What ``/metrics`` serves (:class:`shelfhand.api.metrics.ServiceMetrics`)."""
+
+    def render(self) -> bytes: ...
+
+
 @dataclass(slots=True)
 class Service:
     """The parts of a running service (built in the app's lifespan)."""
@@ -83,7 +88,7 @@ class Service:
     traces: SqlTraceStore | None = None
     """Where turns' traces are read (``None``: tracing is off)."""
     tracer: Tracer | None = None
-    metrics: ServiceMetrics | None = None
+    metrics: MetricsText | None = None
     """``/metrics`` (``None``: prometheus-client is not installed)."""
 
 

@@ -29,7 +29,7 @@ from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
-from shelfhand.core.tracing import current_span, tracing_on
+from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
 
@@ -96,9 +96,12 @@ class AgentLoop:
         """The run's events as ``sink`` asks for them, always ending with one ``Final``
         (right after it, the generator ends); inside an ``invoke_agent`` span when tracing
         is on (see :mod:`.spans`), else the bare steps at no extra cost."""
-        steps = self._steps(prompt, sink, options)
         if not tracing_on():
-            return steps
+            return self._steps(prompt, sink, options)
+        if not options.get("trace_id") and current_span() is None:
+            # a run that starts a trace: its result names the trace its spans are in
+            options = {**options, "trace_id": new_trace_id()}
+        steps = self._steps(prompt, sink, options)
         return invoke_agent(
             steps, self.name, options.get("trace_id") or "", prompt, options.get("context")
         )

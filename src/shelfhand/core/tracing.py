@@ -45,6 +45,8 @@ __all__ = [
     "enter",
     "format_traceparent",
     "leave",
+    "new_span_id",
+    "new_trace_id",
     "parse_traceparent",
     "set_default_tracer",
     "start_span",

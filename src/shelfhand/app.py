@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
     from shelfhand.traces.store import SqlTraceStore
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -565,6 +566,18 @@ class App:
         else:
             book = LocalBudgetBook()
         return Budgets(policy=policy, book=book, audit=self.governance().audit)
+
+    def usage_ledger(self) -> SqlUsageLedger:
+        """What each tenant, user and session used per day and model: PostgreSQL with
+        ``database_url``, else ``<workspace>/usage.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.usage.pg import PgUsageLedger
+
+            return PgUsageLedger(pool, url=str(self.settings.database_url))
+        from shelfhand.usage.ledger import SqliteUsageLedger
+
+        return SqliteUsageLedger(self.settings.workspace / "usage.db")
 
     def trace_store(self) -> SqlTraceStore:
         """Where traces are kept: PostgreSQL with ``database_url``, else

@@ -5,6 +5,10 @@ in the SSE ``final`` event equal to the sum of its model calls, and an incoming
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +177,30 @@ def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
     assert "shelfhand_pending_embeddings 0.0" in lines or any(
         line.startswith("shelfhand_pending_embeddings ") for line in lines
     )
+
+
+def test_the_usage_ledger_reports_by_day_and_model_per_user_and_for_admins(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, thread_servers)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        _, events = one_turn(c)
+        turn_usage = events[-1]["usage"]
+        (row,) = c.get("/v1/usage").json()["usage"]
+        assert row["model"] == "scripted" and row["turns"] == 1
+        assert row["output_tokens"] == turn_usage["output_tokens"]
+        assert (row["model_calls"], row["tool_calls"], row["retrievals"]) == (2, 1, 1)
+    assert httpx.get(f"{server.url}/v1/usage", headers=CAROL, timeout=30).json()["usage"] == []
+    assert httpx.get(f"{server.url}/v1/usage", headers=BOB, timeout=30).json()["usage"] == []
+    tenant = httpx.get(f"{server.url}/v1/usage", headers=ADMIN, timeout=30).json()["usage"]
+    assert [r["turns"] for r in tenant] == [1]
+    server.stop()
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "t1", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (cli_row,) = json.loads(out.stdout)["usage"]
+    assert cli_row["turns"] == 1 and cli_row["model"] == "scripted"

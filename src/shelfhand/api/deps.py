@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
     from shelfhand.traces.store import SqlTraceStore
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 __all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
 
@@ -89,6 +90,8 @@ class Service:
     """Where turns' traces are read (``None``: tracing is off)."""
     tracer: Tracer | None = None
     metrics: MetricsText | None = None
+    ledger: SqlUsageLedger | None = None
+    """What each tenant, user and session used (``GET /v1/usage``)."""
     """``/metrics`` (``None``: prometheus-client is not installed)."""
 
 

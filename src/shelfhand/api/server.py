@@ -72,6 +72,7 @@ def build_service(
     registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
+    ledger = app.usage_ledger()
     metrics = _service_metrics()
     tracer = app.tracer(extra=[metrics] if metrics is not None else [])
     traces = app.trace_store() if app.settings.tracing == "stored" else None
@@ -90,6 +91,7 @@ def build_service(
         offload_stores=app.settings.database_url is not None,  # network round trips
         tracer=tracer,
         budgets=app.budgets(),
+        ledger=ledger,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -115,10 +117,12 @@ def build_service(
         traces=traces,
         tracer=tracer,
         metrics=metrics,
+        ledger=ledger,
     )
     if metrics is not None:
         metrics.watch(app.governance(), kb)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
+    service.closers.insert(0, ledger.close)
     if traces is not None:
         service.closers.insert(0, traces.close)
     return service

@@ -1,4 +1,5 @@
-"""Traces over HTTP: ``GET /v1/traces`` and ``GET /v1/traces/{id}``.
+"""Traces and usage over HTTP: ``GET /v1/traces``, ``GET /v1/traces/{id}`` and
+``GET /v1/usage``.
 
 Scoped like sessions: a caller reads traces of their own tenant only, a user their own
 turns, an admin every turn of the tenant. Another tenant's trace, or a user's request for a
@@ -66,3 +67,22 @@ async def get_trace(trace_id: TraceId, service: ServiceDep, caller: Caller) -> A
     if summary is None or spans is None:
         return error_response(404, "trace not found", "not_found")
     return {**summary.to_dict(), "spans": [s.to_dict() for s in spans]}
+
+
+@router.get("/usage", tags=["traces"])
+async def usage(
+    service: ServiceDep,
+    caller: Caller,
+    days: Annotated[int, Query(ge=1, le=366)] = 30,
+    user: Annotated[str | None, Query(description="Admins: one user of the tenant.")] = None,
+) -> Any:
+    """What was used by day and model over the last ``days`` days: the caller's own turns,
+    or an admin's whole tenant (``user``: one user of it)."""
+    ledger = service.ledger
+    if ledger is None:  # pragma: no cover - the service always keeps one
+        return {"usage": []}
+    sees_tenant = _sees_tenant(caller)
+    rows = await service.chat.store(
+        ledger.report, caller, days=days, all_users=sees_tenant, user_id=user
+    )
+    return {"days": days, "usage": [r.to_dict() for r in rows]}

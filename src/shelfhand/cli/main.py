@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "worker",
     "config",
     "trace",
+    "usage",
 )
 
 

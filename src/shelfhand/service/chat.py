@@ -57,6 +57,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
+from shelfhand.core.results import Usage
 from shelfhand.service.turn_budgets import Budgets, budget_failure
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.service.turn_spans import traced_turn
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +161,8 @@ class ChatService:
         tracer: Records each turn's span tree (``None``: no tracing).
         budgets: Budgets per tenant and user, reserved before each model call of a turn
             (``None``: no budgets; see :mod:`shelfhand.service.turn_budgets`).
+        ledger: Where each turn's usage is added up per tenant, user, session, day and
+            model (``None``: not kept).
     """
 
     def __init__(
@@ -178,6 +182,7 @@ class ChatService:
         offload_stores: bool = False,
         tracer: Tracer | None = None,
         budgets: Budgets | None = None,
+        ledger: SqlUsageLedger | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -194,6 +199,7 @@ class ChatService:
         self.offload_stores = offload_stores
         self.tracer = tracer
         self.budgets = budgets
+        self.ledger = ledger
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -329,6 +335,8 @@ class ChatService:
                         self._keep_window(session_id, user, memory.messages, memory.summary)
                     event["session_id"] = session_id
                     event["message_count"] = info.message_count if info else 0
+                    if self.ledger is not None:
+                        await self.store(self._add_usage, user, session_id, event)
                     logger.info(
                         "turn session=%s user=%s ms=%.1f",
                         session_id,
@@ -359,6 +367,11 @@ class ChatService:
             if keeper is not None:
                 keeper.cancel()
             claim.release()
+
+    def _add_usage(self, user: UserContext, session_id: str, final: dict[str, Any]) -> None:
+        assert self.ledger is not None
+        model = self.model.name if self.model is not None else "(none)"
+        self.ledger.add(user, session_id, model, Usage(**final.get("usage", {})))
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]

@@ -103,3 +103,36 @@ def test_the_page_streams_an_answer_with_a_clickable_citation_and_no_link_for_un
         finally:
             browser.close()
     assert (ARTIFACTS / "web-chat.png").stat().st_size > 10_000
+
+
+def test_an_answer_opens_its_trace_with_the_tree_times_and_scored_passages(
+    page_server: ThreadServer,
+) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(15_000)
+            page.goto(page_server.url + "/")
+            page.fill("#api-key", "key-alice")
+            page.dispatch_event("#api-key", "change")
+            page.fill("#message-input", "E-203 是什么故障？")
+            page.click("#send")
+            toggle = page.locator(".msg.assistant .trace-toggle").last
+            sync_api.expect(toggle).to_contain_text("2 model calls")
+            toggle.click()
+            spans = page.locator(".msg.assistant .trace .span")
+            sync_api.expect(spans.first).to_contain_text("turn")
+            # the up-front retrieval, then the model's own call
+            calls = page.locator(".trace .span", has_text="execute_tool retrieve")
+            sync_api.expect(calls).to_have_count(2)
+            sync_api.expect(calls.last).to_contain_text("allow/ok")
+            retrieval = page.locator(".trace .span", has_text="“E-203 故障”")
+            sync_api.expect(retrieval).to_contain_text("retrieval")
+            sync_api.expect(retrieval.locator(".hits li").first).to_contain_text(
+                "troubleshooting.md"
+            )
+            page.screenshot(path=str(ARTIFACTS / "web-trace.png"), full_page=True)
+        finally:
+            browser.close()

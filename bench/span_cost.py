@@ -15,24 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shelfhand.core.tracing import Span, Tracer, enter, leave, start_span
+from shelfhand.core.tracing import Span, SpanList, Tracer, enter, leave, start_span
 from shelfhand.traces import SqliteTraceStore
 
 N = 5000
-
-
-class Keep:
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-
-    def on_end(self, span: Span) -> None:
-        self.spans.append(span)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 TOOL = {
@@ -71,7 +57,7 @@ def best(fn: Callable[[], Any], n: int) -> float:
 
 
 def main() -> None:
-    keep = Keep()
+    keep = SpanList()
     tracer = Tracer([keep])
     root = tracer.start_root("turn", trace_id="a" * 32, tenant_id="acme", user_id="alice")
     token = enter(root)

@@ -1,24 +1,12 @@
-"""Span processors for tests: keep finished spans in a list."""
+"""Span processors for tests: the finished spans, with ways to find them."""
 
 from __future__ import annotations
 
-from shelfhand.core.tracing import Span
+from shelfhand.core.tracing import Span, SpanList
 
 
-class ListProcessor:
-    """Finished spans, in the order they ended."""
-
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-
-    def on_end(self, span: Span) -> None:
-        self.spans.append(span)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+class ListProcessor(SpanList):
+    """Finished spans, in the order they ended, found by name or parent."""
 
     def named(self, name: str) -> list[Span]:
         return [s for s in self.spans if s.name == name]

@@ -39,6 +39,7 @@ __all__ = [
     "Span",
     "SpanEvent",
     "SpanKind",
+    "SpanList",
     "SpanProcessor",
     "Tracer",
     "current_span",
@@ -135,6 +136,23 @@ class SpanProcessor(Protocol):
     def close(self) -> None:
         """Flush and stop."""
         ...
+
+
+class SpanList:
+    """A :class:`SpanProcessor` that keeps finished spans in a list, in the order they
+    ended (tests, benchmarks, a look at one run)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+
+    def on_end(self, span: Span) -> None:
+        self.spans.append(span)
+
+    def flush(self) -> None:
+        """Nothing to write."""
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 class Tracer:

@@ -20,18 +20,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, ToolStarted
-from shelfhand.core.messages import Message, ToolResultBlock
+from shelfhand.core.messages import Message
 
 from .guard import canonical_arguments
 from .step_events import finished, replay_finished
 
 if TYPE_CHECKING:
     from shelfhand.core.context import RunContext
-    from shelfhand.core.messages import ToolCallBlock
+    from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
     from shelfhand.tools.approvals import ApprovalDecision, ApprovalRequest, Approvals
     from shelfhand.tools.toolkit import CallReport, Toolkit
 
@@ -80,23 +79,34 @@ async def tool_round(
     if len(todo) > 1 and toolkit.is_concurrency_safe([c.name for c in todo]):
         gate = asyncio.Semaphore(max_concurrency)
         leaders, followers = _identical_groups(todo, toolkit)
+        # a leader's flight is open once it has started (see _identical_groups)
+        started = {leader: asyncio.Event() for leader in followers}
 
-        async def one(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
+        async def lead(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
             async with gate:
+                flight = started.get(call.id)
+                if flight is not None:
+                    # its followers resume at this call's first wait, when governance has
+                    # registered the execution they join
+                    flight.set()
                 return call, await toolkit.execute(call, run, approval=decisions.get(call.id))
 
-        tasks = [asyncio.ensure_future(one(c)) for c in leaders]
+        async def follow(call: ToolCallBlock, leader: str) -> tuple[ToolCallBlock, CallReport]:
+            await started[leader].wait()  # no slot of the gate: it runs nothing itself
+            return call, await toolkit.execute(call, run, approval=decisions.get(call.id))
+
+        tasks = [asyncio.ensure_future(lead(c)) for c in leaders]
+        tasks += [
+            asyncio.ensure_future(follow(c, leader))
+            for leader, calls in followers.items()
+            for c in calls
+        ]
         try:
             for next_done in asyncio.as_completed(tasks):
                 call, report = await next_done
                 done[call.id] = guard.record(call, report.result)
                 if events:
                     yield finished(report, done[call.id], tag)
-                for other in followers.get(call.id, ()):
-                    copy = _shared_report(report, other)
-                    done[other.id] = guard.record(other, copy.result)
-                    if events:
-                        yield finished(copy, done[other.id], tag)
         finally:
             for t in tasks:
                 t.cancel()
@@ -112,13 +122,14 @@ async def tool_round(
 def _identical_groups(
     calls: Sequence[ToolCallBlock], toolkit: Toolkit
 ) -> tuple[list[ToolCallBlock], dict[str, list[ToolCallBlock]]]:
-    """The calls to execute, and for each of them the identical calls of the same reply
-    that share its result (by leader id).
+    """The calls that take a slot of the round's concurrency, and for each of them the
+    identical calls of the same reply (by leader id) that join its execution.
 
     Identical calls (same tool, same canonical arguments) of a tool that shares identical
-    concurrent calls (read-only, ``dedup``) execute once: governance's single-flight alone
-    is not enough here, because a round wider than ``max_concurrency`` would start the
-    later ones after the first execution ended, and they would run again.
+    concurrent calls (read-only, ``dedup``) execute once through governance's single-flight
+    (each is still governed and audited). The followers must not wait for a slot: in a
+    round wider than ``max_concurrency`` they would start after the first execution ended,
+    and run again.
     """
     leaders: list[ToolCallBlock] = []
     followers: dict[str, list[ToolCallBlock]] = {}
@@ -135,22 +146,6 @@ def _identical_groups(
         else:
             followers.setdefault(leader, []).append(call)
     return leaders, followers
-
-
-def _shared_report(report: CallReport, call: ToolCallBlock) -> CallReport:
-    """``report``'s result addressed to ``call``, marked as shared."""
-    result = report.result
-    return replace(
-        report,
-        result=ToolResultBlock(
-            call_id=call.id,
-            name=result.name,
-            content=result.content,
-            is_error=result.is_error,
-            citations=result.citations,
-        ),
-        shared=True,
-    )
 
 
 async def ask_approvals(

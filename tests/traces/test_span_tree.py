@@ -221,3 +221,22 @@ async def test_the_same_tree_reaches_opentelemetry_with_its_ids_and_genai_attrib
         [dict(s.attributes or {}) for s in exporter.get_finished_spans()], default=str
     )
     otel.close()
+
+
+async def test_a_pipeline_is_one_span_with_its_steps_runs_under_it() -> None:
+    from shelfhand.agent.pipelines import sequential
+
+    spans = ListProcessor()
+    draft = Agent(name="draft", model=ScriptedModel([text("草稿")]))
+    polish = Agent(name="polish", model=ScriptedModel([text("定稿")]))
+    pipeline = sequential(draft, polish, name="writer")
+    root = Tracer([spans]).start_root("turn", trace_id="b" * 32, tenant_id="acme")
+    token = enter(root)
+    try:
+        result = await pipeline.run("写一段话", context=ALICE)
+    finally:
+        leave(root, token)
+    assert result.output == "定稿"
+    (span,) = spans.named("invoke_agent writer")
+    assert span.kind == "pipeline" and span.parent_id == root.span_id
+    assert [s.name for s in spans.children(span)] == ["invoke_agent draft", "invoke_agent polish"]

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool
-from shelfhand.core.tracing import Tracer, enter, leave
+from shelfhand.core.tracing import Tracer
 from shelfhand.knowledge import KnowledgeBase, sample_corpus
 from shelfhand.providers.otel import otlp_processor
 from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
@@ -95,12 +95,8 @@ async def traced_turns(kb: KnowledgeBase, tracer: Tracer, turns: int) -> list[st
         toolkit = Toolkit([retrieve_tool(kb), order_status, refund])
         agent = Agent(name="support", model=model, toolkit=toolkit)
         trace_id = os.urandom(16).hex()
-        root = tracer.start_root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice")
-        token = enter(root)
-        try:
+        with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
             await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
-        finally:
-            leave(root, token)
         trace_ids.append(trace_id)
     return trace_ids
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE))
 
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool  # noqa: E402
-from shelfhand.core.tracing import SpanProcessor, Tracer, enter, leave  # noqa: E402
+from shelfhand.core.tracing import SpanProcessor, Tracer  # noqa: E402
 from shelfhand.knowledge import KnowledgeBase, sample_corpus  # noqa: E402
 from shelfhand.testing import CyclingScriptModel, hashing_router, text, tool_call  # noqa: E402
 from shelfhand.traces import SqliteTraceStore, StoreRecorder  # noqa: E402
@@ -104,12 +104,8 @@ def make_turn(kb: KnowledgeBase, tracer: Tracer | None) -> Any:
         if tracer is None:
             await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
             return
-        root = tracer.start_root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice")
-        token = enter(root)
-        try:
+        with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
             await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
-        finally:
-            leave(root, token)
 
     return turn
 

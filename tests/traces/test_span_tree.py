@@ -12,7 +12,7 @@ import pytest
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.agent.supervisor import as_tool
-from shelfhand.core.tracing import Span, Tracer, current_span, enter, leave, set_default_tracer
+from shelfhand.core.tracing import Span, Tracer, current_span, set_default_tracer
 from shelfhand.knowledge import KnowledgeBase
 from shelfhand.testing import ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
@@ -71,14 +71,9 @@ def traced_agent(kb: KnowledgeBase) -> Agent:
 
 
 async def run_traced(kb: KnowledgeBase, tracer: Tracer) -> tuple[Span, str]:
-    root = tracer.start_root(
-        "turn", trace_id="0af7651916cd43dd8448eb211c80319c", tenant_id="acme", user_id="alice"
-    )
-    token = enter(root)
-    try:
-        result = await traced_agent(kb).run(QUESTION, context=ALICE, trace_id=root.trace_id)
-    finally:
-        leave(root, token)
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice") as root:
+        result = await traced_agent(kb).run(QUESTION, context=ALICE, trace_id=trace_id)
     return root, result.output
 
 
@@ -230,12 +225,8 @@ async def test_a_pipeline_is_one_span_with_its_steps_runs_under_it() -> None:
     draft = Agent(name="draft", model=ScriptedModel([text("草稿")]))
     polish = Agent(name="polish", model=ScriptedModel([text("定稿")]))
     pipeline = sequential(draft, polish, name="writer")
-    root = Tracer([spans]).start_root("turn", trace_id="b" * 32, tenant_id="acme")
-    token = enter(root)
-    try:
+    with Tracer([spans]).root("turn", trace_id="b" * 32, tenant_id="acme") as root:
         result = await pipeline.run("写一段话", context=ALICE)
-    finally:
-        leave(root, token)
     assert result.output == "定稿"
     (span,) = spans.named("invoke_agent writer")
     assert span.kind == "pipeline" and span.parent_id == root.span_id

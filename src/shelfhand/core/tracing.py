@@ -29,7 +29,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from random import getrandbits as _bits
@@ -198,6 +198,34 @@ class Tracer:
         if attributes:
             span.update(attributes)
         return span
+
+    @contextlib.contextmanager
+    def root(
+        self,
+        name: str,
+        *,
+        trace_id: str,
+        tenant_id: str = "",
+        user_id: str = "",
+        attributes: Mapping[str, Any] | None = None,
+    ) -> Iterator[Span]:
+        """A root span, current for the block (the runs inside it are its children); it
+        ends with the block, failed with the error's type if the block raises::
+
+            with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
+                await agent.run(question, context=alice, trace_id=trace_id)
+        """
+        span = self.start_root(
+            name, trace_id=trace_id, tenant_id=tenant_id, user_id=user_id, attributes=attributes
+        )
+        token = enter(span)
+        try:
+            yield span
+        except BaseException as exc:
+            span.fail(type(exc).__name__)
+            raise
+        finally:
+            leave(span, token)
 
     def finished(self, span: Span) -> None:
         for processor in self.processors:

@@ -551,10 +551,13 @@ class App:
         Raises:
             ConfigurationError: an unknown budget or a value that is not a whole number.
         """
+        from shelfhand.core.auth import load_key_budgets
         from shelfhand.service.turn_budgets import Budgets
         from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, LocalBudgetBook
 
-        policy = BudgetPolicy.from_toml(self.settings.budgets)
+        policy = BudgetPolicy.from_toml(
+            self.settings.budgets, load_key_budgets(self.settings.workspace)
+        )
         if policy is None:
             return None
         redis = self.shared_state().redis

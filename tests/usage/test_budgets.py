@@ -7,16 +7,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 from shelfhand import Agent, UserContext
+from shelfhand.core.auth import load_key_budgets
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.results import Usage
+from shelfhand.core.settings import read_toml
 from shelfhand.models.base import ModelResponse
 from shelfhand.testing import FunctionModel
 from shelfhand.usage.budgets import (
@@ -144,3 +147,27 @@ def test_the_budgets_table_is_checked_when_read() -> None:
         BudgetPolicy.from_toml({"user": {"tokens_per_week": 5}})
     with pytest.raises(ConfigurationError, match="whole number above 0"):
         BudgetPolicy.from_toml({"user": {"tokens_per_day": "lots"}})
+
+
+def test_an_api_keys_budgets_replace_every_users_for_that_caller(tmp_path: Path) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\nturns_per_minute = 100\n\n"
+        '[[api_keys]]\nkey = "k-alice"\ntenant = "acme"\nuser = "alice"\n'
+        "budgets = { turns_per_minute = 1 }\n\n"
+        '[[api_keys]]\nkey = "k-bob"\ntenant = "acme"\nuser = "bob"\n',
+        encoding="utf-8",
+    )
+    keys = load_key_budgets(tmp_path, env={})
+    assert keys == {"acme/alice": {"turns_per_minute": 1}}
+    policy = BudgetPolicy.from_toml(read_toml(tmp_path / "shelfhand.toml")["budgets"], keys)
+    assert policy is not None
+    book = LocalBudgetBook()
+    now = 1_800_000_000.0
+    TurnMeter(book, policy, ALICE).start_turn(now)
+    with pytest.raises(BudgetExceededError, match="turns per minute"):
+        TurnMeter(book, policy, ALICE).start_turn(now)
+    bob = UserContext(tenant_id="acme", user_id="bob")
+    for _ in range(5):  # every user's budget: 100 a minute
+        TurnMeter(book, policy, bob).start_turn(now)
+    with pytest.raises(ConfigurationError, match="API key acme/alice"):
+        BudgetPolicy.from_toml(None, {"acme/alice": {"turns_per_hour": 1}})

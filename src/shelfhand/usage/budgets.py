@@ -90,12 +90,25 @@ class BudgetPolicy:
     tenant: BudgetLimits = field(default_factory=BudgetLimits)
     user: BudgetLimits = field(default_factory=BudgetLimits)
     tenants: Mapping[str, BudgetLimits] = field(default_factory=dict)
+    users: Mapping[str, BudgetLimits] = field(default_factory=dict)
+    """One caller's own budgets (from its API key), by scope (``tenant/user``): instead of
+    :attr:`user` for that caller."""
 
     @classmethod
-    def from_toml(cls, table: Mapping[str, Any] | None) -> BudgetPolicy | None:
-        """The ``[budgets]`` table of shelfhand.toml; ``None`` when it sets no budget."""
+    def from_toml(
+        cls,
+        table: Mapping[str, Any] | None,
+        keys: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> BudgetPolicy | None:
+        """The ``[budgets]`` table of shelfhand.toml and the ``budgets`` of API keys (by
+        caller scope); ``None`` when they set no budget."""
+        users = {
+            scope: BudgetLimits.from_table(limits, f"the budgets of API key {scope}")
+            for scope, limits in (keys or {}).items()
+        }
         if not table:
-            return None
+            policy = cls(users=users)
+            return policy if policy.any() else None
         tenants = table.get("tenants", {})
         if not isinstance(tenants, Mapping):
             raise ConfigurationError("budgets.tenants must be a table of tenants")
@@ -111,6 +124,7 @@ class BudgetPolicy:
                 str(t): BudgetLimits.from_table(v, f"budgets.tenants.{t}")
                 for t, v in tenants.items()
             },
+            users=users,
         )
         return policy if policy.any() else None
 
@@ -119,12 +133,15 @@ class BudgetPolicy:
             self.tenant.items()
             or self.user.items()
             or any(v.items() for v in self.tenants.values())
+            or any(v.items() for v in self.users.values())
         )
 
     def scopes(self, user: UserContext) -> list[tuple[str, BudgetLimits]]:
-        """The caller's budgets: their tenant's, then their own."""
+        """The caller's budgets: their tenant's, then their own (their API key's, else
+        every user's)."""
         tenant = self.tenants.get(user.tenant_id, self.tenant)
-        return [(f"tenant {user.tenant_id}", tenant), (f"user {user.scope}", self.user)]
+        own = self.users.get(user.scope, self.user)
+        return [(f"tenant {user.tenant_id}", tenant), (f"user {user.scope}", own)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,9 @@ SCENARIOS = ("basic", "seq10", "tools50")
 
 
 def run_cell(python: str, harness: Path, fw: str, scenario: str, runs: int) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=f"{HERE}{os.pathsep}{harness}")
+    # this checkout's src first: an editable install elsewhere must not be what is measured
+    paths = [str(HERE), str(harness), str(HERE.parent / "src")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     cmd = [python, str(harness / "bench.py"), fw, scenario, "--runs", str(runs), "--warmup", "50"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     for line in out.stdout.splitlines():
@@ -71,6 +73,7 @@ def main() -> None:
     frameworks = {
         "shelfhand": sys.executable,
         "shelfhand_inline": sys.executable,
+        "shelfhand_traced": sys.executable,
         "baseline": sys.executable,
     }
     if a.venvs:

@@ -68,7 +68,7 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 
 def start_server(
-    workspace: Path, scenario: str, cpus: str | None = None
+    workspace: Path, scenario: str, cpus: str | None = None, tracing: str = "stored"
 ) -> tuple[subprocess.Popen[bytes], str]:
     script = workspace / "script.json"
     script.write_text(json.dumps(SCRIPTS[scenario], ensure_ascii=False), encoding="utf-8")
@@ -77,6 +77,7 @@ def start_server(
         SHELFHAND_EMBEDDER="hashing",
         SHELFHAND_MODEL=f"scripted:{script}",
         SHELFHAND_API_KEYS=json.dumps({KEY: {"tenant": "bench", "user": "load"}}),
+        SHELFHAND_TRACING=tracing,
     )
     port = free_port()
     cmd = [
@@ -241,10 +242,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run_scenario(
-    scenario: str, sessions: int, seconds: float, cpus: str | None = None
+    scenario: str, sessions: int, seconds: float, cpus: str | None = None, tracing: str = "stored"
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp:
-        proc, url = start_server(Path(tmp), scenario, cpus)
+        proc, url = start_server(Path(tmp), scenario, cpus, tracing)
         try:
             if scenario == "rag":
                 upload_corpus(url)
@@ -261,6 +262,7 @@ def run_scenario(
                 proc.kill()
     return {
         "scenario": scenario,
+        "tracing": tracing,
         "sessions": sessions,
         **result,
         "server_cpu_ms_per_turn": round(server_cpu * 1000 / max(1, result["turns"]), 3),
@@ -283,19 +285,30 @@ def main() -> None:
     ap.add_argument("--scenario", choices=["text", "rag", "both"], default="both")
     ap.add_argument("--server-cpus", help="pin the server with taskset, e.g. 0,1")
     ap.add_argument("--out", type=Path, help="also write the results as JSON here")
+    ap.add_argument(
+        "--tracing",
+        choices=["stored", "off", "both"],
+        default="stored",
+        help="the servers' tracing setting; both: off and stored, taking turns, twice",
+    )
     args = ap.parse_args()
     sessions = max(1, min(args.sessions, MAX_SESSIONS))
     seconds = max(1.0, min(args.seconds, MAX_SECONDS))
     scenarios = ["text", "rag"] if args.scenario == "both" else [args.scenario]
-    results = [run_scenario(s, sessions, seconds, args.server_cpus) for s in scenarios]
+    modes = ["off", "stored", "off", "stored"] if args.tracing == "both" else [args.tracing]
+    results = [
+        run_scenario(s, sessions, seconds, args.server_cpus, tracing=m)
+        for s in scenarios
+        for m in modes
+    ]
     header = (
-        f"{'scenario':8} {'sessions':>8} {'turns/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'scenario':8} {'tracing':>7} {'sessions':>8} {'turns/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
         f"{'p99 ms':>8} {'errors':>6} {'RSS MiB':>8} {'srv CPU ms/turn':>15}"
     )
     lines = [f"shelfhand serve load, {os.cpu_count()} CPUs, {seconds:g} s per scenario", header]
     for r in results:
         lines.append(
-            f"{r['scenario']:8} {r['sessions']:>8} {r['turns_per_s']:>8} {r['p50_ms']:>8} "
+            f"{r['scenario']:8} {r['tracing']:>7} {r['sessions']:>8} {r['turns_per_s']:>8} {r['p50_ms']:>8} "
             f"{r['p95_ms']:>8} {r['p99_ms']:>8} {r['errors']:>6} {r['server_rss_mib_peak']:>8} "
             f"{r['server_cpu_ms_per_turn']:>15}"
         )

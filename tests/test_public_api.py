@@ -81,6 +81,14 @@ DOCUMENTED: dict[str, set[str]] = {
         "ANONYMOUS", "PRIVILEGED_ROLES", "PermissionLevel", "RunContext", "UserContext",
         "permission_rank",
     },
+    "shelfhand.core.tracing": {
+        "Span", "SpanEvent", "SpanKind", "SpanList", "SpanProcessor", "Tracer",
+        "current_span", "enter", "format_traceparent", "leave", "new_span_id",
+        "new_trace_id", "parse_traceparent", "set_default_tracer", "start_span", "tracing_on",
+    },
+    "shelfhand.traces": {
+        "SpanRecord", "SqlTraceStore", "SqliteTraceStore", "StoreRecorder", "TraceSummary",
+    },
     "shelfhand.core.errors": set(),  # every class of the error tree: checked below
     "shelfhand.core.events": set(),  # every event class: checked below
     "shelfhand.core.messages": set(),

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.backends.shared import SharedState
     from shelfhand.core.context import UserContext
+    from shelfhand.core.tracing import SpanProcessor, Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.stores.tantivy import Access
     from shelfhand.knowledge.stores.workspace_lock import Role
     from shelfhand.models.base import ChatModel
+    from shelfhand.service.turn_budgets import Budgets
     from shelfhand.service.turn_lock import TurnLock
     from shelfhand.service.uploads import UploadRecords
     from shelfhand.sessions.store import SessionStore
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from shelfhand.tools.audit import AuditLog
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.traces.store import SqlTraceStore
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ class App:
     _governance: Governance | None = field(default=None, repr=False)
     _shared: SharedState | None = field(default=None, repr=False)
     _ingest_queue: IngestQueue | None = field(default=None, repr=False)
+    _tracer: Tracer | None = field(default=None, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -539,9 +544,95 @@ class App:
         redis = self.shared_state().redis
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
 
+    def budgets(self) -> Budgets | None:
+        """The service's budgets (``[budgets]`` of shelfhand.toml), counted in Redis with
+        ``redis_url`` (across replicas), else in the process; ``None`` without budgets.
+
+        Raises:
+            ConfigurationError: an unknown budget or a value that is not a whole number.
+        """
+        from shelfhand.core.auth import load_key_budgets
+        from shelfhand.service.turn_budgets import Budgets
+        from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, LocalBudgetBook
+
+        policy = BudgetPolicy.from_toml(
+            self.settings.budgets, load_key_budgets(self.settings.workspace)
+        )
+        if policy is None:
+            return None
+        redis = self.shared_state().redis
+        book: BudgetBook
+        if redis is not None:
+            from shelfhand.usage.redis_budgets import RedisBudgetBook
+
+            book = RedisBudgetBook(redis)
+        else:
+            book = LocalBudgetBook()
+        return Budgets(policy=policy, book=book, audit=self.governance().audit)
+
+    def usage_ledger(self) -> SqlUsageLedger:
+        """What each tenant, user and session used per day and model: PostgreSQL with
+        ``database_url``, else ``<workspace>/usage.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.usage.pg import PgUsageLedger
+
+            return PgUsageLedger(pool, url=str(self.settings.database_url))
+        from shelfhand.usage.ledger import SqliteUsageLedger
+
+        return SqliteUsageLedger(self.settings.workspace / "usage.db")
+
+    def trace_store(self) -> SqlTraceStore:
+        """Where traces are kept: PostgreSQL with ``database_url``, else
+        ``<workspace>/traces.db``."""
+        pool = self.shared_state().pool
+        if pool is not None:
+            from shelfhand.traces.pg import PgTraceStore
+
+            return PgTraceStore(pool, url=str(self.settings.database_url))
+        from shelfhand.traces.store import SqliteTraceStore
+
+        return SqliteTraceStore(self.settings.workspace / "traces.db")
+
+    def tracer(self, extra: Sequence[SpanProcessor] = ()) -> Tracer | None:
+        """The service's tracer (one per app): spans stored (``tracing = stored``), exported
+        over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``) and handed to ``extra`` processors (the
+        service's metrics); ``None`` when there is nowhere for spans to go.
+
+        Raises:
+            ConfigurationError: an OTLP endpoint is set but ``shelfhand[otel]`` is not
+                installed.
+        """
+        if self._tracer is not None:
+            return self._tracer
+        from shelfhand.core.tracing import Tracer
+        from shelfhand.traces.recorder import StoreRecorder
+
+        s = self.settings
+        processors: list[SpanProcessor] = list(extra)
+        if s.tracing == "stored":
+            processors.append(
+                StoreRecorder(
+                    self.trace_store(),
+                    max_traces=s.trace_max_traces,
+                    max_age_days=s.trace_retention_days,
+                )
+            )
+        if s.otel_endpoint:
+            from shelfhand.providers.otel import otlp_processor
+
+            processors.append(otlp_processor(s.otel_endpoint))
+        if not processors:
+            return None
+        self._tracer = Tracer(processors, record_content=s.trace_content)
+        return self._tracer
+
     def close(self) -> None:
         """Flush and close what the app opened (the audit log, shared connections, the ingest
-        queue)."""
+        queue, the tracer's recorders)."""
+        if self._tracer is not None:
+            self._tracer.close()
+            self._tracer = None
         if self._governance is not None and self._governance.audit is not None:
             self._governance.audit.close()
         if self._shared is not None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -69,37 +71,60 @@ def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
     server.stop()
 
 
-def test_the_page_streams_an_answer_with_a_clickable_citation_and_no_link_for_unknown_ones(
-    page_server: ThreadServer,
-) -> None:
+@contextmanager
+def asked(server: ThreadServer, question: str, *, height: int) -> Iterator[Any]:
+    """The page in headless Chromium, signed in as Alice, with ``question`` sent."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = browser.new_page(viewport={"width": 1280, "height": height})
             page.set_default_timeout(15_000)
-            page.goto(page_server.url + "/")
+            page.goto(server.url + "/")
             page.fill("#api-key", "key-alice")
             page.dispatch_event("#api-key", "change")
-            page.fill("#message-input", "E-203 是什么故障？")
+            page.fill("#message-input", question)
             page.click("#send")
-
-            answer = page.locator(".msg.assistant .answer").last
-            sync_api.expect(answer).to_contain_text("E-203 表示灯泡过热")
-            sync_api.expect(page.locator(".msg.assistant .steps li").first).to_contain_text(
-                "retrieve"
-            )
-            sync_api.expect(page.locator("#sessions li")).to_have_count(1)
-            cite = answer.locator("a.cite").first
-            sync_api.expect(cite).to_have_text("[1]")
-            # [9] was never given: shown as marked text, not as a link
-            sync_api.expect(answer.locator("a.cite")).to_have_count(1)
-            sync_api.expect(answer.locator("span.cite-unknown")).to_have_text("[9]")
-            cite.click()
-            sync_api.expect(page.locator("#passage")).to_be_visible()
-            sync_api.expect(page.locator("#passage-text")).to_contain_text("灯泡过热")
-            sync_api.expect(page.locator("#passage-where")).to_contain_text("t1/troubleshooting.md")
-            page.screenshot(path=str(ARTIFACTS / "web-chat.png"), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+def test_the_page_streams_an_answer_with_a_clickable_citation_and_no_link_for_unknown_ones(
+    page_server: ThreadServer,
+) -> None:
+    with asked(page_server, "E-203 是什么故障？", height=800) as page:
+        answer = page.locator(".msg.assistant .answer").last
+        sync_api.expect(answer).to_contain_text("E-203 表示灯泡过热")
+        sync_api.expect(page.locator(".msg.assistant .steps li").first).to_contain_text("retrieve")
+        sync_api.expect(page.locator("#sessions li")).to_have_count(1)
+        cite = answer.locator("a.cite").first
+        sync_api.expect(cite).to_have_text("[1]")
+        # [9] was never given: shown as marked text, not as a link
+        sync_api.expect(answer.locator("a.cite")).to_have_count(1)
+        sync_api.expect(answer.locator("span.cite-unknown")).to_have_text("[9]")
+        cite.click()
+        sync_api.expect(page.locator("#passage")).to_be_visible()
+        sync_api.expect(page.locator("#passage-text")).to_contain_text("灯泡过热")
+        sync_api.expect(page.locator("#passage-where")).to_contain_text("t1/troubleshooting.md")
+        page.screenshot(path=str(ARTIFACTS / "web-chat.png"), full_page=True)
     assert (ARTIFACTS / "web-chat.png").stat().st_size > 10_000
+
+
+def test_an_answer_opens_its_trace_with_the_tree_times_and_scored_passages(
+    page_server: ThreadServer,
+) -> None:
+    with asked(page_server, "E-203 是什么故障？", height=900) as page:
+        toggle = page.locator(".msg.assistant .trace-toggle").last
+        sync_api.expect(toggle).to_contain_text("2 model calls")
+        toggle.click()
+        spans = page.locator(".msg.assistant .trace .span")
+        sync_api.expect(spans.first).to_contain_text("turn")
+        # the up-front retrieval, then the model's own call
+        calls = page.locator(".trace .span", has_text="execute_tool retrieve")
+        sync_api.expect(calls).to_have_count(2)
+        sync_api.expect(calls.last).to_contain_text("allow/ok")
+        retrieval = page.locator(".trace .span", has_text="“E-203 故障”")
+        sync_api.expect(retrieval).to_contain_text("retrieval")
+        sync_api.expect(retrieval.locator(".hits li").first).to_contain_text("troubleshooting.md")
+        page.screenshot(path=str(ARTIFACTS / "web-trace.png"), full_page=True)

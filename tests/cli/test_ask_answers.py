@@ -90,3 +90,22 @@ def test_chat_never_prints_a_streamed_text_call_and_keeps_steps_apart(
     assert "→ retrieve" in out.stdout and "← retrieve ok" in out.stdout
     assert "Checking." in out.stdout and "Lamp overheating [1]." in out.stdout
     assert "Checking.\n" in out.stdout  # the tool step starts on a line of its own
+
+
+def test_ask_json_carries_the_usage_the_provider_reported(tmp_path: Path, server: Any) -> None:
+    assert run(["ingest", str(sample_corpus())], tmp_path, server).returncode == 0
+    server.add(
+        Reply(body=completion(tool_calls=[RETRIEVE_CALL])),
+        Reply(body=completion("E-203 是灯泡过热 [1]。")),
+    )
+    out = run(["ask", "E-203 是什么故障？", "--retrieval", "tool", "--json"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["output"] == "E-203 是灯泡过热 [1]。"
+    assert answer["citations"][0]["index"] == 1
+    # each of the two replies reported 12 prompt and 5 completion tokens
+    assert answer["usage"] == {
+        "input_tokens": 24, "output_tokens": 10, "model_calls": 2, "tool_calls": 1,
+        "retrievals": 1,
+    }  # fmt: skip
+    assert answer["stop_reason"] == "final" and answer["trace_id"]

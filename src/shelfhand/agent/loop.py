@@ -18,6 +18,7 @@ to the model's context window (:mod:`.budget`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import fields
@@ -26,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
+from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
 
@@ -41,11 +44,12 @@ from .budget import (
 )
 from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
 from .fallbacks import repeated_call_answer as repeated_answer
-from .grounding import UpfrontRetrieval, as_model_sees
+from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard
 from .memory import ConversationMemory, build_system_prompt
 from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
 from .runs import RunOptions
+from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
 from .tool_round import retrieve_upfront, tool_round
@@ -86,11 +90,26 @@ class AgentLoop:
     _schema_cost: tuple[object, int] | None
     _upfront: UpfrontRetrieval | None
 
-    async def _loop(
+    def _loop(
         self, prompt: str | Message, sink: EventSink, options: RunOptions
     ) -> AsyncGenerator[Event, None]:
         """The run's events as ``sink`` asks for them, always ending with one ``Final``
-        (right after it, the generator ends)."""
+        (right after it, the generator ends); inside an ``invoke_agent`` span when tracing
+        is on (see :mod:`.spans`), else the bare steps at no extra cost."""
+        if not tracing_on():
+            return self._steps(prompt, sink, options)
+        if not options.get("trace_id") and current_span() is None:
+            # a run that starts a trace: its result names the trace its spans are in
+            options = {**options, "trace_id": new_trace_id()}
+        steps = self._steps(prompt, sink, options)
+        return invoke_agent(
+            steps, self.name, options.get("trace_id") or "", prompt, options.get("context")
+        )
+
+    async def _steps(
+        self, prompt: str | Message, sink: EventSink, options: RunOptions
+    ) -> AsyncGenerator[Event, None]:
+        """The run's steps (see :meth:`_loop`)."""
         approvals = options.get("approvals")
         if approvals is None:
             approvals = self.approvals
@@ -113,7 +132,9 @@ class AgentLoop:
         )
         new: list[Message] = [first]
         citations: list[Citation] = []
-        input_tokens = output_tokens = 0
+        input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
+        traced = current_span() is not None
+        meter = current_meter()
         guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
         nudged = False
@@ -133,6 +154,8 @@ class AgentLoop:
             else:
                 async for event in upfront:
                     emit(event)
+            tool_calls += len(retrieved)
+            retrievals += len(retrieved)
             found = new_citations(retrieved, citations)
             if found:
                 citations.extend(found)
@@ -161,12 +184,19 @@ class AgentLoop:
             request = fit_messages(
                 conversation, budget, keep_from=1 + len(model_past), count=count, bound=bound
             )
+            # the most a call can use is the model's context window (request and reply): a
+            # token estimate of the request could fall short of the provider's count
+            reserved = meter.reserve(window) if meter is not None else 0
+            chat, chat_token = chat_span(self.model) if traced else (None, None)
+            first_token: int | None = None
             if sink.text:
                 gate = CallTextGate(active=bool(schemas))
                 streamed: ModelResponse | None = None
                 step_shown = False
                 async for chunk in self.model.stream(request, tools=schemas):
                     if isinstance(chunk, StreamText):
+                        if chat is not None and first_token is None:
+                            first_token = time.time_ns()
                         piece = gate.feed(chunk.text) if chunk.text else ""
                         if piece:
                             if shown and not step_shown:
@@ -190,6 +220,11 @@ class AgentLoop:
             else:
                 response = await self.model.request(request, tools=schemas)
                 reply, echo = cleaned(response.message, schemas, new)
+            if chat is not None:
+                end_chat(chat, chat_token, response, first_token)
+            if meter is not None:
+                meter.settle(reserved, response.usage)
+            model_calls += 1
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
@@ -211,7 +246,10 @@ class AgentLoop:
 
             external = tuple(c for c in calls if self._is_external(c.name))
             if external:
-                usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+                usage = Usage(
+                    input_tokens=input_tokens, output_tokens=output_tokens,
+                    model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
+                )  # fmt: skip
                 yield external_final(reply, external, new, citations, run, iteration, usage)
                 return
 
@@ -244,6 +282,8 @@ class AgentLoop:
             else:
                 async for event in steps:
                     emit(event)
+            tool_calls += len(calls)
+            retrievals += sum(1 for c in calls if c.name == RETRIEVE_TOOL)
             found = new_citations(results, citations)
             if found:
                 citations.extend(found)
@@ -261,7 +301,10 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         await self._remember(new)
-        usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        usage = Usage(
+            input_tokens=input_tokens, output_tokens=output_tokens,
+            model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
+        )  # fmt: skip
         yield final(text, new, citations, run, iteration, usage, reason)
 
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:

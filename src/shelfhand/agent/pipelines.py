@@ -52,6 +52,7 @@ from shelfhand.core.events import (
 )
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
+from shelfhand.core.tracing import enter, leave, start_span, tracing_on
 from shelfhand.models.base import Usage
 
 from .runs import RunOptions, run_to_final
@@ -142,10 +143,34 @@ class Pipeline(abc.ABC):
             history=options.get("history", ()),
             approvals=options.get("approvals"),
         )
-        async with aclosing(self._steps(run)) as events:
-            async for event in events:
-                yield event
-        yield Final(result=self._combine(first, run))
+        # a traced pipeline is one span, its steps' runs nest under it
+        span = (
+            start_span(
+                f"invoke_agent {self.name}",
+                "pipeline",
+                trace_id=root.trace_id,
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": self.name,
+                    "shelfhand.pipeline": type(self).__name__,
+                },
+            )
+            if tracing_on()
+            else None
+        )
+        token = enter(span)
+        try:
+            async with aclosing(self._steps(run)) as events:
+                async for event in events:
+                    yield event
+            result = self._combine(first, run)
+        except BaseException as exc:
+            if span is not None:
+                span.fail(type(exc).__name__)
+            raise
+        finally:
+            leave(span, token)
+        yield Final(result=result)
 
     @abc.abstractmethod
     def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, ToolStarted
 from shelfhand.core.messages import Message
 
+from .guard import canonical_arguments
 from .step_events import finished, replay_finished
 
 if TYPE_CHECKING:
@@ -77,12 +78,29 @@ async def tool_round(
                     yield event
     if len(todo) > 1 and toolkit.is_concurrency_safe([c.name for c in todo]):
         gate = asyncio.Semaphore(max_concurrency)
+        leaders, followers = _identical_groups(todo, toolkit)
+        # a leader's flight is open once it has started (see _identical_groups)
+        started = {leader: asyncio.Event() for leader in followers}
 
-        async def one(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
+        async def lead(call: ToolCallBlock) -> tuple[ToolCallBlock, CallReport]:
             async with gate:
+                flight = started.get(call.id)
+                if flight is not None:
+                    # its followers resume at this call's first wait, when governance has
+                    # registered the execution they join
+                    flight.set()
                 return call, await toolkit.execute(call, run, approval=decisions.get(call.id))
 
-        tasks = [asyncio.ensure_future(one(c)) for c in todo]
+        async def follow(call: ToolCallBlock, leader: str) -> tuple[ToolCallBlock, CallReport]:
+            await started[leader].wait()  # no slot of the gate: it runs nothing itself
+            return call, await toolkit.execute(call, run, approval=decisions.get(call.id))
+
+        tasks = [asyncio.ensure_future(lead(c)) for c in leaders]
+        tasks += [
+            asyncio.ensure_future(follow(c, leader))
+            for leader, calls in followers.items()
+            for c in calls
+        ]
         try:
             for next_done in asyncio.as_completed(tasks):
                 call, report = await next_done
@@ -99,6 +117,35 @@ async def tool_round(
             if events:
                 yield finished(report, done[call.id], tag)
     results.extend(done[c.id] for c in calls)
+
+
+def _identical_groups(
+    calls: Sequence[ToolCallBlock], toolkit: Toolkit
+) -> tuple[list[ToolCallBlock], dict[str, list[ToolCallBlock]]]:
+    """The calls that take a slot of the round's concurrency, and for each of them the
+    identical calls of the same reply (by leader id) that join its execution.
+
+    Identical calls (same tool, same canonical arguments) of a tool that shares identical
+    concurrent calls (read-only, ``dedup``) execute once through governance's single-flight
+    (each is still governed and audited). The followers must not wait for a slot: in a
+    round wider than ``max_concurrency`` they would start after the first execution ended,
+    and run again.
+    """
+    leaders: list[ToolCallBlock] = []
+    followers: dict[str, list[ToolCallBlock]] = {}
+    first: dict[tuple[str, str], str] = {}
+    for call in calls:
+        if not toolkit.shares_identical_calls(call.name):
+            leaders.append(call)
+            continue
+        key = (call.name, canonical_arguments(call.arguments))
+        leader = first.get(key)
+        if leader is None:
+            first[key] = call.id
+            leaders.append(call)
+        else:
+            followers.setdefault(leader, []).append(call)
+    return leaders, followers
 
 
 async def ask_approvals(

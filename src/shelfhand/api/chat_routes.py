@@ -28,7 +28,7 @@ from shelfhand.api.schemas import (
     SessionOut,
     ToolStep,
 )
-from shelfhand.api.tracing import current_trace_id
+from shelfhand.api.tracing import current_parent_span_id, current_trace_id
 from shelfhand.core.errors import SessionBusyError, TurnFailed
 from shelfhand.core.messages import Citation
 
@@ -49,10 +49,26 @@ _TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def error_response(
-    status: int, detail: str, code: str, headers: dict[str, str] | None = None
+    status: int,
+    detail: str,
+    code: str,
+    headers: dict[str, str] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> JSONResponse:
     body = ErrorBody(detail=hide_paths(detail), code=code, trace_id=current_trace_id())
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    data = body.model_dump()
+    if budget is not None:  # 429: which budget, its limit and when it resets
+        data["budget"] = budget
+    return JSONResponse(data, status_code=status, headers=headers)
+
+
+def _failure_response(exc: BaseException) -> JSONResponse:
+    status, code = _failure(exc)
+    detail = str(exc) if status != 500 else "internal error"
+    if isinstance(exc, TurnFailed) and exc.budget is not None:
+        headers = {"Retry-After": str(exc.retry_after or 1)}
+        return error_response(status, detail, code, headers=headers, budget=exc.budget)
+    return error_response(status, detail, code)
 
 
 def _not_found() -> HTTPException:
@@ -151,7 +167,10 @@ async def post_message(
         raise _not_found()
     trace_id = current_trace_id()
     try:
-        events = service.chat.turn(session_id, caller, body.content, trace_id=trace_id)
+        events = service.chat.turn(
+            session_id, caller, body.content, trace_id=trace_id,
+            parent_span_id=current_parent_span_id(),
+        )  # fmt: skip
     except SessionBusyError as exc:
         return error_response(409, str(exc), exc.code, headers={"Retry-After": "1"})
     pump = TurnPump(events)
@@ -161,8 +180,7 @@ async def post_message(
     first = await pump.next(min(heartbeat, FIRST_EVENT_GRACE))
     if isinstance(first, BaseException):
         await pump.close()
-        status, code = _failure(first)
-        return error_response(status, str(first), code)
+        return _failure_response(first)
     return StreamingResponse(
         _sse(pump, first, trace_id, heartbeat),
         media_type="text/event-stream",
@@ -237,6 +255,9 @@ async def _sse(
                     "message": message,
                     "trace_id": trace_id,
                 }
+                if isinstance(item, TurnFailed) and item.budget is not None:
+                    error["budget"] = item.budget
+                    error["retry_after"] = item.retry_after
                 yield sse_event(error, n + 1)
                 return
             elif isinstance(item, dict):
@@ -274,9 +295,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
     final: dict[str, Any] | None = None
     while (event := await pump.next()) is not None:
         if isinstance(event, BaseException):
-            status, code = _failure(event)
-            detail = str(event) if status != 500 else "internal error"
-            return error_response(status, detail, code)
+            return _failure_response(event)
         if not isinstance(event, dict):
             continue
         kind = event.get("type")
@@ -303,6 +322,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
         unknown_citations=final.get("unknown_citations", []),
         tool_steps=list(steps.values()),
         stop_reason=final.get("stop_reason", "final"),
+        usage=final.get("usage", {}),
         events=others,
     )
     return JSONResponse(reply.model_dump())

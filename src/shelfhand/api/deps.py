@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -16,6 +16,7 @@ from shelfhand.core.context import UserContext
 
 if TYPE_CHECKING:
     from shelfhand.app import App
+    from shelfhand.core.tracing import Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.service.chat import ChatService
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.traces.store import SqlTraceStore
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 __all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
 
@@ -61,6 +64,12 @@ class ServiceConfig:
     job_wait: float = 300.0
 
 
+class MetricsText(Protocol):
+    """What ``/metrics`` serves (:class:`shelfhand.api.metrics.ServiceMetrics`)."""
+
+    def render(self) -> bytes: ...
+
+
 @dataclass(slots=True)
 class Service:
     """The parts of a running service (built in the app's lifespan)."""
@@ -77,6 +86,13 @@ class Service:
     closers: list[Any] = field(default_factory=list)
     jobs: IngestQueue | None = None
     """Uploads become ingest jobs for ``shelfhand worker`` (``database_url`` set)."""
+    traces: SqlTraceStore | None = None
+    """Where turns' traces are read (``None``: tracing is off)."""
+    tracer: Tracer | None = None
+    metrics: MetricsText | None = None
+    ledger: SqlUsageLedger | None = None
+    """What each tenant, user and session used (``GET /v1/usage``)."""
+    """``/metrics`` (``None``: prometheus-client is not installed)."""
 
 
 # async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than

@@ -141,6 +141,11 @@ class ChatReply(BaseModel):
     )
     tool_steps: list[ToolStep]
     stop_reason: str
+    usage: dict[str, int] = Field(
+        default_factory=dict,
+        description="What the turn used: input_tokens, output_tokens, model_calls, "
+        "tool_calls, retrievals.",
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="Other events of the turn (e.g. approvals needed)."
     )

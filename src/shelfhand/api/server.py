@@ -34,7 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api import chat_routes, job_routes, knowledge_routes
+from shelfhand.api import chat_routes, job_routes, knowledge_routes, trace_routes
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -46,6 +46,7 @@ from shelfhand.service.chat import ChatService
 from shelfhand.service.uploads import Uploads
 
 if TYPE_CHECKING:
+    from shelfhand.api.metrics import ServiceMetrics
     from shelfhand.app import App
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ def build_service(
     registry = app.upload_registry()
     toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)])
     approvals = app.approvals(timeout=300)
+    ledger = app.usage_ledger()
+    metrics = _service_metrics()
+    tracer = app.tracer(extra=[metrics] if metrics is not None else [])
+    traces = app.trace_store() if app.settings.tracing == "stored" else None
     chat = ChatService(
         app=app,
         kb=kb,
@@ -84,6 +89,9 @@ def build_service(
         turn_lock=app.turn_lock(),
         cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
         offload_stores=app.settings.database_url is not None,  # network round trips
+        tracer=tracer,
+        budgets=app.budgets(),
+        ledger=ledger,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",
@@ -106,9 +114,29 @@ def build_service(
         chat=chat,
         uploads=uploads,
         jobs=jobs,
+        traces=traces,
+        tracer=tracer,
+        metrics=metrics,
+        ledger=ledger,
     )
+    if metrics is not None:
+        metrics.watch(app.governance(), kb)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
+    service.closers.insert(0, ledger.close)
+    if traces is not None:
+        service.closers.insert(0, traces.close)
     return service
+
+
+def _service_metrics() -> ServiceMetrics | None:
+    """The service's ``/metrics`` counters; ``None`` without prometheus-client (an install
+    of the server extra from before it was added)."""
+    try:
+        from shelfhand.api.metrics import ServiceMetrics
+    except ImportError:
+        logger.warning("/metrics is off: pip install 'shelfhand[server]' for prometheus-client")
+        return None
+    return ServiceMetrics()
 
 
 def _mcp_configs(app: App) -> list[Any]:
@@ -210,6 +238,11 @@ def create_app(
     api.include_router(chat_routes.router)
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
+    api.include_router(trace_routes.router)
+    if service.metrics is not None:
+        from shelfhand.api.metrics import router as metrics_router
+
+        api.include_router(metrics_router)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)

@@ -5,6 +5,10 @@ id, otherwise a new one. It is returned in the ``X-Trace-Id`` response header, p
 streamed event of a chat turn, stored with the turn's messages, and attached to every log
 record written while the request is handled (:class:`TraceIdFilter`), so one id finds a turn
 in the logs, in the session store and in the client.
+
+A W3C ``traceparent`` header is honoured: without an ``X-Trace-Id``, its trace id names the
+request, and its span is the parent of the turn's root span (:func:`current_parent_span_id`),
+so the turn joins the caller's distributed trace.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shelfhand.core.tracing import parse_traceparent
+
 __all__ = ["TRACE_HEADER", "TraceIdFilter", "TraceIdMiddleware", "current_trace_id"]
 
 TRACE_HEADER = "X-Trace-Id"
@@ -24,6 +30,13 @@ _HEADER_KEY = TRACE_HEADER.lower().encode("latin-1")
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
 
 _trace_id: ContextVar[str] = ContextVar("shelfhand_trace_id", default="")
+_parent_span: ContextVar[str] = ContextVar("shelfhand_parent_span", default="")
+_TRACEPARENT_KEY = b"traceparent"
+
+
+def current_parent_span_id() -> str:
+    """The caller's span id from the request's ``traceparent`` ('' when it sent none)."""
+    return _parent_span.get()
 
 
 def current_trace_id() -> str:
@@ -49,15 +62,20 @@ class TraceIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        trace_id = ""
+        trace_id = parent = ""
         for key, value in scope.get("headers", ()):
             if key == _HEADER_KEY:
                 candidate = value.decode("latin-1")
                 if _VALID.match(candidate):
                     trace_id = candidate
-                break
+            elif key == _TRACEPARENT_KEY:
+                found = parse_traceparent(value.decode("latin-1"))
+                if found is not None:
+                    parent_trace, parent = found
+                    trace_id = trace_id or parent_trace
         trace_id = trace_id or new_trace_id()
         token = _trace_id.set(trace_id)
+        parent_token = _parent_span.set(parent)
         raw = trace_id.encode("latin-1")
 
         async def send_with_header(message: Message) -> None:
@@ -71,6 +89,7 @@ class TraceIdMiddleware:
             await self.app(scope, receive, send_with_header)
         finally:
             _trace_id.reset(token)
+            _parent_span.reset(parent_token)
 
 
 class TraceIdFilter(logging.Filter):

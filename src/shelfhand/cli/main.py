@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "cluster",
     "worker",
     "config",
+    "trace",
+    "usage",
 )
 
 

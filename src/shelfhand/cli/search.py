@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
+    from shelfhand.core.results import RunResult
     from shelfhand.knowledge.types import SearchMode
 
 from shelfhand.cli.common import (
@@ -108,6 +109,13 @@ def ask(
     temperature: TemperatureOpt = None,
     tool_mode: ToolModeOpt = None,
     tool_choice: ToolChoiceOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object: output, citations, usage, stop_reason, trace_id.",
+        ),
+    ] = False,
 ) -> None:
     """Answer from the documents (chat model if configured, else cited passages).
 
@@ -139,6 +147,10 @@ def ask(
         if kb is None:
             raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
         result = a.knowledge_agent(kb).run_sync(question, context=ctx)
+        if as_json:
+            _print_result_json(result)
+            kb.close()
+            return
         console.print(result.output, highlight=False, markup=False)
         from rich.markup import escape
 
@@ -154,6 +166,13 @@ def ask(
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
         raise fail(f"the chat model failed: {exc}", 1) from None
+    if as_json:
+        _print_result_json(result)
+        if kb is not None:
+            kb.close()
+        if result.stop_reason == "empty":
+            raise typer.Exit(NO_ANSWER_EXIT_CODE)
+        return
     console.print(result.output, highlight=False, markup=False)
     if not result.citations and found_nothing(result.messages):
         console.print(
@@ -178,3 +197,20 @@ def ask(
         kb.close()
     if result.stop_reason == "empty":
         raise typer.Exit(NO_ANSWER_EXIT_CODE)
+
+
+def _print_result_json(result: RunResult) -> None:
+    """``ask --json``: the answer, its citations and what the run used, as one object."""
+    typer.echo(
+        json.dumps(
+            {
+                "output": result.output,
+                "citations": [c.to_dict() for c in result.citations],
+                "unknown_citations": list(result.unknown_citations),
+                "usage": result.usage.to_dict(),
+                "stop_reason": result.stop_reason,
+                "trace_id": result.trace_id,
+            },
+            ensure_ascii=False,
+        )
+    )

@@ -2,7 +2,8 @@
 
 Keys come from ``SHELFHAND_API_KEYS`` (JSON ``{"KEY": {"tenant": "t1", "user": "u1",
 "roles": ["user"]}}``) or from ``[[api_keys]]`` tables in ``<workspace>/shelfhand.toml``
-(``key``, ``tenant``, ``user``, ``roles``). The environment wins when both are set.
+(``key``, ``tenant``, ``user``, ``roles``, and optionally ``budgets``: that caller's own
+budgets, see :mod:`shelfhand.usage.budgets`). The environment wins when both are set.
 Keys are compared in constant time and never logged.
 """
 
@@ -67,6 +68,28 @@ def load_api_keys(
             k, ctx = _entry(str(key or ""), item, str(path))
             keys[k] = ctx
     return keys
+
+
+def load_key_budgets(
+    workspace: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> dict[str, Mapping[str, Any]]:
+    """The ``budgets`` table of each API key that has one, by its caller's scope
+    (``tenant/user``), read from the same source as :func:`load_api_keys`; checked by
+    :class:`~shelfhand.usage.budgets.BudgetPolicy`."""
+    env = os.environ if env is None else env
+    raw = env.get("SHELFHAND_API_KEYS")
+    entries: list[Any] = []
+    if raw:
+        data = json.loads(raw)  # load_api_keys has checked it
+        entries = list(data.values()) if isinstance(data, dict) else []
+    elif workspace is not None and (workspace / "shelfhand.toml").is_file():
+        found = read_toml(workspace / "shelfhand.toml").get("api_keys", [])
+        entries = found if isinstance(found, list) else []
+    budgets: dict[str, Mapping[str, Any]] = {}
+    for item in entries:
+        if isinstance(item, Mapping) and isinstance(item.get("budgets"), Mapping):
+            budgets[f"{item.get('tenant')}/{item.get('user')}"] = item["budgets"]
+    return budgets
 
 
 def identify(keys: Mapping[str, UserContext], presented: str | None) -> UserContext | None:

@@ -34,6 +34,7 @@ expects the builtin.
     │   └── RerankError               rerank_failed         a reranker could not rank (the fused order is kept)
     ├── DependencyUnavailableError    <dependency>_unavailable  PostgreSQL or Redis cannot be reached right now
     ├── SessionBusyError              session_busy          a turn of this session is still running
+    ├── BudgetExceededError           budget_exceeded       a tenant's or user's budget (tokens, model calls, turns) is spent
     ├── TurnFailed                    (its own)             a service turn failed: carries the HTTP status and code
     ├── UploadRejected                (its own)             an upload refused as a whole; nothing was stored
     └── ToolError                     tool_error            model-facing: becomes an error tool result
@@ -50,6 +51,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BudgetExceededError",
     "ConfigurationError",
     "ContextBudgetError",
     "DeclarationError",
@@ -248,14 +250,59 @@ class SessionBusyError(ShelfhandError):
     code = "session_busy"
 
 
+class BudgetExceededError(ShelfhandError):
+    """A budget would be exceeded: the model call (or turn) was not made.
+
+    Attributes:
+        budget: Which budget: ``tokens_per_day``, ``tokens_per_month``,
+            ``model_calls_per_day``, ``model_calls_per_month`` or ``turns_per_minute``.
+        scope: Whose: ``tenant acme`` or ``user acme/alice``.
+        limit: The budget.
+        used: What is used (or reserved by calls in flight) in this period.
+        reset_at: When the period ends (epoch seconds).
+    """
+
+    code = "budget_exceeded"
+
+    def __init__(
+        self, message: str, *, budget: str, scope: str, limit: int, used: int, reset_at: float
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.scope = scope
+        self.limit = limit
+        self.used = used
+        self.reset_at = reset_at
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "budget": self.budget,
+            "scope": self.scope,
+            "limit": self.limit,
+            "used": self.used,
+            "reset_at": self.reset_at,
+        }
+
+
 class TurnFailed(ShelfhandError):
     """A service turn failed; carries the HTTP status and the code the API answers with
-    (its ``code`` is the failure's: ``model_timeout``, ``model_error``, ...)."""
+    (its ``code`` is the failure's: ``model_timeout``, ``model_error``, ...), and for a
+    spent budget the budget and when to retry."""
 
-    def __init__(self, message: str, *, status: int, code: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        code: str,
+        budget: dict[str, object] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code  # type: ignore[misc]  # the failure's code, per instance
+        self.budget = budget
+        self.retry_after = retry_after
 
 
 class UploadRejected(ShelfhandError):

@@ -17,8 +17,37 @@ __all__ = ["RunResult", "StopReason", "Usage"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
+    """What one model call, or a whole run or turn, used.
+
+    A model reply's own usage has only the tokens; a run's adds how many model calls, tool
+    calls and retrievals (calls of the ``retrieve`` tool, the up-front ones included) it
+    made itself (a subagent's run reports its own).
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    retrievals: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            model_calls=self.model_calls + other.model_calls,
+            tool_calls=self.tool_calls + other.tool_calls,
+            retrievals=self.retrievals + other.retrievals,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """The JSON form (replies, the SSE ``final`` event, ``ask --json``)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "retrievals": self.retrievals,
+        }
 
 
 StopReason = Literal[

@@ -8,9 +8,10 @@ it. Boolean settings share one vocabulary: ``on|off|true|false|yes|no|1|0``
 (case-insensitive). ``shelfhand config`` shows each value and where it came from, and
 ``docs/reference/configuration.md`` lists them all (generated from the table).
 
-Two tables of ``shelfhand.toml`` are not settings of the table: ``[limits]`` (reading limits per
-file, see :mod:`shelfhand.knowledge.reading.limits`; kept here as given and checked when the
-knowledge base opens) and ``[[api_keys]]`` (see :mod:`shelfhand.core.auth`).
+Three tables of ``shelfhand.toml`` are not settings of the table: ``[limits]`` (reading limits
+per file, see :mod:`shelfhand.knowledge.reading.limits`; kept here as given and checked when the
+knowledge base opens), ``[budgets]`` (per tenant and user, see :mod:`shelfhand.usage.budgets`;
+checked when the service starts) and ``[[api_keys]]`` (see :mod:`shelfhand.core.auth`).
 
 ``answer_retrieval`` is how chat answers get their passages: ``context`` retrieves before the
 model is asked and puts the numbered passages in the prompt; ``tool`` leaves it to the model to
@@ -102,6 +103,8 @@ class Settings:
     chunk_overlap: int = _D["chunk_overlap"]
     limits: Mapping[str, Any] = field(default_factory=dict)
     """The ``[limits]`` table of shelfhand.toml (reading limits per file), as written."""
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    """The ``[budgets]`` table of shelfhand.toml, as written."""
     embed_timeout: float = _D["embed_timeout"]
     turn_timeout: float = _D["turn_timeout"]
     answer_retrieval: AnswerRetrieval = _D["answer_retrieval"]
@@ -118,6 +121,11 @@ class Settings:
     keyword_common_share: float = _D["keyword_common_share"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
+    tracing: str = _D["tracing"]
+    trace_content: bool = _D["trace_content"]
+    trace_retention_days: float = _D["trace_retention_days"]
+    trace_max_traces: int = _D["trace_max_traces"]
+    otel_endpoint: str | None = _D["otel_endpoint"]
 
     @classmethod
     def load(
@@ -185,7 +193,11 @@ def resolve_settings(
     _check_together(values)
     known = {s.toml for s in SETTINGS}
     return ResolvedSettings(
-        settings=Settings(**values, limits=_table(document, "limits", path)),
+        settings=Settings(
+            **values,
+            limits=_table(document, "limits", path),
+            budgets=_table(document, "budgets", path),
+        ),
         sources=sources,
         unknown_keys=tuple(sorted(k for k in toml if k not in known)),
     )

@@ -35,6 +35,7 @@ __all__ = [
     "SETTINGS_BY_NAME",
     "TOOL_CHOICES",
     "TOOL_MODES",
+    "TRACING_MODES",
     "AnswerRetrieval",
     "Setting",
     "Source",
@@ -49,6 +50,7 @@ ANSWER_RETRIEVAL_MODES: tuple[AnswerRetrieval, ...] = ("context", "tool", "both"
 TOOL_CHOICES = ("auto", "required", "none")
 TOOL_MODES = ("native", "plain", "constrained")
 RERANK_MODES = ("off", "endpoint", "llm")
+TRACING_MODES = ("stored", "off")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -222,6 +224,19 @@ SETTINGS: tuple[Setting, ...] = (
     _s("redis_url", "SHELFHAND_REDIS_URL",
        Url(schemes=("redis", "rediss", "unix"), quote=False), None,
        "Redis for state shared by several service replicas.", secret=True),
+    _s("tracing", "SHELFHAND_TRACING", Choice(options=TRACING_MODES), "stored",
+       "Service turns' span trees: stored (the workspace's traces.db, or PostgreSQL with "
+       "database_url) or off."),
+    _s("trace_content", "SHELFHAND_TRACE_CONTENT", Switch(), False,
+       "Record message contents, tool results and passage texts in spans (personal data)."),
+    _s("trace_retention_days", "SHELFHAND_TRACE_RETENTION_DAYS",
+       Number(low=0, low_open=True), 14.0,
+       "Stored traces older than this many days are deleted."),
+    _s("trace_max_traces", "SHELFHAND_TRACE_MAX_TRACES", Number(low=1, whole=True), 100_000,
+       "At most this many stored traces; the oldest go first."),
+    _s("otel_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", Url(schemes=("http", "https")), None,
+       "Export spans over OTLP/HTTP to this collector (needs shelfhand[otel]; "
+       "OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER apply).", toml=None),
 )  # fmt: skip
 """Every setting, in the order ``shelfhand config`` and the reference list them."""
 

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
+from shelfhand.core.tracing import current_span, start_span
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
+from shelfhand.knowledge.retrieval.spans import record_retrieval
 from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import (
@@ -270,6 +272,29 @@ class KnowledgeBase:
         """
         if self.router is None and mode != "keyword":
             mode = "keyword"
+        span = start_span("retrieval", "retrieval") if current_span() is not None else None
+        if span is None:
+            return self._search(query, k, user, mode, filters, rerank, options)
+        try:
+            result = self._search(query, k, user, mode, filters, rerank, options)
+        except Exception as exc:
+            span.fail(type(exc).__name__)
+            span.end()
+            raise
+        record_retrieval(span, self.workspace.name, query, mode, user, k, result)
+        span.end()
+        return result
+
+    def _search(
+        self,
+        query: str,
+        k: int,
+        user: UserContext | None,
+        mode: SearchMode,
+        filters: Mapping[str, Any] | None,
+        rerank: bool,
+        options: SearchOptions | None,
+    ) -> SearchResult:
         opts = options or self.search_options
         retriever = self._stack.retriever
         stage = self.rerank_stage if rerank and opts.rerank else None

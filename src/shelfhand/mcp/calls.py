@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from shelfhand.core.errors import ToolError, ToolTimeoutError
 from shelfhand.core.events import ToolProgress, progress_sink
+from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.mcp.connection import McpConnection
 from shelfhand.mcp.tool import resource_output, to_output
 from shelfhand.tools.tool import ToolOutput
@@ -67,6 +68,35 @@ class McpCalls(McpConnection):
         """
         limit = timeout or self.timeout
         shown = tool_name or self.prefix + name
+        if current_span() is None:
+            return await self._call_tool(name, arguments, limit, shown)
+        # an ``mcp`` span under the tool call's: which server, which tool, how many sends
+        span = start_span(
+            f"mcp tools/call {name}",
+            "mcp",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "mcp.server.name": self.name,
+                "mcp.method.name": "tools/call",
+            },
+        )
+        token = enter(span)
+        try:
+            output = await self._call_tool(name, arguments, limit, shown)
+        except BaseException as exc:
+            if span is not None:
+                span.fail(type(exc).__name__)
+            leave(span, token)
+            raise
+        if span is not None and output.is_error:
+            span.fail("tool_error")
+        leave(span, token)
+        return output
+
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any], limit: float, shown: str
+    ) -> ToolOutput:
         for attempt in (1, 2):
             client = await self._live_client()
             try:

@@ -45,6 +45,7 @@ from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
+    BudgetExceededError,
     DependencyUnavailableError,
     ModelError,
     ModelProviderError,
@@ -56,7 +57,10 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
+from shelfhand.core.results import Usage
+from shelfhand.service.turn_budgets import Budgets, budget_failure
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
+from shelfhand.service.turn_spans import traced_turn
 from shelfhand.sessions.store import MemoryWindow
 from shelfhand.sessions.user_memory import format_memories
 
@@ -65,12 +69,14 @@ if TYPE_CHECKING:
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.core.tracing import Tracer
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SessionStore
     from shelfhand.sessions.user_memory import UserMemoryStore
     from shelfhand.tools.approvals import Approvals
     from shelfhand.tools.toolkit import Toolkit
+    from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +88,8 @@ _T = TypeVar("_T")
 
 def error_status(exc: BaseException) -> tuple[int, str]:
     """HTTP status and code for a failure during a turn."""
+    if isinstance(exc, BudgetExceededError):
+        return 429, exc.code
     if isinstance(exc, ModelTimeoutError):
         return 504, exc.code
     if isinstance(exc, DependencyUnavailableError):
@@ -150,6 +158,11 @@ class ChatService:
         offload_stores: Call the session and memory stores in a worker thread, not on the
             event loop (for stores across a network, such as PostgreSQL, whose round trips
             would stall every other turn of the process).
+        tracer: Records each turn's span tree (``None``: no tracing).
+        budgets: Budgets per tenant and user, reserved before each model call of a turn
+            (``None``: no budgets; see :mod:`shelfhand.service.turn_budgets`).
+        ledger: Where each turn's usage is added up per tenant, user, session, day and
+            model (``None``: not kept).
     """
 
     def __init__(
@@ -167,6 +180,9 @@ class ChatService:
         turn_lock: TurnLock | None = None,
         cache_windows: bool = True,
         offload_stores: bool = False,
+        tracer: Tracer | None = None,
+        budgets: Budgets | None = None,
+        ledger: SqlUsageLedger | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -181,6 +197,9 @@ class ChatService:
         self.turn_lock: TurnLock = turn_lock if turn_lock is not None else LocalTurnLock()
         self.cache_windows = cache_windows
         self.offload_stores = offload_stores
+        self.tracer = tracer
+        self.budgets = budgets
+        self.ledger = ledger
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
         # subagents of the workspace (agents/*.md): the chat agent becomes a supervisor
         self.subagents = app.subagents()
@@ -244,12 +263,21 @@ class ChatService:
         return True
 
     def turn(
-        self, session_id: str, user: UserContext, content: str, *, trace_id: str
+        self,
+        session_id: str,
+        user: UserContext,
+        content: str,
+        *,
+        trace_id: str,
+        parent_span_id: str = "",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Claim the session and return the turn's events (the claim ends with the iterator).
 
         The session is claimed before this returns, so two requests can never both start a
         turn. Consume the iterator to the end or ``aclose()`` it.
+
+        ``parent_span_id``: the caller's span (from its ``traceparent``), the parent of the
+        turn's root span.
 
         Raises:
             SessionBusyError: A turn of this session is running (on any replica).
@@ -258,7 +286,12 @@ class ChatService:
         claim = self.turn_lock.claim(session_id)
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        return self._turn(session_id, user, content, trace_id, claim)
+        events = self._turn(session_id, user, content, trace_id, claim)
+        if self.budgets is not None:
+            events = self.budgets.metered_turn(events, user, trace_id)
+        if self.tracer is None:
+            return events
+        return traced_turn(events, self.tracer, session_id, user, trace_id, parent_span_id)
 
     async def _turn(
         self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
@@ -302,6 +335,8 @@ class ChatService:
                         self._keep_window(session_id, user, memory.messages, memory.summary)
                     event["session_id"] = session_id
                     event["message_count"] = info.message_count if info else 0
+                    if self.ledger is not None:
+                        await self.store(self._add_usage, user, session_id, event)
                     logger.info(
                         "turn session=%s user=%s ms=%.1f",
                         session_id,
@@ -314,6 +349,11 @@ class ChatService:
                 raise
             status, code = error_status(exc)
             message = failure_message(exc, answering=answering)
+            if isinstance(exc, BudgetExceededError):
+                await self.store(
+                    self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+                )
+                raise budget_failure(exc) from exc
             if status == 500:
                 logger.exception("turn failed session=%s", session_id)
             else:
@@ -327,6 +367,11 @@ class ChatService:
             if keeper is not None:
                 keeper.cancel()
             claim.release()
+
+    def _add_usage(self, user: UserContext, session_id: str, final: dict[str, Any]) -> None:
+        assert self.ledger is not None
+        model = self.model.name if self.model is not None else "(none)"
+        self.ledger.add(user, session_id, model, Usage(**final.get("usage", {})))
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]
@@ -389,6 +434,7 @@ class ChatService:
             if isinstance(event, Final):
                 data["stop_reason"] = event.result.stop_reason
                 data["run_id"] = event.result.trace_id
+                data["usage"] = event.result.usage.to_dict()
                 yield data, event.result.messages
             else:
                 yield data, None
@@ -409,4 +455,5 @@ class ChatService:
         final = event_to_dict(Final(result=result))
         final["stop_reason"] = result.stop_reason
         final["run_id"] = result.trace_id
+        final["usage"] = result.usage.to_dict()
         yield final, result.messages

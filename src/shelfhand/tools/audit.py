@@ -43,6 +43,7 @@ __all__ = [
     "AuditLog",
     "AuditRecord",
     "audit_schema",
+    "masked_arguments",
     "parse_since",
     "redact",
 ]
@@ -452,6 +453,21 @@ def _row(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     # cache_hit and dedup_hit as integers, the same in SQLite and PostgreSQL
     hits = (int(raw[13]), int(raw[14]))
     return (*raw[:7], digest, arguments, *raw[9:13], *hits, raw[15], repairs, *raw[17:])
+
+
+def masked_arguments(arguments: str) -> str:
+    """A model's raw argument text as it may be shown: as sent when no secret-looking key
+    can be in it, else canonical JSON with the values of secret-looking keys masked (then
+    text that is not JSON is described, never shown)."""
+    if _SECRET_RE.search(arguments) is None and arguments.lstrip()[:1] == "{":
+        # no secret-looking key can be in it: the model's own text, as sent (if it is not
+        # valid JSON, the span says so in the tool's outcome)
+        return arguments
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return f"<unparsed arguments, {len(arguments)} chars>"
+    return _stored_arguments(parsed, None)[1]
 
 
 def _stored_arguments(arguments: Any, canonical: str | None) -> tuple[str, str]:

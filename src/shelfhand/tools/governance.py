@@ -220,6 +220,14 @@ class Governance(CallSharing):
             return "deny"
         return "ask" if getattr(item, "confirm", False) else "allow"
 
+    def breaker_states(self) -> dict[str, str]:
+        """The breaker of each tool and each shared ``circuit`` by name, and its state
+        (``closed``, ``half_open``, ``open``), for metrics (breakers per target are not
+        listed: there may be thousands)."""
+        states = {name: b.state for name, b in self._breakers.items()}
+        states.update({name: b.state for name, b in self._circuits.items()})
+        return states
+
     def breaker(self, name: str, target: str | None = None) -> Breaker | None:
         """A circuit breaker, if it exists yet.
 

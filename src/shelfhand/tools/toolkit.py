@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
 from shelfhand.tools.governance import Decision, Outcome, ToolPlan
 from shelfhand.tools.registry import META_TOOL_NAME, AnyTool, ToolRegistry
 from shelfhand.tools.repair import SCHEMA_KEYWORDS, repair_arguments
+from shelfhand.tools.spans import record_tool_call, tool_span_attributes
 
 if TYPE_CHECKING:
     from shelfhand.tools.approvals import ApprovalDecision
@@ -107,7 +109,35 @@ class Toolkit(ToolRegistry):
     async def execute(
         self, call: ToolCallBlock, run: RunContext, *, approval: ApprovalDecision | None = None
     ) -> CallReport:
-        """:meth:`call`, also reporting what the pipeline did (cache hit, attempts, outcome)."""
+        """:meth:`call`, also reporting what the pipeline did (cache hit, attempts, outcome).
+
+        Inside a traced run the call is an ``execute_tool {name}`` span (see
+        :mod:`shelfhand.tools.spans`)."""
+        parent = current_span()
+        if parent is None:
+            return await self._governed(call, run, approval)
+        span = start_span(
+            f"execute_tool {call.name}",
+            "tool",
+            parent=parent,
+            attributes=tool_span_attributes(call),
+        )
+        token = enter(span)
+        try:
+            report = await self._governed(call, run, approval)
+        except BaseException as exc:
+            if span is not None:
+                span.fail(type(exc).__name__)
+            leave(span, token)
+            raise
+        if span is not None:
+            record_tool_call(span, report)
+        leave(span, token)
+        return report
+
+    async def _governed(
+        self, call: ToolCallBlock, run: RunContext, approval: ApprovalDecision | None
+    ) -> CallReport:
         started = time.perf_counter()
         gov = self._gov
         request_id = gov.new_request_id()
@@ -212,6 +242,14 @@ class Toolkit(ToolRegistry):
                 report.duration_ms,
             )
         return report
+
+    def shares_identical_calls(self, name: str) -> bool:
+        """Whether identical concurrent calls of ``name`` share one execution (read-only tools
+        with single-flight on); False for an unknown name."""
+        found = self.get(name)
+        if found is None:
+            return False
+        return (self._plans.get(name) or self._plan_for(found)).dedup
 
     def decide(self, name: str, user: UserContext | None = None) -> Decision:
         """The permission decision, as data, for ``user`` calling the tool ``name``.

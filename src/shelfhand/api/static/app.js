@@ -261,7 +261,7 @@ async function send(text) {
       else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
       else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
       else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
-      else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); }
+      else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); addTraceButton(answer, ev.trace_id, ev.usage); }
       else if (type === "error") showFailure(answer, `${ev.status}: ${ev.message}` + (ev.trace_id ? ` (trace ${ev.trace_id})` : ""));
       answer.el.scrollIntoView({ block: "end" });
     });
@@ -274,6 +274,62 @@ showReadiness();
     state.busy = false;
     $("send").disabled = false;
   }
+}
+
+// --- the trace of an answer: the tree of its steps, their times, the passages and scores ------
+function addTraceButton(answer, traceId, usage) {
+  if (!traceId) return;
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "trace-toggle";
+  const tokens = usage ? ` · ${usage.input_tokens}/${usage.output_tokens} tokens, ${usage.model_calls} model calls` : "";
+  b.textContent = "trace" + tokens;
+  const box = document.createElement("ul");
+  box.className = "trace";
+  box.hidden = true;
+  b.onclick = async () => {
+    if (!box.hidden) { box.hidden = true; return; }
+    try {
+      renderTrace(box, await api("GET", `/v1/traces/${encodeURIComponent(traceId)}`));
+      box.hidden = false;
+    } catch (err) { setStatus(err.message, true); }
+  };
+  answer.el.append(b, box);
+}
+
+function renderTrace(box, trace) {
+  box.textContent = "";
+  const children = {};
+  const ids = new Set(trace.spans.map((s) => s.span_id));
+  for (const s of trace.spans) (children[ids.has(s.parent_id) ? s.parent_id : ""] ||= []).push(s);
+  const start = Math.min(...trace.spans.map((s) => s.start_ns));
+  const walk = (span, depth) => {
+    const li = document.createElement("li");
+    li.className = "span" + (span.status === "error" ? " failed" : "");
+    li.style.paddingLeft = `${depth * 1.2}em`;
+    const a = span.attributes;
+    const at = ((span.start_ns - start) / 1e6).toFixed(1);
+    let line = `${span.name} · ${span.duration_ms.toFixed(1)} ms (at ${at} ms)`;
+    if (a["gen_ai.usage.input_tokens"] !== undefined) line += ` · tokens ${a["gen_ai.usage.input_tokens"]}/${a["gen_ai.usage.output_tokens"]}`;
+    if (a["shelfhand.tool.outcome"]) line += ` · ${a["shelfhand.tool.decision"]}/${a["shelfhand.tool.outcome"]}`;
+    if (a["error.type"]) line += ` · ${a["error.type"]}`;
+    if (a["gen_ai.retrieval.query.text"]) line += ` · “${a["gen_ai.retrieval.query.text"]}” (${a["shelfhand.retrieval.mode"]})`;
+    li.textContent = line;
+    const docs = a["gen_ai.retrieval.documents"] || [];
+    if (docs.length) {
+      const hits = document.createElement("ol");
+      hits.className = "hits";
+      for (const d of docs) {
+        const h = document.createElement("li");
+        h.textContent = `${d.score.toFixed(3)} ${d.source} ${d.title || ""}`;
+        hits.appendChild(h);
+      }
+      li.appendChild(hits);
+    }
+    box.appendChild(li);
+    for (const c of children[span.span_id] || []) walk(c, depth + 1);
+  };
+  for (const root of children[""] || []) walk(root, 0);
 }
 
 // A failed turn says so in its own bubble (never an empty bubble).

@@ -1,0 +1,165 @@
+"""What tracing costs a turn: off, stored (the trace store's recorder over SQLite) and
+exported (OpenTelemetry SDK spans through a batch processor), interleaved in one run.
+
+A turn is a scripted model asking for one tool call and one retrieval (over the bundled
+sample documents, hashing vectors), then answering; it runs under a root span as a service
+turn does. Reported per turn: CPU µs of the whole process (the recorder's and the batch
+exporter's threads included) and wall µs, medians over the repeats (each repeat starts with
+the next case), with the ratio
+to tracing off, and the extra µs per span. The exporter hands spans to an in-memory
+exporter: the OTLP network send is not measured (it runs on the SDK's thread).
+
+    python bench/tracing_cost.py                 # ~1 min on 2 shared cores
+    python bench/tracing_cost.py --runs 300 --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool  # noqa: E402
+from shelfhand.core.tracing import SpanProcessor, Tracer  # noqa: E402
+from shelfhand.knowledge import KnowledgeBase, sample_corpus  # noqa: E402
+from shelfhand.testing import CyclingScriptModel, hashing_router, text, tool_call  # noqa: E402
+from shelfhand.traces import SqliteTraceStore, StoreRecorder  # noqa: E402
+
+ALICE = UserContext(tenant_id="acme", user_id="alice")
+
+
+class Counting:
+    """Counts spans (to report the cost per span)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def on_end(self, span: Any) -> None:
+        self.spans += 1
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@tool(read_only=True, cache_ttl=0, inline=True)
+def order_status(order_id: str) -> str:
+    """The status of an order."""
+    return f"{order_id}: shipped"
+
+
+async def rotated(
+    cases: dict[str, Any], runs: int, repeats: int, warmup: int
+) -> dict[str, tuple[float, float]]:
+    """Like ``interleaved.interleaved``, but each repeat starts with the next case, so no
+    case always runs first (the first of a round was measurably slower on a loaded
+    machine). CPU: the median over the repeats; wall: the median."""
+    for make in cases.values():
+        for _ in range(warmup):
+            await make()
+    names = list(cases)
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            make = cases[name]
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(runs):
+                await make()
+            cpu[name].append((time.process_time() - c0) / runs * 1e6)
+            wall[name].append((time.perf_counter() - w0) / runs * 1e6)
+    return {n: (statistics.median(cpu[n]), statistics.median(wall[n])) for n in names}
+
+
+def make_turn(kb: KnowledgeBase, tracer: Tracer | None) -> Any:
+    model = CyclingScriptModel(
+        [
+            tool_call("order_status", {"order_id": "A-1"}),
+            tool_call("retrieve", {"query": "退货政策"}),
+            text("七天内可退 [1]。"),
+        ]
+    )
+    agent = Agent(
+        name="support",
+        model=model,
+        toolkit=Toolkit([order_status, retrieve_tool(kb)]),
+        replay_repeated_calls=False,
+    )
+    counter = [0]
+
+    async def turn() -> None:
+        counter[0] += 1
+        trace_id = f"{counter[0]:032x}"
+        if tracer is None:
+            await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
+            return
+        with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
+            await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
+
+    return turn
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=12)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        kb = KnowledgeBase(Path(tmp) / "ws", hashing_router())
+        kb.ingest([sample_corpus()], tenant_id="acme")
+        store = SqliteTraceStore(Path(tmp) / "traces.db")
+        counting = Counting()
+        stored: list[SpanProcessor] = [StoreRecorder(store), counting]
+        cases = {
+            "off": make_turn(kb, None),
+            "spans only (kept nowhere)": make_turn(kb, Tracer([Counting()])),
+            "stored": make_turn(kb, Tracer(stored)),
+        }
+        exported = None
+        try:
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+                InMemorySpanExporter,
+            )
+
+            from shelfhand.providers.otel import OtelProcessor
+
+            exported = OtelProcessor(BatchSpanProcessor(InMemorySpanExporter()))
+            cases["exported"] = make_turn(kb, Tracer([exported]))
+            cases["stored+exported"] = make_turn(kb, Tracer([*stored, exported]))
+        except ImportError:
+            print("(no opentelemetry-sdk: pip install 'shelfhand[otel]' for the exported rows)")
+        figures = await rotated(cases, runs=a.runs, repeats=a.repeats, warmup=20)
+        spans_per_turn = counting.spans / (
+            (a.repeats * a.runs + 20) * (2 if "stored+exported" in cases else 1)
+        )
+        base_cpu, base_wall = figures["off"]
+        print(f"spans per turn: {spans_per_turn:.1f}")
+        print("| tracing | CPU µs/turn | × off | wall µs/turn | × off | extra CPU µs/span |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, (cpu, wall) in figures.items():
+            per_span = (cpu - base_cpu) / spans_per_turn if name != "off" else 0.0
+            print(
+                f"| {name} | {cpu:.0f} | {cpu / base_cpu:.3f} | {wall:.0f} | "
+                f"{wall / base_wall:.3f} | {per_span:.1f} |"
+            )
+        for p in stored:
+            p.close()
+        if exported is not None:
+            exported.close()
+        kb.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,146 @@
+"""The agent run's spans: ``invoke_agent {name}`` around a run, ``chat {model}`` around each
+model call (OpenTelemetry GenAI names; see :mod:`shelfhand.core.tracing`).
+
+A run only pays for these when tracing is on: :meth:`AgentLoop._loop
+<shelfhand.agent.loop.AgentLoop._loop>` hands back the bare steps otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.context import ANONYMOUS
+from shelfhand.core.events import Final
+from shelfhand.core.tracing import Span, current_span, enter, leave, start_span
+
+if TYPE_CHECKING:
+    from shelfhand.core.context import UserContext
+    from shelfhand.core.events import Event
+    from shelfhand.core.messages import Message
+    from shelfhand.models.base import ChatModel, ModelResponse
+
+__all__ = ["chat_span", "end_chat", "invoke_agent"]
+
+
+def provider_name(model: ChatModel) -> str:
+    """``gen_ai.provider.name`` of a model: its ``provider_name`` attribute when it has one
+    (``openai`` for OpenAI-compatible endpoints), else its class name."""
+    name = getattr(model, "provider_name", None)
+    return name if isinstance(name, str) and name else type(model).__name__
+
+
+async def invoke_agent(
+    steps: AsyncGenerator[Event, None],
+    agent_name: str,
+    trace_id: str,
+    prompt: str | Message,
+    user: UserContext | None,
+) -> AsyncGenerator[Event, None]:
+    """``steps`` (one run's events) inside an ``invoke_agent`` span: the run's usage and stop
+    reason on it, its error type when the run fails. A failure leaves no span of the run
+    open (an unfinished model call's span ends failed too)."""
+    span = start_span(
+        f"invoke_agent {agent_name}",
+        "agent",
+        trace_id=trace_id,
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent_name},
+    )
+    if span is None:  # tracing was turned off meanwhile
+        async with aclosing(steps):
+            async for event in steps:
+                yield event
+        return
+    if span.root:  # a run outside any turn: the trace is its caller's
+        who = user or ANONYMOUS
+        span.tenant_id, span.user_id = who.tenant_id, who.user_id
+    if span.tracer.record_content:
+        span.set("gen_ai.input.messages", prompt if isinstance(prompt, str) else prompt.text)
+    token = enter(span)
+    try:
+        async with aclosing(steps):
+            async for event in steps:
+                if isinstance(event, Final):
+                    _finish(span, event)
+                yield event
+    except BaseException as exc:
+        _close_open_children(span, type(exc).__name__)
+        span.fail(type(exc).__name__)
+        raise
+    finally:
+        leave(span, token)
+
+
+def _finish(span: Span, event: Final) -> None:
+    result = event.result
+    usage = result.usage
+    span.update(
+        {
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "shelfhand.usage.model_calls": usage.model_calls,
+            "shelfhand.usage.tool_calls": usage.tool_calls,
+            "shelfhand.usage.retrievals": usage.retrievals,
+            "shelfhand.run.stop_reason": result.stop_reason,
+            "shelfhand.run.iterations": result.iterations,
+        }
+    )
+    if span.tracer.record_content:
+        span.set("gen_ai.output.messages", result.output)
+
+
+def _close_open_children(span: Span, error_type: str) -> None:
+    """End, failed, the spans a failure left current below ``span`` (a model call that
+    raised)."""
+    open_span = current_span()
+    while open_span is not None and open_span is not span:
+        open_span.fail(error_type)
+        open_span.end()
+        parent_id = open_span.parent_id
+        open_span = span if parent_id == span.span_id else None
+
+
+def chat_span(model: ChatModel) -> tuple[Span | None, Any]:
+    """A ``chat {model}`` span for one model call, made current (end it with
+    :func:`end_chat`)."""
+    span = start_span(
+        f"chat {model.name}",
+        "chat",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(model),
+            "gen_ai.request.model": model.name,
+        },
+    )
+    return span, enter(span)
+
+
+def end_chat(
+    span: Span | None, token: Any, response: ModelResponse, first_token_ns: int | None
+) -> None:
+    """Record the reply's model, tokens, finish reason and time to first token; end."""
+    if span is None:
+        return
+    usage = response.usage
+    span.update(
+        {
+            "gen_ai.response.model": response.model_name or None,
+            "gen_ai.response.finish_reasons": [response.finish_reason]
+            if response.finish_reason
+            else None,
+            "gen_ai.usage.input_tokens": usage.input_tokens if usage is not None else 0,
+            "gen_ai.usage.output_tokens": usage.output_tokens if usage is not None else 0,
+            "shelfhand.chat.tool_calls": len(response.message.tool_calls),
+        }
+    )
+    if first_token_ns is not None:
+        span.set("shelfhand.chat.time_to_first_token_ms", (first_token_ns - span.start_ns) / 1e6)
+    if span.tracer.record_content:
+        span.set("gen_ai.output.messages", response.message.text)
+    leave(span, token)
+
+
+def first_token_time() -> int:
+    return time.time_ns()

@@ -1,0 +1,134 @@
+"""``GET /metrics``: the service in the Prometheus text format, for admins.
+
+Counted from the same spans the traces are made of (a :class:`ServiceMetrics` is one of the
+tracer's processors, so nothing else is instrumented twice): turns by status, model calls
+and tokens by model, tool calls by tool and outcome, retrieval latency. Read at each scrape:
+circuit breaker states (0 closed, 1 half-open, 2 open) and chunks waiting for their
+embeddings. Each service has its own registry (tests run several in one process).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter, Depends, HTTPException
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from shelfhand.api.deps import Caller, ServiceDep
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from prometheus_client.metrics_core import Metric
+
+    from shelfhand.core.tracing import Span
+    from shelfhand.knowledge.base import KnowledgeBase
+    from shelfhand.tools.governance import Governance
+
+__all__ = ["ServiceMetrics", "router"]
+
+router = APIRouter()
+
+_BREAKER_STATES = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class _Gauges:
+    """What is read at each scrape."""
+
+    def __init__(self) -> None:
+        self.governance: Governance | None = None
+        self.kb: KnowledgeBase | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        breakers = GaugeMetricFamily(
+            "shelfhand_breaker_state",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
+            labels=["breaker"],
+        )
+        if self.governance is not None:
+            for name, state in self.governance.breaker_states().items():
+                breakers.add_metric([name], _BREAKER_STATES.get(state, 0))
+        yield breakers
+        if self.kb is not None:
+            pending = GaugeMetricFamily(
+                "shelfhand_pending_embeddings", "Chunks stored but not embedded yet."
+            )
+            pending.add_metric([], self.kb.status().pending_chunks)
+            yield pending
+
+
+class ServiceMetrics:
+    """The service's counters, fed by finished spans (a tracer's span processor)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.turns = Counter("shelfhand_turns", "Chat turns, by status.", ["status"], registry=r)
+        self.model_calls = Counter(
+            "shelfhand_model_calls", "Model calls, by model and status.", ["model", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "shelfhand_model_tokens", "Tokens of model calls, by model and direction.",
+            ["model", "direction"], registry=r,
+        )  # fmt: skip
+        self.tool_calls = Counter(
+            "shelfhand_tool_calls", "Tool calls, by tool and outcome.", ["tool", "outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.retrieval = Histogram(
+            "shelfhand_retrieval_seconds", "Retrieval latency, by mode.", ["mode"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.gauges = _Gauges()
+        r.register(self.gauges)  # type: ignore[arg-type]  # a custom collector
+
+    def watch(self, governance: Governance, kb: KnowledgeBase) -> None:
+        """Report these breakers and this knowledge base's pending embeddings."""
+        self.gauges.governance = governance
+        self.gauges.kb = kb
+
+    def on_end(self, span: Span) -> None:
+        kind = span.kind
+        a = span.attributes
+        if kind == "chat":
+            model = str(a.get("gen_ai.request.model", ""))
+            self.model_calls.labels(model, span.status).inc()
+            self.tokens.labels(model, "input").inc(int(a.get("gen_ai.usage.input_tokens", 0)))
+            self.tokens.labels(model, "output").inc(int(a.get("gen_ai.usage.output_tokens", 0)))
+        elif kind == "tool":
+            outcome = str(a.get("shelfhand.tool.outcome", "error"))
+            self.tool_calls.labels(str(a.get("gen_ai.tool.name", "")), outcome).inc()
+        elif kind == "retrieval":
+            mode = str(a.get("shelfhand.retrieval.mode", ""))
+            self.retrieval.labels(mode).observe(span.duration_ms / 1000)
+        elif kind == "turn":
+            self.turns.labels(str(a.get("error.type", "ok"))).inc()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def _admin(caller: Caller) -> None:
+    if caller.permission_level not in ("admin", "system"):
+        raise HTTPException(status_code=403, detail="/metrics is for admins")
+
+
+@router.get("/metrics", tags=["health"], dependencies=[Depends(_admin)])
+async def metrics(service: ServiceDep) -> Response:
+    """Prometheus text format (admins only)."""
+    found = service.metrics
+    if found is None:
+        raise HTTPException(status_code=404, detail="metrics need the server extra")
+    body = await service.chat.store(found.render)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

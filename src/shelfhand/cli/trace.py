@@ -1,0 +1,124 @@
+"""``shelfhand trace``: the traces of a workspace's service turns (``traces.db``, or
+PostgreSQL with ``database_url``).
+
+``shelfhand trace`` lists a tenant's newest turns; ``shelfhand trace ID`` prints one turn's
+tree with the time each step took, the tokens of each model call, each tool call's outcome
+and governance decisions, and each retrieval's hits with their scores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from shelfhand.cli.common import TenantOpt, WorkspaceOpt, app, fail, make_console, open_app
+
+if TYPE_CHECKING:
+    from shelfhand.traces.store import SpanRecord
+
+
+@app.command()
+def trace(
+    trace_id: Annotated[str | None, typer.Argument(help="A trace id: print its tree.")] = None,
+    workspace: WorkspaceOpt = None,
+    tenant: TenantOpt = "default",
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user's turns (default: all users).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="Most traces listed.")] = 20,
+) -> None:
+    """List recent traces of a tenant, or print one trace's tree with times."""
+    from shelfhand.core.context import UserContext
+
+    a = open_app(workspace, existing=True)
+    if a.settings.tracing == "off":
+        make_console().print("Tracing is off (tracing = off): no trace is stored.")
+        return
+    if not a.settings.database_url and not (a.settings.workspace / "traces.db").is_file():
+        make_console().print("No traces yet: they are recorded for each service turn.")
+        return
+    owner = UserContext(tenant_id=tenant, user_id=user or "-")
+    store = a.trace_store()
+    try:
+        if trace_id is None:
+            found = store.recent(owner, limit=limit, all_users=user is None)
+            if not found:
+                make_console().print(f"No traces of tenant {tenant}.")
+                return
+            for t in found:
+                d = t.to_dict()
+                typer.echo(
+                    f"{t.trace_id}  {_when(d['started_at'])}  {t.user_id:<12} "
+                    f"{d['duration_ms']:>9.1f} ms  {t.status:<5}  "
+                    f"tokens {t.input_tokens}/{t.output_tokens}"
+                )
+            return
+        spans = store.spans(trace_id, owner, all_users=user is None)
+    finally:
+        store.close()
+        a.close()
+    if spans is None:
+        raise fail(f"no trace {trace_id} in tenant {tenant}", 1)
+    for line in tree_lines(spans):
+        typer.echo(line)
+
+
+def _when(epoch: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def tree_lines(spans: list[SpanRecord]) -> list[str]:
+    """The spans as an indented tree (children in start order), one line each."""
+    children: dict[str, list[SpanRecord]] = {}
+    ids = {s.span_id for s in spans}
+    roots: list[SpanRecord] = []
+    for s in spans:
+        if s.parent_id in ids:
+            children.setdefault(s.parent_id, []).append(s)
+        else:
+            roots.append(s)
+    lines: list[str] = []
+    start = min((s.start_ns for s in spans), default=0)
+
+    def walk(span: SpanRecord, depth: int) -> None:
+        offset = (span.start_ns - start) / 1e6
+        mark = " ✗ " + str(span.attributes.get("error.type", "")) if span.status == "error" else ""
+        lines.append(
+            f"{offset:>9.1f} ms {'  ' * depth}{span.name}  ({span.duration_ms:.1f} ms)"
+            f"{mark}{_details(span.attributes)}"
+        )
+        for event in span.events:
+            attrs = ", ".join(f"{k}={v}" for k, v in event.get("attributes", {}).items())
+            lines.append(f"{'':>12} {'  ' * (depth + 1)}· {event['name']} {attrs}".rstrip())
+        for hit in span.attributes.get("gen_ai.retrieval.documents", []) or []:
+            lines.append(
+                f"{'':>12} {'  ' * (depth + 1)}- {hit.get('score', 0):.3f} {hit.get('source', '')}"
+                f" {hit.get('id', '')}"
+            )
+        for child in children.get(span.span_id, []):
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    return lines
+
+
+def _details(a: dict[str, Any]) -> str:
+    parts: list[str] = []
+    if "gen_ai.usage.input_tokens" in a:
+        parts.append(
+            f"tokens {a['gen_ai.usage.input_tokens']}/{a.get('gen_ai.usage.output_tokens', 0)}"
+        )
+    if "gen_ai.tool.call.arguments" in a:
+        parts.append(f"args {a['gen_ai.tool.call.arguments']}")
+    if "shelfhand.tool.outcome" in a:
+        parts.append(f"{a.get('shelfhand.tool.decision')}/{a['shelfhand.tool.outcome']}")
+    if "gen_ai.retrieval.query.text" in a:
+        parts.append(f"query {a['gen_ai.retrieval.query.text']!r}")
+        parts.append(f"mode {a.get('shelfhand.retrieval.mode')}")
+        if a.get("shelfhand.retrieval.degraded_reason"):
+            parts.append(f"degraded: {a['shelfhand.retrieval.degraded_reason']}")
+    return ("  " + ", ".join(parts)) if parts else ""

@@ -1,0 +1,52 @@
+"""``shelfhand usage``: what a tenant (or one user) used, by day and model, from the usage
+ledger of the workspace's service (``usage.db``, or PostgreSQL with ``database_url``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from shelfhand.cli.common import TenantOpt, WorkspaceOpt, app, make_console, open_app
+
+
+@app.command()
+def usage(
+    workspace: WorkspaceOpt = None,
+    tenant: TenantOpt = "default",
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user (default: the whole tenant).")
+    ] = None,
+    days: Annotated[int, typer.Option("--days", help="The last N days, today included.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Tokens, model calls, tool calls and retrievals of a tenant's turns by day and model."""
+    from shelfhand.core.context import UserContext
+
+    a = open_app(workspace, existing=True)
+    if not a.settings.database_url and not (a.settings.workspace / "usage.db").is_file():
+        make_console().print("No usage recorded yet: the service records each turn's usage.")
+        return
+    ledger = a.usage_ledger()
+    try:
+        owner = UserContext(tenant_id=tenant, user_id=user or "-")
+        rows = ledger.report(owner, days=days, all_users=True, user_id=user)
+    finally:
+        ledger.close()
+        a.close()
+    if as_json:
+        typer.echo(json.dumps({"tenant": tenant, "usage": [r.to_dict() for r in rows]}))
+        return
+    if not rows:
+        make_console().print(f"No usage of tenant {tenant} in the last {days} days.")
+        return
+    typer.echo(
+        f"{'day':<10}  {'model':<24} {'turns':>6} {'calls':>6} {'tokens in':>10} "
+        f"{'tokens out':>10} {'tools':>6} {'retrievals':>10}"
+    )
+    for r in rows:
+        typer.echo(
+            f"{r.day:<10}  {r.model[:24]:<24} {r.turns:>6} {r.model_calls:>6} "
+            f"{r.input_tokens:>10} {r.output_tokens:>10} {r.tool_calls:>6} {r.retrievals:>10}"
+        )

@@ -1,0 +1,98 @@
+"""Budgets of service turns: each turn of a caller with budgets runs metered.
+
+A turn first counts against ``turns_per_minute``; then every model call of it (its
+subagents' included) reserves its largest possible size and settles with what it used
+(:class:`~shelfhand.usage.budgets.TurnMeter`). A turn over budget ends cleanly: no model
+call is made past the budget, the API answers 429 with the budget, its reset time and
+``Retry-After`` (or, once the answer has begun streaming, an ``error`` event with the same),
+the session records the failure, the audit log gets a ``budget_exceeded`` record and the
+turn's trace a ``budget.exceeded`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.errors import BudgetExceededError, TurnFailed
+from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.tracing import current_span
+from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, TurnMeter
+
+if TYPE_CHECKING:
+    from shelfhand.core.context import UserContext
+    from shelfhand.tools.audit import AuditLog
+
+__all__ = ["Budgets", "budget_failure"]
+
+logger = logging.getLogger(__name__)
+
+
+def budget_failure(exc: BudgetExceededError) -> TurnFailed:
+    """The turn's failure for a spent budget: 429, the budget, ``Retry-After``."""
+    retry_after = max(1, int(exc.reset_at - time.time() + 0.999))
+    return TurnFailed(
+        str(exc), status=429, code=exc.code, budget=exc.to_dict(), retry_after=retry_after
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budgets:
+    """The service's budgets, their counters, and where refusals are audited."""
+
+    policy: BudgetPolicy
+    book: BudgetBook
+    audit: AuditLog | None = None
+
+    async def metered_turn(
+        self, events: AsyncGenerator[dict[str, Any], None], user: UserContext, trace_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """``events`` (one turn's) with the caller's meter set for every model call."""
+        meter = TurnMeter(self.book, self.policy, user)
+        try:
+            meter.start_turn()
+        except BudgetExceededError as exc:
+            await events.aclose()  # frees the session's claim
+            self.refused(exc, user, trace_id)
+            raise budget_failure(exc) from exc
+        token = metered(meter)
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    yield event
+        except TurnFailed as exc:
+            if exc.budget is not None:
+                self.refused(exc, user, trace_id)
+            raise
+        finally:
+            unmetered(token)
+            meter.close()
+
+    def refused(
+        self, exc: BudgetExceededError | TurnFailed, user: UserContext, trace_id: str
+    ) -> None:
+        budget = exc.to_dict() if isinstance(exc, BudgetExceededError) else (exc.budget or {})
+        logger.warning("budget exceeded user=%s: %s", user.scope, exc)
+        span = current_span()
+        if span is not None:
+            span.event("budget.exceeded", **budget)
+        if self.audit is not None:
+            self.audit.record(
+                tool="(model)",
+                tenant=user.tenant_id,
+                user=user.user_id,
+                trace_id=trace_id,
+                request_id="",
+                call_id="",
+                arguments=budget,
+                canonical=None,
+                decision="deny",
+                outcome="budget_exceeded",
+                error_class="BudgetExceededError",
+                duration_ms=0.0,
+                attempts=0,
+            )

@@ -1,0 +1,41 @@
+"""Traces in PostgreSQL, shared by several service replicas (``pip install 'shelfhand[pg]'``).
+
+The same statements as the SQLite store (:class:`~shelfhand.traces.store.SqlTraceStore`), in
+the tables ``pg_traces`` and ``pg_trace_spans``, created by the migration ``traces_pg_*``
+through :mod:`shelfhand.backends.postgres` (several replicas starting at once apply it once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.postgres import PgMigration
+from shelfhand.core.sql import POSTGRES
+from shelfhand.traces.store import SCHEMA, SqlTraceStore, trace_names
+
+__all__ = ["TRACES_PG_MIGRATIONS", "PgTraceStore"]
+
+_PREFIX = "pg_"
+
+TRACES_PG_MIGRATIONS = [
+    PgMigration(
+        name="traces_pg_001_initial",
+        sql=POSTGRES.ddl(SCHEMA, **trace_names(POSTGRES, prefix=_PREFIX)),
+    ),
+]
+
+
+class PgTraceStore(SqlTraceStore):
+    """Traces in PostgreSQL (see the module docstring).
+
+    Args:
+        pool: An open ``psycopg_pool.ConnectionPool``
+            (:func:`shelfhand.backends.postgres.open_pool`).
+        url: The database URL (named, without password, in errors).
+    """
+
+    def __init__(self, pool: Any, *, url: str) -> None:
+        self.pool = pool
+        self.url = url
+        super().__init__(PgDatabase(pool, url=url, migrations=TRACES_PG_MIGRATIONS), prefix=_PREFIX)

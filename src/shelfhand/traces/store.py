@@ -1,0 +1,355 @@
+"""Where traces are kept: the workspace's ``traces.db`` (SQLite), or PostgreSQL.
+
+Every statement is written once (:mod:`shelfhand.core.sql`). Two tables: the spans, and one
+row per trace (its root span: who ran it, when, how it ended), which lists and scopes
+traces without reading their spans. Every read names the tenant, and a user who is not an
+admin sees only their own traces: a trace of someone else looks missing (404), as a session
+does. Trace ids are chosen by clients (``X-Trace-Id``), so two tenants may use the same one:
+a trace is keyed by tenant and id.
+
+Retention: :meth:`SqlTraceStore.prune` keeps the newest ``max_traces`` traces and none older
+than ``max_age_days``; the recorder calls it now and then.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.db import Migration, SqliteDatabase
+from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
+from shelfhand.core.tracing import Span
+
+__all__ = [
+    "SCHEMA",
+    "SpanRecord",
+    "SqlTraceStore",
+    "SqliteTraceStore",
+    "TraceSummary",
+    "trace_names",
+]
+
+SCHEMA = """
+CREATE TABLE {traces} (
+    tenant TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    start_ns BIGINT NOT NULL,
+    end_ns BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    input_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, trace_id)
+);
+CREATE INDEX {traces}_recent ON {traces} (tenant, start_ns);
+CREATE INDEX {traces}_age ON {traces} (start_ns);
+CREATE TABLE {spans} (
+    tenant TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    parent_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    start_ns BIGINT NOT NULL,
+    end_ns BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    attributes TEXT NOT NULL,
+    events TEXT NOT NULL
+);
+CREATE INDEX {spans}_trace ON {spans} (tenant, trace_id);
+"""
+"""The trace tables, for either database (see :func:`trace_names`)."""
+
+
+def trace_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
+    """The table names the statements use (``prefix`` before each)."""
+    del dialect  # the same for both databases
+    return {"traces": f"{prefix}traces", "spans": f"{prefix}trace_spans"}
+
+
+MIGRATIONS = [Migration(name="traces_001_initial", sql=SQLITE.ddl(SCHEMA, **trace_names(SQLITE)))]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceSummary:
+    """One stored trace, as listed."""
+
+    trace_id: str
+    tenant_id: str
+    user_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    status: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "user_id": self.user_id,
+            "name": self.name,
+            "started_at": self.start_ns / 1e9,
+            "duration_ms": round(self.duration_ms, 3),
+            "status": self.status,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpanRecord:
+    """One stored span."""
+
+    span_id: str
+    parent_id: str
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int
+    status: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "span_id": self.span_id,
+            "parent_id": self.parent_id,
+            "name": self.name,
+            "kind": self.kind,
+            "start_ns": self.start_ns,
+            "duration_ms": round(self.duration_ms, 3),
+            "status": self.status,
+            "attributes": self.attributes,
+            "events": list(self.events),
+        }
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """orjson when installed (the ``server`` extra has it: six times faster on span
+    attributes, and the writer thread's JSON is most of what a stored span costs), else
+    the standard library's encoder, built once."""
+    try:
+        import orjson
+    except ImportError:
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+    dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
+
+    def encode(value: Any) -> str:
+        return dumps(value, default=str, option=options).decode("utf-8")
+
+    return encode
+
+
+_JSON = _json_encoder()
+
+
+def _span_row(span: Span) -> tuple[Any, ...]:
+    events = (
+        _JSON(
+            [
+                {"name": e.name, "time_ns": e.time_ns, "attributes": dict(e.attributes)}
+                for e in span.events
+            ]
+        )
+        if span.events
+        else "[]"
+    )
+    return (
+        span.tenant_id,
+        span.trace_id,
+        span.span_id,
+        span.parent_id,
+        span.name,
+        span.kind,
+        span.start_ns,
+        span.end_ns,
+        span.status,
+        _JSON(span.attributes),
+        events,
+    )
+
+
+class SqlTraceStore:
+    """Traces in a SQL :class:`~shelfhand.core.sql.Database` (see the module docstring).
+
+    Args:
+        database: Where the tables are (created by the caller's migrations).
+        prefix: Before each table's name (``pg_`` in PostgreSQL).
+    """
+
+    def __init__(self, database: Database, *, prefix: str = "") -> None:
+        self.database = database
+        self._sql = Statements(database.dialect, **trace_names(database.dialect, prefix=prefix))
+        self._insert_span = self._sql(
+            "INSERT INTO {spans} (tenant, trace_id, span_id, parent_id, name, kind, start_ns, "
+            "end_ns, status, attributes, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        self._insert_trace = self._sql(
+            "INSERT INTO {traces} (tenant, trace_id, user_id, name, start_ns, end_ns, status, "
+            "input_tokens, output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING"
+        )
+
+    def close(self) -> None:
+        self.database.close()
+
+    def write(self, spans: Sequence[Span]) -> None:
+        """Store finished spans in one transaction (each is written once, by the recorder
+        that saw it end); a root span (``root``) also lists its trace."""
+        if not spans:
+            return
+        roots = [
+            (
+                s.tenant_id,
+                s.trace_id,
+                s.user_id,
+                s.name,
+                s.start_ns,
+                s.end_ns,
+                s.status,
+                int(s.attributes.get("gen_ai.usage.input_tokens", 0) or 0),
+                int(s.attributes.get("gen_ai.usage.output_tokens", 0) or 0),
+            )
+            for s in spans
+            if s.root
+        ]
+        with self.database.transaction() as conn:
+            conn.executemany(self._insert_span, [_span_row(s) for s in spans])
+            if roots:
+                conn.executemany(self._insert_trace, roots)
+
+    def recent(
+        self, owner: UserContext, *, limit: int = 20, all_users: bool = False
+    ) -> list[TraceSummary]:
+        """The newest traces of ``owner``'s tenant: all of its users' with ``all_users``
+        (admins), else ``owner``'s own."""
+        columns = (
+            "trace_id, tenant, user_id, name, start_ns, end_ns, status, input_tokens, output_tokens"
+        )
+        if all_users:
+            statement = self._sql(
+                f"SELECT {columns} FROM {{traces}} WHERE tenant=? ORDER BY start_ns DESC LIMIT ?"
+            )
+            params: tuple[Any, ...] = (owner.tenant_id, limit)
+        else:
+            statement = self._sql(
+                f"SELECT {columns} FROM {{traces}} WHERE tenant=? AND user_id=? "
+                "ORDER BY start_ns DESC LIMIT ?"
+            )
+            params = (owner.tenant_id, owner.user_id, limit)
+        with self.database.connection() as conn:
+            rows = conn.execute(statement, params).fetchall()
+        return [_summary(r) for r in rows]
+
+    def summary(
+        self, trace_id: str, owner: UserContext, *, all_users: bool = False
+    ) -> TraceSummary | None:
+        """The trace ``trace_id`` of ``owner``'s tenant (of ``owner`` unless ``all_users``);
+        ``None`` when there is none the caller may read."""
+        with self.database.connection() as conn:
+            row = conn.execute(
+                self._sql(
+                    "SELECT trace_id, tenant, user_id, name, start_ns, end_ns, status, "
+                    "input_tokens, output_tokens FROM {traces} WHERE tenant=? AND trace_id=?"
+                ),
+                (owner.tenant_id, trace_id),
+            ).fetchone()
+        if row is None:
+            return None
+        found = _summary(row)
+        if not all_users and found.user_id != owner.user_id:
+            return None
+        return found
+
+    def spans(
+        self, trace_id: str, owner: UserContext, *, all_users: bool = False
+    ) -> list[SpanRecord] | None:
+        """The spans of a trace the caller may read, in start order; ``None`` when there is
+        no such trace (or it is someone else's)."""
+        if self.summary(trace_id, owner, all_users=all_users) is None:
+            return None
+        with self.database.connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    "SELECT span_id, parent_id, name, kind, start_ns, end_ns, status, "
+                    "attributes, events FROM {spans} WHERE tenant=? AND trace_id=? "
+                    "ORDER BY start_ns, span_id"
+                ),
+                (owner.tenant_id, trace_id),
+            ).fetchall()
+        return [
+            SpanRecord(
+                span_id=r[0],
+                parent_id=r[1],
+                name=r[2],
+                kind=r[3],
+                start_ns=int(r[4]),
+                end_ns=int(r[5]),
+                status=r[6],
+                attributes=json.loads(r[7]),
+                events=tuple(json.loads(r[8])),
+            )
+            for r in rows
+        ]
+
+    def prune(self, *, max_traces: int | None = None, max_age_days: float | None = None) -> int:
+        """Delete traces beyond the newest ``max_traces`` and older than ``max_age_days``,
+        with their spans; how many traces went."""
+        deleted = 0
+        with self.database.transaction() as conn:
+            cutoffs: list[int] = []
+            if max_age_days is not None:
+                cutoffs.append(int((time.time() - max_age_days * 86400) * 1e9))
+            if max_traces is not None:
+                row = conn.execute(
+                    self._sql(
+                        "SELECT start_ns FROM {traces} ORDER BY start_ns DESC LIMIT 1 OFFSET ?"
+                    ),
+                    (max_traces,),
+                ).fetchone()
+                if row is not None:
+                    cutoffs.append(int(row[0]) + 1)
+            if not cutoffs:
+                return 0
+            cutoff = max(cutoffs)
+            # a trace's spans go with it, and so do spans whose trace never ended
+            conn.execute(
+                self._sql(
+                    "DELETE FROM {spans} WHERE start_ns < ? OR (tenant, trace_id) IN "
+                    "(SELECT tenant, trace_id FROM {traces} WHERE start_ns < ?)"
+                ),
+                (cutoff, cutoff),
+            )
+            deleted = conn.execute(
+                self._sql("DELETE FROM {traces} WHERE start_ns < ?"), (cutoff,)
+            ).rowcount
+        return int(deleted or 0)
+
+
+def _summary(row: Sequence[Any]) -> TraceSummary:
+    return TraceSummary(
+        trace_id=row[0], tenant_id=row[1], user_id=row[2], name=row[3], start_ns=int(row[4]),
+        end_ns=int(row[5]), status=row[6], input_tokens=int(row[7]), output_tokens=int(row[8]),
+    )  # fmt: skip
+
+
+class SqliteTraceStore(SqlTraceStore):
+    """Traces in a SQLite file (the workspace's ``traces.db``)."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(SqliteDatabase(path, MIGRATIONS))

@@ -1,0 +1,326 @@
+"""Budgets per tenant and per user: tokens and model calls per day or month, turns per minute.
+
+Configured in ``shelfhand.toml``::
+
+    [budgets.tenant]                 # every tenant's budget
+    tokens_per_day = 2_000_000
+    model_calls_per_day = 20_000
+    [budgets.user]                   # every user's budget, within their tenant's
+    tokens_per_day = 200_000
+    turns_per_minute = 10
+    [budgets.tenants.acme]           # one tenant's own budget (replaces budgets.tenant)
+    tokens_per_month = 50_000_000
+
+A model call **reserves** before it is made (its largest possible size: the model's context
+window, which holds the request and the reply) and **settles** after with
+what the provider reported, so concurrent turns can never spend past a budget together: a
+reservation that does not fit is refused before the call. Streamed and non-streamed calls
+reserve and settle the same way. The counters live in a :class:`BudgetBook`: in the process
+(:class:`LocalBudgetBook`, a lock) or in Redis for several replicas
+(:class:`~shelfhand.usage.redis_budgets.RedisBudgetBook`, one Lua script per reservation).
+
+Periods are UTC: a day ends at midnight UTC, a month on the first of the next.
+"""
+
+from __future__ import annotations
+
+import calendar
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.errors import BudgetExceededError, ConfigurationError
+from shelfhand.core.results import Usage
+
+__all__ = [
+    "BUDGET_NAMES",
+    "BudgetBook",
+    "BudgetLimits",
+    "BudgetPolicy",
+    "Charge",
+    "LocalBudgetBook",
+    "TurnMeter",
+]
+
+Period = Literal["minute", "day", "month"]
+BUDGET_NAMES: tuple[str, ...] = (
+    "tokens_per_day",
+    "tokens_per_month",
+    "model_calls_per_day",
+    "model_calls_per_month",
+    "turns_per_minute",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetLimits:
+    """One scope's budgets (``None``: no limit)."""
+
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    model_calls_per_day: int | None = None
+    model_calls_per_month: int | None = None
+    turns_per_minute: int | None = None
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], where: str) -> BudgetLimits:
+        """Read ``[budgets.*]``; an unknown key or a value that is not a positive whole
+        number fails fast."""
+        values: dict[str, int] = {}
+        for key, raw in table.items():
+            if key not in BUDGET_NAMES:
+                known = ", ".join(BUDGET_NAMES)
+                raise ConfigurationError(f"{where}: unknown budget {key!r} (known: {known})")
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+                raise ConfigurationError(f"{where}.{key} must be a whole number above 0")
+            values[key] = raw
+        return cls(**values)
+
+    def items(self) -> list[tuple[str, int]]:
+        return [(n, v) for n in BUDGET_NAMES if (v := getattr(self, n)) is not None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetPolicy:
+    """Every budget of the service."""
+
+    tenant: BudgetLimits = field(default_factory=BudgetLimits)
+    user: BudgetLimits = field(default_factory=BudgetLimits)
+    tenants: Mapping[str, BudgetLimits] = field(default_factory=dict)
+    users: Mapping[str, BudgetLimits] = field(default_factory=dict)
+    """One caller's own budgets (from its API key), by scope (``tenant/user``): instead of
+    :attr:`user` for that caller."""
+
+    @classmethod
+    def from_toml(
+        cls,
+        table: Mapping[str, Any] | None,
+        keys: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> BudgetPolicy | None:
+        """The ``[budgets]`` table of shelfhand.toml and the ``budgets`` of API keys (by
+        caller scope); ``None`` when they set no budget."""
+        users = {
+            scope: BudgetLimits.from_table(limits, f"the budgets of API key {scope}")
+            for scope, limits in (keys or {}).items()
+        }
+        if not table:
+            policy = cls(users=users)
+            return policy if policy.any() else None
+        tenants = table.get("tenants", {})
+        if not isinstance(tenants, Mapping):
+            raise ConfigurationError("budgets.tenants must be a table of tenants")
+        unknown = set(table) - {"tenant", "user", "tenants"}
+        if unknown:
+            raise ConfigurationError(
+                f"budgets: unknown key(s) {', '.join(sorted(unknown))} (tenant, user, tenants)"
+            )
+        policy = cls(
+            tenant=BudgetLimits.from_table(table.get("tenant", {}), "budgets.tenant"),
+            user=BudgetLimits.from_table(table.get("user", {}), "budgets.user"),
+            tenants={
+                str(t): BudgetLimits.from_table(v, f"budgets.tenants.{t}")
+                for t, v in tenants.items()
+            },
+            users=users,
+        )
+        return policy if policy.any() else None
+
+    def any(self) -> bool:
+        return bool(
+            self.tenant.items()
+            or self.user.items()
+            or any(v.items() for v in self.tenants.values())
+            or any(v.items() for v in self.users.values())
+        )
+
+    def scopes(self, user: UserContext) -> list[tuple[str, BudgetLimits]]:
+        """The caller's budgets: their tenant's, then their own (their API key's, else
+        every user's)."""
+        tenant = self.tenants.get(user.tenant_id, self.tenant)
+        own = self.users.get(user.scope, self.user)
+        return [(f"tenant {user.tenant_id}", tenant), (f"user {user.scope}", own)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Charge:
+    """One counter to add ``amount`` to, if it stays within ``limit``."""
+
+    key: str
+    amount: int
+    limit: int
+    reset_at: float
+    budget: str
+    scope: str
+
+
+class BudgetBook(Protocol):
+    """Counters of used budget, changed atomically."""
+
+    def take(self, charges: Sequence[Charge], now: float) -> Charge | None:
+        """Add every charge if each stays within its limit, else add none; returns the first
+        charge that does not fit (``None``: all were added)."""
+        ...
+
+    def used(self, key: str) -> int:
+        """What a counter holds now."""
+        ...
+
+    def adjust(self, changes: Mapping[str, tuple[int, float]]) -> None:
+        """Add an amount (may be negative) to counters, whatever their limits (settling);
+        each with the time its period ends."""
+        ...
+
+
+class LocalBudgetBook:
+    """Counters in this process, under one lock (one replica)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, tuple[int, float]] = {}
+
+    def take(self, charges: Sequence[Charge], now: float) -> Charge | None:
+        with self._lock:
+            counts = self._counts
+            for charge in charges:
+                used, reset_at = counts.get(charge.key, (0, charge.reset_at))
+                if reset_at <= now:
+                    used = 0
+                if used + charge.amount > charge.limit:
+                    return charge
+            for charge in charges:
+                used, reset_at = counts.get(charge.key, (0, charge.reset_at))
+                if reset_at <= now:
+                    used = 0
+                counts[charge.key] = (used + charge.amount, charge.reset_at)
+            if len(counts) > 100_000:  # ended periods are never read again
+                for key in [k for k, (_u, r) in counts.items() if r <= now]:
+                    del counts[key]
+            return None
+
+    def used(self, key: str) -> int:
+        with self._lock:
+            return self._counts.get(key, (0, 0.0))[0]
+
+    def adjust(self, changes: Mapping[str, tuple[int, float]]) -> None:
+        with self._lock:
+            for key, (delta, reset_at) in changes.items():
+                used, _r = self._counts.get(key, (0, reset_at))
+                self._counts[key] = (max(0, used + delta), reset_at)
+
+
+def period_key(period: Period, now: float) -> tuple[str, float]:
+    """The period's name and when it ends (UTC)."""
+    t = time.gmtime(now)
+    if period == "minute":
+        start = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, 0))
+        return time.strftime("%Y%m%dT%H%M", t), float(start + 60)
+    if period == "day":
+        start = calendar.timegm((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0))
+        return time.strftime("%Y%m%d", t), float(start + 86400)
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    return time.strftime("%Y%m", t), float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+_PERIOD: dict[str, Period] = {
+    "tokens_per_day": "day",
+    "tokens_per_month": "month",
+    "model_calls_per_day": "day",
+    "model_calls_per_month": "month",
+    "turns_per_minute": "minute",
+}
+
+
+def charges(
+    policy: BudgetPolicy, user: UserContext, amounts: Mapping[str, int], now: float
+) -> list[Charge]:
+    """The charges of ``amounts`` (by kind: ``tokens``, ``model_calls``, ``turns``) against
+    the caller's budgets."""
+    found: list[Charge] = []
+    for scope, limits in policy.scopes(user):
+        for budget, limit in limits.items():
+            kind = budget.rsplit("_per_", 1)[0]
+            amount = amounts.get(kind)
+            if not amount:
+                continue
+            name, reset_at = period_key(_PERIOD[budget], now)
+            key = f"{scope.replace(' ', ':')}:{budget}:{name}"
+            found.append(
+                Charge(
+                    key=key, amount=amount, limit=limit, reset_at=reset_at, budget=budget,
+                    scope=scope,
+                )
+            )  # fmt: skip
+    return found
+
+
+def refusal(book: BudgetBook, charge: Charge, now: float) -> BudgetExceededError:
+    used = book.used(charge.key)
+    wait = max(1, int(charge.reset_at - now + 0.999))
+    name = charge.budget.replace("_", " ")
+    if charge.amount > charge.limit:  # can never fit: say so rather than "spent"
+        message = (
+            f"one model call may use up to {charge.amount} tokens (the model's context "
+            f"window), more than the whole {name} budget of {charge.scope} ({charge.limit}): "
+            "raise the budget or lower context_tokens"
+        )
+    else:
+        message = (
+            f"the {name} budget of {charge.scope} is spent ({used} of {charge.limit} used "
+            f"or reserved); it resets in {wait} s"
+        )
+    return BudgetExceededError(
+        message,
+        budget=charge.budget,
+        scope=charge.scope,
+        limit=charge.limit,
+        used=used,
+        reset_at=charge.reset_at,
+    )
+
+
+class TurnMeter:
+    """The :class:`~shelfhand.core.metering.Meter` of one turn of ``user``."""
+
+    def __init__(self, book: BudgetBook, policy: BudgetPolicy, user: UserContext) -> None:
+        self.book = book
+        self.policy = policy
+        self.user = user
+        self._reserved: dict[int, list[Charge]] = {}
+        self._next = 0
+
+    def start_turn(self, now: float | None = None) -> None:
+        """Count the turn against ``turns_per_minute``.
+
+        Raises:
+            BudgetExceededError: The caller has used their turns of this minute.
+        """
+        at = time.time() if now is None else now
+        turn = charges(self.policy, self.user, {"turns": 1}, at)
+        if turn and (over := self.book.take(turn, at)) is not None:
+            raise refusal(self.book, over, at)
+
+    def reserve(self, tokens: int) -> int:
+        now = time.time()
+        taken = charges(self.policy, self.user, {"tokens": tokens, "model_calls": 1}, now)
+        over = self.book.take(taken, now) if taken else None
+        if over is not None:
+            raise refusal(self.book, over, now)
+        self._next += 1
+        self._reserved[self._next] = [c for c in taken if c.budget.startswith("tokens")]
+        return self._next
+
+    def settle(self, reserved: int, usage: Usage | None) -> None:
+        held = self._reserved.pop(reserved, None)
+        if not held or usage is None:
+            return
+        used = usage.input_tokens + usage.output_tokens
+        self.book.adjust({c.key: (used - c.amount, c.reset_at) for c in held})
+
+    def close(self) -> None:
+        """The turn ended: a reservation never settled (a call that failed) is released."""
+        for held in self._reserved.values():
+            self.book.adjust({c.key: (-c.amount, c.reset_at) for c in held})
+        self._reserved.clear()

@@ -1,0 +1,152 @@
+"""The usage ledger: what each tenant, user and session used, per day (UTC) and model.
+
+One row per (tenant, user, session, day, model), added to at the end of every turn (one
+upsert), in the workspace's ``usage.db`` or in PostgreSQL with ``database_url`` (the same
+statements, :mod:`shelfhand.core.sql`). Reports sum it by day and by model for a tenant, or
+for one user of it: ``GET /v1/usage`` and ``shelfhand usage``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.db import Migration, SqliteDatabase
+from shelfhand.core.results import Usage
+from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
+
+__all__ = ["SCHEMA", "SqlUsageLedger", "SqliteUsageLedger", "UsageRow", "usage_names"]
+
+SCHEMA = """
+CREATE TABLE {ledger} (
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    model TEXT NOT NULL,
+    turns BIGINT NOT NULL DEFAULT 0,
+    model_calls BIGINT NOT NULL DEFAULT 0,
+    input_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0,
+    tool_calls BIGINT NOT NULL DEFAULT 0,
+    retrievals BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, user_id, session_id, day, model)
+);
+CREATE INDEX {ledger}_day ON {ledger} (tenant, day);
+"""
+
+_COUNTS = ("turns", "model_calls", "input_tokens", "output_tokens", "tool_calls", "retrievals")
+
+
+def usage_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
+    del dialect
+    return {"ledger": f"{prefix}usage_ledger"}
+
+
+MIGRATIONS = [Migration(name="usage_001_initial", sql=SQLITE.ddl(SCHEMA, **usage_names(SQLITE)))]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageRow:
+    """What was used on one day with one model (summed over the rows reported)."""
+
+    day: str
+    model: str
+    turns: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tool_calls: int = 0
+    retrievals: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"day": self.day, "model": self.model, **{c: getattr(self, c) for c in _COUNTS}}
+
+
+def day_of(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(epoch))
+
+
+class SqlUsageLedger:
+    """The ledger in a SQL :class:`~shelfhand.core.sql.Database` (see the module docstring).
+
+    Args:
+        database: Where the table is (created by the caller's migrations).
+        prefix: Before the table's name (``pg_`` in PostgreSQL).
+    """
+
+    def __init__(self, database: Database, *, prefix: str = "") -> None:
+        self.database = database
+        self._sql = Statements(database.dialect, **usage_names(database.dialect, prefix=prefix))
+        updates = ", ".join(f"{c} = {{ledger}}.{c} + excluded.{c}" for c in _COUNTS)
+        self._add = self._sql(
+            "INSERT INTO {ledger} (tenant, user_id, session_id, day, model, "
+            + ", ".join(_COUNTS)
+            + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (tenant, user_id, session_id, day, model) DO UPDATE SET " + updates
+        )
+
+    def close(self) -> None:
+        self.database.close()
+
+    def add(
+        self,
+        user: UserContext,
+        session_id: str,
+        model: str,
+        usage: Usage,
+        *,
+        at: float | None = None,
+    ) -> None:
+        """Add one turn's usage."""
+        row = (
+            user.tenant_id, user.user_id, session_id, day_of(time.time() if at is None else at),
+            model, 1, usage.model_calls, usage.input_tokens, usage.output_tokens,
+            usage.tool_calls, usage.retrievals,
+        )  # fmt: skip
+        with self.database.transaction() as conn:
+            conn.execute(self._add, row)
+
+    def report(
+        self,
+        owner: UserContext,
+        *,
+        days: int = 30,
+        all_users: bool = False,
+        user_id: str | None = None,
+        now: float | None = None,
+    ) -> list[UsageRow]:
+        """Usage by day and model over the last ``days`` days (today included), newest day
+        first: ``owner``'s own, or with ``all_users`` the tenant's (``user_id``: one user
+        of it)."""
+        since = day_of((time.time() if now is None else now) - (days - 1) * 86400)
+        sums = ", ".join(f"SUM({c})" for c in _COUNTS)
+        where = "tenant = ? AND day >= ?"
+        params: list[Any] = [owner.tenant_id, since]
+        who = owner.user_id if not all_users else user_id
+        if who is not None:
+            where += " AND user_id = ?"
+            params.append(who)
+        statement = self._sql(
+            f"SELECT day, model, {sums} FROM {{ledger}} WHERE {where} "
+            "GROUP BY day, model ORDER BY day DESC, model"
+        )
+        with self.database.connection() as conn:
+            rows = conn.execute(statement, params).fetchall()
+        return [_row(r) for r in rows]
+
+
+def _row(r: Sequence[Any]) -> UsageRow:
+    counts = {c: int(v or 0) for c, v in zip(_COUNTS, r[2:], strict=True)}
+    return UsageRow(day=str(r[0]), model=str(r[1]), **counts)
+
+
+class SqliteUsageLedger(SqlUsageLedger):
+    """The ledger in a SQLite file (the workspace's ``usage.db``)."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(SqliteDatabase(path, MIGRATIONS))

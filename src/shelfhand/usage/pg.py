@@ -1,0 +1,38 @@
+"""The usage ledger in PostgreSQL, shared by several service replicas
+(``pip install 'shelfhand[pg]'``): the statements of
+:class:`~shelfhand.usage.ledger.SqlUsageLedger` in the table ``pg_usage_ledger``, created by
+the migration ``usage_pg_*``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.postgres import PgMigration
+from shelfhand.core.sql import POSTGRES
+from shelfhand.usage.ledger import SCHEMA, SqlUsageLedger, usage_names
+
+__all__ = ["USAGE_PG_MIGRATIONS", "PgUsageLedger"]
+
+_PREFIX = "pg_"
+
+USAGE_PG_MIGRATIONS = [
+    PgMigration(
+        name="usage_pg_001_initial",
+        sql=POSTGRES.ddl(SCHEMA, **usage_names(POSTGRES, prefix=_PREFIX)),
+    ),
+]
+
+
+class PgUsageLedger(SqlUsageLedger):
+    """The usage ledger in PostgreSQL.
+
+    Args:
+        pool: An open ``psycopg_pool.ConnectionPool``.
+        url: The database URL (named, without password, in errors).
+    """
+
+    def __init__(self, pool: Any, *, url: str) -> None:
+        self.pool = pool
+        self.url = url
+        super().__init__(PgDatabase(pool, url=url, migrations=USAGE_PG_MIGRATIONS), prefix=_PREFIX)

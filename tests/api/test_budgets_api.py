@@ -1,0 +1,90 @@
+"""Budgets through the service: 20 concurrent turns against a tenant budget of 5 turns'
+worth of tokens; 5 are answered, 15 get 429 naming the budget, its reset time and
+``Retry-After``; the audit log and the traces record the refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+
+from shelfhand.api import ServiceConfig, create_app
+from shelfhand.app import App
+from shelfhand.core.messages import Message
+from shelfhand.core.results import Usage
+from shelfhand.core.settings import Settings
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.models.base import ModelResponse
+from shelfhand.testing import FunctionModel
+
+WINDOW = 4096
+
+
+def test_twenty_concurrent_turns_against_five_turns_of_budget(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        f"[budgets.tenant]\ntokens_per_day = {5 * WINDOW}\n", encoding="utf-8"
+    )
+    entered: list[int] = []
+    release = threading.Event()
+
+    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
+        entered.append(1)
+        if len(entered) >= 5:
+            release.set()
+        await asyncio.to_thread(release.wait, 10)  # the five admitted turns run together
+        return ModelResponse(
+            message=Message.assistant("好的。"),
+            usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
+        )
+
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    model = FunctionModel(answer)
+    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        model=model,
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        sessions = [c.post("/v1/sessions").json()["id"] for _ in range(20)]
+
+        def send(session: str) -> httpx.Response:
+            return c.post(
+                f"/v1/sessions/{session}/messages", json={"content": "你好", "stream": True}
+            )
+
+        with ThreadPoolExecutor(20) as pool:
+            replies = list(pool.map(send, sessions))
+    answered = [r for r in replies if r.status_code == 200]
+    refused = [r for r in replies if r.status_code == 429]
+    assert (len(answered), len(refused), len(entered)) == (5, 15, 5)
+    body = refused[0].json()
+    assert body["code"] == "budget_exceeded"
+    assert body["budget"]["budget"] == "tokens_per_day"
+    assert body["budget"]["scope"] == "tenant t1"
+    assert body["budget"]["limit"] == 5 * WINDOW
+    assert body["budget"]["reset_at"] > 0
+    assert 1 <= int(refused[0].headers["Retry-After"]) <= 86400
+
+    audit = server.service.toolkit._gov.audit
+    audit.flush()
+    records = audit.query(tool="(model)")
+    assert len(records) == 15 and {r.outcome for r in records} == {"budget_exceeded"}
+    trace = httpx.get(
+        f"{server.url}/v1/traces/{refused[0].headers['X-Trace-Id']}", headers=ALICE, timeout=30
+    ).json()
+    (turn,) = [s for s in trace["spans"] if s["name"] == "turn"]
+    assert turn["status"] == "error"
+    assert turn["attributes"]["error.type"] == "budget_exceeded"
+    assert [e["name"] for e in turn["events"]] == ["budget.exceeded"]

@@ -1,0 +1,125 @@
+"""The trace store, on SQLite and on PostgreSQL: spans written in batches by the recorder,
+read back per tenant (a user sees their own traces, an admin all of the tenant's, another
+tenant nothing, even under the same trace id), and kept for a retention period."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from shelfhand.core.context import UserContext
+from shelfhand.core.tracing import Span, Tracer, enter, leave, start_span
+from shelfhand.traces import SqliteTraceStore, SqlTraceStore, StoreRecorder
+
+ALICE = UserContext(tenant_id="acme", user_id="alice")
+BOB = UserContext(tenant_id="acme", user_id="bob")
+ADMIN = UserContext(tenant_id="acme", user_id="root", roles=["admin"])
+MALLORY = UserContext(tenant_id="other", user_id="alice")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlTraceStore]:
+    if request.param == "sqlite":
+        found: SqlTraceStore = SqliteTraceStore(tmp_path / "traces.db")
+        yield found
+        found.close()
+        return
+    from shelfhand.backends.postgres import open_pool
+    from shelfhand.traces.pg import PgTraceStore
+
+    url = request.getfixturevalue("pg_url")
+    pool = open_pool(url, max_size=2)
+    try:
+        yield PgTraceStore(pool, url=url)
+    finally:
+        pool.close()
+
+
+def record_turn(tracer: Tracer, owner: UserContext, trace_id: str, question: str) -> None:
+    root = tracer.start_root(
+        "turn", trace_id=trace_id, tenant_id=owner.tenant_id, user_id=owner.user_id
+    )
+    token = enter(root)
+    retrieval = start_span("retrieval", "retrieval")
+    assert retrieval is not None
+    retrieval.update({"gen_ai.retrieval.query.text": question, "hits": [{"id": "d1::0"}]})
+    retrieval.event("degraded", reason="无向量")
+    retrieval.end()
+    root.update({"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 5})
+    leave(root, token)
+
+
+def test_spans_are_read_back_as_the_tree_by_their_owner(store: SqlTraceStore) -> None:
+    recorder = StoreRecorder(store, interval=60)
+    record_turn(Tracer([recorder]), ALICE, "trace-0001", "退货政策")
+    recorder.flush()
+    spans = store.spans("trace-0001", ALICE)
+    assert spans is not None
+    root, retrieval = spans
+    assert (root.name, root.parent_id) == ("turn", "")
+    assert retrieval.parent_id == root.span_id
+    assert retrieval.attributes["gen_ai.retrieval.query.text"] == "退货政策"
+    assert retrieval.events[0]["attributes"] == {"reason": "无向量"}
+    (listed,) = store.recent(ALICE)
+    assert (listed.trace_id, listed.input_tokens, listed.output_tokens) == ("trace-0001", 12, 5)
+    recorder.close()
+
+
+def test_another_user_sees_nothing_an_admin_sees_the_tenant_and_another_tenant_nothing(
+    store: SqlTraceStore,
+) -> None:
+    recorder = StoreRecorder(store, interval=60)
+    tracer = Tracer([recorder])
+    record_turn(tracer, ALICE, "shared-id-1", "alice's question")
+    # another tenant picks the same trace id: its trace is its own
+    record_turn(tracer, MALLORY, "shared-id-1", "mallory's question")
+    recorder.flush()
+    assert store.spans("shared-id-1", BOB) is None
+    assert store.recent(BOB) == []
+    admin_view = store.spans("shared-id-1", ADMIN, all_users=True)
+    assert admin_view is not None
+    assert admin_view[1].attributes["gen_ai.retrieval.query.text"] == "alice's question"
+    other = store.spans("shared-id-1", MALLORY)
+    assert other is not None
+    assert other[1].attributes["gen_ai.retrieval.query.text"] == "mallory's question"
+    assert [t.user_id for t in store.recent(ADMIN, all_users=True)] == ["alice"]
+    recorder.close()
+
+
+def test_retention_keeps_the_newest_traces_with_their_spans(store: SqlTraceStore) -> None:
+    recorder = StoreRecorder(store, interval=60)
+    tracer = Tracer([recorder])
+    for i in range(5):
+        record_turn(tracer, ALICE, f"trace-{i:04d}", f"q{i}")
+    recorder.flush()
+    assert store.prune(max_traces=2) == 3
+    assert [t.trace_id for t in store.recent(ALICE)] == ["trace-0004", "trace-0003"]
+    assert store.spans("trace-0000", ALICE) is None
+    assert store.prune(max_age_days=1) == 0
+    assert store.prune(max_age_days=-1) == 2  # everything is older than tomorrow
+    recorder.close()
+
+
+class SignallingStore(SqliteTraceStore):
+    """Says when a batch has been written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.written = threading.Event()
+
+    def write(self, spans: Sequence[Span]) -> None:
+        super().write(spans)
+        self.written.set()
+
+
+def test_the_recorder_writes_a_finished_trace_without_being_asked(tmp_path: Path) -> None:
+    store = SignallingStore(tmp_path / "traces.db")
+    recorder = StoreRecorder(store, interval=3600, batch=2)  # only the batch can wake it
+    record_turn(Tracer([recorder]), ALICE, "trace-auto", "q")
+    assert store.written.wait(10)
+    assert [t.trace_id for t in store.recent(ALICE)] == ["trace-auto"]
+    recorder.close()
+    store.close()

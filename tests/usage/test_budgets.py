@@ -1,0 +1,173 @@
+"""Budgets: a model call reserves the most it can use before it is made and settles after,
+so 20 concurrent runs against a budget of 5 calls' worth of tokens never spend past it, in
+one process and across two replicas counting in Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from shelfhand import Agent, UserContext
+from shelfhand.core.auth import load_key_budgets
+from shelfhand.core.errors import BudgetExceededError, ConfigurationError
+from shelfhand.core.messages import Message
+from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.results import Usage
+from shelfhand.core.settings import read_toml
+from shelfhand.models.base import ModelResponse
+from shelfhand.testing import FunctionModel
+from shelfhand.usage.budgets import (
+    BudgetBook,
+    BudgetLimits,
+    BudgetPolicy,
+    LocalBudgetBook,
+    TurnMeter,
+    period_key,
+)
+
+pytestmark = pytest.mark.anyio
+
+WINDOW = 256  # every call reserves the context window
+ALICE = UserContext(tenant_id="acme", user_id="alice")
+POLICY = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=5 * WINDOW))
+
+
+def full_window_model(entered: list[int], release: threading.Event, wait_for: int) -> Any:
+    """Each call uses the whole window; the first ``wait_for`` calls wait for each other,
+    so they are all in flight at once."""
+
+    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
+        entered.append(1)
+        if len(entered) >= wait_for:
+            release.set()
+        await anyio.to_thread.run_sync(release.wait, 10)
+        return ModelResponse(
+            message=Message.assistant("好的。"),
+            usage=Usage(input_tokens=WINDOW - 56, output_tokens=56),
+        )
+
+    return FunctionModel(answer)
+
+
+async def run_concurrently(books: list[BudgetBook], runs: int = 20) -> tuple[int, int, int]:
+    entered: list[int] = []
+    release = threading.Event()
+    model = full_window_model(entered, release, wait_for=5)
+    agent = Agent(name="a", model=model, context_tokens=WINDOW)
+    done: list[str] = []
+    refused: list[BudgetExceededError] = []
+
+    async def one(i: int) -> None:
+        meter = TurnMeter(books[i % len(books)], POLICY, ALICE)
+        token = metered(meter)
+        try:
+            await agent.run("你好", context=ALICE)
+            done.append("ok")
+        except BudgetExceededError as exc:
+            refused.append(exc)
+        finally:
+            unmetered(token)
+            meter.close()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i in range(runs):
+                tg.start_soon(one, i)
+    assert all(e.budget == "tokens_per_day" and e.limit == 5 * WINDOW for e in refused)
+    return len(done), len(refused), len(entered)
+
+
+async def test_twenty_concurrent_runs_never_spend_past_a_five_call_budget() -> None:
+    book = LocalBudgetBook()
+    done, refused, entered = await run_concurrently([book])
+    assert (done, refused, entered) == (5, 15, 5)
+    key = f"tenant:acme:tokens_per_day:{period_key('day', time.time())[0]}"
+    assert book.used(key) == 5 * WINDOW
+
+
+async def test_two_replicas_counting_in_redis_never_spend_past_it_together(
+    redis_url: str,
+) -> None:
+    import redis
+
+    from shelfhand.usage.redis_budgets import RedisBudgetBook
+
+    clients = [redis.Redis.from_url(redis_url), redis.Redis.from_url(redis_url)]
+    try:
+        done, refused, entered = await run_concurrently([RedisBudgetBook(c) for c in clients])
+    finally:
+        for c in clients:
+            c.close()
+    assert (done, refused, entered) == (5, 15, 5)
+
+
+async def test_a_call_that_uses_less_gives_the_rest_back() -> None:
+    book = LocalBudgetBook()
+    meter = TurnMeter(book, POLICY, ALICE)
+    held = meter.reserve(WINDOW)
+    meter.settle(held, Usage(input_tokens=10, output_tokens=5))
+    key = f"tenant:acme:tokens_per_day:{period_key('day', time.time())[0]}"
+    assert book.used(key) == 15
+    unsettled = meter.reserve(WINDOW)
+    assert unsettled
+    meter.close()  # a call that failed: its reservation is released
+    assert book.used(key) == 15
+
+
+def test_turns_per_minute_refuses_the_next_turn_with_its_reset_time() -> None:
+    policy = BudgetPolicy(user=BudgetLimits(turns_per_minute=2))
+    book = LocalBudgetBook()
+    now = 1_800_000_030.0  # 30 s into a minute
+    for _ in range(2):
+        TurnMeter(book, policy, ALICE).start_turn(now)
+    with pytest.raises(BudgetExceededError) as refused:
+        TurnMeter(book, policy, ALICE).start_turn(now)
+    assert refused.value.budget == "turns_per_minute"
+    assert refused.value.scope == "user acme/alice"
+    assert refused.value.reset_at == 1_800_000_060.0
+    other = UserContext(tenant_id="acme", user_id="bob")
+    TurnMeter(book, policy, other).start_turn(now)  # per user
+    TurnMeter(book, policy, ALICE).start_turn(now + 30)  # the next minute
+
+
+def test_the_budgets_table_is_checked_when_read() -> None:
+    policy = BudgetPolicy.from_toml(
+        {"tenant": {"tokens_per_day": 1000}, "tenants": {"acme": {"tokens_per_month": 9}}}
+    )
+    assert policy is not None
+    assert policy.scopes(ALICE)[0][1].tokens_per_month == 9
+    assert BudgetPolicy.from_toml({}) is None
+    with pytest.raises(ConfigurationError, match="unknown budget 'tokens_per_week'"):
+        BudgetPolicy.from_toml({"user": {"tokens_per_week": 5}})
+    with pytest.raises(ConfigurationError, match="whole number above 0"):
+        BudgetPolicy.from_toml({"user": {"tokens_per_day": "lots"}})
+
+
+def test_an_api_keys_budgets_replace_every_users_for_that_caller(tmp_path: Path) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\nturns_per_minute = 100\n\n"
+        '[[api_keys]]\nkey = "k-alice"\ntenant = "acme"\nuser = "alice"\n'
+        "budgets = { turns_per_minute = 1 }\n\n"
+        '[[api_keys]]\nkey = "k-bob"\ntenant = "acme"\nuser = "bob"\n',
+        encoding="utf-8",
+    )
+    keys = load_key_budgets(tmp_path, env={})
+    assert keys == {"acme/alice": {"turns_per_minute": 1}}
+    policy = BudgetPolicy.from_toml(read_toml(tmp_path / "shelfhand.toml")["budgets"], keys)
+    assert policy is not None
+    book = LocalBudgetBook()
+    now = 1_800_000_000.0
+    TurnMeter(book, policy, ALICE).start_turn(now)
+    with pytest.raises(BudgetExceededError, match="turns per minute"):
+        TurnMeter(book, policy, ALICE).start_turn(now)
+    bob = UserContext(tenant_id="acme", user_id="bob")
+    for _ in range(5):  # every user's budget: 100 a minute
+        TurnMeter(book, policy, bob).start_turn(now)
+    with pytest.raises(ConfigurationError, match="API key acme/alice"):
+        BudgetPolicy.from_toml(None, {"acme/alice": {"turns_per_hour": 1}})

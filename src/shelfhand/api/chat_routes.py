@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio
@@ -156,12 +156,12 @@ async def post_message(
         return error_response(409, str(exc), exc.code, headers={"Retry-After": "1"})
     pump = TurnPump(events)
     if not body.stream:
-        return await _json_reply(session_id, trace_id, pump, request)
+        return await reply_unless_gone(pump, request, lambda: _collect(session_id, trace_id, pump))
     heartbeat = service.config.heartbeat_interval
     first = await pump.next(min(heartbeat, FIRST_EVENT_GRACE))
     if isinstance(first, BaseException):
         await pump.close()
-        status, code = _failure(first)
+        status, code = failure_of(first)
         return error_response(status, str(first), code)
     return StreamingResponse(
         _sse(pump, first, trace_id, heartbeat),
@@ -174,7 +174,7 @@ FIRST_EVENT_GRACE = 1.0
 """Seconds a streamed turn may take to its first event and still fail with an HTTP status;
 after that the stream starts (heartbeats first) and a failure is an ``error`` event."""
 
-_QUIET = object()  # no event within the wait
+QUIET = object()  # no event within the wait
 _Item = dict[str, Any] | BaseException | None  # an event, a failure, or the end
 
 
@@ -199,10 +199,10 @@ class TurnPump:
             self._queue.put_nowait(None)
 
     async def next(self, timeout: float | None = None) -> _Item | object:
-        """The next item, or ``_QUIET`` when none came within ``timeout`` seconds."""
+        """The next item, or ``QUIET`` when none came within ``timeout`` seconds."""
         with anyio.move_on_after(timeout if timeout is not None else float("inf")):
             return await self._queue.get()
-        return _QUIET
+        return QUIET
 
     async def close(self) -> None:
         """Cancel the turn if it still runs and wait (bounded) for its cleanup."""
@@ -212,7 +212,8 @@ class TurnPump:
             await asyncio.wait([self._task], timeout=10)
 
 
-def _failure(exc: BaseException) -> tuple[int, str]:
+def failure_of(exc: BaseException) -> tuple[int, str]:
+    """HTTP status and code of a turn's failure."""
     if isinstance(exc, TurnFailed):
         return exc.status, exc.code
     return 500, "internal_error"
@@ -225,10 +226,10 @@ async def _sse(
     item = first
     try:
         while item is not None:
-            if item is _QUIET:
+            if item is QUIET:
                 yield b": ping\n\n"
             elif isinstance(item, BaseException):
-                status, code = _failure(item)
+                status, code = failure_of(item)
                 message = hide_paths(str(item)) if status != 500 else "internal error"
                 error = {
                     "type": "error",
@@ -247,7 +248,11 @@ async def _sse(
         await pump.close()
 
 
-async def _json_reply(session_id: str, trace_id: str, pump: TurnPump, request: Request) -> Response:
+async def reply_unless_gone(
+    pump: TurnPump, request: Request, collect: Callable[[], Awaitable[Response]]
+) -> Response:
+    """``await collect()`` (which reads the turn from ``pump``), cancelling the turn if the
+    client disconnects first."""
     outcome: list[Response] = []
     async with anyio.create_task_group() as tg:
 
@@ -256,12 +261,12 @@ async def _json_reply(session_id: str, trace_id: str, pump: TurnPump, request: R
                 pass
             tg.cancel_scope.cancel()  # the client is gone: stop the turn
 
-        async def collect() -> None:
-            outcome.append(await _collect(session_id, trace_id, pump))
+        async def answer() -> None:
+            outcome.append(await collect())
             tg.cancel_scope.cancel()
 
         tg.start_soon(cancel_on_disconnect)
-        tg.start_soon(collect)
+        tg.start_soon(answer)
     await pump.close()
     if not outcome:  # the client disconnected; nobody reads this
         return error_response(499, "the client closed the request", "client_closed")
@@ -274,7 +279,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
     final: dict[str, Any] | None = None
     while (event := await pump.next()) is not None:
         if isinstance(event, BaseException):
-            status, code = _failure(event)
+            status, code = failure_of(event)
             detail = str(event) if status != 500 else "internal error"
             return error_response(status, detail, code)
         if not isinstance(event, dict):

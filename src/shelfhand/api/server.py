@@ -20,6 +20,7 @@ upload limits, 422 invalid input, 502 model provider failure, 504 model timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -34,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api import chat_routes, job_routes, knowledge_routes
+from shelfhand.api import chat_routes, job_routes, knowledge_routes, openai_routes
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -210,6 +211,7 @@ def create_app(
     api.include_router(chat_routes.router)
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
+    api.include_router(openai_routes.router)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)
@@ -339,6 +341,11 @@ def public_detail(detail: Any, workspace: Path) -> Any:
 def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path in openai_routes.OPENAI_PATHS:
+            detail = public_detail(exc.detail, workspace)
+            message = detail if isinstance(detail, str) else json.dumps(detail)
+            code = "invalid_api_key" if exc.status_code == 401 else f"http_{exc.status_code}"
+            return openai_routes.openai_error(exc.status_code, message, code, exc.headers)
         body = ErrorBody(
             detail=public_detail(exc.detail, workspace),
             code=f"http_{exc.status_code}",
@@ -357,6 +364,9 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
             }
             for e in exc.errors()
         ]
+        if request.url.path in openai_routes.OPENAI_PATHS:  # OpenAI answers 400
+            where = ", ".join(f"{'.'.join(p['loc'])}: {p['msg']}" for p in problems)
+            return openai_routes.openai_error(400, f"invalid request: {where}", "invalid_input")
         body = ErrorBody(detail=problems, code="invalid_input", trace_id=current_trace_id())
         return JSONResponse(body.model_dump(), status_code=422)
 

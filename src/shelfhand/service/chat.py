@@ -56,6 +56,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
+from shelfhand.core.results import RunResult
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.sessions.store import MemoryWindow
 from shelfhand.sessions.user_memory import format_memories
@@ -96,6 +97,13 @@ def failure_message(exc: BaseException, *, answering: bool) -> str:
     if answering and isinstance(exc, ModelProviderError) and exc.connection_lost:
         return "the model's stream was cut off before the answer was complete; try again"
     return str(exc) or type(exc).__name__
+
+
+def _usage(result: RunResult) -> dict[str, int]:
+    return {
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+    }
 
 
 class AgentFactory(Protocol):
@@ -244,12 +252,20 @@ class ChatService:
         return True
 
     def turn(
-        self, session_id: str, user: UserContext, content: str, *, trace_id: str
+        self,
+        session_id: str,
+        user: UserContext,
+        content: str,
+        *,
+        trace_id: str,
+        history: Sequence[Message] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Claim the session and return the turn's events (the claim ends with the iterator).
 
         The session is claimed before this returns, so two requests can never both start a
-        turn. Consume the iterator to the end or ``aclose()`` it.
+        turn. Consume the iterator to the end or ``aclose()`` it. ``history``: the
+        conversation so far as the client sent it (OpenAI-style clients send it with every
+        request); it replaces the session's stored window for this turn.
 
         Raises:
             SessionBusyError: A turn of this session is running (on any replica).
@@ -258,10 +274,16 @@ class ChatService:
         claim = self.turn_lock.claim(session_id)
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        return self._turn(session_id, user, content, trace_id, claim)
+        return self._turn(session_id, user, content, trace_id, claim, history)
 
     async def _turn(
-        self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
+        self,
+        session_id: str,
+        user: UserContext,
+        content: str,
+        trace_id: str,
+        claim: TurnClaim,
+        history: Sequence[Message] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
         answering = False
@@ -270,6 +292,8 @@ class ChatService:
             window = await self.store(self._window, session_id, user)
             if window is None:
                 raise TurnFailed("session not found", status=404, code=NotFoundError.code)
+            if history is not None:
+                window = MemoryWindow(messages=tuple(history), summary="")
             memory = ConversationMemory(
                 token_budget=self.memory_token_budget,
                 messages=list(window.messages),
@@ -389,6 +413,7 @@ class ChatService:
             if isinstance(event, Final):
                 data["stop_reason"] = event.result.stop_reason
                 data["run_id"] = event.result.trace_id
+                data["usage"] = _usage(event.result)
                 yield data, event.result.messages
             else:
                 yield data, None
@@ -409,4 +434,5 @@ class ChatService:
         final = event_to_dict(Final(result=result))
         final["stop_reason"] = result.stop_reason
         final["run_id"] = result.trace_id
+        final["usage"] = _usage(result)
         yield final, result.messages

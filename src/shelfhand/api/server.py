@@ -212,6 +212,7 @@ def create_app(
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
     api.include_router(openai_routes.router)
+    _mount_a2a(api, service)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)
@@ -224,6 +225,18 @@ def create_app(
     api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
     api.add_middleware(TraceIdMiddleware)  # outermost: every response gets a trace id
     return api
+
+
+def _mount_a2a(api: FastAPI, service: Service) -> None:
+    """The A2A server (agent card and JSON-RPC), when the ``a2a`` extra is installed."""
+    from importlib.util import find_spec
+
+    if find_spec("a2a") is None:
+        logger.debug("A2A is off: install shelfhand[a2a]")
+        return
+    from shelfhand.api.a2a import mount_a2a
+
+    mount_a2a(api, service)
 
 
 def _add_health_routes(api: FastAPI) -> None:

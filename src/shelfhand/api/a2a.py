@@ -177,7 +177,7 @@ class ShelfhandExecutor(AgentExecutor):
                 elif kind == "final":
                     citations = [Citation.from_dict(c) for c in event.get("citations", [])]
                     await updater.add_artifact(
-                        [new_text_part(sources_text(citations))],
+                        [new_text_part(sources_text(citations, str(event.get("output", ""))))],
                         artifact_id=answer,
                         name="answer",
                         append=started,

@@ -318,7 +318,7 @@ class _Reply:
         info, citations = self.extra(final)
         message = {
             "role": "assistant",
-            "content": str(final.get("output", "")) + sources_text(citations),
+            "content": str(final.get("output", "")) + sources_text(citations, final["output"]),
             "shelfhand": {**info, "tool_steps": steps},
         }
         return JSONResponse(
@@ -377,7 +377,7 @@ class _Reply:
     def _ending(self, final: Mapping[str, Any], *, usage: bool) -> list[bytes]:
         info, citations = self.extra(final)
         parts = []
-        sources = sources_text(citations)
+        sources = sources_text(citations, str(final.get("output", "")))
         if sources:
             parts.append(self.chunk({"content": sources}))
         parts.append(self.chunk({}, _finish_reason(final), shelfhand=info))

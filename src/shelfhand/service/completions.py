@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.citations import cited_numbers
 from shelfhand.core.errors import NotFoundError, SessionBusyError, TurnFailed
 from shelfhand.core.messages import Citation, Message
 from shelfhand.knowledge.evidence.citations import label
@@ -185,9 +186,12 @@ async def _then_delete(
         chat.forget(session_id)
 
 
-def sources_text(citations: Sequence[Citation]) -> str:
-    """The numbered sources appended to an answer so that plain chat UIs show them."""
-    if not citations:
+def sources_text(citations: Sequence[Citation], answer: str = "") -> str:
+    """The numbered sources appended to ``answer`` so that plain chat UIs show them: the
+    passages it cites, or every passage when it cites none."""
+    cited = set(cited_numbers(answer))
+    shown = [c for c in citations if c.index in cited] or list(citations)
+    if not shown:
         return ""
-    lines = [f"[{c.index}] {label(c)}" for c in citations]
+    lines = [f"[{c.index}] {label(c)}" for c in shown]
     return "\n\nSources:\n" + "\n".join(lines)

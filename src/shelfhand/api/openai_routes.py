@@ -53,11 +53,11 @@ from shelfhand.service.completions import (
     sources_text,
 )
 
-__all__ = ["OPENAI_PATHS", "openai_error", "router"]
+__all__ = ["ERRORS", "OPENAI_PATHS", "citation_info", "openai_error", "router"]
 
 router = APIRouter(prefix="/v1")
 
-OPENAI_PATHS = ("/v1/models", "/v1/chat/completions")
+OPENAI_PATHS = ("/v1/models", "/v1/chat/completions", "/v1/responses")
 """Routes whose errors have OpenAI's body rather than shelfhand's."""
 
 _ERROR_TYPES = {
@@ -97,7 +97,7 @@ def openai_error(
     return JSONResponse(body.model_dump(), status_code=status, headers={**extra, **(headers or {})})
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": OpenAIErrorBody, "description": "Invalid request (OpenAI error body)."},
     401: {"model": OpenAIErrorBody, "description": "Missing or unknown API key."},
     404: {"model": OpenAIErrorBody, "description": "Unknown model or session."},
@@ -120,7 +120,7 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-@router.get("/models", tags=["openai"], responses={401: _ERRORS[401]})
+@router.get("/models", tags=["openai"], responses={401: ERRORS[401]})
 def list_models(service: ServiceDep, caller: Caller) -> ModelList:
     """The agents a client may name as ``model`` (OpenAI's ``GET /v1/models``)."""
     models = served_models(service.chat)
@@ -196,7 +196,7 @@ StepsHeader = Annotated[
     "/chat/completions",
     tags=["openai"],
     responses={
-        **_ERRORS,
+        **ERRORS,
         200: {
             "description": "A chat.completion, or with stream=true an SSE stream of "
             "chat.completion.chunk objects ending with [DONE].",
@@ -280,6 +280,17 @@ def _step_line(event: Mapping[str, Any]) -> str:
     return f"> {agent}`{name}` {outcome} ({float(event.get('duration_ms', 0)):.0f} ms)\n\n"
 
 
+def citation_info(final: Mapping[str, Any], *, session_id: str, trace_id: str) -> dict[str, Any]:
+    """The ``shelfhand`` extra field of an answer: its citations, session, trace, stop."""
+    citations = [Citation.from_dict(c) for c in final.get("citations", [])]
+    return {
+        "citations": [CitationOut.of(c).model_dump() for c in citations],
+        "session_id": session_id,
+        "trace_id": trace_id,
+        "stop_reason": final.get("stop_reason", "final"),
+    }
+
+
 class _Reply:
     """Builds one request's chat.completion (or its chunks) from the turn's events."""
 
@@ -291,14 +302,8 @@ class _Reply:
         self.created = int(time.time())
 
     def extra(self, final: Mapping[str, Any]) -> tuple[dict[str, Any], list[Citation]]:
-        citations = [Citation.from_dict(c) for c in final.get("citations", [])]
-        info = {
-            "citations": [CitationOut.of(c).model_dump() for c in citations],
-            "session_id": self.session_id,
-            "trace_id": self.trace_id,
-            "stop_reason": final.get("stop_reason", "final"),
-        }
-        return info, citations
+        info = citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
+        return info, [Citation.from_dict(c) for c in final.get("citations", [])]
 
     async def collect(self, pump: TurnPump) -> Response:
         steps: list[dict[str, Any]] = []

@@ -35,7 +35,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api import chat_routes, job_routes, knowledge_routes, openai_routes
+from shelfhand.api import (
+    chat_routes,
+    job_routes,
+    knowledge_routes,
+    openai_routes,
+    responses_routes,
+)
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -212,6 +218,7 @@ def create_app(
     api.include_router(knowledge_routes.router)
     api.include_router(job_routes.router)
     api.include_router(openai_routes.router)
+    api.include_router(responses_routes.router)
     _mount_a2a(api, service)
     _add_health_routes(api)
     _add_docs_routes(api)

@@ -11,7 +11,8 @@ Which session a request runs in:
 * a session header (``X-Shelfhand-Session``): that session of the caller; the server keeps
   its memory, so only the request's last user message is used;
 * the request's ``user`` field: a session derived from the caller and that value (created
-  on first use); the server keeps its memory as above;
+  on first use, seeded with the history the client sent); then the server keeps its
+  memory as above;
 * neither: a new session for this one request, seeded with the history the client sent and
   deleted when the turn ends.
 
@@ -145,9 +146,10 @@ async def open_turn(
         seed: list[Message] | None = None
     elif conversation:
         session_id = conversation_session(caller, conversation)
+        seed = None
         if await chat.store(chat.sessions.get, session_id, caller) is None:
             await _create(chat, caller, session_id, content)
-        seed = None
+            seed = history  # a new conversation starts from what the client sent
     else:
         info = await chat.store(chat.sessions.create, caller, title=content[:80])
         session_id, seed, ephemeral = info.id, history, True

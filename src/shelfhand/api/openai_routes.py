@@ -163,8 +163,10 @@ class ChatCompletionRequest(BaseModel):
     and left to the server's model settings."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(min_length=1, max_length=200)
-    messages: list[ChatMessageIn] = Field(min_length=1, max_length=1000)
+    model: str = Field(min_length=1, max_length=200, examples=["shelfhand"])
+    messages: list[ChatMessageIn] = Field(
+        min_length=1, max_length=1000, examples=[[{"role": "user", "content": "保修期多久？"}]]
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(

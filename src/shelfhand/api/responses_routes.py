@@ -64,8 +64,10 @@ class ResponsesRequest(BaseModel):
     """The Responses API request; other options are accepted and left to the server."""
 
     model_config = ConfigDict(extra="allow")
-    model: str = Field(min_length=1, max_length=200)
-    input: str | list[InputMessage] = Field(min_length=1, max_length=200_000)
+    model: str = Field(min_length=1, max_length=200, examples=["shelfhand"])
+    input: str | list[InputMessage] = Field(
+        min_length=1, max_length=200_000, examples=["保修期多久？"]
+    )
     instructions: str | None = Field(default=None, max_length=200_000)
     stream: bool = False
     previous_response_id: str | None = Field(default=None, max_length=200)

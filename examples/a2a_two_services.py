@@ -28,10 +28,8 @@ from typing import Any
 import openai
 import uvicorn
 
-from shelfhand import UserContext
+from shelfhand import App, Settings, UserContext
 from shelfhand.api import create_app
-from shelfhand.app import App
-from shelfhand.core.settings import Settings
 from shelfhand.knowledge import sample_corpus
 from shelfhand.testing import CyclingScriptModel, text, tool_call
 

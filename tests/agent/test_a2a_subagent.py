@@ -20,6 +20,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.providers.a2a_client import RemoteA2AAgent
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
+from shelfhand.tools.policy import GovernancePolicy
 from support.a2a_peer import Peer, dead_url, start_peer
 
 pytestmark = pytest.mark.anyio
@@ -86,6 +87,45 @@ async def test_a_dead_remote_agent_ends_with_an_honest_answer_not_a_hang() -> No
     failed = result.messages[2].tool_results[0]
     assert failed.is_error and "cannot be reached" in failed.content
     assert result.output == "合作方的目录暂时连不上，我无法确认 X1 的价格。"
+
+
+async def test_a_remote_agent_that_hangs_is_abandoned_at_the_subagents_timeout() -> None:
+    peer = start_peer("太晚了", hang=True)
+    try:
+        sup = Supervisor(
+            model=delegating_model("合作方没有及时答复，我现在无法确认 X1 的价格。"),
+            toolkit=Toolkit([]),
+            subagents=[Subagent("partner", "Prices.", agent=RemoteA2AAgent(peer.url), timeout=1)],
+        )
+        with anyio.fail_after(30):
+            result = await sup.run("X1 多少钱？", context=ALICE)
+    finally:
+        peer.stop()
+    failed = result.messages[2].tool_results[0]
+    assert failed.is_error and "timed out" in failed.content
+    assert result.output == "合作方没有及时答复，我现在无法确认 X1 的价格。"
+
+
+async def test_repeated_failures_of_a_remote_agent_open_its_breaker(tmp_path: Path) -> None:
+    policy = GovernancePolicy(breaker_min_calls=2, breaker_failure_rate=0.5)
+    model = ScriptedModel([
+        tool_call("partner", {"task": "X1 多少钱？"}),
+        tool_call("partner", {"task": "X1 的价格"}),
+        tool_call("partner", {"task": "X1 报价"}),
+        text("合作方的服务不可用，稍后再试。"),
+    ])  # fmt: skip
+    with AuditLog(tmp_path / "audit.db") as audit:
+        sup = Supervisor(
+            model=model,
+            toolkit=Toolkit([], policy=policy, audit=audit),
+            subagents=[Subagent("partner", "Prices.", agent=RemoteA2AAgent(dead_url()))],
+            max_calls=5,
+        )
+        with anyio.fail_after(30):
+            result = await sup.run("X1 多少钱？", context=ALICE, trace_id="turn-breaker")
+        outcomes = [r.outcome for r in audit.query(trace_id="turn-breaker")]
+    assert outcomes[:2] == ["error", "error"] and outcomes[2] == "circuit_open"
+    assert result.output == "合作方的服务不可用，稍后再试。"
 
 
 async def test_a_missing_credential_fails_the_call_instead_of_sending_none(

@@ -4,6 +4,7 @@ it received (the bearer token, the message metadata)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -34,8 +35,12 @@ class Peer:
     metadata: list[dict[str, Any]] = field(default_factory=list)
     server: Any = None
     thread: threading.Thread | None = None
+    hang: threading.Event | None = None
+    """When set, each answer waits for this event (a remote agent that hangs)."""
 
     def stop(self) -> None:
+        if self.hang is not None:
+            self.hang.set()
         self.server.should_exit = True
         if self.thread is not None:
             self.thread.join(timeout=15)
@@ -55,6 +60,8 @@ class _Executor(AgentExecutor):
             )
         updater = TaskUpdater(event_queue, task_id, context_id)
         await updater.start_work()
+        if self.peer.hang is not None:
+            await asyncio.to_thread(self.peer.hang.wait, 30)
         citation = {
             "index": 1,
             "source": "partner/catalogue.md",
@@ -72,7 +79,7 @@ class _Executor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
-def start_peer(answer: str) -> Peer:
+def start_peer(answer: str, *, hang: bool = False) -> Peer:
     """An A2A agent answering ``answer`` to everything, served in a uvicorn thread."""
     import uvicorn
 
@@ -81,7 +88,7 @@ def start_peer(answer: str) -> Peer:
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    peer = Peer(url=url, answer=answer)
+    peer = Peer(url=url, answer=answer, hang=threading.Event() if hang else None)
     card = AgentCard(
         name="partner",
         description="The partner's catalogue.",

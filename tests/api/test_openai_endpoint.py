@@ -335,3 +335,37 @@ def test_a_stream_whose_model_fails_late_ends_with_an_error_the_sdk_raises(
     with pytest.raises(openai.APIError, match="boom"):
         for _ in stream:
             pass
+
+
+def test_each_subagent_is_a_model_of_its_own_and_answers_with_its_instructions(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    write(
+        tmp_path / "agents" / "troubleshooter.md",
+        "---\ndescription: 故障代码专家。\n---\nYou are TROUBLESHOOTER.\n",
+    )
+
+    def who(messages: list[Message], tools: Any) -> str:
+        system = " ".join(m.text for m in messages if m.role == "system")
+        said = [m.text for m in messages if m.role == "user"]
+        return ("专家" if "TROUBLESHOOTER" in system else "主管") + f"：{len(said)}"
+
+    server = serve(tmp_path, FunctionModel(who), thread_servers)
+    c = client(server)
+    models = {m.id: m.model_extra for m in c.models.list().data}
+    assert list(models) == ["shelfhand", "shelfhand/troubleshooter"]
+    assert (models["shelfhand/troubleshooter"] or {})["description"] == "故障代码专家。"
+
+    def ask(model: str, content: str) -> str:
+        reply = c.chat.completions.create(
+            model=model, user="t-1", messages=[{"role": "user", "content": content}]
+        )
+        return reply.choices[0].message.content or ""
+
+    assert ask("shelfhand/troubleshooter", "E-203？") == "专家：1"
+    assert ask("shelfhand/troubleshooter", "还有呢？") == "专家：2"  # its session's memory
+    assert ask("shelfhand", "你是谁？").startswith("主管")
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(
+            model="shelfhand/nobody", messages=[{"role": "user", "content": "hi"}]
+        )

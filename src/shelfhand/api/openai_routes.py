@@ -46,8 +46,8 @@ from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.service.completions import (
-    AGENT_MODEL,
     ClientMessage,
+    agent_of,
     open_turn,
     served_models,
     sources_text,
@@ -222,7 +222,8 @@ async def chat_completions(
             "tools_not_supported",
             param="tools",
         )
-    if body.model != AGENT_MODEL:
+    agent = agent_of(service.chat, body.model)
+    if agent is None:
         return openai_error(
             404, f"the model {body.model!r} does not exist", "model_not_found", param="model"
         )
@@ -234,6 +235,7 @@ async def chat_completions(
             caller,
             history,
             trace_id=trace_id,
+            agent=agent,
             session_id=session or "",
             conversation=body.user or "",
         )

@@ -39,7 +39,7 @@ from shelfhand.api.openai_routes import ERRORS, TextPart, citation_info, openai_
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
-from shelfhand.service.completions import AGENT_MODEL, ClientMessage, open_turn, sources_text
+from shelfhand.service.completions import ClientMessage, agent_of, open_turn, sources_text
 
 __all__ = ["router"]
 
@@ -97,7 +97,8 @@ async def create_response(
             "tools_not_supported",
             param="tools",
         )
-    if body.model != AGENT_MODEL:
+    agent = agent_of(service.chat, body.model)
+    if agent is None:
         return openai_error(
             404, f"the model {body.model!r} does not exist", "model_not_found", param="model"
         )
@@ -113,6 +114,7 @@ async def create_response(
             caller,
             history,
             trace_id=trace_id,
+            agent=agent,
             session_id=_session_of(previous) if previous else "",
             conversation="" if previous else f"response:{uuid.uuid4().hex}",
         )

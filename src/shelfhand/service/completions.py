@@ -44,6 +44,7 @@ __all__ = [
     "AGENT_MODEL",
     "ClientMessage",
     "CompletionTurn",
+    "agent_of",
     "open_turn",
     "served_models",
     "sources_text",
@@ -72,11 +73,9 @@ class CompletionTurn:
 
 
 def served_models(chat: ChatService) -> list[dict[str, str]]:
-    """The models a client may name: the chat agent, described for ``GET /v1/models``.
-
-    Declared subagents are reached through the chat agent (it becomes their supervisor),
-    so they are listed in its description rather than as models of their own.
-    """
+    """The models a client may name, described for ``GET /v1/models``: the chat agent
+    (``shelfhand``; the supervisor when subagents are declared), then each subagent and
+    pipeline as ``shelfhand/<id>`` (with a chat model configured)."""
     if chat.subagents:
         names = ", ".join(s.id for s in chat.subagents)
         description = f"The workspace's supervisor; delegates to: {names}."
@@ -84,7 +83,20 @@ def served_models(chat: ChatService) -> list[dict[str, str]]:
         description = "The workspace's chat agent, with its tools and knowledge."
     else:
         description = "Cited passages from the workspace's knowledge (no chat model set)."
-    return [{"id": AGENT_MODEL, "description": description}]
+    models = [{"id": AGENT_MODEL, "description": description}]
+    if chat.model is not None:
+        models += [
+            {"id": f"{AGENT_MODEL}/{s.id}", "description": s.description} for s in chat.subagents
+        ]
+    return models
+
+
+def agent_of(chat: ChatService, model: str) -> str | None:
+    """The subagent a model name asks for (``""``: the chat agent; ``None``: no such model)."""
+    if model == AGENT_MODEL:
+        return ""
+    served = {m["id"] for m in served_models(chat)}
+    return model.removeprefix(f"{AGENT_MODEL}/") if model in served else None
 
 
 def split_history(messages: Sequence[ClientMessage]) -> tuple[list[Message], str]:
@@ -131,6 +143,7 @@ async def open_turn(
     trace_id: str,
     session_id: str = "",
     conversation: str = "",
+    agent: str = "",
 ) -> CompletionTurn:
     """Start the turn a chat-completions request asks for (see the module docstring).
 
@@ -154,9 +167,15 @@ async def open_turn(
         info = await chat.store(chat.sessions.create, caller, title=content[:80])
         session_id, seed, ephemeral = info.id, history, True
     try:
-        events = chat.turn(session_id, caller, content, trace_id=trace_id, history=seed)
-    except SessionBusyError as exc:
-        raise TurnFailed(str(exc), status=429, code=exc.code) from exc
+        events = chat.turn(
+            session_id, caller, content, trace_id=trace_id, history=seed, agent=agent
+        )
+    except Exception as exc:
+        if ephemeral:  # never started: nothing will delete it otherwise
+            await chat.store(chat.sessions.delete, session_id, caller)
+        if isinstance(exc, SessionBusyError):
+            raise TurnFailed(str(exc), status=429, code=exc.code) from exc
+        raise
     if ephemeral:
         events = _then_delete(chat, caller, session_id, events)
     return CompletionTurn(session_id=session_id, events=events, ephemeral=ephemeral)

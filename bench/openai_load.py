@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service_load import RawClient, start_server, upload_corpus
+from service_load import RawClient, one_session, start_server, upload_corpus
 
 MAX_CLIENTS = 200
 MAX_SECONDS = 10.0
@@ -42,24 +42,7 @@ MAX_ROUNDS = 5
 async def session_client(
     host: str, port: int, stop_at: float, latencies: list[float], errors: list[str], n: int
 ) -> None:
-    client = RawClient(host, port)
-    try:
-        status, body = await client.post("/v1/sessions", {})
-        if status != 201:
-            errors.append(f"create {status}")
-            return
-        url = f"/v1/sessions/{json.loads(body)['id']}/messages"
-        turn = 0
-        while time.perf_counter() < stop_at:
-            turn += 1
-            started = time.perf_counter()
-            status, body = await client.post(url, {"content": f"保修期多久？#{turn}"})
-            if status != 200 or b"event: final" not in body:
-                errors.append(str(status))
-            else:
-                latencies.append(time.perf_counter() - started)
-    finally:
-        client.close()
+    await one_session(host, port, stop_at, latencies, errors)  # service_load's own client
 
 
 async def completions_client(

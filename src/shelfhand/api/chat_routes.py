@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Annotated, Any
 
 import anyio
@@ -219,18 +220,36 @@ def failure_of(exc: BaseException) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+def public_failure(exc: BaseException) -> tuple[int, str, str]:
+    """HTTP status, code and the message a client may see of a turn's failure."""
+    status, code = failure_of(exc)
+    return status, code, hide_paths(str(exc)) if status != 500 else "internal error"
+
+
+async def pump_items(
+    pump: TurnPump, first: _Item | object, heartbeat: float
+) -> AsyncGenerator[_Item | object, None]:
+    """``first``, then the turn's items (``QUIET`` after ``heartbeat`` quiet seconds) to its
+    end; the turn is closed when this iterator is (use ``contextlib.aclosing``)."""
+    item = first
+    try:
+        while item is not None:
+            yield item
+            item = await pump.next(heartbeat)
+    finally:
+        await pump.close()
+
+
 async def _sse(
     pump: TurnPump, first: _Item | object, trace_id: str, heartbeat: float
 ) -> AsyncIterator[bytes]:
     n = 0
-    item = first
-    try:
-        while item is not None:
+    async with aclosing(pump_items(pump, first, heartbeat)) as items:
+        async for item in items:
             if item is QUIET:
                 yield b": ping\n\n"
             elif isinstance(item, BaseException):
-                status, code = failure_of(item)
-                message = hide_paths(str(item)) if status != 500 else "internal error"
+                status, code, message = public_failure(item)
                 error = {
                     "type": "error",
                     "status": status,
@@ -243,9 +262,6 @@ async def _sse(
             elif isinstance(item, dict):
                 n += 1
                 yield sse_event(item, n)
-            item = await pump.next(heartbeat)
-    finally:
-        await pump.close()
 
 
 async def reply_unless_gone(

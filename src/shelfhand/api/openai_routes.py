@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request
@@ -37,12 +38,14 @@ from shelfhand.api.chat_routes import (
     FIRST_EVENT_GRACE,
     QUIET,
     TurnPump,
-    failure_of,
+    public_failure,
+    pump_items,
     reply_unless_gone,
 )
-from shelfhand.api.deps import Caller, ServiceDep, hide_paths
+from shelfhand.api.deps import Caller, Service, ServiceDep, hide_paths
 from shelfhand.api.schemas import CitationOut
 from shelfhand.api.tracing import current_trace_id
+from shelfhand.core.context import UserContext
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.service.completions import (
@@ -53,7 +56,17 @@ from shelfhand.service.completions import (
     sources_text,
 )
 
-__all__ = ["ERRORS", "OPENAI_PATHS", "citation_info", "openai_error", "router"]
+__all__ = [
+    "ERRORS",
+    "OPENAI_PATHS",
+    "begin_turn",
+    "citation_info",
+    "failure_response",
+    "first_item",
+    "openai_error",
+    "router",
+    "streamed",
+]
 
 router = APIRouter(prefix="/v1")
 
@@ -194,17 +207,19 @@ StepsHeader = Annotated[
 ]
 
 
+def streamed(description: str) -> dict[int | str, dict[str, Any]]:
+    """The documented responses of a route that answers JSON or, streamed, SSE."""
+    sse = {"text/event-stream": {"schema": {"type": "string"}}}
+    return {**ERRORS, 200: {"description": description, "content": sse}}
+
+
 @router.post(
     "/chat/completions",
     tags=["openai"],
-    responses={
-        **ERRORS,
-        200: {
-            "description": "A chat.completion, or with stream=true an SSE stream of "
-            "chat.completion.chunk objects ending with [DONE].",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-    },
+    responses=streamed(
+        "A chat.completion, or with stream=true an SSE stream of chat.completion.chunk "
+        "objects ending with [DONE]."
+    ),
 )
 async def chat_completions(
     body: ChatCompletionRequest,
@@ -215,50 +230,89 @@ async def chat_completions(
     steps: StepsHeader = None,
 ) -> Response:
     """Run a turn of the workspace's agent, OpenAI style (streamed or not)."""
-    if body.tools:
+    started = await begin_turn(
+        service,
+        caller,
+        model=body.model,
+        tools=body.tools,
+        messages=lambda: [ClientMessage(role=m.role, text=m.text()) for m in body.messages],
+        session_id=session or "",
+        conversation=body.user or "",
+    )
+    if isinstance(started, Response):
+        return started
+    pump, session_id = started
+    reply = _Reply(model=body.model, trace_id=current_trace_id(), session_id=session_id)
+    if not body.stream:
+        return await reply_unless_gone(pump, request, lambda: reply.collect(pump))
+    first = await first_item(pump, service)
+    if isinstance(first, Response):
+        return first
+    show_steps = steps in ("1", "true") or bool(body.shelfhand and body.shelfhand.steps)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    heartbeat = service.config.heartbeat_interval
+    return StreamingResponse(
+        reply.stream(pump, first, heartbeat, steps=show_steps, usage=include_usage),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def begin_turn(
+    service: Service,
+    caller: UserContext,
+    *,
+    model: str,
+    tools: list[dict[str, Any]] | None,
+    messages: Callable[[], list[ClientMessage]],
+    session_id: str = "",
+    conversation: str = "",
+) -> tuple[TurnPump, str] | Response:
+    """Check an OpenAI-style request and start its turn: the turn's pump and session id, or
+    the error response (client tools, unknown model, bad messages, unknown or busy
+    session)."""
+    if tools:
         return openai_error(
             400,
             "client-declared tools are not supported: the agent's tools are the server's",
             "tools_not_supported",
             param="tools",
         )
-    agent = agent_of(service.chat, body.model)
+    agent = agent_of(service.chat, model)
     if agent is None:
         return openai_error(
-            404, f"the model {body.model!r} does not exist", "model_not_found", param="model"
+            404, f"the model {model!r} does not exist", "model_not_found", param="model"
         )
-    trace_id = current_trace_id()
     try:
-        history = [ClientMessage(role=m.role, text=m.text()) for m in body.messages]
         turn = await open_turn(
             service.chat,
             caller,
-            history,
-            trace_id=trace_id,
+            messages(),
+            trace_id=current_trace_id(),
             agent=agent,
-            session_id=session or "",
-            conversation=body.user or "",
+            session_id=session_id,
+            conversation=conversation,
         )
     except TurnFailed as exc:
         retry = {"Retry-After": "1"} if exc.status == 429 else None
         return openai_error(exc.status, str(exc), exc.code, retry)
-    pump = TurnPump(turn.events)
-    reply = _Reply(model=body.model, trace_id=trace_id, session_id=turn.session_id)
-    if not body.stream:
-        return await reply_unless_gone(pump, request, lambda: reply.collect(pump))
-    heartbeat = service.config.heartbeat_interval
-    first = await pump.next(min(heartbeat, FIRST_EVENT_GRACE))
+    return TurnPump(turn.events), turn.session_id
+
+
+async def first_item(pump: TurnPump, service: Service) -> object:
+    """A stream's first item, or the error response of a turn that failed at once (a
+    failure within ``FIRST_EVENT_GRACE`` seconds is answered with its HTTP status)."""
+    first = await pump.next(min(service.config.heartbeat_interval, FIRST_EVENT_GRACE))
     if isinstance(first, BaseException):
         await pump.close()
-        status, code = failure_of(first)
-        return openai_error(status, str(first) if status != 500 else "internal error", code)
-    show_steps = steps in ("1", "true") or bool(body.shelfhand and body.shelfhand.steps)
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(
-        reply.stream(pump, first, heartbeat, steps=show_steps, usage=include_usage),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+        return failure_response(first)
+    return first
+
+
+def failure_response(exc: BaseException) -> JSONResponse:
+    """The OpenAI error response of a failed turn."""
+    status, code, message = public_failure(exc)
+    return openai_error(status, message, code)
 
 
 def _usage(final: Mapping[str, Any]) -> dict[str, int]:
@@ -314,8 +368,7 @@ class _Reply:
         final: dict[str, Any] | None = None
         while (event := await pump.next()) is not None:
             if isinstance(event, BaseException):
-                status, code = failure_of(event)
-                return openai_error(status, str(event) if status != 500 else "internal error", code)
+                return failure_response(event)
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "tool_finished":
@@ -357,15 +410,13 @@ class _Reply:
     async def stream(
         self, pump: TurnPump, first: object, heartbeat: float, *, steps: bool, usage: bool
     ) -> AsyncIterator[bytes]:
-        item = first
         yield self.chunk({"role": "assistant", "content": ""})
-        try:
-            while item is not None:
+        async with aclosing(pump_items(pump, first, heartbeat)) as items:
+            async for item in items:
                 if item is QUIET:
                     yield b": ping\n\n"
                 elif isinstance(item, BaseException):
-                    status, code = failure_of(item)
-                    message = hide_paths(str(item)) if status != 500 else "internal error"
+                    _, code, message = public_failure(item)
                     error = {"message": message, "type": "server_error", "code": code}
                     yield b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
                     return
@@ -378,10 +429,7 @@ class _Reply:
                     elif kind == "final":
                         for part in self._ending(item, usage=usage):
                             yield part
-                item = await pump.next(heartbeat)
-            yield b"data: [DONE]\n\n"
-        finally:
-            await pump.close()
+        yield b"data: [DONE]\n\n"
 
     def _ending(self, final: Mapping[str, Any], *, usage: bool) -> list[bytes]:
         info, citations = self.extra(final)

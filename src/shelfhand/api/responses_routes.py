@@ -21,6 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -28,18 +29,26 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from shelfhand.api.chat_routes import (
-    FIRST_EVENT_GRACE,
     QUIET,
     TurnPump,
-    failure_of,
+    public_failure,
+    pump_items,
     reply_unless_gone,
 )
-from shelfhand.api.deps import Caller, ServiceDep, hide_paths
-from shelfhand.api.openai_routes import ERRORS, TextPart, citation_info, openai_error
+from shelfhand.api.deps import Caller, ServiceDep
+from shelfhand.api.openai_routes import (
+    TextPart,
+    begin_turn,
+    citation_info,
+    failure_response,
+    first_item,
+    openai_error,
+    streamed,
+)
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
-from shelfhand.service.completions import ClientMessage, agent_of, open_turn, sources_text
+from shelfhand.service.completions import ClientMessage, sources_text
 
 __all__ = ["router"]
 
@@ -77,59 +86,39 @@ class ResponsesRequest(BaseModel):
 @router.post(
     "/responses",
     tags=["openai"],
-    responses={
-        **ERRORS,
-        200: {
-            "description": "A response object, or with stream=true an SSE stream of "
-            "response.* events.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        },
-    },
+    responses=streamed(
+        "A response object, or with stream=true an SSE stream of response.* events."
+    ),
 )
 async def create_response(
     body: ResponsesRequest, service: ServiceDep, caller: Caller, request: Request
 ) -> Response:
     """Run a turn of the workspace's agent, Responses style (streamed or not)."""
-    if body.tools:
-        return openai_error(
-            400,
-            "client-declared tools are not supported: the agent's tools are the server's",
-            "tools_not_supported",
-            param="tools",
-        )
-    agent = agent_of(service.chat, body.model)
-    if agent is None:
-        return openai_error(
-            404, f"the model {body.model!r} does not exist", "model_not_found", param="model"
-        )
-    trace_id = current_trace_id()
-    try:
+
+    def messages() -> list[ClientMessage]:
         if isinstance(body.input, str):
-            history = [ClientMessage(role="user", text=body.input)]
-        else:
-            history = [ClientMessage(role=m.role, text=m.text()) for m in body.input]
-        previous = body.previous_response_id or ""
-        turn = await open_turn(
-            service.chat,
-            caller,
-            history,
-            trace_id=trace_id,
-            agent=agent,
-            session_id=_session_of(previous) if previous else "",
-            conversation="" if previous else f"response:{uuid.uuid4().hex}",
-        )
-    except TurnFailed as exc:
-        retry = {"Retry-After": "1"} if exc.status == 429 else None
-        return openai_error(exc.status, str(exc), exc.code, retry)
-    pump = TurnPump(turn.events)
-    out = _Output(model=body.model, session_id=turn.session_id, trace_id=trace_id)
+            return [ClientMessage(role="user", text=body.input)]
+        return [ClientMessage(role=m.role, text=m.text()) for m in body.input]
+
+    previous = body.previous_response_id or ""
+    started = await begin_turn(
+        service,
+        caller,
+        model=body.model,
+        tools=body.tools,
+        messages=messages,
+        session_id=_session_of(previous) if previous else "",
+        conversation="" if previous else f"response:{uuid.uuid4().hex}",
+    )
+    if isinstance(started, Response):
+        return started
+    pump, session_id = started
+    out = _Output(model=body.model, session_id=session_id, trace_id=current_trace_id())
     if not body.stream:
         return await reply_unless_gone(pump, request, lambda: out.collect(pump))
-    first = await pump.next(min(service.config.heartbeat_interval, FIRST_EVENT_GRACE))
-    if isinstance(first, BaseException):
-        await pump.close()
-        status, code = failure_of(first)
-        return openai_error(status, str(first) if status != 500 else "internal error", code)
+    first = await first_item(pump, service)
+    if isinstance(first, Response):
+        return first
     return StreamingResponse(
         out.stream(pump, first, service.config.heartbeat_interval),
         media_type="text/event-stream",
@@ -205,8 +194,7 @@ class _Output:
     async def collect(self, pump: TurnPump) -> Response:
         while (event := await pump.next()) is not None:
             if isinstance(event, BaseException):
-                status, code = failure_of(event)
-                return openai_error(status, str(event) if status != 500 else "internal error", code)
+                return failure_response(event)
             if isinstance(event, dict) and event.get("type") == "final":
                 return JSONResponse(self.response("completed", _answer(event), event))
         return openai_error(
@@ -226,31 +214,24 @@ class _Output:
         )
         part = {"type": "output_text", "text": "", "annotations": []}
         yield self.event("response.content_part.added", part=part, **at)
-        item = first
-        try:
-            while item is not None:
+        async with aclosing(pump_items(pump, first, heartbeat)) as items:
+            async for item in items:
                 if item is QUIET:
                     yield b": ping\n\n"
                 elif isinstance(item, BaseException):
-                    status, code = failure_of(item)
-                    message = hide_paths(str(item)) if status != 500 else "internal error"
-                    error = {"code": code, "message": message}
-                    yield self.event(
-                        "response.failed", response=self.response("failed", error=error)
-                    )
+                    _, code, message = public_failure(item)
+                    failed = self.response("failed", error={"code": code, "message": message})
+                    yield self.event("response.failed", response=failed)
                     return
-                elif (
-                    isinstance(item, dict) and item.get("type") == "text_delta" and item.get("text")
-                ):
+                elif not isinstance(item, dict):
+                    continue
+                elif item.get("type") == "text_delta" and item.get("text"):
                     yield self.event(
                         "response.output_text.delta", delta=item["text"], logprobs=[], **at
                     )
-                elif isinstance(item, dict) and item.get("type") == "final":
+                elif item.get("type") == "final":
                     for chunk in self._ending(item, at):
                         yield chunk
-                item = await pump.next(heartbeat)
-        finally:
-            await pump.close()
 
     def _ending(self, final: Mapping[str, Any], at: dict[str, Any]) -> list[bytes]:
         text = _answer(final)

@@ -167,3 +167,19 @@ async def test_a_long_run_is_a_task_to_poll_and_cancel(
     finally:
         release.set()
         await client.close()
+
+
+async def test_two_tenants_sending_at_once_each_get_only_their_own_passages(
+    server: ThreadServer,
+) -> None:
+    alice = await a2a_client(server, "key-alice")
+    bob = await a2a_client(server, "key-bob")
+
+    async def ask(client: Any) -> str:
+        return answer_of([r async for r in client.send_message(request("投影仪保修多久？"))])
+
+    for_alice, for_bob = await asyncio.gather(ask(alice), ask(bob))
+    assert "ALPHA-7" in for_alice and "OMEGA-9" not in for_alice
+    assert "OMEGA-9" in for_bob and "ALPHA-7" not in for_bob
+    await alice.close()
+    await bob.close()

@@ -274,7 +274,8 @@ async def begin_turn(
     if tools:
         return openai_error(
             400,
-            "client-declared tools are not supported: the agent's tools are the server's",
+            "client-declared tools are not supported: the agent's tools are the server's "
+            "(Open WebUI: turn off the model's Builtin Tools capability)",
             "tools_not_supported",
             param="tools",
         )

@@ -183,3 +183,36 @@ async def test_two_tenants_sending_at_once_each_get_only_their_own_passages(
     assert "OMEGA-9" in for_bob and "ALPHA-7" not in for_bob
     await alice.close()
     await bob.close()
+
+
+async def test_each_subagent_is_an_a2a_agent_of_its_own(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "troubleshooter.md").write_text(
+        "---\ndescription: 故障代码专家。\n---\nYou are TROUBLESHOOTER.\n", encoding="utf-8"
+    )
+
+    def who(messages: list[ShelfMessage], tools: Any) -> str:
+        system = " ".join(m.text for m in messages if m.role == "system")
+        return "专家" if "TROUBLESHOOTER" in system else "主管"
+
+    server = serve(tmp_path, FunctionModel(who), thread_servers)
+    base = server.url + "/a2a/shelfhand/troubleshooter"
+    async with httpx.AsyncClient() as h:
+        card = (await h.get(base + "/.well-known/agent-card.json")).json()
+        assert card["name"] == "shelfhand/troubleshooter"
+        assert card["description"] == "故障代码专家。"
+        assert card["supportedInterfaces"][0]["url"] == base
+        unauthenticated = await h.post(
+            base, json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks"}
+        )
+        assert unauthenticated.status_code == 401
+    http = httpx.AsyncClient(headers={"Authorization": "Bearer key-alice"}, timeout=30)
+    client = await create_client(base, client_config=ClientConfig(httpx_client=http))
+    assert answer_of([r async for r in client.send_message(request("E-203？"))]) == "专家"
+    main = await a2a_client(server, "key-alice")
+    assert answer_of([r async for r in main.send_message(request("你好"))]) == "主管"
+    await client.close()
+    await main.close()

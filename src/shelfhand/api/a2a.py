@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["A2A_PATH", "mount_a2a"]
+__all__ = ["A2A_PATH", "agent_card", "agent_path", "mount_a2a"]
 
 A2A_PATH = f"/a2a/{AGENT_MODEL}"
 """Where the workspace's agent answers JSON-RPC."""
@@ -116,12 +116,13 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
 class _BearerOnly:
     """401 for an A2A call without a known API key, before the SDK sees it."""
 
-    def __init__(self, app: ASGIApp, *, service: Service) -> None:
+    def __init__(self, app: ASGIApp, *, service: Service, paths: frozenset[str]) -> None:
         self.app = app
         self.service = service
+        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == A2A_PATH:
+        if scope["type"] == "http" and scope["path"] in self.paths:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             if _caller_of(self.service, headers) is None:
                 body = {"detail": "missing or unknown API key", "code": "http_401"}
@@ -136,8 +137,9 @@ class _BearerOnly:
 class ShelfhandExecutor(AgentExecutor):
     """Runs an A2A message as a turn of the service's chat logic."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, agent: str = "") -> None:
         self.service = service
+        self.agent = agent
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         user: UserContext = context.call_context.state[_USER_KEY]
@@ -156,7 +158,8 @@ class ShelfhandExecutor(AgentExecutor):
                 user,
                 [ClientMessage(role="user", text=text)],
                 trace_id=f"a2a-{task_id}",
-                conversation=f"a2a:{context_id}",
+                conversation=f"a2a:{self.agent}:{context_id}",
+                agent=self.agent,
             )
         except TurnFailed as exc:
             await updater.failed(new_text_message(str(exc), context_id=context_id))
@@ -197,22 +200,28 @@ class ShelfhandExecutor(AgentExecutor):
         await updater.cancel()
 
 
-def agent_card(service: Service, base_url: str) -> AgentCard:
-    """The agent card of the workspace's agent, served from ``base_url``."""
-    info = served_models(service.chat)[0]
-    url = base_url.rstrip("/") + A2A_PATH
-    skills = [
-        AgentSkill(id=t.name, name=t.name, description=t.description or t.name, tags=["tool"])
-        for t in service.toolkit.visible_tools()
-    ]
-    skills += [
-        AgentSkill(id=s.id, name=s.name or s.id, description=s.description, tags=["subagent"])
-        for s in service.chat.subagents
-    ]
+def agent_card(service: Service, base_url: str, agent: str = "") -> AgentCard:
+    """The agent card of the workspace's agent (or of its subagent ``agent``), served from
+    ``base_url``."""
+    model = f"{AGENT_MODEL}/{agent}" if agent else AGENT_MODEL
+    info = next(m for m in served_models(service.chat) if m["id"] == model)
+    url = base_url.rstrip("/") + agent_path(agent)
+    spec = next((s for s in service.chat.subagents if s.id == agent), None)
+    if spec is not None:  # a subagent: its own tools
+        skills = [AgentSkill(id=t, name=t, description=t, tags=["tool"]) for t in spec.tools]
+    else:
+        skills = [
+            AgentSkill(id=t.name, name=t.name, description=t.description or t.name, tags=["tool"])
+            for t in service.toolkit.visible_tools()
+        ]
+        skills += [
+            AgentSkill(id=s.id, name=s.name or s.id, description=s.description, tags=["subagent"])
+            for s in service.chat.subagents
+        ]
     if not skills:
         skills = [AgentSkill(id="answer", name="answer", description=info["description"])]
     return AgentCard(
-        name=AGENT_MODEL,
+        name=model,
         description=info["description"],
         version=__version__,
         supported_interfaces=[  # one endpoint answers both (the SDK's 0.3 compatibility)
@@ -238,24 +247,38 @@ def _no_scopes() -> StringList:
     return StringList()
 
 
+def agent_path(agent: str = "") -> str:
+    """Where an agent answers JSON-RPC: ``/a2a/shelfhand`` or ``/a2a/shelfhand/<subagent>``."""
+    return f"{A2A_PATH}/{agent}" if agent else A2A_PATH
+
+
 def mount_a2a(api: FastAPI, service: Service) -> None:
-    """Add the A2A routes (the agent card and JSON-RPC) to ``api``."""
+    """Add the A2A routes to ``api``: the chat agent's card and JSON-RPC endpoint, and one
+    of each per subagent (with a chat model configured)."""
+    agents = [""] + [m["id"].split("/", 1)[1] for m in served_models(service.chat)[1:]]
+    for agent in agents:
+        path = agent_path(agent)
 
-    def card(request: Request) -> JSONResponse:
-        return JSONResponse(agent_card_to_dict(agent_card(service, str(request.base_url))))
+        def card(request: Request, agent: str = agent) -> JSONResponse:
+            return JSONResponse(
+                agent_card_to_dict(agent_card(service, str(request.base_url), agent))
+            )
 
-    for path in ("/.well-known/agent-card.json", f"{A2A_PATH}/.well-known/agent-card.json"):
-        api.add_api_route(path, card, methods=["GET"], tags=["a2a"], include_in_schema=False)
-    handler = DefaultRequestHandlerV2(
-        agent_executor=ShelfhandExecutor(service),
-        task_store=InMemoryTaskStore(),  # owner: the caller's scope (tenant and user)
-        agent_card=agent_card(service, "http://localhost"),
-    )
-    routes = create_jsonrpc_routes(
-        handler,
-        rpc_url=A2A_PATH,
-        context_builder=_ContextBuilder(service),
-        enable_v0_3_compat=True,
-    )
-    api.router.routes.extend(routes)  # kept out of the OpenAPI schema: JSON-RPC, not REST
-    api.add_middleware(_BearerOnly, service=service)
+        cards = [f"{path}/.well-known/agent-card.json"]
+        if not agent:
+            cards.append("/.well-known/agent-card.json")
+        for url in cards:
+            api.add_api_route(url, card, methods=["GET"], tags=["a2a"], include_in_schema=False)
+        handler = DefaultRequestHandlerV2(
+            agent_executor=ShelfhandExecutor(service, agent),
+            task_store=InMemoryTaskStore(),  # owner: the caller's scope (tenant and user)
+            agent_card=agent_card(service, "http://localhost", agent),
+        )
+        routes = create_jsonrpc_routes(
+            handler,
+            rpc_url=path,
+            context_builder=_ContextBuilder(service),
+            enable_v0_3_compat=True,
+        )
+        api.router.routes.extend(routes)  # not in the OpenAPI schema: JSON-RPC, not REST
+    api.add_middleware(_BearerOnly, service=service, paths=frozenset(map(agent_path, agents)))

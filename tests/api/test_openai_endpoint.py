@@ -224,13 +224,23 @@ def test_the_user_field_continues_one_server_side_session(
     )
     assert seen[1] == ["第一句", "第二句"]  # the server kept the first turn
     assert seen[2] == ["另一个"]
+    c.chat.completions.create(  # a client that sends its history stays in charge of it
+        model="shelfhand",
+        user="chat-1",
+        messages=[
+            {"role": "user", "content": "重来"},
+            {"role": "assistant", "content": "好"},
+            {"role": "user", "content": "第三句"},
+        ],
+    )
+    assert seen[3] == ["重来", "第三句"]
     ids = {
         (r.choices[0].message.model_extra or {})["shelfhand"]["session_id"] for r in (first, second)
     }
     assert len(ids) == 1
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as h:
         session = h.get(f"/v1/sessions/{ids.pop()}").json()
-        assert session["message_count"] == 4
+        assert session["message_count"] == 6  # every turn is in the session's transcript
 
 
 def test_a_session_header_runs_in_that_session_and_a_busy_one_is_429(

@@ -11,8 +11,9 @@ Which session a request runs in:
 * a session header (``X-Shelfhand-Session``): that session of the caller; the server keeps
   its memory, so only the request's last user message is used;
 * the request's ``user`` field: a session derived from the caller and that value (created
-  on first use, seeded with the history the client sent); then the server keeps its
-  memory as above;
+  on first use); a request with earlier messages runs with those as the conversation (a
+  client that keeps the history, such as a chat UI, stays in charge of it), a request with
+  only the new message continues the server's memory of the session;
 * neither: a new session for this one request, seeded with the history the client sent and
   deleted when the turn ends.
 
@@ -159,10 +160,12 @@ async def open_turn(
         seed: list[Message] | None = None
     elif conversation:
         session_id = conversation_session(caller, conversation)
-        seed = None
+        # what the client sent is the conversation when it sent one (clients that keep the
+        # history, and a new session); only the new message: the server's memory
+        seed = history if history else None
         if await chat.store(chat.sessions.get, session_id, caller) is None:
             await _create(chat, caller, session_id, content)
-            seed = history  # a new conversation starts from what the client sent
+            seed = history
     else:
         info = await chat.store(chat.sessions.create, caller, title=content[:80])
         session_id, seed, ephemeral = info.id, history, True

@@ -28,7 +28,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotFoundError
 from service_helpers import ThreadServer
-from test_openai_endpoint import retrieve_then_quote, serve, with_documents
+from test_openai_endpoint import held_model, retrieve_then_quote, serve, with_documents
 
 from shelfhand.core.messages import Message as ShelfMessage
 from shelfhand.testing import FunctionModel
@@ -139,13 +139,7 @@ async def test_a_long_run_is_a_task_to_poll_and_cancel(
 ) -> None:
     entered = threading.Event()
     release = threading.Event()
-
-    async def slow(messages: list[ShelfMessage], tools: Any) -> str:
-        entered.set()
-        await asyncio.to_thread(release.wait, 30)
-        return "late"
-
-    server = serve(tmp_path, FunctionModel(slow), thread_servers)
+    server = serve(tmp_path, held_model(entered, release, "late"), thread_servers)
     client = await a2a_client(server, "key-alice", streaming=False, polling=True)
     try:
         responses = [r async for r in client.send_message(request("慢慢来"))]

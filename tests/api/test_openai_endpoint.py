@@ -34,6 +34,17 @@ def retrieve_then_quote(messages: list[Message], tools: Any) -> Any:
     return tool_call("retrieve", {"query": last_user_text(messages)})
 
 
+def held_model(entered: threading.Event, release: threading.Event, answer: str) -> FunctionModel:
+    """A model that signals ``entered``, then answers ``answer`` once ``release`` is set."""
+
+    async def held(messages: list[Message], tools: Any) -> str:
+        entered.set()
+        await asyncio.to_thread(release.wait, 30)
+        return answer
+
+    return FunctionModel(held)
+
+
 def serve(workspace: Path, model: Any, servers: list[ThreadServer], **config: Any) -> ThreadServer:
     env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
     app = App(
@@ -248,13 +259,7 @@ def test_a_session_header_runs_in_that_session_and_a_busy_one_is_429(
 ) -> None:
     entered = threading.Event()
     release = threading.Event()
-
-    async def slow(messages: list[Message], tools: Any) -> str:
-        entered.set()
-        await asyncio.to_thread(release.wait, 20)
-        return "done"
-
-    server = serve(tmp_path, FunctionModel(slow), thread_servers)
+    server = serve(tmp_path, held_model(entered, release, "done"), thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as h:
         session = h.post("/v1/sessions").json()["id"]
     c = client(server, default_headers={"X-Shelfhand-Session": session})

@@ -71,6 +71,8 @@ DOCUMENTED: dict[str, set[str]] = {
         "Usage",
     },
     "shelfhand.providers": {"OpenAIChatModel", "OpenAIEmbedder", "tools_prompt"},
+    "shelfhand.providers.a2a_client": {"RemoteA2AAgent"},  # the a2a extra
+    "shelfhand.api": {"ServiceConfig", "build_service", "create_app"},
     "shelfhand.mcp": {
         "DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "McpServer", "McpServerGroup", "McpTool",
         "ResourceTool", "ServerConfig", "ServerOptions", "SseServer", "StdioServer",

@@ -6,6 +6,7 @@ production builds it from settings.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -48,6 +49,26 @@ if TYPE_CHECKING:
     from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
+
+
+def _remote(spec: Subagent) -> Subagent:
+    """``spec`` with its A2A client, when it names a remote agent (``a2a: URL``)."""
+    if not spec.a2a or spec.agent is not None:
+        return spec
+    try:
+        from shelfhand.providers.a2a_client import RemoteA2AAgent
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"subagent {spec.id!r} ({spec.origin}) is a remote A2A agent: "
+            "pip install 'shelfhand[a2a]'"
+        ) from exc
+    agent = RemoteA2AAgent(
+        spec.a2a,
+        name=spec.id,
+        token_env=spec.a2a_token_env,
+        forward_identity=spec.forward_identity,
+    )
+    return dataclasses.replace(spec, agent=agent)
 
 
 @dataclass(slots=True)
@@ -410,7 +431,7 @@ class App:
         )
 
         files = load_subagent_files(self.settings.workspace / AGENTS_FOLDER)
-        return merge_declarations(code, files)
+        return [_remote(s) for s in merge_declarations(code, files)]
 
     def supervisor(
         self,

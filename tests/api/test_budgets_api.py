@@ -88,3 +88,38 @@ def test_twenty_concurrent_turns_against_five_turns_of_budget(
     assert turn["status"] == "error"
     assert turn["attributes"]["error.type"] == "budget_exceeded"
     assert [e["name"] for e in turn["events"]] == ["budget.exceeded"]
+
+
+def test_the_openai_endpoint_answers_a_spent_budget_with_429_and_its_reset(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        f"[budgets.tenant]\ntokens_per_day = {WINDOW}\n", encoding="utf-8"
+    )
+
+    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
+        return ModelResponse(
+            message=Message.assistant("好的。"),
+            usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
+        )
+
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    model = FunctionModel(answer)
+    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        model=model,
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    ask = {"model": "shelfhand", "messages": [{"role": "user", "content": "你好"}]}
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        first = c.post("/v1/chat/completions", json=ask)
+        assert first.status_code == 200, first.text
+        for stream in (False, True):
+            spent = c.post("/v1/chat/completions", json={**ask, "stream": stream})
+            assert spent.status_code == 429
+            assert spent.json()["error"]["code"] == "budget_exceeded"
+            assert spent.json()["error"]["type"] == "rate_limit_error"
+            assert 60 < int(spent.headers["Retry-After"]) <= 86400  # the day's reset, not 1 s

@@ -64,7 +64,10 @@ AGENTS_FOLDER = "agents"
 """Where a workspace keeps its subagent files: ``<workspace>/agents/*.md``."""
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_KEYS = ("name", "description", "model", "max_iters", "tools", "memory")
+_KEYS = (
+    "name", "description", "model", "max_iters", "tools", "memory", "timeout", "a2a",
+    "a2a_token_env", "forward_identity",
+)  # fmt: skip
 Memory = Literal["isolated", "shared"]
 
 
@@ -99,7 +102,13 @@ class Subagent:
         system_prompt: Its instructions (a file's body).
         timeout: Seconds one delegation may take before it is abandoned.
         agent: A ready agent or pipeline to delegate to instead of building one from
-            ``model``/``tools``/``max_iters``/``system_prompt``.
+            ``model``/``tools``/``max_iters``/``system_prompt`` (a remote A2A agent:
+            :class:`~shelfhand.providers.a2a_client.RemoteA2AAgent`).
+        a2a: The URL of a remote A2A agent to delegate to (an ``a2a:`` line in a file);
+            :meth:`~shelfhand.app.App.subagents` turns it into ``agent``.
+        a2a_token_env: The environment variable holding the bearer token for ``a2a``.
+        forward_identity: Tell the remote agent who the caller is (tenant and user, in the
+            message metadata); off by default.
         origin: Where it was declared (a file, or the code that built it), for error messages.
     """
 
@@ -114,6 +123,9 @@ class Subagent:
     system_prompt: str = ""
     timeout: float = 120.0
     agent: Delegable | None = field(default=None, compare=False, repr=False)
+    a2a: str = ""
+    a2a_token_env: str = ""
+    forward_identity: bool = False
     origin: str = ""
 
     def __post_init__(self) -> None:
@@ -141,6 +153,8 @@ class Subagent:
             raise DeclarationError(f"{where}: memory must be 'isolated' or 'shared'")
         if not self.timeout > 0:
             raise DeclarationError(f"{where}: timeout must be positive")
+        if self.a2a and not self.a2a.startswith(("http://", "https://")):
+            raise DeclarationError(f"{where}: a2a must be an http(s):// URL")
         if not self.name:
             object.__setattr__(self, "name", self.id)
 
@@ -205,10 +219,16 @@ def load_subagent_file(path: str | Path) -> Subagent:
         "model": (str, "a model name"),
         "max_iters": (int, "a whole number"),
         "memory": (str, "'isolated' or 'shared'"),
+        "timeout": ((int, float), "a number of seconds"),
+        "a2a": (str, "the URL of an A2A agent"),
+        "a2a_token_env": (str, "the name of an environment variable"),
+        "forward_identity": (bool, "true or false"),
     }
     for key, (kind, what) in checks.items():
         value = data.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        if value is not None and (
+            not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+        ):
             raise DeclarationError(f"{file}:{line_of(key)}: {key} must be {what}")
     tools = data.get("tools")
     if tools is None:
@@ -230,6 +250,10 @@ def load_subagent_file(path: str | Path) -> Subagent:
             tools=tuple(tools),
             max_iters=int(data.get("max_iters", 6)),
             memory=data.get("memory") or "isolated",
+            timeout=float(data.get("timeout", 120.0)),
+            a2a=str(data.get("a2a") or ""),
+            a2a_token_env=str(data.get("a2a_token_env") or ""),
+            forward_identity=bool(data.get("forward_identity", False)),
             system_prompt=body,
             origin=str(file),
         )

@@ -243,6 +243,11 @@ class Supervisor:
     def _check(self, spec: Subagent) -> None:
         if spec.agent is not None:
             return
+        if spec.a2a:  # App.subagents() gives it its RemoteA2AAgent
+            raise DeclarationError(
+                f"subagent {spec.id!r} ({spec.origin}): a remote A2A agent needs its client: "
+                "load subagents with App.subagents() (and install shelfhand[a2a])"
+            )
         for tool_name in spec.tools:
             if self._source.get(tool_name) is None and tool_name not in {
                 s.id for s in self.subagents

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Annotated, Any
 
 import anyio
@@ -63,7 +64,7 @@ def error_response(
 
 
 def _failure_response(exc: BaseException) -> JSONResponse:
-    status, code = _failure(exc)
+    status, code = failure_of(exc)
     detail = str(exc) if status != 500 else "internal error"
     if isinstance(exc, TurnFailed) and exc.budget is not None:
         headers = {"Retry-After": str(exc.retry_after or 1)}
@@ -175,7 +176,7 @@ async def post_message(
         return error_response(409, str(exc), exc.code, headers={"Retry-After": "1"})
     pump = TurnPump(events)
     if not body.stream:
-        return await _json_reply(session_id, trace_id, pump, request)
+        return await reply_unless_gone(pump, request, lambda: _collect(session_id, trace_id, pump))
     heartbeat = service.config.heartbeat_interval
     first = await pump.next(min(heartbeat, FIRST_EVENT_GRACE))
     if isinstance(first, BaseException):
@@ -192,7 +193,7 @@ FIRST_EVENT_GRACE = 1.0
 """Seconds a streamed turn may take to its first event and still fail with an HTTP status;
 after that the stream starts (heartbeats first) and a failure is an ``error`` event."""
 
-_QUIET = object()  # no event within the wait
+QUIET = object()  # no event within the wait
 _Item = dict[str, Any] | BaseException | None  # an event, a failure, or the end
 
 
@@ -217,10 +218,10 @@ class TurnPump:
             self._queue.put_nowait(None)
 
     async def next(self, timeout: float | None = None) -> _Item | object:
-        """The next item, or ``_QUIET`` when none came within ``timeout`` seconds."""
+        """The next item, or ``QUIET`` when none came within ``timeout`` seconds."""
         with anyio.move_on_after(timeout if timeout is not None else float("inf")):
             return await self._queue.get()
-        return _QUIET
+        return QUIET
 
     async def close(self) -> None:
         """Cancel the turn if it still runs and wait (bounded) for its cleanup."""
@@ -230,24 +231,43 @@ class TurnPump:
             await asyncio.wait([self._task], timeout=10)
 
 
-def _failure(exc: BaseException) -> tuple[int, str]:
+def failure_of(exc: BaseException) -> tuple[int, str]:
+    """HTTP status and code of a turn's failure."""
     if isinstance(exc, TurnFailed):
         return exc.status, exc.code
     return 500, "internal_error"
+
+
+def public_failure(exc: BaseException) -> tuple[int, str, str]:
+    """HTTP status, code and the message a client may see of a turn's failure."""
+    status, code = failure_of(exc)
+    return status, code, hide_paths(str(exc)) if status != 500 else "internal error"
+
+
+async def pump_items(
+    pump: TurnPump, first: _Item | object, heartbeat: float
+) -> AsyncGenerator[_Item | object, None]:
+    """``first``, then the turn's items (``QUIET`` after ``heartbeat`` quiet seconds) to its
+    end; the turn is closed when this iterator is (use ``contextlib.aclosing``)."""
+    item = first
+    try:
+        while item is not None:
+            yield item
+            item = await pump.next(heartbeat)
+    finally:
+        await pump.close()
 
 
 async def _sse(
     pump: TurnPump, first: _Item | object, trace_id: str, heartbeat: float
 ) -> AsyncIterator[bytes]:
     n = 0
-    item = first
-    try:
-        while item is not None:
-            if item is _QUIET:
+    async with aclosing(pump_items(pump, first, heartbeat)) as items:
+        async for item in items:
+            if item is QUIET:
                 yield b": ping\n\n"
             elif isinstance(item, BaseException):
-                status, code = _failure(item)
-                message = hide_paths(str(item)) if status != 500 else "internal error"
+                status, code, message = public_failure(item)
                 error = {
                     "type": "error",
                     "status": status,
@@ -263,12 +283,13 @@ async def _sse(
             elif isinstance(item, dict):
                 n += 1
                 yield sse_event(item, n)
-            item = await pump.next(heartbeat)
-    finally:
-        await pump.close()
 
 
-async def _json_reply(session_id: str, trace_id: str, pump: TurnPump, request: Request) -> Response:
+async def reply_unless_gone(
+    pump: TurnPump, request: Request, collect: Callable[[], Awaitable[Response]]
+) -> Response:
+    """``await collect()`` (which reads the turn from ``pump``), cancelling the turn if the
+    client disconnects first."""
     outcome: list[Response] = []
     async with anyio.create_task_group() as tg:
 
@@ -277,12 +298,12 @@ async def _json_reply(session_id: str, trace_id: str, pump: TurnPump, request: R
                 pass
             tg.cancel_scope.cancel()  # the client is gone: stop the turn
 
-        async def collect() -> None:
-            outcome.append(await _collect(session_id, trace_id, pump))
+        async def answer() -> None:
+            outcome.append(await collect())
             tg.cancel_scope.cancel()
 
         tg.start_soon(cancel_on_disconnect)
-        tg.start_soon(collect)
+        tg.start_soon(answer)
     await pump.close()
     if not outcome:  # the client disconnected; nobody reads this
         return error_response(499, "the client closed the request", "client_closed")

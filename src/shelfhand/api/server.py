@@ -20,6 +20,7 @@ upload limits, 422 invalid input, 502 model provider failure, 504 model timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -34,7 +35,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api import chat_routes, job_routes, knowledge_routes, trace_routes
+from shelfhand.api import (
+    chat_routes,
+    job_routes,
+    knowledge_routes,
+    openai_routes,
+    responses_routes,
+    trace_routes,
+)
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -243,6 +251,9 @@ def create_app(
         from shelfhand.api.metrics import router as metrics_router
 
         api.include_router(metrics_router)
+    api.include_router(openai_routes.router)
+    api.include_router(responses_routes.router)
+    _mount_a2a(api, service)
     _add_health_routes(api)
     _add_docs_routes(api)
     _add_error_handlers(api, app.settings.workspace)
@@ -255,6 +266,18 @@ def create_app(
     api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
     api.add_middleware(TraceIdMiddleware)  # outermost: every response gets a trace id
     return api
+
+
+def _mount_a2a(api: FastAPI, service: Service) -> None:
+    """The A2A server (agent card and JSON-RPC), when the ``a2a`` extra is installed."""
+    from importlib.util import find_spec
+
+    if find_spec("a2a") is None:
+        logger.debug("A2A is off: install shelfhand[a2a]")
+        return
+    from shelfhand.api.a2a import mount_a2a
+
+    mount_a2a(api, service)
 
 
 def _add_health_routes(api: FastAPI) -> None:
@@ -372,6 +395,11 @@ def public_detail(detail: Any, workspace: Path) -> Any:
 def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if request.url.path in openai_routes.OPENAI_PATHS:
+            detail = public_detail(exc.detail, workspace)
+            message = detail if isinstance(detail, str) else json.dumps(detail)
+            code = "invalid_api_key" if exc.status_code == 401 else f"http_{exc.status_code}"
+            return openai_routes.openai_error(exc.status_code, message, code, exc.headers)
         body = ErrorBody(
             detail=public_detail(exc.detail, workspace),
             code=f"http_{exc.status_code}",
@@ -390,6 +418,9 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
             }
             for e in exc.errors()
         ]
+        if request.url.path in openai_routes.OPENAI_PATHS:  # OpenAI answers 400
+            where = ", ".join(f"{'.'.join(p['loc'])}: {p['msg']}" for p in problems)
+            return openai_routes.openai_error(400, f"invalid request: {where}", "invalid_input")
         body = ErrorBody(detail=problems, code="invalid_input", trace_id=current_trace_id())
         return JSONResponse(body.model_dump(), status_code=422)
 

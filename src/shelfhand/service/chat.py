@@ -270,11 +270,17 @@ class ChatService:
         *,
         trace_id: str,
         parent_span_id: str = "",
+        history: Sequence[Message] | None = None,
+        agent: str = "",
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Claim the session and return the turn's events (the claim ends with the iterator).
 
         The session is claimed before this returns, so two requests can never both start a
-        turn. Consume the iterator to the end or ``aclose()`` it.
+        turn. Consume the iterator to the end or ``aclose()`` it. ``history``: the
+        conversation so far as the client sent it (OpenAI-style clients send it with every
+        request); it replaces the session's stored window for this turn. ``agent``: the id
+        of a subagent to answer instead of the chat agent (its tools, under the same
+        governance and caller).
 
         ``parent_span_id``: the caller's span (from its ``traceparent``), the parent of the
         turn's root span.
@@ -286,7 +292,7 @@ class ChatService:
         claim = self.turn_lock.claim(session_id)
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
-        events = self._turn(session_id, user, content, trace_id, claim)
+        events = self._turn(session_id, user, content, trace_id, claim, history, agent)
         if self.budgets is not None:
             events = self.budgets.metered_turn(events, user, trace_id)
         if self.tracer is None:
@@ -294,7 +300,14 @@ class ChatService:
         return traced_turn(events, self.tracer, session_id, user, trace_id, parent_span_id)
 
     async def _turn(
-        self, session_id: str, user: UserContext, content: str, trace_id: str, claim: TurnClaim
+        self,
+        session_id: str,
+        user: UserContext,
+        content: str,
+        trace_id: str,
+        claim: TurnClaim,
+        history: Sequence[Message] | None = None,
+        agent: str = "",
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
         answering = False
@@ -303,13 +316,15 @@ class ChatService:
             window = await self.store(self._window, session_id, user)
             if window is None:
                 raise TurnFailed("session not found", status=404, code=NotFoundError.code)
+            if history is not None:
+                window = MemoryWindow(messages=tuple(history), summary="")
             memory = ConversationMemory(
                 token_budget=self.memory_token_budget,
                 messages=list(window.messages),
                 summary=window.summary,
             )
             events = (
-                self._chat_events(user, content, memory, trace_id, session_id)
+                self._chat_events(user, content, memory, trace_id, session_id, agent)
                 if self.model is not None
                 else self._knowledge_events(user, content, memory, trace_id)
             )
@@ -404,13 +419,20 @@ class ChatService:
         memory: ConversationMemory,
         trace_id: str,
         session_id: str = "",
+        agent_id: str = "",
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
         assert self.model is not None
         facts = format_memories(await self.store(self.memories.recall, user))
         # group state is per conversation; a toolkit without groups can be shared as is
         toolkit = self.toolkit.copy() if self.toolkit.groups else self.toolkit
         events: AsyncIterator[Event]
-        if self.subagents:
+        if agent_id:  # one subagent answers: the conversation is its history
+            specialist = self.app.supervisor(self.model, self.kb, toolkit=toolkit, tasks=self.tasks)
+            events = specialist.subagent(agent_id).stream(
+                content, context=user, approvals=self.approvals, trace_id=trace_id,
+                history=list(memory.messages),
+            )  # fmt: skip
+        elif self.subagents:
             supervisor = self.app.supervisor(
                 self.model, self.kb, memory=memory, toolkit=toolkit,
                 system_prompt=build_system_prompt(SUPERVISOR_PROMPT, memory=facts),
@@ -435,6 +457,8 @@ class ChatService:
                 data["stop_reason"] = event.result.stop_reason
                 data["run_id"] = event.result.trace_id
                 data["usage"] = event.result.usage.to_dict()
+                if agent_id:  # (an agent with a memory keeps it itself)
+                    memory.add(event.result.messages)
                 yield data, event.result.messages
             else:
                 yield data, None

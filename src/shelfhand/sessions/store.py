@@ -122,7 +122,9 @@ class SessionStore(Protocol):
 
     def check(self) -> None: ...
 
-    def create(self, owner: UserContext, *, title: str = "") -> SessionInfo: ...
+    def create(
+        self, owner: UserContext, *, title: str = "", session_id: str | None = None
+    ) -> SessionInfo: ...
 
     def get(self, session_id: str, owner: UserContext) -> SessionInfo | None: ...
 
@@ -204,11 +206,14 @@ class SqlSessionStore:
             conn.execute(self._sql("SELECT 1 FROM {sessions} LIMIT 1")).fetchone()
 
     # --- sessions ---------------------------------------------------------------------------
-    def create(self, owner: UserContext, *, title: str = "") -> SessionInfo:
-        """A new, empty session owned by ``owner``."""
+    def create(
+        self, owner: UserContext, *, title: str = "", session_id: str | None = None
+    ) -> SessionInfo:
+        """A new, empty session owned by ``owner`` (``session_id``: a chosen id, e.g. one
+        derived from a client's conversation key; an id already taken fails)."""
         now = time.time()
         info = SessionInfo(
-            id=uuid.uuid4().hex,
+            id=session_id or uuid.uuid4().hex,
             tenant_id=owner.tenant_id,
             user_id=owner.user_id,
             title=title.strip()[:200],

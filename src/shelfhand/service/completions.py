@@ -1,0 +1,228 @@
+"""Chat completions in the OpenAI style, run as turns of the service's chat logic.
+
+Transport-free: the HTTP route (:mod:`shelfhand.api.openai_routes`) parses the wire format
+and calls :func:`open_turn`, which picks the shelfhand session the request belongs to and
+starts a turn of :class:`~shelfhand.service.chat.ChatService` (the same turn lock, memory,
+governance and caller identity as ``POST /v1/sessions/{id}/messages``). There is no second
+agent path.
+
+Which session a request runs in:
+
+* a session header (``X-Shelfhand-Session``): that session of the caller; the server keeps
+  its memory, so only the request's last user message is used;
+* the request's ``user`` field: a session derived from the caller and that value (created
+  on first use); a request with earlier messages runs with those as the conversation (a
+  client that keeps the history, such as a chat UI, stays in charge of it), a request with
+  only the new message continues the server's memory of the session;
+* neither: a new session for this one request, seeded with the history the client sent and
+  deleted when the turn ends.
+
+The caller is always the API key's: nothing in the messages (a system message claiming to
+be another user or tenant, say) reaches the identity the tools and retrieval see. Client
+``system`` and ``developer`` messages are dropped: the agent's instructions are the server's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shelfhand.core.citations import cited_numbers
+from shelfhand.core.errors import NotFoundError, SessionBusyError, TurnFailed
+from shelfhand.core.messages import Citation, Message
+from shelfhand.knowledge.evidence.citations import label
+
+if TYPE_CHECKING:
+    from shelfhand.core.context import UserContext
+    from shelfhand.service.chat import ChatService
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AGENT_MODEL",
+    "ClientMessage",
+    "CompletionTurn",
+    "agent_of",
+    "open_turn",
+    "served_models",
+    "sources_text",
+]
+
+AGENT_MODEL = "shelfhand"
+"""The model name of the workspace's chat agent (the supervisor when subagents exist)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientMessage:
+    """One message of the history a client sent: its role and its text."""
+
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionTurn:
+    """A started turn: its events (see :meth:`ChatService.turn`) and its session."""
+
+    session_id: str
+    events: AsyncGenerator[dict[str, Any], None]
+    ephemeral: bool
+    """The session exists for this request only (deleted when the events end)."""
+
+
+def served_models(chat: ChatService) -> list[dict[str, str]]:
+    """The models a client may name, described for ``GET /v1/models``: the chat agent
+    (``shelfhand``; the supervisor when subagents are declared), then each subagent and
+    pipeline as ``shelfhand/<id>`` (with a chat model configured)."""
+    if chat.subagents:
+        names = ", ".join(s.id for s in chat.subagents)
+        description = f"The workspace's supervisor; delegates to: {names}."
+    elif chat.model is not None:
+        description = "The workspace's chat agent, with its tools and knowledge."
+    else:
+        description = "Cited passages from the workspace's knowledge (no chat model set)."
+    models = [{"id": AGENT_MODEL, "description": description}]
+    if chat.model is not None:
+        models += [
+            {"id": f"{AGENT_MODEL}/{s.id}", "description": s.description} for s in chat.subagents
+        ]
+    return models
+
+
+def agent_of(chat: ChatService, model: str) -> str | None:
+    """The subagent a model name asks for (``""``: the chat agent; ``None``: no such model)."""
+    if model == AGENT_MODEL:
+        return ""
+    served = {m["id"] for m in served_models(chat)}
+    return model.removeprefix(f"{AGENT_MODEL}/") if model in served else None
+
+
+def split_history(messages: Sequence[ClientMessage]) -> tuple[list[Message], str]:
+    """The earlier conversation and the new user message of a client's history.
+
+    Raises:
+        TurnFailed: 400 when the last message is not a non-empty user message, or a message
+            has a role shelfhand cannot take (``tool`` results belong to client-side tools).
+    """
+    if not messages or messages[-1].role != "user" or not messages[-1].text.strip():
+        raise TurnFailed(
+            "the last message must be a user message with text",
+            status=400,
+            code="invalid_messages",
+        )
+    history: list[Message] = []
+    for m in messages[:-1]:
+        if m.role == "user":
+            history.append(Message.user(m.text))
+        elif m.role == "assistant":
+            history.append(Message.assistant(m.text))
+        elif m.role not in ("system", "developer"):  # the server's instructions stand
+            raise TurnFailed(
+                f"messages with role {m.role!r} are not accepted: the agent's tools run on "
+                "the server",
+                status=400,
+                code="invalid_messages",
+            )
+    return history, messages[-1].text
+
+
+def conversation_session(user: UserContext, key: str) -> str:
+    """The session id of a client's conversation key (the request's ``user`` field): the
+    same for the same caller and key, different for every other caller."""
+    digest = hashlib.sha256(f"{user.tenant_id}\0{user.user_id}\0{key}".encode()).hexdigest()
+    return f"oai-{digest[:40]}"
+
+
+async def open_turn(
+    chat: ChatService,
+    caller: UserContext,
+    messages: Sequence[ClientMessage],
+    *,
+    trace_id: str,
+    session_id: str = "",
+    conversation: str = "",
+    agent: str = "",
+    parent_span_id: str = "",
+) -> CompletionTurn:
+    """Start the turn a chat-completions request asks for (see the module docstring).
+
+    Raises:
+        TurnFailed: 400 bad messages, 404 no such session for the caller, 429 the session
+            is answering another message.
+    """
+    history, content = split_history(messages)
+    ephemeral = False
+    if session_id:
+        if await chat.store(chat.sessions.get, session_id, caller) is None:
+            raise TurnFailed("session not found", status=404, code=NotFoundError.code)
+        seed: list[Message] | None = None
+    elif conversation:
+        session_id = conversation_session(caller, conversation)
+        # what the client sent is the conversation when it sent one (clients that keep the
+        # history, and a new session); only the new message: the server's memory
+        seed = history if history else None
+        if await chat.store(chat.sessions.get, session_id, caller) is None:
+            await _create(chat, caller, session_id, content)
+            seed = history
+    else:
+        info = await chat.store(chat.sessions.create, caller, title=content[:80])
+        session_id, seed, ephemeral = info.id, history, True
+    try:
+        events = chat.turn(
+            session_id,
+            caller,
+            content,
+            trace_id=trace_id,
+            parent_span_id=parent_span_id,
+            history=seed,
+            agent=agent,
+        )
+    except Exception as exc:
+        if ephemeral:  # never started: nothing will delete it otherwise
+            await chat.store(chat.sessions.delete, session_id, caller)
+        if isinstance(exc, SessionBusyError):
+            raise TurnFailed(str(exc), status=429, code=exc.code) from exc
+        raise
+    if ephemeral:
+        events = _then_delete(chat, caller, session_id, events)
+    return CompletionTurn(session_id=session_id, events=events, ephemeral=ephemeral)
+
+
+async def _create(chat: ChatService, caller: UserContext, session_id: str, title: str) -> None:
+    try:
+        await chat.store(chat.sessions.create, caller, title=title[:80], session_id=session_id)
+    except Exception:  # a concurrent first request created it (the id is taken)
+        if await chat.store(chat.sessions.get, session_id, caller) is None:
+            raise
+
+
+async def _then_delete(
+    chat: ChatService,
+    caller: UserContext,
+    session_id: str,
+    events: AsyncGenerator[dict[str, Any], None],
+) -> AsyncGenerator[dict[str, Any], None]:
+    try:
+        async for event in events:
+            yield event
+    finally:
+        await events.aclose()  # frees the turn lock first
+        try:
+            await chat.store(chat.sessions.delete, session_id, caller)
+        except Exception:  # the answer is out; a leftover session is only clutter
+            logger.warning("deleting one-request session %s failed", session_id, exc_info=True)
+        chat.forget(session_id)
+
+
+def sources_text(citations: Sequence[Citation], answer: str = "") -> str:
+    """The numbered sources appended to ``answer`` so that plain chat UIs show them: the
+    passages it cites, or every passage when it cites none."""
+    cited = set(cited_numbers(answer))
+    shown = [c for c in citations if c.index in cited] or list(citations)
+    if not shown:
+        return ""
+    lines = [f"[{c.index}] {label(c)}" for c in shown]
+    return "\n\nSources:\n" + "\n".join(lines)

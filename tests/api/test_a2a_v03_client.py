@@ -1,0 +1,45 @@
+"""A 0.3 A2A client (``a2a-sdk`` 0.3, in its own interpreter) still talks to our server.
+
+The 0.3 and 1.x SDKs cannot share one environment, so this runs only where
+``SHELFHAND_A2A03_PYTHON`` names a Python with ``a2a-sdk==0.3.*`` and ``httpx`` installed
+(e.g. ``python -m venv /tmp/a2a03 && /tmp/a2a03/bin/pip install 'a2a-sdk[http-server]==0.3.26'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("a2a", reason="the a2a extra is not installed")
+
+from service_helpers import ThreadServer
+from test_openai_endpoint import retrieve_then_quote, serve, with_documents
+
+from shelfhand.testing import FunctionModel
+
+PYTHON = os.environ.get("SHELFHAND_A2A03_PYTHON", "")
+CLIENT = Path(__file__).resolve().parents[1] / "support" / "a2a_v03_client.py"
+
+
+@pytest.mark.skipif(not PYTHON, reason="SHELFHAND_A2A03_PYTHON is not set")
+def test_an_a2a_0_3_client_gets_a_cited_answer(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = with_documents(
+        serve(tmp_path, FunctionModel(retrieve_then_quote), thread_servers), tmp_path
+    )
+    out = subprocess.run(
+        [PYTHON, str(CLIENT), server.url, "key-alice", "投影仪保修多久？"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["state"] == "completed"
+    assert "ALPHA-7" in result["answer"] and "OMEGA-9" not in result["answer"]

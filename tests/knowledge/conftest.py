@@ -1,6 +1,7 @@
-"""The knowledge store under test: every test that takes ``open_stack`` runs twice, on the
-embedded store (SQLite + tantivy + faiss in a tmp workspace) and on the PostgreSQL store (a
-fresh database on the session's server, see ``pg_url`` in tests/conftest.py)."""
+"""The knowledge store under test: every test that takes ``open_stack`` runs three times, on
+the embedded store (SQLite + tantivy + faiss in a tmp workspace), on the PostgreSQL store (a
+fresh database on the session's server, see ``pg_url`` in tests/conftest.py) and on SQLite
+with the Qdrant index in process (Qdrant Edge in the workspace) instead of tantivy and faiss."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 
 OpenStack = Callable[..., EmbeddedKnowledge]
-STORE_KINDS = ["embedded", "pg"]
+STORE_KINDS = ["embedded", "pg", "qdrant-edge"]
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -37,6 +38,10 @@ def open_stack(
 
             url = request.getfixturevalue("pg_url")
             stack = open_pg_store(url, router, **options)
+        elif store_kind == "qdrant-edge":
+            options.pop("hnsw_threshold", None)  # (the faiss index's)
+            qdrant = str(workspace / "qdrant")
+            stack = open_embedded_store(workspace, router, qdrant_url=qdrant, **options)
         else:
             stack = open_embedded_store(workspace, router, **options)
         opened.append(stack)

@@ -49,8 +49,9 @@ def database_url(store_kind: str, request: pytest.FixtureRequest) -> str | None:
 
 
 @pytest.fixture
-def kb(tmp_path: Path, database_url: str | None) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", None, database_url=database_url)
+def kb(tmp_path: Path, database_url: str | None, store_kind: str) -> Iterator[KnowledgeBase]:
+    qdrant = str(tmp_path / "qdrant") if store_kind == "qdrant-edge" else None
+    base = KnowledgeBase(tmp_path / "ws", None, database_url=database_url, qdrant_url=qdrant)
     base.ingest_documents([policy(1, 12), policy(2, 24), policy(3, 36, tags=("legal",))])
     yield base
     base.close()

@@ -84,6 +84,9 @@ class KnowledgeBase:
             workspace still holds the other files (settings, agents).
         read_limits: How much one file may cost to read at ingest (the app passes the
             ``[limits]`` of the settings); the defaults when not given.
+        qdrant_url: Search on Qdrant (a folder: in process; ``http(s)://``: a server) instead
+            of the embedded store's tantivy and faiss indexes
+            (:mod:`shelfhand.knowledge.stores.qdrant`).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class KnowledgeBase:
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
         read_limits: ReadLimits | None = None,
+        qdrant_url: str | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -140,6 +144,7 @@ class KnowledgeBase:
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
+                qdrant_url=qdrant_url,
             )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None

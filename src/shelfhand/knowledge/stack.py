@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import Ingestor
@@ -23,6 +24,9 @@ from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+
+if TYPE_CHECKING:
+    from shelfhand.knowledge.stores.qdrant import QdrantIndex
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 
@@ -57,6 +61,7 @@ def open_embedded_store(
     overlap_workers: int | None = None,
     common_share: float = COMMON_SHARE,
     read_limits: ReadLimits | None = None,
+    qdrant_url: str | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -67,14 +72,32 @@ def open_embedded_store(
     (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
     :class:`HybridRetriever`'s; ``common_share`` is the keyword index's; ingest reads each file
     within ``read_limits`` (default ``ReadLimits()``).
+
+    With ``qdrant_url`` (a folder for Qdrant Edge in process, or ``http(s)://`` a server) a
+    Qdrant index replaces tantivy and faiss: the outbox feeds it, and it serves both searches
+    (:mod:`shelfhand.knowledge.stores.qdrant`).
+
+    Raises:
+        ConfigurationError: ``qdrant_url`` is set but Qdrant cannot be used.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
-    keyword = TantivyKeywordIndex(
-        workspace / "index" / "keyword", access=access, common_share=common_share
-    )
-    vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
-    store.attach(keyword, vectors)
+    keyword: KeywordIndex
+    vectors: VectorSearch
+    if qdrant_url:
+        try:
+            keyword, vectors, qdrant = _qdrant(qdrant_url, common_share)
+        except BaseException:
+            store.close()
+            raise
+        store.attach(qdrant)
+    else:
+        tantivy = TantivyKeywordIndex(
+            workspace / "index" / "keyword", access=access, common_share=common_share
+        )
+        faiss = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
+        store.attach(tantivy, faiss)
+        keyword, vectors = tantivy, faiss
     retriever = HybridRetriever(
         store,
         keyword,
@@ -90,6 +113,19 @@ def open_embedded_store(
     return EmbeddedKnowledge(
         store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
     )
+
+
+def _qdrant(url: str, common_share: float) -> tuple[KeywordIndex, VectorSearch, QdrantIndex]:
+    """The Qdrant index at ``url`` and its two searches."""
+    from shelfhand.knowledge.stores.qdrant import (
+        QdrantIndex,
+        QdrantKeywordSearch,
+        QdrantVectorSearch,
+        open_backend,
+    )
+
+    index = QdrantIndex(open_backend(url))
+    return QdrantKeywordSearch(index, common_share=common_share), QdrantVectorSearch(index), index
 
 
 def open_pg_store(

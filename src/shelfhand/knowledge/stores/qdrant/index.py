@@ -62,6 +62,11 @@ class QdrantIndex:
             if isinstance(saved, int | float):
                 self._avg_len = float(saved)
 
+    @property
+    def avg_len(self) -> float:
+        """The body length BM25 normalises by in this index's term weights."""
+        return self._avg_len
+
     def __repr__(self) -> str:
         return f"QdrantIndex({self.backend.location!r})"
 

@@ -63,6 +63,7 @@ class ServerBackend:
         else:
             self._client = QdrantClient(url=url, api_key=api_key, timeout=int(max(1, timeout)))
         self.location = url.split("@")[-1]  # never the credentials of a URL
+        self._local = url == ":memory:"
         self.collection = collection
         self._call(self._ensure_collection)
 
@@ -89,6 +90,8 @@ class ServerBackend:
             vectors_config={},
             sparse_vectors_config={KEYWORD: m.SparseVectorParams(modifier=m.Modifier.IDF)},
         )
+        if self._local:
+            return  # the local mode has no payload indexes (it scans)
         self._client.create_payload_index(
             self.collection,
             "tenant",
@@ -115,7 +118,9 @@ class ServerBackend:
         vectors = info.config.params.vectors
         if isinstance(vectors, dict) and name in vectors:
             return
-        config = m.VectorParams(size=dim, distance=m.Distance.DOT)
+        config = m.DenseVectorNameConfig(
+            dense=m.DenseVectorConfig(size=dim, distance=m.Distance.DOT)
+        )
         self._call(lambda: self._client.create_vector_name(self.collection, name, config))
 
     # -- writes ---------------------------------------------------------------------------------
@@ -196,7 +201,7 @@ class ServerBackend:
                 using=query.using,
                 query_filter=self._filter(query.filter),
                 limit=query.limit,
-                search_params=self._m.SearchParams(exact=query.exact),
+                search_params=None if self._local else self._m.SearchParams(exact=query.exact),
                 with_payload=False,
                 with_vectors=False,
             )

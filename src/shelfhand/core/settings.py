@@ -118,6 +118,8 @@ class Settings:
     keyword_common_share: float = _D["keyword_common_share"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
+    qdrant_url: str | None = field(default=_D["qdrant_url"], repr=False)
+    qdrant_api_key: str | None = field(default=_D["qdrant_api_key"], repr=False)
 
     @classmethod
     def load(

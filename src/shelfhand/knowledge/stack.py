@@ -62,6 +62,7 @@ def open_embedded_store(
     common_share: float = COMMON_SHARE,
     read_limits: ReadLimits | None = None,
     qdrant_url: str | None = None,
+    qdrant_api_key: str | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -73,7 +74,8 @@ def open_embedded_store(
     :class:`HybridRetriever`'s; ``common_share`` is the keyword index's; ingest reads each file
     within ``read_limits`` (default ``ReadLimits()``).
 
-    With ``qdrant_url`` (a folder for Qdrant Edge in process, or ``http(s)://`` a server) a
+    With ``qdrant_url`` (a folder for Qdrant Edge in process, or ``http(s)://`` a server,
+    with ``qdrant_api_key`` if it needs one) a
     Qdrant index replaces tantivy and faiss: the outbox feeds it, and it serves both searches
     (:mod:`shelfhand.knowledge.stores.qdrant`).
 
@@ -86,7 +88,7 @@ def open_embedded_store(
     vectors: VectorSearch
     if qdrant_url:
         try:
-            keyword, vectors, qdrant = _qdrant(qdrant_url, common_share)
+            keyword, vectors, qdrant = _qdrant(qdrant_url, qdrant_api_key, common_share)
         except BaseException:
             store.close()
             raise
@@ -115,7 +117,9 @@ def open_embedded_store(
     )
 
 
-def _qdrant(url: str, common_share: float) -> tuple[KeywordIndex, VectorSearch, QdrantIndex]:
+def _qdrant(
+    url: str, api_key: str | None, common_share: float
+) -> tuple[KeywordIndex, VectorSearch, QdrantIndex]:
     """The Qdrant index at ``url`` and its two searches."""
     from shelfhand.knowledge.stores.qdrant import (
         QdrantIndex,
@@ -124,7 +128,7 @@ def _qdrant(url: str, common_share: float) -> tuple[KeywordIndex, VectorSearch, 
         open_backend,
     )
 
-    index = QdrantIndex(open_backend(url))
+    index = QdrantIndex(open_backend(url, api_key=api_key))
     return QdrantKeywordSearch(index, common_share=common_share), QdrantVectorSearch(index), index
 
 
@@ -140,9 +144,15 @@ def open_pg_store(
     pool_size: int = 8,
     timeout: float = 5.0,
     read_limits: ReadLimits | None = None,
+    qdrant_url: str | None = None,
+    qdrant_api_key: str | None = None,
 ) -> EmbeddedKnowledge:
     """Connect to ``url``, migrate the knowledge schema and compose the stack, like
     :func:`open_embedded_store` does for a workspace.
+
+    With ``qdrant_url`` PostgreSQL keeps the records and Qdrant serves the searches (fed
+    through the store's outbox, :mod:`shelfhand.knowledge.stores.pg.outbox`): PostgreSQL runs
+    no BM25 or vector search then.
 
     Raises:
         ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
@@ -157,8 +167,18 @@ def open_pg_store(
 
     db = PgDatabase(url, max_size=pool_size, timeout=timeout)
     store = PgKnowledgeStore(db)
-    keyword = PgKeywordIndex(db, common_share=common_share)
-    vectors = PgVectorIndexes(db, store)
+    keyword: KeywordIndex
+    vectors: VectorSearch
+    if qdrant_url:
+        try:
+            keyword, vectors, qdrant = _qdrant(qdrant_url, qdrant_api_key, common_share)
+            store.attach(qdrant)
+        except BaseException:
+            store.close()
+            raise
+    else:
+        keyword = PgKeywordIndex(db, common_share=common_share)
+        vectors = PgVectorIndexes(db, store)
     retriever = HybridRetriever(
         store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
     )

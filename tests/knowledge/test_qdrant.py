@@ -170,3 +170,21 @@ def test_a_qdrant_outage_is_a_dependency_error_with_the_reason_never_stale_hits(
     with pytest.raises(DependencyUnavailableError, match=r"Qdrant at http://127\.0\.0\.1") as info:
         backend.count(PointFilter())
     assert info.value.dependency == "qdrant"
+
+
+def test_a_write_by_a_process_without_qdrant_is_searchable_through_one_with_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    # a replica with the Qdrant index, and a process writing PostgreSQL only (an ingest worker)
+    replica = KnowledgeBase(
+        tmp_path / "a", None, database_url=pg_url, qdrant_url=str(tmp_path / "q")
+    )
+    worker = KnowledgeBase(tmp_path / "b", None, database_url=pg_url)
+    try:
+        worker.ingest_documents(CORPUS)
+        assert replica.search("长江大桥", k=1, user=ACME)[0].chunk.doc_id == "bridge.md"
+        worker._stack.store.delete_document("bridge.md")
+        assert all(h.chunk.doc_id != "bridge.md" for h in replica.search("长江大桥", user=ACME))
+    finally:
+        worker.close()
+        replica.close()

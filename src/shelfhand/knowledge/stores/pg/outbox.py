@@ -6,8 +6,10 @@ is set and every write transaction of every process adds, in the same transactio
 document it changed. After the commit the writing process drains the outbox into its indexes:
 drains are serialised by an advisory lock, each re-reads the changed documents' current
 chunks and vectors (so applying a row twice, or in any order, leaves the same index), and
-deletes the rows it applied. A process that dies between its commit and its drain leaves rows
-that the next drain of any process applies.
+deletes the rows it applied. A process that dies between its commit and its drain, or that
+writes without an index (an ingest worker), leaves rows that the next drain of any process
+applies; a process with an index drains them before it searches (:meth:`PgOutbox.sync_pending`),
+so a search never misses a committed write.
 
 The index records the store generation it reflects; ``outbox_acked`` is the generation up to
 which rows were deleted. An index that is missing, newer than the store, or older than
@@ -91,7 +93,18 @@ class PgOutbox:
                 index.rebuild(self, generation)
             index.attached(self)
             self._indexes.append(index)
+            set_refresh = getattr(index, "set_refresh", None)
+            if callable(set_refresh):  # searches first apply what other processes wrote
+                set_refresh(self.sync_pending)
         self.sync(durable=True)
+
+    def sync_pending(self) -> None:
+        """Drain the outbox if it holds rows (those of another process that has no index,
+        e.g. a worker, or that died before its drain): one cheap query when it is empty."""
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM knowledge_pg_outbox)").fetchone()
+        if row is not None and row[0]:
+            self.sync()
 
     def sync(self, *, durable: bool = False) -> None:
         """Drain the outbox into the attached indexes (see the module docstring)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from shelfhand.core.errors import KnowledgeError
@@ -48,6 +48,7 @@ class QdrantIndex:
         self.backend = backend
         self.head_boost = head_boost
         self._lock = threading.RLock()
+        self._refresh: Callable[[], None] | None = None
         meta = backend.meta() or {}
         self._generation: int | None = None
         self._spaces: dict[str, int] = {}
@@ -66,6 +67,16 @@ class QdrantIndex:
     def avg_len(self) -> float:
         """The body length BM25 normalises by in this index's term weights."""
         return self._avg_len
+
+    def set_refresh(self, refresh: Callable[[], None]) -> None:
+        """Have :meth:`refresh` call ``refresh`` (the store's check for changes written by
+        other processes, which this index has not seen yet)."""
+        self._refresh = refresh
+
+    def refresh(self) -> None:
+        """Apply committed changes not yet applied; searches call it first."""
+        if self._refresh is not None:
+            self._refresh()
 
     def __repr__(self) -> str:
         return f"QdrantIndex({self.backend.location!r})"

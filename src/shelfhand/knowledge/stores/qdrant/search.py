@@ -80,6 +80,7 @@ class QdrantKeywordSearch:
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
             return []
+        self.index.refresh()
         n = self.num_docs()
         dfs = self._dfs(terms)
         flt = point_filter(scope)
@@ -103,6 +104,7 @@ class QdrantKeywordSearch:
         flt = point_filter(scope, codes=ids)
         if flt is None:
             return []
+        self.index.refresh()
         ranking = list(dict.fromkeys(t for t in rank_by if t))
         hits = self._ranked(ranking or ids, k, flt)
         if len(hits) < k and ranking:
@@ -140,7 +142,10 @@ class QdrantVectorSearch:
     ) -> list[tuple[int, float]]:
         """Top ``k`` chunks of ``space`` by inner product that ``scope`` may read."""
         flt = point_filter(scope)
-        if flt is None or k <= 0 or space not in self.index.spaces():
+        if flt is None or k <= 0:
+            return []
+        self.index.refresh()
+        if space not in self.index.spaces():
             return []
         vector = np.asarray(query, dtype=np.float32).reshape(-1).tolist()
         q = SearchQuery(using=space, vector=vector, limit=k, filter=flt, exact=self.exact)

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.knowledge.stores.outbox import DerivedIndex, IndexChange
 
 if TYPE_CHECKING:
@@ -150,7 +151,15 @@ class PgOutbox:
 
     def _after_change(self) -> None:
         if self._deferred == 0:
+            self._sync_after_commit()
+
+    def _sync_after_commit(self) -> None:
+        """Drain after a committed write; an index that cannot be reached leaves the rows for
+        a later drain (the write itself succeeded: searches fail until the index is back)."""
+        try:
             self.sync()
+        except DependencyUnavailableError as exc:
+            logger.warning("index not updated yet, the outbox keeps the change: %s", exc)
 
     @contextmanager
     def deferred_sync(self) -> Iterator[None]:
@@ -161,7 +170,7 @@ class PgOutbox:
         finally:
             self._deferred -= 1
             if self._deferred == 0:
-                self.sync()
+                self._sync_after_commit()
 
     def close(self) -> None:
         """Drain what is pending, close the indexes and the connection pool."""

@@ -51,6 +51,7 @@ class EdgeBackend:
         self.location = str(self.path)
         self._threads = search_threads
         self._lock = threading.Lock()
+        self._has_meta = False
         self._shard = self._open()
 
     def _config(self) -> Any:
@@ -76,11 +77,13 @@ class EdgeBackend:
 
     def meta(self) -> dict[str, object] | None:
         found = self._shard.retrieve([META_ID], True, False)
+        self._has_meta = bool(found)
         return dict(found[0].payload or {}) if found else None
 
     def set_meta(self, meta: Mapping[str, object]) -> None:
         qe = self._qe
         self._shard.update(qe.UpdateOperation.upsert_points([qe.Point(META_ID, {}, dict(meta))]))
+        self._has_meta = True
 
     def ensure_space(self, name: str, dim: int) -> None:
         qe = self._qe
@@ -126,6 +129,7 @@ class EdgeBackend:
             self._shard.close()
             shutil.rmtree(self.path, ignore_errors=True)
             self._shard = self._open()
+            self._has_meta = False
 
     def flush(self) -> None:
         self._shard.flush()
@@ -169,6 +173,9 @@ class EdgeBackend:
         return [(int(p.id), float(p.score)) for p in self._shard.query(request)]
 
     def count(self, flt: PointFilter) -> int:
+        if flt == PointFilter():  # every chunk: the shard's point count (no scan), less the meta
+            total = int(self._shard.count(self._qe.CountRequest(exact=False)))
+            return max(0, total - self._has_meta)
         return int(self._shard.count(self._qe.CountRequest(exact=True, filter=self._filter(flt))))
 
     def ids(self, flt: PointFilter, limit: int) -> list[int]:

@@ -128,7 +128,9 @@ class QdrantVectorSearch:
         self.exact = exact
 
     def spaces(self) -> list[str]:
-        return [s for s in self.index.spaces() if self.count(s)]
+        """The spaces that got vectors (an emptied one searches to nothing; counting its
+        vectors on every search would scan them)."""
+        return list(self.index.spaces())
 
     def count(self, space: str | None = None) -> int:
         names = list(self.index.spaces()) if space is None else [space]

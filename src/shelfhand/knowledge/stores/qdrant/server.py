@@ -64,6 +64,7 @@ class ServerBackend:
             self._client = QdrantClient(url=url, api_key=api_key, timeout=int(max(1, timeout)))
         self.location = url.split("@")[-1]  # never the credentials of a URL
         self._local = url == ":memory:"
+        self._has_meta = False
         self.collection = collection
         self._call(self._ensure_collection)
 
@@ -106,11 +107,13 @@ class ServerBackend:
         found = self._call(
             lambda: self._client.retrieve(self.collection, [META_ID], with_payload=True)
         )
+        self._has_meta = bool(found)
         return dict(found[0].payload or {}) if found else None
 
     def set_meta(self, meta: Mapping[str, object]) -> None:
         point = self._m.PointStruct(id=META_ID, vector={}, payload=dict(meta))
         self._call(lambda: self._client.upsert(self.collection, [point]))
+        self._has_meta = True
 
     def ensure_space(self, name: str, dim: int) -> None:
         m = self._m
@@ -162,6 +165,7 @@ class ServerBackend:
     def clear(self) -> None:
         self._call(lambda: self._client.delete_collection(self.collection))
         self._call(self._ensure_collection)
+        self._has_meta = False
 
     def flush(self) -> None:
         """Nothing to do: the server has acknowledged each write (``wait=True``)."""
@@ -209,6 +213,9 @@ class ServerBackend:
         return [(int(p.id), float(p.score)) for p in result.points]
 
     def count(self, flt: PointFilter) -> int:
+        if flt == PointFilter():  # every chunk: the collection's point count, less the meta
+            total = self._call(lambda: self._client.count(self.collection, exact=False))
+            return max(0, int(total.count) - self._has_meta)
         result = self._call(
             lambda: self._client.count(self.collection, self._filter(flt), exact=True)
         )

@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 RESULTS = HERE / "results"
 logger = logging.getLogger("bench.qdrant_store")
 
-from pg_store import _build_pg, _server, _table  # noqa: E402  # bench/ is on sys.path
+from pg_store import _build_pg, _server, _table, interleaved_latency  # noqa: E402  # bench/ on sys.path
 from retrieval import _load  # noqa: E402
 
 
@@ -48,8 +48,6 @@ def _qdrant_stack(url: str, folder: Path) -> tuple[Any, dict[str, float]]:
 
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     import retrieval_latency as rl
-
-    from shelfhand.knowledge.retrieval.hybrid import SearchMode
 
     corpus = rl.make_corpus(args.chunks, seed=args.seed, n_queries=args.queries)
     url, server = _server(args)
@@ -76,38 +74,16 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             "qdrant": build,
             "load_before": _load(),
         }
-        modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid")
-        rows = []
-        for user_name, user in rl.USERS.items():
-            times: dict[tuple[str, str], list[float]] = {(s, m): [] for s in stores for m in modes}
-            hits_at: dict[tuple[str, str], int] = dict.fromkeys(times, 0)
-            for kb in stores.values():  # warm caches and connections
-                kb.retriever.search_timed(
-                    corpus.queries[0],
-                    k=args.k,
-                    user=user,
-                    query_vectors={rl.SPACE: corpus.qvecs[0]},
-                )
-            items = zip(corpus.queries, corpus.qvecs, corpus.q_source, strict=True)
-            for i, (q, v, src) in enumerate(items):
-                order = [(s, m) for m in modes for s in stores]
-                shift = i % len(order)
-                for s, m in order[shift:] + order[:shift]:
-                    found, timing = stores[s].retriever.search_timed(
-                        q, k=args.k, user=user, mode=m, query_vectors={rl.SPACE: v}
-                    )
-                    times[(s, m)].append(timing.total_ms)
-                    hits_at[(s, m)] += any(
-                        rl.chunk_index(h.chunk.chunk_id, corpus.per_doc) == src for h in found
-                    )
-            for (s, m), values in times.items():
-                pct = rl.percentiles(values)
-                rate = hits_at[(s, m)] / len(corpus.queries)
-                out[f"{s}/{user_name}/{m}"] = {**pct, "source_hit_rate": rate}
-                rows.append([user_name, m, s, pct["p50_ms"], pct["p95_ms"], rate])
+        rows = interleaved_latency(stores, corpus, args.k, out)
         out["load_after"] = _load()
         rows.sort(key=lambda r: (r[0], r[1], r[2]))
-        graph = f"HNSW built in {build['hnsw_s']:.0f} s" if args.hnsw else "no HNSW graph"
+        graph = (
+            f"HNSW built in {build['hnsw_s']:.0f} s"
+            if args.hnsw
+            else f"{build['indexed_vectors']:.0f} vectors indexed (dense and sparse)"
+        )
+        if build["ingest_s"] < 1:  # the index of an earlier run, reused
+            graph += ", index reused"
         _table(
             f"latency, {corpus.n:,} chunks, k={args.k}, no query embedding, stores interleaved"
             f" (build: embedded {emb_build:.0f} s, PostgreSQL {pg_build:.0f} s, Qdrant ingest"

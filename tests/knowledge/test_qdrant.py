@@ -188,3 +188,11 @@ def test_a_write_by_a_process_without_qdrant_is_searchable_through_one_with_it(
     finally:
         worker.close()
         replica.close()
+
+
+def test_searches_find_the_same_after_the_engine_optimizes(kb: KnowledgeBase) -> None:
+    before = [h.chunk.chunk_id for h in kb.search("长江大桥 E-203", k=4, user=ACME)]
+    keyword = kb._stack.keyword
+    assert isinstance(keyword, QdrantKeywordSearch)
+    keyword.index.optimize()
+    assert [h.chunk.chunk_id for h in kb.search("长江大桥 E-203", k=4, user=ACME)] == before

@@ -131,6 +131,11 @@ class EdgeBackend:
             self._shard = self._open()
             self._has_meta = False
 
+    def optimize(self) -> bool:
+        """Run the shard's optimizers now (merge segments, build the HNSW graphs), blocking;
+        whether anything changed."""
+        return bool(self._shard.optimize())
+
     def flush(self) -> None:
         self._shard.flush()
 

@@ -167,6 +167,10 @@ class ServerBackend:
         self._call(self._ensure_collection)
         self._has_meta = False
 
+    def optimize(self) -> bool:
+        """Nothing to do: a server runs its optimizers by itself."""
+        return False
+
     def flush(self) -> None:
         """Nothing to do: the server has acknowledged each write (``wait=True``)."""
 

@@ -196,3 +196,17 @@ def test_searches_find_the_same_after_the_engine_optimizes(kb: KnowledgeBase) ->
     assert isinstance(keyword, QdrantKeywordSearch)
     keyword.index.optimize()
     assert [h.chunk.chunk_id for h in kb.search("长江大桥 E-203", k=4, user=ACME)] == before
+
+
+def test_a_qdrant_index_built_from_another_store_is_rebuilt_not_searched(tmp_path: Path) -> None:
+    shared = str(tmp_path / "q")  # the setting left pointing at the first store's index
+    first = KnowledgeBase(tmp_path / "one", None, qdrant_url=shared)
+    first.ingest_documents(CORPUS)
+    first.close()
+    other = KnowledgeBase(tmp_path / "two", None, qdrant_url=shared)
+    try:
+        assert other.search("长江大桥", k=3, user=ACME) == []
+        keyword = other._stack.keyword
+        assert isinstance(keyword, QdrantKeywordSearch) and keyword.num_docs() == 0
+    finally:
+        other.close()

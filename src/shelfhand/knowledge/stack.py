@@ -92,6 +92,7 @@ def open_embedded_store(
         except BaseException:
             store.close()
             raise
+        qdrant.bind(store.store_id)
         store.attach(qdrant)
     else:
         tantivy = TantivyKeywordIndex(
@@ -172,6 +173,7 @@ def open_pg_store(
     if qdrant_url:
         try:
             keyword, vectors, qdrant = _qdrant(qdrant_url, qdrant_api_key, common_share)
+            qdrant.bind(store.store_id)
             store.attach(qdrant)
         except BaseException:
             store.close()

@@ -67,6 +67,20 @@ class PgOutbox:
         """Incremented by every write transaction."""
         return self._meta("generation")
 
+    @property
+    def store_id(self) -> str:
+        """A random id of this database, made on first use: an index built from another
+        database is told apart and rebuilt."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO knowledge_pg_meta (key, value) VALUES ('store_id',"
+                " (random() * 9e18)::bigint) ON CONFLICT (key) DO NOTHING"
+            )
+            row = conn.execute(
+                "SELECT value FROM knowledge_pg_meta WHERE key = 'store_id'"
+            ).fetchone()
+        return f"pg-{int(row[0]) if row else 0:x}"
+
     def _meta(self, key: str) -> int:
         with self.db.connection() as conn:
             row = conn.execute(

@@ -49,6 +49,7 @@ class QdrantIndex:
         self.head_boost = head_boost
         self._lock = threading.RLock()
         self._refresh: Callable[[], None] | None = None
+        self._store_id: str | None = None
         meta = backend.meta() or {}
         self._generation: int | None = None
         self._spaces: dict[str, int] = {}
@@ -59,6 +60,8 @@ class QdrantIndex:
             spaces = meta.get("spaces")
             if isinstance(spaces, dict):
                 self._spaces = {str(k): int(v) for k, v in spaces.items()}
+            store = meta.get("store")
+            self._store_id = store if isinstance(store, str) else None
             saved = meta.get("avg_len")
             if isinstance(saved, int | float):
                 self._avg_len = float(saved)
@@ -82,6 +85,16 @@ class QdrantIndex:
         return f"QdrantIndex({self.backend.location!r})"
 
     # -- DerivedIndex ---------------------------------------------------------------------------
+
+    def bind(self, store_id: str) -> None:
+        """Serve the store ``store_id`` only: an index built from another store (the setting
+        pointed at a different database) reports no generation, so the store rebuilds it
+        instead of searching rowids that mean other chunks here."""
+        if self._store_id != store_id:
+            if self._generation is not None:
+                logger.warning("the Qdrant index holds another store's chunks: rebuilding it")
+            self._generation = None
+        self._store_id = store_id
 
     def durable_generation(self) -> int | None:
         return self._generation
@@ -154,6 +167,7 @@ class QdrantIndex:
                 "generation": generation,
                 "spaces": dict(self._spaces),
                 "avg_len": self._avg_len,
+                "store": self._store_id,
             }
         )
         self._generation = generation

@@ -358,10 +358,47 @@ def _drop_indexes(db: Any) -> list[tuple[str, str]]:
     return [(str(n), str(d)) for n, d in found]
 
 
-def run_latency(args: argparse.Namespace) -> dict[str, Any]:
+def interleaved_latency(
+    stores: dict[str, Any], corpus: Any, k: int, out: dict[str, Any]
+) -> list[list[Any]]:
+    """Keyword, vector and hybrid searches per caller kind on every store, interleaved query
+    by query (query vectors given); percentiles and source hit rates into ``out``, table rows
+    returned (caller, mode, store, p50, p95, hit rate)."""
     import retrieval_latency as rl
 
     from shelfhand.knowledge.retrieval.hybrid import SearchMode
+
+    modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid")
+    rows = []
+    for user_name, user in rl.USERS.items():
+        times: dict[tuple[str, str], list[float]] = {(s, m): [] for s in stores for m in modes}
+        hits_at: dict[tuple[str, str], int] = dict.fromkeys(times, 0)
+        for kb in stores.values():  # warm caches and connections
+            kb.retriever.search_timed(
+                corpus.queries[0], k=k, user=user, query_vectors={rl.SPACE: corpus.qvecs[0]}
+            )
+        items = zip(corpus.queries, corpus.qvecs, corpus.q_source, strict=True)
+        for i, (q, v, src) in enumerate(items):
+            order = [(s, m) for m in modes for s in stores]
+            shift = i % len(order)
+            for s, m in order[shift:] + order[:shift]:
+                found, timing = stores[s].retriever.search_timed(
+                    q, k=k, user=user, mode=m, query_vectors={rl.SPACE: v}
+                )
+                times[(s, m)].append(timing.total_ms)
+                hits_at[(s, m)] += any(
+                    rl.chunk_index(h.chunk.chunk_id, corpus.per_doc) == src for h in found
+                )
+        for (s, m), values in times.items():
+            pct = rl.percentiles(values)
+            rate = hits_at[(s, m)] / len(corpus.queries)
+            out[f"{s}/{user_name}/{m}"] = {**pct, "source_hit_rate": rate}
+            rows.append([user_name, m, s, pct["p50_ms"], pct["p95_ms"], rate])
+    return rows
+
+
+def run_latency(args: argparse.Namespace) -> dict[str, Any]:
+    import retrieval_latency as rl
 
     corpus = rl.make_corpus(args.chunks, seed=args.seed, n_queries=args.queries)
     url, server = _server(args)
@@ -383,35 +420,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             "build_s": {"embedded": emb_build, "pg": pg_build},
             "load_before": _load(),
         }
-        modes: tuple[SearchMode, ...] = ("keyword", "vector", "hybrid")
-        rows = []
-        for user_name, user in rl.USERS.items():
-            times: dict[tuple[str, str], list[float]] = {(s, m): [] for s in stores for m in modes}
-            hits_at: dict[tuple[str, str], int] = dict.fromkeys(times, 0)
-            for kb in stores.values():  # warm caches and connections
-                kb.retriever.search_timed(
-                    corpus.queries[0],
-                    k=args.k,
-                    user=user,
-                    query_vectors={rl.SPACE: corpus.qvecs[0]},
-                )
-            items = zip(corpus.queries, corpus.qvecs, corpus.q_source, strict=True)
-            for i, (q, v, src) in enumerate(items):
-                order = [(s, m) for m in modes for s in stores]
-                shift = i % len(order)
-                for s, m in order[shift:] + order[:shift]:
-                    found, timing = stores[s].retriever.search_timed(
-                        q, k=args.k, user=user, mode=m, query_vectors={rl.SPACE: v}
-                    )
-                    times[(s, m)].append(timing.total_ms)
-                    hits_at[(s, m)] += any(
-                        rl.chunk_index(h.chunk.chunk_id, corpus.per_doc) == src for h in found
-                    )
-            for (s, m), values in times.items():
-                pct = rl.percentiles(values)
-                rate = hits_at[(s, m)] / len(corpus.queries)
-                out[f"{s}/{user_name}/{m}"] = {**pct, "source_hit_rate": rate}
-                rows.append([user_name, m, s, pct["p50_ms"], pct["p95_ms"], rate])
+        rows = interleaved_latency(stores, corpus, args.k, out)
         out["load_after"] = _load()
         rows.sort(key=lambda r: (r[0], r[1], r[2]))
         _table(

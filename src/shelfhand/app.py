@@ -125,11 +125,15 @@ class App:
 
     def knowledge_store(self) -> str:
         """Which knowledge store this app uses, for status output (no password)."""
-        if self.settings.database_url:
-            from shelfhand.backends.urls import redact_url
+        from shelfhand.backends.urls import redact_url
 
-            return f"postgresql ({redact_url(self.settings.database_url)})"
-        return f"embedded ({self.settings.workspace})"
+        if self.settings.database_url:
+            store = f"postgresql ({redact_url(self.settings.database_url)})"
+        else:
+            store = f"embedded ({self.settings.workspace})"
+        if self.settings.qdrant_url:
+            store += f", search on qdrant ({redact_url(self.settings.qdrant_url)})"
+        return store
 
     def check_database(self) -> None:
         """Provider modes (R11): with a ``database_url`` the knowledge lives in PostgreSQL in
@@ -251,6 +255,8 @@ class App:
                 keyword_common_share=self.settings.keyword_common_share,
                 database_url=database_url,
                 read_limits=read_limits,
+                qdrant_url=self.settings.qdrant_url,
+                qdrant_api_key=self.settings.qdrant_api_key,
             )
         except BaseException:
             if lock is not None:

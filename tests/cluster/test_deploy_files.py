@@ -27,6 +27,19 @@ def test_compose_gives_every_shelfhand_service_the_shared_database_and_redis() -
     assert services["worker"]["command"][:2] == ["shelfhand", "worker"]
 
 
+def test_compose_serves_the_searches_from_qdrant_with_a_three_node_profile() -> None:
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    assert services["qdrant"]["image"].startswith("qdrant/qdrant:")
+    for name in ("replica-1", "replica-2", "worker"):
+        env = services[name]["environment"]
+        assert env["SHELFHAND_QDRANT_URL"].endswith("http://qdrant:6333}")
+        assert "qdrant" in services[name]["depends_on"]
+    nodes = [services[f"qdrant-node-{i}"] for i in (1, 2, 3)]
+    assert all(n["profiles"] == ["qdrant-cluster"] for n in nodes)
+    assert all(n["environment"]["QDRANT__CLUSTER__ENABLED"] == "true" for n in nodes)
+    assert all("http://qdrant-node-1:6335" in n["command"] for n in nodes[1:])
+
+
 def test_nginx_balances_both_replicas_and_does_not_buffer_streams() -> None:
     conf = (DEPLOY / "nginx.conf").read_text()
     assert re.findall(r"server (replica-\d):8080", conf) == ["replica-1", "replica-2"]

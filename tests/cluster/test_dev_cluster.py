@@ -4,11 +4,16 @@ real (PostgreSQL, Redis, two `shelfhand serve` processes)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from shelfhand.core.errors import ConfigurationError
 from shelfhand.dev.cluster import RoundRobinProxy, start_dev_cluster
 from shelfhand.dev.services import free_port
 
@@ -60,12 +65,23 @@ async def test_the_proxy_takes_turns_skips_a_dead_backend_and_says_503_when_none
         await proxy.close()
 
 
+@pytest.fixture
+def cluster_folder() -> Iterator[Path]:
+    """A folder for the cluster, not under pytest's basetemp (private to root, which the
+    PostgreSQL server's own user cannot enter; see pg_server in tests/conftest.py)."""
+    folder = Path(tempfile.mkdtemp(prefix="shelfhand-test-cluster-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
-    tmp_path: Path, pg_server: object
+    cluster_folder: Path, pg_server: object
 ) -> None:
     # pg_server: only to skip with its reason when PostgreSQL cannot start here
     cluster = start_dev_cluster(
-        tmp_path / "cluster",
+        cluster_folder / "cluster",
         replicas=2,
         workers=0,
         serve_args=["--allow-anonymous"],
@@ -87,3 +103,43 @@ def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
         cluster.stop()
     assert all(p.poll() is not None for p in procs)
     assert not cluster.postgres.running()
+
+
+def test_a_dev_cluster_on_qdrant_searches_what_a_worker_ingested_and_keeps_tenants_apart(
+    cluster_folder: Path, pg_server: object
+) -> None:
+    # one replica with Qdrant Edge in its process, one worker process writing PostgreSQL
+    pytest.importorskip("qdrant_edge")
+    keys = {"ka": {"tenant": "t1", "user": "alice"}, "kb": {"tenant": "t2", "user": "bob"}}
+    cluster = start_dev_cluster(
+        cluster_folder / "cluster",
+        replicas=1,
+        workers=1,
+        qdrant=True,
+        extra_env={"SHELFHAND_RETRIEVAL_MODE": "keyword", "SHELFHAND_API_KEYS": json.dumps(keys)},
+    )
+    try:
+        assert cluster.qdrant_url == str(cluster_folder.resolve() / "cluster" / "qdrant")
+        assert "SHELFHAND_QDRANT_URL" not in cluster.env  # workers write PostgreSQL only
+        url = cluster.replica_urls[0]
+        alice = {"authorization": "Bearer ka"}
+        bob = {"authorization": "Bearer kb"}
+        doc = "# 退货政策\n\n投影仪 P20 的退货期限是 30 天，凭订单号 RMA 办理。\n".encode()
+        up = httpx.post(
+            f"{url}/v1/knowledge/files",
+            files=[("files", ("退货.md", doc))],
+            headers=alice,
+            timeout=120,
+        )
+        assert up.status_code == 200 and up.json()["job_id"], up.text  # the worker ran it
+        found = httpx.get(f"{url}/v1/knowledge/search", params={"q": "退货期限"}, headers=alice)
+        assert [r["source"] for r in found.json()["results"]][:1] == ["t1/退货.md"]
+        other = httpx.get(f"{url}/v1/knowledge/search", params={"q": "退货期限"}, headers=bob)
+        assert other.json()["results"] == []
+    finally:
+        cluster.stop()
+
+
+def test_qdrant_edge_in_a_dev_cluster_takes_one_replica(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="--replicas 1"):
+        start_dev_cluster(tmp_path / "c", replicas=2, qdrant=True)

@@ -18,7 +18,6 @@ by inner product (vectors).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,16 +34,17 @@ from shelfhand.knowledge.stores import tantivy as keyword_module
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
-from shelfhand.knowledge.types import Chunk, Document, Scope, Section
-
-TENANTS = ["default", "acme", "globex"]
-ROLES = ["sales", "support", "hr", "admin", "system"]
-TAGS = ["sales", "support", "hr", "legal"]
-DOC_TYPES = ["text", "pdf", "md"]
-SOURCES = ["a.md", "b.pdf", "c.txt", "d.html"]
-WORDS = ["lamp", "warranty", "price", "filter", "fan", "保修", "退货", "价格", "E-203"]
-DIM = 8
-SPACE = "default"
+from support.acl_specs import (
+    DIM,
+    SPACE,
+    WORDS,
+    callers,
+    doc_specs,
+    load_specs,
+    may_read,
+    same_ranking,
+    scope_of,
+)
 
 
 @dataclass(slots=True)
@@ -82,107 +82,12 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     store.close()
 
 
-def may_read(spec: dict[str, Any], caller: dict[str, Any]) -> bool:
-    """The rule written out plainly, independent of the implementation."""
-    if spec["tenant"] != caller["tenant"]:
-        return False
-    if caller["doc_types"] is not None and spec["doc_type"] not in caller["doc_types"]:
-        return False
-    if caller["sources"] is not None and spec["source"] not in caller["sources"]:
-        return False
-    if {"admin", "system"} & set(caller["roles"]):
-        return True
-    return not spec["tags"] or bool(set(spec["tags"]) & set(caller["roles"]))
-
-
-doc_specs = st.lists(
-    st.fixed_dictionaries(
-        {
-            "tenant": st.sampled_from(TENANTS),
-            "tags": st.lists(st.sampled_from(TAGS), max_size=2, unique=True),
-            "doc_type": st.sampled_from(DOC_TYPES),
-            "source": st.sampled_from(SOURCES),
-            "chunks": st.lists(
-                st.lists(st.sampled_from(WORDS), min_size=1, max_size=5), min_size=1, max_size=3
-            ),
-        }
-    ),
-    min_size=1,
-    max_size=14,
-)
-callers = st.fixed_dictionaries(
-    {
-        "tenant": st.sampled_from(TENANTS),
-        "roles": st.lists(st.sampled_from(ROLES), max_size=2, unique=True),
-        "doc_types": st.none() | st.lists(st.sampled_from(DOC_TYPES), max_size=2, unique=True),
-        "sources": st.none() | st.lists(st.sampled_from(SOURCES), min_size=1, max_size=3),
-    }
-)
 _runs = itertools.count()
 
 
 def _load(stores: Stores, specs: list[dict[str, Any]], seed: int) -> dict[int, dict[str, Any]]:
     """Replace the stores' content with ``specs``; per rowid its spec and vector."""
-    store = stores.store
-    run = next(_runs)
-    rng = np.random.default_rng(seed)
-    rows: dict[int, dict[str, Any]] = {}
-    with store.deferred_sync():  # one commit of the indexes per example
-        for source in store.all_sources():
-            store.delete_source(source)
-        for i, spec in enumerate(specs):
-            doc_id = f"r{run}-d{i}"
-            texts = [" ".join(words) for words in spec["chunks"]]
-            chunks = [
-                Chunk(
-                    chunk_id=f"{doc_id}::{j}",
-                    doc_id=doc_id,
-                    chunk_index=j,
-                    text=text,
-                    title="",
-                    section_path=(),
-                    page=None,
-                    source=spec["source"],
-                    start=0,
-                    end=len(text),
-                    content_hash=hashlib.sha256(text.encode()).hexdigest(),
-                    doc_type=spec["doc_type"],
-                    permission_tags=tuple(spec["tags"]),
-                    tenant_id=spec["tenant"],
-                )
-                for j, text in enumerate(texts)
-            ]
-            doc = Document(
-                doc_id=doc_id,
-                source=spec["source"],
-                title="",
-                doc_type=spec["doc_type"],
-                sections=(Section(text="\n".join(texts)),),
-                content_hash=hashlib.sha256("\n".join(texts).encode()).hexdigest(),
-                permission_tags=tuple(spec["tags"]),
-                tenant_id=spec["tenant"],
-            )
-            vectors = rng.standard_normal((len(chunks), DIM)).astype(np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            rowids = store.upsert_document(
-                doc, chunks, {SPACE: (list(range(len(chunks))), vectors)}
-            )
-            for rowid, vector in zip(rowids, vectors, strict=True):
-                rows[rowid] = {**spec, "vector": vector}
-    return rows
-
-
-def _same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
-    """Equal up to the order of equal scores: the same scores, and the same chunks above the
-    last score (a tie at the cut may be broken either way, but only among tied chunks)."""
-    assert [round(s, 4) for _, s in got] == [round(s, 4) for _, s in want], (got, want)
-    if want:
-        cut = round(want[-1][1], 4)
-        assert {r for r, s in got if round(s, 4) > cut} == {r for r, s in want if round(s, 4) > cut}
-        tied = {r for r, s in want if round(s, 4) == cut}
-        tied |= {r for r, s in got if round(s, 4) == cut}
-        assert len(got) == len({r for r, _ in got})
-        assert all(r in tied for r, s in got if round(s, 4) == cut)
+    return load_specs(stores.store, specs, seed, next(_runs))
 
 
 @settings(
@@ -210,12 +115,7 @@ def test_filtered_search_equals_a_brute_force_filter(
 ) -> None:
     rows = _load(stores, specs, seed)
     readable = {r for r, spec in rows.items() if may_read(spec, caller)}
-    scope = Scope(
-        tenant_id=caller["tenant"],
-        roles=caller["roles"],
-        doc_types=caller["doc_types"],
-        sources=caller["sources"],
-    )
+    scope = scope_of(caller)
 
     # keyword: the reference ranks every chunk by the index's own unfiltered BM25, on the
     # query's rarer terms while those find k readable chunks, else on every term
@@ -231,12 +131,12 @@ def test_filtered_search_equals_a_brute_force_filter(
     assert stores.keyword._labels is not None  # the writer checks with its labels
     for limit in (0, 10**6):  # the filtered query; the unfiltered ranking, then the check
         stores.keyword.oversample_limit = limit
-        _same_ranking(stores.keyword.search(tokens, k, scope=scope), want)
+        same_ranking(stores.keyword.search(tokens, k, scope=scope), want)
     reader = TantivyKeywordIndex(stores.keyword_dir, access="read-only")  # checks with tantivy
-    _same_ranking(reader.search(tokens, k, scope=scope), want)
+    same_ranking(reader.search(tokens, k, scope=scope), want)
     forced = ForcedFetch(stores.keyword_dir, access="read-only")
     forced.fetch = fetch
-    _same_ranking(forced.search(tokens, k, scope=scope), want)
+    same_ranking(forced.search(tokens, k, scope=scope), want)
     if len(want) == k and len(ranking) > fetch and ranking is unfiltered and rarer is None:
         # the forced check saw too few readable hits unless the top ``fetch`` held k of them
         held = sum(1 for r, _ in ranking[:fetch] if r in readable)
@@ -259,9 +159,9 @@ def test_filtered_search_equals_a_brute_force_filter(
         found = stores.keyword.search_exact(
             query_identifiers(asked), k, rank_by=tokens, scope=scope
         )
-        _same_ranking(found, want_exact)
+        same_ranking(found, want_exact)
     found = reader.search_exact(query_identifiers(asked), k, rank_by=tokens, scope=scope)
-    _same_ranking(found, want_exact)  # checked by a second tantivy query
+    same_ranking(found, want_exact)  # checked by a second tantivy query
 
     # vectors: exact search equals brute force; the HNSW walk returns only readable chunks
     q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)

@@ -45,12 +45,13 @@ def policy(version: int, months: int, *, tags: tuple[str, ...] = ()) -> Document
 @pytest.fixture
 def database_url(store_kind: str, request: pytest.FixtureRequest) -> str | None:
     """Both stores: ``None`` (embedded) or a fresh PostgreSQL database (conftest.py)."""
-    return str(request.getfixturevalue("pg_url")) if store_kind == "pg" else None
+    return str(request.getfixturevalue("pg_url")) if store_kind.startswith("pg") else None
 
 
 @pytest.fixture
-def kb(tmp_path: Path, database_url: str | None) -> Iterator[KnowledgeBase]:
-    base = KnowledgeBase(tmp_path / "ws", None, database_url=database_url)
+def kb(tmp_path: Path, database_url: str | None, store_kind: str) -> Iterator[KnowledgeBase]:
+    qdrant = str(tmp_path / "qdrant") if "qdrant" in store_kind else None
+    base = KnowledgeBase(tmp_path / "ws", None, database_url=database_url, qdrant_url=qdrant)
     base.ingest_documents([policy(1, 12), policy(2, 24), policy(3, 36, tags=("legal",))])
     yield base
     base.close()

@@ -32,7 +32,7 @@ expects the builtin.
     │   ├── WorkspaceBusyError        workspace_busy        another process (server or ingest) writes the workspace
     │   ├── EmbeddingUnavailableError embedding_unavailable the embedding service is out of quota or down
     │   └── RerankError               rerank_failed         a reranker could not rank (the fused order is kept)
-    ├── DependencyUnavailableError    <dependency>_unavailable  PostgreSQL or Redis cannot be reached right now
+    ├── DependencyUnavailableError    <dependency>_unavailable  PostgreSQL, Redis or Qdrant cannot answer right now
     ├── SessionBusyError              session_busy          a turn of this session is still running
     ├── BudgetExceededError           budget_exceeded       a tenant's or user's budget (tokens, model calls, turns) is spent
     ├── TurnFailed                    (its own)             a service turn failed: carries the HTTP status and code
@@ -227,14 +227,14 @@ class RerankError(KnowledgeError):
 
 
 class DependencyUnavailableError(ShelfhandError):
-    """A service shelfhand depends on (PostgreSQL, Redis) cannot be reached right now.
+    """A service shelfhand depends on (PostgreSQL, Redis, Qdrant) cannot be reached right now.
 
     The service answers 503 with the message (which names the dependency, never its
     password) and ``Retry-After``; it never answers from a stale local copy. The next request
     tries again, so the service recovers by itself when the dependency returns.
 
     Attributes:
-        dependency: ``"postgresql"`` or ``"redis"``.
+        dependency: ``"postgresql"``, ``"redis"`` or ``"qdrant"``.
     """
 
     code = "dependency_unavailable"

@@ -237,6 +237,11 @@ SETTINGS: tuple[Setting, ...] = (
     _s("otel_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", Url(schemes=("http", "https")), None,
        "Export spans over OTLP/HTTP to this collector (needs shelfhand[otel]; "
        "OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER apply).", toml=None),
+    _s("qdrant_url", "SHELFHAND_QDRANT_URL", Text(), None,
+       "Search on Qdrant: a folder runs Qdrant Edge in process, http(s)://host:6333 a Qdrant "
+       "server or cluster; the store (SQLite or PostgreSQL) keeps the records."),
+    _s("qdrant_api_key", "SHELFHAND_QDRANT_API_KEY", Text(), None,
+       "API key of the Qdrant server in qdrant_url, if it needs one.", secret=True),
 )  # fmt: skip
 """Every setting, in the order ``shelfhand config`` and the reference list them."""
 

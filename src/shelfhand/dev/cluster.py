@@ -8,6 +8,10 @@ Everything runs on 127.0.0.1 from a folder (``.shelfhand-cluster`` by default):
 - ``replicas`` × ``shelfhand serve``, each with its own workspace folder, all on the same
   ``SHELFHAND_DATABASE_URL`` and ``SHELFHAND_REDIS_URL``;
 - ``workers`` × ``shelfhand worker``;
+- with ``qdrant``, the searches on Qdrant Edge in the replica's process (``<folder>/qdrant``):
+  the engine is in process, so one replica holds it; workers write PostgreSQL and the replica
+  applies their changes (the PostgreSQL outbox) before it searches. For several replicas, set
+  ``SHELFHAND_QDRANT_URL`` to a Qdrant server instead;
 - :class:`RoundRobinProxy` on ``port``: each new connection goes to the next replica that
   accepts it. It is a demo balancer (no health checks beyond "connects", no TLS): in
   production put nginx, HAProxy or a cloud load balancer in front (README, "Running for a
@@ -131,6 +135,8 @@ class DevCluster:
     replica_ports: list[int] = field(default_factory=list)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    qdrant_url: str | None = None
+    """Where the replicas search, when on Qdrant."""
 
     @property
     def replica_urls(self) -> list[str]:
@@ -160,6 +166,7 @@ def start_dev_cluster(
     workers: int = 1,
     extra_env: dict[str, str] | None = None,
     serve_args: Sequence[str] = (),
+    qdrant: bool = False,
     ready_timeout: float = 120.0,
     say: Callable[[str], None] = lambda _: None,
 ) -> DevCluster:
@@ -167,13 +174,20 @@ def start_dev_cluster(
 
     Each replica is ``shelfhand serve`` on a free port with its own workspace folder
     (``replica-N``; its ``shelfhand.toml`` and API keys come from ``extra_env`` or the
-    environment) and returns once every replica answers ``/readyz``.
+    environment) and returns once every replica answers ``/readyz``. ``qdrant``: the replica
+    searches on Qdrant Edge in its process (module docstring).
 
     Raises:
-        ConfigurationError: a server or replica did not start (its log is named).
+        ConfigurationError: a server or replica did not start (its log is named), or
+            ``qdrant`` with more than one replica.
     """
     if replicas < 1 or workers < 0:
         raise ConfigurationError("dev-cluster needs at least 1 replica and 0 or more workers")
+    if qdrant and replicas != 1:
+        raise ConfigurationError(
+            "--qdrant runs Qdrant Edge inside the one replica's process: use --replicas 1, or"
+            " set SHELFHAND_QDRANT_URL=http://host:6333 (a Qdrant server) for several replicas"
+        )
     folder = Path(folder).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     say("starting PostgreSQL 18 + pgvector …")
@@ -191,15 +205,24 @@ def start_dev_cluster(
         "SHELFHAND_DATABASE_URL": database_url,
         "SHELFHAND_REDIS_URL": redis.url,
     }
+    serve_env = dict(env)
+    if qdrant:  # the replica holds the engine; workers write PostgreSQL only
+        serve_env["SHELFHAND_QDRANT_URL"] = str(folder / "qdrant")
+        env.pop("SHELFHAND_QDRANT_URL", None)
     cluster = DevCluster(
-        folder=folder, postgres=pg, redis=redis, database_url=database_url, env=env
+        folder=folder,
+        postgres=pg,
+        redis=redis,
+        database_url=database_url,
+        env=env,
+        qdrant_url=serve_env.get("SHELFHAND_QDRANT_URL") or None,
     )
     try:
         for n in range(1, replicas + 1):
             port = free_port()
             workspace = folder / f"replica-{n}"
             args = ["serve", "-w", str(workspace), "--port", str(port), *serve_args]
-            cluster.replicas.append(_spawn(args, env, folder / f"replica-{n}.log", folder))
+            cluster.replicas.append(_spawn(args, serve_env, folder / f"replica-{n}.log", folder))
             cluster.replica_ports.append(port)
             say(f"starting replica {n} on 127.0.0.1:{port} …")
         for n in range(workers):

@@ -86,6 +86,9 @@ class KnowledgeBase:
             workspace still holds the other files (settings, agents).
         read_limits: How much one file may cost to read at ingest (the app passes the
             ``[limits]`` of the settings); the defaults when not given.
+        qdrant_url: Search on Qdrant (a folder: in process; ``http(s)://``: a server, with
+            ``qdrant_api_key``) instead of tantivy and faiss, or of PostgreSQL's own search
+            (:mod:`shelfhand.knowledge.stores.qdrant`).
     """
 
     def __init__(
@@ -106,6 +109,8 @@ class KnowledgeBase:
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
         read_limits: ReadLimits | None = None,
+        qdrant_url: str | None = None,
+        qdrant_api_key: str | None = None,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -130,6 +135,8 @@ class KnowledgeBase:
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
+                qdrant_url=qdrant_url,
+                qdrant_api_key=qdrant_api_key,
             )
         else:
             self._stack = open_embedded_store(
@@ -142,6 +149,8 @@ class KnowledgeBase:
                 min_relevance=min_relevance,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
+                qdrant_url=qdrant_url,
+                qdrant_api_key=qdrant_api_key,
             )
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None

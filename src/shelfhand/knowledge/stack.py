@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import Ingestor
@@ -23,6 +24,9 @@ from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+
+if TYPE_CHECKING:
+    from shelfhand.knowledge.stores.qdrant import QdrantIndex
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 
@@ -57,6 +61,8 @@ def open_embedded_store(
     overlap_workers: int | None = None,
     common_share: float = COMMON_SHARE,
     read_limits: ReadLimits | None = None,
+    qdrant_url: str | None = None,
+    qdrant_api_key: str | None = None,
 ) -> EmbeddedKnowledge:
     """Open (or create) ``<workspace>/knowledge.db`` with its keyword and vector indexes.
 
@@ -67,14 +73,34 @@ def open_embedded_store(
     (seconds); hits under ``min_relevance`` are dropped; ``overlap_workers`` is
     :class:`HybridRetriever`'s; ``common_share`` is the keyword index's; ingest reads each file
     within ``read_limits`` (default ``ReadLimits()``).
+
+    With ``qdrant_url`` (a folder for Qdrant Edge in process, or ``http(s)://`` a server,
+    with ``qdrant_api_key`` if it needs one) a
+    Qdrant index replaces tantivy and faiss: the outbox feeds it, and it serves both searches
+    (:mod:`shelfhand.knowledge.stores.qdrant`).
+
+    Raises:
+        ConfigurationError: ``qdrant_url`` is set but Qdrant cannot be used.
     """
     workspace = Path(workspace)
     store = SqliteKnowledgeStore(workspace / "knowledge.db")
-    keyword = TantivyKeywordIndex(
-        workspace / "index" / "keyword", access=access, common_share=common_share
-    )
-    vectors = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
-    store.attach(keyword, vectors)
+    keyword: KeywordIndex
+    vectors: VectorSearch
+    if qdrant_url:
+        try:
+            keyword, vectors, qdrant = _qdrant(qdrant_url, qdrant_api_key, common_share)
+        except BaseException:
+            store.close()
+            raise
+        qdrant.bind(store.store_id)
+        store.attach(qdrant)
+    else:
+        tantivy = TantivyKeywordIndex(
+            workspace / "index" / "keyword", access=access, common_share=common_share
+        )
+        faiss = VectorIndexes(workspace / "index" / "vectors", store, hnsw_threshold=hnsw_threshold)
+        store.attach(tantivy, faiss)
+        keyword, vectors = tantivy, faiss
     retriever = HybridRetriever(
         store,
         keyword,
@@ -92,6 +118,21 @@ def open_embedded_store(
     )
 
 
+def _qdrant(
+    url: str, api_key: str | None, common_share: float
+) -> tuple[KeywordIndex, VectorSearch, QdrantIndex]:
+    """The Qdrant index at ``url`` and its two searches."""
+    from shelfhand.knowledge.stores.qdrant import (
+        QdrantIndex,
+        QdrantKeywordSearch,
+        QdrantVectorSearch,
+        open_backend,
+    )
+
+    index = QdrantIndex(open_backend(url, api_key=api_key))
+    return QdrantKeywordSearch(index, common_share=common_share), QdrantVectorSearch(index), index
+
+
 def open_pg_store(
     url: str,
     router: EmbeddingRouter | None,
@@ -104,9 +145,15 @@ def open_pg_store(
     pool_size: int = 8,
     timeout: float = 5.0,
     read_limits: ReadLimits | None = None,
+    qdrant_url: str | None = None,
+    qdrant_api_key: str | None = None,
 ) -> EmbeddedKnowledge:
     """Connect to ``url``, migrate the knowledge schema and compose the stack, like
     :func:`open_embedded_store` does for a workspace.
+
+    With ``qdrant_url`` PostgreSQL keeps the records and Qdrant serves the searches (fed
+    through the store's outbox, :mod:`shelfhand.knowledge.stores.pg.outbox`): PostgreSQL runs
+    no BM25 or vector search then.
 
     Raises:
         ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
@@ -121,8 +168,19 @@ def open_pg_store(
 
     db = PgDatabase(url, max_size=pool_size, timeout=timeout)
     store = PgKnowledgeStore(db)
-    keyword = PgKeywordIndex(db, common_share=common_share)
-    vectors = PgVectorIndexes(db, store)
+    keyword: KeywordIndex
+    vectors: VectorSearch
+    if qdrant_url:
+        try:
+            keyword, vectors, qdrant = _qdrant(qdrant_url, qdrant_api_key, common_share)
+            qdrant.bind(store.store_id)
+            store.attach(qdrant)
+        except BaseException:
+            store.close()
+            raise
+    else:
+        keyword = PgKeywordIndex(db, common_share=common_share)
+        vectors = PgVectorIndexes(db, store)
     retriever = HybridRetriever(
         store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
     )

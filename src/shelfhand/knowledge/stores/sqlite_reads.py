@@ -10,6 +10,7 @@ use; the writes and the derived indexes are the store's.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -69,6 +70,18 @@ class SqliteStoreReads:
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         return int(row[0])
+
+    @property
+    def store_id(self) -> str:
+        """A random id of this database, made on first use: an index built from another
+        store (a copied or swapped file) is told apart and rebuilt."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)",
+                (secrets.token_hex(16),),
+            )
+            row = self._conn.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+        return str(row[0])
 
     def get_document_hash(self, doc_id: str) -> str | None:
         with self._lock:

@@ -112,4 +112,16 @@ CREATE TABLE knowledge_pg_spaces (
 );
 """
 
-MIGRATIONS = [PgMigration(name="knowledge_pg_001_initial", sql=_INITIAL)]
+# Changed documents, for a derived index (the Qdrant index): shelfhand.knowledge.stores.pg.outbox.
+_OUTBOX = """
+CREATE TABLE knowledge_pg_outbox (
+    id BIGSERIAL PRIMARY KEY,
+    doc_id TEXT NOT NULL
+);
+INSERT INTO knowledge_pg_meta (key, value) VALUES ('outbox', 0), ('outbox_acked', 0);
+"""
+
+MIGRATIONS = [
+    PgMigration(name="knowledge_pg_001_initial", sql=_INITIAL),
+    PgMigration(name="knowledge_pg_002_outbox", sql=_OUTBOX),
+]

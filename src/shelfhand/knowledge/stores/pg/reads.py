@@ -26,6 +26,12 @@ CHUNK_COLUMNS = (
 """The chunk columns every read selects, in :func:`row_to_chunk`'s order."""
 
 
+def _array(value: Any) -> Vectors:
+    """A stored vector as float32 (pgvector loads a ``Vector`` or an array)."""
+    to_numpy = getattr(value, "to_numpy", None)
+    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)
+
+
 def row_to_chunk(row: Sequence[Any]) -> Chunk:
     """The chunk of a row of :data:`CHUNK_COLUMNS`."""
     return chunk_from_row(row, tuple)
@@ -261,6 +267,27 @@ class PgStoreReads:
             ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
             yield ids, np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
             last = int(rows[-1][0])
+
+    def vectors_by_rowids(
+        self, rowids: Sequence[int]
+    ) -> dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
+        """Stored vectors of ``rowids``, per space."""
+        out: dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]] = {}
+        if not rowids:
+            return out
+        for space in self.vector_spaces():
+            table = self.space_table(space)
+            if table is None:
+                continue
+            rows = self._all(
+                f"SELECT rowid, embedding FROM {table.table} WHERE rowid = ANY(%s::bigint[])"
+                " ORDER BY rowid",
+                ([int(r) for r in rowids],),
+            )
+            if rows:
+                ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+                out[space] = (ids, np.stack([_array(r[1]) for r in rows]))
+        return out
 
     def vectors_by_content_hash(self, space: str, hashes: Sequence[str]) -> dict[str, Vectors]:
         table = self.space_table(space)

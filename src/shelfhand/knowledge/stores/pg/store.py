@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from shelfhand.knowledge.embeddings.router import Vectors, detect_language
 from shelfhand.knowledge.protocols import DocVectors, SourceItem
 from shelfhand.knowledge.stores.keyword_plan import index_head, index_text
 from shelfhand.knowledge.stores.pg.db import PgDatabase
+from shelfhand.knowledge.stores.pg.outbox import PgOutbox, record_changes
 from shelfhand.knowledge.stores.pg.reads import (
     CHUNK_COLUMNS,
     PgStoreReads,
@@ -108,6 +108,8 @@ class _Delta:
     terms: Counter[tuple[str, str]] = field(default_factory=Counter)
     docs: Counter[str] = field(default_factory=Counter)
     tokens: Counter[str] = field(default_factory=Counter)
+    changed: set[str] = field(default_factory=set)
+    """Documents changed (for the outbox, :mod:`~shelfhand.knowledge.stores.pg.outbox`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,7 @@ def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
     )
 
 
-class PgKnowledgeStore(PgStoreReads, ReplacesSources):
+class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
     """Documents, chunks, vectors and keyword statistics in PostgreSQL (pgvector).
 
     Thread-safe: each call takes a pooled connection. Several processes may write at once.
@@ -186,28 +188,8 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
     """
 
     def __init__(self, db: PgDatabase) -> None:
-        super().__init__(db)
-
-    # -- lifecycle (no derived indexes: the searches read the same rows) ----------------------
-
-    def close(self) -> None:
-        self.db.close()
-
-    def sync(self, *, durable: bool = False) -> None:
-        """Nothing to do: a committed write is searchable at once."""
-
-    @contextmanager
-    def deferred_sync(self) -> Iterator[None]:
-        yield
-
-    @property
-    def generation(self) -> int:
-        """Incremented by every write transaction."""
-        with self.db.connection() as conn:
-            row = conn.execute(
-                "SELECT value FROM knowledge_pg_meta WHERE key = 'generation'"
-            ).fetchone()
-        return int(row[0]) if row else 0
+        PgStoreReads.__init__(self, db)
+        PgOutbox.__init__(self, db)
 
     # -- vector spaces ----------------------------------------------------------------------
 
@@ -272,6 +254,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
                     " WHERE field = %s",
                     (delta.docs[name], delta.tokens[name], name),
                 )
+        record_changes(conn, delta.changed)
         conn.execute("UPDATE knowledge_pg_meta SET value = value + 1 WHERE key = 'generation'")
 
     def _remove_docs(
@@ -281,6 +264,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
         if not doc_ids:
             return 0
         ids = list(doc_ids)
+        delta.changed.update(ids)
         for name, column in (("b", "body"), ("h", "head"), ("c", "codes")):
             for term, n in conn.execute(
                 f"SELECT u.lexeme, count(*) FROM knowledge_pg_chunks c, unnest(c.{column}) u"
@@ -313,6 +297,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
         delta: _Delta,
     ) -> list[int]:
         space_of = {p: space for space, (ps, _) in (vectors or {}).items() for p in ps}
+        delta.changed.add(doc.doc_id)
         conn.execute(
             "INSERT INTO knowledge_pg_documents (doc_id, source, title, doc_type, content_hash,"
             " tenant_id, permission_tags, updated_at, metadata, chunk_count, embed_state,"
@@ -434,6 +419,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
                 self._remove_docs(conn, [doc.doc_id], delta)
                 self._insert_doc(conn, doc, chunks, None, EMBED_PENDING, None, delta)
             for doc_id, chunks in appended:
+                delta.changed.add(doc_id)
                 self._insert_chunks(conn, doc_id, chunks, {}, delta)
                 conn.execute(
                     "UPDATE knowledge_pg_documents SET chunk_count = chunk_count + %s,"
@@ -443,6 +429,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
             if finish_hash is not None:
                 self._record_source(conn, source, finish_hash, doc_type)
             self._finish(conn, delta)
+        self._after_change()
 
     def add_vectors(
         self,
@@ -482,7 +469,9 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
                     " knowledge_pg_chunks c WHERE c.doc_id = d.doc_id AND c.space IS NULL)",
                     (EMBED_DONE, sorted({c.doc_id for _, c in rows})),
                 )
+                record_changes(conn, {c.doc_id for _, c in rows})
             conn.execute("UPDATE knowledge_pg_meta SET value = value + 1 WHERE key = 'generation'")
+        self._after_change()
         return len(rows)
 
     def replace_source(
@@ -517,6 +506,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
                     conn, source, source_hash, items[0][0].doc_type if items else ""
                 )
             self._finish(conn, delta)
+        self._after_change()
         return result
 
     def import_documents(
@@ -547,12 +537,14 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
             for source, content_hash, doc_type in sources:
                 self._record_source(conn, source, content_hash, doc_type)
             self._finish(conn, delta)
+        self._after_change()
 
     def delete_document(self, doc_id: str) -> bool:
         delta = _Delta()
         with self.db.transaction() as conn:
             existed = self._remove_docs(conn, [doc_id], delta) > 0
             self._finish(conn, delta)
+        self._after_change()
         return existed
 
     def delete_source(self, source: str) -> int:
@@ -562,6 +554,7 @@ class PgKnowledgeStore(PgStoreReads, ReplacesSources):
             self._remove_docs(conn, doc_ids, delta)
             conn.execute("DELETE FROM knowledge_pg_sources WHERE source = %s", (source,))
             self._finish(conn, delta)
+        self._after_change()
         return len(doc_ids)
 
     def set_root_path(self, name: str, path: str) -> None:

@@ -1,0 +1,202 @@
+"""The in-process backend: Qdrant Edge (``qdrant-edge-py``), Qdrant's Rust engine as a shard
+in a local folder. For one machine, tests and ``shelfhand dev-cluster --qdrant``.
+
+The shard has the sparse ``keyword`` vector (IDF modifier) from its creation; a dense named
+vector is added per vector space the first time one is written (``create_dense_vector``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.knowledge.stores.qdrant.model import (
+    KEYWORD,
+    META_ID,
+    ChunkPoint,
+    PointFilter,
+    SearchQuery,
+    SparseVec,
+)
+
+__all__ = ["EdgeBackend"]
+
+_INSTALL = "Qdrant Edge is not installed: pip install 'shelfhand[qdrant]'"
+
+
+def _qe() -> Any:
+    try:
+        import qdrant_edge
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the test env
+        raise ConfigurationError(_INSTALL) from exc
+    return qdrant_edge
+
+
+class EdgeBackend:
+    """A Qdrant Edge shard in ``path`` (created when missing).
+
+    Args:
+        path: The shard's folder.
+        search_threads: Threads of the shard's search pool (None: one per CPU).
+    """
+
+    def __init__(self, path: Path, *, search_threads: int | None = None) -> None:
+        qe = _qe()
+        self._qe = qe
+        self.path = Path(path)
+        self.location = str(self.path)
+        self._threads = search_threads
+        self._lock = threading.Lock()
+        self._has_meta = False
+        self._shard = self._open()
+
+    def _config(self) -> Any:
+        qe = self._qe
+        return qe.EdgeConfig(
+            sparse_vectors={KEYWORD: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            max_search_threads=self._threads,
+        )
+
+    def _open(self) -> Any:
+        qe = self._qe
+        if self.path.exists() and any(self.path.iterdir()):
+            return qe.EdgeShard.load(str(self.path))
+        shard = qe.EdgeShard.create(str(self.path), self._config())
+        shard.update(
+            qe.UpdateOperation.create_field_index("tenant", qe.KeywordIndexParams(is_tenant=True))
+        )
+        for name in ("tags", "doc_type", "source", "doc_id", "terms", "codes"):
+            shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        return shard
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, object] | None:
+        found = self._shard.retrieve([META_ID], True, False)
+        self._has_meta = bool(found)
+        return dict(found[0].payload or {}) if found else None
+
+    def set_meta(self, meta: Mapping[str, object]) -> None:
+        qe = self._qe
+        self._shard.update(qe.UpdateOperation.upsert_points([qe.Point(META_ID, {}, dict(meta))]))
+        self._has_meta = True
+
+    def ensure_space(self, name: str, dim: int) -> None:
+        qe = self._qe
+        with self._lock:
+            self._shard.update(qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Dot))
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _sparse(self, vec: SparseVec) -> Any:
+        return self._qe.SparseVector(list(vec.indices), list(vec.values))
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None:
+        if not points:
+            return
+        qe = self._qe
+        batch = []
+        for p in points:
+            vector: dict[str, Any] = {KEYWORD: self._sparse(p.sparse)}
+            vector.update({space: list(map(float, v)) for space, v in p.dense.items()})
+            batch.append(qe.Point(p.id, vector, p.payload()))
+        self._shard.update(qe.UpdateOperation.upsert_points(batch))
+
+    def set_vectors(self, space: str, ids: Sequence[int], rows: Sequence[Sequence[float]]) -> None:
+        if not ids:
+            return
+        qe = self._qe
+        update = [
+            qe.PointVectors(int(i), {space: list(map(float, row))})
+            for i, row in zip(ids, rows, strict=True)
+        ]
+        self._shard.update(qe.UpdateOperation.update_vectors(update))
+
+    def delete(self, ids: Sequence[int], doc_ids: Sequence[str]) -> None:
+        qe = self._qe
+        if ids:
+            self._shard.update(qe.UpdateOperation.delete_points([int(i) for i in ids]))
+        if doc_ids:
+            flt = self._filter(PointFilter(any_of={"doc_id": tuple(doc_ids)}))
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._shard.close()
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._shard = self._open()
+            self._has_meta = False
+
+    def optimize(self) -> bool:
+        """Run the shard's optimizers now (merge segments, build the HNSW graphs), blocking;
+        whether anything changed."""
+        return bool(self._shard.optimize())
+
+    def flush(self) -> None:
+        self._shard.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._shard.flush()
+            self._shard.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _filter(self, flt: PointFilter) -> Any:
+        qe = self._qe
+        must: list[Any] = []
+        if flt.tenant is not None:
+            must.append(qe.FieldCondition("tenant", match=qe.MatchValue(flt.tenant)))
+        for name, values in flt.any_of.items():
+            match = qe.MatchValue(values[0]) if len(values) == 1 else qe.MatchAny(list(values))
+            must.append(qe.FieldCondition(name, match=match))
+        if flt.has_vector is not None:
+            must.append(qe.HasVectorCondition(flt.has_vector))
+        if not must:  # every chunk point: those with a document
+            must.append(qe.FieldCondition("doc_id", is_empty=False))
+        return qe.Filter(must=must)
+
+    def query(self, query: SearchQuery) -> list[tuple[int, float]]:
+        qe = self._qe
+        vector = (
+            self._sparse(query.vector)
+            if isinstance(query.vector, SparseVec)
+            else list(map(float, query.vector))
+        )
+        request = qe.QueryRequest(
+            limit=query.limit,
+            query=qe.Query.Nearest(vector, using=query.using),
+            filter=self._filter(query.filter),
+            params=qe.SearchParams(exact=query.exact),
+            with_payload=False,
+            with_vector=False,
+        )
+        return [(int(p.id), float(p.score)) for p in self._shard.query(request)]
+
+    def count(self, flt: PointFilter) -> int:
+        if flt == PointFilter():  # every chunk: the shard's point count (no scan), less the meta
+            total = int(self._shard.count(self._qe.CountRequest(exact=False)))
+            return max(0, total - self._has_meta)
+        return int(self._shard.count(self._qe.CountRequest(exact=True, filter=self._filter(flt))))
+
+    def ids(self, flt: PointFilter, limit: int) -> list[int]:
+        qe = self._qe
+        records, _ = self._shard.scroll(
+            qe.ScrollRequest(limit=limit, filter=self._filter(flt), with_payload=False)
+        )
+        return sorted(int(r.id) for r in records)
+
+    def vectors(self, space: str, ids: Sequence[int]) -> dict[int, list[float]]:
+        if not ids:
+            return {}
+        found = self._shard.retrieve([int(i) for i in ids], False, [space])
+        out: dict[int, list[float]] = {}
+        for record in found:
+            vec = (record.vector or {}).get(space) if isinstance(record.vector, dict) else None
+            if vec is not None:
+                out[int(record.id)] = list(vec)
+        return out

@@ -1,0 +1,233 @@
+"""The query model of the Qdrant index: what a point holds and what a search asks, without any
+Qdrant import.
+
+A chunk becomes one point, keyed by its rowid (the store's system-of-record id):
+
+* a dense vector per vector space (named after the space, inner product);
+* a sparse vector ``keyword`` of BM25 term weights over the tokens of
+  :mod:`shelfhand.knowledge.analysis` (the keyword index's own analysis: Chinese segmented,
+  English stemmed, identifiers whole). Each token's index is a 32-bit hash of it; its weight is
+  BM25's term-frequency part, ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``, for
+  the body plus ``head_boost`` times the same for the chunk's own heading. Qdrant's ``idf``
+  modifier multiplies each query term by BM25's IDF at search time, so a query of weight 1
+  per term scores a chunk by BM25 (with a fixed ``avg_len`` instead of the running average);
+* payload: ``doc_id``, ``tenant`` (a tenant index), ``tags`` (``__public__`` when none, as in
+  the other indexes), ``doc_type``, ``source``, ``terms`` (the distinct body tokens, indexed, for
+  document frequencies) and ``codes`` (the passage's identifiers, for the exact-identifier
+  step).
+
+A :class:`SearchQuery` is what both backends (:mod:`.edge`, :mod:`.server`) translate: one
+``Nearest`` query on one named vector with the caller's :class:`PointFilter` inside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
+from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG, index_text
+from shelfhand.knowledge.types import Chunk, Scope
+
+__all__ = [
+    "KEYWORD",
+    "META_ID",
+    "ChunkPoint",
+    "PointFilter",
+    "QdrantBackend",
+    "SearchQuery",
+    "SparseVec",
+    "chunk_point",
+    "point_filter",
+    "sparse_query",
+    "term_id",
+]
+
+KEYWORD = "keyword"
+"""Name of the sparse vector (no vector space may take it)."""
+META_ID = 0
+"""The point holding the index's own state (generation, spaces); rowids start at 1."""
+K1 = 1.2
+B = 0.75
+
+
+def term_id(token: str) -> int:
+    """A token's sparse index: the first 32 bits of its BLAKE2b hash (stable across
+    processes and versions, unlike ``hash``). Two tokens share an index about once in four
+    billion pairs; they would then score as one term."""
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest(), "big")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SparseVec:
+    """Sparse vector: distinct ``indices`` and their ``values``."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkPoint:
+    """One chunk as a point (see the module docstring)."""
+
+    id: int
+    doc_id: str
+    tenant: str
+    tags: tuple[str, ...]
+    doc_type: str
+    source: str
+    sparse: SparseVec
+    terms: tuple[str, ...]
+    codes: tuple[str, ...]
+    dense: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, object]:
+        return {
+            "doc_id": self.doc_id,
+            "tenant": self.tenant,
+            "tags": list(self.tags),
+            "doc_type": self.doc_type,
+            "source": self.source,
+            "terms": list(self.terms),
+            "codes": list(self.codes),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PointFilter:
+    """What a point must match: ``field -> allowed values`` (each field one ``MatchAny``, the
+    tenant a ``MatchValue``); ``has_vector``: the point has that named vector. An empty
+    filter matches every chunk point."""
+
+    tenant: str | None = None
+    any_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    has_vector: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchQuery:
+    """One ranked query: ``Nearest(vector)`` on the named vector ``using``, within ``filter``.
+    ``vector`` is dense (a list) or a :class:`SparseVec`; ``exact`` skips the HNSW graph."""
+
+    using: str
+    vector: Sequence[float] | SparseVec
+    limit: int
+    filter: PointFilter
+    exact: bool = False
+
+
+class QdrantBackend(Protocol):
+    """What the index needs of Qdrant; :mod:`.edge` (in process) and :mod:`.server`
+    (``qdrant-client``) translate it. Both raise
+    :class:`~shelfhand.core.errors.DependencyUnavailableError` when Qdrant cannot answer."""
+
+    location: str
+
+    def meta(self) -> dict[str, object] | None: ...
+
+    def set_meta(self, meta: Mapping[str, object]) -> None: ...
+
+    def ensure_space(self, name: str, dim: int) -> None: ...
+
+    def upsert(self, points: Sequence[ChunkPoint]) -> None: ...
+
+    def set_vectors(
+        self, space: str, ids: Sequence[int], rows: Sequence[Sequence[float]]
+    ) -> None: ...
+
+    def delete(self, ids: Sequence[int], doc_ids: Sequence[str]) -> None: ...
+
+    def query(self, query: SearchQuery) -> list[tuple[int, float]]: ...
+
+    def count(self, flt: PointFilter) -> int: ...
+
+    def ids(self, flt: PointFilter, limit: int) -> list[int]: ...
+
+    def vectors(self, space: str, ids: Sequence[int]) -> dict[int, list[float]]: ...
+
+    def clear(self) -> None: ...
+
+    def optimize(self) -> bool: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _bm25_tf(tf: int, length: int, avg_len: float) -> float:
+    return tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avg_len))
+
+
+def chunk_point(
+    rowid: int,
+    chunk: Chunk,
+    dense: Mapping[str, Sequence[float]] | None = None,
+    *,
+    avg_len: float,
+    head_avg_len: float,
+    head_boost: float,
+) -> ChunkPoint:
+    """The point of chunk ``rowid`` (see the module docstring)."""
+    body = index_text(chunk).split()
+    weights: dict[int, float] = {}
+    counts = Counter(body)
+    for token, tf in counts.items():
+        key = term_id(token)
+        weights[key] = weights.get(key, 0.0) + _bm25_tf(tf, len(body), avg_len)
+    head = _own_heading(chunk)
+    if head and head_boost > 0:
+        for token, tf in Counter(head).items():
+            key = term_id(token)
+            weight = head_boost * _bm25_tf(tf, len(head), head_avg_len)
+            weights[key] = weights.get(key, 0.0) + weight
+    indices = tuple(sorted(weights))
+    return ChunkPoint(
+        id=rowid,
+        doc_id=chunk.doc_id,
+        tenant=chunk.tenant_id,
+        tags=tuple(chunk.permission_tags) or (PUBLIC_TAG,),
+        doc_type=chunk.doc_type,
+        source=chunk.source,
+        sparse=SparseVec(indices=indices, values=tuple(weights[i] for i in indices)),
+        terms=tuple(counts),
+        codes=tuple(dict.fromkeys(identifier_tokens(chunk.text))),
+        dense=dict(dense or {}),
+    )
+
+
+def _own_heading(chunk: Chunk) -> list[str]:
+    """The chunk's own section heading, analysed (none when it is the title), as the other
+    keyword indexes weight it (:func:`~shelfhand.knowledge.stores.keyword_plan.index_head`)."""
+    if not chunk.section_path or chunk.section_path[-1].strip() == chunk.title.strip():
+        return []
+    return tokenize_for_index(chunk.section_path[-1])
+
+
+def sparse_query(tokens: Sequence[str]) -> SparseVec:
+    """A query of weight 1 per distinct token (the IDF modifier weights them)."""
+    weights: dict[int, float] = {}
+    for token in dict.fromkeys(tokens):
+        key = term_id(token)
+        weights[key] = weights.get(key, 0.0) + 1.0
+    indices = tuple(sorted(weights))
+    return SparseVec(indices=indices, values=tuple(weights[i] for i in indices))
+
+
+def point_filter(scope: Scope, **extra: Sequence[str]) -> PointFilter | None:
+    """The points ``scope`` may read (and that match ``extra``, ``field=values``), or None
+    when it may read nothing (an empty doc-type or source list)."""
+    any_of: dict[str, tuple[str, ...]] = {}
+    if not scope.privileged:
+        any_of["tags"] = tuple(sorted(scope.roles | {PUBLIC_TAG}))
+    if scope.doc_types is not None:
+        any_of["doc_type"] = tuple(sorted(set(scope.doc_types)))
+    if scope.sources is not None:
+        any_of["source"] = tuple(sorted(set(scope.sources)))
+    for name, values in extra.items():
+        any_of[name] = tuple(dict.fromkeys(values))
+    if any(not values for values in any_of.values()):
+        return None
+    return PointFilter(tenant=scope.tenant_id, any_of=any_of)

@@ -1,0 +1,166 @@
+"""Keyword, exact-identifier and dense search on the Qdrant index: the stack's
+:class:`~shelfhand.knowledge.protocols.KeywordIndex` and
+:class:`~shelfhand.knowledge.protocols.VectorSearch`.
+
+:class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever` fuses the two sides, applies the
+exact-identifier step and the relevance threshold exactly as on the embedded store. Every
+search carries the caller's :class:`Scope` as the query's filter (the tenant index, tags by
+``MatchAny``), so a caller never gets a point it may not read.
+
+Keyword scores are BM25 (:mod:`.model`); the term statistics that the relevance estimate and
+the common-terms rule need (chunks, document frequency per term) are counts over the ``terms``
+payload index. Hits of equal score are ordered by rowid, so that both backends, and a brute
+force reference, agree on ties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from shelfhand.knowledge.embeddings.router import Vectors
+from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ranking_terms
+from shelfhand.knowledge.stores.qdrant.index import QdrantIndex
+from shelfhand.knowledge.stores.qdrant.model import (
+    KEYWORD,
+    PointFilter,
+    SearchQuery,
+    point_filter,
+    sparse_query,
+)
+from shelfhand.knowledge.types import KeywordHits, Scope
+
+__all__ = ["QdrantKeywordSearch", "QdrantVectorSearch"]
+
+_EVERY = PointFilter()
+
+
+def _ordered(hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    return sorted(hits, key=lambda h: (-h[1], h[0]))
+
+
+class QdrantKeywordSearch:
+    """BM25 over the sparse ``keyword`` vector of ``index``'s points.
+
+    Args:
+        index: The index whose points are searched.
+        common_share: Query terms in more than this share of the chunks do not rank while
+            rarer ones find k chunks (:func:`~shelfhand.knowledge.scoring.ranking_terms`).
+    """
+
+    name = "keyword"
+
+    def __init__(self, index: QdrantIndex, *, common_share: float = COMMON_SHARE) -> None:
+        check_keyword_weights(0.0, common_share)
+        self.index = index
+        self.common_share = common_share
+
+    def num_docs(self) -> int:
+        return self.index.backend.count(_EVERY)
+
+    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
+        """Chunks in the index and, per distinct token (first-seen order), how many hold it
+        in their body; like the other indexes', they count every tenant."""
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        return self.num_docs(), self._dfs(terms)
+
+    def _dfs(self, terms: Sequence[str]) -> list[int]:
+        backend = self.index.backend
+        return [backend.count(PointFilter(any_of={"terms": (t,)})) for t in terms]
+
+    def _ranked(self, terms: Sequence[str], k: int, flt: PointFilter) -> list[tuple[int, float]]:
+        query = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)
+        return _ordered(self.index.backend.query(query))
+
+    def search(
+        self, query_tokens: Sequence[str], k: int, *, scope: Scope
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks by BM25 that ``scope`` may read, as ``(rowid, score)``."""
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        if not terms or k <= 0:
+            return []
+        self.index.refresh()
+        n = self.num_docs()
+        dfs = self._dfs(terms)
+        flt = point_filter(scope)
+        if flt is None or n == 0:
+            return KeywordHits([], num_docs=n, doc_freqs=dfs)
+        ranked = ranking_terms(terms, dfs, n, self.common_share)
+        hits = self._ranked(ranked, k, flt)
+        if len(hits) < k and len(ranked) < len(terms):  # the common terms rank the rest
+            hits = self._ranked(terms, k, flt)
+        return KeywordHits(hits, num_docs=n, doc_freqs=dfs)
+
+    def search_exact(
+        self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` readable chunks whose text holds one of ``identifiers``, ranked by BM25
+        of ``rank_by`` (holders matching none of it follow with score 0, by rowid), or of the
+        identifiers themselves when it is empty."""
+        ids = list(dict.fromkeys(t for t in identifiers if t))
+        if not ids or k <= 0:
+            return []
+        flt = point_filter(scope, codes=ids)
+        if flt is None:
+            return []
+        self.index.refresh()
+        ranking = list(dict.fromkeys(t for t in rank_by if t))
+        hits = self._ranked(ranking or ids, k, flt)
+        if len(hits) < k and ranking:
+            seen = {r for r, _ in hits}
+            rest = [r for r in self.index.backend.ids(flt, k + len(hits)) if r not in seen]
+            hits += [(r, 0.0) for r in rest[: k - len(hits)]]
+        return hits
+
+
+class QdrantVectorSearch:
+    """Inner-product search of one named dense vector per vector space.
+
+    Args:
+        index: The index whose points are searched.
+        exact: Search exactly instead of through the HNSW graph (which Qdrant builds once a
+            segment passes its indexing threshold).
+    """
+
+    def __init__(self, index: QdrantIndex, *, exact: bool = False) -> None:
+        self.index = index
+        self.exact = exact
+
+    def spaces(self) -> list[str]:
+        """The spaces that got vectors (an emptied one searches to nothing; counting its
+        vectors on every search would scan them)."""
+        return list(self.index.spaces())
+
+    def count(self, space: str | None = None) -> int:
+        names = list(self.index.spaces()) if space is None else [space]
+        backend = self.index.backend
+        return sum(
+            backend.count(PointFilter(has_vector=s)) for s in names if s in self.index.spaces()
+        )
+
+    def search(
+        self, space: str, query: Vectors, k: int, *, scope: Scope
+    ) -> list[tuple[int, float]]:
+        """Top ``k`` chunks of ``space`` by inner product that ``scope`` may read."""
+        flt = point_filter(scope)
+        if flt is None or k <= 0:
+            return []
+        self.index.refresh()
+        if space not in self.index.spaces():
+            return []
+        vector = np.asarray(query, dtype=np.float32).reshape(-1).tolist()
+        q = SearchQuery(using=space, vector=vector, limit=k, filter=flt, exact=self.exact)
+        return _ordered(self.index.backend.query(q))
+
+    def similarities(self, space: str, query: Vectors, rowids: Sequence[int]) -> dict[int, float]:
+        """Inner products of ``query`` with the stored vectors of ``rowids`` in ``space``
+        (those that have one). No permission check: pass rowids the caller may read."""
+        found = self.index.backend.vectors(space, rowids) if rowids else {}
+        if not found:
+            return {}
+        ids = list(found)
+        matrix = np.asarray([found[r] for r in ids], dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        sims = (matrix @ q).tolist()
+        return {r: float(s) for r, s in zip(ids, sims, strict=True)}

@@ -61,9 +61,10 @@ async def test_the_proxy_takes_turns_skips_a_dead_backend_and_says_503_when_none
 
 
 def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
-    tmp_path: Path, pg_server: object
+    tmp_path: Path, pg_server: object, redis_server: object
 ) -> None:
-    # pg_server: only to skip with its reason when PostgreSQL cannot start here
+    # pg_server, redis_server: only to skip, with the reason, when PostgreSQL or Redis cannot
+    # start here (as every other test that needs them)
     cluster = start_dev_cluster(
         tmp_path / "cluster",
         replicas=2,

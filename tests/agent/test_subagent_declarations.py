@@ -1,4 +1,4 @@
-"""Subagent declarations in code and as Markdown files (DESIGN S1), and each declaration error."""
+"""Subagent declarations in code and as Markdown files (docs/design.md S1), and each declaration error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Subagent declarations, in code and as Markdown files (DESIGN S1).
+"""Subagent declarations, in code and as Markdown files (docs/design.md S1).
 
 In code::
 
@@ -70,7 +70,7 @@ Memory = Literal["isolated", "shared"]
 
 class Delegable(Protocol):
     """What can be delegated to: an :class:`~shelfhand.agent.agent.Agent`, a pipeline, a
-    :class:`~shelfhand.agent.supervisor.Supervisor` (DESIGN K2: a message in, a message out,
+    :class:`~shelfhand.agent.supervisor.Supervisor` (docs/design.md K2: a message in, a message out,
     or a stream of events ending with ``Final``)."""
 
     name: str

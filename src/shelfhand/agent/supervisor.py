@@ -1,4 +1,4 @@
-"""A supervisor: a main agent that delegates to subagents (DESIGN S2–S4).
+"""A supervisor: a main agent that delegates to subagents (docs/design.md S2–S4).
 
 Each :class:`~shelfhand.agent.subagents.Subagent` becomes a governed tool of the main agent
 (name = its id, its description, one ``task`` argument). Calling it runs the subagent:

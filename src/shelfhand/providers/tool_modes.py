@@ -1,4 +1,4 @@
-"""How tools reach the model: ``native``, ``plain`` or ``constrained`` (DESIGN K4).
+"""How tools reach the model: ``native``, ``plain`` or ``constrained`` (docs/design.md K4).
 
 - ``native`` sends the OpenAI ``tools`` list; the server's chat template presents them and
   its parser returns ``tool_calls`` (llama.cpp needs ``--jinja``). Calls that the model wrote

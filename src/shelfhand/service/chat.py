@@ -1,4 +1,4 @@
-"""Chat turns of the service: one session, one turn at a time (DESIGN P1, P2).
+"""Chat turns of the service: one session, one turn at a time (docs/design.md P1, P2).
 
 :class:`ChatService` runs a user message through the chat agent (or, with no chat model
 configured, through the knowledge agent) with the session's short-term memory and the user's

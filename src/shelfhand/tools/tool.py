@@ -1,4 +1,4 @@
-"""``@tool``: a plain function becomes a typed, permissioned tool (DESIGN T1–T3).
+"""``@tool``: a plain function becomes a typed, permissioned tool (docs/design.md T1–T3).
 
 Example::
 

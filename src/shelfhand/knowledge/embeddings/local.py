@@ -1,6 +1,6 @@
 """Embedders that run offline: packaged MiniLM and USE-multilingual, and a hashing fallback.
 
-Measured on this project's machines (see ``docs/MODELS.md``): the int8 MiniLM-L6 is good for
+Measured on this project's machines (see ``docs/models.md``): the int8 MiniLM-L6 is good for
 English (SciFact nDCG@10 0.649) and useless for Chinese; USE-multilingual v3 is the reverse
 (good Chinese paraphrase separation, SciFact 0.388). :func:`default_router` therefore routes each
 text by language to its own vector space.

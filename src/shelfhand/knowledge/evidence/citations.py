@@ -1,4 +1,4 @@
-"""Numbered evidence: search hits → ``[1] …`` passages and structured citations (DESIGN R9)."""
+"""Numbered evidence: search hits → ``[1] …`` passages and structured citations (docs/design.md R9)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def rrf(
 
     Args:
         lists: Ranked ids, best first; an id may appear in several lists.
-        k: Damping constant; 60 is the value from the paper and DESIGN R6.
+        k: Damping constant; 60 is the value from the paper and docs/design.md R6.
         weights: One weight per list (default 1 each).
 
     Returns:

@@ -1,4 +1,4 @@
-"""Vector search per embedding space: exact numpy when small, faiss HNSW when large (DESIGN R6).
+"""Vector search per embedding space: exact numpy when small, faiss HNSW when large (docs/design.md R6).
 
 Every space is keyed by chunk rowid. Deleted chunks become tombstones (masked at search) and the
 space is compacted when they pass ``rebuild_ratio`` of it. The permission filter is part of the

@@ -1,4 +1,4 @@
-"""BM25 keyword search with tantivy, permission filter inside the query (DESIGN R6).
+"""BM25 keyword search with tantivy, permission filter inside the query (docs/design.md R6).
 
 Text is analysed by :mod:`shelfhand.knowledge.analysis` and handed to tantivy pre-split by
 whitespace, so Chinese segmentation, stemming and whole codes are ours and identical at index

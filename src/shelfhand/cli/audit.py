@@ -36,7 +36,9 @@ def audit(
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", help="Most records (the newest); default 50, all with --jsonl."),
+        typer.Option(
+            "--limit", min=1, help="Most records (the newest); default 50, all with --jsonl."
+        ),
     ] = None,
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="Print JSON Lines (one record per line) instead.")

@@ -17,7 +17,9 @@ def dev_cluster(
     folder: Annotated[
         Path, typer.Option("--folder", help="Where the servers keep their data and logs.")
     ] = Path(".shelfhand-cluster"),
-    port: Annotated[int, typer.Option(help="The one port clients use (round-robin).")] = 8080,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The one port clients use (round-robin).")
+    ] = 8080,
     replicas: Annotated[int, typer.Option(help="Service replicas.", min=1, max=16)] = 2,
     workers: Annotated[int, typer.Option(help="Ingest workers.", min=0, max=16)] = 1,
     allow_anonymous: Annotated[

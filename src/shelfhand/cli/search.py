@@ -33,6 +33,8 @@ from shelfhand.cli.model_flags import (
 )
 
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
+MAX_K = 20
+"""The most passages one search returns (the API's ``top_k`` bound)."""
 NO_ANSWER_EXIT_CODE = 3
 """`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
 
@@ -41,12 +43,16 @@ NO_ANSWER_EXIT_CODE = 3
 def search(
     query: str,
     workspace: WorkspaceOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many passages.")] = 5,
+    k: Annotated[
+        int, typer.Option("-k", min=1, max=MAX_K, help="How many passages (as the API: 1-20).")
+    ] = 5,
     mode: ModeOpt = "hybrid",
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the hits as JSON (with their citations).")
+    ] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
     from shelfhand.knowledge.evidence.citations import (

@@ -1,0 +1,169 @@
+"""The command line's rough edges, each filed off: help that is whole at 80 columns, one line
+naming a missing extra, numeric options checked as the API checks them, one spelling of
+"error:"."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer import _click as click
+
+from shelfhand.cli import main as cli_main
+from shelfhand.cli.common import app, tidy_help
+
+
+def run_cli(
+    *args: str, cwd: Path, extra_path: Path | None = None, columns: int = 80
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env["COLUMNS"] = str(columns)
+    env["SHELFHAND_EMBEDDER"] = "hashing"
+    if extra_path is not None:  # a folder put before everything else on the import path
+        env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def every_command() -> list[tuple[str, Any, Any]]:
+    """(full name, command, parent group) of every registered command, sub-apps included."""
+    for name in cli_main.COMMAND_MODULES:
+        importlib.import_module(f"shelfhand.cli.{name}")
+    root = typer.main.get_command(app)
+    tidy_help(root)
+    found: list[tuple[str, Any, Any]] = []
+
+    def walk(prefix: str, group: Any) -> None:
+        for name, command in sorted(getattr(group, "commands", {}).items()):
+            found.append((f"{prefix} {name}", command, group))
+            walk(f"{prefix} {name}", command)
+
+    walk("shelfhand", root)
+    return found
+
+
+COMMANDS = every_command()
+
+
+def help_text(command: Any, name: str) -> str:
+    ctx = click.Context(command, info_name=name, terminal_width=80, max_content_width=80)
+    return str(command.get_help(ctx))
+
+
+def squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_command_is_walked_including_the_mcp_sub_commands() -> None:
+    names = {name for name, _, _ in COMMANDS}
+    assert {"shelfhand search", "shelfhand mcp serve", "shelfhand mcp list"} <= names
+
+
+@pytest.mark.parametrize(("name", "command", "parent"), COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_help_at_80_columns_shows_every_description_whole(
+    name: str, command: Any, parent: Any
+) -> None:
+    listing = squash(help_text(parent, name.rsplit(" ", 1)[0]))
+    own = help_text(command, name)
+
+    # the parent's list shows the command's whole first sentence, never cut with "..."
+    assert command.short_help and squash(command.short_help) in listing
+    assert not squash(command.short_help).endswith("...")
+    # every line fits, and every option says what it does in whole words
+    assert all(len(line) <= 80 for line in own.splitlines()), own
+    for param in command.params:
+        if param.param_type_name == "option" and not param.hidden:
+            assert param.help, f"{name} {param.opts[0]} has no help"
+            # whole: click may wrap a line after a hyphen, so compare without spaces
+            assert "".join(param.help.split()) in "".join(own.split())
+        if param.param_type_name == "option":  # metavars name the value's type plainly
+            shown = param.get_help_record(click.Context(command))[0]
+            assert "list[" not in shown and " range>" not in shown, shown
+
+
+def test_top_level_help_cuts_no_description_at_80_columns(tmp_path: Path) -> None:
+    out = run_cli("--help", cwd=tmp_path)
+
+    assert out.returncode == 0
+    commands = out.stdout.split("Commands:", 1)[1]
+    assert "..." not in commands
+    assert "Search the knowledge base and print cited passages (no model involved)." in squash(
+        out.stdout
+    )
+
+
+def _blocked(tmp_path: Path, *packages: str) -> Path:
+    """A folder whose packages shadow ``packages`` and fail to import, as when the optional
+    extra that installs them is missing."""
+    folder = tmp_path / "blocked"
+    for package in packages:
+        (folder / package).mkdir(parents=True)
+        (folder / package / "__init__.py").write_text(
+            f"raise ModuleNotFoundError({f'No module named {package!r}'!r}, name={package!r})\n",
+            encoding="utf-8",
+        )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("args", "packages", "extra"),
+    [
+        (["mcp", "list"], ["mcp"], "shelfhand[mcp]"),
+        (["mcp", "serve"], ["mcp"], "shelfhand[mcp]"),
+        (["serve", "--allow-anonymous"], ["fastapi", "uvicorn"], "shelfhand[server]"),
+    ],
+)
+def test_a_missing_extra_is_one_line_naming_it_and_exit_2(
+    tmp_path: Path, args: list[str], packages: list[str], extra: str
+) -> None:
+    out = run_cli(
+        *args, "-w", str(tmp_path / "ws"), cwd=tmp_path, extra_path=_blocked(tmp_path, *packages)
+    )
+
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and extra in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["search", "保修", "-k", "0"], "greater than or equal to 1"),
+        (["search", "保修", "-k", "-1"], "greater than or equal to 1"),
+        (["search", "保修", "-k", "21"], "less than or equal to 20"),
+        (["audit", "--limit", "0"], "greater than or equal to 1"),
+        (["ask", "保修", "--temperature", "3"], "less than or equal to 2"),
+        (["serve", "--port", "70000"], "less than or equal to 65535"),
+    ],
+)
+def test_numeric_options_out_of_range_exit_2_with_the_bound(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = run_cli(*args, "-w", str(tmp_path / "ws"), cwd=tmp_path)
+
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def test_usage_errors_and_command_errors_are_spelled_the_same(tmp_path: Path) -> None:
+    usage = run_cli("search", "x", "--bogus", cwd=tmp_path)
+    missing = run_cli("sources", "-w", str(tmp_path / "nowhere"), cwd=tmp_path)
+
+    assert usage.returncode == missing.returncode == 2
+    assert "\nerror: No such option: --bogus" in usage.stderr and "Error:" not in usage.stderr
+    assert missing.stderr.startswith("error: workspace")

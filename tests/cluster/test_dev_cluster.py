@@ -4,6 +4,8 @@ real (PostgreSQL, Redis, two `shelfhand serve` processes)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -61,12 +63,15 @@ async def test_the_proxy_takes_turns_skips_a_dead_backend_and_says_503_when_none
 
 
 def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
-    tmp_path: Path, pg_server: object, redis_server: object
+    pg_server: object, redis_server: object
 ) -> None:
     # pg_server, redis_server: only to skip, with the reason, when PostgreSQL or Redis cannot
     # start here (as every other test that needs them)
+    # not under pytest's basetemp: its per-worker folders (xdist) are private to root, and
+    # PostgreSQL runs as its own system user when the tests run as root
+    folder = Path(tempfile.mkdtemp(prefix="shelfhand-test-cluster-"))
     cluster = start_dev_cluster(
-        tmp_path / "cluster",
+        folder / "cluster",
         replicas=2,
         workers=0,
         serve_args=["--allow-anonymous"],
@@ -88,3 +93,4 @@ def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
         cluster.stop()
     assert all(p.poll() is not None for p in procs)
     assert not cluster.postgres.running()
+    shutil.rmtree(folder, ignore_errors=True)

@@ -167,3 +167,101 @@ def test_usage_errors_and_command_errors_are_spelled_the_same(tmp_path: Path) ->
     assert usage.returncode == missing.returncode == 2
     assert "\nerror: No such option: --bogus" in usage.stderr and "Error:" not in usage.stderr
     assert missing.stderr.startswith("error: workspace")
+
+
+# --- the workspace commands ------------------------------------------------------------
+
+
+def _audit_log_with_a_timeout(workspace: Path) -> None:
+    from shelfhand.tools.audit import AuditLog
+
+    with AuditLog.for_workspace(workspace) as log:
+        log.record(
+            tool="create_return",
+            tenant="acme",
+            user="bob",
+            trace_id="t1",
+            request_id="r1",
+            call_id="c1",
+            arguments={"order_id": "SO-1001", "reason": "the lamp overheats after an hour"},
+            canonical=None,
+            decision="allow",
+            outcome="timeout",
+            duration_ms=5003.5,
+            error_class="ToolTimeoutError",
+        )
+
+
+def test_audit_refuses_an_unknown_outcome_and_names_the_known_ones(tmp_path: Path) -> None:
+    _audit_log_with_a_timeout(tmp_path / "ws")
+
+    out = run_cli("audit", "--outcome", "bogus", "-w", str(tmp_path / "ws"), cwd=tmp_path)
+
+    assert out.returncode == 2
+    assert "--outcome must be one of ok, error, timeout" in out.stderr and "'bogus'" in out.stderr
+
+
+def test_the_audit_table_keeps_its_key_columns_whole_at_80_columns(tmp_path: Path) -> None:
+    _audit_log_with_a_timeout(tmp_path / "ws")
+
+    out = run_cli("audit", "-w", str(tmp_path / "ws"), cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    assert "(1 call)" in out.stdout and "arguments: --jsonl" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if "create_return" in line)
+    for cell in ("create_return", "acme/bob", "allow", "timeout", "5003.5"):
+        assert cell in row, row
+    assert all(len(line) <= 80 for line in out.stdout.splitlines())
+    wide = run_cli("audit", "-w", str(tmp_path / "ws"), cwd=tmp_path, columns=140)
+    assert "timeout (ToolTimeoutError)" in wide.stdout and "SO-1001" in wide.stdout
+
+
+def test_a_writer_command_on_a_served_workspace_says_what_to_do_for_that_command(
+    tmp_path: Path,
+) -> None:
+    from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
+
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+    with WorkspaceLock(tmp_path / "ws", "serve").acquire():
+        forget = run_cli("forget", "projector/faq.html", "-w", "ws", cwd=tmp_path)
+        reindex = run_cli("reindex", "-w", "ws", cwd=tmp_path)
+
+    assert forget.returncode == reindex.returncode == 75
+    assert "DELETE /v1/knowledge/sources/" in forget.stderr
+    assert "stop the server first" in reindex.stderr
+    assert "upload" not in forget.stderr + reindex.stderr
+
+
+def test_sources_shows_tenant_and_tags_and_forget_takes_a_folder_without_its_slash(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "mixed"
+    (docs / "hr").mkdir(parents=True)
+    (docs / "hr" / "pay.md").write_text("# 薪资\n\n每月十日发放工资。\n", encoding="utf-8")
+    (docs / "a.exe").write_bytes(b"MZ\x90\x00")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    ingest = run_cli(
+        "ingest", "mixed", "--tenant", "acme", "--tag", "hr", "-w", "ws", cwd=tmp_path, columns=200
+    )
+    nothing = run_cli("ingest", "empty", "-w", "ws", cwd=tmp_path, columns=200)
+    listed = run_cli("sources", "-w", "ws", cwd=tmp_path, columns=120)
+    forget = run_cli("forget", "mixed", "-w", "ws", cwd=tmp_path)
+
+    assert ingest.returncode == 0, ingest.stderr
+    assert "not read in mixed: 1 file of an unsupported type (a.exe)" in ingest.stdout
+    assert "empty holds no file of a type shelfhand reads" in nothing.stdout
+    row = next(line for line in listed.stdout.splitlines() if "pay.md" in line)
+    assert "acme" in row and "hr" in row
+    assert forget.returncode == 0, forget.stderr
+    assert "removed mixed/ (1 document)" in forget.stdout
+
+
+def test_counts_read_in_the_singular_for_one(tmp_path: Path) -> None:
+    (tmp_path / "one.md").write_text("# One\n\nA single short passage.\n", encoding="utf-8")
+
+    out = run_cli("ingest", "one.md", "-w", "ws", cwd=tmp_path, columns=200)
+
+    assert out.returncode == 0, out.stderr
+    assert "1 chunk " in out.stdout and "1 chunks" not in out.stdout

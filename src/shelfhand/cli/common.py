@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer import _click as click  # typer's own copy of click: its commands and errors
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 if TYPE_CHECKING:
     from shelfhand.app import App
@@ -35,7 +35,7 @@ def tidy_help(command: click.Command) -> None:
     ``<str>`` / ``<float>`` rather than ``<list[str]>`` / ``<float range>``."""
     ctx = click.Context(command)
     for param in command.params:
-        if param.param_type_name == "option" and param.metavar is None:
+        if isinstance(param, TyperOption) and param.metavar is None:
             param.metavar = _plain_metavar(param.display_type(ctx))
     for sub in getattr(command, "commands", {}).values():
         if sub.short_help is None and sub.help:
@@ -194,6 +194,11 @@ def open_app(workspace: Path | None, *, existing: bool = False, create: bool = F
         except OSError as exc:
             raise fail(f"cannot create workspace {ws}: {exc}", 2) from None
     return a
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``1 chunk``, ``2 chunks``: a count with its noun in the right number."""
+    return f"{count:,} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
 def caller_context(tenant: str, user: str, roles: list[str] | None) -> Any:

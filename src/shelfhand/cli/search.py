@@ -23,6 +23,7 @@ from shelfhand.cli.common import (
     fail,
     make_console,
     open_app,
+    plural,
 )
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
@@ -77,7 +78,7 @@ def search(
         make_console().print(format_passages(citations), highlight=False, markup=False)
         if found.pending_chunks:
             make_console().print(
-                f"[dim]{found.pending_chunks} chunks are not embedded yet (found by keywords "
+                f"[dim]{plural(found.pending_chunks, 'chunk')} are not embedded yet (found by keywords "
                 "only); `shelfhand embed` embeds them[/]",
                 highlight=False,
             )

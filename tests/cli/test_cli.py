@@ -127,6 +127,6 @@ def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> No
     out = shelfhand("reindex", workspace=tmp_path, env=env)
 
     assert out.returncode == 0, out.stderr
-    assert "keyword index rebuilt" in out.stdout and "1 segment(s)" in out.stdout
+    assert "keyword index rebuilt" in out.stdout and "1 segment," in out.stdout
     after = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
     assert json.loads(after.stdout) == json.loads(before.stdout)

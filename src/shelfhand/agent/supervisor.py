@@ -61,7 +61,13 @@ from .delegation import (
 )
 from .runs import RunOptions, run_to_final
 from .step_events import STEPS, STEPS_AND_TEXT, tag_event
-from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
+from .subagents import (
+    DeclarationError,
+    Delegable,
+    Subagent,
+    check_subagent_tools,
+    merge_declarations,
+)
 
 if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
@@ -243,17 +249,10 @@ class Supervisor:
     def _check(self, spec: Subagent) -> None:
         if spec.agent is not None:
             return
-        for tool_name in spec.tools:
-            if self._source.get(tool_name) is None and tool_name not in {
-                s.id for s in self.subagents
-            }:
-                known = ", ".join(
-                    [t.name for t in self._source.tools] + [s.id for s in self.subagents]
-                )
-                raise DeclarationError(
-                    f"subagent {spec.id!r} ({spec.origin}): unknown tool {tool_name!r}; "
-                    f"known: {known}"
-                )
+        check_subagent_tools(
+            [spec, *(s for s in self.subagents if s.id != spec.id)],
+            [t.name for t in self._source.tools],
+        )
         named = spec.model
         if isinstance(named, str) and named not in self._models and self.model.name != named:
             known = ", ".join(self._models) or "none"

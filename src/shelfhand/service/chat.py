@@ -189,6 +189,10 @@ class ChatService:
         self._fingerprints: OrderedDict[tuple[str, str], str] = OrderedDict()
         if self.subagents and model is not None:  # an unknown tool name fails at start-up
             app.supervisor(model, kb, toolkit=toolkit, tasks=self.tasks)
+        elif self.subagents:  # ... without a model too: the declarations are checked alike
+            from shelfhand.agent.subagents import check_subagent_tools
+
+            check_subagent_tools(self.subagents, [t.name for t in toolkit.tools])
 
     WINDOW_CACHE = 2048
     """Sessions whose memory window is kept in the process."""

@@ -265,3 +265,30 @@ def test_counts_read_in_the_singular_for_one(tmp_path: Path) -> None:
 
     assert out.returncode == 0, out.stderr
     assert "1 chunk " in out.stdout and "1 chunks" not in out.stdout
+
+
+def test_search_shows_a_long_passage_around_its_matched_term(tmp_path: Path) -> None:
+    # four-letter words: about five characters a token, so a 400-token chunk is ~2,000 chars
+    filler = " ".join("lamp fans heat dust wall" for _ in range(70))
+    (tmp_path / "long.md").write_text(
+        f"# Log\n\n{filler} The final line holds the tailmarker.\n", encoding="utf-8"
+    )
+    assert run_cli("ingest", "long.md", "-w", "ws", cwd=tmp_path).returncode == 0
+
+    out = run_cli("search", "tailmarker", "--mode", "keyword", "-w", "ws", cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    assert "holds the tailmarker" in squash(out.stdout)
+    assert "… " in out.stdout  # the start is left out, and says so
+
+
+def test_an_excerpt_centres_on_the_first_chinese_or_english_term() -> None:
+    from shelfhand.knowledge.evidence.citations import excerpt
+
+    zh = "投影仪说明。" * 300 + "整机保修期限为十二个月。"
+    en = "Nothing here. " * 200 + "Error E-203 means the lamp overheats."
+
+    assert "保修期限为十二个月" in excerpt(zh, 120, "保修期多久")
+    assert "E-203 means the lamp overheats" in excerpt(en, 200, "what is E-203?")
+    assert excerpt(en, 200, "no such words").startswith("Nothing here.")
+    assert excerpt("short", 200, "short") == "short"

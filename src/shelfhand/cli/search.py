@@ -75,7 +75,8 @@ def search(
             f"not found: no passage matches {query!r}", highlight=False, markup=False
         )
     else:
-        make_console().print(format_passages(citations), highlight=False, markup=False)
+        passages = format_passages(citations, query=query)  # each shown where it matched
+        make_console().print(passages, highlight=False, markup=False)
         if found.pending_chunks:
             make_console().print(
                 f"[dim]{plural(found.pending_chunks, 'chunk')} are not embedded yet (found by keywords "

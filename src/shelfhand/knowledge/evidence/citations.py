@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from shelfhand.core.messages import Citation
@@ -69,6 +70,38 @@ def prepare_evidence(
     return compressed
 
 
+_WORD_RE = re.compile(r"[^\W_]+")
+_CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
+
+
+def _first_match(text: str, query: str) -> tuple[int, int] | None:
+    """Where ``text`` first holds a term of ``query`` (a word of two or more letters, or two
+    Chinese characters of a run), as (start, end); ``None`` when it holds none."""
+    folded = text.casefold()
+    terms = {w for w in _WORD_RE.findall(query.casefold()) if len(w) >= 2}
+    for run in _CJK_RUN_RE.findall(query):
+        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+    found = [(folded.find(t), t) for t in terms]
+    hits = [(at, at + len(t)) for at, t in found if at >= 0]
+    return min(hits) if hits else None
+
+
+def excerpt(text: str, max_chars: int, query: str | None = None) -> str:
+    """``text`` cut to about ``max_chars``: its start, or (with ``query``) a window centred
+    on the first matched term when that lies beyond the start, marked with "…"."""
+    if len(text) <= max_chars:
+        return text
+    match = _first_match(text, query) if query else None
+    if match is None or match[1] <= max_chars - 20:
+        return text[:max_chars].rstrip() + " …"
+    start = max(0, (match[0] + match[1]) // 2 - max_chars // 2)
+    space = text.rfind(" ", max(0, start - 20), start + 1)  # begin at a word when one is near
+    start = space + 1 if space >= 0 else start
+    end = min(len(text), start + max_chars)
+    shown = text[start:end].strip()
+    return f"{'… ' if start > 0 else ''}{shown}{' …' if end < len(text) else ''}"
+
+
 def label(c: Citation) -> str:
     """``title › section (source, p. 3)`` — how a citation is shown to people and models."""
     where = c.title or c.source
@@ -94,15 +127,22 @@ def conflict_notes(citations: Sequence[Citation]) -> list[str]:
     return list(notes)
 
 
-def format_passages(citations: Sequence[Citation], *, max_chars: int = 1200) -> str:
+def format_passages(
+    citations: Sequence[Citation], *, max_chars: int = 1200, query: str | None = None
+) -> str:
     """The numbered passages as the model (or a person) reads them, then a ``Note:`` line
-    for each disagreement flagged on them."""
+    for each disagreement flagged on them.
+
+    Args:
+        max_chars: A longer passage is shown in part: from its start, or with ``query``
+            around the first place it holds one of the query's terms, so the reader sees why
+            it matched.
+    """
     if not citations:
         return NOTHING_FOUND
     blocks = []
     for c in citations:
-        text = c.text if len(c.text) <= max_chars else c.text[:max_chars].rstrip() + " …"
-        blocks.append(f"[{c.index}] {label(c)}\n{text}")
+        blocks.append(f"[{c.index}] {label(c)}\n{excerpt(c.text, max_chars, query)}")
     notes = conflict_notes(citations)
     if notes:
         blocks.append("\n".join(notes))

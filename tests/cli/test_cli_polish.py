@@ -292,3 +292,38 @@ def test_an_excerpt_centres_on_the_first_chinese_or_english_term() -> None:
     assert "E-203 means the lamp overheats" in excerpt(en, 200, "what is E-203?")
     assert excerpt(en, 200, "no such words").startswith("Nothing here.")
     assert excerpt("short", 200, "short") == "short"
+
+
+@pytest.mark.parametrize("gone", ["projector/faq.html", "projector/warranty-policy-v2.md"])
+def test_after_forget_the_section_heading_still_weighs_without_a_reindex(
+    tmp_path: Path, gone: str
+) -> None:
+    from shelfhand.knowledge import KnowledgeBase, sample_corpus
+
+    with KnowledgeBase(tmp_path / "ws", None, mode="keyword") as kb:
+        kb.ingest([sample_corpus()])
+        assert kb.forget(gone) == 1
+        top = kb.search("保修期多久", k=3)[0]
+
+    assert top.chunk.section_path[-1] == "保修期限", top.chunk.section_path
+
+
+def test_chat_without_a_model_answers_with_passages_as_ask_does(tmp_path: Path) -> None:
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(SHELFHAND_EMBEDDER="hashing", COLUMNS="120")
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "chat", "-w", "ws"],
+        input="E-203 是什么故障？\n\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+    assert out.returncode == 0, out.stderr
+    assert "SHELFHAND_MODEL" in out.stdout and "cited passages" in out.stdout
+    assert "E-203" in out.stdout and "troubleshooting-manual.pdf" in out.stdout

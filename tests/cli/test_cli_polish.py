@@ -327,3 +327,17 @@ def test_chat_without_a_model_answers_with_passages_as_ask_does(tmp_path: Path) 
     assert out.returncode == 0, out.stderr
     assert "SHELFHAND_MODEL" in out.stdout and "cited passages" in out.stdout
     assert "E-203" in out.stdout and "troubleshooting-manual.pdf" in out.stdout
+
+
+def test_a_broken_pdf_is_skipped_with_its_reason_and_no_parser_chatter_on_stderr(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "broken.pdf").write_bytes(
+        b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n"
+    )
+
+    out = run_cli("ingest", "broken.pdf", "-w", "ws", cwd=tmp_path, columns=200)
+
+    assert out.returncode == 3
+    assert "skipped broken.pdf: not a valid PDF" in out.stdout
+    assert out.stderr == ""  # pypdf's "EOF marker not found" stays in the parser

@@ -339,5 +339,5 @@ def test_a_broken_pdf_is_skipped_with_its_reason_and_no_parser_chatter_on_stderr
     out = run_cli("ingest", "broken.pdf", "-w", "ws", cwd=tmp_path, columns=200)
 
     assert out.returncode == 3
-    assert "skipped broken.pdf: not a valid PDF" in out.stdout
+    assert "broken.pdf: not a valid PDF" in out.stdout
     assert out.stderr == ""  # pypdf's "EOF marker not found" stays in the parser

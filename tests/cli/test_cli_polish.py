@@ -341,3 +341,25 @@ def test_a_broken_pdf_is_skipped_with_its_reason_and_no_parser_chatter_on_stderr
     assert out.returncode == 3
     assert "broken.pdf: not a valid PDF" in out.stdout
     assert out.stderr == ""  # pypdf's "EOF marker not found" stays in the parser
+
+
+@pytest.mark.slow
+def test_the_ablation_table_keeps_its_columns_and_says_why_a_stage_was_skipped_at_80_columns(
+    tmp_path: Path,
+) -> None:
+    from shelfhand.knowledge import sample_corpus
+
+    cases = sample_corpus().parent / "projector-cases.jsonl"
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+
+    out = run_cli("eval", str(cases), "--ablation", "-w", "ws", cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    header = next(line for line in lines if "nDCG@10" in line and "stage" in line)
+    for column in ("mode", "R@5", "R@10", "MRR@10", "p50 ms", "p95 ms"):
+        assert column in header
+    # rerank is off by default: its row says "skipped" and a line under the table says why
+    assert any("+ rerank" in line and "skipped" in line for line in lines)
+    assert any(line.startswith("+ rerank: skipped: ") for line in lines)

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app, plural
+from shelfhand.tools.policy import Outcome
 
-OUTCOME_NAMES = (
-    "ok",
-    "error",
-    "timeout",
-    "denied",
-    "unknown_tool",
-    "invalid_arguments",
-    "rate_limited",
-    "circuit_open",
-    "needs_approval",
-    "rejected",
-    "external",
-)
+OUTCOME_NAMES: tuple[str, ...] = get_args(Outcome)
 OUTCOMES = ", ".join(OUTCOME_NAMES)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -93,17 +94,23 @@ def chat(
 
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
     console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
-    while True:
-        try:
-            line = console.input("[bold green]you> [/]")
-        except (EOFError, KeyboardInterrupt):
-            break
-        if not line.strip():
-            break
+    for line in _lines(console):
         try:
             asyncio.run(_stream_turn(agent, line, ctx, console))
         except ModelError as exc:
             console.print(f"[bold red]model error:[/] {exc}")
+
+
+def _lines(console: Any) -> Iterator[str]:
+    """What the user types, line by line, until an empty line, Ctrl-D or Ctrl-C."""
+    while True:
+        try:
+            line = console.input("[bold green]you> [/]")
+        except (EOFError, KeyboardInterrupt):
+            return
+        if not line.strip():
+            return
+        yield line
 
 
 def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
@@ -114,13 +121,7 @@ def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
         f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages; empty line "
         "or Ctrl-D to quit[/]"
     )
-    while True:
-        try:
-            line = console.input("[bold green]you> [/]")
-        except (EOFError, KeyboardInterrupt):
-            break
-        if not line.strip():
-            break
+    for line in _lines(console):
         result = agent.run_sync(line, context=ctx)
         console.print(result.output, highlight=False, markup=False)
 

@@ -363,3 +363,16 @@ def test_the_ablation_table_keeps_its_columns_and_says_why_a_stage_was_skipped_a
     # rerank is off by default: its row says "skipped" and a line under the table says why
     assert any("+ rerank" in line and "skipped" in line for line in lines)
     assert any(line.startswith("+ rerank: skipped: ") for line in lines)
+
+
+def test_the_conflict_note_of_search_names_the_newer_versions_effective_date(
+    tmp_path: Path,
+) -> None:
+    assert run_cli("ingest", "--samples", "-w", "ws", cwd=tmp_path).returncode == 0
+
+    out = run_cli("search", "保修期多久", "-k", "3", "--mode", "keyword", "-w", "ws", cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    note = squash(out.stdout.split("Note:", 1)[1])
+    # the date is stated in the v2 policy's opening passage, which did not match the query
+    assert "is newer (version 2, effective 2025-01-01)" in note

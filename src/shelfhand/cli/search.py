@@ -4,7 +4,8 @@ documents)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.markup import escape
@@ -57,6 +58,7 @@ def search(
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
     from shelfhand.knowledge.evidence.citations import (
+        conflict_notes,
         format_passages,
         prepare_evidence,
         to_citations,
@@ -68,6 +70,10 @@ def search(
         query, k=k, user=caller_context(tenant, user, role), mode=check_mode(mode)
     )
     citations = prepare_evidence(to_citations(list(found.hits)), query)  # disagreements flagged
+    if any("newer" in n and "effective" not in n for n in conflict_notes(citations)):
+        # the note names the newer version: add its effective date from the documents
+        context = effective_context(kb, citations, caller_context(tenant, user, role))
+        citations = prepare_evidence(to_citations(list(found.hits)), query, context=context)
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
@@ -87,6 +93,19 @@ def search(
             if note:
                 make_console().print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     kb.close()
+
+
+def effective_context(kb: Any, citations: Sequence[Any], user: Any) -> list[Any]:
+    """Passages of the cited documents that say when they take effect (searched within each
+    document, with the caller's permissions), for the version notes of conflicts."""
+    from shelfhand.knowledge.evidence.citations import to_citations
+
+    hits = []
+    for source in dict.fromkeys(c.source for c in citations):
+        hits += kb.search(
+            "生效 生效日期 effective", k=2, user=user, mode="keyword", filters={"source": source}
+        )
+    return list(to_citations(hits))
 
 
 def check_mode(mode: str) -> SearchMode:

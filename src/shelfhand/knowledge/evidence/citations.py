@@ -42,6 +42,7 @@ def prepare_evidence(
     *,
     earlier: Sequence[Citation] = (),
     compress_tokens: int | None = None,
+    context: Sequence[Citation] = (),
 ) -> list[Citation]:
     """Numbered ``citations`` made ready to show: disagreements flagged, then (with
     ``compress_tokens``) each passage cut to the sentences that answer ``query``.
@@ -49,10 +50,13 @@ def prepare_evidence(
     Conflicts are looked for among ``citations`` and between them and ``earlier`` passages
     of the same run (full text, before compression); only ``citations`` are returned. A
     compressed passage keeps the sentences holding the values its conflicts name.
+    ``context`` passages of the same documents only tell their versions and effective dates.
     """
     current = {c.index for c in citations}
     pool = [*citations, *(c for c in earlier if c.index not in current)]
-    conflicts = [x for x in find_conflicts(pool) if x.a in current or x.b in current]
+    conflicts = [
+        x for x in find_conflicts(pool, context=context) if x.a in current or x.b in current
+    ]
     out = annotate_conflicts(citations, conflicts)
     if compress_tokens is None:
         return out

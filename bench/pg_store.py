@@ -6,7 +6,7 @@
     python bench/pg_store.py latency-ws --workspace WS --database-url URL --queries 8
     python bench/pg_store.py keyword-prune --chunks 1000000 --database-url URL
 
-``import``, ``latency-ws``, ``keyword-prune``: see their functions (BENCHMARKS.md "1M chunks on
+``import``, ``latency-ws``, ``keyword-prune``: see their functions (docs/benchmarks/history.md "1M chunks on
 PostgreSQL").
 
 ``quality``: nDCG@10 / Recall@10 of ``shelfhand eval --beir`` (hybrid and keyword) on an

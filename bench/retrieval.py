@@ -1,4 +1,4 @@
-"""Retrieval benchmark (DESIGN R6): latency at 100k, indexes at 1M, ingest overhead, peers.
+"""Retrieval benchmark (docs/design.md R6): latency at 100k, indexes at 1M, ingest overhead, peers.
 
     python bench/retrieval.py latency   # 100k chunks through the real store; p50/p95 per mode
     python bench/retrieval.py scale     # 1M chunks: our tantivy index and HNSW vector indexes

@@ -1,4 +1,4 @@
-"""Tool calling and cited answers of a real (local) model, per tool mode (issue 9, DESIGN P6).
+"""Tool calling and cited answers of a real (local) model, per tool mode (issue 9, docs/design.md P6).
 
 Runs the bundled 20 tool-call cases (``shelfhand eval-tools``' suite) in each tool mode —
 ``plain``, ``native``, ``constrained`` — and ``ask`` (the chat agent over the bundled samples)

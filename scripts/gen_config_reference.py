@@ -38,7 +38,7 @@ with a message naming the setting; `shelfhand config` shows each value and where
 (secrets masked).
 
 `shelfhand.toml` also holds `[limits]` (per-file reading limits) and `[[api_keys]]` (callers of
-the service); see the README.
+the service); see [Bounded reading](../knowledge/index.md#bounded-reading) and [The service](../service.md).
 
 | name | env var | TOML key | type | default | help |
 |---|---|---|---|---|---|

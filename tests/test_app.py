@@ -1,4 +1,4 @@
-"""Provider modes (DESIGN R11): explicit modes fail fast, ``auto`` degrades and says why."""
+"""Provider modes (docs/design.md R11): explicit modes fail fast, ``auto`` degrades and says why."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pipelines (DESIGN K6): sequential, conditional and fan-out order and merge, with scripted
+"""Pipelines (docs/design.md K6): sequential, conditional and fan-out order and merge, with scripted
 models; a pipeline is itself an agent (run, stream, a tool, a subagent)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Subagent declarations in code and as Markdown files (DESIGN S1), and each declaration error."""
+"""Subagent declarations in code and as Markdown files (docs/design.md S1), and each declaration error."""
 
 from __future__ import annotations
 
@@ -196,18 +196,38 @@ def shelfhand_cli(*args: str, workspace: Path) -> subprocess.CompletedProcess[st
 
 
 def test_the_agents_command_lists_the_workspace_subagents(tmp_path: Path) -> None:
-    write(tmp_path / "agents", "product-advisor.md", ADVISOR)
+    write(tmp_path / "agents", "product-advisor.md", ADVISOR.replace("query_stock", "retrieve"))
     write(tmp_path / "agents", "writer.md", "---\ndescription: Writes.\ntools: [calculator]\n---\n")
     out = shelfhand_cli("agents", "--json", workspace=tmp_path)
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)
     assert [(a["id"], a["tools"], a["max_iters"]) for a in listed] == [
-        ("product-advisor", ["query_stock"], 4),
+        ("product-advisor", ["retrieve"], 4),
         ("writer", ["calculator"], 6),
     ]
     table = shelfhand_cli("agents", workspace=tmp_path)
     assert "product-advisor" in table.stdout and "Answers questions about products" in table.stdout
-    assert "query_stock' is not built in" in table.stdout
+
+
+def test_an_unknown_tool_is_an_error_without_a_model_and_the_known_list_leaves_out_itself(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "agents", "product-advisor.md", ADVISOR)  # query_stock: no such tool
+    write(tmp_path / "agents", "writer.md", "---\ndescription: Writes.\ntools: [writer]\n---\n")
+
+    out = shelfhand_cli("agents", workspace=tmp_path)
+
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    said = out.stderr.replace("\n", "")
+    assert f"'product-advisor' ({path}): unknown tool 'query_stock'" in said
+    known = said.split("known: ", 1)[1]
+    assert "retrieve" in known and "writer" in known and "product-advisor" not in known
+    (tmp_path / "agents" / "product-advisor.md").unlink()
+    itself = shelfhand_cli("agents", workspace=tmp_path)
+    assert itself.returncode == 2
+    assert "unknown tool 'writer' (a subagent cannot delegate to itself)" in itself.stderr.replace(
+        "\n", ""
+    )
 
 
 def test_the_agents_command_reports_a_bad_file_with_its_line(tmp_path: Path) -> None:

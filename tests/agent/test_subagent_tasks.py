@@ -1,4 +1,4 @@
-"""Background subagent tasks and the lifecycle tools (DESIGN S2), with scripted models."""
+"""Background subagent tasks and the lifecycle tools (docs/design.md S2), with scripted models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A supervisor delegating to subagents (DESIGN S2–S4), with scripted models."""
+"""A supervisor delegating to subagents (docs/design.md S2–S4), with scripted models."""
 
 from __future__ import annotations
 

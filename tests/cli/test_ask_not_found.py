@@ -54,6 +54,7 @@ def test_ask_without_a_model_says_the_documents_do_not_cover_it(workspace: Path)
     assert NOT_COVERED in out.stdout and "[1]" not in out.stdout
 
 
+@pytest.mark.slow
 def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) -> None:
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     out = shelfhand("search", "--tenant", "elsewhere", "整机保修期", workspace=workspace, env=env)
@@ -66,6 +67,7 @@ def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) 
     assert "Note: [" in flagged.stdout and "disagree: 12 个月 vs 24 个月" in flagged.stdout
 
 
+@pytest.mark.slow
 def test_ask_prints_the_disagreement_of_the_passages_under_the_answer(
     tmp_path: Path, server: Any
 ) -> None:

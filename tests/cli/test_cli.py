@@ -60,6 +60,7 @@ def test_a_wrong_retrieval_mode_fails_fast_with_a_clear_message(tmp_path: Path) 
     assert "retrieval mode 'magic'" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_ingest_sources_search_forget_on_the_samples(tmp_path: Path) -> None:
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     out = shelfhand("ingest", "--samples", workspace=tmp_path, env=env)
@@ -86,6 +87,7 @@ def test_ingest_sources_search_forget_on_the_samples(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "not indexed" in missing.stderr
 
 
+@pytest.mark.slow
 def test_ask_without_a_model_prints_cited_passages_and_a_hint(tmp_path: Path) -> None:
     assert shelfhand("ingest", str(sample_corpus()), workspace=tmp_path).returncode == 0
     out = shelfhand("ask", "E-203 是什么故障？", workspace=tmp_path)
@@ -95,6 +97,7 @@ def test_ask_without_a_model_prints_cited_passages_and_a_hint(tmp_path: Path) ->
     assert "SHELFHAND_MODEL" in out.stdout
 
 
+@pytest.mark.slow
 def test_eval_on_the_sample_cases(tmp_path: Path) -> None:
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     assert shelfhand("ingest", "--samples", workspace=tmp_path, env=env).returncode == 0
@@ -117,6 +120,7 @@ def test_bad_arguments_get_a_clear_error_not_a_traceback(tmp_path: Path, args: l
     assert "error:" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> None:
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     empty = shelfhand("reindex", workspace=tmp_path, env=env)
@@ -127,6 +131,6 @@ def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> No
     out = shelfhand("reindex", workspace=tmp_path, env=env)
 
     assert out.returncode == 0, out.stderr
-    assert "keyword index rebuilt" in out.stdout and "1 segment(s)" in out.stdout
+    assert "keyword index rebuilt" in out.stdout and "1 segment," in out.stdout
     after = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
     assert json.loads(after.stdout) == json.loads(before.stdout)

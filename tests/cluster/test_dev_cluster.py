@@ -77,9 +77,10 @@ def cluster_folder() -> Iterator[Path]:
 
 
 def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
-    cluster_folder: Path, pg_server: object
+    cluster_folder: Path, pg_server: object, redis_server: object
 ) -> None:
-    # pg_server: only to skip with its reason when PostgreSQL cannot start here
+    # pg_server, redis_server: only to skip, with the reason, when PostgreSQL or Redis cannot
+    # start here (as every other test that needs them)
     cluster = start_dev_cluster(
         cluster_folder / "cluster",
         replicas=2,
@@ -106,7 +107,7 @@ def test_a_dev_cluster_starts_two_replicas_on_one_database_and_stops_cleanly(
 
 
 def test_a_dev_cluster_on_qdrant_searches_what_a_worker_ingested_and_keeps_tenants_apart(
-    cluster_folder: Path, pg_server: object
+    cluster_folder: Path, pg_server: object, redis_server: object
 ) -> None:
     # one replica with Qdrant Edge in its process, one worker process writing PostgreSQL
     pytest.importorskip("qdrant_edge")

@@ -31,3 +31,21 @@ def test_a_forked_child_never_repeats_its_parents_ids() -> None:
     assert child != parent
     assert child[:16] != before[:16]  # a new prefix, not the parent's counter run
     assert parent[:16] == before[:16]
+
+
+def test_the_first_id_of_a_process_does_not_end_in_sixteen_zeros() -> None:
+    import subprocess
+    import sys
+
+    firsts = {
+        subprocess.run(
+            [sys.executable, "-c", "from shelfhand.core.ids import new_id; print(new_id())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for _ in range(3)
+    }
+
+    assert len(firsts) == 3
+    assert all(len(i) == 32 and not i.endswith("0" * 16) for i in firsts), firsts

@@ -1,4 +1,4 @@
-"""Human confirmation: ``confirm=True`` tools pause the run until approved (DESIGN T5)."""
+"""Human confirmation: ``confirm=True`` tools pause the run until approved (docs/design.md T5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The audit log: one correct record per call, secrets redacted, queryable (DESIGN T5)."""
+"""The audit log: one correct record per call, secrets redacted, queryable (docs/design.md T5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The governance pipeline, driven through the agent and the scripted model (DESIGN T5)."""
+"""The governance pipeline, driven through the agent and the scripted model (docs/design.md T5)."""
 
 from __future__ import annotations
 

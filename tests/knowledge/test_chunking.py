@@ -231,7 +231,7 @@ def test_chunks_stay_within_budget_point_at_their_text_and_cover_every_section(
 
 
 def test_chunking_thousands_of_abstracts() -> None:
-    # speed lives in bench/ (BENCHMARKS.md), never in a timed unit test
+    # speed lives in bench/ (docs/benchmarks/history.md), never in a timed unit test
     rng = random.Random(7)
     words = ["the", "of", "protein", "cell", "expression", "cancer", "patients", "increased"]
 

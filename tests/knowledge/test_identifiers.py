@@ -2,7 +2,7 @@
 
 Real SQLite + tantivy workspaces in ``tmp_path``; the vector side uses the packaged
 deterministic :class:`HashingEmbedder` (a real model is too slow for a unit test; the sample
-case figures with the packaged MiniLM/USE embedders are in BENCHMARKS.md).
+case figures with the packaged MiniLM/USE embedders are in docs/benchmarks/history.md).
 """
 
 from __future__ import annotations

@@ -48,12 +48,10 @@ def test_the_shipped_example_loads_through_the_config_loader() -> None:
     assert not files.server().settings_for("read_text_file").confirm
 
 
-def test_the_readme_mcp_section_shows_the_shipped_example() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## MCP", 1)
-    assert len(section) == 2, "README.md needs a '## MCP' section"
-    block = re.search(r"```json\n(.*?)```", section[1], re.S)
-    assert block is not None, "the MCP section needs a ```json mcp.json example"
+def test_the_mcp_page_shows_the_shipped_example() -> None:
+    page = (ROOT / "docs" / "mcp.md").read_text(encoding="utf-8")
+    block = re.search(r"```json\n(.*?)```", page, re.S)
+    assert block is not None, "docs/mcp.md needs a ```json mcp.json example"
     assert json.loads(block.group(1)) == json.loads(EXAMPLE.read_text(encoding="utf-8"))
 
 

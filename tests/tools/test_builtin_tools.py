@@ -1,4 +1,4 @@
-"""Built-in tools: current_time, calculator, http_get (DESIGN T6)."""
+"""Built-in tools: current_time, calculator, http_get (docs/design.md T6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``@tool`` and ``Tool.invoke``: attributes, injection, validation, serialisation (DESIGN T1–T3)."""
+"""``@tool`` and ``Tool.invoke``: attributes, injection, validation, serialisation (docs/design.md T1–T3)."""
 
 from __future__ import annotations
 

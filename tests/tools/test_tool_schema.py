@@ -1,4 +1,4 @@
-"""JSON Schema from type hints and docstrings (DESIGN T1, T3)."""
+"""JSON Schema from type hints and docstrings (docs/design.md T1, T3)."""
 
 from __future__ import annotations
 

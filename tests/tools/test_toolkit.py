@@ -1,4 +1,4 @@
-"""Toolkit: registry, groups, permission filtering, schema cache and ``call`` (DESIGN T4)."""
+"""Toolkit: registry, groups, permission filtering, schema cache and ``call`` (docs/design.md T4)."""
 
 from __future__ import annotations
 

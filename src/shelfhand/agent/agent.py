@@ -1,4 +1,4 @@
-"""The ReAct agent (DESIGN K2, K3).
+"""The ReAct agent (docs/design.md K2, K3).
 
 One loop (:mod:`.loop`) serves ``run`` (returns a :class:`RunResult`) and ``stream`` (yields
 events): the model is asked for a reply; tool calls in it are executed through the

@@ -1,4 +1,4 @@
-"""The model's lifecycle tools over a supervisor's subagents (DESIGN S2).
+"""The model's lifecycle tools over a supervisor's subagents (docs/design.md S2).
 
 ``agent_spawn``, ``agent_send``, ``task_output``, ``wait_async_results``, ``task_cancel`` and
 ``task_list``; see :mod:`shelfhand.agent.tasks` for the tasks themselves. Every tool reads

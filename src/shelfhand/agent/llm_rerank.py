@@ -1,4 +1,4 @@
-"""LLM-as-reranker (DESIGN R7): the chat model orders the fused candidates.
+"""LLM-as-reranker (docs/design.md R7): the chat model orders the fused candidates.
 
 The model is shown the query and the candidates (numbered, each cut to a few hundred
 characters) and asked for the numbers of the helpful passages, best first, as a JSON array.

@@ -1,4 +1,4 @@
-"""Short-term conversation memory bounded by a token budget (DESIGN K5).
+"""Short-term conversation memory bounded by a token budget (docs/design.md K5).
 
 Recent turns are kept verbatim while they fit the budget; older turns are folded into a
 summary written by the chat model. The summary reaches the prompt in its own labelled section

@@ -1,4 +1,4 @@
-"""Pipelines: agents composed without changing them (DESIGN K6).
+"""Pipelines: agents composed without changing them (docs/design.md K6).
 
 - :func:`sequential` ``(a, b, c)``: ``a`` gets the prompt, ``b`` gets ``a``'s answer, ``c``
   gets ``b``'s; the answer is ``c``'s ("search, then summarise, then translate").

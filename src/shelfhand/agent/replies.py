@@ -1,4 +1,4 @@
-"""What an agent run makes of a model's reply, and the result it ends with (DESIGN K2, issue 9).
+"""What an agent run makes of a model's reply, and the result it ends with (docs/design.md K2, issue 9).
 
 A reply is cleaned before the run acts on it: tool calls the model wrote as text become calls
 (:func:`recovered`), a final reply that only repeats a tool's result is told apart

@@ -1,4 +1,4 @@
-"""The ``retrieve`` tool and the knowledge agent (DESIGN R9, R10).
+"""The ``retrieve`` tool and the knowledge agent (docs/design.md R9, R10).
 
 Retrieval becomes a tool here, in the orchestration layer: the knowledge layer knows nothing
 of tools or agents. The caller's identity reaches the search through the injected

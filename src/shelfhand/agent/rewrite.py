@@ -1,4 +1,4 @@
-"""Query rewrite (DESIGN R7): a follow-up message made into a self-contained search query.
+"""Query rewrite (docs/design.md R7): a follow-up message made into a self-contained search query.
 
 "and the price?" after a question about the Lumen X1 finds nothing on its own; the chat model
 rewrites it, with the conversation so far, into "Lumen X1 price" for the up-front retrieval

@@ -1,4 +1,4 @@
-"""The events of a run's tool steps, built in one place, and where they go (DESIGN K2, S3).
+"""The events of a run's tool steps, built in one place, and where they go (docs/design.md K2, S3).
 
 A tool call shows as ``ToolStarted`` then ``ToolFinished``; a call answered from an earlier
 identical one of the same run as a ``ToolFinished`` marked ``replayed``. A subagent's events

@@ -1,4 +1,4 @@
-"""Subagent declarations, in code and as Markdown files (DESIGN S1).
+"""Subagent declarations, in code and as Markdown files (docs/design.md S1).
 
 In code::
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, Unpack
@@ -55,6 +55,7 @@ __all__ = [
     "DeclarationError",
     "Delegable",
     "Subagent",
+    "check_subagent_tools",
     "load_subagent_file",
     "load_subagent_files",
     "merge_declarations",
@@ -73,7 +74,7 @@ Memory = Literal["isolated", "shared"]
 
 class Delegable(Protocol):
     """What can be delegated to: an :class:`~shelfhand.agent.agent.Agent`, a pipeline, a
-    :class:`~shelfhand.agent.supervisor.Supervisor` (DESIGN K2: a message in, a message out,
+    :class:`~shelfhand.agent.supervisor.Supervisor` (docs/design.md K2: a message in, a message out,
     or a stream of events ending with ``Final``)."""
 
     name: str
@@ -278,3 +279,26 @@ def merge_declarations(*groups: Iterable[Subagent]) -> list[Subagent]:
                 )
             seen[sub.id] = sub
     return list(seen.values())
+
+
+def check_subagent_tools(subagents: Sequence[Subagent], tool_names: Iterable[str]) -> None:
+    """Check, without a model, that every tool a declaration names exists: a tool of
+    ``tool_names`` or another subagent (never the subagent itself).
+
+    Raises:
+        DeclarationError: The first unknown name, with the declaration's file and the names
+            it may use.
+    """
+    tools = list(dict.fromkeys(tool_names))
+    for spec in subagents:
+        if spec.agent is not None:  # built in code, with its own toolkit
+            continue
+        others = [s.id for s in subagents if s.id != spec.id]
+        for name in spec.tools:
+            if name in tools or name in others:
+                continue
+            itself = " (a subagent cannot delegate to itself)" if name == spec.id else ""
+            raise DeclarationError(
+                f"subagent {spec.id!r} ({spec.origin}): unknown tool {name!r}{itself}; "
+                f"known: {', '.join(tools + others) or 'none'}"
+            )

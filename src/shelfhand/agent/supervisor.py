@@ -1,4 +1,4 @@
-"""A supervisor: a main agent that delegates to subagents (DESIGN S2–S4).
+"""A supervisor: a main agent that delegates to subagents (docs/design.md S2–S4).
 
 Each :class:`~shelfhand.agent.subagents.Subagent` becomes a governed tool of the main agent
 (name = its id, its description, one ``task`` argument). Calling it runs the subagent:
@@ -61,7 +61,13 @@ from .delegation import (
 )
 from .runs import RunOptions, run_to_final
 from .step_events import STEPS, STEPS_AND_TEXT, tag_event
-from .subagents import DeclarationError, Delegable, Subagent, merge_declarations
+from .subagents import (
+    DeclarationError,
+    Delegable,
+    Subagent,
+    check_subagent_tools,
+    merge_declarations,
+)
 
 if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
@@ -248,17 +254,10 @@ class Supervisor:
                 f"subagent {spec.id!r} ({spec.origin}): a remote A2A agent needs its client: "
                 "load subagents with App.subagents() (and install shelfhand[a2a])"
             )
-        for tool_name in spec.tools:
-            if self._source.get(tool_name) is None and tool_name not in {
-                s.id for s in self.subagents
-            }:
-                known = ", ".join(
-                    [t.name for t in self._source.tools] + [s.id for s in self.subagents]
-                )
-                raise DeclarationError(
-                    f"subagent {spec.id!r} ({spec.origin}): unknown tool {tool_name!r}; "
-                    f"known: {known}"
-                )
+        check_subagent_tools(
+            [spec, *(s for s in self.subagents if s.id != spec.id)],
+            [t.name for t in self._source.tools],
+        )
         named = spec.model
         if isinstance(named, str) and named not in self._models and self.model.name != named:
             known = ", ".join(self._models) or "none"

@@ -1,4 +1,4 @@
-"""Background subagent tasks and the model's lifecycle tools (DESIGN S2).
+"""Background subagent tasks and the model's lifecycle tools (docs/design.md S2).
 
 A :class:`TaskRegistry` keeps the subagent runs a supervisor started in the background. Each
 task belongs to the (tenant, user, session) that started it: every look-up names its owner,

@@ -1,4 +1,4 @@
-"""One round of tool calls of an agent run: the calls of one model reply (DESIGN K2, K3, S3).
+"""One round of tool calls of an agent run: the calls of one model reply (docs/design.md K2, K3, S3).
 
 :func:`tool_round` runs the calls of a reply through the toolkit (and so through its
 governance pipeline) and fills the results in the order of the calls: a call that already

@@ -1,4 +1,4 @@
-"""The HTTP service (DESIGN P2, P3): ``create_app(app)`` → a FastAPI application."""
+"""The HTTP service (docs/design.md P2, P3): ``create_app(app)`` → a FastAPI application."""
 
 from shelfhand.api.deps import ServiceConfig
 from shelfhand.api.server import build_service, create_app

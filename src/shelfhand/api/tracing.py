@@ -1,4 +1,4 @@
-"""Trace ids for requests and turns (DESIGN P4, first step).
+"""Trace ids for requests and turns (docs/design.md P4, first step).
 
 Every HTTP request gets a trace id: the caller's ``X-Trace-Id`` header when it is a plausible
 id, otherwise a new one. It is returned in the ``X-Trace-Id`` response header, put into every

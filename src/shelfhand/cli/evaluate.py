@@ -35,7 +35,9 @@ def evaluate(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="Only the first N queries.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Only the first N queries.")
+    ] = None,
 ) -> None:
     """Measure retrieval quality (nDCG@10, Recall@5/10, MRR@10) and latency.
 

@@ -24,6 +24,7 @@ from shelfhand.cli.common import (
     fail,
     make_console,
     open_app,
+    plural,
 )
 
 EXIT_SKIPPED = 3
@@ -141,7 +142,7 @@ def _resume_hint(paths: list[Path], pending: int) -> str:
     again = " ".join(str(p) for p in paths) or "PATH"
     hint = f"run `shelfhand ingest {again}` again to finish (unchanged files are skipped)"
     if pending:
-        hint += f"; {pending} chunks still need embedding: `shelfhand embed`"
+        hint += f"; {plural(pending, 'chunk')} still need embedding: `shelfhand embed`"
     return hint
 
 
@@ -212,6 +213,8 @@ def ingest(
 
     a = open_app(workspace)
     console = make_console()
+    for note in _folder_notes(targets):
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if a.settings.database_url and not no_queue:  # workers ingest: queue the files as a job
         from shelfhand.cli.ingest_jobs import queued_ingest
         from shelfhand.core.errors import ConfigurationError
@@ -259,7 +262,7 @@ def ingest(
     console.print(
         f"{len(report.added)} added, {len(report.updated)} updated, "
         f"{len(report.unchanged)} unchanged, {len(report.removed)} removed, "
-        f"{len(report.failed)} skipped; {report.chunks} chunks "
+        f"{len(report.failed)} skipped; {plural(report.chunks, 'chunk')} "
         f"({report.embedded_chunks} embedded in {report.embed_seconds:.1f} s), "
         f"{report.total_seconds:.1f} s in all -> {a.settings.workspace}",
         highlight=False,
@@ -272,13 +275,13 @@ def ingest(
     if report.embedding_error:
         console.print(
             f"[yellow]keyword-only for now:[/] {report.embedding_error}; "
-            f"{report.pending_chunks} chunks are stored and keyword-searchable, and will be "
+            f"{plural(report.pending_chunks, 'chunk')} are stored and keyword-searchable, and will be "
             "embedded by `shelfhand embed`, the next ingest or the service",
             highlight=False,
         )
     elif no_wait and report.pending_chunks:
         console.print(
-            f"{report.pending_chunks} chunks wait for embedding: run `shelfhand embed` "
+            f"{plural(report.pending_chunks, 'chunk')} wait for embedding: run `shelfhand embed` "
             "(or let `shelfhand serve` do it)",
             highlight=False,
         )
@@ -298,7 +301,25 @@ def ingest(
         raise typer.Exit(EXIT_PENDING)
 
 
-def _open_existing_as_writer(workspace: Path | None) -> KnowledgeBase:
+_SERVED_ADVICE = {
+    "forget": "remove it through the API (DELETE /v1/knowledge/sources/SOURCE), or stop the "
+    "server first",
+    "reindex": "stop the server first (the rebuild needs the workspace to itself)",
+    "embed": "the server embeds pending chunks itself; or stop it first",
+}
+
+
+def _busy(exc: Exception, command: str) -> typer.Exit:
+    """Exit 75 with who holds the workspace; for a served one, what to do for ``command``
+    (an upload through the API is advice for `ingest` only)."""
+    message = str(exc)
+    if getattr(exc, "holder", None) == "serve" and command in _SERVED_ADVICE:
+        served = message.split("(shelfhand serve)", 1)[0] + "(shelfhand serve)"
+        message = f"{served}: {_SERVED_ADVICE[command]}"
+    return fail(message, BUSY_EXIT_CODE)
+
+
+def _open_existing_as_writer(workspace: Path | None, command: str) -> KnowledgeBase:
     """The knowledge base of an existing workspace, with its writer lock (clear exits when
     nothing is indexed yet or another process writes)."""
     from shelfhand.core.errors import WorkspaceBusyError
@@ -309,13 +330,13 @@ def _open_existing_as_writer(workspace: Path | None) -> KnowledgeBase:
     try:
         return a.open_knowledge(writer="ingest")
     except WorkspaceBusyError as exc:
-        raise fail(str(exc), BUSY_EXIT_CODE) from None
+        raise _busy(exc, command) from None
 
 
 @app.command()
 def embed(workspace: WorkspaceOpt = None) -> None:
     """Embed chunks stored without vectors (after `ingest --no-wait` or an embedder outage)."""
-    kb = _open_existing_as_writer(workspace)
+    kb = _open_existing_as_writer(workspace, "embed")
     console = make_console()
     if kb.keyword_only:
         reason = kb.degraded_reason or "retrieval mode is keyword"
@@ -325,7 +346,7 @@ def embed(workspace: WorkspaceOpt = None) -> None:
         report = kb.embed_pending(progress=_progress_handler(bar), should_stop=stop)
     kb.close()
     console.print(
-        f"{report.embedded_chunks} chunks embedded in {report.seconds:.1f} s; "
+        f"{plural(report.embedded_chunks, 'chunk')} embedded in {report.seconds:.1f} s; "
         f"{report.pending_chunks} pending",
         highlight=False,
     )
@@ -344,7 +365,7 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
 
     from shelfhand.core.errors import KnowledgeError
 
-    kb = _open_existing_as_writer(workspace)
+    kb = _open_existing_as_writer(workspace, "reindex")
     started = time.perf_counter()
     try:
         chunks = kb.count_chunks()
@@ -354,7 +375,7 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     finally:
         kb.close()
     make_console().print(
-        f"keyword index rebuilt: {chunks} chunks, {segments} segment(s), "
+        f"keyword index rebuilt: {plural(chunks, 'chunk')}, {plural(segments, 'segment')}, "
         f"{time.perf_counter() - started:.1f} s",
         highlight=False,
     )
@@ -418,19 +439,60 @@ def sources(workspace: WorkspaceOpt = None) -> None:
     # paths fold (they have no spaces); short codes, numbers and dates never split
     table.add_column("source", overflow="fold", ratio=1)
     table.add_column("type", no_wrap=True)
+    # who may read it: the tenant(s) and the permission tags (roles; "-" means everyone of
+    # the tenant)
+    table.add_column("tenant", overflow="fold")
+    table.add_column("tags", overflow="fold")
     table.add_column("docs", no_wrap=True, justify="right")
     table.add_column("chunks", no_wrap=True, justify="right")
     table.add_column("updated", no_wrap=True)
-    for s in kb.sources():
+    listed = kb.sources()
+    access = kb.source_access([s.source for s in listed])
+    for s in listed:
+        tenants, tags = access.get(s.source, (set(), set()))
         table.add_row(
             s.source,
             s.doc_type,
+            ", ".join(sorted(tenants)) or "-",
+            ", ".join(sorted(tags)) or "-",
             str(s.documents),
             str(s.chunks),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
         )
     make_console().print(table)
     kb.close()
+
+
+def _folder_notes(targets: list[Path]) -> list[str]:
+    """What the folders among ``targets`` hold that ingest will not read: files of an
+    unsupported type (named, a few), or nothing readable at all."""
+    import os
+
+    from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES
+
+    notes = []
+    supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
+    for folder in (t for t in targets if t.is_dir()):
+        readable = 0
+        ignored: list[str] = []
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if name.startswith("."):
+                    continue
+                if Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                    readable += 1
+                else:
+                    ignored.append(str(Path(root, name).relative_to(folder)))
+        if not readable:
+            notes.append(f"{folder} holds no file of a type shelfhand reads ({supported})")
+        if ignored:
+            shown = ", ".join(sorted(ignored)[:5]) + (", ..." if len(ignored) > 5 else "")
+            notes.append(
+                f"not read in {folder}: {plural(len(ignored), 'file')} of an unsupported type "
+                f"({shown}); supported: {supported}"
+            )
+    return notes
 
 
 @app.command()
@@ -444,12 +506,21 @@ def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     try:
         kb = a.open_knowledge(embed=False, writer="forget")
     except WorkspaceBusyError as exc:
-        raise fail(str(exc), BUSY_EXIT_CODE) from None
+        raise _busy(exc, "forget") from None
     removed = kb.forget(source)
+    folder = source.rstrip("/") + "/"
+    # `forget docs` for the folder docs/: say so and do it, rather than "not indexed"
+    if (
+        not removed
+        and not source.endswith("/")
+        and any(s.source.startswith(folder) for s in kb.sources())
+    ):
+        removed = kb.forget(folder)
+        source = folder
     kb.close()
     if not removed:
         raise fail(f"{source!r} is not indexed (see `shelfhand sources`)", 1)
-    make_console().print(f"removed {source} ({removed} document(s))")
+    make_console().print(f"removed {source} ({plural(removed, 'document')})")
 
 
 # search and ask (shelfhand.cli.search) and eval (shelfhand.cli.evaluate) live in modules of

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.common import UNAVAILABLE_EXIT_CODE, app, fail
+from shelfhand.cli.common import UNAVAILABLE_EXIT_CODE, app, fail, missing_extra
 
 COMMAND_MODULES = (
     "chat",
@@ -81,6 +81,11 @@ def main() -> None:
         sys.exit(fail(str(exc), 2).exit_code)
     except DependencyUnavailableError as exc:  # PostgreSQL or Redis went away mid-command
         sys.exit(fail(str(exc), UNAVAILABLE_EXIT_CODE).exit_code)
+    except ImportError as exc:  # an optional extra that is not installed: one line, exit 2
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        sys.exit(fail(hint, 2).exit_code)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def serve(
         str, typer.Option("--host", help="HTTP/SSE: address to bind (loopback by default).")
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", help="HTTP/SSE: port (0 picks a free one).")
+        int, typer.Option("--port", min=0, max=65535, help="HTTP/SSE: port (0 picks a free one).")
     ] = 8765,
     allow_anonymous: Annotated[
         bool,
@@ -142,7 +142,9 @@ def list_servers(
         typer.Option("--config", help="An mcp.json or shelfhand.toml (default: the workspace's)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per server.")] = 15.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds per server.")
+    ] = 15.0,
 ) -> None:
     """Show the configured MCP servers, whether they answer, and their tools."""
     from shelfhand.core.errors import ConfigurationError

@@ -18,6 +18,7 @@ MaxTokensOpt = Annotated[
     int | None,
     typer.Option(
         "--max-tokens",
+        min=1,
         help="Most tokens per model reply ($SHELFHAND_MAX_TOKENS).",
         show_default=False,
     ),
@@ -26,6 +27,8 @@ TemperatureOpt = Annotated[
     float | None,
     typer.Option(
         "--temperature",
+        min=0.0,
+        max=2.0,
         help="Sampling temperature, 0-2 ($SHELFHAND_TEMPERATURE).",
         show_default=False,
     ),

@@ -4,7 +4,8 @@ documents)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.markup import escape
@@ -24,6 +25,7 @@ from shelfhand.cli.common import (
     fail,
     make_console,
     open_app,
+    plural,
 )
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
@@ -34,6 +36,8 @@ from shelfhand.cli.model_flags import (
 )
 
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
+MAX_K = 20
+"""The most passages one search returns (the API's ``top_k`` bound)."""
 NO_ANSWER_EXIT_CODE = 3
 """`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
 
@@ -42,15 +46,20 @@ NO_ANSWER_EXIT_CODE = 3
 def search(
     query: str,
     workspace: WorkspaceOpt = None,
-    k: Annotated[int, typer.Option("-k", help="How many passages.")] = 5,
+    k: Annotated[
+        int, typer.Option("-k", min=1, max=MAX_K, help="How many passages (as the API: 1-20).")
+    ] = 5,
     mode: ModeOpt = "hybrid",
     tenant: TenantOpt = "default",
     user: UserOpt = "cli",
     role: RolesOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the hits as JSON (with their citations).")
+    ] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
     from shelfhand.knowledge.evidence.citations import (
+        conflict_notes,
         format_passages,
         prepare_evidence,
         to_citations,
@@ -62,6 +71,10 @@ def search(
         query, k=k, user=caller_context(tenant, user, role), mode=check_mode(mode)
     )
     citations = prepare_evidence(to_citations(list(found.hits)), query)  # disagreements flagged
+    if any("newer" in n and "effective" not in n for n in conflict_notes(citations)):
+        # the note names the newer version: add its effective date from the documents
+        context = effective_context(kb, citations, caller_context(tenant, user, role))
+        citations = prepare_evidence(to_citations(list(found.hits)), query, context=context)
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
@@ -69,10 +82,11 @@ def search(
             f"not found: no passage matches {query!r}", highlight=False, markup=False
         )
     else:
-        make_console().print(format_passages(citations), highlight=False, markup=False)
+        passages = format_passages(citations, query=query)  # each shown where it matched
+        make_console().print(passages, highlight=False, markup=False)
         if found.pending_chunks:
             make_console().print(
-                f"[dim]{found.pending_chunks} chunks are not embedded yet (found by keywords "
+                f"[dim]{plural(found.pending_chunks, 'chunk')} are not embedded yet (found by keywords "
                 "only); `shelfhand embed` embeds them[/]",
                 highlight=False,
             )
@@ -80,6 +94,19 @@ def search(
             if note:
                 make_console().print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     kb.close()
+
+
+def effective_context(kb: Any, citations: Sequence[Any], user: Any) -> list[Any]:
+    """Passages of the cited documents that say when they take effect (searched within each
+    document, with the caller's permissions), for the version notes of conflicts."""
+    from shelfhand.knowledge.evidence.citations import to_citations
+
+    hits = []
+    for source in dict.fromkeys(c.source for c in citations):
+        hits += kb.search(
+            "生效 生效日期 effective", k=2, user=user, mode="keyword", filters={"source": source}
+        )
+    return list(to_citations(hits))
 
 
 def check_mode(mode: str) -> SearchMode:

@@ -39,7 +39,7 @@ def _log_config(level: str) -> dict[str, Any]:
 def serve(
     workspace: WorkspaceOpt = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8080,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0 picks a free one).")] = 8080,
     allow_anonymous: Annotated[
         bool,
         typer.Option(
@@ -76,15 +76,11 @@ def serve(
     from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
     a = open_app(workspace, create=True)
-    try:
-        import uvicorn
+    # without the server extra: one line naming it, exit 2 (cli.main)
+    import uvicorn
 
-        from shelfhand.api import ServiceConfig, create_app
-    except ImportError as exc:  # the server extra is missing
-        raise fail(
-            f"{exc}; install it with: pip install '.[server]' (from a clone) or 'shelfhand[server]'",
-            2,
-        ) from None
+    from shelfhand.api import ServiceConfig, create_app
+
     level = log_level.lower()
     if level not in ("debug", "info", "warning", "error"):
         raise fail("--log-level must be debug, info, warning or error", 2)

@@ -26,8 +26,12 @@ def eval_tools(
     ] = None,
     workspace: WorkspaceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="Only the first N cases.")] = None,
-    max_iters: Annotated[int, typer.Option("--max-iters", help="Most model calls per case.")] = 4,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Only the first N cases.")
+    ] = None,
+    max_iters: Annotated[
+        int, typer.Option("--max-iters", min=1, help="Most model calls per case.")
+    ] = 4,
     no_docs: Annotated[
         bool, typer.Option("--no-docs", help="Do not index the samples behind `retrieve`.")
     ] = False,

@@ -1,4 +1,4 @@
-"""One citation numbering per run (DESIGN R9).
+"""One citation numbering per run (docs/design.md R9).
 
 Every passage shown to the model during one agent run gets a number from the run's
 :class:`CitationLedger`: the first passage is ``[1]``, a second ``retrieve`` call goes on from

@@ -1,4 +1,4 @@
-"""Events streamed by an agent run (DESIGN K2)."""
+"""Events streamed by an agent run (docs/design.md K2)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class Final:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubagentStarted:
-    """A subagent (or pipeline) was handed a task by the agent one level up (DESIGN S3)."""
+    """A subagent (or pipeline) was handed a task by the agent one level up (docs/design.md S3)."""
 
     subagent: str
     depth: int
@@ -148,7 +148,7 @@ class SubagentFinished:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HumanNeeded:
-    """Delegation stopped and a person should look (DESIGN S4): e.g. a subagent handed back
+    """Delegation stopped and a person should look (docs/design.md S4): e.g. a subagent handed back
     the same result twice in a row, so asking it again would go round in circles."""
 
     subagent: str

@@ -12,7 +12,7 @@ import os
 import secrets
 
 _prefix = ""
-_counter = itertools.count()
+_counter = itertools.count(secrets.randbits(62))
 
 
 def _reset() -> None:
@@ -20,7 +20,9 @@ def _reset() -> None:
     parent's ids (``os.register_at_fork``, so ``new_id`` makes no ``getpid`` system call)."""
     global _prefix, _counter
     _prefix = secrets.token_hex(8)
-    _counter = itertools.count()
+    # a random start: the first id of a process would otherwise end in sixteen zeros, which
+    # reads like a placeholder in logs and traces
+    _counter = itertools.count(secrets.randbits(62))
 
 
 _reset()

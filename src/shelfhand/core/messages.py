@@ -1,4 +1,4 @@
-"""Immutable messages and content blocks (DESIGN K1).
+"""Immutable messages and content blocks (docs/design.md K1).
 
 A :class:`Message` has a role, a tuple of content blocks, an id, a timestamp and metadata.
 Blocks are :class:`TextBlock`, :class:`ToolCallBlock`, :class:`ToolResultBlock` and

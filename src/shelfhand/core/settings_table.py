@@ -54,7 +54,7 @@ TRACING_MODES = ("stored", "off")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
-answerable one above) and checked on SciFact and CMRC 2018: see BENCHMARKS.md, "Retrieval
+answerable one above) and checked on SciFact and CMRC 2018: see docs/benchmarks/history.md, "Retrieval
 quality (issue 13)"."""
 DEFAULT_KEYWORD_COMMON_SHARE = 0.2
 """Query terms in more than this share of the chunks do not rank keyword hits while rarer

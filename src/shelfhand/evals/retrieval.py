@@ -1,4 +1,4 @@
-"""Retrieval evaluation (DESIGN R12): dataset loaders and IR metrics, as pure functions.
+"""Retrieval evaluation (docs/design.md R12): dataset loaders and IR metrics, as pure functions.
 
 Metrics follow trec_eval as BEIR reports it through pytrec_eval:
 

@@ -1,4 +1,4 @@
-"""Runs retrieval evaluations over a workspace (DESIGN R12): BEIR folders and JSONL case files.
+"""Runs retrieval evaluations over a workspace (docs/design.md R12): BEIR folders and JSONL case files.
 
 Metrics come from :mod:`shelfhand.evals.retrieval`; this module ingests the corpus
 (incrementally, so a kept ``--workspace`` costs nothing the second time), runs every query

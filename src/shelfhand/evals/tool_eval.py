@@ -1,4 +1,4 @@
-"""The tool-call regression suite (DESIGN P6): does the configured model call the right tool?
+"""The tool-call regression suite (docs/design.md P6): does the configured model call the right tool?
 
 Each case is one request with the tool the model should call first and a subset of the
 arguments it should pass (or ``"tool": null``: answer without tools). The cases run through a

@@ -2,7 +2,7 @@
 
 It wraps the embedded stack (SQLite system of record + tantivy BM25 + vector spaces), or the
 PostgreSQL one when given a ``database_url`` (:mod:`shelfhand.knowledge.stores.pg`), and remembers
-which provider mode it runs in and why it degraded, if it did (DESIGN R11).
+which provider mode it runs in and why it degraded, if it did (docs/design.md R11).
 """
 
 from __future__ import annotations

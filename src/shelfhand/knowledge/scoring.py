@@ -32,7 +32,7 @@ def bm25_idf(doc_freq: int, num_docs: int) -> float:
 
 COMMON_SHARE = DEFAULT_KEYWORD_COMMON_SHARE
 """Default ``common_share`` of the keyword indexes (:func:`ranking_terms`), the
-``keyword_common_share`` setting's default; measured in BENCHMARKS.md ("Common query
+``keyword_common_share`` setting's default; measured in docs/benchmarks/history.md ("Common query
 terms")."""
 
 

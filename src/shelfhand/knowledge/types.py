@@ -151,7 +151,7 @@ class Scope:
     A chunk is readable iff it belongs to ``tenant_id`` AND (it has no permission tags, or one
     of them is among ``roles``, or ``roles`` holds a privileged role, ``admin``/``system``),
     and, when given, its doc type is among ``doc_types`` and its source among ``sources`` (an
-    empty tuple allows nothing). Each index applies the rule inside its own query (DESIGN R6);
+    empty tuple allows nothing). Each index applies the rule inside its own query (docs/design.md R6);
     :meth:`may_read` is the rule in Python.
 
     Roles are kept as a frozenset and the filters as tuples, so a scope is hashable (the

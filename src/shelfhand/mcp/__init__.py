@@ -1,4 +1,4 @@
-"""MCP both ways (DESIGN M1–M3): mount MCP servers' tools, and serve shelfhand over MCP.
+"""MCP both ways (docs/design.md M1–M3): mount MCP servers' tools, and serve shelfhand over MCP.
 
 Client side (this package's top level)::
 

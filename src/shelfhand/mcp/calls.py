@@ -1,4 +1,4 @@
-"""Calling an MCP server's tools and reading its resources (DESIGN M1).
+"""Calling an MCP server's tools and reading its resources (docs/design.md M1).
 
 A request the server never received (the connection was refused, or the server answered
 *that request* with a 404: it no longer knows the session) is sent again once, on a reopened

@@ -1,4 +1,4 @@
-"""MCP servers as tools: connect over stdio, SSE or streamable HTTP (DESIGN M1).
+"""MCP servers as tools: connect over stdio, SSE or streamable HTTP (docs/design.md M1).
 
 Each server object owns one connection, held open by a background task of its own, so that
 any task may mount, call or close it, and a transport that dies takes down only that task:

@@ -1,5 +1,5 @@
 """MCP server configuration: ``mcp.json`` (the common ``mcpServers`` shape) or ``[mcp]`` in
-``shelfhand.toml`` (DESIGN M1, M3).
+``shelfhand.toml`` (docs/design.md M1, M3).
 
 ``mcp.json``::
 
@@ -219,7 +219,7 @@ def load_mcp_config(
 
 
 def refuse_stdio(configs: list[ServerConfig]) -> None:
-    """Raise :class:`ConfigurationError` naming every stdio entry (service mode, DESIGN M3)."""
+    """Raise :class:`ConfigurationError` naming every stdio entry (service mode, docs/design.md M3)."""
     stdio = [c for c in configs if c.transport == "stdio"]
     if not stdio:
         return

@@ -1,4 +1,4 @@
-"""An MCP server's connection: opening, holding, losing, reopening and closing it (DESIGN M1).
+"""An MCP server's connection: opening, holding, losing, reopening and closing it (docs/design.md M1).
 
 Each server object owns one connection, held open by a background task of its own, so that
 any task may mount, call or close it, and a transport that dies takes down only that task:

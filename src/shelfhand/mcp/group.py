@@ -1,4 +1,4 @@
-"""Several MCP servers opened, mounted and closed together (DESIGN M1)."""
+"""Several MCP servers opened, mounted and closed together (docs/design.md M1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What an MCP server's tools look like in a toolkit: prefix, filter, per-tool policy (DESIGN M1).
+"""What an MCP server's tools look like in a toolkit: prefix, filter, per-tool policy (docs/design.md M1).
 
 The same options are accepted by every server class (``StdioServer(..., prefix="fs_")``) and by
 ``mcp.json`` / ``[mcp]`` entries (see :mod:`shelfhand.mcp.config`)::

@@ -1,4 +1,4 @@
-"""shelfhand as an MCP server: read-only tools and cited knowledge search (DESIGN M2).
+"""shelfhand as an MCP server: read-only tools and cited knowledge search (docs/design.md M2).
 
 ``shelfhand mcp serve`` offers the workspace's read-only tools — ``retrieve`` (numbered,
 cited passages from the knowledge base) and the read-only built-ins — to any MCP client,

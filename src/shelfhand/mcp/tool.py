@@ -1,4 +1,4 @@
-"""MCP server tools as shelfhand :class:`~shelfhand.tools.tool.Tool` objects (DESIGN M1).
+"""MCP server tools as shelfhand :class:`~shelfhand.tools.tool.Tool` objects (docs/design.md M1).
 
 Results become text for the model: text content as it is, images and audio as a short
 description (``[image: image/png, 5120 bytes]``, since messages carry no image blocks yet),

@@ -1,4 +1,4 @@
-"""The three transports: a child process over stdio, SSE, streamable HTTP (DESIGN M1)."""
+"""The three transports: a child process over stdio, SSE, streamable HTTP (docs/design.md M1)."""
 
 from __future__ import annotations
 

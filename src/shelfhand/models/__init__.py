@@ -1,4 +1,4 @@
-"""Chat models: the :class:`ChatModel` contract and what it exchanges (DESIGN K4).
+"""Chat models: the :class:`ChatModel` contract and what it exchanges (docs/design.md K4).
 
 Fakes for tests live in :mod:`shelfhand.testing`; the OpenAI-compatible adapter in
 :mod:`shelfhand.providers.openai_chat`; recovery of tool calls written as text in

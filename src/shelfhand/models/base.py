@@ -1,4 +1,4 @@
-"""The chat model contract (DESIGN K4).
+"""The chat model contract (docs/design.md K4).
 
 A :class:`ChatModel` turns a list of messages (plus tool schemas in the OpenAI function
 format) into one assistant :class:`~shelfhand.core.messages.Message`. ``request`` returns the

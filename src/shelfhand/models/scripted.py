@@ -1,4 +1,4 @@
-"""Fake chat models for tests and demos (DESIGN K4).
+"""Fake chat models for tests and demos (docs/design.md K4).
 
 :class:`ScriptedModel` plays back a queue of turns; :class:`FunctionModel` computes each turn
 with a function of the conversation. Both implement

@@ -1,4 +1,4 @@
-"""Chat models behind any OpenAI-compatible endpoint (DESIGN K4).
+"""Chat models behind any OpenAI-compatible endpoint (docs/design.md K4).
 
 :class:`OpenAIChatModel` speaks the chat-completions wire format through the official
 ``openai`` SDK, so it works with OpenAI, DashScope (Qwen, compatible mode), DeepSeek, vLLM,

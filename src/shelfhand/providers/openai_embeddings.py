@@ -1,4 +1,4 @@
-"""Embeddings from any OpenAI-compatible ``/v1/embeddings`` endpoint (DESIGN R4).
+"""Embeddings from any OpenAI-compatible ``/v1/embeddings`` endpoint (docs/design.md R4).
 
 Works with OpenAI itself and with compatible servers (DashScope, bge-m3 behind vLLM or TEI).
 Transient failures (429, 5xx, connection errors, timeouts) are retried with exponential

@@ -1,4 +1,4 @@
-"""How tools reach the model: ``native``, ``plain`` or ``constrained`` (DESIGN K4).
+"""How tools reach the model: ``native``, ``plain`` or ``constrained`` (docs/design.md K4).
 
 - ``native`` sends the OpenAI ``tools`` list; the server's chat template presents them and
   its parser returns ``tool_calls`` (llama.cpp needs ``--jinja``). Calls that the model wrote
@@ -55,7 +55,7 @@ _CONSTRAINED_FORMAT = (
     'Reply with one JSON object: {"tool": "<tool name>", "arguments": {<arguments>}} to call '
     'a tool, or {"tool": "none", "answer": "<your answer to the user>"} to answer.'
 )
-# How a small model should choose (measured on Qwen2.5-Coder-0.5B, BENCHMARKS.md "After issue
+# How a small model should choose (measured on Qwen2.5-Coder-0.5B, docs/benchmarks/history.md "After issue
 # 9 round 2"): the specific tool over a general search, documents questions to a search tool,
 # small talk without tools, identifiers copied whole. Naming the search tool in rule 2 measured
 # worse (8/20: it then got the stock, price and order questions too), so the rules name no tool.
@@ -121,7 +121,7 @@ def examples_block(tools: Sequence[ToolSchema], mode: ToolMode) -> str:
     ``mode``; taken one per tool in turn (every tool's first example, then every second…), so
     that no tool's examples come all first. Empty when no tool has examples.
 
-    Measured on Qwen2.5-Coder-0.5B (BENCHMARKS.md, "After issue 9 round 4"): this block after
+    Measured on Qwen2.5-Coder-0.5B (docs/benchmarks/history.md, "After issue 9 round 4"): this block after
     the rules routed 20/20 first decisions; the same examples as lines under each tool's
     description, 11/20 (they pulled the document questions to the first ``query_`` tool)."""
     per_tool = [
@@ -141,7 +141,7 @@ def native_tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
     ``function["examples"]`` is not part of the OpenAI format (a strict server would refuse
     it), and the examples are not shown in native mode at all: folded into the descriptions
     (``Examples: "…" -> {…}``), they taught Qwen2.5-Coder-0.5B to write its calls as JSON
-    text, three of them malformed and shown as the answer (BENCHMARKS.md, "After issue 9
+    text, three of them malformed and shown as the answer (docs/benchmarks/history.md, "After issue 9
     round 4"); without them native mode measured 0 such answers (round 3)."""
     out: list[dict[str, Any]] = []
     for tool in tools:
@@ -195,7 +195,7 @@ def _answer_text(text: str, mode: ToolMode) -> str:
 def _routing_step(messages: Sequence[Message]) -> bool:
     """The model is to route a user's request: the last message is the user's and does not
     follow tool results. After results the examples are left out: measured with
-    Qwen2.5-Coder-0.5B (BENCHMARKS.md, "After issue 9 round 4"), a model shown them after a
+    Qwen2.5-Coder-0.5B (docs/benchmarks/history.md, "After issue 9 round 4"), a model shown them after a
     result called another example's tool with that example's arguments (a return "arrived
     cracked" after an order lookup). The system prompt up to the examples stays the same, so
     a server's prompt cache still covers it."""

@@ -1,4 +1,4 @@
-"""Chat turns of the service: one session, one turn at a time (DESIGN P1, P2).
+"""Chat turns of the service: one session, one turn at a time (docs/design.md P1, P2).
 
 :class:`ChatService` runs a user message through the chat agent (or, with no chat model
 configured, through the knowledge agent) with the session's short-term memory and the user's
@@ -208,6 +208,10 @@ class ChatService:
         self._fingerprints: OrderedDict[tuple[str, str], str] = OrderedDict()
         if self.subagents and model is not None:  # an unknown tool name fails at start-up
             app.supervisor(model, kb, toolkit=toolkit, tasks=self.tasks)
+        elif self.subagents:  # ... without a model too: the declarations are checked alike
+            from shelfhand.agent.subagents import check_subagent_tools
+
+            check_subagent_tools(self.subagents, [t.name for t in toolkit.tools])
 
     WINDOW_CACHE = 2048
     """Sessions whose memory window is kept in the process."""

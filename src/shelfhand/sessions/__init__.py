@@ -1,4 +1,4 @@
-"""Sessions and long-term user memory, persisted in the workspace (DESIGN P1)."""
+"""Sessions and long-term user memory, persisted in the workspace (docs/design.md P1)."""
 
 from shelfhand.sessions.store import MemoryWindow, SessionInfo, SessionStore, SqliteSessionStore
 from shelfhand.sessions.user_memory import (

@@ -1,4 +1,4 @@
-"""Conversation sessions persisted in SQLite or PostgreSQL (DESIGN P1).
+"""Conversation sessions persisted in SQLite or PostgreSQL (docs/design.md P1).
 
 A session belongs to one caller (tenant + user) and holds its whole transcript, the
 short-term memory window (which messages the model still sees verbatim, and the summary of

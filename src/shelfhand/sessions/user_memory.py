@@ -1,4 +1,4 @@
-"""Long-term memory per user: facts and preferences the agent chose to keep (DESIGN P1, K5).
+"""Long-term memory per user: facts and preferences the agent chose to keep (docs/design.md P1, K5).
 
 The model saves a memory through the ``remember`` tool (``shelfhand.agent.remember``); the
 caller's identity comes from the injected :class:`UserContext`, never from an argument, so a

@@ -1,4 +1,4 @@
-"""Hands: typed, permissioned tools for the model (DESIGN T1–T4, T6).
+"""Hands: typed, permissioned tools for the model (docs/design.md T1–T4, T6).
 
 ``@tool`` turns a function into a :class:`Tool`; a :class:`Toolkit` holds tools and groups,
 filters them per caller and runs the model's calls. Built-in tools live in

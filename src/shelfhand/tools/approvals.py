@@ -1,4 +1,4 @@
-"""Human confirmation of tool calls: a registry of pending approvals (DESIGN T5).
+"""Human confirmation of tool calls: a registry of pending approvals (docs/design.md T5).
 
 A tool marked ``confirm=True`` never runs on the model's word alone. When the model calls one,
 the agent opens an :class:`ApprovalRequest` in an :class:`Approvals` registry, streams an

@@ -1,4 +1,4 @@
-"""The audit log: one record per tool call, in SQLite, secrets redacted (DESIGN T5).
+"""The audit log: one record per tool call, in SQLite, secrets redacted (docs/design.md T5).
 
 Where: ``<workspace>/audit.db`` (:meth:`AuditLog.for_workspace`), table ``audit_log``, created by
 the named migration ``audit_001_initial`` (see :mod:`shelfhand.core.db`). It is a file of its

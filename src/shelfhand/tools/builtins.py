@@ -1,4 +1,4 @@
-"""Built-in tools: current time, a safe calculator and a guarded HTTP GET (DESIGN T6).
+"""Built-in tools: current time, a safe calculator and a guarded HTTP GET (docs/design.md T6).
 
 ``retrieve`` is not here: retrieval becomes a tool in ``agent/`` (tools know nothing of the
 knowledge layer).

@@ -32,7 +32,7 @@ DEMO_USER = "u7"
 
 # Routing examples as the shop's deployer writes them: from each tool's purpose, in the two
 # languages its customers use, with made-up SKUs and order numbers (SKU2023-105, SO-3047) that
-# are not in the demo data. Small local models route by them (BENCHMARKS.md, "After issue 9
+# are not in the demo data. Small local models route by them (docs/benchmarks/history.md, "After issue 9
 # round 4"); they are not the eval cases (samples/tool-cases.jsonl), and
 # bench/tool_cases_heldout.jsonl checks them on requests written separately.
 TOOL_EXAMPLES: dict[str, list[dict[str, Any]]] = {

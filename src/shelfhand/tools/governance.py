@@ -1,4 +1,4 @@
-"""Governance: the one reliability and safety layer around every tool call (DESIGN T5).
+"""Governance: the one reliability and safety layer around every tool call (docs/design.md T5).
 
 Tools declare *what* they are (``read_only``, ``idempotent``, ``confirm``, ``timeout``,
 ``retries``, ``rate_limit``, ``cache_ttl`` on :func:`~shelfhand.tools.tool.tool`); a

@@ -1,4 +1,4 @@
-"""Governance's vocabulary: the policy, a tool's plan, decisions and call outcomes (DESIGN T5).
+"""Governance's vocabulary: the policy, a tool's plan, decisions and call outcomes (docs/design.md T5).
 
 What :class:`~shelfhand.tools.governance.Governance` decides and records, without the
 machinery that runs calls: the toolkit-wide :class:`GovernancePolicy`; the :class:`ToolPlan`

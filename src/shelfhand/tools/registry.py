@@ -1,4 +1,4 @@
-"""The toolkit's registry: tools, tool groups, and what each caller may see (DESIGN T4).
+"""The toolkit's registry: tools, tool groups, and what each caller may see (docs/design.md T4).
 
 Ungrouped tools are always active; groups are inactive until switched on, by code
 (:meth:`ToolRegistry.activate`) or by the model through the meta tool ``use_tool_group``, so a

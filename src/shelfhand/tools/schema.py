@@ -1,4 +1,4 @@
-"""JSON Schema for a function's parameters, from its type hints and docstring (DESIGN T1, T3).
+"""JSON Schema for a function's parameters, from its type hints and docstring (docs/design.md T1, T3).
 
 :func:`function_schema` inspects a function once and returns a :class:`FunctionSchema`: the
 model-facing description and parameter schema (OpenAI function-calling format), a pydantic

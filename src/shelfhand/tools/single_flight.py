@@ -1,4 +1,4 @@
-"""Calls that share one execution: the result cache and single-flight (DESIGN T5, points 4–5).
+"""Calls that share one execution: the result cache and single-flight (docs/design.md T5, points 4–5).
 
 Identical concurrent calls of a read-only tool (same name, same canonical arguments, same
 caller) execute once and share the outcome; results of read-only tools that declare

@@ -1,4 +1,4 @@
-"""``@tool``: a plain function becomes a typed, permissioned tool (DESIGN T1–T3).
+"""``@tool``: a plain function becomes a typed, permissioned tool (docs/design.md T1–T3).
 
 Example::
 
@@ -153,7 +153,7 @@ class ToolOptions(TypedDict, total=False):
         examples: Up to 8 requests the tool is made for, each a string,
             ``{"request": ..., "arguments": {...}}`` or a :class:`ToolExample` (the arguments
             are checked against the tool's parameters). Shown to the model with the
-            description; small local models choose tools by them (BENCHMARKS.md, "After
+            description; small local models choose tools by them (docs/benchmarks/history.md, "After
             issue 9 round 4").
     """
 

@@ -1,4 +1,4 @@
-"""Toolkit: the registry the agent hands to the model, and its calls (DESIGN T4).
+"""Toolkit: the registry the agent hands to the model, and its calls (docs/design.md T4).
 
 A :class:`Toolkit` holds tools, optionally in *groups*. Ungrouped tools are always active;
 groups are inactive until switched on — by code (:meth:`Toolkit.activate`) or by the model

@@ -1,6 +1,6 @@
 """Embedders that run offline: packaged MiniLM and USE-multilingual, and a hashing fallback.
 
-Measured on this project's machines (see ``docs/MODELS.md``): the int8 MiniLM-L6 is good for
+Measured on this project's machines (see ``docs/models.md``): the int8 MiniLM-L6 is good for
 English (SciFact nDCG@10 0.649) and useless for Chinese; USE-multilingual v3 is the reverse
 (good Chinese paraphrase separation, SciFact 0.388). :func:`default_router` therefore routes each
 text by language to its own vector space.
@@ -110,7 +110,7 @@ class MiniLMEmbedder:
         batch_tokens: Padded tokens per onnxruntime run at most (bounds peak memory: attention
             grows with batch x length²; a whole ingest of a 256 KB file peaked at 1.28 GB RSS
             with 32 full windows per run, 524 MB with 2048 tokens, 376 MB with 1024, and was
-            no slower; see BENCHMARKS.md).
+            no slower; see docs/benchmarks/history.md).
         threads: onnxruntime intra-op threads; default ``min(2, cores)``.
         model_path: Override the packaged ``model.onnx`` (tests, custom exports).
         tokenizer_path: Override the packaged ``tokenizer.json``.

@@ -1,4 +1,4 @@
-"""The embedding contract (DESIGN R4) and routing of texts to vector spaces.
+"""The embedding contract (docs/design.md R4) and routing of texts to vector spaces.
 
 One embedding model is rarely good at everything: on this project's measurements the packaged
 MiniLM is good for English and useless for Chinese, USE-multilingual the reverse. So chunks are

@@ -1,7 +1,8 @@
-"""Numbered evidence: search hits → ``[1] …`` passages and structured citations (DESIGN R9)."""
+"""Numbered evidence: search hits → ``[1] …`` passages and structured citations (docs/design.md R9)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from shelfhand.core.messages import Citation
@@ -41,6 +42,7 @@ def prepare_evidence(
     *,
     earlier: Sequence[Citation] = (),
     compress_tokens: int | None = None,
+    context: Sequence[Citation] = (),
 ) -> list[Citation]:
     """Numbered ``citations`` made ready to show: disagreements flagged, then (with
     ``compress_tokens``) each passage cut to the sentences that answer ``query``.
@@ -48,10 +50,13 @@ def prepare_evidence(
     Conflicts are looked for among ``citations`` and between them and ``earlier`` passages
     of the same run (full text, before compression); only ``citations`` are returned. A
     compressed passage keeps the sentences holding the values its conflicts name.
+    ``context`` passages of the same documents only tell their versions and effective dates.
     """
     current = {c.index for c in citations}
     pool = [*citations, *(c for c in earlier if c.index not in current)]
-    conflicts = [x for x in find_conflicts(pool) if x.a in current or x.b in current]
+    conflicts = [
+        x for x in find_conflicts(pool, context=context) if x.a in current or x.b in current
+    ]
     out = annotate_conflicts(citations, conflicts)
     if compress_tokens is None:
         return out
@@ -67,6 +72,38 @@ def prepare_evidence(
         ]
         compressed.append(compress_citation(c, query, tokens=compress_tokens, pinned=pinned))
     return compressed
+
+
+_WORD_RE = re.compile(r"[^\W_]+")
+_CJK_RUN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
+
+
+def _first_match(text: str, query: str) -> tuple[int, int] | None:
+    """Where ``text`` first holds a term of ``query`` (a word of two or more letters, or two
+    Chinese characters of a run), as (start, end); ``None`` when it holds none."""
+    folded = text.casefold()
+    terms = {w for w in _WORD_RE.findall(query.casefold()) if len(w) >= 2}
+    for run in _CJK_RUN_RE.findall(query):
+        terms.update(run[i : i + 2] for i in range(len(run) - 1))
+    found = [(folded.find(t), t) for t in terms]
+    hits = [(at, at + len(t)) for at, t in found if at >= 0]
+    return min(hits) if hits else None
+
+
+def excerpt(text: str, max_chars: int, query: str | None = None) -> str:
+    """``text`` cut to about ``max_chars``: its start, or (with ``query``) a window centred
+    on the first matched term when that lies beyond the start, marked with "…"."""
+    if len(text) <= max_chars:
+        return text
+    match = _first_match(text, query) if query else None
+    if match is None or match[1] <= max_chars - 20:
+        return text[:max_chars].rstrip() + " …"
+    start = max(0, (match[0] + match[1]) // 2 - max_chars // 2)
+    space = text.rfind(" ", max(0, start - 20), start + 1)  # begin at a word when one is near
+    start = space + 1 if space >= 0 else start
+    end = min(len(text), start + max_chars)
+    shown = text[start:end].strip()
+    return f"{'… ' if start > 0 else ''}{shown}{' …' if end < len(text) else ''}"
 
 
 def label(c: Citation) -> str:
@@ -94,15 +131,22 @@ def conflict_notes(citations: Sequence[Citation]) -> list[str]:
     return list(notes)
 
 
-def format_passages(citations: Sequence[Citation], *, max_chars: int = 1200) -> str:
+def format_passages(
+    citations: Sequence[Citation], *, max_chars: int = 1200, query: str | None = None
+) -> str:
     """The numbered passages as the model (or a person) reads them, then a ``Note:`` line
-    for each disagreement flagged on them."""
+    for each disagreement flagged on them.
+
+    Args:
+        max_chars: A longer passage is shown in part: from its start, or with ``query``
+            around the first place it holds one of the query's terms, so the reader sees why
+            it matched.
+    """
     if not citations:
         return NOTHING_FOUND
     blocks = []
     for c in citations:
-        text = c.text if len(c.text) <= max_chars else c.text[:max_chars].rstrip() + " …"
-        blocks.append(f"[{c.index}] {label(c)}\n{text}")
+        blocks.append(f"[{c.index}] {label(c)}\n{excerpt(c.text, max_chars, query)}")
     notes = conflict_notes(citations)
     if notes:
         blocks.append("\n".join(notes))

@@ -427,9 +427,15 @@ def _statement_differences(a: str, b: str) -> list[tuple[str, str]]:
     return out
 
 
-def find_conflicts(citations: Sequence[Citation]) -> list[Conflict]:
-    """Pairs of ``citations`` that disagree, the lower number first, in order of it."""
-    versions = {c.index: doc_version(c, citations) for c in citations}
+def find_conflicts(
+    citations: Sequence[Citation], *, context: Sequence[Citation] = ()
+) -> list[Conflict]:
+    """Pairs of ``citations`` that disagree, the lower number first, in order of it.
+
+    ``context``: more passages of the same documents, read only for their versions and
+    effective dates (a document's "effective from" line is rarely the passage that matched).
+    """
+    versions = {c.index: doc_version(c, [*citations, *context]) for c in citations}
     ordered = sorted(citations, key=lambda c: c.index)
     out: list[Conflict] = []
     for i, a in enumerate(ordered):

@@ -1,4 +1,4 @@
-"""Chunking: split a :class:`Document` into retrievable :class:`Chunk` values (DESIGN R2).
+"""Chunking: split a :class:`Document` into retrievable :class:`Chunk` values (docs/design.md R2).
 
 Structure first: every section is chunked on its own (so a chunk never spans two sections or
 two PDF pages), a section is cut into paragraphs (blank lines), paragraphs into sentences

@@ -10,10 +10,16 @@ limit, like any unreadable file; everything else in the ingest goes on. The limi
     max_chars = 40_000_000       # characters of extracted text (a 30 MB text file fits)
     max_records = 100_000        # CSV / JSON / JSONL records (documents) per file
     max_chunks = 50_000          # chunks per file
+    max_word_chars = 100_000     # longest stretch without a space or a CJK character
     max_pages = 5_000            # PDF pages
     max_depth = 64               # JSON nesting
     parse_seconds = 60           # PDF, DOCX and HTML are parsed in a worker process ...
     parse_memory_mb = 2048       # ... killed past this time, or refused past this memory
+
+``max_word_chars`` bounds text without word boundaries: a 15 MB blob with no space (base64,
+a minified bundle, binary read as text) would otherwise be cut into thousands of chunks that
+no question finds. Chinese or Japanese without punctuation is not such text: every CJK
+character is a word boundary.
 
 The limits are passed down, never set process-wide: ``App.open_knowledge`` gives the
 settings' limits to the :class:`~shelfhand.knowledge.base.KnowledgeBase`, whose ingest hands
@@ -23,9 +29,10 @@ gets ``ReadLimits()``, the defaults above.
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -50,6 +57,7 @@ class ReadLimits:
     max_chars: int = 40_000_000
     max_records: int = 100_000
     max_chunks: int = 50_000
+    max_word_chars: int = 100_000
     max_pages: int = 5_000
     max_depth: int = 64
     parse_seconds: float = 60.0
@@ -111,9 +119,38 @@ class ReadLimits:
         if chunks > self.max_chunks:
             raise self.too_large(name, f"the file makes {chunks} chunks", "max_chunks")
 
+    def check_word_chars(self, name: str, texts: Iterable[str]) -> None:
+        """Refuse text holding a stretch longer than ``max_word_chars`` without a space or a
+        CJK character (one "word" no search can match)."""
+        pattern = _wordless(self.max_word_chars)
+        for text in texts:
+            found = pattern.search(text)
+            if found is not None:
+                length = len(found.group())
+                raise self.too_large(
+                    name,
+                    f"the text holds {length} characters without a space (base64 or binary "
+                    "data, not words)",
+                    "max_word_chars",
+                )
+
     def check_pages(self, name: str, pages: int) -> None:
         if pages > self.max_pages:
             raise self.too_large(name, f"the PDF has {pages} pages", "max_pages")
+
+
+# a word boundary: whitespace, or a CJK character or punctuation mark (each is a word of its own)
+_BOUNDARY = (
+    r"\s\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+    r"\uff00-\uffef"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _wordless(limit: int) -> re.Pattern[str]:
+    # anchored at the start of a stretch (the lookbehind), so a long stretch under the limit is
+    # scanned once, not once per character
+    return re.compile(rf"(?<![^{_BOUNDARY}])[^{_BOUNDARY}]{{{limit + 1},}}")
 
 
 def check_zip(data: bytes, name: str, limits: ReadLimits) -> None:

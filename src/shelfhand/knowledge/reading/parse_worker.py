@@ -246,8 +246,15 @@ def _serve(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     except (ImportError, ValueError, OSError) as exc:  # not on this platform: time limit only
         logger.warning("parser worker: no memory limit (%s)", exc)
+    # a parser's complaints about an odd file ("EOF marker not found") are not the user's
+    # business: what matters reaches them as the file's skip reason; with no logging set up
+    # here they would go to the terminal through logging's last-resort handler
+    import warnings
+
     from shelfhand.knowledge.reading.formats import parse_in_process
 
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"pypdf(\..*)?")
     source = os.fdopen(os.dup(0), "rb")
     sink = os.fdopen(os.dup(1), "wb")
     # Only frames go to the parent; stray prints of a parser go to stderr.

@@ -1,4 +1,4 @@
-"""Readers: turn files into :class:`Document` values (DESIGN R1).
+"""Readers: turn files into :class:`Document` values (docs/design.md R1).
 
 One Document per file (Markdown, text, HTML, PDF, DOCX), or one per record (CSV, JSON, JSONL).
 Headings become section paths, PDF pages become sections with page numbers, and the text is

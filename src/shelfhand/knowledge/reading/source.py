@@ -134,6 +134,7 @@ def file_document(
     if not sections:
         raise item.fail("no text could be extracted (empty document)")
     item.limits.check_chars(item.name, sum(len(s.text) for s in sections))
+    item.limits.check_word_chars(item.name, (s.text for s in sections))
     return [
         Document(
             doc_id=item.source,

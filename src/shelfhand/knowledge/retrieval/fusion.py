@@ -10,7 +10,7 @@ Two fusions live here:
   its stored vector) rather than nothing.
 
 On SciFact (MiniLM) and CMRC 2018 (USE) this beats RRF of the same lists; the measurements,
-and the variants that did not help, are in BENCHMARKS.md ("Retrieval quality (issue 13)")
+and the variants that did not help, are in docs/benchmarks/history.md ("Retrieval quality (issue 13)")
 and ``bench/fusion_tuning.py`` replays them.
 
 How strongly a hit answers the query (its relevance, :mod:`shelfhand.knowledge.scoring`) is
@@ -35,7 +35,7 @@ K = TypeVar("K", bound=Hashable)
 KEYWORD_WEIGHT = 0.4
 """``α`` of :func:`convex_fusion`. On SciFact nDCG@10 is within 0.005 of its best for 0.3–0.5
 and on CMRC 2018 recall@5 stays at or above keyword search for 0.2–0.7; weights per query type
-(Chinese, identifiers) did not pay (BENCHMARKS.md)."""
+(Chinese, identifiers) did not pay (docs/benchmarks/history.md)."""
 
 
 def rrf(
@@ -45,7 +45,7 @@ def rrf(
 
     Args:
         lists: Ranked ids, best first; an id may appear in several lists.
-        k: Damping constant; 60 is the value from the paper and DESIGN R6.
+        k: Damping constant; 60 is the value from the paper and docs/design.md R6.
         weights: One weight per list (default 1 each).
 
     Returns:

@@ -1,4 +1,4 @@
-"""Rerank (DESIGN R7): a second opinion on the fused candidates, off by default.
+"""Rerank (docs/design.md R7): a second opinion on the fused candidates, off by default.
 
 A :class:`Reranker` reorders the candidates a search found; the knowledge base asks it for the
 best ``top_n`` of ``rerank_candidates`` fused hits and cuts to ``k``

@@ -1,5 +1,5 @@
 """Versions of one document side by side: a hit from "保修政策（第 1 版）" brings the same section of
-"保修政策（第 2 版）" along (DESIGN R8: disagreeing versions are flagged, never silently resolved).
+"保修政策（第 2 版）" along (docs/design.md R8: disagreeing versions are flagged, never silently resolved).
 
 Two documents are versions of each other when their titles (else their file names) are equal
 once the version marker is taken off (``第 2 版``, ``v2``, ``version 1.1``, ``rev 3``). When a

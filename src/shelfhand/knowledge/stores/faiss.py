@@ -1,4 +1,4 @@
-"""Vector search per embedding space: exact numpy when small, faiss HNSW when large (DESIGN R6).
+"""Vector search per embedding space: exact numpy when small, faiss HNSW when large (docs/design.md R6).
 
 Every space is keyed by chunk rowid. Deleted chunks become tombstones (masked at search) and the
 space is compacted when they pass ``rebuild_ratio`` of it. The permission filter is part of the
@@ -35,7 +35,7 @@ __all__ = ["Ids", "Selection", "VectorSpace", "adaptive_ef", "inner_products"]
 Ids = npt.NDArray[np.int64]
 _FAISS: Any = faiss  # parts of the SWIG API have no stubs
 _STATE_FILE = "state.json"
-# Adaptive efSearch (issue 13; measured in bench/hnsw_recall.py, BENCHMARKS.md "HNSW recall at
+# Adaptive efSearch (issue 13; measured in bench/hnsw_recall.py, docs/benchmarks/history.md "HNSW recall at
 # 1M"): ``ef_search`` holds up to EF_REFERENCE_SIZE vectors, a full selection and k <= ef/2;
 # beyond that the breadth grows with the graph size (log), with k, and with the share of the
 # graph a caller's ACL filter hides (filtered graph search skips unreadable nodes but still has
@@ -359,7 +359,7 @@ class VectorSpace:
 def inner_products(matrix: Vectors, query: Vectors) -> npt.NDArray[np.float32]:
     """``matrix @ query`` on this thread (faiss' SIMD kernel). numpy hands a matrix-vector
     product of this size to OpenBLAS's threads, and that hand-off cost ~8 ms per query where a
-    single thread needs ~2 ms (30k x 384, BENCHMARKS.md "HNSW recall at 1M")."""
+    single thread needs ~2 ms (30k x 384, docs/benchmarks/history.md "HNSW recall at 1M")."""
     out = np.empty(len(matrix), dtype=np.float32)
     if len(matrix):
         rows = np.ascontiguousarray(matrix, dtype=np.float32)

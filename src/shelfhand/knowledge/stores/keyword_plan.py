@@ -10,7 +10,7 @@ before it asks tantivy.
 
 A filter clause costs the ranked query its block-max WAND pruning: tantivy prunes only a plain
 union of terms, so a filtered query scores every matching chunk of the caller (3-6 ms p50 at 1M
-chunks against ~1 ms unfiltered, BENCHMARKS.md "The embedded store at 1M chunks"). The tantivy
+chunks against ~1 ms unfiltered, docs/benchmarks/history.md "The embedded store at 1M chunks"). The tantivy
 index therefore first ranks the plain union for a few more hits than the caller's estimated
 readable share needs (``k / share``, the share from the filter terms' document frequencies),
 then checks which of those rowids the caller may read. When at least ``k`` pass, they are

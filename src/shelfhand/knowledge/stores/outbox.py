@@ -1,4 +1,4 @@
-"""The index outbox: how document changes reach the derived indexes (DESIGN R3, R5).
+"""The index outbox: how document changes reach the derived indexes (docs/design.md R3, R5).
 
 Every write to the store adds outbox rows in the same transaction; after the commit the store
 applies them to each attached :class:`DerivedIndex` and deletes them once every index has made

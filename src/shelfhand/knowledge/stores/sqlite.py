@@ -1,4 +1,4 @@
-"""The embedded system of record: one SQLite file per workspace (DESIGN R3, R5).
+"""The embedded system of record: one SQLite file per workspace (docs/design.md R3, R5).
 
 Documents, chunks and their vectors live here. The search indexes (tantivy, faiss) are
 *derived*: every document change writes an ``index_outbox`` row in the same transaction, and

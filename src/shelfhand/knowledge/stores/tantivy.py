@@ -1,4 +1,4 @@
-"""BM25 keyword search with tantivy, permission filter inside the query (DESIGN R6).
+"""BM25 keyword search with tantivy, permission filter inside the query (docs/design.md R6).
 
 Text is analysed by :mod:`shelfhand.knowledge.analysis` and handed to tantivy pre-split by
 whitespace, so Chinese segmentation, stemming and whole codes are ours and identical at index
@@ -74,7 +74,7 @@ _STATE_FILE = "shelfhand-state.json"
 _LABELS_DIR = "labels"
 
 Access = Literal["write", "read", "read-only"]
-# Measured on the sample corpus, CMRC 2018 and SciFact (see BENCHMARKS.md).
+# Measured on the sample corpus, CMRC 2018 and SciFact (see docs/benchmarks/history.md).
 _HEAD_BOOST = 1.0
 _OVERSAMPLE_LIMIT = 2000
 # Indexing buffer of a rebuild: big enough that a rebuild of 1M chunks writes one segment
@@ -436,7 +436,7 @@ class TantivyKeywordIndex:
             # Few holders: score each ranking term on the holders only (an intersection seeks
             # the term's postings), instead of walking the terms' union up to each holder
             # (which decodes most postings on the way): the same scores, 0.5-0.7 against
-            # 0.8-1.0 ms p50 at 1M chunks (BENCHMARKS.md, "The exact-identifier step").
+            # 0.8-1.0 ms p50 at 1M chunks (docs/benchmarks/history.md, "The exact-identifier step").
             text = tantivy.Query.boolean_query(
                 [(occ.Should, holds)]
                 + [

@@ -5,7 +5,7 @@ A :class:`~shelfhand.knowledge.stores.faiss.VectorSpace` keeps, per position, it
 doc type and source as codes into small per-space dictionaries, and its permission tags as
 bits. A caller's readable positions are then a few numpy comparisons over these columns
 (milliseconds at 1M vectors) instead of a query of the SQLite chunk table, which read the whole
-table (0.65-0.9 s at 100k chunks here, BENCHMARKS.md "The embedded store at 1M chunks") on every
+table (0.65-0.9 s at 100k chunks here, docs/benchmarks/history.md "The embedded store at 1M chunks") on every
 caller's first search after each change of the store.
 
 The keyword index keeps the same labels with the chunk rowid as the position

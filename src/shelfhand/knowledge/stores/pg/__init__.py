@@ -1,4 +1,4 @@
-"""The PostgreSQL knowledge store (``pip install 'shelfhand[pg]'``; issue 14, DESIGN R5).
+"""The PostgreSQL knowledge store (``pip install 'shelfhand[pg]'``; issue 14, docs/design.md R5).
 
 ::
 

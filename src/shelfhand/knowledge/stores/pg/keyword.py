@@ -7,7 +7,7 @@ jieba, English stemmed, identifiers kept whole exactly as in tantivy): ``body``,
 from the vector. A query matches with ``@@`` on the GIN indexes; the matching rows are scored
 with BM25 (k1 = 1.2, b = 0.75, tantivy's idf) from the statistics the store keeps (chunks and
 tokens per field, document frequency per term), ``head`` weighted by ``head_boost`` like the
-embedded index. ``ts_rank`` is not used: it is not BM25 (BENCHMARKS.md "PostgreSQL store").
+embedded index. ``ts_rank`` is not used: it is not BM25 (docs/benchmarks/history.md "PostgreSQL store").
 Tenant, roles, doc type and source are conditions of the same SQL.
 """
 

@@ -22,6 +22,7 @@ with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from a2a.types.a2a_pb2 import (
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as ASGIMessage
 
 from shelfhand.api.deps import ANONYMOUS_CALLER
 from shelfhand.core.auth import identify
@@ -113,8 +115,14 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
         return context
 
 
+_MAX_BODY = 4 * 1024 * 1024
+"""Bytes of one JSON-RPC request (a message with its parts; files travel by URL)."""
+_PARSE_ERROR = -32700
+
+
 class _BearerOnly:
-    """401 for an A2A call without a known API key, before the SDK sees it."""
+    """401 for an A2A call without a known API key, and a parse error for a body that is not
+    JSON, before the SDK sees it."""
 
     def __init__(self, app: ASGIApp, *, service: Service, paths: frozenset[str]) -> None:
         self.app = app
@@ -131,7 +139,46 @@ class _BearerOnly:
                 )
                 await response(scope, receive, send)
                 return
+            if scope.get("method") == "POST":
+                await self._checked_body(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A JSON-RPC parse error for a body that is not UTF-8 JSON (the SDK answers such a
+        body with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > _MAX_BODY:
+                await JSONResponse(
+                    {"detail": "request body too large", "code": "http_413"}, status_code=413
+                )(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            json.loads(body.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
+            error = {"code": _PARSE_ERROR, "message": f"Parse error: {exc}"}
+            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> ASGIMessage:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 class ShelfhandExecutor(AgentExecutor):

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import AnswerRetrieval, Settings, check_answer_retrieval
+from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
+    from shelfhand.agent.answer_check import AnswerCheck
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.rewrite import QueryRewriter
@@ -339,25 +341,47 @@ class App:
         return self._governance
 
     def toolkit(
-        self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = (), governed: bool = True
+        self,
+        kb: KnowledgeBase | None,
+        *,
+        extra: Sequence[Any] = (),
+        governed: bool = True,
+        builtins: Sequence[str] | None = None,
     ) -> Toolkit:
-        """Built-in tools plus ``retrieve`` (which says "not configured" without a kb).
+        """``retrieve`` (which says "not configured" without a kb), the opted-in built-ins and
+        ``extra``.
 
         Args:
             kb: The knowledge base behind ``retrieve``.
             extra: More tools to add (e.g. the service's ``remember``).
             governed: Share the app's audited governance; ``False`` for listing tools only.
+            builtins: Names of built-in tools to add (``calculator``, ``current_time``,
+                ``http_get``); ``None``: the ``builtin_tools`` setting, empty by default, so
+                a document question is offered ``retrieve`` alone.
         """
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import builtin_tools
         from shelfhand.tools.toolkit import Toolkit
 
+        wanted = set(self.settings.builtin_tools if builtins is None else builtins)
         tools = [
             make_retrieve_tool(kb, compress_tokens=self._compress_tokens()),
-            *builtin_tools(),
+            *(t for t in builtin_tools() if t.name in wanted),
             *extra,
         ]
         return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
+
+    def answer_check(self) -> AnswerCheck | None:
+        """The check of chat answers against their passages (setting ``answer_check``):
+        ``fallback`` replaces an answer that cannot be trusted by the passages' own sentences,
+        ``flag`` only flags it, ``off`` returns ``None``."""
+        mode = self.settings.answer_check
+        if mode == "off":
+            return None
+        from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
+        from shelfhand.providers.tool_modes import PROMPT_TEXTS
+
+        return AnswerCheck(fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 
     def chat_agent(
         self,
@@ -390,6 +414,7 @@ class App:
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
+            answer_check=self.answer_check() if kb is not None else None,
         )
 
     def subagents(self, code: Sequence[Subagent] = ()) -> list[Subagent]:
@@ -432,6 +457,9 @@ class App:
         from shelfhand.agent.supervisor import SUPERVISOR_PROMPT, Supervisor
 
         subs = self.subagents(subagents)
+        # built-ins a subagent file names are opted in for it (the supervisor's toolkit)
+        opted = {t for sub in subs for t in sub.tools} & set(BUILTIN_TOOLS)
+        builtins = [*self.settings.builtin_tools, *sorted(opted)]
         models: dict[str, ChatModel] = {}
         for sub in subs:
             named = sub.model
@@ -439,7 +467,7 @@ class App:
                 models[named] = self._named_model(named, model)
         return Supervisor(
             model=model,
-            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb, builtins=builtins),
             subagents=subs,
             models=models,
             memory=memory,
@@ -464,7 +492,12 @@ class App:
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent
 
-        return KnowledgeAgent(kb, compress_tokens=self._compress_tokens())
+        # an answer check on: the passages' best sentences, not whole passages
+        return KnowledgeAgent(
+            kb,
+            compress_tokens=self._compress_tokens(),
+            extractive=self.settings.answer_check != "off",
+        )
 
     def _compress_tokens(self) -> int | None:
         """The per-passage budget of retrieved passages (``None``: compression off)."""

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
+from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 
 @app.command()
@@ -24,7 +25,9 @@ def agents(
     except DeclarationError as exc:
         raise fail(str(exc), 2) from None
     # tools added by code or MCP servers are not known here: name them, do not fail
-    known = {t.name for t in a.toolkit(None, governed=False).tools} | {s.id for s in subs}
+    known = {t.name for t in a.toolkit(None, governed=False, builtins=BUILTIN_TOOLS).tools} | {
+        s.id for s in subs
+    }
     notes = [
         f"{s.id}: tool {t!r} is not built in; the application must provide it"
         for s in subs

@@ -12,6 +12,9 @@ extracted when no passage is about the question: then the documents do not cover
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,13 +27,25 @@ __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
 
 LEAD = "From the documents:"
 """The first line of every extractive answer."""
-MIN_RELEVANCE = 0.34
+MIN_RELEVANCE = 0.2
 """Share of the question's content words a passage must hold to be about the question."""
 SENTENCES = 3
 """The most sentences taken from the best passage."""
 MAX_CHARS = 600
-RANK_STEP = 0.15
-"""How much each place further down the search's order costs a passage."""
+RANK_STEP = 0.1
+"""The share of its score each place further down the search's order costs a sentence."""
+PASSAGE_SHARE = 0.5
+"""How much of its passage's score a sentence gets (the passage holding more of the question
+is the likelier one to answer it)."""
+IDENTIFIER_WEIGHT = 10.0
+"""What holding an identifier the question names (``E-203``) adds to a sentence's score."""
+AMOUNT_WEIGHT = 1.0
+"""What a number adds to a sentence's score when the question asks how long, how much..."""
+_QUANTITY = re.compile(
+    r"how (?:long|much|many|often|soon)|when|price|cost|fee|多久|多少|多长|几|价格|费用|时间|何时",
+    re.IGNORECASE,
+)
+_DIGIT = re.compile(r"\d")
 """The most characters of passage text in one extractive answer."""
 
 
@@ -61,18 +76,48 @@ def _about(question_words: set[str], ids: list[str], text: str) -> float:
     return 0.5 + 0.5 * share
 
 
-def _best_run(passage: Citation, question_words: set[str], count: int) -> list[str]:
-    """The sentence of ``passage`` closest to the question and the ones after it."""
-    sentences = split_sentences(passage.text)
-    if not sentences:
-        return []
-    scores = [len(question_words & words(s)) for s in sentences]
-    start = max(range(len(sentences)), key=lambda i: (scores[i], -i))
-    taken = sentences[start : start + count]
-    # a heading alone ("## 保修期限") says nothing: take one more sentence after it
-    if len(taken) < count and start > 0:
-        taken = sentences[max(0, start - (count - len(taken))) : start] + taken
-    return taken
+def _headed(passage: Citation) -> str:
+    """The passage's text with its title and section: a FAQ's question is its heading."""
+    return f"{passage.title}\n{passage.section}\n{passage.text}"
+
+
+def _quantity(question: str) -> bool:
+    """Whether ``question`` asks for an amount, a duration, a price or a date."""
+    return bool(_QUANTITY.search(question))
+
+
+def _weights(passage_words: Sequence[set[str]], question_words: set[str]) -> dict[str, float]:
+    """Each question word weighted by how few of the passages hold it (rarer: more)."""
+    df = Counter(w for held in passage_words for w in held & question_words)
+    n = len(passage_words)
+    return {w: math.log(1 + n / count) for w, count in df.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sentence:
+    passage: int
+    rank: int
+    position: int
+    text: str
+    words: set[str]
+
+
+def _candidates(
+    passages: Sequence[Citation], question_words: set[str], ids: list[str]
+) -> list[_Sentence]:
+    """The sentences of the passages that are about the question, in search order."""
+    out: list[_Sentence] = []
+    for rank, c in enumerate(passages):
+        if _about(question_words, ids, _headed(c)) < MIN_RELEVANCE:
+            continue
+        for position, sentence in enumerate(split_sentences(c.text)):
+            out.append(
+                _Sentence(
+                    passage=c.index, rank=rank, position=position, text=sentence,
+                    words=words(sentence),
+                )
+            )  # fmt: skip
+    return out
 
 
 def extractive_answer(
@@ -82,24 +127,41 @@ def extractive_answer(
     under the lead line :data:`LEAD`; ``None`` when no passage is about the question."""
     question_words = words(question)
     ids = query_identifiers(question)
-    passages = {c.index: c for c in citations if c.text.strip()}
-    about = [(_about(question_words, ids, c.text), c.index) for c in passages.values()]
-    # the search's own order counts too: its first passage is usually the one to quote
-    ranked = sorted(
-        (pair for pair in about if pair[0] >= MIN_RELEVANCE),
-        key=lambda pair: -(pair[0] - RANK_STEP * about.index(pair)),
-    )
-    if not ranked:
+    passages = list({c.index: c for c in citations if c.text.strip()}.values())
+    candidates = _candidates(passages, question_words, ids)
+    if not candidates:
         return None
-    best = passages[ranked[0][1]]
-    chosen = [(s, best.index) for s in _best_run(best, question_words, sentences)]
-    disagree = [
-        c
-        for c in passages.values()
-        if best.index in c.conflicts_with or c.index in best.conflicts_with
-    ]
-    for other in disagree:  # a passage that disagrees is shown too: never hidden
-        chosen.extend((s, other.index) for s in _best_run(other, question_words, 1))
+    held = {c.index: words(_headed(c)) for c in passages}
+    weight = _weights(list(held.values()), question_words.difference(ids))
+    # a sentence of a passage that holds more of the question is the likelier answer
+    context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
+    amount = _quantity(question)
+
+    def score(c: _Sentence) -> float:
+        value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
+        lowered = c.text.lower()
+        if ids and any(i in lowered or i in lowered.replace("-", "") for i in ids):
+            value += IDENTIFIER_WEIGHT
+        if amount and _DIGIT.search(c.text):
+            value += AMOUNT_WEIGHT
+        # the search's own order counts too: its first passage is usually the one to quote
+        return value * (1 - RANK_STEP * min(c.rank, 5))
+
+    best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
+    # the best sentence, the one before it (its heading or lead-in: "Yes. All models have
+    # an M4 thread." before "After mounting, ...") and the ones after it
+    same = [c for c in candidates if c.passage == best.passage and c.position >= best.position - 1]
+    chosen = [(c.text, c.passage) for c in same[:sentences]]
+    by_index = {c.index: c for c in passages}
+    first = by_index[best.passage]
+    for other in passages:  # a passage that disagrees is shown too: never hidden
+        if other.index != first.index and (
+            first.index in other.conflicts_with or other.index in first.conflicts_with
+        ):
+            theirs = [c for c in candidates if c.passage == other.index]
+            if theirs:
+                top = max(theirs, key=lambda c: (score(c), -c.position))
+                chosen.append((top.text, top.passage))
     lines, used = [LEAD], 0
     kept: list[tuple[str, int]] = []
     for sentence, index in chosen:

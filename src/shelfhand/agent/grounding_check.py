@@ -47,6 +47,7 @@ _CITE = re.compile(r"\[(\d{1,3})\]")
 # a sentence ends at 。！？；!?; or a newline, or at ". " (not inside 3.5 or e.g.)
 _SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|\n+|(?<=[a-z0-9)\]\u3400-\u9fff][.])\s+(?=\S)")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)、]|#+)\s+")
+_MARKER_ONLY = re.compile(r"\d{1,2}[.)、]")
 _NUMBER = re.compile(r"\d+(?:[,，]\d{3})*(?:\.\d+)?")
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
 # an identifier's separator-free form holding a letter (``e203``, ``sku2024011``): dates such
@@ -58,10 +59,15 @@ def split_sentences(text: str) -> list[str]:
     """``text`` as sentences: Chinese and English punctuation, line breaks and list items
     end one; decimals (``3.5``), identifiers (``v1.2``) and citation markers stay inside."""
     out: list[str] = []
+    marker = ""
     for piece in _SENTENCE_END.split(text):
         if piece is None:
             continue
-        sentence = _LIST_MARK.sub("", piece).strip()
+        if _MARKER_ONLY.fullmatch(piece.strip()):
+            marker = piece.strip()  # "4." of a numbered list: it starts the next sentence
+            continue
+        sentence = _LIST_MARK.sub("", f"{marker} {piece}" if marker else piece).strip()
+        marker = ""
         if sentence and not _CITE.fullmatch(sentence):
             out.append(sentence)
     return out

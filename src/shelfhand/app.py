@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+DEMO_SHOP = "demo-shop.db"
+"""The demo shop database of ``serve --demo-tools``, in the workspace."""
+
 
 @dataclass(slots=True)
 class App:
@@ -65,6 +68,8 @@ class App:
     _governance: Governance | None = field(default=None, repr=False)
     _shared: SharedState | None = field(default=None, repr=False)
     _ingest_queue: IngestQueue | None = field(default=None, repr=False)
+    extra_tools: tuple[Any, ...] = ()
+    """Tools every toolkit of this app offers besides ``retrieve`` (e.g. :meth:`use_demo_tools`)."""
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -367,9 +372,20 @@ class App:
         tools = [
             make_retrieve_tool(kb, compress_tokens=self._compress_tokens()),
             *(t for t in builtin_tools() if t.name in wanted),
+            *self.extra_tools,
             *extra,
         ]
         return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
+
+    def use_demo_tools(self) -> None:
+        """Offer the reference scenario's tools (:mod:`shelfhand.tools.demo`: stock, prices,
+        the caller's orders, returns needing confirmation) over a demo shop database in
+        ``<workspace>/demo-shop.db`` (created with the spec sheet's products on first use)."""
+        from shelfhand.tools.demo import demo_database, make_tools
+
+        self.settings.workspace.mkdir(parents=True, exist_ok=True)
+        db = demo_database(self.settings.workspace / DEMO_SHOP)
+        self.extra_tools = (*self.extra_tools, *make_tools(db))
 
     def answer_check(self) -> AnswerCheck | None:
         """The check of chat answers against their passages (setting ``answer_check``):

@@ -3,9 +3,9 @@
 Offline and fast (no second model): every sentence of the answer is scored against the
 passages it cites (``[n]``), or against all of the run's passages when it cites none:
 
-- **words**: the share of the sentence's content words (the keyword index's own analysis:
-  English stemmed, Chinese segmented with jieba, identifiers such as ``E-203`` or
-  ``SKU2024-011`` whole) that the best passage holds;
+- **words**: the share of the sentence's content words (the keyword index's analysis,
+  :func:`~shelfhand.knowledge.analysis.tokenize_for_matching`: English stemmed, Chinese
+  segmented with jieba's dictionary, identifiers such as ``E-203`` or ``SKU2024-011`` whole) that the best passage holds;
 - **facts**: every number, duration, code and date of the sentence must appear in those
   passages (or in the question: "3 units" may come from the user). ``3,999`` meets ``3999``,
   ``2025-01-01`` meets ``2025 年 1 月 1 日``.
@@ -18,14 +18,14 @@ answer over Chinese passages shares its facts, not its words). The result is a
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_index
+from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_matching
 
 __all__ = [
     "MIN_SUPPORT",
@@ -42,6 +42,9 @@ MIN_SUPPORT_WITH_FACTS = 0.25
 """The same, for a sentence whose numbers and codes the passages all hold."""
 MIN_WORDS = 3
 """Sentences with fewer content words and no fact are not checked ("Hope this helps!")."""
+
+PASSAGE_CACHE = 1024
+"""Passages whose analysis is kept (about 1 MB)."""
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
 # a sentence ends at 。！？；!?; or a newline, or at ". " (not inside 3.5 or e.g.)
@@ -80,7 +83,7 @@ def cited_numbers(sentence: str) -> tuple[int, ...]:
 
 def words(text: str) -> set[str]:
     """The content words of ``text`` as the keyword index analyses them."""
-    return set(tokenize_for_index(_CITE.sub(" ", text)))
+    return set(tokenize_for_matching(_CITE.sub(" ", text)))
 
 
 def _number(raw: str) -> str:
@@ -100,40 +103,50 @@ def facts(text: str) -> set[str]:
     return found
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Evidence:
-    """The passages of a run, analysed once for every sentence of its answer."""
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A passage's words and facts (kept for the process's most recent passages: a passage
+    found again by another question, or checked twice in one run, is analysed once)."""
+    return frozenset(words(text)), frozenset(facts(text))
 
-    words: dict[int, set[str]]
-    facts: dict[int, set[str]]
-    question_facts: frozenset[str] = frozenset()
+
+class Evidence:
+    """The passages of a run, each analysed the first time a sentence is checked against it
+    (an answer citing [1] costs the analysis of passage 1 only)."""
+
+    __slots__ = ("_texts", "question_facts")
+
+    def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
+        self._texts = {c.index: c.text for c in citations if c.text}
+        self.question_facts = frozenset(facts(question)) if question else frozenset()
 
     @classmethod
     def of(cls, citations: Sequence[Citation], question: str = "") -> Evidence:
-        """``citations`` analysed (a passage retrieved twice is analysed once)."""
-        by_index = {c.index: c.text for c in citations if c.text}
-        return cls(
-            words={i: words(t) for i, t in by_index.items()},
-            facts={i: facts(t) for i, t in by_index.items()},
-            question_facts=frozenset(facts(question)) if question else frozenset(),
-        )
+        """``citations`` ready to check against (a passage retrieved twice counts once)."""
+        return cls(citations, question)
 
     def check(self, sentence: str) -> SentenceSupport | None:
         """``sentence`` scored against the passages it cites (all when it cites none or
-        only numbers no passage has); ``None`` when it has nothing to check."""
+        only numbers no passage has); ``None`` when it has nothing to check.
+
+        The supporting passage is the one holding most of the sentence's words among those
+        holding all of its facts (when one does): "12 months" is shown with the policy that
+        says 12 months, and its disagreement notes with it."""
         cited = cited_numbers(sentence)
         own = words(sentence)
         stated = facts(sentence)
         if len(own) < MIN_WORDS and not stated:
             return None
-        pool = [i for i in cited if i in self.words] or list(self.words)
+        pool = [i for i in cited if i in self._texts] or list(self._texts)
+        analysed = {i: _analysed(self._texts[i]) for i in pool}
         allowed: set[str] = set(self.question_facts)
-        for i in pool:
-            allowed |= self.facts[i]
+        for _, held in analysed.values():
+            allowed |= held
         missing = sorted(f for f in stated if f not in allowed and not _inside_code(f, allowed))
+        whole = [i for i in pool if stated <= (analysed[i][1] | self.question_facts)]
         best, score = None, 0.0
-        for i in pool:
-            share = len(own & self.words[i]) / len(own) if own else 1.0
+        for i in whole or pool:
+            share = len(own & analysed[i][0]) / len(own) if own else 1.0
             if share > score or best is None:
                 best, score = i, share
         needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT

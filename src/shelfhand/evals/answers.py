@@ -29,6 +29,7 @@ the answer holds it, case-insensitive, thousands separators ignored. Measures:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import statistics
@@ -232,32 +233,44 @@ def run_answer_eval(
         on_case: Called with each outcome as it completes (progress output).
     """
     kb = app.open_knowledge()
-    user = UserContext(tenant_id="default", user_id="eval", roles=["user"])
-    outcomes: list[AnswerOutcome] = []
     try:
         app.warm_up(kb)
-        for case in cases:
-            outcome = AnswerOutcome(
-                id=case.id, question=case.question, lang=case.lang, not_found_case=case.not_found
-            )
-            started = time.perf_counter()
-            try:
-                if model is None:
-                    result = app.knowledge_agent(kb).run_sync(case.question, context=user)
-                else:
-                    result = app.chat_agent(model, kb).run_sync(case.question, context=user)
-            except ModelError as exc:
-                outcome.error = f"{type(exc).__name__}: {exc}"
-            else:
-                outcome.latency_s = time.perf_counter() - started
-                judge(case, result, outcome)
-                if result.citations:
-                    timed = time.perf_counter()
-                    check_grounding(result.output, result.citations, question=case.question)
-                    outcome.check_ms = (time.perf_counter() - timed) * 1000
-            outcomes.append(outcome)
-            if on_case is not None:
-                on_case(outcome)
+        # one event loop for every case: the model's HTTP client belongs to the loop
+        outcomes = asyncio.run(_run_all(app, kb, cases, model, on_case))
     finally:
         kb.close()
     return {**summarise_answers(outcomes), "results": [asdict(o) for o in outcomes]}
+
+
+async def _run_all(
+    app: Any,
+    kb: Any,
+    cases: Sequence[AnswerCase],
+    model: Any,
+    on_case: Callable[[AnswerOutcome], Any] | None,
+) -> list[AnswerOutcome]:
+    user = UserContext(tenant_id="default", user_id="eval", roles=["user"])
+    outcomes: list[AnswerOutcome] = []
+    for case in cases:
+        outcome = AnswerOutcome(
+            id=case.id, question=case.question, lang=case.lang, not_found_case=case.not_found
+        )
+        started = time.perf_counter()
+        try:
+            if model is None:
+                result = await app.knowledge_agent(kb).run(case.question, context=user)
+            else:
+                result = await app.chat_agent(model, kb).run(case.question, context=user)
+        except ModelError as exc:
+            outcome.error = f"{type(exc).__name__}: {exc}"
+        else:
+            outcome.latency_s = time.perf_counter() - started
+            judge(case, result, outcome)
+            if result.citations:
+                timed = time.perf_counter()
+                check_grounding(result.output, result.citations, question=case.question)
+                outcome.check_ms = (time.perf_counter() - timed) * 1000
+        outcomes.append(outcome)
+        if on_case is not None:
+            on_case(outcome)
+    return outcomes

@@ -39,6 +39,8 @@ PASSAGE_SHARE = 0.5
 is the likelier one to answer it)."""
 IDENTIFIER_WEIGHT = 10.0
 """What holding an identifier the question names (``E-203``) adds to a sentence's score."""
+HEADING_WEIGHT = 2.0
+"""What starting with that identifier adds more (a manual's entry for it)."""
 AMOUNT_WEIGHT = 1.0
 """What a number adds to a sentence's score when the question asks how long, how much..."""
 _QUANTITY = re.compile(
@@ -142,6 +144,8 @@ def extractive_answer(
         lowered = c.text.lower()
         if ids and any(i in lowered or i in lowered.replace("-", "") for i in ids):
             value += IDENTIFIER_WEIGHT
+            if lowered.startswith(tuple(ids)):  # the heading that defines it: "E-203 Lamp ..."
+                value += HEADING_WEIGHT
         if amount and _DIGIT.search(c.text):
             value += AMOUNT_WEIGHT
         # the search's own order counts too: its first passage is usually the one to quote

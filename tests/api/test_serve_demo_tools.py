@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from service_helpers import ALICE, ThreadServer, start_thread_server
+from service_helpers import ALICE, ThreadServer, ask_turn, start_thread_server
 from typer.testing import CliRunner
 
 from shelfhand.api import create_app
@@ -55,11 +54,7 @@ def server(tmp_path: Path) -> Iterator[ThreadServer]:
 
 
 def ask(server: ThreadServer, who: dict[str, str], question: str) -> dict[str, Any]:
-    with httpx.Client(base_url=server.url, headers=who, timeout=60) as c:
-        session = c.post("/v1/sessions").json()["id"]
-        r = c.post(f"/v1/sessions/{session}/messages", json={"content": question, "stream": False})
-    assert r.status_code == 200, r.text
-    return dict(r.json())
+    return ask_turn(server.url, who, question)
 
 
 def test_the_stock_question_of_the_reference_scenario_is_answered_over_http(

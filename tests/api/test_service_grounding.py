@@ -11,7 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
-from service_helpers import ALICE, BOB, ThreadServer, parse_sse, start_thread_server, user_contexts
+from service_helpers import (
+    ALICE,
+    BOB,
+    ThreadServer,
+    ask_turn,
+    parse_sse,
+    start_thread_server,
+    user_contexts,
+)
 
 from shelfhand.api import create_app
 from shelfhand.app import App
@@ -48,11 +56,7 @@ def server(tmp_path: Path) -> Iterator[ThreadServer]:
 
 
 def ask(server: ThreadServer, who: dict[str, str], question: str) -> dict[str, Any]:
-    with httpx.Client(base_url=server.url, headers=who, timeout=60) as c:
-        session = c.post("/v1/sessions").json()["id"]
-        r = c.post(f"/v1/sessions/{session}/messages", json={"content": question, "stream": False})
-    assert r.status_code == 200, r.text
-    return dict(r.json())
+    return ask_turn(server.url, who, question)
 
 
 def test_a_grounded_reply_carries_its_check_per_sentence(server: ThreadServer) -> None:

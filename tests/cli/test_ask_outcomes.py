@@ -5,9 +5,7 @@ found; passages are listed as evidence only when the answer uses them."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 
 from shelfhand.knowledge.base import sample_corpus
 from support.chat_server import Reply, completion  # see conftest.py
+from support.cli import run_cli
 
 QUESTION = "What does error code E-203 mean and how do I fix it?"
 
@@ -30,23 +29,7 @@ def call(name: str, arguments: dict[str, Any], n: int = 1) -> dict[str, Any]:
 def run(
     args: list[str], workspace: Path, server: Any | None, **env_extra: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update(SHELFHAND_WORKSPACE=str(workspace), SHELFHAND_EMBEDDER="hashing", COLUMNS="200")
-    if server is not None:
-        env.update(
-            SHELFHAND_MODEL="local-model",
-            OPENAI_BASE_URL=server.url,
-            OPENAI_API_KEY="sk-test-not-a-secret",
-        )
-    env.update(env_extra)
-    return subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(args, workspace, server, **env_extra)
 
 
 @pytest.fixture

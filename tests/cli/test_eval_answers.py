@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from shelfhand.evals.answers import (
     sample_answer_cases,
 )
 from shelfhand.knowledge.base import sample_corpus
+from support.cli import run_cli
 
 
 def test_the_bundled_cases_are_forty_or_more_in_both_languages_with_not_found_ones() -> None:
@@ -64,14 +63,8 @@ def test_a_not_found_case_is_right_only_when_the_answer_says_so() -> None:
 
 
 def test_eval_answers_without_a_model_reports_the_extractive_path(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update(SHELFHAND_WORKSPACE=str(tmp_path), SHELFHAND_EMBEDDER="hashing")
-
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "shelfhand.cli", *args],
-            capture_output=True, text=True, env=env, timeout=120, check=False,
-        )  # fmt: skip
+        return run_cli(list(args), tmp_path)
 
     assert cli("ingest", str(sample_corpus())).returncode == 0
     out = cli("eval-answers", "--no-model", "--json", "--only", "e203-zh,weather-en")

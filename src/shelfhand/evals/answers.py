@@ -30,11 +30,8 @@ the answer holds it, case-insensitive, thousands separators ignored. Measures:
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import statistics
 import time
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +44,8 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError, ModelError
 from shelfhand.core.results import RunResult
 
+from .case_files import case_objects, states
+
 __all__ = [
     "AnswerCase",
     "AnswerOutcome",
@@ -56,8 +55,6 @@ __all__ = [
     "sample_answer_cases",
     "summarise_answers",
 ]
-
-_SEPARATOR = re.compile(r"(?<=\d)[,，](?=\d{3})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,21 +105,8 @@ def _strings(value: object, where: str, key: str) -> tuple[str, ...]:
 
 def load_answer_cases(path: Path) -> list[AnswerCase]:
     """Read a case file; a bad line is a :class:`ConfigurationError` naming file and line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the case file {path}: {exc}") from None
     cases: list[AnswerCase] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            raise ConfigurationError(f"{where}: expected an object")
+    for where, data in case_objects(path):
         question = data.get("question")
         if not isinstance(question, str) or not question.strip():
             raise ConfigurationError(f'{where}: "question" must be a non-empty string')
@@ -132,7 +116,7 @@ def load_answer_cases(path: Path) -> list[AnswerCase]:
             raise ConfigurationError(f'{where}: give "facts" or "not_found": true')
         cases.append(
             AnswerCase(
-                id=str(data.get("id") or f"case-{number}"),
+                id=str(data.get("id") or f"case-{len(cases) + 1}"),
                 question=question,
                 facts=facts,
                 sources=_strings(data.get("sources"), where, "sources"),
@@ -145,10 +129,6 @@ def load_answer_cases(path: Path) -> list[AnswerCase]:
     return cases
 
 
-def _normal(text: str) -> str:
-    return _SEPARATOR.sub("", unicodedata.normalize("NFKC", text)).lower()
-
-
 def says_not_found(answer: str) -> bool:
     """Whether ``answer`` tells the user the documents do not answer the question."""
     return answer.startswith(NOT_COVERED) or is_refusal(answer)
@@ -157,7 +137,6 @@ def says_not_found(answer: str) -> bool:
 def judge(case: AnswerCase, result: RunResult, outcome: AnswerOutcome) -> None:
     """Fill ``outcome``'s judgement of ``result`` for ``case``."""
     answer = result.output
-    text = _normal(answer)
     outcome.answer = answer
     outcome.extractive = result.extractive
     outcome.fallback_reason = result.fallback_reason
@@ -165,9 +144,7 @@ def judge(case: AnswerCase, result: RunResult, outcome: AnswerOutcome) -> None:
     if case.not_found:
         outcome.right = says_not_found(answer) and not result.extractive
     else:
-        outcome.missing_facts = [
-            f for f in case.facts if not any(_normal(alt) in text for alt in f.split("|"))
-        ]
+        outcome.missing_facts = [f for f in case.facts if not states(answer, f)]
         outcome.right = not outcome.missing_facts and result.stop_reason == "final"
     grounding = result.grounding
     if grounding is not None:

@@ -34,7 +34,6 @@ import json
 import re
 import sqlite3
 import time
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +44,8 @@ from shelfhand.core.errors import ConfigurationError, ModelError, ModelProviderE
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.models.base import ChatModel
 from shelfhand.tools.approvals import ApprovalRequest
+
+from .case_files import case_objects, states
 
 __all__ = [
     "CaseResult",
@@ -109,21 +110,8 @@ def sample_tool_cases() -> Path:
 
 def load_tool_cases(path: Path) -> list[ToolCase]:
     """Read a case file; a bad line is a :class:`ConfigurationError` naming file and line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the case file {path}: {exc}") from None
     cases: list[ToolCase] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            raise ConfigurationError(f"{where}: expected an object")
+    for where, data in case_objects(path):
         request, tool, arguments = data.get("request"), data.get("tool"), data.get("arguments")
         facts = data.get("facts") or []
         if not isinstance(facts, list) or not all(isinstance(f, str) and f for f in facts):
@@ -138,7 +126,7 @@ def load_tool_cases(path: Path) -> list[ToolCase]:
             raise ConfigurationError(f'{where}: "arguments" given but "tool" is null')
         cases.append(
             ToolCase(
-                id=str(data.get("id") or f"case-{number}"),
+                id=str(data.get("id") or f"case-{len(cases) + 1}"),
                 request=request,
                 tool=tool,
                 arguments=arguments or {},
@@ -187,13 +175,6 @@ def _judge(case: ToolCase, result: CaseResult) -> None:
     )
 
 
-_SEPARATOR = re.compile(r"(?<=\d)[,，](?=\d{3})")
-
-
-def _normal(text: str) -> str:
-    return _SEPARATOR.sub("", unicodedata.normalize("NFKC", text)).lower()
-
-
 def _only(tool: str | None) -> Callable[[ApprovalRequest], bool]:
     """An approval handler approving calls of ``tool`` only."""
 
@@ -211,10 +192,7 @@ def _judge_run(case: ToolCase, result: CaseResult, writes: set[str]) -> None:
             if call["name"] in writes:
                 result.unasked_writes.append(call["name"])
     if case.facts:
-        answer = _normal(result.answer)
-        result.facts_ok = all(
-            any(_normal(alt) in answer for alt in fact.split("|")) for fact in case.facts
-        )
+        result.facts_ok = all(states(result.answer, fact) for fact in case.facts)
     calls_ok = not result.extra_calls and (result.arguments_ok or case.tool is None)
     result.run_ok = calls_ok and result.facts_ok is not False and result.error is None
 

@@ -192,3 +192,12 @@ async def test_an_answer_citing_passages_when_the_search_found_none_says_not_cov
 
     assert result.citations == ()  # acme sees none of globex's documents
     assert result.output == NOT_COVERED and result.fallback_reason == "ungrounded"
+
+
+async def test_a_refusal_over_passages_only_loosely_about_the_question_is_kept(
+    kb: KnowledgeBase,
+) -> None:
+    refusal = "Sorry, the documents do not mention gaming laptops."
+    result = await agent(kb, text(refusal)).run("Do you sell gaming laptops?", context=ACME)
+
+    assert result.output == refusal and not result.extractive

@@ -29,6 +29,9 @@ LEAD = "From the documents:"
 """The first line of every extractive answer."""
 MIN_RELEVANCE = 0.2
 """Share of the question's content words a passage must hold to be about the question."""
+OVERRULE_RELEVANCE = 0.5
+"""The share needed to overrule a model that said it cannot answer: only passages clearly
+about the question replace a refusal (a refusal is often right)."""
 SENTENCES = 3
 """The most sentences taken from the best passage."""
 MAX_CHARS = 600
@@ -105,12 +108,12 @@ class _Sentence:
 
 
 def _candidates(
-    passages: Sequence[Citation], question_words: set[str], ids: list[str]
+    passages: Sequence[Citation], question_words: set[str], ids: list[str], least: float
 ) -> list[_Sentence]:
     """The sentences of the passages that are about the question, in search order."""
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        if _about(question_words, ids, _headed(c)) < MIN_RELEVANCE:
+        if _about(question_words, ids, _headed(c)) < least:
             continue
         for position, sentence in enumerate(split_sentences(c.text)):
             out.append(
@@ -123,14 +126,19 @@ def _candidates(
 
 
 def extractive_answer(
-    question: str, citations: Sequence[Citation], *, sentences: int = SENTENCES
+    question: str,
+    citations: Sequence[Citation],
+    *,
+    sentences: int = SENTENCES,
+    min_relevance: float = MIN_RELEVANCE,
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
-    under the lead line :data:`LEAD`; ``None`` when no passage is about the question."""
+    under the lead line :data:`LEAD`; ``None`` when no passage holds ``min_relevance`` of
+    the question's words (or lacks an identifier it names)."""
     question_words = words(question)
     ids = query_identifiers(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
-    candidates = _candidates(passages, question_words, ids)
+    candidates = _candidates(passages, question_words, ids, min_relevance)
     if not candidates:
         return None
     held = {c.index: words(_headed(c)) for c in passages}

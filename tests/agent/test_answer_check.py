@@ -200,4 +200,5 @@ async def test_a_refusal_over_passages_only_loosely_about_the_question_is_kept(
     refusal = "Sorry, the documents do not mention gaming laptops."
     result = await agent(kb, text(refusal)).run("Do you sell gaming laptops?", context=ACME)
 
+    assert result.citations  # passages came back: the model was not overruled by them
     assert result.output == refusal and not result.extractive

@@ -8,7 +8,7 @@ replaced by the extractive answer when it cannot be trusted.
 2. the model's answer is replaced by the passages' best sentences
    (:func:`~.extractive.extractive_answer`, ``RunResult.extractive``) when it is ungrounded
    (most sentences unsupported, or a number or code no passage holds), a refusal while the
-   passages are clearly about the question (:data:`~.extractive.OVERRULE_RELEVANCE`), an echo of one of shelfhand's own prompts, or the end of a
+   passages are clearly about the question (:data:`~.extractive.MIN_RELEVANCE`), an echo of one of shelfhand's own prompts, or the end of a
    run the loop guard, ``max_iters`` or a blank reply stopped;
 3. when no passage is about the question, an ungrounded answer or a prompt echo becomes
    "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`).
@@ -27,7 +27,7 @@ from shelfhand.core.citations import cited_numbers, unknown_citations
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 
-from .extractive import MIN_RELEVANCE, OVERRULE_RELEVANCE, extractive_answer
+from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts
@@ -149,8 +149,7 @@ def _ungrounded(sentences: Sequence[object]) -> bool:
 def extractive_result(result: RunResult, why: str, question: str) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
     ``question``."""
-    least = OVERRULE_RELEVANCE if why == "refusal" else MIN_RELEVANCE
-    extract = extractive_answer(question, result.citations, min_relevance=least)
+    extract = extractive_answer(question, result.citations)
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)

@@ -27,11 +27,11 @@ __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
 
 LEAD = "From the documents:"
 """The first line of every extractive answer."""
-MIN_RELEVANCE = 0.2
-"""Share of the question's content words a passage must hold to be about the question."""
-OVERRULE_RELEVANCE = 0.5
-"""The share needed to overrule a model that said it cannot answer: only passages clearly
-about the question replace a refusal (a refusal is often right)."""
+MIN_RELEVANCE = 0.5
+"""Share of the question's content words a passage must hold to be about the question (an
+identifier the question names counts for half). Measured on the bundled answer cases without
+a model: 0.2 quoted "Use an HDMI cable for laptops." for "Do you sell gaming laptops?"
+(4 of 6 not-in-the-documents cases right, 29 of 40 answers); 0.5 gives 6 of 6 and 28 of 40."""
 SENTENCES = 3
 """The most sentences taken from the best passage."""
 MAX_CHARS = 600
@@ -170,7 +170,8 @@ def extractive_answer(
         if other.index != first.index and (
             first.index in other.conflicts_with or other.index in first.conflicts_with
         ):
-            theirs = [c for c in candidates if c.passage == other.index]
+            # about the question or not, it is quoted: it disagrees with what is quoted
+            theirs = _candidates([other], question_words, [], 0.0)
             if theirs:
                 top = max(theirs, key=lambda c: (score(c), -c.position))
                 chosen.append((top.text, top.passage))

@@ -39,7 +39,7 @@ async def main(workspace: Path) -> list[str]:
             tool_call("query_stock", {"sku": "SKU2024-011"}),
             tool_call("quote_price", {"sku": "SKU2024-011", "quantity": 1}),
         ],
-        text("保修期见 [1]；SKU2024-011（Lumen X1）有 12 台现货，单价 3299 元。"),
+        text("保修期见 [1]；SKU2024-011（Lumen X1）有 12 台现货，单价 3999 元。"),
     ])  # fmt: skip
     result = await Agent(model=model, toolkit=toolkit).run(
         "投影仪的保修期是多久？SKU2024-011 有货吗？报个价", context=customer

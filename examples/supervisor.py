@@ -49,7 +49,7 @@ def scripted() -> tuple[ChatModel, dict[str, ChatModel]]:
     """The turns a real model would play: the supervisor's, and each specialist's."""
     supervisor = ScriptedModel([
         tool_call("product_advisor", {"task": "保修期多久？SKU2024-011 有没有货，单价多少？"}),
-        text("保修期见 [1]；SKU2024-011 有 12 台现货，单价 3299 元。"),
+        text("保修期见 [1]；SKU2024-011 有 12 台现货，单价 3999 元。"),
         tool_call("troubleshooter", {"task": "错误代码 E-203 是什么故障，怎么处理？"}),
         text("E-203 的含义和处理见 [1]。"),
         tool_call("returns_clerk", {"task": "订单 SO-1001 屏幕有坏点，客户要退货。"}),
@@ -63,7 +63,7 @@ def scripted() -> tuple[ChatModel, dict[str, ChatModel]]:
                     tool_call("query_stock", {"sku": "SKU2024-011"}),
                     tool_call("quote_price", {"sku": "SKU2024-011", "quantity": 1}),
                 ],
-                text("保修期见 [1]；SKU2024-011 有 12 台现货，单价 3299 元。"),
+                text("保修期见 [1]；SKU2024-011 有 12 台现货，单价 3999 元。"),
             ]
         ),
         "troubleshooter": ScriptedModel(

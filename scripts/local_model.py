@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     log(
         f"starting llama.cpp on http://127.0.0.1:{args.port}/v1 ({args.threads} thread(s), "
         f"{args.ctx} tokens of context); use SHELFHAND_MODEL={MODEL_ALIAS} "
-        f"OPENAI_BASE_URL=http://127.0.0.1:{args.port}/v1"
+        f"OPENAI_BASE_URL=http://127.0.0.1:{args.port}/v1 OPENAI_API_KEY=local "
+        # llama.cpp samples at 0.8 unless told: a small model's answers and tool calls are
+        # only repeatable at 0
+        "SHELFHAND_TEMPERATURE=0 SHELFHAND_MAX_TOKENS=512 SHELFHAND_TOOL_MODE=constrained"
     )
     server_args = [str(model), str(args.port), str(args.threads), str(args.ctx), MODEL_ALIAS]
     server = subprocess.Popen([str(python), "-c", SERVER_CODE, *server_args])

@@ -55,9 +55,9 @@ DOCUMENTED: dict[str, set[str]] = {
         "default_router", "format_passages", "label", "prepare_evidence", "sample_corpus",
     },
     "shelfhand.agent": {
-        "Agent", "ConversationMemory", "DEFAULT_SYSTEM_PROMPT", "KnowledgeAgent", "LlmReranker",
-        "QueryRewriter", "Subagent", "Supervisor", "as_tool", "conditional", "fan_out",
-        "retrieve_tool", "sequential",
+        "Agent", "AnswerCheck", "ConversationMemory", "DEFAULT_SYSTEM_PROMPT", "KnowledgeAgent",
+        "LlmReranker", "QueryRewriter", "Subagent", "Supervisor", "as_tool", "check_grounding",
+        "conditional", "extractive_answer", "fan_out", "retrieve_tool", "sequential",
     },
     "shelfhand.tools": {
         "ApprovalDecision", "ApprovalRequest", "Approvals", "AuditLog", "GovernancePolicy", "Tool",

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.settings import AnswerRetrieval, Settings, check_answer_retrieval
+from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
+    from shelfhand.agent.answer_check import AnswerCheck
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.rewrite import QueryRewriter
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
     from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
+
+DEMO_SHOP = "demo-shop.db"
+"""The demo shop database of ``serve --demo-tools``, in the workspace."""
 
 
 def _remote(spec: Subagent) -> Subagent:
@@ -89,6 +94,8 @@ class App:
     _shared: SharedState | None = field(default=None, repr=False)
     _ingest_queue: IngestQueue | None = field(default=None, repr=False)
     _tracer: Tracer | None = field(default=None, repr=False)
+    extra_tools: tuple[Any, ...] = ()
+    """Tools every toolkit of this app offers besides ``retrieve`` (e.g. :meth:`use_demo_tools`)."""
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -371,25 +378,58 @@ class App:
         return self._governance
 
     def toolkit(
-        self, kb: KnowledgeBase | None, *, extra: Sequence[Any] = (), governed: bool = True
+        self,
+        kb: KnowledgeBase | None,
+        *,
+        extra: Sequence[Any] = (),
+        governed: bool = True,
+        builtins: Sequence[str] | None = None,
     ) -> Toolkit:
-        """Built-in tools plus ``retrieve`` (which says "not configured" without a kb).
+        """``retrieve`` (which says "not configured" without a kb), the opted-in built-ins and
+        ``extra``.
 
         Args:
             kb: The knowledge base behind ``retrieve``.
             extra: More tools to add (e.g. the service's ``remember``).
             governed: Share the app's audited governance; ``False`` for listing tools only.
+            builtins: Names of built-in tools to add (``calculator``, ``current_time``,
+                ``http_get``); ``None``: the ``builtin_tools`` setting, empty by default, so
+                a document question is offered ``retrieve`` alone.
         """
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import builtin_tools
         from shelfhand.tools.toolkit import Toolkit
 
+        wanted = set(self.settings.builtin_tools if builtins is None else builtins)
         tools = [
             make_retrieve_tool(kb, compress_tokens=self._compress_tokens()),
-            *builtin_tools(),
+            *(t for t in builtin_tools() if t.name in wanted),
+            *self.extra_tools,
             *extra,
         ]
         return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
+
+    def use_demo_tools(self) -> None:
+        """Offer the reference scenario's tools (:mod:`shelfhand.tools.demo`: stock, prices,
+        the caller's orders, returns needing confirmation) over a demo shop database in
+        ``<workspace>/demo-shop.db`` (created with the spec sheet's products on first use)."""
+        from shelfhand.tools.demo import demo_database, make_tools
+
+        self.settings.workspace.mkdir(parents=True, exist_ok=True)
+        db = demo_database(self.settings.workspace / DEMO_SHOP)
+        self.extra_tools = (*self.extra_tools, *make_tools(db))
+
+    def answer_check(self) -> AnswerCheck | None:
+        """The check of chat answers against their passages (setting ``answer_check``):
+        ``fallback`` replaces an answer that cannot be trusted by the passages' own sentences,
+        ``flag`` only flags it, ``off`` returns ``None``."""
+        mode = self.settings.answer_check
+        if mode == "off":
+            return None
+        from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
+        from shelfhand.providers.tool_modes import PROMPT_TEXTS
+
+        return AnswerCheck(fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 
     def chat_agent(
         self,
@@ -422,6 +462,7 @@ class App:
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
+            answer_check=self.answer_check() if kb is not None else None,
         )
 
     def subagents(self, code: Sequence[Subagent] = ()) -> list[Subagent]:
@@ -464,6 +505,7 @@ class App:
         from shelfhand.agent.supervisor import SUPERVISOR_PROMPT, Supervisor
 
         subs = self.subagents(subagents)
+        builtins = self.opted_builtins(subs)
         models: dict[str, ChatModel] = {}
         for sub in subs:
             named = sub.model
@@ -471,7 +513,7 @@ class App:
                 models[named] = self._named_model(named, model)
         return Supervisor(
             model=model,
-            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb, builtins=builtins),
             subagents=subs,
             models=models,
             memory=memory,
@@ -482,6 +524,14 @@ class App:
             retrieval=self.settings.answer_retrieval if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
         )
+
+    def opted_builtins(self, subagents: Sequence[Subagent] | None = None) -> list[str]:
+        """The built-in tools a toolkit shared with ``subagents`` (default: the workspace's)
+        offers: the ``builtin_tools`` setting and those a subagent file names (the
+        subagent gets only its own; the others see them in the shared toolkit)."""
+        subs = self.subagents() if subagents is None else subagents
+        opted = {t for sub in subs for t in sub.tools} & set(BUILTIN_TOOLS)
+        return [*self.settings.builtin_tools, *sorted(opted - set(self.settings.builtin_tools))]
 
     def _named_model(self, name: str, main: ChatModel) -> ChatModel:
         s = self.settings
@@ -496,7 +546,12 @@ class App:
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent:
         from shelfhand.agent.retrieve import KnowledgeAgent
 
-        return KnowledgeAgent(kb, compress_tokens=self._compress_tokens())
+        # an answer check on: the passages' best sentences, not whole passages
+        return KnowledgeAgent(
+            kb,
+            compress_tokens=self._compress_tokens(),
+            extractive=self.settings.answer_check != "off",
+        )
 
     def _compress_tokens(self) -> int | None:
         """The per-passage budget of retrieved passages (``None``: compression off)."""

@@ -180,3 +180,14 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def ask_turn(url: str, who: dict[str, str], question: str) -> dict[str, Any]:
+    """One non-streamed chat turn in a new session, as ``who``: the reply's JSON."""
+    import httpx
+
+    with httpx.Client(base_url=url, headers=who, timeout=60) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{session}/messages", json={"content": question, "stream": False})
+    assert r.status_code == 200, r.text
+    return dict(r.json())

@@ -208,7 +208,7 @@ async def test_a_confirmation_tool_waits_for_the_callers_approval_over_the_api(
     assert final["output"] == "退货单已创建：RMA-A-1001"
 
 
-def test_without_a_chat_model_answers_are_cited_passages_and_readyz_says_so(
+def test_without_a_chat_model_answers_are_the_passages_sentences_and_readyz_says_so(
     tmp_path: Path, thread_servers: list[ThreadServer]
 ) -> None:
     server = serve_app(tmp_path, None, thread_servers)
@@ -225,7 +225,8 @@ def test_without_a_chat_model_answers_are_cited_passages_and_readyz_says_so(
         events = parse_sse(r.text)
     assert [e["type"] for e in events] == ["citations", "text_delta", "final"]
     assert events[-1]["citations"][0]["source"] == "t1/returns.md"
-    assert "30 days" in events[-1]["output"] and events[-1]["output"].startswith("[1]")
+    assert "30 days" in events[-1]["output"] and "[1]" in events[-1]["output"]
+    assert events[-1]["output"].startswith("From the documents:") and events[-1]["extractive"]
 
 
 def test_the_tool_list_is_what_the_model_may_call_for_this_caller(
@@ -241,7 +242,8 @@ def test_the_tool_list_is_what_the_model_may_call_for_this_caller(
     server.service.toolkit.add(reindex)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         tools = {t["name"]: t for t in c.get("/v1/tools").json()["tools"]}
-    assert {"retrieve", "remember", "calculator"} <= set(tools) and "reindex" not in tools
+    # built-ins are opt-in (builtin_tools): a document question is offered retrieve
+    assert {"retrieve", "remember"} == set(tools) and "reindex" not in tools
     assert set(tools["retrieve"]["parameters"]["properties"]) == {"query", "top_k"}
     assert tools["retrieve"]["read_only"] is True
 

@@ -44,7 +44,11 @@ class Recorder:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[ThreadServer, Recorder]]:
     recorder = Recorder("E-203 表示灯泡过热 [1]；灯泡保修 2 年 [2]，见 [9]。")
-    settings = Settings.load(tmp_path, env={"SHELFHAND_EMBEDDER": "hashing"})  # default mode
+    # default retrieval mode; answers flagged, not replaced: these tests read the model's own
+    # citations (the fallback over HTTP is in test_service_grounding.py)
+    settings = Settings.load(
+        tmp_path, env={"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_CHECK": "flag"}
+    )
     app = App(
         settings=settings,
         model=FunctionModel(recorder),

@@ -43,7 +43,9 @@ def run(
     )
 
 
-def test_a_blank_answer_prints_the_passages_found_and_exits_3(tmp_path: Path, server: Any) -> None:
+def test_a_blank_answer_prints_the_passages_best_sentences_and_exits_3(
+    tmp_path: Path, server: Any
+) -> None:
     assert run(["ingest", str(sample_corpus())], tmp_path, server).returncode == 0
     server.add(
         Reply(body=completion(tool_calls=[RETRIEVE_CALL])),
@@ -54,8 +56,9 @@ def test_a_blank_answer_prints_the_passages_found_and_exits_3(tmp_path: Path, se
     out = run(["ask", "E-203 是什么故障？"], tmp_path, server)
 
     assert out.returncode == 3, out.stderr
-    assert "The model returned an empty reply" in out.stdout
+    assert out.stdout.startswith("From the documents:")
     assert "E-203" in out.stdout and "[1]" in out.stdout
+    assert "the model gave no answer" in out.stdout
     assert len(server.requests) == 3  # the answer, one nudge, then the fallback
 
 

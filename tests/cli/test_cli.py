@@ -38,11 +38,14 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
 
 
 def test_tools_prints_schemas_without_context_parameters(tmp_path: Path) -> None:
-    out = shelfhand("tools", "--json", workspace=tmp_path)
+    env = {"SHELFHAND_BUILTIN_TOOLS": "calculator,current_time,http_get"}
+    out = shelfhand("tools", "--json", workspace=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     schemas = json.loads(out.stdout)
     names = {s["function"]["name"] for s in schemas}
     assert {"retrieve", "calculator", "current_time", "http_get"} <= names
+    default = shelfhand("tools", "--json", workspace=tmp_path)
+    assert {s["function"]["name"] for s in json.loads(default.stdout)} == {"retrieve"}
     retrieve = next(s for s in schemas if s["function"]["name"] == "retrieve")
     assert set(retrieve["function"]["parameters"]["properties"]) == {"query", "top_k"}
 
@@ -88,11 +91,11 @@ def test_ingest_sources_search_forget_on_the_samples(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ask_without_a_model_prints_cited_passages_and_a_hint(tmp_path: Path) -> None:
+def test_ask_without_a_model_prints_the_passages_sentences_and_a_hint(tmp_path: Path) -> None:
     assert shelfhand("ingest", str(sample_corpus()), workspace=tmp_path).returncode == 0
     out = shelfhand("ask", "E-203 是什么故障？", workspace=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.lstrip().startswith("[1]")
+    assert out.stdout.lstrip().startswith("From the documents:")
     assert "troubleshooting-manual.pdf" in out.stdout and "灯泡过热" in out.stdout
     assert "SHELFHAND_MODEL" in out.stdout
 

@@ -67,7 +67,7 @@ def test_native_tool_calls_are_scored_and_the_tools_really_run(
         Reply(body=completion("有 12 台现货。")),
         # a wrong quantity: routed right, arguments wrong
         Reply(body=completion(tool_calls=[native_call("quote_price", {"sku": "SKU2024-011"})])),
-        Reply(body=completion("3299 CNY.")),
+        Reply(body=completion("3999 CNY.")),
         Reply(body=completion("Hello! How can I help?")),
     )
 
@@ -97,7 +97,7 @@ def test_constrained_mode_sends_a_schema_and_reads_the_json_back(
         says({"tool": "query_stock", "arguments": {"sku": "SKU2024-011"}}),
         says({"tool": "none", "answer": "有 12 台现货。"}),
         says({"tool": "quote_price", "arguments": {"sku": "SKU2024-011", "quantity": 3}}),
-        says({"tool": "none", "answer": "8909.1 CNY."}),
+        says({"tool": "none", "answer": "10797.3 CNY."}),
         says({"tool": "none", "answer": "Hello!"}),
     )
 
@@ -109,7 +109,7 @@ def test_constrained_mode_sends_a_schema_and_reads_the_json_back(
     report = json.loads(out.stdout)
     assert (report["right_calls"], report["raw_json_answers"]) == (3, 0)
     assert report["tool_mode"] == "constrained"
-    assert [r["answer"] for r in report["results"]] == ["有 12 台现货。", "8909.1 CNY.", "Hello!"]
+    assert [r["answer"] for r in report["results"]] == ["有 12 台现货。", "10797.3 CNY.", "Hello!"]
     body = server.requests[0].body
     assert "tools" not in body
     # the reference scenario's routing examples (shelfhand.tools.demo) are in the prompt

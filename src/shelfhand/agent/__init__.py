@@ -13,6 +13,9 @@ from shelfhand.core.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "Agent": "shelfhand.agent.agent",
+    "AnswerCheck": "shelfhand.agent.answer_check",
+    "check_grounding": "shelfhand.agent.grounding_check",
+    "extractive_answer": "shelfhand.agent.extractive",
     "DEFAULT_SYSTEM_PROMPT": "shelfhand.agent.agent",
     "ConversationMemory": "shelfhand.agent.memory",
     "KnowledgeAgent": "shelfhand.agent.retrieve",
@@ -30,6 +33,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "Agent",
+    "AnswerCheck",
     "ConversationMemory",
     "KnowledgeAgent",
     "LlmReranker",
@@ -37,7 +41,9 @@ __all__ = [
     "Subagent",
     "Supervisor",
     "as_tool",
+    "check_grounding",
     "conditional",
+    "extractive_answer",
     "fan_out",
     "retrieve_tool",
     "sequential",
@@ -45,6 +51,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT, Agent
+    from shelfhand.agent.answer_check import AnswerCheck
+    from shelfhand.agent.extractive import extractive_answer
+    from shelfhand.agent.grounding_check import check_grounding
     from shelfhand.agent.llm_rerank import LlmReranker
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.pipelines import conditional, fan_out, sequential

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Unpack
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import InvalidArgumentError
-from shelfhand.core.events import Event
+from shelfhand.core.events import Event, Final
 from shelfhand.core.messages import Message
 from shelfhand.core.results import RunResult
 from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel
 from shelfhand.tools.toolkit import Toolkit
 
+from .answer_check import AnswerCheck
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .loop import AgentLoop
 from .memory import ConversationMemory
@@ -82,6 +83,10 @@ class Agent(AgentLoop):
         rewriter: With ``context``/``both``, rewrites a follow-up message into a
             self-contained query for the up-front retrieval (see
             :mod:`shelfhand.agent.rewrite`); ``None``: the message is the query.
+        answer_check: Check each answer against the run's passages and replace one that
+            cannot be trusted by the passages' own sentences (see
+            :mod:`shelfhand.agent.answer_check`); ``None`` (default): answers are returned as
+            the model wrote them, unchecked.
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class Agent(AgentLoop):
         replay_repeated_calls: bool = True,
         retrieval: AnswerRetrieval = "tool",
         rewriter: QueryRewriter | None = None,
+        answer_check: AnswerCheck | None = None,
     ) -> None:
         if context_tokens is not None and context_tokens < 1:
             raise InvalidArgumentError("context_tokens must be positive")
@@ -120,6 +126,7 @@ class Agent(AgentLoop):
         self.replay_repeated_calls = replay_repeated_calls
         self._schema_cost = None
         self.retrieval = check_answer_retrieval(retrieval)
+        self.answer_check = answer_check
         self._upfront = None
         if self.retrieval != "tool":
             # InvalidArgumentError: no retrieve tool
@@ -138,7 +145,15 @@ class Agent(AgentLoop):
                 (:class:`~shelfhand.agent.runs.RunOptions`).
         """
         # nobody reads the steps: none of their events is built
-        return await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
+        result = await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
+        return self._checked(result, prompt)
+
+    def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
+        """``result`` through the answer check, when the agent has one."""
+        if self.answer_check is None:
+            return result
+        question = prompt if isinstance(prompt, str) else prompt.text
+        return self.answer_check.apply(result, question)
 
     async def _run_quiet(
         self,
@@ -179,4 +194,6 @@ class Agent(AgentLoop):
         events = self._loop(prompt, STEPS_AND_TEXT if text_deltas else STEPS, options)
         async with aclosing(events):
             async for event in events:
+                if isinstance(event, Final) and self.answer_check is not None:
+                    event = Final(result=self._checked(event.result, prompt))
                 yield event

@@ -22,6 +22,7 @@ from shelfhand.knowledge.evidence.citations import format_passages, prepare_evid
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
+from .answer_check import no_model_answer
 from .fallbacks import NOT_CONFIGURED, NOT_COVERED
 
 DEFAULT_TOP_K = 3
@@ -109,6 +110,11 @@ class KnowledgeAgent:
 
     Disagreeing passages are flagged as in ``retrieve``; with nothing found the output is
     :data:`~shelfhand.agent.fallbacks.NOT_COVERED`.
+
+    With ``extractive=True`` the output is the passages' best sentences for the question,
+    with their citations (:func:`~shelfhand.agent.extractive.extractive_answer`, the result
+    marked ``extractive``), or :data:`~shelfhand.agent.fallbacks.NOT_COVERED` when no passage
+    is about it; otherwise the whole passages.
     """
 
     def __init__(
@@ -118,8 +124,10 @@ class KnowledgeAgent:
         name: str = "knowledge",
         top_k: int = 5,
         compress_tokens: int | None = None,
+        extractive: bool = False,
     ) -> None:
         self.kb = kb
+        self.extractive = extractive
         self.name = name
         self.top_k = max(1, top_k)
         self.compress_tokens = compress_tokens
@@ -141,9 +149,12 @@ class KnowledgeAgent:
         # no model reads this: a person is told plainly that the documents have nothing on it
         output = format_passages(citations) if citations else NOT_COVERED
         messages = (Message.user(query), Message.assistant(output, citations=citations))
-        return RunResult(
+        result = RunResult(
             output=output, messages=messages, citations=citations, trace_id=run.trace_id
         )
+        if self.extractive and citations:
+            return no_model_answer(result, query)
+        return result
 
     def run_sync(self, prompt: str | Message, *, context: UserContext | None = None) -> RunResult:
         return asyncio.run(self.run(prompt, context=context))

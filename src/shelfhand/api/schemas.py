@@ -139,6 +139,21 @@ class ChatReply(BaseModel):
         default_factory=list,
         description="Numbers the answer cites that no passage of the turn has (not links).",
     )
+    grounding: dict[str, Any] | None = Field(
+        default=None,
+        description="The grounding check of the answer: grounded, method and per sentence "
+        "supported / unsupported with the supporting passage and the missing numbers or codes "
+        "(null: not checked, e.g. no passages).",
+    )
+    extractive: bool = Field(
+        default=False,
+        description="The output is the passages' own sentences, not the model's words.",
+    )
+    fallback_reason: str = Field(
+        default="",
+        description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
+        "repeated_call, max_iters, empty or no_model.",
+    )
     tool_steps: list[ToolStep]
     stop_reason: str
     usage: dict[str, int] = Field(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
+from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 
 @app.command()
@@ -20,9 +21,11 @@ def agents(
     from shelfhand.agent.subagents import DeclarationError, check_subagent_tools
 
     a = open_app(workspace)
-    # the tools `shelfhand serve` gives its agents (built-ins, retrieve, remember), whether or
-    # not a model is configured: an unknown name is an error here as at the server's start
-    tools = [t.name for t in a.toolkit(None, governed=False).tools] + [
+    # the tools `shelfhand serve` can give its agents (retrieve, the built-ins a subagent may opt
+    # into, remember), whether or not a model is configured: an unknown name is an error here
+    # as at the server's start
+    toolkit = a.toolkit(None, governed=False, builtins=BUILTIN_TOOLS)
+    tools = [t.name for t in toolkit.tools] + [
         make_remember_tool(None).name  # type: ignore[arg-type]  # only its name is read
     ]
     try:

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "mcp",
     "serve",
     "tool_eval",
+    "answer_eval",
     "agents",
     "pg",
     "cluster",

@@ -20,6 +20,7 @@ from shelfhand.cli.common import (
     make_console,
     open_app,
 )
+from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 mcp_app = typer.Typer(
     name="mcp",
@@ -99,7 +100,7 @@ def serve(
             raise fail(str(exc), 2) from None
     kb = a.open_knowledge() if a.knowledge_exists() else None
     a.warm_up(kb)  # loading must not count against the first tool call's timeout
-    tools = exposed_tools(a.toolkit(kb))
+    tools = exposed_tools(a.toolkit(kb, builtins=BUILTIN_TOOLS))  # MCP clients choose
     identity = caller_context(tenant, user, role)
     try:
         if transport == "stdio":

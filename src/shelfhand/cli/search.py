@@ -11,7 +11,6 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from shelfhand.core.results import RunResult
     from shelfhand.knowledge.types import SearchMode
 
 from shelfhand.cli.common import (
@@ -38,8 +37,6 @@ from shelfhand.cli.model_flags import (
 ModeOpt = Annotated[str, typer.Option("--mode", help="Retrieval: hybrid, keyword or vector.")]
 MAX_K = 20
 """The most passages one search returns (the API's ``top_k`` bound)."""
-NO_ANSWER_EXIT_CODE = 3
-"""`shelfhand ask` exits with this when the model gave no answer (stop_reason ``empty``)."""
 
 
 @app.command()
@@ -144,15 +141,16 @@ def ask(
         ),
     ] = False,
 ) -> None:
-    """Answer from the documents (chat model if configured, else cited passages).
+    """Answer from the documents (chat model if configured, else the passages' sentences).
 
-    Exits 3 when the model gave no answer (a blank reply, even after a nudge): the passages
-    found, or "no answer", are printed instead.
+    Every answer is checked against its passages: unsupported sentences are flagged, and an
+    answer that cannot be trusted is replaced by the passages' own sentences (setting
+    ``answer_check``). Exits 3 when the model gave no answer (blank, loop guard, step limit)
+    and 1 when it failed; the passages found are printed either way.
     """
-    from shelfhand.agent.fallbacks import found_nothing
+    from shelfhand.cli.answers import print_answer, print_json
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
-    from shelfhand.knowledge.evidence.citations import conflict_notes, label
 
     try:
         mode = None if retrieval is None else check_answer_retrieval(retrieval)
@@ -175,69 +173,27 @@ def ask(
             raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
         result = a.knowledge_agent(kb).run_sync(question, context=ctx)
         if as_json:
-            _print_result_json(result)
-            kb.close()
-            return
-        console.print(result.output, highlight=False, markup=False)
-        from rich.markup import escape
-
-        console.print(
-            f"\n[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages above.[/]"
-        )
+            code = print_json(result)
+        else:
+            code = print_answer(console, result)
+            console.print(f"\n[dim]{escape(NO_MODEL_HINT)}[/]")
         kb.close()
-        return
+        raise typer.Exit(code)
     agent = a.chat_agent(model, kb, retrieval=mode)
     try:
         from shelfhand.cli.chat import console_approvals
 
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
-        raise fail(f"the chat model failed: {exc}", 1) from None
-    if as_json:
-        _print_result_json(result)
-        if kb is not None:
+        if kb is not None:  # the passages are still worth reading: the model was cut off
+            found = a.knowledge_agent(kb).run_sync(question, context=ctx)
+            if as_json:
+                print_json(found)
+            else:
+                print_answer(console, found)
             kb.close()
-        if result.stop_reason == "empty":
-            raise typer.Exit(NO_ANSWER_EXIT_CODE)
-        return
-    console.print(result.output, highlight=False, markup=False)
-    if not result.citations and found_nothing(result.messages):
-        console.print(
-            "[yellow]not found:[/] no passage of the documents matches this question; "
-            "the answer above is not from them",
-            highlight=False,
-        )
-    if result.citations:
-        console.print()
-        for c in result.citations:
-            console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
-    for note in conflict_notes(result.citations):  # passages that disagree: never hidden
-        text = "note: " + note.removeprefix("Note: ")
-        console.print(text, style="yellow", highlight=False, markup=False)
-    if result.unknown_citations:
-        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
-        console.print(
-            f"[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
-            highlight=False,
-        )
+        raise fail(f"the chat model failed: {exc}", 1) from None
+    code = print_json(result) if as_json else print_answer(console, result)
     if kb is not None:
         kb.close()
-    if result.stop_reason == "empty":
-        raise typer.Exit(NO_ANSWER_EXIT_CODE)
-
-
-def _print_result_json(result: RunResult) -> None:
-    """``ask --json``: the answer, its citations and what the run used, as one object."""
-    typer.echo(
-        json.dumps(
-            {
-                "output": result.output,
-                "citations": [c.to_dict() for c in result.citations],
-                "unknown_citations": list(result.unknown_citations),
-                "usage": result.usage.to_dict(),
-                "stop_reason": result.stop_reason,
-                "trace_id": result.trace_id,
-            },
-            ensure_ascii=False,
-        )
-    )
+    raise typer.Exit(code)

@@ -66,6 +66,14 @@ def serve(
         float,
         typer.Option(help="Seconds between ': ping' heartbeats on a quiet chat stream.", min=0.05),
     ] = 15.0,
+    demo_tools: Annotated[
+        bool,
+        typer.Option(
+            "--demo-tools",
+            help="Offer the reference scenario's shop tools (stock, prices, the caller's "
+            "orders, returns) over a demo database in the workspace.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
 
@@ -76,6 +84,8 @@ def serve(
     from shelfhand.core.errors import ConfigurationError, WorkspaceBusyError
 
     a = open_app(workspace, create=True)
+    if demo_tools:
+        a.use_demo_tools()
     # without the server extra: one line naming it, exit 2 (cli.main)
     import uvicorn
 

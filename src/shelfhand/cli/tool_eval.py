@@ -46,8 +46,9 @@ def eval_tools(
     tool_mode: ToolModeOpt = None,
     tool_choice: ToolChoiceOpt = None,
 ) -> None:
-    """Measure tool calling: routing and argument accuracy, raw-JSON and empty answers,
-    context overflows, steps and latency, over the reference scenario's tools."""
+    """Measure tool calling: routing and argument accuracy, whole runs (every call, no write
+    that was not asked for, the answer's facts), raw-JSON and empty answers, context
+    overflows, steps and latency, over the reference scenario's tools."""
     import asyncio
 
     from shelfhand.core.errors import ConfigurationError
@@ -127,6 +128,10 @@ def _print_summary(console: Any, report: dict[str, Any]) -> None:
     rows = [
         ("routing accuracy", f"{report['routing_accuracy']:.0%}"),
         ("argument accuracy", f"{report['argument_accuracy']:.0%} ({report['right_calls']}/{n})"),
+        ("whole runs right", f"{report['whole_run_accuracy']:.0%} ({report['right_runs']}/{n})"),
+        ("extra calls", str(report["extra_calls"])),
+        ("unasked writes (denied)", str(report["unasked_writes"])),
+        ("answers with their facts", f"{report['facts_stated']}/{report['cases_with_facts']}"),
         ("raw-JSON answers", str(report["raw_json_answers"])),
         ("empty answers", str(report["empty_answers"])),
         ("context overflows", str(report["context_overflows"])),

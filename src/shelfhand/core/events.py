@@ -182,6 +182,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             "output": event.result.output,
             "citations": [c.to_dict() for c in event.result.citations],
             "unknown_citations": list(event.result.unknown_citations),
+            "grounding": grounding.to_dict() if (grounding := event.result.grounding) else None,
+            "extractive": event.result.extractive,
+            "fallback_reason": event.result.fallback_reason,
         }
     data: dict[str, Any] = {"type": event.type}
     for f in fields(event):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message, ToolCallBlock
 
 __all__ = ["RunResult", "StopReason", "Usage"]
@@ -79,3 +80,12 @@ class RunResult:
     unknown_citations: tuple[int, ...] = ()
     """Numbers the answer cites (``[9]``) that no passage of this run carries: show them as
     plain text, never as links."""
+    grounding: Grounding | None = None
+    """The grounding check of ``output`` against the run's passages (``None``: not checked,
+    e.g. no passages or the check is off); see :mod:`shelfhand.agent.grounding_check`."""
+    extractive: bool = False
+    """``output`` is the extractive fallback (sentences of the passages, not the model's
+    words); ``fallback_reason`` says why."""
+    fallback_reason: str = ""
+    """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``prompt_echo``,
+    ``repeated_call``, ``max_iters``, ``empty`` or ``no_model``."""

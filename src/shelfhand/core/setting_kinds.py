@@ -17,6 +17,7 @@ __all__ = [
     "Choice",
     "Invalid",
     "Kind",
+    "Names",
     "Number",
     "PathKind",
     "Switch",
@@ -178,5 +179,24 @@ class Url:
         return f"URL ({self._starts()})"
 
 
-Kind = Text | PathKind | Choice | Switch | Number | Url
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Names:
+    """Some of ``options``: a TOML list, or a comma-separated string (the environment);
+    read in lower case, in order, each once; empty (``""`` or ``[]``) is none."""
+
+    options: tuple[str, ...]
+
+    def parse(self, raw: object) -> tuple[str, ...]:
+        items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+        names = [str(i).strip().lower() for i in items if str(i).strip()]
+        unknown = [n for n in names if n not in self.options]
+        if unknown:
+            raise Invalid(f"a list of {', '.join(self.options)} (not {', '.join(unknown)})")
+        return tuple(dict.fromkeys(names))
+
+    def describe(self) -> str:
+        return "list of " + " | ".join(self.options)
+
+
+Kind = Text | PathKind | Choice | Switch | Number | Url | Names
 """Every kind of setting value."""

@@ -116,6 +116,8 @@ class Settings:
     rerank_api_key: str | None = field(default=_D["rerank_api_key"], repr=False)
     rerank_timeout: float = _D["rerank_timeout"]
     rerank_candidates: int = _D["rerank_candidates"]
+    builtin_tools: tuple[str, ...] = _D["builtin_tools"]
+    answer_check: str = _D["answer_check"]
     query_rewrite: bool = _D["query_rewrite"]
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]

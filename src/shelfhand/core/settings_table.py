@@ -17,6 +17,7 @@ from shelfhand.core.setting_kinds import (
     Choice,
     Invalid,
     Kind,
+    Names,
     Number,
     PathKind,
     Switch,
@@ -25,7 +26,9 @@ from shelfhand.core.setting_kinds import (
 )
 
 __all__ = [
+    "ANSWER_CHECKS",
     "ANSWER_RETRIEVAL_MODES",
+    "BUILTIN_TOOLS",
     "DEFAULT_KEYWORD_COMMON_SHARE",
     "DEFAULT_MIN_RELEVANCE",
     "DEFAULT_WORKSPACE",
@@ -51,6 +54,9 @@ TOOL_CHOICES = ("auto", "required", "none")
 TOOL_MODES = ("native", "plain", "constrained")
 RERANK_MODES = ("off", "endpoint", "llm")
 TRACING_MODES = ("stored", "off")
+BUILTIN_TOOLS = ("calculator", "current_time", "http_get")
+"""The built-in tools an agent may opt into (setting ``builtin_tools``); none by default."""
+ANSWER_CHECKS = ("fallback", "flag", "off")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -208,6 +214,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("rerank_candidates", "SHELFHAND_RERANK_CANDIDATES",
        Number(low=1, high=200, whole=True), 20,
        "Fused hits shown to the reranker."),
+    _s("builtin_tools", "SHELFHAND_BUILTIN_TOOLS", Names(options=BUILTIN_TOOLS), (),
+       "Built-in tools offered to chat answers besides retrieve (none by default): "
+       "calculator, current_time, http_get."),
+    _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
+       "Check each answer against its passages: fallback (an ungrounded answer becomes the "
+       "passages' own sentences), flag (only flagged) or off."),
     _s("query_rewrite", "SHELFHAND_QUERY_REWRITE", Switch(), False,
        "The chat model rewrites a follow-up into a self-contained query for retrieval."),
     _s("min_relevance", "SHELFHAND_MIN_RELEVANCE", Number(low=0.0, high=1.0),

@@ -14,7 +14,18 @@ Case file (JSONL, one object a line)::
 
 An expected string argument matches when it occurs in the model's value (case-insensitive),
 so ``{"query": "E-203"}`` accepts any retrieve query mentioning E-203; other values must be
-equal. Only the first tool call of a run is judged.
+equal. Routing and arguments judge the first call; the whole run is judged too:
+
+- every call of the run must be the expected tool (none for ``"tool": null``); a call of
+  another tool is an extra call;
+- a write (a tool needing confirmation) that the case did not ask for is never run: the
+  eval's approvals approve the expected tool only and deny everything else, and each such
+  call is counted as an unasked write;
+- with ``"facts": [...]`` the final answer must state each fact (alternatives joined by
+  ``|``, case-insensitive, thousands separators ignored).
+
+A case is right **as a whole run** when its calls are right, it made no unasked write and
+its answer states its facts.
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError, ModelError, ModelProviderError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.models.base import ChatModel
+from shelfhand.tools.approvals import ApprovalRequest
+
+from .case_files import case_objects, states
 
 __all__ = [
     "CaseResult",
@@ -55,6 +69,8 @@ class ToolCase:
     tool: str | None
     """The tool the model should call first; ``None``: it should call none."""
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    facts: tuple[str, ...] = ()
+    """What the final answer must state (alternatives joined by ``|``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -75,6 +91,14 @@ class CaseResult:
     stop_reason: str = ""
     """The run's stop reason; anything but ``final`` means the answer is an honest fallback
     (blank or echoed reply, a repeated failing call, ``max_iters``), not the model's."""
+    extra_calls: list[str] = field(default_factory=list)
+    """Calls of tools the case did not expect, in order."""
+    unasked_writes: list[str] = field(default_factory=list)
+    """Writes the case did not ask for (denied, never run)."""
+    facts_ok: bool | None = None
+    """The answer states every fact of the case (``None``: the case names none)."""
+    run_ok: bool = False
+    """Right as a whole run: right calls, no unasked write, the facts stated."""
 
 
 def sample_tool_cases() -> Path:
@@ -86,22 +110,12 @@ def sample_tool_cases() -> Path:
 
 def load_tool_cases(path: Path) -> list[ToolCase]:
     """Read a case file; a bad line is a :class:`ConfigurationError` naming file and line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the case file {path}: {exc}") from None
     cases: list[ToolCase] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            raise ConfigurationError(f"{where}: expected an object")
+    for where, data in case_objects(path):
         request, tool, arguments = data.get("request"), data.get("tool"), data.get("arguments")
+        facts = data.get("facts") or []
+        if not isinstance(facts, list) or not all(isinstance(f, str) and f for f in facts):
+            raise ConfigurationError(f'{where}: "facts" must be a list of non-empty strings')
         if not isinstance(request, str) or not request.strip():
             raise ConfigurationError(f'{where}: "request" must be a non-empty string')
         if tool is not None and (not isinstance(tool, str) or not tool):
@@ -112,10 +126,11 @@ def load_tool_cases(path: Path) -> list[ToolCase]:
             raise ConfigurationError(f'{where}: "arguments" given but "tool" is null')
         cases.append(
             ToolCase(
-                id=str(data.get("id") or f"case-{number}"),
+                id=str(data.get("id") or f"case-{len(cases) + 1}"),
                 request=request,
                 tool=tool,
                 arguments=arguments or {},
+                facts=tuple(facts),
             )
         )
     if not cases:
@@ -160,6 +175,28 @@ def _judge(case: ToolCase, result: CaseResult) -> None:
     )
 
 
+def _only(tool: str | None) -> Callable[[ApprovalRequest], bool]:
+    """An approval handler approving calls of ``tool`` only."""
+
+    def decide(request: ApprovalRequest) -> bool:
+        return request.tool == tool
+
+    return decide
+
+
+def _judge_run(case: ToolCase, result: CaseResult, writes: set[str]) -> None:
+    """The whole run: every call expected, no unasked write, the facts stated."""
+    for call in result.calls:
+        if call["name"] != case.tool:
+            result.extra_calls.append(call["name"])
+            if call["name"] in writes:
+                result.unasked_writes.append(call["name"])
+    if case.facts:
+        result.facts_ok = all(states(result.answer, fact) for fact in case.facts)
+    calls_ok = not result.extra_calls and (result.arguments_ok or case.tool is None)
+    result.run_ok = calls_ok and result.facts_ok is not False and result.error is None
+
+
 def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
     """The suite's numbers: accuracies, answer problems, steps and latency."""
     n = len(results)
@@ -182,6 +219,12 @@ def summarise(results: Sequence[CaseResult]) -> dict[str, Any]:
         "context_overflows": sum(r.overflow for r in results),
         "errors": sum(r.error is not None for r in results),
         "fallback_answers": sum(r.stop_reason not in ("", "final") for r in results),
+        "whole_run_accuracy": sum(r.run_ok for r in results) / n if n else 0.0,
+        "right_runs": sum(r.run_ok for r in results),
+        "extra_calls": sum(len(r.extra_calls) for r in results),
+        "unasked_writes": sum(len(r.unasked_writes) for r in results),
+        "facts_stated": sum(bool(r.facts_ok) for r in results),
+        "cases_with_facts": sum(r.facts_ok is not None for r in results),
         "mean_steps": sum(r.steps for r in results) / n if n else 0.0,
         "mean_latency_ms": sum(lat) / n if n else 0.0,
         "p50_latency_ms": pct(0.5),
@@ -234,10 +277,13 @@ async def run_tool_eval(
         max_iters=max_iters,
     )
     customer = UserContext(tenant_id="default", user_id=DEMO_USER, roles=["user"])
-    approvals = Approvals(handler=lambda request: True)  # a write in a throw-away database
+    writes = {t.name for t in toolkit.tools if t.confirm}
     results: list[CaseResult] = []
     try:
         for case in cases:
+            # only the write the case asks for is approved (in a throw-away database): any
+            # other is denied, never run, and counted
+            approvals = Approvals(handler=_only(case.tool))
             result = CaseResult(id=case.id, request=case.request, expected_tool=case.tool)
             started = time.perf_counter()
             try:
@@ -259,6 +305,7 @@ async def run_tool_eval(
                 result.raw_json = bool(_RAW_JSON.match(run.output))
             result.latency_ms = (time.perf_counter() - started) * 1000.0
             _judge(case, result)
+            _judge_run(case, result, writes)
             results.append(result)
             if on_case is not None:
                 on_case(result)

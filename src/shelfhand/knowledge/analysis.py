@@ -31,7 +31,13 @@ from typing import Any
 
 import Stemmer
 
-__all__ = ["identifier_tokens", "query_identifiers", "tokenize_for_index", "tokenize_query"]
+__all__ = [
+    "identifier_tokens",
+    "query_identifiers",
+    "tokenize_for_index",
+    "tokenize_for_matching",
+    "tokenize_query",
+]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # A "word character" that is not CJK and not underscore.
@@ -181,6 +187,21 @@ def tokenize_for_index(text: str) -> list[str]:
     """Tokens to index for ``text`` (stemmed English, jieba search-mode Chinese, identifiers
     whole, separator-free and by their meaningful parts)."""
     return _analyze(text, _segment_for_index, query=False)
+
+
+def _segment_for_matching(run: str) -> Iterable[str]:
+    if len(run) == 1:
+        return (run,)
+    result: Iterable[str] = _jieba_module().cut_for_search(run, HMM=False)
+    return result
+
+
+def tokenize_for_matching(text: str) -> list[str]:
+    """Tokens for comparing two texts (an answer's sentence with a passage): the analysis of
+    :func:`tokenize_for_index` with jieba's dictionary words only (no HMM guesses at unknown
+    words, which split into characters instead): about three times faster, and the same for
+    both texts compared. Not for the index."""
+    return _analyze(text, _segment_for_matching, query=False)
 
 
 def tokenize_query(text: str) -> list[str]:

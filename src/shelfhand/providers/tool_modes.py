@@ -29,6 +29,7 @@ from shelfhand.providers.openai_wire import messages_to_openai, new_call_id
 
 __all__ = [
     "NO_TOOL",
+    "PROMPT_TEXTS",
     "TOOL_MODES",
     "ToolMode",
     "examples_block",
@@ -72,6 +73,9 @@ _AFTER_RESULTS = (
     "Answer the user's question from these results now; call another tool only if "
     "something is still missing, never the same call again."
 )
+
+PROMPT_TEXTS: tuple[str, ...] = (_PLAIN_RULES, _CONSTRAINED_FORMAT, _CHOOSE_RULES, _AFTER_RESULTS)
+"""The instructions these modes add to a request: text that must never reach an answer."""
 
 
 def _function(tool: ToolSchema) -> Mapping[str, Any]:

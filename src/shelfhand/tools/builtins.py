@@ -184,7 +184,7 @@ def calculator(expression: str) -> str:
     min, max, log, log10, exp, sin, cos, tan, floor, ceil and the constants pi, e, tau.
 
     Args:
-        expression: The expression, e.g. "(1299 * 3) * 0.9" or "sqrt(2) / 2".
+        expression: The expression to evaluate, built from the numbers of the request.
     """
     # Normalise full-width digits and operators (common in Chinese text) and ^ for power.
     text = unicodedata.normalize("NFKC", expression)

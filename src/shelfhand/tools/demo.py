@@ -81,15 +81,18 @@ RETRIEVE_EXAMPLES: list[dict[str, Any]] = [
 
 
 def demo_database(path: str | Path) -> sqlite3.Connection:
-    """The demo shop: two projectors, two orders (u7's and u9's), a returns table."""
+    """The demo shop: the four projectors of the bundled spec sheet (``product-specs.docx``:
+    same SKUs, names and list prices), two orders (u7's and u9's), a returns table."""
     db = sqlite3.connect(path, check_same_thread=False)
     db.executescript(
         """
         CREATE TABLE IF NOT EXISTS products (sku TEXT PRIMARY KEY, name TEXT, price REAL, stock INT);
         CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT);
         CREATE TABLE IF NOT EXISTS returns (id INTEGER PRIMARY KEY, order_id TEXT, reason TEXT);
-        INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3299, 12),
-                                              ('SKU2024-012', 'Lumen X2', 4599, 0);
+        INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3999, 12),
+                                              ('SKU2024-012', 'Lumen X1 Pro', 5999, 0),
+                                              ('SKU2024-020', 'Lumen Mini M2', 1999, 35),
+                                              ('SKU2024-031', 'Lumen Cinema C4K', 12999, 3);
         INSERT OR IGNORE INTO orders VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
                                             ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
         """
@@ -109,7 +112,7 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
         """Live stock: how many units of a product are in stock now (is it available, how many are left).
 
         Args:
-            sku: The product SKU, e.g. SKU2024-011.
+            sku: The product SKU exactly as the customer wrote it.
         """
         row = db.execute("SELECT name, stock FROM products WHERE sku=?", (sku,)).fetchone()
         return (
@@ -123,7 +126,7 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
         """Live prices: quote the total price for a quantity of a product (how much it costs; 10% off from 3 units).
 
         Args:
-            sku: The product SKU, e.g. SKU2024-011.
+            sku: The product SKU exactly as the customer wrote it.
             quantity: How many units.
         """
         row = db.execute("SELECT price FROM products WHERE sku=?", (sku,)).fetchone()
@@ -137,7 +140,7 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
         """Look up the status and shipping of one of the caller's orders by its order number.
 
         Args:
-            order_id: The order number, e.g. SO-1001.
+            order_id: The order number exactly as the customer wrote it.
         """
         # the owner comes from the injected identity, never from the model
         row = db.execute(
@@ -154,7 +157,7 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
         """Create a return when the customer wants to send back the product of one of their orders (needs the customer's confirmation).
 
         Args:
-            order_id: The order number, e.g. SO-1001.
+            order_id: The order number exactly as the customer wrote it.
             reason: Why the product goes back.
         """
         owned = db.execute(

@@ -190,9 +190,10 @@ function renderAnswer(answer) {
   }
   answer.cites.textContent = "";
   const seen = new Set();
+  const used = answer.final ? usedPassages(answer) : null;
   for (const c of answer.citations) {
     const key = c.index + "|" + c.chunk_id;
-    if (seen.has(key)) continue;
+    if (seen.has(key) || (used && !used.has(c.index))) continue;
     seen.add(key);
     const b = document.createElement("button");
     b.type = "button";
@@ -201,7 +202,50 @@ function renderAnswer(answer) {
     b.onclick = () => showPassage(c);
     answer.cites.appendChild(b);
   }
+  renderGrounding(answer);
 }
+
+function usedPassages(answer) {
+  // evidence is what the answer uses: the passages it cites, else those the check found
+  // supporting it; none for a refusal
+  const used = new Set();
+  for (const m of answer.text.matchAll(/\[(\d+)\]/g)) used.add(Number(m[1]));
+  const g = answer.final.grounding;
+  if (!used.size && g) for (const s of g.sentences) if (s.supported && s.passage != null) used.add(s.passage);
+  return used;
+}
+
+function renderGrounding(answer) {
+  const ev = answer.final;
+  if (!ev) return;
+  const notes = document.createElement("div");
+  notes.className = "grounding";
+  if (ev.extractive) {
+    const p = document.createElement("p");
+    p.className = "extractive";
+    p.textContent = "Sentences of the documents, not written by the model (" + (REASONS[ev.fallback_reason] || ev.fallback_reason) + ").";
+    notes.appendChild(p);
+  } else if (ev.grounding) {
+    for (const s of ev.grounding.sentences) {
+      if (s.supported) continue;
+      const p = document.createElement("p");
+      p.className = "unsupported";
+      p.textContent = "Not supported by the passages: " + s.text + (s.missing.length ? ` (${s.missing.join(", ")} not in them)` : "");
+      notes.appendChild(p);
+    }
+  }
+  if (notes.childNodes.length) answer.cites.appendChild(notes);
+}
+
+const REASONS = {
+  ungrounded: "the model's answer was not supported by the passages",
+  refusal: "the model declined although the passages cover the question",
+  prompt_echo: "the model repeated its instructions",
+  repeated_call: "the model kept repeating a failing tool call",
+  max_iters: "the model did not finish within its steps",
+  empty: "the model gave no answer",
+  no_model: "no chat model is configured",
+};
 
 function showPassage(c) {
   $("passage").hidden = false;
@@ -261,7 +305,13 @@ async function send(text) {
       else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
       else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
       else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
-      else if (type === "final") { if (!answer.text) answer.text = ev.output; renderAnswer(answer); addTraceButton(answer, ev.trace_id, ev.usage); }
+      else if (type === "final") {
+        // the checked answer replaces what was streamed when the check replaced it
+        if (!answer.text || ev.extractive || ev.fallback_reason) answer.text = ev.output;
+        answer.final = ev;
+        renderAnswer(answer);
+        addTraceButton(answer, ev.trace_id, ev.usage);
+      }
       else if (type === "error") showFailure(answer, `${ev.status}: ${ev.message}` + (ev.trace_id ? ` (trace ${ev.trace_id})` : ""));
       answer.el.scrollIntoView({ block: "end" });
     });

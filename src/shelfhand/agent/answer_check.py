@@ -1,0 +1,207 @@
+"""What a run's answer becomes before anyone reads it: checked against its passages, and
+replaced by the extractive answer when it cannot be trusted.
+
+:class:`AnswerCheck` is applied once, to the run's result (``Agent(answer_check=...)``):
+
+1. the answer is checked sentence by sentence (:func:`~.grounding_check.check_grounding`);
+   the result carries the check (``RunResult.grounding``);
+2. the model's answer is replaced by the passages' best sentences
+   (:func:`~.extractive.extractive_answer`, ``RunResult.extractive``) when it is ungrounded
+   (most sentences unsupported, or a number or code no passage holds), a refusal while the
+   passages are clearly about the question (:data:`~.extractive.MIN_RELEVANCE`), an echo of one of shelfhand's own prompts, or the end of a
+   run the loop guard, ``max_iters`` or a blank reply stopped;
+3. when no passage is about the question, an ungrounded answer or a prompt echo becomes
+   "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`).
+
+``RunResult.fallback_reason`` says which. The check is per result: concurrent runs of
+different callers never share it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from shelfhand.core.citations import cited_numbers, unknown_citations
+from shelfhand.core.messages import Citation, Message
+from shelfhand.core.results import RunResult
+
+from .extractive import extractive_answer
+from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
+from .grounding import FAILED_INTRO, PASSAGES_INTRO
+from .grounding_check import check_grounding, facts
+
+__all__ = [
+    "AGENT_SCAFFOLDS",
+    "AnswerCheck",
+    "echoes_scaffold",
+    "extractive_result",
+    "is_refusal",
+    "no_model_answer",
+    "relevant_citations",
+]
+
+AGENT_SCAFFOLDS: tuple[str, ...] = (PASSAGES_INTRO, FAILED_INTRO, NUDGE, ECHO_NUDGE)
+"""The agent's own prompt text that a model may copy into its answer."""
+_SCAFFOLD_WORDS = 6
+"""A run of this many words of a prompt, in an answer, is an echo of it."""
+_SCAFFOLD_CHARS = 12
+"""The same for Chinese-free text without spaces: this many characters."""
+_WORD = re.compile(r"[A-Za-z0-9']+|[^\sA-Za-z0-9']")
+_REFUSAL = re.compile(
+    r"not (?:specified|mentioned|provided|stated|covered|available|found|included)"
+    r"|(?:no|not enough|insufficient) (?:information|details|relevant)"
+    r"|(?:can(?:no|')t|cannot|unable to|not able to) (?:help|assist|answer|find|provide|determine)"
+    r"|(?:do|does)(?: not|n't) (?:contain|cover|mention|say|specify|include|have)"
+    r"|I (?:do not|don't) know"
+    r"|抱歉|无法|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不清楚|不能(?:协助|回答|提供)",
+    re.IGNORECASE,
+)
+_STOPPED = {"max_iters", "repeated_call", "empty"}
+UNSUPPORTED_SHARE = 0.5
+"""An answer with at least this share of unsupported sentences is ungrounded."""
+
+
+def _shingles(text: str, size: int) -> set[tuple[str, ...]]:
+    tokens = [t.lower() for t in _WORD.findall(text)]
+    return {tuple(tokens[i : i + size]) for i in range(max(0, len(tokens) - size + 1))}
+
+
+def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
+    """Whether ``answer`` repeats a run of :data:`_SCAFFOLD_WORDS` words (or characters, for
+    Chinese) of one of ``scaffolds``."""
+    if not answer.strip():
+        return False
+    own = _shingles(answer, _SCAFFOLD_WORDS)
+    return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
+
+
+def is_refusal(answer: str) -> bool:
+    """Whether ``answer`` says it cannot answer or that the information is missing."""
+    return bool(_REFUSAL.search(answer))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerCheck:
+    """The grounding check and the extractive fallback of an agent's answers.
+
+    Args:
+        fallback: Replace an answer that cannot be trusted by the extractive answer (the
+            check alone, flags only, with ``False``).
+        scaffolds: Prompt text that must never reach an answer (the agent's own,
+            :data:`AGENT_SCAFFOLDS`, plus the tool-mode instructions the app adds).
+    """
+
+    fallback: bool = True
+    scaffolds: tuple[str, ...] = AGENT_SCAFFOLDS
+
+    def reason(self, result: RunResult) -> str:
+        """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
+        if result.stop_reason in _STOPPED:
+            return result.stop_reason
+        if result.stop_reason != "final":
+            return ""
+        if echoes_scaffold(result.output, self.scaffolds):
+            return "prompt_echo"
+        if not result.citations and result.grounding is None:
+            return ""
+        if is_refusal(result.output):
+            return "refusal" if result.citations else ""
+        grounding = result.grounding
+        if grounding is not None and _ungrounded(grounding.sentences):
+            return "ungrounded"
+        return ""
+
+    def apply(self, result: RunResult, question: str) -> RunResult:
+        """``result`` with its answer checked and, when it cannot be trusted, replaced."""
+        if result.stop_reason != "final":
+            why = self.reason(result)
+            return _replaced(result, why, question) if why and self.fallback else result
+        checked = result
+        if result.citations or _claims_without_evidence(result):
+            grounding = check_grounding(result.output, result.citations, question=question)
+            checked = replace(result, grounding=grounding)
+        why = self.reason(checked)
+        if not why or not self.fallback:
+            return checked
+        return _replaced(checked, why, question)
+
+
+def _claims_without_evidence(result: RunResult) -> bool:
+    """The documents were searched and had nothing, yet the answer cites a passage or states
+    numbers and codes: it is checked (and found unsupported), not shown as evidence-based."""
+    if not found_nothing(result.messages):
+        return False
+    return bool(result.unknown_citations or facts(result.output))
+
+
+def _ungrounded(sentences: Sequence[object]) -> bool:
+    supports = [s for s in sentences if hasattr(s, "supported")]
+    if not supports:
+        return False
+    bad = [s for s in supports if not getattr(s, "supported", True)]
+    if any(getattr(s, "missing", ()) for s in bad):
+        return True  # a number, duration or code no passage holds
+    return len(bad) / len(supports) >= UNSUPPORTED_SHARE
+
+
+def extractive_result(result: RunResult, why: str, question: str) -> RunResult | None:
+    """``result`` answered by the extractive answer, or ``None`` when no passage is about
+    ``question``."""
+    extract = extractive_answer(question, result.citations)
+    if extract is None:
+        return None
+    grounding = check_grounding(extract.text, result.citations, question=question)
+    return replace(
+        result,
+        output=extract.text,
+        grounding=grounding,
+        extractive=True,
+        fallback_reason=why,
+        unknown_citations=unknown_citations(extract.text, result.citations),
+    )
+
+
+def _replaced(result: RunResult, why: str, question: str) -> RunResult:
+    extracted = extractive_result(result, why, question)
+    if extracted is not None:
+        return extracted
+    if why in ("ungrounded", "prompt_echo"):
+        return replace(
+            result,
+            output=NOT_COVERED,
+            grounding=None,
+            fallback_reason=why,
+            unknown_citations=(),
+        )
+    return replace(result, fallback_reason=why) if why != "refusal" else result
+
+
+def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citation]:
+    """The passages ``answer`` cites, in its order; when it cites none, none."""
+    by_index = {c.index: c for c in citations}
+    return [by_index[n] for n in dict.fromkeys(cited_numbers(answer)) if n in by_index]
+
+
+def no_model_answer(result: RunResult, question: str) -> RunResult:
+    """The answer without a chat model: the extractive answer of ``result``'s passages, or
+    "the documents do not cover this" when none is about ``question`` (the passages stay
+    in ``result.citations`` either way)."""
+    extracted = extractive_result(result, "no_model", question)
+    if extracted is not None:
+        return replace(extracted, messages=_answered(result, extracted.output))
+    return replace(
+        result,
+        output=NOT_COVERED,
+        fallback_reason="no_model",
+        messages=_answered(result, NOT_COVERED),
+    )
+
+
+def _answered(result: RunResult, output: str) -> tuple[Message, ...]:
+    """``result``'s transcript with its last message (the answer) saying ``output``."""
+    if not result.messages:
+        return result.messages
+    last = result.messages[-1]
+    return (*result.messages[:-1], Message.assistant(output, citations=last.citations))

@@ -1,0 +1,180 @@
+"""The grounding check: does each sentence of an answer say what its passages say?
+
+Offline and fast (no second model): every sentence of the answer is scored against the
+passages it cites (``[n]``), or against all of the run's passages when it cites none:
+
+- **words**: the share of the sentence's content words (the keyword index's analysis,
+  :func:`~shelfhand.knowledge.analysis.tokenize_for_matching`: English stemmed, Chinese
+  segmented with jieba's dictionary, identifiers such as ``E-203`` or ``SKU2024-011`` whole) that the best passage holds;
+- **facts**: every number, duration, code and date of the sentence must appear in those
+  passages (or in the question: "3 units" may come from the user). ``3,999`` meets ``3999``,
+  ``2025-01-01`` meets ``2025 年 1 月 1 日``.
+
+A sentence is supported when no fact is missing and enough of its words are found
+(:data:`MIN_SUPPORT`; less when the sentence states facts the passages hold, since an English
+answer over Chinese passages shares its facts, not its words). The result is a
+:class:`~shelfhand.core.grounding.Grounding`, per sentence, with the supporting passage.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+from shelfhand.core.grounding import Grounding, SentenceSupport
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_matching
+
+__all__ = [
+    "MIN_SUPPORT",
+    "Evidence",
+    "check_grounding",
+    "facts",
+    "split_sentences",
+    "words",
+]
+
+MIN_SUPPORT = 0.5
+"""Share of a sentence's content words the best passage must hold."""
+MIN_SUPPORT_WITH_FACTS = 0.25
+"""The same, for a sentence whose numbers and codes the passages all hold."""
+MIN_WORDS = 3
+"""Sentences with fewer content words and no fact are not checked ("Hope this helps!")."""
+
+PASSAGE_CACHE = 1024
+"""Passages whose analysis is kept (about 1 MB)."""
+
+_CITE = re.compile(r"\[(\d{1,3})\]")
+# a sentence ends at 。！？；!?; or a newline, or at ". " (not inside 3.5 or e.g.)
+_SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|\n+|(?<=[a-z0-9)\]\u3400-\u9fff][.])\s+(?=\S)")
+_LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)、]|#+)\s+")
+_MARKER_ONLY = re.compile(r"\d{1,2}[.)、]")
+_NUMBER = re.compile(r"\d+(?:[,，]\d{3})*(?:\.\d+)?")
+_LEADING_ZEROS = re.compile(r"^0+(?=\d)")
+# an identifier's separator-free form holding a letter (``e203``, ``sku2024011``): dates such
+# as 2025-01-01 are checked by their numbers
+_SEPARATOR_FREE = re.compile(r"[^\W_]*[^\W\d_][^\W_]*")
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text`` as sentences: Chinese and English punctuation, line breaks and list items
+    end one; decimals (``3.5``), identifiers (``v1.2``) and citation markers stay inside."""
+    out: list[str] = []
+    marker = ""
+    for piece in _SENTENCE_END.split(text):
+        if piece is None:
+            continue
+        if _MARKER_ONLY.fullmatch(piece.strip()):
+            marker = piece.strip()  # "4." of a numbered list: it starts the next sentence
+            continue
+        sentence = _LIST_MARK.sub("", f"{marker} {piece}" if marker else piece).strip()
+        marker = ""
+        if sentence and not _CITE.fullmatch(sentence):
+            out.append(sentence)
+    return out
+
+
+def cited_numbers(sentence: str) -> tuple[int, ...]:
+    """The passage numbers ``sentence`` cites, in order, once each."""
+    return tuple(dict.fromkeys(int(n) for n in _CITE.findall(sentence)))
+
+
+def words(text: str) -> set[str]:
+    """The content words of ``text`` as the keyword index analyses them."""
+    return set(tokenize_for_matching(_CITE.sub(" ", text)))
+
+
+def _number(raw: str) -> str:
+    value = raw.replace(",", "").replace("，", "")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".") or "0"
+    return _LEADING_ZEROS.sub("", value)
+
+
+def facts(text: str) -> set[str]:
+    """The numbers and codes of ``text``, normalised (``3,999`` → ``3999``, ``E-203`` →
+    ``e203``; the parts of a date or code count as numbers too: ``2025-01-01`` → ``2025``,
+    ``1``). Citation markers are not facts."""
+    text = unicodedata.normalize("NFKC", _CITE.sub(" ", text))
+    found = {_number(m.group()) for m in _NUMBER.finditer(text)}
+    found.update(t for t in identifier_tokens(text) if _SEPARATOR_FREE.fullmatch(t))
+    return found
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A passage's words and facts (kept for the process's most recent passages: a passage
+    found again by another question, or checked twice in one run, is analysed once)."""
+    return frozenset(words(text)), frozenset(facts(text))
+
+
+class Evidence:
+    """The passages of a run, each analysed the first time a sentence is checked against it
+    (an answer citing [1] costs the analysis of passage 1 only)."""
+
+    __slots__ = ("_texts", "question_facts")
+
+    def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
+        self._texts = {c.index: c.text for c in citations if c.text}
+        self.question_facts = frozenset(facts(question)) if question else frozenset()
+
+    @classmethod
+    def of(cls, citations: Sequence[Citation], question: str = "") -> Evidence:
+        """``citations`` ready to check against (a passage retrieved twice counts once)."""
+        return cls(citations, question)
+
+    def check(self, sentence: str) -> SentenceSupport | None:
+        """``sentence`` scored against the passages it cites (all when it cites none or
+        only numbers no passage has); ``None`` when it has nothing to check.
+
+        The supporting passage is the one holding most of the sentence's words among those
+        holding all of its facts (when one does): "12 months" is shown with the policy that
+        says 12 months, and its disagreement notes with it."""
+        cited = cited_numbers(sentence)
+        own = words(sentence)
+        stated = facts(sentence)
+        if len(own) < MIN_WORDS and not stated:
+            return None
+        pool = [i for i in cited if i in self._texts] or list(self._texts)
+        analysed = {i: _analysed(self._texts[i]) for i in pool}
+        allowed: set[str] = set(self.question_facts)
+        for _, held in analysed.values():
+            allowed |= held
+        missing = sorted(f for f in stated if f not in allowed and not _inside_code(f, allowed))
+        whole = [i for i in pool if stated <= (analysed[i][1] | self.question_facts)]
+        best, score = None, 0.0
+        for i in whole or pool:
+            share = len(own & analysed[i][0]) / len(own) if own else 1.0
+            if share > score or best is None:
+                best, score = i, share
+        needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT
+        supported = not missing and score >= needed and best is not None
+        return SentenceSupport(
+            text=sentence,
+            supported=supported,
+            passage=best if score > 0 else None,
+            score=score,
+            cited=cited,
+            missing=tuple(missing),
+        )
+
+
+def _inside_code(fact: str, allowed: Iterable[str]) -> bool:
+    """A code's number part alone (``203`` of ``e203``) is never missing when the code is in
+    the evidence; neither is a code the evidence spells with its number only."""
+    return fact.isdigit() and any(a.endswith(fact) and not a.isdigit() for a in allowed)
+
+
+def check_grounding(answer: str, citations: Sequence[Citation], *, question: str = "") -> Grounding:
+    """Check every sentence of ``answer`` against ``citations`` (see the module docstring).
+
+    Args:
+        answer: The answer text, with its ``[n]`` citation markers.
+        citations: The run's passages (their ``index`` is what ``[n]`` names).
+        question: The user's message: numbers it states may be repeated by the answer.
+    """
+    evidence = Evidence.of(citations, question)
+    checked = (evidence.check(s) for s in split_sentences(answer))
+    return Grounding(sentences=tuple(s for s in checked if s is not None))

@@ -1,0 +1,129 @@
+"""How ``shelfhand ask`` shows an answer: the text, the passages it uses, the grounding flags,
+the notes, and the exit code that says whether it is an answer.
+
+Exit codes: 0 an answer (the model's, grounded or flagged; the passages' own sentences in its
+place; "the documents do not cover this"); 3 the model gave no answer (a blank reply, a run the
+loop guard or ``max_iters`` stopped: the passages' best sentences are printed when there are
+some, so a script can tell and a person still reads them); 1 the chat model failed (the
+passages found are printed first).
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from shelfhand.agent.answer_check import relevant_citations
+from shelfhand.agent.fallbacks import found_nothing
+from shelfhand.core.messages import Citation
+from shelfhand.core.results import RunResult
+from shelfhand.knowledge.evidence.citations import conflict_notes, label
+
+__all__ = [
+    "NO_ANSWER_EXIT_CODE",
+    "REASONS",
+    "exit_code",
+    "print_answer",
+    "print_json",
+    "shown_citations",
+]
+
+NO_ANSWER_EXIT_CODE = 3
+"""`shelfhand ask` exits with this when there is no answer (see the module docstring)."""
+_NON_ANSWERS = frozenset({"empty", "max_iters", "repeated_call", "human_needed"})
+REASONS = {
+    "ungrounded": "the model's answer was not supported by the passages",
+    "refusal": "the model declined although the passages cover the question",
+    "prompt_echo": "the model repeated its instructions instead of answering",
+    "repeated_call": "the model kept repeating a failing tool call",
+    "max_iters": "the model did not finish within its steps",
+    "empty": "the model gave no answer",
+    "no_model": "no chat model is configured",
+    "model_error": "the chat model failed",
+}
+"""Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
+
+
+def exit_code(result: RunResult) -> int:
+    """0 for an answer, :data:`NO_ANSWER_EXIT_CODE` for a run the model ended without one
+    (even when the extractive answer stands in)."""
+    return NO_ANSWER_EXIT_CODE if result.stop_reason in _NON_ANSWERS else 0
+
+
+def shown_citations(result: RunResult) -> list[Citation]:
+    """The passages shown as the answer's evidence: those it cites, else those the
+    grounding check found supporting it; none for a refusal or a non-answer."""
+    cited = relevant_citations(result.citations, result.output)
+    if cited or result.grounding is None:
+        return cited
+    by_index = {c.index: c for c in result.citations}
+    numbers = dict.fromkeys(
+        s.passage for s in result.grounding.sentences if s.supported and s.passage is not None
+    )
+    return [by_index[n] for n in numbers if n is not None and n in by_index]
+
+
+def print_answer(console: Console, result: RunResult) -> int:
+    """Print ``result`` for a person and return the exit code of :func:`exit_code`."""
+    console.print(result.output, highlight=False, markup=False)
+    if not result.citations and found_nothing(result.messages):
+        console.print(
+            "[yellow]not found:[/] no passage of the documents matches this question; "
+            "the answer above is not from them",
+            highlight=False,
+        )
+    evidence = shown_citations(result)
+    if evidence:
+        console.print()
+        for c in evidence:
+            console.print(f"[dim][{c.index}] {escape(label(c))}[/]", highlight=False)
+    for note in conflict_notes(evidence):  # passages that disagree: never hidden
+        text = "note: " + note.removeprefix("Note: ")
+        console.print(text, style="yellow", highlight=False, markup=False)
+    if result.extractive:
+        why = REASONS.get(result.fallback_reason, result.fallback_reason)
+        console.print(
+            f"[dim]extractive answer: sentences of the documents, not written by a model "
+            f"({escape(why)})[/]",
+            highlight=False,
+        )
+    elif result.fallback_reason in ("ungrounded", "prompt_echo"):
+        why = REASONS[result.fallback_reason]
+        console.print(f"[yellow]note:[/] {escape(why)}; no passage answers it", highlight=False)
+    grounding = result.grounding
+    if grounding is not None and not result.extractive:
+        for s in grounding.unsupported:
+            missing = f" ({', '.join(s.missing)} not in the passages)" if s.missing else ""
+            console.print(
+                f"[yellow]unsupported:[/] {escape(s.text)}{escape(missing)}", highlight=False
+            )
+    if result.unknown_citations:
+        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
+        console.print(
+            f"[yellow]note:[/] the answer cites {escape(numbers)}, which no passage has: "
+            "not evidence",
+            highlight=False,
+        )
+    return exit_code(result)
+
+
+def print_json(result: RunResult) -> int:
+    """``ask --json``: the answer, its citations, the grounding check and what the run used,
+    as one object; returns the exit code of :func:`exit_code`."""
+    grounding = result.grounding.to_dict() if result.grounding is not None else None
+    body = {
+        "output": result.output,
+        "citations": [c.to_dict() for c in result.citations],
+        "unknown_citations": list(result.unknown_citations),
+        "grounding": grounding,
+        "extractive": result.extractive,
+        "fallback_reason": result.fallback_reason,
+        "usage": result.usage.to_dict(),
+        "stop_reason": result.stop_reason,
+        "trace_id": result.trace_id,
+    }
+    typer.echo(json.dumps(body, ensure_ascii=False))
+    return exit_code(result)

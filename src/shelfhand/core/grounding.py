@@ -1,0 +1,76 @@
+"""How well an answer is backed by its passages, as values (the check is in
+:mod:`shelfhand.agent.grounding_check`).
+
+A :class:`Grounding` holds one :class:`SentenceSupport` per checked sentence of an answer:
+whether the passages support it, by which passage, and the numbers or codes of the sentence
+that no passage holds. It travels with the run's result (``RunResult.grounding``), so each
+caller reads the check of its own answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Grounding", "SentenceSupport"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentenceSupport:
+    """One sentence of an answer and whether the passages support it."""
+
+    text: str
+    """The sentence as the answer writes it (citation markers kept)."""
+    supported: bool
+    passage: int | None = None
+    """The number (``[n]``) of the passage that supports it best; ``None``: none comes close."""
+    score: float = 0.0
+    """Share of the sentence's words found in that passage (0 to 1)."""
+    cited: tuple[int, ...] = ()
+    """The passage numbers the sentence cites."""
+    missing: tuple[str, ...] = ()
+    """Numbers, codes and dates of the sentence that no passage it is checked against holds."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "supported": self.supported,
+            "passage": self.passage,
+            "score": round(self.score, 3),
+            "cited": list(self.cited),
+            "missing": list(self.missing),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grounding:
+    """The grounding check of one answer.
+
+    Attributes:
+        sentences: The checked sentences, in answer order (a sentence with no content word,
+            such as "Hope this helps!", is not checked).
+        method: ``lexical`` (word and number overlap), or the stronger check that decided.
+        note: Why the stronger check was not used, when it was asked for and failed.
+    """
+
+    sentences: tuple[SentenceSupport, ...]
+    method: str = "lexical"
+    note: str = ""
+
+    @property
+    def grounded(self) -> bool:
+        """Every checked sentence is supported (an answer with none checked is not)."""
+        return bool(self.sentences) and all(s.supported for s in self.sentences)
+
+    @property
+    def unsupported(self) -> tuple[SentenceSupport, ...]:
+        """The sentences no passage supports."""
+        return tuple(s for s in self.sentences if not s.supported)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "grounded": self.grounded,
+            "method": self.method,
+            "note": self.note,
+            "sentences": [s.to_dict() for s in self.sentences],
+        }

@@ -1,0 +1,52 @@
+"""What the eval suites share: JSONL case files read line by line with errors naming the
+line, and facts looked for in an answer."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shelfhand.core.errors import ConfigurationError
+
+__all__ = ["case_objects", "states"]
+
+_SEPARATOR = re.compile(r"(?<=\d)[,，](?=\d{3})")
+
+
+def case_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each non-blank line of the JSONL file ``path`` as ``(where, object)``, ``where`` naming
+    file and line for the caller's own errors.
+
+    Raises:
+        ConfigurationError: the file cannot be read, or a line is not a JSON object.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the case file {path}: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"{where}: expected an object")
+        yield where, data
+
+
+def _normal(text: str) -> str:
+    return _SEPARATOR.sub("", unicodedata.normalize("NFKC", text)).lower()
+
+
+def states(answer: str, fact: str) -> bool:
+    """Whether ``answer`` states ``fact``: one of its alternatives (joined by ``|``), case-
+    insensitive, with thousands separators ignored (``3,999`` is ``3999``)."""
+    text = _normal(answer)
+    return any(_normal(alt) in text for alt in fact.split("|"))

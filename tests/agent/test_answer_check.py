@@ -1,0 +1,204 @@
+"""The answer check on agent runs: answers against their passages are flagged, and an answer
+that cannot be trusted becomes the passages' own sentences, for each cause; concurrent runs of
+two tenants each get the check of their own answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
+from shelfhand.agent.extractive import LEAD
+from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.core.events import Final
+from shelfhand.core.results import RunResult
+from shelfhand.providers.tool_modes import PROMPT_TEXTS
+from shelfhand.testing import ScriptedModel, text, tool_call
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
+GLOBEX = UserContext(tenant_id="globex", user_id="u2", roles=["user"])
+CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
+WARRANTY = "投影仪的保修期是多久？"
+E203 = "What does error code E-203 mean and how do I fix it?"
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path) as base:
+        yield base
+
+
+def agent(kb: KnowledgeBase, *turns: object, **options: object) -> Agent:
+    return Agent(
+        model=ScriptedModel(list(turns)),  # type: ignore[arg-type]
+        toolkit=Toolkit([retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=CHECK,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_grounded_answer_is_kept_with_its_check(kb: KnowledgeBase) -> None:
+    result = await agent(kb, text("2025 年起购买的投影仪整机保修期为 24 个月。")).run(
+        WARRANTY, context=ACME
+    )
+
+    assert not result.extractive and result.fallback_reason == ""
+    assert result.output.startswith("2025 年起")
+    assert result.grounding is not None and result.grounding.grounded
+
+
+async def test_an_answer_with_a_number_not_in_the_evidence_is_replaced_by_the_passages(
+    kb: KnowledgeBase,
+) -> None:
+    result = await agent(kb, text("整机保修期为 36 个月 [1]。")).run(WARRANTY, context=ACME)
+
+    assert result.extractive and result.fallback_reason == "ungrounded"
+    assert result.output.startswith(LEAD) and "24 个月" in result.output
+    assert "36" not in result.output
+    assert result.grounding is not None and result.grounding.grounded
+
+
+async def test_with_flags_only_the_unsupported_sentence_is_flagged_not_replaced(
+    kb: KnowledgeBase,
+) -> None:
+    model = ScriptedModel([text("整机保修期为 36 个月 [1]。")])
+    flagging = Agent(
+        model=model,
+        toolkit=Toolkit([retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=AnswerCheck(fallback=False),
+    )
+    result = await flagging.run(WARRANTY, context=ACME)
+
+    assert result.output == "整机保修期为 36 个月 [1]。" and not result.extractive
+    assert result.grounding is not None
+    assert [s.missing for s in result.grounding.unsupported] == [("36",)]
+
+
+async def test_a_refusal_while_the_passages_answer_is_replaced(kb: KnowledgeBase) -> None:
+    result = await agent(kb, text("抱歉，我无法协助完成这个请求。")).run(WARRANTY, context=ACME)
+
+    assert result.extractive and result.fallback_reason == "refusal"
+    assert "24 个月" in result.output
+
+
+async def test_a_calculator_number_for_a_document_question_is_replaced(kb: KnowledgeBase) -> None:
+    result = await agent(kb, text("3507.3")).run("我的投影仪显示 E-310，怎么办？", context=ACME)
+
+    assert result.extractive and result.fallback_reason == "ungrounded"
+    assert "E-310" in result.output and "3507.3" not in result.output
+
+
+@pytest.mark.parametrize("scaffold", AGENT_SCAFFOLDS + PROMPT_TEXTS)
+async def test_no_prompt_template_reaches_the_answer(kb: KnowledgeBase, scaffold: str) -> None:
+    echo = f"{scaffold} [1]"
+    result = await agent(kb, text(echo)).run(E203, context=ACME)
+
+    assert result.fallback_reason == "prompt_echo"
+    assert scaffold not in result.output
+    assert result.output.startswith(LEAD) and "E-203" in result.output
+
+
+async def test_a_prompt_echo_for_a_question_the_documents_do_not_cover_says_so(
+    kb: KnowledgeBase,
+) -> None:
+    echo = "From the knowledge base, for the question below (cite the passages you use by [1])"
+    result = await agent(kb, text(echo)).run("What is the weather in Paris today?", context=ACME)
+
+    assert result.output == NOT_COVERED and result.fallback_reason == "prompt_echo"
+
+
+async def test_a_loop_guard_stop_ends_with_the_passages_sentences(kb: KnowledgeBase) -> None:
+    call = tool_call("http_get", {"url": "https://errors.example/E-203"})
+    result = await agent(kb, call, call, call).run(E203, context=ACME)
+
+    assert result.stop_reason == "repeated_call"
+    assert result.extractive and result.fallback_reason == "repeated_call"
+    assert result.output.startswith(LEAD) and "E-203" in result.output
+
+
+async def test_max_iters_ends_with_the_passages_sentences(kb: KnowledgeBase) -> None:
+    calls = [tool_call("retrieve", {"query": f"E-203 {i}"}) for i in range(3)]
+    result = await agent(kb, *calls, max_iters=2).run(E203, context=ACME)
+
+    assert result.stop_reason == "max_iters"
+    assert result.extractive and "E-203" in result.output
+
+
+async def test_a_blank_answer_ends_with_the_passages_sentences(kb: KnowledgeBase) -> None:
+    result = await agent(kb, text(""), text(" ")).run(E203, context=ACME)
+
+    assert result.stop_reason == "empty"
+    assert result.extractive and result.fallback_reason == "empty"
+
+
+async def test_a_stream_ends_with_the_checked_result(kb: KnowledgeBase) -> None:
+    finals: list[RunResult] = []
+    async for event in agent(kb, text("整机保修期为 36 个月 [1]。")).stream(WARRANTY, context=ACME):
+        if isinstance(event, Final):
+            finals.append(event.result)
+
+    assert len(finals) == 1 and finals[0].extractive
+    assert "24 个月" in finals[0].output
+
+
+async def test_an_answer_without_passages_is_not_checked(kb: KnowledgeBase) -> None:
+    model = ScriptedModel([text("Hello! How can I help?")])
+    plain = Agent(model=model, toolkit=Toolkit(), answer_check=CHECK)
+    result = await plain.run("Hello!", context=ACME)
+
+    assert result.output == "Hello! How can I help?" and result.grounding is None
+
+
+async def test_two_tenants_at_once_each_get_the_check_of_their_own_answer(
+    tmp_path: Path,
+) -> None:
+    with (
+        sample_kb(tmp_path / "acme") as acme_kb,
+        sample_kb(tmp_path / "globex", tenant_id="globex") as globex_kb,
+    ):
+        good = agent(acme_kb, text("整机保修期为 24 个月。"))
+        bad = agent(globex_kb, text("整机保修期为 36 个月 [1]。"))
+        results: dict[str, RunResult] = {}
+
+        async def ask(name: str, who: Agent, user: UserContext) -> None:
+            results[name] = await who.run(WARRANTY, context=user)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, "acme", good, ACME)
+                tg.start_soon(ask, "globex", bad, GLOBEX)
+
+    assert not results["acme"].extractive and "24 个月" in results["acme"].output
+    assert results["globex"].extractive and "36" not in results["globex"].output
+
+
+async def test_an_answer_citing_passages_when_the_search_found_none_says_not_covered(
+    tmp_path: Path,
+) -> None:
+    with sample_kb(tmp_path, tenant_id="globex") as other_tenants_kb:
+        answer = "It is sunny in Paris today, 24 °C [1]."
+        result = await agent(other_tenants_kb, text(answer)).run(
+            "What is the weather in Paris today?", context=ACME
+        )
+
+    assert result.citations == ()  # acme sees none of globex's documents
+    assert result.output == NOT_COVERED and result.fallback_reason == "ungrounded"
+
+
+async def test_a_refusal_over_passages_only_loosely_about_the_question_is_kept(
+    kb: KnowledgeBase,
+) -> None:
+    refusal = "Sorry, the documents do not mention gaming laptops."
+    result = await agent(kb, text(refusal)).run("Do you sell gaming laptops?", context=ACME)
+
+    assert result.citations  # passages came back: the model was not overruled by them
+    assert result.output == refusal and not result.extractive

@@ -1,0 +1,136 @@
+"""The grounding check: each sentence of an answer against the passages it cites, in English
+and Chinese, with numbers, durations, codes and dates that must appear in the evidence."""
+
+from __future__ import annotations
+
+from shelfhand.agent.extractive import LEAD, extractive_answer
+from shelfhand.agent.grounding_check import check_grounding, facts, split_sentences
+from shelfhand.core.messages import Citation
+
+V2 = Citation(
+    index=1,
+    source="warranty-policy-v2.md",
+    text="2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。"
+    "光源保修 6 个月或累计使用 1000 小时，以先到者为准。",
+)
+V1 = Citation(
+    index=2,
+    source="warranty-policy-v1.md",
+    text="整机保修期为自购买之日（以发票或订单日期为准）起 12 个月。",
+    conflicts_with=(1,),
+)
+MANUAL = Citation(
+    index=3,
+    source="troubleshooting-manual.pdf",
+    text="E-203 Lamp overheating. The lamp temperature is above the safe limit. Wait 30 "
+    "minutes until the lamp has cooled down, then clean the air filter.",
+)
+SPECS = Citation(
+    index=4,
+    source="product-specs.docx",
+    text="SKU2024-012 | Lumen X1 Pro | 3,600 ANSI lumens | Laser | 5,999 CNY",
+)
+PASSAGES = (V2, V1, MANUAL, SPECS)
+
+
+def test_chinese_and_english_sentences_split_but_decimals_and_codes_stay_whole() -> None:
+    answer = "保修期为 24 个月 [1]。光源 6 个月！E-203 means overheating [3]. Version v1.2 has 3.5x zoom."
+
+    assert split_sentences(answer) == [
+        "保修期为 24 个月 [1]。",
+        "光源 6 个月！",
+        "E-203 means overheating [3].",
+        "Version v1.2 has 3.5x zoom.",
+    ]
+
+
+def test_facts_are_normalised_numbers_and_whole_identifiers() -> None:
+    assert {"3999", "e203", "sku2024012"} <= facts("SKU2024-012 costs 3,999 CNY; E-203 [1]")
+    assert "1" not in facts("see [1]")  # a citation marker is not a fact
+
+
+def test_an_answer_that_says_what_its_passages_say_is_grounded() -> None:
+    grounding = check_grounding("整机保修期为 24 个月 [1]。", PASSAGES)
+
+    assert grounding.grounded
+    assert grounding.sentences[0].passage == 1
+
+
+def test_an_english_answer_is_checked_against_the_passage_it_cites() -> None:
+    answer = "E-203 means the lamp is overheating [3]. Wait 30 minutes and clean the air filter."
+    grounding = check_grounding(answer, PASSAGES)
+
+    assert grounding.grounded
+    assert [s.passage for s in grounding.sentences] == [3, 3]
+
+
+def test_a_number_no_passage_holds_is_flagged_with_the_number() -> None:
+    grounding = check_grounding("整机保修期为 36 个月 [1]。", PASSAGES)
+
+    assert not grounding.grounded
+    assert grounding.unsupported[0].missing == ("36",)
+
+
+def test_a_number_only_in_another_passage_than_the_one_cited_is_flagged() -> None:
+    grounding = check_grounding("整机保修期为 12 个月 [1]。", PASSAGES)
+
+    assert grounding.unsupported[0].missing == ("12",)
+
+
+def test_a_wrong_price_and_a_wrong_code_are_flagged() -> None:
+    price = check_grounding("The Lumen X1 Pro costs 4,599 CNY [4].", PASSAGES)
+    code = check_grounding("The Lumen X1 Pro is SKU2024-099 [4].", PASSAGES)
+
+    assert price.unsupported[0].missing == ("4599",)
+    assert "sku2024099" in code.unsupported[0].missing
+
+
+def test_a_date_is_checked_by_its_numbers_and_meets_the_chinese_date() -> None:
+    assert check_grounding("Since 2025-01-01 the warranty is 24 months [1].", PASSAGES).grounded
+
+
+def test_a_number_the_question_states_is_not_missing() -> None:
+    answer = "For 3 units the Lumen X1 Pro costs 5,999 CNY each [4]."
+
+    assert check_grounding(answer, PASSAGES, question="Price of 3 Lumen X1 Pro?").grounded
+    assert not check_grounding(answer, PASSAGES).grounded
+
+
+def test_a_sentence_about_something_else_is_unsupported_without_any_passage() -> None:
+    grounding = check_grounding("Paris will be sunny with light winds this afternoon.", PASSAGES)
+
+    assert not grounding.grounded
+    assert grounding.sentences[0].passage is None
+
+
+def test_a_calculator_result_with_no_passage_behind_it_is_flagged() -> None:
+    grounding = check_grounding("3507.3", PASSAGES)
+
+    assert grounding.unsupported[0].missing == ("3507.3",)
+
+
+def test_sentences_without_content_are_not_checked() -> None:
+    grounding = check_grounding("整机保修期为 24 个月 [1]。Hope this helps!", PASSAGES)
+
+    assert len(grounding.sentences) == 1 and grounding.grounded
+
+
+def test_the_extractive_answer_quotes_the_best_passage_and_the_one_that_disagrees() -> None:
+    extract = extractive_answer("投影仪的保修期是多久？", PASSAGES)
+
+    assert extract is not None
+    assert extract.text.startswith(LEAD + "\n")
+    assert "24 个月" in extract.text and "[1]" in extract.text
+    assert "12 个月" in extract.text and "[2]" in extract.text  # the older version too
+    assert check_grounding(extract.text, PASSAGES).grounded
+
+
+def test_the_extractive_answer_needs_the_identifier_the_question_names() -> None:
+    extract = extractive_answer("What does error E-203 mean?", PASSAGES)
+
+    assert extract is not None and extract.passages == (3,)
+    assert extractive_answer("What does error E-999 mean?", PASSAGES) is None
+
+
+def test_nothing_is_extracted_for_a_question_the_passages_are_not_about() -> None:
+    assert extractive_answer("What is the weather in Paris today?", PASSAGES) is None

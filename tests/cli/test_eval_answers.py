@@ -1,0 +1,76 @@
+"""``shelfhand eval-answers``: the answer benchmark's cases, judgements and command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.results import RunResult
+from shelfhand.evals.answers import (
+    AnswerCase,
+    AnswerOutcome,
+    judge,
+    load_answer_cases,
+    sample_answer_cases,
+)
+from shelfhand.knowledge.base import sample_corpus
+from support.cli import run_cli
+
+
+def test_the_bundled_cases_are_forty_or_more_in_both_languages_with_not_found_ones() -> None:
+    cases = load_answer_cases(sample_answer_cases())
+
+    assert len(cases) >= 40
+    assert {c.lang for c in cases} == {"en", "zh"}
+    assert sum(c.not_found for c in cases) >= 4
+    assert all(c.facts for c in cases if not c.not_found)
+
+
+def test_a_case_without_facts_or_not_found_is_refused_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "cases.jsonl"
+    bad.write_text('{"question": "E-203?", "facts": ["过热"]}\n{"question": "x"}\n', "utf-8")
+
+    with pytest.raises(ConfigurationError, match="line 2"):
+        load_answer_cases(bad)
+
+
+def outcome(case: AnswerCase, result: RunResult) -> AnswerOutcome:
+    out = AnswerOutcome(id=case.id, question=case.question, not_found_case=case.not_found)
+    judge(case, result, out)
+    return out
+
+
+def test_facts_match_alternatives_and_ignore_thousands_separators() -> None:
+    case = AnswerCase(id="p", question="price?", facts=("3,999|3999", "Lumen X1"))
+
+    assert outcome(case, RunResult(output="Lumen X1 costs 3999 CNY.", messages=())).right
+    missing = outcome(case, RunResult(output="It costs 4,599 CNY.", messages=()))
+    assert not missing.right and missing.missing_facts == ["3,999|3999", "Lumen X1"]
+
+
+def test_a_not_found_case_is_right_only_when_the_answer_says_so() -> None:
+    case = AnswerCase(id="w", question="Weather?", not_found=True)
+
+    assert outcome(case, RunResult(output=NOT_COVERED, messages=())).right
+    assert not outcome(case, RunResult(output="It is sunny.", messages=())).right
+    quoted = RunResult(output="From the documents:\n- x [1]", messages=(), extractive=True)
+    assert not outcome(case, quoted).right
+
+
+def test_eval_answers_without_a_model_reports_the_extractive_path(tmp_path: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(list(args), tmp_path)
+
+    assert cli("ingest", str(sample_corpus())).returncode == 0
+    out = cli("eval-answers", "--no-model", "--json", "--only", "e203-zh,weather-en")
+
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["cases"] == 2 and report["model"] is None
+    assert report["right"] == 1.0 and report["not_found_right"] == 1.0
+    assert report["unflagged"] == 0 and report["extractive"] == 0.5

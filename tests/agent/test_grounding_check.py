@@ -71,6 +71,16 @@ def test_a_number_no_passage_holds_is_flagged_with_the_number() -> None:
     assert grounding.unsupported[0].missing == ("36",)
 
 
+def test_naming_a_passages_source_is_not_a_claim_but_a_number_beside_it_still_is() -> None:
+    # "v2" of the file name is not a fact to find in the passage text
+    named = check_grounding("据资料 [1]（warranty-policy-v2.md）：整机保修期为 24 个月。", PASSAGES)
+    assert named.grounded, [s.to_dict() for s in named.sentences]
+    titled = Citation(index=1, source="d/w.md", title="保修政策", text="投影仪保修 12 个月。")
+    assert check_grounding("据资料：[1] 保修政策 (d/w.md)\n投影仪保修 12 个月。", [titled]).grounded
+    wrong = check_grounding("据 warranty-policy-v2.md [1]，整机保修期为 36 个月。", PASSAGES)
+    assert wrong.unsupported[0].missing == ("36",)
+
+
 def test_a_number_only_in_another_passage_than_the_one_cited_is_flagged() -> None:
     grounding = check_grounding("整机保修期为 12 个月 [1]。", PASSAGES)
 

@@ -114,11 +114,19 @@ class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
 
-    __slots__ = ("_texts", "question_facts")
+    __slots__ = ("_sources", "_texts", "question_facts")
 
     def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
-        self._texts = {c.index: c.text for c in citations if c.text}
+        # a passage says what its heading says too ("保修政策（第 2 版）": the answer may name it)
+        self._texts = {
+            c.index: "\n".join(p for p in (c.title, c.section, c.text) if p)
+            for c in citations
+            if c.text
+        }
         self.question_facts = frozenset(facts(question)) if question else frozenset()
+        # a passage's source, named in an answer ("(docs-t1/warranty.md)"), is not a claim:
+        # its digits and words are not checked (longest first: one may contain another)
+        self._sources = sorted({c.source for c in citations if c.source}, key=len, reverse=True)
 
     @classmethod
     def of(cls, citations: Sequence[Citation], question: str = "") -> Evidence:
@@ -133,8 +141,11 @@ class Evidence:
         holding all of its facts (when one does): "12 months" is shown with the policy that
         says 12 months, and its disagreement notes with it."""
         cited = cited_numbers(sentence)
-        own = words(sentence)
-        stated = facts(sentence)
+        claims = sentence
+        for source in self._sources:
+            claims = claims.replace(source, " ")
+        own = words(claims)
+        stated = facts(claims)
         if len(own) < MIN_WORDS and not stated:
             return None
         pool = [i for i in cited if i in self._texts] or list(self._texts)

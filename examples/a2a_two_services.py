@@ -49,7 +49,7 @@ def serve(api: Any) -> tuple[str, uvicorn.Server]:
 def documents_team(workspace: Path) -> tuple[str, uvicorn.Server]:
     model = CyclingScriptModel([
         tool_call("retrieve", {"query": "投影仪 保修期"}),
-        text("投影仪整机保修两年 [1]。"),
+        text("整机保修期为自购买之日起 12 个月 [1]。"),
     ])  # fmt: skip
     app = App(settings=Settings.load(workspace, env=ENV), model=model)
     keys = {"key-front-desk": UserContext(tenant_id="acme", user_id="front-desk")}
@@ -72,7 +72,7 @@ def front_desk(workspace: Path, docs_url: str) -> tuple[str, uvicorn.Server]:
     )
     model = CyclingScriptModel([
         tool_call("docs_team", {"task": "投影仪的保修期是多久？"}),
-        text("文档团队答复：投影仪整机保修两年 [1]。"),
+        text("文档团队答复：整机保修期为自购买之日起 12 个月 [1]。"),
     ])  # fmt: skip
     app = App(settings=Settings.load(workspace, env=ENV), model=model)
     keys = {"key-alice": UserContext(tenant_id="shop", user_id="alice")}

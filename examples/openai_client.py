@@ -47,7 +47,7 @@ def main(workspace: Path, real: bool) -> None:
     if not real:  # each turn: search the documents, then answer citing the first passage
         model = CyclingScriptModel([
             tool_call("retrieve", {"query": "投影仪 保修期"}),
-            text("投影仪整机保修两年 [1]。"),
+            text("整机保修期为自购买之日起 12 个月 [1]。"),
         ])  # fmt: skip
     env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
     app = App(settings=Settings.load(workspace, env=None if real else env), model=model)

@@ -29,7 +29,10 @@ def test_the_openai_client_example_gets_cited_answers_usage_steps_and_one_sessio
 ) -> None:
     lines = run_example("openai_client.py", str(tmp_path))
     assert "models: ['shelfhand']" in lines
-    assert "answer: 投影仪整机保修两年 [1]。\n\nSources:\n[1] 明光投影仪保修政策" in lines
+    assert (
+        "answer: 整机保修期为自购买之日起 12 个月 [1]。\n\nSources:\n[1] 明光投影仪保修政策"
+        in lines
+    )
     assert "> running `retrieve`" in lines and "streamed usage:" in lines
     sessions = {line.split(":")[0] for line in lines.splitlines() if line.startswith("session ")}
     assert len(sessions) == 1  # the same `user` continued one session
@@ -38,6 +41,6 @@ def test_the_openai_client_example_gets_cited_answers_usage_steps_and_one_sessio
 def test_the_two_services_example_delegates_over_a2a_with_the_remote_citation() -> None:
     pytest.importorskip("a2a", reason="the a2a extra is not installed")
     lines = run_example("a2a_two_services.py")
-    assert "front desk: 文档团队答复：投影仪整机保修两年 [1]。" in lines
+    assert "front desk: 文档团队答复：整机保修期为自购买之日起 12 个月 [1]。" in lines
     assert "delegated to: ['docs_team']" in lines
     assert "[1] projector/warranty-policy-v1.md" in lines

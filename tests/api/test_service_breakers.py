@@ -43,7 +43,14 @@ class LoopbackApp(App):
             self._test_governance = Governance(sleep=no_wait)
         return self._test_governance
 
-    def toolkit(self, kb: Any, *, extra: Sequence[Any] = (), governed: bool = True) -> Toolkit:
+    def toolkit(
+        self,
+        kb: Any,
+        *,
+        extra: Sequence[Any] = (),
+        governed: bool = True,
+        builtins: Sequence[str] | None = None,
+    ) -> Toolkit:
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import calculator, current_time, make_http_get
 

@@ -114,16 +114,18 @@ def _lines(console: Any) -> Iterator[str]:
 
 
 def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
-    """Chat without a model: every question is answered with the cited passages."""
+    """Chat without a model: every question is answered as ``ask`` answers it (the
+    passages' own sentences, with the passages they come from)."""
     from rich.markup import escape
 
+    from shelfhand.cli.answers import print_answer
+
     console.print(
-        f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages; empty line "
-        "or Ctrl-D to quit[/]"
+        f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages' own "
+        "sentences; empty line or Ctrl-D to quit[/]"
     )
     for line in _lines(console):
-        result = agent.run_sync(line, context=ctx)
-        console.print(result.output, highlight=False, markup=False)
+        print_answer(console, agent.run_sync(line, context=ctx))
 
 
 def console_approvals(console: Any) -> Any:

@@ -137,3 +137,19 @@ def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> No
     assert "keyword index rebuilt" in out.stdout and "1 segment," in out.stdout
     after = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
     assert json.loads(after.stdout) == json.loads(before.stdout)
+
+
+@pytest.mark.slow
+def test_reindex_on_qdrant_builds_its_graphs_and_keeps_the_answers(tmp_path: Path) -> None:
+    pytest.importorskip("qdrant_edge")
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_QDRANT_URL": str(tmp_path / "qdrant")}
+    assert shelfhand("ingest", "--samples", workspace=tmp_path, env=env).returncode == 0
+    before = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
+
+    out = shelfhand("reindex", workspace=tmp_path, env=env)
+
+    assert out.returncode == 0, out.stderr
+    assert "Qdrant index optimized" in out.stdout
+    after = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
+    assert json.loads(after.stdout) == json.loads(before.stdout)
+    assert "E-203" in json.dumps(json.loads(after.stdout)[0], ensure_ascii=False)

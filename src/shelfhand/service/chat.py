@@ -33,6 +33,7 @@ import asyncio
 import logging
 import math
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
@@ -467,6 +468,36 @@ class ChatService:
             else:
                 yield data, None
 
+    def _audit_knowledge_turn(
+        self,
+        user: UserContext,
+        content: str,
+        trace_id: str,
+        started: float,
+        outcome: str,
+        exc: Exception | None,
+    ) -> None:
+        """One audit record for a model-free turn: its retrieval, as the model's ``retrieve``
+        call would have left (the caller, the question, the outcome, the turn's trace id)."""
+        audit = self.toolkit.audit_log
+        if audit is None:
+            return
+        audit.record(
+            tool="retrieve",
+            tenant=user.tenant_id,
+            user=user.user_id,
+            trace_id=trace_id,
+            request_id=uuid.uuid4().hex,
+            call_id="",
+            arguments={"query": content},
+            canonical=None,
+            decision="allow",
+            outcome=outcome,
+            error_class=type(exc).__name__ if exc is not None else "",
+            duration_ms=(time.perf_counter() - started) * 1000,
+            agent="knowledge",
+        )
+
     async def _knowledge_events(
         self, user: UserContext, content: str, memory: ConversationMemory, trace_id: str
     ) -> AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]:
@@ -474,7 +505,13 @@ class ChatService:
 
         if self._knowledge_agent is None:
             self._knowledge_agent = self.app.knowledge_agent(self.kb)
-        result = await self._knowledge_agent.run(content, context=user, trace_id=trace_id)
+        started = time.perf_counter()
+        try:
+            result = await self._knowledge_agent.run(content, context=user, trace_id=trace_id)
+        except Exception as exc:
+            self._audit_knowledge_turn(user, content, trace_id, started, "error", exc)
+            raise
+        self._audit_knowledge_turn(user, content, trace_id, started, "ok", None)
         if result.citations:
             yield event_to_dict(CitationsFound(citations=result.citations)), None
         yield event_to_dict(TextDelta(text=result.output)), None

@@ -42,6 +42,7 @@ from shelfhand.tools.spans import record_tool_call, tool_span_attributes
 
 if TYPE_CHECKING:
     from shelfhand.tools.approvals import ApprovalDecision
+    from shelfhand.tools.audit import AuditLog
     from shelfhand.tools.tool import ToolOutput
 
 __all__ = ["META_TOOL_NAME", "CallReport", "Toolkit"]
@@ -85,6 +86,12 @@ class Toolkit(ToolRegistry):
         governance: A ready :class:`Governance` (to share state between toolkits or to inject
             a clock in tests); instead of ``policy`` and ``audit``.
     """
+
+    @property
+    def audit_log(self) -> AuditLog | None:
+        """Where this toolkit's calls are audited (``None``: not audited); a caller that
+        answers without a tool call (the service's model-free turn) records there too."""
+        return self._gov.audit
 
     def copy(self) -> Toolkit:
         """A toolkit with the same tools and its own group state (one per conversation)."""

@@ -384,3 +384,27 @@ def test_each_subagent_is_a_model_of_its_own_and_answers_with_its_instructions(
         c.chat.completions.create(
             model="shelfhand/nobody", messages=[{"role": "user", "content": "hi"}]
         )
+
+
+def test_an_answer_the_check_replaces_is_said_so_after_the_streamed_text(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # the passage says 12 months; the model says 36, citing it
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "投影仪保修"}), text("投影仪保修 36 个月 [1]。")] * 2
+    )
+    server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
+    ask = [{"role": "user", "content": "投影仪保修多久？"}]
+
+    stream = client(server).chat.completions.create(model="shelfhand", messages=ask, stream=True)
+    chunks = list(stream)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    streamed, _, checked = content.partition("The answer above was replaced")
+    assert "36 个月" in streamed  # what the client already showed
+    assert "12 个月" in checked and "36" not in checked  # then the checked answer, said so
+    extra = (chunks[-1].model_extra or {})["shelfhand"]
+    assert extra["fallback_reason"] == "ungrounded" and extra["extractive"] is True
+
+    reply = client(server).chat.completions.create(model="shelfhand", messages=ask)
+    whole = reply.choices[0].message.content or ""
+    assert "36" not in whole and "12 个月" in whole and "replaced" not in whole

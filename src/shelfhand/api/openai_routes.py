@@ -354,7 +354,18 @@ def citation_info(final: Mapping[str, Any], *, session_id: str, trace_id: str) -
         "session_id": session_id,
         "trace_id": trace_id,
         "stop_reason": final.get("stop_reason", "final"),
+        # the answer check (see the answers page): per-sentence support, and whether the
+        # answer is the passages' own sentences in place of the model's, and why
+        "grounding": final.get("grounding"),
+        "extractive": bool(final.get("extractive")),
+        "fallback_reason": final.get("fallback_reason") or "",
     }
+
+
+REPLACED_NOTICE = (
+    "\n\n---\nThe answer above was replaced after checking it against the documents ({reason}):\n\n"
+)
+"""Streamed before the checked answer when the check replaced the streamed one."""
 
 
 class _Reply:
@@ -366,6 +377,8 @@ class _Reply:
         self.session_id = session_id
         self.id = f"chatcmpl-{trace_id}"
         self.created = int(time.time())
+        self.streamed: list[str] = []
+        """The answer's text as streamed so far (the model's, before the answer check)."""
 
     def extra(self, final: Mapping[str, Any]) -> tuple[dict[str, Any], list[Citation]]:
         info = citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
@@ -431,6 +444,7 @@ class _Reply:
                 elif isinstance(item, dict):
                     kind = item.get("type")
                     if kind == "text_delta" and item.get("text"):
+                        self.streamed.append(item["text"])
                         yield self.chunk({"content": item["text"]})
                     elif steps and kind in ("tool_started", "tool_finished"):
                         yield self.chunk({"content": _step_line(item)})
@@ -442,7 +456,14 @@ class _Reply:
     def _ending(self, final: Mapping[str, Any], *, usage: bool) -> list[bytes]:
         info, citations = self.extra(final)
         parts = []
-        sources = sources_text(citations, str(final.get("output", "")))
+        output = str(final.get("output", ""))
+        if final.get("fallback_reason") and output.strip() != "".join(self.streamed).strip():
+            # the answer check replaced what was streamed: a client cannot unsee the deltas,
+            # so the checked answer follows them, said to be the one that counts
+            reason = str(final["fallback_reason"]).replace("_", " ")
+            notice = REPLACED_NOTICE.format(reason=reason)
+            parts.append(self.chunk({"content": f"{notice}{output}"}))
+        sources = sources_text(citations, output)
         if sources:
             parts.append(self.chunk({"content": sources}))
         parts.append(self.chunk({}, _finish_reason(final), shelfhand=info))

@@ -27,6 +27,22 @@ from shelfhand.testing import FunctionModel
 WINDOW = 4096
 
 
+def budgeted_server(workspace: Path, answer: Any, servers: list[ThreadServer]) -> ThreadServer:
+    """The service over ``workspace`` (its shelfhand.toml holds the budgets) with a model
+    answering by ``answer`` in a context window of :data:`WINDOW` tokens."""
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    model = FunctionModel(answer)
+    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
+    app = App(
+        settings=Settings.load(workspace, env=env),
+        model=model,
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    servers.append(server)
+    return server
+
+
 def test_twenty_concurrent_turns_against_five_turns_of_budget(
     tmp_path: Path, thread_servers: list[ThreadServer]
 ) -> None:
@@ -46,16 +62,7 @@ def test_twenty_concurrent_turns_against_five_turns_of_budget(
             usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
         )
 
-    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
-    model = FunctionModel(answer)
-    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
-    app = App(
-        settings=Settings.load(tmp_path, env=env),
-        model=model,
-        router=EmbeddingRouter({"any": HashingEmbedder()}),
-    )
-    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
-    thread_servers.append(server)
+    server = budgeted_server(tmp_path, answer, thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         sessions = [c.post("/v1/sessions").json()["id"] for _ in range(20)]
 
@@ -103,16 +110,7 @@ def test_the_openai_endpoint_answers_a_spent_budget_with_429_and_its_reset(
             usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
         )
 
-    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
-    model = FunctionModel(answer)
-    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
-    app = App(
-        settings=Settings.load(tmp_path, env=env),
-        model=model,
-        router=EmbeddingRouter({"any": HashingEmbedder()}),
-    )
-    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
-    thread_servers.append(server)
+    server = budgeted_server(tmp_path, answer, thread_servers)
     ask = {"model": "shelfhand", "messages": [{"role": "user", "content": "你好"}]}
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         first = c.post("/v1/chat/completions", json=ask)

@@ -68,7 +68,11 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 
 def start_server(
-    workspace: Path, scenario: str, cpus: str | None = None, tracing: str = "stored"
+    workspace: Path,
+    scenario: str,
+    cpus: str | None = None,
+    tracing: str = "stored",
+    server_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     script = workspace / "script.json"
     script.write_text(json.dumps(SCRIPTS[scenario], ensure_ascii=False), encoding="utf-8")
@@ -79,6 +83,7 @@ def start_server(
         SHELFHAND_API_KEYS=json.dumps({KEY: {"tenant": "bench", "user": "load"}}),
         SHELFHAND_TRACING=tracing,
     )
+    env.update(server_env or {})
     port = free_port()
     cmd = [
         sys.executable,
@@ -242,10 +247,15 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run_scenario(
-    scenario: str, sessions: int, seconds: float, cpus: str | None = None, tracing: str = "stored"
+    scenario: str,
+    sessions: int,
+    seconds: float,
+    cpus: str | None = None,
+    tracing: str = "stored",
+    server_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp:
-        proc, url = start_server(Path(tmp), scenario, cpus, tracing)
+        proc, url = start_server(Path(tmp), scenario, cpus, tracing, server_env)
         try:
             if scenario == "rag":
                 upload_corpus(url)
@@ -291,13 +301,24 @@ def main() -> None:
         default="stored",
         help="the servers' tracing setting; both: off and stored, taking turns, twice",
     )
+    ap.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the servers, e.g. answer_check=off (repeatable)",
+    )
     args = ap.parse_args()
+    server_env = {}
+    for item in args.server_setting:
+        name, _, value = item.partition("=")
+        server_env[f"SHELFHAND_{name.strip().upper()}"] = value
     sessions = max(1, min(args.sessions, MAX_SESSIONS))
     seconds = max(1.0, min(args.seconds, MAX_SECONDS))
     scenarios = ["text", "rag"] if args.scenario == "both" else [args.scenario]
     modes = ["off", "stored", "off", "stored"] if args.tracing == "both" else [args.tracing]
     results = [
-        run_scenario(s, sessions, seconds, args.server_cpus, tracing=m)
+        run_scenario(s, sessions, seconds, args.server_cpus, tracing=m, server_env=server_env)
         for s in scenarios
         for m in modes
     ]

@@ -12,7 +12,7 @@ from service_helpers import ThreadServer
 from test_openai_endpoint import client, retrieve_then_quote, serve, with_documents
 
 from shelfhand.core.messages import Message
-from shelfhand.testing import FunctionModel
+from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
 
 
 @pytest.fixture
@@ -91,3 +91,25 @@ def test_response_errors_have_the_openai_error_body(server: ThreadServer) -> Non
     assert tools.value.code == "tools_not_supported"
     with pytest.raises(openai.AuthenticationError):
         client(server, "wrong").responses.create(model="shelfhand", input="hi")
+
+
+def test_a_streamed_answer_the_check_replaces_is_followed_by_the_checked_one(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # the passage says 12 months; the model says 36, citing it
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "投影仪保修"}), text("投影仪保修 36 个月 [1]。")] * 2
+    )
+    server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
+
+    events = list(
+        client(server).responses.create(model="shelfhand", input="保修多久？", stream=True)
+    )
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = events[-1].response  # type: ignore[union-attr]
+    assert streamed == done.output_text  # the deltas add up to the text, as clients expect
+    shown, _, checked = streamed.partition("The answer above was replaced")
+    assert "36 个月" in shown and "12 个月" in checked and "36" not in checked
+
+    whole = client(server).responses.create(model="shelfhand", input="保修多久？").output_text
+    assert "36" not in whole and "12 个月" in whole and "replaced" not in whole

@@ -37,6 +37,7 @@ from shelfhand.api.chat_routes import (
 )
 from shelfhand.api.deps import Caller, ServiceDep
 from shelfhand.api.openai_routes import (
+    REPLACED_NOTICE,
     TextPart,
     begin_turn,
     citation_info,
@@ -144,6 +145,8 @@ class _Output:
         self.trace_id = trace_id
         self.created = int(time.time())
         self.sequence = 0
+        self.streamed: list[str] = []
+        """The answer's text as streamed so far (the model's, before the answer check)."""
 
     def response(
         self,
@@ -226,6 +229,7 @@ class _Output:
                 elif not isinstance(item, dict):
                     continue
                 elif item.get("type") == "text_delta" and item.get("text"):
+                    self.streamed.append(item["text"])
                     yield self.event(
                         "response.output_text.delta", delta=item["text"], logprobs=[], **at
                     )
@@ -235,13 +239,20 @@ class _Output:
 
     def _ending(self, final: Mapping[str, Any], at: dict[str, Any]) -> list[bytes]:
         text = _answer(final)
-        sources = text[len(str(final.get("output", ""))) :]
+        output = str(final.get("output", ""))
+        streamed = "".join(self.streamed)
+        if final.get("fallback_reason") and output.strip() != streamed.strip():
+            # the answer check replaced what was streamed: the checked answer follows the
+            # deltas, said to be the one that counts, and the text is what was streamed
+            reason = str(final["fallback_reason"]).replace("_", " ")
+            rest = REPLACED_NOTICE.format(reason=reason) + text
+            text = streamed + rest
+        else:
+            rest = text[len(output) :]  # the sources list
         done = self.response("completed", text, final)
         events = []
-        if sources:
-            events.append(
-                self.event("response.output_text.delta", delta=sources, logprobs=[], **at)
-            )
+        if rest:
+            events.append(self.event("response.output_text.delta", delta=rest, logprobs=[], **at))
         part = {"type": "output_text", "text": text, "annotations": []}
         events += [
             self.event("response.output_text.done", text=text, logprobs=[], **at),

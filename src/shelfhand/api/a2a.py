@@ -22,7 +22,6 @@ with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -122,7 +121,7 @@ _PARSE_ERROR = -32700
 
 class _BearerOnly:
     """401 for an A2A call without a known API key, and a parse error for a body that is not
-    JSON, before the SDK sees it."""
+    UTF-8, before the SDK sees it."""
 
     def __init__(self, app: ASGIApp, *, service: Service, paths: frozenset[str]) -> None:
         self.app = app
@@ -145,8 +144,8 @@ class _BearerOnly:
         await self.app(scope, receive, send)
 
     async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A JSON-RPC parse error for a body that is not UTF-8 JSON (the SDK answers such a
-        body with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
+        """A JSON-RPC parse error for a body that is not UTF-8 (the SDK answers such a body
+        with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
         chunks: list[bytes] = []
         size, more = 0, True
         while more:
@@ -163,9 +162,9 @@ class _BearerOnly:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        try:
-            json.loads(body.decode("utf-8"))
-        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
+        try:  # the SDK parses the JSON itself and answers bad JSON right; not bad UTF-8
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
             error = {"code": _PARSE_ERROR, "message": f"Parse error: {exc}"}
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
             return

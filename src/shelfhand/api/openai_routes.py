@@ -368,6 +368,15 @@ REPLACED_NOTICE = (
 """Streamed before the checked answer when the check replaced the streamed one."""
 
 
+def replaced_notice(final: Mapping[str, Any], streamed: str) -> str:
+    """The notice to stream before the checked answer when the answer check replaced the
+    text already streamed (a client cannot unsee deltas); '' when nothing was replaced."""
+    output = str(final.get("output", ""))
+    if not final.get("fallback_reason") or output.strip() == streamed.strip():
+        return ""
+    return REPLACED_NOTICE.format(reason=str(final["fallback_reason"]).replace("_", " "))
+
+
 class _Reply:
     """Builds one request's chat.completion (or its chunks) from the turn's events."""
 
@@ -457,11 +466,8 @@ class _Reply:
         info, citations = self.extra(final)
         parts = []
         output = str(final.get("output", ""))
-        if final.get("fallback_reason") and output.strip() != "".join(self.streamed).strip():
-            # the answer check replaced what was streamed: a client cannot unsee the deltas,
-            # so the checked answer follows them, said to be the one that counts
-            reason = str(final["fallback_reason"]).replace("_", " ")
-            notice = REPLACED_NOTICE.format(reason=reason)
+        notice = replaced_notice(final, "".join(self.streamed))
+        if notice:  # the checked answer follows the deltas, said to be the one that counts
             parts.append(self.chunk({"content": f"{notice}{output}"}))
         sources = sources_text(citations, output)
         if sources:

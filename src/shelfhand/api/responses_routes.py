@@ -37,13 +37,13 @@ from shelfhand.api.chat_routes import (
 )
 from shelfhand.api.deps import Caller, ServiceDep
 from shelfhand.api.openai_routes import (
-    REPLACED_NOTICE,
     TextPart,
     begin_turn,
     citation_info,
     failure_response,
     first_item,
     openai_error,
+    replaced_notice,
     streamed,
 )
 from shelfhand.api.tracing import current_trace_id
@@ -241,11 +241,9 @@ class _Output:
         text = _answer(final)
         output = str(final.get("output", ""))
         streamed = "".join(self.streamed)
-        if final.get("fallback_reason") and output.strip() != streamed.strip():
-            # the answer check replaced what was streamed: the checked answer follows the
-            # deltas, said to be the one that counts, and the text is what was streamed
-            reason = str(final["fallback_reason"]).replace("_", " ")
-            rest = REPLACED_NOTICE.format(reason=reason) + text
+        notice = replaced_notice(final, streamed)
+        if notice:  # the checked answer follows the deltas; the text is what was streamed
+            rest = notice + text
             text = streamed + rest
         else:
             rest = text[len(output) :]  # the sources list

@@ -2,8 +2,8 @@
 exported (OpenTelemetry SDK spans through a batch processor), interleaved in one run.
 
 A turn is a scripted model asking for one tool call and one retrieval (over the bundled
-sample documents, hashing vectors), then answering; it runs under a root span as a service
-turn does. Reported per turn: CPU µs of the whole process (the recorder's and the batch
+sample documents, hashing vectors), then answering; it runs as a service turn does (under
+its root span with a tracer, its steps counted for ``/metrics`` in the ``metrics`` rows). Reported per turn: CPU µs of the whole process (the recorder's and the batch
 exporter's threads included) and wall µs, medians over the repeats (each repeat starts with
 the next case), with the ratio
 to tracing off, and the extra µs per span. The exporter hands spans to an in-memory
@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(HERE))
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool  # noqa: E402
 from shelfhand.core.tracing import SpanProcessor, Tracer  # noqa: E402
 from shelfhand.knowledge import KnowledgeBase, sample_corpus  # noqa: E402
+from shelfhand.service.turn_spans import traced_turn  # noqa: E402
 from shelfhand.testing import CyclingScriptModel, hashing_router, text, tool_call  # noqa: E402
 from shelfhand.traces import SqliteTraceStore, StoreRecorder  # noqa: E402
 
@@ -82,7 +84,7 @@ async def rotated(
     return {n: (statistics.median(cpu[n]), statistics.median(wall[n])) for n in names}
 
 
-def make_turn(kb: KnowledgeBase, tracer: Tracer | None) -> Any:
+def make_turn(kb: KnowledgeBase, tracer: Tracer | None, counter: Any = None) -> Any:
     model = CyclingScriptModel(
         [
             tool_call("order_status", {"order_id": "A-1"}),
@@ -96,16 +98,24 @@ def make_turn(kb: KnowledgeBase, tracer: Tracer | None) -> Any:
         toolkit=Toolkit([order_status, retrieve_tool(kb)]),
         replay_repeated_calls=False,
     )
-    counter = [0]
+    turns = [0]
+
+    async def events() -> AsyncGenerator[dict[str, Any], None]:
+        turns[0] += 1
+        await agent.run("退货政策是什么？", context=ALICE, trace_id=f"{turns[0]:032x}")
+        yield {"type": "final"}
 
     async def turn() -> None:
-        counter[0] += 1
-        trace_id = f"{counter[0]:032x}"
-        if tracer is None:
-            await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
+        if tracer is None and counter is None:
+            async for _ in events():
+                pass
             return
-        with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
-            await agent.run("退货政策是什么？", context=ALICE, trace_id=trace_id)
+        # as the service runs a turn: its root span (tracer), its steps counted (counter)
+        observed = traced_turn(
+            events(), tracer, counter, "s1", ALICE, f"{turns[0] + 1:032x}", parent_span_id=""
+        )
+        async for _ in observed:
+            pass
 
     return turn
 
@@ -126,6 +136,14 @@ async def main() -> None:
             "spans only (kept nowhere)": make_turn(kb, Tracer([Counting()])),
             "stored": make_turn(kb, Tracer(stored)),
         }
+        try:
+            from shelfhand.api.metrics import ServiceMetrics
+
+            # the service with tracing off: its /metrics counters, no span
+            cases["metrics only"] = make_turn(kb, None, ServiceMetrics())
+            cases["stored+metrics"] = make_turn(kb, Tracer(stored), ServiceMetrics())
+        except ImportError:
+            print("(no prometheus-client: pip install 'shelfhand[server]' for the metrics rows)")
         exported = None
         try:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -142,14 +160,16 @@ async def main() -> None:
             print("(no opentelemetry-sdk: pip install 'shelfhand[otel]' for the exported rows)")
         figures = await rotated(cases, runs=a.runs, repeats=a.repeats, warmup=20)
         spans_per_turn = counting.spans / (
-            (a.repeats * a.runs + 20) * (2 if "stored+exported" in cases else 1)
+            (a.repeats * a.runs + 20) * sum(1 for name in cases if name.startswith("stored"))
         )
         base_cpu, base_wall = figures["off"]
         print(f"spans per turn: {spans_per_turn:.1f}")
         print("| tracing | CPU µs/turn | × off | wall µs/turn | × off | extra CPU µs/span |")
         print("|---|---:|---:|---:|---:|---:|")
         for name, (cpu, wall) in figures.items():
-            per_span = (cpu - base_cpu) / spans_per_turn if name != "off" else 0.0
+            per_span = (
+                (cpu - base_cpu) / spans_per_turn if name not in ("off", "metrics only") else 0.0
+            )
             print(
                 f"| {name} | {cpu:.0f} | {cpu / base_cpu:.3f} | {wall:.0f} | "
                 f"{wall / base_wall:.3f} | {per_span:.1f} |"

@@ -159,10 +159,11 @@ def test_a_json_reply_carries_the_turn_usage(
         assert reply["usage"]["tool_calls"] == 1
 
 
+@pytest.mark.parametrize("tracing", ["stored", "off"])
 def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
-    tmp_path: Path, thread_servers: list[ThreadServer]
+    tmp_path: Path, thread_servers: list[ThreadServer], tracing: str
 ) -> None:
-    server = serve(tmp_path, thread_servers)
+    server = serve(tmp_path, thread_servers, SHELFHAND_TRACING=tracing)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         one_turn(c)
         assert c.get("/metrics").status_code == 403

@@ -1,0 +1,95 @@
+"""Counts of a turn's steps (turns, model calls, tool calls, retrievals), made without spans.
+
+A service's ``/metrics`` needs how many steps ran and how they ended, not a span tree: the
+service sets a :class:`StepCounter` for each turn (:func:`count_steps`) and the code that does
+the work reports each finished step to the counter it finds in a context variable
+(:func:`current_counting`), whether or not spans are recorded. Tracing off then costs no span
+at all, and tracing on does not count twice. Without a counter (a script's own
+``Agent.run``) a step pays one ``ContextVar.get()``.
+
+Model calls that a failure leaves unfinished are counted failed when the turn ends
+(:meth:`Counting.fail_open_calls`), as their spans are ended failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar, Token
+from typing import Protocol
+
+__all__ = [
+    "Counting",
+    "StepCounter",
+    "count_steps",
+    "current_counting",
+    "stop_counting",
+]
+
+
+class StepCounter(Protocol):
+    """Counts finished steps (the service's metrics); each call must be cheap and never
+    block."""
+
+    def count_turn(self, status: str) -> None:
+        """A turn ended: ``ok``, or its failure's code."""
+        ...
+
+    def count_model_call(
+        self, model: str, status: str, input_tokens: int, output_tokens: int
+    ) -> None:
+        """A model call ended (``status``: ``ok`` or ``error``)."""
+        ...
+
+    def count_tool_call(self, tool: str, outcome: str) -> None:
+        """A governed tool call ended with ``outcome`` (``ok``, ``denied``, ``timeout``...)."""
+        ...
+
+    def count_retrieval(self, mode: str, seconds: float) -> None:
+        """A search ended after ``seconds``."""
+        ...
+
+
+class Counting:
+    """One turn's counting: its counter and the model calls open now (a failure that leaves
+    one open is counted when the turn ends)."""
+
+    __slots__ = ("counter", "open_calls")
+
+    def __init__(self, counter: StepCounter) -> None:
+        self.counter = counter
+        self.open_calls: list[str] = []
+
+    def model_call_started(self, model: str) -> None:
+        self.open_calls.append(model)
+
+    def model_call_ended(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        with contextlib.suppress(ValueError):
+            self.open_calls.remove(model)
+        self.counter.count_model_call(model, "ok", input_tokens, output_tokens)
+
+    def fail_open_calls(self) -> None:
+        """Count the model calls still open as failed (a failure ended them: the turn's, or
+        a subagent's that the turn survived)."""
+        calls, self.open_calls = self.open_calls, []
+        for model in calls:
+            self.counter.count_model_call(model, "error", 0, 0)
+
+
+_counting: ContextVar[Counting | None] = ContextVar("shelfhand_counting", default=None)
+
+
+def current_counting() -> Counting | None:
+    """The running turn's counting, or ``None`` (nothing counts its steps)."""
+    return _counting.get()
+
+
+def count_steps(counter: StepCounter) -> tuple[Counting, Token[Counting | None]]:
+    """Count the steps that run from now on in this context with ``counter``; undo with
+    :func:`stop_counting`."""
+    counting = Counting(counter)
+    return counting, _counting.set(counting)
+
+
+def stop_counting(token: Token[Counting | None]) -> None:
+    with contextlib.suppress(ValueError):  # reset from another context: it is gone anyway
+        _counting.reset(token)

@@ -3,14 +3,15 @@ exported (OpenTelemetry SDK spans through a batch processor), interleaved in one
 
 A turn is a scripted model asking for one tool call and one retrieval (over the bundled
 sample documents, hashing vectors), then answering; it runs as a service turn does (under
-its root span with a tracer, its steps counted for ``/metrics`` in the ``metrics`` rows). Reported per turn: CPU µs of the whole process (the recorder's and the batch
-exporter's threads included) and wall µs, medians over the repeats (each repeat starts with
-the next case), with the ratio
-to tracing off, and the extra µs per span. The exporter hands spans to an in-memory
-exporter: the OTLP network send is not measured (it runs on the SDK's thread).
+its root span with a tracer; its steps counted for ``/metrics`` in the ``metrics`` rows).
+Reported per turn: CPU µs of the whole process (the recorder's and the batch exporter's
+threads included: each block of turns ends by writing what it queued) and wall µs, medians
+over the blocks (each round starts with the next case), with the ratio to tracing off, and
+the extra µs per span. The exporter hands spans to an in-memory exporter: the OTLP network
+send is not measured (it runs on the SDK's thread).
 
-    python bench/tracing_cost.py                 # ~1 min on 2 shared cores
-    python bench/tracing_cost.py --runs 300 --repeats 7
+    python bench/tracing_cost.py                 # ~2 min on 2 shared cores
+    python bench/tracing_cost.py --runs 30 --repeats 60
 """
 
 from __future__ import annotations
@@ -62,29 +63,37 @@ def order_status(order_id: str) -> str:
 
 
 async def rotated(
-    cases: dict[str, Any], runs: int, repeats: int, warmup: int
+    cases: dict[str, tuple[Any, Tracer | None]], runs: int, repeats: int, warmup: int
 ) -> dict[str, tuple[float, float]]:
     """Like ``interleaved.interleaved``, but each repeat starts with the next case, so no
     case always runs first (the first of a round was measurably slower on a loaded
-    machine). CPU: the median over the repeats; wall: the median."""
-    for make in cases.values():
+    machine), and each block ends by writing what its tracer queued (inside the timing: the
+    recorder's and exporter's threads would otherwise do it during another case's block).
+    CPU and wall: the medians over the repeats."""
+    for make, tracer in cases.values():
         for _ in range(warmup):
             await make()
+        if tracer is not None:
+            tracer.flush()
     names = list(cases)
     cpu: dict[str, list[float]] = {n: [] for n in names}
     wall: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            make = cases[name]
+            make, tracer = cases[name]
             c0, w0 = time.process_time(), time.perf_counter()
             for _ in range(runs):
                 await make()
+            if tracer is not None:
+                tracer.flush()
             cpu[name].append((time.process_time() - c0) / runs * 1e6)
             wall[name].append((time.perf_counter() - w0) / runs * 1e6)
     return {n: (statistics.median(cpu[n]), statistics.median(wall[n])) for n in names}
 
 
-def make_turn(kb: KnowledgeBase, tracer: Tracer | None, counter: Any = None) -> Any:
+def make_turn(
+    kb: KnowledgeBase, tracer: Tracer | None, counter: Any = None
+) -> tuple[Any, Tracer | None]:
     model = CyclingScriptModel(
         [
             tool_call("order_status", {"order_id": "A-1"}),
@@ -117,13 +126,13 @@ def make_turn(kb: KnowledgeBase, tracer: Tracer | None, counter: Any = None) -> 
         async for _ in observed:
             pass
 
-    return turn
+    return turn, tracer
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=12)
+    ap.add_argument("--runs", type=int, default=30, help="turns per block")
+    ap.add_argument("--repeats", type=int, default=30, help="blocks per case")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         kb = KnowledgeBase(Path(tmp) / "ws", hashing_router())

@@ -28,8 +28,8 @@ from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.metering import current_meter
-from shelfhand.core.step_counts import current_counting
 from shelfhand.core.results import StopReason, Usage
+from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit

@@ -14,12 +14,12 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from contextvars import Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shelfhand.core.context import ANONYMOUS
 from shelfhand.core.events import Final
 from shelfhand.core.step_counts import Counting, current_counting
-from shelfhand.core.tracing import Span, current_span, enter, leave, start_span
+from shelfhand.core.tracing import Span, current_span, enter, leave, start_span, tracing_on
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
@@ -122,14 +122,18 @@ def chat_span(model: ChatModel) -> ChatCall | None:
     """A ``chat {model}`` span for one model call, made current, and the call counted
     (end both with :func:`end_chat`); ``None`` when nothing observes the call."""
     counting = current_counting()
-    span = start_span(
-        f"chat {model.name}",
-        "chat",
-        attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider_name(model),
-            "gen_ai.request.model": model.name,
-        },
+    span = (
+        start_span(
+            f"chat {model.name}",
+            "chat",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider_name(model),
+                "gen_ai.request.model": model.name,
+            },
+        )
+        if tracing_on()
+        else None
     )
     if span is None and counting is None:
         return None

@@ -10,7 +10,7 @@ embeddings. Each service has its own registry (tests run several in one process)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import Response
@@ -85,6 +85,7 @@ class ServiceMetrics:
             "shelfhand_retrieval_seconds", "Retrieval latency, by mode.", ["mode"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = {}
         self.gauges = _Gauges()
         r.register(self.gauges)  # type: ignore[arg-type]  # a custom collector
 
@@ -93,23 +94,31 @@ class ServiceMetrics:
         self.gauges.governance = governance
         self.gauges.kb = kb
 
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: looking a child up costs more than counting."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def count_turn(self, status: str) -> None:
-        self.turns.labels(status).inc()
+        self._child(self.turns, status).inc()
 
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:
-        self.model_calls.labels(model, status).inc()
+        self._child(self.model_calls, model, status).inc()
         if input_tokens:
-            self.tokens.labels(model, "input").inc(input_tokens)
+            self._child(self.tokens, model, "input").inc(input_tokens)
         if output_tokens:
-            self.tokens.labels(model, "output").inc(output_tokens)
+            self._child(self.tokens, model, "output").inc(output_tokens)
 
     def count_tool_call(self, tool: str, outcome: str) -> None:
-        self.tool_calls.labels(tool, outcome).inc()
+        self._child(self.tool_calls, tool, outcome).inc()
 
     def count_retrieval(self, mode: str, seconds: float) -> None:
-        self.retrieval.labels(mode).observe(seconds)
+        self._child(self.retrieval, mode).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -707,7 +707,9 @@ class App:
             processors.append(otlp_processor(s.otel_endpoint))
         if not processors:
             return None
-        self._tracer = Tracer(processors, record_content=s.trace_content)
+        self._tracer = Tracer(
+            processors, record_content=s.trace_content, sample_ratio=s.trace_sample_ratio
+        )
         return self._tracer
 
     def close(self) -> None:

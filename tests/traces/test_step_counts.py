@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool
-from shelfhand.core.errors import ModelError
+from shelfhand.core.errors import InvalidArgumentError, ModelError
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import Tracer, current_span
 from shelfhand.knowledge import KnowledgeBase
@@ -179,3 +179,25 @@ async def test_two_tenants_turns_at_once_count_their_own_steps(kb: KnowledgeBase
     assert turns[1] == "ok" and turns[0] != "ok"
     model_calls = [s[2] for s in counter.steps if s[0] == "model"]
     assert sorted(model_calls) == ["error", "ok", "ok", "ok", "ok"]
+
+
+def test_a_sampling_tracer_records_a_share_of_traces_chosen_by_trace_id() -> None:
+    half = Tracer(sample_ratio=0.5)
+    ids = [f"{i:032x}" for i in range(2000)]
+    kept = [t for t in ids if half.sampled(t)]
+    assert 850 < len(kept) < 1150
+    assert kept == [t for t in ids if Tracer(sample_ratio=0.5).sampled(t)]  # any replica
+    assert all(Tracer().sampled(t) for t in ids)
+    assert not any(Tracer(sample_ratio=0.0).sampled(t) for t in ids)
+    with pytest.raises(InvalidArgumentError):
+        Tracer(sample_ratio=1.5)
+
+
+async def test_a_turn_left_out_by_sampling_makes_no_span_and_is_still_counted(
+    kb: KnowledgeBase,
+) -> None:
+    counter, spans = Recorder(), ListProcessor()
+    seen_spans.clear()
+    await counted_turn(support_agent(kb), ALICE, counter, Tracer([spans], sample_ratio=0.0))
+    assert spans.spans == [] and seen_spans == [None]
+    assert sorted(counter.steps, key=str) == sorted(EXPECTED, key=str)

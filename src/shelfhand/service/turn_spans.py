@@ -36,11 +36,11 @@ async def traced_turn(
     trace_id: str,
     parent_span_id: str,
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """``events`` (one turn's) inside the turn's root span (with ``tracer``), its steps
-    counted by ``counter``."""
+    """``events`` (one turn's) inside the turn's root span (with ``tracer``, when it samples
+    the trace), its steps counted by ``counter``."""
     span = (
         None
-        if tracer is None
+        if tracer is None or not tracer.sampled(trace_id)
         else tracer.start_root(
             "turn",
             trace_id=trace_id,

@@ -180,6 +180,20 @@ def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
     )
 
 
+def test_a_turn_left_out_by_sampling_has_no_trace_and_is_still_in_the_metrics(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, thread_servers, SHELFHAND_TRACE_SAMPLE_RATIO="0")
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        trace_id, events = one_turn(c)
+        assert events[-1]["type"] == "final"
+        assert c.get(f"/v1/traces/{trace_id}").status_code == 404
+        assert c.get("/v1/traces").json()["traces"] == []
+    lines = set(httpx.get(f"{server.url}/metrics", headers=ADMIN, timeout=30).text.splitlines())
+    assert 'shelfhand_turns_total{status="ok"} 1.0' in lines
+    assert 'shelfhand_tool_calls_total{outcome="ok",tool="retrieve"} 1.0' in lines
+
+
 def test_the_usage_ledger_reports_by_day_and_model_per_user_and_for_admins(
     tmp_path: Path, thread_servers: list[ThreadServer]
 ) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.core.errors import InvalidArgumentError, ModelError
-from shelfhand.core.step_counts import current_counting
+from shelfhand.core.step_counts import count_steps, current_counting, stop_counting
 from shelfhand.core.tracing import Tracer, current_span
 from shelfhand.knowledge import KnowledgeBase
 from shelfhand.models.base import ChatModel
@@ -201,3 +201,32 @@ async def test_a_turn_left_out_by_sampling_makes_no_span_and_is_still_counted(
     await counted_turn(support_agent(kb), ALICE, counter, Tracer([spans], sample_ratio=0.0))
     assert spans.spans == [] and seen_spans == [None]
     assert sorted(counter.steps, key=str) == sorted(EXPECTED, key=str)
+
+
+async def test_a_background_call_still_running_when_the_turn_ends_is_counted_once_when_done() -> (
+    None
+):
+    counter = Recorder()
+    counting, token = count_steps(counter)
+    started, release = anyio.Event(), anyio.Event()
+
+    async def background_call() -> None:
+        counting.model_call_started("helper-model")
+        started.set()
+        await release.wait()
+        counting.model_call_ended("helper-model", 3, 2)
+
+    async def failed_call() -> None:
+        counting.model_call_started("scripted")  # raised before it ended
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(failed_call)
+            tg.start_soon(background_call)
+            await started.wait()  # (the failed call's task, started first, has ended)
+            counting.fail_open_calls()  # the turn ends here; the background call runs on
+            assert counter.steps == [("model", "scripted", "error")]
+            release.set()
+    stop_counting(token)
+    assert counter.steps == [("model", "scripted", "error"), ("model", "helper-model", "ok")]
+    assert counting.open_calls == []

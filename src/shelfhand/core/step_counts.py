@@ -13,9 +13,10 @@ Model calls that a failure leaves unfinished are counted failed when the turn en
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from contextvars import ContextVar, Token
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Counting",
@@ -57,22 +58,40 @@ class Counting:
 
     def __init__(self, counter: StepCounter) -> None:
         self.counter = counter
-        self.open_calls: list[str] = []
+        self.open_calls: list[tuple[str, asyncio.Task[Any] | None]] = []
+        """Each open call's model and the task that made it."""
 
     def model_call_started(self, model: str) -> None:
-        self.open_calls.append(model)
+        self.open_calls.append((model, _current_task()))
 
     def model_call_ended(self, model: str, input_tokens: int, output_tokens: int) -> None:
-        with contextlib.suppress(ValueError):
-            self.open_calls.remove(model)
+        task = _current_task()
+        calls = self.open_calls
+        found = [i for i, (name, made_by) in enumerate(calls) if name == model]
+        mine = [i for i in found if calls[i][1] is task]
+        if found:  # (a generator resumed by another task ends a call it did not start)
+            del calls[(mine or found)[0]]
         self.counter.count_model_call(model, "ok", input_tokens, output_tokens)
 
     def fail_open_calls(self) -> None:
-        """Count the model calls still open as failed (a failure ended them: the turn's, or
-        a subagent's that the turn survived)."""
-        calls, self.open_calls = self.open_calls, []
-        for model in calls:
-            self.counter.count_model_call(model, "error", 0, 0)
+        """Count the model calls still open as failed: a failure ended them (the turn's, or
+        a subagent's that the turn survived). A call of a task still running elsewhere (a
+        background subagent outliving the turn) is left to end on its own."""
+        current = _current_task()
+        still: list[tuple[str, asyncio.Task[Any] | None]] = []
+        for model, task in self.open_calls:
+            if task is not None and task is not current and not task.done():
+                still.append((model, task))
+            else:
+                self.counter.count_model_call(model, "error", 0, 0)
+        self.open_calls = still
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop in this thread
+        return None
 
 
 _counting: ContextVar[Counting | None] = ContextVar("shelfhand_counting", default=None)

@@ -18,7 +18,10 @@ Benchmarks (each is also usable on its own):
   sample documents plus ``--docs`` synthetic ones with the hashing embedder (built once per
   tree and round, not timed), then ``kb.search(mode="hybrid")`` over 40 queries × passes;
   wall p50 / p95 in ms;
-- ``service``: ``bench/service_load.py --scenario rag`` (50 SSE sessions: turns/s, p50 ms).
+- ``service``: ``bench/service_load.py --scenario rag`` (50 SSE sessions: turns/s, p50 ms,
+  the server's CPU ms per turn); ``--tracing stored off`` runs it once per setting on this
+  tree (and on the other when its script has the setting; else its one run is compared
+  with each).
 """
 
 from __future__ import annotations
@@ -98,12 +101,17 @@ def hybrid(tree: Path, docs: int, passes: int) -> dict[str, float]:
     return {f"hybrid {k}": v for k, v in json.loads(line.strip().splitlines()[-1]).items()}
 
 
-def service(tree: Path, seconds: float) -> dict[str, float]:
+def service(tree: Path, seconds: float, tracing: str = "") -> dict[str, float]:
+    """``tracing``: the servers' setting, for a tree whose script takes ``--tracing`` (a
+    tree from before tracing has none to turn off)."""
+    script = tree / "bench" / "service_load.py"
+    takes = "--tracing" in script.read_text(encoding="utf-8")
+    extra = ["--tracing", tracing] if tracing and takes else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "s.json"
         _run(
             [sys.executable, "bench/service_load.py", "--scenario", "rag", "--seconds",
-             str(seconds), "--out", str(out)], tree, tree,
+             str(seconds), "--out", str(out), *extra], tree, tree,
         )  # fmt: skip
         data = json.loads(out.read_text(encoding="utf-8"))
     rows = data if isinstance(data, list) else data.get("results", [data])
@@ -111,6 +119,7 @@ def service(tree: Path, seconds: float) -> dict[str, float]:
     return {
         "service rag turns/s": float(first["turns_per_s"]),
         "service rag p50 ms": float(first["p50_ms"]),
+        "service rag server CPU ms/turn": float(first["server_cpu_ms_per_turn"]),
     }
 
 
@@ -142,6 +151,12 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=400, help="synthetic documents (hybrid)")
     ap.add_argument("--passes", type=int, default=5, help="query passes (hybrid)")
     ap.add_argument("--seconds", type=float, default=8.0, help="per service run")
+    ap.add_argument(
+        "--tracing",
+        nargs="*",
+        default=[""],
+        help="service: run once per tracing setting (stored, off) on the trees that have one",
+    )
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     trees = {"this": ROOT, "other": a.other.resolve()}
@@ -162,7 +177,10 @@ def main() -> None:
             if "hybrid" in a.only:
                 keep(label, hybrid(tree, a.docs, a.passes))
             if "service" in a.only:
-                keep(label, service(tree, a.seconds))
+                for tracing in a.tracing:
+                    figures = service(tree, a.seconds, tracing)
+                    suffix = f" (tracing {tracing})" if tracing else ""
+                    keep(label, {k + suffix: v for k, v in figures.items()})
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
     rows = []
     for key in sorted(samples["this"].keys() & samples["other"].keys()):

@@ -1,6 +1,8 @@
 """The cost of one span, piece by piece: making and ending it (the instrumentation's share,
 on the caller's thread) and writing it to the SQLite trace store (the recorder thread's
-share), per span, for a tool-call span and for a retrieval span with three hits.
+share), per span, for a tool-call span and for a retrieval span with three hits. Stored
+spans come in traces of eight (a turn's), so a batch of 256 holds 32 traces and one of 8
+holds one (the store writes one row per trace and batch).
 
     python bench/span_cost.py            # a few seconds
 
@@ -81,6 +83,8 @@ def main() -> None:
             keep.spans.clear()
             make(attributes)()
             spans = list(keep.spans)
+            for i, span in enumerate(spans):  # as turns of eight spans each
+                span.trace_id = f"{i // 8:032x}"
             for batch in (256, 8):
                 store = SqliteTraceStore(Path(tmp) / f"{label}-{batch}.db")
 

@@ -678,8 +678,9 @@ class App:
 
     def tracer(self, extra: Sequence[SpanProcessor] = ()) -> Tracer | None:
         """The service's tracer (one per app): spans stored (``tracing = stored``), exported
-        over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``) and handed to ``extra`` processors (the
-        service's metrics); ``None`` when there is nowhere for spans to go.
+        over OTLP (``OTEL_EXPORTER_OTLP_ENDPOINT``) and handed to ``extra`` processors;
+        ``None`` when there is nowhere for spans to go (then no span is made; the service's
+        metrics count steps without them).
 
         Raises:
             ConfigurationError: an OTLP endpoint is set but ``shelfhand[otel]`` is not
@@ -706,7 +707,9 @@ class App:
             processors.append(otlp_processor(s.otel_endpoint))
         if not processors:
             return None
-        self._tracer = Tracer(processors, record_content=s.trace_content)
+        self._tracer = Tracer(
+            processors, record_content=s.trace_content, sample_ratio=s.trace_sample_ratio
+        )
         return self._tracer
 
     def close(self) -> None:

@@ -159,10 +159,11 @@ def test_a_json_reply_carries_the_turn_usage(
         assert reply["usage"]["tool_calls"] == 1
 
 
+@pytest.mark.parametrize("tracing", ["stored", "off"])
 def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
-    tmp_path: Path, thread_servers: list[ThreadServer]
+    tmp_path: Path, thread_servers: list[ThreadServer], tracing: str
 ) -> None:
-    server = serve(tmp_path, thread_servers)
+    server = serve(tmp_path, thread_servers, SHELFHAND_TRACING=tracing)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         one_turn(c)
         assert c.get("/metrics").status_code == 403
@@ -177,6 +178,20 @@ def test_metrics_count_turns_model_and_tool_calls_for_admins_only(
     assert "shelfhand_pending_embeddings 0.0" in lines or any(
         line.startswith("shelfhand_pending_embeddings ") for line in lines
     )
+
+
+def test_a_turn_left_out_by_sampling_has_no_trace_and_is_still_in_the_metrics(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = serve(tmp_path, thread_servers, SHELFHAND_TRACE_SAMPLE_RATIO="0")
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        trace_id, events = one_turn(c)
+        assert events[-1]["type"] == "final"
+        assert c.get(f"/v1/traces/{trace_id}").status_code == 404
+        assert c.get("/v1/traces").json()["traces"] == []
+    lines = set(httpx.get(f"{server.url}/metrics", headers=ADMIN, timeout=30).text.splitlines())
+    assert 'shelfhand_turns_total{status="ok"} 1.0' in lines
+    assert 'shelfhand_tool_calls_total{outcome="ok",tool="retrieve"} 1.0' in lines
 
 
 def test_the_usage_ledger_reports_by_day_and_model_per_user_and_for_admins(

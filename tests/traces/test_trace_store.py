@@ -103,6 +103,48 @@ def test_retention_keeps_the_newest_traces_with_their_spans(store: SqlTraceStore
     recorder.close()
 
 
+def test_a_trace_written_over_several_writes_and_older_one_row_spans_read_as_one_tree(
+    store: SqlTraceStore,
+) -> None:
+    recorder = StoreRecorder(store, interval=60)
+    root = Tracer([recorder]).start_root(
+        "turn", trace_id="trace-split", tenant_id="acme", user_id="alice"
+    )
+    token = enter(root)
+    retrieval = start_span("retrieval", "retrieval")
+    assert retrieval is not None
+    retrieval.end()
+    recorder.flush()  # the retrieval is stored before its turn ends
+    lookup = start_span("execute_tool lookup", "tool", attributes={"gen_ai.tool.name": "查询"})
+    assert lookup is not None
+    lookup.end()
+    leave(root, token)
+    recorder.flush()
+    with store.database.transaction() as conn:  # a span stored one per row, the older layout
+        conn.execute(
+            store._sql(
+                "INSERT INTO {spans} (tenant, trace_id, span_id, parent_id, name, kind, "
+                "start_ns, end_ns, status, attributes, events) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            ("acme", "trace-split", "00000000000000ff", root.span_id, "chat old", "chat",
+             lookup.end_ns + 1000, lookup.end_ns + 2000, "ok", '{"gen_ai.request.model": "m"}',
+             '[{"name": "e", "time_ns": 1, "attributes": {}}]'),
+        )  # fmt: skip
+    spans = store.spans("trace-split", ALICE)
+    assert spans is not None
+    assert [s.name for s in spans] == ["turn", "retrieval", "execute_tool lookup", "chat old"]
+    assert {s.parent_id for s in spans[1:]} == {root.span_id}
+    assert spans[2].attributes == {"gen_ai.tool.name": "查询"}
+    assert spans[3].attributes == {"gen_ai.request.model": "m"}
+    assert spans[3].events == ({"name": "e", "time_ns": 1, "attributes": {}},)
+    assert store.prune(max_age_days=-1) == 1
+    with store.database.connection() as conn:
+        for table in ("{spans}", "{span_batches}"):
+            assert conn.execute(store._sql(f"SELECT count(*) FROM {table}")).fetchone()[0] == 0
+    recorder.close()
+
+
 class SignallingStore(SqliteTraceStore):
     """Says when a batch has been written."""
 

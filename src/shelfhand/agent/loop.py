@@ -29,6 +29,7 @@ from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
+from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
@@ -133,7 +134,7 @@ class AgentLoop:
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
-        traced = current_span() is not None
+        observed = current_span() is not None or current_counting() is not None
         meter = current_meter()
         guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
@@ -187,7 +188,7 @@ class AgentLoop:
             # the most a call can use is the model's context window (request and reply): a
             # token estimate of the request could fall short of the provider's count
             reserved = meter.reserve(window) if meter is not None else 0
-            chat, chat_token = chat_span(self.model) if traced else (None, None)
+            chat = chat_span(self.model) if observed else None
             first_token: int | None = None
             if sink.text:
                 gate = CallTextGate(active=bool(schemas))
@@ -221,7 +222,7 @@ class AgentLoop:
                 response = await self.model.request(request, tools=schemas)
                 reply, echo = cleaned(response.message, schemas, new)
             if chat is not None:
-                end_chat(chat, chat_token, response, first_token)
+                end_chat(chat, response, first_token)
             if meter is not None:
                 meter.settle(reserved, response.usage)
             model_calls += 1

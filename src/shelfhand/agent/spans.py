@@ -2,7 +2,9 @@
 model call (OpenTelemetry GenAI names; see :mod:`shelfhand.core.tracing`).
 
 A run only pays for these when tracing is on: :meth:`AgentLoop._loop
-<shelfhand.agent.loop.AgentLoop._loop>` hands back the bare steps otherwise.
+<shelfhand.agent.loop.AgentLoop._loop>` hands back the bare steps otherwise. A model call is
+also counted for the service's metrics when the turn counts its steps
+(:mod:`shelfhand.core.step_counts`), with or without its span.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from contextvars import Token
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shelfhand.core.context import ANONYMOUS
 from shelfhand.core.events import Final
-from shelfhand.core.tracing import Span, current_span, enter, leave, start_span
+from shelfhand.core.step_counts import Counting, current_counting
+from shelfhand.core.tracing import Span, current_span, enter, leave, start_span, tracing_on
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
@@ -22,7 +27,7 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import Message
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["chat_span", "end_chat", "invoke_agent"]
+__all__ = ["ChatCall", "chat_span", "end_chat", "invoke_agent"]
 
 
 def provider_name(model: ChatModel) -> str:
@@ -102,36 +107,60 @@ def _close_open_children(span: Span, error_type: str) -> None:
         open_span = span if parent_id == span.span_id else None
 
 
-def chat_span(model: ChatModel) -> tuple[Span | None, Any]:
-    """A ``chat {model}`` span for one model call, made current (end it with
-    :func:`end_chat`)."""
-    span = start_span(
-        f"chat {model.name}",
-        "chat",
-        attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider_name(model),
-            "gen_ai.request.model": model.name,
-        },
+@dataclass(slots=True, kw_only=True)
+class ChatCall:
+    """One model call being observed: its span (tracing on) and the turn's counting
+    (metrics)."""
+
+    model: str
+    span: Span | None
+    token: Token[Span | None] | None
+    counting: Counting | None
+
+
+def chat_span(model: ChatModel) -> ChatCall | None:
+    """A ``chat {model}`` span for one model call, made current, and the call counted
+    (end both with :func:`end_chat`); ``None`` when nothing observes the call."""
+    counting = current_counting()
+    span = (
+        start_span(
+            f"chat {model.name}",
+            "chat",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider_name(model),
+                "gen_ai.request.model": model.name,
+            },
+        )
+        if tracing_on()
+        else None
     )
-    return span, enter(span)
+    if span is None and counting is None:
+        return None
+    if counting is not None:
+        counting.model_call_started(model.name)
+    return ChatCall(model=model.name, span=span, token=enter(span), counting=counting)
 
 
-def end_chat(
-    span: Span | None, token: Any, response: ModelResponse, first_token_ns: int | None
-) -> None:
-    """Record the reply's model, tokens, finish reason and time to first token; end."""
+def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None) -> None:
+    """Count the call; record the reply's model, tokens, finish reason and time to first
+    token on its span; end it."""
+    usage = response.usage
+    input_tokens = usage.input_tokens if usage is not None else 0
+    output_tokens = usage.output_tokens if usage is not None else 0
+    if call.counting is not None:
+        call.counting.model_call_ended(call.model, input_tokens, output_tokens)
+    span = call.span
     if span is None:
         return
-    usage = response.usage
     span.update(
         {
             "gen_ai.response.model": response.model_name or None,
             "gen_ai.response.finish_reasons": [response.finish_reason]
             if response.finish_reason
             else None,
-            "gen_ai.usage.input_tokens": usage.input_tokens if usage is not None else 0,
-            "gen_ai.usage.output_tokens": usage.output_tokens if usage is not None else 0,
+            "gen_ai.usage.input_tokens": input_tokens,
+            "gen_ai.usage.output_tokens": output_tokens,
             "shelfhand.chat.tool_calls": len(response.message.tool_calls),
         }
     )
@@ -139,7 +168,7 @@ def end_chat(
         span.set("shelfhand.chat.time_to_first_token_ms", (first_token_ns - span.start_ns) / 1e6)
     if span.tracer.record_content:
         span.set("gen_ai.output.messages", response.message.text)
-    leave(span, token)
+    leave(span, call.token)
 
 
 def first_token_time() -> int:

@@ -1,15 +1,16 @@
 """``GET /metrics``: the service in the Prometheus text format, for admins.
 
-Counted from the same spans the traces are made of (a :class:`ServiceMetrics` is one of the
-tracer's processors, so nothing else is instrumented twice): turns by status, model calls
-and tokens by model, tool calls by tool and outcome, retrieval latency. Read at each scrape:
+Counted as each step ends (a :class:`ServiceMetrics` is the turns'
+:class:`~shelfhand.core.step_counts.StepCounter`, fed with or without spans, so tracing off
+builds none): turns by status, model calls and tokens by model, tool calls by tool and
+outcome, retrieval latency. Read at each scrape:
 circuit breaker states (0 closed, 1 half-open, 2 open) and chunks waiting for their
 embeddings. Each service has its own registry (tests run several in one process).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import Response
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from shelfhand.core.tracing import Span
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.tools.governance import Governance
 
@@ -62,7 +62,8 @@ class _Gauges:
 
 
 class ServiceMetrics:
-    """The service's counters, fed by finished spans (a tracer's span processor)."""
+    """The service's counters, fed by each turn's finished steps (a
+    :class:`~shelfhand.core.step_counts.StepCounter`)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -84,6 +85,7 @@ class ServiceMetrics:
             "shelfhand_retrieval_seconds", "Retrieval latency, by mode.", ["mode"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = {}
         self.gauges = _Gauges()
         r.register(self.gauges)  # type: ignore[arg-type]  # a custom collector
 
@@ -92,28 +94,31 @@ class ServiceMetrics:
         self.gauges.governance = governance
         self.gauges.kb = kb
 
-    def on_end(self, span: Span) -> None:
-        kind = span.kind
-        a = span.attributes
-        if kind == "chat":
-            model = str(a.get("gen_ai.request.model", ""))
-            self.model_calls.labels(model, span.status).inc()
-            self.tokens.labels(model, "input").inc(int(a.get("gen_ai.usage.input_tokens", 0)))
-            self.tokens.labels(model, "output").inc(int(a.get("gen_ai.usage.output_tokens", 0)))
-        elif kind == "tool":
-            outcome = str(a.get("shelfhand.tool.outcome", "error"))
-            self.tool_calls.labels(str(a.get("gen_ai.tool.name", "")), outcome).inc()
-        elif kind == "retrieval":
-            mode = str(a.get("shelfhand.retrieval.mode", ""))
-            self.retrieval.labels(mode).observe(span.duration_ms / 1000)
-        elif kind == "turn":
-            self.turns.labels(str(a.get("error.type", "ok"))).inc()
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: looking a child up costs more than counting."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
-    def flush(self) -> None:
-        pass
+    def count_turn(self, status: str) -> None:
+        self._child(self.turns, status).inc()
 
-    def close(self) -> None:
-        pass
+    def count_model_call(
+        self, model: str, status: str, input_tokens: int, output_tokens: int
+    ) -> None:
+        self._child(self.model_calls, model, status).inc()
+        if input_tokens:
+            self._child(self.tokens, model, "input").inc(input_tokens)
+        if output_tokens:
+            self._child(self.tokens, model, "output").inc(output_tokens)
+
+    def count_tool_call(self, tool: str, outcome: str) -> None:
+        self._child(self.tool_calls, tool, outcome).inc()
+
+    def count_retrieval(self, mode: str, seconds: float) -> None:
+        self._child(self.retrieval, mode).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -83,7 +83,7 @@ def build_service(
     approvals = app.approvals(timeout=300)
     ledger = app.usage_ledger()
     metrics = _service_metrics()
-    tracer = app.tracer(extra=[metrics] if metrics is not None else [])
+    tracer = app.tracer()  # None with tracing off: metrics count without spans
     traces = app.trace_store() if app.settings.tracing == "stored" else None
     chat = ChatService(
         app=app,
@@ -101,6 +101,7 @@ def build_service(
         tracer=tracer,
         budgets=app.budgets(),
         ledger=ledger,
+        counter=metrics,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

@@ -127,6 +127,7 @@ class Settings:
     trace_content: bool = _D["trace_content"]
     trace_retention_days: float = _D["trace_retention_days"]
     trace_max_traces: int = _D["trace_max_traces"]
+    trace_sample_ratio: float = _D["trace_sample_ratio"]
     otel_endpoint: str | None = _D["otel_endpoint"]
     qdrant_url: str | None = field(default=_D["qdrant_url"], repr=False)
     qdrant_api_key: str | None = field(default=_D["qdrant_api_key"], repr=False)

@@ -246,6 +246,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Stored traces older than this many days are deleted."),
     _s("trace_max_traces", "SHELFHAND_TRACE_MAX_TRACES", Number(low=1, whole=True), 100_000,
        "At most this many stored traces; the oldest go first."),
+    _s("trace_sample_ratio", "SHELFHAND_TRACE_SAMPLE_RATIO", Number(low=0.0, high=1.0), 1.0,
+       "The share of service turns whose spans are recorded (stored and exported), chosen by "
+       "trace id; /metrics counts every turn."),
     _s("otel_endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", Url(schemes=("http", "https")), None,
        "Export spans over OTLP/HTTP to this collector (needs shelfhand[otel]; "
        "OTEL_SERVICE_NAME and OTEL_TRACES_SAMPLER apply).", toml=None),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
+from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, start_span
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
@@ -282,16 +283,23 @@ class KnowledgeBase:
         if self.router is None and mode != "keyword":
             mode = "keyword"
         span = start_span("retrieval", "retrieval") if current_span() is not None else None
-        if span is None:
+        counting = current_counting()
+        if span is None and counting is None:
             return self._search(query, k, user, mode, filters, rerank, options)
+        started = time.perf_counter()
         try:
             result = self._search(query, k, user, mode, filters, rerank, options)
         except Exception as exc:
-            span.fail(type(exc).__name__)
-            span.end()
+            if span is not None:
+                span.fail(type(exc).__name__)
+                span.end()
             raise
-        record_retrieval(span, self.workspace.name, query, mode, user, k, result)
-        span.end()
+        finally:
+            if counting is not None:
+                counting.counter.count_retrieval(mode, time.perf_counter() - started)
+        if span is not None:
+            record_retrieval(span, self.workspace.name, query, mode, user, k, result)
+            span.end()
         return result
 
     def _search(

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.core.step_counts import StepCounter
     from shelfhand.core.tracing import Tracer
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
@@ -160,6 +161,8 @@ class ChatService:
             event loop (for stores across a network, such as PostgreSQL, whose round trips
             would stall every other turn of the process).
         tracer: Records each turn's span tree (``None``: no tracing).
+        counter: Counts each turn's steps for the service's metrics, with or without spans
+            (``None``: not counted).
         budgets: Budgets per tenant and user, reserved before each model call of a turn
             (``None``: no budgets; see :mod:`shelfhand.service.turn_budgets`).
         ledger: Where each turn's usage is added up per tenant, user, session, day and
@@ -184,6 +187,7 @@ class ChatService:
         tracer: Tracer | None = None,
         budgets: Budgets | None = None,
         ledger: SqlUsageLedger | None = None,
+        counter: StepCounter | None = None,
     ) -> None:
         self.app = app
         self.kb = kb
@@ -199,6 +203,7 @@ class ChatService:
         self.cache_windows = cache_windows
         self.offload_stores = offload_stores
         self.tracer = tracer
+        self.counter = counter
         self.budgets = budgets
         self.ledger = ledger
         self._windows: OrderedDict[str, tuple[str, MemoryWindow]] = OrderedDict()
@@ -300,9 +305,11 @@ class ChatService:
         events = self._turn(session_id, user, content, trace_id, claim, history, agent)
         if self.budgets is not None:
             events = self.budgets.metered_turn(events, user, trace_id)
-        if self.tracer is None:
+        if self.tracer is None and self.counter is None:
             return events
-        return traced_turn(events, self.tracer, session_id, user, trace_id, parent_span_id)
+        return traced_turn(
+            events, self.tracer, self.counter, session_id, user, trace_id, parent_span_id
+        )
 
     async def _turn(
         self,

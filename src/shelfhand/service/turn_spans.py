@@ -5,6 +5,9 @@ The span is named ``turn`` and carries the session (``gen_ai.conversation.id``),
 and, when the turn ends, its usage and stop reason; a failed turn records its error code.
 Its trace id is the turn's (``X-Trace-Id``), its parent the caller's span when the request
 came with a ``traceparent``.
+
+The turn's steps are also counted for the service's metrics (:mod:`shelfhand.core.step_counts`)
+when it has a counter: with tracing off, that is all a turn pays for.
 """
 
 from __future__ import annotations
@@ -14,51 +17,69 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import TurnFailed
+from shelfhand.core.step_counts import count_steps, stop_counting
 from shelfhand.core.tracing import Span, Tracer, enter, leave
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
+    from shelfhand.core.step_counts import StepCounter
 
 __all__ = ["traced_turn"]
 
 
 async def traced_turn(
     events: AsyncGenerator[dict[str, Any], None],
-    tracer: Tracer,
+    tracer: Tracer | None,
+    counter: StepCounter | None,
     session_id: str,
     user: UserContext,
     trace_id: str,
     parent_span_id: str,
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """``events`` (one turn's) inside the turn's root span."""
-    span = tracer.start_root(
-        "turn",
-        trace_id=trace_id,
-        parent_id=parent_span_id,
-        tenant_id=user.tenant_id,
-        user_id=user.user_id,
-        attributes={
-            "gen_ai.conversation.id": session_id,
-            "shelfhand.tenant": user.tenant_id,
-            "shelfhand.user": user.user_id,
-        },
+    """``events`` (one turn's) inside the turn's root span (with ``tracer``, when it samples
+    the trace), its steps counted by ``counter``."""
+    span = (
+        None
+        if tracer is None or not tracer.sampled(trace_id)
+        else tracer.start_root(
+            "turn",
+            trace_id=trace_id,
+            parent_id=parent_span_id,
+            tenant_id=user.tenant_id,
+            user_id=user.user_id,
+            attributes={
+                "gen_ai.conversation.id": session_id,
+                "shelfhand.tenant": user.tenant_id,
+                "shelfhand.user": user.user_id,
+            },
+        )
     )
+    counting, counting_token = count_steps(counter) if counter is not None else (None, None)
     token = enter(span)
+    status = "ok"
     try:
         async with aclosing(events):
             async for event in events:
-                if event.get("type") == "final":
+                if span is not None and event.get("type") == "final":
                     _finish(span, event)
                 yield event
     except TurnFailed as exc:
-        span.fail(exc.code)
-        span.set("shelfhand.turn.status", exc.status)
+        status = exc.code
+        if span is not None:
+            span.fail(exc.code)
+            span.set("shelfhand.turn.status", exc.status)
         raise
     except BaseException as exc:
-        span.fail(type(exc).__name__)
+        status = type(exc).__name__
+        if span is not None:
+            span.fail(status)
         raise
     finally:
         leave(span, token)
+        if counting is not None and counting_token is not None:
+            counting.fail_open_calls()  # a failed subagent's call, or the turn's
+            counting.counter.count_turn(status)
+            stop_counting(counting_token)
 
 
 def _finish(span: Span, final: dict[str, Any]) -> None:

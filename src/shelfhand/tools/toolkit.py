@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
 from shelfhand.tools.governance import Decision, Outcome, ToolPlan
@@ -119,15 +120,21 @@ class Toolkit(ToolRegistry):
         """:meth:`call`, also reporting what the pipeline did (cache hit, attempts, outcome).
 
         Inside a traced run the call is an ``execute_tool {name}`` span (see
-        :mod:`shelfhand.tools.spans`)."""
+        :mod:`shelfhand.tools.spans`); inside a turn that counts its steps it is counted
+        (:mod:`shelfhand.core.step_counts`)."""
         parent = current_span()
-        if parent is None:
+        counting = current_counting()
+        if parent is None and counting is None:
             return await self._governed(call, run, approval)
-        span = start_span(
-            f"execute_tool {call.name}",
-            "tool",
-            parent=parent,
-            attributes=tool_span_attributes(call),
+        span = (
+            None
+            if parent is None
+            else start_span(
+                f"execute_tool {call.name}",
+                "tool",
+                parent=parent,
+                attributes=tool_span_attributes(call),
+            )
         )
         token = enter(span)
         try:
@@ -136,10 +143,14 @@ class Toolkit(ToolRegistry):
             if span is not None:
                 span.fail(type(exc).__name__)
             leave(span, token)
+            if counting is not None:
+                counting.counter.count_tool_call(call.name, "error")
             raise
         if span is not None:
             record_tool_call(span, report)
         leave(span, token)
+        if counting is not None:
+            counting.counter.count_tool_call(call.name, report.outcome)
         return report
 
     async def _governed(

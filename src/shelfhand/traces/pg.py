@@ -1,7 +1,8 @@
 """Traces in PostgreSQL, shared by several service replicas (``pip install 'shelfhand[pg]'``).
 
 The same statements as the SQLite store (:class:`~shelfhand.traces.store.SqlTraceStore`), in
-the tables ``pg_traces`` and ``pg_trace_spans``, created by the migration ``traces_pg_*``
+the tables ``pg_traces`` and ``pg_trace_span_batches`` (and ``pg_trace_spans``, spans stored
+one per row before the batches), created by the migration ``traces_pg_*``
 through :mod:`shelfhand.backends.postgres` (several replicas starting at once apply it once).
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
-from shelfhand.traces.store import SCHEMA, SqlTraceStore, trace_names
+from shelfhand.traces.store import SCHEMA, SPAN_BATCHES, SqlTraceStore, trace_names
 
 __all__ = ["TRACES_PG_MIGRATIONS", "PgTraceStore"]
 
@@ -22,6 +23,10 @@ TRACES_PG_MIGRATIONS = [
     PgMigration(
         name="traces_pg_001_initial",
         sql=POSTGRES.ddl(SCHEMA, **trace_names(POSTGRES, prefix=_PREFIX)),
+    ),
+    PgMigration(
+        name="traces_pg_002_span_batches",
+        sql=POSTGRES.ddl(SPAN_BATCHES, **trace_names(POSTGRES, prefix=_PREFIX)),
     ),
 ]
 

@@ -1,8 +1,10 @@
 """Where traces are kept: the workspace's ``traces.db`` (SQLite), or PostgreSQL.
 
-Every statement is written once (:mod:`shelfhand.core.sql`). Two tables: the spans, and one
-row per trace (its root span: who ran it, when, how it ended), which lists and scopes
-traces without reading their spans. Every read names the tenant, and a user who is not an
+Every statement is written once (:mod:`shelfhand.core.sql`). One row per trace (its root
+span: who ran it, when, how it ended), which lists and scopes traces without reading their
+spans; and the spans, one row per trace and write (the trace's spans that ended since the
+last write, as one JSON array): a turn's eight spans cost one insert and one JSON encoding,
+not eight of each. Spans stored one per row (before that layout) are still read. Every read names the tenant, and a user who is not an
 admin sees only their own traces: a trace of someone else looks missing (404), as a session
 does. Trace ids are chosen by clients (``X-Trace-Id``), so two tenants may use the same one:
 a trace is keyed by tenant and id.
@@ -27,6 +29,7 @@ from shelfhand.core.tracing import Span
 
 __all__ = [
     "SCHEMA",
+    "SPAN_BATCHES",
     "SpanRecord",
     "SqlTraceStore",
     "SqliteTraceStore",
@@ -66,14 +69,35 @@ CREATE INDEX {spans}_trace ON {spans} (tenant, trace_id);
 """
 """The trace tables, for either database (see :func:`trace_names`)."""
 
+SPAN_BATCHES = """
+CREATE TABLE {span_batches} (
+    tenant TEXT NOT NULL,
+    trace_id TEXT NOT NULL,
+    start_ns BIGINT NOT NULL,
+    spans TEXT NOT NULL
+);
+CREATE INDEX {span_batches}_trace ON {span_batches} (tenant, trace_id);
+CREATE INDEX {span_batches}_age ON {span_batches} (start_ns);
+"""
+"""The spans of a trace, one row per write: ``spans`` is a JSON array of ``[span_id,
+parent_id, name, kind, start_ns, end_ns, status, attributes, events]``; ``start_ns`` the
+earliest start among them (for the retention)."""
+
 
 def trace_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
     """The table names the statements use (``prefix`` before each)."""
     del dialect  # the same for both databases
-    return {"traces": f"{prefix}traces", "spans": f"{prefix}trace_spans"}
+    return {
+        "traces": f"{prefix}traces",
+        "spans": f"{prefix}trace_spans",
+        "span_batches": f"{prefix}trace_span_batches",
+    }
 
 
-MIGRATIONS = [Migration(name="traces_001_initial", sql=SQLITE.ddl(SCHEMA, **trace_names(SQLITE)))]
+MIGRATIONS = [
+    Migration(name="traces_001_initial", sql=SQLITE.ddl(SCHEMA, **trace_names(SQLITE))),
+    Migration(name="traces_002_span_batches", sql=SQLITE.ddl(SPAN_BATCHES, **trace_names(SQLITE))),
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,20 +182,10 @@ def _json_encoder() -> Callable[[Any], str]:
 _JSON = _json_encoder()
 
 
-def _span_row(span: Span) -> tuple[Any, ...]:
-    events = (
-        _JSON(
-            [
-                {"name": e.name, "time_ns": e.time_ns, "attributes": dict(e.attributes)}
-                for e in span.events
-            ]
-        )
-        if span.events
-        else "[]"
-    )
-    return (
-        span.tenant_id,
-        span.trace_id,
+def _span_item(span: Span) -> list[Any]:
+    """One span as an item of its batch's JSON array (see :data:`SPAN_BATCHES`)."""
+    events = span.events
+    return [
         span.span_id,
         span.parent_id,
         span.name,
@@ -179,9 +193,22 @@ def _span_row(span: Span) -> tuple[Any, ...]:
         span.start_ns,
         span.end_ns,
         span.status,
-        _JSON(span.attributes),
-        events,
-    )
+        span.attributes,
+        [{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in events]
+        if events
+        else [],
+    ]
+
+
+def _batch_rows(spans: Sequence[Span]) -> list[tuple[str, str, int, str]]:
+    """One row per trace among ``spans``: its spans as one JSON array."""
+    by_trace: dict[tuple[str, str], list[Span]] = {}
+    for span in spans:
+        by_trace.setdefault((span.tenant_id, span.trace_id), []).append(span)
+    return [
+        (tenant, trace_id, min(s.start_ns for s in group), _JSON([_span_item(s) for s in group]))
+        for (tenant, trace_id), group in by_trace.items()
+    ]
 
 
 class SqlTraceStore:
@@ -195,9 +222,8 @@ class SqlTraceStore:
     def __init__(self, database: Database, *, prefix: str = "") -> None:
         self.database = database
         self._sql = Statements(database.dialect, **trace_names(database.dialect, prefix=prefix))
-        self._insert_span = self._sql(
-            "INSERT INTO {spans} (tenant, trace_id, span_id, parent_id, name, kind, start_ns, "
-            "end_ns, status, attributes, events) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        self._insert_spans = self._sql(
+            "INSERT INTO {span_batches} (tenant, trace_id, start_ns, spans) VALUES (?, ?, ?, ?)"
         )
         self._insert_trace = self._sql(
             "INSERT INTO {traces} (tenant, trace_id, user_id, name, start_ns, end_ns, status, "
@@ -210,7 +236,8 @@ class SqlTraceStore:
 
     def write(self, spans: Sequence[Span]) -> None:
         """Store finished spans in one transaction (each is written once, by the recorder
-        that saw it end); a root span (``root``) also lists its trace."""
+        that saw it end), one row per trace; a root span (``root``) also lists its
+        trace."""
         if not spans:
             return
         roots = [
@@ -229,7 +256,7 @@ class SqlTraceStore:
             if s.root
         ]
         with self.database.transaction() as conn:
-            conn.executemany(self._insert_span, [_span_row(s) for s in spans])
+            conn.executemany(self._insert_spans, _batch_rows(spans))
             if roots:
                 conn.executemany(self._insert_trace, roots)
 
@@ -283,15 +310,25 @@ class SqlTraceStore:
         no such trace (or it is someone else's)."""
         if self.summary(trace_id, owner, all_users=all_users) is None:
             return None
+        key = (owner.tenant_id, trace_id)
         with self.database.connection() as conn:
-            rows = conn.execute(
-                self._sql(
-                    "SELECT span_id, parent_id, name, kind, start_ns, end_ns, status, "
-                    "attributes, events FROM {spans} WHERE tenant=? AND trace_id=? "
-                    "ORDER BY start_ns, span_id"
-                ),
-                (owner.tenant_id, trace_id),
+            batches = conn.execute(
+                self._sql("SELECT spans FROM {span_batches} WHERE tenant=? AND trace_id=?"), key
             ).fetchall()
+            rows: list[Sequence[Any]] = [
+                (*item[:7], item[7], item[8]) for (text,) in batches for item in json.loads(text)
+            ]
+            rows += [
+                (*r[:7], json.loads(r[7]), json.loads(r[8]))
+                for r in conn.execute(  # spans stored one per row, before the batches
+                    self._sql(
+                        "SELECT span_id, parent_id, name, kind, start_ns, end_ns, status, "
+                        "attributes, events FROM {spans} WHERE tenant=? AND trace_id=?"
+                    ),
+                    key,
+                ).fetchall()
+            ]
+        rows.sort(key=lambda r: (int(r[4]), r[0]))
         return [
             SpanRecord(
                 span_id=r[0],
@@ -301,8 +338,8 @@ class SqlTraceStore:
                 start_ns=int(r[4]),
                 end_ns=int(r[5]),
                 status=r[6],
-                attributes=json.loads(r[7]),
-                events=tuple(json.loads(r[8])),
+                attributes=r[7],
+                events=tuple(r[8]),
             )
             for r in rows
         ]
@@ -328,13 +365,14 @@ class SqlTraceStore:
                 return 0
             cutoff = max(cutoffs)
             # a trace's spans go with it, and so do spans whose trace never ended
-            conn.execute(
-                self._sql(
-                    "DELETE FROM {spans} WHERE start_ns < ? OR (tenant, trace_id) IN "
-                    "(SELECT tenant, trace_id FROM {traces} WHERE start_ns < ?)"
-                ),
-                (cutoff, cutoff),
-            )
+            for table in ("spans", "span_batches"):
+                conn.execute(
+                    self._sql(
+                        f"DELETE FROM {{{table}}} WHERE start_ns < ? OR (tenant, trace_id) IN "
+                        "(SELECT tenant, trace_id FROM {traces} WHERE start_ns < ?)"
+                    ),
+                    (cutoff, cutoff),
+                )
             deleted = conn.execute(
                 self._sql("DELETE FROM {traces} WHERE start_ns < ?"), (cutoff,)
             ).rowcount

@@ -25,6 +25,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext
+from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.metering import current_meter
@@ -42,6 +43,7 @@ from .budget import (
     schema_tokens,
     size_bound,
 )
+from .budget_stop import budget_final, budget_stop
 from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
 from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
@@ -164,6 +166,7 @@ class AgentLoop:
 
         reply: Message | None = None
         reason: StopReason
+        spent: BudgetExceededError | None = None
         step_fields: dict[str, Any] | None = None
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
@@ -186,7 +189,15 @@ class AgentLoop:
             )
             # the most a call can use is the model's context window (request and reply): a
             # token estimate of the request could fall short of the provider's count
-            reserved = meter.reserve(window) if meter is not None else 0
+            try:
+                reserved = meter.reserve(window) if meter is not None else 0
+            except BudgetExceededError as exc:
+                if model_calls == 0:  # nothing done yet: the turn is refused (429)
+                    raise
+                # the budget ran out mid-run: answer from what the run already found
+                reason, text, spent = "budget_exceeded", "", exc
+                reply = None
+                break
             chat, chat_token = chat_span(self.model) if traced else (None, None)
             first_token: int | None = None
             if sink.text:
@@ -294,6 +305,10 @@ class AgentLoop:
             reason, text = "max_iters", max_iters_answer(self.max_iters, new)
             reply = None
 
+        stopped = None
+        if spent is not None:
+            stopped = budget_stop(spent, first.text, new, citations)
+            text = stopped.output
         if reply is None:  # the run's own answer: shown as the last step's text
             reply = Message.assistant(text)
             if sink.text:
@@ -305,7 +320,8 @@ class AgentLoop:
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
         )  # fmt: skip
-        yield final(text, new, citations, run, iteration, usage, reason)
+        done = final(text, new, citations, run, iteration, usage, reason)
+        yield done if stopped is None else budget_final(done, stopped)
 
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
         """The schemas' token estimate, kept while the toolkit hands out the same list."""

@@ -152,7 +152,12 @@ class ChatReply(BaseModel):
     fallback_reason: str = Field(
         default="",
         description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
-        "repeated_call, max_iters, empty or no_model.",
+        "repeated_call, max_iters, empty, no_model or budget_exceeded.",
+    )
+    budget: dict[str, Any] | None = Field(
+        default=None,
+        description="The budget that ran out mid-turn (fallback_reason budget_exceeded: the "
+        "output is the passages' own sentences): budget, scope, limit, used, reset_at.",
     )
     tool_steps: list[ToolStep]
     stop_reason: str

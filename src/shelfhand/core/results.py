@@ -7,6 +7,7 @@ of one model call or of a whole run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,13 +53,21 @@ class Usage:
 
 
 StopReason = Literal[
-    "final", "max_iters", "external_tool", "empty", "repeated_call", "human_needed"
+    "final",
+    "max_iters",
+    "external_tool",
+    "empty",
+    "repeated_call",
+    "human_needed",
+    "budget_exceeded",
 ]
 """Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
 called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
 raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept
 repeating a failing call (``repeated_call``); delegation went round in circles and a person should look
-(``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
+(``human_needed``, see :mod:`shelfhand.agent.supervisor`); a budget ran out after the run's
+first model call (``budget_exceeded``: the output is the model-free answer of what it had
+found, see :mod:`shelfhand.agent.budget_stop`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,4 +97,7 @@ class RunResult:
     words); ``fallback_reason`` says why."""
     fallback_reason: str = ""
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``prompt_echo``,
-    ``repeated_call``, ``max_iters``, ``empty`` or ``no_model``."""
+    ``repeated_call``, ``max_iters``, ``empty``, ``no_model`` or ``budget_exceeded``."""
+    budget: Mapping[str, object] | None = None
+    """The budget that ended the run (``stop_reason`` ``budget_exceeded``): ``budget``,
+    ``scope``, ``limit``, ``used`` and ``reset_at`` (epoch seconds); ``None`` otherwise."""

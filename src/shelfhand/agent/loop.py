@@ -71,6 +71,16 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
     return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
 
 
+def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
+    """The usage of the run that ends: its own and its subagents' finished runs'; handed to
+    the run that delegated it, if one did (so the turn's usage sums every model call)."""
+    usage = own + run.delegated.total
+    parent = options.get("parent")
+    if parent is not None:
+        parent.delegated.add(usage)
+    return usage
+
+
 def _ignore(event: Event) -> None:
     """Where a step's events would go in a run nobody watches (none are built)."""
 
@@ -257,10 +267,10 @@ class AgentLoop:
 
             external = tuple(c for c in calls if self._is_external(c.name))
             if external:
-                usage = Usage(
+                usage = _ended(run, options, Usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-                )  # fmt: skip
+                ))  # fmt: skip
                 yield external_final(reply, external, new, citations, run, iteration, usage)
                 return
 
@@ -316,10 +326,10 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         await self._remember(new)
-        usage = Usage(
+        usage = _ended(run, options, Usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-        )  # fmt: skip
+        ))  # fmt: skip
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)
 

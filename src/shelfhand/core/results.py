@@ -7,6 +7,7 @@ of one model call or of a whole run.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -14,7 +15,7 @@ from typing import Literal
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message, ToolCallBlock
 
-__all__ = ["RunResult", "StopReason", "Usage"]
+__all__ = ["RunResult", "StopReason", "Usage", "UsageTally"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,7 +24,7 @@ class Usage:
 
     A model reply's own usage has only the tokens; a run's adds how many model calls, tool
     calls and retrievals (calls of the ``retrieve`` tool, the up-front ones included) it
-    made itself (a subagent's run reports its own).
+    made, its subagents' finished runs included (see :class:`UsageTally`).
     """
 
     input_tokens: int = 0
@@ -50,6 +51,30 @@ class Usage:
             "tool_calls": self.tool_calls,
             "retrievals": self.retrievals,
         }
+
+
+class UsageTally:
+    """The usage of the runs one run delegated (its subagents'), added as each finishes.
+
+    Each run has its own (``RunContext.delegated``); a subagent's run adds its whole usage
+    (its own subagents' included) to its parent's when it ends, so the parent's usage is the
+    sum of every model call of the turn. Safe to share between the concurrent tool calls of
+    one run (they may run in threads).
+    """
+
+    __slots__ = ("_lock", "_total")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._total = Usage()
+
+    def add(self, usage: Usage) -> None:
+        with self._lock:
+            self._total = self._total + usage
+
+    @property
+    def total(self) -> Usage:
+        return self._total
 
 
 StopReason = Literal[

@@ -1,14 +1,18 @@
 """The usage of a service turn: the reply and the ledger row hold every model call of the
-turn, its subagents' included."""
+turn, its subagents' included, and its cost at the configured prices."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+import pytest
+from service_helpers import ALICE, ThreadServer, parse_sse, start_thread_server, user_contexts
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
@@ -69,3 +73,43 @@ def test_the_services_reply_and_ledger_row_hold_the_turns_whole_usage(
     assert {k: body["usage"][k] for k in whole} == whole
     (row,) = report["usage"]
     assert {k: row[k] for k in whole} == whole
+
+
+def test_the_cost_of_each_turn_reaches_the_reply_the_stream_the_ledger_and_the_cli(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand.prices."qwen-plus"]\ninput = 0.8\noutput = 2.0\n', encoding="utf-8"
+    )
+
+    def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        return reply(Message.assistant("你好！"), 10_000, 1_000)
+
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    model = FunctionModel(turn, name="qwen-plus")
+    app = App(settings=Settings.load(tmp_path, env=env), model=model, router=hashing_router())
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    one = (10_000 * 0.8 + 1_000 * 2.0) / 1_000_000
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        body = c.post(
+            f"/v1/sessions/{session}/messages", json={"content": "你好", "stream": False}
+        ).json()
+        assert body["usage"]["cost"] == pytest.approx(one)
+        streamed = c.post(f"/v1/sessions/{session}/messages", json={"content": "再见"})
+        (final,) = [e for e in parse_sse(streamed.text) if e["type"] == "final"]
+        assert final["usage"]["cost"] == pytest.approx(one)
+        (row,) = c.get("/v1/usage").json()["usage"]
+    assert row["model"] == "qwen-plus" and row["turns"] == 2
+    assert row["cost"] == pytest.approx(2 * one)
+    server.stop()
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "t1"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    header, line = out.stdout.splitlines()[:2]
+    assert header.split()[-1] == "cost" and line.split()[-1] == f"{2 * one:.4f}"

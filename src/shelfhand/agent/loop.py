@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,7 @@ from .streaming import STEP_SEPARATOR, CallTextGate
 from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.tools.approvals import Approvals
 
 __all__ = ["AgentLoop"]
@@ -99,6 +100,7 @@ class AgentLoop:
     approvals: Approvals | None
     context_tokens: int | None
     replay_repeated_calls: bool
+    prices: Mapping[str, ModelPrice] | None
     _schema_cost: tuple[object, int] | None
     _upfront: UpfrontRetrieval | None
 
@@ -147,6 +149,9 @@ class AgentLoop:
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
         traced = current_span() is not None
         meter = current_meter()
+        # the model's price (setting ``prices``): no price, no cost (None), never a guess
+        price = self.prices.get(self.model.name) if self.prices else None
+        cost: float | None = 0.0 if price is not None else None
         guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
         nudged = False
@@ -249,6 +254,8 @@ class AgentLoop:
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
+            if cost is not None:  # a call whose usage is unknown makes the run's unknown
+                cost = cost + price.cost(response.usage) if price and response.usage else None
             calls = reply.tool_calls
             if not calls:
                 reason, text = "final", reply.text
@@ -270,6 +277,7 @@ class AgentLoop:
                 usage = _ended(run, options, Usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
+                    cost=cost,
                 ))  # fmt: skip
                 yield external_final(reply, external, new, citations, run, iteration, usage)
                 return
@@ -329,6 +337,7 @@ class AgentLoop:
         usage = _ended(run, options, Usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
+            cost=cost,
         ))  # fmt: skip
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)

@@ -161,10 +161,11 @@ class ChatReply(BaseModel):
     )
     tool_steps: list[ToolStep]
     stop_reason: str
-    usage: dict[str, int] = Field(
+    usage: dict[str, int | float] = Field(
         default_factory=dict,
-        description="What the turn used: input_tokens, output_tokens, model_calls, "
-        "tool_calls, retrievals.",
+        description="What the turn used, its subagents included: input_tokens, "
+        "output_tokens, model_calls, tool_calls, retrievals, and cost when the models are "
+        "priced (setting prices).",
     )
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="Other events of the turn (e.g. approvals needed)."

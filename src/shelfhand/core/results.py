@@ -32,6 +32,10 @@ class Usage:
     model_calls: int = 0
     tool_calls: int = 0
     retrievals: int = 0
+    cost: float | None = None
+    """What the model calls cost at the configured prices (setting ``prices``, see
+    :mod:`shelfhand.core.pricing`); ``None`` when a call's model has no price (or its
+    provider reported no usage): never a guess."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -40,17 +44,32 @@ class Usage:
             model_calls=self.model_calls + other.model_calls,
             tool_calls=self.tool_calls + other.tool_calls,
             retrievals=self.retrievals + other.retrievals,
+            cost=_cost_sum(self, other),
         )
 
-    def to_dict(self) -> dict[str, int]:
-        """The JSON form (replies, the SSE ``final`` event, ``ask --json``)."""
-        return {
+    def to_dict(self) -> dict[str, int | float]:
+        """The JSON form (replies, the SSE ``final`` event, ``ask --json``); ``cost`` only
+        when it is known."""
+        out: dict[str, int | float] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
             "retrievals": self.retrievals,
         }
+        if self.cost is not None:
+            out["cost"] = self.cost
+        return out
+
+
+def _cost_sum(a: Usage, b: Usage) -> float | None:
+    """The cost of ``a`` and ``b`` together: unknown when either has a model call of unknown
+    cost; a part without model calls costs nothing."""
+    if (a.cost is None and a.model_calls) or (b.cost is None and b.model_calls):
+        return None
+    if a.cost is None and b.cost is None:
+        return None
+    return (a.cost or 0.0) + (b.cost or 0.0)
 
 
 class UsageTally:

@@ -74,6 +74,8 @@ def _finish(span: Span, final: dict[str, Any]) -> None:
             "shelfhand.turn.stop_reason": final.get("stop_reason"),
         }
     )
+    if usage.get("cost") is not None:
+        span.set("shelfhand.usage.cost", usage["cost"])
     budget = final.get("budget")
     if budget:  # a budget ran out mid-turn: answered without the model
         span.event("budget.exceeded", **budget)

@@ -237,6 +237,11 @@ class KnowledgeBase:
     def count_chunks(self) -> int:
         return self._stack.store.count_chunks()
 
+    def pending_embeddings(self) -> int:
+        """Chunks stored but not embedded yet (one count query; 0 for a keyword-only base,
+        whose chunks are never embedded)."""
+        return 0 if self.keyword_only else self._stack.store.count_pending()
+
     # --- search ---------------------------------------------------------------------------
     @property
     def search_options(self) -> SearchOptions:

@@ -326,7 +326,11 @@ class KnowledgeBase:
         timings = replace(
             fused.timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
         )
-        return self._with_open_reason(replace(fused, hits=tuple(outcome.hits), timings=timings))
+        counts = replace(
+            fused.counts, rerank_candidates=len(fused.hits), returned=len(outcome.hits)
+        )
+        reranked = replace(fused, hits=tuple(outcome.hits), timings=timings, counts=counts)
+        return self._with_open_reason(reranked)
 
     def _with_open_reason(self, result: SearchResult) -> SearchResult:
         """The search's own fallback reason, else why the base has no embeddings at all."""

@@ -112,4 +112,4 @@ def test_the_cost_of_each_turn_reaches_the_reply_the_stream_the_ledger_and_the_c
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     header, line = out.stdout.splitlines()[:2]
-    assert header.split()[-1] == "cost" and line.split()[-1] == f"{2 * one:.4f}"
+    assert header.split()[-1] == "cost" and line.split()[-1] == f"{2 * one:.6f}"

@@ -44,16 +44,16 @@ def usage(
         return
     typer.echo(
         f"{'day':<10}  {'model':<24} {'turns':>6} {'calls':>6} {'tokens in':>10} "
-        f"{'tokens out':>10} {'tools':>6} {'retrievals':>10} {'cost':>10}"
+        f"{'tokens out':>10} {'tools':>6} {'retrievals':>10} {'cost':>12}"
     )
     for r in rows:
         typer.echo(
             f"{r.day:<10}  {r.model[:24]:<24} {r.turns:>6} {r.model_calls:>6} "
             f"{r.input_tokens:>10} {r.output_tokens:>10} {r.tool_calls:>6} {r.retrievals:>10} "
-            f"{_cost(r.cost):>10}"
+            f"{_cost(r.cost):>12}"
         )
 
 
 def _cost(cost: float | None) -> str:
     """A cost for the table: ``-`` when unknown (the model has no price)."""
-    return "-" if cost is None else f"{cost:.4f}"
+    return "-" if cost is None else f"{cost:.6f}"

@@ -6,25 +6,19 @@ counted in Redis never pass the budget."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
-from shelfhand.core.messages import Message
-from shelfhand.core.results import Usage
 from shelfhand.core.settings import Settings
-from shelfhand.models.base import ModelResponse
 from shelfhand.testing import FunctionModel, hashing_router
 from shelfhand.usage.budgets import period_key
+from support.budgets import full_window_model
 
 WINDOW = 4096
 BUDGET = 5 * WINDOW
@@ -48,21 +42,8 @@ def replica(folder: Path, model: FunctionModel, redis_url: str) -> ThreadServer:
 def test_twenty_turns_on_two_replicas_never_pass_a_shared_budget_of_five(
     tmp_path: Path, redis_url: str, thread_servers: list[ThreadServer]
 ) -> None:
-    entered: list[int] = []
-    release = threading.Event()
-
-    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
-        entered.append(1)
-        if len(entered) >= 5:
-            release.set()
-        await asyncio.to_thread(release.wait, 10)  # the admitted turns are in flight together
-        return ModelResponse(
-            message=Message.assistant("好的。"),
-            usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
-        )
-
-    model = FunctionModel(answer)
-    model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
+    entered: list[int] = []  # the five admitted turns run together
+    model = full_window_model(WINDOW, entered)
     replicas = [replica(tmp_path / name, model, redis_url) for name in ("a", "b")]
     thread_servers.extend(replicas)
 

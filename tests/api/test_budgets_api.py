@@ -4,8 +4,6 @@ worth of tokens; 5 are answered, 15 get 429 naming the budget, its reset time an
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,15 +29,16 @@ from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.models.base import ModelResponse
 from shelfhand.testing import FunctionModel, text, tool_call
+from support.budgets import full_window_model
 
 WINDOW = 4096
 
 
 def budgeted_server(workspace: Path, answer: Any, servers: list[ThreadServer]) -> ThreadServer:
     """The service over ``workspace`` (its shelfhand.toml holds the budgets) with a model
-    answering by ``answer`` in a context window of :data:`WINDOW` tokens."""
+    answering by ``answer`` (or that model) in a context window of :data:`WINDOW` tokens."""
     env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
-    model = FunctionModel(answer)
+    model = answer if isinstance(answer, FunctionModel) else FunctionModel(answer)
     model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
     app = App(
         settings=Settings.load(workspace, env=env),
@@ -57,20 +56,8 @@ def test_twenty_concurrent_turns_against_five_turns_of_budget(
     (tmp_path / "shelfhand.toml").write_text(
         f"[budgets.tenant]\ntokens_per_day = {5 * WINDOW}\n", encoding="utf-8"
     )
-    entered: list[int] = []
-    release = threading.Event()
-
-    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
-        entered.append(1)
-        if len(entered) >= 5:
-            release.set()
-        await asyncio.to_thread(release.wait, 10)  # the five admitted turns run together
-        return ModelResponse(
-            message=Message.assistant("好的。"),
-            usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
-        )
-
-    server = budgeted_server(tmp_path, answer, thread_servers)
+    entered: list[int] = []  # the five admitted turns run together
+    server = budgeted_server(tmp_path, full_window_model(WINDOW, entered), thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         sessions = [c.post("/v1/sessions").json()["id"] for _ in range(20)]
 

@@ -35,9 +35,8 @@ def call(name: str, arguments: str) -> Message:
 
 
 RESEARCHER = """---
-description: Researches a question with the calculator.
+description: Works out sums with the calculator.
 tools: [calculator]
-max_iters: 3
 ---
 You are the researcher.
 """

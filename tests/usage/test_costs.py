@@ -21,6 +21,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.models.base import ModelResponse
 from shelfhand.testing import FunctionModel
 from shelfhand.usage.ledger import SqliteUsageLedger, SqlUsageLedger
+from support.pg import pg_pool
 
 pytestmark = pytest.mark.anyio
 
@@ -81,26 +82,26 @@ async def test_a_model_without_a_price_has_no_cost() -> None:
         assert "cost" not in result.usage.to_dict()
 
 
-async def test_a_supervisor_adds_its_subagents_cost_at_their_own_models_price() -> None:
+def supervisor_with_advisor_on(advisor_model: str) -> Supervisor:
+    """A supervisor on ``main-model`` that delegates once to an advisor on ``advisor_model``
+    (the main model: 1000+10 and 1500+5 tokens; the advisor: 2000+200)."""
     advisor = Subagent(
         "advisor",
         "Answers stock questions.",
-        model=model("small", [(Message.assistant("12 台"), 2000, 200)]),
+        model=model(advisor_model, [(Message.assistant("12 台"), 2000, 200)]),
         tools=[],
     )
-    sup = Supervisor(
-        model=model(
-            "main-model",
-            [
-                (call("advisor", '{"task": "A 有货吗"}'), 1000, 10),
-                (Message.assistant("有"), 1500, 5),
-            ],
-        ),
-        toolkit=Toolkit([query_stock]),
-        subagents=[advisor],
-        prices=PRICES,
+    main = model(
+        "main-model",
+        [(call("advisor", '{"task": "A 有货吗"}'), 1000, 10), (Message.assistant("有"), 1500, 5)],
     )
-    result = await sup.run("A 有货吗？", context=ACME)
+    return Supervisor(
+        model=main, toolkit=Toolkit([query_stock]), subagents=[advisor], prices=PRICES
+    )
+
+
+async def test_a_supervisor_adds_its_subagents_cost_at_their_own_models_price() -> None:
+    result = await supervisor_with_advisor_on("small").run("A 有货吗？", context=ACME)
     main = (2500 * 2.0 + 15 * 8.0) / 1_000_000
     small = (2000 * 0.5 + 200 * 1.0) / 1_000_000
     assert result.usage.model_calls == 3
@@ -108,26 +109,7 @@ async def test_a_supervisor_adds_its_subagents_cost_at_their_own_models_price() 
 
 
 async def test_one_unpriced_subagent_makes_the_turns_cost_unknown() -> None:
-    advisor = Subagent(
-        "advisor",
-        "Answers stock questions.",
-        model=model("other", [(Message.assistant("12 台"), 2000, 200)]),
-        tools=[],
-    )
-    sup = Supervisor(
-        model=model(
-            "main-model",
-            [
-                (call("advisor", '{"task": "A 有货吗"}'), 1000, 10),
-                (Message.assistant("有"), 1500, 5),
-            ],
-        ),
-        toolkit=Toolkit([query_stock]),
-        subagents=[advisor],
-        models={"other": model("other", [(Message.assistant("12 台"), 2000, 200)])},
-        prices=PRICES,
-    )
-    result = await sup.run("A 有货吗？", context=ACME)
+    result = await supervisor_with_advisor_on("other").run("A 有货吗？", context=ACME)
     assert result.usage.model_calls == 3 and result.usage.cost is None
 
 
@@ -177,15 +159,10 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlUsageL
         yield found
         found.close()
         return
-    from shelfhand.backends.postgres import open_pool
     from shelfhand.usage.pg import PgUsageLedger
 
-    url = request.getfixturevalue("pg_url")
-    pool = open_pool(url, max_size=2)
-    try:
+    with pg_pool(request) as (pool, url):
         yield PgUsageLedger(pool, url=url)
-    finally:
-        pool.close()
 
 
 def test_the_ledger_sums_known_costs_and_keeps_unknown_ones_unknown(

@@ -90,3 +90,20 @@ def test_the_job_queue_depth_counts_jobs_waiting_for_a_worker(
     queued = gauges(server.url)
     assert queued['shelfhand_queue_jobs{status="todo"}'] == 2
     assert queued['shelfhand_queue_jobs{status="doing"}'] == 0
+
+
+def test_a_scrape_while_postgresql_is_down_serves_the_rest_without_the_queue_gauges(
+    tmp_path: Path, pg_url: str, pg_server: Any, thread_servers: list[ThreadServer]
+) -> None:
+    server = _server(tmp_path, pg_url)
+    thread_servers.append(server)
+    assert 'shelfhand_queue_jobs{status="todo"}' in gauges(server.url)
+    pg_server.stop()
+    try:
+        scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN_KEY, timeout=60)
+    finally:
+        pg_server.start()
+    assert scraped.status_code == 200, scraped.text
+    assert "shelfhand_turns_total" in scraped.text or "shelfhand_breaker_state" in scraped.text
+    assert "shelfhand_queue_jobs{" not in scraped.text  # unreadable now: left out, not 0
+    assert 'shelfhand_queue_jobs{status="todo"}' in gauges(server.url)  # back with PostgreSQL

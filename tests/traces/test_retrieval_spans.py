@@ -8,7 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand import (
+    Agent,
+    KnowledgeAgent,
+    KnowledgeBase,
+    Toolkit,
+    UserContext,
+    retrieve_tool,
+)
 from shelfhand.core.tracing import Tracer
 from shelfhand.knowledge.types import SearchOptions
 from shelfhand.testing import ScriptedModel, text, tool_call
@@ -82,3 +89,16 @@ async def test_the_spans_carry_the_counts_and_the_conflicting_passages(
     low, high = flagged
     assert conflict["note"].startswith(f"[{low}] and [{high}] disagree: ")
     assert "12 个月" in conflict["note"] and "24 个月" in conflict["note"]
+
+
+async def test_a_model_free_answer_records_the_conflicts_on_the_callers_span(
+    kb: KnowledgeBase,
+) -> None:
+    spans = ListProcessor()
+    tracer = Tracer([spans])
+    with tracer.root("turn", trace_id="2" * 32, tenant_id="acme", user_id="alice") as turn:
+        result = await KnowledgeAgent(kb, top_k=5).run("整机保修期多久？", context=ACME)
+    flagged = sorted({c.index for c in result.citations if c.conflicts_with})
+    assert len(flagged) == 2
+    (conflict,) = turn.attributes["shelfhand.retrieval.conflicts"]
+    assert conflict["passages"] == flagged

@@ -149,6 +149,7 @@ class KnowledgeAgent:
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         numbered = run.citations.number(to_citations(hits))
         citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
+        record_conflicts(current_span(), citations)  # on the caller's span (a turn's), if traced
         # no model reads this: a person is told plainly that the documents have nothing on it
         output = format_passages(citations) if citations else NOT_COVERED
         messages = (Message.user(query), Message.assistant(output, citations=citations))

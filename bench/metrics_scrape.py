@@ -22,24 +22,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ONE = r"""
-import json, random, sys, tempfile, time
-from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from before_after import HYBRID  # noqa: E402  (after the path)
+
+# before_after's search workspace: the sample documents plus ``argv[1]`` synthetic ones
+ONE = (
+    HYBRID[: HYBRID.index("queries = ")].replace("passes", "scrapes")
+    + r"""
 from shelfhand.api.metrics import ServiceMetrics
-from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
-from shelfhand.knowledge import EmbeddingRouter, HashingEmbedder
 from shelfhand.tools.governance import Governance
-docs, scrapes = int(sys.argv[1]), int(sys.argv[2])
-rng = random.Random(7)
-words = [f"w{i}" for i in range(3000)] + "保修 退货 投影仪 灯泡 过热 风扇 报价 库存".split()
-root = Path(tempfile.mkdtemp())
-corpus = root / "corpus"
-corpus.mkdir()
-for d in range(docs):
-    body = "\n\n".join(" ".join(rng.choice(words) for _ in range(60)) for _ in range(4))
-    (corpus / f"d{d}.md").write_text(f"# Doc {d}\n\n{body}\n", encoding="utf-8")
-kb = KnowledgeBase(root / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
-kb.ingest([sample_corpus(), corpus])
 metrics = ServiceMetrics()
 metrics.watch(Governance(), kb)
 metrics.render()
@@ -53,6 +44,7 @@ for _ in range(max(1, scrapes // 50)):
 kb.close()
 print(json.dumps({"ms_per_scrape": best}))
 """
+)
 
 
 def one(tree: Path, docs: int, scrapes: int) -> float:

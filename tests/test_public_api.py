@@ -50,8 +50,8 @@ DOCUMENTED: dict[str, set[str]] = {
     },
     "shelfhand.knowledge": {
         "Chunk", "Document", "Embedder", "EmbeddingRouter", "HashingEmbedder", "HttpReranker",
-        "KnowledgeBase", "KnowledgeStatus", "ReadLimits", "Reranker", "Scope", "SearchHit",
-        "SearchMode", "SearchOptions", "SearchResult", "SearchTimings",
+        "KnowledgeBase", "KnowledgeStatus", "ReadLimits", "Reranker", "Scope", "SearchCounts",
+        "SearchHit", "SearchMode", "SearchOptions", "SearchResult", "SearchTimings",
         "default_router", "format_passages", "label", "prepare_evidence", "sample_corpus",
     },
     "shelfhand.agent": {
@@ -83,6 +83,7 @@ DOCUMENTED: dict[str, set[str]] = {
         "ANONYMOUS", "PRIVILEGED_ROLES", "PermissionLevel", "RunContext", "UserContext",
         "permission_rank",
     },
+    "shelfhand.core.pricing": {"ModelPrice", "PriceTable", "parse_prices"},
     "shelfhand.core.tracing": {
         "Span", "SpanEvent", "SpanKind", "SpanList", "SpanProcessor", "Tracer",
         "current_span", "enter", "format_traceparent", "leave", "new_span_id",

@@ -463,6 +463,7 @@ class App:
             retrieval=mode if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
             answer_check=self.answer_check() if kb is not None else None,
+            prices=self.settings.prices,
         )
 
     def subagents(self, code: Sequence[Subagent] = ()) -> list[Subagent]:
@@ -523,6 +524,7 @@ class App:
             # like the chat agent: without documents there is nothing to retrieve up front
             retrieval=self.settings.answer_retrieval if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
+            prices=self.settings.prices,
         )
 
     def opted_builtins(self, subagents: Sequence[Subagent] | None = None) -> list[str]:

@@ -4,15 +4,21 @@ worth of tokens; 5 are answered, 15 get 429 naming the budget, its reset time an
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
-from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+from service_helpers import (
+    ALICE,
+    BOB,
+    CAROL,
+    ThreadServer,
+    parse_sse,
+    start_thread_server,
+    user_contexts,
+)
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
@@ -22,16 +28,17 @@ from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.models.base import ModelResponse
-from shelfhand.testing import FunctionModel
+from shelfhand.testing import FunctionModel, text, tool_call
+from support.budgets import full_window_model
 
 WINDOW = 4096
 
 
 def budgeted_server(workspace: Path, answer: Any, servers: list[ThreadServer]) -> ThreadServer:
     """The service over ``workspace`` (its shelfhand.toml holds the budgets) with a model
-    answering by ``answer`` in a context window of :data:`WINDOW` tokens."""
+    answering by ``answer`` (or that model) in a context window of :data:`WINDOW` tokens."""
     env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
-    model = FunctionModel(answer)
+    model = answer if isinstance(answer, FunctionModel) else FunctionModel(answer)
     model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
     app = App(
         settings=Settings.load(workspace, env=env),
@@ -49,20 +56,8 @@ def test_twenty_concurrent_turns_against_five_turns_of_budget(
     (tmp_path / "shelfhand.toml").write_text(
         f"[budgets.tenant]\ntokens_per_day = {5 * WINDOW}\n", encoding="utf-8"
     )
-    entered: list[int] = []
-    release = threading.Event()
-
-    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
-        entered.append(1)
-        if len(entered) >= 5:
-            release.set()
-        await asyncio.to_thread(release.wait, 10)  # the five admitted turns run together
-        return ModelResponse(
-            message=Message.assistant("好的。"),
-            usage=Usage(input_tokens=WINDOW - 100, output_tokens=100),
-        )
-
-    server = budgeted_server(tmp_path, answer, thread_servers)
+    entered: list[int] = []  # the five admitted turns run together
+    server = budgeted_server(tmp_path, full_window_model(WINDOW, entered), thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         sessions = [c.post("/v1/sessions").json()["id"] for _ in range(20)]
 
@@ -121,3 +116,111 @@ def test_the_openai_endpoint_answers_a_spent_budget_with_429_and_its_reset(
             assert spent.json()["error"]["code"] == "budget_exceeded"
             assert spent.json()["error"]["type"] == "rate_limit_error"
             assert 60 < int(spent.headers["Retry-After"]) <= 86400  # the day's reset, not 1 s
+
+
+DOCS = {
+    "troubleshooting.md": "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却 30 分钟，并清理防尘网。\n",
+    "warranty.md": "# Warranty\n\nThe projector lamp is covered for 2 years or 3000 hours.\n",
+}
+
+
+def search_then_answer(messages: list[Message], tools: Sequence[Any]) -> Any:
+    """Searches for the question first; answers once passages came back (a call the
+    budget refuses in these tests)."""
+    if not any(m.role == "tool" for m in messages):
+        return tool_call("retrieve", {"query": messages[-1].text})
+    return text("never asked")
+
+
+def one_call_a_day(tmp_path: Path, servers: list[ThreadServer]) -> ThreadServer:
+    """Every user may make one model call a day; both tenants hold the documents."""
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\nmodel_calls_per_day = 1\n", encoding="utf-8"
+    )
+    server = budgeted_server(tmp_path, search_then_answer, servers)
+    for who in (ALICE, BOB):
+        with httpx.Client(base_url=server.url, headers=who, timeout=30) as c:
+            files = [("files", (name, body.encode())) for name, body in DOCS.items()]
+            assert c.post("/v1/knowledge/files", files=files).status_code == 200
+    return server
+
+
+def turn(server: ThreadServer, who: dict[str, str], question: str) -> httpx.Response:
+    with httpx.Client(base_url=server.url, headers=who, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        return c.post(
+            f"/v1/sessions/{session}/messages", json={"content": question, "stream": False}
+        )
+
+
+def test_a_budget_spent_mid_turn_answers_each_tenant_from_its_passages_at_once(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = one_call_a_day(tmp_path, thread_servers)
+    asks = [(ALICE, "E-203 是什么故障？"), (BOB, "How long is the lamp covered?")]
+    with ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(lambda a: turn(server, *a), asks))
+
+    for reply, (expected, scope) in zip(
+        replies, [("灯泡过热", "user t1/alice"), ("2 years", "user t2/bob")], strict=True
+    ):
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["stop_reason"] == "budget_exceeded"
+        assert body["fallback_reason"] == "budget_exceeded" and body["extractive"]
+        assert body["output"].startswith("From the documents:") and expected in body["output"]
+        assert body["budget"]["budget"] == "model_calls_per_day"
+        assert body["budget"]["scope"] == scope and body["budget"]["limit"] == 1
+        assert body["usage"]["model_calls"] == 1 and body["usage"]["retrievals"] == 1
+
+    audit = server.service.toolkit._gov.audit
+    audit.flush()
+    records = audit.query(tool="(model)")
+    assert sorted((r.tenant, r.outcome) for r in records) == [
+        ("t1", "budget_exceeded"),
+        ("t2", "budget_exceeded"),
+    ]
+    trace = httpx.get(
+        f"{server.url}/v1/traces/{replies[0].json()['trace_id']}", headers=ALICE, timeout=30
+    ).json()
+    (root,) = [s for s in trace["spans"] if s["name"] == "turn"]
+    assert root["status"] != "error"  # answered, not failed
+    assert root["attributes"]["shelfhand.turn.stop_reason"] == "budget_exceeded"
+    assert [e["name"] for e in root["events"]] == ["budget.exceeded"]
+    assert root["events"][0]["attributes"]["budget"] == "model_calls_per_day"
+    (agent,) = [s for s in trace["spans"] if s["name"].startswith("invoke_agent")]
+    assert [e["name"] for e in agent["events"]] == ["budget.exceeded"]
+
+    again = turn(server, ALICE, "E-203 是什么故障？")  # no model call left: refused at once
+    assert again.status_code == 429 and again.json()["budget"]["scope"] == "user t1/alice"
+
+
+def test_the_stream_and_the_openai_endpoint_end_a_spent_budget_with_the_passages(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    server = one_call_a_day(tmp_path, thread_servers)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        streamed = c.post(
+            f"/v1/sessions/{session}/messages",
+            json={"content": "E-203 是什么故障？", "stream": True},
+        )
+    assert streamed.status_code == 200
+    events = parse_sse(streamed.text)
+    (final,) = [e for e in events if e["type"] == "final"]
+    deltas = "".join(e["text"] for e in events if e["type"] == "text_delta")
+    assert deltas == final["output"] and "灯泡过热" in final["output"]
+    assert final["fallback_reason"] == "budget_exceeded"
+    assert final["budget"]["scope"] == "user t1/alice"
+    assert final["usage"]["model_calls"] == 1
+
+    ask = {"model": "shelfhand", "messages": [{"role": "user", "content": "E-203 是什么故障？"}]}
+    with httpx.Client(base_url=server.url, headers=CAROL, timeout=30) as c:
+        reply = c.post("/v1/chat/completions", json=ask)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    message = body["choices"][0]["message"]
+    assert "灯泡过热" in message["content"]
+    assert message["shelfhand"]["fallback_reason"] == "budget_exceeded"
+    assert message["shelfhand"]["budget"]["scope"] == "user t1/carol"
+    assert body["usage"]["completion_tokens"] > 0

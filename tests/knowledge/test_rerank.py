@@ -184,6 +184,9 @@ def test_endpoint_reorders_the_fused_candidates_and_cuts_to_k(
     assert [h.rerank_score for h in hits] == pytest.approx([0.9, 0.8])
     assert timings.rerank_reason is None and found.rerank_reason is None
     assert timings.rerank_ms > 0 and timings.total_ms >= timings.rerank_ms
+    # three fused candidates shown to the reranker, two kept
+    assert (found.counts.rerank_candidates, found.counts.returned) == (3, 2)
+    assert found.counts.fused >= 3 and found.counts.vector == 0  # keyword-only
     path, headers, body = server.requests[0]
     assert path == "/v1/rerank"
     assert headers["authorization"] == f"Bearer {SECRET}"

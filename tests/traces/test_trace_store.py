@@ -13,6 +13,7 @@ import pytest
 from shelfhand.core.context import UserContext
 from shelfhand.core.tracing import Span, Tracer, enter, leave, start_span
 from shelfhand.traces import SqliteTraceStore, SqlTraceStore, StoreRecorder
+from support.pg import pg_pool
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
 BOB = UserContext(tenant_id="acme", user_id="bob")
@@ -27,15 +28,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlTraceSt
         yield found
         found.close()
         return
-    from shelfhand.backends.postgres import open_pool
     from shelfhand.traces.pg import PgTraceStore
 
-    url = request.getfixturevalue("pg_url")
-    pool = open_pool(url, max_size=2)
-    try:
+    with pg_pool(request) as (pool, url):
         yield PgTraceStore(pool, url=url)
-    finally:
-        pool.close()
 
 
 def record_turn(tracer: Tracer, owner: UserContext, trace_id: str, question: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Unpack
 
@@ -39,6 +39,7 @@ from .runs import RunOptions, run_to_final
 from .step_events import SILENT, STEPS, STEPS_AND_TEXT, EventSink
 
 if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.tools.approvals import Approvals
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "RunResult"]
@@ -87,6 +88,9 @@ class Agent(AgentLoop):
             cannot be trusted by the passages' own sentences (see
             :mod:`shelfhand.agent.answer_check`); ``None`` (default): answers are returned as
             the model wrote them, unchecked.
+        prices: Prices by model name (:class:`~shelfhand.core.pricing.PriceTable`, the
+            ``prices`` setting): each model call's cost adds up in ``RunResult.usage.cost``;
+            ``None`` or no price for ``model``: the cost is ``None``.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class Agent(AgentLoop):
         retrieval: AnswerRetrieval = "tool",
         rewriter: QueryRewriter | None = None,
         answer_check: AnswerCheck | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         if context_tokens is not None and context_tokens < 1:
             raise InvalidArgumentError("context_tokens must be positive")
@@ -127,6 +132,7 @@ class Agent(AgentLoop):
         self._schema_cost = None
         self.retrieval = check_answer_retrieval(retrieval)
         self.answer_check = answer_check
+        self.prices = prices
         self._upfront = None
         if self.retrieval != "tool":
             # InvalidArgumentError: no retrieve tool

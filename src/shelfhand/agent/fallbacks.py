@@ -30,7 +30,9 @@ __all__ = [
     "empty_answer",
     "found_nothing",
     "max_iters_answer",
+    "passage_lines",
     "repeated_call_answer",
+    "tool_result_lines",
     "without_copied_note",
 ]
 
@@ -107,7 +109,7 @@ def without_copied_note(text: str) -> str:
     return text.replace(_NOTE, "").strip() if _NOTE in text else text
 
 
-def _tool_results(messages: Sequence[Message]) -> list[str]:
+def tool_result_lines(messages: Sequence[Message]) -> list[str]:
     """The run's successful tool results as ``- tool: content`` lines, each content once
     (replays of it included), shortened like passages."""
     lines: list[str] = []
@@ -134,7 +136,7 @@ def echo_answer(result: ToolResultBlock) -> str:
     )
 
 
-def _passages(citations: Sequence[Citation]) -> list[str]:
+def passage_lines(citations: Sequence[Citation]) -> list[str]:
     lines = []
     for c in citations:
         where = c.title or c.source
@@ -163,7 +165,7 @@ def empty_answer(citations: Sequence[Citation], messages: Sequence[Message] = ()
     if not citations and found_nothing(messages):
         return f"{NOT_COVERED} (The model returned an empty reply.)"
     if not citations:
-        results = _tool_results(messages)
+        results = tool_result_lines(messages)
         if results:
             return "\n".join(
                 [
@@ -177,7 +179,7 @@ def empty_answer(citations: Sequence[Citation], messages: Sequence[Message] = ()
         [
             "The model returned an empty reply, so there is no written answer. These passages "
             "were found and may help:",
-            *_passages(citations),
+            *passage_lines(citations),
         ]
     )
 
@@ -192,7 +194,7 @@ def repeated_call_answer(repeated: Repeated, citations: Sequence[Citation]) -> s
     ]
     if citations:
         lines.append("Passages found before that:")
-        lines.extend(_passages(citations))
+        lines.extend(passage_lines(citations))
     return "\n".join(lines)
 
 

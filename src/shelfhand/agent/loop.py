@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext
+from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.core.metering import current_meter
@@ -43,6 +44,7 @@ from .budget import (
     schema_tokens,
     size_bound,
 )
+from .budget_stop import budget_final, budget_stop
 from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
 from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
@@ -56,6 +58,7 @@ from .streaming import STEP_SEPARATOR, CallTextGate
 from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.tools.approvals import Approvals
 
 __all__ = ["AgentLoop"]
@@ -68,6 +71,16 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
     with the run's context at that iteration (``dataclasses.replace`` would read the fields
     again at each step, twice the cost of building it from these)."""
     return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
+
+
+def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
+    """The usage of the run that ends: its own and its subagents' finished runs'; handed to
+    the run that delegated it, if one did (so the turn's usage sums every model call)."""
+    usage = own + run.delegated.total
+    parent = options.get("parent")
+    if parent is not None:
+        parent.delegated.add(usage)
+    return usage
 
 
 def _ignore(event: Event) -> None:
@@ -88,6 +101,7 @@ class AgentLoop:
     approvals: Approvals | None
     context_tokens: int | None
     replay_repeated_calls: bool
+    prices: Mapping[str, ModelPrice] | None
     _schema_cost: tuple[object, int] | None
     _upfront: UpfrontRetrieval | None
 
@@ -136,6 +150,9 @@ class AgentLoop:
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
         observed = current_span() is not None or current_counting() is not None
         meter = current_meter()
+        # the model's price (setting ``prices``): no price, no cost (None), never a guess
+        price = self.prices.get(self.model.name) if self.prices else None
+        cost: float | None = 0.0 if price is not None else None
         guard = CallGuard(replay=self.replay_repeated_calls)
         nudge: Message | None = None
         nudged = False
@@ -165,6 +182,7 @@ class AgentLoop:
 
         reply: Message | None = None
         reason: StopReason
+        spent: BudgetExceededError | None = None
         step_fields: dict[str, Any] | None = None
         for iteration in range(1, self.max_iters + 1):
             schemas = self.toolkit.schemas(user)
@@ -187,7 +205,15 @@ class AgentLoop:
             )
             # the most a call can use is the model's context window (request and reply): a
             # token estimate of the request could fall short of the provider's count
-            reserved = meter.reserve(window) if meter is not None else 0
+            try:
+                reserved = meter.reserve(window) if meter is not None else 0
+            except BudgetExceededError as exc:
+                if model_calls == 0:  # nothing done yet: the turn is refused (429)
+                    raise
+                # the budget ran out mid-run: answer from what the run already found
+                reason, text, spent = "budget_exceeded", "", exc
+                reply = None
+                break
             chat = chat_span(self.model) if observed else None
             first_token: int | None = None
             if sink.text:
@@ -229,6 +255,8 @@ class AgentLoop:
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
+            if cost is not None:  # a call whose usage is unknown makes the run's unknown
+                cost = cost + price.cost(response.usage) if price and response.usage else None
             calls = reply.tool_calls
             if not calls:
                 reason, text = "final", reply.text
@@ -247,10 +275,11 @@ class AgentLoop:
 
             external = tuple(c for c in calls if self._is_external(c.name))
             if external:
-                usage = Usage(
+                usage = _ended(run, options, Usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-                )  # fmt: skip
+                    cost=cost,
+                ))  # fmt: skip
                 yield external_final(reply, external, new, citations, run, iteration, usage)
                 return
 
@@ -295,6 +324,10 @@ class AgentLoop:
             reason, text = "max_iters", max_iters_answer(self.max_iters, new)
             reply = None
 
+        stopped = None
+        if spent is not None:
+            stopped = budget_stop(spent, first.text, new, citations)
+            text = stopped.output
         if reply is None:  # the run's own answer: shown as the last step's text
             reply = Message.assistant(text)
             if sink.text:
@@ -302,11 +335,13 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         await self._remember(new)
-        usage = Usage(
+        usage = _ended(run, options, Usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-        )  # fmt: skip
-        yield final(text, new, citations, run, iteration, usage, reason)
+            cost=cost,
+        ))  # fmt: skip
+        done = final(text, new, citations, run, iteration, usage, reason)
+        yield done if stopped is None else budget_final(done, stopped)
 
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
         """The schemas' token estimate, kept while the toolkit hands out the same list."""

@@ -18,7 +18,9 @@ from typing import Any, Protocol
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
 from shelfhand.core.results import RunResult
+from shelfhand.core.tracing import current_span
 from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
+from shelfhand.knowledge.retrieval.spans import record_conflicts
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
@@ -86,6 +88,7 @@ def make_retrieve_tool(
         citations = prepare_evidence(
             numbered, query, earlier=earlier, compress_tokens=compress_tokens
         )
+        record_conflicts(current_span(), citations)  # on this call's span, when traced
         return ToolOutput(content=format_passages(citations), citations=tuple(citations))
 
     # never cached: a document ingested a second ago must be findable now, and search is cheap.
@@ -146,6 +149,7 @@ class KnowledgeAgent:
         hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         numbered = run.citations.number(to_citations(hits))
         citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
+        record_conflicts(current_span(), citations)  # on the caller's span (a turn's), if traced
         # no model reads this: a person is told plainly that the documents have nothing on it
         output = format_passages(citations) if citations else NOT_COVERED
         messages = (Message.user(query), Message.assistant(output, citations=citations))

@@ -71,6 +71,7 @@ from .subagents import (
 
 if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.core.settings import AnswerRetrieval
     from shelfhand.models.base import ChatModel
     from shelfhand.tools.approvals import Approvals
@@ -148,6 +149,8 @@ class Supervisor:
             ``retrieve`` tool among its own).
         rewriter: Rewrites a follow-up into a self-contained query for the up-front
             retrieval, as the chat agent's (see :mod:`shelfhand.agent.rewrite`).
+        prices: Prices by model name, for the main agent and the subagents it builds (see
+            :class:`~shelfhand.agent.agent.Agent`).
 
     Raises:
         DeclarationError: an id declared twice or clashing with a tool, an unknown tool or
@@ -174,6 +177,7 @@ class Supervisor:
         fingerprints: OrderedDict[tuple[str, str], str] | None = None,
         retrieval: AnswerRetrieval = "tool",
         rewriter: QueryRewriter | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         if max_depth < 1:
             raise InvalidArgumentError("max_depth must be at least 1")
@@ -186,6 +190,7 @@ class Supervisor:
         self.max_calls = max_calls
         self.subagents = merge_declarations(subagents)
         self._models = dict(models or {})
+        self.prices = prices
         self._source = toolkit
         self._guard = fingerprints if fingerprints is not None else OrderedDict()
         self._delegations: dict[str, Delegation] = {}
@@ -231,6 +236,7 @@ class Supervisor:
             approvals=approvals,
             retrieval=retrieval,
             rewriter=rewriter,
+            prices=prices,
         )
 
     @property
@@ -283,6 +289,7 @@ class Supervisor:
             toolkit=kit,
             system_prompt=spec.system_prompt or DEFAULT_SYSTEM_PROMPT,
             max_iters=spec.max_iters,
+            prices=self.prices,
         )
 
     # --- running --------------------------------------------------------------------------

@@ -3,14 +3,19 @@
 Counted as each step ends (a :class:`ServiceMetrics` is the turns'
 :class:`~shelfhand.core.step_counts.StepCounter`, fed with or without spans, so tracing off
 builds none): turns by status, model calls and tokens by model, tool calls by tool and
-outcome, retrieval latency. Read at each scrape:
-circuit breaker states (0 closed, 1 half-open, 2 open) and chunks waiting for their
-embeddings. Each service has its own registry (tests run several in one process).
+outcome, retrieval latency. Read at each scrape (never on a turn): circuit breaker states (0
+closed, 1 half-open, 2 open), chunks waiting for their embeddings and, with a job queue
+(``database_url``), ingest jobs waiting and running. A gauge whose source cannot be read
+(PostgreSQL down) is left out of that scrape; the rest is served. Each service has its own
+registry (tests run several in one process).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import Response
@@ -19,18 +24,22 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from shelfhand.api.deps import Caller, ServiceDep
+from shelfhand.core.errors import DependencyUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from prometheus_client.metrics_core import Metric
 
+    from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.tools.governance import Governance
 
 __all__ = ["ServiceMetrics", "router"]
 
 router = APIRouter()
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _BREAKER_STATES = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -42,6 +51,7 @@ class _Gauges:
     def __init__(self) -> None:
         self.governance: Governance | None = None
         self.kb: KnowledgeBase | None = None
+        self.queue: IngestQueue | None = None
 
     def collect(self) -> Iterator[Metric]:
         breakers = GaugeMetricFamily(
@@ -54,11 +64,33 @@ class _Gauges:
                 breakers.add_metric([name], _BREAKER_STATES.get(state, 0))
         yield breakers
         if self.kb is not None:
-            pending = GaugeMetricFamily(
-                "shelfhand_pending_embeddings", "Chunks stored but not embedded yet."
-            )
-            pending.add_metric([], self.kb.status().pending_chunks)
-            yield pending
+            count = _read(self.kb.pending_embeddings)
+            if count is not None:
+                pending = GaugeMetricFamily(
+                    "shelfhand_pending_embeddings", "Chunks stored but not embedded yet."
+                )
+                pending.add_metric([], count)
+                yield pending
+        if self.queue is not None:
+            depth = _read(self.queue.depth)
+            if depth is not None:
+                jobs = GaugeMetricFamily(
+                    "shelfhand_queue_jobs",
+                    "Ingest jobs on the queue: todo (waiting for a worker), doing (running).",
+                    labels=["status"],
+                )
+                for status, n in depth.items():
+                    jobs.add_metric([status], n)
+                yield jobs
+
+
+def _read(source: Callable[[], _T]) -> _T | None:
+    """``source()``, or ``None`` when its backend cannot be reached (logged)."""
+    try:
+        return source()
+    except DependencyUnavailableError as exc:
+        logger.warning("metrics: %s", exc)
+        return None
 
 
 class ServiceMetrics:
@@ -89,10 +121,14 @@ class ServiceMetrics:
         self.gauges = _Gauges()
         r.register(self.gauges)  # type: ignore[arg-type]  # a custom collector
 
-    def watch(self, governance: Governance, kb: KnowledgeBase) -> None:
-        """Report these breakers and this knowledge base's pending embeddings."""
+    def watch(
+        self, governance: Governance, kb: KnowledgeBase, queue: IngestQueue | None = None
+    ) -> None:
+        """Report these breakers, this knowledge base's pending embeddings and the depth of
+        this job queue (if there is one)."""
         self.gauges.governance = governance
         self.gauges.kb = kb
+        self.gauges.queue = queue
 
     def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
         """``metric.labels(*labels)``, kept: looking a child up costs more than counting."""
@@ -135,5 +171,6 @@ async def metrics(service: ServiceDep) -> Response:
     found = service.metrics
     if found is None:
         raise HTTPException(status_code=404, detail="metrics need the server extra")
-    body = await service.chat.store(found.render)
+    # in a worker thread: the gauges read stores, whose locks an ingest may hold a while
+    body = await asyncio.to_thread(found.render)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -359,6 +359,7 @@ def citation_info(final: Mapping[str, Any], *, session_id: str, trace_id: str) -
         "grounding": final.get("grounding"),
         "extractive": bool(final.get("extractive")),
         "fallback_reason": final.get("fallback_reason") or "",
+        "budget": final.get("budget"),  # the budget that ran out mid-turn, if one did
     }
 
 

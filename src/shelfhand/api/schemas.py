@@ -152,14 +152,20 @@ class ChatReply(BaseModel):
     fallback_reason: str = Field(
         default="",
         description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
-        "repeated_call, max_iters, empty or no_model.",
+        "repeated_call, max_iters, empty, no_model or budget_exceeded.",
+    )
+    budget: dict[str, Any] | None = Field(
+        default=None,
+        description="The budget that ran out mid-turn (fallback_reason budget_exceeded: the "
+        "output is the passages' own sentences): budget, scope, limit, used, reset_at.",
     )
     tool_steps: list[ToolStep]
     stop_reason: str
-    usage: dict[str, int] = Field(
+    usage: dict[str, int | float] = Field(
         default_factory=dict,
-        description="What the turn used: input_tokens, output_tokens, model_calls, "
-        "tool_calls, retrievals.",
+        description="What the turn used, its subagents included: input_tokens, "
+        "output_tokens, model_calls, tool_calls, retrievals, and cost when the models are "
+        "priced (setting prices).",
     )
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="Other events of the turn (e.g. approvals needed)."

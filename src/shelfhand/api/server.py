@@ -130,7 +130,7 @@ def build_service(
         ledger=ledger,
     )
     if metrics is not None:
-        metrics.watch(app.governance(), kb)
+        metrics.watch(app.governance(), kb, jobs)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
     service.closers.insert(0, ledger.close)
     if traces is not None:

@@ -33,7 +33,7 @@ __all__ = [
 
 NO_ANSWER_EXIT_CODE = 3
 """`shelfhand ask` exits with this when there is no answer (see the module docstring)."""
-_NON_ANSWERS = frozenset({"empty", "max_iters", "repeated_call", "human_needed"})
+_NON_ANSWERS = frozenset({"empty", "max_iters", "repeated_call", "human_needed", "budget_exceeded"})
 REASONS = {
     "ungrounded": "the model's answer was not supported by the passages",
     "refusal": "the model declined although the passages cover the question",
@@ -43,6 +43,7 @@ REASONS = {
     "empty": "the model gave no answer",
     "no_model": "no chat model is configured",
     "model_error": "the chat model failed",
+    "budget_exceeded": "a budget ran out before the model could finish",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
 
@@ -121,6 +122,7 @@ def print_json(result: RunResult) -> int:
         "grounding": grounding,
         "extractive": result.extractive,
         "fallback_reason": result.fallback_reason,
+        "budget": dict(result.budget) if result.budget is not None else None,
         "usage": result.usage.to_dict(),
         "stop_reason": result.stop_reason,
         "trace_id": result.trace_id,

@@ -10,6 +10,7 @@ import typer
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console
 from shelfhand.cli.model_flags import MaxTokensOpt, TemperatureOpt, ToolChoiceOpt, ToolModeOpt
+from shelfhand.core.pricing import PriceTable, parse_prices
 
 if TYPE_CHECKING:
     from shelfhand.core.settings import ResolvedSettings
@@ -85,6 +86,8 @@ def shown(setting: Setting, value: Any) -> Any:
     """``value`` as it may be shown: a secret as ``***``, a URL without its password."""
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, PriceTable):
+        return value.to_dict()
     if value is None or not setting.secret:
         return value
     from shelfhand.core.setting_kinds import Url
@@ -115,4 +118,6 @@ def _print_table(rows: list[dict[str, Any]], workspace: Path) -> None:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, dict):  # the price table
+        return str(parse_prices(value)) or "(none)"
     return str(value)

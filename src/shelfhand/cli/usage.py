@@ -21,7 +21,8 @@ def usage(
     days: Annotated[int, typer.Option("--days", help="The last N days, today included.")] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Tokens, model calls, tool calls and retrievals of a tenant's turns by day and model."""
+    """Tokens, model calls, tool calls, retrievals and cost (with prices) of a tenant's turns
+    by day and model."""
     from shelfhand.core.context import UserContext
 
     a = open_app(workspace, existing=True)
@@ -43,10 +44,16 @@ def usage(
         return
     typer.echo(
         f"{'day':<10}  {'model':<24} {'turns':>6} {'calls':>6} {'tokens in':>10} "
-        f"{'tokens out':>10} {'tools':>6} {'retrievals':>10}"
+        f"{'tokens out':>10} {'tools':>6} {'retrievals':>10} {'cost':>12}"
     )
     for r in rows:
         typer.echo(
             f"{r.day:<10}  {r.model[:24]:<24} {r.turns:>6} {r.model_calls:>6} "
-            f"{r.input_tokens:>10} {r.output_tokens:>10} {r.tool_calls:>6} {r.retrievals:>10}"
+            f"{r.input_tokens:>10} {r.output_tokens:>10} {r.tool_calls:>6} {r.retrievals:>10} "
+            f"{_cost(r.cost):>12}"
         )
+
+
+def _cost(cost: float | None) -> str:
+    """A cost for the table: ``-`` when unknown (the model has no price)."""
+    return "-" if cost is None else f"{cost:.6f}"

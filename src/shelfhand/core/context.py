@@ -13,6 +13,7 @@ from typing import Any, Literal
 from shelfhand.core.citations import CitationLedger
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
+from shelfhand.core.results import UsageTally
 
 __all__ = [
     "ANONYMOUS",
@@ -96,6 +97,9 @@ class RunContext:
     """The trace id of the run that delegated this one (a subagent's run); empty at the top."""
     depth: int = 0
     """How many delegations deep this run is: 0 for the main agent, 1 for its subagents..."""
+    delegated: UsageTally = field(default_factory=UsageTally, compare=False, repr=False)
+    """What the runs this run delegated used (its subagents' finished runs): added to the
+    run's own usage when it ends."""
 
     @classmethod
     def start(

@@ -177,7 +177,7 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     if isinstance(event, CitationsFound):
         return {"type": event.type, "citations": [c.to_dict() for c in event.citations]}
     if isinstance(event, Final):
-        return {
+        out: dict[str, Any] = {
             "type": event.type,
             "output": event.result.output,
             "citations": [c.to_dict() for c in event.result.citations],
@@ -186,6 +186,9 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             "extractive": event.result.extractive,
             "fallback_reason": event.result.fallback_reason,
         }
+        if event.result.budget is not None:  # the budget that ended the run
+            out["budget"] = dict(event.result.budget)
+        return out
     data: dict[str, Any] = {"type": event.type}
     for f in fields(event):
         value = getattr(event, f.name)

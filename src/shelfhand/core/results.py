@@ -7,13 +7,15 @@ of one model call or of a whole run.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message, ToolCallBlock
 
-__all__ = ["RunResult", "StopReason", "Usage"]
+__all__ = ["RunResult", "StopReason", "Usage", "UsageTally"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +24,7 @@ class Usage:
 
     A model reply's own usage has only the tokens; a run's adds how many model calls, tool
     calls and retrievals (calls of the ``retrieve`` tool, the up-front ones included) it
-    made itself (a subagent's run reports its own).
+    made, its subagents' finished runs included (see :class:`UsageTally`).
     """
 
     input_tokens: int = 0
@@ -30,6 +32,10 @@ class Usage:
     model_calls: int = 0
     tool_calls: int = 0
     retrievals: int = 0
+    cost: float | None = None
+    """What the model calls cost at the configured prices (setting ``prices``, see
+    :mod:`shelfhand.core.pricing`); ``None`` when a call's model has no price (or its
+    provider reported no usage): never a guess."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -38,27 +44,74 @@ class Usage:
             model_calls=self.model_calls + other.model_calls,
             tool_calls=self.tool_calls + other.tool_calls,
             retrievals=self.retrievals + other.retrievals,
+            cost=_cost_sum(self, other),
         )
 
-    def to_dict(self) -> dict[str, int]:
-        """The JSON form (replies, the SSE ``final`` event, ``ask --json``)."""
-        return {
+    def to_dict(self) -> dict[str, int | float]:
+        """The JSON form (replies, the SSE ``final`` event, ``ask --json``); ``cost`` only
+        when it is known."""
+        out: dict[str, int | float] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
             "retrievals": self.retrievals,
         }
+        if self.cost is not None:
+            out["cost"] = self.cost
+        return out
+
+
+def _cost_sum(a: Usage, b: Usage) -> float | None:
+    """The cost of ``a`` and ``b`` together: unknown when either has a model call of unknown
+    cost; a part without model calls costs nothing."""
+    if (a.cost is None and a.model_calls) or (b.cost is None and b.model_calls):
+        return None
+    if a.cost is None and b.cost is None:
+        return None
+    return (a.cost or 0.0) + (b.cost or 0.0)
+
+
+class UsageTally:
+    """The usage of the runs one run delegated (its subagents'), added as each finishes.
+
+    Each run has its own (``RunContext.delegated``); a subagent's run adds its whole usage
+    (its own subagents' included) to its parent's when it ends, so the parent's usage is the
+    sum of every model call of the turn. Safe to share between the concurrent tool calls of
+    one run (they may run in threads).
+    """
+
+    __slots__ = ("_lock", "_total")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._total = Usage()
+
+    def add(self, usage: Usage) -> None:
+        with self._lock:
+            self._total = self._total + usage
+
+    @property
+    def total(self) -> Usage:
+        return self._total
 
 
 StopReason = Literal[
-    "final", "max_iters", "external_tool", "empty", "repeated_call", "human_needed"
+    "final",
+    "max_iters",
+    "external_tool",
+    "empty",
+    "repeated_call",
+    "human_needed",
+    "budget_exceeded",
 ]
 """Why a run ended: the model answered (``final``); it ran out of steps (``max_iters``); it
 called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
 raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept
 repeating a failing call (``repeated_call``); delegation went round in circles and a person should look
-(``human_needed``, see :mod:`shelfhand.agent.supervisor`)."""
+(``human_needed``, see :mod:`shelfhand.agent.supervisor`); a budget ran out after the run's
+first model call (``budget_exceeded``: the output is the model-free answer of what it had
+found, see :mod:`shelfhand.agent.budget_stop`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,4 +141,7 @@ class RunResult:
     words); ``fallback_reason`` says why."""
     fallback_reason: str = ""
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``prompt_echo``,
-    ``repeated_call``, ``max_iters``, ``empty`` or ``no_model``."""
+    ``repeated_call``, ``max_iters``, ``empty``, ``no_model`` or ``budget_exceeded``."""
+    budget: Mapping[str, object] | None = None
+    """The budget that ended the run (``stop_reason`` ``budget_exceeded``): ``budget``,
+    ``scope``, ``limit``, ``used`` and ``reset_at`` (epoch seconds); ``None`` otherwise."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from shelfhand.core.pricing import PriceTable, parse_prices
+
 __all__ = [
     "OFF_WORDS",
     "ON_WORDS",
@@ -20,6 +22,7 @@ __all__ = [
     "Names",
     "Number",
     "PathKind",
+    "Prices",
     "Switch",
     "Text",
     "Url",
@@ -198,5 +201,24 @@ class Names:
         return "list of " + " | ".join(self.options)
 
 
-Kind = Text | PathKind | Choice | Switch | Number | Url | Names
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prices:
+    """A price per model: a TOML table ``{model = {input = .., output = ..}}`` or the same as
+    JSON (the environment), per million tokens (see :mod:`shelfhand.core.pricing`)."""
+
+    def parse(self, raw: object) -> PriceTable:
+        try:
+            return parse_prices(raw)
+        except ValueError as exc:
+            raise Invalid(
+                f"a table of models, each with input and output prices of at least 0 per 1M "
+                f"tokens ({exc})",
+                show_value=False,
+            ) from None
+
+    def describe(self) -> str:
+        return "table: model = {input, output} per 1M tokens"
+
+
+Kind = Text | PathKind | Choice | Switch | Number | Url | Names | Prices
 """Every kind of setting value."""

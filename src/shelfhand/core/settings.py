@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.pricing import PriceTable
 from shelfhand.core.settings_table import (
     ANSWER_RETRIEVAL_MODES,
     DEFAULT_KEYWORD_COMMON_SHARE,
@@ -94,6 +95,7 @@ class Settings:
     first_token_timeout: float = _D["first_token_timeout"]
     max_tokens: int | None = _D["max_tokens"]
     temperature: float | None = _D["temperature"]
+    prices: PriceTable = _D["prices"]
     context_tokens: int = _D["context_tokens"]
     tool_choice: str = _D["tool_choice"]
     tool_mode: str = _D["tool_mode"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.pricing import PriceTable
 from shelfhand.core.setting_kinds import (
     Choice,
     Invalid,
@@ -20,6 +21,7 @@ from shelfhand.core.setting_kinds import (
     Names,
     Number,
     PathKind,
+    Prices,
     Switch,
     Text,
     Url,
@@ -170,6 +172,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Most tokens per model reply; not sent when unset (flag --max-tokens)."),
     _s("temperature", "SHELFHAND_TEMPERATURE", Number(low=0.0, high=2.0), None,
        "Sampling temperature; not sent when unset (flag --temperature)."),
+    _s("prices", "SHELFHAND_PRICES", Prices(), PriceTable(),
+       "Price per model and 1M tokens, input and output, for the cost of each turn (a TOML "
+       "table, or JSON in the environment); a model without one has no cost."),
     _s("context_tokens", "SHELFHAND_CONTEXT_TOKENS",
        Number(low=256, high=10_000_000, whole=True), 8192,
        "The model's context window; the agent budgets its prompt with it."),

@@ -200,6 +200,19 @@ class IngestQueue:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def depth(self) -> dict[str, int]:
+        """Ingest jobs on the queue by procrastinate status: ``todo`` (waiting for a worker)
+        and ``doing`` (running)."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT status::text, count(*) FROM procrastinate_jobs"
+                " WHERE queue_name=%s AND status IN ('todo', 'doing') GROUP BY status",
+                (QUEUE_NAME,),
+            ).fetchall()
+        counts = {"todo": 0, "doing": 0}
+        counts.update({str(r[0]): int(r[1]) for r in rows})
+        return counts
+
     # --- the worker side -------------------------------------------------------------------
     def files(self, job_id: str) -> list[JobFile]:
         with self._connection() as conn:

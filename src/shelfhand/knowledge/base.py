@@ -238,6 +238,11 @@ class KnowledgeBase:
     def count_chunks(self) -> int:
         return self._stack.store.count_chunks()
 
+    def pending_embeddings(self) -> int:
+        """Chunks stored but not embedded yet (one count query; 0 for a keyword-only base,
+        whose chunks are never embedded)."""
+        return 0 if self.keyword_only else self._stack.store.count_pending()
+
     # --- search ---------------------------------------------------------------------------
     @property
     def search_options(self) -> SearchOptions:
@@ -329,7 +334,11 @@ class KnowledgeBase:
         timings = replace(
             fused.timings, rerank_ms=outcome.ms, rerank_reason=outcome.reason, total_ms=total
         )
-        return self._with_open_reason(replace(fused, hits=tuple(outcome.hits), timings=timings))
+        counts = replace(
+            fused.counts, rerank_candidates=len(fused.hits), returned=len(outcome.hits)
+        )
+        reranked = replace(fused, hits=tuple(outcome.hits), timings=timings, counts=counts)
+        return self._with_open_reason(reranked)
 
     def _with_open_reason(self, result: SearchResult) -> SearchResult:
         """The search's own fallback reason, else why the base has no embeddings at all."""

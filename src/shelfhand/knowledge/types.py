@@ -300,6 +300,25 @@ class SearchTimings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SearchCounts:
+    """How many candidates each stage of one search had (where a right passage was lost)."""
+
+    keyword: int = 0
+    """Candidates the keyword index found (before fusion)."""
+    vector: int = 0
+    """Distinct candidates the vector indexes found, every space together (before fusion)."""
+    fused: int = 0
+    """Candidates after fusion (both sides, each chunk once)."""
+    relevant: int = 0
+    """Fused candidates at or above ``min_relevance`` (the others are dropped)."""
+    rerank_candidates: int | None = None
+    """Hits shown to the reranker; ``None``: no rerank."""
+    returned: int = 0
+    """Hits returned (at most ``k``; duplicates dropped, exact matches and version siblings
+    added, after the rerank)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SearchResult:
     """What one search found and how it went: the outcome travels with the call, so
     concurrent searches over one shared knowledge base never see each other's."""
@@ -310,6 +329,8 @@ class SearchResult:
     """Why this search fell back to keywords (its query embedding failed, timed out or was
     paused by the breaker), or why the knowledge base runs without embeddings at all (an
     ``auto`` base that degraded when opened); ``None`` when it searched as asked."""
+    counts: SearchCounts = field(default_factory=SearchCounts)
+    """How many candidates each stage had."""
 
     @property
     def rerank_reason(self) -> str | None:

@@ -2,18 +2,25 @@
 
 A turn first counts against ``turns_per_minute``; then every model call of it (its
 subagents' included) reserves its largest possible size and settles with what it used
-(:class:`~shelfhand.usage.budgets.TurnMeter`). A turn over budget ends cleanly: no model
-call is made past the budget, the API answers 429 with the budget, its reset time and
-``Retry-After`` (or, once the answer has begun streaming, an ``error`` event with the same),
-the session records the failure, the audit log gets a ``budget_exceeded`` record and the
-turn's trace a ``budget.exceeded`` event.
+(:class:`~shelfhand.usage.budgets.TurnMeter`). A turn over budget ends cleanly, and no model
+call is made past the budget:
+
+- refused before its first model call, the API answers 429 with the budget, its reset time
+  and ``Retry-After`` (or, once the answer has begun streaming, an ``error`` event with the
+  same) and the session records the failure;
+- refused later (after a retrieval or a tool call), the turn is answered without the model:
+  the extractive answer of the passages it found (:mod:`shelfhand.agent.budget_stop`), with
+  ``fallback_reason`` ``budget_exceeded``, the ``budget`` and the usage until then.
+
+Either way the audit log gets a ``budget_exceeded`` record and the turn's trace a
+``budget.exceeded`` event.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,27 +64,36 @@ class Budgets:
             meter.start_turn()
         except BudgetExceededError as exc:
             await events.aclose()  # frees the session's claim
-            self.refused(exc, user, trace_id)
+            self.refused(exc.to_dict(), user, trace_id)
             raise budget_failure(exc) from exc
         token = metered(meter)
         try:
             async with aclosing(events):
                 async for event in events:
+                    if event.get("type") == "final" and event.get("budget") is not None:
+                        # answered without the model; the turn's span records it as it ends
+                        self.refused(event["budget"], user, trace_id, traced=False)
                     yield event
         except TurnFailed as exc:
             if exc.budget is not None:
-                self.refused(exc, user, trace_id)
+                self.refused(exc.budget, user, trace_id)
             raise
         finally:
             unmetered(token)
             meter.close()
 
     def refused(
-        self, exc: BudgetExceededError | TurnFailed, user: UserContext, trace_id: str
+        self, budget: Mapping[str, object], user: UserContext, trace_id: str, *, traced: bool = True
     ) -> None:
-        budget = exc.to_dict() if isinstance(exc, BudgetExceededError) else (exc.budget or {})
-        logger.warning("budget exceeded user=%s: %s", user.scope, exc)
-        span = current_span()
+        """Log, audit and (``traced``) add to the current span that ``budget`` refused a model
+        call of ``user``'s turn."""
+        logger.warning(
+            "budget exceeded user=%s: %s of %s",
+            user.scope,
+            budget.get("budget"),
+            budget.get("scope"),
+        )
+        span = current_span() if traced else None
         if span is not None:
             span.event("budget.exceeded", **budget)
         if self.audit is not None:
@@ -88,7 +104,7 @@ class Budgets:
                 trace_id=trace_id,
                 request_id="",
                 call_id="",
-                arguments=budget,
+                arguments=dict(budget),
                 canonical=None,
                 decision="deny",
                 outcome="budget_exceeded",

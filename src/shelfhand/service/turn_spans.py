@@ -2,7 +2,8 @@
 tool calls, retrievals, subagents) nests under it.
 
 The span is named ``turn`` and carries the session (``gen_ai.conversation.id``), the caller
-and, when the turn ends, its usage and stop reason; a failed turn records its error code.
+and, when the turn ends, its usage and stop reason (and a ``budget.exceeded`` event when a budget
+ran out mid-turn); a failed turn records its error code.
 Its trace id is the turn's (``X-Trace-Id``), its parent the caller's span when the request
 came with a ``traceparent``.
 
@@ -94,3 +95,8 @@ def _finish(span: Span, final: dict[str, Any]) -> None:
             "shelfhand.turn.stop_reason": final.get("stop_reason"),
         }
     )
+    if usage.get("cost") is not None:
+        span.set("shelfhand.usage.cost", usage["cost"])
+    budget = final.get("budget")
+    if budget:  # a budget ran out mid-turn: answered without the model
+        span.event("budget.exceeded", **budget)

@@ -39,6 +39,9 @@ CREATE TABLE {ledger} (
 CREATE INDEX {ledger}_day ON {ledger} (tenant, day);
 """
 
+ADD_COST = "ALTER TABLE {ledger} ADD COLUMN cost {real};"
+"""The turns' summed cost (``NULL`` while no turn of the row had a known cost)."""
+
 _COUNTS = ("turns", "model_calls", "input_tokens", "output_tokens", "tool_calls", "retrievals")
 
 
@@ -47,7 +50,10 @@ def usage_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
     return {"ledger": f"{prefix}usage_ledger"}
 
 
-MIGRATIONS = [Migration(name="usage_001_initial", sql=SQLITE.ddl(SCHEMA, **usage_names(SQLITE)))]
+MIGRATIONS = [
+    Migration(name="usage_001_initial", sql=SQLITE.ddl(SCHEMA, **usage_names(SQLITE))),
+    Migration(name="usage_002_cost", sql=SQLITE.ddl(ADD_COST, **usage_names(SQLITE))),
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,9 +68,13 @@ class UsageRow:
     output_tokens: int = 0
     tool_calls: int = 0
     retrievals: int = 0
+    cost: float | None = None
+    """What the turns cost at the configured prices; ``None`` when none had a known cost
+    (turns of unknown cost add nothing to it)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"day": self.day, "model": self.model, **{c: getattr(self, c) for c in _COUNTS}}
+        counts = {c: getattr(self, c) for c in _COUNTS}
+        return {"day": self.day, "model": self.model, **counts, "cost": self.cost}
 
 
 def day_of(epoch: float) -> str:
@@ -83,11 +93,19 @@ class SqlUsageLedger:
         self.database = database
         self._sql = Statements(database.dialect, **usage_names(database.dialect, prefix=prefix))
         updates = ", ".join(f"{c} = {{ledger}}.{c} + excluded.{c}" for c in _COUNTS)
+        # a turn of unknown cost leaves the sum as it is (never a made-up figure)
+        cost = (
+            "cost = CASE WHEN excluded.cost IS NULL THEN {ledger}.cost "
+            "ELSE COALESCE({ledger}.cost, 0) + excluded.cost END"
+        )
         self._add = self._sql(
             "INSERT INTO {ledger} (tenant, user_id, session_id, day, model, "
             + ", ".join(_COUNTS)
-            + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (tenant, user_id, session_id, day, model) DO UPDATE SET " + updates
+            + ", cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (tenant, user_id, session_id, day, model) DO UPDATE SET "
+            + updates
+            + ", "
+            + cost
         )
 
     def close(self) -> None:
@@ -106,7 +124,7 @@ class SqlUsageLedger:
         row = (
             user.tenant_id, user.user_id, session_id, day_of(time.time() if at is None else at),
             model, 1, usage.model_calls, usage.input_tokens, usage.output_tokens,
-            usage.tool_calls, usage.retrievals,
+            usage.tool_calls, usage.retrievals, usage.cost,
         )  # fmt: skip
         with self.database.transaction() as conn:
             conn.execute(self._add, row)
@@ -124,7 +142,7 @@ class SqlUsageLedger:
         first: ``owner``'s own, or with ``all_users`` the tenant's (``user_id``: one user
         of it)."""
         since = day_of((time.time() if now is None else now) - (days - 1) * 86400)
-        sums = ", ".join(f"SUM({c})" for c in _COUNTS)
+        sums = ", ".join(f"SUM({c})" for c in (*_COUNTS, "cost"))
         where = "tenant = ? AND day >= ?"
         params: list[Any] = [owner.tenant_id, since]
         who = owner.user_id if not all_users else user_id
@@ -141,8 +159,9 @@ class SqlUsageLedger:
 
 
 def _row(r: Sequence[Any]) -> UsageRow:
-    counts = {c: int(v or 0) for c, v in zip(_COUNTS, r[2:], strict=True)}
-    return UsageRow(day=str(r[0]), model=str(r[1]), **counts)
+    counts = {c: int(v or 0) for c, v in zip(_COUNTS, r[2:-1], strict=True)}
+    cost = None if r[-1] is None else float(r[-1])
+    return UsageRow(day=str(r[0]), model=str(r[1]), **counts, cost=cost)
 
 
 class SqliteUsageLedger(SqlUsageLedger):

@@ -10,7 +10,7 @@ from typing import Any
 from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
-from shelfhand.usage.ledger import SCHEMA, SqlUsageLedger, usage_names
+from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
 
 __all__ = ["USAGE_PG_MIGRATIONS", "PgUsageLedger"]
 
@@ -20,6 +20,10 @@ USAGE_PG_MIGRATIONS = [
     PgMigration(
         name="usage_pg_001_initial",
         sql=POSTGRES.ddl(SCHEMA, **usage_names(POSTGRES, prefix=_PREFIX)),
+    ),
+    PgMigration(
+        name="usage_pg_002_cost",
+        sql=POSTGRES.ddl(ADD_COST, **usage_names(POSTGRES, prefix=_PREFIX)),
     ),
 ]
 

@@ -245,6 +245,7 @@ const REASONS = {
   max_iters: "the model did not finish within its steps",
   empty: "the model gave no answer",
   no_model: "no chat model is configured",
+  budget_exceeded: "a budget ran out before the model could finish",
 };
 
 function showPassage(c) {

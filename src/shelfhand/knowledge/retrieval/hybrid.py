@@ -74,6 +74,7 @@ from shelfhand.knowledge.types import (
     Chunk,
     Scope,
     SearchArgs,
+    SearchCounts,
     SearchHit,
     SearchMode,
     SearchOptions,
@@ -266,7 +267,7 @@ class HybridRetriever:
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
-        hits = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance)
+        hits, fused, relevant = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance)
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         if opts.exact_boost:
@@ -293,7 +294,16 @@ class HybridRetriever:
             total_ms=(time.perf_counter() - t0) * 1000,
             pending_chunks=pending,
         )
-        return SearchResult(hits=tuple(hits), timings=timings, degraded_reason=degraded)
+        counts = SearchCounts(
+            keyword=len(keyword),
+            vector=len({rowid for found in vectors.lists for rowid, _ in found}),
+            fused=fused,
+            relevant=relevant,
+            returned=len(hits),
+        )
+        return SearchResult(
+            hits=tuple(hits), timings=timings, degraded_reason=degraded, counts=counts
+        )
 
     def _vector_side(
         self, query: str, embedded: Mapping[str, Vectors], fetch: int, scope: Scope
@@ -423,14 +433,16 @@ class HybridRetriever:
         vectors: _VectorSide,
         k: int,
         min_relevance: float,
-    ) -> list[SearchHit]:
+    ) -> tuple[list[SearchHit], int, int]:
+        """The top ``k`` hits, and how many candidates were fused and how many of them were
+        relevant enough."""
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
         for found in vectors.lists:
             for i, (rowid, _) in enumerate(found, start=1):
                 vector_rank[rowid] = min(i, vector_rank.get(rowid, i))
         if not keyword and not vectors.lists:
-            return []
+            return [], 0, 0
         cosines = [dict(found) for found in vectors.lists]
         if keyword and vectors.lists:
             self._fill_cosines(keyword, vectors, cosines)
@@ -463,7 +475,7 @@ class HybridRetriever:
                 chunks[rowid] = chunk
                 if len(chosen) == k:
                     break
-        return [
+        hits = [
             SearchHit(
                 chunk=chunks[rowid],
                 score=score,
@@ -474,6 +486,7 @@ class HybridRetriever:
             for rowid, score in chosen
             if rowid in chunks
         ]
+        return hits, len(ranked), len(strong)
 
     def _fill_cosines(
         self,

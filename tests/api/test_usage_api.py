@@ -1,0 +1,114 @@
+"""The usage of a service turn: the reply and the ledger row hold every model call of the
+turn, its subagents' included, and its cost at the configured prices."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from service_helpers import ALICE, ThreadServer, parse_sse, start_thread_server, user_contexts
+
+from shelfhand.api import ServiceConfig, create_app
+from shelfhand.app import App
+from shelfhand.core.messages import Message, ToolCallBlock
+from shelfhand.core.results import Usage
+from shelfhand.core.settings import Settings
+from shelfhand.models.base import ModelResponse
+from shelfhand.testing import FunctionModel, hashing_router
+
+
+def reply(message: Message, input_tokens: int, output_tokens: int) -> ModelResponse:
+    return ModelResponse(
+        message=message, usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    )
+
+
+def call(name: str, arguments: str) -> Message:
+    block = ToolCallBlock(id=f"c-{name}", name=name, arguments=arguments)
+    return Message.assistant(tool_calls=[block])
+
+
+RESEARCHER = """---
+description: Works out sums with the calculator.
+tools: [calculator]
+---
+You are the researcher.
+"""
+
+
+def test_the_services_reply_and_ledger_row_hold_the_turns_whole_usage(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        researcher = "You are the researcher" in messages[0].text
+        if messages[-1].role == "tool":
+            return reply(Message.assistant("42"), *((7, 2) if researcher else (50, 5)))
+        if researcher:
+            return reply(call("calculator", '{"expression": "6*7"}'), 6, 1)
+        return reply(call("researcher", '{"task": "6 乘 7 是多少？"}'), 40, 4)
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "researcher.md").write_text(RESEARCHER, encoding="utf-8")
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    settings = Settings.load(tmp_path, env=env)
+    app = App(settings=settings, model=FunctionModel(turn), router=hashing_router())
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        body = c.post(
+            f"/v1/sessions/{session}/messages", json={"content": "6 乘 7？", "stream": False}
+        ).json()
+        report = c.get("/v1/usage").json()
+    # the supervisor's two calls (40+4, 50+5) and the researcher's (6+1, 7+2); the delegation
+    # and the calculator
+    whole = {"input_tokens": 103, "output_tokens": 12, "model_calls": 4, "tool_calls": 2}
+    assert {k: body["usage"][k] for k in whole} == whole
+    (row,) = report["usage"]
+    assert {k: row[k] for k in whole} == whole
+
+
+def test_the_cost_of_each_turn_reaches_the_reply_the_stream_the_ledger_and_the_cli(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand.prices."qwen-plus"]\ninput = 0.8\noutput = 2.0\n', encoding="utf-8"
+    )
+
+    def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        return reply(Message.assistant("你好！"), 10_000, 1_000)
+
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    model = FunctionModel(turn, name="qwen-plus")
+    app = App(settings=Settings.load(tmp_path, env=env), model=model, router=hashing_router())
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    one = (10_000 * 0.8 + 1_000 * 2.0) / 1_000_000
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        body = c.post(
+            f"/v1/sessions/{session}/messages", json={"content": "你好", "stream": False}
+        ).json()
+        assert body["usage"]["cost"] == pytest.approx(one)
+        streamed = c.post(f"/v1/sessions/{session}/messages", json={"content": "再见"})
+        (final,) = [e for e in parse_sse(streamed.text) if e["type"] == "final"]
+        assert final["usage"]["cost"] == pytest.approx(one)
+        (row,) = c.get("/v1/usage").json()["usage"]
+    assert row["model"] == "qwen-plus" and row["turns"] == 2
+    assert row["cost"] == pytest.approx(2 * one)
+    server.stop()
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "t1"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    header, line = out.stdout.splitlines()[:2]
+    assert header.split()[-1] == "cost" and line.split()[-1] == f"{2 * one:.6f}"

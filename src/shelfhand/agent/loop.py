@@ -88,6 +88,7 @@ class AgentLoop:
     context_tokens: int | None
     replay_repeated_calls: bool
     _schema_cost: tuple[object, int] | None
+    _system: tuple[str, str, Message] | None
     _upfront: UpfrontRetrieval | None
 
     def _loop(
@@ -127,9 +128,7 @@ class AgentLoop:
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(options.get("history", ()))
-        system = Message.system(
-            build_system_prompt(self.system_prompt, summary=memory.summary if memory else "")
-        )
+        system = self._system_message(memory.summary if memory is not None else "")
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
@@ -314,6 +313,15 @@ class AgentLoop:
             cost = (schemas, schema_tokens(schemas))
             self._schema_cost = cost
         return cost[1]
+
+    def _system_message(self, summary: str) -> Message:
+        """The system message for this prompt and conversation summary, kept while neither
+        changes (immutable, so every run may send the same one)."""
+        kept = self._system
+        if kept is None or kept[0] is not self.system_prompt or kept[1] != summary:
+            message = Message.system(build_system_prompt(self.system_prompt, summary=summary))
+            kept = self._system = (self.system_prompt, summary, message)
+        return kept[2]
 
     def _window(self) -> tuple[int, int | None]:
         """The context window and the tokens to reserve for the answer (when known)."""

@@ -72,10 +72,17 @@ def cleaned(
     repeats (``None``: it does not). Tool calls written as text become calls; a reply whose
     text was already ``shown`` (streamed) is never such an echo; an answer loses a replay
     note the model copied into it."""
+    if message.tool_calls:  # the common step: calls, so nothing to recover or tell apart
+        return message, None
     reply = recovered(message, schemas)
-    echo = None if shown else echoed(reply, new)
+    if reply is not message:  # calls written as text: now calls
+        return reply, None
+    text = reply.text
+    echo = None if shown else fallbacks.echoed_result(text, new)
     if echo is None:
-        reply = without_copied_note(reply)
+        answer = fallbacks.without_copied_note(text)
+        if answer != text:
+            reply = replace(reply, content=Message.assistant(answer).content)
     return reply, echo
 
 

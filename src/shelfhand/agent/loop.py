@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import CitationsFound, Event, TextDelta
-from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
@@ -45,7 +45,7 @@ from .budget import (
 from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
 from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
-from .guard import CallGuard
+from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
 from .runs import RunOptions
@@ -67,6 +67,15 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
     with the run's context at that iteration (``dataclasses.replace`` would read the fields
     again at each step, twice the cost of building it from these)."""
     return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
+
+
+def _refused(guard: CallGuard, calls: Sequence[ToolCallBlock]) -> Repeated | None:
+    """The first of ``calls`` that the guard refuses to run again (see :mod:`.guard`)."""
+    for call in calls:
+        repeated = guard.refused(call)
+        if repeated is not None:
+            return repeated
+    return None
 
 
 def _ignore(event: Event) -> None:
@@ -142,7 +151,8 @@ class AgentLoop:
         count = TokenCounter()
         model_past = as_model_sees(past)  # earlier turns' up-front passages as text
         sent = GrowingBound([system, *model_past])
-        logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+        if logger.isEnabledFor(logging.DEBUG):  # the caller's scope is built for it
+            logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
         if self._upfront is not None:
             retrieved: list[ToolResultBlock] = []
             upfront = retrieve_upfront(self._upfront, first, past, run, new, retrieved, sink)
@@ -243,16 +253,18 @@ class AgentLoop:
                 break
             new.append(reply)
 
-            external = tuple(c for c in calls if self._is_external(c.name))
+            external = [c for c in calls if self._is_external(c.name)]
             if external:
                 usage = Usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
                 )  # fmt: skip
-                yield external_final(reply, external, new, citations, run, iteration, usage)
+                yield external_final(
+                    reply, tuple(external), new, citations, run, iteration, usage
+                )
                 return
 
-            repeated = next((r for c in calls if (r := guard.refused(c)) is not None), None)
+            repeated = _refused(guard, calls)
             if repeated is not None:
                 reason = "repeated_call"
                 text = repeated_answer(repeated, citations)
@@ -282,7 +294,9 @@ class AgentLoop:
                 async for event in steps:
                     emit(event)
             tool_calls += len(calls)
-            retrievals += sum(1 for c in calls if c.name == RETRIEVE_TOOL)
+            for call in calls:
+                if call.name == RETRIEVE_TOOL:
+                    retrievals += 1
             found = new_citations(results, citations)
             if found:
                 citations.extend(found)

@@ -102,7 +102,10 @@ def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
 def new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) -> list[Citation]:
     """The citations of ``results`` not already in ``seen`` (a passage retrieved again keeps
     its number, and is listed once)."""
-    if not any(r.citations for r in results):
+    for r in results:
+        if r.citations:
+            break
+    else:
         return []  # most tool results cite nothing
     keys = {(c.index, c.chunk_id) for c in seen}
     out: list[Citation] = []

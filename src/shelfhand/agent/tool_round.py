@@ -116,7 +116,7 @@ async def tool_round(
             done[call.id] = guard.record(call, report.result)
             if events:
                 yield finished(report, done[call.id], tag)
-    results.extend(done[c.id] for c in calls)
+    results.extend([done[c.id] for c in calls])
 
 
 def _identical_groups(

@@ -122,7 +122,7 @@ class CallSharing:
                     future.set_result(outcome)
         return outcome, False, shared
 
-    async def _compute(
+    def _compute(
         self,
         plan: ToolPlan,
         item: Any,
@@ -130,12 +130,26 @@ class CallSharing:
         run: RunContext,
         key: tuple[str, str, str],
         execute: Executor,
-    ) -> CallOutcome:
+    ) -> Awaitable[CallOutcome]:
         """Run the call; for a cached tool with shared state, only one replica runs it: the
-        others wait (at most the tool's timeout) for its cached result (``attempts=0``)."""
-        shared = self.shared
-        if shared is None or not plan.cache_ttl:
-            return await self._attempts(plan, item, arguments, run, execute)
+        others wait (at most the tool's timeout) for its cached result (``attempts=0``).
+
+        Not a coroutine itself: the common call (no shared state) awaits the attempts
+        directly, without a frame in between."""
+        if self.shared is None or not plan.cache_ttl:
+            return self._attempts(plan, item, arguments, run, execute)
+        return self._compute_shared(self.shared, plan, item, arguments, run, key, execute)
+
+    async def _compute_shared(
+        self,
+        shared: SharedGovernanceState,
+        plan: ToolPlan,
+        item: Any,
+        arguments: dict[str, Any],
+        run: RunContext,
+        key: tuple[str, str, str],
+        execute: Executor,
+    ) -> CallOutcome:
         bound = (plan.timeout or 30.0) * plan.attempts + 1.0
         if not shared.lead(key, bound):
             give_up = time.monotonic() + bound  # real time: other replicas work in it

@@ -4,7 +4,8 @@
 # with what else the machine runs, so a refactor can be compared on a busy machine. Each tree
 # runs in its own process twice, with 100 and with 600 timed runs (after the same warm-up);
 # the difference over 500 runs is what one run executes. PYTHONHASHSEED is fixed (0) because
-# the count depends on the string-hash seed (dict and type-cache layouts).
+# the count depends on the string-hash seed (dict and type-cache layouts). Every tree runs with
+# this checkout's bench adapters: the instrument stays the same, only the library changes.
 #
 #   bench/agent_instructions.sh CALLS TREE [TREE ...]   # e.g. 1 . /tmp/wt-before
 #   ADAPTER=fw_shelfhand bench/agent_instructions.sh 1 .  # the sync tool on a worker thread
@@ -37,7 +38,7 @@ asyncio.run(many(n))
 '
 count() {  # tree runs -> instructions of the whole process
   PYTHONHASHSEED=0 PYTHONPATH="$1/src" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$py" -c "$cell" "$1/bench" "$harness" "$calls" "$2" "$adapter" 2>&1 >/dev/null |
+    "$py" -c "$cell" "$PWD/bench" "$harness" "$calls" "$2" "$adapter" 2>&1 >/dev/null |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 for tree in "$@"; do

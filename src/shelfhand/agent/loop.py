@@ -52,7 +52,7 @@ from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
-from .tool_round import retrieve_upfront, tool_round
+from .tool_round import retrieve_upfront, run_alone, tool_round
 
 if TYPE_CHECKING:
     from shelfhand.tools.approvals import Approvals
@@ -259,9 +259,7 @@ class AgentLoop:
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
                 )  # fmt: skip
-                yield external_final(
-                    reply, tuple(external), new, citations, run, iteration, usage
-                )
+                yield external_final(reply, tuple(external), new, citations, run, iteration, usage)
                 return
 
             repeated = _refused(guard, calls)
@@ -279,19 +277,18 @@ class AgentLoop:
                     step_fields = _fields_but_iteration(run)
                 step_run = RunContext(**step_fields, iteration=iteration)
             results: list[ToolResultBlock] = []
-            steps = tool_round(
-                calls, step_run, results, toolkit=self.toolkit,
-                max_concurrency=self.max_concurrency, approvals=approvals, guard=guard,
-                sink=sink,
-            )  # fmt: skip
-            if stream:
+            if not sink.listening and approvals is None and len(calls) == 1:
+                # the round has no events and nothing to ask: no generator for it
+                results.append(await run_alone(calls[0], step_run, self.toolkit, guard))
+            elif stream:
+                steps = self._round(calls, step_run, results, approvals, guard, sink)
                 # closed with the stream: a consumer that stops early withdraws the
                 # round's pending approvals at once
                 async with aclosing(steps):
                     async for event in steps:
                         yield event
             else:
-                async for event in steps:
+                async for event in self._round(calls, step_run, results, approvals, guard, sink):
                     emit(event)
             tool_calls += len(calls)
             for call in calls:
@@ -319,6 +316,21 @@ class AgentLoop:
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
         )  # fmt: skip
         yield final(text, new, citations, run, iteration, usage, reason)
+
+    def _round(
+        self,
+        calls: Sequence[ToolCallBlock],
+        run: RunContext,
+        results: list[ToolResultBlock],
+        approvals: Approvals | None,
+        guard: CallGuard,
+        sink: EventSink,
+    ) -> AsyncGenerator[Event, None]:
+        """The tool round of one step (see :func:`.tool_round.tool_round`)."""
+        return tool_round(
+            calls, run, results, toolkit=self.toolkit, max_concurrency=self.max_concurrency,
+            approvals=approvals, guard=guard, sink=sink,
+        )  # fmt: skip
 
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
         """The schemas' token estimate, kept while the toolkit hands out the same list."""

@@ -22,6 +22,7 @@ The threads are daemon threads: a process that exits does not wait for a tool it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import threading
@@ -139,10 +140,9 @@ def _hand_back(
     result: Any,
     exc: BaseException | None,
 ) -> None:
-    try:
+    # a loop closed meanwhile raises RuntimeError: nobody is waiting any more
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(_settle, future, result, exc)
-    except RuntimeError:  # the loop was closed meanwhile: nobody is waiting any more
-        pass
 
 
 def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

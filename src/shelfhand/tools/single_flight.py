@@ -162,23 +162,27 @@ async def _led(
     attempts: Coroutine[Any, Any, CallOutcome],
 ) -> CallOutcome:
     """``attempts`` once this replica leads the computation of ``key``; the cached result
-    of another replica's (``attempts=0``, ``attempts`` closed unrun) when that comes first."""
-    if not shared.lead(key, bound):
-        give_up = time.monotonic() + bound  # real time: other replicas work in it
-        while time.monotonic() < give_up:
-            await asyncio.sleep(shared.poll_interval)
-            output = shared.cache_get(key)
-            if output is not None:
-                attempts.close()
-                return CallOutcome(output=output, outcome="ok", attempts=0)
-            if not shared.computing(key):
-                break  # the other replica failed (errors are not cached) or gave up
-        if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
-            return await attempts
+    of another replica's (``attempts=0``) when that comes first."""
     try:
-        return await attempts
+        if not shared.lead(key, bound):
+            give_up = time.monotonic() + bound  # real time: other replicas work in it
+            while time.monotonic() < give_up:
+                await asyncio.sleep(shared.poll_interval)
+                output = shared.cache_get(key)
+                if output is not None:
+                    return CallOutcome(output=output, outcome="ok", attempts=0)
+                if not shared.computing(key):
+                    break  # the other replica failed (errors are not cached) or gave up
+            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
+                return await attempts
+        try:
+            return await attempts
+        finally:
+            shared.done(key)
     finally:
-        shared.done(key)
+        # unrun when another replica's result came first or the wait was cancelled: closed
+        # here, not reported as never awaited (a no-op once it has run)
+        attempts.close()
 
 
 class _Flight:

@@ -124,8 +124,9 @@ class ToolOptions(TypedDict, total=False):
             (``ConnectionError``, ``ToolUnavailableError``) open it. Default: none.
         inline: Run a sync function on the event loop instead of a worker thread. Only for
             fast functions that never block (pure computation): it saves the thread hop
-            (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
-            interrupt it. Default ``False``.
+            (two thread wake-ups per call, see :mod:`shelfhand.tools.workers`) but a slow
+            inline function stalls every run, and a timeout cannot interrupt it. Default
+            ``False``.
         breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
             target (e.g. per host), so failures of one target never block others. Default:
             one breaker for the whole tool.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 
 import anyio
@@ -156,3 +157,22 @@ async def test_after_shutdown_the_threads_end_and_a_later_call_starts_new_ones()
     assert await workers.call(str, "again") == "again"
     assert workers.threads == 1
     workers.shutdown()
+
+
+async def test_a_forked_child_starts_with_no_worker_threads_and_can_run_sync_tools() -> None:
+    from shelfhand.tools import workers
+
+    assert await workers.run_sync(str, 1) == "1"
+    assert workers._workers.threads >= 1
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's threads do not exist here
+        ok = workers._workers.threads == 0 and asyncio.run(_in_child()) == "子进程"
+        os._exit(0 if ok else 1)
+    _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def _in_child() -> str:
+    from shelfhand.tools import workers
+
+    return str(await workers.run_sync(str, "子进程"))

@@ -218,7 +218,7 @@ class AgentLoop:
                     raise RuntimeError(f"model {self.model.name} stream ended without a reply")
                 response = streamed
                 # an echo of a tool's JSON result was held back whole: it is not shown
-                reply, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
+                reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
                 rest = gate.finish("" if echo is not None else reply.text)
                 if rest:
                     if shown and not step_shown:
@@ -228,7 +228,7 @@ class AgentLoop:
                 shown = shown or step_shown
             else:
                 response = await self.model.request(request, tools=schemas)
-                reply, echo = cleaned(response.message, schemas, new)
+                reply, calls, echo = cleaned(response.message, schemas, new)
             if chat is not None:
                 end_chat(chat, chat_token, response, first_token)
             if meter is not None:
@@ -237,7 +237,6 @@ class AgentLoop:
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens
                 output_tokens += response.usage.output_tokens
-            calls = reply.tool_calls
             if not calls:
                 reason, text = "final", reply.text
                 if echo is not None or not text.strip():

@@ -67,23 +67,24 @@ def without_copied_note(reply: Message) -> Message:
 
 def cleaned(
     message: Message, schemas: Sequence[ToolSchema], new: Sequence[Message], *, shown: bool = False
-) -> tuple[Message, ToolResultBlock | None]:
-    """The model's reply as the run acts on it, and the tool result of the run that it only
-    repeats (``None``: it does not). Tool calls written as text become calls; a reply whose
-    text was already ``shown`` (streamed) is never such an echo; an answer loses a replay
-    note the model copied into it."""
-    if message.tool_calls:  # the common step: calls, so nothing to recover or tell apart
-        return message, None
+) -> tuple[Message, tuple[ToolCallBlock, ...], ToolResultBlock | None]:
+    """The model's reply as the run acts on it, its tool calls, and the tool result of the run
+    that it only repeats (``None``: it does not). Tool calls written as text become calls; a
+    reply whose text was already ``shown`` (streamed) is never such an echo; an answer loses a
+    replay note the model copied into it."""
+    calls = message.tool_calls
+    if calls:  # the common step: calls, so nothing to recover or tell apart
+        return message, calls, None
     reply = recovered(message, schemas)
     if reply is not message:  # calls written as text: now calls
-        return reply, None
+        return reply, reply.tool_calls, None
     text = reply.text
     echo = None if shown else fallbacks.echoed_result(text, new)
     if echo is None:
         answer = fallbacks.without_copied_note(text)
         if answer != text:
             reply = replace(reply, content=Message.assistant(answer).content)
-    return reply, echo
+    return reply, (), echo
 
 
 def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:

@@ -47,9 +47,12 @@ def run_cell(python: str, harness: Path, fw: str, scenario: str, runs: int) -> d
 
 
 def import_seconds(python: str, stmt: str, n: int = 7) -> float:
+    # this checkout's src, as for the cells (not whatever an editable install points at)
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+
     def wall(code: str) -> float:
         t0 = time.perf_counter()
-        subprocess.run([python, "-c", code], check=True)
+        subprocess.run([python, "-c", code], check=True, env=env)
         return time.perf_counter() - t0
 
     return statistics.median(wall(stmt) for _ in range(n))

@@ -3,37 +3,64 @@
 Same contract as the harness's other ``fw_*.py`` adapters: a scripted model that decides from
 the history it is shown (number of tool results), is offered the tool schemas on every call,
 and counts model calls; ``add`` counts tool calls. Everything else is shelfhand's real code:
-``@tool`` schema + validation, ``Toolkit`` (permission filter, schema cache), ``Agent`` loop,
-immutable messages, sync tools run in a worker thread.
+``@tool`` schema + validation, ``Toolkit`` (permission filter, schema cache, governance),
+``Agent`` loop, immutable messages, sync tools run in a worker thread.
+
+The model is a minimal :class:`~shelfhand.models.base.ChatModel` written here, as the
+LangChain adapter writes its ``BaseChatModel``: it answers with an assistant ``Message``, as
+a provider adapter does. ``shelfhand.testing.FunctionModel`` is made for tests: it keeps every
+request and a copy of every schema offered (``requests``, ``tool_schemas``), about twice the
+cost of this model per request, none of it the loop's.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import version
 from typing import Any
 
 import common  # type: ignore[import-not-found]  # the harness puts its own folder on sys.path
 
 from shelfhand import Agent, Toolkit, tool
-from shelfhand.core.messages import Message
-from shelfhand.testing import FunctionModel, text, tool_call
+from shelfhand.core.messages import Message, ToolCallBlock
+from shelfhand.models.base import ModelResponse, StreamChunk, StreamDone, StreamText, ToolSchema
 
 NAME = "shelfhand"
 VERSION = f"shelfhand {version('shelfhand')}"
 IS_ASYNC = True
-NOTES = "Agent + Toolkit + @tool, FunctionModel; sync tool in a worker thread"
+NOTES = "Agent + Toolkit + @tool, scripted ChatModel; sync tool in a worker thread"
 
 
-def _model() -> FunctionModel:
-    def decide(messages: list[Message], tools: list[dict[str, Any]]) -> Any:
+class ScriptedModel:
+    """Asks for ``add`` until ``N_CALLS`` results are in the history, then answers."""
+
+    name = "scripted"
+
+    async def request(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
+    ) -> ModelResponse:
         common.CALLS[0] += 1
         n = sum(1 for m in messages if m.role == "tool")
         call = common.decide(n, N_CALLS[0])
         if call is None:
-            return text(common.FINAL_TEXT)
-        return tool_call(call["name"], call["args"], id=call["id"])
+            return ModelResponse(message=Message.assistant(common.FINAL_TEXT), finish_reason="stop")
+        block = ToolCallBlock(id=call["id"], name=call["name"], arguments=json.dumps(call["args"]))
+        return ModelResponse(
+            message=Message.assistant(tool_calls=(block,)), finish_reason="tool_calls"
+        )
 
-    return FunctionModel(decide)
+    async def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
+    ) -> AsyncIterator[StreamChunk]:
+        response = await self.request(messages, tools=tools)
+        if response.message.text:
+            yield StreamText(text=response.message.text)
+        yield StreamDone(response=response)
+
+
+def _model() -> ScriptedModel:
+    return ScriptedModel()
 
 
 N_CALLS = [1]

@@ -130,6 +130,7 @@ class Agent(AgentLoop):
         self.context_tokens = context_tokens
         self.replay_repeated_calls = replay_repeated_calls
         self._schema_cost = None
+        self._system = None
         self.retrieval = check_answer_retrieval(retrieval)
         self.answer_check = answer_check
         self.prices = prices

@@ -132,7 +132,8 @@ def fit_messages(
     count: Callable[[Message], int] = message_tokens,
     bound: int | None = None,
 ) -> list[Message]:
-    """``messages`` cut to fit ``budget`` tokens (see the module doc).
+    """``messages`` cut to fit ``budget`` tokens (see the module doc); ``messages`` itself
+    when it is a list that fits.
 
     Args:
         messages: The request: system prompt first.
@@ -147,7 +148,8 @@ def fit_messages(
         ContextBudgetError: even the messages that must stay do not fit.
     """
     if (bound if bound is not None else sum(map(size_bound, messages))) <= budget:
-        return list(messages)  # the common case, decided without estimating anything
+        # the common case, decided without estimating anything (a list is not copied)
+        return messages if isinstance(messages, list) else list(messages)
     sizes = [count(m) for m in messages]
     total = sum(sizes)
     if total <= budget:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
-from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage
 from shelfhand.core.step_counts import current_counting
@@ -48,14 +48,14 @@ from .budget_stop import budget_final, budget_stop
 from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
 from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
-from .guard import CallGuard
+from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
 from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
-from .tool_round import retrieve_upfront, tool_round
+from .tool_round import retrieve_upfront, run_alone, tool_round
 
 if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
@@ -83,6 +83,15 @@ def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
     return usage
 
 
+def _refused(guard: CallGuard, calls: Sequence[ToolCallBlock]) -> Repeated | None:
+    """The first of ``calls`` that the guard refuses to run again (see :mod:`.guard`)."""
+    for call in calls:
+        repeated = guard.refused(call)
+        if repeated is not None:
+            return repeated
+    return None
+
+
 def _ignore(event: Event) -> None:
     """Where a step's events would go in a run nobody watches (none are built)."""
 
@@ -103,6 +112,7 @@ class AgentLoop:
     replay_repeated_calls: bool
     prices: Mapping[str, ModelPrice] | None
     _schema_cost: tuple[object, int] | None
+    _system: tuple[str, str, Message] | None
     _upfront: UpfrontRetrieval | None
 
     def _loop(
@@ -142,9 +152,7 @@ class AgentLoop:
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(options.get("history", ()))
-        system = Message.system(
-            build_system_prompt(self.system_prompt, summary=memory.summary if memory else "")
-        )
+        system = self._system_message(memory.summary if memory is not None else "")
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
@@ -161,7 +169,8 @@ class AgentLoop:
         count = TokenCounter()
         model_past = as_model_sees(past)  # earlier turns' up-front passages as text
         sent = GrowingBound([system, *model_past])
-        logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
+        if logger.isEnabledFor(logging.DEBUG):  # the caller's scope is built for it
+            logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
         if self._upfront is not None:
             retrieved: list[ToolResultBlock] = []
             upfront = retrieve_upfront(self._upfront, first, past, run, new, retrieved, sink)
@@ -236,7 +245,7 @@ class AgentLoop:
                     raise RuntimeError(f"model {self.model.name} stream ended without a reply")
                 response = streamed
                 # an echo of a tool's JSON result was held back whole: it is not shown
-                reply, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
+                reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
                 rest = gate.finish("" if echo is not None else reply.text)
                 if rest:
                     if shown and not step_shown:
@@ -246,7 +255,7 @@ class AgentLoop:
                 shown = shown or step_shown
             else:
                 response = await self.model.request(request, tools=schemas)
-                reply, echo = cleaned(response.message, schemas, new)
+                reply, calls, echo = cleaned(response.message, schemas, new)
             if chat is not None:
                 end_chat(chat, response, first_token)
             if meter is not None:
@@ -257,7 +266,6 @@ class AgentLoop:
                 output_tokens += response.usage.output_tokens
             if cost is not None:  # a call whose usage is unknown makes the run's unknown
                 cost = cost + price.cost(response.usage) if price and response.usage else None
-            calls = reply.tool_calls
             if not calls:
                 reason, text = "final", reply.text
                 if echo is not None or not text.strip():
@@ -273,17 +281,17 @@ class AgentLoop:
                 break
             new.append(reply)
 
-            external = tuple(c for c in calls if self._is_external(c.name))
+            external = [c for c in calls if self._is_external(c.name)]
             if external:
                 usage = _ended(run, options, Usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
                     cost=cost,
                 ))  # fmt: skip
-                yield external_final(reply, external, new, citations, run, iteration, usage)
+                yield external_final(reply, tuple(external), new, citations, run, iteration, usage)
                 return
 
-            repeated = next((r for c in calls if (r := guard.refused(c)) is not None), None)
+            repeated = _refused(guard, calls)
             if repeated is not None:
                 reason = "repeated_call"
                 text = repeated_answer(repeated, citations)
@@ -298,22 +306,23 @@ class AgentLoop:
                     step_fields = _fields_but_iteration(run)
                 step_run = RunContext(**step_fields, iteration=iteration)
             results: list[ToolResultBlock] = []
-            steps = tool_round(
-                calls, step_run, results, toolkit=self.toolkit,
-                max_concurrency=self.max_concurrency, approvals=approvals, guard=guard,
-                sink=sink,
-            )  # fmt: skip
-            if stream:
+            if not sink.listening and approvals is None and len(calls) == 1:
+                # the round has no events and nothing to ask: no generator for it
+                results.append(await run_alone(calls[0], step_run, self.toolkit, guard))
+            elif stream:
+                steps = self._round(calls, step_run, results, approvals, guard, sink)
                 # closed with the stream: a consumer that stops early withdraws the
                 # round's pending approvals at once
                 async with aclosing(steps):
                     async for event in steps:
                         yield event
             else:
-                async for event in steps:
+                async for event in self._round(calls, step_run, results, approvals, guard, sink):
                     emit(event)
             tool_calls += len(calls)
-            retrievals += sum(1 for c in calls if c.name == RETRIEVE_TOOL)
+            for call in calls:
+                if call.name == RETRIEVE_TOOL:
+                    retrievals += 1
             found = new_citations(results, citations)
             if found:
                 citations.extend(found)
@@ -343,6 +352,21 @@ class AgentLoop:
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)
 
+    def _round(
+        self,
+        calls: Sequence[ToolCallBlock],
+        run: RunContext,
+        results: list[ToolResultBlock],
+        approvals: Approvals | None,
+        guard: CallGuard,
+        sink: EventSink,
+    ) -> AsyncGenerator[Event, None]:
+        """The tool round of one step (see :func:`.tool_round.tool_round`)."""
+        return tool_round(
+            calls, run, results, toolkit=self.toolkit, max_concurrency=self.max_concurrency,
+            approvals=approvals, guard=guard, sink=sink,
+        )  # fmt: skip
+
     def _tools_tokens(self, schemas: Sequence[ToolSchema]) -> int:
         """The schemas' token estimate, kept while the toolkit hands out the same list."""
         cost = self._schema_cost
@@ -350,6 +374,15 @@ class AgentLoop:
             cost = (schemas, schema_tokens(schemas))
             self._schema_cost = cost
         return cost[1]
+
+    def _system_message(self, summary: str) -> Message:
+        """The system message for this prompt and conversation summary, kept while neither
+        changes (immutable, so every run may send the same one)."""
+        kept = self._system
+        if kept is None or kept[0] is not self.system_prompt or kept[1] != summary:
+            message = Message.system(build_system_prompt(self.system_prompt, summary=summary))
+            kept = self._system = (self.system_prompt, summary, message)
+        return kept[2]
 
     def _window(self) -> tuple[int, int | None]:
         """The context window and the tokens to reserve for the answer (when known)."""

@@ -67,16 +67,24 @@ def without_copied_note(reply: Message) -> Message:
 
 def cleaned(
     message: Message, schemas: Sequence[ToolSchema], new: Sequence[Message], *, shown: bool = False
-) -> tuple[Message, ToolResultBlock | None]:
-    """The model's reply as the run acts on it, and the tool result of the run that it only
-    repeats (``None``: it does not). Tool calls written as text become calls; a reply whose
-    text was already ``shown`` (streamed) is never such an echo; an answer loses a replay
-    note the model copied into it."""
+) -> tuple[Message, tuple[ToolCallBlock, ...], ToolResultBlock | None]:
+    """The model's reply as the run acts on it, its tool calls, and the tool result of the run
+    that it only repeats (``None``: it does not). Tool calls written as text become calls; a
+    reply whose text was already ``shown`` (streamed) is never such an echo; an answer loses a
+    replay note the model copied into it."""
+    calls = message.tool_calls
+    if calls:  # the common step: calls, so nothing to recover or tell apart
+        return message, calls, None
     reply = recovered(message, schemas)
-    echo = None if shown else echoed(reply, new)
+    if reply is not message:  # calls written as text: now calls
+        return reply, reply.tool_calls, None
+    text = reply.text
+    echo = None if shown else fallbacks.echoed_result(text, new)
     if echo is None:
-        reply = without_copied_note(reply)
-    return reply, echo
+        answer = fallbacks.without_copied_note(text)
+        if answer != text:
+            reply = replace(reply, content=Message.assistant(answer).content)
+    return reply, (), echo
 
 
 def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
@@ -95,7 +103,10 @@ def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
 def new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) -> list[Citation]:
     """The citations of ``results`` not already in ``seen`` (a passage retrieved again keeps
     its number, and is listed once)."""
-    if not any(r.citations for r in results):
+    for r in results:
+        if r.citations:
+            break
+    else:
         return []  # most tool results cite nothing
     keys = {(c.index, c.chunk_id) for c in seen}
     out: list[Citation] = []

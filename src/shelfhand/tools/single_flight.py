@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.tools.audit import canonical_json
@@ -39,7 +39,7 @@ class CallSharing:
     _inflight: dict[tuple[str, str, str], _Flight]
     _waiting: dict[tuple[str, str, str], int]
     _attempts: Callable[
-        [ToolPlan, Any, dict[str, Any], RunContext, Executor], Awaitable[CallOutcome]
+        [ToolPlan, Any, dict[str, Any], RunContext, Executor], Coroutine[Any, Any, CallOutcome]
     ]
     """Run the call: the pipeline's attempts (retries, breakers, timeouts; ``Governance``)."""
 
@@ -122,7 +122,7 @@ class CallSharing:
                     future.set_result(outcome)
         return outcome, False, shared
 
-    async def _compute(
+    def _compute(
         self,
         plan: ToolPlan,
         item: Any,
@@ -130,28 +130,16 @@ class CallSharing:
         run: RunContext,
         key: tuple[str, str, str],
         execute: Executor,
-    ) -> CallOutcome:
+    ) -> Awaitable[CallOutcome]:
         """Run the call; for a cached tool with shared state, only one replica runs it: the
-        others wait (at most the tool's timeout) for its cached result (``attempts=0``)."""
-        shared = self.shared
-        if shared is None or not plan.cache_ttl:
-            return await self._attempts(plan, item, arguments, run, execute)
-        bound = (plan.timeout or 30.0) * plan.attempts + 1.0
-        if not shared.lead(key, bound):
-            give_up = time.monotonic() + bound  # real time: other replicas work in it
-            while time.monotonic() < give_up:
-                await asyncio.sleep(shared.poll_interval)
-                output = shared.cache_get(key)
-                if output is not None:
-                    return CallOutcome(output=output, outcome="ok", attempts=0)
-                if not shared.computing(key):
-                    break  # the other replica failed (errors are not cached) or gave up
-            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
-                return await self._attempts(plan, item, arguments, run, execute)
-        try:
-            return await self._attempts(plan, item, arguments, run, execute)
-        finally:
-            shared.done(key)
+        others wait (at most the tool's timeout) for its cached result (``attempts=0``).
+
+        Not a coroutine itself: the common call (no shared state) awaits the attempts
+        directly, without a frame in between."""
+        attempts = self._attempts(plan, item, arguments, run, execute)
+        if self.shared is None or not plan.cache_ttl:
+            return attempts
+        return _led(self.shared, key, (plan.timeout or 30.0) * plan.attempts + 1.0, attempts)
 
     def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
         if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
@@ -165,6 +153,36 @@ class CallSharing:
                 return
             del cache[next(iter(cache))]  # oldest insertion first
         cache[key] = (self.clock() + plan.cache_ttl, outcome.output)
+
+
+async def _led(
+    shared: SharedGovernanceState,
+    key: tuple[str, str, str],
+    bound: float,
+    attempts: Coroutine[Any, Any, CallOutcome],
+) -> CallOutcome:
+    """``attempts`` once this replica leads the computation of ``key``; the cached result
+    of another replica's (``attempts=0``) when that comes first."""
+    try:
+        if not shared.lead(key, bound):
+            give_up = time.monotonic() + bound  # real time: other replicas work in it
+            while time.monotonic() < give_up:
+                await asyncio.sleep(shared.poll_interval)
+                output = shared.cache_get(key)
+                if output is not None:
+                    return CallOutcome(output=output, outcome="ok", attempts=0)
+                if not shared.computing(key):
+                    break  # the other replica failed (errors are not cached) or gave up
+            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
+                return await attempts
+        try:
+            return await attempts
+        finally:
+            shared.done(key)
+    finally:
+        # unrun when another replica's result came first or the wait was cancelled: closed
+        # here, not reported as never awaited (a no-op once it has run)
+        attempts.close()
 
 
 class _Flight:

@@ -18,14 +18,10 @@ at decoration.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 import inspect
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypedDict, TypeVar, Unpack, overload
 
@@ -37,6 +33,7 @@ from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
+from shelfhand.tools.workers import run_sync
 
 __all__ = [
     "BreakerKey",
@@ -56,24 +53,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-SYNC_TOOL_THREADS = 32
-"""Worker threads for sync tools. More than the loop's default executor (cores + 4), because a
-timed-out sync tool cannot be stopped and keeps its thread until it returns."""
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _sync_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(
-                    SYNC_TOOL_THREADS, thread_name_prefix="shelfhand-tool"
-                )
-    return _executor
-
 
 _DONE = "done"
 
@@ -145,8 +124,9 @@ class ToolOptions(TypedDict, total=False):
             (``ConnectionError``, ``ToolUnavailableError``) open it. Default: none.
         inline: Run a sync function on the event loop instead of a worker thread. Only for
             fast functions that never block (pure computation): it saves the thread hop
-            (~65–90 us) but a slow inline function stalls every run, and a timeout cannot
-            interrupt it. Default ``False``.
+            (two thread wake-ups per call, see :mod:`shelfhand.tools.workers`) but a slow
+            inline function stalls every run, and a timeout cannot interrupt it. Default
+            ``False``.
         breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
             target (e.g. per host), so failures of one target never block others. Default:
             one breaker for the whole tool.
@@ -344,13 +324,9 @@ class Tool(Generic[P, R]):
         elif self.inline:
             result = self.func(*args, **kwargs)
         else:
-            call = functools.partial(self.func, *args, **kwargs)
-            # The loop's executor hop costs about half of anyio.to_thread's (measured ~65 vs
-            # ~130 us per call). On cancel the future is abandoned: a timed-out sync tool
-            # cannot be stopped, only not waited for. Context variables travel with the call.
-            ctx = contextvars.copy_context()
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(_sync_executor(), ctx.run, call)
+            # a worker thread (see .workers): on cancel the call is abandoned, a timed-out
+            # sync tool cannot be stopped, only not waited for; context variables travel
+            result = await run_sync(self.func, *args, **kwargs)
         return serialise_result(result)
 
 

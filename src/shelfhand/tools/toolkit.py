@@ -316,10 +316,7 @@ class Toolkit(ToolRegistry):
     @staticmethod
     def _repair(item: AnyTool, arguments: Any) -> tuple[Any, list[str]]:
         """Undo mechanical slips in the arguments (see :mod:`shelfhand.tools.repair`)."""
-        if isinstance(arguments, dict) and not any(
-            k in _SCHEMA_KEYWORDS or (isinstance(v, str) and v.lstrip()[:1] in _JSON_OPENERS)
-            for k, v in arguments.items()
-        ):
+        if isinstance(arguments, dict) and not _may_need_repair(arguments):
             # the common case: no echoed schema keyword, no string that could hold JSON
             return arguments, []
         parameters = item.schema().get("function", {}).get("parameters") or {}
@@ -431,6 +428,17 @@ class Toolkit(ToolRegistry):
         names = ", ".join(t.name for t in visible)
         available = f"Available tools: {names}." if names else "No tools are available."
         return f"unknown tool {name!r}. {available}"
+
+
+def _may_need_repair(arguments: dict[str, Any]) -> bool:
+    """Whether an argument is an echoed schema keyword or a string that could hold JSON (a
+    loop, not ``any`` over a generator: it runs for every call)."""
+    for key, value in arguments.items():
+        if key in _SCHEMA_KEYWORDS:
+            return True
+        if isinstance(value, str) and value.lstrip()[:1] in _JSON_OPENERS:
+            return True
+    return False
 
 
 def _error(call: ToolCallBlock, message: str) -> ToolResultBlock:

@@ -153,7 +153,14 @@ class Agent(AgentLoop):
         if self.answer_check is None:
             return result
         question = prompt if isinstance(prompt, str) else prompt.text
-        return self.answer_check.apply(result, question)
+        checked = self.answer_check.apply(result, question)
+        memory = self.memory
+        if checked.messages is not result.messages and memory is not None and result.messages:
+            # the loop remembered the model's answer; the next turn must see the one shown
+            kept = memory.messages
+            if kept and kept[-1] is result.messages[-1]:
+                kept[-1] = checked.messages[-1]
+        return checked
 
     async def _run_quiet(
         self,

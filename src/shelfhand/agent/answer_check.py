@@ -164,9 +164,11 @@ def extractive_result(result: RunResult, why: str, question: str) -> RunResult |
 
 
 def _replaced(result: RunResult, why: str, question: str) -> RunResult:
+    """``result`` with the answer that replaces its own; its transcript ends with that answer
+    too, so the conversation's memory holds what the user read, not what the model wrote."""
     extracted = extractive_result(result, why, question)
     if extracted is not None:
-        return extracted
+        return replace(extracted, messages=_answered(result, extracted.output))
     if why in ("ungrounded", "prompt_echo"):
         return replace(
             result,
@@ -174,6 +176,7 @@ def _replaced(result: RunResult, why: str, question: str) -> RunResult:
             grounding=None,
             fallback_reason=why,
             unknown_citations=(),
+            messages=_answered(result, NOT_COVERED),
         )
     return replace(result, fallback_reason=why) if why != "refusal" else result
 
@@ -201,7 +204,7 @@ def no_model_answer(result: RunResult, question: str) -> RunResult:
 
 def _answered(result: RunResult, output: str) -> tuple[Message, ...]:
     """``result``'s transcript with its last message (the answer) saying ``output``."""
-    if not result.messages:
+    if not result.messages or result.messages[-1].role != "assistant":
         return result.messages
     last = result.messages[-1]
     return (*result.messages[:-1], Message.assistant(output, citations=last.citations))

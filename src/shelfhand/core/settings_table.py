@@ -54,8 +54,9 @@ TOOL_CHOICES = ("auto", "required", "none")
 TOOL_MODES = ("native", "plain", "constrained")
 RERANK_MODES = ("off", "endpoint", "llm")
 TRACING_MODES = ("stored", "off")
-BUILTIN_TOOLS = ("calculator", "current_time", "http_get")
-"""The built-in tools an agent may opt into (setting ``builtin_tools``); none by default."""
+BUILTIN_TOOLS = ("calculator", "current_time", "http_get", "remember")
+"""The built-in tools an agent may opt into (setting ``builtin_tools``); none by default.
+``remember`` (long-term memory per user) exists in the service only."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
@@ -216,7 +217,8 @@ SETTINGS: tuple[Setting, ...] = (
        "Fused hits shown to the reranker."),
     _s("builtin_tools", "SHELFHAND_BUILTIN_TOOLS", Names(options=BUILTIN_TOOLS), (),
        "Built-in tools offered to chat answers besides retrieve (none by default): "
-       "calculator, current_time, http_get."),
+       "calculator, current_time, http_get, remember (the service's long-term memory "
+       "per user)."),
     _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
        "Check each answer against its passages: fallback (an ungrounded answer becomes the "
        "passages' own sentences), flag (only flagged) or off."),

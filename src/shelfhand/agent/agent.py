@@ -30,7 +30,7 @@ from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel
 from shelfhand.tools.toolkit import Toolkit
 
-from .answer_check import AnswerCheck
+from .answer_check import AnswerCheck, replacement
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .loop import AgentLoop
 from .memory import ConversationMemory
@@ -202,5 +202,10 @@ class Agent(AgentLoop):
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Final) and self.answer_check is not None:
-                    event = Final(result=self._checked(event.result, prompt))
+                    checked = self._checked(event.result, prompt)
+                    # the deltas were the model's answer: say it was replaced, and by what
+                    replaced = replacement(event.result, checked)
+                    if replaced is not None:
+                        yield replaced
+                    event = Final(result=checked)
                 yield event

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shelfhand.core.citations import cited_numbers, unknown_citations
+from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 
@@ -34,12 +35,14 @@ from .grounding_check import check_grounding, facts
 
 __all__ = [
     "AGENT_SCAFFOLDS",
+    "REPLACED_NOTICE",
     "AnswerCheck",
     "echoes_scaffold",
     "extractive_result",
     "is_refusal",
     "no_model_answer",
     "relevant_citations",
+    "replacement",
 ]
 
 AGENT_SCAFFOLDS: tuple[str, ...] = (PASSAGES_INTRO, FAILED_INTRO, NUDGE, ECHO_NUDGE)
@@ -59,6 +62,8 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
+REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
+"""What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -126,6 +131,16 @@ class AnswerCheck:
         if not why or not self.fallback:
             return checked
         return _replaced(checked, why, question)
+
+
+def replacement(before: RunResult, after: RunResult) -> AnswerReplaced | None:
+    """The event telling a stream's clients that the check replaced ``before``'s answer by
+    ``after``'s; ``None`` when the answer stands."""
+    if not after.fallback_reason or after.output == before.output:
+        return None
+    reason = after.fallback_reason
+    notice = REPLACED_NOTICE.format(reason=reason.replace("_", " "))
+    return AnswerReplaced(reason=reason, output=after.output, notice=notice)
 
 
 def _claims_without_evidence(result: RunResult) -> bool:

@@ -220,6 +220,12 @@ function renderGrounding(answer) {
   if (!ev) return;
   const notes = document.createElement("div");
   notes.className = "grounding";
+  if (answer.replaced) {
+    const p = document.createElement("p");
+    p.className = "replaced";
+    p.textContent = answer.replaced + ".";
+    notes.appendChild(p);
+  }
   if (ev.extractive) {
     const p = document.createElement("p");
     p.className = "extractive";
@@ -305,9 +311,10 @@ async function send(text) {
       else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
       else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
       else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
+      // the deltas were the model's answer: the check's answer takes their place
+      else if (type === "answer_replaced") { answer.text = ev.output; answer.replaced = ev.notice; renderAnswer(answer); }
       else if (type === "final") {
-        // the checked answer replaces what was streamed when the check replaced it
-        if (!answer.text || ev.extractive || ev.fallback_reason) answer.text = ev.output;
+        if (!answer.text) answer.text = ev.output;
         answer.final = ev;
         renderAnswer(answer);
         addTraceButton(answer, ev.trace_id, ev.usage);

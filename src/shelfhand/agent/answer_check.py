@@ -39,9 +39,11 @@ __all__ = [
     "AnswerCheck",
     "echoes_scaffold",
     "extractive_result",
+    "failed_model_answer",
     "is_refusal",
     "no_model_answer",
     "relevant_citations",
+    "replaced_by",
     "replacement",
 ]
 
@@ -138,9 +140,14 @@ def replacement(before: RunResult, after: RunResult) -> AnswerReplaced | None:
     ``after``'s; ``None`` when the answer stands."""
     if not after.fallback_reason or after.output == before.output:
         return None
-    reason = after.fallback_reason
+    return replaced_by(after)
+
+
+def replaced_by(result: RunResult) -> AnswerReplaced:
+    """The event saying that ``result``'s answer took the place of the one streamed before."""
+    reason = result.fallback_reason
     notice = REPLACED_NOTICE.format(reason=reason.replace("_", " "))
-    return AnswerReplaced(reason=reason, output=after.output, notice=notice)
+    return AnswerReplaced(reason=reason, output=result.output, notice=notice)
 
 
 def _claims_without_evidence(result: RunResult) -> bool:
@@ -215,6 +222,24 @@ def no_model_answer(result: RunResult, question: str) -> RunResult:
         fallback_reason="no_model",
         messages=_answered(result, NOT_COVERED),
     )
+
+
+def failed_model_answer(
+    question: str, citations: Sequence[Citation], why: str, *, trace_id: str = ""
+) -> RunResult | None:
+    """The answer of a turn whose chat model failed after its passages were found: their
+    best sentences (``fallback_reason`` = ``why``, the failure's code), or ``None`` when
+    no passage is about ``question`` (then there is nothing to show but the failure)."""
+    found = RunResult(
+        output="",
+        messages=(Message.user(question), Message.assistant("")),
+        citations=tuple(citations),
+        trace_id=trace_id,
+    )
+    extracted = extractive_result(found, why, question)
+    if extracted is None:
+        return None
+    return replace(extracted, messages=_answered(found, extracted.output))
 
 
 def _answered(result: RunResult, output: str) -> tuple[Message, ...]:

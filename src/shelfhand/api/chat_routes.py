@@ -344,6 +344,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
         grounding=final.get("grounding"),
         extractive=final.get("extractive", False),
         fallback_reason=final.get("fallback_reason", ""),
+        error=final.get("error", ""),
         tool_steps=list(steps.values()),
         stop_reason=final.get("stop_reason", "final"),
         usage=final.get("usage", {}),

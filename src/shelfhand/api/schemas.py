@@ -152,7 +152,13 @@ class ChatReply(BaseModel):
     fallback_reason: str = Field(
         default="",
         description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
-        "repeated_call, max_iters, empty or no_model.",
+        "repeated_call, max_iters, empty, no_model, or model_error / model_timeout (the chat "
+        "model failed after the passages were found; see error).",
+    )
+    error: str = Field(
+        default="",
+        description="How the chat model failed, when the output is the passages' sentences "
+        "because it did (fallback_reason model_error or model_timeout).",
     )
     tool_steps: list[ToolStep]
     stop_reason: str

@@ -251,6 +251,8 @@ const REASONS = {
   max_iters: "the model did not finish within its steps",
   empty: "the model gave no answer",
   no_model: "no chat model is configured",
+  model_error: "the chat model failed",
+  model_timeout: "the chat model did not answer in time",
 };
 
 function showPassage(c) {

@@ -260,6 +260,7 @@ class App:
                 rerank_candidates=self.settings.rerank_candidates,
                 min_relevance=self.settings.min_relevance,
                 keyword_common_share=self.settings.keyword_common_share,
+                synonyms=self.settings.synonyms,
                 database_url=database_url,
                 read_limits=read_limits,
                 qdrant_url=self.settings.qdrant_url,

@@ -23,6 +23,7 @@ from shelfhand.core.setting_kinds import (
     Switch,
     Text,
     Url,
+    WordGroups,
 )
 
 __all__ = [
@@ -231,6 +232,9 @@ SETTINGS: tuple[Setting, ...] = (
        Number(low=0.0, high=1.0, low_open=True), DEFAULT_KEYWORD_COMMON_SHARE,
        "Query terms in more than this share of the chunks do not rank keyword hits while "
        "rarer terms find enough; 1 keeps every term."),
+    _s("synonyms", "SHELFHAND_SYNONYMS", WordGroups(), (),
+       "Groups of words a search treats as one (\"开封 拆封\"), added to the built-in "
+       "ones; a query holding one word of a group also searches for the others."),
     _s("database_url", "SHELFHAND_DATABASE_URL",
        Url(schemes=("postgresql", "postgres"), quote=False), None,
        "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",

@@ -146,14 +146,14 @@ class Agent(AgentLoop):
         """
         # nobody reads the steps: none of their events is built
         result = await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
-        return self._checked(result, prompt)
+        return await self._checked(result, prompt)
 
-    def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
+    async def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
         """``result`` through the answer check, when the agent has one."""
         if self.answer_check is None:
             return result
         question = prompt if isinstance(prompt, str) else prompt.text
-        checked = self.answer_check.apply(result, question)
+        checked = await self.answer_check.review(result, question)
         memory = self.memory
         if checked.messages is not result.messages and memory is not None and result.messages:
             # the loop remembered the model's answer; the next turn must see the one shown
@@ -202,7 +202,7 @@ class Agent(AgentLoop):
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Final) and self.answer_check is not None:
-                    checked = self._checked(event.result, prompt)
+                    checked = await self._checked(event.result, prompt)
                     # the deltas were the model's answer: say it was replaced, and by what
                     replaced = replacement(event.result, checked)
                     if replaced is not None:

@@ -32,6 +32,7 @@ from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts
+from .model_check import JUDGE_INSTRUCTIONS, ModelJudge
 
 __all__ = [
     "AGENT_SCAFFOLDS",
@@ -47,7 +48,13 @@ __all__ = [
     "replacement",
 ]
 
-AGENT_SCAFFOLDS: tuple[str, ...] = (PASSAGES_INTRO, FAILED_INTRO, NUDGE, ECHO_NUDGE)
+AGENT_SCAFFOLDS: tuple[str, ...] = (
+    PASSAGES_INTRO,
+    FAILED_INTRO,
+    NUDGE,
+    ECHO_NUDGE,
+    JUDGE_INSTRUCTIONS,
+)
 """The agent's own prompt text that a model may copy into its answer."""
 _SCAFFOLD_WORDS = 6
 """A run of this many words of a prompt, in an answer, is an echo of it."""
@@ -102,6 +109,9 @@ class AnswerCheck:
 
     fallback: bool = True
     scaffolds: tuple[str, ...] = AGENT_SCAFFOLDS
+    judge: ModelJudge | None = None
+    """The stronger check (the chat model judges each sentence), used by :meth:`review`;
+    ``None``: the lexical check alone."""
 
     def reason(self, result: RunResult) -> str:
         """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
@@ -121,18 +131,38 @@ class AnswerCheck:
         return ""
 
     def apply(self, result: RunResult, question: str) -> RunResult:
-        """``result`` with its answer checked and, when it cannot be trusted, replaced."""
+        """``result`` with its answer checked (lexically) and, when it cannot be trusted,
+        replaced."""
         if result.stop_reason != "final":
-            why = self.reason(result)
-            return _replaced(result, why, question) if why and self.fallback else result
-        checked = result
+            return self._decided(result, question)
+        return self._decided(self._checked(result, question), question)
+
+    async def review(self, result: RunResult, question: str) -> RunResult:
+        """:meth:`apply`, with the :attr:`judge`'s verdict on each sentence when there is
+        one (its failure leaves the lexical check, with a note)."""
+        if self.judge is None or result.stop_reason != "final":
+            return self.apply(result, question)
+        checked = self._checked(result, question)
+        if checked.grounding is not None and checked.citations:
+            grounding = await self.judge.review(checked.grounding, checked.citations)
+            checked = replace(checked, grounding=grounding)
+        return self._decided(checked, question)
+
+    def _checked(self, result: RunResult, question: str) -> RunResult:
         if result.citations or _claims_without_evidence(result):
             grounding = check_grounding(result.output, result.citations, question=question)
-            checked = replace(result, grounding=grounding)
+            return replace(result, grounding=grounding)
+        return result
+
+    def _decided(self, checked: RunResult, question: str) -> RunResult:
         why = self.reason(checked)
         if not why or not self.fallback:
             return checked
-        return _replaced(checked, why, question)
+        replaced = _replaced(checked, why, question)
+        note = checked.grounding.note if checked.grounding is not None else ""
+        if note and replaced.grounding is not None:  # why the judge did not decide: kept
+            return replace(replaced, grounding=replace(replaced.grounding, note=note))
+        return replaced
 
 
 def replacement(before: RunResult, after: RunResult) -> AnswerReplaced | None:

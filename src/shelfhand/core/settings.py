@@ -118,6 +118,8 @@ class Settings:
     rerank_candidates: int = _D["rerank_candidates"]
     builtin_tools: tuple[str, ...] = _D["builtin_tools"]
     answer_check: str = _D["answer_check"]
+    answer_judge: str = _D["answer_judge"]
+    answer_judge_timeout: float = _D["answer_judge_timeout"]
     query_rewrite: bool = _D["query_rewrite"]
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]

@@ -28,6 +28,7 @@ from shelfhand.core.setting_kinds import (
 
 __all__ = [
     "ANSWER_CHECKS",
+    "ANSWER_JUDGES",
     "ANSWER_RETRIEVAL_MODES",
     "BUILTIN_TOOLS",
     "DEFAULT_KEYWORD_COMMON_SHARE",
@@ -59,6 +60,7 @@ BUILTIN_TOOLS = ("calculator", "current_time", "http_get", "remember")
 """The built-in tools an agent may opt into (setting ``builtin_tools``); none by default.
 ``remember`` (long-term memory per user) exists in the service only."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
+ANSWER_JUDGES = ("off", "model")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -223,6 +225,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
        "Check each answer against its passages: fallback (an ungrounded answer becomes the "
        "passages' own sentences), flag (only flagged) or off."),
+    _s("answer_judge", "SHELFHAND_ANSWER_JUDGE", Choice(options=ANSWER_JUDGES), "off",
+       "The stronger answer check: model (the chat model judges each sentence against its "
+       "passages; the lexical check stands when it fails) or off."),
+    _s("answer_judge_timeout", "SHELFHAND_ANSWER_JUDGE_TIMEOUT",
+       Number(low=0.0, high=600.0, low_open=True), 20.0,
+       "Seconds the model's check of one answer may take; past it the lexical check stands."),
     _s("query_rewrite", "SHELFHAND_QUERY_REWRITE", Switch(), False,
        "The chat model rewrites a follow-up into a self-contained query for retrieval."),
     _s("min_relevance", "SHELFHAND_MIN_RELEVANCE", Number(low=0.0, high=1.0),

@@ -5,9 +5,6 @@ the real openai SDK and a chat-completions server on 127.0.0.1)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,24 +52,7 @@ def test_chat_with_demo_tools_answers_the_stock_question(tmp_path: Path, server:
         Reply(sse=[chunk({"role": "assistant", "tool_calls": [call]}, "tool_calls")]),
         Reply(sse=[chunk({"content": "12 in stock."}), chunk({}, "stop")]),
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update(
-        SHELFHAND_WORKSPACE=str(tmp_path),
-        SHELFHAND_EMBEDDER="hashing",
-        SHELFHAND_MODEL="local-model",
-        OPENAI_BASE_URL=server.url,
-        OPENAI_API_KEY="sk-test-not-a-secret",
-        COLUMNS="200",
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", "chat", "--demo-tools"],
-        input="Is SKU2024-011 in stock?\n\n",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    out = run_cli(["chat", "--demo-tools"], tmp_path, server, stdin="Is SKU2024-011 in stock?\n\n")
 
     assert out.returncode == 0, out.stderr
     assert "query_stock" in offered(server)[0]

@@ -217,3 +217,18 @@ async def test_a_refusal_over_passages_only_loosely_about_the_question_is_kept(
 
     assert result.citations  # passages came back: the model was not overruled by them
     assert result.output == refusal and not result.extractive
+
+
+async def test_an_answer_that_is_only_a_passage_heading_is_replaced(kb: KnowledgeBase) -> None:
+    # the 0.5B model's answer to this question: the heading of the first passage
+    result = await agent(kb, text("未拆封商品")).run("开封后的投影仪可以退货吗？", context=ACME)
+
+    assert result.extractive and result.fallback_reason == "heading_echo"
+    assert "7 天" in result.output
+
+
+async def test_an_answer_naming_a_heading_in_a_sentence_is_kept(kb: KnowledgeBase) -> None:
+    answer = "已拆封商品自签收之日起 7 天内可申请退货。"
+    result = await agent(kb, text(answer)).run("开封后的投影仪可以退货吗？", context=ACME)
+
+    assert not result.extractive and result.output == answer

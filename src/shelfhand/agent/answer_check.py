@@ -43,6 +43,7 @@ __all__ = [
     "failed_model_answer",
     "is_refusal",
     "no_model_answer",
+    "only_a_heading",
     "relevant_citations",
     "replaced_by",
     "replacement",
@@ -91,6 +92,25 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
     return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
 
 
+_CITE_MARK = re.compile(r"\[\d{1,3}\]")
+_EDGES = " \t\n#*>-:：。.!！?？、,，"
+
+
+def only_a_heading(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` is nothing but a title or section heading of the passages (a small
+    model copies the evidence's formatting: "未拆封商品" for a question about opened goods)."""
+    text = _CITE_MARK.sub("", answer).strip(_EDGES)
+    if not text:
+        return False
+    headings = {
+        part.strip(_EDGES)
+        for c in citations
+        for part in (c.title, *c.section.replace("›", ">").split(">"))
+        if part.strip()
+    }
+    return text in headings
+
+
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` says it cannot answer or that the information is missing."""
     return bool(_REFUSAL.search(answer))
@@ -121,6 +141,8 @@ class AnswerCheck:
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
+        if result.citations and only_a_heading(result.output, result.citations):
+            return "heading_echo"
         if not result.citations and result.grounding is None:
             return ""
         if is_refusal(result.output):

@@ -152,7 +152,7 @@ class ChatReply(BaseModel):
     fallback_reason: str = Field(
         default="",
         description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
-        "repeated_call, max_iters, empty, no_model, or model_error / model_timeout (the chat "
+        "heading_echo, repeated_call, max_iters, empty, no_model, or model_error / model_timeout (the chat "
         "model failed after the passages were found; see error).",
     )
     error: str = Field(

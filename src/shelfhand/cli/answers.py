@@ -43,6 +43,7 @@ REASONS = {
     "empty": "the model gave no answer",
     "no_model": "no chat model is configured",
     "model_error": "the chat model failed",
+    "heading_echo": "the model answered with a passage's heading only",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
 

@@ -88,5 +88,5 @@ class RunResult:
     words); ``fallback_reason`` says why."""
     fallback_reason: str = ""
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``prompt_echo``,
-    ``repeated_call``, ``max_iters``, ``empty`` or ``no_model``; in the service also
+    ``heading_echo``, ``repeated_call``, ``max_iters``, ``empty`` or ``no_model``; in the service also
     ``model_error`` or ``model_timeout`` (the model failed after the passages were found)."""

@@ -247,6 +247,7 @@ const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
   prompt_echo: "the model repeated its instructions",
+  heading_echo: "the model answered with a passage's heading only",
   repeated_call: "the model kept repeating a failing tool call",
   max_iters: "the model did not finish within its steps",
   empty: "the model gave no answer",

@@ -56,7 +56,8 @@ DOCUMENTED: dict[str, set[str]] = {
     },
     "shelfhand.agent": {
         "Agent", "AnswerCheck", "ConversationMemory", "DEFAULT_SYSTEM_PROMPT", "KnowledgeAgent",
-        "LlmReranker", "QueryRewriter", "Subagent", "Supervisor", "as_tool", "check_grounding",
+        "LlmReranker", "ModelJudge", "QueryRewriter", "Subagent", "Supervisor", "as_tool",
+        "check_grounding",
         "conditional", "extractive_answer", "fan_out", "retrieve_tool", "sequential",
     },
     "shelfhand.tools": {

@@ -260,6 +260,7 @@ class App:
                 rerank_candidates=self.settings.rerank_candidates,
                 min_relevance=self.settings.min_relevance,
                 keyword_common_share=self.settings.keyword_common_share,
+                synonyms=self.settings.synonyms,
                 database_url=database_url,
                 read_limits=read_limits,
                 qdrant_url=self.settings.qdrant_url,
@@ -419,17 +420,25 @@ class App:
         db = demo_database(self.settings.workspace / DEMO_SHOP)
         self.extra_tools = (*self.extra_tools, *make_tools(db))
 
-    def answer_check(self) -> AnswerCheck | None:
+    def answer_check(self, model: ChatModel | None = None) -> AnswerCheck | None:
         """The check of chat answers against their passages (setting ``answer_check``):
         ``fallback`` replaces an answer that cannot be trusted by the passages' own sentences,
-        ``flag`` only flags it, ``off`` returns ``None``."""
+        ``flag`` only flags it, ``off`` returns ``None``. With ``answer_judge = "model"``,
+        ``model`` also judges each sentence (:mod:`shelfhand.agent.model_check`)."""
         mode = self.settings.answer_check
         if mode == "off":
             return None
         from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
         from shelfhand.providers.tool_modes import PROMPT_TEXTS
 
-        return AnswerCheck(fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
+        judge = None
+        if model is not None and self.settings.answer_judge == "model":
+            from shelfhand.agent.model_check import ModelJudge
+
+            judge = ModelJudge(model=model, timeout=self.settings.answer_judge_timeout)
+        return AnswerCheck(
+            fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS, judge=judge
+        )
 
     def chat_agent(
         self,
@@ -462,7 +471,7 @@ class App:
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",
             rewriter=self.query_rewriter(model),
-            answer_check=self.answer_check() if kb is not None else None,
+            answer_check=self.answer_check(model) if kb is not None else None,
             prices=self.settings.prices,
         )
 

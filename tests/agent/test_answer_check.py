@@ -14,7 +14,7 @@ from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
 from shelfhand.agent.extractive import LEAD
 from shelfhand.agent.fallbacks import NOT_COVERED
-from shelfhand.core.events import Final
+from shelfhand.core.events import AnswerReplaced, Final, TextDelta
 from shelfhand.core.results import RunResult
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import ScriptedModel, text, tool_call
@@ -140,14 +140,29 @@ async def test_a_blank_answer_ends_with_the_passages_sentences(kb: KnowledgeBase
     assert result.extractive and result.fallback_reason == "empty"
 
 
-async def test_a_stream_ends_with_the_checked_result(kb: KnowledgeBase) -> None:
-    finals: list[RunResult] = []
-    async for event in agent(kb, text("整机保修期为 36 个月 [1]。")).stream(WARRANTY, context=ACME):
-        if isinstance(event, Final):
-            finals.append(event.result)
+async def test_a_stream_says_the_answer_was_replaced_then_ends_with_the_checked_result(
+    kb: KnowledgeBase,
+) -> None:
+    events = [
+        e
+        async for e in agent(kb, text("整机保修期为 36 个月 [1]。")).stream(WARRANTY, context=ACME)
+    ]
+    finals = [e.result for e in events if isinstance(e, Final)]
 
     assert len(finals) == 1 and finals[0].extractive
     assert "24 个月" in finals[0].output
+    replaced = events[-2]
+    assert isinstance(replaced, AnswerReplaced) and replaced.reason == "ungrounded"
+    assert replaced.output == finals[0].output and "(ungrounded)" in replaced.notice
+    assert "36" in "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+async def test_a_stream_whose_answer_stands_has_no_replaced_event(kb: KnowledgeBase) -> None:
+    answer = text("2025 年起购买的投影仪整机保修期为 24 个月。")
+    events = [e async for e in agent(kb, answer).stream(WARRANTY, context=ACME)]
+
+    assert isinstance(events[-1], Final) and not events[-1].result.extractive
+    assert not any(isinstance(e, AnswerReplaced) for e in events)
 
 
 async def test_an_answer_without_passages_is_not_checked(kb: KnowledgeBase) -> None:
@@ -202,3 +217,18 @@ async def test_a_refusal_over_passages_only_loosely_about_the_question_is_kept(
 
     assert result.citations  # passages came back: the model was not overruled by them
     assert result.output == refusal and not result.extractive
+
+
+async def test_an_answer_that_is_only_a_passage_heading_is_replaced(kb: KnowledgeBase) -> None:
+    # the 0.5B model's answer to this question: the heading of the first passage
+    result = await agent(kb, text("未拆封商品")).run("开封后的投影仪可以退货吗？", context=ACME)
+
+    assert result.extractive and result.fallback_reason == "heading_echo"
+    assert "7 天" in result.output
+
+
+async def test_an_answer_naming_a_heading_in_a_sentence_is_kept(kb: KnowledgeBase) -> None:
+    answer = "已拆封商品自签收之日起 7 天内可申请退货。"
+    result = await agent(kb, text(answer)).run("开封后的投影仪可以退货吗？", context=ACME)
+
+    assert not result.extractive and result.output == answer

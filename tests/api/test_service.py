@@ -33,19 +33,25 @@ from shelfhand.testing import FunctionModel, text, tool_call
 from shelfhand.tools.tool import tool
 
 
-def make_app(workspace: Path, model: Any | None) -> App:
+def make_app(workspace: Path, model: Any | None, **env: str) -> App:
     # these models script the turn from its first request: no up-front retrieval before it
     # (the default, ``both``, is covered by tests/api/test_service_answer_retrieval.py)
-    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool", **env}
     settings = Settings.load(workspace, env=env)
     return App(settings=settings, model=model, router=EmbeddingRouter({"any": HashingEmbedder()}))
 
 
 def serve_app(
-    workspace: Path, model: Any | None, servers: list[ThreadServer], **config: Any
+    workspace: Path,
+    model: Any | None,
+    servers: list[ThreadServer],
+    env: dict[str, str] | None = None,
+    **config: Any,
 ) -> ThreadServer:
     api = create_app(
-        make_app(workspace, model), config=ServiceConfig(**config), api_keys=user_contexts()
+        make_app(workspace, model, **(env or {})),
+        config=ServiceConfig(**config),
+        api_keys=user_contexts(),
     )
     server = start_thread_server(api)
     servers.append(server)
@@ -133,7 +139,8 @@ def test_remembered_facts_reach_later_sessions_in_their_own_section_and_stay_in_
             return tool_call("remember", {"fact": "用户的投影仪型号是 P20，偏好中文回答"})
         return text("好的。")
 
-    server = serve_app(tmp_path, FunctionModel(model), thread_servers)
+    opted = {"SHELFHAND_BUILTIN_TOOLS": "remember"}  # long-term memory is opt-in
+    server = serve_app(tmp_path, FunctionModel(model), thread_servers, opted)
     with (
         httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as alice,
         httpx.Client(base_url=server.url, headers=BOB, timeout=30) as bob,
@@ -242,10 +249,36 @@ def test_the_tool_list_is_what_the_model_may_call_for_this_caller(
     server.service.toolkit.add(reindex)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
         tools = {t["name"]: t for t in c.get("/v1/tools").json()["tools"]}
-    # built-ins are opt-in (builtin_tools): a document question is offered retrieve
-    assert {"retrieve", "remember"} == set(tools) and "reindex" not in tools
+    # built-ins (remember too) are opt-in: a document question is offered retrieve
+    assert {"retrieve"} == set(tools) and "reindex" not in tools
     assert set(tools["retrieve"]["parameters"]["properties"]) == {"query", "top_k"}
     assert tools["retrieve"]["read_only"] is True
+
+
+@pytest.mark.parametrize(
+    ("opted", "offered"), [("", ["retrieve"]), ("remember", ["remember", "retrieve"])]
+)
+def test_a_document_question_is_offered_retrieve_alone_unless_more_is_opted_in(
+    tmp_path: Path, thread_servers: list[ThreadServer], opted: str, offered: list[str]
+) -> None:
+    seen: list[list[str]] = []
+
+    def model(messages: list[Message], tools: list[Any]) -> str:
+        seen.append(sorted(t["function"]["name"] for t in tools))
+        return "退货期限是 7 天。"
+
+    env = {"SHELFHAND_ANSWER_RETRIEVAL": "both", "SHELFHAND_BUILTIN_TOOLS": opted}
+    server = serve_app(tmp_path, FunctionModel(model), thread_servers, env)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(
+            f"/v1/sessions/{session}/messages",
+            json={"content": "退货期限是多久？", "stream": False},
+        )
+        listed = sorted(t["name"] for t in c.get("/v1/tools").json()["tools"])
+
+    assert r.status_code == 200, r.text
+    assert seen == [offered] and listed == offered
 
 
 def test_the_openapi_schema_publishes_the_v1_routes(

@@ -82,10 +82,26 @@ def test_the_stream_ends_with_the_checked_answer(server: ThreadServer) -> None:
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
         session = c.post("/v1/sessions").json()["id"]
         r = c.post(f"/v1/sessions/{session}/messages", json={"content": "E-203 要冷却多久？"})
-    final = parse_sse(r.text)[-1]
+    events = parse_sse(r.text)
+    replaced, final = events[-2], events[-1]
 
     assert final["type"] == "final" and final["extractive"] is True
     assert "30 分钟" in final["output"] and final["grounding"]["grounded"] is True
+    # a client that concatenates the deltas learns they were replaced, and by what
+    assert replaced["_event"] == replaced["type"] == "answer_replaced"
+    assert replaced["reason"] == "ungrounded" and replaced["output"] == final["output"]
+    assert replaced["notice"].startswith("The answer above was replaced")
+    assert "90" in "".join(e["text"] for e in events if e["type"] == "text_delta")
+
+
+def test_a_stream_whose_answer_stands_has_no_replaced_event(server: ThreadServer) -> None:
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{session}/messages", json={"content": "E-203 是什么故障？"})
+    events = parse_sse(r.text)
+
+    assert events[-1]["type"] == "final" and not events[-1]["extractive"]
+    assert "answer_replaced" not in {e["type"] for e in events}
 
 
 def test_two_tenants_asking_at_once_each_get_the_check_of_their_own_answer(

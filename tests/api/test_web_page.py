@@ -51,12 +51,11 @@ if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
 
 @pytest.fixture
 def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
-    model = CyclingScriptModel(
-        [
-            tool_call("retrieve", {"query": "E-203 故障"}),
-            text("E-203 表示灯泡过热，请清理风扇 [1]。另见 [9]。"),
-        ]
-    )
+    yield from _page_server(tmp_path, "E-203 表示灯泡过热，请清理风扇 [1]。另见 [9]。")
+
+
+def _page_server(tmp_path: Path, answer: str) -> Iterator[ThreadServer]:
+    model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203 故障"}), text(answer)])
     app = App(
         settings=Settings.load(tmp_path, env={}),
         model=model,
@@ -128,3 +127,15 @@ def test_an_answer_opens_its_trace_with_the_tree_times_and_scored_passages(
         sync_api.expect(retrieval).to_contain_text("retrieval")
         sync_api.expect(retrieval.locator(".hits li").first).to_contain_text("troubleshooting.md")
         page.screenshot(path=str(ARTIFACTS / "web-trace.png"), full_page=True)
+
+
+def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
+    tmp_path: Path,
+) -> None:
+    for server in _page_server(tmp_path, "E-203 出现时请关机冷却 90 分钟 [1]。"):
+        with asked(server, "E-203 要冷却多久？", height=800) as page:
+            answer = page.locator(".msg.assistant .answer").last
+            sync_api.expect(answer).to_contain_text("From the documents:")
+            sync_api.expect(answer).not_to_contain_text("90 分钟")
+            notes = page.locator(".msg.assistant .grounding .replaced").last
+            sync_api.expect(notes).to_contain_text("The answer above was replaced")

@@ -11,10 +11,15 @@ from typing import Any
 
 
 def run_cli(
-    args: list[str], workspace: Path, server: Any | None = None, **env_extra: str
+    args: list[str],
+    workspace: Path,
+    server: Any | None = None,
+    *,
+    stdin: str | None = None,
+    **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
     """``shelfhand ARGS`` on ``workspace`` with hashing embeddings; with ``server`` (a chat
-    server on 127.0.0.1) as its chat model."""
+    server on 127.0.0.1) as its chat model; ``stdin``: what is typed (``chat``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
     env.update(SHELFHAND_WORKSPACE=str(workspace), SHELFHAND_EMBEDDER="hashing", COLUMNS="200")
     if server is not None:
@@ -26,6 +31,7 @@ def run_cli(
     env.update(env_extra)
     return subprocess.run(
         [sys.executable, "-m", "shelfhand.cli", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         env=env,

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "KnowledgeAgent": "shelfhand.agent.retrieve",
     "retrieve_tool": "shelfhand.agent.retrieve",
     "LlmReranker": "shelfhand.agent.llm_rerank",
+    "ModelJudge": "shelfhand.agent.model_check",
     "QueryRewriter": "shelfhand.agent.rewrite",
     "Subagent": "shelfhand.agent.subagents",
     "Supervisor": "shelfhand.agent.supervisor",
@@ -37,6 +38,7 @@ __all__ = [
     "ConversationMemory",
     "KnowledgeAgent",
     "LlmReranker",
+    "ModelJudge",
     "QueryRewriter",
     "Subagent",
     "Supervisor",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.grounding_check import check_grounding
     from shelfhand.agent.llm_rerank import LlmReranker
     from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.agent.model_check import ModelJudge
     from shelfhand.agent.pipelines import conditional, fan_out, sequential
     from shelfhand.agent.retrieve import KnowledgeAgent, retrieve_tool
     from shelfhand.agent.rewrite import QueryRewriter

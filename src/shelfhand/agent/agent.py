@@ -30,7 +30,7 @@ from shelfhand.core.settings import AnswerRetrieval, check_answer_retrieval
 from shelfhand.models.base import ChatModel
 from shelfhand.tools.toolkit import Toolkit
 
-from .answer_check import AnswerCheck
+from .answer_check import AnswerCheck, replacement
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .loop import AgentLoop
 from .memory import ConversationMemory
@@ -153,14 +153,21 @@ class Agent(AgentLoop):
         """
         # nobody reads the steps: none of their events is built
         result = await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
-        return self._checked(result, prompt)
+        return await self._checked(result, prompt)
 
-    def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
+    async def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
         """``result`` through the answer check, when the agent has one."""
         if self.answer_check is None:
             return result
         question = prompt if isinstance(prompt, str) else prompt.text
-        return self.answer_check.apply(result, question)
+        checked = await self.answer_check.review(result, question)
+        memory = self.memory
+        if checked.messages is not result.messages and memory is not None and result.messages:
+            # the loop remembered the model's answer; the next turn must see the one shown
+            kept = memory.messages
+            if kept and kept[-1] is result.messages[-1]:
+                kept[-1] = checked.messages[-1]
+        return checked
 
     async def _run_quiet(
         self,
@@ -202,5 +209,10 @@ class Agent(AgentLoop):
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Final) and self.answer_check is not None:
-                    event = Final(result=self._checked(event.result, prompt))
+                    checked = await self._checked(event.result, prompt)
+                    # the deltas were the model's answer: say it was replaced, and by what
+                    replaced = replacement(event.result, checked)
+                    if replaced is not None:
+                        yield replaced
+                    event = Final(result=checked)
                 yield event

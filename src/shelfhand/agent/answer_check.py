@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shelfhand.core.citations import cited_numbers, unknown_citations
+from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 
@@ -31,18 +32,30 @@ from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts
+from .model_check import JUDGE_INSTRUCTIONS, ModelJudge
 
 __all__ = [
     "AGENT_SCAFFOLDS",
+    "REPLACED_NOTICE",
     "AnswerCheck",
     "echoes_scaffold",
     "extractive_result",
+    "failed_model_answer",
     "is_refusal",
     "no_model_answer",
+    "only_a_heading",
     "relevant_citations",
+    "replaced_by",
+    "replacement",
 ]
 
-AGENT_SCAFFOLDS: tuple[str, ...] = (PASSAGES_INTRO, FAILED_INTRO, NUDGE, ECHO_NUDGE)
+AGENT_SCAFFOLDS: tuple[str, ...] = (
+    PASSAGES_INTRO,
+    FAILED_INTRO,
+    NUDGE,
+    ECHO_NUDGE,
+    JUDGE_INSTRUCTIONS,
+)
 """The agent's own prompt text that a model may copy into its answer."""
 _SCAFFOLD_WORDS = 6
 """A run of this many words of a prompt, in an answer, is an echo of it."""
@@ -59,6 +72,8 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
+REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
+"""What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -75,6 +90,25 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
         return False
     own = _shingles(answer, _SCAFFOLD_WORDS)
     return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
+
+
+_CITE_MARK = re.compile(r"\[\d{1,3}\]")
+_EDGES = " \t\n#*>-:：。.!！?？、,，"
+
+
+def only_a_heading(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` is nothing but a title or section heading of the passages (a small
+    model copies the evidence's formatting: "未拆封商品" for a question about opened goods)."""
+    text = _CITE_MARK.sub("", answer).strip(_EDGES)
+    if not text:
+        return False
+    headings = {
+        part.strip(_EDGES)
+        for c in citations
+        for part in (c.title, *c.section.replace("›", ">").split(">"))
+        if part.strip()
+    }
+    return text in headings
 
 
 def is_refusal(answer: str) -> bool:
@@ -95,6 +129,9 @@ class AnswerCheck:
 
     fallback: bool = True
     scaffolds: tuple[str, ...] = AGENT_SCAFFOLDS
+    judge: ModelJudge | None = None
+    """The stronger check (the chat model judges each sentence), used by :meth:`review`;
+    ``None``: the lexical check alone."""
 
     def reason(self, result: RunResult) -> str:
         """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
@@ -104,6 +141,8 @@ class AnswerCheck:
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
+        if result.citations and only_a_heading(result.output, result.citations):
+            return "heading_echo"
         if not result.citations and result.grounding is None:
             return ""
         if is_refusal(result.output):
@@ -114,18 +153,53 @@ class AnswerCheck:
         return ""
 
     def apply(self, result: RunResult, question: str) -> RunResult:
-        """``result`` with its answer checked and, when it cannot be trusted, replaced."""
+        """``result`` with its answer checked (lexically) and, when it cannot be trusted,
+        replaced."""
         if result.stop_reason != "final":
-            why = self.reason(result)
-            return _replaced(result, why, question) if why and self.fallback else result
-        checked = result
+            return self._decided(result, question)
+        return self._decided(self._checked(result, question), question)
+
+    async def review(self, result: RunResult, question: str) -> RunResult:
+        """:meth:`apply`, with the :attr:`judge`'s verdict on each sentence when there is
+        one (its failure leaves the lexical check, with a note)."""
+        if self.judge is None or result.stop_reason != "final":
+            return self.apply(result, question)
+        checked = self._checked(result, question)
+        if checked.grounding is not None and checked.citations:
+            grounding = await self.judge.review(checked.grounding, checked.citations)
+            checked = replace(checked, grounding=grounding)
+        return self._decided(checked, question)
+
+    def _checked(self, result: RunResult, question: str) -> RunResult:
         if result.citations or _claims_without_evidence(result):
             grounding = check_grounding(result.output, result.citations, question=question)
-            checked = replace(result, grounding=grounding)
+            return replace(result, grounding=grounding)
+        return result
+
+    def _decided(self, checked: RunResult, question: str) -> RunResult:
         why = self.reason(checked)
         if not why or not self.fallback:
             return checked
-        return _replaced(checked, why, question)
+        replaced = _replaced(checked, why, question)
+        note = checked.grounding.note if checked.grounding is not None else ""
+        if note and replaced.grounding is not None:  # why the judge did not decide: kept
+            return replace(replaced, grounding=replace(replaced.grounding, note=note))
+        return replaced
+
+
+def replacement(before: RunResult, after: RunResult) -> AnswerReplaced | None:
+    """The event telling a stream's clients that the check replaced ``before``'s answer by
+    ``after``'s; ``None`` when the answer stands."""
+    if not after.fallback_reason or after.output == before.output:
+        return None
+    return replaced_by(after)
+
+
+def replaced_by(result: RunResult) -> AnswerReplaced:
+    """The event saying that ``result``'s answer took the place of the one streamed before."""
+    reason = result.fallback_reason
+    notice = REPLACED_NOTICE.format(reason=reason.replace("_", " "))
+    return AnswerReplaced(reason=reason, output=result.output, notice=notice)
 
 
 def _claims_without_evidence(result: RunResult) -> bool:
@@ -164,9 +238,11 @@ def extractive_result(result: RunResult, why: str, question: str) -> RunResult |
 
 
 def _replaced(result: RunResult, why: str, question: str) -> RunResult:
+    """``result`` with the answer that replaces its own; its transcript ends with that answer
+    too, so the conversation's memory holds what the user read, not what the model wrote."""
     extracted = extractive_result(result, why, question)
     if extracted is not None:
-        return extracted
+        return replace(extracted, messages=_answered(result, extracted.output))
     if why in ("ungrounded", "prompt_echo"):
         return replace(
             result,
@@ -174,6 +250,7 @@ def _replaced(result: RunResult, why: str, question: str) -> RunResult:
             grounding=None,
             fallback_reason=why,
             unknown_citations=(),
+            messages=_answered(result, NOT_COVERED),
         )
     return replace(result, fallback_reason=why) if why != "refusal" else result
 
@@ -199,9 +276,27 @@ def no_model_answer(result: RunResult, question: str) -> RunResult:
     )
 
 
+def failed_model_answer(
+    question: str, citations: Sequence[Citation], why: str, *, trace_id: str = ""
+) -> RunResult | None:
+    """The answer of a turn whose chat model failed after its passages were found: their
+    best sentences (``fallback_reason`` = ``why``, the failure's code), or ``None`` when
+    no passage is about ``question`` (then there is nothing to show but the failure)."""
+    found = RunResult(
+        output="",
+        messages=(Message.user(question), Message.assistant("")),
+        citations=tuple(citations),
+        trace_id=trace_id,
+    )
+    extracted = extractive_result(found, why, question)
+    if extracted is None:
+        return None
+    return replace(extracted, messages=_answered(found, extracted.output))
+
+
 def _answered(result: RunResult, output: str) -> tuple[Message, ...]:
     """``result``'s transcript with its last message (the answer) saying ``output``."""
-    if not result.messages:
+    if not result.messages or result.messages[-1].role != "assistant":
         return result.messages
     last = result.messages[-1]
     return (*result.messages[:-1], Message.assistant(output, citations=last.citations))

@@ -12,6 +12,7 @@ extracted when no passage is about the question: then the documents do not cover
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -19,7 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import query_identifiers
+from shelfhand.knowledge.analysis import (
+    SynonymTable,
+    query_identifiers,
+    synonym_candidates,
+    synonym_table,
+    with_synonyms,
+)
 
 from .grounding_check import split_sentences, words
 
@@ -125,6 +132,38 @@ def _candidates(
     return out
 
 
+def _asked(question: str, passages: Sequence[Citation]) -> set[str]:
+    """The question's words, a word no passage holds taken as its synonym that some passage
+    holds (开封 as 拆封: the search does the same, :mod:`shelfhand.knowledge.analysis`)."""
+    asked = _without_compounds(words(question))
+    table = _synonyms()
+    maybe = synonym_candidates(sorted(asked), table)
+    if not maybe:
+        return asked
+    held = [words(_headed(c)) for c in passages]
+    doc_freq = {w: sum(w in h for h in held) for w in maybe}
+    return set(with_synonyms(sorted(asked), table, doc_freq))
+
+
+def _without_compounds(asked: set[str]) -> set[str]:
+    """``asked`` without a Chinese word whose parts it also holds (投影仪 beside 投影): the
+    search-mode segmentation gives both, and a passage holding the compound holds its parts,
+    so counting both would weigh one idea twice."""
+    return {
+        w
+        for w in asked
+        if not (_CJK_WORD.fullmatch(w) and any(p != w and p in w for p in asked if len(p) > 1))
+    }
+
+
+_CJK_WORD = re.compile(r"[\u3400-\u9fff]{3,}")
+
+
+@functools.cache
+def _synonyms() -> SynonymTable:
+    return synonym_table()
+
+
 def extractive_answer(
     question: str,
     citations: Sequence[Citation],
@@ -135,9 +174,9 @@ def extractive_answer(
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
     under the lead line :data:`LEAD`; ``None`` when no passage holds ``min_relevance`` of
     the question's words (or lacks an identifier it names)."""
-    question_words = words(question)
     ids = query_identifiers(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
+    question_words = _asked(question, passages)
     candidates = _candidates(passages, question_words, ids, min_relevance)
     if not candidates:
         return None

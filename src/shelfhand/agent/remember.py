@@ -12,6 +12,8 @@ from shelfhand.core.context import UserContext
 from shelfhand.sessions.user_memory import UserMemoryStore
 from shelfhand.tools.tool import Tool, tool
 
+REMEMBER_TOOL = "remember"
+"""The tool's name, also its name in the ``builtin_tools`` setting (opt-in)."""
 REMEMBER_DESCRIPTION = (
     "Save a lasting fact or preference about the current user (their product model, preferred "
     "language, how they like answers) so that later conversations can use it. Save one short "
@@ -34,4 +36,4 @@ def make_remember_tool(store: UserMemoryStore) -> Tool[Any, Any]:
             return f"not saved: {exc}"
         return f"saved: {item.content}"
 
-    return tool(name="remember", description=REMEMBER_DESCRIPTION, idempotent=True)(remember)
+    return tool(name=REMEMBER_TOOL, description=REMEMBER_DESCRIPTION, idempotent=True)(remember)

@@ -345,6 +345,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
         extractive=final.get("extractive", False),
         fallback_reason=final.get("fallback_reason", ""),
         budget=final.get("budget"),
+        error=final.get("error", ""),
         tool_steps=list(steps.values()),
         stop_reason=final.get("stop_reason", "final"),
         usage=final.get("usage", {}),

@@ -363,19 +363,13 @@ def citation_info(final: Mapping[str, Any], *, session_id: str, trace_id: str) -
     }
 
 
-REPLACED_NOTICE = (
-    "\n\n---\nThe answer above was replaced after checking it against the documents ({reason}):\n\n"
-)
-"""Streamed before the checked answer when the check replaced the streamed one."""
-
-
-def replaced_notice(final: Mapping[str, Any], streamed: str) -> str:
-    """The notice to stream before the checked answer when the answer check replaced the
-    text already streamed (a client cannot unsee deltas); '' when nothing was replaced."""
-    output = str(final.get("output", ""))
-    if not final.get("fallback_reason") or output.strip() == streamed.strip():
+def replaced_notice(replaced: Mapping[str, Any] | None, streamed: str) -> str:
+    """What an append-only stream sends before the checked answer when the turn's
+    ``answer_replaced`` event said the check replaced the text already streamed (a client
+    cannot unsee deltas): the event's notice; '' when nothing was replaced or streamed."""
+    if replaced is None or not streamed.strip():
         return ""
-    return REPLACED_NOTICE.format(reason=str(final["fallback_reason"]).replace("_", " "))
+    return f"\n\n---\n{replaced.get('notice', '')}:\n\n"
 
 
 class _Reply:
@@ -389,6 +383,8 @@ class _Reply:
         self.created = int(time.time())
         self.streamed: list[str] = []
         """The answer's text as streamed so far (the model's, before the answer check)."""
+        self.replaced: dict[str, Any] | None = None
+        """The turn's ``answer_replaced`` event, once it came."""
 
     def extra(self, final: Mapping[str, Any]) -> tuple[dict[str, Any], list[Citation]]:
         info = citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
@@ -458,6 +454,8 @@ class _Reply:
                         yield self.chunk({"content": item["text"]})
                     elif steps and kind in ("tool_started", "tool_finished"):
                         yield self.chunk({"content": _step_line(item)})
+                    elif kind == "answer_replaced":
+                        self.replaced = item
                     elif kind == "final":
                         for part in self._ending(item, usage=usage):
                             yield part
@@ -467,8 +465,8 @@ class _Reply:
         info, citations = self.extra(final)
         parts = []
         output = str(final.get("output", ""))
-        notice = replaced_notice(final, "".join(self.streamed))
-        if notice:  # the checked answer follows the deltas, said to be the one that counts
+        if self.replaced is not None:  # the checked answer follows the deltas, said to be
+            notice = replaced_notice(self.replaced, "".join(self.streamed))  # the one that counts
             parts.append(self.chunk({"content": f"{notice}{output}"}))
         sources = sources_text(citations, output)
         if sources:

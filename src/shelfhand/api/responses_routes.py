@@ -147,6 +147,8 @@ class _Output:
         self.sequence = 0
         self.streamed: list[str] = []
         """The answer's text as streamed so far (the model's, before the answer check)."""
+        self.replaced: dict[str, Any] | None = None
+        """The turn's ``answer_replaced`` event, once it came."""
 
     def response(
         self,
@@ -233,6 +235,8 @@ class _Output:
                     yield self.event(
                         "response.output_text.delta", delta=item["text"], logprobs=[], **at
                     )
+                elif item.get("type") == "answer_replaced":
+                    self.replaced = item
                 elif item.get("type") == "final":
                     for chunk in self._ending(item, at):
                         yield chunk
@@ -241,10 +245,12 @@ class _Output:
         text = _answer(final)
         output = str(final.get("output", ""))
         streamed = "".join(self.streamed)
-        notice = replaced_notice(final, streamed)
+        notice = replaced_notice(self.replaced, streamed)
         if notice:  # the checked answer follows the deltas; the text is what was streamed
             rest = notice + text
             text = streamed + rest
+        elif not streamed:  # nothing went out yet (e.g. a replaced answer, no deltas)
+            rest = text
         else:
             rest = text[len(output) :]  # the sources list
         done = self.response("completed", text, final)

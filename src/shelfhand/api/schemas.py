@@ -152,12 +152,19 @@ class ChatReply(BaseModel):
     fallback_reason: str = Field(
         default="",
         description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
-        "repeated_call, max_iters, empty, no_model or budget_exceeded.",
+        "heading_echo, repeated_call, max_iters, empty, no_model, budget_exceeded, or "
+        "model_error / model_timeout (the chat model failed after the passages were found; "
+        "see error).",
     )
     budget: dict[str, Any] | None = Field(
         default=None,
         description="The budget that ran out mid-turn (fallback_reason budget_exceeded: the "
         "output is the passages' own sentences): budget, scope, limit, used, reset_at.",
+    )
+    error: str = Field(
+        default="",
+        description="How the chat model failed, when the output is the passages' sentences "
+        "because it did (fallback_reason model_error or model_timeout).",
     )
     tool_steps: list[ToolStep]
     stop_reason: str

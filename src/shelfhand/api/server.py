@@ -68,7 +68,7 @@ def build_service(
     app: App, config: ServiceConfig, api_keys: Mapping[str, UserContext] | None = None
 ) -> Service:
     """Open the stores and build the toolkit and chat service (fails fast on bad settings)."""
-    from shelfhand.agent.remember import make_remember_tool
+    from shelfhand.agent.remember import REMEMBER_TOOL, make_remember_tool
 
     keys = dict(api_keys) if api_keys is not None else app.api_keys()
     model = app.chat_model()
@@ -78,8 +78,11 @@ def build_service(
     sessions = app.session_store()
     memories = app.user_memory_store()
     registry = app.upload_registry()
-    # built-ins only as opted in (the setting, or a subagent file naming one)
-    toolkit = app.toolkit(kb, extra=[make_remember_tool(memories)], builtins=app.opted_builtins())
+    # built-ins only as opted in (the setting, or a subagent file naming one): a document
+    # question is offered retrieve alone, not remember too
+    builtins = app.opted_builtins()
+    extra = [make_remember_tool(memories)] if REMEMBER_TOOL in builtins else []
+    toolkit = app.toolkit(kb, extra=extra, builtins=builtins)
     approvals = app.approvals(timeout=300)
     ledger = app.usage_ledger()
     metrics = _service_metrics()

@@ -17,17 +17,14 @@ def agents(
     as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
 ) -> None:
     """List the subagents declared in <workspace>/agents/*.md (a bad file is an error)."""
-    from shelfhand.agent.remember import make_remember_tool
     from shelfhand.agent.subagents import DeclarationError, check_subagent_tools
 
     a = open_app(workspace)
     # the tools `shelfhand serve` can give its agents (retrieve, the built-ins a subagent may opt
-    # into, remember), whether or not a model is configured: an unknown name is an error here
-    # as at the server's start
+    # into, remember among them: the service adds it), whether or not a model is configured:
+    # an unknown name is an error here as at the server's start
     toolkit = a.toolkit(None, governed=False, builtins=BUILTIN_TOOLS)
-    tools = [t.name for t in toolkit.tools] + [
-        make_remember_tool(None).name  # type: ignore[arg-type]  # only its name is read
-    ]
+    tools = [t.name for t in toolkit.tools] + [n for n in BUILTIN_TOOLS if toolkit.get(n) is None]
     try:
         subs = a.subagents()
         check_subagent_tools(subs, tools)

@@ -44,6 +44,7 @@ REASONS = {
     "no_model": "no chat model is configured",
     "model_error": "the chat model failed",
     "budget_exceeded": "a budget ran out before the model could finish",
+    "heading_echo": "the model answered with a passage's heading only",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
 

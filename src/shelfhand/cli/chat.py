@@ -10,6 +10,7 @@ import typer
 
 from shelfhand.cli.common import (
     NO_MODEL_HINT,
+    DemoToolsOpt,
     RolesOpt,
     TenantOpt,
     UserOpt,
@@ -67,9 +68,12 @@ def chat(
     temperature: TemperatureOpt = None,
     tool_mode: ToolModeOpt = None,
     tool_choice: ToolChoiceOpt = None,
+    demo_tools: DemoToolsOpt = False,
 ) -> None:
     """Chat with the configured model (streaming), using the tools and the knowledge base."""
     a = open_app(workspace)
+    if demo_tools:
+        a.use_demo_tools()
     apply_model_flags(
         a,
         max_tokens=max_tokens,

@@ -99,6 +99,14 @@ UserOpt = Annotated[str, typer.Option("--user", help="User id of the caller.")]
 RolesOpt = Annotated[
     list[str] | None, typer.Option("--role", help="A role of the caller (repeatable).")
 ]
+DemoToolsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--demo-tools",
+        help="Offer the reference scenario's shop tools (stock, prices, the caller's "
+        "orders, returns) over a demo database in the workspace.",
+    ),
+]
 
 NO_MODEL_HINT = (
     "No chat model is configured. Set SHELFHAND_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY for "

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from shelfhand.cli.common import (
     NO_MODEL_HINT,
+    DemoToolsOpt,
     RolesOpt,
     TenantOpt,
     UserOpt,
@@ -140,6 +141,7 @@ def ask(
             help="Print one JSON object: output, citations, usage, stop_reason, trace_id.",
         ),
     ] = False,
+    demo_tools: DemoToolsOpt = False,
 ) -> None:
     """Answer from the documents (chat model if configured, else the passages' sentences).
 
@@ -157,6 +159,8 @@ def ask(
     except ConfigurationError as exc:
         raise fail(f"--retrieval: {exc}", 2) from None
     a = open_app(workspace, existing=True)
+    if demo_tools:
+        a.use_demo_tools()
     apply_model_flags(
         a,
         max_tokens=max_tokens,

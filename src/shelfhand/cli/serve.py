@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shelfhand.cli.common import BUSY_EXIT_CODE, WorkspaceOpt, app, fail, open_app
+from shelfhand.cli.common import BUSY_EXIT_CODE, DemoToolsOpt, WorkspaceOpt, app, fail, open_app
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 
@@ -66,14 +66,7 @@ def serve(
         float,
         typer.Option(help="Seconds between ': ping' heartbeats on a quiet chat stream.", min=0.05),
     ] = 15.0,
-    demo_tools: Annotated[
-        bool,
-        typer.Option(
-            "--demo-tools",
-            help="Offer the reference scenario's shop tools (stock, prices, the caller's "
-            "orders, returns) over a demo database in the workspace.",
-        ),
-    ] = False,
+    demo_tools: DemoToolsOpt = False,
 ) -> None:
     """Serve the workspace over HTTP: sessions, streamed chat, knowledge upload and search.
 

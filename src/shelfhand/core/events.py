@@ -11,6 +11,7 @@ from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 
 __all__ = [
+    "AnswerReplaced",
     "ApprovalDecided",
     "ApprovalRequired",
     "CitationsFound",
@@ -116,6 +117,24 @@ class CitationsFound:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerReplaced:
+    """The answer check replaced the model's answer (comes just before :class:`Final`).
+
+    A client that shows the text deltas as they come shows ``output`` instead from here on
+    (the deltas were the model's unchecked answer); ``notice`` says so in words, for clients
+    that can only append (the OpenAI-compatible streams do).
+    """
+
+    reason: str
+    """Why (``RunResult.fallback_reason``: ``ungrounded``, ``refusal``, ``prompt_echo``...)."""
+    output: str
+    """The answer that counts: the checked one, as ``Final`` carries it."""
+    notice: str
+    """One line for people: the answer above was replaced after checking it, and why."""
+    type: Literal["answer_replaced"] = "answer_replaced"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     result: RunResult
     type: Literal["final"] = "final"
@@ -165,6 +184,7 @@ Event: TypeAlias = (
     | ApprovalRequired
     | ApprovalDecided
     | CitationsFound
+    | AnswerReplaced
     | Final
     | SubagentStarted
     | SubagentFinished

@@ -26,6 +26,7 @@ __all__ = [
     "Switch",
     "Text",
     "Url",
+    "WordGroups",
 ]
 
 ON_WORDS = ("on", "true", "yes", "1")
@@ -220,5 +221,29 @@ class Prices:
         return "table: model = {input, output} per 1M tokens"
 
 
-Kind = Text | PathKind | Choice | Switch | Number | Url | Names | Prices
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WordGroups:
+    """Groups of two or more words: a TOML list of strings (``["开封 拆封", "质保 保修"]``) or,
+    in the environment, groups separated by ``;``; the words of a group by spaces or commas.
+    Empty (``""`` or ``[]``) is none."""
+
+    def parse(self, raw: object) -> tuple[tuple[str, ...], ...]:
+        items = raw if isinstance(raw, list | tuple) else str(raw).split(";")
+        groups: list[tuple[str, ...]] = []
+        for item in items:
+            words = tuple(dict.fromkeys(str(item).replace(",", " ").split()))
+            if not words:
+                continue
+            if len(words) < 2:
+                raise Invalid(
+                    'groups of two or more words, e.g. ["开封 拆封"] or "开封 拆封;质保 保修"'
+                )
+            groups.append(words)
+        return tuple(groups)
+
+    def describe(self) -> str:
+        return "list of word groups"
+
+
+Kind = Text | PathKind | Choice | Switch | Number | Url | Names | Prices | WordGroups
 """Every kind of setting value."""

@@ -120,9 +120,12 @@ class Settings:
     rerank_candidates: int = _D["rerank_candidates"]
     builtin_tools: tuple[str, ...] = _D["builtin_tools"]
     answer_check: str = _D["answer_check"]
+    answer_judge: str = _D["answer_judge"]
+    answer_judge_timeout: float = _D["answer_judge_timeout"]
     query_rewrite: bool = _D["query_rewrite"]
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]
+    synonyms: tuple[tuple[str, ...], ...] = _D["synonyms"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
     tracing: str = _D["tracing"]

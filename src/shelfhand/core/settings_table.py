@@ -25,10 +25,12 @@ from shelfhand.core.setting_kinds import (
     Switch,
     Text,
     Url,
+    WordGroups,
 )
 
 __all__ = [
     "ANSWER_CHECKS",
+    "ANSWER_JUDGES",
     "ANSWER_RETRIEVAL_MODES",
     "BUILTIN_TOOLS",
     "DEFAULT_KEYWORD_COMMON_SHARE",
@@ -56,9 +58,11 @@ TOOL_CHOICES = ("auto", "required", "none")
 TOOL_MODES = ("native", "plain", "constrained")
 RERANK_MODES = ("off", "endpoint", "llm")
 TRACING_MODES = ("stored", "off")
-BUILTIN_TOOLS = ("calculator", "current_time", "http_get")
-"""The built-in tools an agent may opt into (setting ``builtin_tools``); none by default."""
+BUILTIN_TOOLS = ("calculator", "current_time", "http_get", "remember")
+"""The built-in tools an agent may opt into (setting ``builtin_tools``); none by default.
+``remember`` (long-term memory per user) exists in the service only."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
+ANSWER_JUDGES = ("off", "model")
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -221,10 +225,17 @@ SETTINGS: tuple[Setting, ...] = (
        "Fused hits shown to the reranker."),
     _s("builtin_tools", "SHELFHAND_BUILTIN_TOOLS", Names(options=BUILTIN_TOOLS), (),
        "Built-in tools offered to chat answers besides retrieve (none by default): "
-       "calculator, current_time, http_get."),
+       "calculator, current_time, http_get, remember (the service's long-term memory "
+       "per user)."),
     _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
        "Check each answer against its passages: fallback (an ungrounded answer becomes the "
        "passages' own sentences), flag (only flagged) or off."),
+    _s("answer_judge", "SHELFHAND_ANSWER_JUDGE", Choice(options=ANSWER_JUDGES), "off",
+       "The stronger answer check: model (the chat model judges each sentence against its "
+       "passages; the lexical check stands when it fails) or off."),
+    _s("answer_judge_timeout", "SHELFHAND_ANSWER_JUDGE_TIMEOUT",
+       Number(low=0.0, high=600.0, low_open=True), 20.0,
+       "Seconds the model's check of one answer may take; past it the lexical check stands."),
     _s("query_rewrite", "SHELFHAND_QUERY_REWRITE", Switch(), False,
        "The chat model rewrites a follow-up into a self-contained query for retrieval."),
     _s("min_relevance", "SHELFHAND_MIN_RELEVANCE", Number(low=0.0, high=1.0),
@@ -234,6 +245,9 @@ SETTINGS: tuple[Setting, ...] = (
        Number(low=0.0, high=1.0, low_open=True), DEFAULT_KEYWORD_COMMON_SHARE,
        "Query terms in more than this share of the chunks do not rank keyword hits while "
        "rarer terms find enough; 1 keeps every term."),
+    _s("synonyms", "SHELFHAND_SYNONYMS", WordGroups(), (),
+       "Groups of words a search treats as one (\"开封 拆封\"), added to the built-in "
+       "ones; a query holding one word of a group also searches for the others."),
     _s("database_url", "SHELFHAND_DATABASE_URL",
        Url(schemes=("postgresql", "postgres"), quote=False), None,
        "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",

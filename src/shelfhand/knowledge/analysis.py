@@ -18,6 +18,12 @@
 
 The index is fed these tokens pre-split with whitespace, so the search engine never applies a
 second, different analysis.
+
+A query word that no document holds is searched as its synonym that documents do hold
+(:func:`with_synonyms`): words that documents write differently from how people ask
+(``开封`` for ``拆封``: jieba reads 开封 as the city, and no document about opened goods holds
+it). Only the query changes: the index stays as it is. :data:`SYNONYMS` is the built-in
+list; the ``synonyms`` setting adds a workspace's own groups.
 """
 
 from __future__ import annotations
@@ -26,17 +32,22 @@ import logging
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import Stemmer
 
 __all__ = [
+    "SYNONYMS",
+    "SynonymTable",
     "identifier_tokens",
     "query_identifiers",
+    "synonym_candidates",
+    "synonym_table",
     "tokenize_for_index",
     "tokenize_for_matching",
     "tokenize_query",
+    "with_synonyms",
 ]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -233,3 +244,57 @@ def query_identifiers(text: str) -> list[str]:
     """The distinct :func:`identifier_tokens` of a query: a passage whose text holds one of
     them matches the query exactly."""
     return list(dict.fromkeys(identifier_tokens(text)))
+
+
+SYNONYMS: tuple[tuple[str, ...], ...] = (("开封", "拆封"),)
+"""Groups of words that mean the same in questions about products and orders and are written
+differently in documents. Kept short on purpose: a query holding a word of a group costs one
+more look-up of document frequencies (workspaces add their own, the ``synonyms`` setting)."""
+
+SynonymTable = dict[str, tuple[str, ...]]
+"""A query token → the tokens it adds (:func:`synonym_table`)."""
+
+
+def synonym_table(groups: Iterable[Iterable[str]] = SYNONYMS) -> SynonymTable:
+    """The expansions of ``groups`` in the index's own tokens: each word analysed as a query is
+    (``Refunds`` → ``refund``); a word that analyses to one token adds the tokens of the other
+    words of its groups."""
+    table: dict[str, list[str]] = {}
+    for group in groups:
+        analysed = [tokenize_query(word) for word in group]
+        for i, tokens in enumerate(analysed):
+            if len(tokens) != 1:
+                continue  # a phrase is added by its words, never looked up as one token
+            added = table.setdefault(tokens[0], [])
+            for j, others in enumerate(analysed):
+                if j != i:
+                    added.extend(t for t in others if t != tokens[0] and t not in added)
+    return {word: tuple(added) for word, added in table.items() if added}
+
+
+def synonym_candidates(tokens: Iterable[str], table: SynonymTable) -> list[str]:
+    """The tokens of a query that have synonyms, and those synonyms (each once): what
+    :func:`with_synonyms` needs the document frequencies of."""
+    found: list[str] = []
+    for token in tokens:
+        if token in table:
+            found.extend((token, *table[token]))
+    return list(dict.fromkeys(found))
+
+
+def with_synonyms(tokens: list[str], table: SynonymTable, doc_freq: Mapping[str, int]) -> list[str]:
+    """``tokens`` with each word no document holds (``doc_freq`` 0) replaced by its synonym
+    that most documents hold, if any does; a word the documents hold stays as it is.
+
+    One token per word, not the word and its synonyms: a query's relevance is measured
+    against its words' weights, and a synonym no document holds would count against every
+    hit (so would the same idea counted twice)."""
+    out: list[str] = []
+    for token in tokens:
+        if not doc_freq.get(token, 0) and token in table:
+            best = max(table[token], key=lambda s: doc_freq.get(s, 0))
+            if doc_freq.get(best, 0) > 0:
+                token = best
+        if token not in out:
+            out.append(token)
+    return out

@@ -19,6 +19,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, start_span
+from shelfhand.knowledge.analysis import SYNONYMS, synonym_table
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.reading.limits import ReadLimits
@@ -90,6 +91,9 @@ class KnowledgeBase:
         qdrant_url: Search on Qdrant (a folder: in process; ``http(s)://``: a server, with
             ``qdrant_api_key``) instead of tantivy and faiss, or of PostgreSQL's own search
             (:mod:`shelfhand.knowledge.stores.qdrant`).
+        synonyms: Groups of words a query's keyword search treats as one, besides the
+            built-in :data:`~shelfhand.knowledge.analysis.SYNONYMS` (the app passes the
+            ``synonyms`` setting).
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class KnowledgeBase:
         read_limits: ReadLimits | None = None,
         qdrant_url: str | None = None,
         qdrant_api_key: str | None = None,
+        synonyms: Sequence[Sequence[str]] = (),
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -153,6 +158,8 @@ class KnowledgeBase:
                 qdrant_url=qdrant_url,
                 qdrant_api_key=qdrant_api_key,
             )
+        if synonyms:  # the workspace's own groups, besides the built-in ones
+            self._stack.retriever.synonyms = synonym_table((*SYNONYMS, *synonyms))
         self.rerank_stage = (
             RerankStage(reranker, candidates=rerank_candidates) if reranker is not None else None
         )

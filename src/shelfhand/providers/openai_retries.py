@@ -137,7 +137,7 @@ def call_error(
         )
     if isinstance(exc, openai.APIConnectionError):
         return ModelProviderError(
-            f"could not connect to {where}{tries}: {exc}. Check OPENAI_BASE_URL and that "
+            f"could not connect to {where}{tries}: {_clause(exc)}. Check OPENAI_BASE_URL and that "
             "the server is running.",
             connection_lost=connection_lost(exc),
         )
@@ -148,8 +148,14 @@ def call_error(
     hint = _HINTS.get(code) or _HINTS[500 if code >= 500 else 400]
     answered = f"answered HTTP {status}" if status else "reported an error"
     return ModelProviderError(
-        f"{where} {answered}{tries}: {exc.message[:300]}. {hint}", status_code=status
+        f"{where} {answered}{tries}: {_clause(exc.message[:300])}. {hint}", status_code=status
     )
+
+
+def _clause(text: object) -> str:
+    """``text`` without its closing full stop, to be followed by one (the SDK's own messages
+    end with one: "Connection error.")."""
+    return str(text).rstrip().rstrip(".")
 
 
 def empty_reply(data: Mapping[str, Any], *, where: str) -> ModelProviderError:

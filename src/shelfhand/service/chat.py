@@ -59,6 +59,7 @@ from shelfhand.core.errors import (
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
 from shelfhand.core.results import Usage
+from shelfhand.service.model_failure import rescue
 from shelfhand.service.turn_budgets import Budgets, budget_failure
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.service.turn_spans import traced_turn
@@ -323,6 +324,8 @@ class ChatService:
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
         answering = False
+        found: list[dict[str, Any]] = []  # the turn's passages, as its citations events
+        memory: ConversationMemory | None = None
         keeper = asyncio.create_task(claim.keep()) if claim.renews else None
         try:
             window = await self.store(self._window, session_id, user)
@@ -341,35 +344,16 @@ class ChatService:
                 else self._knowledge_events(user, content, memory, trace_id)
             )
             async for event, final in self._bounded(events):
-                if event.get("type") == "text_delta":
+                kind = event.get("type")
+                if kind == "text_delta":
                     answering = True
+                elif kind == "citations":
+                    found.extend(event.get("citations", ()))
                 event["trace_id"] = trace_id
-                if event.get("type") == "approval_required" and self.approvals is not None:
+                if kind == "approval_required" and self.approvals is not None:
                     self.approvals.bind_session(str(event.get("approval_id")), session_id)
                 if final is not None:
-                    info = await self.store(
-                        self.sessions.record_turn,
-                        session_id,
-                        user,
-                        final,
-                        window=memory.messages,
-                        summary=memory.summary,
-                        trace_id=trace_id,
-                    )
-                    if info is None:  # deleted while the turn ran
-                        self.forget(session_id)
-                    else:
-                        self._keep_window(session_id, user, memory.messages, memory.summary)
-                    event["session_id"] = session_id
-                    event["message_count"] = info.message_count if info else 0
-                    if self.ledger is not None:
-                        await self.store(self._add_usage, user, session_id, event)
-                    logger.info(
-                        "turn session=%s user=%s ms=%.1f",
-                        session_id,
-                        user.scope,
-                        (time.perf_counter() - started) * 1000,
-                    )
+                    await self._record(session_id, user, event, final, memory, trace_id, started)
                 yield event
         except Exception as exc:
             if isinstance(exc, TurnFailed):
@@ -381,6 +365,19 @@ class ChatService:
                     self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
                 )
                 raise budget_failure(exc) from exc
+            rescued = rescue(exc, content, found, code, message, trace_id)
+            if rescued is not None and memory is not None:
+                # the passages were found before the model failed: their best sentences are
+                # the answer (marked, with the failure), not a bare error
+                logger.warning("turn's model failed session=%s: %s: %s", session_id, code, message)
+                memory.add(rescued.messages)
+                await self._record(
+                    session_id, user, rescued.final, rescued.messages, memory, trace_id, started
+                )
+                if answering:  # the deltas were the model's cut answer
+                    yield rescued.replaced(trace_id)
+                yield rescued.final
+                return
             if status == 500:
                 logger.exception("turn failed session=%s", session_id)
             else:
@@ -394,6 +391,42 @@ class ChatService:
             if keeper is not None:
                 keeper.cancel()
             claim.release()
+
+    async def _record(
+        self,
+        session_id: str,
+        user: UserContext,
+        event: dict[str, Any],
+        final: tuple[Message, ...],
+        memory: ConversationMemory,
+        trace_id: str,
+        started: float,
+    ) -> None:
+        """Keep the finished turn (its messages ``final``, the memory after it) and add the
+        session's message count and the usage to its ``final`` ``event``."""
+        info = await self.store(
+            self.sessions.record_turn,
+            session_id,
+            user,
+            final,
+            window=memory.messages,
+            summary=memory.summary,
+            trace_id=trace_id,
+        )
+        if info is None:  # deleted while the turn ran
+            self.forget(session_id)
+        else:
+            self._keep_window(session_id, user, memory.messages, memory.summary)
+        event["session_id"] = session_id
+        event["message_count"] = info.message_count if info else 0
+        if self.ledger is not None:
+            await self.store(self._add_usage, user, session_id, event)
+        logger.info(
+            "turn session=%s user=%s ms=%.1f",
+            session_id,
+            user.scope,
+            (time.perf_counter() - started) * 1000,
+        )
 
     def _add_usage(self, user: UserContext, session_id: str, final: dict[str, Any]) -> None:
         assert self.ledger is not None

@@ -220,6 +220,12 @@ function renderGrounding(answer) {
   if (!ev) return;
   const notes = document.createElement("div");
   notes.className = "grounding";
+  if (answer.replaced) {
+    const p = document.createElement("p");
+    p.className = "replaced";
+    p.textContent = answer.replaced + ".";
+    notes.appendChild(p);
+  }
   if (ev.extractive) {
     const p = document.createElement("p");
     p.className = "extractive";
@@ -241,11 +247,14 @@ const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
   prompt_echo: "the model repeated its instructions",
+  heading_echo: "the model answered with a passage's heading only",
   repeated_call: "the model kept repeating a failing tool call",
   max_iters: "the model did not finish within its steps",
   empty: "the model gave no answer",
   no_model: "no chat model is configured",
   budget_exceeded: "a budget ran out before the model could finish",
+  model_error: "the chat model failed",
+  model_timeout: "the chat model did not answer in time",
 };
 
 function showPassage(c) {
@@ -306,9 +315,10 @@ async function send(text) {
       else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
       else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
       else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
+      // the deltas were the model's answer: the check's answer takes their place
+      else if (type === "answer_replaced") { answer.text = ev.output; answer.replaced = ev.notice; renderAnswer(answer); }
       else if (type === "final") {
-        // the checked answer replaces what was streamed when the check replaced it
-        if (!answer.text || ev.extractive || ev.fallback_reason) answer.text = ev.output;
+        if (!answer.text) answer.text = ev.output;
         answer.final = ev;
         renderAnswer(answer);
         addTraceButton(answer, ev.trace_id, ev.usage);

@@ -60,7 +60,13 @@ from typing import Any, Unpack
 from shelfhand.core.breaker import OPEN, CircuitBreaker
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.analysis import tokenize_query
+from shelfhand.knowledge.analysis import (
+    SynonymTable,
+    synonym_candidates,
+    synonym_table,
+    tokenize_query,
+    with_synonyms,
+)
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.retrieval.exact import exact_first
@@ -157,6 +163,9 @@ class HybridRetriever:
         if not 0.0 <= keyword_weight <= 1.0:
             raise KnowledgeError(f"keyword_weight must be within 0..1, not {keyword_weight}")
         self.keyword_weight = keyword_weight
+        self.synonyms: SynonymTable = synonym_table()
+        """What a query's keyword search adds to its words (the built-in synonyms; a
+        knowledge base sets the workspace's)."""
         self._warned: set[str] = set()
         self.embed_timeout = embed_timeout
         self.load_timeout = load_timeout
@@ -422,9 +431,18 @@ class HybridRetriever:
 
     def _keyword_side(self, query: str, fetch: int, scope: Scope) -> _KeywordSide:
         t1 = time.perf_counter()
-        tokens = tokenize_query(query)
+        tokens = self._with_synonyms(tokenize_query(query))
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return _KeywordSide(tokens, hits, time.perf_counter() - t1)
+
+    def _with_synonyms(self, tokens: list[str]) -> list[str]:
+        """``tokens`` with a word no document holds searched as its synonym that some do
+        (one look-up of document frequencies, only for a query that has such a word)."""
+        words = synonym_candidates(tokens, self.synonyms)
+        if not words:
+            return tokens
+        _, freqs = self.keyword_index.doc_freqs(words)
+        return with_synonyms(tokens, self.synonyms, dict(zip(words, freqs, strict=True)))
 
     def _fuse(
         self,

@@ -17,6 +17,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from shelfhand.core.messages import Citation
@@ -28,7 +29,7 @@ from shelfhand.knowledge.analysis import (
     with_synonyms,
 )
 
-from .grounding_check import split_sentences, words
+from .grounding_check import passage_words, split_sentences, words
 
 __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
 
@@ -79,7 +80,7 @@ def _about(question_words: set[str], ids: list[str], text: str) -> float:
     identifier that ``text`` lacks."""
     lowered = text.lower()
     plain = question_words.difference(ids)
-    share = len(plain & words(text)) / len(plain) if plain else 0.0
+    share = len(plain & passage_words(text)) / len(plain) if plain else 0.0
     if not ids:
         return share
     # a named identifier is half the question: it must be there, the words add the rest
@@ -98,10 +99,10 @@ def _quantity(question: str) -> bool:
     return bool(_QUANTITY.search(question))
 
 
-def _weights(passage_words: Sequence[set[str]], question_words: set[str]) -> dict[str, float]:
+def _weights(held_words: Sequence[AbstractSet[str]], question_words: set[str]) -> dict[str, float]:
     """Each question word weighted by how few of the passages hold it (rarer: more)."""
-    df = Counter(w for held in passage_words for w in held & question_words)
-    n = len(passage_words)
+    df = Counter(w for held in held_words for w in held & question_words)
+    n = len(held_words)
     return {w: math.log(1 + n / count) for w, count in df.items()}
 
 
@@ -111,7 +112,7 @@ class _Sentence:
     rank: int
     position: int
     text: str
-    words: set[str]
+    words: AbstractSet[str]
 
 
 def _candidates(
@@ -126,7 +127,7 @@ def _candidates(
             out.append(
                 _Sentence(
                     passage=c.index, rank=rank, position=position, text=sentence,
-                    words=words(sentence),
+                    words=passage_words(sentence),
                 )
             )  # fmt: skip
     return out
@@ -140,7 +141,7 @@ def _asked(question: str, passages: Sequence[Citation]) -> set[str]:
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
-    held = [words(_headed(c)) for c in passages]
+    held = [passage_words(_headed(c)) for c in passages]
     doc_freq = {w: sum(w in h for h in held) for w in maybe}
     return set(with_synonyms(sorted(asked), table, doc_freq))
 
@@ -180,7 +181,7 @@ def extractive_answer(
     candidates = _candidates(passages, question_words, ids, min_relevance)
     if not candidates:
         return None
-    held = {c.index: words(_headed(c)) for c in passages}
+    held = {c.index: passage_words(_headed(c)) for c in passages}
     weight = _weights(list(held.values()), question_words.difference(ids))
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}

@@ -103,11 +103,19 @@ def facts(text: str) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=PASSAGE_CACHE * 8)
+def passage_words(text: str) -> frozenset[str]:
+    """:func:`words` of a passage's text or sentence, kept for the process's most recent ones
+    (the same passages come back question after question: segmenting them is the check's and
+    the extractive answer's main cost)."""
+    return frozenset(words(text))
+
+
 @functools.lru_cache(maxsize=PASSAGE_CACHE)
 def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
     """A passage's words and facts (kept for the process's most recent passages: a passage
     found again by another question, or checked twice in one run, is analysed once)."""
-    return frozenset(words(text)), frozenset(facts(text))
+    return passage_words(text), frozenset(facts(text))
 
 
 class Evidence:

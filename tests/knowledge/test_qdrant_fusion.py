@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from shelfhand.app import App
 from shelfhand.core.context import UserContext
-from shelfhand.core.errors import KnowledgeError
+from shelfhand.core.errors import ConfigurationError, KnowledgeError
+from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
 from shelfhand.knowledge.ingest.ingestor import Ingestor
 from shelfhand.knowledge.protocols import FusedSearch, KeywordIndex
@@ -193,3 +196,19 @@ def test_weighted_rrf_is_rrf_at_weight_one_and_drops_a_list_of_weight_zero() -> 
     assert [r for r, _ in weighted_rrf(lists, [1.0, 0.0])] == [3, 1, 2]
     # a list of weight 0.5 counts a rank r as 2r: its first equals the other's second
     assert weighted_rrf([[7], [8, 9]], [0.5, 1.0])[1:] == [(7, 1 / 62), (9, 1 / 62)]
+
+
+def test_the_fusion_setting_reaches_the_app_s_searches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHELFHAND_FUSION", "rrf")
+    settings = Settings.load(tmp_path / "ws")
+    assert settings.fusion == "rrf"
+    kb = App(replace(settings, qdrant_url=str(tmp_path / "q"))).open_knowledge(embed=False)
+    try:
+        assert kb._stack.retriever.options.fusion == "rrf"
+    finally:
+        kb.close()
+    monkeypatch.setenv("SHELFHAND_FUSION", "max")
+    with pytest.raises(ConfigurationError, match="SHELFHAND_FUSION"):
+        Settings.load(tmp_path / "ws")

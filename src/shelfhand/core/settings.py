@@ -121,6 +121,7 @@ class Settings:
     query_rewrite: bool = _D["query_rewrite"]
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]
+    fusion: str = _D["fusion"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
     tracing: str = _D["tracing"]

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_KEYWORD_COMMON_SHARE",
     "DEFAULT_MIN_RELEVANCE",
     "DEFAULT_WORKSPACE",
+    "FUSIONS",
     "RERANK_MODES",
     "RETRIEVAL_MODES",
     "SETTINGS",
@@ -57,6 +58,8 @@ TRACING_MODES = ("stored", "off")
 BUILTIN_TOOLS = ("calculator", "current_time", "http_get")
 """The built-in tools an agent may opt into (setting ``builtin_tools``); none by default."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
+FUSIONS = ("convex", "rrf")
+"""How hybrid search fuses its two sides (setting ``fusion``)."""
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -229,6 +232,9 @@ SETTINGS: tuple[Setting, ...] = (
        Number(low=0.0, high=1.0, low_open=True), DEFAULT_KEYWORD_COMMON_SHARE,
        "Query terms in more than this share of the chunks do not rank keyword hits while "
        "rarer terms find enough; 1 keeps every term."),
+    _s("fusion", "SHELFHAND_FUSION", Choice(options=FUSIONS), "convex",
+       "How hybrid search fuses keyword and vector hits: convex (scores, the default) or rrf "
+       "(ranks; with qdrant_url the Qdrant server fuses, one request per search)."),
     _s("database_url", "SHELFHAND_DATABASE_URL",
        Url(schemes=("postgresql", "postgres"), quote=False), None,
        "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",

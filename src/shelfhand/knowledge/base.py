@@ -86,6 +86,8 @@ class KnowledgeBase:
             workspace still holds the other files (settings, agents).
         read_limits: How much one file may cost to read at ingest (the app passes the
             ``[limits]`` of the settings); the defaults when not given.
+        fusion: How hybrid search fuses its sides: ``convex`` or ``rrf`` (on Qdrant fused by
+            the server; :mod:`shelfhand.knowledge.retrieval.hybrid`).
         qdrant_url: Search on Qdrant (a folder: in process; ``http(s)://``: a server, with
             ``qdrant_api_key``) instead of tantivy and faiss, or of PostgreSQL's own search
             (:mod:`shelfhand.knowledge.stores.qdrant`).
@@ -106,6 +108,7 @@ class KnowledgeBase:
         reranker: Reranker | None = None,
         rerank_candidates: int = 20,
         min_relevance: float = 0.0,
+        fusion: str = "convex",
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
         read_limits: ReadLimits | None = None,
@@ -133,6 +136,7 @@ class KnowledgeBase:
                 overlap_tokens=overlap_tokens,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                fusion=fusion,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
                 qdrant_url=qdrant_url,
@@ -147,6 +151,7 @@ class KnowledgeBase:
                 access=access,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                fusion=fusion,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
                 qdrant_url=qdrant_url,

@@ -1,6 +1,7 @@
 """Composing a knowledge stack: the system of record, its indexes, the retriever and the
 ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
-(:func:`open_pg_store`).
+(:func:`open_pg_store`). ``fusion`` is how hybrid search fuses its sides (``convex`` or
+``rrf``, :class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever`).
 
 ::
 
@@ -24,6 +25,7 @@ from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import fusion_of
 
 if TYPE_CHECKING:
     from shelfhand.knowledge.stores.qdrant import QdrantIndex
@@ -59,6 +61,7 @@ def open_embedded_store(
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
     overlap_workers: int | None = None,
+    fusion: str = "convex",
     common_share: float = COMMON_SHARE,
     read_limits: ReadLimits | None = None,
     qdrant_url: str | None = None,
@@ -109,6 +112,7 @@ def open_embedded_store(
         embed_timeout=embed_timeout,
         min_relevance=min_relevance,
         overlap_workers=overlap_workers,
+        fusion=fusion_of(fusion),
     )
     ingestor = Ingestor(
         store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
@@ -141,6 +145,7 @@ def open_pg_store(
     overlap_tokens: int = 40,
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
+    fusion: str = "convex",
     common_share: float = COMMON_SHARE,
     pool_size: int = 8,
     timeout: float = 5.0,
@@ -182,7 +187,13 @@ def open_pg_store(
         keyword = PgKeywordIndex(db, common_share=common_share)
         vectors = PgVectorIndexes(db, store)
     retriever = HybridRetriever(
-        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
+        store,
+        keyword,
+        vectors,
+        router,
+        embed_timeout=embed_timeout,
+        min_relevance=min_relevance,
+        fusion=fusion_of(fusion),
     )
     ingestor = Ingestor(
         store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits

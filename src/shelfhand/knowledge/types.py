@@ -247,6 +247,20 @@ Fusion = Literal["convex", "rrf"]
 """How a hybrid search fuses its sides: ``convex`` (scores, the default) or ``rrf`` (ranks;
 a Qdrant index fuses on the server, in one request)."""
 FUSIONS: tuple[Fusion, ...] = ("convex", "rrf")
+
+
+def fusion_of(name: str) -> Fusion:
+    """``name`` as a :data:`Fusion`.
+
+    Raises:
+        KnowledgeError: Neither ``convex`` nor ``rrf``.
+    """
+    for fusion in FUSIONS:
+        if name == fusion:
+            return fusion
+    raise KnowledgeError(f"unknown fusion {name!r}; use convex or rrf")
+
+
 """Both sides fused, or one side only."""
 
 
@@ -284,8 +298,7 @@ class SearchOptions:
             raise KnowledgeError(
                 f"candidates_factor must be at least 1, not {self.candidates_factor}"
             )
-        if self.fusion not in FUSIONS:
-            raise KnowledgeError(f"unknown fusion {self.fusion!r}; use convex or rrf")
+        fusion_of(self.fusion)
 
 
 class SearchArgs(TypedDict, total=False):

@@ -379,6 +379,19 @@ class KnowledgeBase:
         store.rebuild_indexes([keyword.name])
         return keyword.segments()
 
+    def index_pg_keywords(self) -> int | None:
+        """Index in PostgreSQL's keyword search the chunks stored while Qdrant served the
+        searches (``shelfhand knowledge reindex`` after ``qdrant_url`` was removed). Returns
+        how many, or ``None`` when this knowledge base does not run keyword search in
+        PostgreSQL."""
+        from shelfhand.knowledge.stores.pg import PgKeywordIndex, PgKnowledgeStore
+        from shelfhand.knowledge.stores.pg.backfill import analyse_keywords
+
+        store, keyword = self._stack.store, self._stack.keyword
+        if not isinstance(store, PgKnowledgeStore) or not isinstance(keyword, PgKeywordIndex):
+            return None
+        return analyse_keywords(store)
+
     def optimize_qdrant(self) -> bool | None:
         """Have Qdrant build its HNSW graphs and merge its segments now (``shelfhand
         reindex``): Qdrant Edge builds them only when asked, so until then its dense search

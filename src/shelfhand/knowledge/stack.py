@@ -12,6 +12,7 @@ ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,10 @@ from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
 from shelfhand.knowledge.types import fusion_of
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.stores.pg import PgKnowledgeStore
     from shelfhand.knowledge.stores.qdrant import QdrantIndex
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 
@@ -137,6 +141,21 @@ def _qdrant(
     return QdrantKeywordSearch(index, common_share=common_share), QdrantVectorSearch(index), index
 
 
+def _warn_unanalysed(store: PgKnowledgeStore) -> None:
+    """Say at start-up what keyword searches will refuse (chunks stored while Qdrant served
+    the searches have no keyword fields in PostgreSQL), and the fix."""
+    from shelfhand.knowledge.stores.pg.backfill import unanalysed_chunks
+
+    missing = unanalysed_chunks(store)
+    if missing:
+        logger.warning(
+            "%d chunks were stored while Qdrant served the searches and are not in"
+            " PostgreSQL's keyword index; keyword searches fail until `shelfhand knowledge"
+            " reindex` indexes them (or qdrant_url is set again)",
+            missing,
+        )
+
+
 def open_pg_store(
     url: str,
     router: EmbeddingRouter | None,
@@ -158,7 +177,9 @@ def open_pg_store(
 
     With ``qdrant_url`` PostgreSQL keeps the records and Qdrant serves the searches (fed
     through the store's outbox, :mod:`shelfhand.knowledge.stores.pg.outbox`): PostgreSQL runs
-    no BM25 or vector search then.
+    no BM25 or vector search then, and writes no keyword fields or term statistics. Opened
+    without it later, keyword searches refuse to run until ``shelfhand knowledge reindex`` has
+    indexed the chunks stored meanwhile (:mod:`shelfhand.knowledge.stores.pg.backfill`).
 
     Raises:
         ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
@@ -172,7 +193,8 @@ def open_pg_store(
     )
 
     db = PgDatabase(url, max_size=pool_size, timeout=timeout)
-    store = PgKnowledgeStore(db)
+    # with Qdrant serving the searches, PostgreSQL keeps no keyword fields of its own
+    store = PgKnowledgeStore(db, keyword_sql=not qdrant_url)
     keyword: KeywordIndex
     vectors: VectorSearch
     if qdrant_url:
@@ -186,6 +208,7 @@ def open_pg_store(
     else:
         keyword = PgKeywordIndex(db, common_share=common_share)
         vectors = PgVectorIndexes(db, store)
+        _warn_unanalysed(store)
     retriever = HybridRetriever(
         store,
         keyword,

@@ -5,6 +5,9 @@ indexes those chunks in PostgreSQL. On a real PostgreSQL (``pg_url``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +112,34 @@ def test_the_statistics_after_a_reindex_equal_those_of_a_store_that_always_analy
                 assert a.execute(sql).fetchall() == b.execute(sql).fetchall()
     finally:
         pg_server.drop_database(other.rsplit("/", 1)[-1].split("?")[0])
+
+
+@pytest.mark.slow
+def test_the_cli_reindex_indexes_in_postgresql_what_was_stored_for_qdrant(
+    tmp_path: Path, pg_url: str
+) -> None:
+    def cli(*args: str, qdrant: bool) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")}
+        env.update(SHELFHAND_WORKSPACE=str(tmp_path / "ws"), SHELFHAND_DATABASE_URL=pg_url)
+        env.update(SHELFHAND_EMBEDDER="hashing", COLUMNS="200")
+        if qdrant:
+            env["SHELFHAND_QDRANT_URL"] = str(tmp_path / "q")
+        return subprocess.run(
+            [sys.executable, "-m", "shelfhand.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    assert cli("ingest", "--samples", "--no-queue", qdrant=True).returncode == 0
+    refused = cli("search", "E-203", qdrant=False)
+    assert refused.returncode != 0 and "shelfhand knowledge reindex" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    out = cli("reindex", qdrant=False)
+    assert out.returncode == 0, out.stderr
+    assert "PostgreSQL keyword index:" in out.stdout and "chunks indexed" in out.stdout
+    found = cli("search", "E-203", "--json", qdrant=False)
+    assert found.returncode == 0, found.stderr
+    assert "E-203" in found.stdout

@@ -5,9 +5,7 @@ indexes those chunks in PostgreSQL. On a real PostgreSQL (``pg_url``)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from test_qdrant import ACME, CORPUS, GLOBEX, doc
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge import KnowledgeBase
+from support.cli import run_cli
 
 pytest.importorskip("qdrant_edge")
 
@@ -119,19 +118,8 @@ def test_the_cli_reindex_indexes_in_postgresql_what_was_stored_for_qdrant(
     tmp_path: Path, pg_url: str
 ) -> None:
     def cli(*args: str, qdrant: bool) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHELFHAND_")}
-        env.update(SHELFHAND_WORKSPACE=str(tmp_path / "ws"), SHELFHAND_DATABASE_URL=pg_url)
-        env.update(SHELFHAND_EMBEDDER="hashing", COLUMNS="200")
-        if qdrant:
-            env["SHELFHAND_QDRANT_URL"] = str(tmp_path / "q")
-        return subprocess.run(
-            [sys.executable, "-m", "shelfhand.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        more = {"SHELFHAND_QDRANT_URL": str(tmp_path / "q")} if qdrant else {}
+        return run_cli(list(args), tmp_path / "ws", SHELFHAND_DATABASE_URL=pg_url, **more)
 
     assert cli("ingest", "--samples", "--no-queue", qdrant=True).returncode == 0
     refused = cli("search", "E-203", qdrant=False)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_qdrant import doc
 
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
@@ -27,23 +28,10 @@ from shelfhand.knowledge.stores.qdrant import QdrantIndex, QdrantKeywordSearch, 
 from shelfhand.knowledge.stores.qdrant.edge import EdgeBackend
 from shelfhand.knowledge.stores.qdrant.server import ServerBackend
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
-from shelfhand.knowledge.types import Document, SearchHit, SearchOptions, Section
+from shelfhand.knowledge.types import SearchHit, SearchOptions
 from shelfhand.testing import HashingEmbedder
 
 pytest.importorskip("qdrant_edge")
-
-
-def doc(doc_id: str, title: str, *texts: str, tenant: str = "acme") -> Document:
-    sections = tuple(Section(text=t, section_path=(title,)) for t in texts)
-    return Document(
-        doc_id=doc_id,
-        source=doc_id,
-        title=title,
-        doc_type="markdown",
-        sections=sections,
-        content_hash=hashlib.sha256("".join(texts).encode()).hexdigest(),
-        tenant_id=tenant,
-    )
 
 
 CORPUS = [

@@ -118,6 +118,21 @@ def open_embedded_store(
         overlap_workers=overlap_workers,
         fusion=fusion_of(fusion),
     )
+    return _compose(
+        store, keyword, vectors, retriever, router, max_tokens, overlap_tokens, read_limits
+    )
+
+
+def _compose(
+    store: KnowledgeStore,
+    keyword: KeywordIndex,
+    vectors: VectorSearch,
+    retriever: HybridRetriever,
+    router: EmbeddingRouter | None,
+    max_tokens: int,
+    overlap_tokens: int,
+    read_limits: ReadLimits | None,
+) -> EmbeddedKnowledge:
     ingestor = Ingestor(
         store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
     )
@@ -210,17 +225,9 @@ def open_pg_store(
         vectors = PgVectorIndexes(db, store)
         _warn_unanalysed(store)
     retriever = HybridRetriever(
-        store,
-        keyword,
-        vectors,
-        router,
-        embed_timeout=embed_timeout,
-        min_relevance=min_relevance,
+        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance,
         fusion=fusion_of(fusion),
-    )
-    ingestor = Ingestor(
-        store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
-    )
-    return EmbeddedKnowledge(
-        store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
+    )  # fmt: skip
+    return _compose(
+        store, keyword, vectors, retriever, router, max_tokens, overlap_tokens, read_limits
     )

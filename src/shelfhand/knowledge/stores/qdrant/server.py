@@ -219,17 +219,8 @@ class ServerBackend:
         )
 
     def query(self, query: SearchQuery) -> list[tuple[int, float]]:
-        result = self._call(
-            lambda: self._client.query_points(
-                self.collection,
-                query=self._vector(query),
-                using=query.using,
-                query_filter=self._filter(query.filter),
-                limit=query.limit,
-                search_params=self._params(query),
-                with_payload=False,
-                with_vectors=False,
-            )
+        (result,) = self._call(
+            lambda: self._client.query_batch_points(self.collection, [self._request(query)])
         )
         return [(int(p.id), float(p.score)) for p in result.points]
 

@@ -7,9 +7,11 @@ different weights. Convex fusion stays the default and is not fused by the serve
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -200,3 +202,33 @@ def test_the_fusion_setting_reaches_the_app_s_searches(
     monkeypatch.setenv("SHELFHAND_FUSION", "max")
     with pytest.raises(ConfigurationError, match="SHELFHAND_FUSION"):
         Settings.load(tmp_path / "ws")
+
+
+def test_two_tenants_fused_by_qdrant_at_once_each_get_what_they_get_alone(
+    indexes: tuple[SqliteKnowledgeStore, EmbeddingRouter, list[QdrantIndex]],
+) -> None:
+    store, router, (edge, _) = indexes
+    search = retriever(store, router, edge, server=True)
+    alone = {u.tenant_id: summary(search.search("E-203 lamp pump", k=4, user=u)) for u in CALLERS}
+    together: dict[str, list[Any]] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(CALLERS) * 2)
+
+    def run(user: UserContext) -> None:
+        try:
+            start.wait(timeout=10)
+            for _ in range(5):
+                hits = search.search("E-203 lamp pump", k=4, user=user)
+                assert {h.chunk.tenant_id for h in hits} == {user.tenant_id}
+                together.setdefault(user.tenant_id, []).append(summary(hits))
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(u,)) for u in CALLERS * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    for tenant, runs in together.items():
+        assert len(runs) == 10 and all(r == alone[tenant] for r in runs)

@@ -232,3 +232,16 @@ def test_two_tenants_fused_by_qdrant_at_once_each_get_what_they_get_alone(
     assert not errors
     for tenant, runs in together.items():
         assert len(runs) == 10 and all(r == alone[tenant] for r in runs)
+
+
+def test_a_one_sided_search_keeps_its_own_scores_whatever_the_fusion(
+    indexes: tuple[SqliteKnowledgeStore, EmbeddingRouter, list[QdrantIndex]],
+) -> None:
+    store, router, (edge, _) = indexes
+    search = retriever(store, router, edge, server=True)
+    for mode in ("keyword", "vector"):
+        args: dict[str, Any] = {"k": 3, "user": CALLERS[0], "mode": mode}
+        rrf_hits = search.search_result("lamp filter", **args).hits
+        convex = search.search_result("lamp filter", options=SearchOptions(), **args).hits
+        assert summary(rrf_hits) == summary(convex) and rrf_hits
+        assert [h.score for h in rrf_hits] == [h.score for h in convex]

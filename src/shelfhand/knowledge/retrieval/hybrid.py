@@ -296,7 +296,8 @@ class HybridRetriever:
         if fused is not None:
             hits = self._fused_hits(tokens or [], fused, weighted, fetch, k, opts.min_relevance)
         else:
-            hits = self._fuse(tokens or [], keyword, vectors, k, opts)
+            rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
+            hits = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance, rrf=rrf)
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         if opts.exact_boost:
@@ -461,7 +462,9 @@ class HybridRetriever:
         keyword: list[tuple[int, float]],
         vectors: VectorSide,
         k: int,
-        opts: SearchOptions,
+        min_relevance: float,
+        *,
+        rrf: bool = False,
     ) -> list[SearchHit]:
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
@@ -471,7 +474,7 @@ class HybridRetriever:
         if not keyword and not vectors.lists:
             return []
         cosines = [dict(found) for found in vectors.lists]
-        if opts.fusion == "rrf":
+        if rrf:
             lists = [[r for r, _ in keyword]] + [[r for r, _ in f] for f in vectors.lists]
             ranked = weighted_rrf(lists, [1.0, *vectors.weights], self.rrf_k)
             self._fill_cosines([(r, 0.0) for r, _ in ranked], vectors, cosines, each_space=True)
@@ -486,7 +489,7 @@ class HybridRetriever:
         strength = candidate_relevance(
             query_tokens, keyword, cosines, vectors.weights, self.keyword_index
         )
-        return self._choose(ranked, strength, keyword_rank, vector_rank, k, opts.min_relevance)
+        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance)
 
     def _fused_hits(
         self,

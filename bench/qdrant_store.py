@@ -3,6 +3,7 @@ run, interleaved query by query.
 
     python bench/qdrant_store.py latency --chunks 20000
     python bench/qdrant_store.py latency --chunks 100000 --hnsw --database-url postgresql://...
+    python bench/qdrant_store.py fusion --chunks 20000
 
 The synthetic corpus of ``bench/retrieval_latency.py`` (Zipf words, clustered 384-d vectors,
 tags public/public/sales/hr) is stored in the embedded store (SQLite + tantivy + faiss) and in
@@ -14,6 +15,11 @@ vectors given (no query embedding) on ``embedded``, ``pg`` (BM25 and pgvector in
 ``pg+qdrant`` (records in PostgreSQL, searches on Qdrant). Without ``--database-url`` a local
 PostgreSQL 18 + pgvector is started in a temporary folder. Markdown tables go to stdout, JSON to
 ``bench/results/``.
+
+``fusion`` compares the fusion choices of a hybrid search on one SQLite store with a Qdrant Edge
+index (and its tantivy + faiss indexes beside it), interleaved query by query: ``convex`` (two
+queries fused here, the default), ``rrf`` fused by Qdrant in one request (prefetch + weighted
+RRF), and the same ``rrf`` fused here from two queries.
 """
 
 from __future__ import annotations
@@ -101,9 +107,116 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+class _ClientSide:
+    """A Qdrant keyword search without its server-side fusion (the retriever fuses)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.common_share = inner.common_share
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "search_fused":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def num_docs(self) -> int:
+        return int(self.inner.num_docs())
+
+    def search(self, *args: Any, **kw: Any) -> Any:
+        return self.inner.search(*args, **kw)
+
+    def search_exact(self, *args: Any, **kw: Any) -> Any:
+        return self.inner.search_exact(*args, **kw)
+
+    def doc_freqs(self, *args: Any, **kw: Any) -> Any:
+        return self.inner.doc_freqs(*args, **kw)
+
+
+def run_fusion(args: argparse.Namespace) -> dict[str, Any]:
+    import retrieval_latency as rl
+
+    from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
+    from shelfhand.knowledge.stack import open_embedded_store
+
+    corpus = rl.make_corpus(args.chunks, seed=args.seed, n_queries=args.queries)
+    root = Path(args.workspace or tempfile.mkdtemp(prefix="shelfhand-bench-fusion-"))
+    embedded, _, emb_build = rl.build_store(root / "embedded", corpus)
+    t0 = time.perf_counter()
+    kb = open_embedded_store(root / "embedded", None, qdrant_url=str(root / "qdrant"))
+    ingest_s = time.perf_counter() - t0
+    if args.hnsw:
+        kb.keyword.index.optimize()  # type: ignore[attr-defined]
+
+    def variant(base: Any, keyword: Any, fusion: str) -> HybridRetriever:
+        return HybridRetriever(
+            base.store, keyword, base.vectors, None, fusion=fusion, overlap_workers=0
+        )
+
+    variants = {
+        "embedded convex": variant(embedded, embedded.keyword, "convex"),
+        "embedded rrf": variant(embedded, embedded.keyword, "rrf"),
+        "qdrant convex": variant(kb, kb.keyword, "convex"),
+        "qdrant rrf, fused by Qdrant": variant(kb, kb.keyword, "rrf"),
+        "qdrant rrf, fused here": variant(kb, _ClientSide(kb.keyword), "rrf"),
+    }
+    out: dict[str, Any] = {
+        "chunks": corpus.n,
+        "queries": len(corpus.queries),
+        "build_s": emb_build,
+        "qdrant_ingest_s": ingest_s,
+        "load_before": _load(),
+    }
+    rows = []
+    for user_name, user in rl.USERS.items():
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        hits_at = dict.fromkeys(variants, 0)
+        for r in variants.values():  # warm up
+            r.search_timed(
+                corpus.queries[0], k=args.k, user=user, query_vectors={rl.SPACE: corpus.qvecs[0]}
+            )
+        items = list(zip(corpus.queries, corpus.qvecs, corpus.q_source, strict=True))
+        names = list(variants)
+        for i, (q, v, src) in enumerate(items):
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                found, timing = variants[name].search_timed(
+                    q, k=args.k, user=user, query_vectors={rl.SPACE: v}
+                )
+                times[name].append(timing.total_ms)
+                hits_at[name] += any(
+                    rl.chunk_index(h.chunk.chunk_id, corpus.per_doc) == src for h in found
+                )
+        base = rl.percentiles(times["qdrant convex"])["p50_ms"]
+        for name, values in times.items():
+            pct = rl.percentiles(values)
+            rate = hits_at[name] / len(items)
+            out[f"{name}/{user_name}"] = {**pct, "source_hit_rate": rate}
+            ratio = f"{pct['p50_ms'] / base:.2f}×"
+            rows.append([user_name, name, pct["p50_ms"], pct["p95_ms"], ratio, rate])
+    out["load_after"] = _load()
+    _table(
+        f"hybrid search by fusion, {corpus.n:,} chunks, k={args.k}, no query embedding,"
+        f" variants interleaved ({out['load_before']} → {out['load_after']})",
+        [
+            "caller",
+            "store and fusion",
+            "p50 ms",
+            "p95 ms",
+            "p50 vs qdrant convex",
+            "source hit rate",
+        ],
+        rows,
+    )
+    for r in variants.values():
+        r.close()
+    kb.close()
+    embedded.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["latency"])
+    parser.add_argument("what", choices=["latency", "fusion"])
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=100)
@@ -113,7 +226,7 @@ def main() -> None:
     parser.add_argument("--workspace", default=None, help="folder for the stores (reused)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    out = run_latency(args)
+    out = run_latency(args) if args.what == "latency" else run_fusion(args)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"qdrant_store_{args.what}_{args.chunks}.json"
     path.write_text(json.dumps(out, indent=1), encoding="utf-8")

@@ -183,10 +183,10 @@ def run_embedded(args: argparse.Namespace) -> dict[str, Any]:
         kb, build = rs.build_workspace(workspace, corpus, seed_from=previous)
         previous = workspace
         if args.overlap_workers is not None:
-            from shelfhand.knowledge.retrieval.hybrid import _Overlap
+            from shelfhand.knowledge.retrieval.sides import Overlap
 
             kb.retriever._overlap.close()
-            kb.retriever._overlap = _Overlap(args.overlap_workers)
+            kb.retriever._overlap = Overlap(args.overlap_workers)
         if args.keyword_common_share is not None:
             kb.keyword.common_share = args.keyword_common_share
         if args.build_only:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import retrieval_scale as rs
 
-from shelfhand.knowledge.retrieval.hybrid import _Overlap
+from shelfhand.knowledge.retrieval.sides import Overlap
 from shelfhand.knowledge.stack import open_embedded_store
 
 
@@ -47,8 +47,8 @@ def main() -> None:
     if labels is None:
         raise SystemExit("the keyword index has no labels (opened by a reading process?)")
     qvecs = {i: {rs.SPACE: v} for i, v in enumerate(corpus.qvecs)}
-    serial, overlap = _Overlap(0), retriever._overlap
-    variants: dict[str, tuple[Any, _Overlap]] = {
+    serial, overlap = Overlap(0), retriever._overlap
+    variants: dict[str, tuple[Any, Overlap]] = {
         "tantivy check, serial": (None, serial),
         "labels, serial": (labels, serial),
         "labels + overlap": (labels, overlap),

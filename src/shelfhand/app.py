@@ -259,6 +259,7 @@ class App:
                 reranker=reranker,
                 rerank_candidates=self.settings.rerank_candidates,
                 min_relevance=self.settings.min_relevance,
+                fusion=self.settings.fusion,
                 keyword_common_share=self.settings.keyword_common_share,
                 synonyms=self.settings.synonyms,
                 database_url=database_url,

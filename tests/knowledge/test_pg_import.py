@@ -18,6 +18,7 @@ from shelfhand.dev.services import LocalPostgres
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import open_embedded_store, open_pg_store
+from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
 from shelfhand.knowledge.stores.pg.store import GIN_INDEXES
 from shelfhand.knowledge.stores.pg.transfer import import_workspace
 from shelfhand.knowledge.types import Document, Section
@@ -193,3 +194,18 @@ def test_an_interrupted_import_resumes_without_duplicates_or_losses(
     assert content(pg_url) == content(second_url)
     assert searches(pg_url) == searches(second_url)
     assert set(GIN_INDEXES) <= index_names(pg_url)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_an_import_for_a_store_searched_on_qdrant_writes_no_keyword_fields(
+    pg_url: str, tmp_path: Path, bulk: bool
+) -> None:
+    ws = workspace(tmp_path / "ws")
+    store = PgKnowledgeStore(PgDatabase(pg_url), keyword_sql=False)
+    try:
+        report = import_workspace(ws, store, batch_documents=3, bulk=bulk, workers=1)
+    finally:
+        store.close()
+    got = content(pg_url)
+    assert report.chunks > 0 and not got["terms"]
+    assert ("u", report.chunks, 0) in got["field_stats"]

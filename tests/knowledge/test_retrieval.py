@@ -18,7 +18,7 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.retrieval.fusion import candidate_relevance, rrf
-from shelfhand.knowledge.retrieval.hybrid import _Overlap
+from shelfhand.knowledge.retrieval.sides import Overlap
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
 from shelfhand.knowledge.types import Document, Scope, Section
 from support.embedders import BagEmbedder
@@ -105,7 +105,7 @@ def test_the_keyword_side_runs_while_the_query_is_embedded(open_stack: OpenStack
     embedder = BlockingEmbedder()
     kb = open_stack(EmbeddingRouter({"default": embedder}))
     kb.ingestor.ingest_documents(CORPUS)
-    kb.retriever._overlap = _Overlap(1)  # one worker whatever the machine's CPU count
+    kb.retriever._overlap = Overlap(1)  # one worker whatever the machine's CPU count
     searched = threading.Event()
     keyword = kb.retriever.keyword_index
     plain_search = keyword.search
@@ -127,7 +127,7 @@ def test_the_keyword_side_runs_while_the_query_is_embedded(open_stack: OpenStack
         embedder.go.set()
         t.join(10)
         serial = kb.retriever
-        serial._overlap = _Overlap(0)  # no workers: the same search, in one thread
+        serial._overlap = Overlap(0)  # no workers: the same search, in one thread
         assert result == [sources(serial.search("保修 warranty", k=3))]
         assert "保修.md" in result[0]
     finally:
@@ -136,7 +136,7 @@ def test_the_keyword_side_runs_while_the_query_is_embedded(open_stack: OpenStack
 
 
 def test_a_busy_overlap_runs_the_work_in_the_calling_thread() -> None:
-    overlap = _Overlap(1)
+    overlap = Overlap(1)
     release = threading.Event()
     first = overlap.submit(lambda: release.wait(10))
     assert first is not None
@@ -150,7 +150,7 @@ def test_a_busy_overlap_runs_the_work_in_the_calling_thread() -> None:
     overlap.close()
     assert overlap.submit(lambda: 1) is None
     with pytest.raises(KnowledgeError):
-        _Overlap(-1)
+        Overlap(-1)
 
 
 def test_keyword_mode_uses_no_embedder(kb: EmbeddedKnowledge) -> None:

@@ -126,6 +126,7 @@ class Settings:
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]
     synonyms: tuple[tuple[str, ...], ...] = _D["synonyms"]
+    fusion: str = _D["fusion"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
     tracing: str = _D["tracing"]

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_KEYWORD_COMMON_SHARE",
     "DEFAULT_MIN_RELEVANCE",
     "DEFAULT_WORKSPACE",
+    "FUSIONS",
     "RERANK_MODES",
     "RETRIEVAL_MODES",
     "SETTINGS",
@@ -63,6 +64,8 @@ BUILTIN_TOOLS = ("calculator", "current_time", "http_get", "remember")
 ``remember`` (long-term memory per user) exists in the service only."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
 ANSWER_JUDGES = ("off", "model")
+FUSIONS = ("convex", "rrf")
+"""How hybrid search fuses its two sides (setting ``fusion``)."""
 DEFAULT_WORKSPACE = ".shelfhand"
 DEFAULT_MIN_RELEVANCE = 0.25
 """Calibrated on the sample case set (every not-in-the-documents query scores under it, every
@@ -248,6 +251,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("synonyms", "SHELFHAND_SYNONYMS", WordGroups(), (),
        "Groups of words a search treats as one (\"开封 拆封\"), added to the built-in "
        "ones; a query holding one word of a group also searches for the others."),
+    _s("fusion", "SHELFHAND_FUSION", Choice(options=FUSIONS), "convex",
+       "How hybrid search fuses keyword and vector hits: convex (scores, the default) or rrf "
+       "(ranks; with qdrant_url the Qdrant server fuses, one request per search)."),
     _s("database_url", "SHELFHAND_DATABASE_URL",
        Url(schemes=("postgresql", "postgres"), quote=False), None,
        "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",

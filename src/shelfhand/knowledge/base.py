@@ -88,6 +88,8 @@ class KnowledgeBase:
             workspace still holds the other files (settings, agents).
         read_limits: How much one file may cost to read at ingest (the app passes the
             ``[limits]`` of the settings); the defaults when not given.
+        fusion: How hybrid search fuses its sides: ``convex`` or ``rrf`` (on Qdrant fused by
+            the server; :mod:`shelfhand.knowledge.retrieval.hybrid`).
         qdrant_url: Search on Qdrant (a folder: in process; ``http(s)://``: a server, with
             ``qdrant_api_key``) instead of tantivy and faiss, or of PostgreSQL's own search
             (:mod:`shelfhand.knowledge.stores.qdrant`).
@@ -111,6 +113,7 @@ class KnowledgeBase:
         reranker: Reranker | None = None,
         rerank_candidates: int = 20,
         min_relevance: float = 0.0,
+        fusion: str = "convex",
         keyword_common_share: float = COMMON_SHARE,
         database_url: str | None = None,
         read_limits: ReadLimits | None = None,
@@ -139,6 +142,7 @@ class KnowledgeBase:
                 overlap_tokens=overlap_tokens,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                fusion=fusion,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
                 qdrant_url=qdrant_url,
@@ -153,6 +157,7 @@ class KnowledgeBase:
                 access=access,
                 embed_timeout=embed_timeout,
                 min_relevance=min_relevance,
+                fusion=fusion,
                 common_share=keyword_common_share,
                 read_limits=self.read_limits,
                 qdrant_url=qdrant_url,
@@ -397,6 +402,19 @@ class KnowledgeBase:
             raise KnowledgeError("only the embedded store has a keyword index to rebuild")
         store.rebuild_indexes([keyword.name])
         return keyword.segments()
+
+    def index_pg_keywords(self) -> int | None:
+        """Index in PostgreSQL's keyword search the chunks stored while Qdrant served the
+        searches (``shelfhand knowledge reindex`` after ``qdrant_url`` was removed). Returns
+        how many, or ``None`` when this knowledge base does not run keyword search in
+        PostgreSQL."""
+        from shelfhand.knowledge.stores.pg import PgKeywordIndex, PgKnowledgeStore
+        from shelfhand.knowledge.stores.pg.backfill import analyse_keywords
+
+        store, keyword = self._stack.store, self._stack.keyword
+        if not isinstance(store, PgKnowledgeStore) or not isinstance(keyword, PgKeywordIndex):
+            return None
+        return analyse_keywords(store)
 
     def optimize_qdrant(self) -> bool | None:
         """Have Qdrant build its HNSW graphs and merge its segments now (``shelfhand

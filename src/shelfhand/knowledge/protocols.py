@@ -13,14 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
-from shelfhand.knowledge.types import Chunk, Document, Scope, SourceInfo, StoredChunk
+from shelfhand.knowledge.types import (
+    Chunk,
+    Document,
+    FusedCandidates,
+    Scope,
+    SourceInfo,
+    StoredChunk,
+)
 
-__all__ = ["DocVectors", "KeywordIndex", "KnowledgeStore", "SourceItem", "VectorSearch"]
+__all__ = [
+    "DocVectors",
+    "FusedSearch",
+    "KeywordIndex",
+    "KnowledgeStore",
+    "SourceItem",
+    "VectorSearch",
+]
 
 RowIds = np.ndarray[Any, np.dtype[np.int64]]
 DocVectors = Mapping[str, tuple[Sequence[int], Vectors]]
@@ -148,6 +162,25 @@ class KeywordIndex(Protocol):
     ) -> list[tuple[int, float]]: ...
 
     def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]: ...
+
+
+@runtime_checkable
+class FusedSearch(Protocol):
+    """A keyword index that runs a whole hybrid search as one request and fuses it by
+    weighted RRF itself (:class:`~shelfhand.knowledge.stores.qdrant.QdrantKeywordSearch`)."""
+
+    def search_fused(
+        self,
+        query_tokens: Sequence[str],
+        vectors: Mapping[str, tuple[Vectors, float]],
+        k: int,
+        *,
+        scope: Scope,
+        rrf_k: int,
+    ) -> FusedCandidates:
+        """Top ``k`` of each side (keyword; each space of ``vectors``: query vector and
+        weight) that ``scope`` may read, fused."""
+        ...
 
 
 class VectorSearch(Protocol):

@@ -1,6 +1,7 @@
 """Composing a knowledge stack: the system of record, its indexes, the retriever and the
 ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
-(:func:`open_pg_store`).
+(:func:`open_pg_store`). ``fusion`` is how hybrid search fuses its sides (``convex`` or
+``rrf``, :class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever`).
 
 ::
 
@@ -11,6 +12,7 @@ ingestor, for a workspace (:func:`open_embedded_store`) or a PostgreSQL database
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,9 +26,13 @@ from shelfhand.knowledge.scoring import COMMON_SHARE
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import Access, TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import fusion_of
 
 if TYPE_CHECKING:
+    from shelfhand.knowledge.stores.pg import PgKnowledgeStore
     from shelfhand.knowledge.stores.qdrant import QdrantIndex
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EmbeddedKnowledge", "open_embedded_store", "open_pg_store"]
 
@@ -59,6 +65,7 @@ def open_embedded_store(
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
     overlap_workers: int | None = None,
+    fusion: str = "convex",
     common_share: float = COMMON_SHARE,
     read_limits: ReadLimits | None = None,
     qdrant_url: str | None = None,
@@ -109,7 +116,23 @@ def open_embedded_store(
         embed_timeout=embed_timeout,
         min_relevance=min_relevance,
         overlap_workers=overlap_workers,
+        fusion=fusion_of(fusion),
     )
+    return _compose(
+        store, keyword, vectors, retriever, router, max_tokens, overlap_tokens, read_limits
+    )
+
+
+def _compose(
+    store: KnowledgeStore,
+    keyword: KeywordIndex,
+    vectors: VectorSearch,
+    retriever: HybridRetriever,
+    router: EmbeddingRouter | None,
+    max_tokens: int,
+    overlap_tokens: int,
+    read_limits: ReadLimits | None,
+) -> EmbeddedKnowledge:
     ingestor = Ingestor(
         store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
     )
@@ -133,6 +156,21 @@ def _qdrant(
     return QdrantKeywordSearch(index, common_share=common_share), QdrantVectorSearch(index), index
 
 
+def _warn_unanalysed(store: PgKnowledgeStore) -> None:
+    """Say at start-up what keyword searches will refuse (chunks stored while Qdrant served
+    the searches have no keyword fields in PostgreSQL), and the fix."""
+    from shelfhand.knowledge.stores.pg.backfill import unanalysed_chunks
+
+    missing = unanalysed_chunks(store)
+    if missing:
+        logger.warning(
+            "%d chunks were stored while Qdrant served the searches and are not in"
+            " PostgreSQL's keyword index; keyword searches fail until `shelfhand knowledge"
+            " reindex` indexes them (or qdrant_url is set again)",
+            missing,
+        )
+
+
 def open_pg_store(
     url: str,
     router: EmbeddingRouter | None,
@@ -141,6 +179,7 @@ def open_pg_store(
     overlap_tokens: int = 40,
     embed_timeout: float | None = None,
     min_relevance: float = 0.0,
+    fusion: str = "convex",
     common_share: float = COMMON_SHARE,
     pool_size: int = 8,
     timeout: float = 5.0,
@@ -153,7 +192,9 @@ def open_pg_store(
 
     With ``qdrant_url`` PostgreSQL keeps the records and Qdrant serves the searches (fed
     through the store's outbox, :mod:`shelfhand.knowledge.stores.pg.outbox`): PostgreSQL runs
-    no BM25 or vector search then.
+    no BM25 or vector search then, and writes no keyword fields or term statistics. Opened
+    without it later, keyword searches refuse to run until ``shelfhand knowledge reindex`` has
+    indexed the chunks stored meanwhile (:mod:`shelfhand.knowledge.stores.pg.backfill`).
 
     Raises:
         ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
@@ -167,7 +208,8 @@ def open_pg_store(
     )
 
     db = PgDatabase(url, max_size=pool_size, timeout=timeout)
-    store = PgKnowledgeStore(db)
+    # with Qdrant serving the searches, PostgreSQL keeps no keyword fields of its own
+    store = PgKnowledgeStore(db, keyword_sql=not qdrant_url)
     keyword: KeywordIndex
     vectors: VectorSearch
     if qdrant_url:
@@ -181,12 +223,11 @@ def open_pg_store(
     else:
         keyword = PgKeywordIndex(db, common_share=common_share)
         vectors = PgVectorIndexes(db, store)
+        _warn_unanalysed(store)
     retriever = HybridRetriever(
-        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance
-    )
-    ingestor = Ingestor(
-        store, router, max_tokens=max_tokens, overlap_tokens=overlap_tokens, limits=read_limits
-    )
-    return EmbeddedKnowledge(
-        store=store, keyword=keyword, vectors=vectors, retriever=retriever, ingestor=ingestor
+        store, keyword, vectors, router, embed_timeout=embed_timeout, min_relevance=min_relevance,
+        fusion=fusion_of(fusion),
+    )  # fmt: skip
+    return _compose(
+        store, keyword, vectors, retriever, router, max_tokens, overlap_tokens, read_limits
     )

@@ -117,6 +117,17 @@ class KeywordHits(list[tuple[int, float]]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FusedCandidates:
+    """A hybrid search that the index fused itself (``rrf`` on Qdrant, in one request): the
+    candidates best first with their fused scores, the keyword side's hits (with the term
+    statistics it read), and each candidate's cosine per vector space that found any."""
+
+    ranked: list[tuple[int, float]]
+    keyword: KeywordHits
+    cosines: dict[str, dict[int, float]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SourceInfo:
     source: str
     doc_type: str
@@ -232,6 +243,24 @@ class Scope:
 
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
+Fusion = Literal["convex", "rrf"]
+"""How a hybrid search fuses its sides: ``convex`` (scores, the default) or ``rrf`` (ranks;
+a Qdrant index fuses on the server, in one request)."""
+FUSIONS: tuple[Fusion, ...] = ("convex", "rrf")
+
+
+def fusion_of(name: str) -> Fusion:
+    """``name`` as a :data:`Fusion`.
+
+    Raises:
+        KnowledgeError: Neither ``convex`` nor ``rrf``.
+    """
+    for fusion in FUSIONS:
+        if name == fusion:
+            return fusion
+    raise KnowledgeError(f"unknown fusion {name!r}; use convex or rrf")
+
+
 """Both sides fused, or one side only."""
 
 
@@ -258,6 +287,9 @@ class SearchOptions:
     """Each side of a search fetches ``candidates_factor * k`` candidates."""
     rerank: bool = True
     """Rerank the fused candidates, when the knowledge base has a reranker."""
+    fusion: Fusion = "convex"
+    """How hybrid search fuses the keyword and vector sides
+    (:mod:`~shelfhand.knowledge.retrieval.fusion`): ``convex`` or ``rrf``."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_relevance <= 1.0:
@@ -266,6 +298,7 @@ class SearchOptions:
             raise KnowledgeError(
                 f"candidates_factor must be at least 1, not {self.candidates_factor}"
             )
+        fusion_of(self.fusion)
 
 
 class SearchArgs(TypedDict, total=False):

@@ -33,7 +33,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from shelfhand.core.errors import InvalidArgumentError, KnowledgeError, UnreadableDocumentError
+from shelfhand.core.errors import (
+    DependencyUnavailableError,
+    InvalidArgumentError,
+    KnowledgeError,
+    UnreadableDocumentError,
+)
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
 from shelfhand.knowledge.ingest.pending import PendingEmbedder
@@ -322,7 +327,10 @@ class Ingestor:
     # -- phase 1 -------------------------------------------------------------------------------
 
     def _sync(self, tally: Tally) -> None:
-        self.store.sync()
+        try:
+            self.store.sync()
+        except DependencyUnavailableError as exc:  # the outbox keeps what it could not apply
+            logger.warning("index not updated yet, the outbox keeps the change: %s", exc)
         tally.unsynced_chunks = tally.unsynced_files = 0
 
     def _index_file(

@@ -1,8 +1,10 @@
 """Fusing keyword and vector candidates into one ranking.
 
-Two fusions live here:
+Three fusions live here:
 
 * :func:`rrf` — Reciprocal Rank Fusion (Cormack et al., 2009): ranks only, scores ignored.
+* :func:`weighted_rrf` — the weighted form a Qdrant server computes, what the ``rrf`` fusion
+  choice of a search uses (on Qdrant the server fuses, in one request).
 * :func:`convex_fusion` — what :class:`~shelfhand.knowledge.retrieval.hybrid.HybridRetriever` uses:
   ``α · bm25 / max_bm25 + (1 - α) · Σ w_space · cosine``. BM25 is scaled by the query's best
   score (its scale depends on the query); cosines are used as they are (already comparable),
@@ -21,14 +23,14 @@ nothing.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from shelfhand.knowledge.protocols import KeywordIndex
 from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
 from shelfhand.knowledge.types import KeywordHits
 
-__all__ = ["KEYWORD_WEIGHT", "candidate_relevance", "convex_fusion", "rrf"]
+__all__ = ["KEYWORD_WEIGHT", "candidate_relevance", "convex_fusion", "rrf", "weighted_rrf"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -61,6 +63,32 @@ def rrf(
         for key, weight in zip(ranked, table, strict=False):
             scores[key] = get(key, 0.0) + weight
     return sorted(scores.items(), key=_score, reverse=True)
+
+
+def weighted_rrf(
+    lists: Sequence[Sequence[int]], weights: Sequence[float], k: int = 60
+) -> list[tuple[int, float]]:
+    """Fuse ranked lists of rowids: ``score(id) = Σ 1 / (rank / w_list + k)``, ranks from 1.
+
+    Qdrant's weighted RRF in the same terms (its ``Rrf(k=k + 1, weights)``), so that a search
+    fused here and one fused by a Qdrant server rank alike; with weight 1 it is :func:`rrf`.
+    A weight of 0 (or less) drops its list.
+
+    Returns:
+        ``(rowid, score)`` best first; ties by rowid.
+    """
+    scores: dict[int, float] = {}
+    for ranked, w in zip(lists, weights, strict=True):
+        if w <= 0:
+            continue
+        for rank, key in enumerate(ranked, start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (rank / w + k)
+    return by_score(scores.items())
+
+
+def by_score(hits: Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+    """``(rowid, score)`` best first, ties by rowid (the order both fusion paths agree on)."""
+    return sorted(hits, key=lambda h: (-h[1], h[0]))
 
 
 def convex_fusion(

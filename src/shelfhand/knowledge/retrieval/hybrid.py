@@ -17,7 +17,14 @@ space that holds vectors (the query embedded by that space's embedder, so a mixe
 English corpus works). Lists are fused by :func:`~shelfhand.knowledge.retrieval.fusion.convex_fusion`
 (BM25 scaled by the query's best score, plus cosine; a keyword candidate outside a space's top
 list gets its exact cosine from its stored vector) and deduplicated by chunk content hash. When
-one side has nothing, the other's ranking and scores are used as is. Every hit gets a
+one side has nothing, the other's ranking and scores are used as is. The ``rrf`` fusion choice
+(:attr:`SearchOptions.fusion`) fuses ranks instead
+(:func:`~shelfhand.knowledge.retrieval.fusion.weighted_rrf`, the space weights below as list
+weights); on a Qdrant index the server fuses, the whole hybrid search one request
+(:class:`~shelfhand.knowledge.protocols.FusedSearch`), and every candidate's cosine comes with
+it. Convex fusion cannot be one Qdrant query (it scales BM25 by the query's best score and
+reads the cosine of keyword candidates outside the vector list), so it stays the two queries
+fused here. Every hit gets a
 ``relevance`` (0..1, comparable across queries); hits under ``min_relevance`` are dropped, so a
 query the documents do not answer finds nothing.
 If embedding the query fails (quota, model unavailable) or does not finish within
@@ -49,12 +56,10 @@ disagreements can be flagged; ``version_siblings=False`` turns this off.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Mapping
+from concurrent.futures import Future
 from typing import Any, Unpack
 
 from shelfhand.core.breaker import OPEN, CircuitBreaker
@@ -68,16 +73,21 @@ from shelfhand.knowledge.analysis import (
     with_synonyms,
 )
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
-from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
+from shelfhand.knowledge.protocols import FusedSearch, KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.retrieval.exact import exact_first
 from shelfhand.knowledge.retrieval.fusion import (
     KEYWORD_WEIGHT,
+    by_score,
     candidate_relevance,
     convex_fusion,
+    weighted_rrf,
 )
+from shelfhand.knowledge.retrieval.sides import KeywordSide, Overlap, VectorSide, default_workers
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
 from shelfhand.knowledge.types import (
     Chunk,
+    FusedCandidates,
+    Fusion,
     Scope,
     SearchArgs,
     SearchCounts,
@@ -104,7 +114,7 @@ class HybridRetriever:
         vector_indexes: The vector spaces, or ``None`` for keyword-only search.
         router: Embeds queries per space; ``None`` disables the vector side.
         candidates_factor: Each side fetches ``candidates_factor * k`` candidates.
-        rrf_k: Unused (fusion is convex now); kept so existing callers still work.
+        rrf_k: ``k`` of the ``rrf`` fusion (:func:`~shelfhand.knowledge.retrieval.fusion.weighted_rrf`).
         other_space_weight: Weight of vector spaces other than the one the query's language
             routes to (a model weak in the query's language ranks worse), in fusion and in
             relevance. A space whose embedder is ``multilingual`` (USE) is weighted 1 for every
@@ -122,8 +132,9 @@ class HybridRetriever:
             (see :mod:`shelfhand.knowledge.retrieval.versions`).
         overlap_workers: Threads that run hybrid searches' keyword side alongside their vector
             side (module docstring); ``None``: one fewer than the CPUs, at most 8; 0: none.
+        fusion: ``convex`` (the default) or ``rrf`` (see the module docstring).
 
-    ``candidates_factor``, ``min_relevance``, ``exact_boost`` and ``version_siblings`` make
+    ``candidates_factor``, ``min_relevance``, ``exact_boost``, ``version_siblings`` and ``fusion`` make
     :attr:`options`, the defaults of every search; a search may be given others.
     """
 
@@ -146,12 +157,14 @@ class HybridRetriever:
         exact_boost: bool = True,
         version_siblings: bool = True,
         overlap_workers: int | None = None,
+        fusion: Fusion = "convex",
     ) -> None:
         self.options = SearchOptions(
             exact_boost=exact_boost,
             min_relevance=min_relevance,
             version_siblings=version_siblings,
             candidates_factor=candidates_factor,
+            fusion=fusion,
         )
         """The configured switches: what a search uses unless it is given others."""
         self.store = store
@@ -179,7 +192,8 @@ class HybridRetriever:
         self._breaker_lock = threading.Lock()
         self._last_failure = ""
         self._warm: set[str] = set()
-        self._overlap = _Overlap(_default_workers() if overlap_workers is None else overlap_workers)
+        self._overlap = Overlap(default_workers() if overlap_workers is None else overlap_workers)
+        self._fused = keyword_index if isinstance(keyword_index, FusedSearch) else None
 
     def close(self) -> None:
         """Stop the keyword side's worker threads (searches still work, without overlap)."""
@@ -248,12 +262,16 @@ class HybridRetriever:
         fetch = max(k, 1) * opts.candidates_factor
         degraded: str | None = None
         keyword: list[tuple[int, float]] = []
-        vectors = _VectorSide([], [], [], [])
+        vectors = VectorSide([], [], [], [])
         t_kw = t_embed = t_vec = 0.0
         tokens: list[str] | None = None  # the query's tokens, analysed once when needed
         use_keyword = mode != "vector"
-        keyword_side: Future[_KeywordSide] | None = None
-        if mode == "hybrid":  # overlaps the embedding and the vector search
+        keyword_side: Future[KeywordSide] | None = None
+        # an index that fuses by itself (rrf on Qdrant) takes both sides in one request
+        fused_by = self._fused if mode == "hybrid" and opts.fusion == "rrf" else None
+        fused: FusedCandidates | None = None
+        weighted: dict[str, tuple[Vectors, float]] = {}
+        if mode == "hybrid" and fused_by is None:  # overlaps the embedding and vector search
             keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
         if mode != "keyword":
             t1 = time.perf_counter()
@@ -264,6 +282,15 @@ class HybridRetriever:
             t_embed = time.perf_counter() - t1
             if embedded is None:
                 use_keyword = True  # degraded: keywords stand in for vectors
+            elif fused_by is not None:
+                t1 = time.perf_counter()
+                tokens = self._with_synonyms(tokenize_query(query))
+                weighted = self._weighted(query, embedded)
+                fused = fused_by.search_fused(
+                    tokens, weighted, fetch, scope=scope, rrf_k=self.rrf_k
+                )
+                keyword, use_keyword = fused.keyword, False
+                t_vec = time.perf_counter() - t1
             elif self.vector_indexes is not None:
                 t1 = time.perf_counter()
                 vectors = self._vector_side(query, embedded, fetch, scope)
@@ -276,7 +303,15 @@ class HybridRetriever:
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
-        hits, fused, relevant = self._fuse(tokens or [], keyword, vectors, k, opts.min_relevance)
+        if fused is not None:
+            hits, n_fused, relevant = self._fused_hits(
+                tokens or [], fused, weighted, fetch, k, opts.min_relevance
+            )
+        else:
+            rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
+            hits, n_fused, relevant = self._fuse(
+                tokens or [], keyword, vectors, k, opts.min_relevance, rrf=rrf
+            )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         if opts.exact_boost:
@@ -305,8 +340,10 @@ class HybridRetriever:
         )
         counts = SearchCounts(
             keyword=len(keyword),
-            vector=len({rowid for found in vectors.lists for rowid, _ in found}),
-            fused=fused,
+            vector=len({rowid for found in vectors.lists for rowid, _ in found})
+            if fused is None
+            else len({rowid for found in fused.cosines.values() for rowid in found}),
+            fused=n_fused,
             relevant=relevant,
             returned=len(hits),
         )
@@ -316,20 +353,29 @@ class HybridRetriever:
 
     def _vector_side(
         self, query: str, embedded: Mapping[str, Vectors], fetch: int, scope: Scope
-    ) -> _VectorSide:
+    ) -> VectorSide:
         assert self.vector_indexes is not None
-        side = _VectorSide([], [], [], [])
-        home = self.router.space_for(query) if self.router is not None else None
-        multilingual = self._multilingual_spaces()
-        for space, qvec in embedded.items():
+        side = VectorSide([], [], [], [])
+        for space, (qvec, weight) in self._weighted(query, embedded).items():
             found = self.vector_indexes.search(space, qvec, fetch, scope=scope)
             if found:
                 side.lists.append(found)
-                weight = 1.0 if space in (home, *multilingual) else self.other_space_weight
                 side.weights.append(weight)
                 side.spaces.append(space)
                 side.query_vectors.append(qvec)
         return side
+
+    def _weighted(
+        self, query: str, embedded: Mapping[str, Vectors]
+    ) -> dict[str, tuple[Vectors, float]]:
+        """Each space's query vector and weight: 1 for the space the query's language routes
+        to and for multilingual ones, ``other_space_weight`` for the rest."""
+        home = self.router.space_for(query) if self.router is not None else None
+        multilingual = self._multilingual_spaces()
+        return {
+            space: (qvec, 1.0 if space in (home, *multilingual) else self.other_space_weight)
+            for space, qvec in embedded.items()
+        }
 
     def _multilingual_spaces(self) -> tuple[str, ...]:
         """The spaces whose embedder declares ``multilingual = True``."""
@@ -429,11 +475,11 @@ class HybridRetriever:
             self._warned.add(message)
             logger.warning("%s", message)
 
-    def _keyword_side(self, query: str, fetch: int, scope: Scope) -> _KeywordSide:
+    def _keyword_side(self, query: str, fetch: int, scope: Scope) -> KeywordSide:
         t1 = time.perf_counter()
         tokens = self._with_synonyms(tokenize_query(query))
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
-        return _KeywordSide(tokens, hits, time.perf_counter() - t1)
+        return KeywordSide(tokens, hits, time.perf_counter() - t1)
 
     def _with_synonyms(self, tokens: list[str]) -> list[str]:
         """``tokens`` with a word no document holds searched as its synonym that some do
@@ -448,9 +494,11 @@ class HybridRetriever:
         self,
         query_tokens: list[str],
         keyword: list[tuple[int, float]],
-        vectors: _VectorSide,
+        vectors: VectorSide,
         k: int,
         min_relevance: float,
+        *,
+        rrf: bool = False,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` hits, and how many candidates were fused and how many of them were
         relevant enough."""
@@ -462,7 +510,11 @@ class HybridRetriever:
         if not keyword and not vectors.lists:
             return [], 0, 0
         cosines = [dict(found) for found in vectors.lists]
-        if keyword and vectors.lists:
+        if rrf:
+            lists = [[r for r, _ in keyword]] + [[r for r, _ in f] for f in vectors.lists]
+            ranked = weighted_rrf(lists, [1.0, *vectors.weights], self.rrf_k)
+            self._fill_cosines([(r, 0.0) for r, _ in ranked], vectors, cosines, each_space=True)
+        elif keyword and vectors.lists:
             self._fill_cosines(keyword, vectors, cosines)
             pairs = list(zip(cosines, vectors.weights, strict=True))
             ranked = convex_fusion(keyword, pairs, self.keyword_weight)
@@ -473,6 +525,43 @@ class HybridRetriever:
         strength = candidate_relevance(
             query_tokens, keyword, cosines, vectors.weights, self.keyword_index
         )
+        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance)
+
+    def _fused_hits(
+        self,
+        query_tokens: list[str],
+        fused: FusedCandidates,
+        weighted: Mapping[str, tuple[Vectors, float]],
+        fetch: int,
+        k: int,
+        min_relevance: float,
+    ) -> tuple[list[SearchHit], int, int]:
+        """The hits of a search the index fused: relevance and ranks from the candidates'
+        cosines (each space's top ``fetch`` by cosine is its vector list) and keyword hits."""
+        keyword = fused.keyword
+        keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
+        vector_rank: dict[int, int] = {}
+        for found in fused.cosines.values():
+            for i, (rowid, _) in enumerate(by_score(found.items())[:fetch], start=1):
+                vector_rank[rowid] = min(i, vector_rank.get(rowid, i))
+        spaces = list(fused.cosines)
+        weights = [weighted[space][1] for space in spaces]
+        cosines = [fused.cosines[space] for space in spaces]
+        strength = candidate_relevance(query_tokens, keyword, cosines, weights, self.keyword_index)
+        ranked = by_score(fused.ranked)
+        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance)
+
+    def _choose(
+        self,
+        ranked: list[tuple[int, float]],
+        strength: dict[int, float],
+        keyword_rank: dict[int, int],
+        vector_rank: dict[int, int],
+        k: int,
+        min_relevance: float,
+    ) -> tuple[list[SearchHit], int, int]:
+        """The top ``k`` of ``ranked`` at or over ``min_relevance``, one per passage, and how
+        many candidates were ranked and how many of them were relevant enough."""
         # too weak to count as an answer
         strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
         chosen: list[tuple[int, float]] = []
@@ -509,66 +598,20 @@ class HybridRetriever:
     def _fill_cosines(
         self,
         keyword: list[tuple[int, float]],
-        vectors: _VectorSide,
+        vectors: VectorSide,
         cosines: list[dict[int, float]],
+        *,
+        each_space: bool = False,
     ) -> None:
-        """Exact cosines of keyword candidates that a space's top list missed (their indexed
-        vectors, read from memory): fusion then weighs what the vector side thinks of them."""
-        missing = [r for r, _ in keyword if not any(r in c for c in cosines)]
-        if not missing or self.vector_indexes is None:
+        """Exact cosines of keyword candidates that no space's top list has (their indexed
+        vectors, read from memory): fusion then weighs what the vector side thinks of them.
+        ``each_space``: of the candidates missing from each space's list (every candidate
+        gets its cosine in every space, as a search fused by the index has them)."""
+        if self.vector_indexes is None:
             return
+        in_none = [] if each_space else [r for r, _ in keyword if not any(r in c for c in cosines)]
         for i, space in enumerate(vectors.spaces):
-            found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
-            cosines[i].update(found)
-
-
-@dataclass(frozen=True, slots=True)
-class _KeywordSide:
-    tokens: list[str]
-    hits: list[tuple[int, float]]
-    seconds: float
-
-
-def _default_workers() -> int:
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
-
-
-class _Overlap:
-    """At most ``workers`` keyword sides on worker threads at once; ``submit`` returns None
-    when all are busy (the caller then runs the work itself, never waits for a worker)."""
-
-    def __init__(self, workers: int) -> None:
-        if workers < 0:
-            raise KnowledgeError(f"overlap_workers must be >= 0, not {workers}")
-        self.workers = workers
-        self._slots = threading.BoundedSemaphore(max(workers, 1))
-        self._pool = (
-            ThreadPoolExecutor(workers, thread_name_prefix="shelfhand-keyword") if workers else None
-        )
-
-    def submit(self, fn: Callable[..., _KeywordSide], *args: Any) -> Future[_KeywordSide] | None:
-        pool = self._pool
-        if pool is None or not self._slots.acquire(blocking=False):
-            return None
-        try:
-            future = pool.submit(fn, *args)
-        except RuntimeError:  # closed meanwhile
-            self._slots.release()
-            return None
-        future.add_done_callback(lambda _: self._slots.release())
-        return future
-
-    def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-
-@dataclass(frozen=True, slots=True)
-class _VectorSide:
-    """What the vector side found: per space, its name, top list, weight and query vector."""
-
-    spaces: list[str]
-    lists: list[list[tuple[int, float]]]
-    weights: list[float]
-    query_vectors: list[Vectors]
+            missing = [r for r, _ in keyword if r not in cosines[i]] if each_space else in_none
+            if missing:
+                found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
+                cosines[i].update(found)

@@ -8,6 +8,11 @@ the rows in place, and :meth:`SqliteKnowledgeStore.attach` replays them (idempot
 next open; an index that is missing or whose recorded generation cannot be bridged by the
 outbox is rebuilt from SQLite.
 
+An index that cannot be reached (a Qdrant server that is down) fails neither the write nor the
+ingest: the committed rows stay in the outbox, and every search first applies what is pending
+(:meth:`SqliteKnowledgeStore.sync_pending`), so searches fail with the index's reason until it
+is back and caught up, never answering from a stale index.
+
 Chunk rowids (``AUTOINCREMENT``, never reused) are the keys of every index. A chunk's rowid
 never changes its tenant or tags: re-ingesting a document deletes its chunks and inserts new
 rows.
@@ -25,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from shelfhand.core.db import transaction
-from shelfhand.core.errors import KnowledgeError
+from shelfhand.core.errors import DependencyUnavailableError, KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors, detect_language
 from shelfhand.knowledge.protocols import DocVectors, SourceItem
 from shelfhand.knowledge.stores.outbox import DerivedIndex, IndexChange, read_changes, write_change
@@ -69,10 +74,11 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Apply pending changes durably, close the indexes and the connection."""
+        """Apply pending changes durably (an unreachable index leaves them in the outbox for
+        the next open), close the indexes and the connection."""
         with self._lock:
             if self._indexes:
-                self.sync(durable=True)
+                self._sync_after_commit(durable=True)
             for index in self._indexes:
                 index.close()
             self._indexes.clear()
@@ -106,6 +112,9 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
                     index.flush(generation, durable=True)
                 index.attached(self)
                 self._indexes.append(index)
+                set_refresh = getattr(index, "set_refresh", None)
+                if callable(set_refresh):  # its searches first apply what is pending
+                    set_refresh(self.sync_pending)
             self._applied_outbox_id = max((c.outbox_id for c in pending), default=0)
             self._ack(generation)
 
@@ -146,6 +155,29 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
                     index.flush(generation, durable=durable)
             self._ack(generation)
 
+    def sync_pending(self) -> None:
+        """Apply the outbox rows not applied yet, if any (a write whose index could not be
+        reached, or another process's): one cheap query when there are none.
+
+        Raises:
+            DependencyUnavailableError: An index cannot be reached.
+        """
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM index_outbox WHERE id > ?)",
+                (self._applied_outbox_id,),
+            ).fetchone()
+            if row is not None and row[0]:
+                self.sync()
+
+    def _sync_after_commit(self, *, durable: bool = False) -> None:
+        """Sync after a committed write; an index that cannot be reached leaves the rows in
+        the outbox (the write succeeded: searches fail until the index is back)."""
+        try:
+            self.sync(durable=durable)
+        except DependencyUnavailableError as exc:
+            logger.warning("index not updated yet, the outbox keeps the change: %s", exc)
+
     def _ack(self, generation: int) -> None:
         durable = [i.durable_generation() for i in self._indexes]
         if not self._indexes or any(d is None for d in durable):
@@ -172,11 +204,11 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
             with self._lock:
                 self._deferred -= 1
                 if self._deferred == 0 and self._indexes:
-                    self.sync(durable=True)
+                    self._sync_after_commit(durable=True)
 
     def _after_change(self) -> None:
         if self._deferred == 0 and self._indexes:
-            self.sync()
+            self._sync_after_commit()
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge.scoring import (
     COMMON_SHARE,
     bm25_idf,
@@ -24,7 +25,7 @@ from shelfhand.knowledge.scoring import (
     ranking_terms,
 )
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
-from shelfhand.knowledge.stores.pg.store import tsquery_literal
+from shelfhand.knowledge.stores.pg.store import UNANALYSED, tsquery_literal
 from shelfhand.knowledge.types import KeywordHits, Scope
 
 __all__ = ["PgKeywordIndex"]
@@ -146,6 +147,7 @@ class PgKeywordIndex:
             if self.bitmap_scan:
                 conn.execute("SET LOCAL enable_seqscan = off")
             fields, dfs = self._stats(conn, scored)
+            check_analysed(fields.get(UNANALYSED, (0, 0))[0])
             n = fields.get("b", (0, 0))[0]
             if n == 0:
                 return []
@@ -251,6 +253,20 @@ class PgKeywordIndex:
         with self.db.connection() as conn:
             fields, dfs = self._stats(conn, terms)
         return fields.get("b", (0, 0))[0], [dfs.get(("b", t), 0) for t in terms]
+
+
+def check_analysed(unanalysed: int) -> None:
+    """Refuse to search while ``unanalysed`` chunks have no keyword fields (it would miss them).
+
+    Raises:
+        ConfigurationError: Some chunks were stored while Qdrant served the searches.
+    """
+    if unanalysed > 0:
+        raise ConfigurationError(
+            f"{unanalysed} chunks were stored while Qdrant served the searches (qdrant_url) and"
+            " are not in PostgreSQL's keyword index: set SHELFHAND_QDRANT_URL again, or run"
+            " `shelfhand knowledge reindex` to index them in PostgreSQL"
+        )
 
 
 def _named(sql: str, count: int) -> str:

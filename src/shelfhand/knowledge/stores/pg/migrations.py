@@ -121,7 +121,15 @@ CREATE TABLE knowledge_pg_outbox (
 INSERT INTO knowledge_pg_meta (key, value) VALUES ('outbox', 0), ('outbox_acked', 0);
 """
 
+# Chunks stored without keyword fields while a Qdrant index serves the searches
+# (body_len -1; the 'u' statistics row counts them): shelfhand.knowledge.stores.pg.backfill.
+_UNANALYSED = """
+INSERT INTO knowledge_pg_field_stats (field, docs, tokens) VALUES ('u', 0, 0);
+CREATE INDEX knowledge_pg_chunks_unanalysed ON knowledge_pg_chunks (rowid) WHERE body_len < 0;
+"""
+
 MIGRATIONS = [
     PgMigration(name="knowledge_pg_001_initial", sql=_INITIAL),
     PgMigration(name="knowledge_pg_002_outbox", sql=_OUTBOX),
+    PgMigration(name="knowledge_pg_003_unanalysed", sql=_UNANALYSED),
 ]

@@ -9,6 +9,12 @@ Each write (one ingest batch, one document, one delete) is one transaction. It a
 BM25 statistics (chunks and tokens per field, document frequency per term) in step; those
 rows are updated last, in term order, so concurrent writers (several ingest workers) wait on
 each other only briefly and never deadlock.
+
+When a Qdrant index serves the searches (``qdrant_url``), a store opened with
+``keyword_sql=False`` writes no keyword fields: each chunk's tsvectors stay empty, its lengths
+``-1`` (not analysed), no term statistics are kept, and the ``u`` row of the field statistics
+counts such chunks. The SQL keyword search refuses to run while any exist (it would miss
+them); ``shelfhand knowledge reindex`` analyses them (:mod:`.backfill`).
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ EMBED_PENDING = "pending"
 
 FIELDS = ("b", "h", "c")
 """BM25 fields: body (title, section path, text), head (own heading), codes (identifiers)."""
+UNANALYSED = "u"
+"""The field-statistics row counting chunks stored without keyword fields."""
 _MAX_TERM_BYTES = 1000
 """Longer tokens are not indexed (a tsvector lexeme holds at most 2047 bytes)."""
 _MAX_TF = 255
@@ -141,9 +149,9 @@ class ImportedDocument:
     embed_error: str | None = None
 
 
-def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
-    """A chunk as a ``knowledge_pg_chunks`` row (the columns of the insert, rowid left out):
-    its analysed fields as tsvectors and their lengths; their statistics added to ``delta``."""
+def keyword_fields(c: Chunk, delta: _Delta) -> tuple[Any, ...]:
+    """A chunk's analysed fields as tsvector literals and their lengths (the last six columns
+    of its row); their statistics added to ``delta``."""
     analysed = _analyse(c)
     lengths = []
     for name, counts in analysed.fields():
@@ -153,6 +161,28 @@ def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
         lengths.append(size)
         for term in counts:
             delta.terms[(name, term)] += 1
+    return (
+        tsvector_literal(analysed.body),
+        tsvector_literal(analysed.head),
+        tsvector_literal(analysed.codes),
+        *lengths,
+    )
+
+
+_NOT_ANALYSED = ("", "", "", -1, -1, -1)
+
+
+def chunk_row(
+    c: Chunk, space: str | None, delta: _Delta, *, analyse: bool = True
+) -> tuple[Any, ...]:
+    """A chunk as a ``knowledge_pg_chunks`` row (the columns of the insert, rowid left out):
+    its analysed fields as tsvectors and their lengths, their statistics added to ``delta``;
+    with ``analyse=False`` empty fields of length -1, counted as not analysed."""
+    if analyse:
+        fields = keyword_fields(c, delta)
+    else:
+        delta.docs[UNANALYSED] += 1
+        fields = _NOT_ANALYSED
     return (
         c.chunk_id,
         c.doc_id,
@@ -171,10 +201,7 @@ def chunk_row(c: Chunk, space: str | None, delta: _Delta) -> tuple[Any, ...]:
         c.updated_at,
         detect_language(c.text),
         space,
-        tsvector_literal(analysed.body),
-        tsvector_literal(analysed.head),
-        tsvector_literal(analysed.codes),
-        *lengths,
+        *fields,
     )
 
 
@@ -185,11 +212,14 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
 
     Args:
         db: The migrated connection pool (:class:`~shelfhand.knowledge.stores.pg.db.PgDatabase`).
+        keyword_sql: Write the keyword fields and statistics of the SQL keyword search; off
+            when a Qdrant index serves the searches (see the module docstring).
     """
 
-    def __init__(self, db: PgDatabase) -> None:
+    def __init__(self, db: PgDatabase, *, keyword_sql: bool = True) -> None:
         PgStoreReads.__init__(self, db)
         PgOutbox.__init__(self, db)
+        self.keyword_sql = keyword_sql
 
     # -- vector spaces ----------------------------------------------------------------------
 
@@ -247,7 +277,7 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
                 " ON CONFLICT (field, term) DO UPDATE SET df = knowledge_pg_terms.df + excluded.df",
                 ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items]),
             )
-        for name in FIELDS:
+        for name in (*FIELDS, UNANALYSED):
             if delta.docs[name] or delta.tokens[name]:
                 conn.execute(
                     "UPDATE knowledge_pg_field_stats SET docs = docs + %s, tokens = tokens + %s"
@@ -273,14 +303,18 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
             ):
                 delta.terms[(name, term)] -= int(n)
         row = conn.execute(
-            "SELECT count(*), COALESCE(sum(body_len), 0), COALESCE(sum(head_len), 0),"
-            " COALESCE(sum(codes_len), 0) FROM knowledge_pg_chunks WHERE doc_id = ANY(%s::text[])",
+            "SELECT count(*) FILTER (WHERE body_len >= 0), count(*) FILTER (WHERE body_len < 0),"
+            " COALESCE(sum(body_len) FILTER (WHERE body_len >= 0), 0),"
+            " COALESCE(sum(head_len) FILTER (WHERE body_len >= 0), 0),"
+            " COALESCE(sum(codes_len) FILTER (WHERE body_len >= 0), 0)"
+            " FROM knowledge_pg_chunks WHERE doc_id = ANY(%s::text[])",
             (ids,),
         ).fetchone()
         assert row is not None
+        delta.docs[UNANALYSED] -= int(row[1])
         for i, name in enumerate(FIELDS):
             delta.docs[name] -= int(row[0])
-            delta.tokens[name] -= int(row[i + 1])
+            delta.tokens[name] -= int(row[i + 2])
         cur = conn.execute(
             "DELETE FROM knowledge_pg_documents WHERE doc_id = ANY(%s::text[])", (ids,)
         )
@@ -356,7 +390,7 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
         for i, c in enumerate(chunks):
             if c.doc_id != doc_id:
                 raise KnowledgeError(f"chunk {c.chunk_id!r} does not belong to {doc_id!r}")
-            params.append(chunk_row(c, space_of.get(i), delta))
+            params.append(chunk_row(c, space_of.get(i), delta, analyse=self.keyword_sql))
         if not params:
             return []
         rowids: list[int] = []

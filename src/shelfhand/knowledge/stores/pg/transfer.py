@@ -87,9 +87,11 @@ class _Batch:
     docs: list[tuple[Any, ...]]
     chunks: list[tuple[Any, ...]]
     vectors: dict[int, tuple[str, bytes]]
+    analyse: bool = True
+    """Write the keyword fields (off when Qdrant serves the searches)."""
 
 
-def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]]) -> _Batch:
+def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]], analyse: bool) -> _Batch:
     ids = [d[0] for d in docs]
     marks = ",".join("?" * len(ids))
     chunks = conn.execute(
@@ -103,7 +105,7 @@ def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]]) -> _Batch:
             ids,
         )
     }
-    return _Batch(docs=list(docs), chunks=chunks, vectors=vectors)
+    return _Batch(docs=list(docs), chunks=chunks, vectors=vectors, analyse=analyse)
 
 
 def _document(d: Sequence[Any]) -> Document:
@@ -171,7 +173,7 @@ def _prepare(batch: _Batch) -> _Prepared:
         c = row_to_chunk(raw)
         counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
         space = batch.vectors.get(int(raw[0]), (None, b""))[0]
-        rows.append(chunk_row(c, space, delta))
+        rows.append(chunk_row(c, space, delta, analyse=batch.analyse))
     docs = [
         (
             d[0],
@@ -435,7 +437,7 @@ def import_workspace(
                 skipped += len(rows) - len(todo)
                 done += len(rows) - len(todo)
                 if todo:
-                    yield _read(conn, todo)
+                    yield _read(conn, todo, store.keyword_sql)
                 elif progress is not None:
                     progress(done, total)
 

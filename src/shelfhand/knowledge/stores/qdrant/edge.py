@@ -18,9 +18,12 @@ from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
     META_ID,
     ChunkPoint,
+    FusedPoint,
+    FusedQuery,
     PointFilter,
     SearchQuery,
     SparseVec,
+    fused_point,
 )
 
 __all__ = ["EdgeBackend"]
@@ -160,22 +163,54 @@ class EdgeBackend:
             must.append(qe.FieldCondition("doc_id", is_empty=False))
         return qe.Filter(must=must)
 
-    def query(self, query: SearchQuery) -> list[tuple[int, float]]:
+    def _nearest(self, query: SearchQuery) -> Any:
         qe = self._qe
         vector = (
             self._sparse(query.vector)
             if isinstance(query.vector, SparseVec)
             else list(map(float, query.vector))
         )
-        request = qe.QueryRequest(
+        return qe.Query.Nearest(vector, using=query.using)
+
+    def _request(self, query: SearchQuery) -> Any:
+        qe = self._qe
+        return qe.QueryRequest(
             limit=query.limit,
-            query=qe.Query.Nearest(vector, using=query.using),
+            query=self._nearest(query),
             filter=self._filter(query.filter),
             params=qe.SearchParams(exact=query.exact),
             with_payload=False,
             with_vector=False,
         )
-        return [(int(p.id), float(p.score)) for p in self._shard.query(request)]
+
+    def query(self, query: SearchQuery) -> list[tuple[int, float]]:
+        return [(int(p.id), float(p.score)) for p in self._shard.query(self._request(query))]
+
+    def query_fused(
+        self, fused: FusedQuery, also: SearchQuery | None
+    ) -> tuple[list[FusedPoint], list[tuple[int, float]]]:
+        qe = self._qe
+        stages = [
+            qe.Prefetch(
+                limit=q.limit,
+                query=self._nearest(q),
+                filter=self._filter(q.filter),
+                params=qe.SearchParams(exact=q.exact),
+            )
+            for q in fused.stages
+        ]
+        request = qe.QueryRequest(
+            limit=fused.limit,
+            prefetches=stages,
+            query=qe.Fusion.Rrf(k=fused.rrf_k + 1, weights=list(fused.weights)),
+            filter=self._filter(fused.filter),
+            with_payload=False,
+            with_vector=list(fused.with_vectors) if fused.with_vectors else False,
+        )
+        batch = [request] if also is None else [request, self._request(also)]
+        found, *hits = self._shard.query_batch(qe.QueryBatchRequest(batch))
+        points = [fused_point(p.id, p.score, p.vector, fused.with_vectors) for p in found]
+        return points, [(int(p.id), float(p.score)) for p in (hits[0] if hits else [])]
 
     def count(self, flt: PointFilter) -> int:
         if flt == PointFilter():  # every chunk: the shard's point count (no scan), less the meta

@@ -17,7 +17,10 @@ A chunk becomes one point, keyed by its rowid (the store's system-of-record id):
   step).
 
 A :class:`SearchQuery` is what both backends (:mod:`.edge`, :mod:`.server`) translate: one
-``Nearest`` query on one named vector with the caller's :class:`PointFilter` inside it.
+``Nearest`` query on one named vector with the caller's :class:`PointFilter` inside it. A
+:class:`FusedQuery` is a hybrid search in one request: its searches run as ``prefetch`` stages
+fused by weighted RRF on the server, ``1 / (rank / weight + rrf_k)`` summed over the stages
+(Qdrant's ``Rrf(k=rrf_k + 1, weights)``), beside one more plain query in the same batch.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ __all__ = [
     "KEYWORD",
     "META_ID",
     "ChunkPoint",
+    "FusedPoint",
+    "FusedQuery",
     "PointFilter",
     "QdrantBackend",
     "SearchQuery",
     "SparseVec",
     "chunk_point",
+    "fused_point",
     "point_filter",
     "sparse_query",
     "term_id",
@@ -119,6 +125,38 @@ class SearchQuery:
     exact: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FusedQuery:
+    """Weighted RRF of ``stages`` (each a :class:`SearchQuery`, run as a prefetch) within
+    ``filter``: the top ``limit`` points with their dense vectors of ``with_vectors``."""
+
+    stages: tuple[SearchQuery, ...]
+    weights: tuple[float, ...]
+    rrf_k: int
+    limit: int
+    filter: PointFilter
+    with_vectors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FusedPoint:
+    """A point a :class:`FusedQuery` found: its id, fused score and requested vectors."""
+
+    id: int
+    score: float
+    vectors: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+
+def fused_point(
+    point_id: object, score: float, vector: object, wanted: Sequence[str]
+) -> FusedPoint:
+    """A :class:`FusedPoint` from a found point's id, score and vectors (dense ones named in
+    ``wanted`` are kept)."""
+    found = vector if isinstance(vector, dict) else {}
+    vectors = {n: v for n, v in found.items() if n in wanted and isinstance(v, list)}
+    return FusedPoint(id=int(str(point_id)), score=float(score), vectors=vectors)
+
+
 class QdrantBackend(Protocol):
     """What the index needs of Qdrant; :mod:`.edge` (in process) and :mod:`.server`
     (``qdrant-client``) translate it. Both raise
@@ -141,6 +179,12 @@ class QdrantBackend(Protocol):
     def delete(self, ids: Sequence[int], doc_ids: Sequence[str]) -> None: ...
 
     def query(self, query: SearchQuery) -> list[tuple[int, float]]: ...
+
+    def query_fused(
+        self, fused: FusedQuery, also: SearchQuery | None
+    ) -> tuple[list[FusedPoint], list[tuple[int, float]]]:
+        """``fused``'s points and ``also``'s hits (none without it), in one request."""
+        ...
 
     def count(self, flt: PointFilter) -> int: ...
 

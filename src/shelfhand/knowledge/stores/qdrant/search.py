@@ -15,7 +15,7 @@ force reference, agree on ties.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -24,12 +24,14 @@ from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ran
 from shelfhand.knowledge.stores.qdrant.index import QdrantIndex
 from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
+    FusedPoint,
+    FusedQuery,
     PointFilter,
     SearchQuery,
     point_filter,
     sparse_query,
 )
-from shelfhand.knowledge.types import KeywordHits, Scope
+from shelfhand.knowledge.types import FusedCandidates, KeywordHits, Scope
 
 __all__ = ["QdrantKeywordSearch", "QdrantVectorSearch"]
 
@@ -91,6 +93,74 @@ class QdrantKeywordSearch:
         if len(hits) < k and len(ranked) < len(terms):  # the common terms rank the rest
             hits = self._ranked(terms, k, flt)
         return KeywordHits(hits, num_docs=n, doc_freqs=dfs)
+
+    def search_fused(
+        self,
+        query_tokens: Sequence[str],
+        vectors: Mapping[str, tuple[Vectors, float]],
+        k: int,
+        *,
+        scope: Scope,
+        rrf_k: int,
+    ) -> FusedCandidates:
+        """A hybrid search in one request: the top ``k`` by BM25 and the top ``k`` of each
+        space of ``vectors`` (query vector, weight), within ``scope``, fused by weighted RRF
+        on the server (keyword weight 1); the keyword hits come in the same batch and each
+        candidate's stored vectors with it (its exact cosines)."""
+        terms = list(dict.fromkeys(t for t in query_tokens if t))
+        self.index.refresh()
+        n = self.num_docs()
+        dfs = self._dfs(terms)
+        flt = point_filter(scope)
+        spaces = {s: v for s, v in vectors.items() if s in self.index.spaces()}
+        if flt is None or k <= 0 or n == 0:
+            return FusedCandidates(
+                ranked=[], keyword=KeywordHits([], num_docs=n, doc_freqs=dfs), cosines={}
+            )
+        ranked = ranking_terms(terms, dfs, n, self.common_share)
+        found = self._fused(ranked, spaces, k, flt, rrf_k)
+        if len(found[1]) < k and len(ranked) < len(terms):  # the common terms rank the rest
+            found = self._fused(terms, spaces, k, flt, rrf_k)
+        points, hits = found
+        cosines: dict[str, dict[int, float]] = {}
+        for space, (qvec, _) in spaces.items():
+            with_vec = [p for p in points if space in p.vectors]
+            if with_vec:
+                matrix = np.asarray([p.vectors[space] for p in with_vec], dtype=np.float32)
+                sims = (matrix @ np.asarray(qvec, dtype=np.float32).reshape(-1)).tolist()
+                cosines[space] = {p.id: float(c) for p, c in zip(with_vec, sims, strict=True)}
+        return FusedCandidates(
+            ranked=[(p.id, p.score) for p in points],
+            keyword=KeywordHits(_ordered(hits), num_docs=n, doc_freqs=dfs),
+            cosines=cosines,
+        )
+
+    def _fused(
+        self,
+        terms: Sequence[str],
+        spaces: Mapping[str, tuple[Vectors, float]],
+        k: int,
+        flt: PointFilter,
+        rrf_k: int,
+    ) -> tuple[list[FusedPoint], list[tuple[int, float]]]:
+        keyword = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)
+        stages = [keyword] if terms else []
+        weights = [1.0] if terms else []
+        for space, (qvec, weight) in spaces.items():
+            vector = np.asarray(qvec, dtype=np.float32).reshape(-1).tolist()
+            stages.append(SearchQuery(using=space, vector=vector, limit=k, filter=flt))
+            weights.append(weight)
+        fused = FusedQuery(
+            stages=tuple(stages),
+            weights=tuple(weights),
+            rrf_k=rrf_k,
+            limit=k * len(stages),
+            filter=flt,
+            with_vectors=tuple(spaces),
+        )
+        if not stages:
+            return [], []
+        return self.index.backend.query_fused(fused, keyword if terms else None)
 
     def search_exact(
         self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope

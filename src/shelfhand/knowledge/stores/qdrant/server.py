@@ -18,9 +18,12 @@ from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
     META_ID,
     ChunkPoint,
+    FusedPoint,
+    FusedQuery,
     PointFilter,
     SearchQuery,
     SparseVec,
+    fused_point,
 )
 
 __all__ = ["ServerBackend"]
@@ -196,25 +199,57 @@ class ServerBackend:
             return m.Filter(must_not=must)
         return m.Filter(must=must)
 
-    def query(self, query: SearchQuery) -> list[tuple[int, float]]:
-        vector = (
-            self._sparse(query.vector)
-            if isinstance(query.vector, SparseVec)
-            else list(map(float, query.vector))
+    def _vector(self, query: SearchQuery) -> Any:
+        if isinstance(query.vector, SparseVec):
+            return self._sparse(query.vector)
+        return list(map(float, query.vector))
+
+    def _params(self, query: SearchQuery) -> Any:
+        return None if self._local else self._m.SearchParams(exact=query.exact)
+
+    def _request(self, query: SearchQuery) -> Any:
+        return self._m.QueryRequest(
+            query=self._vector(query),
+            using=query.using,
+            filter=self._filter(query.filter),
+            limit=query.limit,
+            params=self._params(query),
+            with_payload=False,
+            with_vector=False,
         )
-        result = self._call(
-            lambda: self._client.query_points(
-                self.collection,
-                query=vector,
-                using=query.using,
-                query_filter=self._filter(query.filter),
-                limit=query.limit,
-                search_params=None if self._local else self._m.SearchParams(exact=query.exact),
-                with_payload=False,
-                with_vectors=False,
-            )
+
+    def query(self, query: SearchQuery) -> list[tuple[int, float]]:
+        (result,) = self._call(
+            lambda: self._client.query_batch_points(self.collection, [self._request(query)])
         )
         return [(int(p.id), float(p.score)) for p in result.points]
+
+    def query_fused(
+        self, fused: FusedQuery, also: SearchQuery | None
+    ) -> tuple[list[FusedPoint], list[tuple[int, float]]]:
+        m = self._m
+        stages = [
+            m.Prefetch(
+                query=self._vector(q),
+                using=q.using,
+                filter=self._filter(q.filter),
+                limit=q.limit,
+                params=self._params(q),
+            )
+            for q in fused.stages
+        ]
+        request = m.QueryRequest(
+            prefetch=stages,
+            query=m.RrfQuery(rrf=m.Rrf(k=fused.rrf_k + 1, weights=list(fused.weights))),
+            filter=self._filter(fused.filter),
+            limit=fused.limit,
+            with_payload=False,
+            with_vector=list(fused.with_vectors) if fused.with_vectors else False,
+        )
+        batch = [request] if also is None else [request, self._request(also)]
+        found, *hits = self._call(lambda: self._client.query_batch_points(self.collection, batch))
+        points = [fused_point(p.id, p.score, p.vector, fused.with_vectors) for p in found.points]
+        return points, [(int(p.id), float(p.score)) for p in (hits[0].points if hits else [])]
 
     def count(self, flt: PointFilter) -> int:
         if flt == PointFilter():  # every chunk: the collection's point count, less the meta

@@ -72,6 +72,18 @@ def test_a_failing_model_exits_1_and_still_prints_the_passages(
     assert "the chat model failed" in out.stderr
 
 
+def test_a_failing_model_is_named_as_the_reason_not_a_missing_one(
+    workspace: Path, server: Any
+) -> None:
+    server.add(Reply(status=400, body={"error": {"message": "the stream was cut"}}))
+
+    out = run(["ask", QUESTION, "--json"], workspace, server)
+
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert shown["extractive"] and shown["fallback_reason"] == "model_error"
+
+
 def test_ask_offers_the_model_retrieve_alone(workspace: Path, server: Any) -> None:
     server.add(Reply(body=completion("E-203 means the lamp is overheating.")))
 

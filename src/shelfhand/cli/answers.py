@@ -43,6 +43,7 @@ REASONS = {
     "empty": "the model gave no answer",
     "no_model": "no chat model is configured",
     "model_error": "the chat model failed",
+    "model_timeout": "the chat model did not answer in time",
     "budget_exceeded": "a budget ran out before the model could finish",
     "heading_echo": "the model answered with a passage's heading only",
 }

@@ -190,7 +190,13 @@ def ask(
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
         if kb is not None:  # the passages are still worth reading: the model was cut off
+            from shelfhand.agent.answer_check import failed_model_answer
+            from shelfhand.service.chat import error_status
+
             found = a.knowledge_agent(kb).run_sync(question, context=ctx)
+            # marked as the service marks it: the model failed (not "no model configured")
+            why = error_status(exc)[1]  # model_error or model_timeout
+            found = failed_model_answer(question, found.citations, why) or found
             if as_json:
                 print_json(found)
             else:

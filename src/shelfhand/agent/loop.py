@@ -76,7 +76,10 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
 def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
     """The usage of the run that ends: its own and its subagents' finished runs'; handed to
     the run that delegated it, if one did (so the turn's usage sums every model call)."""
-    usage = own + run.delegated.total
+    delegated = run.delegated.total
+    # a run that delegated nothing (most runs) ends with its own usage: adding the empty
+    # tally would build an equal one
+    usage = own + delegated if delegated.model_calls or delegated.tool_calls else own
     parent = options.get("parent")
     if parent is not None:
         parent.delegated.add(usage)

@@ -115,7 +115,7 @@ class AgentLoop:
     replay_repeated_calls: bool
     prices: Mapping[str, ModelPrice] | None
     _schema_cost: tuple[object, int] | None
-    _system: tuple[str, str, Message] | None
+    _system: tuple[str, str, Message, int] | None
     _upfront: UpfrontRetrieval | None
 
     def _loop(
@@ -155,7 +155,7 @@ class AgentLoop:
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(options.get("history", ()))
-        system = self._system_message(memory.summary if memory is not None else "")
+        system, system_bound = self._system_message(memory.summary if memory is not None else "")
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
@@ -171,7 +171,7 @@ class AgentLoop:
         window, max_tokens = self._window()
         count = TokenCounter()
         model_past = as_model_sees(past)  # earlier turns' up-front passages as text
-        sent = GrowingBound([system, *model_past])
+        sent = GrowingBound(model_past, base=system_bound)
         if logger.isEnabledFor(logging.DEBUG):  # the caller's scope is built for it
             logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
         if self._upfront is not None:
@@ -378,14 +378,15 @@ class AgentLoop:
             self._schema_cost = cost
         return cost[1]
 
-    def _system_message(self, summary: str) -> Message:
-        """The system message for this prompt and conversation summary, kept while neither
-        changes (immutable, so every run may send the same one)."""
+    def _system_message(self, summary: str) -> tuple[Message, int]:
+        """The system message for this prompt and conversation summary, and its token bound
+        (:func:`.budget.size_bound`), kept while neither changes (immutable, so every run may
+        send the same one)."""
         kept = self._system
         if kept is None or kept[0] is not self.system_prompt or kept[1] != summary:
             message = Message.system(build_system_prompt(self.system_prompt, summary=summary))
-            kept = self._system = (self.system_prompt, summary, message)
-        return kept[2]
+            kept = self._system = (self.system_prompt, summary, message, size_bound(message))
+        return kept[2], kept[3]
 
     def _window(self) -> tuple[int, int | None]:
         """The context window and the tokens to reserve for the answer (when known)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypedDict, TypeVar, Unpack, overload
 
 import pydantic_core
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
 from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
@@ -258,7 +258,7 @@ class Tool(Generic[P, R]):
         self.spec: FunctionSchema = spec
         self._schema: dict[str, Any] | None = None
         # Hot-path constants, unpacked once.
-        self._validate = spec.arguments_model.model_validate
+        self._validate = _validator(spec.arguments_model)
         self._fields = spec.fields
         self._injected = spec.injected
         self._positional = frozenset(spec.positional)
@@ -377,6 +377,15 @@ def _examples(
             example = ToolExample(example.request.strip())
         out.append(example)
     return tuple(out)
+
+
+def _validator(model: type[BaseModel]) -> Callable[[Any], BaseModel]:
+    """``model.model_validate``, without its Python wrapper when the model is complete (its
+    schema validator built): the validator's own method, the same validation."""
+    validator = model.__pydantic_validator__
+    if isinstance(validator, pydantic_core.SchemaValidator):
+        return validator.validate_python  # type: ignore[no-any-return]
+    return model.model_validate  # a model that still has to be rebuilt builds on first use
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

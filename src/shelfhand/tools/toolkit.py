@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
@@ -112,6 +112,10 @@ class Toolkit(ToolRegistry):
             approval: A human's decision, for tools marked ``confirm=True``; without one such
                 tools are not run and the model is told they need confirmation.
         """
+        if current_span() is None and current_counting() is None:
+            # nothing reads the report (no span, no step count): none is built for it
+            done = await self._governed(call, run, approval, False)
+            return done.result if isinstance(done, CallReport) else done
         return (await self.execute(call, run, approval=approval)).result
 
     async def execute(
@@ -125,7 +129,7 @@ class Toolkit(ToolRegistry):
         parent = current_span()
         counting = current_counting()
         if parent is None and counting is None:
-            return await self._governed(call, run, approval)
+            return await self._governed(call, run, approval, True)
         span = (
             None
             if parent is None
@@ -138,7 +142,7 @@ class Toolkit(ToolRegistry):
         )
         token = enter(span)
         try:
-            report = await self._governed(call, run, approval)
+            report = await self._governed(call, run, approval, True)
         except BaseException as exc:
             if span is not None:
                 span.fail(type(exc).__name__)
@@ -153,9 +157,33 @@ class Toolkit(ToolRegistry):
             counting.counter.count_tool_call(call.name, report.outcome)
         return report
 
+    @overload
     async def _governed(
-        self, call: ToolCallBlock, run: RunContext, approval: ApprovalDecision | None
-    ) -> CallReport:
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        approval: ApprovalDecision | None,
+        reported: Literal[True],
+    ) -> CallReport: ...
+
+    @overload
+    async def _governed(
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        approval: ApprovalDecision | None,
+        reported: Literal[False],
+    ) -> CallReport | ToolResultBlock: ...
+
+    async def _governed(
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        approval: ApprovalDecision | None,
+        reported: bool,
+    ) -> CallReport | ToolResultBlock:
+        """The governed call; its report, or only its result when not ``reported`` and
+        neither the audit log nor debug logging needs the report."""
         started = time.perf_counter()
         gov = self._gov
         request_id = gov.new_request_id()
@@ -237,6 +265,8 @@ class Toolkit(ToolRegistry):
                 citations=output.citations,
             )
             kind = "error" if output.is_error else "ok"
+        if not reported and gov.audit is None and not logger.isEnabledFor(logging.DEBUG):
+            return result
         report = CallReport(
             result=result,
             request_id=request_id,

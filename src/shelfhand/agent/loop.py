@@ -302,9 +302,9 @@ class AgentLoop:
                 reply = None
                 break
 
-            if iteration == 1:
+            if not self._see_the_step(calls):
                 step_run = run
-            else:  # the run's context at this iteration
+            else:  # the run's context at this iteration, for the tools that read it
                 if step_fields is None:
                     step_fields = _fields_but_iteration(run)
                 step_run = RunContext(**step_fields, iteration=iteration)
@@ -402,6 +402,16 @@ class AgentLoop:
             return
         self.memory.add(new)
         await self.memory.compact(self.model)
+
+    def _see_the_step(self, calls: Sequence[ToolCallBlock]) -> bool:
+        """Whether a tool of ``calls`` may read the run's context at this step: it takes the
+        :class:`RunContext` (any tool that does not say it does not is taken to). Only such
+        tools need one built per step; the others are given the run's."""
+        for call in calls:
+            found = self.toolkit.get(call.name)
+            if found is not None and getattr(found, "injects_run", True):
+                return True
+        return False
 
     def _is_external(self, name: str) -> bool:
         t = self.toolkit.get(name)

@@ -185,6 +185,7 @@ class Tool(Generic[P, R]):
             with the description; in :meth:`schema` as ``function["examples"]``.
         func: The wrapped function.
         is_async: Whether ``func`` is a coroutine function.
+        injects_run: Whether ``func`` takes the run's ``RunContext`` (injected).
     """
 
     dedup: bool = True
@@ -261,6 +262,8 @@ class Tool(Generic[P, R]):
         self._validate = _validator(spec.arguments_model)
         self._fields = spec.fields
         self._injected = spec.injected
+        # whether the function takes the run's RunContext (then it may read the step)
+        self.injects_run = any(kind == "run" for _, kind in spec.injected)
         self._positional = frozenset(spec.positional)
         self._null_defaults = spec.null_means_default
         functools.update_wrapper(self, func, updated=())

@@ -186,7 +186,6 @@ class Toolkit(ToolRegistry):
         neither the audit log nor debug logging needs the report."""
         started = time.perf_counter()
         gov = self._gov
-        request_id = gov.new_request_id()
         name = call.name
         visible, by_name = self._view(run.user)
         found = by_name.get(name)
@@ -194,7 +193,7 @@ class Toolkit(ToolRegistry):
             registered = self._tools.get(name)
             denied = registered is not None and not run.user.may_use(registered.permission)
             return self._refuse(
-                call, run, request_id, started, self._unknown_message(name, run.user, visible),
+                call, run, started, self._unknown_message(name, run.user, visible),
                 "denied" if denied else "unknown_tool", "deny", call.arguments, None,
             )  # fmt: skip
         if found.external:
@@ -203,7 +202,7 @@ class Toolkit(ToolRegistry):
                 "not by the toolkit"
             )
             return self._refuse(
-                call, run, request_id, started, message, "external", "allow", call.arguments, None
+                call, run, started, message, "external", "allow", call.arguments, None
             )
         try:
             arguments = call.parsed_arguments()
@@ -213,7 +212,7 @@ class Toolkit(ToolRegistry):
                 f"{exc.pos}); send one JSON object"
             )
             return self._refuse(
-                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call, run, started, message, "invalid_arguments", "allow",
                 call.arguments, None,
             )  # fmt: skip
         arguments, fixes = self._repair(found, arguments)
@@ -224,7 +223,7 @@ class Toolkit(ToolRegistry):
                 f"not {_json_kind(arguments)}"
             )
             return self._refuse(
-                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call, run, started, message, "invalid_arguments", "allow",
                 call.arguments, None, repairs,
             )  # fmt: skip
         plan = self._plans.get(name) or self._plan_for(found)
@@ -234,14 +233,14 @@ class Toolkit(ToolRegistry):
             refusal = self._confirmation_refusal(found, arguments, run, approval)
             if refusal is not None:
                 return self._refuse(
-                    call, run, request_id, started, refusal[0], refusal[1], decision,
+                    call, run, started, refusal[0], refusal[1], decision,
                     arguments, None, repairs,
                 )  # fmt: skip
         if plan.per_caller is not None or plan.total is not None:
             limited = gov.check_rate(plan, run.user.scope)
             if limited is not None:
                 return self._refuse(
-                    call, run, request_id, started, limited, "rate_limited", decision,
+                    call, run, started, limited, "rate_limited", decision,
                     arguments, None, repairs,
                 )  # fmt: skip
         canonical: str | None = None
@@ -269,7 +268,8 @@ class Toolkit(ToolRegistry):
             return result
         report = CallReport(
             result=result,
-            request_id=request_id,
+            # made only for a report: nothing else reads it
+            request_id=gov.new_request_id(),
             decision=decision,
             outcome=kind,
             replayed=replayed,
@@ -285,7 +285,7 @@ class Toolkit(ToolRegistry):
                 "tool %s %s request=%s trace=%s %.2f ms",
                 name,
                 kind,
-                request_id,
+                report.request_id,
                 run.trace_id,
                 report.duration_ms,
             )
@@ -389,7 +389,6 @@ class Toolkit(ToolRegistry):
         self,
         call: ToolCallBlock,
         run: RunContext,
-        request_id: str,
         started: float,
         message: str,
         outcome: Outcome,
@@ -398,6 +397,7 @@ class Toolkit(ToolRegistry):
         canonical: str | None,
         repairs: tuple[str, ...] = (),
     ) -> CallReport:
+        request_id = self._gov.new_request_id()
         report = CallReport(
             result=ToolResultBlock(call_id=call.id, name=call.name, content=message, is_error=True),
             request_id=request_id,

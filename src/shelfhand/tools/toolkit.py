@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
@@ -129,7 +129,9 @@ class Toolkit(ToolRegistry):
         parent = current_span()
         counting = current_counting()
         if parent is None and counting is None:
-            return await self._governed(call, run, approval, True)
+            report = await self._governed(call, run, approval, True)
+            assert isinstance(report, CallReport)  # a reported call always has one
+            return report
         span = (
             None
             if parent is None
@@ -143,6 +145,7 @@ class Toolkit(ToolRegistry):
         token = enter(span)
         try:
             report = await self._governed(call, run, approval, True)
+            assert isinstance(report, CallReport)
         except BaseException as exc:
             if span is not None:
                 span.fail(type(exc).__name__)
@@ -156,24 +159,6 @@ class Toolkit(ToolRegistry):
         if counting is not None:
             counting.counter.count_tool_call(call.name, report.outcome)
         return report
-
-    @overload
-    async def _governed(
-        self,
-        call: ToolCallBlock,
-        run: RunContext,
-        approval: ApprovalDecision | None,
-        reported: Literal[True],
-    ) -> CallReport: ...
-
-    @overload
-    async def _governed(
-        self,
-        call: ToolCallBlock,
-        run: RunContext,
-        approval: ApprovalDecision | None,
-        reported: Literal[False],
-    ) -> CallReport | ToolResultBlock: ...
 
     async def _governed(
         self,

@@ -153,6 +153,8 @@ class Agent(AgentLoop):
         """
         # nobody reads the steps: none of their events is built
         result = await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
+        if self.answer_check is None:
+            return result
         return await self._checked(result, prompt)
 
     async def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:

@@ -92,8 +92,9 @@ class GrowingBound:
     """A running upper bound of the tokens of a conversation that only grows at the end
     (the run's messages), so that a request that obviously fits costs O(1) to check."""
 
-    def __init__(self, fixed: Sequence[Message]) -> None:
-        self._fixed = sum(size_bound(m) for m in fixed)
+    def __init__(self, fixed: Sequence[Message], *, base: int = 0) -> None:
+        # base: the bound of messages counted before (the agent keeps its system message's)
+        self._fixed = base + sum(size_bound(m) for m in fixed) if fixed else base
         self._grown = 0
         self._counted = 0
 

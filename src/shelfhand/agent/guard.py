@@ -126,6 +126,9 @@ class CallGuard:
     def record(self, call: ToolCallBlock, result: ToolResultBlock) -> ToolResultBlock:
         """Remember how ``call`` went; the result to give the model (with a note when the
         same failure has now happened ``FAILURES_BEFORE_STOP`` times)."""
+        if not result.is_error and not self._replay and call.name not in self._by_name:
+            # nothing to replay it for, and no failure of this tool to count: nothing to keep
+            return result
         seen = self._find(call)
         if seen is None:
             seen = _Seen(arguments=call.arguments)

@@ -76,7 +76,10 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
 def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
     """The usage of the run that ends: its own and its subagents' finished runs'; handed to
     the run that delegated it, if one did (so the turn's usage sums every model call)."""
-    usage = own + run.delegated.total
+    delegated = run.delegated.total
+    # a run that delegated nothing (most runs) ends with its own usage: adding the empty
+    # tally would build an equal one
+    usage = own + delegated if delegated.model_calls or delegated.tool_calls else own
     parent = options.get("parent")
     if parent is not None:
         parent.delegated.add(usage)
@@ -112,7 +115,7 @@ class AgentLoop:
     replay_repeated_calls: bool
     prices: Mapping[str, ModelPrice] | None
     _schema_cost: tuple[object, int] | None
-    _system: tuple[str, str, Message] | None
+    _system: tuple[str, str, Message, int] | None
     _upfront: UpfrontRetrieval | None
 
     def _loop(
@@ -152,7 +155,7 @@ class AgentLoop:
         first = Message.user(prompt) if isinstance(prompt, str) else prompt
         memory = self.memory
         past = list(memory.messages) if memory is not None else list(options.get("history", ()))
-        system = self._system_message(memory.summary if memory is not None else "")
+        system, system_bound = self._system_message(memory.summary if memory is not None else "")
         new: list[Message] = [first]
         citations: list[Citation] = []
         input_tokens = output_tokens = model_calls = tool_calls = retrievals = 0
@@ -168,7 +171,7 @@ class AgentLoop:
         window, max_tokens = self._window()
         count = TokenCounter()
         model_past = as_model_sees(past)  # earlier turns' up-front passages as text
-        sent = GrowingBound([system, *model_past])
+        sent = GrowingBound(model_past, base=system_bound)
         if logger.isEnabledFor(logging.DEBUG):  # the caller's scope is built for it
             logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
         if self._upfront is not None:
@@ -299,9 +302,9 @@ class AgentLoop:
                 reply = None
                 break
 
-            if iteration == 1:
+            if not self._see_the_step(calls):
                 step_run = run
-            else:  # the run's context at this iteration
+            else:  # the run's context at this iteration, for the tools that read it
                 if step_fields is None:
                     step_fields = _fields_but_iteration(run)
                 step_run = RunContext(**step_fields, iteration=iteration)
@@ -375,14 +378,15 @@ class AgentLoop:
             self._schema_cost = cost
         return cost[1]
 
-    def _system_message(self, summary: str) -> Message:
-        """The system message for this prompt and conversation summary, kept while neither
-        changes (immutable, so every run may send the same one)."""
+    def _system_message(self, summary: str) -> tuple[Message, int]:
+        """The system message for this prompt and conversation summary, and its token bound
+        (:func:`.budget.size_bound`), kept while neither changes (immutable, so every run may
+        send the same one)."""
         kept = self._system
         if kept is None or kept[0] is not self.system_prompt or kept[1] != summary:
             message = Message.system(build_system_prompt(self.system_prompt, summary=summary))
-            kept = self._system = (self.system_prompt, summary, message)
-        return kept[2]
+            kept = self._system = (self.system_prompt, summary, message, size_bound(message))
+        return kept[2], kept[3]
 
     def _window(self) -> tuple[int, int | None]:
         """The context window and the tokens to reserve for the answer (when known)."""
@@ -398,6 +402,16 @@ class AgentLoop:
             return
         self.memory.add(new)
         await self.memory.compact(self.model)
+
+    def _see_the_step(self, calls: Sequence[ToolCallBlock]) -> bool:
+        """Whether a tool of ``calls`` may read the run's context at this step: it takes the
+        :class:`RunContext` (any tool that does not say it does not is taken to). Only such
+        tools need one built per step; the others are given the run's."""
+        for call in calls:
+            found = self.toolkit.get(call.name)
+            if found is not None and getattr(found, "injects_run", True):
+                return True
+        return False
 
     def _is_external(self, name: str) -> bool:
         t = self.toolkit.get(name)

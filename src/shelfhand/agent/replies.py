@@ -41,8 +41,12 @@ def recovered(reply: Message, schemas: Sequence[ToolSchema]) -> Message:
     """``reply`` with tool calls written as text turned into calls (whatever the provider did)."""
     if reply.tool_calls or not schemas:
         return reply
-    content = reply.text
-    if "{" not in content and "[" not in content:
+    return _recovered(reply, reply.text, schemas)
+
+
+def _recovered(reply: Message, content: str, schemas: Sequence[ToolSchema]) -> Message:
+    """:func:`recovered` for a reply without tool calls whose text is ``content``."""
+    if not schemas or ("{" not in content and "[" not in content):
         return reply  # the common case: no JSON, so no call
     names = {str(s.get("function", {}).get("name", "")) for s in schemas}
     text, calls = recover_tool_calls(content, names)
@@ -75,10 +79,10 @@ def cleaned(
     calls = message.tool_calls
     if calls:  # the common step: calls, so nothing to recover or tell apart
         return message, calls, None
-    reply = recovered(message, schemas)
+    text = message.text
+    reply = _recovered(message, text, schemas)
     if reply is not message:  # calls written as text: now calls
         return reply, reply.tool_calls, None
-    text = reply.text
     echo = None if shown else fallbacks.echoed_result(text, new)
     if echo is None:
         answer = fallbacks.without_copied_note(text)

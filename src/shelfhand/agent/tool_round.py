@@ -128,8 +128,7 @@ async def run_alone(
     earlier = guard.replay(call)
     if earlier is not None:
         return earlier
-    report = await toolkit.execute(call, run)
-    return guard.record(call, report.result)
+    return guard.record(call, await toolkit.call(call, run))
 
 
 def _identical_groups(

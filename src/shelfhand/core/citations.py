@@ -94,5 +94,8 @@ class CitationLedger:
 
 def unknown_citations(text: str, given: Sequence[Citation]) -> tuple[int, ...]:
     """Numbers ``text`` cites that none of ``given`` carries."""
+    cited = cited_numbers(text)
+    if not cited:  # most answers: nothing to look up
+        return ()
     numbers = {c.index for c in given}
-    return tuple(n for n in cited_numbers(text) if n not in numbers)
+    return tuple(n for n in cited if n not in numbers)

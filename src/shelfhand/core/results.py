@@ -72,6 +72,9 @@ def _cost_sum(a: Usage, b: Usage) -> float | None:
     return (a.cost or 0.0) + (b.cost or 0.0)
 
 
+_NOTHING = Usage()
+
+
 class UsageTally:
     """The usage of the runs one run delegated (its subagents'), added as each finishes.
 
@@ -85,7 +88,7 @@ class UsageTally:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._total = Usage()
+        self._total = _NOTHING  # immutable: every run's tally may start from the same one
 
     def add(self, usage: Usage) -> None:
         with self._lock:

@@ -26,10 +26,11 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from hashlib import sha256
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import IO, Any
 
@@ -132,14 +133,27 @@ def redact(value: Any) -> Any:
 
 # One encoder, built once: json.dumps with options builds a new encoder on every call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# The same encoder's C core, made once: ``JSONEncoder.encode`` makes one per call (with a dict
+# to detect cycles, which values decoded from JSON cannot have), about half of a small call's
+# cost. A cyclic value fails with RecursionError instead of ValueError.
+_ENCODE: Callable[[Any, int], list[str]] | None = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None, _CANONICAL.default, encode_basestring, None, ":", ",", True, False, True
+    )
+)
 
 
 def canonical_json(value: Any) -> str:
     """The canonical JSON used for argument hashes and cache/dedup keys.
 
-    Same as ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``.
+    Same as ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+    (for values without cycles, as every value decoded from JSON is).
     """
-    return _CANONICAL.encode(value)
+    if _ENCODE is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    return "".join(_ENCODE(value, 0))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -476,11 +490,11 @@ def _stored_arguments(arguments: Any, canonical: str | None) -> tuple[str, str]:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it
             digest = sha256(arguments.encode("utf-8")).hexdigest()
             return digest, f'"<unparsed arguments, {len(arguments)} chars>"'
-        canonical = _CANONICAL.encode(arguments)
+        canonical = canonical_json(arguments)
     digest = sha256(canonical.encode("utf-8")).hexdigest()
     # A secret key's name appears in the JSON text; without one there is nothing to redact.
     if _SECRET_RE.search(canonical) is not None:
-        canonical = _CANONICAL.encode(redact(arguments))
+        canonical = canonical_json(redact(arguments))
     return digest, canonical
 
 

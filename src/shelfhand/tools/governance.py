@@ -172,6 +172,7 @@ class Governance(CallSharing):
             breaker=breaker,
             breaker_key=breaker_key,
             circuit=circuit,
+            on_loop=bool(getattr(item, "inline", False)) and not getattr(item, "is_async", True),
         )
 
     def _new_breaker(self, name: str) -> Breaker:
@@ -337,7 +338,7 @@ class Governance(CallSharing):
                 )
             settled = shared_settled = False
             try:
-                if plan.timeout is None:
+                if plan.timeout is None or plan.on_loop:
                     output = await execute(item, arguments, run)
                 else:
                     output = await self._with_timeout(plan.timeout, execute, item, arguments, run)

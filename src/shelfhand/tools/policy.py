@@ -127,6 +127,9 @@ class ToolPlan:
     circuit: Breaker | None
     """A breaker shared with other tools (e.g. one MCP server's), opened only by failures that
     say the shared service is unreachable."""
+    on_loop: bool = False
+    """The call runs to its end on the event loop without ever waiting (a sync tool declared
+    ``inline=True``): no deadline can fire during it, so none is registered."""
 
 
 class SharedGovernanceState(Protocol):

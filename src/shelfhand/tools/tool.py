@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypedDict, TypeVar, Unpack, overload
 
 import pydantic_core
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
 from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
@@ -185,6 +185,7 @@ class Tool(Generic[P, R]):
             with the description; in :meth:`schema` as ``function["examples"]``.
         func: The wrapped function.
         is_async: Whether ``func`` is a coroutine function.
+        injects_run: Whether ``func`` takes the run's ``RunContext`` (injected).
     """
 
     dedup: bool = True
@@ -258,9 +259,11 @@ class Tool(Generic[P, R]):
         self.spec: FunctionSchema = spec
         self._schema: dict[str, Any] | None = None
         # Hot-path constants, unpacked once.
-        self._validate = spec.arguments_model.model_validate
+        self._validate = _validator(spec.arguments_model)
         self._fields = spec.fields
         self._injected = spec.injected
+        # whether the function takes the run's RunContext (then it may read the step)
+        self.injects_run = any(kind == "run" for _, kind in spec.injected)
         self._positional = frozenset(spec.positional)
         self._null_defaults = spec.null_means_default
         functools.update_wrapper(self, func, updated=())
@@ -377,6 +380,15 @@ def _examples(
             example = ToolExample(example.request.strip())
         out.append(example)
     return tuple(out)
+
+
+def _validator(model: type[BaseModel]) -> Callable[[Any], BaseModel]:
+    """``model.model_validate``, without its Python wrapper when the model is complete (its
+    schema validator built): the validator's own method, the same validation."""
+    validator = model.__pydantic_validator__
+    if isinstance(validator, pydantic_core.SchemaValidator):
+        return validator.validate_python  # type: ignore[no-any-return]
+    return model.model_validate  # a model that still has to be rebuilt builds on first use
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

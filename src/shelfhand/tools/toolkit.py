@@ -112,6 +112,10 @@ class Toolkit(ToolRegistry):
             approval: A human's decision, for tools marked ``confirm=True``; without one such
                 tools are not run and the model is told they need confirmation.
         """
+        if current_span() is None and current_counting() is None:
+            # nothing reads the report (no span, no step count): none is built for it
+            done = await self._governed(call, run, approval, False)
+            return done.result if isinstance(done, CallReport) else done
         return (await self.execute(call, run, approval=approval)).result
 
     async def execute(
@@ -125,7 +129,9 @@ class Toolkit(ToolRegistry):
         parent = current_span()
         counting = current_counting()
         if parent is None and counting is None:
-            return await self._governed(call, run, approval)
+            report = await self._governed(call, run, approval, True)
+            assert isinstance(report, CallReport)  # a reported call always has one
+            return report
         span = (
             None
             if parent is None
@@ -138,7 +144,8 @@ class Toolkit(ToolRegistry):
         )
         token = enter(span)
         try:
-            report = await self._governed(call, run, approval)
+            report = await self._governed(call, run, approval, True)
+            assert isinstance(report, CallReport)
         except BaseException as exc:
             if span is not None:
                 span.fail(type(exc).__name__)
@@ -154,11 +161,16 @@ class Toolkit(ToolRegistry):
         return report
 
     async def _governed(
-        self, call: ToolCallBlock, run: RunContext, approval: ApprovalDecision | None
-    ) -> CallReport:
+        self,
+        call: ToolCallBlock,
+        run: RunContext,
+        approval: ApprovalDecision | None,
+        reported: bool,
+    ) -> CallReport | ToolResultBlock:
+        """The governed call; its report, or only its result when not ``reported`` and
+        neither the audit log nor debug logging needs the report."""
         started = time.perf_counter()
         gov = self._gov
-        request_id = gov.new_request_id()
         name = call.name
         visible, by_name = self._view(run.user)
         found = by_name.get(name)
@@ -166,7 +178,7 @@ class Toolkit(ToolRegistry):
             registered = self._tools.get(name)
             denied = registered is not None and not run.user.may_use(registered.permission)
             return self._refuse(
-                call, run, request_id, started, self._unknown_message(name, run.user, visible),
+                call, run, started, self._unknown_message(name, run.user, visible),
                 "denied" if denied else "unknown_tool", "deny", call.arguments, None,
             )  # fmt: skip
         if found.external:
@@ -175,7 +187,7 @@ class Toolkit(ToolRegistry):
                 "not by the toolkit"
             )
             return self._refuse(
-                call, run, request_id, started, message, "external", "allow", call.arguments, None
+                call, run, started, message, "external", "allow", call.arguments, None
             )
         try:
             arguments = call.parsed_arguments()
@@ -185,7 +197,7 @@ class Toolkit(ToolRegistry):
                 f"{exc.pos}); send one JSON object"
             )
             return self._refuse(
-                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call, run, started, message, "invalid_arguments", "allow",
                 call.arguments, None,
             )  # fmt: skip
         arguments, fixes = self._repair(found, arguments)
@@ -196,7 +208,7 @@ class Toolkit(ToolRegistry):
                 f"not {_json_kind(arguments)}"
             )
             return self._refuse(
-                call, run, request_id, started, message, "invalid_arguments", "allow",
+                call, run, started, message, "invalid_arguments", "allow",
                 call.arguments, None, repairs,
             )  # fmt: skip
         plan = self._plans.get(name) or self._plan_for(found)
@@ -206,14 +218,14 @@ class Toolkit(ToolRegistry):
             refusal = self._confirmation_refusal(found, arguments, run, approval)
             if refusal is not None:
                 return self._refuse(
-                    call, run, request_id, started, refusal[0], refusal[1], decision,
+                    call, run, started, refusal[0], refusal[1], decision,
                     arguments, None, repairs,
                 )  # fmt: skip
         if plan.per_caller is not None or plan.total is not None:
             limited = gov.check_rate(plan, run.user.scope)
             if limited is not None:
                 return self._refuse(
-                    call, run, request_id, started, limited, "rate_limited", decision,
+                    call, run, started, limited, "rate_limited", decision,
                     arguments, None, repairs,
                 )  # fmt: skip
         canonical: str | None = None
@@ -237,9 +249,12 @@ class Toolkit(ToolRegistry):
                 citations=output.citations,
             )
             kind = "error" if output.is_error else "ok"
+        if not reported and gov.audit is None and not logger.isEnabledFor(logging.DEBUG):
+            return result
         report = CallReport(
             result=result,
-            request_id=request_id,
+            # made only for a report: nothing else reads it
+            request_id=gov.new_request_id(),
             decision=decision,
             outcome=kind,
             replayed=replayed,
@@ -255,7 +270,7 @@ class Toolkit(ToolRegistry):
                 "tool %s %s request=%s trace=%s %.2f ms",
                 name,
                 kind,
-                request_id,
+                report.request_id,
                 run.trace_id,
                 report.duration_ms,
             )
@@ -359,7 +374,6 @@ class Toolkit(ToolRegistry):
         self,
         call: ToolCallBlock,
         run: RunContext,
-        request_id: str,
         started: float,
         message: str,
         outcome: Outcome,
@@ -368,6 +382,7 @@ class Toolkit(ToolRegistry):
         canonical: str | None,
         repairs: tuple[str, ...] = (),
     ) -> CallReport:
+        request_id = self._gov.new_request_id()
         report = CallReport(
             result=ToolResultBlock(call_id=call.id, name=call.name, content=message, is_error=True),
             request_id=request_id,

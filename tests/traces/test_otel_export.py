@@ -113,3 +113,17 @@ def test_the_json_form_of_an_exported_span_has_its_attributes() -> None:
     (tool,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert json.loads(tool.to_json())["attributes"] == {"gen_ai.tool.name": "查询"}
     otel.close()
+
+
+def test_a_spans_none_attributes_are_left_out_wherever_they_are_set() -> None:
+    kept = SpanList()
+    tracer = Tracer([kept])
+    root = tracer.start_root(
+        "turn", trace_id="c" * 32, attributes={"a": 1, "gone": None, "问": "答"}
+    )
+    root.update({"b": [1, 2], "also_gone": None})
+    root.update({"c": {"d": None}})  # a None inside a value stays: it is the value's
+    root.set("never", None)
+    root.end()
+    (span,) = kept.spans
+    assert span.attributes == {"a": 1, "问": "答", "b": [1, 2], "c": {"d": None}}

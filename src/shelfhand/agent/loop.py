@@ -344,11 +344,12 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         summary = await self._remember(new)
-        usage = _ended(run, options, Usage(
+        own = Usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
             cost=cost,
-        ) + (summary or Usage()))  # fmt: skip
+        )  # fmt: skip
+        usage = _ended(run, options, own if summary is None else own + summary)
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)
 

@@ -46,7 +46,11 @@ def cell(case: str, turns: int) -> None:
         if case == "spans":
             tracer = Tracer([Counting()])
         elif case == "stored":
-            tracer = Tracer([StoreRecorder(SqliteTraceStore(Path(tmp) / "traces.db"))])
+            # no timed writes: under valgrind a turn takes 50 times as long, so a writer
+            # waking every 0.5 s would write a few turns at a time, and the count would follow
+            # the machine's speed; a write per 512 spans (the batch) is the same every run
+            store = SqliteTraceStore(Path(tmp) / "traces.db")
+            tracer = Tracer([StoreRecorder(store, interval=3600)])
         turn, _ = make_turn(kb, tracer)
 
         async def many(k: int) -> None:

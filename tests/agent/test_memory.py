@@ -62,3 +62,83 @@ def test_sections_are_labelled_and_separate() -> None:
         < prompt.index("## Memory")
         < prompt.index("## Conversation so far")
     )
+
+
+def long_memory() -> ConversationMemory:
+    """A window over its budget: the next run's memory folds its oldest turns."""
+    memory = ConversationMemory(token_budget=60)
+    for i in range(6):
+        memory.add(
+            [Message.user(f"第 {i} 个问题：投影仪灯泡的保修条款"), Message.assistant(f"回答 {i}")]
+        )
+    return memory
+
+
+async def test_the_summary_call_is_in_the_runs_usage_and_cost() -> None:
+    from shelfhand.core.pricing import ModelPrice
+
+    summary = "用户问了灯泡保修。"
+    model = ScriptedModel([text("好的"), text(summary)])
+    price = {"scripted": ModelPrice(input=1_000_000, output=2_000_000)}
+    result = await Agent(model=model, memory=long_memory(), prices=price).run("还有呢？")
+    answer_tokens = len("好的") // 4 + 1
+    summary_tokens = len(summary) // 4 + 1
+    assert result.usage.model_calls == 2
+    assert result.usage.output_tokens == answer_tokens + summary_tokens
+    assert result.usage.cost == pytest.approx(2.0 * (answer_tokens + summary_tokens))
+
+
+async def test_the_summary_call_is_reserved_against_the_turns_budget() -> None:
+    from shelfhand.core.context import UserContext
+    from shelfhand.core.metering import metered, unmetered
+    from shelfhand.usage.budgets import BudgetLimits, BudgetPolicy, LocalBudgetBook, TurnMeter
+
+    alice = UserContext(tenant_id="acme", user_id="alice")
+    policy = BudgetPolicy(tenant=BudgetLimits(model_calls_per_day=1))
+    memory = long_memory()
+    model = ScriptedModel([text("好的"), text("never written")])
+    meter = TurnMeter(LocalBudgetBook(), policy, alice)
+    token = metered(meter)
+    try:
+        result = await Agent(model=model, memory=memory).run("还有呢？")
+    finally:
+        unmetered(token)
+        meter.close()
+    # the answer took the day's one call: the summary is not asked for, the turns still go
+    assert len(model.requests) == 1
+    assert result.output == "好的"
+    assert result.usage.model_calls == 1
+    assert memory.summary == ""
+    assert memory.tokens() <= 60
+
+
+async def test_a_failed_summary_is_counted_failed_and_the_window_still_shrinks() -> None:
+    from shelfhand.core.step_counts import count_steps, stop_counting
+
+    class Counter:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def count_turn(self, status: str) -> None: ...
+        def count_model_call(self, model: str, status: str, i: int, o: int) -> None:
+            self.calls.append((model, status))
+
+        def count_tool_call(self, tool: str, outcome: str) -> None: ...
+        def count_retrieval(self, mode: str, seconds: float) -> None: ...
+
+    def reply(messages, tools):
+        if "Summarise" in messages[0].text:
+            raise ConnectionError("model down")
+        return "好的"
+
+    counter = Counter()
+    memory = long_memory()
+    counting, token = count_steps(counter)
+    try:
+        result = await Agent(model=FunctionModel(reply), memory=memory).run("还有呢？")
+    finally:
+        stop_counting(token)
+    assert [status for _, status in counter.calls] == ["ok", "error"]
+    assert counting.open_calls == []
+    assert result.usage.model_calls == 1
+    assert memory.tokens() <= 60

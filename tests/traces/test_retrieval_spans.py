@@ -82,6 +82,13 @@ async def test_the_spans_carry_the_counts_and_the_conflicting_passages(
     assert a["shelfhand.retrieval.candidates.fused"] >= a["shelfhand.retrieval.candidates.relevant"]
     assert a["shelfhand.retrieval.candidates.returned"] == a["shelfhand.retrieval.hits"]
     assert "shelfhand.retrieval.candidates.reranked" not in a  # no reranker
+    # scores to six places, timings to three, hits counted by the side that found them
+    documents = a["gen_ai.retrieval.documents"]
+    assert all(d["score"] == round(d["score"], 6) > 0 for d in documents)
+    assert a["shelfhand.retrieval.total_ms"] == round(a["shelfhand.retrieval.total_ms"], 3) > 0
+    assert a["shelfhand.retrieval.hits_by_keyword"] == sum(
+        d["keyword_rank"] is not None for d in documents
+    )
     # the two warranty versions disagree (12 vs 24 months): the call's span says which
     flagged = sorted({c.index for c in result.citations if c.conflicts_with})
     (conflict,) = call.attributes["shelfhand.retrieval.conflicts"]

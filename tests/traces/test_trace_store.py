@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from shelfhand.core.context import UserContext
-from shelfhand.core.tracing import Span, Tracer, enter, leave, start_span
+from shelfhand.core.tracing import Tracer, enter, leave, start_span
 from shelfhand.traces import SqliteTraceStore, SqlTraceStore, StoreRecorder
+from shelfhand.traces.store import EncodedSpan
 from support.pg import pg_pool
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
@@ -148,8 +149,8 @@ class SignallingStore(SqliteTraceStore):
         super().__init__(path)
         self.written = threading.Event()
 
-    def write(self, spans: Sequence[Span]) -> None:
-        super().write(spans)
+    def write_encoded(self, spans: Sequence[EncodedSpan]) -> None:
+        super().write_encoded(spans)
         self.written.set()
 
 

@@ -346,12 +346,13 @@ class AgentLoop:
                 yield TextDelta(text=STEP_SEPARATOR + text if shown else text)
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
-        await self._remember(new)
-        usage = _ended(run, options, Usage(
+        summary = await self._remember(new)
+        own = Usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
             cost=cost,
-        ))  # fmt: skip
+        )  # fmt: skip
+        usage = _ended(run, options, own if summary is None else own + summary)
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)
 
@@ -397,11 +398,13 @@ class AgentLoop:
         )
         return context, positive_int(getattr(self.model, "max_tokens", None))
 
-    async def _remember(self, new: list[Message]) -> None:
+    async def _remember(self, new: list[Message]) -> Usage | None:
+        """Add the run's messages to the memory; the usage of its summary call, if any."""
         if self.memory is None:
-            return
+            return None
         self.memory.add(new)
-        await self.memory.compact(self.model)
+        price = self.prices.get(self.model.name) if self.prices else None
+        return await self.memory.compact(self.model, price=price)
 
     def _see_the_step(self, calls: Sequence[ToolCallBlock]) -> bool:
         """Whether a tool of ``calls`` may read the run's context at this step: it takes the

@@ -10,10 +10,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from shelfhand.agent.spans import chat_span, end_chat, fail_chat
+from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from shelfhand.core.metering import current_meter
+from shelfhand.core.results import Usage
 from shelfhand.core.tokens import count_tokens
 from shelfhand.models.base import ChatModel
+
+if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
 
 logger = logging.getLogger(__name__)
 
@@ -79,14 +87,25 @@ class ConversationMemory:
     def needs_compaction(self) -> bool:
         return self.tokens() > self.token_budget
 
-    async def compact(self, model: ChatModel) -> bool:
-        """Fold the oldest turns into the summary when over budget. Returns whether it did.
+    async def compact(self, model: ChatModel, *, price: ModelPrice | None = None) -> Usage | None:
+        """Fold the oldest turns into the summary when over budget.
 
-        If the model fails, the oldest turns are dropped anyway (the window must stay
-        bounded) and the failure is logged; the summary keeps what it had.
+        The summary is a model call like the run's: reserved against the turn's budget (the
+        running :class:`~shelfhand.core.metering.Meter`), counted for the service's metrics
+        and traced as a ``chat`` span; its usage is returned for the run to add to its own.
+        If the budget refuses it or the model fails, the oldest turns are dropped anyway
+        (the window must stay bounded) and the summary keeps what it had.
+
+        Args:
+            model: Writes the summary.
+            price: The model's price, for the call's cost (``None``: unknown).
+
+        Returns:
+            The summary call's usage when older turns were folded (no model call: a refused
+            or failed one), ``None`` when nothing needed folding.
         """
         if not self.needs_compaction():
-            return False
+            return None
         starts = _turn_starts(self.messages)
         target = self.token_budget // 2
         cut = 0
@@ -99,7 +118,7 @@ class ConversationMemory:
                 break
         if cut == 0:
             # a single huge turn: keep it, there is no earlier turn to fold
-            return False
+            return None
         old, self.messages = self.messages[:cut], self.messages[cut:]
         transcript = "\n".join(f"{m.role}: {_plain(m)}" for m in old)
         if self.summary:
@@ -108,12 +127,41 @@ class ConversationMemory:
             Message.system(SUMMARY_INSTRUCTIONS.format(limit=self.summary_words)),
             Message.user(transcript),
         ]
+        return await self._summarise(model, request, price)
+
+    async def _summarise(
+        self, model: ChatModel, request: list[Message], price: ModelPrice | None
+    ) -> Usage:
+        meter = current_meter()
+        try:
+            # the request and a summary of summary_words (a word is one to two tokens)
+            size = sum(message_tokens(m) for m in request) + 2 * self.summary_words + 16
+            reserved = meter.reserve(size) if meter is not None else 0
+        except BudgetExceededError:
+            logger.info("no budget left to summarise older turns; they were dropped")
+            return Usage()
+        call = chat_span(model)
         try:
             response = await model.request(request)
-            self.summary = response.message.text.strip() or self.summary
-        except Exception:  # the window must shrink even when the model is down
+        except Exception as exc:  # the window must shrink even when the model is down
+            if meter is not None:
+                meter.settle(reserved, None)
+            if call is not None:
+                fail_chat(call, type(exc).__name__)
             logger.warning("summarising older turns failed; they were dropped", exc_info=True)
-        return True
+            return Usage()
+        if call is not None:
+            end_chat(call, response, None)
+        if meter is not None:
+            meter.settle(reserved, response.usage)
+        self.summary = response.message.text.strip() or self.summary
+        used = response.usage or Usage()
+        return Usage(
+            input_tokens=used.input_tokens,
+            output_tokens=used.output_tokens,
+            model_calls=1,
+            cost=price.cost(response.usage) if price is not None and response.usage else None,
+        )
 
 
 def _plain(message: Message) -> str:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import Message
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["ChatCall", "chat_span", "end_chat", "invoke_agent"]
+__all__ = ["ChatCall", "chat_span", "end_chat", "fail_chat", "invoke_agent"]
 
 
 def provider_name(model: ChatModel) -> str:
@@ -169,6 +169,16 @@ def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None
     if span.tracer.record_content:
         span.set("gen_ai.output.messages", response.message.text)
     leave(span, call.token)
+
+
+def fail_chat(call: ChatCall, error_type: str) -> None:
+    """A model call that raised (one whose failure the caller survives, such as the memory's
+    summary): count it failed, end its span failed with ``error_type``."""
+    if call.counting is not None:
+        call.counting.model_call_ended(call.model, 0, 0, status="error")
+    if call.span is not None:
+        call.span.fail(error_type)
+        leave(call.span, call.token)
 
 
 def first_token_time() -> int:

@@ -105,6 +105,7 @@ def build_service(
         budgets=app.budgets(),
         ledger=ledger,
         counter=metrics,
+        prices=app.settings.prices,
     )
     uploads = Uploads(
         app.settings.workspace / "uploads",

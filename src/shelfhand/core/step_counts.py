@@ -64,14 +64,18 @@ class Counting:
     def model_call_started(self, model: str) -> None:
         self.open_calls.append((model, _current_task()))
 
-    def model_call_ended(self, model: str, input_tokens: int, output_tokens: int) -> None:
+    def model_call_ended(
+        self, model: str, input_tokens: int, output_tokens: int, *, status: str = "ok"
+    ) -> None:
+        """A call of ``model`` ended (``status``: ``ok``, or ``error`` for one that
+        raised)."""
         task = _current_task()
         calls = self.open_calls
         found = [i for i, (name, made_by) in enumerate(calls) if name == model]
         mine = [i for i in found if calls[i][1] is task]
         if found:  # (a generator resumed by another task ends a call it did not start)
             del calls[(mine or found)[0]]
-        self.counter.count_model_call(model, "ok", input_tokens, output_tokens)
+        self.counter.count_model_call(model, status, input_tokens, output_tokens)
 
     def fail_open_calls(self) -> None:
         """Count the model calls still open as failed: a failure ended them (the turn's, or

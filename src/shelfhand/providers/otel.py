@@ -13,6 +13,9 @@ a collector (Arize Phoenix, Jaeger, an OTel collector) shows the tree shelfhand 
   SDK), as for any OpenTelemetry program.
 - Attribute values OpenTelemetry cannot carry (mappings, lists of mappings) are sent as
   JSON text.
+- The request's thread pays for a span's ids, its sampling decision and the hand-off to the
+  SDK's processor; its attributes and events are converted when the exporter reads them (on
+  the ``BatchSpanProcessor``'s thread).
 """
 
 from __future__ import annotations
@@ -21,18 +24,27 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ConfigurationError
 
 try:
     from opentelemetry import trace as otel_trace
+    from opentelemetry.attributes import BoundedAttributes
     from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import (
+        Event,
+        ReadableSpan,
+        SpanLimits,
+        TracerProvider,
+    )
     from opentelemetry.sdk.trace import SpanProcessor as OtelSpanProcessor
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.id_generator import IdGenerator
+    from opentelemetry.sdk.trace.sampling import Decision
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+    from opentelemetry.util.types import Attributes
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
         "OpenTelemetry export needs the otel extra: pip install 'shelfhand[otel]'"
@@ -60,19 +72,6 @@ def otel_trace_id(trace_id: str) -> int:
     return int(hashlib.sha256(trace_id.encode("utf-8")).hexdigest()[:32], 16)
 
 
-class _GivenIds(IdGenerator):
-    """Hands the SDK the ids of the span being exported (set per thread just before)."""
-
-    def __init__(self) -> None:
-        self.local = threading.local()
-
-    def generate_span_id(self) -> int:
-        return int(self.local.span_id)
-
-    def generate_trace_id(self) -> int:
-        return int(self.local.trace_id)
-
-
 def _value(value: Any) -> Any:
     if isinstance(value, str | bool | int | float):
         return value
@@ -85,10 +84,116 @@ def _value(value: Any) -> Any:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+class _Exported(ReadableSpan):
+    """A finished shelfhand span as OpenTelemetry's processors and exporters read it.
+
+    Its ids, times, kind and status are set when it is made, on the caller's thread; its
+    attributes and events are converted (:func:`_value`, the SDK's span limits) the first
+    time an exporter reads them: on the batch processor's thread, not on the request's.
+    """
+
+    def __init__(
+        self,
+        span: Span,
+        *,
+        context: SpanContext,
+        parent: SpanContext | None,
+        resource: Resource,
+        scope: InstrumentationScope,
+        limits: SpanLimits,
+    ) -> None:
+        error = span.attributes.get("error.type") if span.status == "error" else None
+        super().__init__(
+            name=span.name,
+            context=context,
+            parent=parent,
+            resource=resource,
+            kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
+            status=Status(StatusCode.ERROR, str(error)) if span.status == "error" else _UNSET,
+            start_time=span.start_ns,
+            end_time=span.end_ns,
+            instrumentation_scope=scope,
+        )
+        self._source: Span | None = span
+        self._limits = limits
+        self._convert_lock = threading.Lock()
+
+    def _converted(self) -> None:
+        """Convert the source span's attributes and events (once, whichever thread reads
+        first)."""
+        with self._convert_lock:
+            span = self._source
+            if span is None:
+                return
+            limits = self._limits
+            attributes = {k: _value(v) for k, v in span.attributes.items()}
+            if span.root:
+                attributes["shelfhand.trace_id"] = span.trace_id
+                attributes["shelfhand.tenant"] = span.tenant_id
+            self._attributes = BoundedAttributes(
+                limits.max_span_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=limits.max_span_attribute_length,
+            )
+            self._events = [
+                Event(
+                    e.name,
+                    BoundedAttributes(
+                        limits.max_event_attributes,
+                        {k: _value(v) for k, v in e.attributes.items()},
+                        immutable=True,
+                        max_value_len=limits.max_attribute_length,
+                    ),
+                    timestamp=e.time_ns,
+                )
+                for e in span.events[: limits.max_events]
+            ]
+            self._source = None
+
+    @property
+    def attributes(self) -> Attributes:
+        if self._source is not None:
+            self._converted()
+        return super().attributes
+
+    @property
+    def events(self) -> Sequence[Event]:
+        if self._source is not None:
+            self._converted()
+        return super().events
+
+    @property
+    def dropped_attributes(self) -> int:
+        if self._source is not None:
+            self._converted()
+        return super().dropped_attributes
+
+    @property
+    def dropped_events(self) -> int:
+        if self._source is not None:
+            self._converted()
+        return super().dropped_events
+
+    def to_json(self, indent: int | None = 4) -> str:
+        if self._source is not None:
+            self._converted()
+        text: str = super().to_json(indent)
+        return text
+
+
+_UNSET = Status(StatusCode.UNSET)
+
+
 class OtelProcessor:
-    """A :class:`~shelfhand.core.tracing.SpanProcessor` that re-creates each finished span
-    in OpenTelemetry and hands it to ``processor`` (a ``BatchSpanProcessor`` over an OTLP
-    exporter in production, a ``SimpleSpanProcessor`` over the in-memory exporter in tests).
+    """A :class:`~shelfhand.core.tracing.SpanProcessor` that hands each finished span to
+    ``processor`` (a ``BatchSpanProcessor`` over an OTLP exporter in production, a
+    ``SimpleSpanProcessor`` over the in-memory exporter in tests) as an OpenTelemetry span
+    with the same trace id, span id, parent, times, attributes, events and status.
+
+    On the caller's thread a span costs its ids, its sampling decision (the SDK's sampler,
+    ``OTEL_TRACES_SAMPLER``) and the hand-off to ``processor``; its attributes and events
+    are converted when the exporter reads them (the batch processor's thread).
 
     Args:
         processor: The OpenTelemetry SDK span processor.
@@ -100,50 +205,55 @@ class OtelProcessor:
         if resource is None:
             given = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "shelfhand"}
             resource = Resource.create(given)
-        self._ids = _GivenIds()
-        self.provider = TracerProvider(resource=resource, id_generator=self._ids)
+        self.provider = TracerProvider(resource=resource)
         self.provider.add_span_processor(processor)
-        self._tracer = self.provider.get_tracer("shelfhand")
+        self._processor = processor
+        self._sampler = self.provider.sampler
+        self._resource = resource
+        self._scope = InstrumentationScope("shelfhand")
+        self._limits = SpanLimits()
 
     def on_end(self, span: Span) -> None:
         trace_id = otel_trace_id(span.trace_id)
-        ids = self._ids.local
-        ids.trace_id, ids.span_id = trace_id, int(span.span_id, 16)
+        parent = None
         context = None
         if span.parent_id:
             parent = SpanContext(
                 trace_id=trace_id,
                 span_id=int(span.parent_id, 16),
                 is_remote=span.root,  # a root's parent is the caller's (traceparent)
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                trace_flags=_SAMPLED,
             )
             context = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(parent))
-        attributes = {k: _value(v) for k, v in span.attributes.items()}
-        if span.root:
-            attributes["shelfhand.trace_id"] = span.trace_id
-            attributes["shelfhand.tenant"] = span.tenant_id
-        exported = self._tracer.start_span(
-            span.name,
-            context=context,
-            kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-            attributes=attributes,
-            start_time=span.start_ns,
+        kind = _KINDS.get(span.kind, SpanKind.INTERNAL)
+        decision = self._sampler.should_sample(context, trace_id, span.name, kind).decision
+        if decision is not Decision.RECORD_AND_SAMPLE:
+            return
+        own = SpanContext(
+            trace_id=trace_id,
+            span_id=int(span.span_id, 16),
+            is_remote=False,
+            trace_flags=_SAMPLED,
         )
-        for event in span.events:
-            exported.add_event(
-                event.name,
-                {k: _value(v) for k, v in event.attributes.items()},
-                timestamp=event.time_ns,
+        self._processor.on_end(
+            _Exported(
+                span,
+                context=own,
+                parent=parent,
+                resource=self._resource,
+                scope=self._scope,
+                limits=self._limits,
             )
-        if span.status == "error":
-            exported.set_status(Status(StatusCode.ERROR, str(span.attributes.get("error.type"))))
-        exported.end(end_time=span.end_ns)
+        )
 
     def flush(self) -> None:
         self.provider.force_flush()
 
     def close(self) -> None:
         self.provider.shutdown()
+
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def otlp_processor(endpoint: str) -> OtelProcessor:

@@ -35,7 +35,7 @@ import math
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import anyio
@@ -59,18 +59,21 @@ from shelfhand.core.errors import (
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
 from shelfhand.core.results import Usage
+from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
 from shelfhand.service.turn_budgets import Budgets, budget_failure
 from shelfhand.service.turn_lock import LocalTurnLock, TurnClaim, TurnLock
 from shelfhand.service.turn_spans import traced_turn
 from shelfhand.sessions.store import MemoryWindow
 from shelfhand.sessions.user_memory import format_memories
+from shelfhand.usage.by_model import ModelTally
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.subagents import Subagent
     from shelfhand.agent.supervisor import Supervisor
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.core.step_counts import StepCounter
     from shelfhand.core.tracing import Tracer
     from shelfhand.knowledge.base import KnowledgeBase
@@ -168,6 +171,8 @@ class ChatService:
             (``None``: no budgets; see :mod:`shelfhand.service.turn_budgets`).
         ledger: Where each turn's usage is added up per tenant, user, session, day and
             model (``None``: not kept).
+        prices: Prices by model, for the ledger's cost of each model's share of a turn
+            (the agents' own prices: the ``prices`` setting).
     """
 
     def __init__(
@@ -189,8 +194,10 @@ class ChatService:
         budgets: Budgets | None = None,
         ledger: SqlUsageLedger | None = None,
         counter: StepCounter | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         self.app = app
+        self.prices = prices
         self.kb = kb
         self.sessions = sessions
         self.memories = memories
@@ -306,11 +313,14 @@ class ChatService:
         events = self._turn(session_id, user, content, trace_id, claim, history, agent)
         if self.budgets is not None:
             events = self.budgets.metered_turn(events, user, trace_id)
-        if self.tracer is None and self.counter is None:
-            return events
-        return traced_turn(
-            events, self.tracer, self.counter, session_id, user, trace_id, parent_span_id
+        # with a ledger, the turn's model calls are tallied by model (and passed on to the
+        # metrics): the ledger books each model's share on its own row
+        counter = (
+            self.counter if self.ledger is None else ModelTally(self.counter, prices=self.prices)
         )
+        if self.tracer is None and counter is None:
+            return events
+        return traced_turn(events, self.tracer, counter, session_id, user, trace_id, parent_span_id)
 
     async def _turn(
         self,
@@ -420,7 +430,10 @@ class ChatService:
         event["session_id"] = session_id
         event["message_count"] = info.message_count if info else 0
         if self.ledger is not None:
-            await self.store(self._add_usage, user, session_id, event)
+            counting = current_counting()  # the turn's (see chat)
+            tally = counting.counter if counting is not None else None
+            others = tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
+            await self.store(self._add_usage, user, session_id, event, others)
         logger.info(
             "turn session=%s user=%s ms=%.1f",
             session_id,
@@ -428,10 +441,16 @@ class ChatService:
             (time.perf_counter() - started) * 1000,
         )
 
-    def _add_usage(self, user: UserContext, session_id: str, final: dict[str, Any]) -> None:
+    @property
+    def _model_name(self) -> str:
+        return self.model.name if self.model is not None else "(none)"
+
+    def _add_usage(
+        self, user: UserContext, session_id: str, final: dict[str, Any], others: dict[str, Usage]
+    ) -> None:
         assert self.ledger is not None
-        model = self.model.name if self.model is not None else "(none)"
-        self.ledger.add(user, session_id, model, Usage(**final.get("usage", {})))
+        usage = Usage(**final.get("usage", {}))
+        self.ledger.add(user, session_id, self._model_name, usage, others=others)
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]

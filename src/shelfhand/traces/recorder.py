@@ -1,7 +1,9 @@
 """The trace store's span processor: finished spans are queued and written in batches.
 
-A turn's spans never wait for the database: :meth:`StoreRecorder.on_end` appends to a list
-(no lock, no I/O), and a daemon thread writes what has gathered in one transaction when
+A turn's spans never wait for the database: :meth:`StoreRecorder.on_end` encodes the span
+into a tuple of strings and numbers (:func:`~shelfhand.traces.store.encode_span`: the span's
+objects are freed at once, not kept for the garbage collector to walk until the write) and
+appends it to a queue (no lock, no I/O), and a daemon thread writes what has gathered in one transaction when
 ``batch`` spans wait, or every ``interval`` seconds (a reader that needs a trace at once, such
 as ``GET /v1/traces/{id}``, flushes first). A failed write is
 logged and its spans dropped (tracing never fails a turn, nor grows without bound).
@@ -14,6 +16,8 @@ import logging
 import threading
 from collections import deque
 from typing import TYPE_CHECKING
+
+from shelfhand.traces.store import EncodedSpan, encode_span
 
 if TYPE_CHECKING:
     from shelfhand.core.tracing import Span
@@ -57,7 +61,7 @@ class StoreRecorder:
         self.max_age_days = max_age_days
         self.prune_every = prune_every
         self.dropped = 0
-        self._pending: deque[Span] = deque()  # append and popleft are atomic
+        self._pending: deque[EncodedSpan] = deque()  # append and popleft are atomic
         self._wake = threading.Event()
         self._write_lock = threading.Lock()
         self._stopped = False
@@ -70,7 +74,7 @@ class StoreRecorder:
         if len(pending) >= self.max_pending:
             self.dropped += 1
             return
-        pending.append(span)
+        pending.append(encode_span(span))
         if len(pending) >= self.batch:
             self._wake.set()
 
@@ -82,7 +86,7 @@ class StoreRecorder:
             if not spans:
                 return
             try:
-                self.store.write(spans)
+                self.store.write_encoded(spans)
             except Exception:
                 logger.exception("could not store %d spans; they are dropped", len(spans))
                 return

@@ -30,10 +30,12 @@ from shelfhand.core.tracing import Span
 __all__ = [
     "SCHEMA",
     "SPAN_BATCHES",
+    "EncodedSpan",
     "SpanRecord",
     "SqlTraceStore",
     "SqliteTraceStore",
     "TraceSummary",
+    "encode_span",
     "trace_names",
 ]
 
@@ -182,32 +184,66 @@ def _json_encoder() -> Callable[[Any], str]:
 _JSON = _json_encoder()
 
 
-def _span_item(span: Span) -> list[Any]:
-    """One span as an item of its batch's JSON array (see :data:`SPAN_BATCHES`)."""
+EncodedSpan = tuple[str, str, int, str, bool, str, str, int, str, int, int]
+"""A finished span as the recorder keeps it until it is written: ``(tenant, trace_id,
+start_ns, item, root, user_id, name, end_ns, status, input_tokens, output_tokens)``, with
+``item`` its entry of the batch's JSON array (see :data:`SPAN_BATCHES`) and the rest the
+trace's row when ``root``. Only strings and numbers: the garbage collector stops tracking
+such a tuple at its first pass, where a queued span (its attribute dicts, hit lists and
+events) would be traversed by every collection, and promoted into the old generation,
+until it is written."""
+
+
+def encode_span(span: Span) -> EncodedSpan:
+    """``span`` as the store writes it (see :data:`EncodedSpan`)."""
     events = span.events
-    return [
-        span.span_id,
-        span.parent_id,
-        span.name,
-        span.kind,
+    attributes = span.attributes
+    root = span.root
+    return (
+        span.tenant_id,
+        span.trace_id,
         span.start_ns,
+        _JSON(
+            [
+                span.span_id,
+                span.parent_id,
+                span.name,
+                span.kind,
+                span.start_ns,
+                span.end_ns,
+                span.status,
+                attributes,
+                [{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in events]
+                if events
+                else [],
+            ]
+        ),
+        root,
+        span.user_id if root else "",
+        span.name if root else "",
         span.end_ns,
         span.status,
-        span.attributes,
-        [{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in events]
-        if events
-        else [],
-    ]
+        int(attributes.get("gen_ai.usage.input_tokens", 0) or 0) if root else 0,
+        int(attributes.get("gen_ai.usage.output_tokens", 0) or 0) if root else 0,
+    )
 
 
-def _batch_rows(spans: Sequence[Span]) -> list[tuple[str, str, int, str]]:
-    """One row per trace among ``spans``: its spans as one JSON array."""
-    by_trace: dict[tuple[str, str], list[Span]] = {}
-    for span in spans:
-        by_trace.setdefault((span.tenant_id, span.trace_id), []).append(span)
+def _batch_rows(spans: Sequence[EncodedSpan]) -> list[tuple[str, str, int, str]]:
+    """One row per trace among ``spans``: its spans as one JSON array (their encoded items
+    joined, not encoded again)."""
+    by_trace: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    for s in spans:
+        key = (s[0], s[1])
+        found = by_trace.get(key)
+        if found is None:
+            by_trace[key] = (s[2], [s[3]])
+        else:
+            found[1].append(s[3])
+            if s[2] < found[0]:
+                by_trace[key] = (s[2], found[1])
     return [
-        (tenant, trace_id, min(s.start_ns for s in group), _JSON([_span_item(s) for s in group]))
-        for (tenant, trace_id), group in by_trace.items()
+        (tenant, trace_id, start_ns, "[" + ",".join(items) + "]")
+        for (tenant, trace_id), (start_ns, items) in by_trace.items()
     ]
 
 
@@ -238,23 +274,13 @@ class SqlTraceStore:
         """Store finished spans in one transaction (each is written once, by the recorder
         that saw it end), one row per trace; a root span (``root``) also lists its
         trace."""
+        self.write_encoded([encode_span(s) for s in spans])
+
+    def write_encoded(self, spans: Sequence[EncodedSpan]) -> None:
+        """:meth:`write` for spans encoded when they ended (:func:`encode_span`)."""
         if not spans:
             return
-        roots = [
-            (
-                s.tenant_id,
-                s.trace_id,
-                s.user_id,
-                s.name,
-                s.start_ns,
-                s.end_ns,
-                s.status,
-                int(s.attributes.get("gen_ai.usage.input_tokens", 0) or 0),
-                int(s.attributes.get("gen_ai.usage.output_tokens", 0) or 0),
-            )
-            for s in spans
-            if s.root
-        ]
+        roots = [(s[0], s[1], s[5], s[6], s[2], *s[7:]) for s in spans if s[4]]
         with self.database.transaction() as conn:
             conn.executemany(self._insert_spans, _batch_rows(spans))
             if roots:

@@ -9,7 +9,7 @@ for one user of it: ``GET /v1/usage`` and ``shelfhand usage``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +118,30 @@ class SqlUsageLedger:
         model: str,
         usage: Usage,
         *,
+        others: Mapping[str, Usage] | None = None,
         at: float | None = None,
     ) -> None:
-        """Add one turn's usage."""
-        row = (
-            user.tenant_id, user.user_id, session_id, day_of(time.time() if at is None else at),
-            model, 1, usage.model_calls, usage.input_tokens, usage.output_tokens,
-            usage.tool_calls, usage.retrievals, usage.cost,
-        )  # fmt: skip
+        """Add one turn's usage (in one transaction).
+
+        Args:
+            user: Whose turn it was.
+            session_id: The turn's session.
+            model: The turn's own model: its row gets the turn, its tool calls and
+                retrievals, and what is left of ``usage`` after ``others``.
+            usage: The whole turn's usage (every model call of it).
+            others: The part of ``usage`` that other models made (subagents or judges
+                with a model of their own), booked on their own rows.
+            at: When (default: now), for the day.
+        """
+        day = day_of(time.time() if at is None else at)
+        others = {m: u for m, u in (others or {}).items() if m != model and u.model_calls}
+        own = usage
+        for part in others.values():
+            own = _less(own, part)
+        rows = [_row_of(user, session_id, day, model, own, turns=1)]
+        rows += [_row_of(user, session_id, day, m, u, turns=0) for m, u in others.items()]
         with self.database.transaction() as conn:
-            conn.execute(self._add, row)
+            conn.executemany(self._add, rows)
 
     def report(
         self,
@@ -156,6 +170,30 @@ class SqlUsageLedger:
         with self.database.connection() as conn:
             rows = conn.execute(statement, params).fetchall()
         return [_row(r) for r in rows]
+
+
+def _less(usage: Usage, part: Usage) -> Usage:
+    """``usage`` without ``part`` (never below zero); its cost unknown when either's is."""
+    cost = None
+    if usage.cost is not None and part.cost is not None:
+        cost = max(0.0, usage.cost - part.cost)
+    return Usage(
+        input_tokens=max(0, usage.input_tokens - part.input_tokens),
+        output_tokens=max(0, usage.output_tokens - part.output_tokens),
+        model_calls=max(0, usage.model_calls - part.model_calls),
+        tool_calls=usage.tool_calls,
+        retrievals=usage.retrievals,
+        cost=cost,
+    )
+
+
+def _row_of(
+    user: UserContext, session_id: str, day: str, model: str, usage: Usage, *, turns: int
+) -> tuple[Any, ...]:
+    return (
+        user.tenant_id, user.user_id, session_id, day, model, turns, usage.model_calls,
+        usage.input_tokens, usage.output_tokens, usage.tool_calls, usage.retrievals, usage.cost,
+    )  # fmt: skip
 
 
 def _row(r: Sequence[Any]) -> UsageRow:

@@ -1,0 +1,118 @@
+"""Instructions per turn with tracing off, spans only and stored, counted by valgrind's
+callgrind (load-independent, unlike CPU time on a shared machine).
+
+Each case runs in its own process twice, with ``--low`` and ``--high`` turns after the same
+warm-up (the turn of ``bench/tracing_cost.py``: a scripted model, one tool call, one
+retrieval); the difference over ``high - low`` turns is what one turn executes, the
+recorder's writer thread included (each process ends by writing what it queued).
+``PYTHONHASHSEED`` is fixed because the count depends on the string-hash seed.
+
+    python bench/tracing_instructions.py                      # ~3 min per case
+    python bench/tracing_instructions.py --cases off stored --trees . /tmp/wt-before
+
+Needs valgrind (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASES = ("off", "spans", "stored")
+
+
+def cell(case: str, turns: int) -> None:
+    """Run ``turns`` turns of ``case`` in this process (the part callgrind counts)."""
+    sys.path.insert(0, str(HERE))
+    from tracing_cost import Counting, make_turn
+
+    from shelfhand.core.tracing import Tracer
+    from shelfhand.knowledge import KnowledgeBase, sample_corpus
+    from shelfhand.testing import hashing_router
+    from shelfhand.traces import SqliteTraceStore, StoreRecorder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        kb = KnowledgeBase(Path(tmp) / "ws", hashing_router())
+        kb.ingest([sample_corpus()], tenant_id="acme")
+        tracer = None
+        if case == "spans":
+            tracer = Tracer([Counting()])
+        elif case == "stored":
+            # no timed writes: under valgrind a turn takes 50 times as long, so a writer
+            # waking every 0.5 s would write a few turns at a time, and the count would follow
+            # the machine's speed; a write per 512 spans (the batch) is the same every run
+            store = SqliteTraceStore(Path(tmp) / "traces.db")
+            tracer = Tracer([StoreRecorder(store, interval=3600)])
+        turn, _ = make_turn(kb, tracer)
+
+        async def many(k: int) -> None:
+            for _ in range(k):
+                await turn()
+            if tracer is not None:
+                tracer.flush()
+
+        asyncio.run(many(20))
+        gc.collect()
+        gc.freeze()
+        asyncio.run(many(turns))
+        if tracer is not None:
+            tracer.close()
+        kb.close()
+
+
+def count(tree: str, case: str, turns: int) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(Path(tree).resolve() / "src")}
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--cell",
+            case,
+            str(turns),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(done.stderr[-2000:])
+    return int(found.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES)
+    ap.add_argument("--trees", nargs="*", default=["."], help="checkouts to compare")
+    ap.add_argument("--low", type=int, default=50)
+    ap.add_argument("--high", type=int, default=250)
+    ap.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.cell:
+        cell(a.cell[0], int(a.cell[1]))
+        return
+    print("| tree | tracing | instructions/turn | × off |")
+    print("|---|---|---:|---:|")
+    for tree in a.trees:
+        off = 0
+        for case in a.cases:
+            per_turn = (count(tree, case, a.high) - count(tree, case, a.low)) // (a.high - a.low)
+            off = per_turn if case == "off" else off
+            ratio = f"{per_turn / off:.3f}" if off else ""
+            print(f"| {tree} | {case} | {per_turn} | {ratio} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

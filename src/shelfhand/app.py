@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.core.tracing import SpanProcessor, Tracer
     from shelfhand.jobs.queue import IngestQueue
+    from shelfhand.knowledge.analysis import SynonymTable
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
     from shelfhand.knowledge.reading.limits import ReadLimits
@@ -438,8 +439,20 @@ class App:
 
             judge = ModelJudge(model=model, timeout=self.settings.answer_judge_timeout)
         return AnswerCheck(
-            fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS, judge=judge
+            fallback=mode == "fallback",
+            scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS,
+            judge=judge,
+            synonyms=self.synonym_table(),
         )
+
+    def synonym_table(self) -> SynonymTable | None:
+        """The word groups questions are read with: the built-in groups and the workspace's
+        ``synonyms`` (``None`` when it has none: the built-in groups are the default)."""
+        if not self.settings.synonyms:
+            return None
+        from shelfhand.knowledge.analysis import SYNONYMS, synonym_table
+
+        return synonym_table((*SYNONYMS, *self.settings.synonyms))
 
     def chat_agent(
         self,
@@ -563,6 +576,7 @@ class App:
             kb,
             compress_tokens=self._compress_tokens(),
             extractive=self.settings.answer_check != "off",
+            synonyms=self.synonym_table(),
         )
 
     def _compress_tokens(self) -> int | None:

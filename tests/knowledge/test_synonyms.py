@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shelfhand.agent.extractive import extractive_answer
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError
@@ -97,3 +98,24 @@ def test_the_knowledge_base_takes_groups_from_code(tmp_path: Path) -> None:
         hits = kb.search(ASKED, mode="keyword")
 
     assert hits and hits[0].chunk.source.endswith("shipping.md")
+
+
+def test_a_workspace_s_groups_reach_the_extractive_answer(tmp_path: Path) -> None:
+    """The answer without a model reads the question with the same groups as the search: the
+    shipping passage found through 寄出 = 发出 is quoted, not "the documents do not cover
+    this"."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "shipping.md").write_text(SHIPPING, encoding="utf-8")
+    env = {"SHELFHAND_RETRIEVAL_MODE": "keyword", "SHELFHAND_SYNONYMS": "寄出 发出"}
+    app = App(settings=Settings.load(tmp_path / "ws", env=env))
+    with app.open_knowledge(writer="test") as kb:
+        kb.ingest([docs])
+        answered = app.knowledge_agent(kb).run_sync(ASKED)
+        passages = answered.citations
+    built_in_only = extractive_answer(ASKED, passages)
+    with_groups = extractive_answer(ASKED, passages, synonyms=app.synonym_table())
+
+    assert answered.extractive and "48 小时" in answered.output
+    assert built_in_only is None and with_groups is not None
+    assert with_groups.text == answered.output

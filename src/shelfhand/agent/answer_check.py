@@ -27,6 +27,7 @@ from shelfhand.core.citations import cited_numbers, unknown_citations
 from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
+from shelfhand.knowledge.analysis import SynonymTable
 
 from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
@@ -132,6 +133,9 @@ class AnswerCheck:
     judge: ModelJudge | None = None
     """The stronger check (the chat model judges each sentence), used by :meth:`review`;
     ``None``: the lexical check alone."""
+    synonyms: SynonymTable | None = None
+    """The word groups the search reads questions with (the workspace's ``synonyms`` and
+    the built-in ones), so the extractive answer reads them alike; ``None``: built-in only."""
 
     def reason(self, result: RunResult) -> str:
         """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
@@ -180,7 +184,7 @@ class AnswerCheck:
         why = self.reason(checked)
         if not why or not self.fallback:
             return checked
-        replaced = _replaced(checked, why, question)
+        replaced = _replaced(checked, why, question, self.synonyms)
         note = checked.grounding.note if checked.grounding is not None else ""
         if note and replaced.grounding is not None:  # why the judge did not decide: kept
             return replace(replaced, grounding=replace(replaced.grounding, note=note))
@@ -220,10 +224,12 @@ def _ungrounded(sentences: Sequence[object]) -> bool:
     return len(bad) / len(supports) >= UNSUPPORTED_SHARE
 
 
-def extractive_result(result: RunResult, why: str, question: str) -> RunResult | None:
+def extractive_result(
+    result: RunResult, why: str, question: str, *, synonyms: SynonymTable | None = None
+) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
-    ``question``."""
-    extract = extractive_answer(question, result.citations)
+    ``question`` (read with ``synonyms``, default the built-in groups)."""
+    extract = extractive_answer(question, result.citations, synonyms=synonyms)
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)
@@ -237,10 +243,12 @@ def extractive_result(result: RunResult, why: str, question: str) -> RunResult |
     )
 
 
-def _replaced(result: RunResult, why: str, question: str) -> RunResult:
+def _replaced(
+    result: RunResult, why: str, question: str, synonyms: SynonymTable | None
+) -> RunResult:
     """``result`` with the answer that replaces its own; its transcript ends with that answer
     too, so the conversation's memory holds what the user read, not what the model wrote."""
-    extracted = extractive_result(result, why, question)
+    extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     if why in ("ungrounded", "prompt_echo"):
@@ -261,11 +269,13 @@ def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citat
     return [by_index[n] for n in dict.fromkeys(cited_numbers(answer)) if n in by_index]
 
 
-def no_model_answer(result: RunResult, question: str) -> RunResult:
+def no_model_answer(
+    result: RunResult, question: str, *, synonyms: SynonymTable | None = None
+) -> RunResult:
     """The answer without a chat model: the extractive answer of ``result``'s passages, or
     "the documents do not cover this" when none is about ``question`` (the passages stay
     in ``result.citations`` either way)."""
-    extracted = extractive_result(result, "no_model", question)
+    extracted = extractive_result(result, "no_model", question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     return replace(
@@ -277,7 +287,12 @@ def no_model_answer(result: RunResult, question: str) -> RunResult:
 
 
 def failed_model_answer(
-    question: str, citations: Sequence[Citation], why: str, *, trace_id: str = ""
+    question: str,
+    citations: Sequence[Citation],
+    why: str,
+    *,
+    trace_id: str = "",
+    synonyms: SynonymTable | None = None,
 ) -> RunResult | None:
     """The answer of a turn whose chat model failed after its passages were found: their
     best sentences (``fallback_reason`` = ``why``, the failure's code), or ``None`` when
@@ -288,7 +303,7 @@ def failed_model_answer(
         citations=tuple(citations),
         trace_id=trace_id,
     )
-    extracted = extractive_result(found, why, question)
+    extracted = extractive_result(found, why, question, synonyms=synonyms)
     if extracted is None:
         return None
     return replace(extracted, messages=_answered(found, extracted.output))

@@ -133,11 +133,10 @@ def _candidates(
     return out
 
 
-def _asked(question: str, passages: Sequence[Citation]) -> set[str]:
+def _asked(question: str, passages: Sequence[Citation], table: SynonymTable) -> set[str]:
     """The question's words, a word no passage holds taken as its synonym that some passage
     holds (开封 as 拆封: the search does the same, :mod:`shelfhand.knowledge.analysis`)."""
     asked = _without_compounds(words(question))
-    table = _synonyms()
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
@@ -171,13 +170,18 @@ def extractive_answer(
     *,
     sentences: int = SENTENCES,
     min_relevance: float = MIN_RELEVANCE,
+    synonyms: SynonymTable | None = None,
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
     under the lead line :data:`LEAD`; ``None`` when no passage holds ``min_relevance`` of
-    the question's words (or lacks an identifier it names)."""
+    the question's words (or lacks an identifier it names).
+
+    ``synonyms``: the word groups the search read the question with (a workspace's
+    ``synonyms`` setting with the built-in groups, :func:`~shelfhand.knowledge.analysis.synonym_table`);
+    default: the built-in groups."""
     ids = query_identifiers(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
-    question_words = _asked(question, passages)
+    question_words = _asked(question, passages, _synonyms() if synonyms is None else synonyms)
     candidates = _candidates(passages, question_words, ids, min_relevance)
     if not candidates:
         return None

@@ -20,7 +20,7 @@ from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
-    from shelfhand.agent.answer_check import AnswerCheck
+    from shelfhand.agent.answer_check import AnswerCheck, AnswerJudge
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.rewrite import QueryRewriter
@@ -433,11 +433,23 @@ class App:
         from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
         from shelfhand.providers.tool_modes import PROMPT_TEXTS
 
-        judge = None
-        if model is not None and self.settings.answer_judge == "model":
+        judge: AnswerJudge | None = None
+        s = self.settings
+        if model is not None and s.answer_judge == "model":
             from shelfhand.agent.model_check import ModelJudge
 
-            judge = ModelJudge(model=model, timeout=self.settings.answer_judge_timeout)
+            judge = ModelJudge(model=model, timeout=s.answer_judge_timeout)
+        elif s.answer_judge == "rerank" and s.rerank_url:
+            from shelfhand.agent.rerank_check import RerankJudge
+            from shelfhand.knowledge.retrieval.rerank import HttpReranker
+
+            scorer = HttpReranker(
+                s.rerank_url, model=s.rerank_model, api_key=s.rerank_api_key,
+                timeout=s.rerank_timeout,
+            )  # fmt: skip
+            judge = RerankJudge(
+                scorer=scorer, min_score=s.answer_judge_min_score, timeout=s.answer_judge_timeout
+            )
         return AnswerCheck(
             fallback=mode == "fallback",
             scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS,

@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from shelfhand.core.citations import cited_numbers, unknown_citations
 from shelfhand.core.events import AnswerReplaced
+from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
@@ -33,12 +35,13 @@ from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts
-from .model_check import JUDGE_INSTRUCTIONS, ModelJudge
+from .model_check import JUDGE_INSTRUCTIONS
 
 __all__ = [
     "AGENT_SCAFFOLDS",
     "REPLACED_NOTICE",
     "AnswerCheck",
+    "AnswerJudge",
     "echoes_scaffold",
     "extractive_result",
     "failed_model_answer",
@@ -117,6 +120,15 @@ def is_refusal(answer: str) -> bool:
     return bool(_REFUSAL.search(answer))
 
 
+class AnswerJudge(Protocol):
+    """The stronger check after the lexical one: :class:`~.model_check.ModelJudge` (the chat
+    model) or :class:`~.rerank_check.RerankJudge` (a rerank endpoint)."""
+
+    async def review(self, grounding: Grounding, citations: Sequence[Citation]) -> Grounding:
+        """``grounding`` with the judge's verdict per sentence, or as it is with a note."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AnswerCheck:
     """The grounding check and the extractive fallback of an agent's answers.
@@ -130,9 +142,9 @@ class AnswerCheck:
 
     fallback: bool = True
     scaffolds: tuple[str, ...] = AGENT_SCAFFOLDS
-    judge: ModelJudge | None = None
-    """The stronger check (the chat model judges each sentence), used by :meth:`review`;
-    ``None``: the lexical check alone."""
+    judge: AnswerJudge | None = None
+    """The stronger check (the chat model or a rerank endpoint judges each sentence), used
+    by :meth:`review`; ``None``: the lexical check alone."""
     synonyms: SynonymTable | None = None
     """The word groups the search reads questions with (the workspace's ``synonyms`` and
     the built-in ones), so the extractive answer reads them alike; ``None``: built-in only."""

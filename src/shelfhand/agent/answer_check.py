@@ -31,6 +31,7 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
 
+from .answer_topic import misses_amount, misses_identifier, only_labels, states_nothing_held
 from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
@@ -47,7 +48,6 @@ __all__ = [
     "failed_model_answer",
     "is_refusal",
     "no_model_answer",
-    "only_a_heading",
     "relevant_citations",
     "replaced_by",
     "replacement",
@@ -76,6 +76,7 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
+_DIGIT = re.compile(r"\d")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
@@ -94,25 +95,6 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
         return False
     own = _shingles(answer, _SCAFFOLD_WORDS)
     return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
-
-
-_CITE_MARK = re.compile(r"\[\d{1,3}\]")
-_EDGES = " \t\n#*>-:：。.!！?？、,，"
-
-
-def only_a_heading(answer: str, citations: Sequence[Citation]) -> bool:
-    """Whether ``answer`` is nothing but a title or section heading of the passages (a small
-    model copies the evidence's formatting: "未拆封商品" for a question about opened goods)."""
-    text = _CITE_MARK.sub("", answer).strip(_EDGES)
-    if not text:
-        return False
-    headings = {
-        part.strip(_EDGES)
-        for c in citations
-        for part in (c.title, *c.section.replace("›", ">").split(">"))
-        if part.strip()
-    }
-    return text in headings
 
 
 def is_refusal(answer: str) -> bool:
@@ -149,15 +131,16 @@ class AnswerCheck:
     """The word groups the search reads questions with (the workspace's ``synonyms`` and
     the built-in ones), so the extractive answer reads them alike; ``None``: built-in only."""
 
-    def reason(self, result: RunResult) -> str:
-        """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
+    def reason(self, result: RunResult, question: str = "") -> str:
+        """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can);
+        with ``question``, also whether it answers it (:mod:`.answer_topic`)."""
         if result.stop_reason in _STOPPED:
             return result.stop_reason
         if result.stop_reason != "final":
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
-        if result.citations and only_a_heading(result.output, result.citations):
+        if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations and result.grounding is None:
             return ""
@@ -166,6 +149,22 @@ class AnswerCheck:
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences):
             return "ungrounded"
+        if question and result.citations:
+            return self._unanswered(result, question)
+        return ""
+
+    def _unanswered(self, result: RunResult, question: str) -> str:
+        """``off_topic`` or ``unanswered`` when the grounded answer does not answer
+        ``question``; "" when it does, as far as words and numbers can tell."""
+        answer, citations = result.output, result.citations
+        if misses_identifier(question, answer, result.grounding, citations):
+            return "off_topic"
+        if misses_amount(question, answer):
+            return "unanswered"
+        if states_nothing_held(answer, citations) and (
+            extractive_answer(question, citations, synonyms=self.synonyms) is None
+        ):
+            return "off_topic"  # no passage is about the question, nothing of theirs is said
         return ""
 
     def apply(self, result: RunResult, question: str) -> RunResult:
@@ -193,10 +192,12 @@ class AnswerCheck:
         return result
 
     def _decided(self, checked: RunResult, question: str) -> RunResult:
-        why = self.reason(checked)
+        why = self.reason(checked, question)
         if not why or not self.fallback:
             return checked
         replaced = _replaced(checked, why, question, self.synonyms)
+        if why == "unanswered" and not (replaced.extractive and _DIGIT.search(replaced.output)):
+            return checked  # the passages' sentences hold no amount either: no better
         note = checked.grounding.note if checked.grounding is not None else ""
         if note and replaced.grounding is not None:  # why the judge did not decide: kept
             return replace(replaced, grounding=replace(replaced.grounding, note=note))
@@ -263,7 +264,7 @@ def _replaced(
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
-    if why in ("ungrounded", "prompt_echo"):
+    if why in ("ungrounded", "prompt_echo", "off_topic"):
         return replace(
             result,
             output=NOT_COVERED,

@@ -1,0 +1,130 @@
+"""Does the answer answer the question? Checks that a grounded answer can still fail, each
+offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
+
+- :func:`only_labels`: the answer is nothing but the labels the passages were shown with
+  (a title, a section heading, ``title › section (source)``): a small model copies the
+  evidence's formatting instead of its content;
+- :func:`misses_identifier`: the question names an identifier (``SKU2024-011``, ``E-310``)
+  that a passage holds, and the answer neither names it nor rests on a passage holding it:
+  it answers about something else (the product's description instead of its price row);
+- :func:`misses_amount`: the question asks how long, how much or how many, and the answer
+  holds no number at all;
+- :func:`states_nothing_held`: with no passage about the question (the extractive answer's
+  measure), an answer stating no number or code the passages hold did not come from them:
+  "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
+  laptops.
+
+Each is a reason to show the passages' own sentences, or "the documents do not cover this",
+instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from shelfhand.core.grounding import Grounding
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.analysis import query_identifiers
+from shelfhand.knowledge.evidence.citations import label
+
+from .grounding_check import facts, words
+
+__all__ = [
+    "asks_amount",
+    "holds_identifier",
+    "misses_amount",
+    "misses_identifier",
+    "only_labels",
+    "states_nothing_held",
+]
+
+_CITE_MARK = re.compile(r"\[\d{1,3}\]")
+_DIGIT = re.compile(r"\d")
+_NUMBER_WORD = re.compile(
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|sixty|ninety|hundred|thousand|half|a (?:year|month|week|day))\b"
+    r"|[一二两三四五六七八九十百千万半]",
+    re.IGNORECASE,
+)
+"""An amount written in words ("two years", "两年", "半个月")."""
+_CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
+"""A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
+_LABEL_SPLIT = re.compile(r"\s*(?:›|>)\s*")
+_AMOUNT = re.compile(
+    r"how (?:long|much|many)|\bprice\b|\bcost|多久|多少|多长|几(?:个|天|月|年|小时|分钟|周)|价格|费用",
+    re.IGNORECASE,
+)
+MIN_WORDS_LEFT = 3
+"""An answer with fewer content words (and no number) once the labels are taken out is
+nothing but labels."""
+
+
+def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` is nothing but the passages' labels: their titles, section
+    headings, sources or whole ``title › section (source)`` lines ("未拆封商品", "The
+    BrightBeam Projector FAQ › Frequently asked questions > … (projector/faq.html)")."""
+    left = _CITE_MARK.sub(" ", answer).lower()
+    if not left.strip():
+        return False
+    pieces: set[str] = set()
+    for c in citations:
+        shown = label(c)
+        pieces.update((shown, shown.rsplit(" (", 1)[0], c.source, c.title))
+        pieces.update(_LABEL_SPLIT.split(c.section))
+    taken = False
+    for piece in sorted((p.strip().lower() for p in pieces if len(p.strip()) > 1), key=len)[::-1]:
+        if piece in left:
+            left = left.replace(piece, " ")
+            taken = True
+    return taken and len(words(left)) < MIN_WORDS_LEFT and not facts(left)
+
+
+def holds_identifier(text: str, identifiers: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``identifiers`` (as :func:`query_identifiers` gives
+    them), with or without its hyphens."""
+    lowered = text.lower()
+    return any(i in lowered or i in lowered.replace("-", "") for i in identifiers)
+
+
+def misses_identifier(
+    question: str, answer: str, grounding: Grounding | None, citations: Sequence[Citation]
+) -> bool:
+    """Whether the question names an identifier a passage holds while the answer neither
+    names it nor rests on (is supported by) a passage holding it."""
+    ids = query_identifiers(question)
+    if not ids or grounding is None or holds_identifier(answer, ids):
+        return False
+    holding = {c.index for c in citations if holds_identifier(c.text, ids)}
+    if not holding:
+        return False  # no passage has it: nothing better to show
+    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    # an answer too short to check ("The lamp is overheating.") rests on nothing: left alone
+    return bool(resting) and not resting & holding
+
+
+def asks_amount(question: str) -> bool:
+    """Whether ``question`` asks how long, how much or how many (a price, a duration, a
+    count)."""
+    return bool(_AMOUNT.search(question))
+
+
+def misses_amount(question: str, answer: str) -> bool:
+    """Whether ``question`` asks for an amount and ``answer`` holds no number at all, in
+    digits or in words."""
+    text = _CITE_MARK.sub(" ", answer)
+    return asks_amount(question) and not (_DIGIT.search(text) or _NUMBER_WORD.search(text))
+
+
+def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` states no number that ``citations`` hold (an answer in another
+    language than its passages shares those with them, not words)."""
+    held = set().union(*(_numbers(c.text) for c in citations))
+    return not _numbers(answer) & held
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers of ``text`` (a product code such as ``X1`` is shared by any answer that
+    names the product, whatever it says about it: it is not a number)."""
+    plain = _CODE.sub(" ", text)
+    return {f for f in facts(plain) if f.replace(".", "").isdigit()}

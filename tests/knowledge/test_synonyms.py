@@ -28,6 +28,7 @@ OPENED = "开封后的投影仪可以退货吗？"
 ACME = UserContext(tenant_id="acme", user_id="u1")
 SHIPPING = "# 配送\n\n订单在下单后 48 小时内由顺丰发出。\n"
 ASKED = "订单多久寄出？"  # the documents say 发出
+WHEN_SHIPPED = "订单寄出时间"  # 寄出 read as the documents' 发出 makes 2 of its 3 words found
 
 
 def test_a_word_no_document_holds_is_searched_as_its_synonym_that_they_hold() -> None:
@@ -111,10 +112,10 @@ def test_a_workspace_s_groups_reach_the_extractive_answer(tmp_path: Path) -> Non
     app = App(settings=Settings.load(tmp_path / "ws", env=env))
     with app.open_knowledge(writer="test") as kb:
         kb.ingest([docs])
-        answered = app.knowledge_agent(kb).run_sync(ASKED)
+        answered = app.knowledge_agent(kb).run_sync(WHEN_SHIPPED)
         passages = answered.citations
-    built_in_only = extractive_answer(ASKED, passages)
-    with_groups = extractive_answer(ASKED, passages, synonyms=app.synonym_table())
+    built_in_only = extractive_answer(WHEN_SHIPPED, passages)
+    with_groups = extractive_answer(WHEN_SHIPPED, passages, synonyms=app.synonym_table())
 
     assert answered.extractive and "48 小时" in answered.output
     assert built_in_only is None and with_groups is not None

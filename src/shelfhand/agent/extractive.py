@@ -59,7 +59,44 @@ _QUANTITY = re.compile(
     re.IGNORECASE,
 )
 _DIGIT = re.compile(r"\d")
-"""The most characters of passage text in one extractive answer."""
+ASKING = frozenset(
+    [
+        "多久",
+        "多长",
+        "多长时间",
+        "长时间",
+        "怎么样",
+        "怎么办",
+        "需要",
+        "能",
+        "可以",
+        "是否",
+        "为什么",
+        "long",
+        "mani",
+        "much",
+        "often",
+        "soon",
+    ]
+)
+"""Words that ask rather than name what is asked ("多久", "how long"): a passage is not less
+about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
+_NUM = r"\d[\d,.]*(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]*)?\s*"
+_DURATION = re.compile(
+    _NUM
+    + r"(?:minutes?|mins?|hours?|days?|weeks?|months?|years?|分钟|小时|天|周|个月|个工作日|工作日|年)",
+    re.IGNORECASE,
+)
+_MONEY = re.compile(_NUM + r"(?:CNY|RMB|USD|EUR|元|%|％)|[¥$€]\s*\d", re.IGNORECASE)
+_ASKS_DURATION = re.compile(
+    r"how (?:long|soon)|how many (?:minutes|hours|days|weeks|months|years)|多久|多长|几(?:天|周|个月|年|小时|分钟)|多少(?:天|小时|分钟)",
+    re.IGNORECASE,
+)
+_ASKS_MONEY = re.compile(
+    r"how much|price|cost|\bfees?\b|多少钱|价格|费用|价钱|售价|\w+费", re.IGNORECASE
+)
+_PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
+"""A passage that names prices: a table row of it holding a number states one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,9 +171,10 @@ def _candidates(
 
 
 def _asked(question: str, passages: Sequence[Citation], table: SynonymTable) -> set[str]:
-    """The question's words, a word no passage holds taken as its synonym that some passage
-    holds (开封 as 拆封: the search does the same, :mod:`shelfhand.knowledge.analysis`)."""
-    asked = _without_compounds(words(question))
+    """The question's words, less those that only ask (:data:`ASKING`), a word no passage
+    holds taken as its synonym that some passage holds (开封 as 拆封: the search does the same,
+    :mod:`shelfhand.knowledge.analysis`)."""
+    asked = _without_compounds(words(question)).difference(ASKING)
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
@@ -162,6 +200,35 @@ _CJK_WORD = re.compile(r"[\u3400-\u9fff]{3,}")
 @functools.cache
 def _synonyms() -> SynonymTable:
     return synonym_table()
+
+
+def _stating(
+    question: str,
+    candidates: Sequence[_Sentence],
+    chosen: Sequence[tuple[str, int]],
+    question_words: AbstractSet[str],
+    passages: Sequence[Citation],
+) -> list[_Sentence]:
+    """When ``question`` asks how long or how much and no ``chosen`` sentence states such an
+    amount: the candidate sentences that do and that share a word with the question (a
+    price-table row counts when its passage names prices); else none."""
+    if _ASKS_DURATION.search(question):
+        kind = _DURATION
+    elif _ASKS_MONEY.search(question):
+        kind = _MONEY
+    else:
+        return []
+    if any(kind.search(text) for text, _ in chosen):
+        return []
+    priced = {c.index for c in passages if kind is _MONEY and _PRICED.search(c.text)}
+    shown = {text for text, _ in chosen}
+    return [
+        c
+        for c in candidates
+        if c.text not in shown
+        and c.words & question_words
+        and (kind.search(c.text) or (c.passage in priced and _DIGIT.search(c.text)))
+    ]
 
 
 def extractive_answer(
@@ -208,6 +275,10 @@ def extractive_answer(
     # an M4 thread." before "After mounting, ...") and the ones after it
     same = [c for c in candidates if c.passage == best.passage and c.position >= best.position - 1]
     chosen = [(c.text, c.passage) for c in same[:sentences]]
+    stating = _stating(question, candidates, chosen, question_words, passages)
+    if stating:  # "how long?" answered with the sentence that says how long
+        top = max(stating, key=lambda c: (score(c), -c.rank, -c.position))
+        chosen.append((top.text, top.passage))
     by_index = {c.index: c for c in passages}
     first = by_index[best.passage]
     for other in passages:  # a passage that disagrees is shown too: never hidden

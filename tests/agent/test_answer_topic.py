@@ -23,6 +23,7 @@ from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
+from shelfhand.knowledge.evidence.citations import label as label_of
 from shelfhand.testing import ScriptedModel, text
 from support.knowledge import sample_kb
 
@@ -82,8 +83,9 @@ async def answered(kb: KnowledgeBase, question: str, answer: str) -> RunResult:
         "How long is the warranty? (projector/faq.html)",
         "未拆封商品, 退货政策",
         "未拆封商品 [2]",
+        "未拆封商品, 未拆封的商品",
     ],
-    ids=["label-line", "headings-zh", "one-heading"],
+    ids=["label-line", "headings-zh", "one-heading", "heading-reworded"],
 )
 def test_an_answer_of_nothing_but_the_passages_labels_is_caught(answer: str) -> None:
     assert only_labels(answer, [FAQ, RETURNS])
@@ -137,6 +139,8 @@ def test_an_answer_sharing_its_passages_numbers_came_from_them_in_any_language()
         ),
         ("维修后的零件保修多久？", "维修后的零件享有保修。", True),
         ("How much does SKU2024-011 cost?", "It costs 3,999 CNY.", False),
+        ("Is there a restocking fee for opened items?", "No", True),
+        ("How long is the light source covered?", "A laser with 4 ms input lag.", True),
         ("投影仪的保修期是多久？", "The whole projector is under warranty for two years.", False),
         ("保修期多长？", "整机保修两年。", False),
         ("Can I mount the projector on the ceiling?", "Yes, with the M4 thread.", False),
@@ -162,13 +166,21 @@ async def test_a_price_answered_with_the_product_s_description_becomes_its_row(
 async def test_a_label_line_becomes_the_passages_sentences(kb: KnowledgeBase) -> None:
     first = await answered(kb, "维修后的零件保修多久？", "OK")
     label = next(c for c in first.citations if "维修" in c.text)
-    from shelfhand.knowledge.evidence.citations import label as label_of
-
     result = await answered(
         kb, "维修后的零件保修多久？", f"The warranty policy for the {label_of(label)}"
     )
 
     assert result.fallback_reason == "heading_echo" and "90 天" in result.output
+
+
+async def test_a_label_line_when_no_passage_is_about_the_question_becomes_not_covered(
+    kb: KnowledgeBase,
+) -> None:
+    question = "How do I reset my Wi-Fi router password?"
+    first = await answered(kb, question, "OK")
+    result = await answered(kb, question, label_of(first.citations[0]))
+
+    assert result.output == NOT_COVERED and result.fallback_reason == "heading_echo"
 
 
 async def test_a_duration_question_answered_without_a_number_gets_the_passage_s_number(

@@ -264,7 +264,7 @@ def _replaced(
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
-    if why in ("ungrounded", "prompt_echo", "off_topic"):
+    if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic"):
         return replace(
             result,
             output=NOT_COVERED,

@@ -7,8 +7,8 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
 - :func:`misses_identifier`: the question names an identifier (``SKU2024-011``, ``E-310``)
   that a passage holds, and the answer neither names it nor rests on a passage holding it:
   it answers about something else (the product's description instead of its price row);
-- :func:`misses_amount`: the question asks how long, how much or how many, and the answer
-  holds no number at all;
+- :func:`misses_amount`: the question asks how long or how much (a price, a fee), and the
+  answer states no such amount;
 - :func:`states_nothing_held`: with no passage about the question (the extractive answer's
   measure), an answer stating no number or code the passages hold did not come from them:
   "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
@@ -28,10 +28,10 @@ from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
+from .amounts import DURATION, NUMBER_WORD, asked_amount
 from .grounding_check import facts, words
 
 __all__ = [
-    "asks_amount",
     "holds_identifier",
     "misses_amount",
     "misses_identifier",
@@ -41,29 +41,19 @@ __all__ = [
 
 _CITE_MARK = re.compile(r"\[\d{1,3}\]")
 _DIGIT = re.compile(r"\d")
-_NUMBER_WORD = re.compile(
-    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
-    r"thirty|forty|fifty|sixty|ninety|hundred|thousand|half|a (?:year|month|week|day))\b"
-    r"|[一二两三四五六七八九十百千万半]",
-    re.IGNORECASE,
-)
-"""An amount written in words ("two years", "两年", "半个月")."""
 _CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
 """A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
 _LABEL_SPLIT = re.compile(r"\s*(?:›|>)\s*")
-_AMOUNT = re.compile(
-    r"how (?:long|much|many)|\bprice\b|\bcost|多久|多少|多长|几(?:个|天|月|年|小时|分钟|周)|价格|费用",
-    re.IGNORECASE,
-)
+_FRAGMENT = re.compile(r"[,，、;；\n()（）]+")
 MIN_WORDS_LEFT = 3
-"""An answer with fewer content words (and no number) once the labels are taken out is
-nothing but labels."""
+"""A part of an answer with fewer content words (and no number), once the labels are taken
+out, is filler around them ("The warranty policy for the …")."""
 
 
 def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
     """Whether ``answer`` is nothing but the passages' labels: their titles, section
-    headings, sources or whole ``title › section (source)`` lines ("未拆封商品", "The
-    BrightBeam Projector FAQ › Frequently asked questions > … (projector/faq.html)")."""
+    headings, sources or whole ``title › section (source)`` lines ("未拆封商品, 已拆封的商品",
+    "The BrightBeam Projector FAQ › Frequently asked questions > … (projector/faq.html)")."""
     left = _CITE_MARK.sub(" ", answer).lower()
     if not left.strip():
         return False
@@ -72,12 +62,24 @@ def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
         shown = label(c)
         pieces.update((shown, shown.rsplit(" (", 1)[0], c.source, c.title))
         pieces.update(_LABEL_SPLIT.split(c.section))
+    named = sorted((p.strip().lower() for p in pieces if len(p.strip()) > 1), key=len)[::-1]
+    heading_words = [words(p) for p in named]
     taken = False
-    for piece in sorted((p.strip().lower() for p in pieces if len(p.strip()) > 1), key=len)[::-1]:
+    for piece in named:
         if piece in left:
             left = left.replace(piece, " ")
             taken = True
-    return taken and len(words(left)) < MIN_WORDS_LEFT and not facts(left)
+    for fragment in _FRAGMENT.split(left):
+        own = words(fragment)
+        if not own:
+            continue
+        if facts(fragment):
+            return False
+        if any(own <= held for held in heading_words):  # a heading, reworded: 已拆封的商品
+            taken = True
+        elif len(own) >= MIN_WORDS_LEFT:
+            return False
+    return taken
 
 
 def holds_identifier(text: str, identifiers: Sequence[str]) -> bool:
@@ -103,17 +105,17 @@ def misses_identifier(
     return bool(resting) and not resting & holding
 
 
-def asks_amount(question: str) -> bool:
-    """Whether ``question`` asks how long, how much or how many (a price, a duration, a
-    count)."""
-    return bool(_AMOUNT.search(question))
-
-
 def misses_amount(question: str, answer: str) -> bool:
-    """Whether ``question`` asks for an amount and ``answer`` holds no number at all, in
-    digits or in words."""
+    """Whether ``question`` asks how long or how much and ``answer`` states no such amount:
+    for "how long", no duration in digits and no number in words; for "how much", a price
+    or a fee, no number at all."""
+    kind = asked_amount(question)
+    if kind is None:
+        return False
     text = _CITE_MARK.sub(" ", answer)
-    return asks_amount(question) and not (_DIGIT.search(text) or _NUMBER_WORD.search(text))
+    if NUMBER_WORD.search(text):
+        return False
+    return not (kind.search(text) if kind is DURATION else _DIGIT.search(text))
 
 
 def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:

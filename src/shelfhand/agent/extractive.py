@@ -29,6 +29,7 @@ from shelfhand.knowledge.analysis import (
     with_synonyms,
 )
 
+from .amounts import MONEY, asked_amount
 from .grounding_check import passage_words, split_sentences, words
 
 __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
@@ -81,20 +82,6 @@ ASKING = frozenset(
 )
 """Words that ask rather than name what is asked ("多久", "how long"): a passage is not less
 about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
-_NUM = r"\d[\d,.]*(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]*)?\s*"
-_DURATION = re.compile(
-    _NUM
-    + r"(?:minutes?|mins?|hours?|days?|weeks?|months?|years?|分钟|小时|天|周|个月|个工作日|工作日|年)",
-    re.IGNORECASE,
-)
-_MONEY = re.compile(_NUM + r"(?:CNY|RMB|USD|EUR|元|%|％)|[¥$€]\s*\d", re.IGNORECASE)
-_ASKS_DURATION = re.compile(
-    r"how (?:long|soon)|how many (?:minutes|hours|days|weeks|months|years)|多久|多长|几(?:天|周|个月|年|小时|分钟)|多少(?:天|小时|分钟)",
-    re.IGNORECASE,
-)
-_ASKS_MONEY = re.compile(
-    r"how much|price|cost|\bfees?\b|多少钱|价格|费用|价钱|售价|\w+费", re.IGNORECASE
-)
 _PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
 """A passage that names prices: a table row of it holding a number states one."""
 
@@ -212,15 +199,12 @@ def _stating(
     """When ``question`` asks how long or how much and no ``chosen`` sentence states such an
     amount: the candidate sentences that do and that share a word with the question (a
     price-table row counts when its passage names prices); else none."""
-    if _ASKS_DURATION.search(question):
-        kind = _DURATION
-    elif _ASKS_MONEY.search(question):
-        kind = _MONEY
-    else:
+    kind = asked_amount(question)
+    if kind is None:
         return []
     if any(kind.search(text) for text, _ in chosen):
         return []
-    priced = {c.index for c in passages if kind is _MONEY and _PRICED.search(c.text)}
+    priced = {c.index for c in passages if kind is MONEY and _PRICED.search(c.text)}
     shown = {text for text, _ in chosen}
     return [
         c

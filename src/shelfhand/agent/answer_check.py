@@ -19,6 +19,7 @@ different callers never share it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -94,7 +95,13 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
     if not answer.strip():
         return False
     own = _shingles(answer, _SCAFFOLD_WORDS)
-    return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
+    return any(own & _scaffold_shingles(s) for s in scaffolds if s.strip())
+
+
+@functools.lru_cache(maxsize=256)
+def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
+    """A prompt's shingles, made once: the prompts are the same for every answer."""
+    return frozenset(_shingles(scaffold, _SCAFFOLD_WORDS))
 
 
 def is_refusal(answer: str) -> bool:

@@ -20,6 +20,7 @@ instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -29,7 +30,7 @@ from shelfhand.knowledge.analysis import query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import DURATION, NUMBER_WORD, asked_amount
-from .grounding_check import facts, words
+from .grounding_check import PASSAGE_CACHE, facts, passage_words, words
 
 __all__ = [
     "holds_identifier",
@@ -63,19 +64,19 @@ def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
         pieces.update((shown, shown.rsplit(" (", 1)[0], c.source, c.title))
         pieces.update(_LABEL_SPLIT.split(c.section))
     named = sorted((p.strip().lower() for p in pieces if len(p.strip()) > 1), key=len)[::-1]
-    heading_words = [words(p) for p in named]
     taken = False
     for piece in named:
         if piece in left:
             left = left.replace(piece, " ")
             taken = True
+    longest = len(named[0]) if named else 0
     for fragment in _FRAGMENT.split(left):
         own = words(fragment)
         if not own:
             continue
-        if facts(fragment):
-            return False
-        if any(own <= held for held in heading_words):  # a heading, reworded: 已拆封的商品
+        if facts(fragment) or len(fragment.strip()) > 2 * longest:
+            return False  # a number, or longer than any heading reworded: it says something
+        if any(own <= passage_words(p) for p in named):  # a heading, reworded: 已拆封的商品
             taken = True
         elif len(own) >= MIN_WORDS_LEFT:
             return False
@@ -121,12 +122,13 @@ def misses_amount(question: str, answer: str) -> bool:
 def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:
     """Whether ``answer`` states no number that ``citations`` hold (an answer in another
     language than its passages shares those with them, not words)."""
-    held = set().union(*(_numbers(c.text) for c in citations))
-    return not _numbers(answer) & held
+    said = _numbers(answer)
+    return not any(said & _numbers(c.text) for c in citations)
 
 
-def _numbers(text: str) -> set[str]:
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _numbers(text: str) -> frozenset[str]:
     """The numbers of ``text`` (a product code such as ``X1`` is shared by any answer that
     names the product, whatever it says about it: it is not a number)."""
     plain = _CODE.sub(" ", text)
-    return {f for f in facts(plain) if f.replace(".", "").isdigit()}
+    return frozenset(f for f in facts(plain) if f.replace(".", "").isdigit())

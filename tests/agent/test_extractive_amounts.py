@@ -73,3 +73,24 @@ def test_an_amount_sentence_must_share_a_word_with_the_question() -> None:
     found = extractive_answer("How long is the warranty period?", [faq])
 
     assert found is not None and "7 days" not in found.text
+
+
+def test_a_long_number_the_question_names_anchors_a_passage_in_another_language() -> None:
+    faq = Citation(
+        index=1,
+        source="faq.html",
+        text="See the warranty policy: the period depends on the purchase date.",
+    )
+    policy = Citation(
+        index=2,
+        source="warranty-policy-v2.md",
+        text="2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。",
+    )
+
+    found = extractive_answer(
+        "How long is the warranty on a projector bought in 2025?", [faq, policy]
+    )
+    unanchored = extractive_answer("How long is the warranty on a projector?", [policy])
+
+    assert found is not None and "24 个月" in found.text
+    assert unanchored is None  # no shared word, no shared number: not about it

@@ -113,6 +113,18 @@ def _about(question_words: set[str], ids: list[str], text: str) -> float:
     return 0.5 + 0.5 * share
 
 
+_LONG_NUMBER = re.compile(r"(?<![\w.,])\d{3,}(?![\w.,])")
+"""A number of three or more digits the question names (a year, a model number): as telling
+as an identifier, and the same in any language ("bought in 2025" and "2025 年 1 月 1 日")."""
+
+
+def _anchors(question: str) -> list[str]:
+    """What a passage must hold to be about ``question``: the identifiers it names
+    (``E-203``) and its long numbers (``2025``)."""
+    ids = query_identifiers(question)
+    return ids + [n for n in _LONG_NUMBER.findall(question) if n not in ids]
+
+
 def _headed(passage: Citation) -> str:
     """The passage's text with its title and section: a FAQ's question is its heading."""
     return f"{passage.title}\n{passage.section}\n{passage.text}"
@@ -230,7 +242,7 @@ def extractive_answer(
     ``synonyms``: the word groups the search read the question with (a workspace's
     ``synonyms`` setting with the built-in groups, :func:`~shelfhand.knowledge.analysis.synonym_table`);
     default: the built-in groups."""
-    ids = query_identifiers(question)
+    ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = _asked(question, passages, _synonyms() if synonyms is None else synonyms)
     candidates = _candidates(passages, question_words, ids, min_relevance)

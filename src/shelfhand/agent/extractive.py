@@ -30,7 +30,7 @@ from shelfhand.knowledge.analysis import (
 )
 
 from .amounts import MONEY, asked_amount
-from .grounding_check import passage_words, split_sentences, words
+from .grounding_check import facts, passage_words, split_sentences, words
 
 __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
 
@@ -101,19 +101,33 @@ class Extract:
 
 def _about(question_words: set[str], ids: list[str], text: str) -> float:
     """How much of the question ``text`` holds (0 to 1); 0 when the question names an
-    identifier that ``text`` lacks."""
-    lowered = text.lower()
+    identifier (or a long number) that ``text`` lacks."""
     plain = question_words.difference(ids)
     share = len(plain & passage_words(text)) / len(plain) if plain else 0.0
     if not ids:
         return share
     # a named identifier is half the question: it must be there, the words add the rest
-    if not any(i in lowered or i in lowered.replace("-", "") for i in ids):
+    if not _holds_anchor(text, ids):
         return 0.0
     return 0.5 + 0.5 * share
 
 
-_LONG_NUMBER = re.compile(r"(?<![\w.,])\d{3,}(?![\w.,])")
+def _holds_anchor(text: str, anchors: list[str]) -> bool:
+    """Whether ``text`` holds one of ``anchors``: an identifier with or without its hyphens,
+    a number as a whole number (``999`` is not in ``5,999``)."""
+    lowered = text.lower()
+    numbers: frozenset[str] | None = None
+    for anchor in anchors:
+        if anchor.isdigit():
+            numbers = numbers if numbers is not None else frozenset(facts(text))
+            if anchor in numbers:
+                return True
+        elif anchor in lowered or anchor in lowered.replace("-", ""):
+            return True
+    return False
+
+
+_LONG_NUMBER = re.compile(r"(?<![\w.,-])\d{3,}(?![\w.,-])")
 """A number of three or more digits the question names (a year, a model number): as telling
 as an identifier, and the same in any language ("bought in 2025" and "2025 年 1 月 1 日")."""
 
@@ -256,10 +270,9 @@ def extractive_answer(
 
     def score(c: _Sentence) -> float:
         value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
-        lowered = c.text.lower()
-        if ids and any(i in lowered or i in lowered.replace("-", "") for i in ids):
+        if ids and _holds_anchor(c.text, ids):
             value += IDENTIFIER_WEIGHT
-            if lowered.startswith(tuple(ids)):  # the heading that defines it: "E-203 Lamp ..."
+            if c.text.lower().startswith(tuple(ids)):  # its entry's heading: "E-203 Lamp ..."
                 value += HEADING_WEIGHT
         if amount and _DIGIT.search(c.text):
             value += AMOUNT_WEIGHT

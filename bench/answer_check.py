@@ -5,7 +5,10 @@ does), and three answers are checked against them: the extractive answer, a mode
 answer (the top passage's first two sentences, citing [1]) and the same with a number
 changed (an unsupported one). Each check is timed cold (the passage analysis cache cleared
 first: the cost for passages never seen before) and warm (passages seen before), interleaved
-so machine noise hits both alike.
+so machine noise hits both alike. ``whole`` times what an answer goes through: the
+:class:`~shelfhand.agent.answer_check.AnswerCheck` as the app builds it (the check, the
+tests of whether the answer answers the question, and the extractive answer that replaces
+it when it does not).
 
 Usage::
 
@@ -21,10 +24,13 @@ import re
 import statistics
 import time
 
-from shelfhand.agent import grounding_check
+from shelfhand.agent import answer_topic, grounding_check
+from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
 from shelfhand.agent.extractive import extractive_answer
 from shelfhand.agent.grounding_check import check_grounding, split_sentences
 from shelfhand.app import App
+from shelfhand.core.messages import Message
+from shelfhand.core.results import RunResult
 from shelfhand.evals.answers import load_answer_cases, sample_answer_cases
 
 
@@ -32,6 +38,7 @@ def _forget() -> None:
     """Clear the passage analysis caches: the cost for passages never seen before."""
     grounding_check._analysed.cache_clear()
     grounding_check.passage_words.cache_clear()
+    answer_topic._numbers.cache_clear()
 
 
 def _answers(question: str, citations: tuple) -> list[str]:  # type: ignore[type-arg]
@@ -76,6 +83,9 @@ def main() -> None:
     warm: list[float] = []
     extract_cold: list[float] = []
     extract_warm: list[float] = []
+    whole_cold: list[float] = []
+    whole_warm: list[float] = []
+    check = app.answer_check(None) or AnswerCheck(scaffolds=AGENT_SCAFFOLDS)
     questions = {question: citations for _, citations, question in runs}
     for _ in range(args.rounds):
         for answer, citations, question in runs:
@@ -86,6 +96,18 @@ def main() -> None:
             started = time.perf_counter()
             check_grounding(answer, citations, question=question)
             warm.append((time.perf_counter() - started) * 1000)
+            result = RunResult(
+                output=answer,
+                messages=(Message.user(question), Message.assistant(answer)),
+                citations=citations,
+            )
+            _forget()
+            started = time.perf_counter()
+            check.apply(result, question)
+            whole_cold.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            check.apply(result, question)
+            whole_warm.append((time.perf_counter() - started) * 1000)
         # the extractive answer (what a replaced answer costs): passages new, then seen before
         for question, citations in questions.items():
             _forget()
@@ -103,6 +125,8 @@ def main() -> None:
                 "rounds": args.rounds,
                 "cold": _summary(cold),
                 "warm": _summary(warm),
+                "whole_cold": _summary(whole_cold),
+                "whole_warm": _summary(whole_warm),
                 "extractive_cold": _summary(extract_cold),
                 "extractive_warm": _summary(extract_warm),
             },

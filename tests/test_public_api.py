@@ -56,7 +56,7 @@ DOCUMENTED: dict[str, set[str]] = {
     },
     "shelfhand.agent": {
         "Agent", "AnswerCheck", "ConversationMemory", "DEFAULT_SYSTEM_PROMPT", "KnowledgeAgent",
-        "LlmReranker", "ModelJudge", "QueryRewriter", "Subagent", "Supervisor", "as_tool",
+        "LlmReranker", "ModelJudge", "QueryRewriter", "RerankJudge", "Subagent", "Supervisor", "as_tool",
         "check_grounding",
         "conditional", "extractive_answer", "fan_out", "retrieve_tool", "sequential",
     },

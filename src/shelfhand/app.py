@@ -20,7 +20,7 @@ from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 if TYPE_CHECKING:
     from shelfhand.agent.agent import Agent
-    from shelfhand.agent.answer_check import AnswerCheck
+    from shelfhand.agent.answer_check import AnswerCheck, AnswerJudge
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.retrieve import KnowledgeAgent
     from shelfhand.agent.rewrite import QueryRewriter
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.core.tracing import SpanProcessor, Tracer
     from shelfhand.jobs.queue import IngestQueue
+    from shelfhand.knowledge.analysis import SynonymTable
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
     from shelfhand.knowledge.reading.limits import ReadLimits
@@ -432,14 +433,38 @@ class App:
         from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
         from shelfhand.providers.tool_modes import PROMPT_TEXTS
 
-        judge = None
-        if model is not None and self.settings.answer_judge == "model":
+        judge: AnswerJudge | None = None
+        s = self.settings
+        if model is not None and s.answer_judge == "model":
             from shelfhand.agent.model_check import ModelJudge
 
-            judge = ModelJudge(model=model, timeout=self.settings.answer_judge_timeout)
+            judge = ModelJudge(model=model, timeout=s.answer_judge_timeout)
+        elif s.answer_judge == "rerank" and s.rerank_url:
+            from shelfhand.agent.rerank_check import RerankJudge
+            from shelfhand.knowledge.retrieval.rerank import HttpReranker
+
+            scorer = HttpReranker(
+                s.rerank_url, model=s.rerank_model, api_key=s.rerank_api_key,
+                timeout=s.rerank_timeout,
+            )  # fmt: skip
+            judge = RerankJudge(
+                scorer=scorer, min_score=s.answer_judge_min_score, timeout=s.answer_judge_timeout
+            )
         return AnswerCheck(
-            fallback=mode == "fallback", scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS, judge=judge
+            fallback=mode == "fallback",
+            scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS,
+            judge=judge,
+            synonyms=self.synonym_table(),
         )
+
+    def synonym_table(self) -> SynonymTable | None:
+        """The word groups questions are read with: the built-in groups and the workspace's
+        ``synonyms`` (``None`` when it has none: the built-in groups are the default)."""
+        if not self.settings.synonyms:
+            return None
+        from shelfhand.knowledge.analysis import SYNONYMS, synonym_table
+
+        return synonym_table((*SYNONYMS, *self.settings.synonyms))
 
     def chat_agent(
         self,
@@ -563,6 +588,7 @@ class App:
             kb,
             compress_tokens=self._compress_tokens(),
             extractive=self.settings.answer_check != "off",
+            synonyms=self.synonym_table(),
         )
 
     def _compress_tokens(self) -> int | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shelfhand.agent.extractive import extractive_answer
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError
@@ -27,6 +28,7 @@ OPENED = "开封后的投影仪可以退货吗？"
 ACME = UserContext(tenant_id="acme", user_id="u1")
 SHIPPING = "# 配送\n\n订单在下单后 48 小时内由顺丰发出。\n"
 ASKED = "订单多久寄出？"  # the documents say 发出
+WHEN_SHIPPED = "订单寄出时间"  # 寄出 read as the documents' 发出 makes 2 of its 3 words found
 
 
 def test_a_word_no_document_holds_is_searched_as_its_synonym_that_they_hold() -> None:
@@ -97,3 +99,24 @@ def test_the_knowledge_base_takes_groups_from_code(tmp_path: Path) -> None:
         hits = kb.search(ASKED, mode="keyword")
 
     assert hits and hits[0].chunk.source.endswith("shipping.md")
+
+
+def test_a_workspace_s_groups_reach_the_extractive_answer(tmp_path: Path) -> None:
+    """The answer without a model reads the question with the same groups as the search: the
+    shipping passage found through 寄出 = 发出 is quoted, not "the documents do not cover
+    this"."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "shipping.md").write_text(SHIPPING, encoding="utf-8")
+    env = {"SHELFHAND_RETRIEVAL_MODE": "keyword", "SHELFHAND_SYNONYMS": "寄出 发出"}
+    app = App(settings=Settings.load(tmp_path / "ws", env=env))
+    with app.open_knowledge(writer="test") as kb:
+        kb.ingest([docs])
+        answered = app.knowledge_agent(kb).run_sync(WHEN_SHIPPED)
+        passages = answered.citations
+    built_in_only = extractive_answer(WHEN_SHIPPED, passages)
+    with_groups = extractive_answer(WHEN_SHIPPED, passages, synonyms=app.synonym_table())
+
+    assert answered.extractive and "48 小时" in answered.output
+    assert built_in_only is None and with_groups is not None
+    assert with_groups.text == answered.output

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "retrieve_tool": "shelfhand.agent.retrieve",
     "LlmReranker": "shelfhand.agent.llm_rerank",
     "ModelJudge": "shelfhand.agent.model_check",
+    "RerankJudge": "shelfhand.agent.rerank_check",
     "QueryRewriter": "shelfhand.agent.rewrite",
     "Subagent": "shelfhand.agent.subagents",
     "Supervisor": "shelfhand.agent.supervisor",
@@ -40,6 +41,7 @@ __all__ = [
     "LlmReranker",
     "ModelJudge",
     "QueryRewriter",
+    "RerankJudge",
     "Subagent",
     "Supervisor",
     "as_tool",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.memory import ConversationMemory
     from shelfhand.agent.model_check import ModelJudge
     from shelfhand.agent.pipelines import conditional, fan_out, sequential
+    from shelfhand.agent.rerank_check import RerankJudge
     from shelfhand.agent.retrieve import KnowledgeAgent, retrieve_tool
     from shelfhand.agent.rewrite import QueryRewriter
     from shelfhand.agent.subagents import Subagent

@@ -19,31 +19,36 @@ different callers never share it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from shelfhand.core.citations import cited_numbers, unknown_citations
 from shelfhand.core.events import AnswerReplaced
+from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
+from shelfhand.knowledge.analysis import SynonymTable
 
+from .answer_topic import misses_amount, misses_identifier, only_labels, states_nothing_held
 from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts
-from .model_check import JUDGE_INSTRUCTIONS, ModelJudge
+from .model_check import JUDGE_INSTRUCTIONS
 
 __all__ = [
     "AGENT_SCAFFOLDS",
     "REPLACED_NOTICE",
     "AnswerCheck",
+    "AnswerJudge",
     "echoes_scaffold",
     "extractive_result",
     "failed_model_answer",
     "is_refusal",
     "no_model_answer",
-    "only_a_heading",
     "relevant_citations",
     "replaced_by",
     "replacement",
@@ -72,6 +77,7 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
+_DIGIT = re.compile(r"\d")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
@@ -89,31 +95,27 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
     if not answer.strip():
         return False
     own = _shingles(answer, _SCAFFOLD_WORDS)
-    return any(own & _shingles(s, _SCAFFOLD_WORDS) for s in scaffolds if s.strip())
+    return any(own & _scaffold_shingles(s) for s in scaffolds if s.strip())
 
 
-_CITE_MARK = re.compile(r"\[\d{1,3}\]")
-_EDGES = " \t\n#*>-:：。.!！?？、,，"
-
-
-def only_a_heading(answer: str, citations: Sequence[Citation]) -> bool:
-    """Whether ``answer`` is nothing but a title or section heading of the passages (a small
-    model copies the evidence's formatting: "未拆封商品" for a question about opened goods)."""
-    text = _CITE_MARK.sub("", answer).strip(_EDGES)
-    if not text:
-        return False
-    headings = {
-        part.strip(_EDGES)
-        for c in citations
-        for part in (c.title, *c.section.replace("›", ">").split(">"))
-        if part.strip()
-    }
-    return text in headings
+@functools.lru_cache(maxsize=256)
+def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
+    """A prompt's shingles, made once: the prompts are the same for every answer."""
+    return frozenset(_shingles(scaffold, _SCAFFOLD_WORDS))
 
 
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` says it cannot answer or that the information is missing."""
     return bool(_REFUSAL.search(answer))
+
+
+class AnswerJudge(Protocol):
+    """The stronger check after the lexical one: :class:`~.model_check.ModelJudge` (the chat
+    model) or :class:`~.rerank_check.RerankJudge` (a rerank endpoint)."""
+
+    async def review(self, grounding: Grounding, citations: Sequence[Citation]) -> Grounding:
+        """``grounding`` with the judge's verdict per sentence, or as it is with a note."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,19 +131,23 @@ class AnswerCheck:
 
     fallback: bool = True
     scaffolds: tuple[str, ...] = AGENT_SCAFFOLDS
-    judge: ModelJudge | None = None
-    """The stronger check (the chat model judges each sentence), used by :meth:`review`;
-    ``None``: the lexical check alone."""
+    judge: AnswerJudge | None = None
+    """The stronger check (the chat model or a rerank endpoint judges each sentence), used
+    by :meth:`review`; ``None``: the lexical check alone."""
+    synonyms: SynonymTable | None = None
+    """The word groups the search reads questions with (the workspace's ``synonyms`` and
+    the built-in ones), so the extractive answer reads them alike; ``None``: built-in only."""
 
-    def reason(self, result: RunResult) -> str:
-        """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can)."""
+    def reason(self, result: RunResult, question: str = "") -> str:
+        """Why ``result``'s answer cannot be shown as the model wrote it ("" when it can);
+        with ``question``, also whether it answers it (:mod:`.answer_topic`)."""
         if result.stop_reason in _STOPPED:
             return result.stop_reason
         if result.stop_reason != "final":
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
-        if result.citations and only_a_heading(result.output, result.citations):
+        if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations and result.grounding is None:
             return ""
@@ -150,6 +156,22 @@ class AnswerCheck:
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences):
             return "ungrounded"
+        if question and result.citations:
+            return self._unanswered(result, question)
+        return ""
+
+    def _unanswered(self, result: RunResult, question: str) -> str:
+        """``off_topic`` or ``unanswered`` when the grounded answer does not answer
+        ``question``; "" when it does, as far as words and numbers can tell."""
+        answer, citations = result.output, result.citations
+        if misses_identifier(question, answer, result.grounding, citations):
+            return "off_topic"
+        if misses_amount(question, answer):
+            return "unanswered"
+        if states_nothing_held(answer, citations) and (
+            extractive_answer(question, citations, synonyms=self.synonyms) is None
+        ):
+            return "off_topic"  # no passage is about the question, nothing of theirs is said
         return ""
 
     def apply(self, result: RunResult, question: str) -> RunResult:
@@ -177,10 +199,12 @@ class AnswerCheck:
         return result
 
     def _decided(self, checked: RunResult, question: str) -> RunResult:
-        why = self.reason(checked)
+        why = self.reason(checked, question)
         if not why or not self.fallback:
             return checked
-        replaced = _replaced(checked, why, question)
+        replaced = _replaced(checked, why, question, self.synonyms)
+        if why == "unanswered" and not (replaced.extractive and _DIGIT.search(replaced.output)):
+            return checked  # the passages' sentences hold no amount either: no better
         note = checked.grounding.note if checked.grounding is not None else ""
         if note and replaced.grounding is not None:  # why the judge did not decide: kept
             return replace(replaced, grounding=replace(replaced.grounding, note=note))
@@ -220,10 +244,12 @@ def _ungrounded(sentences: Sequence[object]) -> bool:
     return len(bad) / len(supports) >= UNSUPPORTED_SHARE
 
 
-def extractive_result(result: RunResult, why: str, question: str) -> RunResult | None:
+def extractive_result(
+    result: RunResult, why: str, question: str, *, synonyms: SynonymTable | None = None
+) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
-    ``question``."""
-    extract = extractive_answer(question, result.citations)
+    ``question`` (read with ``synonyms``, default the built-in groups)."""
+    extract = extractive_answer(question, result.citations, synonyms=synonyms)
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)
@@ -237,13 +263,15 @@ def extractive_result(result: RunResult, why: str, question: str) -> RunResult |
     )
 
 
-def _replaced(result: RunResult, why: str, question: str) -> RunResult:
+def _replaced(
+    result: RunResult, why: str, question: str, synonyms: SynonymTable | None
+) -> RunResult:
     """``result`` with the answer that replaces its own; its transcript ends with that answer
     too, so the conversation's memory holds what the user read, not what the model wrote."""
-    extracted = extractive_result(result, why, question)
+    extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
-    if why in ("ungrounded", "prompt_echo"):
+    if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic"):
         return replace(
             result,
             output=NOT_COVERED,
@@ -261,11 +289,13 @@ def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citat
     return [by_index[n] for n in dict.fromkeys(cited_numbers(answer)) if n in by_index]
 
 
-def no_model_answer(result: RunResult, question: str) -> RunResult:
+def no_model_answer(
+    result: RunResult, question: str, *, synonyms: SynonymTable | None = None
+) -> RunResult:
     """The answer without a chat model: the extractive answer of ``result``'s passages, or
     "the documents do not cover this" when none is about ``question`` (the passages stay
     in ``result.citations`` either way)."""
-    extracted = extractive_result(result, "no_model", question)
+    extracted = extractive_result(result, "no_model", question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     return replace(
@@ -277,7 +307,12 @@ def no_model_answer(result: RunResult, question: str) -> RunResult:
 
 
 def failed_model_answer(
-    question: str, citations: Sequence[Citation], why: str, *, trace_id: str = ""
+    question: str,
+    citations: Sequence[Citation],
+    why: str,
+    *,
+    trace_id: str = "",
+    synonyms: SynonymTable | None = None,
 ) -> RunResult | None:
     """The answer of a turn whose chat model failed after its passages were found: their
     best sentences (``fallback_reason`` = ``why``, the failure's code), or ``None`` when
@@ -288,7 +323,7 @@ def failed_model_answer(
         citations=tuple(citations),
         trace_id=trace_id,
     )
-    extracted = extractive_result(found, why, question)
+    extracted = extractive_result(found, why, question, synonyms=synonyms)
     if extracted is None:
         return None
     return replace(extracted, messages=_answered(found, extracted.output))

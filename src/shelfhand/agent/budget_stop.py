@@ -22,6 +22,7 @@ from shelfhand.core.events import Final
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.tracing import current_span
+from shelfhand.knowledge.analysis import SynonymTable
 
 from .extractive import extractive_answer
 from .fallbacks import passage_lines, tool_result_lines
@@ -58,13 +59,15 @@ def budget_stop(
     question: str,
     messages: Sequence[Message],
     citations: Sequence[Citation],
+    *,
+    synonyms: SynonymTable | None = None,
 ) -> BudgetStop:
     """The answer of a run whose next model call ``exc`` refused: the extractive answer of
     ``citations`` for ``question``, else a note with what the run found (``messages``)."""
     span = current_span()
     if span is not None:
         span.event("budget.exceeded", **exc.to_dict())
-    extract = extractive_answer(question, citations)
+    extract = extractive_answer(question, citations, synonyms=synonyms)
     if extract is not None:
         return BudgetStop(
             output=extract.text,

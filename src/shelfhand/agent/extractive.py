@@ -29,7 +29,8 @@ from shelfhand.knowledge.analysis import (
     with_synonyms,
 )
 
-from .grounding_check import passage_words, split_sentences, words
+from .amounts import MONEY, asked_amount
+from .grounding_check import facts, passage_words, split_sentences, words
 
 __all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
 
@@ -59,7 +60,30 @@ _QUANTITY = re.compile(
     re.IGNORECASE,
 )
 _DIGIT = re.compile(r"\d")
-"""The most characters of passage text in one extractive answer."""
+ASKING = frozenset(
+    [
+        "多久",
+        "多长",
+        "多长时间",
+        "长时间",
+        "怎么样",
+        "怎么办",
+        "需要",
+        "能",
+        "可以",
+        "是否",
+        "为什么",
+        "long",
+        "mani",
+        "much",
+        "often",
+        "soon",
+    ]
+)
+"""Words that ask rather than name what is asked ("多久", "how long"): a passage is not less
+about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
+_PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
+"""A passage that names prices: a table row of it holding a number states one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,16 +101,42 @@ class Extract:
 
 def _about(question_words: set[str], ids: list[str], text: str) -> float:
     """How much of the question ``text`` holds (0 to 1); 0 when the question names an
-    identifier that ``text`` lacks."""
-    lowered = text.lower()
+    identifier (or a long number) that ``text`` lacks."""
     plain = question_words.difference(ids)
     share = len(plain & passage_words(text)) / len(plain) if plain else 0.0
     if not ids:
         return share
     # a named identifier is half the question: it must be there, the words add the rest
-    if not any(i in lowered or i in lowered.replace("-", "") for i in ids):
+    if not _holds_anchor(text, ids):
         return 0.0
     return 0.5 + 0.5 * share
+
+
+def _holds_anchor(text: str, anchors: list[str]) -> bool:
+    """Whether ``text`` holds one of ``anchors``: an identifier with or without its hyphens,
+    a number as a whole number (``999`` is not in ``5,999``)."""
+    lowered = text.lower()
+    numbers: frozenset[str] | None = None
+    for anchor in anchors:
+        if anchor.isdigit():
+            numbers = numbers if numbers is not None else frozenset(facts(text))
+            if anchor in numbers:
+                return True
+        elif anchor in lowered or anchor in lowered.replace("-", ""):
+            return True
+    return False
+
+
+_LONG_NUMBER = re.compile(r"(?<![\w.,-])\d{3,}(?![\w.,-])")
+"""A number of three or more digits the question names (a year, a model number): as telling
+as an identifier, and the same in any language ("bought in 2025" and "2025 年 1 月 1 日")."""
+
+
+def _anchors(question: str) -> list[str]:
+    """What a passage must hold to be about ``question``: the identifiers it names
+    (``E-203``) and its long numbers (``2025``)."""
+    ids = query_identifiers(question)
+    return ids + [n for n in _LONG_NUMBER.findall(question) if n not in ids]
 
 
 def _headed(passage: Citation) -> str:
@@ -133,11 +183,11 @@ def _candidates(
     return out
 
 
-def _asked(question: str, passages: Sequence[Citation]) -> set[str]:
-    """The question's words, a word no passage holds taken as its synonym that some passage
-    holds (开封 as 拆封: the search does the same, :mod:`shelfhand.knowledge.analysis`)."""
-    asked = _without_compounds(words(question))
-    table = _synonyms()
+def _asked(question: str, passages: Sequence[Citation], table: SynonymTable) -> set[str]:
+    """The question's words, less those that only ask (:data:`ASKING`), a word no passage
+    holds taken as its synonym that some passage holds (开封 as 拆封: the search does the same,
+    :mod:`shelfhand.knowledge.analysis`)."""
+    asked = _without_compounds(words(question)).difference(ASKING)
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
@@ -165,19 +215,50 @@ def _synonyms() -> SynonymTable:
     return synonym_table()
 
 
+def _stating(
+    question: str,
+    candidates: Sequence[_Sentence],
+    chosen: Sequence[tuple[str, int]],
+    question_words: AbstractSet[str],
+    passages: Sequence[Citation],
+) -> list[_Sentence]:
+    """When ``question`` asks how long or how much and no ``chosen`` sentence states such an
+    amount: the candidate sentences that do and that share a word with the question (a
+    price-table row counts when its passage names prices); else none."""
+    kind = asked_amount(question)
+    if kind is None:
+        return []
+    if any(kind.search(text) for text, _ in chosen):
+        return []
+    priced = {c.index for c in passages if kind is MONEY and _PRICED.search(c.text)}
+    shown = {text for text, _ in chosen}
+    return [
+        c
+        for c in candidates
+        if c.text not in shown
+        and c.words & question_words
+        and (kind.search(c.text) or (c.passage in priced and _DIGIT.search(c.text)))
+    ]
+
+
 def extractive_answer(
     question: str,
     citations: Sequence[Citation],
     *,
     sentences: int = SENTENCES,
     min_relevance: float = MIN_RELEVANCE,
+    synonyms: SynonymTable | None = None,
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
     under the lead line :data:`LEAD`; ``None`` when no passage holds ``min_relevance`` of
-    the question's words (or lacks an identifier it names)."""
-    ids = query_identifiers(question)
+    the question's words (or lacks an identifier it names).
+
+    ``synonyms``: the word groups the search read the question with (a workspace's
+    ``synonyms`` setting with the built-in groups, :func:`~shelfhand.knowledge.analysis.synonym_table`);
+    default: the built-in groups."""
+    ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
-    question_words = _asked(question, passages)
+    question_words = _asked(question, passages, _synonyms() if synonyms is None else synonyms)
     candidates = _candidates(passages, question_words, ids, min_relevance)
     if not candidates:
         return None
@@ -189,10 +270,9 @@ def extractive_answer(
 
     def score(c: _Sentence) -> float:
         value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
-        lowered = c.text.lower()
-        if ids and any(i in lowered or i in lowered.replace("-", "") for i in ids):
+        if ids and _holds_anchor(c.text, ids):
             value += IDENTIFIER_WEIGHT
-            if lowered.startswith(tuple(ids)):  # the heading that defines it: "E-203 Lamp ..."
+            if c.text.lower().startswith(tuple(ids)):  # its entry's heading: "E-203 Lamp ..."
                 value += HEADING_WEIGHT
         if amount and _DIGIT.search(c.text):
             value += AMOUNT_WEIGHT
@@ -204,6 +284,10 @@ def extractive_answer(
     # an M4 thread." before "After mounting, ...") and the ones after it
     same = [c for c in candidates if c.passage == best.passage and c.position >= best.position - 1]
     chosen = [(c.text, c.passage) for c in same[:sentences]]
+    stating = _stating(question, candidates, chosen, question_words, passages)
+    if stating:  # "how long?" answered with the sentence that says how long
+        top = max(stating, key=lambda c: (score(c), -c.rank, -c.position))
+        chosen.append((top.text, top.passage))
     by_index = {c.index: c for c in passages}
     first = by_index[best.passage]
     for other in passages:  # a passage that disagrees is shown too: never hidden

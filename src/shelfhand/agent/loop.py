@@ -61,6 +61,8 @@ if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
     from shelfhand.tools.approvals import Approvals
 
+    from .answer_check import AnswerCheck
+
 __all__ = ["AgentLoop"]
 
 logger = logging.getLogger(__name__)
@@ -114,6 +116,7 @@ class AgentLoop:
     context_tokens: int | None
     replay_repeated_calls: bool
     prices: Mapping[str, ModelPrice] | None
+    answer_check: AnswerCheck | None
     _schema_cost: tuple[object, int] | None
     _system: tuple[str, str, Message, int] | None
     _upfront: UpfrontRetrieval | None
@@ -338,7 +341,9 @@ class AgentLoop:
 
         stopped = None
         if spent is not None:
-            stopped = budget_stop(spent, first.text, new, citations)
+            check = self.answer_check
+            synonyms = check.synonyms if check is not None else None
+            stopped = budget_stop(spent, first.text, new, citations, synonyms=synonyms)
             text = stopped.output
         if reply is None:  # the run's own answer: shown as the last step's text
             reply = Message.assistant(text)

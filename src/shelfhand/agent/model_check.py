@@ -24,7 +24,7 @@ from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation, Message
 from shelfhand.models.base import ChatModel
 
-__all__ = ["JUDGE_INSTRUCTIONS", "ModelJudge"]
+__all__ = ["JUDGE_INSTRUCTIONS", "ModelJudge", "lexical_stands"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +64,13 @@ class ModelJudge:
             with anyio.fail_after(self.timeout):
                 response = await self.model.request(request)
         except TimeoutError:
-            return _lexical(grounding, f"the model's check took over {self.timeout:g}s")
+            return lexical_stands(grounding, f"the model's check took over {self.timeout:g}s")
         except Exception as exc:  # any failure of the judge: the lexical check stands
             logger.warning("the model's grounding check failed: %s", type(exc).__name__)
-            return _lexical(grounding, f"the model's check failed ({type(exc).__name__})")
+            return lexical_stands(grounding, f"the model's check failed ({type(exc).__name__})")
         verdicts = parse_verdicts(response.message.text, len(grounding.sentences))
         if verdicts is None:
-            return _lexical(grounding, "the model's check gave no verdict for every sentence")
+            return lexical_stands(grounding, "the model's check gave no verdict for every sentence")
         sentences = tuple(
             replace(s, supported=verdict and not s.missing)
             for s, verdict in zip(grounding.sentences, verdicts, strict=True)
@@ -98,5 +98,6 @@ def _judge_request(sentences: Sequence[SentenceSupport], citations: Sequence[Cit
     return "Passages:\n" + "\n".join(passages) + "\n\nSentences:\n" + "\n".join(numbered)
 
 
-def _lexical(grounding: Grounding, note: str) -> Grounding:
+def lexical_stands(grounding: Grounding, note: str) -> Grounding:
+    """``grounding``, the lexical check's, with ``note`` saying why no judge decided."""
     return replace(grounding, method="lexical", note=note)

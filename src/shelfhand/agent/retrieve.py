@@ -19,6 +19,7 @@ from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
 from shelfhand.core.results import RunResult
 from shelfhand.core.tracing import current_span
+from shelfhand.knowledge.analysis import SynonymTable
 from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
 from shelfhand.knowledge.retrieval.spans import record_conflicts
 from shelfhand.knowledge.types import SearchHit
@@ -128,8 +129,10 @@ class KnowledgeAgent:
         top_k: int = 5,
         compress_tokens: int | None = None,
         extractive: bool = False,
+        synonyms: SynonymTable | None = None,
     ) -> None:
         self.kb = kb
+        self.synonyms = synonyms
         self.extractive = extractive
         self.name = name
         self.top_k = max(1, top_k)
@@ -157,7 +160,7 @@ class KnowledgeAgent:
             output=output, messages=messages, citations=citations, trace_id=run.trace_id
         )
         if self.extractive and citations:
-            return no_model_answer(result, query)
+            return no_model_answer(result, query, synonyms=self.synonyms)
         return result
 
     def run_sync(self, prompt: str | Message, *, context: UserContext | None = None) -> RunResult:

@@ -45,7 +45,9 @@ REASONS = {
     "model_error": "the chat model failed",
     "model_timeout": "the chat model did not answer in time",
     "budget_exceeded": "a budget ran out before the model could finish",
-    "heading_echo": "the model answered with a passage's heading only",
+    "heading_echo": "the model answered with the passages' headings only",
+    "off_topic": "the model's answer was about something the question did not ask",
+    "unanswered": "the model's answer did not state the amount asked for",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
 

@@ -196,7 +196,10 @@ def ask(
             found = a.knowledge_agent(kb).run_sync(question, context=ctx)
             # marked as the service marks it: the model failed (not "no model configured")
             why = error_status(exc)[1]  # model_error or model_timeout
-            found = failed_model_answer(question, found.citations, why) or found
+            found = (
+                failed_model_answer(question, found.citations, why, synonyms=a.synonym_table())
+                or found
+            )
             if as_json:
                 print_json(found)
             else:

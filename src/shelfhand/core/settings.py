@@ -122,6 +122,7 @@ class Settings:
     answer_check: str = _D["answer_check"]
     answer_judge: str = _D["answer_judge"]
     answer_judge_timeout: float = _D["answer_judge_timeout"]
+    answer_judge_min_score: float = _D["answer_judge_min_score"]
     query_rewrite: bool = _D["query_rewrite"]
     min_relevance: float = _D["min_relevance"]
     keyword_common_share: float = _D["keyword_common_share"]
@@ -225,6 +226,11 @@ def _check_together(values: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             "rerank = endpoint needs a URL: set SHELFHAND_RERANK_URL or rerank_url "
             "(e.g. http://127.0.0.1:8080 for a TEI or vLLM reranker)"
+        )
+    if values["answer_judge"] == "rerank" and values["rerank_url"] is None:
+        raise ConfigurationError(
+            "answer_judge = rerank needs a rerank endpoint: set SHELFHAND_RERANK_URL or "
+            "rerank_url (e.g. http://127.0.0.1:8080 for a TEI or vLLM reranker)"
         )
     if values["retrieval_mode"] == "pg" and values["database_url"] is None:
         raise ConfigurationError(

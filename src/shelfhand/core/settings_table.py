@@ -63,7 +63,7 @@ BUILTIN_TOOLS = ("calculator", "current_time", "http_get", "remember")
 """The built-in tools an agent may opt into (setting ``builtin_tools``); none by default.
 ``remember`` (long-term memory per user) exists in the service only."""
 ANSWER_CHECKS = ("fallback", "flag", "off")
-ANSWER_JUDGES = ("off", "model")
+ANSWER_JUDGES = ("off", "model", "rerank")
 FUSIONS = ("convex", "rrf")
 """How hybrid search fuses its two sides (setting ``fusion``)."""
 DEFAULT_WORKSPACE = ".shelfhand"
@@ -235,10 +235,14 @@ SETTINGS: tuple[Setting, ...] = (
        "passages' own sentences), flag (only flagged) or off."),
     _s("answer_judge", "SHELFHAND_ANSWER_JUDGE", Choice(options=ANSWER_JUDGES), "off",
        "The stronger answer check: model (the chat model judges each sentence against its "
-       "passages; the lexical check stands when it fails) or off."),
+       "passages), rerank (the rerank_url endpoint scores each sentence against its "
+       "passages) or off; the lexical check stands when the judge fails."),
     _s("answer_judge_timeout", "SHELFHAND_ANSWER_JUDGE_TIMEOUT",
        Number(low=0.0, high=600.0, low_open=True), 20.0,
-       "Seconds the model's check of one answer may take; past it the lexical check stands."),
+       "Seconds the judge's check of one answer may take; past it the lexical check stands."),
+    _s("answer_judge_min_score", "SHELFHAND_ANSWER_JUDGE_MIN_SCORE", Number(), 0.5,
+       "answer_judge = rerank: the score a sentence's best passage needs (0.5 suits "
+       "endpoints scoring 0 to 1)."),
     _s("query_rewrite", "SHELFHAND_QUERY_REWRITE", Switch(), False,
        "The chat model rewrites a follow-up into a self-contained query for retrieval."),
     _s("min_relevance", "SHELFHAND_MIN_RELEVANCE", Number(low=0.0, high=1.0),

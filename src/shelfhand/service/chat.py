@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
     from shelfhand.core.step_counts import StepCounter
     from shelfhand.core.tracing import Tracer
+    from shelfhand.knowledge.analysis import SynonymTable
     from shelfhand.knowledge.base import KnowledgeBase
     from shelfhand.models.base import ChatModel
     from shelfhand.sessions.store import SessionStore
@@ -140,6 +141,8 @@ class AgentFactory(Protocol):
     ) -> Agent: ...
 
     def knowledge_agent(self, kb: KnowledgeBase) -> KnowledgeAgent: ...
+
+    def synonym_table(self) -> SynonymTable | None: ...
 
 
 class ChatService:
@@ -375,7 +378,8 @@ class ChatService:
                     self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
                 )
                 raise budget_failure(exc) from exc
-            rescued = rescue(exc, content, found, code, message, trace_id)
+            synonyms = self.app.synonym_table()
+            rescued = rescue(exc, content, found, code, message, trace_id, synonyms=synonyms)
             if rescued is not None and memory is not None:
                 # the passages were found before the model failed: their best sentences are
                 # the answer (marked, with the failure), not a bare error

@@ -19,6 +19,7 @@ from shelfhand.core.errors import ModelError
 from shelfhand.core.events import Final, event_to_dict
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult, Usage
+from shelfhand.knowledge.analysis import SynonymTable
 
 __all__ = ["Rescued", "rescue"]
 
@@ -47,6 +48,8 @@ def rescue(
     code: str,
     message: str,
     trace_id: str,
+    *,
+    synonyms: SynonymTable | None = None,
 ) -> Rescued | None:
     """The passages' answer to ``question`` when ``exc`` is the chat model's failure and the
     turn found passages (``found``: its citations events' items); else ``None``.
@@ -58,11 +61,12 @@ def rescue(
         code: The failure's code (``model_error``, ``model_timeout``): the fallback reason.
         message: What the caller is told about the failure (the final's ``error``).
         trace_id: The turn's trace id.
+        synonyms: The word groups the search read ``question`` with.
     """
     if not isinstance(exc, ModelError) or not found:
         return None
     citations = [Citation.from_dict(c) for c in found]
-    result = failed_model_answer(question, citations, code, trace_id=trace_id)
+    result = failed_model_answer(question, citations, code, trace_id=trace_id, synonyms=synonyms)
     if result is None:
         return None
     final = event_to_dict(Final(result=result))

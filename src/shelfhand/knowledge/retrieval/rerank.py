@@ -144,6 +144,26 @@ class HttpReranker:
         if not hits:
             return []
         documents = [passage_text(h, self.max_document_chars) for h in hits]
+        order, scores = self._ranked(query, documents, top_n)
+        return complete(order, hits, top_n, scores)
+
+    def scores(self, query: str, documents: Sequence[str]) -> list[float | None]:
+        """The endpoint's relevance of each of ``documents`` to ``query``, in their order
+        (``None`` for one the answer left out).
+
+        Raises:
+            RerankError: The endpoint failed, timed out or answered something unreadable.
+        """
+        if not documents:
+            return []
+        cut = [d[: self.max_document_chars] for d in documents]
+        order, scores = self._ranked(query, cut, len(cut))
+        by_index: dict[int, float | None] = dict(zip(order, scores, strict=True))
+        return [by_index.get(i) for i in range(len(cut))]
+
+    def _ranked(
+        self, query: str, documents: list[str], top_n: int
+    ) -> tuple[list[int], list[float | None]]:
         deadline = time.monotonic() + self.timeout
         status, body = self._post(self._payload(query, documents, top_n), deadline)
         if status in (400, 422) and not self._texts_shape and "texts" in body.lower():
@@ -152,8 +172,7 @@ class HttpReranker:
             status, body = self._post(self._payload(query, documents, top_n), deadline)
         if status != 200:
             raise RerankError(f"rerank endpoint answered HTTP {status}: {body[:200]!r}")
-        order, scores = parse_rerank_response(body, len(hits))
-        return complete(order, hits, top_n, scores)
+        return parse_rerank_response(body, len(documents))
 
     def _payload(self, query: str, documents: list[str], top_n: int) -> dict[str, Any]:
         if self._texts_shape:

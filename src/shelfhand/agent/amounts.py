@@ -1,0 +1,45 @@
+"""Questions that ask for an amount, and text that states one: a duration ("how long",
+"多久") or a sum of money ("how much", "price", "fee", "价格", "翻新费"). Shared by the
+extractive answer (:mod:`.extractive`: quote the sentence that states it) and the answer
+check (:mod:`.answer_topic`: an answer without one does not answer)."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["DURATION", "MONEY", "NUMBER_WORD", "asked_amount"]
+
+_NUM = r"\d[\d,.]*(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]*)?\s*"
+DURATION = re.compile(
+    _NUM
+    + r"(?:minutes?|mins?|hours?|days?|weeks?|months?|years?|分钟|小时|天|周|个月|个工作日|工作日|年)",
+    re.IGNORECASE,
+)
+"""A number of minutes, hours, days, weeks, months or years (``30 minutes``, ``3 至 5 个工作日``)."""
+MONEY = re.compile(_NUM + r"(?:CNY|RMB|USD|EUR|元|%|％)|[¥$€]\s*\d", re.IGNORECASE)
+"""A sum or a rate (``499 CNY``, ``10%``, ``¥3999``)."""
+NUMBER_WORD = re.compile(
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    r"thirty|forty|fifty|sixty|ninety|hundred|thousand|half|a (?:year|month|week|day))\b"
+    r"|[一二两三四五六七八九十百千万半]",
+    re.IGNORECASE,
+)
+"""An amount written in words ("two years", "两年", "半个月")."""
+_ASKS_DURATION = re.compile(
+    r"how (?:long|soon)|how many (?:minutes|hours|days|weeks|months|years)"
+    r"|多久|多长|几(?:天|周|个月|年|小时|分钟)|多少(?:天|小时|分钟)",
+    re.IGNORECASE,
+)
+_ASKS_MONEY = re.compile(
+    r"how much|\bprices?\b|\bcosts?\b|\bfees?\b|多少钱|价格|费用|价钱|售价|\w+费", re.IGNORECASE
+)
+
+
+def asked_amount(question: str) -> re.Pattern[str] | None:
+    """:data:`DURATION` when ``question`` asks how long, :data:`MONEY` when it asks how much
+    or about a price or fee; ``None`` when it asks for neither."""
+    if _ASKS_DURATION.search(question):
+        return DURATION
+    if _ASKS_MONEY.search(question):
+        return MONEY
+    return None

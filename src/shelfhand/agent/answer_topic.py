@@ -1,0 +1,134 @@
+"""Does the answer answer the question? Checks that a grounded answer can still fail, each
+offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
+
+- :func:`only_labels`: the answer is nothing but the labels the passages were shown with
+  (a title, a section heading, ``title › section (source)``): a small model copies the
+  evidence's formatting instead of its content;
+- :func:`misses_identifier`: the question names an identifier (``SKU2024-011``, ``E-310``)
+  that a passage holds, and the answer neither names it nor rests on a passage holding it:
+  it answers about something else (the product's description instead of its price row);
+- :func:`misses_amount`: the question asks how long or how much (a price, a fee), and the
+  answer states no such amount;
+- :func:`states_nothing_held`: with no passage about the question (the extractive answer's
+  measure), an answer stating no number or code the passages hold did not come from them:
+  "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
+  laptops.
+
+Each is a reason to show the passages' own sentences, or "the documents do not cover this",
+instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+
+from shelfhand.core.grounding import Grounding
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.analysis import query_identifiers
+from shelfhand.knowledge.evidence.citations import label
+
+from .amounts import DURATION, NUMBER_WORD, asked_amount
+from .grounding_check import PASSAGE_CACHE, facts, passage_words, words
+
+__all__ = [
+    "holds_identifier",
+    "misses_amount",
+    "misses_identifier",
+    "only_labels",
+    "states_nothing_held",
+]
+
+_CITE_MARK = re.compile(r"\[\d{1,3}\]")
+_DIGIT = re.compile(r"\d")
+_CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
+"""A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
+_LABEL_SPLIT = re.compile(r"\s*(?:›|>)\s*")
+_FRAGMENT = re.compile(r"[,，、;；\n()（）]+")
+MIN_WORDS_LEFT = 3
+"""A part of an answer with fewer content words (and no number), once the labels are taken
+out, is filler around them ("The warranty policy for the …")."""
+
+
+def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` is nothing but the passages' labels: their titles, section
+    headings, sources or whole ``title › section (source)`` lines ("未拆封商品, 已拆封的商品",
+    "The BrightBeam Projector FAQ › Frequently asked questions > … (projector/faq.html)")."""
+    left = _CITE_MARK.sub(" ", answer).lower()
+    if not left.strip():
+        return False
+    pieces: set[str] = set()
+    for c in citations:
+        shown = label(c)
+        pieces.update((shown, shown.rsplit(" (", 1)[0], c.source, c.title))
+        pieces.update(_LABEL_SPLIT.split(c.section))
+    named = sorted((p.strip().lower() for p in pieces if len(p.strip()) > 1), key=len)[::-1]
+    taken = False
+    for piece in named:
+        if piece in left:
+            left = left.replace(piece, " ")
+            taken = True
+    longest = len(named[0]) if named else 0
+    for fragment in _FRAGMENT.split(left):
+        own = words(fragment)
+        if not own:
+            continue
+        if facts(fragment) or len(fragment.strip()) > 2 * longest:
+            return False  # a number, or longer than any heading reworded: it says something
+        if any(own <= passage_words(p) for p in named):  # a heading, reworded: 已拆封的商品
+            taken = True
+        elif len(own) >= MIN_WORDS_LEFT:
+            return False
+    return taken
+
+
+def holds_identifier(text: str, identifiers: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``identifiers`` (as :func:`query_identifiers` gives
+    them), with or without its hyphens."""
+    lowered = text.lower()
+    return any(i in lowered or i in lowered.replace("-", "") for i in identifiers)
+
+
+def misses_identifier(
+    question: str, answer: str, grounding: Grounding | None, citations: Sequence[Citation]
+) -> bool:
+    """Whether the question names an identifier a passage holds while the answer neither
+    names it nor rests on (is supported by) a passage holding it."""
+    ids = query_identifiers(question)
+    if not ids or grounding is None or holds_identifier(answer, ids):
+        return False
+    holding = {c.index for c in citations if holds_identifier(c.text, ids)}
+    if not holding:
+        return False  # no passage has it: nothing better to show
+    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    # an answer too short to check ("The lamp is overheating.") rests on nothing: left alone
+    return bool(resting) and not resting & holding
+
+
+def misses_amount(question: str, answer: str) -> bool:
+    """Whether ``question`` asks how long or how much and ``answer`` states no such amount:
+    for "how long", no duration in digits and no number in words; for "how much", a price
+    or a fee, no number at all."""
+    kind = asked_amount(question)
+    if kind is None:
+        return False
+    text = _CITE_MARK.sub(" ", answer)
+    if NUMBER_WORD.search(text):
+        return False
+    return not (kind.search(text) if kind is DURATION else _DIGIT.search(text))
+
+
+def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether ``answer`` states no number that ``citations`` hold (an answer in another
+    language than its passages shares those with them, not words)."""
+    said = _numbers(answer)
+    return not any(said & _numbers(c.text) for c in citations)
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _numbers(text: str) -> frozenset[str]:
+    """The numbers of ``text`` (a product code such as ``X1`` is shared by any answer that
+    names the product, whatever it says about it: it is not a number)."""
+    plain = _CODE.sub(" ", text)
+    return frozenset(f for f in facts(plain) if f.replace(".", "").isdigit())

@@ -1,0 +1,217 @@
+"""Answers that are grounded but do not answer the question: nothing but the passages'
+labels, resting on a passage without the identifier asked about, no number for "how long",
+or no passage about the question at all. Each is replaced by the passages' own sentences (or
+"the documents do not cover this"); a right answer stays. On the sample documents, in Chinese
+and English, with a scripted model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
+from shelfhand.agent.answer_topic import (
+    misses_amount,
+    misses_identifier,
+    only_labels,
+    states_nothing_held,
+)
+from shelfhand.agent.extractive import LEAD
+from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.agent.grounding_check import check_grounding
+from shelfhand.core.messages import Citation
+from shelfhand.core.results import RunResult
+from shelfhand.knowledge.evidence.citations import label as label_of
+from shelfhand.testing import ScriptedModel, text
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
+FAQ = Citation(
+    index=1,
+    source="projector/faq.html",
+    title="BrightBeam Projector FAQ",
+    section="Frequently asked questions > Warranty and returns > How long is the warranty?",
+    text="See the warranty policy: the period depends on the purchase date.",
+)
+RETURNS = Citation(
+    index=2,
+    source="returns.md",
+    title="退货政策",
+    section="退货政策 > 未拆封商品",
+    text="未拆封、包装完好的商品，自签收之日起 30 天内可申请无理由退货。",
+)
+DESCRIPTION = Citation(
+    index=1,
+    source="specs.docx",
+    title="Lumen specifications",
+    section="Lumen X1",
+    text="The Lumen X1 is our best-selling home projector: 3,000 ANSI lumens and Full HD.",
+)
+PRICE_ROW = Citation(
+    index=2,
+    source="specs.docx",
+    title="Lumen specifications",
+    section="Prices",
+    text="SKU2024-011 | Lumen X1 | 3,000 | 1920 × 1080 | UHP lamp | 3,999",
+)
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path_factory.mktemp("kb")) as base:
+        yield base
+
+
+async def answered(kb: KnowledgeBase, question: str, answer: str) -> RunResult:
+    agent = Agent(
+        model=ScriptedModel([text(answer)]),
+        toolkit=Toolkit([retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=AnswerCheck(scaffolds=AGENT_SCAFFOLDS),
+    )
+    return await agent.run(question, context=ACME)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The BrightBeam Projector FAQ › Frequently asked questions > Warranty and returns > "
+        "How long is the warranty? (projector/faq.html)",
+        "未拆封商品, 退货政策",
+        "未拆封商品 [2]",
+        "未拆封商品, 未拆封的商品",
+    ],
+    ids=["label-line", "headings-zh", "one-heading", "heading-reworded"],
+)
+def test_an_answer_of_nothing_but_the_passages_labels_is_caught(answer: str) -> None:
+    assert only_labels(answer, [FAQ, RETURNS])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["未拆封商品可在签收后 30 天内退货 [2]。", "The period depends on the purchase date [1]."],
+    ids=["heading-and-fact-zh", "content-en"],
+)
+def test_an_answer_that_names_a_heading_and_says_more_is_not(answer: str) -> None:
+    assert not only_labels(answer, [FAQ, RETURNS])
+
+
+def test_an_answer_resting_on_a_passage_without_the_asked_identifier_misses_it() -> None:
+    question = "How much does SKU2024-011 cost?"
+    passages = [DESCRIPTION, PRICE_ROW]
+    drifted = "The Lumen X1 is a best-selling home projector with 3,000 ANSI lumens."
+    on_row = "It costs 3,999 [2]."
+
+    assert misses_identifier(question, drifted, check_grounding(drifted, passages), passages)
+    assert not misses_identifier(question, on_row, check_grounding(on_row, passages), passages)
+    named = "SKU2024-011 is the Lumen X1."
+    assert not misses_identifier(question, named, check_grounding(named, passages), passages)
+    # no passage holds it: nothing better to show
+    assert not misses_identifier(
+        question, drifted, check_grounding(drifted, [DESCRIPTION]), [DESCRIPTION]
+    )
+
+
+def test_an_answer_sharing_its_passages_numbers_came_from_them_in_any_language() -> None:
+    light = Citation(
+        index=1,
+        source="warranty.md",
+        text="光源（灯泡或激光模组）保修 6 个月或累计使用 1000 小时。",
+    )
+
+    assert not states_nothing_held("6 months or 1,000 hours.", [light])
+    assert states_nothing_held(
+        "The Lumen X1 Pro does not sell gaming laptops.", [light, DESCRIPTION]
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "misses"),
+    [
+        (
+            "How long is the warranty on a projector bought in 2025?",
+            "It depends on the date.",
+            True,
+        ),
+        ("维修后的零件保修多久？", "维修后的零件享有保修。", True),
+        ("How much does SKU2024-011 cost?", "It costs 3,999 CNY.", False),
+        ("Is there a restocking fee for opened items?", "No", True),
+        ("How long is the light source covered?", "A laser with 4 ms input lag.", True),
+        ("投影仪的保修期是多久？", "The whole projector is under warranty for two years.", False),
+        ("保修期多长？", "整机保修两年。", False),
+        ("Can I mount the projector on the ceiling?", "Yes, with the M4 thread.", False),
+    ],
+)
+def test_an_amount_asked_for_needs_a_number(question: str, answer: str, misses: bool) -> None:
+    assert misses_amount(question, answer) is misses
+
+
+async def test_a_price_answered_with_the_product_s_description_becomes_its_row(
+    kb: KnowledgeBase,
+) -> None:
+    result = await answered(
+        kb,
+        "How much does SKU2024-011 cost?",
+        "The Lumen X1 is our best-selling home projector: 3,000 ANSI lumens, Full HD.",
+    )
+
+    assert result.fallback_reason == "off_topic" and result.extractive
+    assert result.output.startswith(LEAD) and "3,999" in result.output
+
+
+async def test_a_label_line_becomes_the_passages_sentences(kb: KnowledgeBase) -> None:
+    first = await answered(kb, "维修后的零件保修多久？", "OK")
+    label = next(c for c in first.citations if "维修" in c.text)
+    result = await answered(
+        kb, "维修后的零件保修多久？", f"The warranty policy for the {label_of(label)}"
+    )
+
+    assert result.fallback_reason == "heading_echo" and "90 天" in result.output
+
+
+async def test_a_label_line_when_no_passage_is_about_the_question_becomes_not_covered(
+    kb: KnowledgeBase,
+) -> None:
+    question = "How do I reset my Wi-Fi router password?"
+    first = await answered(kb, question, "OK")
+    result = await answered(kb, question, label_of(first.citations[0]))
+
+    assert result.output == NOT_COVERED and result.fallback_reason == "heading_echo"
+
+
+async def test_a_duration_question_answered_without_a_number_gets_the_passage_s_number(
+    kb: KnowledgeBase,
+) -> None:
+    result = await answered(kb, "维修后的零件保修多久？", "维修后的零件也享有保修服务。")
+
+    assert result.fallback_reason == "unanswered" and "90 天" in result.output
+
+
+async def test_an_answer_about_what_no_passage_is_about_becomes_not_covered(
+    kb: KnowledgeBase,
+) -> None:
+    result = await answered(
+        kb, "Do you sell gaming laptops?", "The Lumen X1 Pro does not sell gaming laptops."
+    )
+
+    assert result.output == NOT_COVERED and result.fallback_reason == "off_topic"
+    assert not result.extractive
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("投影仪的保修期是多久？", "2025 年起购买的投影仪整机保修 24 个月。"),
+        ("Can I mount the projector on the ceiling?", "Yes: every model has a standard M4 thread."),
+        ("What does error E-203 mean?", "The lamp is overheating."),
+    ],
+    ids=["zh", "no-number-needed", "too-short-to-check"],
+)
+async def test_a_right_answer_stays(kb: KnowledgeBase, question: str, answer: str) -> None:
+    result = await answered(kb, question, answer)
+
+    assert result.output == answer and not result.fallback_reason, result.fallback_reason

@@ -1,0 +1,96 @@
+"""The extractive answer states what is asked: "how long" and "how much" get the sentence that
+says how long or how much when the best passage's first sentences do not (a price-table row
+counts when its table names prices), and words that only ask (多久, "how long") do not make a
+passage look less about the question. On the sample documents, English and Chinese."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from shelfhand import KnowledgeBase, UserContext
+from shelfhand.agent.extractive import LEAD, extractive_answer
+from shelfhand.agent.retrieve import KnowledgeAgent
+from shelfhand.core.messages import Citation
+from support.knowledge import sample_kb
+
+ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path_factory.mktemp("kb")) as base:
+        yield base
+
+
+def answer(kb: KnowledgeBase, question: str) -> str:
+    return KnowledgeAgent(kb, extractive=True).run_sync(question, context=ACME).output
+
+
+@pytest.mark.parametrize(
+    ("question", "stated"),
+    [
+        (
+            "After an E-203 error, how long should I wait before using the projector again?",
+            "30 minutes",
+        ),
+        ("What is the list price of the Lumen X1 Pro?", "5,999"),
+        ("Is there a restocking fee for opened items?", "10%"),
+    ],
+    ids=["duration", "price-row", "fee"],
+)
+def test_the_amount_asked_for_is_stated(kb: KnowledgeBase, question: str, stated: str) -> None:
+    text = answer(kb, question)
+
+    assert text.startswith(LEAD) and stated in text, text
+
+
+def test_a_question_not_asking_an_amount_gets_no_extra_sentence(kb: KnowledgeBase) -> None:
+    text = answer(kb, "Can I mount the projector on the ceiling?")
+
+    assert "M4" in text and len(text.splitlines()) <= 4  # the lead and at most 3 sentences
+
+
+def test_words_that_only_ask_do_not_count_against_a_passage() -> None:
+    refund = Citation(
+        index=1, source="returns.md", text="验货通过后，退款在 3 至 5 个工作日内原路退回。"
+    )
+
+    found = extractive_answer("退款需要多长时间？", [refund])
+
+    assert found is not None and "3 至 5 个工作日" in found.text
+
+
+def test_an_amount_sentence_must_share_a_word_with_the_question() -> None:
+    faq = Citation(
+        index=1,
+        source="faq.html",
+        text="See the warranty policy: the period depends on the purchase date. "
+        "Keep your invoice. Bring the serial number. Opened items can be returned within 7 days.",
+    )
+
+    found = extractive_answer("How long is the warranty period?", [faq])
+
+    assert found is not None and "7 days" not in found.text
+
+
+def test_a_long_number_the_question_names_anchors_a_passage_in_another_language() -> None:
+    faq = Citation(
+        index=1,
+        source="faq.html",
+        text="See the warranty policy: the period depends on the purchase date.",
+    )
+    policy = Citation(
+        index=2,
+        source="warranty-policy-v2.md",
+        text="2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。",
+    )
+
+    found = extractive_answer(
+        "How long is the warranty on a projector bought in 2025?", [faq, policy]
+    )
+    unanchored = extractive_answer("How long is the warranty on a projector?", [policy])
+
+    assert found is not None and "24 个月" in found.text
+    assert unanchored is None  # no shared word, no shared number: not about it

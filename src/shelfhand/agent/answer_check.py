@@ -8,10 +8,13 @@ replaced by the extractive answer when it cannot be trusted.
 2. the model's answer is replaced by the passages' best sentences
    (:func:`~.extractive.extractive_answer`, ``RunResult.extractive``) when it is ungrounded
    (most sentences unsupported, or a number or code no passage holds), a refusal while the
-   passages are clearly about the question (:data:`~.extractive.MIN_RELEVANCE`), an echo of one of shelfhand's own prompts, or the end of a
-   run the loop guard, ``max_iters`` or a blank reply stopped;
-3. when no passage is about the question, an ungrounded answer or a prompt echo becomes
-   "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`).
+   passages are clearly about the question (:data:`~.extractive.MIN_RELEVANCE`), an echo of
+   one of shelfhand's own prompts or of the passages' labels, grounded but not an answer to
+   the question (:mod:`.answer_topic`: resting on a passage without the identifier asked
+   about, no amount for "how long", nothing of passages none of which is about it), or the
+   end of a run the loop guard, ``max_iters`` or a blank reply stopped;
+3. when no passage is about the question, an ungrounded or off-topic answer or an echo
+   becomes "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`).
 
 ``RunResult.fallback_reason`` says which. The check is per result: concurrent runs of
 different callers never share it.

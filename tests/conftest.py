@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from shelfhand.dev.services import LocalPostgres, LocalRedis, start_postgres, start_redis
+from support.rerank_server import Answer, RerankServer
 
 
 @pytest.fixture
@@ -78,3 +79,18 @@ def redis_url(redis_server: LocalRedis) -> str:
     client.flushall()
     client.close()
     return redis_server.url
+
+
+@pytest.fixture
+def rerank_endpoint() -> Iterator[Callable[[Answer], RerankServer]]:
+    """Starts fake ``/rerank`` endpoints on 127.0.0.1 (``rerank_endpoint(answer)``); stops
+    them after the test."""
+    servers: list[RerankServer] = []
+
+    def start(answer: Answer) -> RerankServer:
+        servers.append(RerankServer(answer))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()

@@ -38,19 +38,6 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
         yield base
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[Answer], RerankServer]]:
-    servers: list[RerankServer] = []
-
-    def start(answer: Answer) -> RerankServer:
-        servers.append(RerankServer(answer))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
-
-
 def scoring(score: Callable[[str, str], float]) -> Answer:
     """An endpoint scoring each document with ``score(query, document)`` (Cohere's shape)."""
 
@@ -84,9 +71,9 @@ async def ask(kb: KnowledgeBase, answer: str, judge: RerankJudge | None) -> RunR
 
 
 async def test_a_high_score_keeps_a_faithful_answer_the_words_alone_would_replace(
-    kb: KnowledgeBase, serve: Callable[[Answer], RerankServer]
+    kb: KnowledgeBase, rerank_endpoint: Callable[[Answer], RerankServer]
 ) -> None:
-    server = serve(scoring(backs_the_24_months))
+    server = rerank_endpoint(scoring(backs_the_24_months))
 
     lexical = await ask(kb, IN_ENGLISH, None)
     judged = await ask(kb, IN_ENGLISH, judge_at(server.url))
@@ -100,9 +87,9 @@ async def test_a_high_score_keeps_a_faithful_answer_the_words_alone_would_replac
 
 
 async def test_a_low_score_replaces_an_answer_the_words_alone_would_pass(
-    kb: KnowledgeBase, serve: Callable[[Answer], RerankServer]
+    kb: KnowledgeBase, rerank_endpoint: Callable[[Answer], RerankServer]
 ) -> None:
-    server = serve(scoring(lambda query, document: 0.1))
+    server = rerank_endpoint(scoring(lambda query, document: 0.1))
 
     result = await ask(kb, "2025 年起购买的投影仪整机保修期为 24 个月。", judge_at(server.url))
 
@@ -111,9 +98,9 @@ async def test_a_low_score_replaces_an_answer_the_words_alone_would_pass(
 
 
 async def test_a_number_no_passage_holds_stays_unsupported_whatever_the_score(
-    kb: KnowledgeBase, serve: Callable[[Answer], RerankServer]
+    kb: KnowledgeBase, rerank_endpoint: Callable[[Answer], RerankServer]
 ) -> None:
-    server = serve(scoring(lambda query, document: 0.99))
+    server = rerank_endpoint(scoring(lambda query, document: 0.99))
 
     result = await ask(kb, "整机保修期为 36 个月 [1]。", judge_at(server.url))
 
@@ -121,9 +108,9 @@ async def test_a_number_no_passage_holds_stays_unsupported_whatever_the_score(
 
 
 async def test_a_cited_sentence_is_scored_against_the_passages_it_cites(
-    kb: KnowledgeBase, serve: Callable[[Answer], RerankServer]
+    kb: KnowledgeBase, rerank_endpoint: Callable[[Answer], RerankServer]
 ) -> None:
-    server = serve(scoring(backs_the_24_months))
+    server = rerank_endpoint(scoring(backs_the_24_months))
 
     await ask(kb, "The whole projector is under warranty for two years [1].", judge_at(server.url))
 
@@ -142,9 +129,9 @@ async def test_a_cited_sentence_is_scored_against_the_passages_it_cites(
     ids=["http-500", "garbage", "no-scores", "hangs"],
 )
 async def test_an_endpoint_that_cannot_say_leaves_the_lexical_check_with_a_note(
-    kb: KnowledgeBase, serve: Callable[[Answer], RerankServer], answer: Answer, note: str
+    kb: KnowledgeBase, rerank_endpoint: Callable[[Answer], RerankServer], answer: Answer, note: str
 ) -> None:
-    server = serve(answer)
+    server = rerank_endpoint(answer)
 
     with anyio.fail_after(30):
         result = await ask(kb, IN_ENGLISH, judge_at(server.url, timeout=0.5))
@@ -160,9 +147,9 @@ async def test_a_closed_port_leaves_the_lexical_check(kb: KnowledgeBase) -> None
 
 
 async def test_two_tenants_checked_at_once_each_get_their_own_verdict(
-    tmp_path: Path, serve: Callable[[Answer], RerankServer]
+    tmp_path: Path, rerank_endpoint: Callable[[Answer], RerankServer]
 ) -> None:
-    server = serve(scoring(backs_the_24_months))
+    server = rerank_endpoint(scoring(backs_the_24_months))
     judge = judge_at(server.url)
     results: dict[str, RunResult] = {}
     with sample_kb(tmp_path / "a") as a, sample_kb(tmp_path / "b", tenant_id="globex") as b:

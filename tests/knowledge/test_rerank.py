@@ -49,19 +49,6 @@ def tei_reverse(body: dict[str, Any]) -> tuple[int, Any]:
     return 200, [{"index": i, "score": s} for i, s in reverse_scores(body)]
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[Answer], RerankServer]]:
-    servers: list[RerankServer] = []
-
-    def start(answer: Answer) -> RerankServer:
-        servers.append(RerankServer(answer))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
-
-
 # --- a small knowledge base (keyword search: a deterministic fused order) ----------------
 DOCS = {
     "warranty-v1.md": "Warranty v1: the projector warranty lasts 12 months from purchase.",
@@ -113,12 +100,12 @@ def sources(hits: list[SearchHit]) -> list[str]:
 )
 def test_endpoint_reorders_the_fused_candidates_and_cuts_to_k(
     tmp_path: Path,
-    serve: Callable[[Answer], RerankServer],
+    rerank_endpoint: Callable[[Answer], RerankServer],
     fused: Callable[[str, int], list[str]],
     query: str,
     lang: str,
 ) -> None:
-    server = serve(cohere_reverse)
+    server = rerank_endpoint(cohere_reverse)
     reranker = HttpReranker(server.url, model="bge-reranker", api_key=SECRET, timeout=5)
     kb = open_kb(tmp_path / "ws", reranker=reranker, rerank_candidates=3)
     try:
@@ -149,10 +136,10 @@ def test_endpoint_reorders_the_fused_candidates_and_cuts_to_k(
 
 def test_tei_shape_is_learnt_from_the_servers_complaint_and_kept(
     tmp_path: Path,
-    serve: Callable[[Answer], RerankServer],
+    rerank_endpoint: Callable[[Answer], RerankServer],
     fused: Callable[[str, int], list[str]],
 ) -> None:
-    server = serve(tei_reverse)
+    server = rerank_endpoint(tei_reverse)
     kb = open_kb(
         tmp_path / "ws", reranker=HttpReranker(server.url + "/rerank"), rerank_candidates=4
     )
@@ -174,10 +161,10 @@ def test_tei_shape_is_learnt_from_the_servers_complaint_and_kept(
 
 def test_rerank_false_and_the_default_skip_the_reranker(
     tmp_path: Path,
-    serve: Callable[[Answer], RerankServer],
+    rerank_endpoint: Callable[[Answer], RerankServer],
     fused: Callable[[str, int], list[str]],
 ) -> None:
-    server = serve(cohere_reverse)
+    server = rerank_endpoint(cohere_reverse)
     kb = open_kb(tmp_path / "ws", reranker=HttpReranker(server.url))
     plain = open_kb(tmp_path / "plain2")
     try:
@@ -213,13 +200,13 @@ FAILURES: dict[str, tuple[Answer, str]] = {
 @pytest.mark.parametrize("case", list(FAILURES))
 def test_a_failing_endpoint_keeps_the_fused_order_with_the_reason(
     tmp_path: Path,
-    serve: Callable[[Answer], RerankServer],
+    rerank_endpoint: Callable[[Answer], RerankServer],
     fused: Callable[[str, int], list[str]],
     caplog: pytest.LogCaptureFixture,
     case: str,
 ) -> None:
     answer, expected = FAILURES[case]
-    server = serve(answer)
+    server = rerank_endpoint(answer)
     reranker = HttpReranker(server.url, api_key=SECRET, timeout=0.5, max_response_bytes=2000)
     kb = open_kb(tmp_path / "ws", reranker=reranker, rerank_candidates=4)
     caplog.set_level(logging.DEBUG)
@@ -344,10 +331,10 @@ def test_settings_are_off_by_default_and_bad_explicit_config_fails_fast(tmp_path
 
 def test_app_builds_the_endpoint_reranker_into_the_knowledge_base(
     tmp_path: Path,
-    serve: Callable[[Answer], RerankServer],
+    rerank_endpoint: Callable[[Answer], RerankServer],
     fused: Callable[[str, int], list[str]],
 ) -> None:
-    server = serve(cohere_reverse)
+    server = rerank_endpoint(cohere_reverse)
     env = {
         "SHELFHAND_RETRIEVAL_MODE": "keyword",
         "SHELFHAND_RERANK": "endpoint",

@@ -215,3 +215,28 @@ async def test_a_right_answer_stays(kb: KnowledgeBase, question: str, answer: st
     result = await answered(kb, question, answer)
 
     assert result.output == answer and not result.fallback_reason, result.fallback_reason
+
+
+async def test_an_answer_of_citation_marks_only_is_no_answer(kb: KnowledgeBase) -> None:
+    result = await answered(kb, "How often should I clean the air filter?", "[1][2]")
+
+    assert result.fallback_reason == "empty" and result.extractive
+    assert result.output.startswith(LEAD)
+
+
+async def test_a_stopped_run_whose_passages_are_not_about_the_question_says_not_covered(
+    kb: KnowledgeBase,
+) -> None:
+    """A blank reply, twice: the run stops; the passages found are about something else, so
+    they are not listed as help: the documents do not cover the question."""
+    agent = Agent(
+        model=ScriptedModel([text(""), text("")]),
+        toolkit=Toolkit([retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=AnswerCheck(scaffolds=AGENT_SCAFFOLDS),
+    )
+
+    result = await agent.run("How do I reset my Wi-Fi router password?", context=ACME)
+
+    assert result.stop_reason == "empty" and result.citations
+    assert result.output == NOT_COVERED and result.fallback_reason == "empty"

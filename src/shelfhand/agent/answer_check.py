@@ -81,6 +81,7 @@ _REFUSAL = re.compile(
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
 _DIGIT = re.compile(r"\d")
+_MARKS_ONLY = re.compile(r"\[\d{1,3}\]|[\s.,;:!?。，；：！？、]+")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
@@ -150,6 +151,8 @@ class AnswerCheck:
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
+        if result.citations and not _MARKS_ONLY.sub("", result.output):
+            return "empty"  # "[1][2]": citation marks, no words
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations and result.grounding is None:
@@ -274,7 +277,11 @@ def _replaced(
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
-    if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic"):
+    # no passage is about the question: that is the answer, whether the model said something
+    # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
+    if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic") or (
+        why in _STOPPED and result.citations
+    ):
         return replace(
             result,
             output=NOT_COVERED,

@@ -7,6 +7,7 @@ and English, with a scripted model."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +25,7 @@ from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import label as label_of
-from shelfhand.testing import ScriptedModel, text
+from shelfhand.testing import ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
@@ -240,3 +241,22 @@ async def test_a_stopped_run_whose_passages_are_not_about_the_question_says_not_
 
     assert result.stop_reason == "empty" and result.citations
     assert result.output == NOT_COVERED and result.fallback_reason == "empty"
+
+
+async def test_a_stopped_run_after_a_search_that_found_nothing_says_not_covered(
+    tmp_path: Path,
+) -> None:
+    """The documents were searched and hold nothing on it; the model then kept calling a
+    tool that does not exist and the loop guard stopped it: the documents do not cover it."""
+    made_up = tool_call("weather", {"city": "Paris"})
+    with sample_kb(tmp_path, vectors=False) as keyword_only:  # no vector finds "something"
+        agent = Agent(
+            model=ScriptedModel([made_up, made_up, made_up, text("unused")]),
+            toolkit=Toolkit([retrieve_tool(keyword_only)]),
+            retrieval="context",
+            answer_check=AnswerCheck(scaffolds=AGENT_SCAFFOLDS),
+        )
+        result = await agent.run("What is the weather in Paris today?", context=ACME)
+
+    assert result.stop_reason == "repeated_call" and not result.citations
+    assert result.output == NOT_COVERED and result.fallback_reason == "repeated_call"

@@ -280,7 +280,7 @@ def _replaced(
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
     if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic") or (
-        why in _STOPPED and result.citations
+        why in _STOPPED and (result.citations or found_nothing(result.messages))
     ):
         return replace(
             result,

@@ -94,3 +94,9 @@ def test_a_long_number_the_question_names_anchors_a_passage_in_another_language(
 
     assert found is not None and "24 个月" in found.text
     assert unanchored is None  # no shared word, no shared number: not about it
+
+
+def test_a_quoted_price_table_row_is_the_price_no_other_sum_is_added(kb: KnowledgeBase) -> None:
+    text = answer(kb, "How much does SKU2024-011 cost?")
+
+    assert "3,999" in text and "499 CNY" not in text, text

@@ -228,16 +228,18 @@ def _stating(
     kind = asked_amount(question)
     if kind is None:
         return []
-    if any(kind.search(text) for text, _ in chosen):
-        return []
     priced = {c.index for c in passages if kind is MONEY and _PRICED.search(c.text)}
+
+    def states(text: str, passage: int) -> bool:
+        return bool(kind.search(text) or (passage in priced and _DIGIT.search(text)))
+
+    if any(states(text, passage) for text, passage in chosen):
+        return []  # a price-table row already quoted states the price
     shown = {text for text, _ in chosen}
     return [
         c
         for c in candidates
-        if c.text not in shown
-        and c.words & question_words
-        and (kind.search(c.text) or (c.passage in priced and _DIGIT.search(c.text)))
+        if c.text not in shown and c.words & question_words and states(c.text, c.passage)
     ]
 
 

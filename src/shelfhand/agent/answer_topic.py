@@ -30,7 +30,7 @@ from shelfhand.knowledge.analysis import query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import DURATION, NUMBER_WORD, asked_amount
-from .grounding_check import PASSAGE_CACHE, facts, passage_words, words
+from .grounding_check import PASSAGE_CACHE, facts, passage_words, without_citations, words
 
 __all__ = [
     "holds_identifier",
@@ -40,7 +40,6 @@ __all__ = [
     "states_nothing_held",
 ]
 
-_CITE_MARK = re.compile(r"\[\d{1,3}\]")
 _DIGIT = re.compile(r"\d")
 _CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
 """A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
@@ -55,7 +54,7 @@ def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
     """Whether ``answer`` is nothing but the passages' labels: their titles, section
     headings, sources or whole ``title › section (source)`` lines ("未拆封商品, 已拆封的商品",
     "The BrightBeam Projector FAQ › Frequently asked questions > … (projector/faq.html)")."""
-    left = _CITE_MARK.sub(" ", answer).lower()
+    left = without_citations(answer).lower()
     if not left.strip():
         return False
     pieces: set[str] = set()
@@ -113,7 +112,7 @@ def misses_amount(question: str, answer: str) -> bool:
     kind = asked_amount(question)
     if kind is None:
         return False
-    text = _CITE_MARK.sub(" ", answer)
+    text = without_citations(answer)
     if NUMBER_WORD.search(text):
         return False
     return not (kind.search(text) if kind is DURATION else _DIGIT.search(text))

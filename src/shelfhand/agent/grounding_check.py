@@ -33,6 +33,7 @@ __all__ = [
     "check_grounding",
     "facts",
     "split_sentences",
+    "without_citations",
     "words",
 ]
 
@@ -79,6 +80,11 @@ def split_sentences(text: str) -> list[str]:
 def cited_numbers(sentence: str) -> tuple[int, ...]:
     """The passage numbers ``sentence`` cites, in order, once each."""
     return tuple(dict.fromkeys(int(n) for n in _CITE.findall(sentence)))
+
+
+def without_citations(text: str) -> str:
+    """``text`` with its ``[n]`` citation markers blanked out."""
+    return _CITE.sub(" ", text)
 
 
 def words(text: str) -> set[str]:

@@ -16,7 +16,6 @@ and ``Grounding.note`` says why: the answer is never held up or lost by its judg
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -26,13 +25,12 @@ import anyio
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
 
+from .grounding_check import without_citations
 from .model_check import lexical_stands
 
 __all__ = ["MIN_SCORE", "RerankJudge", "SentenceScorer"]
 
 logger = logging.getLogger(__name__)
-
-_CITE_MARK = re.compile(r"\[\d{1,3}\]")
 
 MIN_SCORE = 0.5
 """The relevance a sentence's best passage needs, for endpoints that answer 0 to 1 (Cohere,
@@ -91,7 +89,7 @@ class RerankJudge:
         best: list[float | None] = []
         for sentence in sentences:
             own = [by_index[n] for n in sentence.cited if n in by_index] or list(citations)
-            query = _CITE_MARK.sub("", sentence.text).strip()
+            query = " ".join(without_citations(sentence.text).split())
             scores = self.scorer.scores(query, [c.text for c in own])
             known = [s for s in scores if s is not None]
             best.append(max(known) if known else None)

@@ -22,7 +22,7 @@ from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge import KnowledgeBase
 from shelfhand.knowledge.stores.qdrant import QdrantKeywordSearch, open_backend
-from shelfhand.knowledge.stores.qdrant.model import PointFilter
+from shelfhand.knowledge.stores.qdrant.model import FILTER_FIELDS, LOOKUP_FIELDS, PointFilter
 from shelfhand.knowledge.types import Document, Section
 from shelfhand.testing import hashing_router
 
@@ -210,3 +210,15 @@ def test_a_qdrant_index_built_from_another_store_is_rebuilt_not_searched(tmp_pat
         assert isinstance(keyword, QdrantKeywordSearch) and keyword.num_docs() == 0
     finally:
         other.close()
+
+
+def test_only_the_fields_that_filter_a_dense_search_are_linked_into_the_hnsw_graph(
+    tmp_path: Path,
+) -> None:
+    backend = open_backend(str(tmp_path / "shard"))
+    schema = backend._shard.info().payload_schema  # type: ignore[attr-defined]
+    for name in LOOKUP_FIELDS:  # BM25 terms, identifiers, document ids: counted or matched only
+        assert schema[name].params.enable_hnsw is False
+    for name in (*FILTER_FIELDS, "tenant"):  # a scope's filter keeps the graph's shortcuts
+        assert schema[name].params is None or schema[name].params.enable_hnsw is not False
+    assert schema["tenant"].params.is_tenant is True

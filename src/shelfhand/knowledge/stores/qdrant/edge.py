@@ -15,7 +15,9 @@ from typing import Any
 
 from shelfhand.core.errors import ConfigurationError
 from shelfhand.knowledge.stores.qdrant.model import (
+    FILTER_FIELDS,
     KEYWORD,
+    LOOKUP_FIELDS,
     META_ID,
     ChunkPoint,
     FusedPoint,
@@ -72,8 +74,11 @@ class EdgeBackend:
         shard.update(
             qe.UpdateOperation.create_field_index("tenant", qe.KeywordIndexParams(is_tenant=True))
         )
-        for name in ("tags", "doc_type", "source", "doc_id", "terms", "codes"):
+        for name in FILTER_FIELDS:
             shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+        for name in LOOKUP_FIELDS:
+            params = qe.KeywordIndexParams(enable_hnsw=False)
+            shard.update(qe.UpdateOperation.create_field_index(name, params))
         return shard
 
     # -- state ----------------------------------------------------------------------------------

@@ -36,7 +36,9 @@ from shelfhand.knowledge.stores.keyword_plan import PUBLIC_TAG, index_text
 from shelfhand.knowledge.types import Chunk, Scope
 
 __all__ = [
+    "FILTER_FIELDS",
     "KEYWORD",
+    "LOOKUP_FIELDS",
     "META_ID",
     "ChunkPoint",
     "FusedPoint",
@@ -56,6 +58,13 @@ KEYWORD = "keyword"
 """Name of the sparse vector (no vector space may take it)."""
 META_ID = 0
 """The point holding the index's own state (generation, spaces); rowids start at 1."""
+FILTER_FIELDS = ("tags", "doc_type", "source")
+"""Keyword payload fields that filter a dense search (with ``tenant``, the tenant index): Qdrant
+links their frequent values into the HNSW graph, so a filtered search stays on the graph."""
+LOOKUP_FIELDS = ("doc_id", "terms", "codes")
+"""Keyword payload fields only counted, deleted by or matched exactly, never a dense search's
+filter: indexed without HNSW links (``enable_hnsw=False``). Linking every frequent term of
+the BM25 statistics into the graph made the HNSW build 2.7× slower at 100k chunks."""
 K1 = 1.2
 B = 0.75
 

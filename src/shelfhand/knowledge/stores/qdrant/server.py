@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.knowledge.stores.qdrant.model import (
+    FILTER_FIELDS,
     KEYWORD,
+    LOOKUP_FIELDS,
     META_ID,
     ChunkPoint,
     FusedPoint,
@@ -101,8 +103,11 @@ class ServerBackend:
             "tenant",
             m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True),
         )
-        for name in ("tags", "doc_type", "source", "doc_id", "terms", "codes"):
+        for name in FILTER_FIELDS:
             self._client.create_payload_index(self.collection, name, m.PayloadSchemaType.KEYWORD)
+        for name in LOOKUP_FIELDS:  # never a dense search's filter: no HNSW links
+            params = m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, enable_hnsw=False)
+            self._client.create_payload_index(self.collection, name, params)
 
     # -- state ----------------------------------------------------------------------------------
 

@@ -104,7 +104,7 @@ def indexes(
 def retriever(
     store: SqliteKnowledgeStore, router: EmbeddingRouter, index: QdrantIndex, *, server: bool
 ) -> HybridRetriever:
-    keyword = QdrantKeywordSearch(index)
+    keyword = QdrantKeywordSearch(index, exact=True)
     side: KeywordIndex = keyword if server else ClientSide(keyword)
     return HybridRetriever(
         store, side, QdrantVectorSearch(index, exact=True), router, fusion="rrf", overlap_workers=0
@@ -245,3 +245,28 @@ def test_a_one_sided_search_keeps_its_own_scores_whatever_the_fusion(
         convex = search.search_result("lamp filter", options=SearchOptions(), **args).hits
         assert summary(rrf_hits) == summary(convex) and rrf_hits
         assert [h.score for h in rrf_hits] == [h.score for h in convex]
+
+
+def test_an_exact_search_keeps_its_dense_stages_exact_when_qdrant_fuses_them(
+    indexes: tuple[SqliteKnowledgeStore, EmbeddingRouter, list[QdrantIndex]],
+) -> None:
+    store, router, backends = indexes
+    edge = backends[0]
+    sent: list[Any] = []
+    real = edge.backend.query_fused
+
+    def recording(fused: Any, also: Any) -> Any:
+        sent.append(fused)
+        return real(fused, also)
+
+    edge.backend.query_fused = recording  # type: ignore[method-assign]
+    try:
+        for exact in (True, False):
+            keyword = QdrantKeywordSearch(edge, exact=exact)
+            vectors = QdrantVectorSearch(edge, exact=exact)
+            search = HybridRetriever(store, keyword, vectors, router, fusion="rrf")
+            assert search.search("长江大桥", k=3, user=CALLERS[0])
+            dense = [q for q in sent[-1].stages if q.using != "keyword"]
+            assert dense and all(q.exact is exact for q in dense)
+    finally:
+        del edge.backend.query_fused

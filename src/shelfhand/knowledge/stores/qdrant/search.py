@@ -49,14 +49,19 @@ class QdrantKeywordSearch:
         index: The index whose points are searched.
         common_share: Query terms in more than this share of the chunks do not rank while
             rarer ones find k chunks (:func:`~shelfhand.knowledge.scoring.ranking_terms`).
+        exact: The dense stages of a fused hybrid search run exactly instead of through the
+            HNSW graph (as :class:`QdrantVectorSearch` ``exact`` does for a dense search).
     """
 
     name = "keyword"
 
-    def __init__(self, index: QdrantIndex, *, common_share: float = COMMON_SHARE) -> None:
+    def __init__(
+        self, index: QdrantIndex, *, common_share: float = COMMON_SHARE, exact: bool = False
+    ) -> None:
         check_keyword_weights(0.0, common_share)
         self.index = index
         self.common_share = common_share
+        self.exact = exact
 
     def num_docs(self) -> int:
         return self.index.backend.count(_EVERY)
@@ -148,7 +153,8 @@ class QdrantKeywordSearch:
         weights = [1.0] if terms else []
         for space, (qvec, weight) in spaces.items():
             vector = np.asarray(qvec, dtype=np.float32).reshape(-1).tolist()
-            stages.append(SearchQuery(using=space, vector=vector, limit=k, filter=flt))
+            dense = SearchQuery(using=space, vector=vector, limit=k, filter=flt, exact=self.exact)
+            stages.append(dense)
             weights.append(weight)
         fused = FusedQuery(
             stages=tuple(stages),

@@ -40,6 +40,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -287,14 +288,22 @@ def run_import(args: argparse.Namespace) -> dict[str, Any]:
 # -- latency ------------------------------------------------------------------------------------
 
 
-def _build_pg(url: str, corpus: Any) -> tuple[Any, float]:
+def _build_pg(url: str, corpus: Any, *, records_only: bool = False) -> tuple[Any, float]:
+    """The corpus in PostgreSQL. ``records_only``: as a deployment with Qdrant serving the
+    searches stores it (no keyword fields, no GIN or HNSW index: PostgreSQL keeps the records
+    only); its own searches are then not measured."""
     import retrieval_latency as rl
 
     from shelfhand.knowledge.stack import open_pg_store
+    from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
     from shelfhand.knowledge.stores.pg.store import ImportedDocument
     from shelfhand.knowledge.types import Document, Section
 
-    kb = open_pg_store(url, None)
+    if records_only:
+        store = PgKnowledgeStore(PgDatabase(url), keyword_sql=False)
+        kb: Any = SimpleNamespace(store=store, close=store.close)
+    else:
+        kb = open_pg_store(url, None)
     if kb.store.count_chunks() == corpus.n:  # built by an earlier run of this corpus
         logger.info("reusing the %d-chunk PostgreSQL store", corpus.n)
         return kb, float("nan")
@@ -338,7 +347,7 @@ def _build_pg(url: str, corpus: Any) -> tuple[Any, float]:
     logger.info("pg: rows stored in %.0f s; building indexes", time.perf_counter() - t0)
     with kb.store.db.connection() as conn:  # type: ignore[attr-defined]
         conn.execute("SET maintenance_work_mem = '1GB'")
-        for _, ddl in indexes:
+        for _, ddl in [] if records_only else indexes:
             conn.execute(ddl)
     build_s = time.perf_counter() - t0
     with kb.store.db.connection() as conn:  # type: ignore[attr-defined]

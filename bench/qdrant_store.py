@@ -59,8 +59,12 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     url, server = _server(args)
     root = Path(args.workspace or tempfile.mkdtemp(prefix="shelfhand-bench-qdrant-"))
     try:
-        embedded, _, emb_build = rl.build_store(root / "embedded", corpus)
-        pg, pg_build = _build_pg(url, corpus)
+        stores: dict[str, Any] = {}
+        emb_build = float("nan")
+        if "embedded" in args.stores:
+            stores["embedded"], _, emb_build = rl.build_store(root / "embedded", corpus)
+        pg, pg_build = _build_pg(url, corpus, records_only="pg" not in args.stores)
+        logger.info("PostgreSQL store built in %.0f s", pg_build)
         qdrant, build = _qdrant_stack(url, root / f"qdrant-{corpus.n}")
         index = qdrant.keyword.index
         shard = index.backend._shard  # (for its info: vectors indexed)
@@ -73,7 +77,9 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             info = shard.info()
         build["indexed_vectors"] = float(info.indexed_vectors_count)
         logger.info("qdrant: %s", build)
-        stores = {"embedded": embedded, "pg": pg, "pg+qdrant": qdrant}
+        if "pg" in args.stores:
+            stores["pg"] = pg
+        stores["pg+qdrant"] = qdrant
         out: dict[str, Any] = {
             "chunks": corpus.n,
             "queries": len(corpus.queries),
@@ -101,6 +107,8 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         )
         for kb in stores.values():
             kb.close()
+        if "pg" not in stores:
+            pg.close()
     finally:
         if server is not None:
             server.stop()
@@ -224,6 +232,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hnsw", action="store_true", help="build the HNSW graph (optimize)")
     parser.add_argument("--workspace", default=None, help="folder for the stores (reused)")
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        choices=["embedded", "pg", "none"],
+        default=["embedded", "pg"],
+        help="latency: the stores measured beside PostgreSQL + Qdrant (without pg, PostgreSQL"
+        " is built as a deployment with Qdrant keeps it: records only)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = run_latency(args) if args.what == "latency" else run_fusion(args)

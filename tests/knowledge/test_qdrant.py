@@ -22,7 +22,12 @@ from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge import KnowledgeBase
 from shelfhand.knowledge.stores.qdrant import QdrantKeywordSearch, open_backend
-from shelfhand.knowledge.stores.qdrant.model import FILTER_FIELDS, LOOKUP_FIELDS, PointFilter
+from shelfhand.knowledge.stores.qdrant.model import (
+    FILTER_FIELDS,
+    LOOKUP_FIELDS,
+    TERMS,
+    PointFilter,
+)
 from shelfhand.knowledge.types import Document, Section
 from shelfhand.testing import hashing_router
 
@@ -217,8 +222,32 @@ def test_only_the_fields_that_filter_a_dense_search_are_linked_into_the_hnsw_gra
 ) -> None:
     backend = open_backend(str(tmp_path / "shard"))
     schema = backend._shard.info().payload_schema  # type: ignore[attr-defined]
-    for name in LOOKUP_FIELDS:  # BM25 terms, identifiers, document ids: counted or matched only
+    for name in (*LOOKUP_FIELDS, TERMS):  # identifiers, document ids, BM25 terms: lookups only
         assert schema[name].params.enable_hnsw is False
     for name in (*FILTER_FIELDS, "tenant"):  # a scope's filter keeps the graph's shortcuts
         assert schema[name].params is None or schema[name].params.enable_hnsw is not False
     assert schema["tenant"].params.is_tenant is True
+
+
+def test_an_index_of_an_older_layout_is_rebuilt_with_the_terms_as_one_text_field(
+    tmp_path: Path,
+) -> None:
+    base = KnowledgeBase(tmp_path / "ws", hashing_router(), qdrant_url=str(tmp_path / "q"))
+    base.ingest_documents(CORPUS)
+    base.close()
+    old = open_backend(str(tmp_path / "q"))  # as the first layout left it: its schema number 1
+    meta = old.meta() or {}
+    old.set_meta({**meta, "schema": 1})
+    old.close()
+    again = KnowledgeBase(tmp_path / "ws", hashing_router(), qdrant_url=str(tmp_path / "q"))
+    try:
+        keyword = again._stack.keyword
+        assert isinstance(keyword, QdrantKeywordSearch)
+        assert (keyword.index.backend.meta() or {})["schema"] == 2
+        assert again.search("长江大桥", k=1, user=ACME)[0].chunk.doc_id == "bridge.md"
+        # document frequencies are counts over the text field: 长江 is in both chunks of
+        # bridge.md and in river.md; a token no chunk holds counts 0
+        n, dfs = keyword.doc_freqs(["长江", "e-203", "nothing-like-this"])
+        assert n == 6 and dfs[0] == 3 and dfs[2] == 0
+    finally:
+        again.close()

@@ -19,6 +19,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
     LOOKUP_FIELDS,
     META_ID,
+    TERMS,
     ChunkPoint,
     FusedPoint,
     FusedQuery,
@@ -26,6 +27,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     SearchQuery,
     SparseVec,
     fused_point,
+    term_token,
 )
 
 __all__ = ["EdgeBackend"]
@@ -79,6 +81,8 @@ class EdgeBackend:
         for name in LOOKUP_FIELDS:
             params = qe.KeywordIndexParams(enable_hnsw=False)
             shard.update(qe.UpdateOperation.create_field_index(name, params))
+        text = qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, enable_hnsw=False)
+        shard.update(qe.UpdateOperation.create_field_index(TERMS, text))
         return shard
 
     # -- state ----------------------------------------------------------------------------------
@@ -164,6 +168,8 @@ class EdgeBackend:
             must.append(qe.FieldCondition(name, match=match))
         if flt.has_vector is not None:
             must.append(qe.HasVectorCondition(flt.has_vector))
+        if flt.term is not None:
+            must.append(qe.FieldCondition(TERMS, match=qe.MatchText(term_token(flt.term))))
         if not must:  # every chunk point: those with a document
             must.append(qe.FieldCondition("doc_id", is_empty=False))
         return qe.Filter(must=must)

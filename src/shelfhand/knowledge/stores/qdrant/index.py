@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["QdrantIndex"]
 
-_SCHEMA = 1
+_SCHEMA = 2  # 2: the terms as one text field (model.TERMS); an index of 1 is rebuilt
 _BATCH = 512
 # Analysed tokens of a section heading, on average (BM25's length norm of the head part).
 _HEAD_AVG_LEN = 4.0

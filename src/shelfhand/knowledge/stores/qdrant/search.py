@@ -9,7 +9,7 @@ search carries the caller's :class:`Scope` as the query's filter (the tenant ind
 
 Keyword scores are BM25 (:mod:`.model`); the term statistics that the relevance estimate and
 the common-terms rule need (chunks, document frequency per term) are counts over the ``terms``
-payload index. Hits of equal score are ordered by rowid, so that both backends, and a brute
+text index. Hits of equal score are ordered by rowid, so that both backends, and a brute
 force reference, agree on ties.
 """
 
@@ -74,7 +74,7 @@ class QdrantKeywordSearch:
 
     def _dfs(self, terms: Sequence[str]) -> list[int]:
         backend = self.index.backend
-        return [backend.count(PointFilter(any_of={"terms": (t,)})) for t in terms]
+        return [backend.count(PointFilter(term=t)) for t in terms]
 
     def _ranked(self, terms: Sequence[str], k: int, flt: PointFilter) -> list[tuple[int, float]]:
         query = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)

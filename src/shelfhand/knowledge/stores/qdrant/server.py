@@ -19,6 +19,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
     LOOKUP_FIELDS,
     META_ID,
+    TERMS,
     ChunkPoint,
     FusedPoint,
     FusedQuery,
@@ -26,6 +27,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     SearchQuery,
     SparseVec,
     fused_point,
+    term_token,
 )
 
 __all__ = ["ServerBackend"]
@@ -108,6 +110,10 @@ class ServerBackend:
         for name in LOOKUP_FIELDS:  # never a dense search's filter: no HNSW links
             params = m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, enable_hnsw=False)
             self._client.create_payload_index(self.collection, name, params)
+        text = m.TextIndexParams(
+            type=m.TextIndexType.TEXT, tokenizer=m.TokenizerType.WORD, enable_hnsw=False
+        )
+        self._client.create_payload_index(self.collection, TERMS, text)
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -199,6 +205,8 @@ class ServerBackend:
             must.append(m.FieldCondition(key=name, match=match))
         if flt.has_vector is not None:
             must.append(m.HasVectorCondition(has_vector=flt.has_vector))
+        if flt.term is not None:
+            must.append(m.FieldCondition(key=TERMS, match=m.MatchText(text=term_token(flt.term))))
         if not must:
             must.append(m.IsEmptyCondition(is_empty=m.PayloadField(key="doc_id")))
             return m.Filter(must_not=must)

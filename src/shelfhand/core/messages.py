@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
+from shelfhand.core.slots import slot_setters
 
 __all__ = [
     "Block",
@@ -31,10 +32,6 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
-
-
-def _new_id() -> str:
-    return new_id()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +104,10 @@ class TextBlock:
     text: str
     type: Literal["text"] = "text"
 
+    def __init__(self, *, text: str, type: Literal["text"] = "text") -> None:
+        _text_text(self, text)
+        _text_type(self, type)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallBlock:
@@ -116,6 +117,19 @@ class ToolCallBlock:
     name: str
     arguments: str = "{}"
     type: Literal["tool_call"] = "tool_call"
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str,
+        arguments: str = "{}",
+        type: Literal["tool_call"] = "tool_call",
+    ) -> None:
+        _call_id(self, id)
+        _call_name(self, name)
+        _call_arguments(self, arguments)
+        _call_type(self, type)
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON)."""
@@ -133,6 +147,23 @@ class ToolResultBlock:
     citations: tuple[Citation, ...] = ()
     type: Literal["tool_result"] = "tool_result"
 
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        name: str,
+        content: str,
+        is_error: bool = False,
+        citations: tuple[Citation, ...] = (),
+        type: Literal["tool_result"] = "tool_result",
+    ) -> None:
+        _result_call_id(self, call_id)
+        _result_name(self, name)
+        _result_content(self, content)
+        _result_is_error(self, is_error)
+        _result_citations(self, citations)
+        _result_type(self, type)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CitationBlock:
@@ -141,6 +172,19 @@ class CitationBlock:
     citations: tuple[Citation, ...]
     type: Literal["citations"] = "citations"
 
+
+_text_text, _text_type = slot_setters(TextBlock, "text", "type")
+_call_id, _call_name, _call_arguments, _call_type = slot_setters(
+    ToolCallBlock, "id", "name", "arguments", "type"
+)
+(
+    _result_call_id,
+    _result_name,
+    _result_content,
+    _result_is_error,
+    _result_citations,
+    _result_type,
+) = slot_setters(ToolResultBlock, "call_id", "name", "content", "is_error", "citations", "type")
 
 Block: TypeAlias = TextBlock | ToolCallBlock | ToolResultBlock | CitationBlock
 
@@ -195,9 +239,31 @@ class Message:
     role: Role
     content: tuple[Block, ...] = ()
     name: str | None = None
-    id: str = field(default_factory=_new_id)
+    id: str = field(default_factory=new_id)
+    """Unique across processes (see :func:`~shelfhand.core.ids.new_id`); a new one unless
+    given."""
     created_at: float = field(default_factory=time.time)
+    """Epoch seconds; now unless given."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        *,
+        role: Role,
+        content: tuple[Block, ...] = (),
+        name: str | None = None,
+        id: str | None = None,
+        created_at: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        # several of these per agent step: the dataclass's own __init__ would look each field up
+        # by name (object.__setattr__), see shelfhand.core.slots
+        _role(self, role)
+        _content(self, content)
+        _name(self, name)
+        _id(self, new_id() if id is None else id)
+        _created_at(self, time.time() if created_at is None else created_at)
+        _metadata(self, {} if metadata is None else metadata)
 
     # --- factories -------------------------------------------------------------------------
     @classmethod
@@ -282,6 +348,11 @@ class Message:
     @classmethod
     def from_json(cls, text: str) -> Message:
         return cls.from_dict(json.loads(text))
+
+
+_role, _content, _name, _id, _created_at, _metadata = slot_setters(
+    Message, "role", "content", "name", "id", "created_at", "metadata"
+)
 
 
 def messages_to_json(messages: Iterable[Message]) -> str:

@@ -1,0 +1,100 @@
+"""The hot value types build themselves without the dataclass's ``__init__`` (see
+``shelfhand.core.slots``): they must behave exactly as the frozen dataclasses they are."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from typing import Any
+
+import pytest
+
+from shelfhand.core.messages import (
+    Citation,
+    Message,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from shelfhand.core.slots import slot_setters
+
+
+def _values() -> list[Any]:
+    cite = Citation(index=1, source="退货政策.md", text="拆封后 7 天内可退")
+    return [
+        TextBlock(text="拆封后还能退吗？"),
+        ToolCallBlock(id="c1", name="retrieve", arguments='{"query": "退货"}'),
+        ToolResultBlock(call_id="c1", name="retrieve", content="[1] …", citations=(cite,)),
+        ToolResultBlock(call_id="c2", name="add", content="boom", is_error=True),
+        Message.user("What is 2 + 3?", metadata={"k": 1}),
+        Message.assistant("拆封后 7 天内可退 [1]。", citations=[cite]),
+    ]
+
+
+@pytest.mark.parametrize("value", _values(), ids=lambda v: type(v).__name__)
+def test_a_hot_value_pickles_copies_and_replaces_to_an_equal_value(value: Any) -> None:
+    assert pickle.loads(pickle.dumps(value)) == value
+    assert copy.deepcopy(value) == value
+    assert dataclasses.replace(value) == value
+    assert dataclasses.asdict(value) == dataclasses.asdict(copy.copy(value))
+
+
+@pytest.mark.parametrize("value", _values(), ids=lambda v: type(v).__name__)
+def test_a_hot_value_stays_frozen(value: Any) -> None:
+    for f in dataclasses.fields(value):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, f.name, "changed")
+
+
+def test_blocks_compare_and_hash_by_their_fields() -> None:
+    a = ToolCallBlock(id="c1", name="add", arguments='{"a": 2}')
+    assert a == ToolCallBlock(id="c1", name="add", arguments='{"a": 2}')
+    assert hash(a) == hash(ToolCallBlock(id="c1", name="add", arguments='{"a": 2}'))
+    assert a != ToolCallBlock(id="c1", name="add")
+    assert ToolCallBlock(id="c1", name="add").arguments == "{}"
+    assert TextBlock(text="x").type == "text"
+    result = ToolResultBlock(call_id="c1", name="add", content="5")
+    assert (result.is_error, result.citations, result.type) == (False, (), "tool_result")
+    assert repr(TextBlock(text="中文")) == "TextBlock(text='中文', type='text')"
+
+
+def test_each_message_gets_its_own_id_time_and_metadata() -> None:
+    a, b = Message.user("一"), Message.user("一")
+    assert a.id != b.id and len(a.id) == 32
+    assert a.created_at <= b.created_at
+    assert a.metadata == {} and a.metadata is not b.metadata
+    assert a != b  # different ids
+
+
+def test_a_message_keeps_the_id_time_and_metadata_it_is_given() -> None:
+    m = Message(role="user", id="m1", created_at=12.5, metadata={"upfront": True}, name="张三")
+    assert (m.id, m.created_at, dict(m.metadata), m.name) == ("m1", 12.5, {"upfront": True}, "张三")
+    assert m == Message(
+        role="user", id="m1", created_at=12.5, metadata={"upfront": True}, name="张三"
+    )
+    assert dataclasses.replace(m, name=None).id == "m1"
+
+
+def test_a_message_given_no_id_gets_a_fresh_one() -> None:
+    assert Message(role="user", id=None).id  # never None
+
+
+def test_the_constructor_rejects_unknown_and_positional_fields() -> None:
+    with pytest.raises(TypeError):
+        Message(role="user", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        TextBlock("x")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ToolCallBlock(name="add")  # type: ignore[call-arg]
+
+
+def test_slot_setters_refuse_a_name_that_is_not_a_slot() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int = 0
+
+    with pytest.raises(TypeError, match=r"Plain\.x is not a slot"):
+        slot_setters(Plain, "x")
+    with pytest.raises(TypeError, match=r"TextBlock\.colour is not a slot"):
+        slot_setters(TextBlock, "colour")

@@ -6,10 +6,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.events import Final
 from shelfhand.core.messages import (
     Citation,
     Message,
@@ -17,6 +20,7 @@ from shelfhand.core.messages import (
     ToolCallBlock,
     ToolResultBlock,
 )
+from shelfhand.core.results import RunResult, Usage, UsageTally
 from shelfhand.core.slots import slot_setters
 
 
@@ -29,7 +33,21 @@ def _values() -> list[Any]:
         ToolResultBlock(call_id="c2", name="add", content="boom", is_error=True),
         Message.user("What is 2 + 3?", metadata={"k": 1}),
         Message.assistant("拆封后 7 天内可退 [1]。", citations=[cite]),
+        Usage(input_tokens=12, output_tokens=3, model_calls=1, cost=0.5),
+        _result(),
+        Final(result=_result()),
     ]
+
+
+def _result() -> RunResult:
+    return RunResult(
+        output="拆封后 7 天内可退 [1]。",
+        messages=(Message(role="user", id="m1", created_at=1.0),),
+        usage=Usage(model_calls=2, tool_calls=1),
+        iterations=2,
+        trace_id="t1",
+        budget={"scope": "tenant"},
+    )
 
 
 @pytest.mark.parametrize("value", _values(), ids=lambda v: type(v).__name__)
@@ -98,3 +116,44 @@ def test_slot_setters_refuse_a_name_that_is_not_a_slot() -> None:
         slot_setters(Plain, "x")
     with pytest.raises(TypeError, match=r"TextBlock\.colour is not a slot"):
         slot_setters(TextBlock, "colour")
+
+
+def test_a_run_result_defaults_to_no_usage_and_a_final_stop() -> None:
+    result = RunResult(output="5", messages=())
+    assert result.usage == Usage()
+    assert (result.stop_reason, result.iterations, result.citations) == ("final", 0, ())
+    assert (result.grounding, result.extractive, result.budget) == (None, False, None)
+    assert dataclasses.replace(result, output="6").usage == Usage()
+
+
+def test_a_run_context_gets_fresh_ids_ledger_and_tally_unless_given() -> None:
+    a, b = RunContext(), RunContext()
+    assert len({a.run_id, a.trace_id, b.run_id, b.trace_id}) == 4
+    assert a.citations is not b.citations and a.delegated is not b.delegated
+    user = UserContext(tenant_id="acme", user_id="张三")
+    step = dataclasses.replace(a, iteration=3, user=user)
+    # a step of the same run: same ids, same ledger and tally (compared by the other fields)
+    assert (step.run_id, step.trace_id, step.iteration, step.user) == (
+        a.run_id,
+        a.trace_id,
+        3,
+        user,
+    )
+    assert step.citations is a.citations and step.delegated is a.delegated
+    assert step == dataclasses.replace(a, iteration=3, user=user)
+    again = RunContext(run_id="r", trace_id="t", agent_name="calc", depth=1, parent_trace_id="p")
+    assert again == RunContext(
+        run_id="r", trace_id="t", agent_name="calc", depth=1, parent_trace_id="p"
+    )
+
+
+def test_usage_tallies_add_up_from_many_threads_at_once() -> None:
+    tallies = [UsageTally(), UsageTally()]
+
+    def add(n: int) -> None:
+        for _ in range(500):
+            tallies[n % 2].add(Usage(model_calls=1, input_tokens=2))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(add, range(8)))
+    assert [t.total for t in tallies] == [Usage(model_calls=2000, input_tokens=4000)] * 2

@@ -14,6 +14,7 @@ from shelfhand.core.citations import CitationLedger
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
 from shelfhand.core.results import UsageTally
+from shelfhand.core.slots import slot_setters
 
 __all__ = [
     "ANONYMOUS",
@@ -101,6 +102,33 @@ class RunContext:
     """What the runs this run delegated used (its subagents' finished runs): added to the
     run's own usage when it ends."""
 
+    def __init__(
+        self,
+        *,
+        run_id: str | None = None,
+        trace_id: str | None = None,
+        agent_name: str = "",
+        user: UserContext = ANONYMOUS,
+        iteration: int = 0,
+        deps: Any = None,
+        citations: CitationLedger | None = None,
+        parent_trace_id: str = "",
+        depth: int = 0,
+        delegated: UsageTally | None = None,
+    ) -> None:
+        # one per run (and per step for tools that read it): set through the slots (see
+        # shelfhand.core.slots); ids, ledger and tally are new unless given
+        _run_id(self, new_id() if run_id is None else run_id)
+        _trace_id(self, new_id() if trace_id is None else trace_id)
+        _agent_name(self, agent_name)
+        _user(self, user)
+        _iteration(self, iteration)
+        _deps(self, deps)
+        _citations(self, CitationLedger() if citations is None else citations)
+        _parent_trace_id(self, parent_trace_id)
+        _depth(self, depth)
+        _delegated(self, UsageTally() if delegated is None else delegated)
+
     @classmethod
     def start(
         cls,
@@ -136,3 +164,29 @@ class RunContext:
             parent_trace_id=parent.trace_id,
             depth=parent.depth + 1,
         )
+
+
+(
+    _run_id,
+    _trace_id,
+    _agent_name,
+    _user,
+    _iteration,
+    _deps,
+    _citations,
+    _parent_trace_id,
+    _depth,
+    _delegated,
+) = slot_setters(
+    RunContext,
+    "run_id",
+    "trace_id",
+    "agent_name",
+    "user",
+    "iteration",
+    "deps",
+    "citations",
+    "parent_trace_id",
+    "depth",
+    "delegated",
+)

@@ -15,13 +15,14 @@ from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.events import Final
 from shelfhand.core.messages import (
     Citation,
+    CitationBlock,
     Message,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
 )
 from shelfhand.core.results import RunResult, Usage, UsageTally
-from shelfhand.core.slots import slot_setters
+from shelfhand.core.slots import slot_setters, twin
 
 
 def _values() -> list[Any]:
@@ -157,3 +158,60 @@ def test_usage_tallies_add_up_from_many_threads_at_once() -> None:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(add, range(8)))
     assert [t.total for t in tallies] == [Usage(model_calls=2000, input_tokens=4000)] * 2
+
+
+def test_factory_built_messages_equal_constructor_built_ones_field_for_field() -> None:
+    cite = Citation(index=1, source="a.md")
+    call = ToolCallBlock(id="c1", name="add")
+    result = ToolResultBlock(call_id="c1", name="add", content="5")
+    for built, role, content in [
+        (Message.system("你是计算器"), "system", (TextBlock(text="你是计算器"),)),
+        (Message.user("2 + 3?"), "user", (TextBlock(text="2 + 3?"),)),
+        (
+            Message.assistant("5 [1]", tool_calls=[call], citations=[cite]),
+            "assistant",
+            (TextBlock(text="5 [1]"), call, CitationBlock(citations=(cite,))),
+        ),
+        (Message.assistant(), "assistant", ()),
+        (Message.tool([result]), "tool", (result,)),
+    ]:
+        assert type(built) is Message
+        assert built == Message(
+            role=role, content=content, id=built.id, created_at=built.created_at
+        )
+        assert built.name is None and built.metadata == {}
+        assert repr(built).startswith(f"Message(role='{role}'")
+        assert pickle.loads(pickle.dumps(built)) == built
+
+
+def test_factories_with_keywords_or_of_a_subclass_use_the_constructor() -> None:
+    m = Message.user("hi", name="张三", metadata={"k": 1})
+    assert (m.name, dict(m.metadata)) == ("张三", {"k": 1})
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Tagged(Message):
+        tag: str = "t"
+
+    tagged = Tagged.user("hi")
+    assert type(tagged) is Tagged and tagged.tag == "t" and tagged.text == "hi"
+
+
+def test_a_twin_needs_a_slotted_class_of_its_own() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int = 0
+
+    with pytest.raises(TypeError, match="not a slotted class of its own"):
+        twin(Plain)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Point:
+        x: int
+        y: int
+
+    fields = twin(Point)()
+    fields.x, fields.y = 1, 2
+    fields.__class__ = Point
+    assert fields == Point(1, 2) and hash(fields) == hash(Point(1, 2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fields.x = 3

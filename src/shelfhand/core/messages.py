@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
-from shelfhand.core.slots import slot_setters
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
     "Block",
@@ -266,13 +266,18 @@ class Message:
         _metadata(self, {} if metadata is None else metadata)
 
     # --- factories -------------------------------------------------------------------------
+    # without keywords (the common case) a message is built as a twin: see shelfhand.core.slots
     @classmethod
     def system(cls, text: str, **kw: Any) -> Message:
-        return cls(role="system", content=(TextBlock(text=text),), **kw)
+        if kw or cls is not Message:
+            return cls(role="system", content=(TextBlock(text=text),), **kw)
+        return new_message("system", (text_block(text),))
 
     @classmethod
     def user(cls, text: str, **kw: Any) -> Message:
-        return cls(role="user", content=(TextBlock(text=text),), **kw)
+        if kw or cls is not Message:
+            return cls(role="user", content=(TextBlock(text=text),), **kw)
+        return new_message("user", (text_block(text),))
 
     @classmethod
     def assistant(
@@ -285,15 +290,19 @@ class Message:
     ) -> Message:
         blocks: list[Block] = []
         if text:
-            blocks.append(TextBlock(text=text))
+            blocks.append(text_block(text))
         blocks.extend(tool_calls)
         if citations:
             blocks.append(CitationBlock(citations=tuple(citations)))
-        return cls(role="assistant", content=tuple(blocks), **kw)
+        if kw or cls is not Message:
+            return cls(role="assistant", content=tuple(blocks), **kw)
+        return new_message("assistant", tuple(blocks))
 
     @classmethod
     def tool(cls, results: Iterable[ToolResultBlock], **kw: Any) -> Message:
-        return cls(role="tool", content=tuple(results), **kw)
+        if kw or cls is not Message:
+            return cls(role="tool", content=tuple(results), **kw)
+        return new_message("tool", tuple(results))
 
     # --- views -----------------------------------------------------------------------------
     @property
@@ -353,6 +362,57 @@ class Message:
 _role, _content, _name, _id, _created_at, _metadata = slot_setters(
     Message, "role", "content", "name", "id", "created_at", "metadata"
 )
+
+
+_TextFields = twin(TextBlock)
+_ResultFields = twin(ToolResultBlock)
+_MessageFields = twin(Message)
+
+
+def text_block(text: str) -> TextBlock:
+    """``TextBlock(text=text)``, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    block = _TextFields()
+    block.text = text
+    block.type = "text"
+    block.__class__ = TextBlock
+    built: TextBlock = block
+    return built
+
+
+def tool_result(
+    *,
+    call_id: str,
+    name: str,
+    content: str,
+    is_error: bool = False,
+    citations: tuple[Citation, ...] = (),
+) -> ToolResultBlock:
+    """``ToolResultBlock(...)`` of these fields, built as a twin (one per tool call)."""
+    block = _ResultFields()
+    block.call_id = call_id
+    block.name = name
+    block.content = content
+    block.is_error = is_error
+    block.citations = citations
+    block.type = "tool_result"
+    block.__class__ = ToolResultBlock
+    built: ToolResultBlock = block
+    return built
+
+
+def new_message(role: Role, content: tuple[Block, ...]) -> Message:
+    """A message of ``role`` and ``content`` with a new id, the time now, no name and no
+    metadata: the factories' common case, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    message = _MessageFields()
+    message.role = role
+    message.content = content
+    message.name = None
+    message.id = new_id()
+    message.created_at = time.time()
+    message.metadata = {}
+    message.__class__ = Message
+    built: Message = message
+    return built
 
 
 def messages_to_json(messages: Iterable[Message]) -> str:

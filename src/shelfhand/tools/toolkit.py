@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
-from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
@@ -236,12 +236,10 @@ class Toolkit(ToolRegistry):
         outcome, replayed, shared = await gov.run(plan, found, arguments, run, key, self._execute)
         output = outcome.output
         if output is None:
-            result = ToolResultBlock(
-                call_id=call.id, name=name, content=outcome.message, is_error=True
-            )
+            result = tool_result(call_id=call.id, name=name, content=outcome.message, is_error=True)
             kind: Outcome = outcome.outcome
         else:
-            result = ToolResultBlock(
+            result = tool_result(
                 call_id=call.id,
                 name=name,
                 content=output.content,

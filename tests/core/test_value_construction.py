@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.events import Final
+from shelfhand.core.events import Final, final_event
 from shelfhand.core.messages import (
     Citation,
     CitationBlock,
@@ -21,7 +21,7 @@ from shelfhand.core.messages import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from shelfhand.core.results import RunResult, Usage, UsageTally
+from shelfhand.core.results import RunResult, Usage, UsageTally, run_result, run_usage
 from shelfhand.core.slots import slot_setters, twin
 
 
@@ -215,3 +215,48 @@ def test_a_twin_needs_a_slotted_class_of_its_own() -> None:
     assert fields == Point(1, 2) and hash(fields) == hash(Point(1, 2))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fields.x = 3
+
+
+def test_the_run_builders_make_what_the_constructors_make() -> None:
+    usage = run_usage(
+        input_tokens=1, output_tokens=2, model_calls=3, tool_calls=4, retrievals=5, cost=None
+    )
+    assert usage == Usage(
+        input_tokens=1, output_tokens=2, model_calls=3, tool_calls=4, retrievals=5
+    )
+    assert hash(usage) == hash(
+        Usage(input_tokens=1, output_tokens=2, model_calls=3, tool_calls=4, retrievals=5)
+    )
+    messages = (Message.user("2 + 3?"),)
+    call = ToolCallBlock(id="c1", name="ship")
+    built = run_result(
+        output="好的", messages=messages, citations=(), usage=usage, iterations=2,
+        stop_reason="external_tool", trace_id="t1", external_calls=(call,),
+    )  # fmt: skip
+    assert built == RunResult(
+        output="好的", messages=messages, usage=usage, iterations=2,
+        stop_reason="external_tool", trace_id="t1", external_calls=(call,),
+    )  # fmt: skip
+    assert pickle.loads(pickle.dumps(built)) == built
+    assert dataclasses.replace(built, extractive=True).extractive
+    event = final_event(built)
+    assert event == Final(result=built) and event.type == "final"
+
+
+def test_a_started_run_is_a_whole_run_context() -> None:
+    user = UserContext(tenant_id="acme", user_id="李四")
+    top = RunContext.start(agent_name="calc", user=user, trace_id="t1")
+    assert top == RunContext(run_id=top.run_id, trace_id="t1", agent_name="calc", user=user)
+    assert (top.iteration, top.deps, top.depth, top.parent_trace_id) == (0, None, 0, "")
+    assert top.citations.citations == () and top.delegated.total == Usage()
+    sub = RunContext.start(agent_name="sub", parent=top)
+    assert (sub.user, sub.parent_trace_id, sub.depth) == (user, "t1", 1)
+    assert sub.trace_id not in ("", "t1") and sub.run_id != top.run_id
+    assert dataclasses.replace(sub, iteration=2).citations is sub.citations
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Tagged(RunContext):
+        tag: str = "t"
+
+    tagged = Tagged.start(agent_name="calc")
+    assert type(tagged) is Tagged and tagged.agent_name == "calc"

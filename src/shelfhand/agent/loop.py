@@ -29,7 +29,7 @@ from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
-from shelfhand.core.results import StopReason, Usage
+from shelfhand.core.results import StopReason, Usage, run_usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
@@ -289,7 +289,7 @@ class AgentLoop:
 
             external = [c for c in calls if self._is_external(c.name)]
             if external:
-                usage = _ended(run, options, Usage(
+                usage = _ended(run, options, run_usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
                     cost=cost,
@@ -352,7 +352,7 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         summary = await self._remember(new)
-        own = Usage(
+        own = run_usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
             cost=cost,

@@ -14,7 +14,7 @@ from typing import Literal
 
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message, ToolCallBlock
-from shelfhand.core.slots import slot_setters
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = ["RunResult", "StopReason", "Usage", "UsageTally"]
 
@@ -239,3 +239,62 @@ class RunResult:
     "fallback_reason",
     "budget",
 )
+
+
+_UsageFields = twin(Usage)
+_ResultFields = twin(RunResult)
+
+
+def run_usage(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    model_calls: int,
+    tool_calls: int,
+    retrievals: int,
+    cost: float | None,
+) -> Usage:
+    """``Usage(...)`` of a run's counts, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    usage = _UsageFields()
+    usage.input_tokens = input_tokens
+    usage.output_tokens = output_tokens
+    usage.model_calls = model_calls
+    usage.tool_calls = tool_calls
+    usage.retrievals = retrievals
+    usage.cost = cost
+    usage.__class__ = Usage
+    built: Usage = usage
+    return built
+
+
+def run_result(
+    *,
+    output: str,
+    messages: tuple[Message, ...],
+    citations: tuple[Citation, ...],
+    usage: Usage,
+    iterations: int,
+    stop_reason: StopReason,
+    trace_id: str,
+    external_calls: tuple[ToolCallBlock, ...] = (),
+    unknown_citations: tuple[int, ...] = (),
+) -> RunResult:
+    """The result of a run that ended by itself (no check has looked at it yet: not
+    grounded, not replaced, no budget), built as a twin (see :mod:`shelfhand.core.slots`)."""
+    result = _ResultFields()
+    result.output = output
+    result.messages = messages
+    result.citations = citations
+    result.usage = usage
+    result.iterations = iterations
+    result.stop_reason = stop_reason
+    result.external_calls = external_calls
+    result.trace_id = trace_id
+    result.unknown_citations = unknown_citations
+    result.grounding = None
+    result.extractive = False
+    result.fallback_reason = ""
+    result.budget = None
+    result.__class__ = RunResult
+    built: RunResult = result
+    return built

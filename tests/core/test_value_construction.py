@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -260,3 +261,36 @@ def test_a_started_run_is_a_whole_run_context() -> None:
 
     tagged = Tagged.start(agent_name="calc")
     assert type(tagged) is Tagged and tagged.agent_name == "calc"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"a": 2, "b": 3}',
+        '{"query": "退货政策", "top_k": 5, "filters": {"tags": ["售后", null]}}',
+        '  {"a": 1}  ',
+        "{}",
+        '{"x": NaN}',
+        "",
+        "   ",
+        "[1, 2]",
+        '"text"',
+        '{"a": }',
+        '{"a": 1}}',
+        "{} {}",
+        '{"a": "unterminated}',
+        '{"a": 1}\n',
+        "{'a': 1}",
+    ],
+)
+def test_parsed_arguments_are_exactly_what_json_loads_makes_of_them(arguments: str) -> None:
+    call = ToolCallBlock(id="c1", name="t", arguments=arguments)
+    try:
+        expected: Any = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError) as got:
+            call.parsed_arguments()
+        assert (got.value.msg, got.value.pos) == (exc.msg, exc.pos)
+        return
+    parsed = call.parsed_arguments()
+    assert repr(parsed) == repr(expected)  # NaN != NaN: compare the text

@@ -55,7 +55,7 @@ from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
-from .tool_round import retrieve_upfront, run_alone, tool_round
+from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
@@ -313,8 +313,14 @@ class AgentLoop:
                 step_run = RunContext(**step_fields, iteration=iteration)
             results: list[ToolResultBlock] = []
             if not sink.listening and approvals is None and len(calls) == 1:
-                # the round has no events and nothing to ask: no generator for it
-                results.append(await run_alone(calls[0], step_run, self.toolkit, guard))
+                # the round has no events and nothing to ask: the same result as tool_round's,
+                # without an async generator (asyncio registers every one it starts) or a
+                # coroutine of its own
+                call = calls[0]
+                answered = guard.replay(call)
+                if answered is None:
+                    answered = guard.record(call, await self.toolkit.call(call, step_run))
+                results.append(answered)
             elif stream:
                 steps = self._round(calls, step_run, results, approvals, guard, sink)
                 # closed with the stream: a consumer that stops early withdraws the

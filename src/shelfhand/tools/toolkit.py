@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -315,16 +316,17 @@ class Toolkit(ToolRegistry):
         redacted: dict[str, Any] = redact(arguments)
         return redacted
 
-    async def _execute(
+    def _execute(
         self, item: AnyTool, arguments: dict[str, Any], run: RunContext
-    ) -> ToolOutput:
-        """The one place a tool's function is invoked (the governance pipeline wraps it).
+    ) -> Awaitable[ToolOutput]:
+        """The one place a tool's function is invoked (the governance pipeline wraps it):
+        the tool's own coroutine, awaited by governance (no coroutine of its own around it).
 
-        Raises:
+        Raises (when awaited):
             ToolArgumentError: invalid arguments.
             Exception: whatever the tool raises.
         """
-        return await item.invoke(arguments, run=run)
+        return item.invoke(arguments, run=run)
 
     @staticmethod
     def _repair(item: AnyTool, arguments: Any) -> tuple[Any, list[str]]:

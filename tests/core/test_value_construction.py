@@ -294,3 +294,22 @@ def test_parsed_arguments_are_exactly_what_json_loads_makes_of_them(arguments: s
         return
     parsed = call.parsed_arguments()
     assert repr(parsed) == repr(expected)  # NaN != NaN: compare the text
+
+
+def test_a_messages_text_and_calls_are_read_from_every_shape_of_content() -> None:
+    a = ToolCallBlock(id="c1", name="add")
+    b = ToolCallBlock(id="c2", name="退货")
+    result = ToolResultBlock(call_id="c1", name="add", content="5")
+    cases: list[tuple[tuple[Any, ...], str, tuple[ToolCallBlock, ...]]] = [
+        ((), "", ()),
+        ((TextBlock(text="只有文字"),), "只有文字", ()),
+        ((a,), "", (a,)),
+        ((result,), "", ()),
+        ((TextBlock(text="先"), a, TextBlock(text="后"), b), "先后", (a, b)),
+        ((CitationBlock(citations=()), TextBlock(text="x")), "x", ()),
+    ]
+    for content, text, calls in cases:
+        message = Message(role="assistant", content=content)
+        assert message.text == text
+        assert message.tool_calls == calls
+        assert isinstance(message.tool_calls, tuple)

@@ -320,14 +320,25 @@ class Message:
         return new_message("tool", tuple(results))
 
     # --- views -----------------------------------------------------------------------------
+    # the loop reads a reply's text and calls at every step: the common shapes (one block, no
+    # call) are answered without a generator, which costs more than the rest of the read
+
     @property
     def text(self) -> str:
         """All text blocks joined."""
-        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+        content = self.content
+        if len(content) == 1:
+            block = content[0]
+            return block.text if isinstance(block, TextBlock) else ""
+        return "".join([b.text for b in content if isinstance(b, TextBlock)])
 
     @property
     def tool_calls(self) -> tuple[ToolCallBlock, ...]:
-        return tuple(b for b in self.content if isinstance(b, ToolCallBlock))
+        content = self.content
+        for block in content:
+            if isinstance(block, ToolCallBlock):
+                return tuple([b for b in content if isinstance(b, ToolCallBlock)])
+        return ()
 
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:

@@ -313,3 +313,16 @@ def test_a_messages_text_and_calls_are_read_from_every_shape_of_content() -> Non
         assert message.text == text
         assert message.tool_calls == calls
         assert isinstance(message.tool_calls, tuple)
+
+
+def test_a_tools_return_value_becomes_the_output_the_constructor_would_make() -> None:
+    from shelfhand.tools.tool import ToolOutput, serialise_result
+
+    assert serialise_result("拆封后 7 天内可退") == ToolOutput(content="拆封后 7 天内可退")
+    assert serialise_result(None) == ToolOutput(content="done")
+    made = serialise_result({"total": 5, "币种": "元"})
+    assert made == ToolOutput(content='{"total":5,"币种":"元"}', data={"total": 5, "币种": "元"})
+    assert (made.citations, made.is_error) == ((), False)
+    assert pickle.loads(pickle.dumps(made)) == made
+    own = ToolOutput(content="x", is_error=True)
+    assert serialise_result(own) is own

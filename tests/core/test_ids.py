@@ -49,3 +49,17 @@ def test_the_first_id_of_a_process_does_not_end_in_sixteen_zeros() -> None:
 
     assert len(firsts) == 3
     assert all(len(i) == 32 and not i.endswith("0" * 16) for i in firsts), firsts
+
+
+def test_ids_keep_sixteen_counter_digits_from_the_lowest_to_the_highest_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import itertools
+
+    from shelfhand.core import ids
+
+    for start in (0, 1, (1 << 62) - 1, (1 << 63) + 5):
+        monkeypatch.setattr(ids, "_next", itertools.count(ids._ABOVE | start).__next__)
+        made = ids.new_id()
+        assert len(made) == 32
+        assert int(made[16:], 16) == start

@@ -176,3 +176,33 @@ async def _in_child() -> str:
     from shelfhand.tools import workers
 
     return str(await workers.run_sync(str, "子进程"))
+
+
+def test_a_call_whose_event_loop_closed_meanwhile_leaves_its_thread_serving_the_next() -> None:
+    workers = SyncWorkers(1)
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(5)
+        return "nobody waits for this"
+
+    async def abandon() -> None:
+        pending = asyncio.ensure_future(workers.call(slow))
+        await anyio.to_thread.run_sync(started.wait, 5)
+        assert not pending.done()
+        # asyncio.run cancels the pending call and closes its loop on the way out
+
+    try:
+        asyncio.run(abandon())
+        release.set()  # the thread now hands its outcome to a closed loop
+
+        async def next_call() -> int:
+            with anyio.fail_after(5):
+                return int(await workers.call(pow, 2, 3))
+
+        assert asyncio.run(next_call()) == 8
+        assert workers.threads == 1
+    finally:
+        release.set()
+        workers.shutdown()

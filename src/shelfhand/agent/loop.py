@@ -29,7 +29,7 @@ from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
-from shelfhand.core.results import StopReason, Usage
+from shelfhand.core.results import StopReason, Usage, run_usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
@@ -55,7 +55,7 @@ from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate
-from .tool_round import retrieve_upfront, run_alone, tool_round
+from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
@@ -289,7 +289,7 @@ class AgentLoop:
 
             external = [c for c in calls if self._is_external(c.name)]
             if external:
-                usage = _ended(run, options, Usage(
+                usage = _ended(run, options, run_usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
                     model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
                     cost=cost,
@@ -313,8 +313,14 @@ class AgentLoop:
                 step_run = RunContext(**step_fields, iteration=iteration)
             results: list[ToolResultBlock] = []
             if not sink.listening and approvals is None and len(calls) == 1:
-                # the round has no events and nothing to ask: no generator for it
-                results.append(await run_alone(calls[0], step_run, self.toolkit, guard))
+                # the round has no events and nothing to ask: the same result as tool_round's,
+                # without an async generator (asyncio registers every one it starts) or a
+                # coroutine of its own
+                call = calls[0]
+                answered = guard.replay(call)
+                if answered is None:
+                    answered = guard.record(call, await self.toolkit.call(call, step_run))
+                results.append(answered)
             elif stream:
                 steps = self._round(calls, step_run, results, approvals, guard, sink)
                 # closed with the stream: a consumer that stops early withdraws the
@@ -352,7 +358,7 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         summary = await self._remember(new)
-        own = Usage(
+        own = run_usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
             model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
             cost=cost,

@@ -15,9 +15,9 @@ from dataclasses import replace
 
 from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext
-from shelfhand.core.events import Final
+from shelfhand.core.events import Final, final_event
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
-from shelfhand.core.results import RunResult, StopReason, Usage
+from shelfhand.core.results import StopReason, Usage, run_result
 from shelfhand.models.base import ToolSchema
 from shelfhand.models.textcalls import recover_tool_calls
 
@@ -136,8 +136,8 @@ def final(
     reason: StopReason,
 ) -> Final:
     """The event a run ends with: its answer ``text``, transcript and citations."""
-    return Final(
-        result=RunResult(
+    return final_event(
+        run_result(
             output=text,
             messages=tuple(new),
             citations=tuple(citations),
@@ -161,8 +161,8 @@ def external_final(
 ) -> Final:
     """The end of a run whose model called ``external`` tools: the calls go back to the
     caller, who executes them."""
-    return Final(
-        result=RunResult(
+    return final_event(
+        run_result(
             output=reply.text,
             messages=tuple(new),
             citations=tuple(citations),

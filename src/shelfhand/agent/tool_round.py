@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .guard import CallGuard
     from .step_events import EventSink
 
-__all__ = ["ask_approvals", "retrieve_upfront", "run_alone", "tool_round"]
+__all__ = ["ask_approvals", "retrieve_upfront", "tool_round"]
 
 
 async def tool_round(
@@ -117,18 +117,6 @@ async def tool_round(
             if events:
                 yield finished(report, done[call.id], tag)
     results.extend([done[c.id] for c in calls])
-
-
-async def run_alone(
-    call: ToolCallBlock, run: RunContext, toolkit: Toolkit, guard: CallGuard
-) -> ToolResultBlock:
-    """:func:`tool_round` for a reply of one call, in a run nobody watches and without an
-    approvals registry: the same result, without an async generator (asyncio registers
-    every one it starts)."""
-    earlier = guard.replay(call)
-    if earlier is not None:
-        return earlier
-    return guard.record(call, await toolkit.call(call, run))
 
 
 def _identical_groups(

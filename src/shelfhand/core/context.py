@@ -14,6 +14,7 @@ from shelfhand.core.citations import CitationLedger
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
 from shelfhand.core.results import UsageTally
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
     "ANONYMOUS",
@@ -101,6 +102,33 @@ class RunContext:
     """What the runs this run delegated used (its subagents' finished runs): added to the
     run's own usage when it ends."""
 
+    def __init__(
+        self,
+        *,
+        run_id: str | None = None,
+        trace_id: str | None = None,
+        agent_name: str = "",
+        user: UserContext = ANONYMOUS,
+        iteration: int = 0,
+        deps: Any = None,
+        citations: CitationLedger | None = None,
+        parent_trace_id: str = "",
+        depth: int = 0,
+        delegated: UsageTally | None = None,
+    ) -> None:
+        # one per run (and per step for tools that read it): set through the slots (see
+        # shelfhand.core.slots); ids, ledger and tally are new unless given
+        _run_id(self, new_id() if run_id is None else run_id)
+        _trace_id(self, new_id() if trace_id is None else trace_id)
+        _agent_name(self, agent_name)
+        _user(self, user)
+        _iteration(self, iteration)
+        _deps(self, deps)
+        _citations(self, CitationLedger() if citations is None else citations)
+        _parent_trace_id(self, parent_trace_id)
+        _depth(self, depth)
+        _delegated(self, UsageTally() if delegated is None else delegated)
+
     @classmethod
     def start(
         cls,
@@ -118,21 +146,73 @@ class RunContext:
         its trace id and is one level deeper; its caller is the parent's caller, always.
         """
         if parent is None:
-            return cls(
-                agent_name=agent_name,
-                user=user or ANONYMOUS,
-                deps=deps,
-                trace_id=trace_id or new_id(),
-            )
+            return _started(cls, agent_name, user or ANONYMOUS, deps, trace_id or new_id(), "", 0)
         if user is not None and user != parent.user:
             raise InvalidArgumentError(
                 "a delegated run belongs to its parent's caller; pass no other user"
             )
+        return _started(
+            cls, agent_name, parent.user, deps, trace_id or new_id(), parent.trace_id,
+            parent.depth + 1,
+        )  # fmt: skip
+
+
+def _started(
+    cls: type[RunContext],
+    agent_name: str,
+    user: UserContext,
+    deps: Any,
+    trace_id: str,
+    parent_trace_id: str,
+    depth: int,
+) -> RunContext:
+    """A new run's context: a new run id, citation ledger and usage tally, at iteration 0.
+    One per run: built as a twin (see :mod:`shelfhand.core.slots`) unless ``cls`` is a
+    subclass."""
+    if cls is not RunContext:
         return cls(
-            agent_name=agent_name,
-            user=parent.user,
-            deps=deps,
-            trace_id=trace_id or new_id(),
-            parent_trace_id=parent.trace_id,
-            depth=parent.depth + 1,
-        )
+            agent_name=agent_name, user=user, deps=deps, trace_id=trace_id,
+            parent_trace_id=parent_trace_id, depth=depth,
+        )  # fmt: skip
+    run = _RunFields()
+    run.run_id = new_id()
+    run.trace_id = trace_id
+    run.agent_name = agent_name
+    run.user = user
+    run.iteration = 0
+    run.deps = deps
+    run.citations = CitationLedger()
+    run.parent_trace_id = parent_trace_id
+    run.depth = depth
+    run.delegated = UsageTally()
+    run.__class__ = RunContext
+    built: RunContext = run
+    return built
+
+
+(
+    _run_id,
+    _trace_id,
+    _agent_name,
+    _user,
+    _iteration,
+    _deps,
+    _citations,
+    _parent_trace_id,
+    _depth,
+    _delegated,
+) = slot_setters(
+    RunContext,
+    "run_id",
+    "trace_id",
+    "agent_name",
+    "user",
+    "iteration",
+    "deps",
+    "citations",
+    "parent_trace_id",
+    "depth",
+    "delegated",
+)
+
+_RunFields = twin(RunContext)

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
     "AnswerReplaced",
@@ -138,6 +139,26 @@ class AnswerReplaced:
 class Final:
     result: RunResult
     type: Literal["final"] = "final"
+
+    def __init__(self, *, result: RunResult, type: Literal["final"] = "final") -> None:
+        # every run ends with one, watched or not (see shelfhand.core.slots)
+        _final_result(self, result)
+        _final_type(self, type)
+
+
+_final_result, _final_type = slot_setters(Final, "result", "type")
+_FinalFields = twin(Final)
+
+
+def final_event(result: RunResult) -> Final:
+    """``Final(result=result)``, built as a twin: every run ends with one (see
+    :mod:`shelfhand.core.slots`)."""
+    event = _FinalFields()
+    event.result = result
+    event.type = "final"
+    event.__class__ = Final
+    built: Final = event
+    return built
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

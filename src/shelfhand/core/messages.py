@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
     "Block",
@@ -32,9 +33,8 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-
-def _new_id() -> str:
-    return new_id()
+_scan_json: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")  # noqa: B009 - not in typeshed
+"""What ``json.loads`` runs for a string (the same C scanner, strict, no hooks)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +107,10 @@ class TextBlock:
     text: str
     type: Literal["text"] = "text"
 
+    def __init__(self, *, text: str, type: Literal["text"] = "text") -> None:
+        _text_text(self, text)
+        _text_type(self, type)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallBlock:
@@ -117,9 +121,34 @@ class ToolCallBlock:
     arguments: str = "{}"
     type: Literal["tool_call"] = "tool_call"
 
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str,
+        arguments: str = "{}",
+        type: Literal["tool_call"] = "tool_call",
+    ) -> None:
+        _call_id(self, id)
+        _call_name(self, name)
+        _call_arguments(self, arguments)
+        _call_type(self, type)
+
     def parsed_arguments(self) -> Any:
         """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON)."""
-        return json.loads(self.arguments) if self.arguments.strip() else {}
+        text = self.arguments
+        if text[:1] == "{" and text[-1:] == "}":
+            # the common case, one object and nothing around it: straight to the scanner that
+            # json.loads ends in (its three Python layers cost twice the scan of small
+            # arguments); anything else, errors included, goes through json.loads
+            try:
+                value, end = _scan_json(text, 0)
+            except (StopIteration, ValueError):
+                pass
+            else:
+                if end == len(text):
+                    return value
+        return json.loads(text) if text.strip() else {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +162,23 @@ class ToolResultBlock:
     citations: tuple[Citation, ...] = ()
     type: Literal["tool_result"] = "tool_result"
 
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        name: str,
+        content: str,
+        is_error: bool = False,
+        citations: tuple[Citation, ...] = (),
+        type: Literal["tool_result"] = "tool_result",
+    ) -> None:
+        _result_call_id(self, call_id)
+        _result_name(self, name)
+        _result_content(self, content)
+        _result_is_error(self, is_error)
+        _result_citations(self, citations)
+        _result_type(self, type)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CitationBlock:
@@ -141,6 +187,19 @@ class CitationBlock:
     citations: tuple[Citation, ...]
     type: Literal["citations"] = "citations"
 
+
+_text_text, _text_type = slot_setters(TextBlock, "text", "type")
+_call_id, _call_name, _call_arguments, _call_type = slot_setters(
+    ToolCallBlock, "id", "name", "arguments", "type"
+)
+(
+    _result_call_id,
+    _result_name,
+    _result_content,
+    _result_is_error,
+    _result_citations,
+    _result_type,
+) = slot_setters(ToolResultBlock, "call_id", "name", "content", "is_error", "citations", "type")
 
 Block: TypeAlias = TextBlock | ToolCallBlock | ToolResultBlock | CitationBlock
 
@@ -195,18 +254,45 @@ class Message:
     role: Role
     content: tuple[Block, ...] = ()
     name: str | None = None
-    id: str = field(default_factory=_new_id)
+    id: str = field(default_factory=new_id)
+    """Unique across processes (see :func:`~shelfhand.core.ids.new_id`); a new one unless
+    given."""
     created_at: float = field(default_factory=time.time)
+    """Epoch seconds; now unless given."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        *,
+        role: Role,
+        content: tuple[Block, ...] = (),
+        name: str | None = None,
+        id: str | None = None,
+        created_at: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        # several of these per agent step: the dataclass's own __init__ would look each field up
+        # by name (object.__setattr__), see shelfhand.core.slots
+        _role(self, role)
+        _content(self, content)
+        _name(self, name)
+        _id(self, new_id() if id is None else id)
+        _created_at(self, time.time() if created_at is None else created_at)
+        _metadata(self, {} if metadata is None else metadata)
+
     # --- factories -------------------------------------------------------------------------
+    # without keywords (the common case) a message is built as a twin: see shelfhand.core.slots
     @classmethod
     def system(cls, text: str, **kw: Any) -> Message:
-        return cls(role="system", content=(TextBlock(text=text),), **kw)
+        if kw or cls is not Message:
+            return cls(role="system", content=(TextBlock(text=text),), **kw)
+        return new_message("system", (text_block(text),))
 
     @classmethod
     def user(cls, text: str, **kw: Any) -> Message:
-        return cls(role="user", content=(TextBlock(text=text),), **kw)
+        if kw or cls is not Message:
+            return cls(role="user", content=(TextBlock(text=text),), **kw)
+        return new_message("user", (text_block(text),))
 
     @classmethod
     def assistant(
@@ -219,25 +305,40 @@ class Message:
     ) -> Message:
         blocks: list[Block] = []
         if text:
-            blocks.append(TextBlock(text=text))
+            blocks.append(text_block(text))
         blocks.extend(tool_calls)
         if citations:
             blocks.append(CitationBlock(citations=tuple(citations)))
-        return cls(role="assistant", content=tuple(blocks), **kw)
+        if kw or cls is not Message:
+            return cls(role="assistant", content=tuple(blocks), **kw)
+        return new_message("assistant", tuple(blocks))
 
     @classmethod
     def tool(cls, results: Iterable[ToolResultBlock], **kw: Any) -> Message:
-        return cls(role="tool", content=tuple(results), **kw)
+        if kw or cls is not Message:
+            return cls(role="tool", content=tuple(results), **kw)
+        return new_message("tool", tuple(results))
 
     # --- views -----------------------------------------------------------------------------
+    # the loop reads a reply's text and calls at every step: the common shapes (one block, no
+    # call) are answered without a generator, which costs more than the rest of the read
+
     @property
     def text(self) -> str:
         """All text blocks joined."""
-        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+        content = self.content
+        if len(content) == 1:
+            block = content[0]
+            return block.text if isinstance(block, TextBlock) else ""
+        return "".join([b.text for b in content if isinstance(b, TextBlock)])
 
     @property
     def tool_calls(self) -> tuple[ToolCallBlock, ...]:
-        return tuple(b for b in self.content if isinstance(b, ToolCallBlock))
+        content = self.content
+        for block in content:
+            if isinstance(block, ToolCallBlock):
+                return tuple([b for b in content if isinstance(b, ToolCallBlock)])
+        return ()
 
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
@@ -282,6 +383,62 @@ class Message:
     @classmethod
     def from_json(cls, text: str) -> Message:
         return cls.from_dict(json.loads(text))
+
+
+_role, _content, _name, _id, _created_at, _metadata = slot_setters(
+    Message, "role", "content", "name", "id", "created_at", "metadata"
+)
+
+
+_TextFields = twin(TextBlock)
+_ResultFields = twin(ToolResultBlock)
+_MessageFields = twin(Message)
+
+
+def text_block(text: str) -> TextBlock:
+    """``TextBlock(text=text)``, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    block = _TextFields()
+    block.text = text
+    block.type = "text"
+    block.__class__ = TextBlock
+    built: TextBlock = block
+    return built
+
+
+def tool_result(
+    *,
+    call_id: str,
+    name: str,
+    content: str,
+    is_error: bool = False,
+    citations: tuple[Citation, ...] = (),
+) -> ToolResultBlock:
+    """``ToolResultBlock(...)`` of these fields, built as a twin (one per tool call)."""
+    block = _ResultFields()
+    block.call_id = call_id
+    block.name = name
+    block.content = content
+    block.is_error = is_error
+    block.citations = citations
+    block.type = "tool_result"
+    block.__class__ = ToolResultBlock
+    built: ToolResultBlock = block
+    return built
+
+
+def new_message(role: Role, content: tuple[Block, ...]) -> Message:
+    """A message of ``role`` and ``content`` with a new id, the time now, no name and no
+    metadata: the factories' common case, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    message = _MessageFields()
+    message.role = role
+    message.content = content
+    message.name = None
+    message.id = new_id()
+    message.created_at = time.time()
+    message.metadata = {}
+    message.__class__ = Message
+    built: Message = message
+    return built
 
 
 def messages_to_json(messages: Iterable[Message]) -> str:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message, ToolCallBlock
+from shelfhand.core.slots import slot_setters, twin
 
 __all__ = ["RunResult", "StopReason", "Usage", "UsageTally"]
 
@@ -36,6 +37,24 @@ class Usage:
     """What the model calls cost at the configured prices (setting ``prices``, see
     :mod:`shelfhand.core.pricing`); ``None`` when a call's model has no price (or its
     provider reported no usage): never a guess."""
+
+    def __init__(
+        self,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model_calls: int = 0,
+        tool_calls: int = 0,
+        retrievals: int = 0,
+        cost: float | None = None,
+    ) -> None:
+        # one per model reply and per run: set through the slots (see shelfhand.core.slots)
+        _input_tokens(self, input_tokens)
+        _output_tokens(self, output_tokens)
+        _model_calls(self, model_calls)
+        _tool_calls(self, tool_calls)
+        _retrievals(self, retrievals)
+        _cost(self, cost)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -72,7 +91,13 @@ def _cost_sum(a: Usage, b: Usage) -> float | None:
     return (a.cost or 0.0) + (b.cost or 0.0)
 
 
+_input_tokens, _output_tokens, _model_calls, _tool_calls, _retrievals, _cost = slot_setters(
+    Usage, "input_tokens", "output_tokens", "model_calls", "tool_calls", "retrievals", "cost"
+)
 _NOTHING = Usage()
+_TALLY_LOCK = threading.Lock()
+"""Every tally's: a tally is added to once per finished subagent run, so one lock for all is
+never contended, and a run (which starts one) makes no lock of its own."""
 
 
 class UsageTally:
@@ -84,14 +109,13 @@ class UsageTally:
     one run (they may run in threads).
     """
 
-    __slots__ = ("_lock", "_total")
+    __slots__ = ("_total",)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._total = _NOTHING  # immutable: every run's tally may start from the same one
 
     def add(self, usage: Usage) -> None:
-        with self._lock:
+        with _TALLY_LOCK:
             self._total = self._total + usage
 
     @property
@@ -151,3 +175,126 @@ class RunResult:
     budget: Mapping[str, object] | None = None
     """The budget that ended the run (``stop_reason`` ``budget_exceeded``): ``budget``,
     ``scope``, ``limit``, ``used`` and ``reset_at`` (epoch seconds); ``None`` otherwise."""
+
+    def __init__(
+        self,
+        *,
+        output: str,
+        messages: tuple[Message, ...],
+        citations: tuple[Citation, ...] = (),
+        usage: Usage | None = None,
+        iterations: int = 0,
+        stop_reason: StopReason = "final",
+        external_calls: tuple[ToolCallBlock, ...] = (),
+        trace_id: str = "",
+        unknown_citations: tuple[int, ...] = (),
+        grounding: Grounding | None = None,
+        extractive: bool = False,
+        fallback_reason: str = "",
+        budget: Mapping[str, object] | None = None,
+    ) -> None:
+        # one per run: set through the slots (see shelfhand.core.slots)
+        _output(self, output)
+        _messages(self, messages)
+        _citations(self, citations)
+        _usage(self, _NOTHING if usage is None else usage)
+        _iterations(self, iterations)
+        _stop_reason(self, stop_reason)
+        _external_calls(self, external_calls)
+        _trace_id(self, trace_id)
+        _unknown_citations(self, unknown_citations)
+        _grounding(self, grounding)
+        _extractive(self, extractive)
+        _fallback_reason(self, fallback_reason)
+        _budget(self, budget)
+
+
+(
+    _output,
+    _messages,
+    _citations,
+    _usage,
+    _iterations,
+    _stop_reason,
+    _external_calls,
+    _trace_id,
+    _unknown_citations,
+    _grounding,
+    _extractive,
+    _fallback_reason,
+    _budget,
+) = slot_setters(
+    RunResult,
+    "output",
+    "messages",
+    "citations",
+    "usage",
+    "iterations",
+    "stop_reason",
+    "external_calls",
+    "trace_id",
+    "unknown_citations",
+    "grounding",
+    "extractive",
+    "fallback_reason",
+    "budget",
+)
+
+
+_UsageFields = twin(Usage)
+_ResultFields = twin(RunResult)
+
+
+def run_usage(
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    model_calls: int,
+    tool_calls: int,
+    retrievals: int,
+    cost: float | None,
+) -> Usage:
+    """``Usage(...)`` of a run's counts, built as a twin (see :mod:`shelfhand.core.slots`)."""
+    usage = _UsageFields()
+    usage.input_tokens = input_tokens
+    usage.output_tokens = output_tokens
+    usage.model_calls = model_calls
+    usage.tool_calls = tool_calls
+    usage.retrievals = retrievals
+    usage.cost = cost
+    usage.__class__ = Usage
+    built: Usage = usage
+    return built
+
+
+def run_result(
+    *,
+    output: str,
+    messages: tuple[Message, ...],
+    citations: tuple[Citation, ...],
+    usage: Usage,
+    iterations: int,
+    stop_reason: StopReason,
+    trace_id: str,
+    external_calls: tuple[ToolCallBlock, ...] = (),
+    unknown_citations: tuple[int, ...] = (),
+) -> RunResult:
+    """The result of a run that ended by itself (no check has looked at it yet: not
+    grounded, not replaced, no budget), built as a twin (see :mod:`shelfhand.core.slots`)."""
+    result = _ResultFields()
+    result.output = output
+    result.messages = messages
+    result.citations = citations
+    result.usage = usage
+    result.iterations = iterations
+    result.stop_reason = stop_reason
+    result.external_calls = external_calls
+    result.trace_id = trace_id
+    result.unknown_citations = unknown_citations
+    result.grounding = None
+    result.extractive = False
+    result.fallback_reason = ""
+    result.budget = None
+    result.__class__ = RunResult
+    built: RunResult = result
+    return built

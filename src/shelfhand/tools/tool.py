@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
 from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
 from shelfhand.core.messages import Citation
+from shelfhand.core.slots import twin
 from shelfhand.tools.limits import parse_rate
 from shelfhand.tools.schema import FunctionSchema, function_schema
 from shelfhand.tools.workers import run_sync
@@ -405,14 +406,30 @@ def serialise_result(result: Any) -> ToolOutput:
     (pydantic models, dataclasses, dicts, lists, numbers) → compact JSON, non-ASCII kept.
     """
     if isinstance(result, str):
-        return ToolOutput(content=result)
+        return _output(result, None)
     if isinstance(result, ToolOutput):
         return result
     if result is None:
-        return ToolOutput(content=_DONE)
+        return _output(_DONE, None)
     # Unknown objects fall back to str() rather than failing a call that already happened.
     content = pydantic_core.to_json(result, fallback=str)
-    return ToolOutput(content=content.decode("utf-8"), data=result)
+    return _output(content.decode("utf-8"), result)
+
+
+_OutputFields = twin(ToolOutput)
+
+
+def _output(content: str, data: Any) -> ToolOutput:
+    """``ToolOutput(content=content, data=data)``: one per tool call, built as a twin (see
+    :mod:`shelfhand.core.slots`)."""
+    output = _OutputFields()
+    output.content = content
+    output.citations = ()
+    output.is_error = False
+    output.data = data
+    output.__class__ = ToolOutput
+    built: ToolOutput = output
+    return built
 
 
 def format_validation_error(tool_name: str, exc: ValidationError) -> str:

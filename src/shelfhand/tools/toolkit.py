@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
-from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
+from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
@@ -236,12 +237,10 @@ class Toolkit(ToolRegistry):
         outcome, replayed, shared = await gov.run(plan, found, arguments, run, key, self._execute)
         output = outcome.output
         if output is None:
-            result = ToolResultBlock(
-                call_id=call.id, name=name, content=outcome.message, is_error=True
-            )
+            result = tool_result(call_id=call.id, name=name, content=outcome.message, is_error=True)
             kind: Outcome = outcome.outcome
         else:
-            result = ToolResultBlock(
+            result = tool_result(
                 call_id=call.id,
                 name=name,
                 content=output.content,
@@ -317,16 +316,17 @@ class Toolkit(ToolRegistry):
         redacted: dict[str, Any] = redact(arguments)
         return redacted
 
-    async def _execute(
+    def _execute(
         self, item: AnyTool, arguments: dict[str, Any], run: RunContext
-    ) -> ToolOutput:
-        """The one place a tool's function is invoked (the governance pipeline wraps it).
+    ) -> Awaitable[ToolOutput]:
+        """The one place a tool's function is invoked (the governance pipeline wraps it):
+        the tool's own coroutine, awaited by governance (no coroutine of its own around it).
 
-        Raises:
+        Raises (when awaited):
             ToolArgumentError: invalid arguments.
             Exception: whatever the tool raises.
         """
-        return await item.invoke(arguments, run=run)
+        return item.invoke(arguments, run=run)
 
     @staticmethod
     def _repair(item: AnyTool, arguments: Any) -> tuple[Any, list[str]]:

@@ -13,7 +13,7 @@ import pytest
 from shelfhand.core.context import UserContext
 from shelfhand.core.tracing import Tracer, enter, leave, start_span
 from shelfhand.traces import SqliteTraceStore, SqlTraceStore, StoreRecorder
-from shelfhand.traces.store import EncodedSpan
+from shelfhand.traces.store import EncodedTrace
 from support.pg import pg_pool
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
@@ -104,14 +104,15 @@ def test_a_trace_written_over_several_writes_and_older_one_row_spans_read_as_one
     store: SqlTraceStore,
 ) -> None:
     recorder = StoreRecorder(store, interval=60)
-    root = Tracer([recorder]).start_root(
+    tracer = Tracer([recorder])
+    root = tracer.start_root(
         "turn", trace_id="trace-split", tenant_id="acme", user_id="alice"
     )
     token = enter(root)
     retrieval = start_span("retrieval", "retrieval")
     assert retrieval is not None
     retrieval.end()
-    recorder.flush()  # the retrieval is stored before its turn ends
+    tracer.flush()  # the retrieval is stored before its turn ends
     lookup = start_span("execute_tool lookup", "tool", attributes={"gen_ai.tool.name": "查询"})
     assert lookup is not None
     lookup.end()
@@ -149,8 +150,8 @@ class SignallingStore(SqliteTraceStore):
         super().__init__(path)
         self.written = threading.Event()
 
-    def write_encoded(self, spans: Sequence[EncodedSpan]) -> None:
-        super().write_encoded(spans)
+    def write_encoded(self, traces: Sequence[EncodedTrace]) -> None:
+        super().write_encoded(traces)
         self.written.set()
 
 

@@ -105,9 +105,7 @@ def test_a_trace_written_over_several_writes_and_older_one_row_spans_read_as_one
 ) -> None:
     recorder = StoreRecorder(store, interval=60)
     tracer = Tracer([recorder])
-    root = tracer.start_root(
-        "turn", trace_id="trace-split", tenant_id="acme", user_id="alice"
-    )
+    root = tracer.start_root("turn", trace_id="trace-split", tenant_id="acme", user_id="alice")
     token = enter(root)
     retrieval = start_span("retrieval", "retrieval")
     assert retrieval is not None
@@ -163,3 +161,17 @@ def test_the_recorder_writes_a_finished_trace_without_being_asked(tmp_path: Path
     assert [t.trace_id for t in store.recent(ALICE)] == ["trace-auto"]
     recorder.close()
     store.close()
+
+
+def test_attributes_json_cannot_hold_as_such_are_stored_as_text(tmp_path: Path) -> None:
+    store = SqliteTraceStore(tmp_path / "traces.db")
+    tracer = Tracer([StoreRecorder(store, interval=3600)])
+    with tracer.root("turn", trace_id="trace-odd", tenant_id="acme", user_id="alice") as root:
+        root.update({"shelfhand.by_page": {3: "第三页"}, "shelfhand.big": 2**70})
+        root.set("shelfhand.when", tmp_path)
+    tracer.flush()
+    [stored] = store.spans("trace-odd", ALICE) or []
+    assert stored.attributes["shelfhand.by_page"] == {"3": "第三页"}
+    assert stored.attributes["shelfhand.big"] == 2**70
+    assert stored.attributes["shelfhand.when"] == str(tmp_path)
+    tracer.close()

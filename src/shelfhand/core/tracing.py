@@ -484,10 +484,16 @@ def start_span(
         if not tracer.sampled(trace_id):
             return None
         return tracer.start_root(name, kind=kind, trace_id=trace_id, attributes=attributes)
+    if attributes:  # (_present, inlined: this runs for every span)
+        if None in attributes.values():
+            attributes = {k: v for k, v in attributes.items() if v is not None}
+        own: dict[str, Any] | None = dict(attributes)
+    else:
+        own = None
     return Span(
         parent.tracer,
         parent.trace_id,
-        new_span_id(),
+        _next_span_number().to_bytes(8, "big").hex(),  # (new_span_id, inlined)
         parent.span_id,
         name,
         kind,
@@ -495,7 +501,7 @@ def start_span(
         parent.tenant_id,
         parent.user_id,
         False,
-        _present(attributes) if attributes else None,
+        own,
         parent._trace,
     )
 

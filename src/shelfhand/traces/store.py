@@ -169,16 +169,26 @@ class SpanRecord:
 
 def _json_encoder() -> Callable[[Any], str]:
     """orjson when installed (the ``server`` extra has it: six times faster on span
-    attributes, and the writer thread's JSON is most of what a stored span costs), else
-    the standard library's encoder, built once."""
+    attributes, and the JSON is most of what storing a span costs), else the standard
+    library's encoder, built once."""
+    fallback = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
     try:
         import orjson
     except ImportError:
-        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-    dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
+        return fallback
+    dumps, non_str_keys = orjson.dumps, orjson.OPT_NON_STR_KEYS
 
     def encode(value: Any) -> str:
-        return dumps(value, default=str, option=options).decode("utf-8")
+        try:
+            # without OPT_NON_STR_KEYS: that option takes a slower path for every dict,
+            # and attribute keys are strings but for a rare tool's result
+            return dumps(value, default=str).decode("utf-8")
+        except TypeError:  # a key that is not a string, or an integer beyond 64 bits
+            pass
+        try:
+            return dumps(value, default=str, option=non_str_keys).decode("utf-8")
+        except TypeError:
+            return fallback(value)
 
     return encode
 

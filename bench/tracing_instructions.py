@@ -10,6 +10,10 @@ recorder's writer thread included (each process ends by writing what it queued).
     python bench/tracing_instructions.py                      # ~3 min per case
     python bench/tracing_instructions.py --cases off stored --trees . /tmp/wt-before
 
+With ``--no-gc`` the automatic garbage collector is off in each process: over few turns a
+collection of the older generations landing in one count and not the other moves a cell by
+a lot; without it the counts hold only the work itself (and fresh memory for every turn).
+
 Needs valgrind (``apt-get install valgrind``).
 """
 
@@ -29,8 +33,10 @@ HERE = Path(__file__).resolve().parent
 CASES = ("off", "spans", "stored")
 
 
-def cell(case: str, turns: int) -> None:
+def cell(case: str, turns: int, *, collect: bool = True) -> None:
     """Run ``turns`` turns of ``case`` in this process (the part callgrind counts)."""
+    if not collect:
+        gc.disable()
     sys.path.insert(0, str(HERE))
     from tracing_cost import Counting, make_turn
 
@@ -68,7 +74,7 @@ def cell(case: str, turns: int) -> None:
         kb.close()
 
 
-def count(tree: str, case: str, turns: int) -> int:
+def count(tree: str, case: str, turns: int, *, collect: bool = True) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(Path(tree).resolve() / "src")}
     done = subprocess.run(
         [
@@ -80,6 +86,7 @@ def count(tree: str, case: str, turns: int) -> int:
             "--cell",
             case,
             str(turns),
+            *([] if collect else ["--no-gc"]),
         ],
         env=env,
         capture_output=True,
@@ -98,17 +105,19 @@ def main() -> None:
     ap.add_argument("--trees", nargs="*", default=["."], help="checkouts to compare")
     ap.add_argument("--low", type=int, default=50)
     ap.add_argument("--high", type=int, default=250)
+    ap.add_argument("--no-gc", action="store_true", help="the garbage collector off")
     ap.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.cell:
-        cell(a.cell[0], int(a.cell[1]))
+        cell(a.cell[0], int(a.cell[1]), collect=not a.no_gc)
         return
     print("| tree | tracing | instructions/turn | × off |")
     print("|---|---|---:|---:|")
     for tree in a.trees:
         off = 0
         for case in a.cases:
-            per_turn = (count(tree, case, a.high) - count(tree, case, a.low)) // (a.high - a.low)
+            high = count(tree, case, a.high, collect=not a.no_gc)
+            per_turn = (high - count(tree, case, a.low, collect=not a.no_gc)) // (a.high - a.low)
             off = per_turn if case == "off" else off
             ratio = f"{per_turn / off:.3f}" if off else ""
             print(f"| {tree} | {case} | {per_turn} | {ratio} |", flush=True)

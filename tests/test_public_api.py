@@ -86,7 +86,7 @@ DOCUMENTED: dict[str, set[str]] = {
     },
     "shelfhand.core.pricing": {"ModelPrice", "PriceTable", "parse_prices"},
     "shelfhand.core.tracing": {
-        "Span", "SpanEvent", "SpanKind", "SpanList", "SpanProcessor", "Tracer",
+        "Span", "SpanEvent", "SpanKind", "SpanList", "SpanProcessor", "TraceProcessor", "Tracer",
         "current_span", "enter", "format_traceparent", "leave", "new_span_id",
         "new_trace_id", "parse_traceparent", "set_default_tracer", "start_span", "tracing_on",
     },

@@ -19,7 +19,7 @@ from governance_helpers import FakeClock, governance
 
 from shelfhand import Agent, AuditLog, Toolkit, UserContext, tool
 from shelfhand.testing import ScriptedModel, text, tool_call
-from shelfhand.tools.audit import parse_since, redact
+from shelfhand.tools.audit import masked_arguments, parse_since, redact
 from shelfhand.tools.governance import Governance
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
@@ -246,6 +246,40 @@ def test_redaction_covers_every_secret_name_at_any_depth() -> None:
         "query": "退货政策",
         "items": [{"x_api_key": "[REDACTED]", "sku": "S"}],
     }
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"order_id": "A-1", "API_Key": "sk-live-1"}',
+        '{"查询": "退货政策", "Authorization": "Bearer sk-live-1"}',
+        '{"用户": "张三", "配置": {"client_SECRET": "sk-live-1"}}',
+        '{"items": [{"x-Access-TOKEN": "sk-live-1", "数量": 2}]}',
+        # letters outside ASCII that case-insensitive matching reads as i and s
+        '{"credentİal": "sk-live-1"}',
+        '{"credentıal": "sk-live-1"}',
+        '{"paſſword": "sk-live-1"}',
+    ],
+)
+def test_a_secret_looking_key_is_masked_in_any_case_among_chinese_and_english_keys(
+    arguments: str,
+) -> None:
+    masked = masked_arguments(arguments)
+
+    assert "sk-live-1" not in masked
+    assert "[REDACTED]" in masked
+    assert json.loads(masked) == redact(json.loads(arguments))
+
+
+@pytest.mark.parametrize(
+    "arguments", ['{"order_id": "A-1"}', '{"查询": "退货政策", "数量": 2}', '{"passage": "七天"}']
+)
+def test_arguments_without_a_secret_looking_key_are_shown_as_sent(arguments: str) -> None:
+    assert masked_arguments(arguments) == arguments
+
+
+def test_arguments_that_are_not_json_are_described_never_shown() -> None:
+    assert masked_arguments("api_key=sk-live-1") == "<unparsed arguments, 17 chars>"
 
 
 def test_since_reads_durations_and_iso_times() -> None:

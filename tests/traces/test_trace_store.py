@@ -13,7 +13,7 @@ import pytest
 from shelfhand.core.context import UserContext
 from shelfhand.core.tracing import Tracer, enter, leave, start_span
 from shelfhand.traces import SqliteTraceStore, SqlTraceStore, StoreRecorder
-from shelfhand.traces.store import EncodedSpan
+from shelfhand.traces.store import EncodedTrace
 from support.pg import pg_pool
 
 ALICE = UserContext(tenant_id="acme", user_id="alice")
@@ -104,14 +104,13 @@ def test_a_trace_written_over_several_writes_and_older_one_row_spans_read_as_one
     store: SqlTraceStore,
 ) -> None:
     recorder = StoreRecorder(store, interval=60)
-    root = Tracer([recorder]).start_root(
-        "turn", trace_id="trace-split", tenant_id="acme", user_id="alice"
-    )
+    tracer = Tracer([recorder])
+    root = tracer.start_root("turn", trace_id="trace-split", tenant_id="acme", user_id="alice")
     token = enter(root)
     retrieval = start_span("retrieval", "retrieval")
     assert retrieval is not None
     retrieval.end()
-    recorder.flush()  # the retrieval is stored before its turn ends
+    tracer.flush()  # the retrieval is stored before its turn ends
     lookup = start_span("execute_tool lookup", "tool", attributes={"gen_ai.tool.name": "查询"})
     assert lookup is not None
     lookup.end()
@@ -149,8 +148,8 @@ class SignallingStore(SqliteTraceStore):
         super().__init__(path)
         self.written = threading.Event()
 
-    def write_encoded(self, spans: Sequence[EncodedSpan]) -> None:
-        super().write_encoded(spans)
+    def write_encoded(self, traces: Sequence[EncodedTrace]) -> None:
+        super().write_encoded(traces)
         self.written.set()
 
 
@@ -162,3 +161,17 @@ def test_the_recorder_writes_a_finished_trace_without_being_asked(tmp_path: Path
     assert [t.trace_id for t in store.recent(ALICE)] == ["trace-auto"]
     recorder.close()
     store.close()
+
+
+def test_attributes_json_cannot_hold_as_such_are_stored_as_text(tmp_path: Path) -> None:
+    store = SqliteTraceStore(tmp_path / "traces.db")
+    tracer = Tracer([StoreRecorder(store, interval=3600)])
+    with tracer.root("turn", trace_id="trace-odd", tenant_id="acme", user_id="alice") as root:
+        root.update({"shelfhand.by_page": {3: "第三页"}, "shelfhand.big": 2**70})
+        root.set("shelfhand.when", tmp_path)
+    tracer.flush()
+    [stored] = store.spans("trace-odd", ALICE) or []
+    assert stored.attributes["shelfhand.by_page"] == {"3": "第三页"}
+    assert stored.attributes["shelfhand.big"] == 2**70
+    assert stored.attributes["shelfhand.when"] == str(tmp_path)
+    tracer.close()

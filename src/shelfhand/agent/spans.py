@@ -122,24 +122,25 @@ def chat_span(model: ChatModel) -> ChatCall | None:
     """A ``chat {model}`` span for one model call, made current, and the call counted
     (end both with :func:`end_chat`); ``None`` when nothing observes the call."""
     counting = current_counting()
-    span = (
-        start_span(
-            f"chat {model.name}",
+    if not tracing_on():
+        if counting is None:
+            return None
+        span = None
+        name = model.name
+    else:
+        name = model.name  # (a property: read once)
+        span = start_span(
+            f"chat {name}",
             "chat",
             attributes={
                 "gen_ai.operation.name": "chat",
                 "gen_ai.provider.name": provider_name(model),
-                "gen_ai.request.model": model.name,
+                "gen_ai.request.model": name,
             },
         )
-        if tracing_on()
-        else None
-    )
-    if span is None and counting is None:
-        return None
     if counting is not None:
-        counting.model_call_started(model.name)
-    return ChatCall(model=model.name, span=span, token=enter(span), counting=counting)
+        counting.model_call_started(name)
+    return ChatCall(model=name, span=span, token=enter(span), counting=counting)
 
 
 def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None) -> None:
@@ -153,17 +154,14 @@ def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None
     span = call.span
     if span is None:
         return
-    span.update(
-        {
-            "gen_ai.response.model": response.model_name or None,
-            "gen_ai.response.finish_reasons": [response.finish_reason]
-            if response.finish_reason
-            else None,
-            "gen_ai.usage.input_tokens": input_tokens,
-            "gen_ai.usage.output_tokens": output_tokens,
-            "shelfhand.chat.tool_calls": len(response.message.tool_calls),
-        }
-    )
+    attributes = span.attributes  # (set on the span's own dict: nothing here is None)
+    if response.model_name:
+        attributes["gen_ai.response.model"] = response.model_name
+    if response.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = [response.finish_reason]
+    attributes["gen_ai.usage.input_tokens"] = input_tokens
+    attributes["gen_ai.usage.output_tokens"] = output_tokens
+    attributes["shelfhand.chat.tool_calls"] = len(response.message.tool_calls)
     if first_token_ns is not None:
         span.set("shelfhand.chat.time_to_first_token_ms", (first_token_ns - span.start_ns) / 1e6)
     if span.tracer.record_content:

@@ -18,23 +18,29 @@ variable, so the off path costs one ``ContextVar.get()`` and a ``None`` check pe
     finally:
         leave(child, token)
 
-Finished spans go to the tracer's processors (:class:`SpanProcessor`): the trace store's
-recorder (batched writes), the OpenTelemetry exporter. A processor must be cheap on the
-caller's path: queue, never write.
+Finished spans go to the tracer's processors: a :class:`SpanProcessor` takes each span as
+it ends (the OpenTelemetry exporter, :class:`SpanList`); a :class:`TraceProcessor` (the
+trace store's recorder) takes a trace's finished spans together, once, when its root ends:
+until then a child's end is one append to its trace's list. A trace whose root does not end
+(a process stopping mid-turn) hands over what has finished on :meth:`Tracer.flush` and
+:meth:`Tracer.close`, and a very long one every :data:`TRACE_HAND_OFF` spans. A processor
+must be cheap on the caller's path: queue, never write.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import os
 import re
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
 from random import getrandbits as _bits
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from shelfhand.core.errors import InvalidArgumentError
 
@@ -44,6 +50,7 @@ __all__ = [
     "SpanKind",
     "SpanList",
     "SpanProcessor",
+    "TraceProcessor",
     "Tracer",
     "current_span",
     "enter",
@@ -63,35 +70,123 @@ SpanKind = Literal["turn", "agent", "chat", "tool", "retrieval", "mcp", "pipelin
 """What a span is a step of (stored with it; the OTel exporter maps it to a span kind)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class SpanEvent:
-    """Something that happened at one moment of a span (a governance decision, a budget)."""
+    """Something that happened at one moment of a span (a governance decision, a budget).
 
-    name: str
-    time_ns: int
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    A plain class with slots, not a frozen dataclass: one is made per governance step of
+    every traced tool call, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``. Treat it as read-only.
+    """
+
+    __slots__ = ("attributes", "name", "time_ns")
+
+    def __init__(self, name: str, time_ns: int, attributes: Mapping[str, Any] | None = None):
+        self.name = name
+        self.time_ns = time_ns
+        self.attributes: Mapping[str, Any] = {} if attributes is None else attributes
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SpanEvent):
+            return NotImplemented
+        return (self.name, self.time_ns, self.attributes) == (
+            other.name,
+            other.time_ns,
+            other.attributes,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # (its attributes are a mapping)
+
+    def __repr__(self) -> str:
+        return (
+            f"SpanEvent(name={self.name!r}, time_ns={self.time_ns}, attributes={self.attributes!r})"
+        )
 
 
-@dataclass(slots=True, kw_only=True)
+class _Trace:
+    """The finished spans of one trace in this process, kept until its root ends (for the
+    tracer's :class:`TraceProcessor` s). ``closed`` once the root has ended: a child that
+    ends later (a search thread outliving its cancelled turn) is handed over on its own.
+
+    A deque and a flag, no lock: a span is appended before ``closed`` is read, and the root
+    sets ``closed`` before it empties the deque, so every span is taken by exactly one of
+    the two (``popleft`` is atomic)."""
+
+    __slots__ = ("closed", "spans")
+
+    def __init__(self) -> None:
+        self.spans: deque[Span] = deque()
+        self.closed = False
+
+
+TRACE_HAND_OFF = 256
+"""A trace whose root is still open hands its finished spans over when this many wait (a
+long run outside any turn: its memory stays bounded)."""
+
+
 class Span:
     """One step of a trace, open until :meth:`end` (then handed to the tracer's
-    processors; not changed afterwards)."""
+    processors; not changed afterwards).
 
-    tracer: Tracer = field(repr=False)
-    trace_id: str
-    span_id: str
-    parent_id: str
-    name: str
-    kind: SpanKind
-    start_ns: int
-    tenant_id: str = ""
-    user_id: str = ""
-    root: bool = False
-    """The first span of the trace in this process (a turn, or a run outside one)."""
-    end_ns: int = 0
-    status: Literal["ok", "error"] = "ok"
-    attributes: dict[str, Any] = field(default_factory=dict)
-    events: list[SpanEvent] = field(default_factory=list)
+    A plain class with slots (one is made per step of every traced turn): attributes are
+    kept as given, in the span's own dict, and turned into their stored form only when
+    a processor encodes them.
+    """
+
+    __slots__ = (
+        "_trace",
+        "attributes",
+        "end_ns",
+        "events",
+        "kind",
+        "name",
+        "parent_id",
+        "root",
+        "span_id",
+        "start_ns",
+        "status",
+        "tenant_id",
+        "trace_id",
+        "tracer",
+        "user_id",
+    )
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        trace_id: str,
+        span_id: str,
+        parent_id: str,
+        name: str,
+        kind: SpanKind,
+        start_ns: int,
+        tenant_id: str = "",
+        user_id: str = "",
+        root: bool = False,
+        attributes: dict[str, Any] | None = None,
+        trace: _Trace | None = None,
+    ) -> None:
+        self.tracer = tracer
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_id = parent_id
+        self.name = name
+        self.kind = kind
+        self.start_ns = start_ns
+        self.tenant_id = tenant_id
+        self.user_id = user_id
+        self.root = root
+        """The first span of the trace in this process (a turn, or a run outside one)."""
+        self.end_ns = 0
+        self.status: Literal["ok", "error"] = "ok"
+        self.attributes: dict[str, Any] = {} if attributes is None else attributes
+        self.events: list[SpanEvent] = []
+        self._trace = trace
+
+    def __repr__(self) -> str:
+        return (
+            f"Span(name={self.name!r}, kind={self.kind!r}, trace_id={self.trace_id!r}, "
+            f"span_id={self.span_id!r}, parent_id={self.parent_id!r}, status={self.status!r})"
+        )
 
     def set(self, key: str, value: Any) -> None:
         """Set one attribute (``None`` values are left out)."""
@@ -107,7 +202,7 @@ class Span:
 
     def event(self, name: str, **attributes: Any) -> None:
         """Record that ``name`` happened now."""
-        self.events.append(SpanEvent(name=name, time_ns=time.time_ns(), attributes=attributes))
+        self.events.append(SpanEvent(name, time.time_ns(), attributes))
 
     def fail(self, error_type: str) -> None:
         """Mark the span failed, with ``error.type`` (an error class or code)."""
@@ -115,15 +210,28 @@ class Span:
         self.attributes["error.type"] = error_type
 
     def end(self) -> None:
-        """Close the span (once; later calls do nothing) and hand it to the processors."""
+        """Close the span (once; later calls do nothing) and hand it to the processors: a
+        :class:`SpanProcessor` now, a :class:`TraceProcessor` with its trace (when the root
+        ends)."""
         if self.end_ns:
             return
         self.end_ns = time.time_ns()
-        for processor in self.tracer.processors:  # (Tracer.finished, one call less per span)
+        tracer = self.tracer
+        for processor in tracer.span_processors:  # (not Tracer.finished: one call less)
             try:
                 processor.on_end(self)
             except Exception:  # a broken exporter never fails a turn
                 logger.exception("span processor %s failed", type(processor).__name__)
+        trace = self._trace
+        if trace is None:
+            return
+        trace.spans.append(self)
+        if self.root:
+            trace.closed = True
+            tracer._open.discard(trace)
+            tracer._hand_over(trace)
+        elif trace.closed or len(trace.spans) >= TRACE_HAND_OFF:
+            tracer._hand_over(trace)
 
     @property
     def duration_ms(self) -> float:
@@ -131,10 +239,29 @@ class Span:
 
 
 class SpanProcessor(Protocol):
-    """Where finished spans go (the trace store's recorder, the OpenTelemetry exporter)."""
+    """Where finished spans go one by one (the OpenTelemetry exporter, a :class:`SpanList`)."""
 
     def on_end(self, span: Span) -> None:
         """Take a finished span; must not block (queue it)."""
+        ...
+
+    def flush(self) -> None:
+        """Write what is queued now (tests, shutdown)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and stop."""
+        ...
+
+
+class TraceProcessor(Protocol):
+    """Where finished spans go a trace at a time (the trace store's recorder): the tracer
+    keeps a trace's finished spans until its root ends, and hands them over in one call."""
+
+    def on_trace(self, spans: Sequence[Span]) -> None:
+        """Take finished spans of one trace, in the order they ended (all of them, the root
+        last, when the root has ended; else those finished so far, see
+        :meth:`Tracer.flush`); must not block (queue them)."""
         ...
 
     def flush(self) -> None:
@@ -176,12 +303,25 @@ class Tracer:
 
     def __init__(
         self,
-        processors: Iterable[SpanProcessor] = (),
+        processors: Iterable[SpanProcessor | TraceProcessor] = (),
         *,
         record_content: bool = False,
         sample_ratio: float = 1.0,
     ) -> None:
         self.processors = tuple(processors)
+        by_span: list[SpanProcessor] = []
+        by_trace: list[TraceProcessor] = []
+        for processor in self.processors:
+            if hasattr(processor, "on_trace"):
+                by_trace.append(cast("TraceProcessor", processor))
+            else:
+                by_span.append(processor)
+        self.span_processors = tuple(by_span)
+        """The processors that take each span as it ends."""
+        self.trace_processors = tuple(by_trace)
+        """The processors that take a trace's spans when its root ends."""
+        self._open: set[_Trace] = set()
+        """The traces whose root is open (their finished spans wait for it)."""
         self.record_content = record_content
         if not 0.0 <= sample_ratio <= 1.0:
             raise InvalidArgumentError(f"sample_ratio must be within 0 and 1, not {sample_ratio}")
@@ -208,18 +348,23 @@ class Tracer:
     ) -> Span:
         """A span with no parent in this process (``parent_id``: the caller's span, from an
         incoming ``traceparent``)."""
+        trace = None
+        if self.trace_processors:
+            trace = _Trace()
+            self._open.add(trace)
         return Span(
-            tracer=self,
-            trace_id=trace_id,
-            span_id=new_span_id(),
-            parent_id=parent_id,
-            name=name,
-            kind=kind,
-            start_ns=time.time_ns(),
-            tenant_id=tenant_id,
-            user_id=user_id,
-            root=True,
-            attributes=_present(attributes),
+            self,
+            trace_id,
+            new_span_id(),
+            parent_id,
+            name,
+            kind,
+            time.time_ns(),
+            tenant_id,
+            user_id,
+            True,
+            _present(attributes),
+            trace,
         )
 
     @contextlib.contextmanager
@@ -251,18 +396,48 @@ class Tracer:
             leave(span, token)
 
     def finished(self, span: Span) -> None:
-        for processor in self.processors:
+        """Hand a finished span to the processors (what :meth:`Span.end` does)."""
+        span.end_ns = span.end_ns or time.time_ns()
+        for processor in self.span_processors:
             try:
                 processor.on_end(span)
             except Exception:  # a broken exporter never fails a turn
                 logger.exception("span processor %s failed", type(processor).__name__)
+        if self.trace_processors:
+            self._deliver([span])
+
+    def _hand_over(self, trace: _Trace) -> None:
+        """Hand the finished spans waiting in ``trace`` to the trace processors."""
+        waiting = trace.spans
+        spans: list[Span] = []
+        try:
+            while True:
+                spans.append(waiting.popleft())
+        except IndexError:
+            pass
+        if spans:
+            self._deliver(spans)
+
+    def _deliver(self, spans: Sequence[Span]) -> None:
+        for processor in self.trace_processors:
+            try:
+                processor.on_trace(spans)
+            except Exception:  # a broken store never fails a turn
+                logger.exception("trace processor %s failed", type(processor).__name__)
 
     def flush(self) -> None:
-        """Write every processor's queue now."""
+        """Hand over the finished spans of traces whose root is still open (a running turn,
+        or one whose process is stopping), then write every processor's queue now."""
+        for trace in list(self._open):
+            self._hand_over(trace)
         for processor in self.processors:
             processor.flush()
 
     def close(self) -> None:
+        """Hand over what has finished (as :meth:`flush`) and close the processors."""
+        for trace in list(self._open):
+            self._hand_over(trace)
+        self._open.clear()
         for processor in self.processors:
             processor.close()
 
@@ -309,17 +484,25 @@ def start_span(
         if not tracer.sampled(trace_id):
             return None
         return tracer.start_root(name, kind=kind, trace_id=trace_id, attributes=attributes)
+    if attributes:  # (_present, inlined: this runs for every span)
+        if None in attributes.values():
+            attributes = {k: v for k, v in attributes.items() if v is not None}
+        own: dict[str, Any] | None = dict(attributes)
+    else:
+        own = None
     return Span(
-        tracer=parent.tracer,
-        trace_id=parent.trace_id,
-        span_id=new_span_id(),
-        parent_id=parent.span_id,
-        name=name,
-        kind=kind,
-        start_ns=time.time_ns(),
-        tenant_id=parent.tenant_id,
-        user_id=parent.user_id,
-        attributes=_present(attributes),
+        parent.tracer,
+        parent.trace_id,
+        _next_span_number().to_bytes(8, "big").hex(),  # (new_span_id, inlined)
+        parent.span_id,
+        name,
+        kind,
+        time.time_ns(),
+        parent.tenant_id,
+        parent.user_id,
+        False,
+        own,
+        parent._trace,
     )
 
 
@@ -349,13 +532,37 @@ def leave(span: Span | None, token: Token[Span | None] | None) -> None:
             return
 
 
+def _span_counter() -> Iterator[int]:
+    # from a random 63-bit start: never 0 (an invalid OpenTelemetry id), and no two
+    # processes (replicas, workers) counting from the same place
+    return itertools.count(_bits(63) | 1)
+
+
+_span_ids = _span_counter()
+_next_span_number = _span_ids.__next__
+
+
+def _reseed_after_fork() -> None:
+    global _span_ids, _next_span_number  # a forked child counts anew
+    _span_ids = _span_counter()
+    _next_span_number = _span_ids.__next__
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
 def new_span_id() -> str:
-    # not a secret, only unique: the PRNG is several times cheaper than os.urandom, and
-    # bytes.hex three times cheaper than a formatted string
-    return (_bits(64) or 1).to_bytes(8, "big").hex()
+    """A span id: 16 hex digits (OpenTelemetry's 8 bytes), unique within the process and,
+    with a random start per process, across processes.
+
+    Not a secret, only unique: counting is cheaper than drawing 64 random bits per span,
+    and ``bytes.hex`` three times cheaper than a formatted string."""
+    return _next_span_number().to_bytes(8, "big").hex()
 
 
 def new_trace_id() -> str:
+    """A trace id: 32 random hex digits (OpenTelemetry's 16 bytes)."""
     return f"{_bits(128) or 1:032x}"
 
 

@@ -64,16 +64,13 @@ def tool_span_attributes(call: ToolCallBlock) -> dict[str, str]:
 def record_tool_call(span: Span, report: CallReport) -> None:
     """Fill ``span`` with how the governed call went."""
     outcome = report.outcome
-    span.update(
-        {
-            "shelfhand.tool.decision": report.decision,
-            "shelfhand.tool.outcome": outcome,
-            "shelfhand.tool.attempts": report.attempts,
-            "shelfhand.tool.cache_hit": report.replayed,
-            "shelfhand.tool.shared": report.shared,
-            "shelfhand.tool.request_id": report.request_id,
-        }
-    )
+    attributes = span.attributes  # (set on the span's own dict: none of these is None)
+    attributes["shelfhand.tool.decision"] = report.decision
+    attributes["shelfhand.tool.outcome"] = outcome
+    attributes["shelfhand.tool.attempts"] = report.attempts
+    attributes["shelfhand.tool.cache_hit"] = report.replayed
+    attributes["shelfhand.tool.shared"] = report.shared
+    attributes["shelfhand.tool.request_id"] = report.request_id
     step = _GOVERNANCE_OUTCOMES.get(outcome)
     if step == "permission":  # refused at the first step
         span.event("governance.permission", decision=report.decision, outcome=outcome)

@@ -1,12 +1,14 @@
-"""The trace store's span processor: finished spans are queued and written in batches.
+"""The trace store's processor: finished traces are queued and written in batches.
 
-A turn's spans never wait for the database: :meth:`StoreRecorder.on_end` encodes the span
-into a tuple of strings and numbers (:func:`~shelfhand.traces.store.encode_span`: the span's
-objects are freed at once, not kept for the garbage collector to walk until the write) and
-appends it to a queue (no lock, no I/O), and a daemon thread writes what has gathered in one transaction when
-``batch`` spans wait, or every ``interval`` seconds (a reader that needs a trace at once, such
-as ``GET /v1/traces/{id}``, flushes first). A failed write is
-logged and its spans dropped (tracing never fails a turn, nor grows without bound).
+A turn's spans never wait for the database. The tracer hands the recorder a trace's
+finished spans together, when its root ends (:class:`~shelfhand.core.tracing.TraceProcessor`):
+:meth:`StoreRecorder.on_trace` encodes them in one call into a tuple of strings and numbers
+(:func:`~shelfhand.traces.store.encode_trace`: the spans' objects are freed at once, not kept
+for the garbage collector to walk until the write) and appends it to a queue (no lock, no
+I/O): one encoding and one queue entry per turn. A daemon thread writes what has gathered in
+one transaction when ``batch`` spans wait, or every ``interval`` seconds (a reader that needs
+a trace at once, such as ``GET /v1/traces/{id}``, flushes the tracer first). A failed write
+is logged and its spans dropped (tracing never fails a turn, nor grows without bound).
 Retention runs after every ``prune_every`` writes.
 """
 
@@ -17,9 +19,11 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
-from shelfhand.traces.store import EncodedSpan, encode_span
+from shelfhand.traces.store import EncodedTrace, encode_trace
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from shelfhand.core.tracing import Span
     from shelfhand.traces.store import SqlTraceStore
 
@@ -61,7 +65,8 @@ class StoreRecorder:
         self.max_age_days = max_age_days
         self.prune_every = prune_every
         self.dropped = 0
-        self._pending: deque[EncodedSpan] = deque()  # append and popleft are atomic
+        self._pending: deque[EncodedTrace] = deque()  # append and popleft are atomic
+        self._waiting = 0  # spans in _pending (about: counted anew at each write)
         self._wake = threading.Event()
         self._write_lock = threading.Lock()
         self._stopped = False
@@ -69,26 +74,35 @@ class StoreRecorder:
         self._thread = threading.Thread(target=self._run, name="shelfhand-traces", daemon=True)
         self._thread.start()
 
-    def on_end(self, span: Span) -> None:
-        pending = self._pending
-        if len(pending) >= self.max_pending:
-            self.dropped += 1
+    def on_trace(self, spans: Sequence[Span]) -> None:
+        """Queue finished spans of one trace (see the module docstring)."""
+        waiting = self._waiting + len(spans)
+        if waiting > self.max_pending:
+            self.dropped += len(spans)
             return
-        pending.append(encode_span(span))
-        if len(pending) >= self.batch:
+        self._pending.append(encode_trace(spans))
+        self._waiting = waiting
+        if waiting >= self.batch:
             self._wake.set()
 
+    def on_end(self, span: Span) -> None:
+        """Queue one finished span (a trace of its own, for callers without a tracer)."""
+        self.on_trace((span,))
+
     def flush(self) -> None:
-        """Write every queued span now (in the caller's thread)."""
+        """Write every queued trace now (in the caller's thread)."""
         with self._write_lock:
             pending = self._pending
-            spans = [pending.popleft() for _ in range(len(pending))]
-            if not spans:
+            traces = [pending.popleft() for _ in range(len(pending))]
+            if not traces:
                 return
+            # counted anew from what is left (a count racing on_trace is corrected here)
+            self._waiting = sum(t[4] for t in tuple(pending))
             try:
-                self.store.write_encoded(spans)
+                self.store.write_encoded(traces)
             except Exception:
-                logger.exception("could not store %d spans; they are dropped", len(spans))
+                count = sum(t[4] for t in traces)
+                logger.exception("could not store %d spans; they are dropped", count)
                 return
             self._writes += 1
             if self._writes % self.prune_every == 0 and (

@@ -30,12 +30,14 @@ from shelfhand.core.tracing import Span
 __all__ = [
     "SCHEMA",
     "SPAN_BATCHES",
-    "EncodedSpan",
+    "EncodedTrace",
     "SpanRecord",
     "SqlTraceStore",
     "SqliteTraceStore",
+    "TraceRow",
     "TraceSummary",
-    "encode_span",
+    "encode_trace",
+    "encode_traces",
     "trace_names",
 ]
 
@@ -167,16 +169,26 @@ class SpanRecord:
 
 def _json_encoder() -> Callable[[Any], str]:
     """orjson when installed (the ``server`` extra has it: six times faster on span
-    attributes, and the writer thread's JSON is most of what a stored span costs), else
-    the standard library's encoder, built once."""
+    attributes, and the JSON is most of what storing a span costs), else the standard
+    library's encoder, built once."""
+    fallback = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
     try:
         import orjson
     except ImportError:
-        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-    dumps, options = orjson.dumps, orjson.OPT_NON_STR_KEYS
+        return fallback
+    dumps, non_str_keys = orjson.dumps, orjson.OPT_NON_STR_KEYS
 
     def encode(value: Any) -> str:
-        return dumps(value, default=str, option=options).decode("utf-8")
+        try:
+            # without OPT_NON_STR_KEYS: that option takes a slower path for every dict,
+            # and attribute keys are strings but for a rare tool's result
+            return dumps(value, default=str).decode("utf-8")
+        except TypeError:  # a key that is not a string, or an integer beyond 64 bits
+            pass
+        try:
+            return dumps(value, default=str, option=non_str_keys).decode("utf-8")
+        except TypeError:
+            return fallback(value)
 
     return encode
 
@@ -184,26 +196,29 @@ def _json_encoder() -> Callable[[Any], str]:
 _JSON = _json_encoder()
 
 
-EncodedSpan = tuple[str, str, int, str, bool, str, str, int, str, int, int]
-"""A finished span as the recorder keeps it until it is written: ``(tenant, trace_id,
-start_ns, item, root, user_id, name, end_ns, status, input_tokens, output_tokens)``, with
-``item`` its entry of the batch's JSON array (see :data:`SPAN_BATCHES`) and the rest the
-trace's row when ``root``. Only strings and numbers: the garbage collector stops tracking
-such a tuple at its first pass, where a queued span (its attribute dicts, hit lists and
-events) would be traversed by every collection, and promoted into the old generation,
-until it is written."""
+TraceRow = tuple[str, str, str, str, int, int, str, int, int]
+"""A trace's row: ``(tenant, trace_id, user_id, name, start_ns, end_ns, status,
+input_tokens, output_tokens)``, from its root span."""
+
+EncodedTrace = tuple[str, str, int, str, int, TraceRow | None]
+"""Finished spans of one trace as the recorder keeps them until they are written:
+``(tenant, trace_id, start_ns, spans, count, trace_row)``, with ``spans`` the row's JSON
+array (see :data:`SPAN_BATCHES`), ``start_ns`` the earliest start among them, ``count`` how
+many and ``trace_row`` the trace's row when its root is among them. Only strings, numbers
+and a tuple of them: the garbage collector stops tracking it at its first pass, where the
+spans themselves (their attribute dicts, hit lists and events) would be traversed by every
+collection until the write."""
 
 
-def encode_span(span: Span) -> EncodedSpan:
-    """``span`` as the store writes it (see :data:`EncodedSpan`)."""
-    events = span.events
-    attributes = span.attributes
-    root = span.root
-    return (
-        span.tenant_id,
-        span.trace_id,
-        span.start_ns,
-        _JSON(
+def encode_trace(spans: Sequence[Span]) -> EncodedTrace:
+    """Finished spans of one trace as the store writes them (see :data:`EncodedTrace`):
+    one JSON encoding for all of them, however many."""
+    items = []
+    root: Span | None = None
+    start_ns = spans[0].start_ns
+    for span in spans:
+        events = span.events
+        items.append(
             [
                 span.span_id,
                 span.parent_id,
@@ -212,39 +227,40 @@ def encode_span(span: Span) -> EncodedSpan:
                 span.start_ns,
                 span.end_ns,
                 span.status,
-                attributes,
+                span.attributes,
                 [{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in events]
                 if events
-                else [],
+                else events,
             ]
-        ),
-        root,
-        span.user_id if root else "",
-        span.name if root else "",
-        span.end_ns,
-        span.status,
-        int(attributes.get("gen_ai.usage.input_tokens", 0) or 0) if root else 0,
-        int(attributes.get("gen_ai.usage.output_tokens", 0) or 0) if root else 0,
-    )
+        )
+        if span.start_ns < start_ns:
+            start_ns = span.start_ns
+        if span.root:
+            root = span
+    last = spans[-1]
+    row: TraceRow | None = None
+    if root is not None:
+        attributes = root.attributes
+        row = (
+            root.tenant_id,
+            root.trace_id,
+            root.user_id,
+            root.name,
+            root.start_ns,
+            root.end_ns,
+            root.status,
+            int(attributes.get("gen_ai.usage.input_tokens", 0) or 0),
+            int(attributes.get("gen_ai.usage.output_tokens", 0) or 0),
+        )
+    return (last.tenant_id, last.trace_id, start_ns, _JSON(items), len(spans), row)
 
 
-def _batch_rows(spans: Sequence[EncodedSpan]) -> list[tuple[str, str, int, str]]:
-    """One row per trace among ``spans``: its spans as one JSON array (their encoded items
-    joined, not encoded again)."""
-    by_trace: dict[tuple[str, str], tuple[int, list[str]]] = {}
-    for s in spans:
-        key = (s[0], s[1])
-        found = by_trace.get(key)
-        if found is None:
-            by_trace[key] = (s[2], [s[3]])
-        else:
-            found[1].append(s[3])
-            if s[2] < found[0]:
-                by_trace[key] = (s[2], found[1])
-    return [
-        (tenant, trace_id, start_ns, "[" + ",".join(items) + "]")
-        for (tenant, trace_id), (start_ns, items) in by_trace.items()
-    ]
+def encode_traces(spans: Sequence[Span]) -> list[EncodedTrace]:
+    """Finished spans of any traces, encoded one trace at a time (:func:`encode_trace`)."""
+    by_trace: dict[tuple[str, str], list[Span]] = {}
+    for span in spans:
+        by_trace.setdefault((span.tenant_id, span.trace_id), []).append(span)
+    return [encode_trace(group) for group in by_trace.values()]
 
 
 class SqlTraceStore:
@@ -274,15 +290,15 @@ class SqlTraceStore:
         """Store finished spans in one transaction (each is written once, by the recorder
         that saw it end), one row per trace; a root span (``root``) also lists its
         trace."""
-        self.write_encoded([encode_span(s) for s in spans])
+        self.write_encoded(encode_traces(spans))
 
-    def write_encoded(self, spans: Sequence[EncodedSpan]) -> None:
-        """:meth:`write` for spans encoded when they ended (:func:`encode_span`)."""
-        if not spans:
+    def write_encoded(self, traces: Sequence[EncodedTrace]) -> None:
+        """:meth:`write` for spans encoded a trace at a time (:func:`encode_trace`)."""
+        if not traces:
             return
-        roots = [(s[0], s[1], s[5], s[6], s[2], *s[7:]) for s in spans if s[4]]
+        roots = [t[5] for t in traces if t[5] is not None]
         with self.database.transaction() as conn:
-            conn.executemany(self._insert_spans, _batch_rows(spans))
+            conn.executemany(self._insert_spans, [t[:4] for t in traces])
             if roots:
                 conn.executemany(self._insert_trace, roots)
 

@@ -71,7 +71,8 @@ TERMS = "terms"
 string), counted for BM25's document frequencies; a text index without HNSW links. One
 string, not a list: the engine's binding converts each payload value separately (about 15 µs
 a value with ``qdrant-edge-py`` 0.9), which made a list of a chunk's terms most of the ingest;
-and linking every frequent term into the graph made the HNSW build 2.7× slower at 100k."""
+and linking every frequent term into the graph made the HNSW build 3.4× slower at 100k
+(``bench/qdrant_hnsw_links.py``)."""
 K1 = 1.2
 B = 0.75
 

@@ -26,6 +26,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     PointFilter,
     SearchQuery,
     SparseVec,
+    as_floats,
     fused_point,
     term_token,
 )
@@ -114,7 +115,7 @@ class EdgeBackend:
         batch = []
         for p in points:
             vector: dict[str, Any] = {KEYWORD: self._sparse(p.sparse)}
-            vector.update({space: list(map(float, v)) for space, v in p.dense.items()})
+            vector.update({space: as_floats(v) for space, v in p.dense.items()})
             batch.append(qe.Point(p.id, vector, p.payload()))
         self._shard.update(qe.UpdateOperation.upsert_points(batch))
 
@@ -123,7 +124,7 @@ class EdgeBackend:
             return
         qe = self._qe
         update = [
-            qe.PointVectors(int(i), {space: list(map(float, row))})
+            qe.PointVectors(int(i), {space: as_floats(row)})
             for i, row in zip(ids, rows, strict=True)
         ]
         self._shard.update(qe.UpdateOperation.update_vectors(update))
@@ -179,7 +180,7 @@ class EdgeBackend:
         vector = (
             self._sparse(query.vector)
             if isinstance(query.vector, SparseVec)
-            else list(map(float, query.vector))
+            else as_floats(query.vector)
         )
         return qe.Query.Nearest(vector, using=query.using)
 

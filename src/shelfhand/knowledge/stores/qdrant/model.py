@@ -48,6 +48,7 @@ __all__ = [
     "QdrantBackend",
     "SearchQuery",
     "SparseVec",
+    "as_floats",
     "chunk_point",
     "fused_point",
     "point_filter",
@@ -75,6 +76,12 @@ and linking every frequent term into the graph made the HNSW build 3.4× slower 
 (``bench/qdrant_hnsw_links.py``)."""
 K1 = 1.2
 B = 0.75
+
+
+def as_floats(vector: Sequence[float]) -> list[float]:
+    """``vector`` as the list of floats a backend sends: the index and the searches already
+    hand over lists (``ndarray.tolist()``), which are passed on as they are, not copied."""
+    return vector if type(vector) is list else list(map(float, vector))
 
 
 def term_token(token: str) -> str:

@@ -26,6 +26,7 @@ from shelfhand.knowledge.stores.qdrant.model import (
     PointFilter,
     SearchQuery,
     SparseVec,
+    as_floats,
     fused_point,
     term_token,
 )
@@ -152,7 +153,7 @@ class ServerBackend:
         batch = []
         for p in points:
             vector: dict[str, Any] = {KEYWORD: self._sparse(p.sparse)}
-            vector.update({space: list(map(float, v)) for space, v in p.dense.items()})
+            vector.update({space: as_floats(v) for space, v in p.dense.items()})
             batch.append(m.PointStruct(id=p.id, vector=vector, payload=p.payload()))
         self._call(lambda: self._client.upsert(self.collection, batch))
 
@@ -161,7 +162,7 @@ class ServerBackend:
             return
         m = self._m
         update = [
-            m.PointVectors(id=int(i), vector={space: list(map(float, row))})
+            m.PointVectors(id=int(i), vector={space: as_floats(row)})
             for i, row in zip(ids, rows, strict=True)
         ]
         self._call(lambda: self._client.update_vectors(self.collection, update))
@@ -215,7 +216,7 @@ class ServerBackend:
     def _vector(self, query: SearchQuery) -> Any:
         if isinstance(query.vector, SparseVec):
             return self._sparse(query.vector)
-        return list(map(float, query.vector))
+        return as_floats(query.vector)
 
     def _params(self, query: SearchQuery) -> Any:
         return None if self._local else self._m.SearchParams(exact=query.exact)

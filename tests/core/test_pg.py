@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
 
 from shelfhand.backends.postgres import (
+    IdleCheck,
     PgMigration,
     applied_pg_migrations,
     apply_pg_migrations,
     check_postgres,
     connect,
     open_pool,
+    pg_errors,
     redact_url,
 )
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.core.settings import Settings
 from shelfhand.dev.services import LocalPostgres, free_port
 
@@ -93,6 +96,97 @@ def test_a_pool_hands_out_autocommit_connections(pg_url: str) -> None:
             assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
     finally:
         pool.close()
+
+
+def _counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the pool's round-trip checks (``ConnectionPool.check_connection``)."""
+    from psycopg_pool import ConnectionPool
+
+    checks: list[int] = []
+    real = ConnectionPool.check_connection
+
+    def counted(conn: psycopg.Connection[object]) -> None:
+        checks.append(1)
+        real(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+    return checks
+
+
+def test_a_connection_returned_just_now_is_handed_out_without_a_round_trip(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks = _counting_checks(monkeypatch)
+    pool = open_pool(pg_url, max_size=1)
+    try:
+        for _ in range(5):
+            with pool.connection() as conn:
+                conn.execute("SELECT 1")
+        assert len(checks) == 1  # the first checkout (never handed out before) only
+    finally:
+        pool.close()
+    checks.clear()
+    every = open_pool(pg_url, max_size=1, idle_check_s=0)  # 0: check every checkout
+    try:
+        for _ in range(5):
+            with every.connection() as conn:
+                conn.execute("SELECT 1")
+        assert len(checks) == 5
+    finally:
+        every.close()
+
+
+def _kill_backend(pg_url: str, pid: int) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def test_an_idle_connection_whose_server_side_died_is_replaced_before_use(pg_url: str) -> None:
+    pool = open_pool(pg_url, max_size=1, idle_check_s=0.2)
+    try:
+        with pool.connection() as conn:
+            pid = conn.info.backend_pid
+        _kill_backend(pg_url, pid)
+        time.sleep(0.3)  # idle past the threshold: checked, found dead, replaced
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
+            assert conn.info.backend_pid != pid
+    finally:
+        pool.close()
+
+
+def test_a_recent_connection_whose_server_side_died_fails_clearly_then_the_pool_recovers(
+    pg_url: str,
+) -> None:
+    pool = open_pool(pg_url, max_size=1, idle_check_s=60)
+    try:
+        with pool.connection() as conn:
+            pid = conn.info.backend_pid
+        _kill_backend(pg_url, pid)
+        with (
+            pytest.raises(DependencyUnavailableError) as failed,
+            pg_errors(pg_url),
+            pool.connection() as conn,
+        ):
+            conn.execute("SELECT 1")
+        assert failed.value.dependency == "postgresql"
+        with pool.connection() as conn:  # the broken one was dropped when it came back
+            assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
+    finally:
+        pool.close()
+
+
+def test_the_idle_check_checks_a_connection_it_never_saw_returned() -> None:
+    calls: list[str] = []
+
+    class Conn:
+        autocommit = True
+
+        def execute(self, query: str) -> None:
+            calls.append(query)
+
+    IdleCheck(60)(Conn())  # type: ignore[arg-type]
+    assert calls == [""]
 
 
 def test_the_local_server_survives_a_crash_and_restarts(

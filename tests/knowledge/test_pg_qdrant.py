@@ -131,3 +131,36 @@ def test_the_cli_reindex_indexes_in_postgresql_what_was_stored_for_qdrant(
     found = cli("search", "E-203", "--json", qdrant=False)
     assert found.returncode == 0, found.stderr
     assert "E-203" in found.stdout
+
+
+def test_a_hybrid_search_looks_for_other_processes_writes_once_and_finds_them(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from shelfhand.testing import hashing_router
+
+    kb = KnowledgeBase(
+        tmp_path / "ws", hashing_router(), database_url=pg_url, qdrant_url=str(tmp_path / "q")
+    )
+    try:
+        kb.ingest_documents(CORPUS)
+        once = kb._stack.keyword.index._refresh  # type: ignore[attr-defined]
+        looks: list[int] = []
+        check = once._check
+
+        def counted() -> None:
+            looks.append(1)
+            check()
+
+        once._check = counted
+        # another process's store (a worker: no Qdrant index of its own) writes a document
+        worker = KnowledgeBase(tmp_path / "worker", hashing_router(), database_url=pg_url)
+        try:
+            worker.ingest_documents([doc("lens.md", "Lens", "E-777 means the lens cover is shut.")])
+        finally:
+            worker.close()
+        for _ in range(3):
+            hits = kb.search("What does E-777 mean?", k=3, user=ACME, mode="hybrid")
+            assert hits[0].chunk.doc_id == "lens.md"  # written by the other store, found
+        assert len(looks) == 3  # one look per search (keyword, vector and exact sides)
+    finally:
+        kb.close()

@@ -84,6 +84,7 @@ from shelfhand.knowledge.retrieval.fusion import (
 )
 from shelfhand.knowledge.retrieval.sides import KeywordSide, Overlap, VectorSide, default_workers
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
+from shelfhand.knowledge.stores.outbox import search_start
 from shelfhand.knowledge.types import (
     Chunk,
     FusedCandidates,
@@ -254,6 +255,23 @@ class HybridRetriever:
         Raises:
             KnowledgeError: An unknown filter key or mode.
         """
+        # the indexes' look for other processes' writes: once in this search, not per side
+        token = search_start.set(time.monotonic())
+        try:
+            return self._search_result(query, k, user, mode, filters, options, query_vectors)
+        finally:
+            search_start.reset(token)
+
+    def _search_result(
+        self,
+        query: str,
+        k: int,
+        user: UserContext | None,
+        mode: SearchMode,
+        filters: Mapping[str, Any] | None,
+        options: SearchOptions | None,
+        query_vectors: Mapping[str, Vectors] | None,
+    ) -> SearchResult:
         if mode not in ("hybrid", "keyword", "vector"):
             raise KnowledgeError(f"unknown search mode {mode!r}; use hybrid, keyword or vector")
         scope = Scope.of(user, filters)
@@ -272,7 +290,9 @@ class HybridRetriever:
         fused: FusedCandidates | None = None
         weighted: dict[str, tuple[Vectors, float]] = {}
         if mode == "hybrid" and fused_by is None:  # overlaps the embedding and vector search
-            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
+            keyword_side = self._overlap.submit(
+                self._keyword_side_of, search_start.get(), query, fetch, scope
+            )
         if mode != "keyword":
             t1 = time.perf_counter()
             if query_vectors is not None:
@@ -474,6 +494,16 @@ class HybridRetriever:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("%s", message)
+
+    def _keyword_side_of(
+        self, started: float | None, query: str, fetch: int, scope: Scope
+    ) -> KeywordSide:
+        """:meth:`_keyword_side` on a worker thread, within the search begun at ``started``."""
+        token = search_start.set(started)
+        try:
+            return self._keyword_side(query, fetch, scope)
+        finally:
+            search_start.reset(token)
 
     def _keyword_side(self, query: str, fetch: int, scope: Scope) -> KeywordSide:
         t1 = time.perf_counter()

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
@@ -26,7 +28,9 @@ __all__ = [
     "ChangeKind",
     "DerivedIndex",
     "IndexChange",
+    "OncePerSearch",
     "read_changes",
+    "search_start",
     "split_changes",
     "write_change",
 ]
@@ -34,6 +38,40 @@ __all__ = [
 ChangeKind = Literal["doc", "chunks", "vectors"]
 StoreT = TypeVar("StoreT", contravariant=True)
 """The store an index is derived from (:class:`~shelfhand.knowledge.stores.sqlite.SqliteKnowledgeStore`)."""
+
+
+search_start: ContextVar[float | None] = ContextVar("shelfhand_search_start", default=None)
+"""When the running search began (``time.monotonic()``), set by the retriever for the search
+(its keyword thread included); ``None`` outside a search (see :class:`OncePerSearch`)."""
+
+
+class OncePerSearch:
+    """A derived index's check for changes other processes committed (``check``: one query to
+    the store), run once per search instead of once per side of it.
+
+    A hybrid search asks its index three times (the keyword side, the vector side, the
+    exact-identifier step). A check that *began* after the search began saw every write
+    committed before the search, so a later call within the same search (:data:`search_start`)
+    skips it; concurrent callers of one search wait for the check in flight rather than run
+    their own. Outside a search every call checks. A check that fails (the store is down)
+    counts for nothing."""
+
+    def __init__(self, check: Callable[[], None]) -> None:
+        self._check = check
+        self._lock = threading.Lock()
+        self._fresh_from = float("-inf")
+        """When the last finished check began."""
+
+    def __call__(self) -> None:
+        started = search_start.get()
+        if started is not None and self._fresh_from >= started:
+            return
+        with self._lock:
+            if started is not None and self._fresh_from >= started:
+                return  # a check of this search (or a later one) finished meanwhile
+            began = time.monotonic()
+            self._check()
+            self._fresh_from = max(self._fresh_from, began)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

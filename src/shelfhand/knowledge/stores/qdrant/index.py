@@ -15,7 +15,7 @@ from typing import Any
 
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.scoring import check_keyword_weights
-from shelfhand.knowledge.stores.outbox import IndexChange, split_changes
+from shelfhand.knowledge.stores.outbox import IndexChange, OncePerSearch, split_changes
 from shelfhand.knowledge.stores.qdrant.model import KEYWORD, QdrantBackend, chunk_point
 from shelfhand.knowledge.types import Chunk
 
@@ -73,11 +73,13 @@ class QdrantIndex:
 
     def set_refresh(self, refresh: Callable[[], None]) -> None:
         """Have :meth:`refresh` call ``refresh`` (the store's check for changes written by
-        other processes, which this index has not seen yet)."""
-        self._refresh = refresh
+        other processes, which this index has not seen yet), once per search
+        (:class:`~shelfhand.knowledge.stores.outbox.OncePerSearch`)."""
+        self._refresh = OncePerSearch(refresh)
 
     def refresh(self) -> None:
-        """Apply committed changes not yet applied; searches call it first."""
+        """Apply committed changes not yet applied; searches call it first (a search's sides
+        after the first find it done)."""
         if self._refresh is not None:
             self._refresh()
 

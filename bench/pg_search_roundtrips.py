@@ -1,16 +1,22 @@
-"""What the PostgreSQL pool's check per checkout costs a search, in one process, interleaved.
+"""What PostgreSQL round trips cost a PostgreSQL + Qdrant search, in one process, interleaved.
 
 A PostgreSQL + Qdrant Edge store built by ``bench/qdrant_store.py latency`` (its
-``--database-url`` and ``--workspace``) is opened once; its pool then hands out connections
-with the check of this tree (:class:`shelfhand.backends.postgres.IdleCheck`: a round trip only
-for a connection not handed out in the last 2 s) or with a round trip at every checkout
-(``ConnectionPool.check_connection``, what the pool did before), switched search by search,
-the order flipped every round. Wall ms per search (query vectors given), p50 and p95, and the
-checkouts per search.
+``--database-url`` and ``--workspace``) is opened once, then searched three ways, switched
+search by search (the order flipped every round):
+
+- ``before``: the pool checks every connection it hands out with a round trip
+  (``ConnectionPool.check_connection``), and the Qdrant index looks for other processes' writes
+  (one query) on each side of a search (keyword, vector, exact identifiers);
+- ``IdleCheck``: the pool checks only a connection not handed out in the last 2 s
+  (:class:`shelfhand.backends.postgres.IdleCheck`), a look per side still;
+- ``IdleCheck + a look per search``: this tree
+  (:class:`shelfhand.knowledge.stores.outbox.OncePerSearch`).
+
+Wall ms per search (query vectors given), p50 and p95, and PostgreSQL checkouts per search.
 
     python bench/qdrant_store.py latency --chunks 20000 --stores none \\
         --database-url postgresql://.../bench20k --workspace /tmp/w20k        # builds it once
-    python bench/pg_pool_check.py --chunks 20000 --database-url postgresql://.../bench20k \\
+    python bench/pg_search_roundtrips.py --chunks 20000 --database-url postgresql://.../bench20k \\
         --workspace /tmp/w20k
 """
 
@@ -48,39 +54,51 @@ def main() -> None:
     )
     pool = kb.store.db.pool
     idle_check = pool._check
-    checks = [0]
     every_time = ConnectionPool.check_connection
+    index = kb.keyword.index
+    once = index._refresh
+    per_side = once._check  # the store's look, without the once-per-search gate
+    checkouts = {"n": 0}
+    connection = kb.store.db.connection
 
-    def checked(conn: Any) -> None:
-        checks[0] += 1
-        every_time(conn)
+    def counted_connection() -> Any:
+        checkouts["n"] += 1
+        return connection()
 
-    cases = {"check every checkout (before)": checked, "IdleCheck (this tree)": idle_check}
+    kb.store.db.connection = counted_connection
+    cases = {
+        "before: a check per checkout, a look per side": (every_time, per_side),
+        "IdleCheck, a look per side": (idle_check, per_side),
+        "IdleCheck, a look per search (this tree)": (idle_check, once),
+    }
     times: dict[str, list[float]] = {name: [] for name in cases}
+    counts: dict[str, int] = dict.fromkeys(cases, 0)
     load = os.getloadavg()[0]
     for r in range(a.rounds):
         names = list(cases) if r % 2 == 0 else list(reversed(cases))
         for query, vector in zip(corpus.queries, corpus.qvecs, strict=True):
             for user in rl.USERS.values():
                 for name in names:
-                    pool._check = cases[name]
+                    pool._check, index._refresh = cases[name]
+                    before = checkouts["n"]
                     t0 = time.perf_counter()
                     kb.retriever.search_timed(
                         query, k=10, user=user, mode=a.mode, query_vectors={rl.SPACE: vector}
                     )
                     times[name].append((time.perf_counter() - t0) * 1000)
+                    counts[name] += checkouts["n"] - before
     kb.close()
-    per_search = checks[0] / len(times["check every checkout (before)"])
+    n = len(next(iter(times.values())))
     print(
-        f"{a.mode} searches, {a.chunks:,} chunks, {len(next(iter(times.values())))} per case"
-        f" (3 callers); load {load:.1f} → {os.getloadavg()[0]:.1f};"
-        f" {per_search:.1f} checkouts per search\n"
+        f"{a.mode} searches, {a.chunks:,} chunks, {n} per case (3 callers);"
+        f" load {load:.1f} → {os.getloadavg()[0]:.1f}\n"
     )
-    print("| pool check | p50 ms | p95 ms |\n|---|---:|---:|")
+    print("| PostgreSQL round trips | checkouts per search | p50 ms | p95 ms |")
+    print("|---|---:|---:|---:|")
     for name, values in times.items():
         values.sort()
         p95 = values[int(len(values) * 0.95)]
-        print(f"| {name} | {statistics.median(values):.1f} | {p95:.1f} |")
+        print(f"| {name} | {counts[name] / n:.1f} | {statistics.median(values):.1f} | {p95:.1f} |")
 
 
 if __name__ == "__main__":

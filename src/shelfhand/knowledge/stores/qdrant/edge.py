@@ -52,6 +52,9 @@ class EdgeBackend:
         search_threads: Threads of the shard's search pool (None: one per CPU).
     """
 
+    shared = False
+    """One process has the shard open: every change to it goes through this process."""
+
     def __init__(self, path: Path, *, search_threads: int | None = None) -> None:
         qe = _qe()
         self._qe = qe

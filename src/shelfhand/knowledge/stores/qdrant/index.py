@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.scoring import check_keyword_weights
 from shelfhand.knowledge.stores.outbox import IndexChange, OncePerSearch, split_changes
-from shelfhand.knowledge.stores.qdrant.model import KEYWORD, QdrantBackend, chunk_point
+from shelfhand.knowledge.stores.qdrant.model import (
+    KEYWORD,
+    PointFilter,
+    QdrantBackend,
+    chunk_point,
+)
 from shelfhand.knowledge.types import Chunk
 
 logger = logging.getLogger(__name__)
@@ -25,6 +31,11 @@ __all__ = ["QdrantIndex"]
 
 _SCHEMA = 2  # 2: the terms as one text field (model.TERMS); an index of 1 is rebuilt
 _BATCH = 512
+TERM_COUNTS_TTL_S = 1.0
+"""How long a term's count of chunks (BM25's document frequency) is reused on a Qdrant server,
+whose collection other replicas also change; in process (Qdrant Edge) a count is reused until
+this index applies a change."""
+_TERM_COUNTS_MAX = 100_000
 # Analysed tokens of a section heading, on average (BM25's length norm of the head part).
 _HEAD_AVG_LEN = 4.0
 
@@ -50,6 +61,9 @@ class QdrantIndex:
         self._lock = threading.RLock()
         self._refresh: Callable[[], None] | None = None
         self._store_id: str | None = None
+        self._term_counts: dict[str, int] = {}
+        self._counts_ttl = TERM_COUNTS_TTL_S if getattr(backend, "shared", True) else float("inf")
+        self._counts_until = float("-inf")
         meta = backend.meta() or {}
         self._generation: int | None = None
         self._spaces: dict[str, int] = {}
@@ -85,6 +99,30 @@ class QdrantIndex:
 
     def __repr__(self) -> str:
         return f"QdrantIndex({self.backend.location!r})"
+
+    def term_counts(self, terms: Sequence[str]) -> list[int]:
+        """How many chunks hold each of ``terms`` in their body (BM25's document frequencies,
+        every tenant). Each is one count over the index (about 5 ms at 1M chunks), so counts
+        are kept: until this index applies a change, and on a server (which other replicas
+        change too) at most :data:`TERM_COUNTS_TTL_S`."""
+        now = time.monotonic()
+        counts = self._term_counts
+        if now >= self._counts_until or len(counts) > _TERM_COUNTS_MAX:
+            counts = self._term_counts = {}
+            self._counts_until = now + self._counts_ttl
+        found = []
+        for term in terms:
+            n = counts.get(term)
+            if n is None:
+                n = counts[term] = self.backend.count(PointFilter(term=term))
+            found.append(n)
+        return found
+
+    def _changed(self) -> None:
+        """After a change is written: counts taken before it are not reused (a count in
+        flight keeps writing into the dict it started with, which is dropped here)."""
+        self._term_counts = {}
+        self._counts_until = float("-inf")
 
     # -- DerivedIndex ---------------------------------------------------------------------------
 
@@ -154,6 +192,7 @@ class QdrantIndex:
             for space, (ids, matrix) in vectors.items():
                 self._space(space, int(matrix.shape[1]))
                 self.backend.set_vectors(space, ids.tolist(), matrix.tolist())
+            self._changed()
 
     def flush(self, generation: int, *, durable: bool) -> None:
         """Record ``generation`` (writes are searchable as soon as they are applied)."""
@@ -180,6 +219,7 @@ class QdrantIndex:
             self.backend.clear()
             self._spaces = {}
             self._write(store, ((s.rowid, s.chunk) for s in store.iter_chunks()))
+            self._changed()
             self._save(generation)
             self.backend.flush()
 

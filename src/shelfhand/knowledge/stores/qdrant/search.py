@@ -73,8 +73,7 @@ class QdrantKeywordSearch:
         return self.num_docs(), self._dfs(terms)
 
     def _dfs(self, terms: Sequence[str]) -> list[int]:
-        backend = self.index.backend
-        return [backend.count(PointFilter(term=t)) for t in terms]
+        return self.index.term_counts(terms)
 
     def _ranked(self, terms: Sequence[str], k: int, flt: PointFilter) -> list[tuple[int, float]]:
         query = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)

@@ -55,6 +55,9 @@ class ServerBackend:
         timeout: Seconds per request.
     """
 
+    shared = True
+    """Other processes (replicas) may change the collection."""
+
     def __init__(
         self,
         url: str,

@@ -13,6 +13,8 @@ search by search (the order flipped every round):
   (:class:`shelfhand.knowledge.stores.outbox.OncePerSearch`).
 
 Wall ms per search (query vectors given), p50 and p95, and PostgreSQL checkouts per search.
+Everything else is this tree's in all three (the Qdrant index's kept term counts included:
+the figures in docs/benchmarks/scale.md were measured before those).
 
     python bench/qdrant_store.py latency --chunks 20000 --stores none \\
         --database-url postgresql://.../bench20k --workspace /tmp/w20k        # builds it once
@@ -22,7 +24,6 @@ Wall ms per search (query vectors given), p50 and p95, and PostgreSQL checkouts 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -37,21 +38,13 @@ sys.path.insert(0, str(HERE))
 def main() -> None:
     import retrieval_latency as rl
     from psycopg_pool import ConnectionPool
+    from qdrant_store import open_reused_store, reused_store_parser
 
-    from shelfhand.knowledge.stack import open_pg_store
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--database-url", required=True)
-    ap.add_argument("--workspace", required=True, help="bench/qdrant_store.py's workspace")
-    ap.add_argument("--chunks", type=int, default=20_000)
-    ap.add_argument("--queries", type=int, default=20)
+    ap = reused_store_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--mode", default="hybrid", choices=["keyword", "vector", "hybrid"])
     a = ap.parse_args()
-    corpus = rl.make_corpus(a.chunks, seed=0, n_queries=a.queries)
-    kb = open_pg_store(
-        a.database_url, None, qdrant_url=str(Path(a.workspace) / f"qdrant-{a.chunks}")
-    )
+    corpus, kb = open_reused_store(a)
     pool = kb.store.db.pool
     idle_check = pool._check
     every_time = ConnectionPool.check_connection

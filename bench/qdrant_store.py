@@ -42,6 +42,28 @@ from pg_store import _build_pg, _server, _table, interleaved_latency  # noqa: E4
 from retrieval import _load  # noqa: E402
 
 
+def reused_store_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that reopens the PostgreSQL + Qdrant store of a ``latency``
+    run (``bench/pg_search_roundtrips.py``, ``bench/qdrant_term_counts.py``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--database-url", required=True)
+    ap.add_argument("--workspace", required=True, help="bench/qdrant_store.py's workspace")
+    ap.add_argument("--chunks", type=int, default=20_000)
+    ap.add_argument("--queries", type=int, default=20)
+    return ap
+
+
+def open_reused_store(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The corpus of ``args`` and its PostgreSQL + Qdrant store, as a ``latency`` run left it."""
+    import retrieval_latency as rl
+
+    from shelfhand.knowledge.stack import open_pg_store
+
+    corpus = rl.make_corpus(args.chunks, seed=0, n_queries=args.queries)
+    folder = Path(args.workspace) / f"qdrant-{args.chunks}"
+    return corpus, open_pg_store(args.database_url, None, qdrant_url=str(folder))
+
+
 def _qdrant_stack(url: str, folder: Path) -> tuple[Any, dict[str, float]]:
     """The PostgreSQL store with a Qdrant Edge index fed from it (built by the attach)."""
     from shelfhand.knowledge.stack import open_pg_store

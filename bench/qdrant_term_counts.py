@@ -13,7 +13,6 @@ and the term counts per search of each pass.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -27,19 +26,12 @@ sys.path.insert(0, str(HERE))
 
 def main() -> None:
     import retrieval_latency as rl
+    from qdrant_store import open_reused_store, reused_store_parser
 
-    from shelfhand.knowledge.stack import open_pg_store
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--database-url", required=True)
-    ap.add_argument("--workspace", required=True, help="bench/qdrant_store.py's workspace")
-    ap.add_argument("--chunks", type=int, default=20_000)
-    ap.add_argument("--queries", type=int, default=20)
+    ap = reused_store_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--caller", default="admin", choices=list(rl.USERS))
     a = ap.parse_args()
-    corpus = rl.make_corpus(a.chunks, seed=0, n_queries=a.queries)
-    folder = Path(a.workspace) / f"qdrant-{a.chunks}"
-    kb = open_pg_store(a.database_url, None, qdrant_url=str(folder))
+    corpus, kb = open_reused_store(a)
     index = kb.keyword.index
     backend = index.backend
     count = backend.count

@@ -62,7 +62,7 @@ class QdrantIndex:
         self._refresh: Callable[[], None] | None = None
         self._store_id: str | None = None
         self._term_counts: dict[str, int] = {}
-        self._counts_ttl = TERM_COUNTS_TTL_S if getattr(backend, "shared", True) else float("inf")
+        self._counts_ttl = TERM_COUNTS_TTL_S if backend.shared else float("inf")
         self._counts_until = float("-inf")
         meta = backend.meta() or {}
         self._generation: int | None = None
@@ -119,9 +119,8 @@ class QdrantIndex:
         return found
 
     def _changed(self) -> None:
-        """After a change is written: counts taken before it are not reused (a count in
-        flight keeps writing into the dict it started with, which is dropped here)."""
-        self._term_counts = {}
+        """After a change is written: counts taken before it are not reused (the next
+        :meth:`term_counts` starts a new dict; a count in flight writes into the old one)."""
         self._counts_until = float("-inf")
 
     # -- DerivedIndex ---------------------------------------------------------------------------

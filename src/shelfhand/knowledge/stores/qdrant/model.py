@@ -195,6 +195,8 @@ class QdrantBackend(Protocol):
     :class:`~shelfhand.core.errors.DependencyUnavailableError` when Qdrant cannot answer."""
 
     location: str
+    shared: bool
+    """Whether other processes may change the same points (a server's collection)."""
 
     def meta(self) -> dict[str, object] | None: ...
 

@@ -70,10 +70,7 @@ class QdrantKeywordSearch:
         """Chunks in the index and, per distinct token (first-seen order), how many hold it
         in their body; like the other indexes', they count every tenant."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        return self.num_docs(), self._dfs(terms)
-
-    def _dfs(self, terms: Sequence[str]) -> list[int]:
-        return self.index.term_counts(terms)
+        return self.num_docs(), self.index.term_counts(terms)
 
     def _ranked(self, terms: Sequence[str], k: int, flt: PointFilter) -> list[tuple[int, float]]:
         query = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)
@@ -88,7 +85,7 @@ class QdrantKeywordSearch:
             return []
         self.index.refresh()
         n = self.num_docs()
-        dfs = self._dfs(terms)
+        dfs = self.index.term_counts(terms)
         flt = point_filter(scope)
         if flt is None or n == 0:
             return KeywordHits([], num_docs=n, doc_freqs=dfs)
@@ -114,7 +111,7 @@ class QdrantKeywordSearch:
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         self.index.refresh()
         n = self.num_docs()
-        dfs = self._dfs(terms)
+        dfs = self.index.term_counts(terms)
         flt = point_filter(scope)
         spaces = {s: v for s, v in vectors.items() if s in self.index.spaces()}
         if flt is None or k <= 0 or n == 0:

@@ -57,11 +57,9 @@ def open_reused_store(args: argparse.Namespace) -> tuple[Any, Any]:
     """The corpus of ``args`` and its PostgreSQL + Qdrant store, as a ``latency`` run left it."""
     import retrieval_latency as rl
 
-    from shelfhand.knowledge.stack import open_pg_store
-
     corpus = rl.make_corpus(args.chunks, seed=0, n_queries=args.queries)
-    folder = Path(args.workspace) / f"qdrant-{args.chunks}"
-    return corpus, open_pg_store(args.database_url, None, qdrant_url=str(folder))
+    kb, _ = _qdrant_stack(args.database_url, Path(args.workspace) / f"qdrant-{args.chunks}")
+    return corpus, kb
 
 
 def _qdrant_stack(url: str, folder: Path) -> tuple[Any, dict[str, float]]:

@@ -3,6 +3,7 @@ tests run on both stores: ``open_stack``)."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import threading
 import time
@@ -151,6 +152,28 @@ def test_a_busy_overlap_runs_the_work_in_the_calling_thread() -> None:
     assert overlap.submit(lambda: 1) is None
     with pytest.raises(KnowledgeError):
         Overlap(-1)
+
+
+def test_an_overlap_runs_the_work_in_the_callers_context() -> None:
+    # the keyword side belongs to the caller's search (search_start), span and counts
+    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="outside")
+    overlap = Overlap(1)
+    token = seen.set("alice's search")
+    try:
+        future = overlap.submit(seen.get)
+        assert future is not None and future.result(10) == "alice's search"
+
+        def change() -> str:
+            seen.set("changed")
+            return seen.get()
+
+        # a copy: what the work sets stays on its side
+        changed = overlap.submit(change)
+        assert changed is not None and changed.result(10) == "changed"
+        assert seen.get() == "alice's search"
+    finally:
+        seen.reset(token)
+        overlap.close()
 
 
 def test_keyword_mode_uses_no_embedder(kb: EmbeddedKnowledge) -> None:

@@ -290,9 +290,7 @@ class HybridRetriever:
         fused: FusedCandidates | None = None
         weighted: dict[str, tuple[Vectors, float]] = {}
         if mode == "hybrid" and fused_by is None:  # overlaps the embedding and vector search
-            keyword_side = self._overlap.submit(
-                self._keyword_side_of, search_start.get(), query, fetch, scope
-            )
+            keyword_side = self._overlap.submit(self._keyword_side, query, fetch, scope)
         if mode != "keyword":
             t1 = time.perf_counter()
             if query_vectors is not None:
@@ -494,16 +492,6 @@ class HybridRetriever:
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("%s", message)
-
-    def _keyword_side_of(
-        self, started: float | None, query: str, fetch: int, scope: Scope
-    ) -> KeywordSide:
-        """:meth:`_keyword_side` on a worker thread, within the search begun at ``started``."""
-        token = search_start.set(started)
-        try:
-            return self._keyword_side(query, fetch, scope)
-        finally:
-            search_start.reset(token)
 
     def _keyword_side(self, query: str, fetch: int, scope: Scope) -> KeywordSide:
         t1 = time.perf_counter()

@@ -3,6 +3,7 @@ alongside the vector side (:class:`~shelfhand.knowledge.retrieval.hybrid.HybridR
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable
@@ -32,7 +33,10 @@ def default_workers() -> int:
 
 class Overlap:
     """At most ``workers`` keyword sides on worker threads at once; ``submit`` returns None
-    when all are busy (the caller then runs the work itself, never waits for a worker)."""
+    when all are busy (the caller then runs the work itself, never waits for a worker).
+
+    The work runs in a copy of the caller's context variables, as it would on the caller's
+    thread: the search it belongs to (``search_start``), the open span, the turn's counts."""
 
     def __init__(self, workers: int) -> None:
         if workers < 0:
@@ -48,7 +52,7 @@ class Overlap:
         if pool is None or not self._slots.acquire(blocking=False):
             return None
         try:
-            future = pool.submit(fn, *args)
+            future = pool.submit(contextvars.copy_context().run, fn, *args)
         except RuntimeError:  # closed meanwhile
             self._slots.release()
             return None

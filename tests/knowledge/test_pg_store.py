@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -286,6 +287,23 @@ def test_searches_raise_dependency_unavailable_while_the_server_is_down(
     kb.close()
 
 
+def assert_same_ranking(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    """The same ranking up to the last bits of the scores (two SQL plans may add a chunk's
+    term scores in different orders): equal scores place by place, the same chunks in each
+    group of equal scores (but the last, which ``k`` may cut between different members)."""
+    assert len(got) == len(want)
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9), (got, want)
+    start = 0
+    while start < len(want):
+        end = start + 1
+        while end < len(want) and math.isclose(want[end][1], want[start][1], rel_tol=1e-9):
+            end += 1
+        if end < len(want):  # a whole group inside the top k
+            assert {c for c, _ in got[start:end]} == {c for c, _ in want[start:end]}, (got, want)
+        start = end
+
+
 def test_rare_terms_first_pruning_returns_the_full_scoring_top_k(pg_url: str) -> None:
     kb = open_pg_store(pg_url, None)
     common = ["lamp projector manual", "投影仪 说明书 灯泡"]
@@ -312,6 +330,8 @@ def test_rare_terms_first_pruning_returns_the_full_scoring_top_k(pg_url: str) ->
         for k in (1, 3, 10, 60):
             for acl in callers:
                 tokens = tokenize_query(query)
-                assert pruned.search(tokens, k, scope=acl) == full.search(tokens, k, scope=acl)
+                assert_same_ranking(
+                    pruned.search(tokens, k, scope=acl), full.search(tokens, k, scope=acl)
+                )
     assert pruned.paths["pruned"] > 0 and pruned.paths["full"] > 0  # both paths ran
     kb.close()

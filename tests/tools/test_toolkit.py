@@ -353,3 +353,23 @@ def test_the_meta_tool_name_is_reserved() -> None:
 
     with pytest.raises(ValueError, match="reserved"):
         Toolkit([imposter])
+
+
+async def test_a_call_s_report_is_the_frozen_dataclass_with_every_field() -> None:
+    # built as a twin (shelfhand.core.slots): it must be the dataclass its constructor makes
+    import dataclasses
+    import pickle
+
+    from shelfhand.tools.toolkit import CallReport
+
+    kit = Toolkit([query_stock])
+    report = await kit.execute(call("query_stock", '{"sku": "A-1"}'), USER_RUN)
+    assert type(report) is CallReport
+    same = CallReport(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
+    assert report == same and repr(report) == repr(same)
+    assert (report.decision, report.outcome, report.attempts) == ("allow", "ok", 1)
+    assert report.request_id and report.duration_ms >= 0
+    assert pickle.loads(pickle.dumps(report)) == report
+    assert dataclasses.replace(report, attempts=2).attempts == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.outcome = "error"  # type: ignore[misc]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
+from shelfhand.core.slots import twin
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
@@ -72,6 +73,9 @@ class CallReport:
     duration_ms: float = 0.0
     repairs: tuple[str, ...] = ()
     """Repairs made to the model's arguments before the call (see :mod:`~.repair`)."""
+
+
+_ReportFields = twin(CallReport)
 
 
 class Toolkit(ToolRegistry):
@@ -250,18 +254,21 @@ class Toolkit(ToolRegistry):
             kind = "error" if output.is_error else "ok"
         if not reported and gov.audit is None and not logger.isEnabledFor(logging.DEBUG):
             return result
-        report = CallReport(
-            result=result,
-            # made only for a report: nothing else reads it
-            request_id=gov.new_request_id(),
-            decision=decision,
-            outcome=kind,
-            replayed=replayed,
-            shared=shared,
-            attempts=outcome.attempts,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            repairs=repairs,
-        )
+        # built as a twin (shelfhand.core.slots): a frozen dataclass's own __init__ sets each
+        # of the nine fields through object.__setattr__, and every traced or audited call
+        # makes one
+        fields = _ReportFields()
+        fields.result = result
+        fields.request_id = gov.new_request_id()  # made only for a report: nothing else reads it
+        fields.decision = decision
+        fields.outcome = kind
+        fields.replayed = replayed
+        fields.shared = shared
+        fields.attempts = outcome.attempts
+        fields.duration_ms = (time.perf_counter() - started) * 1000
+        fields.repairs = repairs
+        fields.__class__ = CallReport
+        report: CallReport = fields
         if gov.audit is not None:
             self._audit(call, run, report, arguments, canonical, outcome.error_class)
         if logger.isEnabledFor(logging.DEBUG):

@@ -409,10 +409,14 @@ class Tracer:
     def _hand_over(self, trace: _Trace) -> None:
         """Hand the finished spans waiting in ``trace`` to the trace processors."""
         waiting = trace.spans
+        # as many as wait now, each taken by one atomic popleft (a span appended meanwhile
+        # stays for the next hand-over: its own, once the root has closed the trace); no
+        # IndexError to end the loop but when another thread (a flush) took some meanwhile
+        take = waiting.popleft
         spans: list[Span] = []
         try:
-            while True:
-                spans.append(waiting.popleft())
+            for _ in range(len(waiting)):
+                spans.append(take())
         except IndexError:
             pass
         if spans:

@@ -14,7 +14,9 @@ from shelfhand.app import App
 from shelfhand.core.errors import WorkspaceBusyError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.stack import open_embedded_store
+from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
+from shelfhand.knowledge.types import Scope
 
 BUSY = 75
 
@@ -136,6 +138,36 @@ def test_a_reader_opened_while_another_writes_never_touches_the_index_and_sees_i
         # the writer's commit is visible to the reader at once (its searcher reloads)
         hits = reader.search("xylophone", mode="keyword")
         assert [h.chunk.source for h in hits] == ["docs/new.md"]
+        reader.close()
+    finally:
+        writer.close()
+        lock.release()
+
+
+def test_a_reader_reloads_the_keyword_index_once_per_search(tmp_path: Path, docs: Path) -> None:
+    ws = tmp_path / "ws"
+    lock = WorkspaceLock(ws, "ingest").acquire()  # another process writes
+    writer = open_embedded_store(ws, None)
+    try:
+        writer.ingestor.ingest([docs])
+        reader = keyword_app(ws).open_knowledge()
+        index = reader._stack.keyword
+        assert isinstance(index, TantivyKeywordIndex) and index.access != "write"
+        before = index.reloads
+        # the keyword side and the exact-identifier step: one reload between them
+        assert reader.search("E-203 error", mode="keyword")[0].chunk.source == "docs/faq.md"
+        assert index.reloads == before + 1
+        # outside a search (no search_start) each look reloads
+        tokens = ["e-203"]
+        index.search(tokens, 3, scope=Scope(tenant_id="default"))
+        index.search(tokens, 3, scope=Scope(tenant_id="default"))
+        assert index.reloads == before + 3
+        # a commit made before the next search is seen by it
+        (docs / "new.md").write_text("# 新品\n\nXylophone mode ships today.", encoding="utf-8")
+        writer.ingestor.ingest([docs])
+        assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == [
+            "docs/new.md"
+        ]
         reader.close()
     finally:
         writer.close()

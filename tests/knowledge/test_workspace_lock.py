@@ -168,6 +168,10 @@ def test_a_reader_reloads_the_keyword_index_once_per_search(tmp_path: Path, docs
         assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == [
             "docs/new.md"
         ]
+        # the term statistics (synonyms, relevance) read the same commit as the search
+        (docs / "newer.md").write_text("# 新品\n\nMarimba mode ships soon.", encoding="utf-8")
+        writer.ingestor.ingest([docs])
+        assert index.doc_freqs(["marimba"])[1] == [1]
         reader.close()
     finally:
         writer.close()

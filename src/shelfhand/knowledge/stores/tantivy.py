@@ -597,8 +597,10 @@ class TantivyKeywordIndex:
         """Chunks in the index and, per distinct token (first-seen order), how many contain it.
 
         Statistics for the relevance estimate of :mod:`shelfhand.knowledge.retrieval.fusion` (the share
-        of the query's IDF a hit matches); like BM25's own, they count every tenant.
+        of the query's IDF a hit matches, and which synonyms a query needs); like BM25's
+        own, they count every tenant. In a reading process they are the latest commit's,
+        as a search's are (the index reloads at most once per search).
         """
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        searcher = self._index.searcher()
+        searcher = self._searcher()
         return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]

@@ -282,6 +282,107 @@ def run_scenario(
     }
 
 
+def alternate(
+    scenario: str,
+    sessions: int,
+    seconds: float,
+    rounds: int,
+    cpus: str | None = None,
+    server_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Tracing off and stored, both servers up at once, loaded in turns for ``seconds``
+    each, ``rounds`` times (off first in even rounds, stored first in odd ones): the two
+    blocks of a round ran seconds apart, so a round's ratio is not moved by the machine's
+    speed drifting (on a shared virtual machine the same fixed loop takes ±30 % from one
+    second to the next, which moved whole 15 s runs of one setting by 20 %)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp_off,
+        tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp_stored,
+    ):
+        servers = {
+            mode: start_server(Path(tmp), scenario, cpus, mode, server_env)
+            for mode, tmp in (("off", tmp_off), ("stored", tmp_stored))
+        }
+        blocks: dict[str, list[dict[str, Any]]] = {"off": [], "stored": []}
+        try:
+            for _, url in servers.values():
+                if scenario == "rag":
+                    upload_corpus(url)
+                asyncio.run(drive(url, sessions, 2.0))  # warm-up, not counted
+            for r in range(rounds):
+                for mode in ("off", "stored") if r % 2 == 0 else ("stored", "off"):
+                    proc, url = servers[mode]
+                    cpu_before = cpu_seconds(proc.pid)
+                    block = asyncio.run(drive(url, sessions, seconds))
+                    block["server_cpu_ms_per_turn"] = round(
+                        (cpu_seconds(proc.pid) - cpu_before) * 1000 / max(1, block["turns"]), 3
+                    )
+                    blocks[mode].append(block)
+        finally:
+            for proc, _ in servers.values():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    ratios = [
+        s["turns_per_s"] / o["turns_per_s"]
+        for o, s in zip(blocks["off"], blocks["stored"], strict=True)
+        if o["turns_per_s"]
+    ]
+    cpu_ratios = [
+        s["server_cpu_ms_per_turn"] / o["server_cpu_ms_per_turn"]
+        for o, s in zip(blocks["off"], blocks["stored"], strict=True)
+        if o["server_cpu_ms_per_turn"]
+    ]
+
+    def total(mode: str) -> float:
+        return sum(b["turns"] for b in blocks[mode]) / sum(b["seconds"] for b in blocks[mode])
+
+    return {
+        "scenario": scenario,
+        "sessions": sessions,
+        "seconds_per_block": seconds,
+        "rounds": rounds,
+        "blocks": blocks,
+        "turns_per_s": {m: round(total(m), 1) for m in blocks},
+        "ratio_stored_to_off": {
+            "median": round(statistics.median(ratios), 3),
+            "mean": round(statistics.fmean(ratios), 3),
+            "min": round(min(ratios), 3),
+            "max": round(max(ratios), 3),
+            "overall": round(total("stored") / total("off"), 3),
+        },
+        "server_cpu_ratio_median": round(statistics.median(cpu_ratios), 3),
+        "errors": sum(b["errors"] for bs in blocks.values() for b in bs),
+    }
+
+
+def print_alternate(result: dict[str, Any]) -> None:
+    out = [
+        f"shelfhand serve load, {os.cpu_count()} CPUs, {result['scenario']}, "
+        f"{result['sessions']} sessions, off and stored in turns: {result['rounds']} rounds of "
+        f"{result['seconds_per_block']:g} s each",
+        f"{'round':>5} {'off turns/s':>11} {'stored turns/s':>14} {'stored/off':>10} "
+        f"{'CPU ms/turn off':>15} {'stored':>7}",
+    ]
+    off, stored = result["blocks"]["off"], result["blocks"]["stored"]
+    for i, (o, s) in enumerate(zip(off, stored, strict=True), 1):
+        ratio = s["turns_per_s"] / o["turns_per_s"] if o["turns_per_s"] else float("nan")
+        out.append(
+            f"{i:>5} {o['turns_per_s']:>11} {s['turns_per_s']:>14} {ratio:>10.3f} "
+            f"{o['server_cpu_ms_per_turn']:>15} {s['server_cpu_ms_per_turn']:>7}"
+        )
+    r = result["ratio_stored_to_off"]
+    out.append(
+        f"stored / off turns/s: median {r['median']}, mean {r['mean']}, range {r['min']}-"
+        f"{r['max']}, all blocks together {r['overall']} ({result['turns_per_s']['stored']} vs "
+        f"{result['turns_per_s']['off']}); server CPU per turn, median ratio "
+        f"{result['server_cpu_ratio_median']}; errors {result['errors']}"
+    )
+    sys.stdout.write("\n".join(out) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -297,9 +398,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the results as JSON here")
     ap.add_argument(
         "--tracing",
-        choices=["stored", "off", "both"],
+        choices=["stored", "off", "both", "alternate"],
         default="stored",
-        help="the servers' tracing setting; both: off and stored, taking turns, twice",
+        help="the servers' tracing setting; both: off and stored, taking turns, twice; "
+        "alternate: both servers up at once, loaded in turns (see --rounds)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help="with --tracing alternate: rounds of one off and one stored block of --seconds",
     )
     ap.add_argument(
         "--server-setting",
@@ -316,6 +424,18 @@ def main() -> None:
     sessions = max(1, min(args.sessions, MAX_SESSIONS))
     seconds = max(1.0, min(args.seconds, MAX_SECONDS))
     scenarios = ["text", "rag"] if args.scenario == "both" else [args.scenario]
+    if args.tracing == "alternate":
+        found = []
+        for s in scenarios:
+            found.append(
+                alternate(s, sessions, seconds, max(1, args.rounds), args.server_cpus, server_env)
+            )
+            print_alternate(found[-1])
+        sys.stdout.write("RESULT " + json.dumps(found) + "\n")
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(found, indent=2), encoding="utf-8")
+        return
     modes = ["off", "stored", "off", "stored"] if args.tracing == "both" else [args.tracing]
     results = [
         run_scenario(s, sessions, seconds, args.server_cpus, tracing=m, server_env=server_env)

@@ -231,3 +231,43 @@ async def test_a_pipeline_is_one_span_with_its_steps_runs_under_it() -> None:
     (span,) = spans.named("invoke_agent writer")
     assert span.kind == "pipeline" and span.parent_id == root.span_id
     assert [s.name for s in spans.children(span)] == ["invoke_agent draft", "invoke_agent polish"]
+
+
+async def test_a_call_answered_from_an_earlier_identical_call_has_a_span_of_its_own() -> None:
+    @tool(read_only=True, cache_ttl=0)
+    def lookup(sku: str, api_key: str = "") -> str:
+        """A product's warranty."""
+        return f"{sku} 保修两年。"
+
+    model = ScriptedModel(
+        [
+            tool_call("lookup", {"sku": "E-203", "api_key": SECRET}, id="c1"),
+            tool_call("lookup", {"api_key": SECRET, "sku": "E-203"}, id="c2"),  # again
+            text("两年。"),
+        ]
+    )
+    spans = ListProcessor()
+    tracer = Tracer([spans])
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with tracer.root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
+        agent = Agent(name="a", model=model, toolkit=Toolkit([lookup]))
+        await agent.run("E-203 保修多久？", context=ALICE, trace_id=trace_id)
+
+    (run,) = spans.named("invoke_agent a")
+    ran, replayed = spans.named("execute_tool lookup")
+    assert [s.name for s in spans.children(run)] == [
+        "chat scripted",
+        "execute_tool lookup",
+        "chat scripted",
+        "execute_tool lookup",
+        "chat scripted",
+    ]
+    assert ran.attributes["shelfhand.tool.decision"] == "allow"
+    assert replayed.parent_id == run.span_id
+    assert replayed.attributes["gen_ai.tool.call.id"] == "c2"
+    assert replayed.attributes["shelfhand.tool.decision"] == "replayed"
+    assert replayed.attributes["shelfhand.tool.outcome"] == "ok"
+    assert replayed.attributes["shelfhand.tool.replayed_from"] == "c1"
+    assert [e.name for e in replayed.events] == ["run.replayed"]
+    assert SECRET not in replayed.attributes["gen_ai.tool.call.arguments"]
+    assert "gen_ai.tool.call.result" not in replayed.attributes  # contents only when opted in

@@ -6,7 +6,8 @@ its name and canonical arguments:
 
 * a call that already **succeeded** in this run is answered from that earlier result, with a
   note, instead of running the tool again (the group switch ``use_tool_group`` is exempt: its
-  effect is the point);
+  effect is the point); a traced run records it as an ``execute_tool`` span with decision
+  ``replayed`` (:func:`~.spans.replayed_call`);
 * a call that **failed twice with the same error** gets a note telling the model to stop
   repeating it; asked a **third** time, the run ends with an honest answer (the call is not run
   again).
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.toolkit import META_TOOL_NAME
+
+from .spans import replayed_call
 
 __all__ = ["FAILURES_BEFORE_STOP", "REPEATED_NOTE", "CallGuard", "Repeated"]
 
@@ -96,14 +99,21 @@ class CallGuard:
                 return entry
         return None
 
+    def replays(self, name: str) -> bool:
+        """Whether a repeated successful call of the tool ``name`` is answered from the
+        earlier result."""
+        return self._replay and name != META_TOOL_NAME
+
     def replay(self, call: ToolCallBlock) -> ToolResultBlock | None:
-        """The earlier successful result of the same call, addressed to ``call``; else None."""
+        """The earlier successful result of the same call, addressed to ``call``; else None.
+        A replayed call gets a span of its own when the run is traced."""
         if not self._replay or call.name == META_TOOL_NAME:
             return None
         seen = self._find(call)
         if seen is None or seen.result is None:
             return None
         earlier = seen.result
+        replayed_call(call, earlier)
         # The same citations, with the numbers they got when the call first ran (the run
         # lists each passage once).
         return ToolResultBlock(

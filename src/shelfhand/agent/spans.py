@@ -20,14 +20,15 @@ from shelfhand.core.context import ANONYMOUS
 from shelfhand.core.events import Final
 from shelfhand.core.step_counts import Counting, current_counting
 from shelfhand.core.tracing import Span, current_span, enter, leave, start_span, tracing_on
+from shelfhand.tools.spans import tool_span_attributes
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.core.events import Event
-    from shelfhand.core.messages import Message
+    from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["ChatCall", "chat_span", "end_chat", "fail_chat", "invoke_agent"]
+__all__ = ["ChatCall", "chat_span", "end_chat", "fail_chat", "invoke_agent", "replayed_call"]
 
 
 def provider_name(model: ChatModel) -> str:
@@ -177,6 +178,26 @@ def fail_chat(call: ChatCall, error_type: str) -> None:
     if call.span is not None:
         call.span.fail(error_type)
         leave(call.span, call.token)
+
+
+def replayed_call(call: ToolCallBlock, earlier: ToolResultBlock) -> None:
+    """An ``execute_tool`` span for a call the run answered from an earlier identical call's
+    result (:class:`~.guard.CallGuard`), with no execution and no governance. Decision
+    ``replayed``, and the call whose result it got as ``shelfhand.tool.replayed_from``. Without
+    it, the trace shows the model asking for a call and nothing after it."""
+    span = start_span(f"execute_tool {call.name}", "tool")
+    if span is None:
+        return
+    attributes = span.attributes
+    attributes.update(tool_span_attributes(call))
+    attributes["shelfhand.tool.decision"] = "replayed"
+    attributes["shelfhand.tool.outcome"] = "ok"
+    attributes["shelfhand.tool.attempts"] = 0
+    attributes["shelfhand.tool.replayed_from"] = earlier.call_id
+    span.event("run.replayed", from_call_id=earlier.call_id)
+    if span.tracer.record_content:
+        attributes["gen_ai.tool.call.result"] = earlier.content
+    span.end()
 
 
 def first_token_time() -> int:

@@ -2,7 +2,9 @@
 
 :func:`tool_round` runs the calls of a reply through the toolkit (and so through its
 governance pipeline) and fills the results in the order of the calls: a call that already
-succeeded in this run is answered from that result (:class:`~.guard.CallGuard`); calls of
+succeeded in this run is answered from that result (:class:`~.guard.CallGuard`), and so is
+a repeat within the reply of a read-only tool governance does not share (``retrieve``) once
+the first has succeeded; calls of
 tools marked ``confirm=True`` are put to the approvals registry first, all at once, before any
 call of the reply runs (:func:`ask_approvals`); the calls run concurrently, at most
 ``max_concurrency`` at a time, when every one of them is ``concurrency_safe``, else one after
@@ -76,6 +78,9 @@ async def tool_round(
             async for event in asking:
                 if events:
                     yield event
+    # identical calls of this reply that the run would replay once the first has succeeded:
+    # they wait for it (governance's single-flight shares the others' executions)
+    todo, again = _repeats_within(todo, toolkit, guard)
     if len(todo) > 1 and toolkit.is_concurrency_safe([c.name for c in todo]):
         gate = asyncio.Semaphore(max_concurrency)
         leaders, followers = _identical_groups(todo, toolkit)
@@ -116,7 +121,50 @@ async def tool_round(
             done[call.id] = guard.record(call, report.result)
             if events:
                 yield finished(report, done[call.id], tag)
+    for call in again:
+        earlier = guard.replay(call)
+        if earlier is not None:
+            done[call.id] = earlier
+            if events:
+                yield replay_finished(call, earlier, tag)
+            continue
+        # the first of them failed: this one runs (and counts as a repeated failure)
+        report = await toolkit.execute(call, run, approval=decisions.get(call.id))
+        done[call.id] = guard.record(call, report.result)
+        if events:
+            yield finished(report, done[call.id], tag)
     results.extend([done[c.id] for c in calls])
+
+
+def _repeats_within(
+    calls: Sequence[ToolCallBlock], toolkit: Toolkit, guard: CallGuard
+) -> tuple[list[ToolCallBlock], list[ToolCallBlock]]:
+    """``calls`` split into those to run now and the repeats among them (same tool, same
+    canonical arguments as an earlier call of the list) that the run answers from the
+    first one's result once it has succeeded (:meth:`CallGuard.replay`). Only for read-only
+    tools whose identical concurrent calls governance does not share (``dedup=False``, such
+    as ``retrieve``, whose passage numbers belong to one run) and that the guard replays: a
+    tool with effects runs once per call."""
+    if len(calls) < 2:
+        return list(calls), []
+    first: set[tuple[str, str]] = set()
+    now: list[ToolCallBlock] = []
+    again: list[ToolCallBlock] = []
+    for call in calls:
+        if (
+            toolkit.shares_identical_calls(call.name)
+            or not toolkit.is_read_only(call.name)
+            or not guard.replays(call.name)
+        ):
+            now.append(call)
+            continue
+        key = (call.name, canonical_arguments(call.arguments))
+        if key in first:
+            again.append(call)
+        else:
+            first.add(key)
+            now.append(call)
+    return now, again
 
 
 def _identical_groups(

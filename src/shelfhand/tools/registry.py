@@ -243,6 +243,11 @@ class ToolRegistry:
                 return False
         return True
 
+    def is_read_only(self, name: str) -> bool:
+        """Whether ``name`` is a registered tool that changes nothing (False when unknown)."""
+        found = self.get(name)
+        return found is not None and found.read_only
+
     # --- groups -------------------------------------------------------------------------------
     def _group(self, name: str) -> _Group:
         try:

@@ -16,6 +16,7 @@ from service_helpers import ALICE, ThreadServer, parse_sse, start_thread_server,
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
+from shelfhand.core.errors import ModelTimeoutError
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.core.results import Usage
 from shelfhand.core.settings import Settings
@@ -112,3 +113,50 @@ def test_the_cost_of_each_turn_reaches_the_reply_the_stream_the_ledger_and_the_c
     assert out.returncode == 0, out.stderr
     header, line = out.stdout.splitlines()[:2]
     assert header.split()[-1] == "cost" and line.split()[-1] == f"{2 * one:.6f}"
+
+
+DOC = "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却 30 分钟，并清理防尘网。\n"
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_a_turn_whose_model_fails_after_a_call_still_counts_that_call(
+    tmp_path: Path, thread_servers: list[ThreadServer], found: bool
+) -> None:
+    # found: the first call searched, so the passages answer (extractive, usage in the
+    # reply); else it used the calculator and the turn fails (504): the ledger counts it
+    # either way
+    def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        if messages[-1].role == "tool":
+            raise ModelTimeoutError("the model took too long")
+        if found:
+            return reply(call("retrieve", '{"query": "E-203 冷却"}'), 300, 20)
+        return reply(call("calculator", '{"expression": "6*7"}'), 300, 20)
+
+    env = {
+        "SHELFHAND_EMBEDDER": "hashing",
+        "SHELFHAND_ANSWER_RETRIEVAL": "tool",
+        "SHELFHAND_BUILTIN_TOOLS": "calculator",
+    }
+    settings = Settings.load(tmp_path, env=env)
+    app = App(settings=settings, model=FunctionModel(turn), router=hashing_router())
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        files = [("files", ("troubleshooting.md", DOC.encode()))]
+        assert c.post("/v1/knowledge/files", files=files).status_code == 200
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(
+            f"/v1/sessions/{session}/messages",
+            json={"content": "E-203 要冷却多久？", "stream": False},
+        )
+        report = c.get("/v1/usage").json()
+    spent = {"input_tokens": 300, "output_tokens": 20, "model_calls": 1}
+    if found:
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["fallback_reason"] == "model_timeout" and "30 分钟" in body["output"]
+        assert {k: body["usage"][k] for k in spent} == spent
+    else:
+        assert r.status_code == 504, r.text
+    (row,) = report["usage"]
+    assert {k: row[k] for k in spent} == spent

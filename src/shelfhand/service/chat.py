@@ -373,13 +373,19 @@ class ChatService:
                 raise
             status, code = error_status(exc)
             message = failure_message(exc, answering=answering)
+            # the model calls that answered before the failure: the rescued answer's usage,
+            # else booked on their own (the budget has settled them already)
+            spent = _spent()
             if isinstance(exc, BudgetExceededError):
+                await self._book_failed(user, session_id, spent)
                 await self.store(
                     self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
                 )
                 raise budget_failure(exc) from exc
             synonyms = self.app.synonym_table()
-            rescued = rescue(exc, content, found, code, message, trace_id, synonyms=synonyms)
+            rescued = rescue(
+                exc, content, found, code, message, trace_id, synonyms=synonyms, usage=spent
+            )
             if rescued is not None and memory is not None:
                 # the passages were found before the model failed: their best sentences are
                 # the answer (marked, with the failure), not a bare error
@@ -396,6 +402,7 @@ class ChatService:
                 logger.exception("turn failed session=%s", session_id)
             else:
                 logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
+            await self._book_failed(user, session_id, spent)
             await self.store(
                 self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
             )
@@ -444,6 +451,20 @@ class ChatService:
             user.scope,
             (time.perf_counter() - started) * 1000,
         )
+
+    async def _book_failed(self, user: UserContext, session_id: str, spent: Usage | None) -> None:
+        """Book in the ledger what a turn that failed without an answer used (its model calls
+        that answered), so that a tenant's usage counts it as its budget does."""
+        if self.ledger is None or spent is None or not spent.model_calls:
+            return
+        final = {"usage": spent.to_dict()}
+        counting = current_counting()
+        tally = counting.counter if counting is not None else None
+        others = tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
+        try:
+            await self.store(self._add_usage, user, session_id, final, others)
+        except Exception:  # the turn's own failure is what the caller must hear about
+            logger.exception("could not book a failed turn's usage session=%s", session_id)
 
     @property
     def _model_name(self) -> str:
@@ -585,3 +606,11 @@ class ChatService:
         final["run_id"] = result.trace_id
         final["usage"] = result.usage.to_dict()
         yield final, result.messages
+
+
+def _spent() -> Usage | None:
+    """The running turn's model calls that answered so far, all models together (``None``
+    when the turn is not tallied by model: a service without a usage ledger)."""
+    counting = current_counting()
+    tally = counting.counter if counting is not None else None
+    return tally.total() if isinstance(tally, ModelTally) else None

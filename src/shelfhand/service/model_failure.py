@@ -50,6 +50,7 @@ def rescue(
     trace_id: str,
     *,
     synonyms: SynonymTable | None = None,
+    usage: Usage | None = None,
 ) -> Rescued | None:
     """The passages' answer to ``question`` when ``exc`` is the chat model's failure and the
     turn found passages (``found``: its citations events' items); else ``None``.
@@ -62,6 +63,8 @@ def rescue(
         message: What the caller is told about the failure (the final's ``error``).
         trace_id: The turn's trace id.
         synonyms: The word groups the search read ``question`` with.
+        usage: What the turn used before the failure (its model calls that answered);
+            none when not known.
     """
     if not isinstance(exc, ModelError) or not found:
         return None
@@ -73,7 +76,7 @@ def rescue(
     final.update(
         stop_reason=code,
         run_id=trace_id,
-        usage=Usage().to_dict(),
+        usage=(usage or Usage()).to_dict(),
         error=message,
         trace_id=trace_id,
     )

@@ -441,10 +441,7 @@ class ChatService:
         event["session_id"] = session_id
         event["message_count"] = info.message_count if info else 0
         if self.ledger is not None:
-            counting = current_counting()  # the turn's (see chat)
-            tally = counting.counter if counting is not None else None
-            others = tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
-            await self.store(self._add_usage, user, session_id, event, others)
+            await self.store(self._add_usage, user, session_id, event, self._other_models())
         logger.info(
             "turn session=%s user=%s ms=%.1f",
             session_id,
@@ -458,13 +455,17 @@ class ChatService:
         if self.ledger is None or spent is None or not spent.model_calls:
             return
         final = {"usage": spent.to_dict()}
-        counting = current_counting()
-        tally = counting.counter if counting is not None else None
-        others = tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
         try:
-            await self.store(self._add_usage, user, session_id, final, others)
+            await self.store(self._add_usage, user, session_id, final, self._other_models())
         except Exception:  # the turn's own failure is what the caller must hear about
             logger.exception("could not book a failed turn's usage session=%s", session_id)
+
+    def _other_models(self) -> dict[str, Usage]:
+        """The running turn's calls of models other than its own, by model (see
+        :class:`ModelTally`)."""
+        counting = current_counting()  # the turn's (see chat)
+        tally = counting.counter if counting is not None else None
+        return tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
 
     @property
     def _model_name(self) -> str:

@@ -145,17 +145,23 @@ def _repeats_within(
     tools whose identical concurrent calls governance does not share (``dedup=False``, such
     as ``retrieve``, whose passage numbers belong to one run) and that the guard replays: a
     tool with effects runs once per call."""
-    if len(calls) < 2:
+    names = {c.name for c in calls}
+    if len(names) == len(calls):
+        return list(calls), []  # (no tool called twice: the usual reply)
+    answered_once = {
+        name
+        for name in names
+        if not toolkit.shares_identical_calls(name)
+        and toolkit.is_read_only(name)
+        and guard.replays(name)
+    }
+    if not answered_once:
         return list(calls), []
     first: set[tuple[str, str]] = set()
     now: list[ToolCallBlock] = []
     again: list[ToolCallBlock] = []
     for call in calls:
-        if (
-            toolkit.shares_identical_calls(call.name)
-            or not toolkit.is_read_only(call.name)
-            or not guard.replays(call.name)
-        ):
+        if call.name not in answered_once:
             now.append(call)
             continue
         key = (call.name, canonical_arguments(call.arguments))

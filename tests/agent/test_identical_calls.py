@@ -13,6 +13,7 @@ import pytest
 
 from shelfhand import Agent, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.core.events import Final, ToolFinished
+from shelfhand.core.messages import ToolResultBlock
 from shelfhand.testing import ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
 
@@ -38,13 +39,8 @@ def ten_identical_calls() -> ScriptedModel:
     )
 
 
-@pytest.mark.parametrize("width", [1, 3, 8, 16])
-async def test_ten_identical_read_only_calls_in_one_reply_execute_once(width: int) -> None:
-    runs: list[str] = []
-    agent = Agent(
-        name="a", model=ten_identical_calls(), toolkit=lookup_kit(runs, read_only=True),
-        max_concurrency=width,
-    )  # fmt: skip
+async def streamed(agent: Agent) -> tuple[list[ToolFinished], tuple[ToolResultBlock, ...]]:
+    """The ``ToolFinished`` events of a streamed run and the results of its one tool round."""
     finished: list[ToolFinished] = []
     final = None
     async for event in agent.stream("E-203 保修多久？", context=ALICE):
@@ -52,9 +48,19 @@ async def test_ten_identical_read_only_calls_in_one_reply_execute_once(width: in
             finished.append(event)
         elif isinstance(event, Final):
             final = event
-    assert runs == ["E-203"]
     assert final is not None
-    results = next(m for m in final.result.messages if m.role == "tool").tool_results
+    return finished, next(m for m in final.result.messages if m.role == "tool").tool_results
+
+
+@pytest.mark.parametrize("width", [1, 3, 8, 16])
+async def test_ten_identical_read_only_calls_in_one_reply_execute_once(width: int) -> None:
+    runs: list[str] = []
+    agent = Agent(
+        name="a", model=ten_identical_calls(), toolkit=lookup_kit(runs, read_only=True),
+        max_concurrency=width,
+    )  # fmt: skip
+    finished, results = await streamed(agent)
+    assert runs == ["E-203"]
     assert [r.call_id for r in results] == [f"c{i}" for i in range(10)]
     assert all(r.content == "E-203 保修两年。" and not r.is_error for r in results)
     assert sorted(e.call_id for e in finished) == sorted(f"c{i}" for i in range(10))
@@ -88,16 +94,8 @@ async def test_identical_calls_of_a_tool_governance_does_not_share_execute_once(
     agent = Agent(
         name="a", model=ten_identical_calls(), toolkit=unshared_kit(runs), max_concurrency=width
     )
-    finished: list[ToolFinished] = []
-    final = None
-    async for event in agent.stream("E-203 保修多久？", context=ALICE):
-        if isinstance(event, ToolFinished):
-            finished.append(event)
-        elif isinstance(event, Final):
-            final = event
+    finished, results = await streamed(agent)
     assert runs == ["E-203"]
-    assert final is not None
-    results = next(m for m in final.result.messages if m.role == "tool").tool_results
     assert [r.call_id for r in results] == [f"c{i}" for i in range(10)]
     assert all(r.content.endswith("E-203 保修两年。") and not r.is_error for r in results)
     assert sorted(e.call_id for e in finished) == sorted(f"c{i}" for i in range(10))

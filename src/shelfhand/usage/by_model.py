@@ -71,24 +71,18 @@ class ModelTally:
         """Every model call of the turn that answered so far, all models together, with the
         cost at their prices (``None`` when a model that answered has none): what a turn
         that failed after some calls used, when no run result carries it."""
-        with self._lock:
-            calls = dict(self._calls)
-        prices = self.prices or {}
-        total = Usage()
-        for m, u in calls.items():
-            total = total + Usage(
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                model_calls=u.model_calls,
-                cost=prices[m].cost(u) if m in prices else None,
-            )
-        return total
+        return sum(self._priced().values(), Usage())
 
     def others(self, model: str) -> dict[str, Usage]:
         """The calls of models other than ``model`` (the turn's own), each with its cost at
         its price (``None`` without one)."""
+        return {m: u for m, u in self._priced().items() if m != model}
+
+    def _priced(self) -> dict[str, Usage]:
+        """The calls so far by model, each with its cost at its price (``None`` without
+        one)."""
         with self._lock:
-            calls = {m: u for m, u in self._calls.items() if m != model}
+            calls = dict(self._calls)
         prices = self.prices or {}
         return {
             m: Usage(

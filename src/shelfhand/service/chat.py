@@ -375,7 +375,8 @@ class ChatService:
             message = failure_message(exc, answering=answering)
             # the model calls that answered before the failure: the rescued answer's usage,
             # else booked on their own (the budget has settled them already)
-            spent = _spent()
+            tally = _turn_tally()
+            spent = tally.total() if tally is not None else None
             if isinstance(exc, BudgetExceededError):
                 await self._book_failed(user, session_id, spent)
                 await self.store(
@@ -441,7 +442,8 @@ class ChatService:
         event["session_id"] = session_id
         event["message_count"] = info.message_count if info else 0
         if self.ledger is not None:
-            await self.store(self._add_usage, user, session_id, event, self._other_models())
+            usage = Usage(**event.get("usage", {}))
+            await self._book(user, session_id, usage)
         logger.info(
             "turn session=%s user=%s ms=%.1f",
             session_id,
@@ -454,29 +456,22 @@ class ChatService:
         that answered), so that a tenant's usage counts it as its budget does."""
         if self.ledger is None or spent is None or not spent.model_calls:
             return
-        final = {"usage": spent.to_dict()}
         try:
-            await self.store(self._add_usage, user, session_id, final, self._other_models())
+            await self._book(user, session_id, spent)
         except Exception:  # the turn's own failure is what the caller must hear about
             logger.exception("could not book a failed turn's usage session=%s", session_id)
-
-    def _other_models(self) -> dict[str, Usage]:
-        """The running turn's calls of models other than its own, by model (see
-        :class:`ModelTally`)."""
-        counting = current_counting()  # the turn's (see chat)
-        tally = counting.counter if counting is not None else None
-        return tally.others(self._model_name) if isinstance(tally, ModelTally) else {}
 
     @property
     def _model_name(self) -> str:
         return self.model.name if self.model is not None else "(none)"
 
-    def _add_usage(
-        self, user: UserContext, session_id: str, final: dict[str, Any], others: dict[str, Usage]
-    ) -> None:
+    async def _book(self, user: UserContext, session_id: str, usage: Usage) -> None:
+        """Add the running turn's ``usage`` (the whole turn's) to the ledger, other models'
+        calls on their own rows (see :class:`ModelTally`)."""
         assert self.ledger is not None
-        usage = Usage(**final.get("usage", {}))
-        self.ledger.add(user, session_id, self._model_name, usage, others=others)
+        tally = _turn_tally()
+        others = tally.others(self._model_name) if tally is not None else {}
+        await self.store(self.ledger.add, user, session_id, self._model_name, usage, others=others)
 
     async def _bounded(
         self, events: AsyncGenerator[tuple[dict[str, Any], tuple[Message, ...] | None], None]
@@ -609,9 +604,9 @@ class ChatService:
         yield final, result.messages
 
 
-def _spent() -> Usage | None:
-    """The running turn's model calls that answered so far, all models together (``None``
-    when the turn is not tallied by model: a service without a usage ledger)."""
+def _turn_tally() -> ModelTally | None:
+    """The running turn's model calls by model (``None`` when the turn is not tallied by
+    model: a service without a usage ledger)."""
     counting = current_counting()
     tally = counting.counter if counting is not None else None
-    return tally.total() if isinstance(tally, ModelTally) else None
+    return tally if isinstance(tally, ModelTally) else None

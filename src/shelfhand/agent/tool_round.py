@@ -20,11 +20,17 @@ watches builds none, and its rounds yield nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
-from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, ToolStarted
+from shelfhand.core.events import (
+    ApprovalDecided,
+    ApprovalRequired,
+    Event,
+    ToolFinished,
+    ToolStarted,
+)
 from shelfhand.core.messages import Message
 
 from .guard import canonical_arguments
@@ -65,12 +71,8 @@ async def tool_round(
         for call in calls:
             yield ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments, agent=tag)
     done: dict[str, ToolResultBlock] = {}
-    for call in calls:
-        earlier = guard.replay(call)
-        if earlier is not None:
-            done[call.id] = earlier
-            if events:
-                yield replay_finished(call, earlier, tag)
+    for replayed in _from_earlier(calls, guard, done, events, tag):
+        yield replayed
     todo = [c for c in calls if c.id not in done]
     decisions: dict[str, ApprovalDecision] = {}
     if approvals is not None and todo:
@@ -121,12 +123,10 @@ async def tool_round(
             done[call.id] = guard.record(call, report.result)
             if events:
                 yield finished(report, done[call.id], tag)
+    for replayed in _from_earlier(again, guard, done, events, tag):
+        yield replayed
     for call in again:
-        earlier = guard.replay(call)
-        if earlier is not None:
-            done[call.id] = earlier
-            if events:
-                yield replay_finished(call, earlier, tag)
+        if call.id in done:
             continue
         # the first of them failed: this one runs (and counts as a repeated failure)
         report = await toolkit.execute(call, run, approval=decisions.get(call.id))
@@ -134,6 +134,24 @@ async def tool_round(
         if events:
             yield finished(report, done[call.id], tag)
     results.extend([done[c.id] for c in calls])
+
+
+def _from_earlier(
+    calls: Sequence[ToolCallBlock],
+    guard: CallGuard,
+    done: dict[str, ToolResultBlock],
+    events: bool,
+    tag: str | None,
+) -> Iterator[ToolFinished]:
+    """Answer those of ``calls`` that the run's earlier identical calls answer
+    (:meth:`CallGuard.replay`) into ``done``; their ``ToolFinished`` events when ``events``.
+    (A plain generator: iterate it to the end even when no events are wanted.)"""
+    for call in calls:
+        earlier = guard.replay(call)
+        if earlier is not None:
+            done[call.id] = earlier
+            if events:
+                yield replay_finished(call, earlier, tag)
 
 
 def _repeats_within(

@@ -246,6 +246,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server of :func:`start_server` (killed if it has not ended within 15 s)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def ms_per_turn(cpu_s: float, turns: int) -> float:
+    """A server's CPU milliseconds per turn."""
+    return round(cpu_s * 1000 / max(1, turns), 3)
+
+
 def run_scenario(
     scenario: str,
     sessions: int,
@@ -265,17 +279,13 @@ def run_scenario(
             server_cpu = cpu_seconds(proc.pid) - cpu_before
             rss, peak = rss_kib(proc.pid)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
     return {
         "scenario": scenario,
         "tracing": tracing,
         "sessions": sessions,
         **result,
-        "server_cpu_ms_per_turn": round(server_cpu * 1000 / max(1, result["turns"]), 3),
+        "server_cpu_ms_per_turn": ms_per_turn(server_cpu, result["turns"]),
         "server_rss_mib_idle": round(idle_rss / 1024, 1),
         "server_rss_mib_end": round(rss / 1024, 1),
         "server_rss_mib_peak": round(peak / 1024, 1),
@@ -299,12 +309,11 @@ def alternate(
         tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp_off,
         tempfile.TemporaryDirectory(prefix="shelfhand-load-") as tmp_stored,
     ):
-        servers = {
-            mode: start_server(Path(tmp), scenario, cpus, mode, server_env)
-            for mode, tmp in (("off", tmp_off), ("stored", tmp_stored))
-        }
+        servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         blocks: dict[str, list[dict[str, Any]]] = {"off": [], "stored": []}
         try:
+            for mode, tmp in (("off", tmp_off), ("stored", tmp_stored)):
+                servers[mode] = start_server(Path(tmp), scenario, cpus, mode, server_env)
             for _, url in servers.values():
                 if scenario == "rag":
                     upload_corpus(url)
@@ -314,17 +323,13 @@ def alternate(
                     proc, url = servers[mode]
                     cpu_before = cpu_seconds(proc.pid)
                     block = asyncio.run(drive(url, sessions, seconds))
-                    block["server_cpu_ms_per_turn"] = round(
-                        (cpu_seconds(proc.pid) - cpu_before) * 1000 / max(1, block["turns"]), 3
+                    block["server_cpu_ms_per_turn"] = ms_per_turn(
+                        cpu_seconds(proc.pid) - cpu_before, block["turns"]
                     )
                     blocks[mode].append(block)
         finally:
             for proc, _ in servers.values():
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_server(proc)
     ratios = [
         s["turns_per_s"] / o["turns_per_s"]
         for o, s in zip(blocks["off"], blocks["stored"], strict=True)

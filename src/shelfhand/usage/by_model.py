@@ -24,14 +24,15 @@ __all__ = ["ModelTally"]
 
 
 class ModelTally:
-    """One turn's finished model calls, their tokens by model (a ``StepCounter``).
+    """One turn's finished model calls, their tokens by model, and how many tool calls and
+    searches ran (a ``StepCounter``).
 
     Args:
         metrics: The service's counter, told every step as well (``None``: none).
         prices: Prices by model, for each model's share of the cost.
     """
 
-    __slots__ = ("_calls", "_lock", "metrics", "prices")
+    __slots__ = ("_calls", "_lock", "_retrievals", "_tool_calls", "metrics", "prices")
 
     def __init__(
         self,
@@ -43,6 +44,8 @@ class ModelTally:
         self.prices = prices
         self._lock = threading.Lock()  # subagents' calls may end in worker threads
         self._calls: dict[str, Usage] = {}
+        self._tool_calls = 0
+        self._retrievals = 0
 
     def count_turn(self, status: str) -> None:
         if self.metrics is not None:
@@ -60,18 +63,26 @@ class ModelTally:
             self.metrics.count_model_call(model, status, input_tokens, output_tokens)
 
     def count_tool_call(self, tool: str, outcome: str) -> None:
+        with self._lock:
+            self._tool_calls += 1
         if self.metrics is not None:
             self.metrics.count_tool_call(tool, outcome)
 
     def count_retrieval(self, mode: str, seconds: float) -> None:
+        with self._lock:
+            self._retrievals += 1
         if self.metrics is not None:
             self.metrics.count_retrieval(mode, seconds)
 
     def total(self) -> Usage:
         """Every model call of the turn that answered so far, all models together, with the
-        cost at their prices (``None`` when a model that answered has none): what a turn
-        that failed after some calls used, when no run result carries it."""
-        return sum(self._priced().values(), Usage())
+        cost at their prices (``None`` when a model that answered has none), and the tool
+        calls and searches that ran: what a turn that failed after some calls used, when no
+        run result carries it. (A run's own usage counts the calls its model asked for, a
+        call answered from an earlier identical one included; this counts those that ran.)"""
+        with self._lock:
+            ran = Usage(tool_calls=self._tool_calls, retrievals=self._retrievals)
+        return sum(self._priced().values(), ran)
 
     def others(self, model: str) -> dict[str, Usage]:
         """The calls of models other than ``model`` (the turn's own), each with its cost at

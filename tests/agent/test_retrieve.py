@@ -107,6 +107,10 @@ async def test_the_knowledge_agent_answers_with_cited_passages_and_no_model(
     assert result.citations[0].page == 2
     assert result.output.startswith("[1] ")
     assert "灯泡过热" in result.output
+    # one search, no model: what its usage says (the ledger books it so)
+    assert (result.usage.retrievals, result.usage.model_calls, result.usage.tool_calls) == (1, 0, 0)
+    extractive = await KnowledgeAgent(kb, extractive=True).run("E-203 是什么故障？", context=ACME)
+    assert extractive.extractive and extractive.usage.retrievals == 1
 
 
 async def test_a_document_ingested_between_two_calls_is_found_by_the_second(

@@ -84,6 +84,32 @@ def test_a_failing_model_is_named_as_the_reason_not_a_missing_one(
     assert shown["extractive"] and shown["fallback_reason"] == "model_error"
 
 
+def test_a_model_failing_after_a_search_still_reports_what_the_run_used(
+    workspace: Path, server: Any
+) -> None:
+    search = call("retrieve", {"query": "E-203"})
+    server.add(
+        Reply(body=completion(tool_calls=[search])),
+        Reply(status=400, body={"error": {"message": "the stream was cut"}}),
+    )
+
+    out = run(["ask", QUESTION, "--retrieval", "tool", "--json"], workspace, server)
+
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert shown["fallback_reason"] == "model_error" and "E-203" in shown["output"]
+    # the model call that answered (12 in, 5 out), the run's search, and the search that
+    # found the passages shown
+    usage = {k: v for k, v in shown["usage"].items() if k != "cost"}
+    assert usage == {
+        "input_tokens": 12,
+        "output_tokens": 5,
+        "model_calls": 1,
+        "tool_calls": 1,
+        "retrievals": 2,
+    }
+
+
 def test_ask_offers_the_model_retrieve_alone(workspace: Path, server: Any) -> None:
     server.add(Reply(body=completion("E-203 means the lamp is overheating.")))
 

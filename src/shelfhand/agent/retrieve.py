@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
-from shelfhand.core.results import RunResult
+from shelfhand.core.results import RunResult, Usage
 from shelfhand.core.tracing import current_span
 from shelfhand.knowledge.analysis import SynonymTable
 from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
@@ -109,6 +109,10 @@ def make_retrieve_tool(
     return found
 
 
+_ONE_SEARCH = Usage(retrievals=1)
+"""What a :class:`KnowledgeAgent` run uses: one search, no model call."""
+
+
 class KnowledgeAgent:
     """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens.
 
@@ -157,7 +161,11 @@ class KnowledgeAgent:
         output = format_passages(citations) if citations else NOT_COVERED
         messages = (Message.user(query), Message.assistant(output, citations=citations))
         result = RunResult(
-            output=output, messages=messages, citations=citations, trace_id=run.trace_id
+            output=output,
+            messages=messages,
+            citations=citations,
+            trace_id=run.trace_id,
+            usage=_ONE_SEARCH,
         )
         if self.extractive and citations:
             return no_model_answer(result, query, synonyms=self.synonyms)

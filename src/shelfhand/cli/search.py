@@ -150,9 +150,13 @@ def ask(
     ``answer_check``). Exits 3 when the model gave no answer (blank, loop guard, step limit)
     and 1 when it failed; the passages found are printed either way.
     """
+    from dataclasses import replace
+
     from shelfhand.cli.answers import print_answer, print_json
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
+    from shelfhand.core.step_counts import count_steps, stop_counting
+    from shelfhand.usage.by_model import ModelTally
 
     try:
         mode = None if retrieval is None else check_answer_retrieval(retrieval)
@@ -184,28 +188,36 @@ def ask(
         kb.close()
         raise typer.Exit(code)
     agent = a.chat_agent(model, kb, retrieval=mode)
+    # the run's steps tallied as the service tallies a turn's: a run that fails after some
+    # model calls has no result to carry its usage
+    tally = ModelTally(prices=a.settings.prices)
+    _, counting = count_steps(tally)
     try:
         from shelfhand.cli.chat import console_approvals
 
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
+        stop_counting(counting)
         if kb is not None:  # the passages are still worth reading: the model was cut off
             from shelfhand.agent.answer_check import failed_model_answer
             from shelfhand.service.chat import error_status
 
-            found = a.knowledge_agent(kb).run_sync(question, context=ctx)
+            searched = a.knowledge_agent(kb).run_sync(question, context=ctx)
             # marked as the service marks it: the model failed (not "no model configured")
             why = error_status(exc)[1]  # model_error or model_timeout
             found = (
-                failed_model_answer(question, found.citations, why, synonyms=a.synonym_table())
-                or found
+                failed_model_answer(question, searched.citations, why, synonyms=a.synonym_table())
+                or searched
             )
+            # what the failed run used, and the search that found these passages
+            found = replace(found, usage=tally.total() + searched.usage)
             if as_json:
                 print_json(found)
             else:
                 print_answer(console, found)
             kb.close()
         raise fail(f"the chat model failed: {exc}", 1) from None
+    stop_counting(counting)
     code = print_json(result) if as_json else print_answer(console, result)
     if kb is not None:
         kb.close()

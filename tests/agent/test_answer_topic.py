@@ -218,8 +218,9 @@ async def test_a_right_answer_stays(kb: KnowledgeBase, question: str, answer: st
     assert result.output == answer and not result.fallback_reason, result.fallback_reason
 
 
-async def test_an_answer_of_citation_marks_only_is_no_answer(kb: KnowledgeBase) -> None:
-    result = await answered(kb, "How often should I clean the air filter?", "[1][2]")
+@pytest.mark.parametrize("marks", ["[1][2]", "```\n[[1][2]]\n```", "【1】【2】"])
+async def test_an_answer_of_citation_marks_only_is_no_answer(kb: KnowledgeBase, marks: str) -> None:
+    result = await answered(kb, "How often should I clean the air filter?", marks)
 
     assert result.fallback_reason == "empty" and result.extractive
     assert result.output.startswith(LEAD)

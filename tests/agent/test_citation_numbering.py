@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
-from shelfhand.core.citations import CitationLedger, cited_numbers
+from shelfhand.core.citations import CitationLedger, cited_numbers, only_marks
 from shelfhand.core.events import Final, event_to_dict
 from shelfhand.core.messages import Citation, ToolResultBlock
 from shelfhand.testing import ScriptedModel, text, tool_call
@@ -157,3 +157,25 @@ def test_cited_numbers_reads_the_markers_of_an_answer(
     answer: str, numbers: tuple[int, ...]
 ) -> None:
     assert cited_numbers(answer) == numbers
+
+
+@pytest.mark.parametrize(
+    ("text", "marks_alone"),
+    [
+        ("[1][2]", True),
+        ("  [1]，[2]。", True),
+        ("```\n[[1][2]]\n```", True),
+        ("【1】", True),
+        ("[1, 2]", True),
+        ("See [1].", False),
+        ("保修两年 [1]。", False),
+        ("3", False),
+        ("[]", False),
+        ("a[0]", False),
+        ("", False),
+    ],
+)
+def test_a_reply_of_citation_marks_alone_is_told_from_an_answer(
+    text: str, marks_alone: bool
+) -> None:
+    assert only_marks(text) is marks_alone

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from shelfhand import Agent, Toolkit, UserContext, tool
-from shelfhand.agent.fallbacks import NUDGE
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
+from shelfhand.agent.answer_check import AnswerCheck
+from shelfhand.agent.fallbacks import MARKS_NUDGE, NUDGE
+from shelfhand.agent.guard import REPEATED_NOTE
 from shelfhand.core.events import Final, TextDelta, ToolFinished
 from shelfhand.core.messages import Citation, Message
 from shelfhand.testing import CyclingScriptModel, FunctionModel, ScriptedModel, text, tool_call
 from shelfhand.tools.tool import ToolOutput
+from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path_factory.mktemp("kb"), tenant_id="t1") as base:
+        yield base
+
 
 ALICE = UserContext(tenant_id="t1", user_id="alice")
 
@@ -65,6 +76,39 @@ async def test_a_blank_answer_without_passages_says_there_is_no_answer_also_when
     assert isinstance(final, Final) and final.result.stop_reason == "empty"
     assert final.result.output.startswith("No answer")
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == final.result.output
+
+
+async def test_a_reply_of_citation_marks_alone_with_nothing_to_cite_is_nudged() -> None:
+    # the local 0.5B model answered "[1][2]" (and "[[1][2]]" fenced) before any search
+    model = ScriptedModel([text("[1][2]"), text("```\n[[1][2]]\n```")])
+    result = await Agent(model=model).run("P20 保修多久？", context=ALICE)
+
+    assert model.requests[1][-1].text == MARKS_NUDGE
+    assert result.stop_reason == "empty" and result.output.startswith("No answer")
+
+    kit, _ = counting_tools()  # nudged, the model searches and answers in words
+    model = ScriptedModel(
+        [text("[1]"), tool_call("lookup", {"sku": "P20"}), text("保修两年 [1]。")]
+    )
+    result = await Agent(model=model, toolkit=kit).run("P20 保修多久？", context=ALICE)
+    assert result.output == "保修两年 [1]。" and result.stop_reason == "final"
+
+
+async def test_marks_of_passages_found_are_left_to_the_answer_check() -> None:
+    kit, _ = counting_tools()
+    model = ScriptedModel([tool_call("lookup", {"sku": "P20"}), text("[1]")])
+    result = await Agent(model=model, toolkit=kit).run("P20 保修多久？", context=ALICE)
+
+    assert result.output == "[1]" and model.remaining == 0  # no model call more
+
+
+async def test_an_answer_in_words_with_its_marks_is_not_nudged() -> None:
+    kit, _ = counting_tools()
+    model = ScriptedModel([tool_call("lookup", {"sku": "P20"}), text("保修两年 [1]。")])
+    result = await Agent(model=model, toolkit=kit).run("P20 保修多久？", context=ALICE)
+
+    assert result.output == "保修两年 [1]。" and result.stop_reason == "final"
+    assert model.remaining == 0
 
 
 async def test_a_blank_answer_on_the_last_allowed_step_is_not_nudged() -> None:
@@ -129,6 +173,37 @@ async def test_a_repeated_successful_call_is_answered_from_the_runs_own_result()
     result = events[-1]
     assert isinstance(result, Final)
     assert len(result.result.citations) == 1  # numbered once, not again per replay
+
+
+async def test_a_successful_call_asked_again_after_two_replays_ends_the_run() -> None:
+    # the 0.5B model sent one search eight times in a row, each replayed, until max_iters
+    kit, runs = counting_tools()
+    model = CyclingScriptModel([tool_call("lookup", {"sku": "P20"})])
+    result = await Agent(model=model, toolkit=kit, max_iters=10).run("?", context=ALICE)
+
+    assert runs["lookup"] == 1
+    assert result.stop_reason == "repeated_call" and result.iterations == 4
+    assert result.output.startswith(
+        "I stopped: the model kept repeating the tool call lookup, whose result it already "
+        "had (3 times in all)"
+    )
+    assert "[1] 手册: P20 保修两年。" in result.output  # the passages it found
+    results = [r for m in result.messages for r in m.tool_results]
+    assert [r.content.startswith(REPEATED_NOTE) for r in results[:3]] == [False, True, True]
+    assert results[3].content == "not run: the run stopped because lookup kept being repeated"
+    assert result.messages[-1].role == "assistant" and result.messages[-1].text == result.output
+
+
+async def test_a_stopped_repeat_of_a_search_is_answered_from_its_passages(
+    kb: KnowledgeBase,
+) -> None:
+    model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203"})])
+    agent = Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)]), answer_check=AnswerCheck())
+    result = await agent.run("What does E-203 mean?", context=ALICE)
+
+    assert result.stop_reason == "repeated_call" and result.iterations == 4
+    assert result.extractive and result.fallback_reason == "repeated_call"
+    assert "E-203" in result.output and result.citations
 
 
 async def test_group_switches_are_never_replayed() -> None:

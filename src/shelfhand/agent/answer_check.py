@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from shelfhand.core.citations import cited_numbers, unknown_citations
+from shelfhand.core.citations import cited_numbers, only_marks, unknown_citations
 from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
@@ -81,7 +81,6 @@ _REFUSAL = re.compile(
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
 _DIGIT = re.compile(r"\d")
-_MARKS_ONLY = re.compile(r"\[\d{1,3}\]|[\s.,;:!?。，；：！？、]+")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 UNSUPPORTED_SHARE = 0.5
@@ -151,7 +150,7 @@ class AnswerCheck:
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
-        if result.citations and not _MARKS_ONLY.sub("", result.output):
+        if result.citations and (not result.output.strip() or only_marks(result.output)):
             return "empty"  # "[1][2]": citation marks, no words
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"

@@ -1,12 +1,15 @@
 """Honest answers for runs that end without one from the model (issue 9, points 4 and 6).
 
-A run never ends with a blank answer: a blank reply gets one nudge (:data:`NUDGE`); a second
-blank reply ends the run with :func:`empty_answer` (the passages the run found, "the documents
-do not cover this" when it searched them and found nothing, or "no answer"). A reply that only
-repeats a tool's raw JSON result (:func:`echoed_result`; small models do) is treated the same
-way: one nudge (:data:`ECHO_NUDGE`), then :func:`echo_answer`. A run that stops because the
-model kept repeating a failing call ends with :func:`repeated_call_answer`; one that reaches
-``max_iters`` with :func:`max_iters_answer`.
+A run never ends with a blank answer: a blank reply gets one nudge (:data:`NUDGE`; a reply
+of citation marks alone, ``[1][2]``, when the run has found nothing to cite,
+:data:`MARKS_NUDGE`; with passages found, the answer check answers with their best sentences
+instead); a second such reply ends the run with :func:`empty_answer` (the passages the run
+found, "the documents do not cover this" when it searched them and found nothing, or "no
+answer"). A reply that only repeats a tool's raw JSON result (:func:`echoed_result`; small
+models do) is treated the same way: one nudge (:data:`ECHO_NUDGE`), then :func:`echo_answer`.
+A run that stops because the model kept repeating a failing call (or one already answered)
+ends with :func:`repeated_call_answer`; one that reaches ``max_iters`` with
+:func:`max_iters_answer`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .guard import REPEATED_NOTE, Repeated
 
 __all__ = [
     "ECHO_NUDGE",
+    "MARKS_NUDGE",
     "NOT_CONFIGURED",
     "NOT_COVERED",
     "NUDGE",
@@ -45,6 +49,10 @@ NOT_CONFIGURED = "knowledge base not configured"
 NUDGE = (
     "Your last reply was empty. Answer the question now, in plain text, using the tool results "
     "above; if they do not contain the answer, say so."
+)
+MARKS_NUDGE = (
+    "Your last reply had only citation marks and no words, and nothing has been found to "
+    "cite. Answer the question in plain text; if a tool can find what you need, call it first."
 )
 ECHO_NUDGE = (
     "Your last reply only repeated the raw result of the {tool} tool. Answer the user's "
@@ -185,13 +193,21 @@ def empty_answer(citations: Sequence[Citation], messages: Sequence[Message] = ()
 
 
 def repeated_call_answer(repeated: Repeated, citations: Sequence[Citation]) -> str:
-    """What the user reads when the model kept sending a call that keeps failing."""
-    error = repeated.error.splitlines()[0] if repeated.error else "an error"
-    lines = [
-        f"I stopped: the tool call {repeated.call.name} failed {repeated.failures} times with "
-        f"the same error ({error[:300]}) and the model kept repeating it, so there is no "
-        "complete answer."
-    ]
+    """What the user reads when the model kept sending a call that keeps failing, or one whose
+    result it already had."""
+    if repeated.replays:
+        lines = [
+            f"I stopped: the model kept repeating the tool call {repeated.call.name}, whose "
+            f"result it already had ({repeated.replays + 1} times in all), so there is no "
+            "complete answer."
+        ]
+    else:
+        error = repeated.error.splitlines()[0] if repeated.error else "an error"
+        lines = [
+            f"I stopped: the tool call {repeated.call.name} failed {repeated.failures} times "
+            f"with the same error ({error[:300]}) and the model kept repeating it, so there is "
+            "no complete answer."
+        ]
     if citations:
         lines.append("Passages found before that:")
         lines.extend(passage_lines(citations))

@@ -7,7 +7,9 @@ its name and canonical arguments:
 * a call that already **succeeded** in this run is answered from that earlier result, with a
   note, instead of running the tool again (the group switch ``use_tool_group`` is exempt: its
   effect is the point); a traced run records it as an ``execute_tool`` span with decision
-  ``replayed`` (:func:`~.spans.replayed_call`);
+  ``replayed`` (:func:`~.spans.replayed_call`). Answered so **twice**, asked again, the run
+  ends with what it found (the 0.5B model sent one search eight times in a row, each a model
+  call of seconds, its result unchanged);
 * a call that **failed twice with the same error** gets a note telling the model to stop
   repeating it; asked a **third** time, the run ends with an honest answer (the call is not run
   again).
@@ -24,11 +26,14 @@ from shelfhand.tools.toolkit import META_TOOL_NAME
 
 from .spans import replayed_call
 
-__all__ = ["FAILURES_BEFORE_STOP", "REPEATED_NOTE", "CallGuard", "Repeated"]
+__all__ = ["FAILURES_BEFORE_STOP", "REPEATED_NOTE", "REPLAYS_BEFORE_STOP", "CallGuard", "Repeated"]
 
 FAILURES_BEFORE_STOP = 2
 """Identical failures after which the model is told to stop; the next identical call ends the
 run."""
+REPLAYS_BEFORE_STOP = 2
+"""Times a successful call is answered from its earlier result; the next identical call ends
+the run."""
 
 REPEATED_NOTE = "[The same call already succeeded earlier in this run; this is that result.]\n"
 """Put before a replayed result. (After it, the 0.5B model copied the result as its answer in
@@ -44,12 +49,14 @@ STOP_NOTE = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Repeated:
-    """A call the model was told to stop repeating and sent again."""
+    """A call the model kept sending: failing with the same error (``failures``), or already
+    answered (``replays``: its earlier result given that many times)."""
 
     call: ToolCallBlock
-    error: str
-    """The error it failed with, each time."""
-    failures: int
+    error: str = ""
+    """The error it failed with, each time ("" for a call that succeeded)."""
+    failures: int = 0
+    replays: int = 0
 
 
 @dataclass(slots=True)
@@ -59,6 +66,8 @@ class _Seen:
     arguments: str
     canonical: str | None = None
     result: ToolResultBlock | None = None
+    replays: int = 0
+    """Times ``result`` was given again."""
     failures: dict[str, int] = field(default_factory=dict)
 
     def same_arguments(self, canonical: str) -> bool:
@@ -113,6 +122,7 @@ class CallGuard:
         if seen is None or seen.result is None:
             return None
         earlier = seen.result
+        seen.replays += 1
         replayed_call(call, earlier)
         # The same citations, with the numbers they got when the call first ran (the run
         # lists each passage once).
@@ -124,10 +134,13 @@ class CallGuard:
         )
 
     def refused(self, call: ToolCallBlock) -> Repeated | None:
-        """The call failed with the same error ``FAILURES_BEFORE_STOP`` times already."""
+        """The call failed with the same error ``FAILURES_BEFORE_STOP`` times already, or
+        was answered from its earlier result ``REPLAYS_BEFORE_STOP`` times."""
         seen = self._find(call)
         if seen is None:
             return None
+        if seen.replays >= REPLAYS_BEFORE_STOP:
+            return Repeated(call=call, replays=seen.replays)
         for error, count in seen.failures.items():
             if count >= FAILURES_BEFORE_STOP:
                 return Repeated(call=call, error=error, failures=count)

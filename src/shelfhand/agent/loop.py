@@ -24,6 +24,7 @@ from contextlib import aclosing
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.citations import only_marks
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
@@ -45,7 +46,14 @@ from .budget import (
     size_bound,
 )
 from .budget_stop import budget_final, budget_stop
-from .fallbacks import ECHO_NUDGE, NUDGE, echo_answer, empty_answer, max_iters_answer
+from .fallbacks import (
+    ECHO_NUDGE,
+    MARKS_NUDGE,
+    NUDGE,
+    echo_answer,
+    empty_answer,
+    max_iters_answer,
+)
 from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
@@ -274,11 +282,16 @@ class AgentLoop:
                 cost = cost + price.cost(response.usage) if price and response.usage else None
             if not calls:
                 reason, text = "final", reply.text
-                if echo is not None or not text.strip():
+                # a blank reply, a tool's result repeated, or citation marks alone ("[1][2]")
+                # with nothing found to cite: no answer in words (marks of passages found
+                # are the answer check's: their best sentences answer, no model call more)
+                if echo is not None or not text.strip() or (not citations and only_marks(text)):
                     if not nudged and iteration < self.max_iters:
                         nudged = True
                         nudge = Message.user(
-                            NUDGE if echo is None else ECHO_NUDGE.format(tool=echo.name)
+                            (NUDGE if text.strip() == "" else MARKS_NUDGE)
+                            if echo is None
+                            else ECHO_NUDGE.format(tool=echo.name)
                         )
                         continue
                     reason = "empty"

@@ -97,7 +97,8 @@ def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:
         ToolResultBlock(
             call_id=c.id,
             name=c.name,
-            content=f"not run: the run stopped because {repeated.call.name} kept failing",
+            content=f"not run: the run stopped because {repeated.call.name} kept "
+            + ("being repeated" if repeated.replays else "failing"),
             is_error=True,
         )
         for c in calls

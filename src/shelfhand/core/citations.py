@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from shelfhand.core.messages import Citation
 
-__all__ = ["CitationLedger", "cited_numbers", "unknown_citations"]
+__all__ = ["CitationLedger", "cited_numbers", "only_marks", "unknown_citations"]
 
 # [1], [1][2], [1, 2], [1，2], 【1】, ［1］ — a bracket holding only numbers
 _MARKER = re.compile(r"[\[［【]\s*(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)\s*[\]］】]")
@@ -37,6 +37,19 @@ def cited_numbers(text: str) -> tuple[int, ...]:
         for number in _NUMBER.findall(marker.group(1)):
             seen.setdefault(int(number), None)
     return tuple(seen)
+
+
+_NO_WORDS = re.compile(r"[\s`'\"()（）\[\]［］【】.,，。、;；:：!！?？-]*")
+
+
+def only_marks(text: str) -> bool:
+    """Whether ``text`` holds citation markers and nothing else to read (``[1][2]``, maybe
+    fenced or with punctuation around): a reply that answers with no words. Small models
+    send it after a search, or before any."""
+    if "[" not in text and "［" not in text and "【" not in text:
+        return False
+    rest = _MARKER.sub("", text)
+    return rest != text and _NO_WORDS.fullmatch(rest) is not None
 
 
 def _key(c: Citation) -> str:

@@ -3,16 +3,18 @@ turn, its subagents' included, and its cost at the configured prices."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from service_helpers import ALICE, ThreadServer, parse_sse, start_thread_server, user_contexts
+from service_helpers import ALICE, BOB, ThreadServer, parse_sse, start_thread_server, user_contexts
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
@@ -167,3 +169,67 @@ def test_a_turn_whose_model_fails_after_a_call_still_counts_that_call(
         assert r.status_code == 504, r.text
     (row,) = report["usage"]
     assert {k: row[k] for k in spent} == spent
+
+
+def test_two_callers_turns_at_once_each_count_their_own_calls(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # alice's model fails after a search (her extractive reply carries what she used); bob's
+    # answers after a calculator call: both turns in flight at once (each first model call
+    # waits for the other's), each tally and ledger row their own
+    arrived: dict[str, asyncio.Event] = {"alice": asyncio.Event(), "bob": asyncio.Event()}
+
+    async def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        who = "alice" if "E-203" in messages[-1].text or "E-203" in messages[1].text else "bob"
+        if messages[-1].role != "tool":
+            arrived[who].set()
+            other = arrived["bob" if who == "alice" else "alice"]
+            await asyncio.wait_for(other.wait(), 10)
+            if who == "alice":
+                return reply(call("retrieve", '{"query": "E-203 冷却"}'), 300, 20)
+            return reply(call("calculator", '{"expression": "6*7"}'), 40, 4)
+        if who == "alice":
+            raise ModelTimeoutError("the model took too long")
+        return reply(Message.assistant("6 乘 7 等于 42。"), 50, 5)
+
+    env = {
+        "SHELFHAND_EMBEDDER": "hashing",
+        "SHELFHAND_ANSWER_RETRIEVAL": "tool",
+        "SHELFHAND_BUILTIN_TOOLS": "calculator",
+    }
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        model=FunctionModel(turn),
+        router=hashing_router(),
+    )
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+
+    def ask(headers: dict[str, str], question: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            session = c.post("/v1/sessions").json()["id"]
+            r = c.post(
+                f"/v1/sessions/{session}/messages", json={"content": question, "stream": False}
+            )
+            assert r.status_code == 200, r.text
+            return r.json(), c.get("/v1/usage").json()
+
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        files = [("files", ("troubleshooting.md", DOC.encode()))]
+        assert c.post("/v1/knowledge/files", files=files).status_code == 200
+    with ThreadPoolExecutor(2) as pool:
+        alice = pool.submit(ask, ALICE, "E-203 要冷却多久？")
+        bob = pool.submit(ask, BOB, "6 乘 7 是多少？")
+        (alice_reply, alice_report), (bob_reply, bob_report) = alice.result(), bob.result()
+
+    counts = ("input_tokens", "output_tokens", "model_calls", "tool_calls", "retrievals")
+    alice_used = dict(zip(counts, (300, 20, 1, 1, 1), strict=True))
+    bob_used = dict(zip(counts, (90, 9, 2, 1, 0), strict=True))
+    assert alice_reply["fallback_reason"] == "model_timeout"
+    assert {k: alice_reply["usage"][k] for k in counts} == alice_used
+    assert bob_reply["output"] == "6 乘 7 等于 42。"
+    assert {k: bob_reply["usage"][k] for k in counts} == bob_used
+    (alice_row,) = alice_report["usage"]
+    (bob_row,) = bob_report["usage"]
+    assert {k: alice_row[k] for k in counts} == alice_used
+    assert {k: bob_row[k] for k in counts} == bob_used

@@ -173,6 +173,7 @@ async def test_a_repeated_successful_call_is_answered_from_the_runs_own_result()
     result = events[-1]
     assert isinstance(result, Final)
     assert len(result.result.citations) == 1  # numbered once, not again per replay
+    assert result.result.usage.tool_calls == 1  # the calls that ran
 
 
 async def test_a_successful_call_asked_again_after_two_replays_ends_the_run() -> None:
@@ -204,6 +205,8 @@ async def test_a_stopped_repeat_of_a_search_is_answered_from_its_passages(
     assert result.stop_reason == "repeated_call" and result.iterations == 4
     assert result.extractive and result.fallback_reason == "repeated_call"
     assert "E-203" in result.output and result.citations
+    # one search ran; two calls got its result, the fourth was not run
+    assert (result.usage.tool_calls, result.usage.retrievals, result.usage.model_calls) == (1, 1, 4)
 
 
 async def test_group_switches_are_never_replayed() -> None:

@@ -24,6 +24,7 @@ from shelfhand.core.messages import ToolCallBlock, ToolResultBlock
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.toolkit import META_TOOL_NAME
 
+from .grounding import RETRIEVE_TOOL
 from .spans import replayed_call
 
 __all__ = ["FAILURES_BEFORE_STOP", "REPEATED_NOTE", "REPLAYS_BEFORE_STOP", "CallGuard", "Repeated"]
@@ -94,6 +95,10 @@ class CallGuard:
     def __init__(self, *, replay: bool = True) -> None:
         self._by_name: dict[str, list[_Seen]] = {}
         self._replay = replay
+        self.replayed = 0
+        """Calls answered from an earlier result (not run: the run's usage leaves them out)."""
+        self.replayed_searches = 0
+        """Those of them that were ``retrieve`` calls."""
 
     def _find(self, call: ToolCallBlock) -> _Seen | None:
         seen = self._by_name.get(call.name)
@@ -123,6 +128,9 @@ class CallGuard:
             return None
         earlier = seen.result
         seen.replays += 1
+        self.replayed += 1
+        if call.name == RETRIEVE_TOOL:
+            self.replayed_searches += 1
         replayed_call(call, earlier)
         # The same citations, with the numbers they got when the call first ran (the run
         # lists each passage once).

@@ -304,8 +304,8 @@ class AgentLoop:
             if external:
                 usage = _ended(run, options, run_usage(
                     input_tokens=input_tokens, output_tokens=output_tokens,
-                    model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-                    cost=cost,
+                    model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
+                    retrievals=retrievals - guard.replayed_searches, cost=cost,
                 ))  # fmt: skip
                 yield external_final(reply, tuple(external), new, citations, run, iteration, usage)
                 return
@@ -371,10 +371,11 @@ class AgentLoop:
         new.append(reply)
         # remember before yielding: a consumer may stop at the final event
         summary = await self._remember(new)
+        # the calls that ran: one answered from an earlier identical call's result did not
         own = run_usage(
             input_tokens=input_tokens, output_tokens=output_tokens,
-            model_calls=model_calls, tool_calls=tool_calls, retrievals=retrievals,
-            cost=cost,
+            model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
+            retrievals=retrievals - guard.replayed_searches, cost=cost,
         )  # fmt: skip
         usage = _ended(run, options, own if summary is None else own + summary)
         done = final(text, new, citations, run, iteration, usage, reason)

@@ -25,7 +25,9 @@ class Usage:
 
     A model reply's own usage has only the tokens; a run's adds how many model calls, tool
     calls and retrievals (calls of the ``retrieve`` tool, the up-front ones included) it
-    made, its subagents' finished runs included (see :class:`UsageTally`).
+    made, its subagents' finished runs included (see :class:`UsageTally`). Tool calls and
+    retrievals are those that ran: a call the loop guard answered from an earlier identical
+    call's result is not counted, nor one the run stopped before it ran.
     """
 
     input_tokens: int = 0

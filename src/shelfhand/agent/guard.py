@@ -92,13 +92,16 @@ class CallGuard:
     so the first call of each tool costs no JSON work at all.
     """
 
+    # class-level zeros, set on the instance by its first replay (most runs have none: one
+    # store fewer each at every run's start)
+    replayed = 0
+    """Calls answered from an earlier result (not run: the run's usage leaves them out)."""
+    replayed_searches = 0
+    """Those of them that were ``retrieve`` calls."""
+
     def __init__(self, *, replay: bool = True) -> None:
         self._by_name: dict[str, list[_Seen]] = {}
         self._replay = replay
-        self.replayed = 0
-        """Calls answered from an earlier result (not run: the run's usage leaves them out)."""
-        self.replayed_searches = 0
-        """Those of them that were ``retrieve`` calls."""
 
     def _find(self, call: ToolCallBlock) -> _Seen | None:
         seen = self._by_name.get(call.name)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anyio
@@ -544,3 +546,42 @@ async def test_arguments_in_the_history_that_are_not_json_are_sent_as_a_json_str
     sent = chat_server.requests[0].body["messages"][1]["tool_calls"]
     arguments = [c["function"]["arguments"] for c in sent]
     assert [json.loads(a) for a in arguments] == [raw, {"order_id": "A-1"}, {}]
+
+
+class _KeepAlive(BaseHTTPRequestHandler):
+    """Chat completions over HTTP/1.1 with keep-alive, as llama.cpp's server answers: the
+    client pools the connection (the test server of the other tests closes each one)."""
+
+    protocol_version = "HTTP/1.1"
+    answers = iter(["Hi.", "Bye."])
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        data = json.dumps(completion(next(self.answers))).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_one_model_answers_in_two_event_loops_one_after_the_other() -> None:
+    # a script's two Agent.run_sync calls are two asyncio.run loops: the SDK client's pooled
+    # connection belongs to the first ("Event loop is closed" on the second, before)
+    from shelfhand import Agent
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        agent = Agent(model=OpenAIChatModel("qwen2.5-7b-instruct", base_url=url, api_key="sk-x"))
+
+        assert agent.run_sync("Say hi").output == "Hi."
+        assert agent.run_sync("Say bye").output == "Bye."
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

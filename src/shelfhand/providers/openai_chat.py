@@ -24,6 +24,7 @@ Ollama and the llama.cpp server. What it adds over the SDK:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -184,6 +185,7 @@ class OpenAIChatModel:
         self.retry_after_cap = retry_after_cap
         self.__api_key = api_key or os.environ.get("OPENAI_API_KEY") or _PLACEHOLDER_KEY
         self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: object = None  # the event loop the client's connections belong to
 
     @classmethod
     def from_env(cls, source: Any = None, **overrides: Any) -> OpenAIChatModel:
@@ -235,20 +237,27 @@ class OpenAIChatModel:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def _get_client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
+        """The SDK client of the running event loop. Its pooled connections belong to the
+        loop that opened them, so a model used from another loop (a script's second
+        ``Agent.run_sync``: each is an ``asyncio.run``) gets a client of its own; the one of
+        the finished loop is dropped, its connections closed with that loop."""
+        loop = _running_loop()
+        if self._client is None or self._client_loop is not loop:
             self._client = openai.AsyncOpenAI(
                 api_key=self.__api_key,
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=0,  # retries are ours: the SDK would also retry some 4xx
             )
+            self._client_loop = loop
         return self._client
 
     async def aclose(self) -> None:
         """Close the HTTP connections (the model can be used again afterwards)."""
         if self._client is not None:
             client, self._client = self._client, None
-            await client.close()
+            if self._client_loop is _running_loop():  # else its loop closed them already
+                await client.close()
 
     async def check(self) -> None:
         """Cheap reachability probe for readiness checks: ``GET {base_url}/models``, one try.
@@ -542,3 +551,11 @@ class OpenAIChatModel:
             retry_after_cap=self.retry_after_cap,
         )
         return policy.delay(exc, attempt, deadline)
+
+
+def _running_loop() -> object:
+    """The running asyncio loop (``None`` under another event loop, such as trio's)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -77,9 +77,8 @@ class ModelTally:
     def total(self) -> Usage:
         """Every model call of the turn that answered so far, all models together, with the
         cost at their prices (``None`` when a model that answered has none), and the tool
-        calls and searches that ran: what a turn that failed after some calls used, when no
-        run result carries it. (A run's own usage counts the calls its model asked for, a
-        call answered from an earlier identical one included; this counts those that ran.)"""
+        calls and searches that ran (as a run's own usage counts them): what a turn that
+        failed after some calls used, when no run result carries it."""
         with self._lock:
             ran = Usage(tool_calls=self._tool_calls, retrievals=self._retrievals)
         return sum(self._priced().values(), ran)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import logging
 import socket
 import threading
+import warnings
 from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -582,6 +585,24 @@ def test_one_model_answers_in_two_event_loops_one_after_the_other() -> None:
 
         assert agent.run_sync("Say hi").output == "Hi."
         assert agent.run_sync("Say bye").output == "Bye."
+
+        # the clients of the two finished loops, collected while a third loop runs, close
+        # nothing on it (the SDK's own client would schedule its closing there, and fail)
+        errors: list[dict[str, Any]] = []
+
+        async def collect() -> None:
+            nonlocal agent
+            asyncio.get_running_loop().set_exception_handler(lambda _loop, c: errors.append(c))
+            del agent
+            gc.collect()
+            for _ in range(5):
+                await asyncio.sleep(0.01)
+            gc.collect()
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # sockets closed when collected
+            asyncio.run(collect())
+        assert errors == []
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -240,7 +240,11 @@ class OpenAIChatModel:
         """The SDK client of the running event loop. Its pooled connections belong to the
         loop that opened them, so a model used from another loop (a script's second
         ``Agent.run_sync``: each is an ``asyncio.run``) gets a client of its own; the one of
-        the finished loop is dropped, its connections closed with that loop."""
+        the other loop is dropped, its sockets closed when it is collected.
+
+        Its HTTP client is the SDK's default one, given explicitly: the client the SDK makes
+        by itself schedules its own closing on whatever loop runs when it is collected, which
+        for a dropped client is this one, where closing another loop's connections fails."""
         loop = _running_loop()
         if self._client is None or self._client_loop is not loop:
             self._client = openai.AsyncOpenAI(
@@ -248,6 +252,7 @@ class OpenAIChatModel:
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=0,  # retries are ours: the SDK would also retry some 4xx
+                http_client=openai.DefaultAsyncHttpxClient(timeout=self.timeout),
             )
             self._client_loop = loop
         return self._client

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import logging
 import socket
@@ -556,7 +557,7 @@ class _KeepAlive(BaseHTTPRequestHandler):
     client pools the connection (the test server of the other tests closes each one)."""
 
     protocol_version = "HTTP/1.1"
-    answers = iter(["Hi.", "Bye."])
+    answers = itertools.cycle(["Hi.", "Bye."])
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -583,17 +584,28 @@ def test_one_model_answers_in_two_event_loops_one_after_the_other() -> None:
         url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
         agent = Agent(model=OpenAIChatModel("qwen2.5-7b-instruct", base_url=url, api_key="sk-x"))
 
-        assert agent.run_sync("Say hi").output == "Hi."
-        assert agent.run_sync("Say bye").output == "Bye."
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            assert agent.run_sync("Say hi").output == "Hi."
+            assert agent.run_sync("Say bye").output == "Bye."
+            gc.collect()
+        # each run_sync closed its loop's connections (no socket left to the collector)
+        assert [w for w in warned if issubclass(w.category, ResourceWarning)] == []
 
-        # the clients of the two finished loops, collected while a third loop runs, close
-        # nothing on it (the SDK's own client would schedule its closing there, and fail)
+        # the model used from two loops with nothing closing it (a script's own asyncio.run
+        # twice): each loop gets a client; the dropped ones, collected while a third loop
+        # runs, close nothing on it (the SDK's own client would schedule its closing there,
+        # and fail)
+        model = OpenAIChatModel("qwen2.5-7b-instruct", base_url=url, api_key="sk-x")
+        hello = [Message.user("Say hi")]
+        assert asyncio.run(model.request(hello)).message.text == "Hi."
+        assert asyncio.run(model.request(hello)).message.text == "Bye."
         errors: list[dict[str, Any]] = []
 
         async def collect() -> None:
-            nonlocal agent
+            nonlocal model
             asyncio.get_running_loop().set_exception_handler(lambda _loop, c: errors.append(c))
-            del agent
+            del model
             gc.collect()
             for _ in range(5):
                 await asyncio.sleep(0.01)

@@ -190,8 +190,18 @@ class Agent(AgentLoop):
         return await run_to_final(self._loop(prompt, sink, options), what="agent loop")
 
     def run_sync(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
-        """``run`` for scripts and the CLI (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, **options))
+        """``run`` for scripts and the CLI (not inside a running event loop). Each call is
+        an ``asyncio.run`` of its own: the model's connections, which belong to that loop,
+        are closed with it (``aclose``, when the model has one)."""
+        return asyncio.run(self._run_and_close(prompt, options))
+
+    async def _run_and_close(self, prompt: str | Message, options: RunOptions) -> RunResult:
+        try:
+            return await self.run(prompt, **options)
+        finally:
+            close = getattr(self.model, "aclose", None)
+            if close is not None:
+                await close()
 
     async def stream(
         self, prompt: str | Message, *, text_deltas: bool = True, **options: Unpack[RunOptions]

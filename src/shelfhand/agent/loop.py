@@ -282,17 +282,17 @@ class AgentLoop:
                 cost = cost + price.cost(response.usage) if price and response.usage else None
             if not calls:
                 reason, text = "final", reply.text
+                blank = not text.strip()
                 # a blank reply, a tool's result repeated, or citation marks alone ("[1][2]")
                 # with nothing found to cite: no answer in words (marks of passages found
                 # are the answer check's: their best sentences answer, no model call more)
-                if echo is not None or not text.strip() or (not citations and only_marks(text)):
+                if echo is not None or blank or (not citations and only_marks(text)):
                     if not nudged and iteration < self.max_iters:
                         nudged = True
-                        nudge = Message.user(
-                            (NUDGE if text.strip() == "" else MARKS_NUDGE)
-                            if echo is None
-                            else ECHO_NUDGE.format(tool=echo.name)
-                        )
+                        if echo is not None:
+                            nudge = Message.user(ECHO_NUDGE.format(tool=echo.name))
+                        else:
+                            nudge = Message.user(NUDGE if blank else MARKS_NUDGE)
                         continue
                     reason = "empty"
                     text = empty_answer(citations, new) if echo is None else echo_answer(echo)

@@ -197,27 +197,27 @@ def ask(
 
         result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
     except ModelError as exc:
-        stop_counting(counting)
         if kb is not None:  # the passages are still worth reading: the model was cut off
             from shelfhand.agent.answer_check import failed_model_answer
             from shelfhand.service.chat import error_status
 
-            searched = a.knowledge_agent(kb).run_sync(question, context=ctx)
+            found = a.knowledge_agent(kb).run_sync(question, context=ctx)
             # marked as the service marks it: the model failed (not "no model configured")
             why = error_status(exc)[1]  # model_error or model_timeout
             found = (
-                failed_model_answer(question, searched.citations, why, synonyms=a.synonym_table())
-                or searched
+                failed_model_answer(question, found.citations, why, synonyms=a.synonym_table())
+                or found
             )
-            # what the failed run used, and the search that found these passages
-            found = replace(found, usage=tally.total() + searched.usage)
+            # what the failed run used, and the search that found these passages (tallied too)
+            found = replace(found, usage=tally.total())
             if as_json:
                 print_json(found)
             else:
                 print_answer(console, found)
             kb.close()
         raise fail(f"the chat model failed: {exc}", 1) from None
-    stop_counting(counting)
+    finally:
+        stop_counting(counting)
     code = print_json(result) if as_json else print_answer(console, result)
     if kb is not None:
         kb.close()

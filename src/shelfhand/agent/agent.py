@@ -15,9 +15,8 @@ nobody asked).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Unpack
 
@@ -35,7 +34,7 @@ from .grounding import RETRIEVE_TOOL, UpfrontRetrieval
 from .loop import AgentLoop
 from .memory import ConversationMemory
 from .rewrite import QueryRewriter
-from .runs import RunOptions, run_to_final
+from .runs import RunOptions, run_closing, run_to_final
 from .step_events import SILENT, STEPS, STEPS_AND_TEXT, EventSink
 
 if TYPE_CHECKING:
@@ -193,15 +192,14 @@ class Agent(AgentLoop):
         """``run`` for scripts and the CLI (not inside a running event loop). Each call is
         an ``asyncio.run`` of its own: the model's connections, which belong to that loop,
         are closed with it (``aclose``, when the model has one)."""
-        return asyncio.run(self._run_and_close(prompt, options))
+        return run_closing(self, lambda: self.run(prompt, **options))
 
-    async def _run_and_close(self, prompt: str | Message, options: RunOptions) -> RunResult:
-        try:
-            return await self.run(prompt, **options)
-        finally:
-            close = getattr(self.model, "aclose", None)
-            if close is not None:
-                await close()
+    def chat_models(self) -> Iterator[ChatModel]:
+        """The chat models this agent asks: its own, and its query rewriter's (see
+        :func:`~shelfhand.agent.runs.chat_models`)."""
+        yield self.model
+        if self._upfront is not None and self._upfront.rewriter is not None:
+            yield self._upfront.rewriter.model
 
     async def stream(
         self, prompt: str | Message, *, text_deltas: bool = True, **options: Unpack[RunOptions]

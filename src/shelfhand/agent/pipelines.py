@@ -33,7 +33,7 @@ import contextlib
 import inspect
 import re
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Unpack
@@ -55,7 +55,7 @@ from shelfhand.core.results import RunResult
 from shelfhand.core.tracing import enter, leave, start_span, tracing_on
 from shelfhand.models.base import Usage
 
-from .runs import RunOptions, run_to_final
+from .runs import RunOptions, run_closing, run_to_final
 from .supervisor import renumber_citations, tag_event
 
 if TYPE_CHECKING:
@@ -114,8 +114,14 @@ class Pipeline(abc.ABC):
         return await run_to_final(self.stream(prompt, **options), what=f"pipeline {self.name}")
 
     def run_sync(self, prompt: str | Message, **options: Unpack[RunOptions]) -> RunResult:
-        """``run`` for scripts (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, **options))
+        """``run`` for scripts (not inside a running event loop); the steps' models'
+        connections are closed with its loop (:func:`~shelfhand.agent.runs.run_closing`)."""
+        return run_closing(self, lambda: self.run(prompt, **options))
+
+    @abc.abstractmethod
+    def chat_models(self) -> Iterator[object]:
+        """The agents (and agent routers and merges) of its steps: their models are what
+        it asks (see :func:`~shelfhand.agent.runs.chat_models`)."""
 
     async def stream(
         self, prompt: str | Message, **options: Unpack[RunOptions]
@@ -267,6 +273,9 @@ class Sequential(Pipeline):
         super().__init__(name, description)
         self.agents = tuple(agents)
 
+    def chat_models(self) -> Iterator[object]:
+        yield from self.agents
+
     async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
         current = run.prompt
         last = len(self.agents) - 1
@@ -301,6 +310,13 @@ class Conditional(Pipeline):
         self.router = router
         self.routes = dict(routes)
         self.default = default
+
+    def chat_models(self) -> Iterator[object]:
+        if hasattr(self.router, "stream"):  # an agent (a function asks no model)
+            yield self.router
+        yield from self.routes.values()
+        if self.default is not None:
+            yield self.default
 
     async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
         router, prompt = self.router, run.prompt
@@ -347,6 +363,11 @@ class FanOut(Pipeline):
         self.agents = tuple(agents)
         self.merge = merge
         self.max_concurrency = max_concurrency
+
+    def chat_models(self) -> Iterator[object]:
+        yield from self.agents
+        if hasattr(self.merge, "stream"):  # an agent (a function asks no model)
+            yield self.merge
 
     async def _steps(self, run: _Run) -> AsyncGenerator[Event, None]:
         queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()

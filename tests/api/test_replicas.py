@@ -120,7 +120,9 @@ class Model:
         if asked.startswith("短信"):
             return tool_call("send_sms", {"text": asked})
         users = [m.text for m in messages if m.role == "user"]
-        return text(f"我看到了 {len(users)} 条消息：" + " / ".join(users))
+        # (no count in words: a number the conversation does not hold, written with no tool
+        # run, would make the agent search the documents and ask again)
+        return text("我看到了这些消息：" + " / ".join(users))
 
 
 async def message(c: httpx.AsyncClient, session: str, content: str) -> httpx.Response:
@@ -153,11 +155,11 @@ async def test_two_replicas_on_one_postgresql_and_redis_behave_as_one_service(
         second = await message(alice_b, session, "我的订单号是多少？")
         assert second.status_code == 200
         assert second.json()["output"] == (
-            "我看到了 2 条消息：我的订单号是 A-1001 / 我的订单号是多少？"
+            "我看到了这些消息：我的订单号是 A-1001 / 我的订单号是多少？"
         )
         third = await message(alice_a, session, "谢谢")  # back on A: it sees B's turn too
         assert third.json()["output"] == (
-            "我看到了 3 条消息：我的订单号是 A-1001 / 我的订单号是多少？ / 谢谢"
+            "我看到了这些消息：我的订单号是 A-1001 / 我的订单号是多少？ / 谢谢"
         )
         detail = (await alice_b.get(f"/v1/sessions/{session}")).json()
         assert detail["message_count"] == 6 and len(detail["messages"]) == 6

@@ -50,14 +50,21 @@ def test_ask_retrieval_flag_decides_what_the_first_request_holds(
     workspace: Path, server: Any, mode: str, question: str, expected: str | None
 ) -> None:
     server.add(Reply(body=completion("E-203 表示灯泡过热 [1]。")))
+    if expected is None:  # tool: the answer cites [1] without a search, so one is made
+        server.add(Reply(body=completion("E-203 表示灯泡过热 [1]。")))
     out = run(["ask", "--retrieval", mode, question], workspace, server)
     assert out.returncode == 0, out.stderr
-    (request,) = server.requests  # no tool round trip was needed
+    request = server.requests[0]
     assert tool_contents(request) == []  # up-front passages are text, not a tool exchange
     if expected is None:  # tool: nothing up front, the model may call retrieve
         assert question_text(request) == question and "retrieve" in offered(request)
-        assert "the answer cites [1], which no passage has" in out.stdout  # none was given
+        # it did not, and cited [1] all the same: the documents were searched for the
+        # question and the model asked again, the passages before the question
+        searched = server.requests[1]
+        assert tool_contents(searched) == [] and "灯泡过热" in question_text(searched)
+        assert "E-203 表示灯泡过热 [1]。" in out.stdout and "no passage has" not in out.stdout
         return
+    assert len(server.requests) == 1  # no tool round trip was needed
     shown = question_text(request)
     assert "\n[1] " in shown and expected in shown and shown.endswith(question)
     assert ("retrieve" in offered(request)) is (mode == "both")

@@ -50,6 +50,7 @@ __all__ = [
     "echoes_scaffold",
     "extractive_result",
     "failed_model_answer",
+    "guessed",
     "is_refusal",
     "no_model_answer",
     "relevant_citations",
@@ -110,6 +111,29 @@ def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` says it cannot answer or that the information is missing."""
     return bool(_REFUSAL.search(answer))
+
+
+def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
+    """Whether ``answer``, written with no tool run, states what only the documents could
+    tell: a number or code that neither ``prompt`` nor the conversation so far (``history``)
+    holds, a citation mark with no passage in the conversation, or that the information is
+    not there (:func:`is_refusal`). The agent loop searches for such an answer's question
+    (see :mod:`.loop`)."""
+    if is_refusal(answer):
+        return True
+    if cited_numbers(answer) and not any(r.citations for m in history for r in m.tool_results):
+        return True
+    stated = facts(answer)
+    if not stated:
+        return False
+    stated -= facts(prompt)
+    for message in history:
+        if not stated:
+            return False
+        stated -= facts(message.text)
+        for result in message.tool_results:
+            stated -= facts(result.content)
+    return bool(stated)
 
 
 class AnswerJudge(Protocol):

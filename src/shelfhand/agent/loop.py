@@ -13,6 +13,16 @@ steps is separated; a blank answer gets one nudge, then an honest fallback
 (:mod:`.fallbacks`); a call that keeps failing the same way ends the run and a repeated
 successful call is answered from the run's own result (:mod:`.guard`); every request is fitted
 to the model's context window (:mod:`.budget`).
+
+An answer that states numbers or codes that neither the question nor the conversation holds,
+cites passages or says the information is not there (:func:`~.answer_check.guessed`), when
+no tool has run, the caller is offered ``retrieve`` and answers are checked (``answer_check``),
+is not taken: the documents were one
+search away and the model guessed (a small model in ``tool`` mode answers "the warranty is 10 years" without
+searching). The loop searches for the user's message itself, as the up-front retrieval does
+(governed, audited, its call and result in the transcript; the passages shown to the model as
+text before the question), and asks again, once; the answer check then reads the answer
+against what was found.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.citations import only_marks
-from shelfhand.core.context import RunContext
+from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import CitationsFound, Event, TextDelta
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
@@ -36,6 +46,7 @@ from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
 
+from .answer_check import guessed
 from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
@@ -185,40 +196,47 @@ class AgentLoop:
         sent = GrowingBound(model_past, base=system_bound)
         if logger.isEnabledFor(logging.DEBUG):  # the caller's scope is built for it
             logger.debug("run %s start agent=%s user=%s", run.trace_id, self.name, user.scope)
-        if self._upfront is not None:
-            retrieved: list[ToolResultBlock] = []
-            upfront = retrieve_upfront(self._upfront, first, past, run, new, retrieved, sink)
-            if stream:
-                async with aclosing(upfront):
-                    async for event in upfront:
-                        yield event
-            else:
-                async for event in upfront:
-                    emit(event)
-            tool_calls += len(retrieved)
-            retrievals += len(retrieved)
-            found = new_citations(retrieved, citations)
-            if found:
-                citations.extend(found)
-                if stream:
-                    yield CitationsFound(citations=tuple(found))
-
+        # a search made for the model: up front (``context``, ``both``), or once after an
+        # answer stating facts that nothing in the run gave (see the module docstring)
+        search = self._upfront
+        searched_for_facts = False
+        # a search made for the model is shown to it as text before the question, not as a
+        # tool exchange it never made (a small model shown one imitates it)
+        passages_as_text = search is not None
         reply: Message | None = None
         reason: StopReason
         spent: BudgetExceededError | None = None
         step_fields: dict[str, Any] | None = None
         for iteration in range(1, self.max_iters + 1):
+            if search is not None:
+                retrieved: list[ToolResultBlock] = []
+                searching = retrieve_upfront(search, first, past, run, new, retrieved, sink)
+                search = None
+                if stream:
+                    async with aclosing(searching):
+                        async for event in searching:
+                            yield event
+                else:
+                    async for event in searching:
+                        emit(event)
+                tool_calls += len(retrieved)
+                retrievals += len(retrieved)
+                found = new_citations(retrieved, citations)
+                if found:
+                    citations.extend(found)
+                    if stream:
+                        yield CitationsFound(citations=tuple(found))
             schemas = self.toolkit.schemas(user)
             conversation = [
                 system,
                 *model_past,
-                *(as_model_sees(new) if self._upfront is not None else new),
+                *(as_model_sees(new) if passages_as_text else new),
                 *([nudge] if nudge is not None else []),
             ]
             # up-front passages are shown as text in the question: count, don't bound
             bound = (
                 None
-                if self._upfront is not None
+                if passages_as_text
                 else sent.total(new) + (size_bound(nudge) if nudge is not None else 0)
             )
             nudge = None
@@ -297,6 +315,21 @@ class AgentLoop:
                     reason = "empty"
                     text = empty_answer(citations, new) if echo is None else echo_answer(echo)
                     reply = None  # the fallback answers instead
+                elif (
+                    self.answer_check is not None
+                    and not tool_calls
+                    and not searched_for_facts
+                    and iteration < self.max_iters
+                    and self._offers_search(user)
+                    and guessed(text, first.text, past)
+                ):
+                    # numbers, codes or citation marks that nothing in the conversation gave,
+                    # or "not provided", with the documents one search away and not searched:
+                    # the reply is dropped, the documents are searched for the question as if
+                    # the model had called, and the model asked again
+                    searched_for_facts = passages_as_text = True
+                    search = UpfrontRetrieval(self.toolkit)
+                    continue
                 break
             new.append(reply)
 
@@ -440,6 +473,10 @@ class AgentLoop:
             if found is not None and getattr(found, "injects_run", True):
                 return True
         return False
+
+    def _offers_search(self, user: UserContext) -> bool:
+        """Whether ``user`` is offered ``retrieve`` (to search for an answer's facts)."""
+        return any(t.name == RETRIEVE_TOOL for t in self.toolkit.visible_tools(user))
 
     def _is_external(self, name: str) -> bool:
         t = self.toolkit.get(name)

@@ -17,9 +17,8 @@ to the model's context window (:mod:`.budget`).
 An answer that states numbers or codes that neither the question nor the conversation holds,
 cites passages or says the information is not there (:func:`~.answer_check.guessed`), when
 no tool has run, the caller is offered ``retrieve`` and answers are checked (``answer_check``),
-is not taken: the documents were one
-search away and the model guessed (a small model in ``tool`` mode answers "the warranty is 10 years" without
-searching). The loop searches for the user's message itself, as the up-front retrieval does
+is not taken: the documents were one search away and the model guessed (a small model in
+``tool`` mode answers "the warranty is 10 years" without searching). The loop searches for the user's message itself, as the up-front retrieval does
 (governed, audited, its call and result in the transcript; the passages shown to the model as
 text before the question), and asks again, once; the answer check then reads the answer
 against what was found.
@@ -199,7 +198,6 @@ class AgentLoop:
         # a search made for the model: up front (``context``, ``both``), or once after an
         # answer stating facts that nothing in the run gave (see the module docstring)
         search = self._upfront
-        searched_for_facts = False
         # a search made for the model is shown to it as text before the question, not as a
         # tool exchange it never made (a small model shown one imitates it)
         passages_as_text = search is not None
@@ -318,7 +316,7 @@ class AgentLoop:
                 elif (
                     self.answer_check is not None
                     and not tool_calls
-                    and not searched_for_facts
+                    and not passages_as_text  # (no search made for the model yet)
                     and iteration < self.max_iters
                     and self._offers_search(user)
                     and guessed(text, first.text, past)
@@ -327,7 +325,7 @@ class AgentLoop:
                     # or "not provided", with the documents one search away and not searched:
                     # the reply is dropped, the documents are searched for the question as if
                     # the model had called, and the model asked again
-                    searched_for_facts = passages_as_text = True
+                    passages_as_text = True
                     search = UpfrontRetrieval(self.toolkit)
                     continue
                 break

@@ -97,6 +97,7 @@ def test_supervisor_run_sync_closes_its_named_models_and_declared_agents() -> No
     )
     named = Closing("helped")
     inner = Closing("inner")
+    own = Closing("own")  # a declaration's own model object, never asked in this run
     team = sequential(Agent(name="t1", model=inner), name="team")
     sup = Supervisor(
         model=main,
@@ -105,11 +106,12 @@ def test_supervisor_run_sync_closes_its_named_models_and_declared_agents() -> No
         subagents=[
             Subagent("helper", "Helps.", model="small"),
             Subagent("team", "A team.", agent=team),
+            Subagent("other", "Other things.", model=own),
         ],
     )
     assert sup.run_sync("go").output == "done"
     assert main.closed == 1
-    assert len(named.closed_on) == 1 and len(inner.closed_on) == 1
+    assert len(named.closed_on) == 1 and len(inner.closed_on) == 1 and len(own.closed_on) == 1
     # a supervisor that asks nothing of a model it was not given closes only its own
     alone = Supervisor(model=Closing("solo"), toolkit=Toolkit(), subagents=[])
     assert alone.run_sync(Message.user("go")).output == "solo"

@@ -355,11 +355,13 @@ class Supervisor:
 
     def chat_models(self) -> Iterator[object]:
         """The models this supervisor and its subagents ask (see
-        :func:`~shelfhand.agent.runs.chat_models`): its agent's, the named ones, and the
-        declared subagent objects'."""
+        :func:`~shelfhand.agent.runs.chat_models`): its agent's, the named ones, those a
+        declaration gives itself, and the declared subagent objects'."""
         yield self.agent
         yield from self._models.values()
         for spec in self.subagents:
+            if spec.model is not None and not isinstance(spec.model, str):
+                yield spec.model
             if spec.agent is not None:
                 yield spec.agent
 

@@ -255,18 +255,8 @@ class AgentLoop:
                 break
             chat = chat_span(self.model) if observed else None
             first_token: int | None = None
-            # may this reply be a guess the loop searches for (see the module docstring)?
-            may_guess = (
-                self.answer_check is not None
-                and not tool_calls
-                and not passages_as_text  # (no search made for the model yet)
-                and iteration < self.max_iters
-                and self._offers_search(user)
-            )
-            guess = False
             if sink.text:
-                # a reply that may be dropped as a guess is shown once decided, never before
-                gate = CallTextGate(active=bool(schemas), hold=may_guess)
+                gate = CallTextGate(active=bool(schemas))
                 streamed: ModelResponse | None = None
                 step_shown = False
                 async for chunk in self.model.stream(request, tools=schemas):
@@ -286,8 +276,7 @@ class AgentLoop:
                 response = streamed
                 # an echo of a tool's JSON result was held back whole: it is not shown
                 reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
-                guess = may_guess and not calls and guessed(reply.text, first.text, past)
-                rest = gate.finish("" if echo is not None or guess else reply.text)
+                rest = gate.finish("" if echo is not None else reply.text)
                 if rest:
                     if shown and not step_shown:
                         yield TextDelta(text=STEP_SEPARATOR)
@@ -297,7 +286,6 @@ class AgentLoop:
             else:
                 response = await self.model.request(request, tools=schemas)
                 reply, calls, echo = cleaned(response.message, schemas, new)
-                guess = may_guess and not calls and guessed(reply.text, first.text, past)
             if chat is not None:
                 end_chat(chat, response, first_token)
             if meter is not None:
@@ -325,7 +313,14 @@ class AgentLoop:
                     reason = "empty"
                     text = empty_answer(citations, new) if echo is None else echo_answer(echo)
                     reply = None  # the fallback answers instead
-                elif guess:
+                elif (
+                    self.answer_check is not None
+                    and not tool_calls
+                    and not passages_as_text  # (no search made for the model yet)
+                    and iteration < self.max_iters
+                    and self._offers_search(user)
+                    and guessed(text, first.text, past)
+                ):
                     # numbers, codes or citation marks that nothing in the conversation gave,
                     # or "not provided", with the documents one search away and not searched:
                     # the reply is dropped, the documents are searched for the question as if

@@ -57,13 +57,10 @@ class CallTextGate:
     Args:
         active: ``False`` passes everything through (no tools were offered, so no reply can
             be a call).
-        hold: Hold back the whole step, shown (by :meth:`finish`) once the reply is decided:
-            a reply the loop may drop (a guess it searches for) is never shown.
     """
 
-    def __init__(self, *, active: bool, hold: bool = False) -> None:
+    def __init__(self, *, active: bool) -> None:
         self.active = active
-        self.hold = hold
         self._sent: list[str] = []
         self._pending = ""
         self._mode: Literal["text", "hold", "fence"] = "text"
@@ -75,8 +72,6 @@ class CallTextGate:
 
     def feed(self, text: str) -> str:
         """Take a chunk; return the part that is safe to show now (maybe empty)."""
-        if self.hold:
-            return ""
         if not self.active:
             self._sent.append(text)
             return text

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log(
         f"starting llama.cpp on http://127.0.0.1:{args.port}/v1 ({args.threads} thread(s), "
-        f"{args.ctx} tokens of context, at most {args.max_tokens} a reply); use SHELFHAND_MODEL={MODEL_ALIAS} "
+        f"{args.ctx} tokens of context, at most {args.max_tokens} a reply); "
+        f"use SHELFHAND_MODEL={MODEL_ALIAS} "
         f"OPENAI_BASE_URL=http://127.0.0.1:{args.port}/v1 OPENAI_API_KEY=local "
         # llama.cpp samples at 0.8 unless told: a small model's answers and tool calls are
         # only repeatable at 0

@@ -18,10 +18,10 @@ An answer that states numbers or codes that neither the question nor the convers
 cites passages or says the information is not there (:func:`~.answer_check.guessed`), when
 no tool has run, the caller is offered ``retrieve`` and answers are checked (``answer_check``),
 is not taken: the documents were one search away and the model guessed (a small model in
-``tool`` mode answers "the warranty is 10 years" without searching). The loop searches for the user's message itself, as the up-front retrieval does
-(governed, audited, its call and result in the transcript; the passages shown to the model as
-text before the question), and asks again, once; the answer check then reads the answer
-against what was found.
+``tool`` mode answers "the warranty is 10 years" without searching). The loop searches for
+the user's message itself, as the up-front retrieval does (governed, audited, its call and
+result in the transcript; the passages shown to the model as text before the question), and
+asks again, once; the answer check then reads the answer against what was found.
 """
 
 from __future__ import annotations

@@ -221,3 +221,29 @@ async def test_pipeline_steps_run_for_the_caller_and_are_audited_under_the_pipel
         (record,) = audit.query(parent_trace_id="pipe-1")
         assert (record.tool, record.depth, record.agent) == ("whoami", 1, "checker")
         assert result.trace_id == "pipe-1"
+
+
+async def test_a_pipeline_counts_its_steps_usage_and_hands_it_to_the_run_that_delegated_it() -> (
+    None
+):
+    # each step: one model call (tokens as the scripted model reports them); before, the
+    # pipeline's result had the tokens only, and a supervisor delegating to it counted nothing
+    first, second = ScriptedModel([text("a")]), ScriptedModel([text("b")])
+    pipe = sequential(Agent(name="one", model=first), Agent(name="two", model=second), name="p")
+    result = await pipe.run("go", context=ALICE)
+    assert result.usage.model_calls == 2
+    tokens = result.usage.input_tokens + result.usage.output_tokens
+    assert tokens > 0
+
+    inner = sequential(
+        Agent(name="one", model=ScriptedModel([text("a")])),
+        Agent(name="two", model=ScriptedModel([text("b")])),
+        name="chain",
+    )
+    sup = Supervisor(
+        model=ScriptedModel([tool_call("chain", {"task": "go"}), text("done")]),
+        toolkit=Toolkit(),
+        subagents=[Subagent("chain", "Chains.", agent=inner)],
+    )
+    done = await sup.run("go", context=ALICE)
+    assert done.usage.model_calls == 4  # the supervisor's two and the pipeline's two

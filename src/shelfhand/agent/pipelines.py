@@ -53,7 +53,6 @@ from shelfhand.core.events import (
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.core.tracing import enter, leave, start_span, tracing_on
-from shelfhand.models.base import Usage
 
 from .runs import RunOptions, run_closing, run_to_final
 from .supervisor import renumber_citations, tag_event
@@ -170,6 +169,8 @@ class Pipeline(abc.ABC):
                 async for event in events:
                     yield event
             result = self._combine(first, run)
+            if parent is not None:  # a delegated pipeline: its parent's usage counts its steps
+                parent.delegated.add(result.usage)
         except BaseException as exc:
             if span is not None:
                 span.fail(type(exc).__name__)
@@ -252,10 +253,8 @@ class Pipeline(abc.ABC):
             output=output,
             messages=(first, Message.assistant(output)),
             citations=citations,
-            usage=Usage(
-                input_tokens=sum(r.usage.input_tokens for r in results),
-                output_tokens=sum(r.usage.output_tokens for r in results),
-            ),
+            # every step is a run delegated by the pipeline's: it added its usage there
+            usage=run.root.delegated.total,
             iterations=sum(r.iterations for r in results),
             stop_reason=answer.stop_reason if answer is not None else "final",
             external_calls=answer.external_calls if answer is not None else (),

@@ -18,7 +18,7 @@ import pytest
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.agent.answer_check import AnswerCheck, guessed
 from shelfhand.agent.grounding import PASSAGES_INTRO
-from shelfhand.core.events import Final, ToolFinished, ToolStarted
+from shelfhand.core.events import Final, TextDelta, TextWithdrawn, ToolFinished, ToolStarted
 from shelfhand.core.messages import Message
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
@@ -173,6 +173,21 @@ async def test_the_search_is_streamed_as_a_tool_call(kb: KnowledgeBase) -> None:
     final = events[-1]
     assert isinstance(final, Final) and final.result.output.endswith("[1]")
     assert GUESS not in final.result.output
+    # the guess had streamed: it is withdrawn, exactly, before the search; the answer follows
+    withdrawn = [e for e in events if isinstance(e, TextWithdrawn)]
+    assert len(withdrawn) == 1 and withdrawn[0].reason == "guessed"
+    at = events.index(withdrawn[0])
+    assert withdrawn[0].text == "".join(e.text for e in events[:at] if isinstance(e, TextDelta))
+    assert withdrawn[0].text == GUESS and events.index(started[0]) > at
+    after = "".join(e.text for e in events[at:] if isinstance(e, TextDelta))
+    assert after == final.result.output  # no step separator left from the withdrawn text
+
+
+async def test_a_search_not_streamed_withdraws_nothing(kb: KnowledgeBase) -> None:
+    agent = checked_agent(FunctionModel(answer_from_passages), kb)
+    events = [e async for e in agent.stream(QUESTION, context=ALICE, text_deltas=False)]
+    assert not any(isinstance(e, TextWithdrawn | TextDelta) for e in events)
+    assert any(isinstance(e, ToolStarted) for e in events)
 
 
 async def test_two_callers_at_once_each_get_a_search_of_their_own_documents(

@@ -17,12 +17,14 @@ import httpx
 import pytest
 from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
 
+from shelfhand.agent.grounding import PASSAGES_INTRO
 from shelfhand.api import create_app
 from shelfhand.app import App
+from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
-from shelfhand.testing import CyclingScriptModel, text, tool_call
+from shelfhand.testing import CyclingScriptModel, FunctionModel, text, tool_call
 
 CHROMIUM = os.environ.get("SHELFHAND_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -139,3 +141,37 @@ def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
             sync_api.expect(answer).not_to_contain_text("90 分钟")
             notes = page.locator(".msg.assistant .grounding .replaced").last
             sync_api.expect(notes).to_contain_text("The answer above was replaced")
+
+
+def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
+    tmp_path: Path,
+) -> None:
+    # `tool` mode: the model guesses a number before any search; the loop withdraws the
+    # streamed guess, searches, and the model answers from the passage (the page showed the
+    # guess and the answer run together before the text_withdrawn event)
+    def model(messages: list[Message], tools: list[Any]) -> Any:
+        if PASSAGES_INTRO not in messages[-1].text:
+            return text("E-203 表示电源故障 77 号。")
+        return text("E-203：灯泡过热 [1]。")
+
+    env = {"SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        model=FunctionModel(model),
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, api_keys=user_contexts()))
+    try:
+        with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+            files = [("files", ("troubleshooting.md", "# E-203\n\nE-203：灯泡过热。\n".encode()))]
+            assert c.post("/v1/knowledge/files", files=files).status_code == 200
+        with asked(server, "E-203 是什么故障？", height=800) as page:
+            answer = page.locator(".msg.assistant .answer").last
+            sync_api.expect(answer).to_contain_text("灯泡过热")
+            sync_api.expect(answer).not_to_contain_text("77")
+            steps = page.locator(".msg.assistant").last
+            sync_api.expect(steps).to_contain_text("The draft above was withdrawn")
+            sync_api.expect(steps).to_contain_text("→ retrieve")
+            page.screenshot(path=str(ARTIFACTS / "web-chat-withdrawn.png"), full_page=True)
+    finally:
+        server.stop()

@@ -45,6 +45,7 @@ from .model_check import JUDGE_INSTRUCTIONS
 __all__ = [
     "AGENT_SCAFFOLDS",
     "REPLACED_NOTICE",
+    "WITHDRAWN_NOTICE",
     "AnswerCheck",
     "AnswerJudge",
     "echoes_scaffold",
@@ -84,6 +85,11 @@ _STOPPED = {"max_iters", "repeated_call", "empty"}
 _DIGIT = re.compile(r"\d")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
+WITHDRAWN_NOTICE = (
+    "The draft above was withdrawn: it stated what only the documents can tell, before they "
+    "were searched; searching them now"
+)
+"""What :class:`~shelfhand.core.events.TextWithdrawn` says to people after a guessed reply."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 

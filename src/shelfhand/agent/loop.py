@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.citations import only_marks
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import BudgetExceededError
-from shelfhand.core.events import CitationsFound, Event, TextDelta
+from shelfhand.core.events import CitationsFound, Event, TextDelta, TextWithdrawn
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage, run_usage
@@ -45,7 +45,7 @@ from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
 
-from .answer_check import guessed
+from .answer_check import WITHDRAWN_NOTICE, guessed
 from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
@@ -258,16 +258,17 @@ class AgentLoop:
             if sink.text:
                 gate = CallTextGate(active=bool(schemas))
                 streamed: ModelResponse | None = None
-                step_shown = False
+                step_text: list[str] = []  # what this step showed (withdrawn if it guessed)
                 async for chunk in self.model.stream(request, tools=schemas):
                     if isinstance(chunk, StreamText):
                         if chat is not None and first_token is None:
                             first_token = time.time_ns()
                         piece = gate.feed(chunk.text) if chunk.text else ""
                         if piece:
-                            if shown and not step_shown:
+                            if shown and not step_text:
+                                step_text.append(STEP_SEPARATOR)
                                 yield TextDelta(text=STEP_SEPARATOR)
-                            step_shown = True
+                            step_text.append(piece)
                             yield TextDelta(text=piece)
                     elif isinstance(chunk, StreamDone):
                         streamed = chunk.response
@@ -278,11 +279,12 @@ class AgentLoop:
                 reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
                 rest = gate.finish("" if echo is not None else reply.text)
                 if rest:
-                    if shown and not step_shown:
+                    if shown and not step_text:
+                        step_text.append(STEP_SEPARATOR)
                         yield TextDelta(text=STEP_SEPARATOR)
-                    step_shown = True
+                    step_text.append(rest)
                     yield TextDelta(text=rest)
-                shown = shown or step_shown
+                shown_before, shown = shown, shown or bool(step_text)
             else:
                 response = await self.model.request(request, tools=schemas)
                 reply, calls, echo = cleaned(response.message, schemas, new)
@@ -327,6 +329,11 @@ class AgentLoop:
                     # the model had called, and the model asked again
                     passages_as_text = True
                     search = UpfrontRetrieval(self.toolkit)
+                    if sink.text and step_text:  # streamed already: withdrawn, in words too
+                        shown = shown_before
+                        yield TextWithdrawn(
+                            text="".join(step_text), reason="guessed", notice=WITHDRAWN_NOTICE
+                        )
                     continue
                 break
             new.append(reply)

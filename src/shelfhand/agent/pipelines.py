@@ -47,6 +47,7 @@ from shelfhand.core.events import (
     SubagentFinished,
     SubagentStarted,
     TextDelta,
+    TextWithdrawn,
     ToolFinished,
     ToolStarted,
 )
@@ -208,7 +209,7 @@ class Pipeline(abc.ABC):
                         result = event.result
                     elif isinstance(event, ToolStarted | ToolFinished) and event.agent is None:
                         yield tag_event(event, agent.name)
-                    elif not isinstance(event, TextDelta) or show_text:
+                    elif not isinstance(event, TextDelta | TextWithdrawn) or show_text:
                         yield event
         finally:
             ms = (time.perf_counter() - started) * 1000

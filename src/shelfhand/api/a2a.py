@@ -60,6 +60,7 @@ from shelfhand.service.completions import (
     open_turn,
     served_models,
     sources_text,
+    withdrawn_notice,
 )
 
 if TYPE_CHECKING:
@@ -223,6 +224,13 @@ class ShelfhandExecutor(AgentExecutor):
                         append=started,
                     )
                     started = True
+                elif kind == "text_withdrawn" and started:  # (an artifact only appends)
+                    await updater.add_artifact(
+                        [new_text_part(withdrawn_notice(event))],
+                        artifact_id=answer,
+                        name="answer",
+                        append=True,
+                    )
                 elif kind == "final":
                     citations = [Citation.from_dict(c) for c in event.get("citations", [])]
                     await updater.add_artifact(

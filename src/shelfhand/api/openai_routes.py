@@ -54,6 +54,7 @@ from shelfhand.service.completions import (
     open_turn,
     served_models,
     sources_text,
+    withdrawn_notice,
 )
 
 __all__ = [
@@ -454,6 +455,10 @@ class _Reply:
                         yield self.chunk({"content": item["text"]})
                     elif steps and kind in ("tool_started", "tool_finished"):
                         yield self.chunk({"content": _step_line(item)})
+                    elif kind == "text_withdrawn" and self.streamed:
+                        # a client cannot unsee deltas: the notice, then the new answer
+                        self.streamed.clear()
+                        yield self.chunk({"content": withdrawn_notice(item)})
                     elif kind == "answer_replaced":
                         self.replaced = item
                     elif kind == "final":

@@ -49,7 +49,7 @@ from shelfhand.api.openai_routes import (
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
-from shelfhand.service.completions import ClientMessage, sources_text
+from shelfhand.service.completions import ClientMessage, sources_text, withdrawn_notice
 
 __all__ = ["router"]
 
@@ -149,6 +149,8 @@ class _Output:
         """The answer's text as streamed so far (the model's, before the answer check)."""
         self.replaced: dict[str, Any] | None = None
         """The turn's ``answer_replaced`` event, once it came."""
+        self.withdrawn = ""
+        """What was streamed before the turn's ``text_withdrawn`` event, and its notice."""
 
     def response(
         self,
@@ -235,6 +237,13 @@ class _Output:
                     yield self.event(
                         "response.output_text.delta", delta=item["text"], logprobs=[], **at
                     )
+                elif item.get("type") == "text_withdrawn" and self.streamed:
+                    # a client cannot unsee deltas: the notice, then the new answer (and
+                    # the final text is all that was streamed)
+                    notice = withdrawn_notice(item)
+                    self.withdrawn += "".join(self.streamed) + notice
+                    self.streamed.clear()
+                    yield self.event("response.output_text.delta", delta=notice, logprobs=[], **at)
                 elif item.get("type") == "answer_replaced":
                     self.replaced = item
                 elif item.get("type") == "final":
@@ -253,6 +262,7 @@ class _Output:
             rest = text
         else:
             rest = text[len(output) :]  # the sources list
+        text = self.withdrawn + text  # (a withdrawn draft and its notice went out before)
         done = self.response("completed", text, final)
         events = []
         if rest:

@@ -152,7 +152,7 @@ def console_approvals(console: Any) -> Any:
 
 
 async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
-    from shelfhand.core.events import Final, TextDelta, ToolFinished, ToolStarted
+    from shelfhand.core.events import Final, TextDelta, TextWithdrawn, ToolFinished, ToolStarted
     from shelfhand.knowledge.evidence.citations import label
 
     mid_line = False  # streamed text without a line end yet: a tool step starts a new line
@@ -160,6 +160,10 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
         if isinstance(event, TextDelta):
             console.print(event.text, end="", highlight=False, markup=False)
             mid_line = not event.text.endswith("\n")
+        elif isinstance(event, TextWithdrawn):  # a terminal cannot unprint: said instead
+            console.print()
+            console.print(f"[dim]({event.notice}…)[/]", highlight=False)
+            mid_line = False
         elif isinstance(event, ToolStarted):
             if mid_line:
                 console.print()

@@ -22,6 +22,7 @@ __all__ = [
     "SubagentFinished",
     "SubagentStarted",
     "TextDelta",
+    "TextWithdrawn",
     "ToolFinished",
     "ToolProgress",
     "ToolStarted",
@@ -136,6 +137,24 @@ class AnswerReplaced:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TextWithdrawn:
+    """The text just streamed was a draft the run dropped, and another answer follows.
+
+    The agent loop drops a reply that states what only the documents could tell when the
+    documents were one search away and not searched (``reason`` ``guessed``; see
+    :func:`~shelfhand.agent.answer_check.guessed`): it searches and asks the model again. A
+    client that shows the text deltas as they come removes ``text`` (the end of what it
+    shows); ``notice`` says so in words, for clients that can only append.
+    """
+
+    text: str
+    """The withdrawn text, exactly as its deltas streamed it."""
+    reason: str
+    notice: str
+    type: Literal["text_withdrawn"] = "text_withdrawn"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Final:
     result: RunResult
     type: Literal["final"] = "final"
@@ -199,6 +218,7 @@ class HumanNeeded:
 
 Event: TypeAlias = (
     TextDelta
+    | TextWithdrawn
     | ToolStarted
     | ToolFinished
     | ToolProgress

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "open_turn",
     "served_models",
     "sources_text",
+    "withdrawn_notice",
 ]
 
 AGENT_MODEL = "shelfhand"
@@ -226,3 +227,10 @@ def sources_text(citations: Sequence[Citation], answer: str = "") -> str:
         return ""
     lines = [f"[{c.index}] {label(c)}" for c in shown]
     return "\n\nSources:\n" + "\n".join(lines)
+
+
+def withdrawn_notice(withdrawn: Mapping[str, Any]) -> str:
+    """What an append-only stream sends when the turn's ``text_withdrawn`` event withdrew the
+    text streamed so far (a dropped guess): its notice, on a line of its own; the answer
+    that counts follows."""
+    return f"\n\n---\n{withdrawn.get('notice', '')}…\n\n"

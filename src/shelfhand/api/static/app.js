@@ -317,6 +317,12 @@ async function send(text) {
       else if (type === "subagent_started") addStep(answer, `⇢ ${ev.subagent} (depth ${ev.depth}): ${ev.task}`);
       else if (type === "subagent_finished") addStep(answer, `⇠ ${ev.subagent}: ${ev.is_error ? "failed" : ev.stop_reason}, ${Math.round(ev.duration_ms)} ms`, ev.is_error);
       else if (type === "human_needed") addStep(answer, `a person is needed: ${ev.reason}`, true);
+      // the deltas were a draft the run dropped (a guess, searched for now): they go
+      else if (type === "text_withdrawn") {
+        answer.text = answer.text.endsWith(ev.text) ? answer.text.slice(0, answer.text.length - ev.text.length) : "";
+        addStep(answer, ev.notice);
+        renderAnswer(answer);
+      }
       // the deltas were the model's answer: the check's answer takes their place
       else if (type === "answer_replaced") { answer.text = ev.output; answer.replaced = ev.notice; renderAnswer(answer); }
       else if (type === "final") {

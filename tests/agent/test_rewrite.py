@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from shelfhand import Agent, Toolkit
+from shelfhand.agent.answer_check import AnswerCheck
 from shelfhand.agent.grounding import REWRITE, UPFRONT
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.agent.rewrite import QueryRewriter
@@ -220,3 +221,34 @@ async def test_app_gives_the_supervisor_the_same_rewriter(tmp_path: Path) -> Non
         kb.close()
     upfront = next(m for m in result.messages if m.metadata.get(UPFRONT))
     assert upfront.metadata[REWRITE]["query"] == "E-203 故障"
+
+
+@pytest.mark.parametrize(
+    ("rewriter", "query"), [(True, "Lumen X1 price"), (False, "and the price?")]
+)
+async def test_the_search_for_a_guessed_answer_searches_with_the_rewrite(
+    rewriter: bool, query: str
+) -> None:
+    # `tool` mode: nothing is searched up front; the model's first answer states a price
+    # nothing gave (a guess), so the loop searches for the follow-up, rewritten with the
+    # conversation as the up-front search would be (it searched the bare follow-up before)
+    searcher = RecordingSearcher()
+    answers = iter(["It costs 499 dollars.", "The documents do not say."])
+
+    def turn(messages: list[Message], tools: list[ToolSchema]) -> Any:
+        if messages[0].role == "system" and "search query" in messages[0].text:
+            return "Lumen X1 price"
+        return next(answers)
+
+    model = FunctionModel(turn)
+    agent = Agent(
+        model=model,
+        toolkit=Toolkit([make_retrieve_tool(searcher)]),
+        retrieval="tool",
+        rewriter=QueryRewriter(model) if rewriter else None,
+        answer_check=AnswerCheck(),
+    )
+    result = await agent.run("and the price?", history=HISTORY_EN)
+
+    assert searcher.queries == [query]
+    assert "499" not in result.output

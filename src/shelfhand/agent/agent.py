@@ -80,9 +80,10 @@ class Agent(AgentLoop):
             toolkit's ``retrieve`` is called with the user's message before the model is asked;
             the agent keeps a copy of the toolkit without ``retrieve``, so the model is not
             offered it) or ``both`` (up front, and by tool for more).
-        rewriter: With ``context``/``both``, rewrites a follow-up message into a
-            self-contained query for the up-front retrieval (see
-            :mod:`shelfhand.agent.rewrite`); ``None``: the message is the query.
+        rewriter: Rewrites a follow-up message into a self-contained query for the
+            up-front retrieval (``context``/``both``) and for the search made for a guessed
+            answer (``tool``; see :mod:`shelfhand.agent.loop`); see
+            :mod:`shelfhand.agent.rewrite`. ``None``: the message is the query.
         answer_check: Check each answer against the run's passages and replace one that
             cannot be trusted by the passages' own sentences (see
             :mod:`shelfhand.agent.answer_check`); ``None`` (default): answers are returned as
@@ -133,6 +134,7 @@ class Agent(AgentLoop):
         self.retrieval = check_answer_retrieval(retrieval)
         self.answer_check = answer_check
         self.prices = prices
+        self.rewriter = rewriter
         self._upfront = None
         if self.retrieval != "tool":
             # InvalidArgumentError: no retrieve tool
@@ -198,8 +200,8 @@ class Agent(AgentLoop):
         """The chat models this agent asks: its own, and its query rewriter's (see
         :func:`~shelfhand.agent.runs.chat_models`)."""
         yield self.model
-        if self._upfront is not None and self._upfront.rewriter is not None:
-            yield self._upfront.rewriter.model
+        if self.rewriter is not None:
+            yield self.rewriter.model
 
     async def stream(
         self, prompt: str | Message, *, text_deltas: bool = True, **options: Unpack[RunOptions]

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from shelfhand.tools.approvals import Approvals
 
     from .answer_check import AnswerCheck
+    from .rewrite import QueryRewriter
 
 __all__ = ["AgentLoop"]
 
@@ -135,6 +136,7 @@ class AgentLoop:
     replay_repeated_calls: bool
     prices: Mapping[str, ModelPrice] | None
     answer_check: AnswerCheck | None
+    rewriter: QueryRewriter | None
     _schema_cost: tuple[object, int] | None
     _system: tuple[str, str, Message, int] | None
     _upfront: UpfrontRetrieval | None
@@ -328,7 +330,8 @@ class AgentLoop:
                     # the reply is dropped, the documents are searched for the question as if
                     # the model had called, and the model asked again
                     passages_as_text = True
-                    search = UpfrontRetrieval(self.toolkit)
+                    # (a follow-up rewritten with the conversation, as up front)
+                    search = UpfrontRetrieval(self.toolkit, rewriter=self.rewriter)
                     if sink.text and step_text:  # streamed already: withdrawn, in words too
                         shown = shown_before
                         yield TextWithdrawn(

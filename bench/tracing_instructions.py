@@ -13,6 +13,10 @@ recorder's writer thread included (each process ends by writing what it queued).
 With ``--no-gc`` the automatic garbage collector is off in each process: over few turns a
 collection of the older generations landing in one count and not the other moves a cell by
 a lot; without it the counts hold only the work itself (and fresh memory for every turn).
+With ``--young-gc`` only the full collections are off: the young ones, which follow what a
+turn allocates, are counted; a full collection walks the whole heap, so one more or less in
+a count moves a cell by a few percent, either way (seen: stored 1.126 x to 1.187 x off for
+the same code on two machines; spans only 1.041 x to 1.089 x in one afternoon).
 
 Needs valgrind (``apt-get install valgrind``).
 """
@@ -33,10 +37,12 @@ HERE = Path(__file__).resolve().parent
 CASES = ("off", "spans", "stored")
 
 
-def cell(case: str, turns: int, *, collect: bool = True) -> None:
+def cell(case: str, turns: int, *, collect: bool = True, full: bool = True) -> None:
     """Run ``turns`` turns of ``case`` in this process (the part callgrind counts)."""
     if not collect:
         gc.disable()
+    elif not full:  # young collections only (see the module docstring)
+        gc.set_threshold(700, 10, 2**30)
     sys.path.insert(0, str(HERE))
     from tracing_cost import Counting, make_turn
 
@@ -74,7 +80,7 @@ def cell(case: str, turns: int, *, collect: bool = True) -> None:
         kb.close()
 
 
-def count(tree: str, case: str, turns: int, *, collect: bool = True) -> int:
+def count(tree: str, case: str, turns: int, *, collect: bool = True, full: bool = True) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(Path(tree).resolve() / "src")}
     done = subprocess.run(
         [
@@ -87,6 +93,7 @@ def count(tree: str, case: str, turns: int, *, collect: bool = True) -> int:
             case,
             str(turns),
             *([] if collect else ["--no-gc"]),
+            *([] if full else ["--young-gc"]),
         ],
         env=env,
         capture_output=True,
@@ -106,18 +113,20 @@ def main() -> None:
     ap.add_argument("--low", type=int, default=50)
     ap.add_argument("--high", type=int, default=250)
     ap.add_argument("--no-gc", action="store_true", help="the garbage collector off")
+    ap.add_argument("--young-gc", action="store_true", help="full collections off")
     ap.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.cell:
-        cell(a.cell[0], int(a.cell[1]), collect=not a.no_gc)
+        cell(a.cell[0], int(a.cell[1]), collect=not a.no_gc, full=not a.young_gc)
         return
     print("| tree | tracing | instructions/turn | × off |")
     print("|---|---|---:|---:|")
     for tree in a.trees:
         off = 0
         for case in a.cases:
-            high = count(tree, case, a.high, collect=not a.no_gc)
-            per_turn = (high - count(tree, case, a.low, collect=not a.no_gc)) // (a.high - a.low)
+            gc_kind = {"collect": not a.no_gc, "full": not a.young_gc}
+            high = count(tree, case, a.high, **gc_kind)
+            per_turn = (high - count(tree, case, a.low, **gc_kind)) // (a.high - a.low)
             off = per_turn if case == "off" else off
             ratio = f"{per_turn / off:.3f}" if off else ""
             print(f"| {tree} | {case} | {per_turn} | {ratio} |", flush=True)

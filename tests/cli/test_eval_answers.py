@@ -10,7 +10,7 @@ import pytest
 
 from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.core.errors import ConfigurationError
-from shelfhand.core.results import RunResult
+from shelfhand.core.results import RunResult, Usage
 from shelfhand.evals.answers import (
     AnswerCase,
     AnswerOutcome,
@@ -60,6 +60,18 @@ def test_a_not_found_case_is_right_only_when_the_answer_says_so() -> None:
     assert not outcome(case, RunResult(output="It is sunny.", messages=())).right
     quoted = RunResult(output="From the documents:\n- x [1]", messages=(), extractive=True)
     assert not outcome(case, quoted).right
+
+
+def test_facts_stated_with_nothing_searched_are_unflagged() -> None:
+    # a guess in `tool` mode: no search, no passage, a number from nowhere
+    case = AnswerCase(id="w", question="How long is the warranty?", facts=("24",))
+    guess = RunResult(output="The warranty is 10 years.", messages=())
+    assert outcome(case, guess).unflagged
+    assert outcome(case, RunResult(output="See [1].", messages=())).unflagged
+    searched = RunResult(output="The warranty is 10 years.", messages=(), usage=Usage(retrievals=1))
+    assert not outcome(case, searched).unflagged  # searched: the check's to flag
+    assert not outcome(case, RunResult(output="Hello! How can I help?", messages=())).unflagged
+    assert not outcome(case, RunResult(output=NOT_COVERED, messages=())).unflagged
 
 
 def test_eval_answers_without_a_model_reports_the_extractive_path(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ the answer holds it, case-insensitive, thousands separators ignored. Measures:
   not cover it, and shows no passage's sentences);
 - **grounded**: the grounding check found no unsupported sentence in the answer shown;
 - **unflagged**: answers with an unsupported sentence the user was not told about (an
-  answer with passages that was not checked): must be 0;
+  answer with passages that was not checked, or one stating numbers, codes or citation marks
+  with nothing searched: a guess, see :func:`~shelfhand.agent.answer_check.guessed`): must
+  be 0;
 - **cited right**: the answer's evidence includes a passage of one of the case's ``sources``;
 - **not found right**: the ``not_found`` cases answered so;
 - **extractive**: answers that are the passages' own sentences;
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shelfhand.agent.answer_check import is_refusal, relevant_citations
+from shelfhand.agent.answer_check import guessed, is_refusal, relevant_citations
 from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.core.context import UserContext
@@ -149,8 +151,13 @@ def judge(case: AnswerCase, result: RunResult, outcome: AnswerOutcome) -> None:
     grounding = result.grounding
     if grounding is not None:
         outcome.grounded = grounding.grounded
-    # an answer with passages behind it that nobody checked could be wrong silently
-    outcome.unflagged = bool(result.citations) and grounding is None and not says_not_found(answer)
+    # an answer with passages behind it that nobody checked could be wrong silently, and so
+    # could one stating facts with nothing searched (the check has nothing to read it against)
+    unchecked = bool(result.citations) and grounding is None
+    unsearched = not result.citations and result.usage.retrievals == 0
+    outcome.unflagged = not says_not_found(answer) and (
+        unchecked or (unsearched and guessed(answer, case.question))
+    )
     if case.sources:
         evidence = relevant_citations(result.citations, answer)
         outcome.cited_right = any(

@@ -56,10 +56,13 @@ def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
     yield from _page_server(tmp_path, "E-203 表示灯泡过热，请清理风扇 [1]。另见 [9]。")
 
 
-def _page_server(tmp_path: Path, answer: str) -> Iterator[ThreadServer]:
-    model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203 故障"}), text(answer)])
+def _page_server(
+    tmp_path: Path, answer: str = "", *, model: Any = None, env: dict[str, str] | None = None
+) -> Iterator[ThreadServer]:
+    if model is None:
+        model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203 故障"}), text(answer)])
     app = App(
-        settings=Settings.load(tmp_path, env={}),
+        settings=Settings.load(tmp_path, env=env or {}),
         model=model,
         router=EmbeddingRouter({"any": HashingEmbedder()}),
     )
@@ -154,24 +157,12 @@ def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
             return text("E-203 表示电源故障 77 号。")
         return text("E-203：灯泡过热 [1]。")
 
-    env = {"SHELFHAND_ANSWER_RETRIEVAL": "tool"}
-    app = App(
-        settings=Settings.load(tmp_path, env=env),
-        model=FunctionModel(model),
-        router=EmbeddingRouter({"any": HashingEmbedder()}),
-    )
-    server = start_thread_server(create_app(app, api_keys=user_contexts()))
-    try:
-        with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
-            files = [("files", ("troubleshooting.md", "# E-203\n\nE-203：灯泡过热。\n".encode()))]
-            assert c.post("/v1/knowledge/files", files=files).status_code == 200
+    tool_mode = {"SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    for server in _page_server(tmp_path, model=FunctionModel(model), env=tool_mode):
         with asked(server, "E-203 是什么故障？", height=800) as page:
-            answer = page.locator(".msg.assistant .answer").last
-            sync_api.expect(answer).to_contain_text("灯泡过热")
-            sync_api.expect(answer).not_to_contain_text("77")
-            steps = page.locator(".msg.assistant").last
-            sync_api.expect(steps).to_contain_text("The draft above was withdrawn")
-            sync_api.expect(steps).to_contain_text("→ retrieve")
+            shown = page.locator(".msg.assistant").last
+            sync_api.expect(shown.locator(".answer")).to_contain_text("灯泡过热")
+            sync_api.expect(shown.locator(".answer")).not_to_contain_text("77")
+            sync_api.expect(shown).to_contain_text("The draft above was withdrawn")
+            sync_api.expect(shown).to_contain_text("→ retrieve")
             page.screenshot(path=str(ARTIFACTS / "web-chat-withdrawn.png"), full_page=True)
-    finally:
-        server.stop()

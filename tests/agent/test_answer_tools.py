@@ -35,7 +35,9 @@ async def test_a_chat_answer_is_offered_retrieve_alone_by_default(
     tmp_path: Path, kb: KnowledgeBase
 ) -> None:
     app = App(settings=Settings(workspace=tmp_path / "w"))
-    model = ScriptedModel([text("E-203 means lamp overheating.")])
+    # (explaining the code without a search is a guess: the documents are searched and the
+    # model asked again, see test_search_for_guesses.py)
+    model = ScriptedModel([text("E-203 means lamp overheating."), text("灯泡过热 [1]。")])
     await app.chat_agent(model, kb, retrieval="tool").run("E-203?", context=ACME)
 
     assert offered(model) == {"retrieve"}

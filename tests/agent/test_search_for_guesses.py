@@ -225,3 +225,31 @@ def test_guessed_reads_the_question_and_the_conversation() -> None:
     assert guessed("See [1].", "What?")
     assert not guessed("Hello.", "Hi")
     assert guessed("抱歉，我无法回答。", "保修期多久？")
+
+
+def test_an_answer_explaining_the_questions_code_is_a_guess() -> None:
+    # what a code means is in the documents: explained with no search, it was guessed
+    assert guessed("Error E-203 means a network connectivity failure.", "What does E-203 mean?")
+    assert guessed("E-203 表示电源模块损坏，请更换主板。", "E-203 是什么故障？")
+    # repeating the caller's own code says nothing new; a code the conversation discussed
+    # (and searched) before is the conversation's
+    assert not guessed("Your order is A-1001.", "My order is A-1001. Repeat it.")
+    assert not guessed("我看到了这些消息：我的订单号是 A-1001", "我的订单号是 A-1001")  # told
+    earlier = [Message.user("What is E-203?"), Message.assistant("E-203: the lamp overheats [1].")]
+    assert not guessed("E-203 means the lamp overheats, as I said.", "And E-203?", earlier)
+
+
+async def test_a_code_explained_without_a_search_gets_the_documents_searched(
+    kb: KnowledgeBase,
+) -> None:
+    # seen with Qwen2.5-Coder-0.5B in `tool` mode: "Error E-203 means that the system is
+    # unable to process the request due to a problem with the data…", shown unchecked
+    def model(messages: list[Message], tools: Any) -> str:
+        if searched(messages):
+            return quoted(messages)
+        return "Error E-203 means the system cannot process the request."
+
+    agent = checked_agent(FunctionModel(model), kb)
+    result = await agent.run("What does error E-203 mean?", context=ALICE)
+    assert result.usage.retrievals == 1 and result.output.endswith("[1]")
+    assert "过热" in result.output and "process the request" not in result.output

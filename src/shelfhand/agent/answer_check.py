@@ -39,11 +39,12 @@ from .answer_topic import misses_amount, misses_identifier, only_labels, states_
 from .extractive import extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
-from .grounding_check import check_grounding, facts
+from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
 
 __all__ = [
     "AGENT_SCAFFOLDS",
+    "GUESS_NEW_WORDS",
     "REPLACED_NOTICE",
     "WITHDRAWN_NOTICE",
     "AnswerCheck",
@@ -119,12 +120,24 @@ def is_refusal(answer: str) -> bool:
     return bool(_REFUSAL.search(answer))
 
 
+_ASKS = re.compile(
+    r"[?？]|什么|怎么|如何|为何|哪|\b(?:what|how|why|which|explain|means?)\b", re.IGNORECASE
+)
+"""A question, or a message asking something (:func:`guessed`'s codes are the ones asked about)."""
+GUESS_NEW_WORDS = 3
+"""An answer that explains a code the question asks about (``E-203``) in at least this many
+content words of its own is a guess when nothing was searched (see :func:`guessed`)."""
+
+
 def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
     """Whether ``answer``, written with no tool run, states what only the documents could
     tell: a number or code that neither ``prompt`` nor the conversation so far (``history``)
-    holds, a citation mark with no passage in the conversation, or that the information is
-    not there (:func:`is_refusal`). The agent loop searches for such an answer's question
-    (see :mod:`.loop`)."""
+    holds, a citation mark with no passage in the conversation, that the information is
+    not there (:func:`is_refusal`), or what a code the question asks about means (restated
+    with :data:`GUESS_NEW_WORDS` or more content words that neither the question nor the
+    conversation holds: "Error E-203 means a network failure", where "Your order is A-1001"
+    only repeats it). The agent loop searches for such an answer's question (see
+    :mod:`.loop`)."""
     if is_refusal(answer):
         return True
     if cited_numbers(answer) and not any(r.citations for m in history for r in m.tool_results):
@@ -132,6 +145,8 @@ def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
     stated = facts(answer)
     if not stated:
         return False
+    if _explains_a_code(answer, stated, prompt, history):
+        return True
     stated -= facts(prompt)
     for message in history:
         if not stated:
@@ -140,6 +155,24 @@ def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
         for result in message.tool_results:
             stated -= facts(result.content)
     return bool(stated)
+
+
+def _explains_a_code(
+    answer: str, stated: set[str], prompt: str, history: Sequence[Message]
+) -> bool:
+    """Whether ``answer`` says what a code that ``prompt`` asks about means, in words of its
+    own, with the conversation never having mentioned the code (see :func:`guessed`)."""
+    codes = {f for f in facts(prompt) & stated if not f.isdigit()}
+    if not codes or not _ASKS.search(prompt):  # ("My order is A-1001": told, not asked)
+        return False
+    known = words(prompt)
+    for message in history:
+        texts = [message.text, *(r.content for r in message.tool_results)]
+        for text in texts:
+            if codes & facts(text):  # discussed before: the conversation may hold its meaning
+                return False
+            known |= words(text)
+    return len(words(answer) - known) >= GUESS_NEW_WORDS
 
 
 class AnswerJudge(Protocol):

@@ -110,3 +110,11 @@ def test_a_body_that_is_not_json_rpc_is_a_client_error(
 ) -> None:
     status, reply = _post(a2a_server, raw, "1.0")
     assert status < 500 and not _internal_error(reply), (raw, status, reply)
+
+
+def test_utf8_that_json_reads_as_utf16_is_a_parse_error(a2a_server: ThreadServer) -> None:
+    # valid UTF-8 with NUL bytes among the first four: json.loads of the bytes guessed
+    # UTF-16, failed to decode, and the SDK answered an internal error (found by the test above)
+    status, reply = _post(a2a_server, b"0\x000\xc2\x80", "1.0")
+    assert status < 500 and not _internal_error(reply), (status, reply)
+    assert json.loads(reply)["error"]["code"] == -32700

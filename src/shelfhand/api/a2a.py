@@ -22,6 +22,7 @@ with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -163,10 +164,9 @@ class _BearerOnly:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        try:  # the SDK parses the JSON itself and answers bad JSON right; not bad UTF-8
-            body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            error = {"code": _PARSE_ERROR, "message": f"Parse error: {exc}"}
+        problem = _not_utf8(body)
+        if problem:  # the SDK parses the JSON itself and answers bad JSON right; not bad UTF-8
+            error = {"code": _PARSE_ERROR, "message": f"Parse error: {problem}"}
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
             return
         replayed = False
@@ -179,6 +179,20 @@ class _BearerOnly:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+def _not_utf8(body: bytes) -> str:
+    """Why ``body`` is not JSON's UTF-8 ("" when it is). Valid UTF-8 is not enough: the
+    SDK's ``json.loads`` of the bytes guesses UTF-16 or UTF-32 from NUL bytes among the first
+    four (``b"0\\x000\\xc2\\x80"``), fails to decode, and answers an internal error."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return str(exc)
+    encoding = json.detect_encoding(body)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        return f"the body reads as {encoding}, and JSON-RPC bodies are UTF-8"
+    return ""
 
 
 class ShelfhandExecutor(AgentExecutor):

@@ -145,34 +145,17 @@ def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
     stated = facts(answer)
     if not stated:
         return False
-    if _explains_a_code(answer, stated, prompt, history):
-        return True
-    stated -= facts(prompt)
-    for message in history:
-        if not stated:
-            return False
-        stated -= facts(message.text)
-        for result in message.tool_results:
-            stated -= facts(result.content)
-    return bool(stated)
-
-
-def _explains_a_code(
-    answer: str, stated: set[str], prompt: str, history: Sequence[Message]
-) -> bool:
-    """Whether ``answer`` says what a code that ``prompt`` asks about means, in words of its
-    own, with the conversation never having mentioned the code (see :func:`guessed`)."""
-    codes = {f for f in facts(prompt) & stated if not f.isdigit()}
-    if not codes or not _ASKS.search(prompt):  # ("My order is A-1001": told, not asked)
-        return False
-    known = words(prompt)
-    for message in history:
-        texts = [message.text, *(r.content for r in message.tool_results)]
-        for text in texts:
-            if codes & facts(text):  # discussed before: the conversation may hold its meaning
-                return False
-            known |= words(text)
-    return len(words(answer) - known) >= GUESS_NEW_WORDS
+    asked = facts(prompt)
+    texts = [t for m in history for t in (m.text, *(r.content for r in m.tool_results))]
+    told = [facts(t) for t in texts]
+    # what a code the question asks about means, said in words of the answer's own, the
+    # conversation never having mentioned the code ("My order is A-1001": told, not asked)
+    codes = {f for f in asked & stated if not f.isdigit()}
+    if codes and _ASKS.search(prompt) and not any(codes & t for t in told):
+        known = words(prompt).union(*(words(t) for t in texts))
+        if len(words(answer) - known) >= GUESS_NEW_WORDS:
+            return True
+    return bool(stated.difference(asked, *told))
 
 
 class AnswerJudge(Protocol):

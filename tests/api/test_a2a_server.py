@@ -31,7 +31,7 @@ from service_helpers import ThreadServer
 from test_openai_endpoint import held_model, retrieve_then_quote, serve, with_documents
 
 from shelfhand.core.messages import Message as ShelfMessage
-from shelfhand.testing import FunctionModel
+from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -210,3 +210,19 @@ async def test_each_subagent_is_an_a2a_agent_of_its_own(
     assert answer_of([r async for r in main.send_message(request("你好"))]) == "主管"
     await client.close()
     await main.close()
+
+
+async def test_an_answer_the_check_replaces_is_followed_by_the_checked_one(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # the passage says 12 months; the model says 36, citing it. The artifact only appends:
+    # before, it kept the model's 36 and never sent the checked answer
+    model = ScriptedModel(
+        [tool_call("retrieve", {"query": "投影仪保修"}), text("保修 36 个月 [1]。")]
+    )
+    server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
+    client = await a2a_client(server, "key-alice")
+    answer = answer_of([r async for r in client.send_message(request("投影仪保修多久？"))])
+    shown, notice, checked = answer.partition("The answer above was replaced")
+    assert "36 个月" in shown and notice and "12 个月" in checked and "36" not in checked
+    await client.close()

@@ -57,11 +57,10 @@ from shelfhand.core.messages import Citation
 from shelfhand.core.version import __version__
 from shelfhand.service.completions import (
     AGENT_MODEL,
+    AppendedAnswer,
     ClientMessage,
     open_turn,
     served_models,
-    sources_text,
-    withdrawn_notice,
 )
 
 if TYPE_CHECKING:
@@ -226,34 +225,24 @@ class ShelfhandExecutor(AgentExecutor):
             await updater.failed(new_text_message(str(exc), context_id=context_id))
             return
         answer = f"{task_id}-answer"
-        started = False
+        appended = AppendedAnswer()  # an artifact only appends: as the OpenAI streams do
         try:
             async for event in turn.events:
-                kind = event.get("type")
-                if kind == "text_delta" and event.get("text"):
-                    await updater.add_artifact(
-                        [new_text_part(event["text"])],
-                        artifact_id=answer,
-                        name="answer",
-                        append=started,
-                    )
-                    started = True
-                elif kind == "text_withdrawn" and started:  # (an artifact only appends)
-                    await updater.add_artifact(
-                        [new_text_part(withdrawn_notice(event))],
-                        artifact_id=answer,
-                        name="answer",
-                        append=True,
-                    )
-                elif kind == "final":
+                started = bool(appended.sent)
+                text = appended.add(event)
+                if event.get("type") == "final":
                     citations = [Citation.from_dict(c) for c in event.get("citations", [])]
                     await updater.add_artifact(
-                        [new_text_part(sources_text(citations, str(event.get("output", ""))))],
+                        [new_text_part(text)],
                         artifact_id=answer,
                         name="answer",
                         append=started,
                         last_chunk=True,
                         metadata={"citations": [c.to_dict() for c in citations]},
+                    )
+                elif text:
+                    await updater.add_artifact(
+                        [new_text_part(text)], artifact_id=answer, name="answer", append=started
                     )
         except TurnFailed as exc:
             await updater.failed(new_text_message(str(exc), context_id=context_id))

@@ -49,12 +49,12 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.service.completions import (
+    AppendedAnswer,
     ClientMessage,
     agent_of,
     open_turn,
     served_models,
     sources_text,
-    withdrawn_notice,
 )
 
 __all__ = [
@@ -364,15 +364,6 @@ def citation_info(final: Mapping[str, Any], *, session_id: str, trace_id: str) -
     }
 
 
-def replaced_notice(replaced: Mapping[str, Any] | None, streamed: str) -> str:
-    """What an append-only stream sends before the checked answer when the turn's
-    ``answer_replaced`` event said the check replaced the text already streamed (a client
-    cannot unsee deltas): the event's notice; '' when nothing was replaced or streamed."""
-    if replaced is None or not streamed.strip():
-        return ""
-    return f"\n\n---\n{replaced.get('notice', '')}:\n\n"
-
-
 class _Reply:
     """Builds one request's chat.completion (or its chunks) from the turn's events."""
 
@@ -382,10 +373,8 @@ class _Reply:
         self.session_id = session_id
         self.id = f"chatcmpl-{trace_id}"
         self.created = int(time.time())
-        self.streamed: list[str] = []
-        """The answer's text as streamed so far (the model's, before the answer check)."""
-        self.replaced: dict[str, Any] | None = None
-        """The turn's ``answer_replaced`` event, once it came."""
+        self.answer = AppendedAnswer()
+        """The answer as this append-only stream sends it."""
 
     def extra(self, final: Mapping[str, Any]) -> tuple[dict[str, Any], list[Citation]]:
         info = citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
@@ -450,33 +439,20 @@ class _Reply:
                     return
                 elif isinstance(item, dict):
                     kind = item.get("type")
-                    if kind == "text_delta" and item.get("text"):
-                        self.streamed.append(item["text"])
-                        yield self.chunk({"content": item["text"]})
-                    elif steps and kind in ("tool_started", "tool_finished"):
+                    if steps and kind in ("tool_started", "tool_finished"):
                         yield self.chunk({"content": _step_line(item)})
-                    elif kind == "text_withdrawn" and self.streamed:
-                        # a client cannot unsee deltas: the notice, then the new answer
-                        self.streamed.clear()
-                        yield self.chunk({"content": withdrawn_notice(item)})
-                    elif kind == "answer_replaced":
-                        self.replaced = item
-                    elif kind == "final":
+                        continue
+                    text = self.answer.add(item)
+                    if text:
+                        yield self.chunk({"content": text})
+                    if kind == "final":
                         for part in self._ending(item, usage=usage):
                             yield part
         yield b"data: [DONE]\n\n"
 
     def _ending(self, final: Mapping[str, Any], *, usage: bool) -> list[bytes]:
-        info, citations = self.extra(final)
-        parts = []
-        output = str(final.get("output", ""))
-        if self.replaced is not None:  # the checked answer follows the deltas, said to be
-            notice = replaced_notice(self.replaced, "".join(self.streamed))  # the one that counts
-            parts.append(self.chunk({"content": f"{notice}{output}"}))
-        sources = sources_text(citations, output)
-        if sources:
-            parts.append(self.chunk({"content": sources}))
-        parts.append(self.chunk({}, _finish_reason(final), shelfhand=info))
+        info, _ = self.extra(final)
+        parts = [self.chunk({}, _finish_reason(final), shelfhand=info)]
         if usage:
             data = {
                 "id": self.id,

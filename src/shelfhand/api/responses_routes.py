@@ -43,13 +43,12 @@ from shelfhand.api.openai_routes import (
     failure_response,
     first_item,
     openai_error,
-    replaced_notice,
     streamed,
 )
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
-from shelfhand.service.completions import ClientMessage, sources_text, withdrawn_notice
+from shelfhand.service.completions import AppendedAnswer, ClientMessage, sources_text
 
 __all__ = ["router"]
 
@@ -145,12 +144,8 @@ class _Output:
         self.trace_id = trace_id
         self.created = int(time.time())
         self.sequence = 0
-        self.streamed: list[str] = []
-        """The answer's text as streamed so far (the model's, before the answer check)."""
-        self.replaced: dict[str, Any] | None = None
-        """The turn's ``answer_replaced`` event, once it came."""
-        self.withdrawn = ""
-        """What was streamed before the turn's ``text_withdrawn`` event, and its notice."""
+        self.answer = AppendedAnswer()
+        """The answer as this stream sends it (its final text is all it sent)."""
 
     def response(
         self,
@@ -232,49 +227,26 @@ class _Output:
                     return
                 elif not isinstance(item, dict):
                     continue
-                elif item.get("type") == "text_delta" and item.get("text"):
-                    self.streamed.append(item["text"])
-                    yield self.event(
-                        "response.output_text.delta", delta=item["text"], logprobs=[], **at
-                    )
-                elif item.get("type") == "text_withdrawn" and self.streamed:
-                    # a client cannot unsee deltas: the notice, then the new answer (and
-                    # the final text is all that was streamed)
-                    notice = withdrawn_notice(item)
-                    self.withdrawn += "".join(self.streamed) + notice
-                    self.streamed.clear()
-                    yield self.event("response.output_text.delta", delta=notice, logprobs=[], **at)
-                elif item.get("type") == "answer_replaced":
-                    self.replaced = item
-                elif item.get("type") == "final":
-                    for chunk in self._ending(item, at):
-                        yield chunk
+                else:
+                    text = self.answer.add(item)
+                    if text:
+                        yield self.event(
+                            "response.output_text.delta", delta=text, logprobs=[], **at
+                        )
+                    if item.get("type") == "final":
+                        for chunk in self._ending(item, at):
+                            yield chunk
 
     def _ending(self, final: Mapping[str, Any], at: dict[str, Any]) -> list[bytes]:
-        text = _answer(final)
-        output = str(final.get("output", ""))
-        streamed = "".join(self.streamed)
-        notice = replaced_notice(self.replaced, streamed)
-        if notice:  # the checked answer follows the deltas; the text is what was streamed
-            rest = notice + text
-            text = streamed + rest
-        elif not streamed:  # nothing went out yet (e.g. a replaced answer, no deltas)
-            rest = text
-        else:
-            rest = text[len(output) :]  # the sources list
-        text = self.withdrawn + text  # (a withdrawn draft and its notice went out before)
+        text = self.answer.sent  # (the deltas add up to the text, as clients expect)
         done = self.response("completed", text, final)
-        events = []
-        if rest:
-            events.append(self.event("response.output_text.delta", delta=rest, logprobs=[], **at))
         part = {"type": "output_text", "text": text, "annotations": []}
-        events += [
+        return [
             self.event("response.output_text.done", text=text, logprobs=[], **at),
             self.event("response.content_part.done", part=part, **at),
             self.event("response.output_item.done", output_index=0, item=done["output"][0]),
             self.event("response.completed", response=done),
         ]
-        return events
 
 
 def _answer(final: Mapping[str, Any]) -> str:

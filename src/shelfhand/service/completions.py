@@ -43,10 +43,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "AGENT_MODEL",
+    "AppendedAnswer",
     "ClientMessage",
     "CompletionTurn",
     "agent_of",
     "open_turn",
+    "replaced_notice",
     "served_models",
     "sources_text",
     "withdrawn_notice",
@@ -234,3 +236,54 @@ def withdrawn_notice(withdrawn: Mapping[str, Any]) -> str:
     text streamed so far (a dropped guess): its notice, on a line of its own; the answer
     that counts follows."""
     return f"\n\n---\n{withdrawn.get('notice', '')}…\n\n"
+
+
+def replaced_notice(replaced: Mapping[str, Any] | None, streamed: str) -> str:
+    """What an append-only stream sends before the checked answer when the turn's
+    ``answer_replaced`` event said the check replaced the text already streamed (a client
+    cannot unsee deltas): the event's notice; '' when nothing was replaced or streamed."""
+    if replaced is None or not streamed.strip():
+        return ""
+    return f"\n\n---\n{replaced.get('notice', '')}:\n\n"
+
+
+class AppendedAnswer:
+    """A turn's answer as a stream that can only append sends it (the OpenAI-compatible chat
+    and Responses streams, A2A artifacts): the text deltas as they come; a notice where the
+    turn withdrew a guess it had streamed (``text_withdrawn``); at ``final``, the checked
+    answer under a notice when the answer check replaced what was streamed
+    (``answer_replaced``), the answer itself when nothing was streamed, and the sources.
+    :attr:`sent` is all that was appended."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+        self._answer = ""  # streamed since the last withdrawal: the answer the client sees
+        self._replaced: Mapping[str, Any] | None = None
+
+    def add(self, event: Mapping[str, Any]) -> str:
+        """The text to append for the turn's ``event`` ('' for none)."""
+        kind = event.get("type")
+        if kind == "text_delta":
+            piece = str(event.get("text") or "")
+            self._answer += piece
+        elif kind == "text_withdrawn" and self._answer:
+            piece, self._answer = withdrawn_notice(event), ""
+        elif kind == "answer_replaced":
+            self._replaced, piece = event, ""
+        elif kind == "final":
+            piece = self._ending(event)
+        else:
+            piece = ""
+        self.sent += piece
+        return piece
+
+    def _ending(self, final: Mapping[str, Any]) -> str:
+        output = str(final.get("output", ""))
+        citations = [Citation.from_dict(c) for c in final.get("citations", [])]
+        if self._replaced is not None or not self._answer:
+            # the checked answer follows the deltas, said to be the one that counts (or,
+            # nothing streamed, is the answer)
+            rest = replaced_notice(self._replaced, self._answer) + output
+        else:
+            rest = ""
+        return rest + sources_text(citations, output)

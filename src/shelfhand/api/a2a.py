@@ -50,8 +50,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
 
-from shelfhand.api.deps import ANONYMOUS_CALLER
-from shelfhand.core.auth import identify
+from shelfhand.api.deps import caller_for_key
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.core.version import __version__
@@ -94,9 +93,7 @@ class _Caller(User):
 
 def _caller_of(service: Service, headers: Any) -> UserContext | None:
     scheme, _, key = str(headers.get("authorization", "")).partition(" ")
-    if scheme.lower() == "bearer" and key.strip():
-        return identify(service.api_keys, key.strip())
-    return ANONYMOUS_CALLER if service.config.allow_anonymous else None
+    return caller_for_key(service, key.strip() if scheme.lower() == "bearer" else None)
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):

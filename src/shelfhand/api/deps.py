@@ -40,7 +40,9 @@ class ServiceConfig:
         max_file_bytes: The largest uploaded file (default 20 MiB).
         max_files: The most files in one upload.
         allow_anonymous: Requests without a key act as tenant ``default``, user
-            ``anonymous`` (local use only; otherwise a missing key is 401).
+            ``anonymous`` (local use only; otherwise a missing key is 401). With no API keys
+            configured, a request with a key does too (an OpenAI SDK always sends one, and
+            there is nothing to check it against); with keys, an unknown key is still 401.
         memory_token_budget: Short-term memory budget of each session, in tokens.
         max_tenant_bytes: The most uploaded bytes one tenant keeps (``None``: no quota).
         max_tenant_files: The most uploaded files one tenant keeps (``None``: no quota).
@@ -112,20 +114,31 @@ async def get_caller(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> UserContext:
     """The caller behind ``Authorization: Bearer KEY``; 401 when missing or unknown."""
+    user = caller_for_key(service, None if credentials is None else credentials.credentials)
+    if user is not None:
+        return user
     if credentials is None:
-        if service.config.allow_anonymous:
-            return ANONYMOUS_CALLER
         raise HTTPException(
             status_code=401,
             detail="missing API key: send Authorization: Bearer <key>",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    user = identify(service.api_keys, credentials.credentials)
-    if user is None:
-        raise HTTPException(
-            status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"}
-        )
-    return user
+    raise HTTPException(
+        status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def caller_for_key(service: Service, key: str | None) -> UserContext | None:
+    """Who a request presenting ``key`` (``None``: no key) is; ``None`` when it may not come
+    in. With ``allow_anonymous``, a request without a key is the anonymous caller, and so is
+    one with a key when no keys are configured (nothing to check it against: an OpenAI SDK
+    always sends one); a configured service never takes an unknown key as anonymous (a
+    mistyped key would silently act as another tenant)."""
+    if key:
+        user = identify(service.api_keys, key)
+        if user is not None or service.api_keys:
+            return user
+    return ANONYMOUS_CALLER if service.config.allow_anonymous else None
 
 
 Caller = Annotated[UserContext, Depends(get_caller)]

@@ -42,9 +42,13 @@ def serve(
     servers.append(server)
     with httpx.Client(base_url=server.url, timeout=30) as c:
         assert c.get("/readyz").status_code == 200  # the lifespan ran
-    doc = write(tmp_path / "docs" / "warranty.md", "# 保修政策\n\n投影仪保修 24 个月，编号 DEF-1。\n")
+    doc = write(
+        tmp_path / "docs" / "warranty.md", "# 保修政策\n\n投影仪保修 24 个月，编号 DEF-1。\n"
+    )
     server.service.kb.ingest([doc.parent], tenant_id="default")
-    other = write(tmp_path / "t1" / "warranty.md", "# 保修政策\n\n投影仪保修 12 个月，编号 ALPHA-7。\n")
+    other = write(
+        tmp_path / "t1" / "warranty.md", "# 保修政策\n\n投影仪保修 12 个月，编号 ALPHA-7。\n"
+    )
     server.service.kb.ingest([other.parent], tenant_id="t1")
     return server
 

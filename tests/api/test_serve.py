@@ -99,6 +99,8 @@ def test_upload_then_chat_streams_tool_steps_citations_and_answer_in_order(
 
 def test_a_json_reply_carries_tool_steps_citations_and_the_trace_id(serve: ServeProcess) -> None:
     with client(serve, ALICE) as c:
+        # its own document (the module's server is shared: the test passes run alone too)
+        assert upload(c, sample_corpus() / "warranty-policy-v1.md").status_code == 200
         session = c.post("/v1/sessions").json()["id"]
         r = c.post(
             f"/v1/sessions/{session}/messages",

@@ -145,6 +145,27 @@ def test_an_answer_sharing_its_passages_numbers_came_from_them_in_any_language()
         ("投影仪的保修期是多久？", "The whole projector is under warranty for two years.", False),
         ("保修期多长？", "整机保修两年。", False),
         ("Can I mount the projector on the ceiling?", "Yes, with the M4 thread.", False),
+        # a price: numbers of other measures, versions and names are not one
+        (
+            "What is the list price of the Lumen X1 Pro?",
+            "It supports HDR10 and a 240 Hz gaming mode with 4 ms input lag.",
+            True,
+        ),
+        (
+            "How much does SKU2024-011 cost?",
+            "3,000 ANSI lumens, a 1.2x optical zoom and two HDMI 2.0 inputs.",
+            True,
+        ),
+        ("Lumen X1 的价格是多少？", "Lumen X1 是一款家用投影仪，亮度 3000 流明。", True),
+        ("What is the list price of the Lumen X1 Pro?", "The list price is 5,999.", False),
+        ("Lumen X1 的价格是多少？", "3,999", False),
+        ("Lumen X1 的价格是多少？", "三千九百九十九元", False),
+        (
+            "Is there a fee for a repair under warranty?",
+            "No, repairs under warranty are free.",
+            False,
+        ),
+        ("保修期内维修收费吗？费用多少？", "保修期内维修免费。", False),
     ],
 )
 def test_an_amount_asked_for_needs_a_number(question: str, answer: str, misses: bool) -> None:
@@ -162,6 +183,22 @@ async def test_a_price_answered_with_the_product_s_description_becomes_its_row(
 
     assert result.fallback_reason == "off_topic" and result.extractive
     assert result.output.startswith(LEAD) and "3,999" in result.output
+
+
+async def test_a_price_answered_with_other_numbers_becomes_the_passages_sentences(
+    kb: KnowledgeBase,
+) -> None:
+    # the local model's answer in eval-answers (price-x1pro-en): the product's description,
+    # whose numbers (240 Hz, 4 ms) passed for an amount
+    result = await answered(
+        kb,
+        "What is the list price of the Lumen X1 Pro?",
+        "The Lumen X1 Pro adds native 4K and a laser light source that needs no lamp "
+        "replacement. It supports HDR10 and a 240 Hz gaming mode with 4 ms input lag.",
+    )
+
+    assert result.fallback_reason == "unanswered" and result.extractive
+    assert result.output.startswith(LEAD) and "5,999" in result.output
 
 
 async def test_a_label_line_becomes_the_passages_sentences(kb: KnowledgeBase) -> None:

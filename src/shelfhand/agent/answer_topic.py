@@ -43,6 +43,33 @@ __all__ = [
 _DIGIT = re.compile(r"\d")
 _CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
 """A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
+_FREE = re.compile(
+    r"\bfree\b|\bno (?:extra )?(?:charge|cost|fee)s?\b|\bat no cost\b|免费|不收费|不收取|无需付费",
+    re.IGNORECASE,
+)
+"""An answer that a price or fee is nothing."""
+_MONEY_WORDS = re.compile(
+    r"\b(?:hundred|thousand|million)s?\b|[一二两三四五六七八九十百千万]+\s*(?:元|块)",
+    re.IGNORECASE,
+)
+"""A sum written in words ("two thousand", "三千元"); not any number word: "two HDMI inputs"
+and the 一 of 一般 state no price."""
+_MEASURE = re.compile(
+    r"\d[\d,.]*\s*(?:[x×]\s*\d[\d,.]*|"
+    r"(?:[kmg]?hz|ms|sec(?:ond)?s?|s|min(?:ute)?s?|h|hrs?|hours?|days?|weeks?|months?|years?"
+    r"|ansi|lm|lumens?|nits?|[km]?w|watts?|v|volts?|mah|kg|g|lbs?|mm|cm|m|km|inch(?:es)?|in"
+    r"|ft|db|[kmgt]b|fps|bits?|units?|pcs|pieces|times|x|°c?|\")(?![A-Za-z])"
+    r"|赫兹|毫秒|秒|分钟|小时|天|周|个月|月|年|流明|瓦|伏|公斤|千克|克|毫米|厘米|米|英寸|寸|分贝|度|个|台|次|件)",
+    re.IGNORECASE,
+)
+"""A number of some other measure than money (``240 Hz``, ``4 ms``, ``3,000 ANSI``,
+``3840 × 2160``, ``1.2x``, ``20,000 h``, ``30 天``)."""
+_VERSION = re.compile(
+    r"\b(?:HDMI|USB|Wi-?Fi|Bluetooth|DisplayPort|PCIe|HDR|Android|iOS|Windows|version|ver\.?)"
+    r"\s*\d+(?:\.\d+)*",
+    re.IGNORECASE,
+)
+"""A version after its name (``HDMI 2.0``, ``Wi-Fi 6``, ``version 3.1``): not a price."""
 _LABEL_SPLIT = re.compile(r"\s*(?:›|>)\s*")
 _FRAGMENT = re.compile(r"[,，、;；\n()（）]+")
 MIN_WORDS_LEFT = 3
@@ -108,14 +135,20 @@ def misses_identifier(
 def misses_amount(question: str, answer: str) -> bool:
     """Whether ``question`` asks how long or how much and ``answer`` states no such amount:
     for "how long", no duration in digits and no number in words; for "how much", a price
-    or a fee, no number at all."""
+    or a fee, no sum (``499 CNY``, ``¥3999``), no "free", and no number that could be one:
+    a number of another measure (``240 Hz``, ``4 ms``, ``3,000 ANSI lumens``), a version
+    (``HDMI 2.0``) or inside a name (``X1``, ``HDR10``) is not a price ("The Lumen X1 Pro adds native 4K … 240 Hz
+    gaming mode with 4 ms input lag." does not answer "What is the list price?")."""
     kind = asked_amount(question)
     if kind is None:
         return False
     text = without_citations(answer)
-    if NUMBER_WORD.search(text):
+    if kind is DURATION:
+        return not (NUMBER_WORD.search(text) or kind.search(text))
+    if kind.search(text) or _FREE.search(text) or _MONEY_WORDS.search(text):
         return False
-    return not (kind.search(text) if kind is DURATION else _DIGIT.search(text))
+    bare = _CODE.sub(" ", _MEASURE.sub(" ", _VERSION.sub(" ", text)))
+    return not _DIGIT.search(bare)
 
 
 def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:

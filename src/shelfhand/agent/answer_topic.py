@@ -137,8 +137,9 @@ def misses_amount(question: str, answer: str) -> bool:
     for "how long", no duration in digits and no number in words; for "how much", a price
     or a fee, no sum (``499 CNY``, ``¥3999``), no "free", and no number that could be one:
     a number of another measure (``240 Hz``, ``4 ms``, ``3,000 ANSI lumens``), a version
-    (``HDMI 2.0``) or inside a name (``X1``, ``HDR10``) is not a price ("The Lumen X1 Pro adds native 4K … 240 Hz
-    gaming mode with 4 ms input lag." does not answer "What is the list price?")."""
+    (``HDMI 2.0``) or inside a name (``X1``, ``HDR10``) is not a price ("The Lumen X1 Pro
+    adds native 4K … 240 Hz gaming mode with 4 ms input lag." does not answer "What is the
+    list price?")."""
     kind = asked_amount(question)
     if kind is None:
         return False

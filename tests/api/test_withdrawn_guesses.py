@@ -21,7 +21,7 @@ from shelfhand.api import create_app
 from shelfhand.app import App
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
-from shelfhand.testing import FunctionModel, hashing_router, text
+from shelfhand.testing import FunctionModel, failure, hashing_router, text
 
 # each tenant's own warranty: a guess from one tenant's passages shows in the answer
 DOCS = {
@@ -131,3 +131,35 @@ def test_the_openai_streams_say_the_draft_was_withdrawn_before_the_answer(
     whole = client.chat.completions.create(model="shelfhand", messages=ask)
     content = whole.choices[0].message.content or ""
     assert NOTICE not in content and "99" not in content and "12 个月" in content
+
+
+def test_a_model_failing_after_its_withdrawn_guess_is_rescued_with_no_replaced_notice(
+    tmp_path: Any, thread_servers: list[ThreadServer]
+) -> None:
+    # the guess was withdrawn, so nothing is shown when the model fails after the search:
+    # the passages' answer is the answer, not one "replacing the answer above"
+    def guess_then_fail(messages: list[Message], tools: list[Any]) -> Any:
+        last = messages[-1].text
+        if PASSAGES_INTRO not in last and not any(m.role == "tool" for m in messages):
+            return text(GUESS)
+        return failure("provider", "the endpoint went away")
+
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        model=FunctionModel(guess_then_fail),
+        router=hashing_router(),
+    )
+    running = start_thread_server(create_app(app, api_keys=user_contexts()))
+    thread_servers.append(running)
+    with httpx.Client(base_url=running.url, headers=ALICE, timeout=30) as c:
+        files = [("files", ("warranty.md", DOCS["t1"].encode()))]
+        assert c.post("/v1/knowledge/files", files=files).status_code == 200
+
+    events = sse_turn(running, ALICE)
+
+    kinds = [e["type"] for e in events]
+    assert "text_withdrawn" in kinds and "answer_replaced" not in kinds
+    final = events[-1]
+    assert final["type"] == "final" and "12 个月" in final["output"]
+    assert final["fallback_reason"] and "99" not in final["output"]

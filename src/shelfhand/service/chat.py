@@ -360,6 +360,8 @@ class ChatService:
                 kind = event.get("type")
                 if kind == "text_delta":
                     answering = True
+                elif kind == "text_withdrawn":
+                    answering = False  # the client removed what it had been shown
                 elif kind == "citations":
                     found.extend(event.get("citations", ()))
                 event["trace_id"] = trace_id

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
-from shelfhand.agent.answer_check import AnswerCheck, guessed
+from shelfhand.agent.answer_check import AnswerCheck, guessed, needs_search
 from shelfhand.agent.grounding import PASSAGES_INTRO
 from shelfhand.core.events import Final, TextDelta, TextWithdrawn, ToolFinished, ToolStarted
 from shelfhand.core.messages import Message
@@ -225,6 +225,33 @@ def test_guessed_reads_the_question_and_the_conversation() -> None:
     assert guessed("See [1].", "What?")
     assert not guessed("Hello.", "Hi")
     assert guessed("抱歉，我无法回答。", "保修期多久？")
+
+
+def test_no_amount_for_a_question_asking_how_long_or_how_much_needs_a_search() -> None:
+    # seen with Qwen2.5-Coder-0.5B in `tool` mode, no search made: "The warranty policy
+    # states that the period depends on the purchase date." for how long a refund takes
+    refund = "How long does a refund take after I send an item back?"
+    vague = "The warranty policy states that the period depends on the date."
+    assert needs_search(vague, refund) and not guessed(vague, refund)  # claims no fact
+    assert needs_search("It has a list price.", "What does the Lumen X1 cost?")
+    assert needs_search("It is 10 years.", "How long?")  # a guess too
+    assert not needs_search("A refund takes three to five working days.", refund)
+    assert not needs_search("Repairs under warranty are free.", "Is there a fee for repairs?")
+    assert not needs_search("Hello! How can I help?", "Hi")
+
+
+async def test_an_unsearched_answer_with_no_amount_gets_the_documents_searched(
+    kb: KnowledgeBase,
+) -> None:
+    def model(messages: list[Message], tools: Any) -> str:
+        if searched(messages):
+            return quoted(messages)
+        return "投影仪的保修期取决于购买日期。"  # no amount, no search
+
+    model_ = FunctionModel(model)
+    result = await checked_agent(model_, kb).run(QUESTION, context=ALICE)
+    assert len(model_.requests) == 2 and searched(model_.requests[1])
+    assert result.usage.retrievals == 1 and "个月" in result.output
 
 
 def test_an_answer_explaining_the_questions_code_is_a_guess() -> None:

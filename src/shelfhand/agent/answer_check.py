@@ -54,6 +54,7 @@ __all__ = [
     "failed_model_answer",
     "guessed",
     "is_refusal",
+    "needs_search",
     "no_model_answer",
     "relevant_citations",
     "replaced_by",
@@ -156,6 +157,15 @@ def guessed(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
         if len(words(answer) - known) >= GUESS_NEW_WORDS:
             return True
     return bool(stated.difference(asked, *told))
+
+
+def needs_search(answer: str, prompt: str, history: Sequence[Message] = ()) -> bool:
+    """Whether ``answer``, written with no tool run, is not taken before the documents are
+    searched for ``prompt``: it :func:`guessed`, or it states no amount where the question
+    asks how long or how much (:func:`~.answer_topic.misses_amount`: "the period depends on
+    the purchase date" for "How long does a refund take?"; it claims nothing, so it is no
+    guess, but the documents hold the amount)."""
+    return guessed(answer, prompt, history) or misses_amount(prompt, answer)
 
 
 class AnswerJudge(Protocol):

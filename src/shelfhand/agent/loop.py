@@ -15,7 +15,8 @@ successful call is answered from the run's own result (:mod:`.guard`); every req
 to the model's context window (:mod:`.budget`).
 
 An answer that states numbers or codes that neither the question nor the conversation holds,
-cites passages or says the information is not there (:func:`~.answer_check.guessed`), when
+cites passages, says the information is not there (:func:`~.answer_check.guessed`) or states
+no amount where the question asks how long or how much (:func:`~.answer_check.needs_search`), when
 no tool has run, the caller is offered ``retrieve`` and answers are checked (``answer_check``),
 is not taken: the documents were one search away and the model guessed (a small model in
 ``tool`` mode answers "the warranty is 10 years" without searching). The loop searches for
@@ -45,7 +46,7 @@ from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
 from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
 from shelfhand.tools.toolkit import Toolkit
 
-from .answer_check import WITHDRAWN_NOTICE, guessed
+from .answer_check import WITHDRAWN_NOTICE, needs_search
 from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
@@ -323,10 +324,11 @@ class AgentLoop:
                     and not passages_as_text  # (no search made for the model yet)
                     and iteration < self.max_iters
                     and self._offers_search(user)
-                    and guessed(text, first.text, past)
+                    and needs_search(text, first.text, past)
                 ):
                     # numbers, codes or citation marks that nothing in the conversation gave,
-                    # or "not provided", with the documents one search away and not searched:
+                    # "not provided", or no amount for "how long?", with the documents one
+                    # search away and not searched:
                     # the reply is dropped, the documents are searched for the question as if
                     # the model had called, and the model asked again
                     passages_as_text = True

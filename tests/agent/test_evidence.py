@@ -74,8 +74,7 @@ async def test_passages_that_agree_carry_no_flag(kb: KnowledgeBase) -> None:
 
 
 async def test_a_second_retrieval_is_checked_against_the_first(kb: KnowledgeBase) -> None:
-    # the first call sees only one version (top 1, which the tool allows with min_top_k=1);
-    # the second brings the other one
+    # the first call sees only one version (top 1); the second brings the other one
     model = ScriptedModel(
         [
             tool_call("retrieve", {"query": "整机保修期 12 个月", "top_k": 1}),
@@ -83,7 +82,7 @@ async def test_a_second_retrieval_is_checked_against_the_first(kb: KnowledgeBase
             text("ok"),
         ]
     )
-    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb, min_top_k=1)])).run(
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
         "保修？", context=ACME
     )
     first = result.messages[2].tool_results[0].citations

@@ -91,20 +91,6 @@ async def test_top_k_is_capped_at_eight(kb: KnowledgeBase) -> None:
     assert 0 < len(result.citations) <= 8
 
 
-async def test_a_call_asking_for_one_passage_gets_three(kb: KnowledgeBase) -> None:
-    # a small model's habit: one passage about a product held its description, not the
-    # price row beside it
-    asks_one = [tool_call("retrieve", {"query": "投影仪 保修 退货 E-203", "top_k": 1}), text("ok")]
-    result = await Agent(model=ScriptedModel(asks_one), toolkit=Toolkit([retrieve_tool(kb)])).run(
-        "everything", context=ACME
-    )
-    assert len(result.citations) == 3
-    one = await Agent(
-        model=ScriptedModel(asks_one), toolkit=Toolkit([retrieve_tool(kb, min_top_k=1)])
-    ).run("everything", context=ACME)
-    assert len(one.citations) == 1
-
-
 async def test_without_a_knowledge_base_retrieve_says_not_configured() -> None:
     model = ScriptedModel([tool_call("retrieve", {"query": "保修"}), text("没有知识库。")])
     result = await Agent(model=model, toolkit=Toolkit([make_retrieve_tool(None)])).run("保修？")

@@ -29,10 +29,6 @@ from .answer_check import no_model_answer
 from .fallbacks import NOT_CONFIGURED, NOT_COVERED
 
 DEFAULT_TOP_K = 3
-MIN_TOP_K = 3
-"""The fewest passages a model's ``retrieve`` call gets, whatever ``top_k`` it asks: small
-models ask for one, and one passage about the product held its description but not the
-price row beside it (the local model's "list price of the Lumen X1 Pro", ``top_k: 1``)."""
 HARD_MAX_TOP_K = 8
 RETRIEVE_TIMEOUT = 30.0
 
@@ -53,12 +49,10 @@ class Searcher(Protocol):
     ) -> list[SearchHit]: ...
 
 
-def clamp_top_k(top_k: int | None, least: int = MIN_TOP_K) -> int:
-    """The passages a call asking for ``top_k`` gets: at least ``least`` (and
-    :data:`DEFAULT_TOP_K` when it asks for none), at most :data:`HARD_MAX_TOP_K`."""
+def clamp_top_k(top_k: int | None) -> int:
     if top_k is None or top_k <= 0:
-        return max(DEFAULT_TOP_K, least)
-    return min(max(top_k, least), HARD_MAX_TOP_K)
+        return DEFAULT_TOP_K
+    return min(top_k, HARD_MAX_TOP_K)
 
 
 def make_retrieve_tool(
@@ -66,12 +60,8 @@ def make_retrieve_tool(
     *,
     compress_tokens: int | None = None,
     examples: Sequence[ExampleSpec] = (),
-    min_top_k: int = MIN_TOP_K,
 ) -> Tool[Any, Any]:
     """The ``retrieve`` tool over ``kb``; with ``kb=None`` it answers "not configured".
-
-    A call gets at least ``min_top_k`` passages (:data:`MIN_TOP_K`; 1 lets the model ask for
-    a single one) and at most :data:`HARD_MAX_TOP_K`.
 
     ``examples``: questions the documents of ``kb`` answer (see ``@tool(examples=...)``),
     shown to the model with the description.
@@ -83,8 +73,6 @@ def make_retrieve_tool(
     :mod:`shelfhand.knowledge.evidence.compress`).
     """
 
-    least = max(1, min(min_top_k, HARD_MAX_TOP_K))
-
     async def retrieve(run: RunContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
         """Search the knowledge base.
 
@@ -95,7 +83,7 @@ def make_retrieve_tool(
         if kb is None:
             return ToolOutput(content=NOT_CONFIGURED)
         # the search is CPU-bound (segmentation, embedding): keep it off the event loop
-        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k, least), user=run.user)
+        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
         earlier = run.citations.citations
         numbered = run.citations.number(to_citations(hits))
         citations = prepare_evidence(

@@ -100,3 +100,32 @@ def test_a_quoted_price_table_row_is_the_price_no_other_sum_is_added(kb: Knowled
     text = answer(kb, "How much does SKU2024-011 cost?")
 
     assert "3,999" in text and "499 CNY" not in text, text
+
+
+SUMMARY = Citation(
+    index=1,
+    source="returns-policy.md",
+    title="退货与换货政策",
+    section="English summary",
+    text="Unopened items can be returned within 30 days of delivery for a full refund. "
+    "Opened items can be returned within 7 days. Refunds are issued within 3–5 business days "
+    "after inspection. Please include your order ID.",
+)
+
+
+def test_with_no_passage_about_an_amount_question_the_sentence_stating_it_still_answers() -> None:
+    # the summary holds two of the question's five words (refund, item): below the share
+    # that makes a passage about it, yet its sentence says how long a refund takes
+    found = extractive_answer("How long does a refund take after I send an item back?", [SUMMARY])
+
+    assert found is not None and "3–5 business days" in found.text
+    # the sentence must state the amount asked for and share a word with the question
+    assert extractive_answer("How long does shipping to Mars take?", [SUMMARY]) is None
+    assert extractive_answer("Who signs the refund after I send an item back?", [SUMMARY]) is None
+
+
+def test_the_refund_time_is_found_in_both_languages(kb: KnowledgeBase) -> None:
+    assert "3–5 business days" in answer(
+        kb, "How long does a refund take after I send an item back?"
+    )
+    assert "3 至 5 个工作日" in answer(kb, "退货以后退款要多久？")

@@ -41,6 +41,9 @@ MIN_RELEVANCE = 0.5
 identifier the question names counts for half). Measured on the bundled answer cases without
 a model: 0.2 quoted "Use an HDMI cable for laptops." for "Do you sell gaming laptops?"
 (4 of 6 not-in-the-documents cases right, 29 of 40 answers); 0.5 gives 6 of 6 and 28 of 40."""
+AMOUNT_RELEVANCE = 0.5
+"""With no passage about the question, a passage holding this share of :data:`MIN_RELEVANCE`
+still gives its sentences that state the amount the question asks for (see :func:`_amounts`)."""
 SENTENCES = 3
 """The most sentences taken from the best passage."""
 MAX_CHARS = 600
@@ -183,6 +186,28 @@ def _candidates(
     return out
 
 
+def _amounts(
+    question: str,
+    passages: Sequence[Citation],
+    question_words: set[str],
+    ids: list[str],
+    least: float,
+) -> list[_Sentence]:
+    """When ``question`` asks how long or how much and no passage is about it: the
+    sentences that state such an amount and share a word with it, from passages holding
+    ``least`` of it ("Refunds are issued within 3–5 business days after inspection." for
+    "How long does a refund take after I send an item back?", in a summary about returns
+    that holds two of its five words); else none."""
+    kind = asked_amount(question)
+    if kind is None:
+        return []
+    return [
+        c
+        for c in _candidates(passages, question_words, ids, least)
+        if kind.search(c.text) and c.words & question_words
+    ]
+
+
 def _asked(question: str, passages: Sequence[Citation], table: SynonymTable) -> set[str]:
     """The question's words, less those that only ask (:data:`ASKING`), a word no passage
     holds taken as its synonym that some passage holds (开封 as 拆封: the search does the same,
@@ -261,7 +286,9 @@ def extractive_answer(
     ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = _asked(question, passages, _synonyms() if synonyms is None else synonyms)
-    candidates = _candidates(passages, question_words, ids, min_relevance)
+    candidates = _candidates(passages, question_words, ids, min_relevance) or _amounts(
+        question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE
+    )
     if not candidates:
         return None
     held = {c.index: passage_words(_headed(c)) for c in passages}

@@ -56,14 +56,14 @@ _MONEY_WORDS = re.compile(
 and the 一 of 一般 state no price."""
 _MEASURE = re.compile(
     r"\d[\d,.]*\s*(?:[x×]\s*\d[\d,.]*|"
-    r"(?:[kmg]?hz|ms|sec(?:ond)?s?|s|min(?:ute)?s?|h|hrs?|hours?|days?|weeks?|months?|years?"
+    r"(?:[kmg]?hz|ms|sec(?:ond)?s?|s|h|hrs?"
     r"|ansi|lm|lumens?|nits?|[km]?w|watts?|v|volts?|mah|kg|g|lbs?|mm|cm|m|km|inch(?:es)?|in"
     r"|ft|db|[kmgt]b|fps|bits?|units?|pcs|pieces|times|x|°c?|\")(?![A-Za-z])"
-    r"|赫兹|毫秒|秒|分钟|小时|天|周|个月|月|年|流明|瓦|伏|公斤|千克|克|毫米|厘米|米|英寸|寸|分贝|度|个|台|次|件)",
+    r"|赫兹|毫秒|秒|月|流明|瓦|伏|公斤|千克|克|毫米|厘米|米|英寸|寸|分贝|度|个|台|次|件)",
     re.IGNORECASE,
 )
-"""A number of some other measure than money (``240 Hz``, ``4 ms``, ``3,000 ANSI``,
-``3840 × 2160``, ``1.2x``, ``20,000 h``, ``30 天``)."""
+"""A number of some other measure than money and time (``240 Hz``, ``4 ms``, ``3,000 ANSI``,
+``3840 × 2160``, ``1.2x``, ``20,000 h``); durations are :data:`~.amounts.DURATION`'s."""
 _VERSION = re.compile(
     r"\b(?:HDMI|USB|Wi-?Fi|Bluetooth|DisplayPort|PCIe|HDR|Android|iOS|Windows|version|ver\.?)"
     r"\s*\d+(?:\.\d+)*",
@@ -148,7 +148,7 @@ def misses_amount(question: str, answer: str) -> bool:
         return not (NUMBER_WORD.search(text) or kind.search(text))
     if kind.search(text) or _FREE.search(text) or _MONEY_WORDS.search(text):
         return False
-    bare = _CODE.sub(" ", _MEASURE.sub(" ", _VERSION.sub(" ", text)))
+    bare = _CODE.sub(" ", _MEASURE.sub(" ", DURATION.sub(" ", _VERSION.sub(" ", text))))
     return not _DIGIT.search(bare)
 
 

@@ -98,15 +98,15 @@ def test_a_model_failing_after_a_search_still_reports_what_the_run_used(
     assert out.returncode == 1
     shown = json.loads(out.stdout)
     assert shown["fallback_reason"] == "model_error" and "E-203" in shown["output"]
-    # the model call that answered (12 in, 5 out), the run's search, and the search that
-    # found the passages shown
+    # the model call that answered (12 in, 5 out) and the run's search, whose passages are
+    # the ones shown (no second search)
     usage = {k: v for k, v in shown["usage"].items() if k != "cost"}
     assert usage == {
         "input_tokens": 12,
         "output_tokens": 5,
         "model_calls": 1,
         "tool_calls": 1,
-        "retrievals": 2,
+        "retrievals": 1,
     }
 
 

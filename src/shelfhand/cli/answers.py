@@ -28,6 +28,7 @@ __all__ = [
     "exit_code",
     "print_answer",
     "print_json",
+    "print_notes",
     "shown_citations",
 ]
 
@@ -74,6 +75,13 @@ def shown_citations(result: RunResult) -> list[Citation]:
 def print_answer(console: Console, result: RunResult) -> int:
     """Print ``result`` for a person and return the exit code of :func:`exit_code`."""
     console.print(result.output, highlight=False, markup=False)
+    return print_notes(console, result)
+
+
+def print_notes(console: Console, result: RunResult) -> int:
+    """What :func:`print_answer` prints under the answer (its evidence, the grounding
+    flags, why it was replaced); for a terminal that has shown the answer already (``chat``
+    streams it). Returns the exit code of :func:`exit_code`."""
     if not result.citations and found_nothing(result.messages):
         console.print(
             "[yellow]not found:[/] no passage of the documents matches this question; "

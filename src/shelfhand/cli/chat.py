@@ -93,16 +93,26 @@ def chat(
         return
     import asyncio
 
+    from rich.markup import escape
+
     from shelfhand.agent.memory import ConversationMemory
+    from shelfhand.cli.answers import print_answer
+    from shelfhand.cli.rescue import Found, answer_of_failed_run
     from shelfhand.core.errors import ModelError
 
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
     console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
     for line in _lines(console):
+        found = Found()
         try:
-            asyncio.run(_stream_turn(agent, line, ctx, console))
+            asyncio.run(_stream_turn(agent, line, ctx, console, found))
         except ModelError as exc:
-            console.print(f"[bold red]model error:[/] {exc}")
+            console.print()
+            console.print(f"[bold red]model error:[/] {escape(str(exc))}", highlight=False)
+            # the passages the turn had found still answer (as `ask` does)
+            answer = answer_of_failed_run(a, kb, line, ctx, found, exc)
+            if answer is not None:
+                print_answer(console, answer)
 
 
 def _lines(console: Any) -> Iterator[str]:
@@ -151,19 +161,37 @@ def console_approvals(console: Any) -> Any:
     return Approvals(handler=ask)
 
 
-async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
-    from shelfhand.core.events import Final, TextDelta, TextWithdrawn, ToolFinished, ToolStarted
-    from shelfhand.knowledge.evidence.citations import label
+async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any) -> None:
+    """One turn, streamed to the terminal, which can only append: a withdrawn guess and an
+    answer the check replaced are said so in words, then the answer that counts; under it,
+    what ``ask`` prints under an answer (the passages it uses, the grounding flags)."""
+    from rich.markup import escape
+
+    from shelfhand.cli.answers import print_notes
+    from shelfhand.core.events import (
+        AnswerReplaced,
+        Final,
+        TextDelta,
+        TextWithdrawn,
+        ToolFinished,
+        ToolStarted,
+    )
 
     mid_line = False  # streamed text without a line end yet: a tool step starts a new line
+    shown = ""  # the answer streamed since the last withdrawal
+    replaced: AnswerReplaced | None = None
     async for event in agent.stream(line, context=ctx, approvals=console_approvals(console)):
+        found.see(event)
         if isinstance(event, TextDelta):
             console.print(event.text, end="", highlight=False, markup=False)
+            shown += event.text
             mid_line = not event.text.endswith("\n")
         elif isinstance(event, TextWithdrawn):  # a terminal cannot unprint: said instead
             console.print()
             console.print(f"[dim]({event.notice}…)[/]", highlight=False)
-            mid_line = False
+            mid_line, shown = False, ""
+        elif isinstance(event, AnswerReplaced):
+            replaced = event
         elif isinstance(event, ToolStarted):
             if mid_line:
                 console.print()
@@ -173,6 +201,11 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any) -> None:
             status = "[red]error[/]" if event.is_error else "ok"
             console.print(f"[dim]← {event.name} {status} {event.duration_ms:.0f} ms[/]")
         elif isinstance(event, Final):
-            console.print()
-            for c in event.result.citations:
-                console.print(f"[dim][{c.index}] {label(c)}[/]", highlight=False)
+            result = event.result
+            if mid_line:
+                console.print()
+            if replaced is not None and shown.strip():
+                console.print(f"[yellow]{escape(replaced.notice)}:[/]", highlight=False)
+            if replaced is not None or not shown.strip():  # (nothing streamed: not shown yet)
+                console.print(result.output, highlight=False, markup=False)
+            print_notes(console, result)

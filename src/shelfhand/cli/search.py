@@ -153,6 +153,7 @@ def ask(
     from dataclasses import replace
 
     from shelfhand.cli.answers import print_answer, print_json
+    from shelfhand.cli.rescue import Found, answer_of_failed_run
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.core.step_counts import count_steps, stop_counting
@@ -192,28 +193,29 @@ def ask(
     # model calls has no result to carry its usage
     tally = ModelTally(prices=a.settings.prices)
     _, counting = count_steps(tally)
+    found = Found()
     try:
+        from shelfhand.agent.runs import run_closing
         from shelfhand.cli.chat import console_approvals
 
-        result = agent.run_sync(question, context=ctx, approvals=console_approvals(console))
+        approvals = console_approvals(console)
+        result = run_closing(
+            agent,
+            lambda: found.final(
+                agent.stream(question, text_deltas=False, context=ctx, approvals=approvals)
+            ),
+        )
     except ModelError as exc:
-        if kb is not None:  # the passages are still worth reading: the model was cut off
-            from shelfhand.agent.answer_check import failed_model_answer
-            from shelfhand.service.chat import error_status
-
-            found = a.knowledge_agent(kb).run_sync(question, context=ctx)
-            # marked as the service marks it: the model failed (not "no model configured")
-            why = error_status(exc)[1]  # model_error or model_timeout
-            found = (
-                failed_model_answer(question, found.citations, why, synonyms=a.synonym_table())
-                or found
-            )
-            # what the failed run used, and the search that found these passages (tallied too)
-            found = replace(found, usage=tally.total())
+        # the passages are still worth reading: the model was cut off (those the run found)
+        answer = answer_of_failed_run(a, kb, question, ctx, found, exc)
+        if answer is not None:
+            # what the failed run used (and a search of the question's, if one was needed)
+            answer = replace(answer, usage=tally.total())
             if as_json:
-                print_json(found)
+                print_json(answer)
             else:
-                print_answer(console, found)
+                print_answer(console, answer)
+        if kb is not None:
             kb.close()
         raise fail(f"the chat model failed: {exc}", 1) from None
     finally:

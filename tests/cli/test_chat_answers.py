@@ -1,0 +1,127 @@
+"""``shelfhand chat`` shows the answer that counts, as ``ask`` does: the real CLI, the real
+openai SDK and a chat-completions server on 127.0.0.1 that plays a script.
+
+A terminal can only append: an answer the check replaced is said so, then the checked answer
+follows; the passages listed are those the answer uses; a model that fails mid-turn still
+leaves the passages' answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shelfhand.knowledge.base import sample_corpus
+from support.chat_server import Reply, chunk, completion  # see conftest.py
+from support.cli import run_cli
+
+QUESTION = "What does error code E-203 mean and how do I fix it?"
+
+
+def streamed(text: str) -> Reply:
+    pieces = [text[i : i + 6] for i in range(0, len(text), 6)]
+    return Reply(sse=[chunk({"role": "assistant", "content": ""})] + [
+        chunk({"content": p}) for p in pieces
+    ])  # fmt: skip
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    out = run_cli(["ingest", str(sample_corpus())], tmp_path)
+    assert out.returncode == 0, out.stderr
+    return tmp_path
+
+
+def test_an_answer_the_check_replaced_is_said_so_and_the_checked_one_follows(
+    workspace: Path, server: Any
+) -> None:
+    server.add(streamed("Sorry, I cannot help with that."))
+
+    out = run_cli(["chat"], workspace, server, stdin=f"{QUESTION}\n\n")
+
+    assert out.returncode == 0, out.stderr
+    said = out.stdout
+    refusal = said.index("Sorry, I cannot help with that.")
+    notice = said.index("replaced")
+    # the passages' own sentences, after the notice, marked as such
+    assert refusal < notice < said.index("E-203", notice)
+    assert "extractive answer" in said and "declined" in said
+
+
+def test_only_the_passages_the_answer_cites_are_listed(workspace: Path, server: Any) -> None:
+    server.add(streamed("E-203 means the lamp is overheating [1]."))
+
+    out = run_cli(["chat"], workspace, server, stdin=f"{QUESTION}\n\n")
+
+    assert out.returncode == 0, out.stderr
+    assert "E-203 means the lamp is overheating [1]." in out.stdout
+    assert "[1] " in out.stdout and "[2] " not in out.stdout
+
+
+def test_an_unsupported_sentence_is_flagged_under_the_streamed_answer(
+    workspace: Path, server: Any
+) -> None:
+    server.add(streamed("E-203 means the lamp is overheating; wait 45 minutes [1]."))
+
+    out = run_cli(
+        ["chat"], workspace, server, stdin=f"{QUESTION}\n\n", SHELFHAND_ANSWER_CHECK="flag"
+    )
+
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("wait 45 minutes [1].") == 2  # the answer, then the flag
+    assert "unsupported: wait 45 minutes [1]. (45 not in the passages)" in out.stdout
+
+
+def test_a_model_failing_mid_turn_leaves_the_passages_answer_and_the_next_line_works(
+    workspace: Path, server: Any
+) -> None:
+    server.add(
+        Reply(status=400, body={"error": {"message": "the stream was cut"}}),
+        streamed("E-203 means the lamp is overheating [1]."),
+    )
+
+    out = run_cli(["chat"], workspace, server, stdin=f"{QUESTION}\nAnd E-203?\n\n")
+
+    assert out.returncode == 0, out.stderr
+    said = out.stdout
+    failed = said.index("model error:")
+    assert "the stream was cut" in said
+    assert "From the documents:" in said[failed:] and "the chat model failed" in said[failed:]
+    assert said.index("E-203 means the lamp is overheating [1].") > failed
+
+
+def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def test_ask_answers_a_failed_run_from_the_passages_it_found_with_no_second_search(
+    workspace: Path, server: Any
+) -> None:
+    server.add(
+        Reply(body=completion(tool_calls=[call("retrieve", {"query": "E-203 lamp"})])),
+        Reply(status=400, body={"error": {"message": "the stream was cut"}}),
+    )
+
+    out = run_cli(["ask", QUESTION, "--retrieval", "tool", "--json"], workspace, server)
+
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert shown["fallback_reason"] == "model_error" and "E-203" in shown["output"]
+    assert shown["usage"]["retrievals"] == 1  # the run's own search, not one more
+
+
+def test_ask_searches_when_the_model_failed_before_any_search(workspace: Path, server: Any) -> None:
+    server.add(Reply(status=400, body={"error": {"message": "the stream was cut"}}))
+
+    out = run_cli(["ask", QUESTION, "--retrieval", "tool", "--json"], workspace, server)
+
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert shown["fallback_reason"] == "model_error" and "E-203" in shown["output"]
+    assert shown["usage"]["retrievals"] == 1 and shown["usage"]["model_calls"] == 0

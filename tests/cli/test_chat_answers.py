@@ -125,3 +125,24 @@ def test_ask_searches_when_the_model_failed_before_any_search(workspace: Path, s
     shown = json.loads(out.stdout)
     assert shown["fallback_reason"] == "model_error" and "E-203" in shown["output"]
     assert shown["usage"]["retrievals"] == 1 and shown["usage"]["model_calls"] == 0
+
+
+def test_markup_in_a_model_written_argument_is_printed_as_text(
+    workspace: Path, server: Any
+) -> None:
+    # Rich reads "[/]" as a closing tag: printed as markup, it raised MarkupError
+    arguments = json.dumps({"query": "[/] E-203 [bold]"})
+    server.add(
+        Reply(sse=[chunk({"role": "assistant", "tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function",
+             "function": {"name": "retrieve", "arguments": arguments}},
+        ]})]),
+        streamed("E-203 means the lamp is overheating [1]."),
+    )  # fmt: skip
+
+    out = run_cli(["chat"], workspace, server, stdin=f"{QUESTION}\n\n")
+
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert '"[/] E-203 [bold]"' in out.stdout
+    assert "E-203 means the lamp is overheating [1]." in out.stdout

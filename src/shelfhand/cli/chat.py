@@ -147,11 +147,13 @@ def console_approvals(console: Any) -> Any:
     import asyncio
     import json as _json
 
+    from rich.markup import escape
+
     from shelfhand.tools.approvals import ApprovalRequest, Approvals
 
     async def ask(request: ApprovalRequest) -> bool:
         args = _json.dumps(dict(request.arguments), ensure_ascii=False)
-        prompt = f"[bold yellow]approve[/] {request.tool}({args})? [y/N] "
+        prompt = f"[bold yellow]approve[/] {escape(request.tool)}({escape(args)})? [y/N] "
         try:
             answer = await asyncio.to_thread(console.input, prompt)
         except (EOFError, KeyboardInterrupt):
@@ -188,7 +190,7 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             mid_line = not event.text.endswith("\n")
         elif isinstance(event, TextWithdrawn):  # a terminal cannot unprint: said instead
             console.print()
-            console.print(f"[dim]({event.notice}…)[/]", highlight=False)
+            console.print(f"[dim]({escape(event.notice)}…)[/]", highlight=False)
             mid_line, shown = False, ""
         elif isinstance(event, AnswerReplaced):
             replaced = event
@@ -196,10 +198,11 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             if mid_line:
                 console.print()
                 mid_line = False
-            console.print(f"[dim]→ {event.name}({event.arguments})[/]")
+            # the model wrote both: "[/]" in an argument is text, not markup
+            console.print(f"[dim]→ {escape(event.name)}({escape(event.arguments)})[/]")
         elif isinstance(event, ToolFinished):
             status = "[red]error[/]" if event.is_error else "ok"
-            console.print(f"[dim]← {event.name} {status} {event.duration_ms:.0f} ms[/]")
+            console.print(f"[dim]← {escape(event.name)} {status} {event.duration_ms:.0f} ms[/]")
         elif isinstance(event, Final):
             result = event.result
             if mid_line:

@@ -146,3 +146,14 @@ def test_markup_in_a_model_written_argument_is_printed_as_text(
     assert "Traceback" not in out.stderr
     assert '"[/] E-203 [bold]"' in out.stdout
     assert "E-203 means the lamp is overheating [1]." in out.stdout
+
+
+def test_status_prints_a_workspace_path_with_brackets_as_it_is(tmp_path: Path) -> None:
+    # Rich took "[draft]" for a style tag and dropped it from the path
+    workspace = tmp_path / "notes [draft]"
+    assert run_cli(["ingest", str(sample_corpus())], workspace).returncode == 0
+
+    out = run_cli(["status"], workspace)
+
+    assert out.returncode == 0, out.stderr
+    assert f"workspace: {workspace}" in out.stdout

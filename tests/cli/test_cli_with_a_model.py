@@ -138,5 +138,10 @@ def test_confirm_tools_ask_at_the_terminal(answer: str, created: bool) -> None:
     agent = Agent(model=model, toolkit=Toolkit([create_return]))
     result = agent.run_sync("return it", approvals=console_approvals(console))
     assert "create_return" in console.prompts[0] and "SO-1" in console.prompts[0]
+    # as the terminal shows it: "[y/N]" is text, not a markup tag that Rich would drop
+    from rich.console import Console
+
+    shown = Console(width=200, no_color=True).render_str(console.prompts[0]).plain
+    assert shown.endswith("? [y/N] ") and '{"order_id": "SO-1"}' in shown
     assert done == (["SO-1"] if created else [])
     assert result.messages[2].tool_results[0].is_error is (not created)

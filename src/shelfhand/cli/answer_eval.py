@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
 from shelfhand.cli.model_flags import (
@@ -82,8 +83,10 @@ def eval_answers(
             notes.append("flagged")
         if outcome.error:
             notes.append(outcome.error)
-        tail = f" [yellow]({'; '.join(notes)})[/]" if notes else ""
-        console.print(f"{mark} {outcome.id} ({outcome.latency_s:.1f} s){tail}", highlight=False)
+        tail = f" [yellow]({escape('; '.join(notes))})[/]" if notes else ""
+        console.print(
+            f"{mark} {escape(outcome.id)} ({outcome.latency_s:.1f} s){tail}", highlight=False
+        )
 
     report = run_answer_eval(a, selected, model=model, on_case=progress)
     report["model"] = model.name if model is not None else None

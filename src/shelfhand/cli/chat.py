@@ -153,7 +153,7 @@ def console_approvals(console: Any) -> Any:
 
     async def ask(request: ApprovalRequest) -> bool:
         args = _json.dumps(dict(request.arguments), ensure_ascii=False)
-        prompt = f"[bold yellow]approve[/] {escape(request.tool)}({escape(args)})? [y/N] "
+        prompt = f"[bold yellow]approve[/] {escape(request.tool)}({escape(args)})? \\[y/N] "
         try:
             answer = await asyncio.to_thread(console.input, prompt)
         except (EOFError, KeyboardInterrupt):

@@ -73,7 +73,10 @@ def print_case_figures(console: Any, rows: Sequence[tuple[str, Mapping[str, Any]
     answered = kinds.get("not_found", {}).get("answered") or []
     where = f" ({label})" if label else ""
     if missed:
-        console.print(f"identifiers not at rank 1{where}: {', '.join(missed)}", highlight=False)
+        console.print(
+            f"identifiers not at rank 1{escape(where)}: {escape(', '.join(missed))}",
+            highlight=False,
+        )
     if answered:
         console.print(
             f"not_found cases that got passages{where}: {', '.join(answered)}", highlight=False

@@ -235,7 +235,9 @@ def ingest(
         kb = a.open_knowledge(
             writer="ingest",
             wait=wait,
-            on_wait=lambda why: console.print(f"[yellow]waiting:[/] {why}", highlight=False),
+            on_wait=lambda why: console.print(
+                f"[yellow]waiting:[/] {escape(why)}", highlight=False
+            ),
         )
     except WorkspaceBusyError as exc:
         raise fail(str(exc), BUSY_EXIT_CODE) from None
@@ -434,7 +436,7 @@ def status(
         return
     console = make_console()
     for key, value in info.items():
-        console.print(f"{key.replace('_', ' '):>19}: {value}", highlight=False)
+        console.print(f"{key.replace('_', ' '):>19}: {escape(str(value))}", highlight=False)
     if info["pending_embeddings"]:
         console.print(
             "[dim]pending chunks are keyword-searchable; `shelfhand embed` (or `shelfhand "

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from shelfhand.cli.common import NO_MODEL_HINT, WorkspaceOpt, app, fail, make_console, open_app
 from shelfhand.cli.model_flags import (
@@ -80,10 +81,13 @@ def eval_tools(
         if not as_json:
             mark = "[green]ok[/]" if result.arguments_ok else "[red]wrong[/]"
             called = result.calls[0]["name"] if result.calls else "no tool"
-            note = f" [red]{result.error}[/]" if result.error else ""
+            note = f" [red]{escape(result.error)}[/]" if result.error else ""
             if result.stop_reason not in ("", "final"):
                 note += f" [yellow](fallback answer: {result.stop_reason})[/]"
-            console.print(f"{mark} {result.id}: {called} ({result.latency_ms:.0f} ms){note}")
+            # the case file and the model wrote these: text, not markup
+            console.print(
+                f"{mark} {escape(result.id)}: {escape(called)} ({result.latency_ms:.0f} ms){note}"
+            )
 
     try:
         report = asyncio.run(

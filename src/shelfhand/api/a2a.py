@@ -51,6 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
 
 from shelfhand.api.deps import caller_for_key
+from shelfhand.api.text_bodies import lone_surrogate
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.core.version import __version__
@@ -178,7 +179,7 @@ class _BearerOnly:
 
 
 def _not_utf8(body: bytes) -> str:
-    """Why ``body`` is not JSON's UTF-8 ("" when it is). Valid UTF-8 is not enough: the
+    """Why ``body`` is not JSON's UTF-8 text ("" when it is). Valid UTF-8 is not enough: the
     SDK's ``json.loads`` of the bytes guesses UTF-16 or UTF-32 from NUL bytes among the first
     four (``b"0\\x000\\xc2\\x80"``), fails to decode, and answers an internal error."""
     try:
@@ -188,7 +189,7 @@ def _not_utf8(body: bytes) -> str:
     encoding = json.detect_encoding(body)
     if encoding not in ("utf-8", "utf-8-sig"):
         return f"the body reads as {encoding}, and JSON-RPC bodies are UTF-8"
-    return ""
+    return lone_surrogate(body)  # ("\ud800" alone: the turn's text could not be stored)
 
 
 class ShelfhandExecutor(AgentExecutor):

@@ -45,6 +45,7 @@ from shelfhand.api import (
 )
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
+from shelfhand.api.text_bodies import TextBodies
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError
@@ -269,6 +270,8 @@ def create_app(
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
+    # (the A2A routes answer such a body with a JSON-RPC parse error of their own)
+    api.add_middleware(TextBodies, refuse=_not_text, skip=("/a2a/",))
     api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
     api.add_middleware(TraceIdMiddleware)  # outermost: every response gets a trace id
     return api
@@ -396,6 +399,16 @@ def public_detail(detail: Any, workspace: Path) -> Any:
     if isinstance(detail, dict):
         return {k: public_detail(v, workspace) for k, v in detail.items()}
     return detail
+
+
+def _not_text(path: str, problem: str) -> Response:
+    """The answer to a JSON body that is not Unicode text (:mod:`~shelfhand.api.text_bodies`):
+    the route's own answer to bad input."""
+    if path in openai_routes.OPENAI_PATHS:
+        return openai_routes.openai_error(400, f"invalid request: body: {problem}", "invalid_input")
+    detail = [{"loc": ["body"], "msg": problem, "type": "string_unicode"}]
+    body = ErrorBody(detail=detail, code="invalid_input", trace_id=current_trace_id())
+    return JSONResponse(body.model_dump(), status_code=422)
 
 
 def _add_error_handlers(api: FastAPI, workspace: Path) -> None:

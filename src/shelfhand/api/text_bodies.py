@@ -1,0 +1,114 @@
+"""JSON bodies whose strings are not Unicode text are refused before a route sees them.
+
+JSON may spell half of a surrogate pair alone (``"\\ud800"``): ``json.loads`` takes it, and
+the string then fails wherever it is encoded to UTF-8 (the session store, the trace store,
+an SSE event), which answered 500 after part of the turn had run. Such a body gets the
+route's own bad-input answer instead: 400 in OpenAI's error body on the OpenAI-compatible
+routes, 422 ``invalid_input`` on the others (the A2A routes answer a JSON-RPC parse error,
+:mod:`shelfhand.api.a2a`).
+
+A surrogate pair spelt as two escapes (``"\\ud83d\\ude00"``, an emoji as ``json.dumps``
+writes it by default) is text, and passes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["TextBodies", "lone_surrogate"]
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def lone_surrogate(body: bytes) -> str:
+    """Why the JSON ``body`` is not Unicode text (a string holding a lone surrogate), or ""
+    when it is (or is not JSON at all: the route's own parser says so)."""
+    if _SURROGATE_ESCAPE.search(body) is None:  # (the common case: one scan in C)
+        return ""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return ""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    half = ord(item[exc.start])
+                    return (
+                        f"a string holds half of a surrogate pair alone (\\u{half:04x}), "
+                        "which is not Unicode text"
+                    )
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return ""
+
+
+class TextBodies:
+    """ASGI middleware: a JSON request body holding a lone surrogate is answered by
+    ``refuse(path, problem)`` (see the module docstring) and never reaches the app; paths
+    starting with one of ``skip`` are left to their own check."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        refuse: Callable[[str, str], ASGIApp],
+        skip: Collection[str] = (),
+    ) -> None:
+        self.app = app
+        self.refuse = refuse
+        self.skip = tuple(skip)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope.get("method") not in _METHODS
+            or scope["path"].startswith(self.skip)
+            or not _json(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        problem = lone_surrogate(body)
+        if problem:
+            await self.refuse(scope["path"], problem)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _json(scope: Scope) -> bool:
+    """Whether the request's body is read as JSON: a JSON content type, or none (FastAPI
+    reads a body without one as JSON)."""
+    for key, value in scope.get("headers", ()):
+        if key == b"content-type":
+            return b"json" in value.lower()
+    return True

@@ -1,0 +1,119 @@
+"""A JSON body holding half of a surrogate pair alone ("\\ud800") is bad input: each route
+answers it as its own bad input (OpenAI's 400, shelfhand's 422, A2A's parse error), stores
+nothing, and the service goes on. It answered 500 ("surrogates not allowed") on the
+OpenAI-compatible routes and an internal error on A2A. A real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from service_helpers import ThreadServer, start_thread_server
+
+from shelfhand.api import ServiceConfig, create_app
+from shelfhand.api.text_bodies import lone_surrogate
+from shelfhand.app import App
+from shelfhand.core.context import UserContext
+from shelfhand.core.settings import Settings
+from shelfhand.knowledge.embeddings.local import HashingEmbedder
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+
+KEY = {"Authorization": "Bearer k1", "Content-Type": "application/json"}
+LONE = '"\\ud800 E-203 \\u662f\\u4ec0\\u4e48"'  # as JSON text: a high surrogate alone
+
+
+@pytest.fixture
+def server(tmp_path: Path, thread_servers: list[ThreadServer]) -> ThreadServer:
+    env = {"SHELFHAND_EMBEDDER": "hashing"}
+    app = App(
+        settings=Settings.load(tmp_path / "ws", env=env),
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    keys = {"k1": UserContext(tenant_id="default", user_id="u1", roles=["user"])}
+    started = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=keys))
+    thread_servers.append(started)
+    with httpx.Client(base_url=started.url, timeout=30) as c:
+        assert c.get("/readyz").status_code == 200
+    return started
+
+
+def post(server: ThreadServer, path: str, body: str) -> httpx.Response:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        return c.post(path, content=body.encode(), headers=KEY)
+
+
+def sessions(server: ThreadServer) -> list[object]:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        listed = c.get("/v1/sessions", headers=KEY).json()
+    return list(listed["sessions"] if isinstance(listed, dict) else listed)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", f'{{"model": "shelfhand", "messages": [{{"role": "user", "content": {LONE}}}]}}'),
+        ("/v1/responses", f'{{"model": "shelfhand", "input": {LONE}}}'),
+    ],
+)  # fmt: skip
+def test_the_openai_routes_answer_400_in_openais_body_and_store_nothing(
+    server: ThreadServer, path: str, body: str
+) -> None:
+    reply = post(server, path, body)
+
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_input"
+    assert "surrogate" in error["message"] and "\\ud800" in error["message"]
+    assert sessions(server) == []  # no session was opened for the turn
+
+
+def test_shelfhands_own_routes_answer_422(server: ThreadServer) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        created = c.post("/v1/sessions", json={"title": "ok"}, headers=KEY)
+    assert created.status_code == 201
+    session = created.json()["id"]
+
+    reply = post(server, f"/v1/sessions/{session}/messages", f'{{"content": {LONE}}}')
+
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["code"] == "invalid_input"
+    assert "surrogate" in reply.json()["detail"][0]["msg"]
+
+
+def test_a2a_answers_a_json_rpc_parse_error(server: ThreadServer) -> None:
+    pytest.importorskip("a2a", reason="the a2a extra is not installed")
+    message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "X"}]}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+
+    reply = post(server, "/a2a/shelfhand", json.dumps(request).replace('"X"', LONE))
+
+    error = reply.json()["error"]
+    assert error["code"] == -32700 and "surrogate" in error["message"]
+
+
+def test_a_surrogate_pair_is_text_and_answers(server: ThreadServer) -> None:
+    # an emoji as json.dumps writes it by default: two escapes, one character
+    body = json.dumps(
+        {"model": "shelfhand", "messages": [{"role": "user", "content": "😀 E-203?"}]}
+    )
+    assert "\\ud83d\\ude00" in body
+
+    reply = post(server, "/v1/chat/completions", body)
+
+    assert reply.status_code == 200, reply.text
+
+
+@given(st.text(max_size=40), st.sampled_from(["\ud800", "\udfff", "\udbff", "\udc00"]))
+@settings(max_examples=200)
+def test_lone_surrogate_finds_every_half_pair_and_passes_all_text(text: str, half: str) -> None:
+    clean = "".join(c for c in text if not 0xD800 <= ord(c) <= 0xDFFF)
+    assert lone_surrogate(json.dumps({"a": [clean], clean: 1}).encode()) == ""
+    assert lone_surrogate(json.dumps({"a": [clean], clean: 1}, ensure_ascii=False).encode()) == ""
+    assert lone_surrogate(json.dumps({"a": [clean + half]}).encode())
+    assert lone_surrogate(json.dumps({clean + half: 1}).encode())
+    # an escaped backslash before "ud800" is six characters of text
+    assert lone_surrogate(b'{"a": "\\\\ud800"}') == ""

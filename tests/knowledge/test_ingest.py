@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shelfhand.core.errors import UnreadableDocumentError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import IngestEvent
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
@@ -152,6 +153,34 @@ def test_unreadable_files_are_reported_and_the_rest_ingested(
     report = kb.ingestor.ingest([docs])
     assert sorted(f.source for f in report.failed) == ["docs/broken.pdf", "docs/empty.md"]
     assert len(report.added) == 3
+    kb.close()
+
+
+def test_a_file_whose_name_is_not_utf8_is_reported_and_the_rest_ingested(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
+    # a name written in another encoding (GBK's 保修): Python reads its bytes as lone
+    # surrogates, which no store can hold; it ended the whole ingest with UnicodeEncodeError
+    (docs / os.fsdecode(b"\xb1\xa3\xd0\xde.md")).write_text("# GBK name\n\nE-310.\n")
+    kb = open_kb(open_stack, CountingEmbedder())
+    report = kb.ingestor.ingest([docs])
+    assert [(f.source, f.reason) for f in report.failed] == [
+        ("docs/\\xb1\\xa3\\xd0\\xde.md", "its name is not UTF-8 text (rename it)")
+    ]
+    assert len(report.added) == 3
+    assert_consistent(kb)
+    kb.close()
+
+
+def test_a_folder_whose_name_is_not_utf8_is_refused_before_anything_is_stored(
+    open_stack: OpenStack, tmp_path: Path, docs: Path
+) -> None:
+    folder = tmp_path / os.fsdecode(b"\xb1\xa3\xd0\xde")
+    write(folder / "a.md", "# A\n\nE-310.\n")
+    kb = open_kb(open_stack, CountingEmbedder())
+    with pytest.raises(UnreadableDocumentError, match=r"xb1.*not UTF-8 text"):
+        kb.ingestor.ingest([docs, folder])
+    assert kb.store.count_documents() == 0
     kb.close()
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -64,6 +65,24 @@ __all__ = ["EmbedReport", "IngestEvent", "IngestFailure", "IngestReport", "Inges
 
 def _never() -> bool:
     return False
+
+
+NOT_TEXT_NAME = "its name is not UTF-8 text (rename it)"
+"""Why a file whose name holds bytes that are not UTF-8 is not ingested (a name written in
+another encoding: Python reads such bytes as lone surrogates, which no store can hold)."""
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_name(name: str | Path) -> str:
+    """``name`` as it can be shown: bytes that are not UTF-8 as ``\\xff`` escapes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
@@ -190,16 +209,24 @@ class Ingestor:
                 raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
             root = path if path.is_dir() else path.parent
             root_name = root.resolve().name or "root"
+            if not _is_text(root_name):  # (before anything is stored under it)
+                raise UnreadableDocumentError(f"cannot read {shown_name(root)}: {NOT_TEXT_NAME}")
             if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
                 origin = (root_origins or {}).get(root_name) or str(root.resolve())
                 self._claim_root(root_name, origin, claimed)
                 roots.append(root_name + "/")
             for file in iter_files([path]):
+                source = f"{root_name}/{file.relative_to(root).as_posix()}"
+                if not _is_text(source):  # no store, index or report can hold it as it is
+                    tally.failed.append(
+                        IngestFailure(source=shown_name(source), reason=NOT_TEXT_NAME)
+                    )
+                    continue
                 try:
                     size = file.stat().st_size
                 except OSError:
                     size = 0  # reported when it is read
-                files.append((file, f"{root_name}/{file.relative_to(root).as_posix()}", size))
+                files.append((file, source, size))
         for name, folder in claimed.items():
             self.store.set_root_path(name, folder)
         # Smallest first: a big file never holds the small ones back.

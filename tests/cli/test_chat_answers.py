@@ -8,6 +8,9 @@ leaves the passages' answer."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import pytest
 
 from shelfhand.knowledge.base import sample_corpus
 from support.chat_server import Reply, chunk, completion  # see conftest.py
-from support.cli import run_cli
+from support.cli import cli_env, run_cli
 
 QUESTION = "What does error code E-203 mean and how do I fix it?"
 
@@ -157,3 +160,39 @@ def test_status_prints_a_workspace_path_with_brackets_as_it_is(tmp_path: Path) -
 
     assert out.returncode == 0, out.stderr
     assert f"workspace: {workspace}" in out.stdout
+
+
+GBK_QUESTION = os.fsdecode("保修多久 E-203".encode("gbk"))  # typed in a GBK terminal
+
+
+def test_a_question_that_is_not_utf8_is_refused_with_the_reason(
+    workspace: Path, server: Any
+) -> None:
+    # it ended in a traceback (UnicodeEncodeError) once a tool call's audit stored it
+    out = run_cli(["ask", GBK_QUESTION], workspace, server)
+
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "is not UTF-8 text" in out.stderr and "\\xb1\\xa3" in out.stderr
+    assert server.requests == []  # nothing was sent to the model
+
+
+def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
+    workspace: Path, server: Any
+) -> None:
+    server.add(streamed("E-203 means the lamp is overheating [1]."))
+    typed = os.fsencode(GBK_QUESTION) + b"\n" + QUESTION.encode() + b"\n\n"
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "chat"],
+        input=typed,
+        capture_output=True,
+        env=cli_env(workspace, server),
+        timeout=120,
+        check=False,
+    )
+
+    said = out.stdout.decode("utf-8", "backslashreplace")
+    assert out.returncode == 0, out.stderr
+    assert "is not UTF-8 text" in said
+    assert "E-203 means the lamp is overheating [1]." in said
+    assert len(server.requests) == 1

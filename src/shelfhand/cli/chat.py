@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -116,14 +117,26 @@ def chat(
 
 
 def _lines(console: Any) -> Iterator[str]:
-    """What the user types, line by line, until an empty line, Ctrl-D or Ctrl-C."""
+    """What the user types, line by line, until an empty line, Ctrl-D or Ctrl-C; a line that
+    is not UTF-8 text is refused, and the next one read."""
+    from rich.markup import escape
+
+    from shelfhand.cli.common import not_text_argument
+
     while True:
         try:
             line = console.input("[bold green]you> [/]")
         except (EOFError, KeyboardInterrupt):
             return
+        except UnicodeDecodeError as exc:  # (a UTF-8 locale whose stdin is strict)
+            shown = exc.object[exc.start : exc.end]
+            line = os.fsdecode(shown if isinstance(shown, bytes) else b"\xff")
         if not line.strip():
             return
+        problem = not_text_argument([line])  # typed in a terminal that is not UTF-8
+        if problem:
+            console.print(f"[red]{escape(problem.replace('argument', 'line', 1))}[/]")
+            continue
         yield line
 
 

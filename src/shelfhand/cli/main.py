@@ -72,8 +72,12 @@ def main() -> None:
         if find_spec(f"shelfhand.cli.{name}") is not None:
             import_module(f"shelfhand.cli.{name}")
     quiet_third_party()
+    from shelfhand.cli.common import not_text_argument
     from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 
+    not_text = not_text_argument(sys.argv[1:])
+    if not_text:
+        sys.exit(fail(not_text, 2).exit_code)
     try:
         app()
     except KeyboardInterrupt:

@@ -56,8 +56,18 @@ def page_server(tmp_path: Path) -> Iterator[ThreadServer]:
     yield from _page_server(tmp_path, "E-203 表示灯泡过热，请清理风扇 [1]。另见 [9]。")
 
 
+TROUBLESHOOTING = (
+    "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却，并清理进风口和风扇上的灰尘。\n"
+)
+
+
 def _page_server(
-    tmp_path: Path, answer: str = "", *, model: Any = None, env: dict[str, str] | None = None
+    tmp_path: Path,
+    answer: str = "",
+    *,
+    model: Any = None,
+    env: dict[str, str] | None = None,
+    doc: tuple[str, str] = ("troubleshooting.md", TROUBLESHOOTING),
 ) -> Iterator[ThreadServer]:
     if model is None:
         model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203 故障"}), text(answer)])
@@ -67,9 +77,8 @@ def _page_server(
         router=EmbeddingRouter({"any": HashingEmbedder()}),
     )
     server = start_thread_server(create_app(app, api_keys=user_contexts()))
-    doc = "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却，并清理进风口和风扇上的灰尘。\n"
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
-        files = [("files", ("troubleshooting.md", doc.encode()))]
+        files = [("files", (doc[0], doc[1].encode()))]
         assert c.post("/v1/knowledge/files", files=files).status_code == 200
     yield server
     server.stop()
@@ -166,3 +175,19 @@ def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
             sync_api.expect(shown).to_contain_text("The draft above was withdrawn")
             sync_api.expect(shown).to_contain_text("→ retrieve")
             page.screenshot(path=str(ARTIFACTS / "web-chat-withdrawn.png"), full_page=True)
+
+
+def test_another_rows_price_is_shown_as_not_supported_with_the_reason(tmp_path: Path) -> None:
+    prices = "# 价格\n\n| 型号 | 价格（元） |\n|---|---|\n| Lumen X1 | 3,999 |\n| Lumen X1 Pro | 5,999 |\n"
+    model = CyclingScriptModel(
+        [
+            tool_call("retrieve", {"query": "Lumen X1 Pro 价格"}),
+            text("Lumen X1 Pro 的价格是 3,999 元 [1]。"),
+        ]
+    )
+    flag = {"SHELFHAND_ANSWER_CHECK": "flag"}  # the model's answer stays, flagged
+    for server in _page_server(tmp_path, model=model, env=flag, doc=("prices.md", prices)):
+        with asked(server, "Lumen X1 Pro 多少钱？", height=800) as page:
+            sync_api.expect(page.locator(".msg.assistant .answer").last).to_contain_text("3,999")
+            note = page.locator(".msg.assistant .unsupported").last
+            sync_api.expect(note).to_contain_text("3999: another row's in their table")

@@ -300,8 +300,8 @@ def _ungrounded(sentences: Sequence[object]) -> bool:
     if not supports:
         return False
     bad = [s for s in supports if not getattr(s, "supported", True)]
-    if any(getattr(s, "missing", ()) for s in bad):
-        return True  # a number, duration or code no passage holds
+    if any(getattr(s, "missing", ()) or getattr(s, "misplaced", ()) for s in bad):
+        return True  # a number, duration or code no passage holds (or another row's)
     return len(bad) / len(supports) >= UNSUPPORTED_SHARE
 
 

@@ -12,7 +12,10 @@ passages it cites (``[n]``), or against all of the run's passages when it cites 
 
 A sentence is supported when no fact is missing and enough of its words are found
 (:data:`MIN_SUPPORT`; less when the sentence states facts the passages hold, since an English
-answer over Chinese passages shares its facts, not its words). The result is a
+answer over Chinese passages shares its facts, not its words), and no number of it is
+**misplaced**: held by a table only in rows about something else than the row the sentence
+names (:func:`misplaced_numbers`: "The Lumen X1 Pro costs 3,999 CNY" over a price table whose
+3,999 is the Lumen X1's and whose Lumen X1 Pro row says 5,999). The result is a
 :class:`~shelfhand.core.grounding.Grounding`, per sentence, with the supporting passage.
 """
 
@@ -22,6 +25,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
@@ -32,7 +36,9 @@ __all__ = [
     "Evidence",
     "check_grounding",
     "facts",
+    "misplaced_numbers",
     "split_sentences",
+    "table",
     "without_citations",
     "words",
 ]
@@ -128,7 +134,7 @@ class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
 
-    __slots__ = ("_sources", "_texts", "question_facts")
+    __slots__ = ("_sources", "_texts", "question_facts", "question_words")
 
     def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
         # a passage says what its heading says too ("保修政策（第 2 版）": the answer may name it)
@@ -138,6 +144,8 @@ class Evidence:
             if c.text
         }
         self.question_facts = frozenset(facts(question)) if question else frozenset()
+        # what a sentence naming nothing of a table ("The price is 3,999.") is read as about
+        self.question_words = _named(words(question)) if question else frozenset()
         # a passage's source, named in an answer ("(docs-t1/warranty.md)"), is not a claim:
         # its digits and words are not checked (longest first: one may contain another)
         self._sources = sorted({c.source for c in citations if c.source}, key=len, reverse=True)
@@ -175,7 +183,21 @@ class Evidence:
             if share > score or best is None:
                 best, score = i, share
         needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT
-        supported = not missing and score >= needed and best is not None
+        misplaced: set[str] = set()
+        if stated and not missing:
+            named = _named(own)
+            checked = _standalone(stated, named) - self.question_facts
+            if checked:
+                for i in pool:
+                    misplaced.update(
+                        misplaced_numbers(
+                            checked, named, self._texts[i], otherwise=self.question_words
+                        )
+                    )
+                for i in pool if misplaced else ():  # unless said outside a table too
+                    tables = table(self._texts[i])
+                    misplaced -= tables.elsewhere if tables.rows else analysed[i][1]
+        supported = not missing and not misplaced and score >= needed and best is not None
         return SentenceSupport(
             text=sentence,
             supported=supported,
@@ -183,7 +205,81 @@ class Evidence:
             score=score,
             cited=cited,
             missing=tuple(missing),
+            misplaced=tuple(sorted(misplaced)),
         )
+
+
+def _named(tokens: Iterable[str]) -> frozenset[str]:
+    """The words of ``tokens`` that name something (numbers alone do not)."""
+    return frozenset(t for t in tokens if not t.replace(",", "").replace(".", "").isdigit())
+
+
+def _standalone(found: Iterable[str], named: Iterable[str]) -> set[str]:
+    """The numbers of ``found`` (facts) that stand alone: not the digits of a name among
+    ``named`` ("1" of "X1", "2024" of "SKU2024-012")."""
+    names = [w for w in named if not w.isalpha()]
+    return {f for f in found if f.isdigit() and not any(f in w for w in names)}
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """The tables of a passage: its data rows, each as its naming words and its numbers, and
+    the facts of its other lines (``elsewhere``; empty when it has no table)."""
+
+    rows: tuple[tuple[frozenset[str], frozenset[str]], ...]
+    elsewhere: frozenset[str]
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def table(text: str) -> Table:
+    """The :class:`Table` of a passage's text: its data rows are the lines of two or more
+    cells separated by ``|`` that hold a number standing alone (a header names columns and
+    holds none; a Markdown rule ``|---|`` neither)."""
+    rows = []
+    other = []
+    for line in text.splitlines():
+        if line.count("|") >= 2:
+            named = _named(passage_words(line))
+            numbers = _standalone(facts(line), named)
+            if numbers:
+                rows.append((named, frozenset(numbers)))
+                continue
+        other.append(line)
+    if not rows:
+        return Table(rows=(), elsewhere=frozenset())
+    return Table(rows=tuple(rows), elsewhere=frozenset(facts("\n".join(other))))
+
+
+def misplaced_numbers(
+    numbers: Iterable[str],
+    named: frozenset[str],
+    passage: str,
+    *,
+    otherwise: frozenset[str] = frozenset(),
+) -> list[str]:
+    """The ``numbers`` (normalised, see :func:`facts`) that the tables of ``passage`` hold only
+    in rows about something else than what ``named`` (a sentence's words) names.
+
+    The rows ``named`` names are those sharing the most of its words (one, or several that
+    tie); when it names no row, those ``otherwise`` names (the question's words: "The price
+    is 3,999." answers the question's row). A number is misplaced when none of them holds
+    it. When one of the numbers is in a named row, the sentence speaks of several rows (a
+    comparison: "the X1 costs 3,999 and the X1 Pro 5,999"): none is."""
+    rows = table(passage).rows
+    if not rows:
+        return []
+    shared = [len(named & words_of) for words_of, _ in rows]
+    most = max(shared)
+    if most == 0:
+        shared = [len(otherwise & words_of) for words_of, _ in rows]
+        most = max(shared)
+        if most == 0:
+            return []
+    named_rows = [held for (_, held), n in zip(rows, shared, strict=True) if n == most]
+    numbers = list(numbers)
+    if any(n in held for held in named_rows for n in numbers):
+        return []
+    return [n for n in numbers if any(n in held for _, held in rows)]
 
 
 def _inside_code(fact: str, allowed: Iterable[str]) -> bool:

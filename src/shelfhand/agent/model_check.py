@@ -72,7 +72,7 @@ class ModelJudge:
         if verdicts is None:
             return lexical_stands(grounding, "the model's check gave no verdict for every sentence")
         sentences = tuple(
-            replace(s, supported=verdict and not s.missing)
+            replace(s, supported=verdict and not s.missing and not s.misplaced)
             for s, verdict in zip(grounding.sentences, verdicts, strict=True)
         )
         return Grounding(sentences=sentences, method="model")

@@ -75,7 +75,13 @@ class RerankJudge:
         if any(score is None for score in best):
             return lexical_stands(grounding, "the rerank check gave no score for every sentence")
         sentences = tuple(
-            replace(s, supported=score is not None and score >= self.min_score and not s.missing)
+            replace(
+                s,
+                supported=score is not None
+                and score >= self.min_score
+                and not s.missing
+                and not s.misplaced,
+            )
             for s, score in zip(grounding.sentences, best, strict=True)
         )
         return Grounding(sentences=sentences, method="rerank")

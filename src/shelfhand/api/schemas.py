@@ -142,7 +142,8 @@ class ChatReply(BaseModel):
     grounding: dict[str, Any] | None = Field(
         default=None,
         description="The grounding check of the answer: grounded, method and per sentence "
-        "supported / unsupported with the supporting passage and the missing numbers or codes "
+        "supported / unsupported with the supporting passage, the missing numbers or codes "
+        "and the misplaced ones (a table's number from another row than the one named) "
         "(null: not checked, e.g. no passages).",
     )
     extractive: bool = Field(

@@ -110,6 +110,8 @@ def print_notes(console: Console, result: RunResult) -> int:
     if grounding is not None and not result.extractive:
         for s in grounding.unsupported:
             missing = f" ({', '.join(s.missing)} not in the passages)" if s.missing else ""
+            if s.misplaced:
+                missing += f" ({', '.join(s.misplaced)} is another row's in the passages' table)"
             console.print(
                 f"[yellow]unsupported:[/] {escape(s.text)}{escape(missing)}", highlight=False
             )

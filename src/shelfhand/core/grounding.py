@@ -2,9 +2,10 @@
 :mod:`shelfhand.agent.grounding_check`).
 
 A :class:`Grounding` holds one :class:`SentenceSupport` per checked sentence of an answer:
-whether the passages support it, by which passage, and the numbers or codes of the sentence
-that no passage holds. It travels with the run's result (``RunResult.grounding``), so each
-caller reads the check of its own answer.
+whether the passages support it, by which passage, the numbers or codes of the sentence
+that no passage holds, and those a table holds only in another row than the one it names.
+It travels with the run's result (``RunResult.grounding``), so each caller reads the check
+of its own answer.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class SentenceSupport:
     """The passage numbers the sentence cites."""
     missing: tuple[str, ...] = ()
     """Numbers, codes and dates of the sentence that no passage it is checked against holds."""
+    misplaced: tuple[str, ...] = ()
+    """Numbers of the sentence that its passages hold only in a table row about something
+    else than what the sentence names (the Lumen X1's ``3999`` said of the Lumen X1 Pro)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +43,7 @@ class SentenceSupport:
             "score": round(self.score, 3),
             "cited": list(self.cited),
             "missing": list(self.missing),
+            "misplaced": list(self.misplaced),
         }
 
 

@@ -236,7 +236,7 @@ function renderGrounding(answer) {
       if (s.supported) continue;
       const p = document.createElement("p");
       p.className = "unsupported";
-      p.textContent = "Not supported by the passages: " + s.text + (s.missing.length ? ` (${s.missing.join(", ")} not in them)` : "");
+      p.textContent = "Not supported by the passages: " + s.text + (s.missing.length ? ` (${s.missing.join(", ")} not in them)` : "") + ((s.misplaced || []).length ? ` (${s.misplaced.join(", ")}: another row's in their table)` : "");
       notes.appendChild(p);
     }
   }

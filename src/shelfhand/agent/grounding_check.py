@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
@@ -134,7 +134,7 @@ class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
 
-    __slots__ = ("_sources", "_texts", "question_facts", "question_words")
+    __slots__ = ("_question", "_sources", "_texts", "question_facts")
 
     def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
         # a passage says what its heading says too ("保修政策（第 2 版）": the answer may name it)
@@ -144,8 +144,7 @@ class Evidence:
             if c.text
         }
         self.question_facts = frozenset(facts(question)) if question else frozenset()
-        # what a sentence naming nothing of a table ("The price is 3,999.") is read as about
-        self.question_words = _named(words(question)) if question else frozenset()
+        self._question = question
         # a passage's source, named in an answer ("(docs-t1/warranty.md)"), is not a claim:
         # its digits and words are not checked (longest first: one may contain another)
         self._sources = sorted({c.source for c in citations if c.source}, key=len, reverse=True)
@@ -154,6 +153,35 @@ class Evidence:
     def of(cls, citations: Sequence[Citation], question: str = "") -> Evidence:
         """``citations`` ready to check against (a passage retrieved twice counts once)."""
         return cls(citations, question)
+
+    def _misplaced(
+        self,
+        stated: set[str],
+        own: set[str],
+        tables: dict[int, Table],
+        analysed: dict[int, tuple[frozenset[str], frozenset[str]]],
+    ) -> set[str]:
+        """The numbers of a sentence (``stated``, its words ``own``) that the tables of its
+        passages hold only in other rows than the one it names, and no passage states outside
+        a table (see :func:`misplaced_numbers`)."""
+        named = _named(own)
+        checked = _standalone(stated, named) - self.question_facts
+        misplaced: set[str] = set()
+        for i, tabled in tables.items():
+            if checked and tabled.rows:
+                misplaced.update(
+                    misplaced_numbers(
+                        checked, named, self._texts[i], otherwise=self._question_names
+                    )
+                )
+        for i, tabled in tables.items() if misplaced else ():  # unless said outside a table
+            misplaced -= tabled.elsewhere if tabled.rows else analysed[i][1]
+        return misplaced
+
+    def _question_names(self) -> frozenset[str]:
+        """What a sentence naming nothing of a table ("The price is 3,999.") is read as about:
+        the question's naming words (analysed only when such a sentence comes)."""
+        return _named(passage_words(self._question)) if self._question else frozenset()
 
     def check(self, sentence: str) -> SentenceSupport | None:
         """``sentence`` scored against the passages it cites (all when it cites none or
@@ -185,18 +213,9 @@ class Evidence:
         needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT
         misplaced: set[str] = set()
         if stated and not missing:
-            named = _named(own)
-            checked = _standalone(stated, named) - self.question_facts
-            if checked:
-                for i in pool:
-                    misplaced.update(
-                        misplaced_numbers(
-                            checked, named, self._texts[i], otherwise=self.question_words
-                        )
-                    )
-                for i in pool if misplaced else ():  # unless said outside a table too
-                    tables = table(self._texts[i])
-                    misplaced -= tables.elsewhere if tables.rows else analysed[i][1]
+            tables = {i: table(self._texts[i]) for i in pool}
+            if any(t.rows for t in tables.values()):
+                misplaced = self._misplaced(stated, own, tables, analysed)
         supported = not missing and not misplaced and score >= needed and best is not None
         return SentenceSupport(
             text=sentence,
@@ -255,13 +274,13 @@ def misplaced_numbers(
     named: frozenset[str],
     passage: str,
     *,
-    otherwise: frozenset[str] = frozenset(),
+    otherwise: Callable[[], frozenset[str]] = frozenset,
 ) -> list[str]:
     """The ``numbers`` (normalised, see :func:`facts`) that the tables of ``passage`` hold only
     in rows about something else than what ``named`` (a sentence's words) names.
 
     The rows ``named`` names are those sharing the most of its words (one, or several that
-    tie); when it names no row, those ``otherwise`` names (the question's words: "The price
+    tie); when it names no row, those ``otherwise()`` names (the question's words: "The price
     is 3,999." answers the question's row). A number is misplaced when none of them holds
     it. When one of the numbers is in a named row, the sentence speaks of several rows (a
     comparison: "the X1 costs 3,999 and the X1 Pro 5,999"): none is."""
@@ -271,7 +290,8 @@ def misplaced_numbers(
     shared = [len(named & words_of) for words_of, _ in rows]
     most = max(shared)
     if most == 0:
-        shared = [len(otherwise & words_of) for words_of, _ in rows]
+        asked = otherwise()
+        shared = [len(asked & words_of) for words_of, _ in rows]
         most = max(shared)
         if most == 0:
             return []

@@ -38,6 +38,8 @@ def _forget() -> None:
     """Clear the passage analysis caches: the cost for passages never seen before."""
     grounding_check._analysed.cache_clear()
     grounding_check.passage_words.cache_clear()
+    if hasattr(grounding_check, "table"):  # (the tables' rows: a tree before them has none)
+        grounding_check.table.cache_clear()
     answer_topic._numbers.cache_clear()
 
 

@@ -321,3 +321,53 @@ def test_each_knowledge_base_reads_within_its_own_workspace_limits(tmp_path: Pat
     assert [f.source for f in strict_report.failed] == ["docs/long.md"]
     assert "max_chars" in strict_report.failed[0].reason
     assert relaxed_report.added == ("docs/long.md",) and not relaxed_report.failed
+
+
+def test_a_file_over_the_byte_limit_is_refused_without_reading_it(tmp_path: Path) -> None:
+    import tracemalloc
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    with open(docs / "huge.txt", "wb") as f:  # sparse: 256 MiB on paper, nothing on disk
+        f.truncate(256 * MIB)
+    (docs / "short.md").write_text("# 保修\n\n保修期两年。", encoding="utf-8")
+    kb = open_embedded_store(tmp_path / "ws", None, read_limits=ReadLimits(max_file_mb=1))
+    tracemalloc.start()
+    try:
+        report = kb.ingestor.ingest([docs])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        kb.close()
+    assert [f.source for f in report.failed] == ["docs/huge.txt"]
+    assert "max_file_mb" in report.failed[0].reason
+    assert report.added == ("docs/short.md",)
+    assert peak < 32 * MIB  # it was read whole (256 MiB) before the limit was checked
+
+
+def test_a_pipe_or_device_named_like_a_document_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    # a pipe blocked the ingest forever (reading waits for a writer); /dev/zero never ends
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    os.mkfifo(docs / "notes.md")
+    (docs / "zero.txt").symlink_to("/dev/zero")
+    (docs / "short.md").write_text("# 保修\n\n保修期两年。", encoding="utf-8")
+    kb = open_embedded_store(tmp_path / "ws", None)
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(kb.ingestor.ingest([docs])), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    if worker.is_alive():  # the pipe's reader is stuck: let it go, so that the test ends
+        with open(docs / "notes.md", "wb"):
+            pass
+        worker.join(timeout=10)
+        kb.close()
+        pytest.fail("the ingest waited on the pipe")
+    kb.close()
+    (report,) = done
+    reasons = {f.source: f.reason for f in report.failed}  # type: ignore[attr-defined]
+    assert reasons == {
+        "docs/notes.md": "not a regular file (a pipe, a device or a socket)",
+        "docs/zero.txt": "not a regular file (a pipe, a device or a socket)",
+    }
+    assert report.added == ("docs/short.md",)  # type: ignore[attr-defined]

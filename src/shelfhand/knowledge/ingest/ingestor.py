@@ -55,7 +55,7 @@ from shelfhand.knowledge.ingest.reports import (
 )
 from shelfhand.knowledge.protocols import KnowledgeStore
 from shelfhand.knowledge.reading.limits import ReadLimits
-from shelfhand.knowledge.reading.readers import iter_files, read_file
+from shelfhand.knowledge.reading.readers import iter_files, read_bounded, read_file
 from shelfhand.knowledge.types import Chunk, Document
 
 logger = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ class Ingestor:
     ) -> EventKind:
         """Phase 1 for one file. Any exception is this file's failure, reported once."""
         try:
-            data = file.read_bytes()
+            data = read_bounded(file, self.limits)  # (a huge file or a pipe: never read)
             file_hash = hashlib.sha256(data).hexdigest()
             stored = self.store.get_source_hash(source)
             if stored == file_hash:

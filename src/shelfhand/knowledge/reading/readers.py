@@ -19,6 +19,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from stat import S_ISREG
 
 from shelfhand.core.errors import UnreadableDocumentError
 from shelfhand.knowledge.reading.formats import READERS
@@ -35,6 +36,7 @@ __all__ = [
     "clean_pdf_pages",
     "decode_text",
     "iter_files",
+    "read_bounded",
     "read_file",
 ]
 
@@ -88,18 +90,19 @@ def read_file(
             f"supported: {supported}"
         )
     limits = ReadLimits() if limits is None else limits
+    if data is None:
+        data = read_bounded(path, limits)
+    else:
+        limits.check_file_bytes(str(path), len(data))
     try:
-        stat = path.stat()
-        limits.check_file_bytes(str(path), len(data) if data is not None else stat.st_size)
-        if data is None:
-            data = path.read_bytes()
+        mtime = path.stat().st_mtime
     except OSError as exc:
         raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
     item = ReadInput(
         path=path,
         source=str(path) if source is None else source,
         data=data,
-        mtime=stat.st_mtime,
+        mtime=mtime,
         tenant_id=tenant_id,
         permission_tags=merge_tags(permission_tags, ()),
         limits=limits,
@@ -115,6 +118,38 @@ def read_file(
         except WorkerUnavailable as exc:  # size limits still hold; time and memory do not
             logger.warning("%s; parsing %s in this process", exc, path)
     return reader(item)
+
+
+def read_bounded(path: Path, limits: ReadLimits) -> bytes:
+    """The bytes of the regular file ``path``, never more than ``limits`` allow: a file over
+    ``max_file_mb`` is refused before it is read (and one that grows past it while read is
+    refused after reading only that much), and a pipe, device or socket named like a document
+    (``notes.md`` made with ``mkfifo``, a link to ``/dev/zero``) is refused without reading
+    (a pipe would wait for a writer forever, a device never end).
+
+    Raises:
+        UnreadableDocumentError: ``path`` is missing, unreadable or not a regular file.
+        DocumentTooLarge: It is over ``max_file_mb``.
+    """
+    name = str(path)
+    try:
+        # non-blocking: opening a pipe for reading would wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as file:
+        try:
+            info = os.fstat(fd)
+            if not S_ISREG(info.st_mode):
+                raise UnreadableDocumentError(
+                    f"cannot read {path}: not a regular file (a pipe, a device or a socket)"
+                )
+            limits.check_file_bytes(name, info.st_size)
+            data = file.read(limits.max_file_bytes + 1)
+        except OSError as exc:
+            raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    limits.check_file_bytes(name, len(data))
+    return data
 
 
 def iter_files(paths: Sequence[Path]) -> Iterator[Path]:

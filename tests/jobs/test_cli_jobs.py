@@ -97,6 +97,28 @@ def test_ingest_with_a_database_queues_a_job_and_detach_returns_at_once(
         kb.close()
 
 
+def test_a_queued_ingest_skips_pipes_and_names_that_are_not_utf8_as_an_ingest_does(
+    tmp_path: Path, pg_url: str, docs: Path
+) -> None:
+    # a pipe named like a document blocked the command forever; a GBK name, a link to
+    # nothing: a traceback
+    os.mkfifo(docs / "notes.md")
+    (docs / os.fsdecode("保修.md".encode("gbk"))).write_text("# x\n\nE-203.\n")
+    (docs / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    done = _cli(pg_url, "ingest", "-w", str(tmp_path / "ws"), str(docs), "--detach")
+    assert done.returncode == 3, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    assert "skipped docs/notes.md: not a regular file (a pipe, a device or a socket)" in said
+    assert "skipped docs/\\xb1\\xa3\\xd0\\xde.md: its name is not UTF-8 text" in said
+    assert "skipped docs/gone.md: No such file or directory" in said
+    queue = IngestQueue.open(pg_url)
+    try:
+        (job,) = queue.for_tenant("default")
+        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
+    finally:
+        queue.close()
+
+
 def test_ingest_no_queue_ingests_in_its_own_process(
     tmp_path: Path, pg_url: str, docs: Path
 ) -> None:

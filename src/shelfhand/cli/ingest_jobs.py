@@ -31,19 +31,38 @@ EXIT_SKIPPED = 3
 EXIT_FAILED = 1
 
 
-def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
-    """The files under ``targets`` named as an in-process ingest names their sources."""
+def collect_files(
+    targets: list[Path], max_file_bytes: int
+) -> tuple[list[JobFile], list[tuple[str, str]]]:
+    """The files under ``targets`` named as an in-process ingest names their sources, and
+    those skipped as it skips them (a name that is not UTF-8, a pipe or a device), each with
+    the reason."""
+    from shelfhand.core.errors import UnreadableDocumentError
     from shelfhand.jobs.queue import JobFile
-    from shelfhand.knowledge.reading.readers import iter_files
+    from shelfhand.knowledge.ingest.ingestor import NOT_TEXT_NAME, shown_name
+    from shelfhand.knowledge.reading.limits import ReadLimits
+    from shelfhand.knowledge.reading.readers import iter_files, read_bounded
 
+    limits = ReadLimits(max_file_mb=max_file_bytes / 1024**2)
     files: list[JobFile] = []
+    skipped: list[tuple[str, str]] = []
     total = 0
     for given in targets:
         folder = given.is_dir()
         root = given if folder else given.parent
         root_name = root.resolve().name or "root"
         for path in iter_files([given]):
-            size = path.stat().st_size
+            name = f"{root_name}/{path.relative_to(root).as_posix()}"
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                skipped.append((shown_name(name), NOT_TEXT_NAME))
+                continue
+            try:
+                size = path.stat().st_size
+            except OSError as exc:  # (a link to nothing)
+                skipped.append((name, exc.strerror or str(exc)))
+                continue
             if size > max_file_bytes:
                 raise fail(
                     f"{path} is larger than the file limit ({max_file_bytes} bytes, "
@@ -57,10 +76,14 @@ def collect_files(targets: list[Path], max_file_bytes: int) -> list[JobFile]:
                     "ingest the folders in several runs",
                     2,
                 )
-            name = f"{root_name}/{path.relative_to(root).as_posix()}"
+            try:
+                data = read_bounded(path, limits)  # (a pipe is not waited on)
+            except UnreadableDocumentError as exc:
+                skipped.append((name, str(exc).removeprefix(f"cannot read {path}: ")))
+                continue
             origin = str(root.resolve()) if folder else None
-            files.append(JobFile(name=name, data=path.read_bytes(), folder=folder, origin=origin))
-    return files
+            files.append(JobFile(name=name, data=data, folder=folder, origin=origin))
+    return files, skipped
 
 
 def queued_ingest(
@@ -76,7 +99,9 @@ def queued_ingest(
     """Enqueue the files and (unless ``detach``) follow the job; exits like ``ingest``."""
     from shelfhand.core.context import UserContext
 
-    files = collect_files(targets, int(a.read_limits().max_file_mb * 1024 * 1024))
+    files, skipped = collect_files(targets, int(a.read_limits().max_file_mb * 1024 * 1024))
+    for name, reason in skipped:
+        console.print(f"[yellow]skipped[/] {escape(name)}: {escape(reason)}", highlight=False)
     if not files:
         raise fail("no readable files to ingest in " + ", ".join(map(str, targets)), 2)
     job = queue.enqueue(
@@ -98,6 +123,8 @@ def queued_ingest(
             highlight=False,
         )
     if detach:
+        if skipped:
+            raise typer.Exit(EXIT_SKIPPED)
         return
     try:
         job = _follow(queue, job, console)
@@ -107,6 +134,8 @@ def queued_ingest(
         )
         raise typer.Exit(130) from None
     _summary(job, console)
+    if skipped:
+        raise typer.Exit(EXIT_SKIPPED)
 
 
 def _follow(queue: IngestQueue, job: JobRecord, console: Any) -> JobRecord:

@@ -36,7 +36,7 @@ from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
 
 from .answer_topic import misses_amount, misses_identifier, only_labels, states_nothing_held
-from .extractive import extractive_answer
+from .extractive import LEAD, extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
@@ -114,6 +114,18 @@ def echoes_scaffold(answer: str, scaffolds: Iterable[str]) -> bool:
 def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
     """A prompt's shingles, made once: the prompts are the same for every answer."""
     return frozenset(_shingles(scaffold, _SCAFFOLD_WORDS))
+
+
+def poses_as_quoted(answer: str) -> bool:
+    """Whether a model's ``answer`` opens with the lead line of the extractive answer
+    (:data:`~.extractive.LEAD`, "From the documents:"): it would pass its own words off as
+    the documents' sentences. A small model does so in a conversation whose earlier answer
+    was extractive (it imitates the format: "From the documents: - 保修维修需要 6 个月 …",
+    the lamp's warranty period reworded as the repair time)."""
+    return answer.lstrip().lower().startswith(_LEAD)
+
+
+_LEAD = LEAD.lower()
 
 
 def is_refusal(answer: str) -> bool:
@@ -205,6 +217,8 @@ class AnswerCheck:
         if result.stop_reason != "final":
             return ""
         if echoes_scaffold(result.output, self.scaffolds):
+            return "prompt_echo"
+        if not result.extractive and poses_as_quoted(result.output):
             return "prompt_echo"
         if result.citations and (not result.output.strip() or only_marks(result.output)):
             return "empty"  # "[1][2]": citation marks, no words

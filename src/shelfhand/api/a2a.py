@@ -48,10 +48,9 @@ from a2a.types.a2a_pb2 import (
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.types import Message as ASGIMessage
 
 from shelfhand.api.deps import caller_for_key
-from shelfhand.api.text_bodies import lone_surrogate
+from shelfhand.api.text_bodies import lone_surrogate, replaying
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.core.version import __version__
@@ -166,16 +165,7 @@ class _BearerOnly:
             error = {"code": _PARSE_ERROR, "message": f"Parse error: {problem}"}
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
             return
-        replayed = False
-
-        async def replay() -> ASGIMessage:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def _not_utf8(body: bytes) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["TextBodies", "lone_surrogate"]
+__all__ = ["TextBodies", "lone_surrogate", "replaying"]
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -93,16 +93,22 @@ class TextBodies:
         if problem:
             await self.refuse(scope["path"], problem)(scope, receive, send)
             return
-        replayed = False
+        await self.app(scope, replaying(body, receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(scope, replay, send)
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the request's ``body`` (read already, whole) first, then what
+    ``receive`` gives (a disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def _json(scope: Scope) -> bool:

@@ -183,3 +183,29 @@ def test_the_table_names_every_field_of_settings_with_its_default() -> None:
     for setting in SETTINGS[1:]:  # the workspace has no default: it is always resolved
         assert fields[setting.name].default == setting.default, setting.name
     assert all(not s.secret or not fields[s.name].repr for s in SETTINGS)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'retrieval_mode = "keyword"\n',  # the file's first line, no table: was ignored
+        'retrieval_mode = "keyword"\n[shelfhand]\nmax_tokens = 64\n',
+        '[prices."qwen-plus"]\ninput = 0.8\noutput = 2.0\n',  # [shelfhand.prices."qwen-plus"]
+    ],
+)
+def test_a_setting_above_the_shelfhand_table_fails_at_start_naming_where_it_goes(
+    tmp_path: Path, body: str
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(body, encoding="utf-8")
+
+    with pytest.raises(ConfigurationError, match=r"is above \[shelfhand\].*move it under"):
+        resolve_settings(tmp_path, env={})
+
+
+def test_the_other_tables_of_the_file_stay_where_they_are(tmp_path: Path) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand]\nretrieval_mode = "keyword"\n[limits]\nmax_file_mb = 5\n'
+        '[[api_keys]]\nkey = "k"\ntenant = "t"\nuser = "u"\n',
+        encoding="utf-8",
+    )
+    assert resolve_settings(tmp_path, env={}).settings.retrieval_mode == "keyword"

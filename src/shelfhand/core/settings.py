@@ -195,6 +195,7 @@ def resolve_settings(
     ws = SETTINGS_BY_NAME["workspace"].parse(ws_raw, ws_source)
     path = ws / "shelfhand.toml"
     document = read_toml(path) if path.is_file() else {}
+    _check_placement(document, path)
     toml = _table(document, "shelfhand", path)
     values: dict[str, Any] = {"workspace": ws}
     sources: dict[str, Source] = {"workspace": ws_source}
@@ -213,6 +214,21 @@ def resolve_settings(
         sources=sources,
         unknown_keys=tuple(sorted(k for k in toml if k not in known)),
     )
+
+
+def _check_placement(document: Mapping[str, Any], path: Path) -> None:
+    """A setting written above ``[shelfhand]`` (``retrieval_mode = "keyword"`` as the file's
+    first line, or a ``[prices]`` table) is never read: say so at start-up instead of running
+    without it."""
+    known = {s.toml: s for s in SETTINGS}
+    for key in document:
+        setting = known.get(key)
+        if setting is not None:
+            where = f" (or {setting.env})" if setting.env else ""
+            raise ConfigurationError(
+                f"{path}: {key!r} is above [shelfhand], where no setting is read: move it "
+                f"under [shelfhand]{where}"
+            )
 
 
 def _check_together(values: Mapping[str, Any]) -> None:

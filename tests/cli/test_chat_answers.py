@@ -196,3 +196,18 @@ def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
     assert "is not UTF-8 text" in said
     assert "E-203 means the lamp is overheating [1]." in said
     assert len(server.requests) == 1
+
+
+def test_ask_and_chat_with_nothing_indexed_say_the_model_answers_alone(
+    tmp_path: Path, server: Any
+) -> None:
+    # run from another folder: the default workspace holds no documents, and the model's
+    # answer looked like one from the documents
+    server.add(Reply(body=completion("Returns are accepted within 30 days.")), streamed("Hello."))
+
+    asked = run_cli(["ask", "What is the return policy?"], tmp_path, server)
+    chatted = run_cli(["chat"], tmp_path, server, stdin="hi\n\n")
+
+    assert asked.returncode == 0, asked.stderr
+    assert "Nothing is indexed in" in asked.stderr and "without your documents" in asked.stderr
+    assert "Nothing is indexed in" in chatted.stdout

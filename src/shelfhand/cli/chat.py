@@ -20,6 +20,7 @@ from shelfhand.cli.common import (
     caller_context,
     fail,
     make_console,
+    no_documents_hint,
     open_app,
 )
 from shelfhand.cli.model_flags import (
@@ -102,7 +103,9 @@ def chat(
     from shelfhand.core.errors import ModelError
 
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
-    console.print(f"[dim]model {model.name}; empty line or Ctrl-D to quit[/]")
+    if kb is None:
+        console.print(f"[yellow]{escape(no_documents_hint(a.settings.workspace))}[/]")
+    console.print(f"[dim]model {escape(model.name)}; empty line or Ctrl-D to quit[/]")
     for line in _lines(console):
         found = Found()
         try:

@@ -108,6 +108,18 @@ DemoToolsOpt = Annotated[
     ),
 ]
 
+
+def no_documents_hint(workspace: Path) -> str:
+    """What ``ask`` and ``chat`` say when a model is configured but nothing is indexed in
+    the workspace (often a command run from another folder: the default workspace is
+    ``./.shelfhand``)."""
+    return (
+        f"Nothing is indexed in {workspace}: the model answers without your documents. "
+        "Index them with `shelfhand ingest PATH`, or name the workspace that holds them "
+        "with -w (or SHELFHAND_WORKSPACE)."
+    )
+
+
 NO_MODEL_HINT = (
     "No chat model is configured. Set SHELFHAND_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY for "
     "any OpenAI-compatible endpoint, e.g. a local llama.cpp or vLLM server), or put "

@@ -24,6 +24,7 @@ from shelfhand.cli.common import (
     caller_context,
     fail,
     make_console,
+    no_documents_hint,
     open_app,
     plural,
 )
@@ -188,6 +189,8 @@ def ask(
             console.print(f"\n[dim]{escape(NO_MODEL_HINT)}[/]")
         kb.close()
         raise typer.Exit(code)
+    if kb is None:  # (a model alone: say so, on stderr, so that --json stays one object)
+        typer.echo(no_documents_hint(a.settings.workspace), err=True)
     agent = a.chat_agent(model, kb, retrieval=mode)
     # the run's steps tallied as the service tallies a turn's: a run that fails after some
     # model calls has no result to carry its usage

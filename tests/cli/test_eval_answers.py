@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -86,3 +87,17 @@ def test_eval_answers_without_a_model_reports_the_extractive_path(tmp_path: Path
     assert report["cases"] == 2 and report["model"] is None
     assert report["right"] == 1.0 and report["not_found_right"] == 1.0
     assert report["unflagged"] == 0 and report["extractive"] == 0.5
+
+
+def test_a_case_file_that_is_not_utf8_or_a_pipe_is_refused_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    # GBK text: it ended in a UnicodeDecodeError traceback; a pipe: the command waited forever
+    gbk = tmp_path / "cases.jsonl"
+    gbk.write_bytes('{"id": "a", "question": "保修多久？", "facts": ["24"]}\n'.encode("gbk"))
+    with pytest.raises(ConfigurationError, match=r"is not UTF-8 .*save it as UTF-8"):
+        load_answer_cases(gbk)
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    with pytest.raises(ConfigurationError, match="not a regular file"):
+        load_answer_cases(pipe)

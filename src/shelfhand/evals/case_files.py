@@ -24,10 +24,20 @@ def case_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     Raises:
         ConfigurationError: the file cannot be read, or a line is not a JSON object.
     """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the case file {path}: {exc}") from None
+    from shelfhand.core.errors import DocumentTooLarge, UnreadableDocumentError
+    from shelfhand.knowledge.reading.limits import ReadLimits
+    from shelfhand.knowledge.reading.readers import read_bounded
+
+    try:  # (within the reading limits, and never a pipe that would wait for a writer)
+        lines = read_bounded(path, ReadLimits()).decode("utf-8").splitlines()
+    except (UnreadableDocumentError, DocumentTooLarge) as exc:
+        reason = str(exc).removeprefix(f"cannot read {path}: ")
+        raise ConfigurationError(f"cannot read the case file {path}: {reason}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(
+            f"cannot read the case file {path}: it is not UTF-8 ({exc.reason} at byte "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

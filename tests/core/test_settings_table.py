@@ -209,3 +209,12 @@ def test_the_other_tables_of_the_file_stay_where_they_are(tmp_path: Path) -> Non
         encoding="utf-8",
     )
     assert resolve_settings(tmp_path, env={}).settings.retrieval_mode == "keyword"
+
+
+@pytest.mark.parametrize("value", ["42", '["qwen"]', "true", '{ name = "qwen" }'])
+def test_a_text_setting_given_another_toml_type_fails_at_start(tmp_path: Path, value: str) -> None:
+    # model = 42 was taken as the model "42", a list as "['qwen']"
+    write_toml(tmp_path, f"model = {value}\n")
+
+    with pytest.raises(ConfigurationError, match=r"model must be text \(a string in quotes"):
+        resolve_settings(tmp_path, env={})

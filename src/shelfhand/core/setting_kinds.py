@@ -55,13 +55,20 @@ class Invalid(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Text:
-    """Any text, surrounding blanks removed."""
+    """Any text, surrounding blanks removed; a TOML value that is not a string (``model =
+    42``, a list, a table) is refused rather than turned into its Python spelling."""
 
     def parse(self, raw: object) -> str:
-        return str(raw).strip()
+        return _text(raw).strip()
 
     def describe(self) -> str:
         return "text"
+
+
+def _text(raw: object) -> str:
+    if not isinstance(raw, str | Path):
+        raise Invalid("text (a string in quotes in shelfhand.toml)")
+    return str(raw)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +76,7 @@ class PathKind:
     """A filesystem path."""
 
     def parse(self, raw: object) -> Path:
-        return Path(str(raw).strip())
+        return Path(_text(raw).strip())
 
     def describe(self) -> str:
         return "path"

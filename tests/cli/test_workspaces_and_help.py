@@ -49,6 +49,17 @@ def test_read_only_commands_on_a_missing_workspace_exit_2_and_create_nothing(
     assert not (tmp_path / "tpyo").exists()
 
 
+@pytest.mark.parametrize("command", [["ingest", "--samples"], ["search", "保修期"], ["status"]])
+def test_a_workspace_that_is_a_file_exits_2_saying_so(tmp_path: Path, command: list[str]) -> None:
+    # ingest ended in FileExistsError; search said the workspace did not exist
+    (tmp_path / "notes.txt").write_text("not a workspace")
+    out = run_cli(*command, "-w", "notes.txt", cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "workspace notes.txt is a file, not a folder" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert (tmp_path / "notes.txt").read_text() == "not a workspace"
+
+
 def test_mcp_list_on_a_new_workspace_creates_it_and_lists_no_servers(tmp_path: Path) -> None:
     out = run_cli("mcp", "list", "-w", "fresh", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -202,6 +202,8 @@ def open_app(workspace: Path | None, *, existing: bool = False, create: bool = F
     except ConfigurationError as exc:
         raise fail(str(exc), 2) from None
     ws = a.settings.workspace
+    if ws.exists() and not ws.is_dir():  # (every command: ingest failed with a traceback)
+        raise fail(f"workspace {ws} is a file, not a folder: name a folder with -w", 2)
     if existing and not ws.is_dir():
         raise fail(
             f"workspace {ws} does not exist: check the path, or create it with "

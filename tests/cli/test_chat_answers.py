@@ -211,3 +211,14 @@ def test_ask_and_chat_with_nothing_indexed_say_the_model_answers_alone(
     assert asked.returncode == 0, asked.stderr
     assert "Nothing is indexed in" in asked.stderr and "without your documents" in asked.stderr
     assert "Nothing is indexed in" in chatted.stdout
+
+
+@pytest.mark.parametrize("command", [["ask", "  "], ["search", ""]])
+def test_an_empty_question_exits_2_and_asks_nothing(
+    workspace: Path, server: Any, command: list[str]
+) -> None:
+    # the model was asked an empty question, and answered it
+    out = run_cli(command, workspace, server)
+
+    assert out.returncode == 2 and "is empty" in out.stderr
+    assert server.requests == []

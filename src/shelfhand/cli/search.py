@@ -64,6 +64,8 @@ def search(
         to_citations,
     )
 
+    if not query.strip():
+        raise fail("the query is empty: search for something, e.g. shelfhand search E-203", 2)
     a = open_app(workspace, existing=True)
     kb = a.open_knowledge()
     found = kb.search_result(
@@ -160,6 +162,8 @@ def ask(
     from shelfhand.core.step_counts import count_steps, stop_counting
     from shelfhand.usage.by_model import ModelTally
 
+    if not question.strip():  # (a model would be asked nothing, and answer anyway)
+        raise fail("the question is empty: ask something, e.g. shelfhand ask 'E-203?'", 2)
     try:
         mode = None if retrieval is None else check_answer_retrieval(retrieval)
     except ConfigurationError as exc:

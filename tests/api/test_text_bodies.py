@@ -1,11 +1,13 @@
-"""A JSON body holding half of a surrogate pair alone ("\\ud800") is bad input: each route
-answers it as its own bad input (OpenAI's 400, shelfhand's 422, A2A's parse error), stores
-nothing, and the service goes on. It answered 500 ("surrogates not allowed") on the
-OpenAI-compatible routes and an internal error on A2A. A real server on 127.0.0.1."""
+"""JSON bodies the service refuses before a route runs. One over 32 MiB: 413, before it is
+read whole. One holding half of a surrogate pair alone ("\\ud800"): bad input, which each
+route answers as its own (OpenAI's 400, shelfhand's 422, A2A's parse error), storing
+nothing; it answered 500 ("surrogates not allowed") on the OpenAI-compatible routes and an
+internal error on A2A. A real server on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from service_helpers import ThreadServer, start_thread_server
 
 from shelfhand.api import ServiceConfig, create_app
-from shelfhand.api.text_bodies import lone_surrogate
+from shelfhand.api.text_bodies import MAX_JSON_BYTES, lone_surrogate
 from shelfhand.app import App
 from shelfhand.core.context import UserContext
 from shelfhand.core.settings import Settings
@@ -117,3 +119,23 @@ def test_lone_surrogate_finds_every_half_pair_and_passes_all_text(text: str, hal
     assert lone_surrogate(json.dumps({clean + half: 1}).encode())
     # an escaped backslash before "ud800" is six characters of text
     assert lone_surrogate(b'{"a": "\\\\ud800"}') == ""
+
+
+def test_a_body_over_the_limit_is_refused_413_before_it_is_read_whole(
+    server: ThreadServer,
+) -> None:
+    # a 300 MB body grew the server by 1.5 GB and 10 s of CPU before its 400
+    content = "E-203 " * (MAX_JSON_BYTES // 6 + 10)
+    body = json.dumps({"model": "shelfhand", "messages": [{"role": "user", "content": content}]})
+    reply = post(server, "/v1/chat/completions", body)
+    assert reply.status_code == 413
+    assert reply.json()["error"]["code"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no length said up front
+        for _ in range(MAX_JSON_BYTES // 1024**2 + 2):
+            yield b" " * 1024**2
+
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        chunked = c.post("/v1/sessions", content=chunks(), headers=KEY)
+    assert chunked.status_code == 413 and chunked.json()["code"] == "body_too_large"
+    assert sessions(server) == []

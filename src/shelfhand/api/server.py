@@ -401,10 +401,16 @@ def public_detail(detail: Any, workspace: Path) -> Any:
     return detail
 
 
-def _not_text(path: str, problem: str) -> Response:
-    """The answer to a JSON body that is not Unicode text (:mod:`~shelfhand.api.text_bodies`):
-    the route's own answer to bad input."""
-    if path in openai_routes.OPENAI_PATHS:
+def _not_text(path: str, status: int, problem: str) -> Response:
+    """The answer to a JSON body too large (413) or not Unicode text (400), see
+    :mod:`~shelfhand.api.text_bodies`: the route's own answer to such input."""
+    openai = path in openai_routes.OPENAI_PATHS
+    if status == 413:
+        if openai:
+            return openai_routes.openai_error(413, problem, "body_too_large")
+        body = ErrorBody(detail=problem, code="body_too_large", trace_id=current_trace_id())
+        return JSONResponse(body.model_dump(), status_code=413)
+    if openai:
         return openai_routes.openai_error(400, f"invalid request: body: {problem}", "invalid_input")
     detail = [{"loc": ["body"], "msg": problem, "type": "string_unicode"}]
     body = ErrorBody(detail=detail, code="invalid_input", trace_id=current_trace_id())

@@ -50,7 +50,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shelfhand.api.deps import caller_for_key
-from shelfhand.api.text_bodies import lone_surrogate, replaying
+from shelfhand.api.text_bodies import BodyTooLarge, lone_surrogate, read_body, replaying
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
 from shelfhand.core.version import __version__
@@ -144,22 +144,15 @@ class _BearerOnly:
     async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A JSON-RPC parse error for a body that is not UTF-8 (the SDK answers such a body
         with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
-        chunks: list[bytes] = []
-        size, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > _MAX_BODY:
-                await JSONResponse(
-                    {"detail": "request body too large", "code": "http_413"}, status_code=413
-                )(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        try:
+            body = await read_body(receive, _MAX_BODY)
+        except BodyTooLarge:
+            await JSONResponse(
+                {"detail": "request body too large", "code": "http_413"}, status_code=413
+            )(scope, receive, send)
+            return
+        if body is None:  # the client went away
+            return
         problem = _not_utf8(body)
         if problem:  # the SDK parses the JSON itself and answers bad JSON right; not bad UTF-8
             error = {"code": _PARSE_ERROR, "message": f"Parse error: {problem}"}

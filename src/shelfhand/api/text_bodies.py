@@ -23,7 +23,14 @@ from collections.abc import Callable, Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["MAX_JSON_BYTES", "TextBodies", "lone_surrogate", "replaying"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "BodyTooLarge",
+    "TextBodies",
+    "lone_surrogate",
+    "read_body",
+    "replaying",
+]
 
 MAX_JSON_BYTES = 32 * 1024**2
 """The largest JSON request body taken (a model's whole context is a few MiB of text); a
@@ -96,25 +103,44 @@ class TextBodies:
         if _declared_size(scope) > self.max_bytes:  # (refused before a byte is read)
             await self.refuse(path, 413, too_large)(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:  # (chunked, with no length said up front)
-                await self.refuse(path, 413, too_large)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        try:
+            body = await read_body(receive, self.max_bytes)
+        except BodyTooLarge:  # (chunked, with no length said up front)
+            await self.refuse(path, 413, too_large)(scope, receive, send)
+            return
+        if body is None:  # the client went away
+            return
         problem = lone_surrogate(body)
         if problem:
             await self.refuse(path, 400, problem)(scope, receive, send)
             return
         await self.app(scope, replaying(body, receive), send)
+
+
+class BodyTooLarge(Exception):
+    """A request body over the most bytes taken (:func:`read_body`)."""
+
+
+async def read_body(receive: Receive, most: int) -> bytes | None:
+    """The request's whole body, read from ``receive``; ``None`` when the client went away.
+
+    Raises:
+        BodyTooLarge: It passed ``most`` bytes (what was read is dropped; the rest is not
+            read).
+    """
+    chunks: list[bytes] = []
+    size, more = 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > most:
+            raise BodyTooLarge(size)
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

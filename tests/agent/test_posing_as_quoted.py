@@ -63,5 +63,5 @@ async def test_a_model_answer_posing_as_the_documents_sentences_is_replaced(
 
     second = await agent.run("保修维修需要多长时间？", context=alice)
 
-    assert second.fallback_reason == "prompt_echo" and second.extractive
+    assert second.fallback_reason == "posed_as_quoted" and second.extractive
     assert "保修维修需要 6 个月" not in second.output

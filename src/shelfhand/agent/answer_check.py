@@ -219,7 +219,7 @@ class AnswerCheck:
         if echoes_scaffold(result.output, self.scaffolds):
             return "prompt_echo"
         if not result.extractive and poses_as_quoted(result.output):
-            return "prompt_echo"
+            return "posed_as_quoted"
         if result.citations and (not result.output.strip() or only_marks(result.output)):
             return "empty"  # "[1][2]": citation marks, no words
         if result.citations and only_labels(result.output, result.citations):
@@ -348,7 +348,7 @@ def _replaced(
         return replace(extracted, messages=_answered(result, extracted.output))
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
-    if why in ("ungrounded", "prompt_echo", "heading_echo", "off_topic") or (
+    if why in ("ungrounded", "prompt_echo", "posed_as_quoted", "heading_echo", "off_topic") or (
         why in _STOPPED and (result.citations or found_nothing(result.messages))
     ):
         return replace(

@@ -39,6 +39,7 @@ REASONS = {
     "ungrounded": "the model's answer was not supported by the passages",
     "refusal": "the model declined although the passages cover the question",
     "prompt_echo": "the model repeated its instructions instead of answering",
+    "posed_as_quoted": "the model passed its own words off as the documents' sentences",
     "repeated_call": "the model kept repeating a failing tool call",
     "max_iters": "the model did not finish within its steps",
     "empty": "the model gave no answer",
@@ -103,7 +104,7 @@ def print_notes(console: Console, result: RunResult) -> int:
             f"({escape(why)})[/]",
             highlight=False,
         )
-    elif result.fallback_reason in ("ungrounded", "prompt_echo"):
+    elif result.fallback_reason in ("ungrounded", "prompt_echo", "posed_as_quoted"):
         why = REASONS[result.fallback_reason]
         console.print(f"[yellow]note:[/] {escape(why)}; no passage answers it", highlight=False)
     grounding = result.grounding

@@ -170,7 +170,8 @@ class RunResult:
     words); ``fallback_reason`` says why."""
     fallback_reason: str = ""
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``prompt_echo``,
-    ``heading_echo``, ``off_topic``, ``unanswered``, ``repeated_call``, ``max_iters``,
+    ``posed_as_quoted``, ``heading_echo``, ``off_topic``, ``unanswered``, ``repeated_call``,
+    ``max_iters``,
     ``empty``, ``no_model`` or
     ``budget_exceeded``; in the service also ``model_error`` or ``model_timeout`` (the model
     failed after the passages were found)."""

@@ -247,6 +247,7 @@ const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
   prompt_echo: "the model repeated its instructions",
+  posed_as_quoted: "the model passed its own words off as the documents' sentences",
   heading_echo: "the model answered with the passages' headings only",
   off_topic: "the model's answer was about something the question did not ask",
   unanswered: "the model's answer did not state the amount asked for",

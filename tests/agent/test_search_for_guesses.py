@@ -9,7 +9,7 @@ unchecked."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,17 @@ def quoted(messages: Sequence[Message]) -> str:
     return "I could not find it."
 
 
-def answer_from_passages(messages: list[Message], tools: Any) -> str:
-    """Guesses until a tool result is in the conversation, then answers from it."""
-    return quoted(messages) if searched(messages) else GUESS
+def guessing(guess: str) -> Callable[[list[Message], Any], str]:
+    """A model that answers ``guess`` until passages are in the conversation, then from them."""
+
+    def model(messages: list[Message], tools: Any) -> str:
+        return quoted(messages) if searched(messages) else guess
+
+    return model
+
+
+answer_from_passages = guessing(GUESS)
+"""Guesses until a tool result is in the conversation, then answers from it."""
 
 
 def checked_agent(model: Any, kb: KnowledgeBase, **kwargs: Any) -> Agent:
@@ -243,12 +251,7 @@ def test_no_amount_for_a_question_asking_how_long_or_how_much_needs_a_search() -
 async def test_an_unsearched_answer_with_no_amount_gets_the_documents_searched(
     kb: KnowledgeBase,
 ) -> None:
-    def model(messages: list[Message], tools: Any) -> str:
-        if searched(messages):
-            return quoted(messages)
-        return "投影仪的保修期取决于购买日期。"  # no amount, no search
-
-    model_ = FunctionModel(model)
+    model_ = FunctionModel(guessing("投影仪的保修期取决于购买日期。"))  # no amount, no search
     result = await checked_agent(model_, kb).run(QUESTION, context=ALICE)
     assert len(model_.requests) == 2 and searched(model_.requests[1])
     assert result.usage.retrievals == 1 and "个月" in result.output
@@ -271,12 +274,8 @@ async def test_a_code_explained_without_a_search_gets_the_documents_searched(
 ) -> None:
     # seen with Qwen2.5-Coder-0.5B in `tool` mode: "Error E-203 means that the system is
     # unable to process the request due to a problem with the data…", shown unchecked
-    def model(messages: list[Message], tools: Any) -> str:
-        if searched(messages):
-            return quoted(messages)
-        return "Error E-203 means the system cannot process the request."
-
-    agent = checked_agent(FunctionModel(model), kb)
+    guess = "Error E-203 means the system cannot process the request."
+    agent = checked_agent(FunctionModel(guessing(guess)), kb)
     result = await agent.run("What does error E-203 mean?", context=ALICE)
     assert result.usage.retrievals == 1 and result.output.endswith("[1]")
     assert "过热" in result.output and "process the request" not in result.output

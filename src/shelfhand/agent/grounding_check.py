@@ -166,14 +166,13 @@ class Evidence:
         a table (see :func:`misplaced_numbers`)."""
         named = _named(own)
         checked = _standalone(stated, named) - self.question_facts
+        if not checked:
+            return set()
         misplaced: set[str] = set()
-        for i, tabled in tables.items():
-            if checked and tabled.rows:
-                misplaced.update(
-                    misplaced_numbers(
-                        checked, named, self._texts[i], otherwise=self._question_names
-                    )
-                )
+        for tabled in tables.values():
+            misplaced.update(
+                misplaced_numbers(checked, named, tabled, otherwise=self._question_names)
+            )
         for i, tabled in tables.items() if misplaced else ():  # unless said outside a table
             misplaced -= tabled.elsewhere if tabled.rows else analysed[i][1]
         return misplaced
@@ -272,19 +271,20 @@ def table(text: str) -> Table:
 def misplaced_numbers(
     numbers: Iterable[str],
     named: frozenset[str],
-    passage: str,
+    passage: Table,
     *,
     otherwise: Callable[[], frozenset[str]] = frozenset,
 ) -> list[str]:
-    """The ``numbers`` (normalised, see :func:`facts`) that the tables of ``passage`` hold only
-    in rows about something else than what ``named`` (a sentence's words) names.
+    """The ``numbers`` (normalised, see :func:`facts`) that the tables of a passage (its
+    :func:`table`) hold only in rows about something else than what ``named`` (a
+    sentence's words) names.
 
     The rows ``named`` names are those sharing the most of its words (one, or several that
     tie); when it names no row, those ``otherwise()`` names (the question's words: "The price
     is 3,999." answers the question's row). A number is misplaced when none of them holds
     it. When one of the numbers is in a named row, the sentence speaks of several rows (a
     comparison: "the X1 costs 3,999 and the X1 Pro 5,999"): none is."""
-    rows = table(passage).rows
+    rows = passage.rows
     if not rows:
         return []
     shared = [len(named & words_of) for words_of, _ in rows]

@@ -45,7 +45,7 @@ from shelfhand.api import (
 )
 from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
-from shelfhand.api.text_bodies import TextBodies
+from shelfhand.api.text_bodies import TextBodies, declared_size
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError
@@ -173,17 +173,19 @@ class UploadSizeLimit:
         self.prefix = prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
-            for key, value in scope.get("headers", ()):
-                if key == b"content-length" and value.isdigit() and int(value) > self.limit:
-                    body = ErrorBody(
-                        detail=f"upload larger than {self.limit} bytes",
-                        code="upload_too_large",
-                        trace_id=current_trace_id(),
-                    )
-                    response = JSONResponse(body.model_dump(), status_code=413)
-                    await response(scope, receive, send)
-                    return
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith(self.prefix)
+            and declared_size(scope) > self.limit
+        ):
+            body = ErrorBody(
+                detail=f"upload larger than {self.limit} bytes",
+                code="upload_too_large",
+                trace_id=current_trace_id(),
+            )
+            response = JSONResponse(body.model_dump(), status_code=413)
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

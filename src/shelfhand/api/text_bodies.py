@@ -27,6 +27,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "BodyTooLarge",
     "TextBodies",
+    "declared_size",
     "lone_surrogate",
     "read_body",
     "replaying",
@@ -100,7 +101,7 @@ class TextBodies:
             return
         path = scope["path"]
         too_large = f"the request body is over {self.max_bytes // 1024**2} MiB"
-        if _declared_size(scope) > self.max_bytes:  # (refused before a byte is read)
+        if declared_size(scope) > self.max_bytes:  # (refused before a byte is read)
             await self.refuse(path, 413, too_large)(scope, receive, send)
             return
         try:
@@ -158,7 +159,8 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _declared_size(scope: Scope) -> int:
+def declared_size(scope: Scope) -> int:
+    """The request's ``Content-Length`` (0 when it says none)."""
     for key, value in scope.get("headers", ()):
         if key == b"content-length":
             return int(value) if value.isdigit() else 0

@@ -136,9 +136,9 @@ def _lines(console: Any) -> Iterator[str]:
             line = os.fsdecode(shown if isinstance(shown, bytes) else b"\xff")
         if not line.strip():
             return
-        problem = not_text_argument([line])  # typed in a terminal that is not UTF-8
+        problem = not_text_argument([line], "line")  # typed in a terminal that is not UTF-8
         if problem:
-            console.print(f"[red]{escape(problem.replace('argument', 'line', 1))}[/]")
+            console.print(f"[red]{escape(problem)}[/]")
             continue
         yield line
 

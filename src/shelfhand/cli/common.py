@@ -229,22 +229,19 @@ def caller_context(tenant: str, user: str, roles: list[str] | None) -> Any:
     return UserContext(tenant_id=tenant, user_id=user, roles=roles or [])
 
 
-def not_text_argument(arguments: list[str]) -> str:
-    """Why one of ``arguments`` cannot be used ("" when all can): a question or option typed
-    in a terminal whose encoding is not UTF-8 (GBK) reaches Python as bytes it cannot read,
-    kept as lone surrogates that fail wherever the text is stored or sent. A path that exists
-    is the file system's name, left to the command (``ingest`` reports such names)."""
+def not_text_argument(arguments: list[str], what: str = "argument") -> str:
+    """Why one of ``arguments`` (each a ``what``: an argument, a line typed in ``chat``)
+    cannot be used ("" when all can): text typed in a terminal whose encoding is not UTF-8
+    (GBK) is not text (:mod:`shelfhand.core.names`). A path that exists is the file system's
+    name, left to the command (``ingest`` reports such names)."""
     import os
 
+    from shelfhand.core.names import is_text, shown_bytes
+
     for argument in arguments:
-        try:
-            argument.encode("utf-8")
-        except UnicodeEncodeError:
-            if os.path.lexists(argument):
-                continue
-            shown = os.fsencode(argument).decode("utf-8", "backslashreplace")
+        if not is_text(argument) and not os.path.lexists(argument):
             return (
-                f"the argument '{shown}' is not UTF-8 text: set the terminal's encoding to "
-                "UTF-8 (e.g. export LANG=C.UTF-8) and type it again"
+                f"the {what} '{shown_bytes(argument)}' is not UTF-8 text: set the terminal's "
+                "encoding to UTF-8 (e.g. export LANG=C.UTF-8) and type it again"
             )
     return ""

@@ -38,8 +38,9 @@ def collect_files(
     those skipped as it skips them (a name that is not UTF-8, a pipe or a device), each with
     the reason."""
     from shelfhand.core.errors import UnreadableDocumentError
+    from shelfhand.core.names import is_text, shown_bytes
     from shelfhand.jobs.queue import JobFile
-    from shelfhand.knowledge.ingest.ingestor import NOT_TEXT_NAME, shown_name
+    from shelfhand.knowledge.ingest.ingestor import NOT_TEXT_NAME
     from shelfhand.knowledge.reading.limits import ReadLimits
     from shelfhand.knowledge.reading.readers import iter_files, read_bounded
 
@@ -53,10 +54,8 @@ def collect_files(
         root_name = root.resolve().name or "root"
         for path in iter_files([given]):
             name = f"{root_name}/{path.relative_to(root).as_posix()}"
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                skipped.append((shown_name(name), NOT_TEXT_NAME))
+            if not is_text(name):
+                skipped.append((shown_bytes(name), NOT_TEXT_NAME))
                 continue
             try:
                 size = path.stat().st_size

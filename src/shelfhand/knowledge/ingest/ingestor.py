@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ from shelfhand.core.errors import (
     KnowledgeError,
     UnreadableDocumentError,
 )
+from shelfhand.core.names import is_text, shown_bytes
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
 from shelfhand.knowledge.ingest.pending import PendingEmbedder
@@ -70,19 +70,6 @@ def _never() -> bool:
 NOT_TEXT_NAME = "its name is not UTF-8 text (rename it)"
 """Why a file whose name holds bytes that are not UTF-8 is not ingested (a name written in
 another encoding: Python reads such bytes as lone surrogates, which no store can hold)."""
-
-
-def _is_text(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def shown_name(name: str | Path) -> str:
-    """``name`` as it can be shown: bytes that are not UTF-8 as ``\\xff`` escapes."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
@@ -209,17 +196,17 @@ class Ingestor:
                 raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
             root = path if path.is_dir() else path.parent
             root_name = root.resolve().name or "root"
-            if not _is_text(root_name):  # (before anything is stored under it)
-                raise UnreadableDocumentError(f"cannot read {shown_name(root)}: {NOT_TEXT_NAME}")
+            if not is_text(root_name):  # (before anything is stored under it)
+                raise UnreadableDocumentError(f"cannot read {shown_bytes(root)}: {NOT_TEXT_NAME}")
             if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
                 origin = (root_origins or {}).get(root_name) or str(root.resolve())
                 self._claim_root(root_name, origin, claimed)
                 roots.append(root_name + "/")
             for file in iter_files([path]):
                 source = f"{root_name}/{file.relative_to(root).as_posix()}"
-                if not _is_text(source):  # no store, index or report can hold it as it is
+                if not is_text(source):  # no store, index or report can hold it as it is
                     tally.failed.append(
-                        IngestFailure(source=shown_name(source), reason=NOT_TEXT_NAME)
+                        IngestFailure(source=shown_bytes(source), reason=NOT_TEXT_NAME)
                     )
                     continue
                 try:

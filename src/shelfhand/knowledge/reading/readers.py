@@ -91,13 +91,13 @@ def read_file(
         )
     limits = ReadLimits() if limits is None else limits
     if data is None:
-        data = read_bounded(path, limits)
+        data, mtime = _read_bounded(path, limits)
     else:
         limits.check_file_bytes(str(path), len(data))
-    try:
-        mtime = path.stat().st_mtime
-    except OSError as exc:
-        raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        try:
+            mtime = path.stat().st_mtime
+        except OSError as exc:
+            raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
     item = ReadInput(
         path=path,
         source=str(path) if source is None else source,
@@ -131,6 +131,11 @@ def read_bounded(path: Path, limits: ReadLimits) -> bytes:
         UnreadableDocumentError: ``path`` is missing, unreadable or not a regular file.
         DocumentTooLarge: It is over ``max_file_mb``.
     """
+    return _read_bounded(path, limits)[0]
+
+
+def _read_bounded(path: Path, limits: ReadLimits) -> tuple[bytes, float]:
+    """:func:`read_bounded`, with the file's modification time (from the same ``fstat``)."""
     name = str(path)
     try:
         # non-blocking: opening a pipe for reading would wait for a writer
@@ -149,7 +154,7 @@ def read_bounded(path: Path, limits: ReadLimits) -> bytes:
         except OSError as exc:
             raise UnreadableDocumentError(f"cannot read {path}: {exc.strerror or exc}") from exc
     limits.check_file_bytes(name, len(data))
-    return data
+    return data, info.st_mtime
 
 
 def iter_files(paths: Sequence[Path]) -> Iterator[Path]:

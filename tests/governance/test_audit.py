@@ -225,6 +225,42 @@ def test_writes_are_batched_not_one_transaction_per_call(backend: Backend) -> No
     assert b"<unparsed arguments, 8 chars>" in stored and b'{"broken' not in stored
 
 
+def test_a_record_holding_half_a_surrogate_pair_loses_nothing_of_its_batch(
+    backend: Backend,
+) -> None:
+    """Half of a surrogate pair in one caller's record (a model's JSON ``\\ud800`` escape in
+    the arguments, or in the name of a tool it made up) failed the whole batch's write: every
+    record of every caller buffered with it was lost. Now all are stored, the half as
+    U+FFFD."""
+    log = backend.open(batch_size=1000, flush_interval=60)
+    calls = [
+        ("alice", "query_stock", {"sku": "A-1"}, "ok"),
+        ("bob", "query_stock", {"sku": "B-\ud800"}, "ok"),
+        ("carol", "query_\udcb1", {"sku": "C-3"}, "unknown_tool"),
+    ]
+    for user, name, arguments, outcome in calls:
+        log.record(
+            tool=name,
+            tenant="acme",
+            user=user,
+            trace_id="t",
+            request_id=f"r-{user}",
+            call_id=f"c-{user}",
+            arguments=arguments,
+            canonical=None,
+            decision="allow",
+            outcome=outcome,
+            duration_ms=0.1,
+        )
+    assert log.flush() == 3
+    assert backend.count() == 3
+    records = {r.user: r for r in log.query()}
+    log.close()
+    assert ascii(records["bob"].arguments) == ascii('{"sku":"B-\ufffd"}')
+    assert ascii(records["carol"].tool) == ascii("query_\ufffd")
+    assert records["alice"].arguments == '{"sku":"A-1"}'
+
+
 def test_redaction_covers_every_secret_name_at_any_depth() -> None:
     value = {
         "PASSWORD": "a",

@@ -36,6 +36,7 @@ from typing import IO, Any
 
 from shelfhand.core.db import Migration, SqliteDatabase
 from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.names import valid_text
 from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
 
 __all__ = [
@@ -339,8 +340,15 @@ class AuditLog:
     def _write(self, rows: list[tuple[Any, ...]]) -> None:
         # a failure propagates: the writer thread logs it (the batch is lost, loudly) and a
         # query answers it (503 for a PostgreSQL out of reach)
-        with self._database.transaction() as conn:
-            conn.executemany(self._sql(_INSERT), rows)
+        try:
+            with self._database.transaction() as conn:
+                conn.executemany(self._sql(_INSERT), rows)
+        except UnicodeEncodeError:
+            # half of a surrogate pair in a record's text (a custom model's tool name, an
+            # error read with surrogateescape): that one record would lose the whole batch
+            storable = [tuple(valid_text(v) if isinstance(v, str) else v for v in r) for r in rows]
+            with self._database.transaction() as conn:
+                conn.executemany(self._sql(_INSERT), storable)
 
     def _fetch(self, sql: str, params: list[Any]) -> Sequence[Any]:
         with self._database.connection() as conn:
@@ -503,14 +511,16 @@ def _stored_arguments(arguments: Any, canonical: str | None) -> tuple[str, str]:
     """The arguments' hash and what is stored of them (redacted canonical JSON)."""
     if canonical is None:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it
-            digest = sha256(arguments.encode("utf-8")).hexdigest()
+            digest = sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
             return digest, f'"<unparsed arguments, {len(arguments)} chars>"'
         canonical = canonical_json(arguments)
-    digest = sha256(canonical.encode("utf-8")).hexdigest()
+    # (surrogatepass: arguments holding half of a surrogate pair hash as they came and are
+    # stored with U+FFFD in its place)
+    digest = sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
     # A secret key's name appears in the JSON text; without one there is nothing to redact.
     if _has_secret_name(canonical):
         canonical = canonical_json(redact(arguments))
-    return digest, canonical
+    return digest, valid_text(canonical)
 
 
 _SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)

@@ -25,6 +25,9 @@ class Reply:
     done: bool = True
     headers: dict[str, str] = field(default_factory=dict)
     hold: bool = False
+    ascii: bool = False
+    """JSON with every non-ASCII character as a ``\\u`` escape (how half of a surrogate
+    pair can be sent: valid JSON, but no text)."""
 
 
 @dataclass
@@ -107,7 +110,7 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self._send_json(reply)
 
         def _send_json(self, reply: Reply) -> None:
-            data = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
+            data = json.dumps(reply.body, ensure_ascii=reply.ascii).encode("utf-8")
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -126,7 +129,9 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 if event == HOLD:
                     self._hold()
                     return
-                payload = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+                payload = (
+                    event if isinstance(event, str) else json.dumps(event, ensure_ascii=reply.ascii)
+                )
                 self.wfile.write(f"data: {payload}\n\n".encode())
                 self.wfile.flush()
 

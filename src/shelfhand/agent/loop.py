@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.citations import only_marks
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import BudgetExceededError
+from shelfhand.core.errors import BudgetExceededError, InvalidArgumentError
 from shelfhand.core.events import CitationsFound, Event, TextDelta, TextWithdrawn
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
+from shelfhand.core.names import is_text
 from shelfhand.core.results import StopReason, Usage, run_usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
@@ -147,7 +148,20 @@ class AgentLoop:
     ) -> AsyncGenerator[Event, None]:
         """The run's events as ``sink`` asks for them, always ending with one ``Final``
         (right after it, the generator ends); inside an ``invoke_agent`` span when tracing
-        is on (see :mod:`.spans`), else the bare steps at no extra cost."""
+        is on (see :mod:`.spans`), else the bare steps at no extra cost.
+
+        Raises:
+            InvalidArgumentError: ``prompt`` holds half of a surrogate pair alone (text no
+                store or reply could carry; the command line and the service refuse it at
+                their edges).
+        """
+        text = prompt if isinstance(prompt, str) else prompt.text
+        if not text.isascii() and not is_text(text):
+            at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
+            raise InvalidArgumentError(
+                "the prompt is not valid Unicode text: it holds half of a surrogate pair "
+                f"alone at character {at}; decode the input as UTF-8"
+            )
         if not tracing_on():
             return self._steps(prompt, sink, options)
         if not options.get("trace_id") and current_span() is None:

@@ -148,7 +148,14 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
     """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()
+    event = f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n"
+    try:
+        return event.encode()
+    except UnicodeEncodeError:
+        # half of a surrogate pair from a custom model or tool: as a JSON escape, which the
+        # client's parser reads back, rather than an exception that cuts the stream short
+        payload = json.dumps(data, separators=(",", ":"))
+        return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()
 
 
 # an absolute file path: starts a word (not inside a URL such as http://host/a/b), 2+ parts

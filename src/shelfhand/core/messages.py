@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
+from shelfhand.core.names import valid_text
 from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
@@ -413,11 +414,13 @@ def tool_result(
     is_error: bool = False,
     citations: tuple[Citation, ...] = (),
 ) -> ToolResultBlock:
-    """``ToolResultBlock(...)`` of these fields, built as a twin (one per tool call)."""
+    """``ToolResultBlock(...)`` of these fields, built as a twin (one per tool call);
+    ``content`` made storable (:func:`~shelfhand.core.names.valid_text`: a tool may return
+    a name read with ``surrogateescape``, an MCP server half of a surrogate pair)."""
     block = _ResultFields()
     block.call_id = call_id
     block.name = name
-    block.content = content
+    block.content = valid_text(content)
     block.is_error = is_error
     block.citations = citations
     block.type = "tool_result"

@@ -14,6 +14,7 @@ from typing import Any
 
 from shelfhand.core.errors import ModelProviderError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from shelfhand.core.names import valid_text
 from shelfhand.models.base import ToolSchema, Usage
 
 __all__ = [
@@ -76,9 +77,11 @@ def _json_arguments(call: ToolCallBlock) -> str:
 
 
 def content_text(content: Any) -> str:
-    """Text from ``content`` given as a string, a list of parts, or nothing."""
+    """Text from ``content`` given as a string, a list of parts, or nothing; half of a
+    surrogate pair alone (a JSON ``\\ud800`` escape, valid JSON but no text) as U+FFFD, so
+    the reply can be stored and sent on (see :func:`~shelfhand.core.names.valid_text`)."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return valid_text(content) if content else ""
     if isinstance(content, list):
         parts: list[str] = []
         for part in content:
@@ -90,8 +93,8 @@ def content_text(content: Any) -> str:
                     value = value.get("value")
                 if isinstance(value, str):
                     parts.append(value)
-        return "".join(parts)
-    return str(content)
+        return valid_text("".join(parts))
+    return valid_text(str(content))
 
 
 def new_call_id() -> str:  # for servers that send calls without an id
@@ -148,8 +151,10 @@ class PartialCall:
         return self
 
     def block(self) -> ToolCallBlock:
-        arguments = "".join(self.arguments) or "{}"
-        return ToolCallBlock(id=self.id or new_call_id(), name=self.name, arguments=arguments)
+        arguments = valid_text("".join(self.arguments)) or "{}"
+        return ToolCallBlock(
+            id=valid_text(self.id) or new_call_id(), name=valid_text(self.name), arguments=arguments
+        )
 
 
 class StreamReply:

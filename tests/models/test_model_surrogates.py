@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from shelfhand.core.messages import Message
+from shelfhand.core.names import is_text
 from shelfhand.models import StreamDone, StreamText
 from shelfhand.models.base import ToolSchema
 from shelfhand.providers.openai_chat import OpenAIChatModel
@@ -34,14 +35,6 @@ async def model(chat_server: ChatServer) -> AsyncIterator[OpenAIChatModel]:
     chat_model = OpenAIChatModel("m", base_url=chat_server.url, api_key="k", max_retries=0)
     yield chat_model
     await chat_model.aclose()
-
-
-def storable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 async def test_a_reply_with_a_lone_half_comes_as_text_with_the_replacement_character(
@@ -85,4 +78,4 @@ async def test_streamed_text_and_a_tool_calls_arguments_are_text(
     assert isinstance(done, StreamDone)
     (called,) = done.response.message.tool_calls
     assert ascii((called.name, called.arguments)) == ascii(("lookup", '{"q": "x\ufffd"}'))
-    assert all(storable(t) for t in (called.id, called.name, called.arguments))
+    assert all(is_text(t) for t in (called.id, called.name, called.arguments))

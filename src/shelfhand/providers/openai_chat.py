@@ -66,6 +66,7 @@ from shelfhand.providers.openai_wire import (
     tool_names,
     usage_of,
 )
+from shelfhand.providers.repetition import Repetition, loop_cut
 from shelfhand.providers.tool_modes import (
     TOOL_MODES,
     ToolMode,
@@ -324,7 +325,11 @@ class OpenAIChatModel:
         calls = [PartialCall().add(tc).block() for tc in raw_calls]
         text = content_text(message.get("content"))
         usage, model_name = usage_of(data.get("usage")), str(data.get("model") or self.model)
-        return self._finish(text, calls, tools, choice.get("finish_reason"), usage, model_name)
+        finish_reason = choice.get("finish_reason")
+        if finish_reason == "length" and (cut := loop_cut(text)) is not None:
+            # cut by max_tokens inside a loop (see .repetition): one copy of the block kept
+            text, finish_reason = text[:cut], "repetition"
+        return self._finish(text, calls, tools, finish_reason, usage, model_name)
 
     async def stream(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
@@ -345,6 +350,7 @@ class OpenAIChatModel:
         attempt = 0
         while True:
             reply = StreamReply(self.model)
+            repetition = Repetition()
             start = anyio.current_time()
             first_by = deadline
             if self.first_token_timeout is not None:
@@ -368,6 +374,11 @@ class OpenAIChatModel:
                         except TimeoutError:
                             raise Deadline(first_token=not started) from None
                         piece = reply.feed(as_dict(raw))
+                        if piece and repetition.looping(piece, reply.parts):
+                            # the model writes one block over and over: stop it (closing
+                            # the request stops the server's generation too)
+                            logger.info("model %s: reply stopped, it repeats itself", self.model)
+                            break
                         if piece and not buffered:
                             yield StreamText(text=piece)
                 finally:
@@ -381,8 +392,11 @@ class OpenAIChatModel:
                 raise unreadable(error) from error
             else:
                 text, calls = "".join(reply.parts), reply.tool_calls()
+                finish_reason = reply.finish_reason
+                if repetition.cut is not None:  # one copy of the repeated block is kept
+                    text, finish_reason = text[: repetition.cut], "repetition"
                 response = self._finish(
-                    text, calls, tools, reply.finish_reason, reply.usage, reply.model_name
+                    text, calls, tools, finish_reason, reply.usage, reply.model_name
                 )
                 if self._loops(messages, response):
                     response = await self._answer_now(messages, tools, response)

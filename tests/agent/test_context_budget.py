@@ -193,3 +193,62 @@ def test_fitting_cuts_old_results_first_then_history_then_shortens_the_newest() 
 
     # fits already: unchanged
     assert fit_messages(messages, total, keep_from=1 + len(history)) == messages
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_call_nested_a_hundred_thousand_deep_is_refused_and_cut_from_the_next_request(
+    chat_server: ChatServer,
+) -> None:
+    """A model's arguments ``[[[…]]]`` 100,000 levels deep raised ``RecursionError`` out of
+    the run (the service's turn failed); then, refused, their 200,000 characters did not fit
+    the next request (``ContextBudgetError``). Now the call gets an error result and the next
+    request carries a marker in their place. The real adapter against a loopback server."""
+    deep = '{"n": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    call = {"id": "c1", "type": "function", "function": {"name": "read_page", "arguments": deep}}
+    chat_server.add(
+        Reply(body=completion(None, tool_calls=[call])), Reply(body=completion("第 1 页说明了。"))
+    )
+    model = OpenAIChatModel("m", base_url=chat_server.url, api_key="k", max_retries=0)
+    agent = Agent(model=model, toolkit=Toolkit([read_page]), context_tokens=4096)
+
+    result = await agent.run("读第一页", context=ALICE)
+    await model.aclose()
+
+    assert (result.stop_reason, result.output) == ("final", "第 1 页说明了。")
+    (refused,) = [r for m in result.messages for r in m.tool_results]
+    assert refused.is_error and "nested too deeply" in refused.content
+    sent = chat_server.requests[1].body["messages"]
+    (sent_call,) = [c for m in sent for c in m.get("tool_calls") or ()]
+    assert sent_call["function"]["arguments"] == (
+        '"[200007 characters of arguments, cut to fit the context window]"'
+    )
+    assert len(deep) == 200_007
+
+
+def test_fitting_cuts_a_calls_own_long_arguments_before_the_newest_results() -> None:
+    system = Message.system("You answer from the manual.")
+    prompt = Message.user("E-203 怎么处理？")
+    small = ToolCallBlock(id="c1", name="read_page", arguments='{"n": 1}')
+    huge = ToolCallBlock(id="c2", name="read_page", arguments='{"n": "' + "9" * 5000 + '"}')
+    calls = Message.assistant(tool_calls=[small, huge])
+    results = Message.tool(
+        [
+            ToolResultBlock(call_id="c1", name="read_page", content="page 1"),
+            ToolResultBlock(call_id="c2", name="read_page", content="refused", is_error=True),
+        ]
+    )
+    messages = [system, prompt, calls, results]
+
+    fitted = fit_messages(messages, 300, keep_from=1)
+
+    kept = fitted[2].tool_calls
+    assert kept[0] == small
+    assert kept[1].arguments == '"[5009 characters of arguments, cut to fit the context window]"'
+    assert fitted[3] == results

@@ -6,7 +6,9 @@ the window) and minus the tool schemas. When it does not fit, in this order:
 
 1. the **oldest tool results** are replaced by a marker (the newest step's results are kept);
 2. the **oldest history** messages (earlier turns of the conversation) are dropped;
-3. the **newest tool results** are shortened, with a marker saying how much was cut.
+3. a call's **own arguments** over 1,000 characters (a model that wrote a megabyte of them,
+   refused by the toolkit) become a marker saying how long they were;
+4. the **newest tool results** are shortened, with a marker saying how much was cut.
 
 Only the request is fitted: the run's transcript keeps every result whole. When even the system
 prompt and the question alone do not fit, :class:`ContextBudgetError` says so instead of sending
@@ -52,6 +54,11 @@ OLD_RESULT_MARKER = (
     "Call the tool again if you still need it.]"
 )
 CUT_MARKER = "\n[… {chars} more characters were cut to fit the context window.]"
+ARGUMENTS_MARKER = '"[{chars} characters of arguments, cut to fit the context window]"'
+"""What a call's own arguments become when they do not fit (a JSON string: valid JSON for
+servers that parse the history's calls)."""
+_LONG_ARGUMENTS = 1000
+"""Arguments longer than this (characters) are cut when the request does not fit."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -174,7 +181,17 @@ def fit_messages(
             total -= sizes.pop(first)
             out.pop(first)
             keep_from -= 1
-    # 3. the newest tool results are shortened, one result at a time
+    # 3. a call's own arguments (a model that wrote a megabyte of them): a marker
+    for i, message in enumerate(out):
+        if total <= budget:
+            break
+        if message.role != "assistant" or not any(
+            len(call.arguments) > _LONG_ARGUMENTS for call in message.tool_calls
+        ):
+            continue
+        out[i] = replace(message, content=tuple(map(_cut_arguments, message.content)))
+        sizes[i], total = message_tokens(out[i]), total - sizes[i] + message_tokens(out[i])
+    # 4. the newest tool results are shortened, one result at a time
     for i in reversed(range(len(out))):
         if total <= budget:
             break
@@ -215,6 +232,12 @@ def size_bound(message: Message) -> int:
 def _replace_results(message: Message, change: Any) -> Message:
     blocks = tuple(change(b) if isinstance(b, ToolResultBlock) else b for b in message.content)
     return replace(message, content=blocks)
+
+
+def _cut_arguments(block: Any) -> Any:
+    if isinstance(block, ToolCallBlock) and len(block.arguments) > _LONG_ARGUMENTS:
+        return replace(block, arguments=ARGUMENTS_MARKER.format(chars=len(block.arguments)))
+    return block
 
 
 def _marker(result: ToolResultBlock) -> ToolResultBlock:

@@ -136,7 +136,9 @@ class ToolCallBlock:
         _call_type(self, type)
 
     def parsed_arguments(self) -> Any:
-        """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON)."""
+        """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON, and
+        on JSON nested too deeply for the decoder: a model's ``[[[…]]]`` a hundred thousand
+        levels deep raised ``RecursionError`` and ended the whole run)."""
         text = self.arguments
         if text[:1] == "{" and text[-1:] == "}":
             # the common case, one object and nothing around it: straight to the scanner that
@@ -144,12 +146,15 @@ class ToolCallBlock:
             # arguments); anything else, errors included, goes through json.loads
             try:
                 value, end = _scan_json(text, 0)
-            except (StopIteration, ValueError):
+            except (StopIteration, ValueError, RecursionError):
                 pass
             else:
                 if end == len(text):
                     return value
-        return json.loads(text) if text.strip() else {}
+        try:
+            return json.loads(text) if text.strip() else {}
+        except RecursionError:
+            raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

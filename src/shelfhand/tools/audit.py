@@ -502,13 +502,23 @@ def masked_arguments(arguments: str) -> str:
         return arguments
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
+        return _stored_arguments(parsed, None)[1]
+    except (json.JSONDecodeError, RecursionError):  # (nested deeper than Python follows)
         return f"<unparsed arguments, {len(arguments)} chars>"
-    return _stored_arguments(parsed, None)[1]
 
 
 def _stored_arguments(arguments: Any, canonical: str | None) -> tuple[str, str]:
-    """The arguments' hash and what is stored of them (redacted canonical JSON)."""
+    """The arguments' hash and what is stored of them (redacted canonical JSON); arguments
+    nested deeper than the encoder or the redaction can follow are stored as a note, never
+    fail the batch they are written with."""
+    try:
+        return _hashed_and_redacted(arguments, canonical)
+    except RecursionError:
+        digest = sha256((canonical or "").encode("utf-8", "surrogatepass")).hexdigest()
+        return digest, '"<arguments nested too deeply>"'
+
+
+def _hashed_and_redacted(arguments: Any, canonical: str | None) -> tuple[str, str]:
     if canonical is None:
         if isinstance(arguments, str):  # not valid JSON: hash it, never store it
             digest = sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()

@@ -223,7 +223,7 @@ async def test_a_call_nested_a_hundred_thousand_deep_is_refused_and_cut_from_the
 
     assert (result.stop_reason, result.output) == ("final", "第 1 页说明了。")
     (refused,) = [r for m in result.messages for r in m.tool_results]
-    assert refused.is_error and "nested too deeply" in refused.content
+    assert refused.is_error and "nested deeper than 64 levels" in refused.content
     sent = chat_server.requests[1].body["messages"]
     (sent_call,) = [c for m in sent for c in m.get("tool_calls") or ()]
     assert sent_call["function"]["arguments"] == (

@@ -1,8 +1,8 @@
 """A model's arguments nested hundreds of levels deep: parsed, they failed the masking of the
 trace and the audit log's redaction with ``RecursionError`` (a recursion per level), which
-ended the run; 100,000 levels failed the parse itself the same way. Now the toolkit refuses
-arguments nested deeper than 64 levels, as it refuses any invalid arguments, and nothing
-stores the secret they carry."""
+ended the run; 100,000 levels failed the parse itself the same way. Now arguments nested
+deeper than 64 levels are not valid arguments (``parsed_arguments``): the toolkit refuses
+the call, and nothing stores the secret they carry."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from shelfhand import Agent, AuditLog, Toolkit, tool
+from shelfhand.core.messages import MAX_ARGUMENT_DEPTH, too_deep
 from shelfhand.core.tracing import SpanList, Tracer, set_default_tracer
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import masked_arguments
-from shelfhand.tools.toolkit import MAX_ARGUMENT_DEPTH, _too_deep
 
 
 @tool(read_only=True)
@@ -55,7 +55,8 @@ async def test_arguments_nested_nine_hundred_deep_are_refused_and_the_run_goes_o
 
     assert (result.stop_reason, result.output) == ("final", "查不到。")
     (refused,) = [r for m in result.messages for r in m.tool_results]
-    assert refused.is_error and f"deeper than {MAX_ARGUMENT_DEPTH} levels" in refused.content
+    assert refused.is_error
+    assert f"not valid JSON (nested deeper than {MAX_ARGUMENT_DEPTH} levels" in refused.content
     assert record.outcome == "invalid_arguments"
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert b"s3cret-value" not in stored
@@ -64,10 +65,10 @@ async def test_arguments_nested_nine_hundred_deep_are_refused_and_the_run_goes_o
 
 
 def test_the_depth_limit_is_exact_and_cheap_for_flat_arguments() -> None:
-    assert not _too_deep("{}", {"q": nested(MAX_ARGUMENT_DEPTH - 1)})  # 64 levels in all
+    assert not too_deep("{}", {"q": nested(MAX_ARGUMENT_DEPTH - 1)})  # 64 levels in all
     deep = {"q": nested(MAX_ARGUMENT_DEPTH)}
-    assert _too_deep("[" * 70, deep)
-    assert not _too_deep("[" * 70, {"q": [[1, 2]] * 70})  # many brackets, shallow
+    assert too_deep("[" * 70, deep)
+    assert not too_deep("[" * 70, {"q": [[1, 2]] * 70})  # many brackets, shallow
 
 
 def test_arguments_too_deep_to_parse_are_masked_as_unparsed() -> None:

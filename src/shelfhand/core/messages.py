@@ -136,9 +136,14 @@ class ToolCallBlock:
         _call_type(self, type)
 
     def parsed_arguments(self) -> Any:
-        """The arguments decoded from JSON (raises ``json.JSONDecodeError`` on bad JSON, and
-        on JSON nested too deeply for the decoder: a model's ``[[[…]]]`` a hundred thousand
-        levels deep raised ``RecursionError`` and ended the whole run)."""
+        """The arguments decoded from JSON.
+
+        Raises:
+            json.JSONDecodeError: Not JSON, or nested deeper than :data:`MAX_ARGUMENT_DEPTH`
+                levels. A model's ``[[[…]]]`` 100,000 levels deep raised ``RecursionError``
+                in the decoder, and 900 levels in the masking of secrets for the trace and
+                the audit log: either ended the whole run.
+        """
         text = self.arguments
         if text[:1] == "{" and text[-1:] == "}":
             # the common case, one object and nothing around it: straight to the scanner that
@@ -150,11 +155,41 @@ class ToolCallBlock:
                 pass
             else:
                 if end == len(text):
+                    # (nesting past the limit takes twice as many brackets: 2 * 64)
+                    if end > 128 and too_deep(text, value):
+                        raise json.JSONDecodeError(_TOO_DEEP, text, 0)
                     return value
         try:
-            return json.loads(text) if text.strip() else {}
+            value = json.loads(text) if text.strip() else {}
         except RecursionError:
-            raise json.JSONDecodeError("nested too deeply", text, 0) from None
+            raise json.JSONDecodeError(_TOO_DEEP, text, 0) from None
+        if len(text) > 128 and too_deep(text, value):
+            raise json.JSONDecodeError(_TOO_DEEP, text, 0)
+        return value
+
+
+MAX_ARGUMENT_DEPTH = 64
+"""The deepest nesting of a call's arguments that :meth:`ToolCallBlock.parsed_arguments`
+takes (deeper is not valid arguments: the toolkit refuses the call)."""
+_TOO_DEEP = f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+
+
+def too_deep(text: str, value: Any) -> bool:
+    """Whether ``value`` (parsed from ``text``) nests deeper than :data:`MAX_ARGUMENT_DEPTH`
+    (text with fewer brackets than that cannot: one count of each, no walk)."""
+    if text.count("[") + text.count("{") <= MAX_ARGUMENT_DEPTH:
+        return False
+    level = [value]
+    for _ in range(MAX_ARGUMENT_DEPTH):
+        level = [
+            item
+            for container in level
+            if isinstance(container, dict | list)
+            for item in (container.values() if isinstance(container, dict) else container)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,7 +460,7 @@ def tool_result(
     block = _ResultFields()
     block.call_id = call_id
     block.name = name
-    block.content = valid_text(content)
+    block.content = content if content.isascii() else valid_text(content)
     block.is_error = is_error
     block.citations = citations
     block.type = "tool_result"

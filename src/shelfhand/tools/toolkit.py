@@ -205,15 +205,6 @@ class Toolkit(ToolRegistry):
                 call, run, started, message, "invalid_arguments", "allow",
                 call.arguments, None,
             )  # fmt: skip
-        if _too_deep(call.arguments, arguments):
-            message = (
-                f"arguments for tool {name} are nested deeper than {MAX_ARGUMENT_DEPTH} "
-                "levels; send a flat JSON object"
-            )
-            return self._refuse(
-                call, run, started, message, "invalid_arguments", "allow",
-                call.arguments, None,
-            )  # fmt: skip
         arguments, fixes = self._repair(found, arguments)
         repairs = tuple(fixes)
         if not isinstance(arguments, dict):
@@ -470,30 +461,6 @@ def _may_need_repair(arguments: dict[str, Any]) -> bool:
         if isinstance(value, str) and value.lstrip()[:1] in _JSON_OPENERS:
             return True
     return False
-
-
-MAX_ARGUMENT_DEPTH = 64
-"""The deepest nesting of a call's arguments the toolkit takes: a model's ``[[[…]]]`` nine
-hundred levels deep parsed, then failed the redaction of the trace and the audit log
-(``RecursionError``) and ended the run."""
-
-
-def _too_deep(text: str, value: Any) -> bool:
-    """Whether ``value`` (parsed from ``text``) nests deeper than :data:`MAX_ARGUMENT_DEPTH`
-    (text with fewer brackets than that cannot: one count of each, no walk, for every call)."""
-    if text.count("[") + text.count("{") <= MAX_ARGUMENT_DEPTH:
-        return False
-    level = [value]
-    for _ in range(MAX_ARGUMENT_DEPTH):
-        level = [
-            item
-            for container in level
-            if isinstance(container, dict | list)
-            for item in (container.values() if isinstance(container, dict) else container)
-        ]
-        if not level:
-            return False
-    return any(isinstance(item, dict | list) for item in level)
 
 
 def _error(call: ToolCallBlock, message: str) -> ToolResultBlock:

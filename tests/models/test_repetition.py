@@ -1,13 +1,12 @@
 """A reply caught in a loop is stopped, and one round of the loop kept (``.repetition``).
 Qwen2.5-Coder-0.5B, asked for twenty tips, wrote one item over and over with a new number
 until ``max_tokens``. The rules on text, then the adapter against a real loopback server: a
-streamed loop ends the request (the server sees the client leave), a reply cut by
+streamed loop ends the request (the client hangs up), a reply cut by
 ``max_tokens`` inside a loop is cut after its first round."""
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -84,8 +83,9 @@ async def test_a_streamed_loop_ends_the_request_and_keeps_one_round(
     chat_server: ChatServer, model: OpenAIChatModel
 ) -> None:
     pieces = [LOOP[i : i + 7] for i in range(0, len(LOOP), 7)]
-    # the server would hold the stream open after these: only a client that stops reading
-    # and hangs up ends it
+    # the server holds the stream open for 10 s after these: a client that reads on waits
+    # for it, so ending within 8 s shows the adapter stopped and hung up (the server counts
+    # a disconnect only if it got to the hold before the client left, which load decides)
     chat_server.add(Reply(sse=[*(chunk({"content": p}) for p in pieces), HOLD]))
 
     with anyio.fail_after(8):
@@ -97,11 +97,6 @@ async def test_a_streamed_loop_ends_the_request_and_keeps_one_round(
     assert done.response.finish_reason == "repetition"
     shown = "".join(i.text for i in items if isinstance(i, StreamText))
     assert shown.count("Check for Air") == 3  # streamed up to the third round
-    for _ in range(100):
-        if chat_server.disconnects:
-            break
-        time.sleep(0.05)
-    assert chat_server.disconnects == 1
 
 
 @pytest.mark.anyio

@@ -20,6 +20,7 @@ from shelfhand.core.names import valid_text
 from shelfhand.core.slots import slot_setters, twin
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "Block",
     "Citation",
     "CitationBlock",
@@ -30,6 +31,7 @@ __all__ = [
     "ToolResultBlock",
     "messages_from_json",
     "messages_to_json",
+    "too_deep",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]

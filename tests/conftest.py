@@ -24,6 +24,7 @@ import pytest
 from hypothesis import settings
 
 from shelfhand.dev.services import LocalPostgres, LocalRedis, start_postgres, start_redis
+from support.chat_server import ChatServer
 from support.rerank_server import Answer, RerankServer
 
 settings.register_profile("ci", derandomize=True)
@@ -104,3 +105,14 @@ def rerank_endpoint() -> Iterator[Callable[[Answer], RerankServer]]:
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    """The scripted chat-completions server of :mod:`support.chat_server` on 127.0.0.1."""
+    server = ChatServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -195,14 +195,6 @@ def test_fitting_cuts_old_results_first_then_history_then_shortens_the_newest() 
     assert fit_messages(messages, total, keep_from=1 + len(history)) == messages
 
 
-@pytest.fixture
-def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer()
-    server.start()
-    yield server
-    server.stop()
-
-
 async def test_a_call_nested_a_hundred_thousand_deep_is_refused_and_cut_from_the_next_request(
     chat_server: ChatServer,
 ) -> None:

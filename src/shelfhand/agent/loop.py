@@ -40,7 +40,6 @@ from shelfhand.core.errors import BudgetExceededError, InvalidArgumentError
 from shelfhand.core.events import CitationsFound, Event, TextDelta, TextWithdrawn
 from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
 from shelfhand.core.metering import current_meter
-from shelfhand.core.names import is_text
 from shelfhand.core.results import StopReason, Usage, run_usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
@@ -156,12 +155,14 @@ class AgentLoop:
                 their edges).
         """
         text = prompt if isinstance(prompt, str) else prompt.text
-        if not text.isascii() and not is_text(text):
-            at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
-            raise InvalidArgumentError(
-                "the prompt is not valid Unicode text: it holds half of a surrogate pair "
-                f"alone at character {at}; decode the input as UTF-8"
-            )
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidArgumentError(
+                    "the prompt is not valid Unicode text: it holds half of a surrogate pair "
+                    f"alone at character {exc.start}; decode the input as UTF-8"
+                ) from None
         if not tracing_on():
             return self._steps(prompt, sink, options)
         if not options.get("trace_id") and current_span() is None:

@@ -147,15 +147,14 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
     """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
+    head = f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: "
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    event = f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n"
     try:
-        return event.encode()
+        return f"{head}{payload}\n\n".encode()
     except UnicodeEncodeError:
         # half of a surrogate pair from a custom model or tool: as a JSON escape, which the
         # client's parser reads back, rather than an exception that cuts the stream short
-        payload = json.dumps(data, separators=(",", ":"))
-        return f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: {payload}\n\n".encode()
+        return f"{head}{json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 # an absolute file path: starts a word (not inside a URL such as http://host/a/b), 2+ parts

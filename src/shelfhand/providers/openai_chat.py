@@ -326,10 +326,9 @@ class OpenAIChatModel:
         text = content_text(message.get("content"))
         usage, model_name = usage_of(data.get("usage")), str(data.get("model") or self.model)
         finish_reason = choice.get("finish_reason")
-        if finish_reason == "length" and (cut := loop_cut(text)) is not None:
-            # cut by max_tokens inside a loop (see .repetition): one copy of the block kept
-            text, finish_reason = text[:cut], "repetition"
-        return self._finish(text, calls, tools, finish_reason, usage, model_name)
+        # cut by max_tokens inside a loop (see .repetition): one round of it kept
+        cut = loop_cut(text) if finish_reason == "length" else None
+        return self._finish(text, calls, tools, finish_reason, usage, model_name, cut)
 
     async def stream(
         self, messages: Sequence[Message], *, tools: Sequence[ToolSchema] = ()
@@ -392,12 +391,10 @@ class OpenAIChatModel:
                 raise unreadable(error) from error
             else:
                 text, calls = "".join(reply.parts), reply.tool_calls()
-                finish_reason = reply.finish_reason
-                if repetition.cut is not None:  # one copy of the repeated block is kept
-                    text, finish_reason = text[: repetition.cut], "repetition"
                 response = self._finish(
-                    text, calls, tools, finish_reason, reply.usage, reply.model_name
-                )
+                    text, calls, tools, reply.finish_reason, reply.usage, reply.model_name,
+                    repetition.cut,
+                )  # fmt: skip
                 if self._loops(messages, response):
                     response = await self._answer_now(messages, tools, response)
                 if self._echoed_json(messages, response):
@@ -512,7 +509,12 @@ class OpenAIChatModel:
         finish_reason: Any,
         usage: Usage | None,
         model_name: str,
+        cut: int | None = None,
     ) -> ModelResponse:
+        """The response of a reply's ``text`` and ``calls``; ``cut``: where a reply caught
+        in a loop ends (:mod:`.repetition`), its finish reason then ``repetition``."""
+        if cut is not None:
+            text, finish_reason = text[:cut], "repetition"
         if not calls and tools and text:
             names = tool_names(tools)
             parsed = parse_constrained(text, names) if self.tool_mode == "constrained" else None

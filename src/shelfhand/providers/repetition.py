@@ -33,10 +33,14 @@ MAX_UNITS = 4
 _TAIL = 4000
 """How much of the reply's end a check reads (three blocks of the longest kind fit)."""
 
+_ENDINGS = "。！？!?；;"
+"""Characters that end a sentence wherever they stand (a full stop ends one before a space)."""
+_LAST_CHARACTERS = (*_ENDINGS, ".")
+"""What the last unit of an unfinished line ends with when it is a whole sentence."""
 _MARKER = re.compile(r"^\s*(?:\d{1,3}[.)、]|[-*•+])\s+")
-_SENTENCE_END = re.compile(r"(?<=[。！？!?；;])|(?<=[.])(?=\s)")
+_SENTENCE_END = re.compile(rf"(?<=[{_ENDINGS}])|(?<=[.])(?=\s)")
 _NOISE = re.compile(r"[\s*_`#>]+")
-_ENDS_UNIT = re.compile(r"[\n\\。！？!?；;.]")
+_ENDS_UNIT = re.compile(rf"[\n\\.{_ENDINGS}]")
 
 
 def _units(text: str, offset: int) -> list[tuple[str, int, bool]]:
@@ -57,9 +61,7 @@ def _units(text: str, offset: int) -> list[tuple[str, int, bool]]:
         for piece in _SENTENCE_END.split(text[body_start:end_of_line]):
             start += len(piece)
             finished = (
-                start < end_of_line
-                or complete_line
-                or piece.rstrip().endswith(("。", "！", "？", "!", "?", "；", ";", "."))
+                start < end_of_line or complete_line or piece.rstrip().endswith(_LAST_CHARACTERS)
             )
             compared = _NOISE.sub(" ", piece).strip().casefold()
             if compared and finished:

@@ -18,7 +18,7 @@ from shelfhand.api import create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
 from shelfhand.providers.openai_chat import OpenAIChatModel
-from shelfhand.testing import hashing_router
+from shelfhand.testing import ScriptedModel, hashing_router, text
 from support.chat_server import ChatServer, Reply, chunk
 
 DOC = "# 故障代码\n\n## E-203\n\nE-203：灯泡过热。请关机冷却 30 分钟。\n"
@@ -84,3 +84,25 @@ def test_the_turn_answers_and_keeps_the_answer_with_the_replacement_character(
     (record,) = audit.query(tool="retrieve")
     assert record.outcome == "ok"
     assert "E-203 \ufffd" in record.arguments, ascii(record.arguments)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_custom_models_lone_half_is_kept_as_the_replacement_character(
+    tmp_path: Path, thread_servers: list[ThreadServer], stream: bool
+) -> None:
+    """A custom ChatModel (no adapter cleans its text): before, the session store failed on
+    the answer, the turn answered 500 and the question was lost too."""
+    model = ScriptedModel([text("保修 \udc80 两年。")])
+    env = {"SHELFHAND_EMBEDDER": "hashing"}
+    app = App(settings=Settings.load(tmp_path, env=env), model=model, router=hashing_router())
+    server = start_thread_server(create_app(app, api_keys=user_contexts()))
+    thread_servers.append(server)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{session}/messages", json={"content": "保修？", "stream": stream})
+        stored = c.get(f"/v1/sessions/{session}").json()
+    assert r.status_code == 200, ascii(r.text)
+    final = parse_sse(r.text)[-1] if stream else r.json()
+    assert ascii(final["output"]) == ascii("保修 \ufffd 两年。")
+    roles = [m["role"] for m in stored["messages"]]
+    assert (roles[0], roles[-1]) == ("user", "assistant")

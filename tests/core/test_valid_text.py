@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shelfhand import Agent, Toolkit, tool
+from shelfhand.agent.replies import cleaned, storable
 from shelfhand.api.deps import sse_event
 from shelfhand.core.errors import InvalidArgumentError
-from shelfhand.core.messages import tool_result
+from shelfhand.core.messages import Message, ToolCallBlock, tool_result
 from shelfhand.core.names import valid_text
 from shelfhand.testing import ScriptedModel, text, tool_call
 
@@ -63,6 +64,40 @@ async def test_a_prompt_holding_a_lone_half_is_refused_with_where_it_is() -> Non
     with pytest.raises(InvalidArgumentError, match="surrogate pair alone at character 3"):
         await agent.run("保修期\ud800？")
     assert (await Agent(model=ScriptedModel([text("两年")])).run("保修期😀？")).output == "两年"
+
+
+@tool(read_only=True)
+def lookup(code: str) -> str:
+    """A fault code's meaning."""
+    return f"{code}: overheated"
+
+
+@pytest.mark.anyio
+async def test_a_custom_models_reply_and_call_holding_a_lone_half_are_made_storable() -> None:
+    """A custom ChatModel (no adapter between it and the run) hands on half a pair in its
+    answer and in a call's arguments: the run keeps U+FFFD in their place, so the session
+    store, a JSON reply and the trace can hold them (before: the service's turn failed with
+    500 and lost the question too)."""
+    model = ScriptedModel(
+        [tool_call("lookup", '{"code": "E-\udc80"}'), text("E-203 \ud800 过热 [1]。")]
+    )
+    result = await Agent(model=model, toolkit=Toolkit([lookup])).run("E-203？")
+    assert ascii(result.output) == ascii("E-203 \ufffd 过热 [1]。")
+    (sent,) = [c for m in result.messages for c in m.tool_calls]
+    assert ascii(sent.arguments) == ascii('{"code": "E-\ufffd"}')
+    (block,) = [b for m in result.messages for b in m.tool_results]
+    assert ascii(block.content) == ascii("E-\ufffd: overheated")
+    for m in result.messages:
+        json.dumps(m.to_dict(), ensure_ascii=False).encode("utf-8")  # never raises
+
+
+def test_a_valid_reply_is_handed_on_as_it_is() -> None:
+    reply = Message.assistant("保修期两年 😀。")
+    assert storable(reply) is reply
+    assert cleaned(reply, (), ())[0] is reply
+    call = ToolCallBlock(id="c1", name="lookup", arguments='{"code": "故障"}')
+    calling = Message(role="assistant", content=(call,))
+    assert cleaned(calling, (), ())[0] is calling
 
 
 def test_an_event_holding_a_lone_half_is_sent_as_a_json_escape() -> None:

@@ -16,7 +16,15 @@ from dataclasses import replace
 from shelfhand.core.citations import unknown_citations
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import Final, final_event
-from shelfhand.core.messages import Citation, Message, ToolCallBlock, ToolResultBlock
+from shelfhand.core.messages import (
+    Block,
+    Citation,
+    Message,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from shelfhand.core.names import is_text, valid_text
 from shelfhand.core.results import StopReason, Usage, run_result
 from shelfhand.models.base import ToolSchema
 from shelfhand.models.textcalls import recover_tool_calls
@@ -33,6 +41,7 @@ __all__ = [
     "not_run",
     "positive_int",
     "recovered",
+    "storable",
     "without_copied_note",
 ]
 
@@ -78,8 +87,15 @@ def cleaned(
     replay note the model copied into it."""
     calls = message.tool_calls
     if calls:  # the common step: calls, so nothing to recover or tell apart
+        for c in calls:
+            if not (c.arguments.isascii() and c.name.isascii() and c.id.isascii()):
+                message = storable(message)
+                return message, message.tool_calls, None
         return message, calls, None
     text = message.text
+    if not text.isascii() and not is_text(text):
+        message = storable(message)
+        text = message.text
     reply = _recovered(message, text, schemas)
     if reply is not message:  # calls written as text: now calls
         return reply, reply.tool_calls, None
@@ -89,6 +105,29 @@ def cleaned(
         if answer != text:
             reply = replace(reply, content=Message.assistant(answer).content)
     return reply, (), echo
+
+
+def storable(message: Message) -> Message:
+    """``message`` with its text and calls as UTF-8 can carry them: a custom
+    :class:`~shelfhand.models.base.ChatModel` may return half of a surrogate pair alone,
+    which no store, JSON reply or trace can hold (see
+    :func:`~shelfhand.core.names.valid_text`; the OpenAI-compatible adapter does this
+    itself); ``message`` itself when it holds none."""
+    blocks: list[Block] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            text = valid_text(block.text)
+            if text is not block.text:
+                block = replace(block, text=text)
+        elif isinstance(block, ToolCallBlock):
+            fields = (block.id, block.name, block.arguments)
+            valid = [valid_text(f) for f in fields]
+            if any(v is not f for v, f in zip(valid, fields, strict=True)):
+                block = replace(block, id=valid[0], name=valid[1], arguments=valid[2])
+        blocks.append(block)
+    if all(a is b for a, b in zip(blocks, message.content, strict=True)):
+        return message
+    return replace(message, content=tuple(blocks))
 
 
 def not_run(calls: Sequence[ToolCallBlock], repeated: Repeated) -> Message:

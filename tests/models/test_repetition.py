@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
 
-from shelfhand.core.messages import Message
+from shelfhand import Agent, Toolkit, tool
+from shelfhand.agent.streaming import REPETITION_NOTICE
+from shelfhand.core.events import Final, TextDelta, TextWithdrawn
+from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.models import StreamDone, StreamText
+from shelfhand.models.base import FINISH_REPETITION, ModelResponse
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from shelfhand.providers.repetition import loop_cut
 from support.chat_server import HOLD, ChatServer, Reply, chunk, completion
@@ -113,3 +118,82 @@ async def test_a_reply_cut_by_max_tokens_inside_a_loop_keeps_one_round(
     # a reply the model ended itself is the model's: left whole
     response = await model.request([Message.user("twenty tips")])
     assert (response.message.text, response.finish_reason) == (LOOP, "stop")
+
+
+@pytest.mark.anyio
+async def test_a_runs_stream_withdraws_the_rounds_its_answer_does_not_keep(
+    chat_server: ChatServer, model: OpenAIChatModel
+) -> None:
+    """What a client shows (the deltas, less what is withdrawn) is the answer that counts:
+    before, it showed three rounds and the stored answer kept one."""
+    pieces = [LOOP[i : i + 7] for i in range(0, len(LOOP), 7)]
+    chat_server.add(Reply(sse=[*(chunk({"content": p}) for p in pieces), HOLD]))
+
+    with anyio.fail_after(8):
+        events = [e async for e in Agent(model=model).stream("twenty tips")]
+
+    deltas = "".join(e.text for e in events if isinstance(e, TextDelta))
+    (withdrawn,) = [e for e in events if isinstance(e, TextWithdrawn)]
+    assert (withdrawn.reason, withdrawn.notice) == ("repetition", REPETITION_NOTICE)
+    assert deltas.endswith(withdrawn.text) and withdrawn.text.count("Check for Air") == 2
+    final = events[-1]
+    assert isinstance(final, Final)
+    assert deltas[: len(deltas) - len(withdrawn.text)] == final.result.output == FIRST_ROUND
+
+
+class LoopingModel:
+    """A model whose second step streams ``sent`` and keeps ``kept`` (an adapter that
+    stopped it in a loop); its first step calls ``lookup``."""
+
+    name = "looping"
+
+    def __init__(self, sent: list[str], kept: str) -> None:
+        self.sent, self.kept, self.steps = sent, kept, 0
+
+    async def request(self, messages: Any, *, tools: Any = None) -> ModelResponse:
+        raise AssertionError("streamed only")
+
+    async def stream(self, messages: Any, *, tools: Any = None) -> AsyncIterator[Any]:
+        self.steps += 1
+        if self.steps == 1:
+            yield StreamText(text="Looking it up.")
+            call = ToolCallBlock(id="c1", name="lookup", arguments="{}")
+            message = Message(role="assistant", content=(TextBlock(text="Looking it up."), call))
+            yield StreamDone(response=ModelResponse(message=message, finish_reason="tool_calls"))
+            return
+        for piece in self.sent:
+            yield StreamText(text=piece)
+        reply = Message.assistant(self.kept)
+        yield StreamDone(response=ModelResponse(message=reply, finish_reason=FINISH_REPETITION))
+
+
+@tool(read_only=True, inline=True)
+def lookup() -> str:
+    """Look it up."""
+    return "found"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("sent", "kept", "withdrawn", "again"),
+    [
+        # the answer keeps the beginning of what streamed: the rest is withdrawn
+        (["Step A. Step A. ", "Step A."], "Step A.", " Step A. Step A.", ""),
+        # it does not (the adapter's cut ends elsewhere): all of the step goes, and the
+        # answer is shown again, after the separator from the step before
+        (["Step A!", " Step A!"], "Step B.", "\n\nStep A! Step A!", "\n\nStep B."),
+    ],
+)
+async def test_a_second_steps_loop_is_withdrawn_after_the_first_steps_text(
+    sent: list[str], kept: str, withdrawn: str, again: str
+) -> None:
+    agent = Agent(model=LoopingModel(sent, kept), toolkit=Toolkit([lookup]))
+    events = [e async for e in agent.stream("look it up")]
+    (event,) = [e for e in events if isinstance(e, TextWithdrawn)]
+    assert event.text == withdrawn
+    after = events[events.index(event) + 1 :]
+    assert "".join(e.text for e in after if isinstance(e, TextDelta)) == again
+    shown = "".join(e.text for e in events[: events.index(event)] if isinstance(e, TextDelta))
+    assert shown[: len(shown) - len(withdrawn)] + again == "Looking it up.\n\n" + kept
+    final = events[-1]
+    assert isinstance(final, Final) and final.result.output == kept

@@ -43,7 +43,14 @@ from shelfhand.core.metering import current_meter
 from shelfhand.core.results import StopReason, Usage, run_usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, new_trace_id, tracing_on
-from shelfhand.models.base import ChatModel, ModelResponse, StreamDone, StreamText, ToolSchema
+from shelfhand.models.base import (
+    FINISH_REPETITION,
+    ChatModel,
+    ModelResponse,
+    StreamDone,
+    StreamText,
+    ToolSchema,
+)
 from shelfhand.tools.toolkit import Toolkit
 
 from .answer_check import WITHDRAWN_NOTICE, needs_search
@@ -73,7 +80,7 @@ from .replies import cleaned, external_final, final, new_citations, not_run, pos
 from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink
-from .streaming import STEP_SEPARATOR, CallTextGate
+from .streaming import STEP_SEPARATOR, CallTextGate, withdrawn_rounds
 from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
@@ -302,6 +309,11 @@ class AgentLoop:
                         yield TextDelta(text=STEP_SEPARATOR)
                     step_text.append(rest)
                     yield TextDelta(text=rest)
+                if response.finish_reason == FINISH_REPETITION and step_text and not calls:
+                    # stopped in a loop: the rounds streamed after the first go, as the
+                    # answer keeps them
+                    for event in withdrawn_rounds(step_text, gate.sent, reply.text):
+                        yield event
                 shown_before, shown = shown, shown or bool(step_text)
             else:
                 response = await self.model.request(request, tools=schemas)

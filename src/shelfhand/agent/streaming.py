@@ -21,12 +21,40 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from shelfhand.core.events import TextDelta, TextWithdrawn
+
 from .guard import REPEATED_NOTE
 
-__all__ = ["STEP_SEPARATOR", "CallTextGate"]
+__all__ = ["REPETITION_NOTICE", "STEP_SEPARATOR", "CallTextGate", "withdrawn_rounds"]
 
 STEP_SEPARATOR = "\n\n"
 """Streamed between the text of two model steps of one run, so consumers never glue them."""
+
+REPETITION_NOTICE = (
+    "The reply above repeated itself and was stopped; it is kept up to where the repetition began"
+)
+"""What :class:`~shelfhand.core.events.TextWithdrawn` says to people when the rounds of a
+reply caught in a loop, streamed before the adapter stopped it, are withdrawn."""
+
+
+def withdrawn_rounds(step_text: list[str], sent: str, kept: str) -> list[TextDelta | TextWithdrawn]:
+    """The events that take back a step's streamed rounds when the model's reply was stopped
+    in a loop (:data:`~shelfhand.models.base.FINISH_REPETITION`) and keeps ``kept``: the
+    rounds after ``kept`` withdrawn, or, when ``kept`` does not begin what the step ``sent``,
+    all of the step's text withdrawn and ``kept`` shown again. ``step_text`` (what the step
+    showed, the separator first when it has one) becomes what stays shown."""
+    if sent.startswith(kept):
+        tail = sent[len(kept) :]
+        if not tail:
+            return []
+        step_text[:] = [*step_text[:1], kept] if step_text[0] == STEP_SEPARATOR else [kept]
+        return [TextWithdrawn(text=tail, reason="repetition", notice=REPETITION_NOTICE)]
+    shown = "".join(step_text)
+    again = [*step_text[:1], kept] if step_text[0] == STEP_SEPARATOR else [kept]
+    step_text[:] = [t for t in again if t]
+    withdrawn = TextWithdrawn(text=shown, reason="repetition", notice=REPETITION_NOTICE)
+    return [withdrawn, *(TextDelta(text=t) for t in step_text)]
+
 
 # A reply that copies the note of a replayed result (guard.REPEATED_NOTE) is a copied tool
 # result: held back, then told apart as an echo by the run.

@@ -138,13 +138,17 @@ class AnswerReplaced:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextWithdrawn:
-    """The text just streamed was a draft the run dropped, and another answer follows.
+    """The end of the text just streamed was dropped by the run: a draft (another answer
+    follows) or the rounds of a loop.
 
     The agent loop drops a reply that states what only the documents could tell when the
     documents were one search away and not searched (``reason`` ``guessed``; see
-    :func:`~shelfhand.agent.answer_check.guessed`): it searches and asks the model again. A
-    client that shows the text deltas as they come removes ``text`` (the end of what it
-    shows); ``notice`` says so in words, for clients that can only append.
+    :func:`~shelfhand.agent.answer_check.guessed`): it searches and asks the model again.
+    A reply its adapter stopped in a loop (``reason`` ``repetition``) withdraws the rounds
+    streamed after the first; the answer keeps the first. A client that shows the text
+    deltas as they come removes ``text`` (the end of what it shows); ``notice`` says so in
+    words, for clients that can only append (they get the answer that counts with
+    ``Final``).
     """
 
     text: str

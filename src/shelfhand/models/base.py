@@ -16,6 +16,7 @@ from shelfhand.core.messages import Message
 from shelfhand.core.results import Usage
 
 __all__ = [
+    "FINISH_REPETITION",
     "ChatModel",
     "ModelResponse",
     "StreamChunk",
@@ -27,6 +28,12 @@ __all__ = [
 
 ToolSchema: TypeAlias = Mapping[str, Any]
 """One tool in the OpenAI ``{"type": "function", "function": {...}}`` format."""
+
+
+FINISH_REPETITION = "repetition"
+"""The finish reason of a reply its adapter stopped because it was caught in a loop (see
+:mod:`shelfhand.providers.repetition`): its text is kept up to where the loop began, so a
+streamed reply's deltas held more than its message."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

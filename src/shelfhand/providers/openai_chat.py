@@ -42,6 +42,7 @@ from shelfhand.core.errors import (
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.core.settings import MODEL_ENV, TOOL_CHOICES, model_options
 from shelfhand.models.base import (
+    FINISH_REPETITION,
     ModelResponse,
     StreamChunk,
     StreamDone,
@@ -514,7 +515,7 @@ class OpenAIChatModel:
         """The response of a reply's ``text`` and ``calls``; ``cut``: where a reply caught
         in a loop ends (:mod:`.repetition`), its finish reason then ``repetition``."""
         if cut is not None:
-            text, finish_reason = text[:cut], "repetition"
+            text, finish_reason = text[:cut], FINISH_REPETITION
         if not calls and tools and text:
             names = tool_names(tools)
             parsed = parse_constrained(text, names) if self.tool_mode == "constrained" else None

@@ -33,6 +33,7 @@ HEAD = (
 )
 LOOP = HEAD + "".join(ITEM.format(n=n) for n in range(5, 9))
 FIRST_ROUND = HEAD + ITEM.format(n=5).rstrip()
+CODE_LINE = 'GPIO.output(LED_PIN, GPIO.HIGH)  # "on"\n'
 
 
 def kept(text: str) -> str | None:
@@ -70,10 +71,23 @@ def test_a_constrained_reply_is_read_with_its_escaped_newlines() -> None:
         "是的。是的。是的。是的。",
         "First, unplug it. Then wipe the lens. Then wipe the lens. Let it dry.",
         LOOP[: LOOP.index("7.")],  # two rounds only
+        # code repeats lines on purpose: read as it streams, up to the third line
+        f"The script:\n\n```python\n{CODE_LINE * 3}",
+        # the read window (the reply's last 4,000 characters) starts inside the code
+        "```\n" + "x = 1\n" * 700 + CODE_LINE * 3,
+        # a constrained reply: its code's line ends are JSON escapes
+        json.dumps({"answer": f"~~~\n{CODE_LINE * 3}"})[:-2],
     ],
+    ids=["rows", "steps", "ok", "shi", "sentence", "two-rounds", "code", "window", "json"],
 )
 def test_text_that_is_not_a_loop_is_left_whole(text: str) -> None:
     assert loop_cut(text) is None
+
+
+def test_a_loop_after_a_block_of_code_is_still_one() -> None:
+    text = f"```\n{CODE_LINE * 3}```\n\n" + "Run it again and wait for the light. " * 3
+    cut = loop_cut(text)
+    assert cut is not None and text[:cut].endswith("```\n\nRun it again and wait for the light.")
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ its last units (sentences, and lines) are one block written three times over; th
 then stops the request and keeps one copy of the block. A constrained reply (JSON, see
 :mod:`.tool_modes`) is read with its ``\\n`` escapes as line ends.
 
+Lines of code (between Markdown fences) are not read: code repeats lines on purpose
+(three calls alike), and a loop inside code only runs to ``max_tokens``, as before.
+
 Units are compared after their list marker (``5.``, ``-``, ``*``), Markdown emphasis,
 spacing and case are taken away; a block must hold at least :data:`MIN_BLOCK` bytes so
 that short lines repeated on purpose (table rows of one word, "OK.") do not count. Numbers
@@ -43,15 +46,28 @@ _NOISE = re.compile(r"[\s*_`#>]+")
 _ENDS_UNIT = re.compile(rf"[\n\\.{_ENDINGS}]")
 
 
-def _units(text: str, offset: int) -> list[tuple[str, int, bool]]:
+def _fences(text: str) -> int:
+    """How many code fences (Markdown's ```` ``` ```` or ``~~~``) ``text`` holds: odd, it
+    ends inside a block of code. Counted anywhere in a line: a constrained reply's answer
+    starts its first line after ``{"answer": "``."""
+    return text.count("```") + text.count("~~~") if "``" in text or "~~" in text else 0
+
+
+def _units(text: str, offset: int, fenced: bool) -> list[tuple[str, int, bool]]:
     """The complete units of ``text`` (sentences within lines), each as its compared form,
     the offset in the whole reply just after it (``offset``: where ``text`` starts) and
-    whether it ends its line."""
+    whether it ends its line; lines of code (between fences, ``fenced``: ``text`` starts
+    inside one) are none."""
     units: list[tuple[str, int, bool]] = []
     position = 0
     lines = text.split("\n")
     for number, line in enumerate(lines):
         end_of_line = position + len(line)
+        fences = _fences(line)
+        if fenced or fences:
+            fenced ^= fences % 2 == 1
+            position = end_of_line + 1
+            continue
         complete_line = number < len(lines) - 1
         body_start = position
         marker = _MARKER.match(line)
@@ -77,7 +93,10 @@ def loop_cut(text: str) -> int | None:
     offset = max(0, len(text) - _TAIL)
     # a constrained reply is JSON: its answer's newlines are "\\n" escapes, read as line
     # ends here (the same length, so offsets stay those of ``text``)
-    units = _units(text[offset:].replace("\\n", " \n"), offset)
+    window = text[offset:].replace("\\n", " \n")
+    # code is not read: lines repeated on purpose (three calls alike) are not a loop
+    fenced = _fences(text[:offset]) % 2 == 1
+    units = _units(window, offset, fenced)
     for size in range(1, MAX_UNITS + 1):
         if len(units) < TIMES * size:
             break

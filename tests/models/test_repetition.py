@@ -33,6 +33,10 @@ HEAD = (
 )
 LOOP = HEAD + "".join(ITEM.format(n=n) for n in range(5, 9))
 FIRST_ROUND = HEAD + ITEM.format(n=5).rstrip()
+LOOKUP = {
+    "type": "function",
+    "function": {"name": "lookup", "description": "Look it up.", "parameters": {}},
+}
 CODE_LINE = 'GPIO.output(LED_PIN, GPIO.HIGH)  # "on"\n'
 
 
@@ -211,3 +215,28 @@ async def test_a_second_steps_loop_is_withdrawn_after_the_first_steps_text(
     assert shown[: len(shown) - len(withdrawn)] + again == "Looking it up.\n\n" + kept
     final = events[-1]
     assert isinstance(final, Final) and final.result.output == kept
+
+
+@pytest.mark.anyio
+async def test_a_constrained_loop_keeps_its_first_round_without_an_ellipsis(
+    chat_server: ChatServer,
+) -> None:
+    """The cut-answer recovery marks an answer cut by ``max_tokens`` with "…"; a loop's cut
+    ends after a whole round, so it gets none."""
+    raw = json.dumps({"tool": "none", "answer": LOOP}, ensure_ascii=False)
+    pieces = [raw[i : i + 7] for i in range(0, len(raw), 7)]
+    chat_server.add(Reply(sse=[*(chunk({"content": p}) for p in pieces), HOLD]))
+    model = OpenAIChatModel(
+        "m", base_url=chat_server.url, api_key="k", max_retries=0, tool_mode="constrained"
+    )
+    try:
+        with anyio.fail_after(8):
+            items = [i async for i in model.stream([Message.user("tips")], tools=[LOOKUP])]
+    finally:
+        await model.aclose()
+    done = items[-1]
+    assert isinstance(done, StreamDone)
+    assert (done.response.message.text, done.response.finish_reason) == (
+        FIRST_ROUND,
+        FINISH_REPETITION,
+    )

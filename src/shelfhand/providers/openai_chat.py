@@ -518,7 +518,11 @@ class OpenAIChatModel:
             text, finish_reason = text[:cut], FINISH_REPETITION
         if not calls and tools and text:
             names = tool_names(tools)
-            parsed = parse_constrained(text, names) if self.tool_mode == "constrained" else None
+            parsed = (
+                parse_constrained(text, names, looped=cut is not None)
+                if self.tool_mode == "constrained"
+                else None
+            )
             text, calls = parsed if parsed is not None else recover_tool_calls(text, names)
             if calls:
                 logger.debug("read %d tool call(s) from message text", len(calls))

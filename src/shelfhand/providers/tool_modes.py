@@ -284,9 +284,10 @@ _CUT_ANSWER = re.compile(r'\A\s*\{\s*"tool"\s*:\s*"none"\s*,\s*"answer"\s*:\s*"(
 _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 
 
-def _cut_answer(text: str) -> str | None:
+def _cut_answer(text: str, *, ellipsis: bool = True) -> str | None:
     """The answer of a constrained reply cut off mid-string (``max_tokens`` reached), with
-    an ellipsis; ``None`` when ``text`` is not such a reply."""
+    an ellipsis (``ellipsis``: the answer was cut where the model still wrote; not so a loop
+    cut after a whole round); ``None`` when ``text`` is not such a reply."""
     match = _CUT_ANSWER.match(text)
     if match is None:
         return None
@@ -299,16 +300,20 @@ def _cut_answer(text: str) -> str | None:
         return None
     if not isinstance(answer, str) or not answer.strip():
         return None
-    return answer if closed else f"{answer.rstrip()}…"
+    return answer if closed or not ellipsis else f"{answer.rstrip()}…"
 
 
-def parse_constrained(text: str, names: set[str]) -> tuple[str, list[ToolCallBlock]] | None:
+def parse_constrained(
+    text: str, names: set[str], *, looped: bool = False
+) -> tuple[str, list[ToolCallBlock]] | None:
     """A constrained reply as ``(answer text, tool calls)``; ``None`` when ``text`` is not
-    such a reply (a server that ignored ``response_format``: the caller falls back)."""
+    such a reply (a server that ignored ``response_format``: the caller falls back).
+    ``looped``: ``text`` was cut after a loop's first round (:mod:`.repetition`), so its
+    answer ends where that round does, with no ellipsis."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        cut = _cut_answer(text)
+        cut = _cut_answer(text, ellipsis=not looped)
         return None if cut is None else (cut, [])
     items = data if isinstance(data, list) else [data]
     answer: list[str] = []

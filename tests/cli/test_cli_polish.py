@@ -190,6 +190,20 @@ def _audit_log_with_a_timeout(workspace: Path) -> None:
             duration_ms=5003.5,
             error_class="ToolTimeoutError",
         )
+        log.record(
+            tool="lookup_order_status",
+            tenant="acme",
+            user="bob",
+            trace_id="t1",
+            request_id="r2",
+            call_id="c2",
+            arguments={"order_id": 7},
+            canonical=None,
+            decision="allow",
+            outcome="invalid_arguments",
+            duration_ms=0.2,
+            error_class="InvalidArgumentError",
+        )
 
 
 def test_audit_refuses_an_unknown_outcome_and_names_the_known_ones(tmp_path: Path) -> None:
@@ -207,10 +221,12 @@ def test_the_audit_table_keeps_its_key_columns_whole_at_80_columns(tmp_path: Pat
     out = run_cli("audit", "-w", str(tmp_path / "ws"), cwd=tmp_path)
 
     assert out.returncode == 0, out.stderr
-    assert "(1 call)" in out.stdout and "arguments: --jsonl" in out.stdout
+    assert "(2 calls)" in out.stdout and "arguments: --jsonl" in out.stdout
     row = next(line for line in out.stdout.splitlines() if "create_return" in line)
     for cell in ("create_return", "acme/bob", "allow", "timeout", "5003.5"):
         assert cell in row, row
+    # the longest outcome whole, beside its time (a long tool name folds instead)
+    assert any("invalid_arguments" in r and "0.2" in r for r in out.stdout.splitlines())
     assert all(len(line) <= 80 for line in out.stdout.splitlines())
     wide = run_cli("audit", "-w", str(tmp_path / "ws"), cwd=tmp_path, columns=140)
     assert "timeout (ToolTimeoutError)" in wide.stdout and "SO-1001" in wide.stdout

@@ -88,8 +88,9 @@ def _print_table(records: list[Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    # no vertical rules, and the key columns (time, tool, caller, decision, outcome, ms) whole;
-    # the arguments only where there is room for them (80 columns has none: --jsonl has them)
+    # no vertical rules; time, decision, outcome and ms whole, a long tool or caller folded;
+    # the arguments and the error's class only where there is room for them (80 columns has
+    # none: --jsonl has them)
     console = make_console()
     wide = console.width >= 110
     title = f"audit log ({plural(len(records), 'call')})"
@@ -99,15 +100,18 @@ def _print_table(records: list[Any]) -> None:
         collapse_padding=True,
     )
     table.add_column("time", no_wrap=True)
-    table.add_column("tool", no_wrap=True)
+    table.add_column("tool", overflow="fold")  # (folds only when nothing else can)
     table.add_column("caller", overflow="fold")
     table.add_column("decision", no_wrap=True)
-    table.add_column("outcome", overflow="fold", min_width=12, ratio=None if wide else 1)
-    table.add_column("ms", no_wrap=True, justify="right")
+    # as wide as the longest outcome (invalid_arguments): an error class folds below it
+    width = max(map(len, OUTCOME_NAMES))
+    table.add_column("outcome", overflow="fold", min_width=width)
+    ms = max(len(f"{r.duration_ms:.1f}") for r in records)
+    table.add_column("ms", no_wrap=True, justify="right", min_width=ms)
     if wide:
         table.add_column("args", overflow="fold", ratio=1)
     for r in records:
-        outcome = r.outcome if not r.error_class else f"{r.outcome} ({r.error_class})"
+        outcome = f"{r.outcome} ({r.error_class})" if r.error_class and wide else r.outcome
         if r.attempts > 1:
             outcome += f", {plural(r.attempts, 'try', 'tries')}"
         if r.cache_hit or r.dedup_hit:

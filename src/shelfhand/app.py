@@ -263,6 +263,7 @@ class App:
                 fusion=self.settings.fusion,
                 keyword_common_share=self.settings.keyword_common_share,
                 synonyms=self.settings.synonyms,
+                pg_timeout=self.settings.pg_timeout,
                 database_url=database_url,
                 read_limits=read_limits,
                 qdrant_url=self.settings.qdrant_url,
@@ -614,7 +615,9 @@ class App:
         if pool is not None:
             from shelfhand.sessions.pg import PgSessionStore
 
-            return PgSessionStore(pool, url=str(self.settings.database_url))
+            return PgSessionStore(
+                pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         from shelfhand.sessions.store import SqliteSessionStore
 
         return SqliteSessionStore(self.settings.workspace / "sessions.db")
@@ -626,7 +629,9 @@ class App:
         if pool is not None:
             from shelfhand.sessions.pg import PgUserMemoryStore
 
-            return PgUserMemoryStore(pool, url=str(self.settings.database_url))
+            return PgUserMemoryStore(
+                pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         from shelfhand.sessions.user_memory import SqliteUserMemoryStore
 
         return SqliteUserMemoryStore(self.settings.workspace / "sessions.db")
@@ -697,7 +702,9 @@ class App:
         if pool is not None:
             from shelfhand.usage.pg import PgUsageLedger
 
-            return PgUsageLedger(pool, url=str(self.settings.database_url))
+            return PgUsageLedger(
+                pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         from shelfhand.usage.ledger import SqliteUsageLedger
 
         return SqliteUsageLedger(self.settings.workspace / "usage.db")

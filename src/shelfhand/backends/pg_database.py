@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.pg_deadline import deadline
 from shelfhand.backends.postgres import PgMigration, apply_pg_migrations, pg_errors
 from shelfhand.core.sql import POSTGRES, Dialect, SqlCursor
 
@@ -39,15 +40,25 @@ class PgDatabase:
         url: The database URL (named, without password, in errors).
         migrations: Applied when this object is made (see
             :func:`~shelfhand.backends.postgres.apply_pg_migrations`).
+        deadline: Seconds a block may wait for the server before its connection is hung up
+            and the block fails with ``DependencyUnavailableError`` (see
+            :mod:`shelfhand.backends.pg_deadline`); ``None``: no deadline (stores whose
+            blocks may run long on purpose).
     """
 
     dialect: Dialect = POSTGRES
 
     def __init__(
-        self, pool: ConnectionPool[Any], *, url: str, migrations: Sequence[PgMigration] = ()
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        url: str,
+        migrations: Sequence[PgMigration] = (),
+        deadline: float | None = None,
     ) -> None:
         self.pool = pool
         self.url = url
+        self.deadline = deadline
         if migrations:
             with pg_errors(url), pool.connection() as conn:
                 apply_pg_migrations(conn, migrations)
@@ -55,13 +66,22 @@ class PgDatabase:
     @contextmanager
     def connection(self) -> Iterator[_PgConnection]:
         """A pooled (autocommit) connection: each statement commits by itself."""
-        with pg_errors(self.url), self.pool.connection() as conn:
+        with (
+            pg_errors(self.url),
+            self.pool.connection() as conn,
+            deadline(conn, self.deadline, self.url),
+        ):
             yield _PgConnection(conn)
 
     @contextmanager
     def transaction(self) -> Iterator[_PgConnection]:
         """A pooled connection inside one transaction."""
-        with pg_errors(self.url), self.pool.connection() as conn, conn.transaction():
+        with (
+            pg_errors(self.url),
+            self.pool.connection() as conn,
+            deadline(conn, self.deadline, self.url),
+            conn.transaction(),
+        ):
             yield _PgConnection(conn)
 
     def close(self) -> None:

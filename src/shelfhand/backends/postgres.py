@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.pg_deadline import hung_up_after
 from shelfhand.backends.urls import first_line, redact_url
 from shelfhand.core.errors import (
     ConfigurationError,
@@ -72,10 +73,13 @@ class IdleCheck:
 
     The time counts from when the connection was last handed out (the pool's ``reset``
     callback would tell when it came back, but with one the pool returns every connection
-    through its worker thread)."""
+    through its worker thread). A check that gets no answer within ``deadline`` seconds
+    (a server that stopped answering) hangs up the connection: the pool drops it and tries
+    the next or a new one, within its own timeout (see :mod:`.pg_deadline`)."""
 
-    def __init__(self, idle_s: float = IDLE_CHECK_S) -> None:
+    def __init__(self, idle_s: float = IDLE_CHECK_S, *, deadline: float = 5.0) -> None:
         self.idle_s = idle_s
+        self.deadline = deadline
         self._handed: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     def __call__(self, conn: psycopg.Connection[Any]) -> None:
@@ -86,7 +90,8 @@ class IdleCheck:
         now = time.monotonic()
         handed = self._handed.get(conn)
         if handed is None or now - handed >= self.idle_s or conn.pgconn.status != ConnStatus.OK:
-            ConnectionPool.check_connection(conn)
+            with hung_up_after(conn, self.deadline):
+                ConnectionPool.check_connection(conn)
         self._handed[conn] = now
 
 
@@ -150,7 +155,7 @@ def open_pool(
         kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
         timeout=timeout,
         open=False,
-        check=IdleCheck(idle_check_s),
+        check=IdleCheck(idle_check_s, deadline=timeout),
         name="shelfhand",
     )
     try:

@@ -129,6 +129,7 @@ class Settings:
     synonyms: tuple[tuple[str, ...], ...] = _D["synonyms"]
     fusion: str = _D["fusion"]
     database_url: str | None = field(default=_D["database_url"], repr=False)
+    pg_timeout: float = _D["pg_timeout"]
     redis_url: str | None = field(default=_D["redis_url"], repr=False)
     tracing: str = _D["tracing"]
     trace_content: bool = _D["trace_content"]

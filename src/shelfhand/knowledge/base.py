@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.core.step_counts import current_counting
@@ -96,6 +97,9 @@ class KnowledgeBase:
         synonyms: Groups of words a query's keyword search treats as one, besides the
             built-in :data:`~shelfhand.knowledge.analysis.SYNONYMS` (the app passes the
             ``synonyms`` setting).
+        pg_timeout: With ``database_url``: seconds a search's reads may wait for PostgreSQL
+            before they fail with ``DependencyUnavailableError`` (see
+            :mod:`shelfhand.backends.pg_deadline`; the ``pg_timeout`` setting).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class KnowledgeBase:
         qdrant_url: str | None = None,
         qdrant_api_key: str | None = None,
         synonyms: Sequence[Sequence[str]] = (),
+        pg_timeout: float | None = QUERY_DEADLINE_S,
     ) -> None:
         self.workspace = Path(workspace)
         self.lock = lock
@@ -147,6 +152,7 @@ class KnowledgeBase:
                 read_limits=self.read_limits,
                 qdrant_url=qdrant_url,
                 qdrant_api_key=qdrant_api_key,
+                read_deadline=pg_timeout,
             )
         else:
             self._stack = open_embedded_store(

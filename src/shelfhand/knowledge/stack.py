@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import Ingestor
 from shelfhand.knowledge.protocols import KeywordIndex, KnowledgeStore, VectorSearch
@@ -186,6 +187,7 @@ def open_pg_store(
     read_limits: ReadLimits | None = None,
     qdrant_url: str | None = None,
     qdrant_api_key: str | None = None,
+    read_deadline: float | None = QUERY_DEADLINE_S,
 ) -> EmbeddedKnowledge:
     """Connect to ``url``, migrate the knowledge schema and compose the stack, like
     :func:`open_embedded_store` does for a workspace.
@@ -195,6 +197,8 @@ def open_pg_store(
     no BM25 or vector search then, and writes no keyword fields or term statistics. Opened
     without it later, keyword searches refuse to run until ``shelfhand knowledge reindex`` has
     indexed the chunks stored meanwhile (:mod:`shelfhand.knowledge.stores.pg.backfill`).
+    ``read_deadline``: seconds a search's reads may wait for the server (see
+    :mod:`shelfhand.backends.pg_deadline`).
 
     Raises:
         ConfigurationError: PostgreSQL is unreachable, psycopg is not installed, or a
@@ -207,7 +211,7 @@ def open_pg_store(
         PgVectorIndexes,
     )
 
-    db = PgDatabase(url, max_size=pool_size, timeout=timeout)
+    db = PgDatabase(url, max_size=pool_size, timeout=timeout, read_deadline=read_deadline)
     # with Qdrant serving the searches, PostgreSQL keeps no keyword fields of its own
     store = PgKnowledgeStore(db, keyword_sql=not qdrant_url)
     keyword: KeywordIndex

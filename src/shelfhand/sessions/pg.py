@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
 from shelfhand.sessions.store import SCHEMA, SqlSessionStore, session_names
@@ -61,12 +62,16 @@ class PgSessionStore(SqlSessionStore):
     Args:
         pool: An open connection pool (:func:`shelfhand.backends.postgres.open_pool`).
         url: The database URL (named, without password, in errors).
+        deadline: Seconds a query may wait for the server (see
+            :mod:`shelfhand.backends.pg_deadline`); ``None``: no deadline.
     """
 
-    def __init__(self, pool: ConnectionPool[Any], *, url: str) -> None:
+    def __init__(
+        self, pool: ConnectionPool[Any], *, url: str, deadline: float | None = QUERY_DEADLINE_S
+    ) -> None:
         self.pool = pool
         self.url = url
-        database = PgDatabase(pool, url=url, migrations=SESSIONS_PG_MIGRATIONS)
+        database = PgDatabase(pool, url=url, migrations=SESSIONS_PG_MIGRATIONS, deadline=deadline)
         super().__init__(database, prefix=_PREFIX)
 
 
@@ -77,12 +82,18 @@ class PgUserMemoryStore(SqlUserMemoryStore):
         pool: An open connection pool.
         url: The database URL (named, without password, in errors).
         max_per_user: The most memories kept per user (oldest dropped first).
+        deadline: As for :class:`PgSessionStore`.
     """
 
     def __init__(
-        self, pool: ConnectionPool[Any], *, url: str, max_per_user: int = MAX_MEMORIES_PER_USER
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        url: str,
+        max_per_user: int = MAX_MEMORIES_PER_USER,
+        deadline: float | None = QUERY_DEADLINE_S,
     ) -> None:
         self.pool = pool
         self.url = url
-        database = PgDatabase(pool, url=url, migrations=MEMORY_PG_MIGRATIONS)
+        database = PgDatabase(pool, url=url, migrations=MEMORY_PG_MIGRATIONS, deadline=deadline)
         super().__init__(database, max_per_user=max_per_user, prefix=_PREFIX)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
 from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
@@ -34,9 +35,12 @@ class PgUsageLedger(SqlUsageLedger):
     Args:
         pool: An open ``psycopg_pool.ConnectionPool``.
         url: The database URL (named, without password, in errors).
+        deadline: Seconds a query may wait for the server (see
+            :mod:`shelfhand.backends.pg_deadline`); ``None``: no deadline.
     """
 
-    def __init__(self, pool: Any, *, url: str) -> None:
+    def __init__(self, pool: Any, *, url: str, deadline: float | None = QUERY_DEADLINE_S) -> None:
         self.pool = pool
         self.url = url
-        super().__init__(PgDatabase(pool, url=url, migrations=USAGE_PG_MIGRATIONS), prefix=_PREFIX)
+        database = PgDatabase(pool, url=url, migrations=USAGE_PG_MIGRATIONS, deadline=deadline)
+        super().__init__(database, prefix=_PREFIX)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S, deadline
 from shelfhand.backends.postgres import apply_pg_migrations, open_pool
 from shelfhand.backends.urls import redact_url
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
@@ -36,19 +37,28 @@ class PgDatabase:
     Args:
         url: ``postgresql://...``.
         min_size, max_size: Pool bounds.
-        timeout: Seconds to wait for a connection (at open and per query) before the
+        timeout: Seconds to wait for a connection (at open, and from the pool) before the
             database counts as unreachable.
+        read_deadline: Seconds a read on the request path (a search, a lookup) may wait for
+            the server (see :mod:`shelfhand.backends.pg_deadline`); ``None``: no deadline.
 
     Raises:
         ConfigurationError: The server cannot be reached at open, or a migration fails.
     """
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 5.0
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 5.0,
+        read_deadline: float | None = QUERY_DEADLINE_S,
     ) -> None:
         from shelfhand.knowledge.stores.pg.migrations import MIGRATIONS
 
         self.url = url
+        self.read_deadline = read_deadline
         self._sizes = (min_size, max_size)
         self._timeout = timeout
         self.pool: ConnectionPool[Any] = open_pool(
@@ -105,8 +115,10 @@ class PgDatabase:
         old.close(timeout=0)
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled autocommit connection with the ``vector`` type registered."""
+    def connection(self, *, read: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection with the ``vector`` type registered; ``read``: a
+        read on the request path, hung up after :attr:`read_deadline` seconds without an
+        answer (see :mod:`shelfhand.backends.pg_deadline`)."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -118,15 +130,20 @@ class PgDatabase:
                     from pgvector.psycopg.vector import register_vector_info
 
                     register_vector_info(conn, self._vector_info)
-                yield conn
+                with deadline(conn, self.read_deadline if read else None, self.url):
+                    yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             self._broken = True
             raise self._unavailable(exc) from exc
+        except DependencyUnavailableError:  # no answer in time: probed before the next
+            self._broken = True
+            raise
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection inside one transaction (committed at the end of the block)."""
-        with self.connection() as conn, conn.transaction():
+    def transaction(self, *, read: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A connection inside one transaction (committed at the end of the block); ``read``
+        as for :meth:`connection`."""
+        with self.connection(read=read) as conn, conn.transaction():
             yield conn
 
 

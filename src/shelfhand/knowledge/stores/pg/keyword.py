@@ -93,7 +93,7 @@ class PgKeywordIndex:
         terms``: the ranking terms found fewer than k chunks, every term ranked them."""
 
     def num_docs(self) -> int:
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             row = conn.execute(
                 "SELECT docs FROM knowledge_pg_field_stats WHERE field = 'b'"
             ).fetchone()
@@ -143,7 +143,7 @@ class PgKeywordIndex:
         when given — scored by BM25 of ``terms`` (of the identifiers in codes if none)."""
         where, acl_params = acl_sql("c", scope)
         scored = list(terms) if terms else list(identifiers or ())
-        with self.db.connection() as conn, conn.transaction():
+        with self.db.transaction(read=True) as conn:
             if self.bitmap_scan:
                 conn.execute("SET LOCAL enable_seqscan = off")
             fields, dfs = self._stats(conn, scored)
@@ -250,7 +250,7 @@ class PgKeywordIndex:
         """Chunks in the store and, per distinct token (first-seen order), how many contain it
         in their body; like the embedded index's, they count every tenant."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             fields, dfs = self._stats(conn, terms)
         return fields.get("b", (0, 0))[0], [dfs.get(("b", t), 0) for t in terms]
 

@@ -59,7 +59,7 @@ class PgStoreReads:
         if known is not None:
             return known
         if conn is None:
-            with self.db.connection() as own:
+            with self.db.connection(read=True) as own:
                 return self.space_table(space, own)
         row = conn.execute(
             "SELECT id, dim FROM knowledge_pg_spaces WHERE space = %s", (space,)
@@ -71,7 +71,7 @@ class PgStoreReads:
         return found
 
     def space_tables(self) -> list[SpaceTable]:
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             names = [
                 r[0] for r in conn.execute("SELECT space FROM knowledge_pg_spaces ORDER BY id")
             ]
@@ -80,12 +80,12 @@ class PgStoreReads:
     # -- reads --------------------------------------------------------------------------------
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             row = conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             return conn.execute(sql, params).fetchall()
 
     def get_document_hash(self, doc_id: str) -> str | None:
@@ -158,7 +158,7 @@ class PgStoreReads:
     def count_vectors(self, space: str | None = None) -> int:
         tables = self.space_tables()
         total = 0
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             for t in tables:
                 if space is None or t.space == space:
                     row = conn.execute(f"SELECT count(*) FROM {t.table}").fetchone()
@@ -183,7 +183,7 @@ class PgStoreReads:
     def vector_spaces(self) -> list[str]:
         """Spaces that hold at least one vector."""
         tables = self.space_tables()
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             return sorted(
                 t.space
                 for t in tables

@@ -63,7 +63,7 @@ class PgVectorIndexes:
         )
         args: list[Any] = [vec, *params, vec, k]
         ef = max(EF_MIN, min(EF_MAX, 2 * k))
-        with self.db.transaction() as conn:
+        with self.db.transaction(read=True) as conn:
             conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
             conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
             rows = conn.execute(sql, args).fetchall()
@@ -81,7 +81,7 @@ class PgVectorIndexes:
         if table is None or not rowids:
             return {}
         vec = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        with self.db.connection() as conn:
+        with self.db.connection(read=True) as conn:
             rows = conn.execute(
                 f"SELECT rowid, -(embedding <#> %s) FROM {table.table}"
                 " WHERE rowid = ANY(%s::bigint[])",

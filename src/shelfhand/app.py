@@ -643,7 +643,9 @@ class App:
         if pool is not None:
             from shelfhand.tools.pg_audit import PgAuditLog
 
-            return PgAuditLog(pool, url=str(self.settings.database_url))
+            return PgAuditLog(
+                pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         from shelfhand.tools.audit import AuditLog
 
         self.settings.workspace.mkdir(parents=True, exist_ok=True)
@@ -716,7 +718,9 @@ class App:
         if pool is not None:
             from shelfhand.traces.pg import PgTraceStore
 
-            return PgTraceStore(pool, url=str(self.settings.database_url))
+            return PgTraceStore(
+                pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         from shelfhand.traces.store import SqliteTraceStore
 
         return SqliteTraceStore(self.settings.workspace / "traces.db")

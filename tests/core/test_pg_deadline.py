@@ -4,7 +4,9 @@ and the pool's next connection works. A real server, slowed by pg_sleep."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -52,3 +54,52 @@ def test_blocks_within_the_deadline_are_left_alone(database: PgDatabase) -> None
     time.sleep(0.7)  # past the deadlines of blocks that ended: none hangs up a connection
     with database.connection() as conn:
         assert conn.execute("SELECT 2").fetchone() == (2,)
+
+
+@pytest.fixture
+def locker(pg_url: str):  # type: ignore[no-untyped-def]
+    """A second connection that can hold a table's lock (a migration, a dump: the server
+    answers everyone else, not the statements that need that table)."""
+    import psycopg
+
+    conn = psycopg.connect(pg_url)
+    yield conn
+    conn.rollback()
+    conn.close()
+
+
+def test_trace_reads_and_audit_writes_stuck_on_a_lock_end_in_time_the_retention_waits(
+    pg_url: str, locker: Any
+) -> None:
+    from shelfhand.core.context import UserContext
+    from shelfhand.tools.pg_audit import PgAuditLog
+    from shelfhand.traces.pg import PgTraceStore
+
+    pool = open_pool(pg_url, max_size=4)
+    traces = PgTraceStore(pool, url=pg_url, deadline=0.5)
+    audit = PgAuditLog(pool, url=pg_url, deadline=0.5, flush_interval=3600)
+    try:
+        locker.execute("LOCK TABLE pg_traces, audit_pg_log IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(DependencyUnavailableError, match="did not answer within"):
+            traces.recent(UserContext(tenant_id="t1", user_id="alice"))
+        audit.record(
+            tool="lookup", tenant="t1", user="alice", trace_id="t", request_id="r",
+            call_id="c", arguments={}, canonical=None, decision="allow", outcome="ok",
+            duration_ms=1.0,
+        )  # fmt: skip
+        with pytest.raises(DependencyUnavailableError):  # (the writer thread logs it)
+            audit.flush()
+        assert time.monotonic() - started < 5
+
+        # the retention may run long on purpose: it waits for the lock, past the deadline
+        pruned: list[int] = []
+        thread = threading.Thread(target=lambda: pruned.append(traces.prune(max_traces=10)))
+        thread.start()
+        time.sleep(1.0)
+        locker.rollback()  # the lock goes
+        thread.join(timeout=10)
+        assert pruned == [0]
+    finally:
+        audit.close()
+        pool.close()

@@ -263,8 +263,8 @@ SETTINGS: tuple[Setting, ...] = (
        "PostgreSQL (with pgvector) for knowledge, sessions, audit and ingest jobs.",
        secret=True),
     _s("pg_timeout", "SHELFHAND_PG_TIMEOUT", _SECONDS, 30.0,
-       "Seconds a PostgreSQL search, session or usage query on the request path may wait "
-       "for the server before its connection is hung up and the request fails with 503."),
+       "Seconds a PostgreSQL search, session, usage, trace or audit query may wait for the "
+       "server before its connection is hung up (a request then fails with 503)."),
     _s("redis_url", "SHELFHAND_REDIS_URL",
        Url(schemes=("redis", "rediss", "unix"), quote=False), None,
        "Redis for state shared by several service replicas.", secret=True),

@@ -236,10 +236,18 @@ class AuditLog:
         self._start(database, "audit_log", batch_size=batch_size, flush_interval=flush_interval)
 
     def _start(
-        self, database: Database, table: str, *, batch_size: int, flush_interval: float
+        self,
+        database: Database,
+        table: str,
+        *,
+        batch_size: int,
+        flush_interval: float,
+        writes: Database | None = None,
     ) -> None:
-        """Keep the records in ``table`` of ``database`` (whose migrations created it)."""
+        """Keep the records in ``table`` of ``database`` (whose migrations created it);
+        ``writes``: the same database for the writes, if they differ (a deadline)."""
         self._database = database
+        self._writes = database if writes is None else writes
         self._sql = Statements(database.dialect, table=table)
         self._batch_size = batch_size
         self._interval = flush_interval
@@ -341,13 +349,13 @@ class AuditLog:
         # a failure propagates: the writer thread logs it (the batch is lost, loudly) and a
         # query answers it (503 for a PostgreSQL out of reach)
         try:
-            with self._database.transaction() as conn:
+            with self._writes.transaction() as conn:
                 conn.executemany(self._sql(_INSERT), rows)
         except UnicodeEncodeError:
             # half of a surrogate pair in a record's text (a custom model's tool name, an
             # error read with surrogateescape): that one record would lose the whole batch
             storable = [tuple(valid_text(v) if isinstance(v, str) else v for v in r) for r in rows]
-            with self._database.transaction() as conn:
+            with self._writes.transaction() as conn:
                 conn.executemany(self._sql(_INSERT), storable)
 
     def _fetch(self, sql: str, params: list[Any]) -> Sequence[Any]:

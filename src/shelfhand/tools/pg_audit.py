@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.backends.urls import redact_url
 from shelfhand.core.sql import POSTGRES
@@ -41,6 +42,10 @@ class PgAuditLog(AuditLog):
         url: The database URL (named, without password, in errors).
         batch_size: Buffered records that trigger a write.
         flush_interval: Seconds after which buffered records are written anyway.
+        deadline: Seconds a write may wait for the server (see
+            :mod:`shelfhand.backends.pg_deadline`): a batch that gets no answer is dropped,
+            loudly, rather than holding the writer while records pile up in memory. Reads
+            (an export of the whole log) run without one.
     """
 
     def __init__(
@@ -50,9 +55,13 @@ class PgAuditLog(AuditLog):
         url: str,
         batch_size: int = 512,
         flush_interval: float = 0.5,
+        deadline: float | None = QUERY_DEADLINE_S,
     ) -> None:
         self.pool = pool
         self.url = url
         self.path = Path(redact_url(url))  # named in log lines only
         database = PgDatabase(pool, url=url, migrations=AUDIT_PG_MIGRATIONS)
-        self._start(database, _TABLE, batch_size=batch_size, flush_interval=flush_interval)
+        writes = PgDatabase(pool, url=url, deadline=deadline)
+        self._start(
+            database, _TABLE, batch_size=batch_size, flush_interval=flush_interval, writes=writes
+        )

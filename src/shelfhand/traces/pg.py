@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shelfhand.backends.pg_database import PgDatabase
+from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
 from shelfhand.traces.store import SCHEMA, SPAN_BATCHES, SqlTraceStore, trace_names
@@ -38,9 +39,17 @@ class PgTraceStore(SqlTraceStore):
         pool: An open ``psycopg_pool.ConnectionPool``
             (:func:`shelfhand.backends.postgres.open_pool`).
         url: The database URL (named, without password, in errors).
+        deadline: Seconds a read or a write may wait for the server (see
+            :mod:`shelfhand.backends.pg_deadline`); the retention, which may delete many
+            traces at once, runs without one.
     """
 
-    def __init__(self, pool: Any, *, url: str) -> None:
+    def __init__(self, pool: Any, *, url: str, deadline: float | None = QUERY_DEADLINE_S) -> None:
         self.pool = pool
         self.url = url
-        super().__init__(PgDatabase(pool, url=url, migrations=TRACES_PG_MIGRATIONS), prefix=_PREFIX)
+        database = PgDatabase(pool, url=url, migrations=TRACES_PG_MIGRATIONS, deadline=deadline)
+        super().__init__(database, prefix=_PREFIX)
+        self._unbounded = PgDatabase(pool, url=url)
+
+    def prune(self, *, max_traces: int | None = None, max_age_days: float | None = None) -> int:
+        return self._prune(self._unbounded, max_traces=max_traces, max_age_days=max_age_days)

@@ -406,8 +406,13 @@ class SqlTraceStore:
     def prune(self, *, max_traces: int | None = None, max_age_days: float | None = None) -> int:
         """Delete traces beyond the newest ``max_traces`` and older than ``max_age_days``,
         with their spans; how many traces went."""
+        return self._prune(self.database, max_traces=max_traces, max_age_days=max_age_days)
+
+    def _prune(
+        self, database: Database, *, max_traces: int | None, max_age_days: float | None
+    ) -> int:
         deleted = 0
-        with self.database.transaction() as conn:
+        with database.transaction() as conn:
             cutoffs: list[int] = []
             if max_age_days is not None:
                 cutoffs.append(int((time.time() - max_age_days * 86400) * 1e9))

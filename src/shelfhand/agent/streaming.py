@@ -43,15 +43,15 @@ def withdrawn_rounds(step_text: list[str], sent: str, kept: str) -> list[TextDel
     rounds after ``kept`` withdrawn, or, when ``kept`` does not begin what the step ``sent``,
     all of the step's text withdrawn and ``kept`` shown again. ``step_text`` (what the step
     showed, the separator first when it has one) becomes what stays shown."""
+    shown = "".join(step_text)
+    stays = [STEP_SEPARATOR, kept] if step_text[0] == STEP_SEPARATOR else [kept]
     if sent.startswith(kept):
         tail = sent[len(kept) :]
         if not tail:
             return []
-        step_text[:] = [*step_text[:1], kept] if step_text[0] == STEP_SEPARATOR else [kept]
+        step_text[:] = stays
         return [TextWithdrawn(text=tail, reason="repetition", notice=REPETITION_NOTICE)]
-    shown = "".join(step_text)
-    again = [*step_text[:1], kept] if step_text[0] == STEP_SEPARATOR else [kept]
-    step_text[:] = [t for t in again if t]
+    step_text[:] = [t for t in stays if t]
     withdrawn = TextWithdrawn(text=shown, reason="repetition", notice=REPETITION_NOTICE)
     return [withdrawn, *(TextDelta(text=t) for t in step_text)]
 

@@ -11,9 +11,9 @@ past the client's 90 s timeout, while new sessions and ``/readyz`` answered 503 
 up the block's connection (``shutdown`` of its socket), so the call blocked on it fails at
 once, the connection is closed (the pool drops it) and the caller gets
 :class:`~shelfhand.core.errors.DependencyUnavailableError` saying the server did not answer
-in time (the service answers 503). The block's work is not half done: the server rolls
-back a transaction whose connection is gone. Long work on purpose (an import, a bulk
-ingest, an index build) runs without one.
+in time (the service answers 503). A transaction whose connection is gone is rolled back by
+the server, so the block's transaction is never half applied. Long work on purpose (an
+import, a bulk ingest, an index build) runs without a deadline.
 """
 
 from __future__ import annotations

@@ -135,8 +135,9 @@ class PgDatabase:
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             self._broken = True
             raise self._unavailable(exc) from exc
-        except DependencyUnavailableError:  # no answer in time: probed before the next
-            self._broken = True
+        except DependencyUnavailableError as exc:
+            if exc.dependency == "postgresql":  # no answer in time: probed before the next
+                self._broken = True
             raise
 
     @contextmanager

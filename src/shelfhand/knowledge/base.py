@@ -216,7 +216,11 @@ class KnowledgeBase:
     def ingest_documents(
         self, docs: Iterable[Document], *, progress: Callable[[IngestEvent], None] | None = None
     ) -> IngestReport:
-        """Index ready-made documents (unchanged ``content_hash`` → skipped)."""
+        """Index ready-made documents (unchanged ``content_hash`` → skipped).
+
+        Document ids are the store's, across tenants: a ``doc_id`` that another tenant's
+        document holds raises ``InvalidArgumentError`` (prefix ids with the tenant, as
+        uploads do); the documents before it are indexed."""
         return self._stack.ingestor.ingest_documents(docs, progress=progress)
 
     def embed_pending(

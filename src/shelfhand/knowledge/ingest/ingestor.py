@@ -299,6 +299,12 @@ class Ingestor:
 
         A document is unchanged when its ``content_hash`` matches the stored one for its
         ``doc_id``. Nothing is removed. Phase 2 runs as for :meth:`ingest`.
+
+        Raises:
+            InvalidArgumentError: A document's ``doc_id`` is stored (or given before in
+                ``docs``) for another tenant: ids are the store's, across tenants, so it
+                would replace that tenant's document, or be skipped as unchanged. The
+                documents before it are ingested.
         """
         started = time.perf_counter()
         stop = should_stop or _never
@@ -315,11 +321,21 @@ class Ingestor:
                     self._sync(tally)
             batch, size = [], 0
 
+        owners: dict[str, str] = {}  # doc_id -> tenant, of this call's documents
         with self.store.deferred_sync():
             for doc in docs:
                 if stop():
                     tally.interrupted = True
                     break
+                owner = owners.get(doc.doc_id) or self.store.get_document_tenant(doc.doc_id)
+                if owner is not None and owner != doc.tenant_id:
+                    commit()  # the documents before it are kept
+                    raise InvalidArgumentError(
+                        f"document id {doc.doc_id!r} is stored for tenant {owner!r}, not "
+                        f"{doc.tenant_id!r}: document ids are the store's, across tenants "
+                        "(prefix them with the tenant, as uploads do)"
+                    )
+                owners[doc.doc_id] = doc.tenant_id
                 existing = self.store.get_document_hash(doc.doc_id)
                 tally.files_done += 1
                 if existing == doc.content_hash:

@@ -90,6 +90,14 @@ class SqliteStoreReads:
             ).fetchone()
         return None if row is None else str(row[0])
 
+    def get_document_tenant(self, doc_id: str) -> str | None:
+        """The tenant a stored document belongs to (``None``: no such document)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT tenant_id FROM documents WHERE doc_id=?", (doc_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def get_source_hash(self, source: str) -> str | None:
         """The file hash recorded at the last ingest of ``source``."""
         with self._lock:

@@ -94,6 +94,12 @@ class PgStoreReads:
         )
         return None if found is None else str(found)
 
+    def get_document_tenant(self, doc_id: str) -> str | None:
+        found = self._one(
+            "SELECT tenant_id FROM knowledge_pg_documents WHERE doc_id = %s", (doc_id,)
+        )
+        return None if found is None else str(found)
+
     def get_source_hash(self, source: str) -> str | None:
         found = self._one(
             "SELECT content_hash FROM knowledge_pg_sources WHERE source = %s", (source,)

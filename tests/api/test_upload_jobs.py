@@ -257,3 +257,34 @@ def test_a_source_the_caller_may_not_replace_is_refused_before_anything_is_queue
         assert r.status_code == 409 and r.json()["code"] == "source_conflict"
         assert client.get(f"{a.url}/v1/knowledge/jobs", headers=ALICE).json()["jobs"] == []
         assert client.get(f"{a.url}/v1/knowledge/jobs", headers=DORA).json()["jobs"] == before
+
+
+def test_with_no_worker_alive_an_upload_answers_202_at_once_and_readyz_says_so(
+    tmp_path: Path, pg_url: str, thread_servers: list[ThreadServer], worker_factory: Any
+) -> None:
+    """Before, the upload waited the whole job_wait (300 s by default) for a worker that was
+    not there, and /readyz said nothing of workers."""
+    server = _server(tmp_path / "a", pg_url, job_wait=120)
+    thread_servers.append(server)
+    files = [("files", ("退货.md", FAQ_ZH.encode(), "text/markdown"))]
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert "none alive" in client.get("/readyz").json()["workers"]
+        started = time.monotonic()
+        r = client.post("/v1/knowledge/files", headers=ALICE, files=files)
+        assert r.status_code == 202, r.text
+        assert time.monotonic() - started < 20  # (not job_wait's 120 s)
+        assert "no ingest worker is alive" in r.json()["note"]
+
+        (tmp_path / "worker").mkdir()
+        worker_factory(tmp_path / "worker")
+        deadline = time.monotonic() + 60
+        while client.get("/readyz").json()["workers"] != "1 alive":
+            assert time.monotonic() < deadline, "the worker never said it was alive"
+            time.sleep(0.3)
+        done = _poll(client, f"/v1/knowledge/jobs/{r.json()['id']}", ALICE)
+        assert done["status"] == "done", done
+        # with a worker alive, the next upload follows its job to the end, as before
+        files = [("files", ("returns.md", FAQ_EN.encode(), "text/markdown"))]
+        r = client.post("/v1/knowledge/files", headers=ALICE, files=files)
+        assert r.status_code == 200, r.text
+        assert r.json()["added"] == ["t1/returns.md"]

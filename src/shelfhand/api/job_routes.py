@@ -9,8 +9,9 @@ PostgreSQL transaction). The response keeps its shapes:
 * by default the request follows the job and answers, once it is done, the same
   :class:`~shelfhand.api.schemas.IngestOut` as an in-process ingest (with ``job_id``), or the
   same error (422 unreadable, 409 conflict ...); if the job is not done within
-  ``ServiceConfig.job_wait`` seconds (no worker running?) it answers **202** with the
-  :class:`~shelfhand.api.schemas.JobOut` to poll;
+  ``ServiceConfig.job_wait`` seconds it answers **202** with the
+  :class:`~shelfhand.api.schemas.JobOut` to poll; when no worker is alive (no heartbeat in
+  the last minute) it answers 202 at once, its ``note`` saying so;
 * ``wait=false`` answers 202 with the job at once;
 * ``stream=true`` streams ``ingest_progress`` events (``kind`` ``progress`` or ``embedded``)
   and one ``ingest_done`` (or ``error``) event, as before.
@@ -113,9 +114,19 @@ def _final_response(job: JobRecord) -> Response:
     return error_response(_STATUS_OF_CODE.get(code, 422), job.error or "ingest failed", code)
 
 
-def _accepted(job: JobRecord) -> Response:
+NO_WORKER = (
+    "no ingest worker is alive: the job waits in the queue until `shelfhand worker` runs "
+    "with the same database_url"
+)
+"""What an upload that did not wait for its job says (:attr:`JobOut.note`)."""
+
+
+def _accepted(job: JobRecord, note: str | None = None) -> Response:
+    out = job_out(job)
+    if note is not None:
+        out.note = note
     return JSONResponse(
-        job_out(job).model_dump(),
+        out.model_dump(),
         status_code=202,
         headers={"Location": f"/v1/knowledge/jobs/{job.id}"},
     )
@@ -160,6 +171,9 @@ async def queued_upload(
         )
     if not wait:
         return _accepted(job)
+    if not await asyncio.to_thread(jobs.live_workers):
+        # no one would take the job within job_wait: said now, not after it
+        return _accepted(job, NO_WORKER)
     deadline = time.monotonic() + service.config.job_wait
     while not job.final and time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)

@@ -249,6 +249,11 @@ class JobOut(BaseModel):
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
+    note: str | None = Field(
+        default=None,
+        description="Why the upload answered before its job was done, when it did not wait "
+        "the whole job_wait: no ingest worker is alive.",
+    )
 
 
 class JobList(BaseModel):
@@ -293,3 +298,8 @@ class Readiness(BaseModel):
     status: Literal["ready", "not ready"]
     store: str
     model: str
+    workers: str | None = Field(
+        default=None,
+        description="With ingest workers (database_url): how many are alive; none alive "
+        "does not make the service not ready (uploads wait in the queue).",
+    )

@@ -316,8 +316,26 @@ def _add_health_routes(api: FastAPI) -> None:
             store = f"unavailable: {type(exc).__name__}: {exc}"
         model_state = await _model_state(service)
         ready = store == "ok" and not model_state.startswith("unreachable")
-        body = Readiness(status="ready" if ready else "not ready", store=store, model=model_state)
+        body = Readiness(
+            status="ready" if ready else "not ready",
+            store=store,
+            model=model_state,
+            workers=await _workers_state(service) if store == "ok" else None,
+        )
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+async def _workers_state(service: Service) -> str | None:
+    """How many ingest workers are alive (``None``: uploads are ingested in process)."""
+    if service.jobs is None:
+        return None
+    try:
+        alive = await asyncio.to_thread(service.jobs.live_workers)
+    except Exception as exc:
+        return f"unknown: {type(exc).__name__}: {exc}"
+    if not alive:
+        return "none alive: uploads wait in the queue (start `shelfhand worker`)"
+    return f"{alive} alive"
 
 
 async def _model_state(service: Service) -> str:

@@ -175,35 +175,18 @@ def test_usage_errors_and_command_errors_are_spelled_the_same(tmp_path: Path) ->
 def _audit_log_with_a_timeout(workspace: Path) -> None:
     from shelfhand.tools.audit import AuditLog
 
+    calls = [
+        ("create_return", {"order_id": "SO-1001", "reason": "the lamp overheats after an hour"},
+         "timeout", 5003.5, "ToolTimeoutError"),
+        ("lookup_order_status", {"order_id": 7}, "invalid_arguments", 0.2, "InvalidArgumentError"),
+    ]  # fmt: skip
     with AuditLog.for_workspace(workspace) as log:
-        log.record(
-            tool="create_return",
-            tenant="acme",
-            user="bob",
-            trace_id="t1",
-            request_id="r1",
-            call_id="c1",
-            arguments={"order_id": "SO-1001", "reason": "the lamp overheats after an hour"},
-            canonical=None,
-            decision="allow",
-            outcome="timeout",
-            duration_ms=5003.5,
-            error_class="ToolTimeoutError",
-        )
-        log.record(
-            tool="lookup_order_status",
-            tenant="acme",
-            user="bob",
-            trace_id="t1",
-            request_id="r2",
-            call_id="c2",
-            arguments={"order_id": 7},
-            canonical=None,
-            decision="allow",
-            outcome="invalid_arguments",
-            duration_ms=0.2,
-            error_class="InvalidArgumentError",
-        )
+        for n, (tool, arguments, outcome, ms, error) in enumerate(calls, 1):
+            log.record(
+                tool=tool, tenant="acme", user="bob", trace_id="t1", request_id=f"r{n}",
+                call_id=f"c{n}", arguments=arguments, canonical=None, decision="allow",
+                outcome=outcome, duration_ms=ms, error_class=error,
+            )  # fmt: skip
 
 
 def test_audit_refuses_an_unknown_outcome_and_names_the_known_ones(tmp_path: Path) -> None:

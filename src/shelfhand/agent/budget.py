@@ -190,7 +190,8 @@ def fit_messages(
         ):
             continue
         out[i] = replace(message, content=tuple(map(_cut_arguments, message.content)))
-        sizes[i], total = message_tokens(out[i]), total - sizes[i] + message_tokens(out[i])
+        size = message_tokens(out[i])
+        sizes[i], total = size, total - sizes[i] + size
     # 4. the newest tool results are shortened, one result at a time
     for i in reversed(range(len(out))):
         if total <= budget:

@@ -327,7 +327,9 @@ class Ingestor:
                 if stop():
                     tally.interrupted = True
                     break
-                owner = owners.get(doc.doc_id) or self.store.get_document_tenant(doc.doc_id)
+                # one lookup for both: whether the document changed, and whose the id is
+                existing, owner = self.store.get_document_state(doc.doc_id) or (None, None)
+                owner = owners.get(doc.doc_id) or owner
                 if owner is not None and owner != doc.tenant_id:
                     commit()  # the documents before it are kept
                     raise InvalidArgumentError(
@@ -336,7 +338,6 @@ class Ingestor:
                         "(prefix them with the tenant, as uploads do)"
                     )
                 owners[doc.doc_id] = doc.tenant_id
-                existing = self.store.get_document_hash(doc.doc_id)
                 tally.files_done += 1
                 if existing == doc.content_hash:
                     tally.unchanged.append(doc.doc_id)

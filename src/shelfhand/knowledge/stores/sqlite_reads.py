@@ -90,13 +90,13 @@ class SqliteStoreReads:
             ).fetchone()
         return None if row is None else str(row[0])
 
-    def get_document_tenant(self, doc_id: str) -> str | None:
-        """The tenant a stored document belongs to (``None``: no such document)."""
+    def get_document_state(self, doc_id: str) -> tuple[str, str] | None:
+        """A stored document's content hash and tenant (``None``: no such document)."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT tenant_id FROM documents WHERE doc_id=?", (doc_id,)
+                "SELECT content_hash, tenant_id FROM documents WHERE doc_id=?", (doc_id,)
             ).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else (str(row[0]), str(row[1]))
 
     def get_source_hash(self, source: str) -> str | None:
         """The file hash recorded at the last ingest of ``source``."""

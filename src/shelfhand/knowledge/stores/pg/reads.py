@@ -94,11 +94,12 @@ class PgStoreReads:
         )
         return None if found is None else str(found)
 
-    def get_document_tenant(self, doc_id: str) -> str | None:
-        found = self._one(
-            "SELECT tenant_id FROM knowledge_pg_documents WHERE doc_id = %s", (doc_id,)
+    def get_document_state(self, doc_id: str) -> tuple[str, str] | None:
+        found = self._all(
+            "SELECT content_hash, tenant_id FROM knowledge_pg_documents WHERE doc_id = %s",
+            (doc_id,),
         )
-        return None if found is None else str(found)
+        return (str(found[0][0]), str(found[0][1])) if found else None
 
     def get_source_hash(self, source: str) -> str | None:
         found = self._one(

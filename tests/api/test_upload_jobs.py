@@ -274,6 +274,19 @@ def test_with_no_worker_alive_an_upload_answers_202_at_once_and_readyz_says_so(
         assert r.status_code == 202, r.text
         assert time.monotonic() - started < 20  # (not job_wait's 120 s)
         assert "no ingest worker is alive" in r.json()["note"]
+        # streamed: one ingest_queued event at once, with the same note
+        started = time.monotonic()
+        streamed = client.post(
+            "/v1/knowledge/files",
+            headers=ALICE,
+            params={"stream": "true"},
+            files=[("files", ("guide.md", b"# Guide\n\nSteps.\n", "text/markdown"))],
+        )
+        assert streamed.status_code == 200, streamed.text
+        assert time.monotonic() - started < 20
+        [queued] = parse_sse(streamed.text)
+        assert queued["type"] == "ingest_queued" and queued["status"] == "queued"
+        assert "no ingest worker is alive" in queued["note"]
 
         (tmp_path / "worker").mkdir()
         worker_factory(tmp_path / "worker")
@@ -281,8 +294,9 @@ def test_with_no_worker_alive_an_upload_answers_202_at_once_and_readyz_says_so(
         while client.get("/readyz").json()["workers"] != "1 alive":
             assert time.monotonic() < deadline, "the worker never said it was alive"
             time.sleep(0.3)
-        done = _poll(client, f"/v1/knowledge/jobs/{r.json()['id']}", ALICE)
-        assert done["status"] == "done", done
+        for job_id in (r.json()["id"], queued["id"]):
+            done = _poll(client, f"/v1/knowledge/jobs/{job_id}", ALICE)
+            assert done["status"] == "done", done
         # with a worker alive, the next upload follows its job to the end, as before
         files = [("files", ("returns.md", FAQ_EN.encode(), "text/markdown"))]
         r = client.post("/v1/knowledge/files", headers=ALICE, files=files)

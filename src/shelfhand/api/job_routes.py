@@ -14,7 +14,9 @@ PostgreSQL transaction). The response keeps its shapes:
   the last minute) it answers 202 at once, its ``note`` saying so;
 * ``wait=false`` answers 202 with the job at once;
 * ``stream=true`` streams ``ingest_progress`` events (``kind`` ``progress`` or ``embedded``)
-  and one ``ingest_done`` (or ``error``) event, as before.
+  and one ``ingest_done`` (or ``error``) event, as before; ``ingest_queued`` (the job to poll)
+  when it is not done within ``job_wait``, and at once, its ``note`` saying why, when no
+  worker is alive.
 
 Progress is read from the job record in PostgreSQL, so any replica answers for any job. A
 caller sees the jobs of its tenant that it enqueued (``admin``/``system``: all of the
@@ -163,16 +165,17 @@ async def queued_upload(
     """The rest of an upload once its files are validated: check, enqueue, follow."""
     await asyncio.to_thread(service.uploads.check, staged, caller, service.kb, permission_tags)
     job = await asyncio.to_thread(enqueue_upload, jobs, staged, caller, permission_tags)
+    if not wait and not stream:
+        return _accepted(job)
+    # no one would take the job within job_wait: said now, not after it
+    alone = not await asyncio.to_thread(jobs.live_workers)
     if stream:
         return StreamingResponse(
-            _job_events(jobs, job, service.config.job_wait),
+            _job_events(jobs, job, 0.0 if alone else service.config.job_wait, alone),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    if not wait:
-        return _accepted(job)
-    if not await asyncio.to_thread(jobs.live_workers):
-        # no one would take the job within job_wait: said now, not after it
+    if alone:
         return _accepted(job, NO_WORKER)
     deadline = time.monotonic() + service.config.job_wait
     while not job.final and time.monotonic() < deadline:
@@ -185,7 +188,11 @@ def _reload(jobs: IngestQueue, job: JobRecord) -> JobRecord:
     return jobs.get(job.id) or job
 
 
-async def _job_events(jobs: IngestQueue, job: JobRecord, wait: float) -> AsyncIterator[bytes]:
+async def _job_events(
+    jobs: IngestQueue, job: JobRecord, wait: float, alone: bool
+) -> AsyncIterator[bytes]:
+    """The job's progress events, then its end (or ``ingest_queued`` after ``wait`` seconds;
+    ``alone``: no worker is alive, so the queued event comes at once with the reason)."""
     n = 0
     last: Any = None
     deadline = time.monotonic() + wait
@@ -207,7 +214,7 @@ async def _job_events(jobs: IngestQueue, job: JobRecord, wait: float) -> AsyncIt
                 },
                 n,
             )
-        if job.final or time.monotonic() > deadline:
+        if job.final or time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
         job = await asyncio.to_thread(_reload, jobs, job)
@@ -224,7 +231,10 @@ async def _job_events(jobs: IngestQueue, job: JobRecord, wait: float) -> AsyncIt
             "message": job.error or "ingest failed",
         }
     else:  # still queued or running: the client polls the job
-        done = {"type": "ingest_queued", **job_out(job).model_dump()}
+        out = job_out(job)
+        if alone:
+            out.note = NO_WORKER
+        done = {"type": "ingest_queued", **out.model_dump()}
     yield sse_event(done, n + 1)
 
 

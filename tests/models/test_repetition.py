@@ -12,6 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shelfhand import Agent, Toolkit, tool
 from shelfhand.agent.streaming import REPETITION_NOTICE
@@ -20,7 +22,7 @@ from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.models import StreamDone, StreamText
 from shelfhand.models.base import FINISH_REPETITION, ModelResponse
 from shelfhand.providers.openai_chat import OpenAIChatModel
-from shelfhand.providers.repetition import loop_cut
+from shelfhand.providers.repetition import Repetition, loop_cut
 from support.chat_server import HOLD, ChatServer, Reply, chunk, completion
 
 ITEM = (
@@ -92,6 +94,73 @@ def test_a_loop_after_a_block_of_code_is_still_one() -> None:
     text = f"```\n{CODE_LINE * 3}```\n\n" + "Run it again and wait for the light. " * 3
     cut = loop_cut(text)
     assert cut is not None and text[:cut].endswith("```\n\nRun it again and wait for the light.")
+
+
+def streamed(text: str, size: int = 5) -> tuple[int | None, int]:
+    """Feed ``text`` to a :class:`Repetition` ``size`` characters at a time, as the adapter
+    does: where it says to cut, and how much had streamed when it said so."""
+    watch, parts = Repetition(), []
+    for i in range(0, len(text), size):
+        parts.append(text[i : i + size])
+        if watch.looping(parts[-1], parts):
+            return watch.cut, i + len(parts[-1])
+    return None, len(text)
+
+
+SENTENCES = [
+    "Clean the lens with a soft cloth.",
+    "Check the fan filter every month!",
+    "Use alcohol wipes sparingly; they dry fast.",
+    "请先关闭电源。",
+    "保修期为两年，请保留发票。",
+    "OK.",
+]
+
+
+@st.composite
+def replies(draw: st.DrawFn) -> str:
+    """Replies of a few hundred to a few thousand characters: sentences, some repeated, in
+    lines and list items, some blocks of code, some as a constrained reply's JSON."""
+    pieces = []
+    for n in range(draw(st.integers(2, 40))):
+        if draw(st.integers(0, 9)) == 0:
+            pieces.append(f"```\n{CODE_LINE * 3}```\n")
+            continue
+        block = " ".join(draw(st.lists(st.sampled_from(SENTENCES), min_size=1, max_size=3)))
+        for _ in range(draw(st.sampled_from([1, 1, 1, 1, 2, 3, 4]))):
+            marker = draw(st.sampled_from(["", "- ", f"{n}. "]))
+            pieces.append(marker + block + draw(st.sampled_from(["\n", " ", "\n\n"])))
+    text = "".join(pieces)
+    if draw(st.booleans()):
+        text = '{"answer": "' + text.replace("\n", "\\n")
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(replies(), st.integers(1, 9))
+def test_a_streamed_reply_is_cut_where_its_whole_text_would_be(text: str, size: int) -> None:
+    """Read line by line as it streams (each complete line once), a reply is cut where
+    reading all it had streamed then, at once, cuts it."""
+    cut, at = streamed(text, size)
+    assert cut == loop_cut(text[:at])
+
+
+def test_a_loop_in_one_long_paragraph_is_cut_after_its_first_round() -> None:
+    # no line ends: the paragraph's whole sentences are read once, as it streams
+    prose = " ".join(f"Step {n} of the cleaning takes {n} minutes." for n in range(1, 60))
+    loop = " Wipe the lens again with the same soft cloth." * 4
+    cut, _ = streamed(prose + loop)
+    assert cut == len(prose) + len(" Wipe the lens again with the same soft cloth.")
+    assert loop_cut(prose + loop) == cut
+
+
+def test_a_loop_after_a_long_reply_and_code_opened_long_before() -> None:
+    lines = "".join(f"{n}. Line {n} of the report says nothing new.\n" for n in range(1, 400))
+    cut, _ = streamed(lines + LOOP)
+    assert cut is not None and (lines + LOOP)[:cut] == lines + FIRST_ROUND
+    # inside a block of code opened 20,000 characters before, the same lines are not read
+    code = "```\n" + lines + CODE_LINE * 5
+    assert streamed(code) == (None, len(code))
 
 
 @pytest.fixture

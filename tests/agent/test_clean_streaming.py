@@ -99,6 +99,23 @@ def test_a_code_fence_of_another_language_streams_before_the_reply_ends() -> Non
     assert gate.finish("示例：\n```python\nx = {'a': 1}\n```\nThen") == ""
 
 
+def test_a_fence_opened_one_character_at_a_time_still_streams() -> None:
+    # held from its first backtick, decided only once its language line is whole
+    reply = "示例：\n  ```python\nx = {'a': 1}\n```\nThen"
+    gate = CallTextGate(active=True)
+    shown = "".join(gate.feed(c) for c in reply)
+    assert shown == reply  # (the code streamed before the reply's end)
+
+
+def test_a_held_reply_is_shown_whole_at_its_end() -> None:
+    # held at its brace (maybe a call): not read again as it grows, decided at the end
+    reply = "配置如下：{\"a\": 1}\n" + "Some prose that goes on. " * 2000
+    gate = CallTextGate(active=True)
+    shown = "".join(gate.feed(reply[i : i + 4]) for i in range(0, len(reply), 4))
+    assert shown == "配置如下："
+    assert shown + gate.finish(reply) == reply
+
+
 def test_a_json_fence_is_held_even_with_its_language_line_complete() -> None:
     gate = CallTextGate(active=True)
     assert gate.feed("```json\n") == ""

@@ -12,8 +12,12 @@ CITATION = {"index": 1, "source": "t1/warranty.md", "text": "整机保修 12 个
 
 def sent(*events: dict[str, Any]) -> str:
     answer = AppendedAnswer()
-    pieces = [answer.add(e) for e in events]
-    assert "".join(pieces) == answer.sent  # what was appended is the whole text
+    pieces = []
+    for event in events:
+        pieces.append(answer.add(event))
+        # read between pieces as the A2A stream does: what was appended so far
+        assert answer.started == bool("".join(pieces))
+        assert answer.sent == "".join(pieces)
     return answer.sent
 
 

@@ -79,6 +79,12 @@ def _partial_marker(text: str) -> int:
     return 0
 
 
+def _may_open_fence(held: str) -> bool:
+    """Whether more text could make ``held`` open a code fence (``_FENCE_OPEN``)."""
+    start = held.lstrip()
+    return "```".startswith(start[:3]) and "\n" not in start
+
+
 class CallTextGate:
     """Holds back one step's streamed text while it may be a text-encoded tool call.
 
@@ -91,7 +97,8 @@ class CallTextGate:
         self.active = active
         self._sent: list[str] = []
         self._pending = ""
-        self._mode: Literal["text", "hold", "fence"] = "text"
+        # "held": held to the step's end, nothing more to read (its text is decided then)
+        self._mode: Literal["text", "hold", "held", "fence"] = "text"
 
     @property
     def sent(self) -> str:
@@ -103,6 +110,8 @@ class CallTextGate:
         if not self.active:
             self._sent.append(text)
             return text
+        if self._mode == "held":
+            return ""
         self._pending += text
         out = self._drain()
         if out:
@@ -134,6 +143,10 @@ class CallTextGate:
                     out.append(fence.group(0))
                     self._pending, self._mode = buffer[fence.end() :], "fence"
                     continue
+                if fence is not None or not _may_open_fence(buffer):
+                    # a call's fence, or no fence: held to the end, not read again (a held
+                    # reply grown piece by piece was copied whole at each piece)
+                    self._pending, self._mode = "", "held"
                 return "".join(out)
             found = _TRIGGER.search(buffer)
             cut = found.start() if found is not None else len(buffer) - _partial_marker(buffer)

@@ -209,7 +209,7 @@ class ShelfhandExecutor(AgentExecutor):
         appended = AppendedAnswer()  # an artifact only appends: as the OpenAI streams do
         try:
             async for event in turn.events:
-                started = bool(appended.sent)
+                started = appended.started
                 text = appended.add(event)
                 if event.get("type") == "final":
                     citations = [Citation.from_dict(c) for c in event.get("citations", [])]

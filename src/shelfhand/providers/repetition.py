@@ -135,7 +135,7 @@ class Repetition:
     characters), and only the unfinished line (its last :data:`_TAIL` characters) is read
     again at each check, so a long reply costs time in proportion to its length (the whole
     reply was read again at each sentence's end: 0.76 s of the event loop for 64,000
-    characters, ``bench/repetition.py``).
+    characters, ``bench/long_replies.py``).
     """
 
     __slots__ = ("_at", "_fenced", "_mid_line", "_rest", "_seen", "_units", "cut")

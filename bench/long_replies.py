@@ -1,5 +1,9 @@
-"""What watching a long streamed reply costs the event loop, per tree: the loop guard
-(``shelfhand.providers.repetition``, every reply of the OpenAI-compatible adapter), the
+"""What watching a long streamed reply costs the event loop, per tree: the OpenAI-compatible
+adapter reading it from a server on loopback (``OpenAIChatModel.stream``: the SDK, the
+chunks, the loop guard; CPU time of the loop's thread, the server's not counted), the loop
+guard alone (``shelfhand.providers.repetition``), the OpenAI-compatible embedder reading a
+batch of 64 vectors (``OpenAIEmbedder``: 256 to 3,072 floats each; the calling thread's CPU),
+the
 call-text gate holding a reply that may be a tool call (``agent.streaming.CallTextGate``,
 a reply with a brace when tools are offered) and the append-only answer of the
 OpenAI-compatible, Responses and A2A streams (``service.completions.AppendedAnswer``).
@@ -20,7 +24,9 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 WORDS = [
@@ -68,6 +74,108 @@ def pieces_of(text: str) -> list[str]:
     return [text[i : i + 4] for i in range(0, len(text), 4)]
 
 
+class _Chunks(BaseHTTPRequestHandler):
+    """Streams the reply ``server.reply`` as chat-completion chunks of 4 characters."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(self.server.events)  # type: ignore[attr-defined]
+
+
+def _events(text: str) -> bytes:
+    out = []
+    for piece in pieces_of(text):
+        delta = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        out.append(b"data: " + json.dumps({"id": "c", "model": "m", **delta}).encode() + b"\n\n")
+    stop = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    out.append(b"data: " + json.dumps({"id": "c", "model": "m", **stop}).encode() + b"\n\n")
+    return b"".join([*out, b"data: [DONE]\n\n"])
+
+
+def adapter(sizes: tuple[int, ...]) -> dict[int, float]:
+    """Loop-thread CPU seconds of ``OpenAIChatModel.stream`` reading each reply."""
+    import asyncio
+
+    from shelfhand.core.messages import Message
+    from shelfhand.providers.openai_chat import OpenAIChatModel
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Chunks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    async def read(size: int) -> float:
+        server.events = _events(reply(size, "\n"))  # type: ignore[attr-defined]
+        model = OpenAIChatModel("m", base_url=url, api_key="k", max_retries=0, timeout=600)
+        try:
+            started = time.thread_time()
+            async for _ in model.stream([Message.user("tips")]):
+                pass
+            return time.thread_time() - started
+        finally:
+            await model.aclose()
+
+    async def all_sizes() -> dict[int, float]:
+        return {size: await read(size) for size in sizes}
+
+    try:
+        return asyncio.run(all_sizes())
+    finally:
+        server.shutdown()
+
+
+class _Vectors(BaseHTTPRequestHandler):
+    """Answers an embeddings request with ``server.bodies[dim]`` (64 vectors)."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.server.body  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def embedder(dims: tuple[int, ...]) -> dict[int, float]:
+    """Calling-thread CPU seconds of ``OpenAIEmbedder.embed`` for 64 texts, per dimension."""
+    from shelfhand.providers.openai_embeddings import OpenAIEmbedder
+
+    rng = random.Random(0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Vectors)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    out: dict[int, float] = {}
+    try:
+        for dim in dims:
+            data = [
+                {
+                    "object": "embedding",
+                    "index": i,
+                    "embedding": [rng.uniform(-1, 1) for _ in range(dim)],
+                }
+                for i in range(64)
+            ]
+            server.body = json.dumps({"object": "list", "data": data}).encode()  # type: ignore[attr-defined]
+            embed = OpenAIEmbedder(model="m", base_url=url, api_key="k", batch_size=64, dim=dim)
+            embed.embed(["warm"] * 64)
+            started = time.thread_time()
+            for _ in range(5):
+                embed.embed([f"text {i}" for i in range(64)])
+            out[dim] = (time.thread_time() - started) / 5
+    finally:
+        server.shutdown()
+    return out
+
+
 def child() -> None:
     """One round in this process's tree: seconds per case and size, as JSON."""
     from shelfhand.agent.streaming import CallTextGate
@@ -99,7 +207,10 @@ def child() -> None:
         "call gate, a held reply": (gate, "\n", 'Config: {"a": 1}\n'),
         "append-only answer": (appended, "\n", ""),
     }
-    out: dict[str, dict[int, float]] = {}
+    out: dict[str, dict[int, float]] = {
+        "adapter, a streamed reply read": adapter(SIZES),
+        "embedder, 64 vectors of this many floats": embedder((256, 1024, 3072)),
+    }
     for name, (watch, line_end, head) in cases.items():
         out[name] = {}
         for chars in SIZES:
@@ -135,7 +246,7 @@ def main() -> None:
                 for size, seconds in times.items():
                     kept[size] = min(kept.get(size, seconds), seconds)
     names = [str(t) for t in a.trees]
-    print("| case | characters | " + " | ".join(f"{n} (ms)" for n in names) + " |")
+    print("| case | size | " + " | ".join(f"{n} (ms)" for n in names) + " |")
     print("|---" * (2 + len(names)) + "|")
     for case in best[a.trees[0]]:
         for size in best[a.trees[0]][case]:

@@ -109,7 +109,7 @@ def test_a_fence_opened_one_character_at_a_time_still_streams() -> None:
 
 def test_a_held_reply_is_shown_whole_at_its_end() -> None:
     # held at its brace (maybe a call): not read again as it grows, decided at the end
-    reply = "配置如下：{\"a\": 1}\n" + "Some prose that goes on. " * 2000
+    reply = '配置如下：{"a": 1}\n' + "Some prose that goes on. " * 2000
     gate = CallTextGate(active=True)
     shown = "".join(gate.feed(reply[i : i + 4]) for i in range(0, len(reply), 4))
     assert shown == "配置如下："

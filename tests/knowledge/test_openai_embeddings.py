@@ -167,6 +167,30 @@ def test_a_refused_key_is_a_configuration_error(server: FakeEmbeddingsServer) ->
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"object": "list", "data": None},  # not a list
+        {"object": "list", "data": [{"index": 0, "embedding": "AAAA"}]},  # base64, not asked
+        {"error": "no such route"},  # not an embeddings API
+    ],
+    ids=["no-data", "not-floats", "other-api"],
+)
+def test_a_reply_that_is_not_the_embeddings_asked_for_is_a_clear_error(
+    server: FakeEmbeddingsServer, body: dict[str, Any]
+) -> None:
+    server.script = [(200, body)]
+    with pytest.raises(KnowledgeError, match="did not answer with 1 embeddings"):
+        _embedder(server).embed(["x"])
+    assert len(server.requests) == 1  # (not retried: asking again gets the same)
+
+
+def test_a_reply_with_fewer_vectors_than_texts_is_an_error(server: FakeEmbeddingsServer) -> None:
+    server.script = [(200, {"data": [{"index": 0, "embedding": _raw_vector("a")}]})]
+    with pytest.raises(KnowledgeError, match="did not answer with 2 embeddings"):
+        _embedder(server).embed(["a", "b"])
+
+
 def test_an_unreachable_server_raises_embedding_unavailable_after_retries() -> None:
     # Bind then close a port so nothing listens there.
     probe = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)

@@ -274,6 +274,21 @@ async def test_a_streamed_reply_yields_each_text_delta_then_the_whole_reply(
     assert body["stream_options"] == {"include_usage": True}
 
 
+async def test_an_error_event_in_a_stream_before_any_text_is_a_provider_error(
+    chat_server: ChatServer, model: OpenAIChatModel
+) -> None:
+    # a server that fails mid-request sends its error as a chunk (vLLM, llama.cpp); the
+    # request is the SDK's, read as plain JSON: the SDK's check of each chunk still holds
+    events = [chunk({"role": "assistant", "content": ""}), {"error": {"message": "KV cache full"}}]
+    chat_server.add(Reply(sse=events))
+
+    with pytest.raises(ModelProviderError, match="KV cache full"):
+        async for _ in model.stream([Message.user("hi")]):
+            pass
+    sent = chat_server.requests[0]
+    assert sent.headers["authorization"] == "Bearer sk-test-secret" and sent.body["stream"] is True
+
+
 async def test_streamed_tool_call_arguments_split_across_chunks_are_assembled(
     chat_server: ChatServer, model: OpenAIChatModel
 ) -> None:

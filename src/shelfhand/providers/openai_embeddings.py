@@ -142,11 +142,20 @@ class OpenAIEmbedder:
         for attempt in range(self._max_retries + 1):
             retry_after: str | None = None
             try:
-                response = client.embeddings.create(
-                    model=self._model, input=texts, encoding_format="float", **extra
+                # the SDK's client sends it (auth, base URL, errors); the reply is read as
+                # the JSON it is: the SDK's typed objects cost 125 ms of CPU per 64 vectors
+                # of 1,024 floats, plain JSON 18 ms (docs/benchmarks/scale.md, "Reading an embedder's reply")
+                response = client.post(
+                    "/embeddings",
+                    body={
+                        "model": self._model,
+                        "input": texts,
+                        "encoding_format": "float",
+                        **extra,
+                    },
+                    cast_to=object,
                 )
-                rows = sorted(response.data, key=lambda d: d.index)
-                return [list(row.embedding) for row in rows]
+                return self._vectors_of(response, len(texts))
             except openai.RateLimitError as exc:
                 if _error_code(exc) == "insufficient_quota":
                     # Out of credit: retrying cannot help, fall back at once.
@@ -185,6 +194,26 @@ class OpenAIEmbedder:
             f"embedding API at {self._where()} unavailable after "
             f"{self._max_retries + 1} attempts: {last}"
         ) from last
+
+    def _vectors_of(self, response: Any, count: int) -> list[list[float]]:
+        """The vectors of an embeddings reply, in the order of the texts.
+
+        Raises:
+            KnowledgeError: The reply is not ``count`` embeddings (a server that is not an
+                OpenAI-compatible embeddings API, or one that dropped inputs).
+        """
+        data = response.get("data") if isinstance(response, dict) else None
+        if (
+            not isinstance(data, list)
+            or len(data) != count
+            or not all(isinstance(d, dict) and isinstance(d.get("embedding"), list) for d in data)
+        ):
+            raise KnowledgeError(
+                f"the embedding API at {self._where()} did not answer with {count} embeddings "
+                f"(is it an OpenAI-compatible /embeddings?): {str(response)[:200]!r}"
+            )
+        rows = sorted(data, key=_index)
+        return [row["embedding"] for row in rows]
 
     def _where(self) -> str:
         return self._base_url or "api.openai.com"
@@ -235,3 +264,9 @@ def _error_code(exc: Any) -> str | None:
             code = inner.get("code") or inner.get("type")
             return str(code) if code is not None else None
     return None
+
+
+def _index(row: dict[str, Any]) -> int:
+    """An embedding's place among the inputs (0 when the server left it out)."""
+    index = row.get("index")
+    return index if isinstance(index, int) else 0

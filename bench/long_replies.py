@@ -204,6 +204,7 @@ def child() -> None:
     cases = {
         "loop guard, lines": (guard, "\n", ""),
         "loop guard, one paragraph": (guard, " ", ""),
+        "call gate, plain text": (gate, "\n", ""),
         "call gate, a held reply": (gate, "\n", 'Config: {"a": 1}\n'),
         "append-only answer": (appended, "\n", ""),
     }

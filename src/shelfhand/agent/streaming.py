@@ -70,12 +70,20 @@ _FENCE_OPEN = re.compile(r"\s*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n")
 _CALL_FENCES = frozenset({"", "json", "json5", "tool_call", "tool_calls", "tool_code"})
 
 
+_FIRSTS = frozenset(m[0] for m in _MARKERS) | {"["}
+"""The characters a marker (or ``_OPEN_BRACKET``) starts with."""
+
+
 def _partial_marker(text: str) -> int:
-    """Length of the longest suffix of ``text`` that may be the start of a marker."""
-    for size in range(min(len(text), _LONGEST_MARKER), 0, -1):
-        tail = text[-size:]
-        if any(m.startswith(tail) for m in _MARKERS) or _OPEN_BRACKET.fullmatch(tail):
-            return size
+    """Length of the longest suffix of ``text`` that may be the start of a marker (only
+    suffixes starting with a marker's first character are tried: a piece of plain text costs
+    a scan of its last characters, not a comparison per length and marker)."""
+    end = len(text)
+    for start in range(max(0, end - _LONGEST_MARKER), end):
+        if text[start] in _FIRSTS:
+            tail = text[start:]
+            if any(m.startswith(tail) for m in _MARKERS) or _OPEN_BRACKET.fullmatch(tail):
+                return end - start
     return 0
 
 

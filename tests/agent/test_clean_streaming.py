@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shelfhand import Agent, Toolkit, UserContext, tool
+from shelfhand.agent import streaming
 from shelfhand.agent.streaming import STEP_SEPARATOR, CallTextGate
 from shelfhand.core.events import Event, Final, TextDelta, ToolFinished, ToolStarted
 from shelfhand.core.messages import Message
@@ -114,6 +117,30 @@ def test_a_held_reply_is_shown_whole_at_its_end() -> None:
     shown = "".join(gate.feed(reply[i : i + 4]) for i in range(0, len(reply), 4))
     assert shown == "配置如下："
     assert shown + gate.finish(reply) == reply
+
+
+def partial_marker_by_definition(text: str) -> int:
+    """The longest suffix of ``text`` (up to the longest marker) that a marker starts with."""
+    for size in range(min(len(text), max(map(len, streaming._MARKERS))), 0, -1):
+        tail = text[-size:]
+        if any(m.startswith(tail) for m in streaming._MARKERS) or (
+            tail.startswith("[") and not tail[1:].strip()
+        ):
+            return size
+    return 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(alphabet="ab `<[{ \n|TOOL_CALS]>pythn_g", max_size=40),
+    st.sampled_from(streaming._MARKERS),
+    st.integers(0, 60),
+)
+def test_what_may_start_a_marker_is_found_as_by_its_definition(
+    text: str, marker: str, cut: int
+) -> None:
+    for candidate in (text, text + marker[:cut], marker[:cut]):
+        assert streaming._partial_marker(candidate) == partial_marker_by_definition(candidate)
 
 
 def test_a_json_fence_is_held_even_with_its_language_line_complete() -> None:

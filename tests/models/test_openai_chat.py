@@ -289,6 +289,23 @@ async def test_an_error_event_in_a_stream_before_any_text_is_a_provider_error(
     assert sent.headers["authorization"] == "Bearer sk-test-secret" and sent.body["stream"] is True
 
 
+@pytest.mark.parametrize("reply", ["json", "no-chunk"])
+async def test_a_streamed_request_answered_with_no_chunk_is_a_provider_error(
+    chat_server: ChatServer, model: OpenAIChatModel, reply: str
+) -> None:
+    # before: an empty reply, which the agent took for a blank answer from the model
+    if reply == "json":  # a server (or proxy) that does not stream
+        chat_server.add(Reply(body=completion("hi")))
+    else:
+        chat_server.add(Reply(sse=[]))
+    kind = "application/json" if reply == "json" else "text/event-stream"
+
+    with pytest.raises(ModelProviderError, match=f"no chunk \\(content type '{kind}'"):
+        async for _ in model.stream([Message.user("hi")]):
+            pass
+    assert len(chat_server.requests) == 1  # (not retried)
+
+
 async def test_streamed_tool_call_arguments_split_across_chunks_are_assembled(
     chat_server: ChatServer, model: OpenAIChatModel
 ) -> None:

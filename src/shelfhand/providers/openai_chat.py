@@ -396,6 +396,7 @@ class OpenAIChatModel:
                     )
                 try:
                     chunks = sdk_stream.__aiter__()
+                    seen = 0
                     while True:
                         started = bool(reply.parts or reply.calls)
                         by = deadline if started else first_by
@@ -406,6 +407,7 @@ class OpenAIChatModel:
                             break
                         except TimeoutError:
                             raise Deadline(first_token=not started) from None
+                        seen += 1
                         piece = reply.feed(as_dict(raw))
                         if piece and repetition.looping(piece, reply.parts):
                             # the model writes one block over and over: stop it (closing
@@ -414,6 +416,8 @@ class OpenAIChatModel:
                             break
                         if piece and not buffered:
                             yield StreamText(text=piece)
+                    if not seen:  # (a web page, a proxy's notice: not a blank reply)
+                        raise self._no_chunks(sdk_stream.response.headers.get("content-type"))
                 finally:
                     with anyio.CancelScope(shield=True):
                         await sdk_stream.close()  # also when the caller stops early
@@ -446,6 +450,14 @@ class OpenAIChatModel:
             attempt += 1
 
     # --- internals -----------------------------------------------------------------------------
+    def _no_chunks(self, content_type: str | None) -> ModelProviderError:
+        """A streamed request answered with no chunk at all: not a chat-completions API."""
+        return ModelProviderError(
+            f"model {self.model!r} at {self._where()} answered a streamed request with no "
+            f"chunk (content type {content_type or 'none'!r}). Check that OPENAI_BASE_URL "
+            "points at an OpenAI-compatible API (usually ending in /v1)."
+        )
+
     @staticmethod
     def _echoed_json(messages: Sequence[Message], response: ModelResponse) -> bool:
         """The reply right after tool results is bare JSON, not a call: a small model echoing

@@ -143,8 +143,9 @@ class OpenAIEmbedder:
             retry_after: str | None = None
             try:
                 # the SDK's client sends it (auth, base URL, errors); the reply is read as
-                # the JSON it is: the SDK's typed objects cost 125 ms of CPU per 64 vectors
-                # of 1,024 floats, plain JSON 18 ms (docs/benchmarks/scale.md, "Reading an embedder's reply")
+                # the JSON it is: the SDK's typed objects cost 122 ms of CPU per 64 vectors
+                # of 1,024 floats, plain JSON 19 ms (docs/benchmarks/scale.md, "Reading an
+                # embedder's reply")
                 response = client.post(
                     "/embeddings",
                     body={

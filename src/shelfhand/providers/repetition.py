@@ -134,7 +134,7 @@ class Repetition:
     Each complete line is read once: its units are kept (those of the last :data:`_TAIL`
     characters), and only the unfinished line (its last :data:`_TAIL` characters) is read
     again at each check, so a long reply costs time in proportion to its length (the whole
-    reply was read again at each sentence's end: 0.76 s of the event loop for 64,000
+    reply was read again at each sentence's end: a second of the event loop for 64,000
     characters, ``bench/long_replies.py``).
     """
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
+import orjson
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -27,7 +28,15 @@ if TYPE_CHECKING:
     from shelfhand.traces.store import SqlTraceStore
     from shelfhand.usage.ledger import SqlUsageLedger
 
-__all__ = ["Caller", "Service", "ServiceConfig", "get_service", "hide_paths", "sse_event"]
+__all__ = [
+    "Caller",
+    "Service",
+    "ServiceConfig",
+    "get_service",
+    "hide_paths",
+    "json_bytes",
+    "sse_event",
+]
 
 ANONYMOUS_CALLER = UserContext(tenant_id="default", user_id="anonymous", roles=())
 
@@ -145,16 +154,21 @@ Caller = Annotated[UserContext, Depends(get_caller)]
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 
+def json_bytes(data: Any) -> bytes:
+    """``data`` as compact UTF-8 JSON for a stream (orjson: 0.1–0.2 µs an event where
+    ``json.dumps`` took 2–3.5). Half of a surrogate pair (from a custom model or tool) is
+    written as a JSON escape, which the client's parser reads back, rather than an exception
+    that cuts the stream short."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # (lone surrogates; anything else fails again below, as before)
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
 def sse_event(data: Mapping[str, Any], event_id: int) -> bytes:
     """One Server-Sent Event: ``event`` is the data's ``type``, ``data`` its JSON."""
-    head = f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: "
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return f"{head}{payload}\n\n".encode()
-    except UnicodeEncodeError:
-        # half of a surrogate pair from a custom model or tool: as a JSON escape, which the
-        # client's parser reads back, rather than an exception that cuts the stream short
-        return f"{head}{json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    head = f"id: {event_id}\nevent: {data.get('type', 'message')}\ndata: ".encode()
+    return head + json_bytes(data) + b"\n\n"
 
 
 # an absolute file path: starts a word (not inside a URL such as http://host/a/b), 2+ parts

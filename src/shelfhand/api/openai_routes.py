@@ -42,7 +42,7 @@ from shelfhand.api.chat_routes import (
     pump_items,
     reply_unless_gone,
 )
-from shelfhand.api.deps import Caller, Service, ServiceDep, hide_paths
+from shelfhand.api.deps import Caller, Service, ServiceDep, hide_paths, json_bytes
 from shelfhand.api.schemas import CitationOut
 from shelfhand.api.tracing import current_parent_span_id, current_trace_id
 from shelfhand.core.context import UserContext
@@ -422,7 +422,7 @@ class _Reply:
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             **extra,
         }
-        return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+        return b"data: " + json_bytes(data) + b"\n\n"
 
     async def stream(
         self, pump: TurnPump, first: object, heartbeat: float, *, steps: bool, usage: bool

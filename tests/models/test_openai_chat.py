@@ -289,21 +289,30 @@ async def test_an_error_event_in_a_stream_before_any_text_is_a_provider_error(
     assert sent.headers["authorization"] == "Bearer sk-test-secret" and sent.body["stream"] is True
 
 
-@pytest.mark.parametrize("reply", ["json", "no-chunk"])
 async def test_a_streamed_request_answered_with_no_chunk_is_a_provider_error(
-    chat_server: ChatServer, model: OpenAIChatModel, reply: str
+    chat_server: ChatServer, model: OpenAIChatModel
 ) -> None:
     # before: an empty reply, which the agent took for a blank answer from the model
-    if reply == "json":  # a server (or proxy) that does not stream
-        chat_server.add(Reply(body=completion("hi")))
-    else:
-        chat_server.add(Reply(sse=[]))
-    kind = "application/json" if reply == "json" else "text/event-stream"
+    chat_server.add(Reply(sse=[]))
 
-    with pytest.raises(ModelProviderError, match=f"no chunk \\(content type '{kind}'"):
+    with pytest.raises(ModelProviderError, match="no chunk \\(content type 'text/event-stream'"):
         async for _ in model.stream([Message.user("hi")]):
             pass
     assert len(chat_server.requests) == 1  # (not retried)
+
+
+async def test_a_streamed_request_answered_with_the_whole_completion_is_read_as_one(
+    chat_server: ChatServer, model: OpenAIChatModel
+) -> None:
+    # a server (or proxy) that does not stream sends one JSON body: before, an empty reply
+    chat_server.add(Reply(body=completion("拆封后 7 天内可退 [1]。")))
+
+    items = await collect(model, [Message.user("拆封后还能退吗？")])
+
+    assert [i.text for i in items if isinstance(i, StreamText)] == ["拆封后 7 天内可退 [1]。"]
+    done = items[-1]
+    assert isinstance(done, StreamDone) and done.response.message.text == "拆封后 7 天内可退 [1]。"
+    assert chat_server.requests[0].body["stream"] is True
 
 
 async def test_streamed_tool_call_arguments_split_across_chunks_are_assembled(

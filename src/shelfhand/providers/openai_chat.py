@@ -143,6 +143,12 @@ async def _post_completion(
     )
 
 
+def _not_streamed(response: httpx.Response) -> bool:
+    """Whether a streamed request was answered with one JSON body instead of events."""
+    kind = response.headers.get("content-type", "")
+    return "json" in kind and "event-stream" not in kind
+
+
 class OpenAIChatModel:
     """A :class:`~shelfhand.models.base.ChatModel` on an OpenAI-compatible endpoint.
 
@@ -349,6 +355,10 @@ class OpenAIChatModel:
             )
         except (httpx.TransportError, json.JSONDecodeError) as error:
             raise unreadable(error) from error
+        return self._completion(completion, tools)
+
+    def _completion(self, completion: Any, tools: Sequence[ToolSchema]) -> ModelResponse:
+        """The response of a whole (not streamed) chat completion."""
         data = as_dict(completion)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -394,10 +404,17 @@ class OpenAIChatModel:
                     sdk_stream = await _post_completion(
                         client, params, timeout=max(first_by - start, 0.001) + 1.0
                     )
+                whole: ModelResponse | None = None
                 try:
+                    if _not_streamed(sdk_stream.response):
+                        # a server (or proxy) that answers with the whole completion: read
+                        # as the reply of a request that did not stream, shown at once
+                        with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
+                            body = await sdk_stream.response.aread()
+                        whole = self._completion(json.loads(body), tools)
                     chunks = sdk_stream.__aiter__()
                     seen = 0
-                    while True:
+                    while whole is None:
                         started = bool(reply.parts or reply.calls)
                         by = deadline if started else first_by
                         try:
@@ -416,7 +433,7 @@ class OpenAIChatModel:
                             break
                         if piece and not buffered:
                             yield StreamText(text=piece)
-                    if not seen:  # (a web page, a proxy's notice: not a blank reply)
+                    if not seen and whole is None:  # (a web page, a proxy's notice)
                         raise self._no_chunks(sdk_stream.response.headers.get("content-type"))
                 finally:
                     with anyio.CancelScope(shield=True):
@@ -428,16 +445,19 @@ class OpenAIChatModel:
             except (httpx.TransportError, json.JSONDecodeError) as error:
                 raise unreadable(error) from error
             else:
-                text, calls = "".join(reply.parts), reply.tool_calls()
-                response = self._finish(
-                    text, calls, tools, reply.finish_reason, reply.usage, reply.model_name,
-                    repetition.cut,
-                )  # fmt: skip
+                if whole is not None:
+                    response = whole
+                else:
+                    text, calls = "".join(reply.parts), reply.tool_calls()
+                    response = self._finish(
+                        text, calls, tools, reply.finish_reason, reply.usage, reply.model_name,
+                        repetition.cut,
+                    )  # fmt: skip
                 if self._loops(messages, response):
                     response = await self._answer_now(messages, tools, response)
                 if self._echoed_json(messages, response):
                     response = await self._in_plain_words(messages, tools, response)
-                if buffered and response.message.text:
+                if (buffered or whole is not None) and response.message.text:
                     yield StreamText(text=response.message.text)
                 yield StreamDone(response=response)
                 return

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -25,10 +24,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from long_replies import pieces_of, reply
-from service_load import cpu_seconds, free_port, stop_server
+from service_load import KEY, cpu_seconds, start_server, stop_server
 
 SIZES = (4000, 16000, 64000)
-KEY = "stream-bench-key"
 QUESTION = "Twenty tips, please."
 
 
@@ -61,37 +59,18 @@ class _Model(BaseHTTPRequestHandler):
 
 
 def start(tree: Path, workspace: Path, model_url: str) -> tuple[Any, str]:
-    import subprocess
-    import time
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update(
-        PYTHONPATH=str((tree / "src").resolve()),
-        SHELFHAND_EMBEDDER="hashing",
-        SHELFHAND_MODEL="m",
-        OPENAI_BASE_URL=model_url,
-        OPENAI_API_KEY="k",
-        SHELFHAND_API_KEYS=json.dumps({KEY: {"tenant": "bench", "user": "stream"}}),
-        SHELFHAND_MODEL_TIMEOUT="600",
+    """``shelfhand serve`` of ``tree`` (:func:`service_load.start_server`), its model the
+    server at ``model_url``."""
+    env = {
+        "PYTHONPATH": str((tree / "src").resolve()),
+        "SHELFHAND_MODEL": "m",
+        "OPENAI_BASE_URL": model_url,
+        "OPENAI_API_KEY": "k",
+        "SHELFHAND_MODEL_TIMEOUT": "600",
         # the question reaches the model as it is (no search first): the long reply answers it
-        SHELFHAND_ANSWER_RETRIEVAL="tool",
-    )
-    port = free_port()
-    cmd = [sys.executable, "-m", "shelfhand.cli", "serve", "-w", str(workspace)]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("server exited:\n" + proc.stderr.read().decode())  # type: ignore[union-attr]
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not start within 90 s")
+        "SHELFHAND_ANSWER_RETRIEVAL": "tool",
+    }
+    return start_server(workspace, "rag", server_env=env)
 
 
 def one_round(tree: Path, model: Any) -> dict[str, dict[int, float]]:

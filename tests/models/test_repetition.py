@@ -158,7 +158,7 @@ def test_a_loop_after_a_long_reply_and_code_opened_long_before() -> None:
     lines = "".join(f"{n}. Line {n} of the report says nothing new.\n" for n in range(1, 400))
     cut, _ = streamed(lines + LOOP)
     assert cut is not None and (lines + LOOP)[:cut] == lines + FIRST_ROUND
-    # inside a block of code opened 20,000 characters before, the same lines are not read
+    # inside a block of code opened 18,000 characters before, the same lines are not read
     code = "```\n" + lines + CODE_LINE * 5
     assert streamed(code) == (None, len(code))
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from shelfhand.backends.redis import open_redis
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
-from shelfhand.dev.services import free_port
+from shelfhand.dev.services import free_port, start_redis
+from shelfhand.service import turn_lock
 from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock
 
 
@@ -71,3 +74,43 @@ def test_redis_away_is_a_dependency_error_not_a_free_session() -> None:
     with pytest.raises(DependencyUnavailableError, match="session lock") as failed:
         lock.claim("s")
     assert failed.value.dependency == "redis"
+
+
+def test_a_claim_that_got_no_answer_does_not_keep_the_session_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis that stops answering (SIGSTOP) while a claim's SET is on its way applies it
+    when it resumes: before, the session stayed busy (409 on every replica) for the whole
+    ttl with no turn running; now the replica that sent it deletes it as soon as Redis
+    answers. A release that got no answer likewise."""
+    monkeypatch.setattr(turn_lock, "CLEAN_EVERY", 1.5)  # (time to see the stale claim)
+    server = start_redis(tmp_path / "redis")  # its own: stopped below
+    try:
+        assert server.process is not None
+        lock = RedisTurnLock(open_redis(server.url, timeout=0.5), ttl=30)
+        replica = RedisTurnLock(open_redis(server.url, timeout=0.5), ttl=30)
+        held = lock.claim("已释放")
+        assert held is not None
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(DependencyUnavailableError, match="session lock"):
+                lock.claim("会话")  # the SET waits in Redis's socket
+            held.release()  # gets no answer either
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while not replica.is_busy("会话") and time.monotonic() < deadline:
+            time.sleep(0.02)  # the SET sent while stopped is applied now
+        assert replica.is_busy("会话")
+        # the other replica finds both free within seconds, not after the 30 s ttl
+        deadline = time.monotonic() + 6
+        while replica.is_busy("会话") or replica.is_busy("已释放"):
+            assert time.monotonic() < deadline, "the stale claims were not deleted"
+            time.sleep(0.05)
+        taken = replica.claim("会话")
+        assert taken is not None and lock.claim("会话") is None  # and it holds, as any claim
+        taken.release()
+    finally:
+        if server.process is not None:
+            server.process.send_signal(signal.SIGCONT)
+        server.stop()

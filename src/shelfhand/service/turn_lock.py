@@ -133,7 +133,7 @@ class _RedisClaim:
         self._released = True
         try:
             self._lock.client.eval(_RELEASE, 1, self.key, self.token)
-        except Exception as exc:  # released before the next claim, or it expires by itself
+        except Exception as exc:  # deleted once Redis answers (a thread), else it expires
             logger.warning("releasing the turn lock of %s failed: %s", self.session_id, exc)
             self._lock.unsure(self.key, self.token)
 

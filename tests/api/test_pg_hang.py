@@ -7,7 +7,6 @@ seconds, the server stays healthy, and both get answers again once PostgreSQL re
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import signal
 import time
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
 from shelfhand.dev.services import LocalPostgres
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document
+from support.knowledge import text_document
 
 TEXT = "投影仪保修期为12个月。The projector warranty lasts twelve months."
 
@@ -45,15 +45,8 @@ def stopped(server: LocalPostgres) -> Iterator[None]:
 
 
 def _document(tenant: str) -> Document:
-    return Document(
-        doc_id=f"{tenant}/warranty.md",  # (a document id is the store's, across tenants)
-        source=f"{tenant}/warranty.md",
-        title="Warranty",
-        doc_type="markdown",
-        sections=(Section(text=TEXT),),
-        content_hash=hashlib.sha256(TEXT.encode()).hexdigest(),
-        tenant_id=tenant,
-    )
+    # (a document id is the store's, across tenants)
+    return text_document(f"{tenant}/warranty.md", TEXT, title="Warranty", tenant_id=tenant)
 
 
 def test_two_callers_get_503_within_the_timeout_while_postgresql_hangs_then_answers(

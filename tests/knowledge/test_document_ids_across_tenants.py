@@ -5,7 +5,6 @@ skipped as unchanged (the same content hash: t2 never got it), with no word of e
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import pytest
@@ -14,23 +13,16 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.stack import EmbeddedKnowledge
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document
 from shelfhand.testing import hashing_router
+from support.knowledge import text_document
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 TEXT = "投影仪保修期为12个月。The projector warranty lasts twelve months."
 
 
 def manual(tenant: str, doc_id: str = "manual.md", text: str = TEXT) -> Document:
-    return Document(
-        doc_id=doc_id,
-        source=doc_id,
-        title="Manual",
-        doc_type="markdown",
-        sections=(Section(text=text),),
-        content_hash=hashlib.sha256(text.encode()).hexdigest(),
-        tenant_id=tenant,
-    )
+    return text_document(doc_id, text, title="Manual", tenant_id=tenant)
 
 
 @pytest.mark.parametrize("one_call", [True, False])

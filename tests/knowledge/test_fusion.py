@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -24,19 +23,13 @@ from shelfhand.knowledge.retrieval.fusion import convex_fusion
 from shelfhand.knowledge.retrieval.hybrid import HybridRetriever
 from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document
 from support.embedders import BagEmbedder
+from support.knowledge import text_document
 
 
 def doc(doc_id: str, text: str) -> Document:
-    return Document(
-        doc_id=doc_id,
-        source=doc_id,
-        title="",
-        doc_type="markdown",
-        sections=(Section(text=text),),
-        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-    )
+    return text_document(doc_id, text)
 
 
 CORPUS = [

@@ -1,11 +1,30 @@
-"""Knowledge bases over the bundled sample documents, as the agent and service tests use them."""
+"""Knowledge bases over the bundled sample documents, as the agent and service tests use them,
+and ready-made documents."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from shelfhand.knowledge import KnowledgeBase, sample_corpus
+from shelfhand.knowledge.types import Document, Section
 from shelfhand.testing import hashing_router
+
+
+def text_document(
+    doc_id: str, text: str, *, title: str = "", tenant_id: str = "default"
+) -> Document:
+    """A ready-made Markdown document of one section, ``doc_id`` also its source, hashed
+    from ``text`` (for ``ingest_documents``)."""
+    return Document(
+        doc_id=doc_id,
+        source=doc_id,
+        title=title,
+        doc_type="markdown",
+        sections=(Section(text=text),),
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        tenant_id=tenant_id,
+    )
 
 
 def sample_kb(

@@ -88,7 +88,9 @@ class _Chunks(BaseHTTPRequestHandler):
         self.wfile.write(self.server.events)  # type: ignore[attr-defined]
 
 
-def _events(text: str) -> bytes:
+def chunk_events(text: str) -> bytes:
+    """``text`` as a chat-completions event stream: chunks of 4 characters, a stop chunk,
+    ``[DONE]``."""
     out = []
     for piece in pieces_of(text):
         delta = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
@@ -110,7 +112,7 @@ def adapter(sizes: tuple[int, ...]) -> dict[int, float]:
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
 
     async def read(size: int) -> float:
-        server.events = _events(reply(size, "\n"))  # type: ignore[attr-defined]
+        server.events = chunk_events(reply(size, "\n"))  # type: ignore[attr-defined]
         model = OpenAIChatModel("m", base_url=url, api_key="k", max_retries=0, timeout=600)
         try:
             started = time.thread_time()

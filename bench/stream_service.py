@@ -23,20 +23,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from long_replies import pieces_of, reply
+from long_replies import chunk_events, pieces_of, reply
 from service_load import KEY, cpu_seconds, start_server, stop_server
 
 SIZES = (4000, 16000, 64000)
 QUESTION = "Twenty tips, please."
-
-
-def _events(text: str) -> bytes:
-    out = []
-    for piece in [*pieces_of(text), None]:
-        delta = {"content": piece} if piece is not None else {}
-        choice = {"index": 0, "delta": delta, "finish_reason": None if piece else "stop"}
-        out.append(b"data: " + json.dumps({"id": "c", "model": "m", "choices": [choice]}).encode())
-    return b"\n\n".join([*out, b"data: [DONE]", b""])
 
 
 class _Model(BaseHTTPRequestHandler):
@@ -85,7 +76,7 @@ def one_round(tree: Path, model: Any) -> dict[str, dict[int, float]]:
                 client.post(f"/v1/sessions/{warm}/messages", json={"content": "hi", "stream": True})
                 for size in SIZES:
                     text = reply(size, "\n")
-                    model.long = _events(text)
+                    model.long = chunk_events(text)
                     pieces = len(pieces_of(text))
                     for route in out:
                         before = cpu_seconds(proc.pid)
@@ -114,7 +105,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     model: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
-    model.short, model.requests, model.long_sent = _events("OK."), 0, 0
+    model.short, model.requests, model.long_sent = chunk_events("OK."), 0, 0
     model.url = f"http://127.0.0.1:{model.server_address[1]}/v1"
     threading.Thread(target=model.serve_forever, daemon=True).start()
     best: dict[Path, dict[str, dict[int, float]]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -71,7 +72,8 @@ def server() -> Iterator[FakeEmbeddingsServer]:
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(raw)))
             self.end_headers()
-            self.wfile.write(raw)
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                self.wfile.write(raw)  # (a client that refused the reply may have gone)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -252,3 +254,14 @@ def test_openai_without_a_key_fails_at_construction(monkeypatch: pytest.MonkeyPa
 
 def test_openai_embedder_satisfies_the_embedder_protocol(server: FakeEmbeddingsServer) -> None:
     assert isinstance(_embedder(server), Embedder)
+
+
+def test_a_reply_longer_than_any_batch_of_vectors_is_refused_not_retried(
+    server: FakeEmbeddingsServer,
+) -> None:
+    # bound: 2 vectors of 8 floats as JSON, plus 16 MiB of room
+    server.script.append((200, {"data": [], "padding": "x" * (17 * 1024**2)}))
+    embedder = OpenAIEmbedder("m", dim=DIM, base_url=server.url, api_key="k", batch_size=2)
+    with pytest.raises(KnowledgeError, match="sent a reply longer than"):
+        embedder.embed(["a", "b"])
+    assert len(server.requests) == 1

@@ -1,5 +1,6 @@
 """A chat-completions endpoint on a raw loopback socket that can misbehave the way real model
-servers do: hang without a byte, cut a chunked stream mid-answer, or send malformed JSON."""
+servers do: hang without a byte, cut a chunked stream mid-answer, send malformed JSON, or
+send more than any reply can be (a body that never ends, a compressed bomb)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import json
 import socket
 import threading
+import zlib
 from collections import deque
 
 
@@ -21,6 +23,35 @@ def _chunk(text: str) -> str:
     return json.dumps(body)
 
 
+def _completion(text: str) -> bytes:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
+    return json.dumps(body).encode()
+
+
+def _compressed(data: bytes, wbits: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return packer.compress(data) + packer.flush()
+
+
+def _bomb(inflated_mib: int) -> bytes:
+    """A gzip body of a completion whose text is ``inflated_mib`` MiB of spaces (a few KiB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head, tail = _completion("@").split(b"@")
+    parts = [packer.compress(head)]
+    block = b" " * 1024**2
+    parts += [packer.compress(block) for _ in range(inflated_mib)]
+    parts += [packer.compress(tail), packer.flush()]
+    return b"".join(parts)
+
+
 def _done() -> str:
     body = {
         "id": "chatcmpl-1",
@@ -33,14 +64,22 @@ def _done() -> str:
 
 
 class FakeModelServer:
-    """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage`` or ``ok``.
+    """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage`` or ``ok``
+    (streamed); ``endless_stream`` (chunks that never end), ``endless_json`` (a JSON body that
+    never ends), ``bomb`` (a completion of 64 MiB, gzipped into a few KiB), ``declared_huge``
+    (a ``Content-Length`` of 1 GiB, then nothing), ``gzip`` and ``deflate_raw`` (a completion
+    compressed so, as some servers send it: raw deflate, without its zlib wrapper).
 
     ``hanging`` is set while the server holds a request without answering;
     ``closed_while_hanging`` when a client closes a connection the server was holding.
+    ``requests`` counts the requests read; ``accept_encodings`` holds each one's
+    ``Accept-Encoding``.
     """
 
     def __init__(self) -> None:
         self.modes: deque[str] = deque()
+        self.requests = 0
+        self.accept_encodings: list[str] = []
         self.hanging = threading.Event()
         self.closed_while_hanging = threading.Event()
         self.release = threading.Event()
@@ -74,12 +113,25 @@ class FakeModelServer:
     def _handle(self, conn: socket.socket) -> None:
         # a client that gives up (a garbage stream is a 502 at once) may close first
         with conn, contextlib.suppress(ConnectionResetError, BrokenPipeError):
-            if not self._read_request(conn):
+            head = self._read_request(conn)
+            if head is None:
                 return
+            self.requests += 1
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"accept-encoding:"):
+                    self.accept_encodings.append(line.split(b":", 1)[1].strip().decode())
             mode = self.modes.popleft() if self.modes else "ok"
             if mode == "hang":
                 self._hang(conn)
                 return
+            if mode in ("endless_json", "bomb", "declared_huge", "gzip", "deflate_raw"):
+                self._whole(conn, mode)
+                return
+            if mode == "endless_stream":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+                events = f"data: {_chunk('and again ')}\n\n".encode() * 1000
+                while True:  # until the client hangs up
+                    conn.sendall(events)
             head = (
                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                 "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
@@ -96,6 +148,29 @@ class FakeModelServer:
                 self._send_chunk(conn, f"data: {_done()}\n\n")
             self._send_chunk(conn, "data: [DONE]\n\n")
             conn.sendall(b"0\r\n\r\n")
+
+    def _whole(self, conn: socket.socket, mode: str) -> None:
+        """A reply that is not streamed (each mode as the class says)."""
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        if mode == "endless_json":
+            conn.sendall(f"{head}\r\n".encode() + _completion("@").split(b"@")[0])
+            block = b"x" * 1024**2
+            while True:  # until the client hangs up
+                conn.sendall(block)
+        if mode == "declared_huge":
+            conn.sendall(f"{head}Content-Length: {1024**3}\r\n\r\n".encode())
+            self._hang(conn)
+            return
+        if mode == "bomb":
+            body, encoding = _bomb(64), "gzip"
+        elif mode == "gzip":
+            body, encoding = _compressed(_completion("Packed small."), 31), "gzip"
+        else:
+            body, encoding = _compressed(_completion("Packed raw."), -15), "deflate"
+        conn.sendall(
+            f"{head}Content-Encoding: {encoding}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
 
     def _hang(self, conn: socket.socket) -> None:
         conn.settimeout(0.05)
@@ -117,13 +192,14 @@ class FakeModelServer:
         conn.sendall(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     @staticmethod
-    def _read_request(conn: socket.socket) -> bool:
+    def _read_request(conn: socket.socket) -> bytes | None:
+        """The request's head, once its body is read; ``None`` if the client hung up."""
         conn.settimeout(10)
         data = b""
         while b"\r\n\r\n" not in data:
             part = conn.recv(65536)
             if not part:
-                return False
+                return None
             data += part
         head, _, body = data.partition(b"\r\n\r\n")
         length = 0
@@ -133,6 +209,6 @@ class FakeModelServer:
         while len(body) < length:
             part = conn.recv(65536)
             if not part:
-                return False
+                return None
             body += part
-        return True
+        return head

@@ -39,12 +39,20 @@ from shelfhand.core.errors import ConfigurationError, ToolError, ToolUnavailable
 from shelfhand.core.events import Event, Final, TextDelta
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
+from shelfhand.providers.bounded_http import BoundedAsyncSend, ReplyTooLarge, reply_too_large
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RemoteA2AAgent"]
 
 _FAILED = {TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED}
+
+MAX_REPLY_BYTES = 64 * 1024**2
+"""The default bound of one reply of a remote agent (its card, its answer's whole stream)."""
+
+
+class _BoundedHttp(BoundedAsyncSend, httpx.AsyncClient):
+    """An ``httpx`` client whose replies are bounded (see ``bounded_http``)."""
 
 
 class RemoteA2AAgent:
@@ -59,6 +67,8 @@ class RemoteA2AAgent:
         forward_identity: Send the caller's tenant and user in the message metadata.
         connect_timeout: Seconds to connect; a dead endpoint fails fast rather than
             using up the delegation's whole ``timeout``.
+        max_reply_bytes: The most bytes of one reply (the agent card, or an answer's whole
+            stream), after decompression; a longer one fails the delegation, not read further.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class RemoteA2AAgent:
         token_env: str = "",
         forward_identity: bool = False,
         connect_timeout: float = 5.0,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"an A2A agent URL must be http(s)://..., not {url!r}")
@@ -79,6 +90,9 @@ class RemoteA2AAgent:
         self.token_env = token_env
         self.forward_identity = forward_identity
         self.connect_timeout = connect_timeout
+        if max_reply_bytes < 1:
+            raise ConfigurationError("max_reply_bytes must be at least 1")
+        self.max_reply_bytes = max_reply_bytes
 
     def __repr__(self) -> str:  # never the token
         return f"RemoteA2AAgent({self.url!r}, forward_identity={self.forward_identity})"
@@ -110,7 +124,9 @@ class RemoteA2AAgent:
         timeout = httpx.Timeout(None, connect=self.connect_timeout)
         texts: list[str] = []
         citations: list[Citation] = []
-        async with httpx.AsyncClient(headers=self._headers(), timeout=timeout) as http:
+        async with _BoundedHttp(
+            headers=self._headers(), timeout=timeout, max_reply_bytes=self.max_reply_bytes
+        ) as http:
             try:
                 client = await create_client(
                     self.url, client_config=ClientConfig(httpx_client=http)
@@ -119,7 +135,12 @@ class RemoteA2AAgent:
                     for text in self._absorb(response, citations):
                         texts.append(text)
                         yield TextDelta(text=text)
-            except (httpx.HTTPError, A2AClientError, OSError) as exc:
+            except (httpx.HTTPError, A2AClientError, OSError, ReplyTooLarge) as exc:
+                too_large = reply_too_large(exc)
+                if too_large is not None:  # (asking again would get as long a reply)
+                    raise ToolError(
+                        f"the remote agent {self.name} sent {too_large}: not read further"
+                    ) from exc
                 raise ToolUnavailableError(
                     f"the remote agent {self.name} cannot be reached: {type(exc).__name__}: {exc}"
                 ) from exc

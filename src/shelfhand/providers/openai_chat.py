@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, TypeVar
 
 import anyio
-import httpx
+import httpx2
 
 from shelfhand.core.errors import (
     ConfigurationError,
@@ -54,6 +54,7 @@ from shelfhand.models.base import (
     Usage,
 )
 from shelfhand.models.textcalls import json_as_text, json_reply, recover_tool_calls
+from shelfhand.providers.bounded_http import BoundedAsyncSend, ReplyTooLarge
 from shelfhand.providers.openai_retries import (
     Deadline,
     RetryPolicy,
@@ -112,6 +113,15 @@ def _added(first: Usage | None, second: Usage | None) -> Usage | None:
 # Local servers (llama.cpp, Ollama, vLLM) ignore the key, but the SDK insists on one.
 _PLACEHOLDER_KEY = "sk-no-key-required"
 
+MAX_REPLY_BYTES = 64 * 1024**2
+"""The default bound of one reply's body, streamed or not (decompressed): far above what a
+reply of 100,000 tokens streams (about 300 bytes of events a token), far below what would
+exhaust a server's memory."""
+
+
+class _BoundedHttp(BoundedAsyncSend, openai.DefaultAsyncHttpxClient):  # type: ignore[misc]
+    """The SDK's default HTTP client, its replies bounded (see ``bounded_http``)."""
+
 
 async def _post_completion(
     client: openai.AsyncOpenAI, params: Mapping[str, Any], *, timeout: float
@@ -143,7 +153,7 @@ async def _post_completion(
     )
 
 
-def _not_streamed(response: httpx.Response) -> bool:
+def _not_streamed(response: httpx2.Response) -> bool:
     """Whether a streamed request was answered with one JSON body instead of events."""
     kind = response.headers.get("content-type", "")
     return "json" in kind and "event-stream" not in kind
@@ -173,6 +183,9 @@ class OpenAIChatModel:
             :mod:`shelfhand.providers.tool_modes`.
         extra_body: Extra JSON fields for the request body (server-specific options).
         retry_after_cap: The longest ``Retry-After`` we honour, in seconds.
+        max_reply_bytes: The most bytes of one reply, streamed or not, after decompression
+            (:data:`MAX_REPLY_BYTES`); a longer one is a :class:`ModelProviderError`, not
+            retried, and not read further.
 
     Streaming: text deltas are yielded as they arrive. When a tool call is recovered from
     text (see :func:`~shelfhand.models.textcalls.recover_tool_calls`), that text has already
@@ -198,6 +211,7 @@ class OpenAIChatModel:
         tool_mode: str = "native",
         extra_body: Mapping[str, Any] | None = None,
         retry_after_cap: float = 30.0,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         if not model:
             raise ConfigurationError("OpenAIChatModel needs a model name (set SHELFHAND_MODEL)")
@@ -211,6 +225,8 @@ class OpenAIChatModel:
             raise ConfigurationError("max_tokens must be at least 1")
         if context_tokens < 1:
             raise ConfigurationError("context_tokens must be at least 1")
+        if max_reply_bytes < 1:
+            raise ConfigurationError("max_reply_bytes must be at least 1")
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
@@ -224,6 +240,7 @@ class OpenAIChatModel:
         self.tool_mode: ToolMode = tool_mode
         self.extra_body = dict(extra_body) if extra_body else None
         self.retry_after_cap = retry_after_cap
+        self.max_reply_bytes = max_reply_bytes
         self.__api_key = api_key or os.environ.get("OPENAI_API_KEY") or _PLACEHOLDER_KEY
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: object = None  # the event loop the client's connections belong to
@@ -283,9 +300,10 @@ class OpenAIChatModel:
         ``Agent.run_sync``: each is an ``asyncio.run``) gets a client of its own; the one of
         the other loop is dropped, its sockets closed when it is collected.
 
-        Its HTTP client is the SDK's default one, given explicitly: the client the SDK makes
-        by itself schedules its own closing on whatever loop runs when it is collected, which
-        for a dropped client is this one, where closing another loop's connections fails."""
+        Its HTTP client is the SDK's default one, its replies bounded, given explicitly: the
+        client the SDK makes by itself schedules its own closing on whatever loop runs when
+        it is collected, which for a dropped client is this one, where closing another
+        loop's connections fails."""
         loop = _running_loop()
         if self._client is None or self._client_loop is not loop:
             self._client = openai.AsyncOpenAI(
@@ -293,7 +311,9 @@ class OpenAIChatModel:
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=0,  # retries are ours: the SDK would also retry some 4xx
-                http_client=openai.DefaultAsyncHttpxClient(timeout=self.timeout),
+                http_client=_BoundedHttp(
+                    max_reply_bytes=self.max_reply_bytes, timeout=self.timeout
+                ),
             )
             self._client_loop = loop
         return self._client
@@ -353,7 +373,7 @@ class OpenAIChatModel:
             completion = await self._with_retries(
                 lambda left: _post_completion(client, params, timeout=left), deadline
             )
-        except (httpx.TransportError, json.JSONDecodeError) as error:
+        except (httpx2.TransportError, json.JSONDecodeError) as error:
             raise unreadable(error) from error
         return self._completion(completion, tools)
 
@@ -440,9 +460,9 @@ class OpenAIChatModel:
                         await sdk_stream.close()  # also when the caller stops early
             except TimeoutError:  # no response headers before the first-token deadline
                 exc: Exception = Deadline(first_token=True)
-            except (Deadline, openai.APIError) as error:
+            except (Deadline, openai.APIError, ReplyTooLarge) as error:
                 exc = error
-            except (httpx.TransportError, json.JSONDecodeError) as error:
+            except (httpx2.TransportError, json.JSONDecodeError) as error:
                 raise unreadable(error) from error
             else:
                 if whole is not None:
@@ -608,7 +628,7 @@ class OpenAIChatModel:
                     return await call(max(left, 0.001))
             except TimeoutError:
                 exc: Exception = Deadline(first_token=False)
-            except openai.APIError as error:
+            except (openai.APIError, ReplyTooLarge) as error:
                 exc = error
             delay = self._delay_for(exc, attempt, deadline)
             if delay is None:

@@ -9,6 +9,7 @@ can fall back to keyword search.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -21,12 +22,20 @@ import numpy as np
 
 from shelfhand.core.errors import ConfigurationError, EmbeddingUnavailableError, KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors
+from shelfhand.providers.bounded_http import BoundedSend, ReplyTooLarge, reply_too_large
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["OpenAIEmbedder"]
 
 _MAX_RETRY_AFTER_S = 20.0
+
+_BYTES_PER_FLOAT = 40
+"""Room for one float of a vector in a JSON reply ("-0.012345678901234567, " is 24 bytes;
+a server that indents its JSON adds a line and its indent)."""
+
+_REPLY_SLACK = 16 * 1024**2
+"""Room in a reply for all but the vectors (indices, usage, a server's extras)."""
 
 
 class OpenAIEmbedder:
@@ -48,6 +57,10 @@ class OpenAIEmbedder:
             (OpenAI ``text-embedding-3-*``); many compatible servers reject that field.
         backoff: First retry delay in seconds; it doubles each retry (plus jitter). A
             ``Retry-After`` header from the server takes precedence (capped at 20 s).
+
+    A reply is read up to what a batch of ``batch_size`` vectors of ``dim`` floats (4,096
+    when ``dim`` is not given) can take in JSON, plus 16 MiB; a longer one (a server that is
+    not an embeddings API, a compressed bomb) is a :class:`KnowledgeError`, not read further.
 
     Raises:
         ConfigurationError: No API key for OpenAI, or bad ``dim``/``batch_size``.
@@ -113,12 +126,14 @@ class OpenAIEmbedder:
             if self._client is None:
                 import openai
 
+                bound = self._batch_size * (self._dim or 4096) * _BYTES_PER_FLOAT + _REPLY_SLACK
                 self._client = openai.OpenAI(
                     api_key=self._api_key,
                     base_url=self._base_url,
                     timeout=self._timeout,
                     # Retries are ours: the SDK would also retry 400-class errors we must not.
                     max_retries=0,
+                    http_client=_bounded_http()(max_reply_bytes=bound, timeout=self._timeout),
                 )
             return self._client
 
@@ -179,7 +194,13 @@ class OpenAIEmbedder:
                         f"embedding request rejected by {self._where()} ({exc.status_code}): {exc}"
                     ) from exc
                 last, retry_after = exc, exc.response.headers.get("retry-after")
-            except openai.APIConnectionError as exc:  # includes timeouts
+            except (openai.APIConnectionError, ReplyTooLarge) as exc:  # includes timeouts
+                too_large = reply_too_large(exc)
+                if too_large is not None:  # (it would be as long again)
+                    raise KnowledgeError(
+                        f"the embedding API at {self._where()} sent {too_large} for "
+                        f"{len(texts)} texts (is it an OpenAI-compatible /embeddings?)"
+                    ) from exc
                 last = exc
             if attempt < self._max_retries:
                 delay = self._delay(attempt, retry_after)
@@ -255,6 +276,18 @@ class OpenAIEmbedder:
     def embed_query(self, text: str) -> Vectors:
         """Embed one query; returns ``(dim,)``."""
         return self.embed([text]).reshape(-1)
+
+
+@functools.cache
+def _bounded_http() -> type:
+    """The SDK's default blocking HTTP client class, bounded (``openai`` is imported only
+    when an embedder first sends)."""
+    import openai
+
+    class BoundedHttp(BoundedSend, openai.DefaultHttpxClient):  # type: ignore[misc]
+        """The SDK's default HTTP client, its replies bounded (see ``bounded_http``)."""
+
+    return BoundedHttp
 
 
 def _error_code(exc: Any) -> str | None:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import openai
 
 from shelfhand.core.errors import ModelError, ModelProviderError, ModelTimeoutError
+from shelfhand.providers.bounded_http import reply_too_large
 
 __all__ = [
     "Deadline",
@@ -91,8 +92,8 @@ class RetryPolicy:
         """Seconds to wait before retrying after ``exc`` (``attempt`` counts from 0), or
         ``None`` when we must not retry (not retryable, retried enough, or past ``deadline``
         on the event loop's clock)."""
-        if attempt >= self.max_retries:
-            return None
+        if attempt >= self.max_retries or reply_too_large(exc) is not None:
+            return None  # (a reply over the bound would be as long again)
         delay: float | None = None
         timed_out = isinstance(exc, Deadline | openai.APITimeoutError)
         if timed_out:
@@ -123,6 +124,12 @@ def call_error(
     """The caller-facing error for the last failure of a call to ``where`` (``model 'm' at
     URL``), saying what to check."""
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    too_large = reply_too_large(exc)
+    if too_large is not None:
+        return ModelProviderError(
+            f"{where} sent {too_large}: not read further. Check that OPENAI_BASE_URL points at "
+            "a chat-completions API (not a proxy or a file server) and that max_tokens is set."
+        )
     first = first_token_timeout
     if isinstance(exc, Deadline) and exc.first_token and first is not None and first < timeout:
         return ModelTimeoutError(
@@ -171,12 +178,13 @@ def empty_reply(data: Mapping[str, Any], *, where: str) -> ModelProviderError:
 
 def connection_lost(exc: BaseException) -> bool:
     """The connection to the model broke (reset or closed mid-reply), rather than the server
-    answering with an error: the cause chain holds such an ``httpx`` or ``openai`` error."""
+    answering with an error: the cause chain holds such an ``httpx2`` (the ``openai`` SDK's
+    HTTP client) or ``openai`` error."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, (httpx.RemoteProtocolError, httpx.ReadError)):
+        if isinstance(current, (httpx2.RemoteProtocolError, httpx2.ReadError)):
             return True
         if isinstance(current, openai.APIConnectionError) and not isinstance(
             current, openai.APITimeoutError
@@ -186,7 +194,7 @@ def connection_lost(exc: BaseException) -> bool:
     return False
 
 
-def unreadable(exc: httpx.TransportError | json.JSONDecodeError) -> ModelProviderError:
+def unreadable(exc: httpx2.TransportError | json.JSONDecodeError) -> ModelProviderError:
     """A reply the SDK could not parse or read (malformed JSON, a broken stream): the
     provider's fault, reported as such."""
     if isinstance(exc, json.JSONDecodeError):

@@ -1,0 +1,142 @@
+"""Replies longer than any reply can be (a body that never ends, a compressed bomb, a declared
+length of a gigabyte) are cut at the client's bound: the model, embeddings and remote-agent
+clients never read them whole, and say so."""
+
+from __future__ import annotations
+
+import gzip
+import tracemalloc
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import httpx2
+import pytest
+
+from shelfhand.core.errors import ModelProviderError, ToolError
+from shelfhand.core.messages import Message
+from shelfhand.models import StreamText
+from shelfhand.providers.a2a_client import RemoteA2AAgent
+from shelfhand.providers.bounded_http import BoundedAsyncSend, BoundedSend, ReplyTooLarge
+from shelfhand.providers.openai_chat import OpenAIChatModel
+from support.misbehaving_chat_server import FakeModelServer
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1024**2
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    fake = FakeModelServer()
+    yield fake
+    fake.stop()
+
+
+def bounded_model(server: FakeModelServer) -> OpenAIChatModel:
+    return OpenAIChatModel(
+        "fake",
+        base_url=server.url,
+        api_key="k",
+        timeout=30.0,
+        max_retries=2,
+        backoff_base=0.001,
+        max_reply_bytes=MIB,
+    )
+
+
+async def test_a_json_reply_that_never_ends_is_cut_at_the_bound_and_not_retried(
+    server: FakeModelServer,
+) -> None:
+    server.modes.append("endless_json")
+    model = bounded_model(server)
+    with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
+        await model.request([Message.user("hi")])
+    assert server.requests == 1  # a reply over the bound would be as long again
+
+
+async def test_a_stream_that_never_ends_is_cut_at_the_bound_after_what_it_streamed(
+    server: FakeModelServer,
+) -> None:
+    server.modes.append("endless_stream")
+    model = bounded_model(server)
+    pieces: list[str] = []
+    with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
+        async for chunk in model.stream([Message.user("hi")]):
+            if isinstance(chunk, StreamText):
+                pieces.append(chunk.text)
+    assert pieces and pieces[0] == "and again "
+    assert server.requests == 1
+
+
+async def test_a_compressed_bomb_is_refused_without_being_inflated(
+    server: FakeModelServer,
+) -> None:
+    # a few KiB of gzip holding a completion of 64 MiB: read whole, it would take 64 MiB
+    # for the body and as much again for its text
+    server.modes.append("bomb")
+    model = bounded_model(server)
+    tracemalloc.start()
+    try:
+        with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
+            await model.request([Message.user("hi")])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * MIB
+
+
+async def test_a_declared_length_over_the_bound_is_refused_before_a_byte_is_read(
+    server: FakeModelServer,
+) -> None:
+    server.modes.append("declared_huge")  # 1 GiB announced, then nothing sent
+    model = bounded_model(server)
+    with anyio.fail_after(10), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
+        await model.request([Message.user("hi")])  # (waiting for the body: 30 s)
+
+
+@pytest.mark.parametrize(
+    ("mode", "text"), [("gzip", "Packed small."), ("deflate_raw", "Packed raw.")]
+)
+async def test_compressed_replies_within_the_bound_are_read(
+    server: FakeModelServer, mode: str, text: str
+) -> None:
+    server.modes.append(mode)
+    reply = await bounded_model(server).request([Message.user("hi")])
+    assert reply.message.text == text
+    assert server.accept_encodings == ["gzip, deflate"]  # only what the bound can decode
+
+
+async def test_a_remote_agent_whose_card_never_ends_fails_the_delegation_clearly(
+    server: FakeModelServer,
+) -> None:
+    server.modes.append("endless_json")
+    agent = RemoteA2AAgent(server.url, name="partner", max_reply_bytes=MIB)
+    with anyio.fail_after(20), pytest.raises(ToolError, match="partner sent a reply longer"):
+        async for _ in agent.stream("hi"):
+            pass
+
+
+def test_a_blocking_client_is_bounded_too(server: FakeModelServer) -> None:
+    class Client(BoundedSend, httpx.Client):
+        pass
+
+    server.modes.extend(["gzip", "endless_json"])
+    with Client(max_reply_bytes=MIB, timeout=10.0) as client:
+        assert "Packed small." in client.post(f"{server.url}/chat/completions", json={}).text
+        with pytest.raises(ReplyTooLarge):
+            client.post(f"{server.url}/chat/completions", json={})
+
+
+async def test_an_encoding_not_asked_for_is_a_decoding_error() -> None:
+    body = gzip.compress(b"{}")
+
+    def brotli_claimed(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-encoding": "br"}, content=body)
+
+    class Client(BoundedAsyncSend, httpx2.AsyncClient):
+        pass
+
+    async with Client(max_reply_bytes=MIB, transport=httpx2.MockTransport(brotli_claimed)) as c:
+        with pytest.raises(httpx2.DecodingError, match="'br', not one asked for"):
+            await c.get("http://peer.test/")

@@ -13,11 +13,11 @@ import httpx
 import httpx2
 import pytest
 
+from shelfhand.backends.bounded_http import BoundedAsyncSend, BoundedSend, ReplyTooLarge
 from shelfhand.core.errors import ModelProviderError, ToolError
 from shelfhand.core.messages import Message
 from shelfhand.models import StreamText
 from shelfhand.providers.a2a_client import RemoteA2AAgent
-from shelfhand.providers.bounded_http import BoundedAsyncSend, BoundedSend, ReplyTooLarge
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from support.misbehaving_chat_server import FakeModelServer
 

@@ -65,7 +65,8 @@ def _done() -> str:
 
 class FakeModelServer:
     """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage`` or ``ok``
-    (streamed); ``endless_stream`` (chunks that never end), ``endless_json`` (a JSON body that
+    (streamed); ``endless_stream`` (chunks that never end), ``endless_event`` (one event
+    that never ends), ``endless_json`` (a JSON body that
     never ends), ``bomb`` (a completion of 64 MiB, gzipped into a few KiB), ``declared_huge``
     (a ``Content-Length`` of 1 GiB, then nothing), ``gzip`` and ``deflate_raw`` (a completion
     compressed so, as some servers send it: raw deflate, without its zlib wrapper).
@@ -127,6 +128,11 @@ class FakeModelServer:
             if mode in ("endless_json", "bomb", "declared_huge", "gzip", "deflate_raw"):
                 self._whole(conn, mode)
                 return
+            if mode == "endless_event":  # one event that never ends
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: ")
+                block = b"x" * 1024**2
+                while True:  # until the client hangs up
+                    conn.sendall(block)
             if mode == "endless_stream":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
                 events = f"data: {_chunk('and again ')}\n\n".encode() * 1000

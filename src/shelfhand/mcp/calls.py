@@ -169,7 +169,7 @@ class McpCalls(McpConnection):
             return _NotDelivered("the server no longer knows this session")
         if status and exc.error.message == _BARE_ERROR:
             return ToolError(f"MCP server {self.name}: {status}")
-        if status:
+        if status and status not in str(exc):
             return ToolError(f"MCP server {self.name}: {exc} ({status})")
         return ToolError(f"MCP server {self.name}: {exc}")
 

@@ -185,8 +185,11 @@ class McpConnection(ABC):
         except BaseException as exc:
             await self._discard_task()
             if isinstance(exc, TimeoutError):
+                # (why, when known: the SSE transport's reader may have failed silently)
+                note = self._statuses.connection
                 raise ConfigurationError(
                     f"MCP server {self.name} did not answer within {self.timeout:g} s"
+                    + (f" ({note})" if note else "")
                 ) from None
             if isinstance(exc, ConfigurationError | asyncio.CancelledError):
                 raise

@@ -12,10 +12,22 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from shelfhand.backends.bounded_http import BoundedAsyncSend
 from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
 from shelfhand.mcp.options import ServerOptions
 
-__all__ = ["SseServer", "StdioServer", "StreamableHttpServer"]
+__all__ = ["MAX_MESSAGE_BYTES", "SseServer", "StdioServer", "StreamableHttpServer"]
+
+MAX_MESSAGE_BYTES = 64 * 1024**2
+"""The default bound of one message from an MCP server over HTTP: a JSON reply, or one event
+of an event stream (the stream itself stays open as long as the session)."""
+
+
+class _BoundedHttp(BoundedAsyncSend, httpx2.AsyncClient):
+    """An ``httpx2`` client whose replies are bounded, each event of an event stream on its
+    own (see ``bounded_http``)."""
+
+    bound_events = True
 
 
 class StdioServer(McpServer):
@@ -67,7 +79,9 @@ class StdioServer(McpServer):
 
 
 class _HttpServer(McpServer):
-    """What the two HTTP transports share: a URL and headers sent with every request."""
+    """What the two HTTP transports share: a URL, headers sent with every request, and the
+    bound of one message (``max_message_bytes``, after decompression: a JSON reply, or one
+    event of a stream; a longer one is not read further, and the call fails)."""
 
     def __init__(
         self,
@@ -77,21 +91,26 @@ class _HttpServer(McpServer):
         name: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         protocol: str = "auto",
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         **options: Unpack[ServerOptions],
     ) -> None:
         super().__init__(name=name or _host(url), timeout=timeout, protocol=protocol, **options)
         self.url = url
         self.headers = dict(headers or {})
+        self.max_message_bytes = max_message_bytes
 
     def _http_client(self, timeout: httpx2.Timeout) -> httpx2.AsyncClient:
         # One client per connection: each response's status is filed for its own request
         # (shelfhand.mcp.statuses), so that errors can say "HTTP 401 Unauthorized".
         self._statuses.new_connection()
-        return httpx2.AsyncClient(
+        client = _BoundedHttp(
             headers=self.headers,
             timeout=timeout,
             event_hooks={"response": [self._statuses.record]},
+            max_reply_bytes=self.max_message_bytes,
         )
+        client.on_too_large = self._statuses.too_large
+        return client
 
 
 class SseServer(_HttpServer):

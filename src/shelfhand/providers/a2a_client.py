@@ -35,11 +35,11 @@ from a2a.types.a2a_pb2 import Message as A2AMessage
 from a2a.types.a2a_pb2 import Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf.json_format import MessageToDict
 
+from shelfhand.backends.bounded_http import BoundedAsyncSend, ReplyTooLarge, reply_too_large
 from shelfhand.core.errors import ConfigurationError, ToolError, ToolUnavailableError
 from shelfhand.core.events import Event, Final, TextDelta
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
-from shelfhand.providers.bounded_http import BoundedAsyncSend, ReplyTooLarge, reply_too_large
 
 logger = logging.getLogger(__name__)
 

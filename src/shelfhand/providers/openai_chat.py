@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx2
 
+from shelfhand.backends.bounded_http import BoundedAsyncSend, ReplyTooLarge
 from shelfhand.core.errors import (
     ConfigurationError,
     ModelError,
@@ -54,7 +55,6 @@ from shelfhand.models.base import (
     Usage,
 )
 from shelfhand.models.textcalls import json_as_text, json_reply, recover_tool_calls
-from shelfhand.providers.bounded_http import BoundedAsyncSend, ReplyTooLarge
 from shelfhand.providers.openai_retries import (
     Deadline,
     RetryPolicy,

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from shelfhand.backends.bounded_http import BoundedSend, ReplyTooLarge, reply_too_large
 from shelfhand.core.errors import ConfigurationError, EmbeddingUnavailableError, KnowledgeError
 from shelfhand.knowledge.embeddings.router import Vectors
-from shelfhand.providers.bounded_http import BoundedSend, ReplyTooLarge, reply_too_large
 
 logger = logging.getLogger(__name__)
 

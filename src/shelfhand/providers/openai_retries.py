@@ -22,8 +22,8 @@ import anyio
 import httpx2
 import openai
 
+from shelfhand.backends.bounded_http import reply_too_large
 from shelfhand.core.errors import ModelError, ModelProviderError, ModelTimeoutError
-from shelfhand.providers.bounded_http import reply_too_large
 
 __all__ = [
     "Deadline",

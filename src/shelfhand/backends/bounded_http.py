@@ -21,8 +21,9 @@ uses) client class; the bound covers every way a reply is read (``aread``, ``ait
 
 from __future__ import annotations
 
+import functools
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -37,8 +38,16 @@ _PIECE = 1024**2
 """The most bytes one decompression step makes (so a bomb never inflates at once)."""
 
 
-class ReplyTooLarge(Exception):
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+"""The blank lines that end an event of an event stream."""
+
+
+class ReplyTooLarge(httpx2.StreamError):
     """A reply longer than its client's ``max_reply_bytes``.
+
+    An ``httpx2.StreamError`` (a body that cannot be read), so that an SDK that handles one
+    fails only the request whose reply it was (the MCP SDK answers that request with an
+    error; the session goes on).
 
     Attributes:
         limit: The bound, in bytes.
@@ -73,12 +82,35 @@ def reply_too_large(exc: BaseException) -> ReplyTooLarge | None:
 class _Meter:
     """Counts (and decodes) a reply's bytes, raising once they pass the bound."""
 
-    __slots__ = ("_decoder", "decoding", "deflate", "host", "left", "limit")
+    __slots__ = (
+        "_decoder",
+        "_tail",
+        "decoding",
+        "deflate",
+        "events",
+        "host",
+        "left",
+        "limit",
+        "report",
+    )
 
-    def __init__(self, limit: int, host: str, encoding: str) -> None:
+    def __init__(
+        self,
+        limit: int,
+        host: str,
+        encoding: str,
+        *,
+        events: bool = False,
+        report: Callable[[ReplyTooLarge], None] | None = None,
+    ) -> None:
         self.limit = limit
+        self.report = report
         self.left = limit
         self.host = host
+        self.events = events
+        """Bound each event of an event stream (the bytes since the last blank line), not
+        the whole stream (one that stays open for a session's life)."""
+        self._tail = b""
         self._decoder: Any = None
         self.deflate = encoding == "deflate"
         """``deflate``: its decoder is chosen by the body's first bytes."""
@@ -92,10 +124,30 @@ class _Meter:
         self.decoding = self._decoder is not None or self.deflate
 
     def _count(self, piece: bytes) -> bytes:
-        self.left -= len(piece)
-        if self.left < 0:
-            raise ReplyTooLarge(self.limit, self.host)
+        if self.events:
+            joined = self._tail + piece  # (a blank line may straddle two pieces)
+            end = -1
+            for mark in _EVENT_ENDS:
+                at = joined.rfind(mark)
+                if at >= 0:
+                    end = max(end, at + len(mark))
+            self._tail = joined[-3:]
+            if end >= 0:  # an event ended in this piece: count from there
+                self.left = self.limit - (len(joined) - end)
+            else:
+                self.left -= len(piece)
+        else:
+            self.left -= len(piece)
+        self.check()
         return piece
+
+    def check(self) -> None:
+        """Raise :class:`ReplyTooLarge` if the reply is past the bound."""
+        if self.left < 0:
+            exc = ReplyTooLarge(self.limit, self.host)
+            if self.report is not None:
+                self.report(exc)
+            raise exc
 
     def feed(self, data: bytes) -> Iterator[bytes]:
         """The plain bytes of ``data`` (a piece of the body as sent), in bounded pieces."""
@@ -149,6 +201,7 @@ class _BoundedStream(
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         meter = self._meter
+        meter.check()
         async for data in self._inner:
             for piece in meter.feed(data):
                 yield piece
@@ -157,6 +210,7 @@ class _BoundedStream(
 
     def __iter__(self) -> Iterator[bytes]:
         meter = self._meter
+        meter.check()
         for data in self._inner:
             yield from meter.feed(data)
         yield from meter.end()
@@ -168,14 +222,20 @@ class _BoundedStream(
         self._inner.close()
 
 
-def _bound(response: Any, limit: int) -> None:
-    """Put ``response``'s body behind a meter of ``limit`` bytes (before any is read)."""
-    host = response.request.url.host or str(response.request.url)
+def _bound(response: Any, client: BoundedAsyncSend | BoundedSend) -> None:
+    """Put ``response``'s body behind a meter of the ``client``'s bound (before any of it is
+    read); an event stream's each event, with ``client.bound_events``."""
+    limit = client.max_reply_bytes
+    request = response.request
+    host = request.url.host or str(request.url)
+    hook = client.on_too_large
+    report = None if hook is None else functools.partial(hook, request)
     declared = response.headers.get("content-length", "")
     encoding = response.headers.get("content-encoding", "").strip().lower()
+    events = client.bound_events and "text/event-stream" in response.headers.get("content-type", "")
+    meter = _Meter(limit, host, encoding, events=events, report=report)
     if not encoding and declared.isdigit() and int(declared) > limit:
-        raise ReplyTooLarge(limit, host)
-    meter = _Meter(limit, host, encoding)
+        meter.left = -1  # refused at the first read, before a byte of it is read
     if meter.decoding:
         # decoded here: the response must not decode it again
         del response.headers["content-encoding"]
@@ -185,9 +245,16 @@ def _bound(response: Any, limit: int) -> None:
 
 class BoundedAsyncSend:
     """A mixin for an async ``httpx``/``httpx2`` client: every reply read through it is
-    bounded by ``max_reply_bytes`` (see the module's docstring)."""
+    bounded by ``max_reply_bytes`` (see the module's docstring).
+
+    With :attr:`bound_events` set (a client of a protocol whose event streams stay open,
+    MCP), an event stream's bound applies to each event instead: the bytes since its last
+    blank line. :attr:`on_too_large`, when set, is told of each reply cut, with its request
+    (before the error is raised: an SDK that wraps or swallows it cannot hide why)."""
 
     max_reply_bytes: int
+    bound_events = False
+    on_too_large: Callable[[Any, ReplyTooLarge], None] | None = None
 
     def __init__(self, *args: Any, max_reply_bytes: int, **kwargs: Any) -> None:
         if max_reply_bytes < 1:
@@ -199,7 +266,7 @@ class BoundedAsyncSend:
         request.headers["Accept-Encoding"] = _ASKED
         response = await super().send(request, stream=True, **kwargs)  # type: ignore[misc]
         try:
-            _bound(response, self.max_reply_bytes)
+            _bound(response, self)
             if not stream:
                 await response.aread()
         except BaseException:
@@ -212,6 +279,8 @@ class BoundedSend:
     """:class:`BoundedAsyncSend` for a blocking ``httpx``/``httpx2`` client."""
 
     max_reply_bytes: int
+    bound_events = False
+    on_too_large: Callable[[Any, ReplyTooLarge], None] | None = None
 
     def __init__(self, *args: Any, max_reply_bytes: int, **kwargs: Any) -> None:
         if max_reply_bytes < 1:
@@ -223,7 +292,7 @@ class BoundedSend:
         request.headers["Accept-Encoding"] = _ASKED
         response = super().send(request, stream=True, **kwargs)  # type: ignore[misc]
         try:
-            _bound(response, self.max_reply_bytes)
+            _bound(response, self)
             if not stream:
                 response.read()
         except BaseException:

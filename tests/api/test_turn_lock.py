@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from shelfhand.backends import redis as redis_backend
 from shelfhand.backends.redis import open_redis
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.dev.services import free_port, start_redis
-from shelfhand.service import turn_lock
 from shelfhand.service.turn_lock import LocalTurnLock, RedisTurnLock
 
 
@@ -83,7 +83,7 @@ def test_a_claim_that_got_no_answer_does_not_keep_the_session_busy(
     when it resumes: before, the session stayed busy (409 on every replica) for the whole
     ttl with no turn running; now the replica that sent it deletes it as soon as Redis
     answers. A release that got no answer likewise."""
-    monkeypatch.setattr(turn_lock, "CLEAN_EVERY", 1.5)  # (time to see the stale claim)
+    monkeypatch.setattr(redis_backend, "REDO_EVERY", 1.5)  # (time to see the stale claim)
     server = start_redis(tmp_path / "redis")  # its own: stopped below
     try:
         assert server.process is not None

@@ -171,3 +171,58 @@ def test_an_api_keys_budgets_replace_every_users_for_that_caller(tmp_path: Path)
         TurnMeter(book, policy, bob).start_turn(now)
     with pytest.raises(ConfigurationError, match="API key acme/alice"):
         BudgetPolicy.from_toml(None, {"acme/alice": {"turns_per_hour": 1}})
+
+
+def test_a_redis_that_stops_answering_leaves_each_budget_charged_exactly_what_was_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reservation sent into a Redis stopped with SIGSTOP (its call refused with 503) is
+    applied when Redis resumes, and a settlement sent then is applied too. Before, the
+    reservation stayed charged until the period ended (a month) and the settlement failed the
+    turn after the model had answered; now the replica that sent them undoes the one and
+    sends the other again (applied once) as soon as Redis answers."""
+    import signal
+
+    from shelfhand.backends import redis as redis_backend
+    from shelfhand.backends.redis import open_redis
+    from shelfhand.core.errors import DependencyUnavailableError
+    from shelfhand.dev.services import start_redis
+    from shelfhand.usage.redis_budgets import RedisBudgetBook
+
+    monkeypatch.setattr(redis_backend, "REDO_EVERY", 0.2)
+    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_month=100_000))
+    key = f"tenant:acme:tokens_per_month:{period_key('month', time.time())[0]}"
+    server = start_redis(tmp_path / "redis")  # its own: stopped below
+    try:
+        assert server.process is not None
+        book = RedisBudgetBook(open_redis(server.url, timeout=0.5))
+        other = RedisBudgetBook(open_redis(server.url, timeout=0.5))  # (its own connection)
+        replica = RedisBudgetBook(open_redis(server.url, timeout=0.5))
+        # a turn settled before: Redis knows the scripts (else a first run while stopped is
+        # answered "no such script" when Redis resumes, never applied)
+        earlier = TurnMeter(book, policy, ALICE)
+        earlier.settle(earlier.reserve(8192), Usage(input_tokens=20, output_tokens=10))
+        answered = TurnMeter(book, policy, ALICE)
+        held = answered.reserve(8192)
+        assert other.used(key) == replica.used(key) == 30 + 8192
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            # the model call of a turn answered: settling it does not fail the turn (it is
+            # sent on an open connection, so Redis applies it when it resumes, and it is sent
+            # again: applied once)
+            answered.settle(held, Usage(input_tokens=100, output_tokens=20))
+            with pytest.raises(DependencyUnavailableError, match="budgets"):
+                TurnMeter(other, policy, ALICE).reserve(8192)  # applied when Redis resumes
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while replica.used(key) != 30 + 120:
+            assert time.monotonic() < deadline, f"charged {replica.used(key)}, used 150"
+            time.sleep(0.05)
+        time.sleep(1.0)  # and it stays so: nothing applied twice
+        assert replica.used(key) == 30 + 120
+        answered.close()
+    finally:
+        if server.process is not None:
+            server.process.send_signal(signal.SIGCONT)
+        server.stop()

@@ -16,14 +16,19 @@ reason, never the password); every call tries again, so the service recovers by 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from shelfhand.backends.urls import first_line, redact_url
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 
-__all__ = ["KEY_PREFIX", "open_redis", "redis_errors"]
+__all__ = ["KEY_PREFIX", "REDO_EVERY", "Redo", "open_redis", "redis_errors"]
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "shelfhand:"
 """Every Redis key shelfhand writes starts with this."""
@@ -77,3 +82,83 @@ def redis_errors(what: str = "") -> Iterator[None]:
             f"Redis is unreachable{needed}: {first_line(exc)}; try again shortly",
             dependency="redis",
         ) from exc
+
+
+REDO_EVERY = 0.5
+"""Seconds between tries of :class:`Redo` (while Redis does not answer)."""
+
+
+class Redo:
+    """Writes that got no answer from Redis (a Redis that stopped answering, a socket timeout),
+    done again by a thread of this process as soon as Redis answers.
+
+    Such a write may have been applied (it was sent) or not: each one given here must be
+    idempotent, and say so through its key (a token the write checks, a marker it sets).
+    One that still gets no answer after ``expire_after`` seconds is dropped (what it would
+    undo has expired by then, or is left as it is: counted, never lost).
+
+    Args:
+        what: What the writes are for, in log messages and errors ("the session lock").
+        expire_after: Seconds a write is tried for.
+    """
+
+    def __init__(self, what: str, *, expire_after: float) -> None:
+        self.what = what
+        self.expire_after = expire_after
+        self._pending: dict[str, tuple[Callable[[], object], float]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __bool__(self) -> bool:
+        """Whether writes wait for Redis."""
+        return bool(self._pending)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, key: str, write: Callable[[], object]) -> None:
+        """Do ``write`` (idempotent) once Redis answers; a later ``write`` of the same ``key``
+        replaces it."""
+        with self._lock:
+            self._pending[key] = (write, time.monotonic())
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="shelfhand-redis-redo", daemon=True
+                )
+                self._thread.start()
+
+    def run(self) -> None:
+        """Do the waiting writes now (those older than ``expire_after`` are dropped).
+
+        Raises:
+            DependencyUnavailableError: Redis still does not answer (the writes are kept).
+        """
+        if not self._pending:
+            return
+        with self._lock:
+            oldest = time.monotonic() - self.expire_after
+            for key in [k for k, (_, when) in self._pending.items() if when < oldest]:
+                logger.warning("%s: a write Redis never answered is dropped (%s)", self.what, key)
+                del self._pending[key]
+            waiting = list(self._pending.items())
+        for key, entry in waiting:
+            with redis_errors(self.what):
+                entry[0]()
+            with self._lock:
+                if self._pending.get(key) is entry:
+                    del self._pending[key]
+
+    def _loop(self) -> None:
+        """:meth:`run` every :data:`REDO_EVERY` seconds until nothing waits."""
+        while True:
+            time.sleep(REDO_EVERY)
+            try:
+                self.run()
+            except DependencyUnavailableError:
+                pass  # still away
+            except Exception as exc:  # never dies with writes left: tried again
+                logger.warning("%s: writing again to Redis failed: %s", self.what, exc)
+            with self._lock:
+                if not self._pending:
+                    self._thread = None
+                    return

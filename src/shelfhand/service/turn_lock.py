@@ -18,13 +18,12 @@ seconds later.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import threading
-import time
 import uuid
 from typing import Any, Protocol
 
-from shelfhand.backends.redis import KEY_PREFIX, redis_errors
+from shelfhand.backends.redis import KEY_PREFIX, Redo, redis_errors
 from shelfhand.core.errors import DependencyUnavailableError, InvalidArgumentError
 
 __all__ = ["LocalTurnLock", "RedisTurnLock", "TurnClaim", "TurnLock"]
@@ -138,10 +137,6 @@ class _RedisClaim:
             self._lock.unsure(self.key, self.token)
 
 
-CLEAN_EVERY = 0.5
-"""Seconds between tries to delete claims that got no answer (:meth:`RedisTurnLock.unsure`)."""
-
-
 class RedisTurnLock:
     """Busy sessions in Redis, shared by every replica.
 
@@ -156,9 +151,9 @@ class RedisTurnLock:
             raise InvalidArgumentError("ttl must be positive")
         self.client = client
         self.ttl = ttl
-        self._unsure: dict[str, tuple[str, float]] = {}  # key -> (token, when): to delete
-        self._unsure_lock = threading.Lock()
-        self._cleaner: threading.Thread | None = None
+        # claims whose SET or release got no answer: deleted (if still ours) once Redis
+        # answers; older than ttl, expired by themselves
+        self._unsure = Redo("the session lock", expire_after=ttl)
 
     @staticmethod
     def key(session_id: str) -> str:
@@ -168,7 +163,7 @@ class RedisTurnLock:
         token = uuid.uuid4().hex
         key = self.key(session_id)
         if self._unsure:  # (Redis still away: 503 without asking it twice)
-            self._forget_unsure()
+            self._unsure.run()
         try:
             with redis_errors("the session lock"):
                 won = self.client.set(key, token, nx=True, px=int(self.ttl * 1000))
@@ -178,52 +173,9 @@ class RedisTurnLock:
         return _RedisClaim(self, session_id, key, token) if won else None
 
     def unsure(self, key: str, token: str) -> None:
-        """Keep ``token``'s claim on ``key`` to delete once Redis answers again: its ``SET``
-        or its release got no answer."""
-        with self._unsure_lock:
-            self._unsure[key] = (token, time.monotonic())
-            if self._cleaner is None or not self._cleaner.is_alive():
-                self._cleaner = threading.Thread(
-                    target=self._clean, name="shelfhand-turn-lock", daemon=True
-                )
-                self._cleaner.start()
-
-    def _clean(self) -> None:
-        """Try :meth:`_forget_unsure` every half second until nothing is left (the claims
-        older than ``ttl`` are dropped: expired by themselves)."""
-        while True:
-            time.sleep(CLEAN_EVERY)
-            try:
-                self._forget_unsure()
-            except DependencyUnavailableError:
-                pass  # still away
-            except Exception as exc:  # never dies with claims left: tried again
-                logger.warning("deleting unsure turn-lock claims failed: %s", exc)
-            with self._unsure_lock:
-                if not self._unsure:
-                    self._cleaner = None
-                    return
-
-    def _forget_unsure(self) -> None:
-        """Delete the claims kept by :meth:`unsure` that still hold their token (those older
-        than ``ttl`` have expired by themselves).
-
-        Raises:
-            DependencyUnavailableError: Redis still does not answer (the claims are kept).
-        """
-        if not self._unsure:
-            return
-        with self._unsure_lock:
-            oldest = time.monotonic() - self.ttl
-            for key in [k for k, (_, when) in self._unsure.items() if when < oldest]:
-                del self._unsure[key]
-            pending = list(self._unsure.items())
-        for key, (token, when) in pending:
-            with redis_errors("the session lock"):
-                self.client.eval(_RELEASE, 1, key, token)
-            with self._unsure_lock:
-                if self._unsure.get(key) == (token, when):
-                    del self._unsure[key]
+        """Delete ``token``'s claim on ``key`` (only if it still holds that token) once Redis
+        answers again: its ``SET`` or its release got no answer."""
+        self._unsure.add(key, functools.partial(self.client.eval, _RELEASE, 1, key, token))
 
     def is_busy(self, session_id: str) -> bool:
         with redis_errors("the session lock"):

@@ -170,7 +170,9 @@ class BudgetBook(Protocol):
 
     def adjust(self, changes: Mapping[str, tuple[int, float]]) -> None:
         """Add an amount (may be negative) to counters, whatever their limits (settling);
-        each with the time its period ends."""
+        each with the time its period ends. A shared book that cannot be reached right now
+        finishes it once it can, rather than fail the caller, whose model call has answered
+        (:class:`~shelfhand.usage.redis_budgets.RedisBudgetBook`)."""
         ...
 
 

@@ -106,6 +106,7 @@ def main() -> None:
     a = ap.parse_args()
     model: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Model)
     model.short, model.requests, model.long_sent = chunk_events("OK."), 0, 0
+    model.long = b""  # (set per size; the warm-up turn comes first)
     model.url = f"http://127.0.0.1:{model.server_address[1]}/v1"
     threading.Thread(target=model.serve_forever, daemon=True).start()
     best: dict[Path, dict[str, dict[int, float]]] = {}

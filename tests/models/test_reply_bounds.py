@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import httpx
@@ -131,8 +131,13 @@ def test_a_blocking_client_is_bounded_too(server: FakeModelServer) -> None:
 async def test_an_encoding_not_asked_for_is_a_decoding_error() -> None:
     body = gzip.compress(b"{}")
 
+    class Body(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield body
+
     def brotli_claimed(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-encoding": "br"}, content=body)
+        # (a stream, as a server's body is: content= would be read before the client sees it)
+        return httpx2.Response(200, headers={"content-encoding": "br"}, stream=Body())
 
     class Client(BoundedAsyncSend, httpx2.AsyncClient):
         pass

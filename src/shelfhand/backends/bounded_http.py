@@ -1,5 +1,5 @@
-"""HTTP clients whose replies are bounded: the model, embeddings and remote-agent endpoints
-are read through them, so a server that sends more than a reply can be (a broken proxy, a
+"""HTTP clients whose replies are bounded: the model, embeddings, remote-agent and MCP
+endpoints are read through them, so a server that sends more than a reply can be (a broken proxy, a
 server that never ends its body, a compressed bomb) costs at most ``max_reply_bytes`` of
 memory, not all of it.
 
@@ -8,7 +8,9 @@ of at most :data:`_PIECE` bytes, and handed on as plain bytes (its ``Content-Enc
 removed), so a few kilobytes of gzip that would inflate to gigabytes stop at the bound.
 Requests ask for ``gzip, deflate`` only (what is decoded here); a reply in another encoding
 is a decoding error. Over the bound, reading raises :class:`ReplyTooLarge`; a declared
-``Content-Length`` over it is refused before a byte of the body is read.
+``Content-Length`` over it is refused before a byte of the body is read. Both are raised
+when the body is read, as ``httpx``'s own errors of a body are (``send`` returns the
+response of a streamed request).
 
 The clients are mixins over a concrete ``httpx`` (or ``httpx2``, which the ``openai`` SDK
 uses) client class; the bound covers every way a reply is read (``aread``, ``aiter_bytes``,
@@ -91,6 +93,7 @@ class _Meter:
         "host",
         "left",
         "limit",
+        "refused",
         "report",
     )
 
@@ -114,10 +117,12 @@ class _Meter:
         self._decoder: Any = None
         self.deflate = encoding == "deflate"
         """``deflate``: its decoder is chosen by the body's first bytes."""
+        self.refused: Exception | None = None
+        """Why the body is refused before any of it is read (raised at the first read)."""
         if encoding in ("gzip", "x-gzip"):
             self._decoder = zlib.decompressobj(zlib.MAX_WBITS | 16)
         elif encoding not in ("", "identity", "deflate"):
-            raise httpx2.DecodingError(
+            self.refused = httpx2.DecodingError(
                 f"{host} answered in the content encoding {encoding!r}, not one asked for "
                 f"({_ASKED})"
             )
@@ -142,7 +147,10 @@ class _Meter:
         return piece
 
     def check(self) -> None:
-        """Raise :class:`ReplyTooLarge` if the reply is past the bound."""
+        """Raise :class:`ReplyTooLarge` if the reply is past the bound (or why the body is
+        refused)."""
+        if self.refused is not None:
+            raise self.refused
         if self.left < 0:
             exc = ReplyTooLarge(self.limit, self.host)
             if self.report is not None:
@@ -222,7 +230,7 @@ class _BoundedStream(
         self._inner.close()
 
 
-def _bound(response: Any, client: BoundedAsyncSend | BoundedSend) -> None:
+def _bound(response: Any, client: _Bound) -> None:
     """Put ``response``'s body behind a meter of the ``client``'s bound (before any of it is
     read); an event stream's each event, with ``client.bound_events``."""
     limit = client.max_reply_bytes
@@ -235,7 +243,7 @@ def _bound(response: Any, client: BoundedAsyncSend | BoundedSend) -> None:
     events = client.bound_events and "text/event-stream" in response.headers.get("content-type", "")
     meter = _Meter(limit, host, encoding, events=events, report=report)
     if not encoding and declared.isdigit() and int(declared) > limit:
-        meter.left = -1  # refused at the first read, before a byte of it is read
+        meter.left = -1  # refused at the first read, before a byte of the body is read
     if meter.decoding:
         # decoded here: the response must not decode it again
         del response.headers["content-encoding"]
@@ -243,14 +251,8 @@ def _bound(response: Any, client: BoundedAsyncSend | BoundedSend) -> None:
     response.stream = _BoundedStream(response.stream, meter)
 
 
-class BoundedAsyncSend:
-    """A mixin for an async ``httpx``/``httpx2`` client: every reply read through it is
-    bounded by ``max_reply_bytes`` (see the module's docstring).
-
-    With :attr:`bound_events` set (a client of a protocol whose event streams stay open,
-    MCP), an event stream's bound applies to each event instead: the bytes since its last
-    blank line. :attr:`on_too_large`, when set, is told of each reply cut, with its request
-    (before the error is raised: an SDK that wraps or swallows it cannot hide why)."""
+class _Bound:
+    """What the two mixins share: the bound and how it applies."""
 
     max_reply_bytes: int
     bound_events = False
@@ -261,6 +263,16 @@ class BoundedAsyncSend:
             raise ValueError("max_reply_bytes must be at least 1")
         self.max_reply_bytes = max_reply_bytes
         super().__init__(*args, **kwargs)
+
+
+class BoundedAsyncSend(_Bound):
+    """A mixin for an async ``httpx``/``httpx2`` client: every reply read through it is
+    bounded by ``max_reply_bytes`` (see the module's docstring).
+
+    With :attr:`bound_events` set (a client of a protocol whose event streams stay open,
+    MCP), an event stream's bound applies to each event instead: the bytes since its last
+    blank line. :attr:`on_too_large`, when set, is told of each reply cut, with its request
+    (before the error is raised: an SDK that wraps or swallows it cannot hide why)."""
 
     async def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
         request.headers["Accept-Encoding"] = _ASKED
@@ -275,18 +287,8 @@ class BoundedAsyncSend:
         return response
 
 
-class BoundedSend:
+class BoundedSend(_Bound):
     """:class:`BoundedAsyncSend` for a blocking ``httpx``/``httpx2`` client."""
-
-    max_reply_bytes: int
-    bound_events = False
-    on_too_large: Callable[[Any, ReplyTooLarge], None] | None = None
-
-    def __init__(self, *args: Any, max_reply_bytes: int, **kwargs: Any) -> None:
-        if max_reply_bytes < 1:
-            raise ValueError("max_reply_bytes must be at least 1")
-        self.max_reply_bytes = max_reply_bytes
-        super().__init__(*args, **kwargs)
 
     def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
         request.headers["Accept-Encoding"] = _ASKED

@@ -165,7 +165,7 @@ def test_documents_round_trip_with_chunks_and_sources(open_stack: OpenStack) -> 
     store = open_stack(None).store
     doc, chunks = make_doc("guide.md", ["投影仪保修期为12个月。", "Warranty is one year."])
     rowids = store.upsert_document(doc, chunks, vectors_for(chunks))
-    assert store.get_document_hash("guide.md") == doc.content_hash
+    assert store.get_document_state("guide.md") == (doc.content_hash, doc.tenant_id)
     assert store.chunks_by_rowids(list(reversed(rowids))) == list(reversed(chunks))
     assert [s.chunk for s in store.iter_chunks()] == chunks
     assert store.count_documents() == 1

@@ -83,13 +83,6 @@ class SqliteStoreReads:
             row = self._conn.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
         return str(row[0])
 
-    def get_document_hash(self, doc_id: str) -> str | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT content_hash FROM documents WHERE doc_id=?", (doc_id,)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
     def get_document_state(self, doc_id: str) -> tuple[str, str] | None:
         """A stored document's content hash and tenant (``None``: no such document)."""
         with self._lock:

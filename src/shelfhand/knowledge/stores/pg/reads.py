@@ -88,12 +88,6 @@ class PgStoreReads:
         with self.db.connection(read=True) as conn:
             return conn.execute(sql, params).fetchall()
 
-    def get_document_hash(self, doc_id: str) -> str | None:
-        found = self._one(
-            "SELECT content_hash FROM knowledge_pg_documents WHERE doc_id = %s", (doc_id,)
-        )
-        return None if found is None else str(found)
-
     def get_document_state(self, doc_id: str) -> tuple[str, str] | None:
         found = self._all(
             "SELECT content_hash, tenant_id FROM knowledge_pg_documents WHERE doc_id = %s",

@@ -145,3 +145,29 @@ async def test_an_encoding_not_asked_for_is_a_decoding_error() -> None:
     async with Client(max_reply_bytes=MIB, transport=httpx2.MockTransport(brotli_claimed)) as c:
         with pytest.raises(httpx2.DecodingError, match="'br', not one asked for"):
             await c.get("http://peer.test/")
+
+
+async def test_one_callers_endless_stream_is_cut_while_anothers_reply_is_read_whole(
+    server: FakeModelServer,
+) -> None:
+    server.modes.extend(["endless_stream", "ok"])  # in the order the requests arrive
+    model = bounded_model(server)
+
+    async def read(results: dict[str, object], name: str) -> None:
+        try:
+            async for chunk in model.stream([Message.user(name)]):
+                if isinstance(chunk, StreamText):
+                    results[name] = str(results.get(name, "")) + chunk.text
+        except ModelProviderError as exc:
+            results[name] = exc
+
+    results: dict[str, object] = {}
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, results, "first")
+            while server.requests < 1:
+                await anyio.sleep(0.01)
+            tg.start_soon(read, results, "second")
+    assert isinstance(results["first"], ModelProviderError)
+    assert "longer than 1 MiB" in str(results["first"])
+    assert results["second"] == "All good."

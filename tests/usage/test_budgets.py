@@ -192,6 +192,7 @@ def test_a_redis_that_stops_answering_leaves_each_budget_charged_exactly_what_wa
     monkeypatch.setattr(redis_backend, "REDO_EVERY", 0.2)
     policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_month=100_000))
     key = f"tenant:acme:tokens_per_month:{period_key('month', time.time())[0]}"
+    bob = UserContext(tenant_id="globex", user_id="bob")
     server = start_redis(tmp_path / "redis")  # its own: stopped below
     try:
         assert server.process is not None
@@ -212,7 +213,8 @@ def test_a_redis_that_stops_answering_leaves_each_budget_charged_exactly_what_wa
             # again: applied once)
             answered.settle(held, Usage(input_tokens=100, output_tokens=20))
             with pytest.raises(DependencyUnavailableError, match="budgets"):
-                TurnMeter(other, policy, ALICE).reserve(8192)  # applied when Redis resumes
+                # another tenant's turn, at the same time: applied when Redis resumes
+                TurnMeter(other, policy, bob).reserve(8192)
         finally:
             server.process.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 10
@@ -221,6 +223,7 @@ def test_a_redis_that_stops_answering_leaves_each_budget_charged_exactly_what_wa
             time.sleep(0.05)
         time.sleep(1.0)  # and it stays so: nothing applied twice
         assert replica.used(key) == 30 + 120
+        assert replica.used(key.replace("acme", "globex")) == 0  # its call was refused
         answered.close()
     finally:
         if server.process is not None:

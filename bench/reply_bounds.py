@@ -9,6 +9,7 @@ with ``MemoryError`` instead of taking the machine's memory) and which is killed
 
     python bench/reply_bounds.py                                 # this tree
     python bench/reply_bounds.py --trees /tmp/before .           # a worktree beside it
+    python bench/reply_bounds.py --trees /tmp/before . --cases gzip_bomb --cap-gb 12
 """
 
 from __future__ import annotations
@@ -45,9 +46,22 @@ def _serve(mode: str) -> int:
 
     payload = bomb() if mode == "gzip_bomb" else b""
 
+    def read_request(conn: socket.socket) -> None:
+        # the whole request: a socket closed with some of it unread is reset, not answered
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        while len(body) < length:
+            body += conn.recv(65536)
+
     def answer(conn: socket.socket) -> None:
         try:
-            conn.recv(65536)
+            read_request(conn)
             if mode == "gzip_bomb":
                 head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                 head += f"content-encoding: gzip\r\ncontent-length: {len(payload)}\r\n\r\n"
@@ -121,6 +135,7 @@ def main() -> None:
     ap.add_argument("--trees", nargs="+", default=["."])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--cap-gb", type=float, default=4.0)
+    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -128,7 +143,7 @@ def main() -> None:
         return
     print("| case | tree | how it ended | seconds | peak RSS (MiB) |")
     print("|---|---|---|---|---|")
-    for case in CASES:
+    for case in a.cases:
         for tree in a.trees:
             env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve() / "src")}
             command = [sys.executable, __file__, "--child", case, "--cap-gb", str(a.cap_gb)]

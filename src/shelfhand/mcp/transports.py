@@ -122,6 +122,8 @@ class SseServer(_HttpServer):
         name: The server's name; defaults to the URL's host.
         timeout: Seconds per tool call and for connecting.
         protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+        max_message_bytes: The most bytes of one message (a JSON reply, or one event of
+            the stream), after decompression; a longer one fails its call, not read further.
     """
 
     transport = "sse"
@@ -149,6 +151,8 @@ class StreamableHttpServer(_HttpServer):
         name: The server's name; defaults to the URL's host.
         timeout: Seconds per tool call and for connecting.
         protocol: ``auto`` or ``legacy`` (see :class:`McpServer`).
+        max_message_bytes: The most bytes of one message (a JSON reply, or one event of
+            a stream), after decompression; a longer one fails its call, not read further.
     """
 
     transport = "http"

@@ -25,6 +25,7 @@ from hypothesis import settings
 
 from shelfhand.dev.services import LocalPostgres, LocalRedis, start_postgres, start_redis
 from support.chat_server import ChatServer
+from support.misbehaving_chat_server import FakeModelServer
 from support.rerank_server import Answer, RerankServer
 
 settings.register_profile("ci", derandomize=True)
@@ -105,6 +106,17 @@ def rerank_endpoint() -> Iterator[Callable[[Answer], RerankServer]]:
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture
+def model_server() -> Iterator[FakeModelServer]:
+    """The misbehaving chat-completions server of :mod:`support.misbehaving_chat_server`
+    (its ``modes`` say how it answers each request)."""
+    server = FakeModelServer()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from service_helpers import (
     ALICE,
     STARTED,
@@ -35,13 +33,6 @@ from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.providers.openai_chat import OpenAIChatModel
 from support.misbehaving_chat_server import FakeModelServer
-
-
-@pytest.fixture
-def model_server() -> Iterator[FakeModelServer]:
-    server = FakeModelServer()
-    yield server
-    server.stop()
 
 
 def serve(

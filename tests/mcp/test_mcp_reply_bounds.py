@@ -4,8 +4,6 @@ server stays usable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anyio
 import pytest
 from echo_server import build
@@ -18,13 +16,6 @@ from support.misbehaving_chat_server import FakeModelServer
 pytestmark = pytest.mark.anyio
 
 MIB = 1024**2
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer()
-    yield server
-    server.stop()
 
 
 async def test_a_result_over_the_bound_fails_its_call_and_the_next_call_works() -> None:
@@ -61,8 +52,9 @@ async def test_an_event_stream_is_bounded_per_event_not_in_all() -> None:
     ],
 )
 async def test_a_server_whose_message_never_ends_is_refused_with_the_reason(
-    fake: FakeModelServer, transport: str, mode: str, says: str
+    model_server: FakeModelServer, transport: str, mode: str, says: str
 ) -> None:
+    fake = model_server
     fake.modes.extend([mode] * 3)
     kind = StreamableHttpServer if transport == "http" else SseServer
     server = kind(fake.url, name="endless", timeout=5, max_message_bytes=MIB)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gzip
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
@@ -27,10 +27,8 @@ MIB = 1024**2
 
 
 @pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    fake = FakeModelServer()
-    yield fake
-    fake.stop()
+def server(model_server: FakeModelServer) -> FakeModelServer:
+    return model_server
 
 
 def bounded_model(server: FakeModelServer) -> OpenAIChatModel:

@@ -3,7 +3,6 @@ process), SSE and streamable HTTP (uvicorn on 127.0.0.1, a port the OS picks).""
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +11,8 @@ from typing import Any
 
 import anyio
 import uvicorn
+
+from shelfhand.mcp.server import listening_socket
 
 HERE = Path(__file__).parent
 ECHO_SERVER = str(HERE / "echo_server.py")
@@ -42,11 +43,7 @@ async def wait_until_gone(pid: int, seconds: float = 10.0) -> bool:
 @asynccontextmanager
 async def serve_asgi(app: Any, port: int = 0) -> AsyncIterator[str]:
     """Serve ``app`` on 127.0.0.1 (``port``, or a free one) and yield ``http://127.0.0.1:PORT``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(64)
-    sock.setblocking(False)
+    sock = listening_socket("127.0.0.1", port)  # (TCP_NODELAY on its connections)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)

@@ -26,6 +26,8 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
+from shelfhand.mcp.server import listening_socket
+
 
 @dataclass
 class Peer:
@@ -83,10 +85,7 @@ def start_peer(answer: str, *, hang: bool = False) -> Peer:
     """An A2A agent answering ``answer`` to everything, served in a uvicorn thread."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
+    sock = listening_socket("127.0.0.1", 0)  # (TCP_NODELAY on its connections)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     peer = Peer(url=url, answer=answer, hang=threading.Event() if hang else None)
     card = AgentCard(

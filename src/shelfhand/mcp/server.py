@@ -57,6 +57,7 @@ __all__ = [
     "check_anonymous",
     "exposed_tools",
     "is_loopback",
+    "listening_socket",
     "serve_http",
     "serve_stdio",
     "transport_security",
@@ -319,14 +320,9 @@ async def serve_http(
         tools, keys=keys, fallback=fallback, host=host, transport=transport, security=security
     )
     # Bind first, so port 0 resolves to a real port that can be reported.
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.setblocking(False)
+    sock = listening_socket(host, port)
     actual = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     url = f"http://{shown}:{actual}/{'sse' if transport == 'sse' else 'mcp'}"
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
@@ -338,6 +334,27 @@ async def serve_http(
         if on_ready is not None:
             on_ready(url)
         logger.info("MCP server listening on %s", url)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` and listening, for uvicorn to serve.
+
+    Made with its protocol named (``IPPROTO_TCP``): asyncio turns Nagle's algorithm off
+    (``TCP_NODELAY``) only on connections whose socket says TCP, and a socket made with
+    protocol 0 does not. With Nagle on, a reply written in two pieces (its headers, then its
+    body) waited for the client's delayed acknowledgement: 40 ms a piece, so a retrieve call
+    took 94 ms instead of 14."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _bearer(scope: Mapping[str, Any]) -> str | None:

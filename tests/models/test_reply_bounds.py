@@ -169,3 +169,45 @@ async def test_one_callers_endless_stream_is_cut_while_anothers_reply_is_read_wh
     assert isinstance(results["first"], ModelProviderError)
     assert "longer than 1 MiB" in str(results["first"])
     assert results["second"] == "All good."
+
+
+class _Pieces(httpx2.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+
+class _EventsClient(BoundedAsyncSend, httpx2.AsyncClient):
+    bound_events = True
+
+
+async def read_events(pieces: list[bytes], limit: int) -> bytes:
+    def events(request: httpx2.Request) -> httpx2.Response:
+        headers = {"content-type": "text/event-stream"}
+        return httpx2.Response(200, headers=headers, stream=_Pieces(pieces))
+
+    transport = httpx2.MockTransport(events)
+    async with (
+        _EventsClient(max_reply_bytes=limit, transport=transport) as client,
+        client.stream("GET", "http://peer.test/events") as response,
+    ):
+        return b"".join([piece async for piece in response.aiter_bytes()])
+
+
+@pytest.mark.parametrize("end", ["\n\n", "\r\n\r\n", "\r\r"])
+async def test_an_event_stream_is_bounded_event_by_event(end: str) -> None:
+    small = f"data: {'x' * 40}{end}".encode()  # 46 to 48 bytes an event
+    # many small events, 4,800 bytes in all, in pieces that split blank lines: each fits
+    stream = small * 100
+    pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+    assert await read_events(pieces, limit=64) == stream
+    # one event over the bound, whole within one piece among small ones, is refused
+    big = f"data: {'y' * 100}{end}".encode()
+    with pytest.raises(ReplyTooLarge, match="longer than 64 bytes"):
+        await read_events([small * 3 + big + small * 3], limit=64)
+    # and an event over the bound across pieces, with no blank line yet
+    with pytest.raises(ReplyTooLarge):
+        await read_events([small, b"data: " + b"z" * 40, b"z" * 40], limit=64)

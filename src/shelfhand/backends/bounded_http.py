@@ -24,6 +24,7 @@ uses) client class; the bound covers every way a reply is read (``aread``, ``ait
 from __future__ import annotations
 
 import functools
+import re
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -40,7 +41,7 @@ _PIECE = 1024**2
 """The most bytes one decompression step makes (so a bomb never inflates at once)."""
 
 
-_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 """The blank lines that end an event of an event stream."""
 
 
@@ -130,21 +131,28 @@ class _Meter:
 
     def _count(self, piece: bytes) -> bytes:
         if self.events:
-            joined = self._tail + piece  # (a blank line may straddle two pieces)
-            end = -1
-            for mark in _EVENT_ENDS:
-                at = joined.rfind(mark)
-                if at >= 0:
-                    end = max(end, at + len(mark))
-            self._tail = joined[-3:]
-            if end >= 0:  # an event ended in this piece: count from there
-                self.left = self.limit - (len(joined) - end)
-            else:
-                self.left -= len(piece)
+            self._count_events(piece)
         else:
             self.left -= len(piece)
         self.check()
         return piece
+
+    def _count_events(self, piece: bytes) -> None:
+        """Count ``piece`` into the event it continues; each event that ends in it is held
+        to the bound on its own (``left``: what the unfinished event may still take)."""
+        joined = self._tail + piece  # (a blank line may straddle two pieces)
+        counted = len(self._tail)  # the bytes of ``joined`` counted already
+        run = self.limit - self.left  # the unfinished event's bytes so far
+        for mark in _EVENT_END.finditer(joined):
+            end = mark.end()
+            if end <= counted:  # (a blank line within the tail: seen with its own piece)
+                continue
+            if run + end - counted > self.limit:
+                self.left = -1  # an event over the bound
+                return
+            run, counted = 0, end
+        self.left = self.limit - (run + len(joined) - counted)
+        self._tail = joined[-3:]
 
     def check(self) -> None:
         """Raise :class:`ReplyTooLarge` if the reply is past the bound (or why the body is

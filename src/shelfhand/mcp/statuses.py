@@ -62,8 +62,8 @@ class HttpStatuses:
 
     def __init__(self) -> None:
         self._tracked: dict[str, str] = {}
-        self.connection = ""
-        """The status of the connection's own latest (untagged) request, if it failed."""
+        self._latest = ""
+        self._cut = ""
 
     @contextmanager
     def track(self) -> Iterator[TrackedRequest]:
@@ -79,9 +79,16 @@ class HttpStatuses:
         """The error status filed for ``tag`` (``""``: none, or not tracked)."""
         return self._tracked.get(tag, "")
 
+    @property
+    def connection(self) -> str:
+        """The status of the connection's own latest (untagged) request, if it failed; else
+        that one of its replies was cut at the bound (a later reply, answered, does not hide
+        it: the SDK reconnects after a cut stream)."""
+        return self._latest or self._cut
+
     def new_connection(self) -> None:
         """A connection is being opened: what the last one said no longer applies."""
-        self.connection = ""
+        self._latest = self._cut = ""
 
     async def record(self, response: httpx2.Response) -> None:
         """The ``response`` event hook: file the status under the request's tag."""
@@ -94,12 +101,15 @@ class HttpStatuses:
     def too_large(self, request: httpx2.Request, exc: Exception) -> None:
         """A reply to ``request`` was cut at the client's bound: file that as its status
         (the SDK reports such a reply as a stream that ended, or not at all)."""
-        self._file(request, str(exc))
+        if _tag_of(request) is None:
+            self._cut = str(exc)
+        else:
+            self._file(request, str(exc))
 
     def _file(self, request: httpx2.Request, status: str) -> None:
         tag = _tag_of(request)
         if tag is None:
-            self.connection = status
+            self._latest = status
         elif tag in self._tracked:  # an answer after its call ended is nobody's business
             self._tracked[tag] = status
 

@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from shelfhand.backends.bounded_http import BoundedAsyncSend
 from shelfhand.mcp.client import DEFAULT_TIMEOUT, McpServer
 from shelfhand.mcp.options import ServerOptions
+from shelfhand.mcp.stdio_lines import use_whole_lines
 
 __all__ = ["MAX_MESSAGE_BYTES", "SseServer", "StdioServer", "StreamableHttpServer"]
 
@@ -72,6 +73,7 @@ class StdioServer(McpServer):
         self.errlog = errlog
 
     def _transport(self) -> AbstractAsyncContextManager[Any]:
+        use_whole_lines()  # (linear and bounded: see shelfhand.mcp.stdio_lines)
         params = StdioServerParameters(
             command=self.command, args=self.args, env=self.env or None, cwd=self.cwd
         )

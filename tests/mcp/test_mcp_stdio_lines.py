@@ -73,3 +73,16 @@ async def test_a_result_over_the_bound_fails_its_call_and_the_server_goes_on(
             small = await server.call_tool("big", {"kib": 16})
             echoed = await server.call_tool("echo", {"text": "还在"})
     assert not small.is_error and echoed.content == "echo: 还在"
+
+
+async def test_a_request_of_the_servers_own_over_the_bound_is_dropped_not_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # its id is the server's, not one of ours: an error "for" it would fail another call
+    monkeypatch.setattr(stdio_lines, "MAX_LINE_CHARACTERS", 1000)
+    asked = '{"jsonrpc": "2.0", "id": 3, "method": "sampling/createMessage", "params": {"x": "'
+    stream = (asked + "y" * 5000 + '"}}\n{"jsonrpc": "2.0", "id": 3, "result": {}}\n').encode()
+    texts = await read_all([stream[i : i + 100] for i in range(0, len(stream), 100)])
+    assert [line for line in "".join(texts).splitlines() if line] == [
+        '{"jsonrpc": "2.0", "id": 3, "result": {}}'
+    ]

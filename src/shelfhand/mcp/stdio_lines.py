@@ -38,10 +38,16 @@ _EDGE = 512
 _ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
+_METHOD = re.compile(r'"method"\s*:')
+
+
 def _refusal(head: str, tail: str) -> str:
-    """The line handed on for a message too long to read: a JSON-RPC error for its request
-    (an empty line, which the SDK reports and skips, when no id is found)."""
-    found = _ID.search(head) or _ID.search(tail)
+    """The line handed on for a message too long to read: a JSON-RPC error for the request it
+    answers; an empty line (which the SDK reports and skips) when it is not an answer (a
+    request or notification of the server's own, whose id is not one of ours) or no id is
+    found."""
+    asked = _METHOD.search(head) or _METHOD.search(tail)
+    found = None if asked else _ID.search(head) or _ID.search(tail)
     if found is None:
         logger.warning(
             "an MCP server sent a message over %d characters, dropped", MAX_LINE_CHARACTERS

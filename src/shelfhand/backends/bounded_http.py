@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 import httpx2
 
+from shelfhand.core.errors import cause_chain
+
 __all__ = ["BoundedAsyncSend", "BoundedSend", "ReplyTooLarge", "reply_too_large"]
 
 _ASKED = "gzip, deflate"
@@ -72,14 +74,7 @@ def _size(limit: int) -> str:
 def reply_too_large(exc: BaseException) -> ReplyTooLarge | None:
     """The :class:`ReplyTooLarge` in ``exc``'s cause chain (an SDK wraps what its HTTP
     client raised), or ``None``."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ReplyTooLarge):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    return next((e for e in cause_chain(exc) if isinstance(e, ReplyTooLarge)), None)
 
 
 class _Meter:

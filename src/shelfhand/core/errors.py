@@ -48,6 +48,7 @@ expects the builtin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 __all__ = [
@@ -358,3 +359,15 @@ class ToolUnavailableError(TransientToolError):
     """
 
     code = "tool_unavailable"
+
+
+def cause_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what caused it (``__cause__``, else ``__context__``), and so on, each
+    once (a chain that loops ends): how to find the error an SDK wrapped in its own. (Not in
+    ``__all__``, which lists the error classes.)"""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

@@ -23,7 +23,12 @@ import httpx2
 import openai
 
 from shelfhand.backends.bounded_http import reply_too_large
-from shelfhand.core.errors import ModelError, ModelProviderError, ModelTimeoutError
+from shelfhand.core.errors import (
+    ModelError,
+    ModelProviderError,
+    ModelTimeoutError,
+    cause_chain,
+)
 
 __all__ = [
     "Deadline",
@@ -180,17 +185,13 @@ def connection_lost(exc: BaseException) -> bool:
     """The connection to the model broke (reset or closed mid-reply), rather than the server
     answering with an error: the cause chain holds such an ``httpx2`` (the ``openai`` SDK's
     HTTP client) or ``openai`` error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in cause_chain(exc):
         if isinstance(current, (httpx2.RemoteProtocolError, httpx2.ReadError)):
             return True
         if isinstance(current, openai.APIConnectionError) and not isinstance(
             current, openai.APITimeoutError
         ):
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 

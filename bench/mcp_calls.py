@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+
+from shelfhand.dev.services import free_port, wait_port
 
 
 def build_server() -> Any:
@@ -104,20 +105,11 @@ async def main(calls: int) -> dict[str, Any]:
     # the HTTP server in a process of its own, as it is deployed, binding its own socket:
     # served before from a socket this script made with protocol 0, on which asyncio leaves
     # Nagle's algorithm on, each call took 44-60 ms (40 ms waits for a delayed ACK), not 1.5
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve-http", str(port)])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                await anyio.sleep(0.05)
+        if not await anyio.to_thread.run_sync(wait_port, port, 30.0, lambda: server.poll() is None):
+            raise RuntimeError(f"the MCP server did not listen on port {port} within 30 s")
         results["http"] = await measure("http", f"http://127.0.0.1:{port}/mcp", calls)
     finally:
         server.terminate()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 import anyio
+
+from shelfhand.dev.services import free_port, wait_port
 
 
 async def timed_calls(url: str, calls: int) -> list[float]:
@@ -41,24 +42,15 @@ async def timed_calls(url: str, calls: int) -> list[float]:
 
 
 def one(tree: Path, workspace: Path, calls: int) -> tuple[float, float]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree.resolve() / "src")}
     env.pop("SHELFHAND_MODEL", None)
     command = [sys.executable, "-m", "shelfhand.cli", "mcp", "serve", "--transport", "http"]
     command += ["--port", str(port), "--workspace", str(workspace)]
     server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.1)
+        if not wait_port(port, 60.0, alive=lambda: server.poll() is None):
+            raise RuntimeError(f"{tree}: shelfhand mcp serve did not listen within 60 s")
         samples = anyio.run(timed_calls, f"http://127.0.0.1:{port}/mcp", calls)
     finally:
         server.terminate()

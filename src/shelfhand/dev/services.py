@@ -39,6 +39,7 @@ __all__ = [
     "redis_server_binary",
     "start_postgres",
     "start_redis",
+    "wait_port",
 ]
 
 _PG_SYSTEM_USER = "embedded_postgres"
@@ -51,7 +52,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_port(port: int, timeout: float, alive: Any = None) -> bool:
+def wait_port(port: int, timeout: float, alive: Any = None) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` within ``timeout`` seconds (``False``
+    at once when ``alive()`` says the process that should listen has gone)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if alive is not None and not alive():
@@ -94,7 +97,7 @@ class LocalPostgres:
             conn.execute(f'DROP DATABASE IF EXISTS "{_ident(name)}" WITH (FORCE)'.encode())
 
     def running(self) -> bool:
-        return _wait_port(self.port, 0.2)
+        return wait_port(self.port, 0.2)
 
     def start(self, timeout: float = 180.0) -> None:
         """(Re)start the server on the same folder and port."""
@@ -166,7 +169,7 @@ class LocalRedis:
         )
         log.close()
         proc = self.process
-        if not _wait_port(self.port, timeout, alive=lambda: proc.poll() is None):
+        if not wait_port(self.port, timeout, alive=lambda: proc.poll() is None):
             self.stop()
             tail = (self.folder / "redis.log").read_text(errors="replace")[-500:]
             raise ConfigurationError(f"redis-server did not start on port {self.port}: {tail}")

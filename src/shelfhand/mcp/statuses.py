@@ -96,21 +96,23 @@ class HttpStatuses:
         # the status lets errors say "HTTP 401 Unauthorized".
         failed = response.status_code >= 400
         status = f"HTTP {response.status_code} {response.reason_phrase}" if failed else ""
-        self._file(response.request, status)
+        tag = _tag_of(response.request)
+        if tag is None:
+            self._latest = status
+        else:
+            self._file(tag, status)
 
     def too_large(self, request: httpx2.Request, exc: Exception) -> None:
         """A reply to ``request`` was cut at the client's bound: file that as its status
         (the SDK reports such a reply as a stream that ended, or not at all)."""
-        if _tag_of(request) is None:
-            self._cut = str(exc)
-        else:
-            self._file(request, str(exc))
-
-    def _file(self, request: httpx2.Request, status: str) -> None:
         tag = _tag_of(request)
         if tag is None:
-            self._latest = status
-        elif tag in self._tracked:  # an answer after its call ended is nobody's business
+            self._cut = str(exc)
+        else:
+            self._file(tag, str(exc))
+
+    def _file(self, tag: str, status: str) -> None:
+        if tag in self._tracked:  # an answer after its call ended is nobody's business
             self._tracked[tag] = status
 
 

@@ -26,15 +26,10 @@ pytestmark = pytest.mark.anyio
 MIB = 1024**2
 
 
-@pytest.fixture
-def server(model_server: FakeModelServer) -> FakeModelServer:
-    return model_server
-
-
-def bounded_model(server: FakeModelServer) -> OpenAIChatModel:
+def bounded_model(model_server: FakeModelServer) -> OpenAIChatModel:
     return OpenAIChatModel(
         "fake",
-        base_url=server.url,
+        base_url=model_server.url,
         api_key="k",
         timeout=30.0,
         max_retries=2,
@@ -44,36 +39,36 @@ def bounded_model(server: FakeModelServer) -> OpenAIChatModel:
 
 
 async def test_a_json_reply_that_never_ends_is_cut_at_the_bound_and_not_retried(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
-    server.modes.append("endless_json")
-    model = bounded_model(server)
+    model_server.modes.append("endless_json")
+    model = bounded_model(model_server)
     with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
         await model.request([Message.user("hi")])
-    assert server.requests == 1  # a reply over the bound would be as long again
+    assert model_server.requests == 1  # a reply over the bound would be as long again
 
 
 async def test_a_stream_that_never_ends_is_cut_at_the_bound_after_what_it_streamed(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
-    server.modes.append("endless_stream")
-    model = bounded_model(server)
+    model_server.modes.append("endless_stream")
+    model = bounded_model(model_server)
     pieces: list[str] = []
     with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
         async for chunk in model.stream([Message.user("hi")]):
             if isinstance(chunk, StreamText):
                 pieces.append(chunk.text)
     assert pieces and pieces[0] == "and again "
-    assert server.requests == 1
+    assert model_server.requests == 1
 
 
 async def test_a_compressed_bomb_is_refused_without_being_inflated(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
     # a few KiB of gzip holding a completion of 64 MiB: read whole, it would take 64 MiB
     # for the body and as much again for its text
-    server.modes.append("bomb")
-    model = bounded_model(server)
+    model_server.modes.append("bomb")
+    model = bounded_model(model_server)
     tracemalloc.start()
     try:
         with anyio.fail_after(20), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
@@ -85,10 +80,10 @@ async def test_a_compressed_bomb_is_refused_without_being_inflated(
 
 
 async def test_a_declared_length_over_the_bound_is_refused_before_a_byte_is_read(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
-    server.modes.append("declared_huge")  # 1 GiB announced, then nothing sent
-    model = bounded_model(server)
+    model_server.modes.append("declared_huge")  # 1 GiB announced, then nothing sent
+    model = bounded_model(model_server)
     with anyio.fail_after(10), pytest.raises(ModelProviderError, match="longer than 1 MiB"):
         await model.request([Message.user("hi")])  # (waiting for the body: 30 s)
 
@@ -97,33 +92,33 @@ async def test_a_declared_length_over_the_bound_is_refused_before_a_byte_is_read
     ("mode", "text"), [("gzip", "Packed small."), ("deflate_raw", "Packed raw.")]
 )
 async def test_compressed_replies_within_the_bound_are_read(
-    server: FakeModelServer, mode: str, text: str
+    model_server: FakeModelServer, mode: str, text: str
 ) -> None:
-    server.modes.append(mode)
-    reply = await bounded_model(server).request([Message.user("hi")])
+    model_server.modes.append(mode)
+    reply = await bounded_model(model_server).request([Message.user("hi")])
     assert reply.message.text == text
-    assert server.accept_encodings == ["gzip, deflate"]  # only what the bound can decode
+    assert model_server.accept_encodings == ["gzip, deflate"]  # only what the bound can decode
 
 
 async def test_a_remote_agent_whose_card_never_ends_fails_the_delegation_clearly(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
-    server.modes.append("endless_json")
-    agent = RemoteA2AAgent(server.url, name="partner", max_reply_bytes=MIB)
+    model_server.modes.append("endless_json")
+    agent = RemoteA2AAgent(model_server.url, name="partner", max_reply_bytes=MIB)
     with anyio.fail_after(20), pytest.raises(ToolError, match="partner sent a reply longer"):
         async for _ in agent.stream("hi"):
             pass
 
 
-def test_a_blocking_client_is_bounded_too(server: FakeModelServer) -> None:
+def test_a_blocking_client_is_bounded_too(model_server: FakeModelServer) -> None:
     class Client(BoundedSend, httpx.Client):
         pass
 
-    server.modes.extend(["gzip", "endless_json"])
+    model_server.modes.extend(["gzip", "endless_json"])
     with Client(max_reply_bytes=MIB, timeout=10.0) as client:
-        assert "Packed small." in client.post(f"{server.url}/chat/completions", json={}).text
+        assert "Packed small." in client.post(f"{model_server.url}/chat/completions", json={}).text
         with pytest.raises(ReplyTooLarge):
-            client.post(f"{server.url}/chat/completions", json={})
+            client.post(f"{model_server.url}/chat/completions", json={})
 
 
 async def test_an_encoding_not_asked_for_is_a_decoding_error() -> None:
@@ -146,10 +141,10 @@ async def test_an_encoding_not_asked_for_is_a_decoding_error() -> None:
 
 
 async def test_one_callers_endless_stream_is_cut_while_anothers_reply_is_read_whole(
-    server: FakeModelServer,
+    model_server: FakeModelServer,
 ) -> None:
-    server.modes.extend(["endless_stream", "ok"])  # in the order the requests arrive
-    model = bounded_model(server)
+    model_server.modes.extend(["endless_stream", "ok"])  # in the order the requests arrive
+    model = bounded_model(model_server)
 
     async def read(results: dict[str, object], name: str) -> None:
         try:
@@ -163,7 +158,7 @@ async def test_one_callers_endless_stream_is_cut_while_anothers_reply_is_read_wh
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(read, results, "first")
-            while server.requests < 1:
+            while model_server.requests < 1:
                 await anyio.sleep(0.01)
             tg.start_soon(read, results, "second")
     assert isinstance(results["first"], ModelProviderError)

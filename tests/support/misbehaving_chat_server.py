@@ -12,28 +12,23 @@ import zlib
 from collections import deque
 
 
+def _body(kind: str, choice: dict[str, object]) -> str:
+    """A chat completion (``kind`` ``chat.completion``) or chunk with its one ``choice``."""
+    body = {"id": "chatcmpl-1", "object": kind, "created": 1, "model": "fake"}
+    return json.dumps({**body, "choices": [{"index": 0, **choice}]})
+
+
 def _chunk(text: str) -> str:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "fake",
-        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
-    }
-    return json.dumps(body)
+    return _body("chat.completion.chunk", {"delta": {"content": text}, "finish_reason": None})
+
+
+def _done() -> str:
+    return _body("chat.completion.chunk", {"delta": {}, "finish_reason": "stop"})
 
 
 def _completion(text: str) -> bytes:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "fake",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        ],
-    }
-    return json.dumps(body).encode()
+    message = {"role": "assistant", "content": text}
+    return _body("chat.completion", {"message": message, "finish_reason": "stop"}).encode()
 
 
 def _compressed(data: bytes, wbits: int) -> bytes:
@@ -52,22 +47,10 @@ def _bomb(inflated_mib: int) -> bytes:
     return b"".join(parts)
 
 
-def _done() -> str:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "fake",
-        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-    }
-    return json.dumps(body)
-
-
 class FakeModelServer:
     """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage`` or ``ok``
     (streamed); ``endless_stream`` (chunks that never end), ``endless_event`` (one event
-    that never ends), ``endless_json`` (a JSON body that
-    never ends), ``bomb`` (a completion of 64 MiB, gzipped into a few KiB), ``declared_huge``
+    that never ends), ``endless_json`` (a JSON body that never ends), ``bomb`` (a completion of 64 MiB, gzipped into a few KiB), ``declared_huge``
     (a ``Content-Length`` of 1 GiB, then nothing), ``gzip`` and ``deflate_raw`` (a completion
     compressed so, as some servers send it: raw deflate, without its zlib wrapper).
 

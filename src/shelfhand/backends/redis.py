@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from shelfhand.backends.urls import first_line, redact_url
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
@@ -29,6 +29,8 @@ from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 __all__ = ["KEY_PREFIX", "REDO_EVERY", "Redo", "open_redis", "redis_errors"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 KEY_PREFIX = "shelfhand:"
 """Every Redis key shelfhand writes starts with this."""
@@ -113,8 +115,22 @@ class Redo:
         """Whether writes wait for Redis."""
         return bool(self._pending)
 
-    def __len__(self) -> int:
-        return len(self._pending)
+    def send(self, write: Callable[[], _T], *, key: str, if_unanswered: Callable[[], object]) -> _T:
+        """``write``'s answer, once the writes still waiting are done; with no answer from
+        Redis, ``if_unanswered`` (idempotent: ``write`` may yet be applied) is kept under
+        ``key`` to do once Redis answers.
+
+        Raises:
+            DependencyUnavailableError: Redis does not answer (the waiting writes, or this
+                one).
+        """
+        self.run()
+        try:
+            with redis_errors(self.what):
+                return write()
+        except DependencyUnavailableError:
+            self.add(key, if_unanswered)
+            raise
 
     def add(self, key: str, write: Callable[[], object]) -> None:
         """Do ``write`` (idempotent) once Redis answers; a later ``write`` of the same ``key``

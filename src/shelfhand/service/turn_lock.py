@@ -21,10 +21,11 @@ import asyncio
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from shelfhand.backends.redis import KEY_PREFIX, Redo, redis_errors
-from shelfhand.core.errors import DependencyUnavailableError, InvalidArgumentError
+from shelfhand.core.errors import InvalidArgumentError
 
 __all__ = ["LocalTurnLock", "RedisTurnLock", "TurnClaim", "TurnLock"]
 
@@ -162,20 +163,23 @@ class RedisTurnLock:
     def claim(self, session_id: str) -> TurnClaim | None:
         token = uuid.uuid4().hex
         key = self.key(session_id)
-        if self._unsure:  # (Redis still away: 503 without asking it twice)
-            self._unsure.run()
-        try:
-            with redis_errors("the session lock"):
-                won = self.client.set(key, token, nx=True, px=int(self.ttl * 1000))
-        except DependencyUnavailableError:
-            self.unsure(key, token)  # no answer: it may be applied once Redis answers
-            raise
+        # Redis still away: 503 without asking it twice; a SET that gets no answer may be
+        # applied once Redis answers: its claim is then deleted
+        won = self._unsure.send(
+            functools.partial(self.client.set, key, token, nx=True, px=int(self.ttl * 1000)),
+            key=key,
+            if_unanswered=self._release_of(key, token),
+        )
         return _RedisClaim(self, session_id, key, token) if won else None
+
+    def _release_of(self, key: str, token: str) -> Callable[[], object]:
+        """Delete ``token``'s claim on ``key``, only if it still holds that token."""
+        return functools.partial(self.client.eval, _RELEASE, 1, key, token)
 
     def unsure(self, key: str, token: str) -> None:
         """Delete ``token``'s claim on ``key`` (only if it still holds that token) once Redis
         answers again: its ``SET`` or its release got no answer."""
-        self._unsure.add(key, functools.partial(self.client.eval, _RELEASE, 1, key, token))
+        self._unsure.add(key, self._release_of(key, token))
 
     def is_busy(self, session_id: str) -> bool:
         with redis_errors("the session lock"):

@@ -112,8 +112,6 @@ class RedisBudgetBook:
         del now  # Redis expires ended periods itself
         if not charges:
             return None
-        if self._redo:  # (Redis still away: 503 without asking it; else undo first)
-            self._redo.run()
         mark = f"{_PREFIX}take:{uuid.uuid4().hex}"
         keys = [*(_PREFIX + c.key for c in charges), mark]
         amounts = [c.amount for c in charges]
@@ -123,15 +121,15 @@ class RedisBudgetBook:
             *(int(c.reset_at) + 60 for c in charges),
             MARK_TTL,
         ]
-        try:
-            with redis_errors(_WHAT):
-                over = int(self._take(keys=keys, args=args))
-        except DependencyUnavailableError:
-            # no answer: it may be applied when Redis answers, for a call that was refused
-            self._redo.add(
-                mark, functools.partial(self._undo, keys=keys, args=[*amounts, MARK_TTL])
+        # (Redis still away: 503 without asking it; else what waits is done first.) With no
+        # answer, it may be applied once Redis answers, for a call that was refused: undone
+        over = int(
+            self._redo.send(
+                functools.partial(self._take, keys=keys, args=args),
+                key=mark,
+                if_unanswered=functools.partial(self._undo, keys=keys, args=[*amounts, MARK_TTL]),
             )
-            raise
+        )
         if over < 0:  # pragma: no cover - a new mark cannot exist
             raise RuntimeError("a budget reservation's new mark already existed")
         return None if over == 0 else charges[over - 1]

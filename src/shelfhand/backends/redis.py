@@ -97,7 +97,8 @@ class Redo:
     Such a write may have been applied (it was sent) or not: each one given here must be
     idempotent, and say so through its key (a token the write checks, a marker it sets).
     One that still gets no answer after ``expire_after`` seconds is dropped (what it would
-    undo has expired by then, or is left as it is: counted, never lost).
+    undo has expired by then, or is left as it is: counted, never lost); so is one that
+    Redis answers with an error (logged), which would get the same answer every time.
 
     Args:
         what: What the writes are for, in log messages and errors ("the session lock").
@@ -157,9 +158,21 @@ class Redo:
                 logger.warning("%s: a write Redis never answered is dropped (%s)", self.what, key)
                 del self._pending[key]
             waiting = list(self._pending.items())
+        redis = _redis_module()
         for key, entry in waiting:
-            with redis_errors(self.what):
-                entry[0]()
+            try:
+                with redis_errors(self.what):
+                    entry[0]()
+            except redis.RedisError as exc:
+                # Redis answered, with an error (a key of another type, a script's error):
+                # the same write gets the same answer again, and kept, it would fail every
+                # write after it until it expires
+                logger.warning(
+                    "%s: Redis refused a write done again; it is dropped (%s): %s",
+                    self.what,
+                    key,
+                    first_line(exc),
+                )
             with self._lock:
                 if self._pending.get(key) is entry:
                     del self._pending[key]

@@ -285,6 +285,39 @@ async def test_redis_or_postgresql_going_away_is_503_and_the_service_recovers(
         assert back.status_code == 200 and back.json()["message_count"] == 4
 
 
+async def test_a_redis_refusing_writes_is_503_with_the_reason_and_the_service_recovers(
+    tmp_path: Path, pg_url: str, redis_url: str, thread_servers: list[ThreadServer]
+) -> None:
+    import redis
+
+    server = replica(tmp_path / "a", FunctionModel(Model()), pg_url, redis_url, thread_servers)
+    admin = redis.Redis.from_url(redis_url)
+    async with httpx.AsyncClient(base_url=server.url, headers=ALICE, timeout=60) as c:
+        session = (await c.post("/v1/sessions")).json()["id"]
+        assert (await message(c, session, "hello")).status_code == 200
+
+        # out of memory under maxmemory: Redis answers every write with an error (a 500
+        # "internal error" with no trace id before)
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", 1)
+        try:
+            refused = await message(c, session, "hello again")
+            completion = await c.post(
+                "/v1/chat/completions",
+                json={"model": "shelfhand", "messages": [{"role": "user", "content": "hi"}]},
+            )
+        finally:
+            admin.config_set("maxmemory", 0)
+            admin.close()
+        assert refused.status_code == 503, refused.text
+        body = refused.json()
+        assert body["code"] == "redis_unavailable" and "maxmemory" in body["detail"]
+        assert body["trace_id"] == refused.headers["x-trace-id"] != ""
+        assert completion.status_code == 503, completion.text
+        assert "maxmemory" in completion.json()["error"]["message"]
+        assert (await message(c, session, "back")).status_code == 200  # recovered by itself
+
+
 def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the_password(
     tmp_path: Path,
 ) -> None:

@@ -275,7 +275,8 @@ def create_app(
     # (the A2A routes answer such a body with a JSON-RPC parse error of their own)
     api.add_middleware(TextBodies, refuse=_not_text, skip=("/a2a/",))
     api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
-    api.add_middleware(TraceIdMiddleware)  # outermost: every response gets a trace id
+    # outermost: every response gets a trace id, an unhandled error's 500 too
+    api.add_middleware(TraceIdMiddleware, on_error=_internal_error)
     return api
 
 
@@ -472,17 +473,24 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(DependencyUnavailableError)
     async def dependency_down(request: Request, exc: DependencyUnavailableError) -> Response:
         logger.warning("%s %s: %s", request.method, request.url.path, exc)
+        if request.url.path in openai_routes.OPENAI_PATHS:
+            code = f"{exc.dependency}_unavailable"
+            return openai_routes.openai_error(503, str(exc), code, {"Retry-After": "2"})
         body = ErrorBody(
             detail=str(exc), code=f"{exc.dependency}_unavailable", trace_id=current_trace_id()
         )
         return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "2"})
 
-    @api.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        body = ErrorBody(
-            detail="internal error; the trace id finds it in the logs",
-            code="internal_error",
-            trace_id=current_trace_id(),
-        )
-        return JSONResponse(body.model_dump(), status_code=500)
+
+_INTERNAL = "internal error; the trace id finds it in the logs"
+
+
+def _internal_error(scope: Scope, exc: Exception) -> Response:
+    """The 500 answer to an unhandled error, logged with the request's trace id (sent by
+    :class:`TraceIdMiddleware` while the id is still set)."""
+    path = str(scope.get("path", ""))
+    logger.error("unhandled error on %s %s", scope.get("method"), path, exc_info=exc)
+    if path in openai_routes.OPENAI_PATHS:
+        return openai_routes.openai_error(500, _INTERNAL, "internal_error")
+    body = ErrorBody(detail=_INTERNAL, code="internal_error", trace_id=current_trace_id())
+    return JSONResponse(body.model_dump(), status_code=500)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shelfhand.core.tracing import parse_traceparent
@@ -53,10 +55,20 @@ class TraceIdMiddleware:
 
     Written as plain ASGI (not ``BaseHTTPMiddleware``) so that streamed responses pass
     through untouched and the context variable is visible to the streaming generator.
+
+    Args:
+        app: The application.
+        on_error: The response to an exception the application raised before it started
+            its response (logged by it); sent from here, with the header, while the trace id
+            is still the request's (a handler outside this middleware, as Starlette's for
+            ``Exception``, runs after it is reset). ``None``: raised on.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(
+        self, app: ASGIApp, on_error: Callable[[Scope, Exception], Response] | None = None
+    ) -> None:
         self.app = app
+        self.on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,8 +90,12 @@ class TraceIdMiddleware:
         parent_token = _parent_span.set(parent)
         raw = trace_id.encode("latin-1")
 
+        started = False
+
         async def send_with_header(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [h for h in message.get("headers", ()) if h[0] != _HEADER_KEY]
                 headers.append((_HEADER_KEY, raw))
                 message = {**message, "headers": headers}
@@ -87,6 +103,10 @@ class TraceIdMiddleware:
 
         try:
             await self.app(scope, receive, send_with_header)
+        except Exception as exc:
+            if started or self.on_error is None:
+                raise
+            await self.on_error(scope, exc)(scope, receive, send_with_header)
         finally:
             _trace_id.reset(token)
             _parent_span.reset(parent_token)

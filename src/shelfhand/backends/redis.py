@@ -71,18 +71,38 @@ def open_redis(url: str, *, timeout: float = 2.0, check: bool = True) -> Any:
     return client
 
 
+_REFUSING = ("MISCONF", "BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS")
+"""How Redis begins an error answer that says it takes no command now (a failed snapshot
+stops writes, a script runs too long, a replica has lost its primary...), whatever the
+command."""
+
+
 @contextmanager
 def redis_errors(what: str = "") -> Iterator[None]:
     """Raise :class:`DependencyUnavailableError` (``redis``) for a connection failure in the
-    block; ``what`` names what needed Redis (e.g. ``"the session lock"``)."""
+    block, or an answer refusing the command for Redis's own state (out of memory under
+    ``maxmemory``, a read-only replica, an ACL without the command, ``MISCONF``, ``BUSY``...);
+    ``what`` names what needed Redis (e.g. ``"the session lock"``). Other error answers (a
+    key of another type, a script's error) are raised as they are."""
     redis = _redis_module()
+    needed = f" for {what}" if what else ""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        needed = f" for {what}" if what else ""
         raise DependencyUnavailableError(
             f"Redis is unreachable{needed}: {first_line(exc)}; try again shortly",
             dependency="redis",
+        ) from exc
+    except redis.ResponseError as exc:
+        refused = isinstance(
+            exc,
+            (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
+             redis.exceptions.NoPermissionError),
+        ) or str(exc).startswith(_REFUSING)  # fmt: skip
+        if not refused:
+            raise
+        raise DependencyUnavailableError(
+            f"Redis refused a command{needed}: {first_line(exc)}", dependency="redis"
         ) from exc
 
 

@@ -318,6 +318,49 @@ async def test_a_redis_refusing_writes_is_503_with_the_reason_and_the_service_re
         assert (await message(c, session, "back")).status_code == 200  # recovered by itself
 
 
+async def test_a_postgresql_taking_no_writes_is_503_with_the_reason_and_the_service_recovers(
+    tmp_path: Path, pg_url: str, redis_url: str, thread_servers: list[ThreadServer]
+) -> None:
+    import psycopg
+
+    def read_only(on: bool) -> None:  # as a failover to a standby does (a 500 before)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            if on:
+                conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            else:
+                conn.execute("SET default_transaction_read_only = off")
+                conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+            conn.execute("SELECT pg_reload_conf()")
+
+    server = replica(tmp_path / "a", FunctionModel(Model()), pg_url, redis_url, thread_servers)
+    async with httpx.AsyncClient(base_url=server.url, headers=ALICE, timeout=60) as c:
+        session = (await c.post("/v1/sessions")).json()["id"]
+        assert (await message(c, session, "hello")).status_code == 200
+
+        read_only(True)
+        try:
+            await asyncio.sleep(0.5)  # the reload reaches every backend
+            replies = [
+                await c.post("/v1/sessions"),
+                await message(c, session, "hello again"),
+                await c.post(
+                    "/v1/chat/completions",
+                    json={"model": "shelfhand", "messages": [{"role": "user", "content": "hi"}]},
+                ),
+            ]
+        finally:
+            read_only(False)
+        for reply in replies:
+            assert reply.status_code == 503, reply.text
+            assert "takes no writes" in reply.text and "password" not in reply.text
+            assert reply.headers["retry-after"] and reply.headers["x-trace-id"]
+        assert replies[1].json()["code"] == "postgresql_unavailable"
+        assert replies[2].json()["error"]["code"] == "postgresql_unavailable"
+        await asyncio.sleep(0.5)
+        assert (await message(c, session, "back")).status_code == 200  # recovered by itself
+        assert (await c.post("/v1/sessions")).status_code == 201
+
+
 def test_shelfhand_serve_with_an_unreachable_redis_fails_at_start_up_without_the_password(
     tmp_path: Path,
 ) -> None:

@@ -69,6 +69,8 @@ def _failure_response(exc: BaseException) -> JSONResponse:
     if isinstance(exc, TurnFailed) and exc.budget is not None:
         headers = {"Retry-After": str(exc.retry_after or 1)}
         return error_response(status, detail, code, headers=headers, budget=exc.budget)
+    if status == 503:  # a dependency away: as the service's other 503 answers
+        return error_response(status, detail, code, headers={"Retry-After": "2"})
     return error_response(status, detail, code)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "open_pool",
     "pg_errors",
     "redact_url",
+    "refuses_writes",
 ]
 
 _LOCK_KEY = 0x5348454C  # "SHEL": the advisory lock migrations hold
@@ -236,10 +237,21 @@ def apply_pg_migrations(conn: psycopg.Connection[Any], migrations: Sequence[PgMi
     return applied
 
 
+def refuses_writes(url: str, exc: BaseException) -> DependencyUnavailableError:
+    """The error for a server that takes no writes (``ReadOnlySqlTransaction``: a standby a
+    failover left the URL pointing at, or ``default_transaction_read_only``)."""
+    return DependencyUnavailableError(
+        f"PostgreSQL at {redact_url(url)} takes no writes: {first_line(exc)} (a standby, or "
+        "default_transaction_read_only); try again shortly",
+        dependency="postgresql",
+    )
+
+
 @contextmanager
 def pg_errors(url: str) -> Iterator[None]:
     """Raise :class:`DependencyUnavailableError` (``postgresql``) when the server cannot be
-    reached in the block (a lost connection, no connection from the pool in time)."""
+    reached in the block (a lost connection, no connection from the pool in time), or takes
+    no writes (:func:`refuses_writes`)."""
     import psycopg
     from psycopg_pool import PoolTimeout
 
@@ -250,3 +262,5 @@ def pg_errors(url: str) -> Iterator[None]:
             f"PostgreSQL at {redact_url(url)} is unreachable: {first_line(exc)}; try again shortly",
             dependency="postgresql",
         ) from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise refuses_writes(url, exc) from exc

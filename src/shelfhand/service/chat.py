@@ -381,9 +381,7 @@ class ChatService:
             spent = tally.total() if tally is not None else None
             if isinstance(exc, BudgetExceededError):
                 await self._book_failed(user, session_id, spent)
-                await self.store(
-                    self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
-                )
+                await self._record_failure(session_id, user, trace_id, message)
                 raise budget_failure(exc) from exc
             synonyms = self.app.synonym_table()
             rescued = rescue(
@@ -406,9 +404,7 @@ class ChatService:
             else:
                 logger.warning("turn failed session=%s: %s: %s", session_id, code, message)
             await self._book_failed(user, session_id, spent)
-            await self.store(
-                self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
-            )
+            await self._record_failure(session_id, user, trace_id, message)
             raise TurnFailed(message, status=status, code=code) from exc
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
@@ -452,6 +448,19 @@ class ChatService:
             user.scope,
             (time.perf_counter() - started) * 1000,
         )
+
+    async def _record_failure(
+        self, session_id: str, user: UserContext, trace_id: str, message: str
+    ) -> None:
+        """Mark the session's turn as failed, with ``message``; a store that cannot take it
+        (the same PostgreSQL that failed the turn, now refusing writes) is logged, and the
+        caller hears of the turn's own failure, not of this one's (a 500)."""
+        try:
+            await self.store(
+                self.sessions.record_failure, session_id, user, trace_id=trace_id, error=message
+            )
+        except Exception:
+            logger.exception("could not record a failed turn session=%s", session_id)
 
     async def _book_failed(self, user: UserContext, session_id: str, spent: Usage | None) -> None:
         """Book in the ledger what a turn that failed without an answer used (its model calls

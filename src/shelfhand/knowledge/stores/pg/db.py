@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S, deadline
-from shelfhand.backends.postgres import apply_pg_migrations, open_pool
+from shelfhand.backends.postgres import apply_pg_migrations, open_pool, refuses_writes
 from shelfhand.backends.urls import redact_url
 from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
 from shelfhand.knowledge.types import Scope
@@ -135,6 +135,8 @@ class PgDatabase:
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             self._broken = True
             raise self._unavailable(exc) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:  # it answers: the pool is fine
+            raise refuses_writes(self.url, exc) from exc
         except DependencyUnavailableError as exc:
             if exc.dependency == "postgresql":  # no answer in time: probed before the next
                 self._broken = True

@@ -17,6 +17,7 @@ from shelfhand.agent.answer_topic import (
     misses_amount,
     misses_identifier,
     only_labels,
+    rests_elsewhere,
     states_nothing_held,
 )
 from shelfhand.agent.extractive import LEAD
@@ -128,6 +129,78 @@ def test_an_answer_sharing_its_passages_numbers_came_from_them_in_any_language()
     assert states_nothing_held(
         "The Lumen X1 Pro does not sell gaming laptops.", [light, DESCRIPTION]
     )
+
+
+CLAIM = Citation(
+    index=1,
+    source="warranty.md",
+    title="保修政策",
+    section="申请保修",
+    text="申请保修时，请准备订单号、机身序列号和故障描述。",
+)
+PERIOD = Citation(
+    index=2, source="warranty.md", title="保修政策", section="保修期限",
+    text="整机保修期为自购买之日起 24 个月。",
+)  # fmt: skip
+LENS = Citation(
+    index=1, source="faq.html", title="FAQ", section="How do I clean the lens?",
+    text="Blow away dust with an air blower, then wipe gently with a microfiber cloth.",
+)  # fmt: skip
+FILTER = Citation(
+    index=2, source="faq.html", title="FAQ", section="Air filter",
+    text="Clean the air filter every 3 months.",
+)  # fmt: skip
+C4K = Citation(
+    index=3, source="specs.docx", title="Lumen specifications", section="Lumen Cinema C4K",
+    text="The C4K has lens shift and motorised focus.",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "passages", "elsewhere"),
+    [
+        # a passage holds the whole question; the answer rests on one holding part of it
+        ("申请保修需要准备什么？", "整机保修期为自购买之日起 24 个月。", [CLAIM, PERIOD], True),
+        ("How do I clean the lens?", "The C4K has lens shift and motorised focus.",
+         [LENS, FILTER, C4K], True),
+        # it rests on the passage about the question
+        ("申请保修需要准备什么？", "请准备订单号、机身序列号和故障描述 [1]。", [CLAIM, PERIOD], False),
+        ("How do I clean the lens?", "Wipe it gently with a microfiber cloth.", [LENS, C4K], False),
+        # no passage holds the whole question: nothing better to show
+        ("申请保修需要准备什么？", "整机保修期为自购买之日起 24 个月。", [PERIOD], False),
+        # the passages it rests on hold the question together
+        ("How do I clean the lens?",
+         "Clean the air filter every 3 months. The C4K has lens shift and motorised focus.",
+         [LENS, FILTER, C4K], False),
+        # it rests on nothing (too short to check): left alone
+        ("How do I clean the lens?", "Gently.", [LENS, C4K], False),
+        # one word is a topic, not a question
+        ("Lens?", "The C4K has lens shift and motorised focus.", [LENS, C4K], False),
+    ],
+    ids=["zh", "en", "right-zh", "right-en", "none-whole", "together", "nothing", "one-word"],
+)  # fmt: skip
+def test_an_answer_resting_on_passages_that_lack_part_of_the_question_rests_elsewhere(
+    question: str, answer: str, passages: list[Citation], elsewhere: bool
+) -> None:
+    grounding = check_grounding(answer, passages, question=question)
+
+    assert rests_elsewhere(question, grounding, passages) is elsewhere
+
+
+async def test_an_answer_about_something_near_the_question_becomes_the_passages_sentences(
+    kb: KnowledgeBase,
+) -> None:
+    # the local model's answer in eval-answers (lens-en): a spec sentence that names the lens,
+    # while the FAQ's entry on cleaning it was the first passage found
+    result = await answered(
+        kb,
+        "How do I clean the lens?",
+        "The Lumen Cinema C4K is built for dedicated home theatres: 4,200 ANSI lumens, lens "
+        "shift, motorised focus and a 3,000,000:1 dynamic contrast ratio.",
+    )
+
+    assert result.fallback_reason == "off_topic" and result.extractive
+    assert "microfiber" in result.output
 
 
 @pytest.mark.parametrize(
@@ -246,8 +319,17 @@ async def test_an_answer_about_what_no_passage_is_about_becomes_not_covered(
         ("投影仪的保修期是多久？", "2025 年起购买的投影仪整机保修 24 个月。"),
         ("Can I mount the projector on the ceiling?", "Yes: every model has a standard M4 thread."),
         ("What does error E-203 mean?", "The lamp is overheating."),
+        ("How do I clean the lens?", "Wipe it gently with a microfiber lens cloth."),
+        ("申请保修需要准备什么？", "请准备订单号、机身序列号和故障描述。"),
+        # the local model's answer (brightness-x1-en), from the description without "bright"
+        # (2 of the question's 3 words) beside the table row holding all three
+        (
+            "What is the brightness of the Lumen X1?",
+            "The brightness of the Lumen X1 is 3,000 ANSI lumens, Full HD, a 1.2x optical zoom "
+            "and two HDMI 2.0 inputs.",
+        ),
     ],
-    ids=["zh", "no-number-needed", "too-short-to-check"],
+    ids=["zh", "no-number-needed", "too-short-to-check", "lens", "claim-zh", "most-words"],
 )
 async def test_a_right_answer_stays(kb: KnowledgeBase, question: str, answer: str) -> None:
     result = await answered(kb, question, answer)

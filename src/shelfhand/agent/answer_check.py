@@ -35,7 +35,13 @@ from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
 
-from .answer_topic import misses_amount, misses_identifier, only_labels, states_nothing_held
+from .answer_topic import (
+    misses_amount,
+    misses_identifier,
+    only_labels,
+    rests_elsewhere,
+    states_nothing_held,
+)
 from .extractive import LEAD, extractive_answer
 from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
@@ -243,6 +249,8 @@ class AnswerCheck:
             return "off_topic"
         if misses_amount(question, answer):
             return "unanswered"
+        if rests_elsewhere(question, result.grounding, citations, self.synonyms):
+            return "off_topic"
         if states_nothing_held(answer, citations) and (
             extractive_answer(question, citations, synonyms=self.synonyms) is None
         ):

@@ -9,6 +9,10 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   it answers about something else (the product's description instead of its price row);
 - :func:`misses_amount`: the question asks how long or how much (a price, a fee), and the
   answer states no such amount;
+- :func:`rests_elsewhere`: a passage holds every word of the question, and the answer rests
+  only on passages that, together, hold at most half of them: it answers about something near the
+  question ("the C4K has lens shift" for "How do I clean the lens?", beside the FAQ entry
+  on cleaning the lens);
 - :func:`states_nothing_held`: with no passage about the question (the extractive answer's
   measure), an answer stating no number or code the passages hold did not come from them:
   "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
@@ -26,10 +30,11 @@ from collections.abc import Sequence
 
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import query_identifiers
+from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import DURATION, NUMBER_WORD, asked_amount
+from .extractive import asked_words, headed
 from .grounding_check import PASSAGE_CACHE, facts, passage_words, without_citations, words
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "misses_amount",
     "misses_identifier",
     "only_labels",
+    "rests_elsewhere",
     "states_nothing_held",
 ]
 
@@ -130,6 +136,41 @@ def misses_identifier(
     resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
     # an answer too short to check ("The lamp is overheating.") rests on nothing: left alone
     return bool(resting) and not resting & holding
+
+
+MIN_ASKED = 2
+"""The fewest question words for :func:`rests_elsewhere` (one word is a topic, not a
+question: any passage holding it is about it)."""
+
+
+def rests_elsewhere(
+    question: str,
+    grounding: Grounding | None,
+    citations: Sequence[Citation],
+    synonyms: SynonymTable | None = None,
+) -> bool:
+    """Whether a passage (with its title and section) holds every word of ``question`` while
+    the passages the answer rests on (its supported sentences), together, hold at most half
+    of them: the answer is about something near the question, and a passage about the
+    question itself was there. An answer resting on nothing is left alone; so is a question no passage holds
+    whole (most questions naming an identifier: :func:`misses_identifier` checks those)."""
+    if grounding is None:
+        return False
+    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    if not resting:
+        return False
+    asked = asked_words(question, citations, synonyms)
+    if len(asked) < MIN_ASKED:
+        return False
+    held = {c.index: asked.intersection(passage_words(headed(c))) for c in citations}
+    if not any(len(words_held) == len(asked) for words_held in held.values()):
+        return False
+    covered: set[str] = set()
+    for index in resting:
+        covered.update(held.get(index, ()))
+    # at most half: "The brightness of the Lumen X1 is 3,000 ANSI lumens" rests on a passage
+    # without "bright" (2 of the question's 3 words), beside the table row holding all three
+    return 2 * len(covered) <= len(asked)
 
 
 def misses_amount(question: str, answer: str) -> bool:

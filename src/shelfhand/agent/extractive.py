@@ -32,7 +32,7 @@ from shelfhand.knowledge.analysis import (
 from .amounts import MONEY, asked_amount
 from .grounding_check import facts, passage_words, split_sentences, words
 
-__all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "extractive_answer"]
+__all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "asked_words", "extractive_answer", "headed"]
 
 LEAD = "From the documents:"
 """The first line of every extractive answer."""
@@ -142,7 +142,7 @@ def _anchors(question: str) -> list[str]:
     return ids + [n for n in _LONG_NUMBER.findall(question) if n not in ids]
 
 
-def _headed(passage: Citation) -> str:
+def headed(passage: Citation) -> str:
     """The passage's text with its title and section: a FAQ's question is its heading."""
     return f"{passage.title}\n{passage.section}\n{passage.text}"
 
@@ -174,7 +174,7 @@ def _candidates(
     """The sentences of the passages that are about the question, in search order."""
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        if _about(question_words, ids, _headed(c)) < least:
+        if _about(question_words, ids, headed(c)) < least:
             continue
         for position, sentence in enumerate(split_sentences(c.text)):
             out.append(
@@ -208,15 +208,18 @@ def _amounts(
     ]
 
 
-def _asked(question: str, passages: Sequence[Citation], table: SynonymTable) -> set[str]:
+def asked_words(
+    question: str, passages: Sequence[Citation], table: SynonymTable | None = None
+) -> set[str]:
     """The question's words, less those that only ask (:data:`ASKING`), a word no passage
     holds taken as its synonym that some passage holds (开封 as 拆封: the search does the same,
-    :mod:`shelfhand.knowledge.analysis`)."""
+    :mod:`shelfhand.knowledge.analysis`); ``table``: the word groups (default: built-in)."""
+    table = _synonyms() if table is None else table
     asked = _without_compounds(words(question)).difference(ASKING)
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
-    held = [passage_words(_headed(c)) for c in passages]
+    held = [passage_words(headed(c)) for c in passages]
     doc_freq = {w: sum(w in h for h in held) for w in maybe}
     return set(with_synonyms(sorted(asked), table, doc_freq))
 
@@ -285,13 +288,13 @@ def extractive_answer(
     default: the built-in groups."""
     ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
-    question_words = _asked(question, passages, _synonyms() if synonyms is None else synonyms)
+    question_words = asked_words(question, passages, synonyms)
     candidates = _candidates(passages, question_words, ids, min_relevance) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE
     )
     if not candidates:
         return None
-    held = {c.index: passage_words(_headed(c)) for c in passages}
+    held = {c.index: passage_words(headed(c)) for c in passages}
     weight = _weights(list(held.values()), question_words.difference(ids))
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}

@@ -129,6 +129,11 @@ def exit_codes() -> list[tuple[int, str]]:
             "PostgreSQL or Redis stopped answering during the command (EX_UNAVAILABLE).",
         ),
         (
+            common.STORAGE_FULL_EXIT_CODE,
+            "The disk holding the workspace is full (EX_IOERR): what was committed before is "
+            "kept; free space, then run the command again.",
+        ),
+        (
             common.BUSY_EXIT_CODE,
             "Another process writes the workspace (an ingest, or `shelfhand serve`): try "
             "again later (EX_TEMPFAIL).",

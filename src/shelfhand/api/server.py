@@ -48,7 +48,7 @@ from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.text_bodies import TextBodies, declared_size
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.core.context import UserContext
-from shelfhand.core.errors import DependencyUnavailableError
+from shelfhand.core.errors import STORAGE_FULL, DependencyUnavailableError, storage_full
 from shelfhand.core.version import __version__
 from shelfhand.knowledge.ingest.worker import EmbeddingWorker
 from shelfhand.service.chat import ChatService
@@ -489,6 +489,14 @@ def _internal_error(scope: Scope, exc: Exception) -> Response:
     """The 500 answer to an unhandled error, logged with the request's trace id (sent by
     :class:`TraceIdMiddleware` while the id is still set)."""
     path = str(scope.get("path", ""))
+    full = storage_full(exc)
+    if full:  # no bug: the disk is full, and the caller is told so
+        logger.error("%s %s: the workspace's disk is full: %s", scope.get("method"), path, full)
+        message = STORAGE_FULL.format(reason=full)
+        if path in openai_routes.OPENAI_PATHS:
+            return openai_routes.openai_error(507, message, "storage_full")
+        body = ErrorBody(detail=message, code="storage_full", trace_id=current_trace_id())
+        return JSONResponse(body.model_dump(), status_code=507)
     logger.error("unhandled error on %s %s", scope.get("method"), path, exc_info=exc)
     if path in openai_routes.OPENAI_PATHS:
         return openai_routes.openai_error(500, _INTERNAL, "internal_error")

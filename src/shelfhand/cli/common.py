@@ -137,6 +137,8 @@ BUSY_EXIT_CODE = 75
 """Exit code when another process writes the workspace (EX_TEMPFAIL: try again later)."""
 UNAVAILABLE_EXIT_CODE = 69
 """Exit code when PostgreSQL or Redis stops answering during a command (EX_UNAVAILABLE)."""
+STORAGE_FULL_EXIT_CODE = 74
+"""Exit code when the disk holding the workspace is full (EX_IOERR)."""
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -72,8 +72,13 @@ def main() -> None:
         if find_spec(f"shelfhand.cli.{name}") is not None:
             import_module(f"shelfhand.cli.{name}")
     quiet_third_party()
-    from shelfhand.cli.common import not_text_argument
-    from shelfhand.core.errors import ConfigurationError, DependencyUnavailableError
+    from shelfhand.cli.common import STORAGE_FULL_EXIT_CODE, not_text_argument
+    from shelfhand.core.errors import (
+        STORAGE_FULL,
+        ConfigurationError,
+        DependencyUnavailableError,
+        storage_full,
+    )
 
     not_text = not_text_argument(sys.argv[1:])
     if not_text:
@@ -91,6 +96,11 @@ def main() -> None:
         if hint is None:
             raise
         sys.exit(fail(hint, 2).exit_code)
+    except Exception as exc:  # a full disk is no bug: one line saying so, not a traceback
+        full = storage_full(exc)
+        if not full:
+            raise
+        sys.exit(fail(STORAGE_FULL.format(reason=full), STORAGE_FULL_EXIT_CODE).exit_code)
 
 
 if __name__ == "__main__":

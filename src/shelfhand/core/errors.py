@@ -371,3 +371,27 @@ def cause_chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+_DISK_FULL = ("database or disk is full", "no space left on device", "disk quota exceeded")
+_NO_SPACE = frozenset({28, 122})  # ENOSPC, EDQUOT (Linux)
+
+
+def storage_full(exc: BaseException) -> str:
+    """Why ``exc`` (or what caused it) failed for a full disk ("" when it did not): an
+    ``OSError`` with ``ENOSPC`` or ``EDQUOT``, SQLite's "database or disk is full", an index
+    library's message naming it. (Not in ``__all__``, which lists the error classes.)"""
+    for error in cause_chain(exc):
+        if isinstance(error, OSError) and error.errno in _NO_SPACE:
+            return error.strerror or str(error)
+        text = str(error)
+        if any(sign in text.lower() for sign in _DISK_FULL):
+            return text.splitlines()[0] if text else type(error).__name__
+    return ""
+
+
+STORAGE_FULL = (
+    "the disk holding the workspace is full ({reason}): what was stored before is kept; "
+    "free space on it, then try again"
+)
+"""What a caller is told when the workspace's disk is full (HTTP 507, ``storage_full``)."""

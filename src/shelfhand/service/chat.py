@@ -46,6 +46,7 @@ from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
+    STORAGE_FULL,
     BudgetExceededError,
     DependencyUnavailableError,
     ModelError,
@@ -55,6 +56,7 @@ from shelfhand.core.errors import (
     ScriptExhaustedError,
     SessionBusyError,
     TurnFailed,
+    storage_full,
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
@@ -103,6 +105,8 @@ def error_status(exc: BaseException) -> tuple[int, str]:
         return 503, f"{exc.dependency}_unavailable"  # which one: postgresql or redis
     if isinstance(exc, (ModelError, ScriptExhaustedError)):
         return 502, ModelError.code  # one code for every way the model failed
+    if storage_full(exc):
+        return 507, "storage_full"
     return 500, "internal_error"
 
 
@@ -110,6 +114,9 @@ def failure_message(exc: BaseException, *, answering: bool) -> str:
     """What the caller is told about a failed turn (``answering``: text had streamed)."""
     if answering and isinstance(exc, ModelProviderError) and exc.connection_lost:
         return "the model's stream was cut off before the answer was complete; try again"
+    full = storage_full(exc)
+    if full:
+        return STORAGE_FULL.format(reason=full)
     return str(exc) or type(exc).__name__
 
 

@@ -155,6 +155,20 @@ def test_an_embedder_outage_keeps_text_searchable_and_embed_finishes_the_job(
     assert status["vectors"] == 2 and status["pending_embeddings"] == 0
 
 
+def test_one_pending_chunk_is_told_in_the_singular(tmp_path: Path, embeddings: Embeddings) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# 退货\n退货期 7 天。", encoding="utf-8")
+    ws, env = tmp_path / "ws", _openai(embeddings)
+    embeddings.rejecting = True
+
+    out = shelfhand("ingest", str(note), workspace=ws, env=env)
+    found = shelfhand("search", "退货期", workspace=ws, env=env)
+
+    assert out.returncode == 4, out.stderr
+    assert "1 chunk is stored and keyword-searchable" in " ".join(out.stdout.split())
+    assert "1 chunk is not embedded yet" in found.stdout and "embeds it" in found.stdout
+
+
 def test_no_wait_leaves_embedding_to_embed(tmp_path: Path, docs: Path) -> None:
     ws, env = tmp_path / "ws", {"SHELFHAND_EMBEDDER": "hashing"}
     out = shelfhand("ingest", str(docs), "--no-wait", workspace=ws, env=env)

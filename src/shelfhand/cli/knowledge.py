@@ -277,13 +277,15 @@ def ingest(
     if report.embedding_error:
         console.print(
             f"[yellow]keyword-only for now:[/] {report.embedding_error}; "
-            f"{plural(report.pending_chunks, 'chunk')} are stored and keyword-searchable, and will be "
-            "embedded by `shelfhand embed`, the next ingest or the service",
+            f"{plural(report.pending_chunks, 'chunk')} "
+            f"{'is' if report.pending_chunks == 1 else 'are'} stored and keyword-searchable, "
+            "and will be embedded by `shelfhand embed`, the next ingest or the service",
             highlight=False,
         )
     elif no_wait and report.pending_chunks:
         console.print(
-            f"{plural(report.pending_chunks, 'chunk')} wait for embedding: run `shelfhand embed` "
+            f"{plural(report.pending_chunks, 'chunk')} "
+            f"{'waits' if report.pending_chunks == 1 else 'wait'} for embedding: run `shelfhand embed` "
             "(or let `shelfhand serve` do it)",
             highlight=False,
         )

@@ -86,9 +86,11 @@ def search(
         passages = format_passages(citations, query=query)  # each shown where it matched
         make_console().print(passages, highlight=False, markup=False)
         if found.pending_chunks:
+            one = found.pending_chunks == 1
             make_console().print(
-                f"[dim]{plural(found.pending_chunks, 'chunk')} are not embedded yet (found by keywords "
-                "only); `shelfhand embed` embeds them[/]",
+                f"[dim]{plural(found.pending_chunks, 'chunk')} {'is' if one else 'are'} not "
+                "embedded yet (found by keywords only); `shelfhand embed` embeds "
+                f"{'it' if one else 'them'}[/]",
                 highlight=False,
             )
         for note in (found.degraded_reason, found.rerank_reason):

@@ -298,6 +298,9 @@ def test_request_errors_have_the_openai_error_body(server: ThreadServer) -> None
     with pytest.raises(openai.BadRequestError) as declared_tools:
         client(server).chat.completions.create(model="shelfhand", messages=hello, tools=tools)
     assert declared_tools.value.code == "tools_not_supported"
+    with pytest.raises(openai.BadRequestError) as several:  # it answered one choice before
+        client(server).chat.completions.create(model="shelfhand", messages=hello, n=3)
+    assert several.value.code == "n_not_supported" and several.value.param == "n"
     with pytest.raises(openai.BadRequestError) as last_not_user:
         client(server).chat.completions.create(
             model="shelfhand", messages=[{"role": "assistant", "content": "hi"}]

@@ -191,6 +191,9 @@ class ChatCompletionRequest(BaseModel):
     tools: list[dict[str, Any]] | None = Field(
         default=None, description="Refused when not empty: the agent's tools are the server's."
     )
+    n: int | None = Field(
+        default=None, ge=1, description="Refused above 1: each request gets one answer."
+    )
     shelfhand: ShelfhandOptions | None = None
 
 
@@ -231,6 +234,14 @@ async def chat_completions(
     steps: StepsHeader = None,
 ) -> Response:
     """Run a turn of the workspace's agent, OpenAI style (streamed or not)."""
+    if body.n is not None and body.n > 1:  # silently one choice would break a client's [1]
+        return openai_error(
+            400,
+            f"n={body.n} is not supported: each request gets one answer (a turn of the agent); "
+            "send the request again for another",
+            "n_not_supported",
+            param="n",
+        )
     started = await begin_turn(
         service,
         caller,

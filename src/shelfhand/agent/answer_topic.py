@@ -10,9 +10,9 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
 - :func:`misses_amount`: the question asks how long or how much (a price, a fee), and the
   answer states no such amount;
 - :func:`rests_elsewhere`: a passage holds every word of the question, and the answer rests
-  only on passages that, together, hold at most half of them: it answers about something near the
-  question ("the C4K has lens shift" for "How do I clean the lens?", beside the FAQ entry
-  on cleaning the lens);
+  only on passages that, together, hold at most half of them: it answers about something
+  near the question ("the C4K has lens shift" for "How do I clean the lens?", beside the
+  FAQ entry on cleaning the lens);
 - :func:`states_nothing_held`: with no passage about the question (the extractive answer's
   measure), an answer stating no number or code the passages hold did not come from them:
   "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
@@ -152,8 +152,9 @@ def rests_elsewhere(
     """Whether a passage (with its title and section) holds every word of ``question`` while
     the passages the answer rests on (its supported sentences), together, hold at most half
     of them: the answer is about something near the question, and a passage about the
-    question itself was there. An answer resting on nothing is left alone; so is a question no passage holds
-    whole (most questions naming an identifier: :func:`misses_identifier` checks those)."""
+    question itself was there. An answer resting on nothing is left alone; so is a question
+    no passage holds whole (most questions naming an identifier: :func:`misses_identifier`
+    checks those)."""
     if grounding is None:
         return False
     resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}

@@ -285,8 +285,8 @@ def ingest(
     elif no_wait and report.pending_chunks:
         console.print(
             f"{plural(report.pending_chunks, 'chunk')} "
-            f"{'waits' if report.pending_chunks == 1 else 'wait'} for embedding: run `shelfhand embed` "
-            "(or let `shelfhand serve` do it)",
+            f"{'waits' if report.pending_chunks == 1 else 'wait'} for embedding: "
+            "run `shelfhand embed` (or let `shelfhand serve` do it)",
             highlight=False,
         )
     if kb.degraded_reason:

@@ -48,7 +48,7 @@ from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.text_bodies import TextBodies, declared_size
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.core.context import UserContext
-from shelfhand.core.errors import STORAGE_FULL, DependencyUnavailableError, storage_full
+from shelfhand.core.errors import DependencyUnavailableError, storage_full_message
 from shelfhand.core.version import __version__
 from shelfhand.knowledge.ingest.worker import EmbeddingWorker
 from shelfhand.service.chat import ChatService
@@ -473,32 +473,27 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(DependencyUnavailableError)
     async def dependency_down(request: Request, exc: DependencyUnavailableError) -> Response:
         logger.warning("%s %s: %s", request.method, request.url.path, exc)
-        if request.url.path in openai_routes.OPENAI_PATHS:
-            code = f"{exc.dependency}_unavailable"
-            return openai_routes.openai_error(503, str(exc), code, {"Retry-After": "2"})
-        body = ErrorBody(
-            detail=str(exc), code=f"{exc.dependency}_unavailable", trace_id=current_trace_id()
-        )
-        return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "2"})
+        code, headers = f"{exc.dependency}_unavailable", {"Retry-After": "2"}
+        return _error(request.url.path, 503, str(exc), code, headers)
 
 
-_INTERNAL = "internal error; the trace id finds it in the logs"
+def _error(
+    path: str, status: int, message: str, code: str, headers: dict[str, str] | None = None
+) -> Response:
+    """An error answer in OpenAI's body on the OpenAI-compatible routes, else shelfhand's."""
+    if path in openai_routes.OPENAI_PATHS:
+        return openai_routes.openai_error(status, message, code, headers)
+    body = ErrorBody(detail=message, code=code, trace_id=current_trace_id())
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
 def _internal_error(scope: Scope, exc: Exception) -> Response:
     """The 500 answer to an unhandled error, logged with the request's trace id (sent by
-    :class:`TraceIdMiddleware` while the id is still set)."""
-    path = str(scope.get("path", ""))
-    full = storage_full(exc)
+    :class:`TraceIdMiddleware` while the id is still set); 507 for a full disk."""
+    path, method = str(scope.get("path", "")), scope.get("method")
+    full = storage_full_message(exc)
     if full:  # no bug: the disk is full, and the caller is told so
-        logger.error("%s %s: the workspace's disk is full: %s", scope.get("method"), path, full)
-        message = STORAGE_FULL.format(reason=full)
-        if path in openai_routes.OPENAI_PATHS:
-            return openai_routes.openai_error(507, message, "storage_full")
-        body = ErrorBody(detail=message, code="storage_full", trace_id=current_trace_id())
-        return JSONResponse(body.model_dump(), status_code=507)
-    logger.error("unhandled error on %s %s", scope.get("method"), path, exc_info=exc)
-    if path in openai_routes.OPENAI_PATHS:
-        return openai_routes.openai_error(500, _INTERNAL, "internal_error")
-    body = ErrorBody(detail=_INTERNAL, code="internal_error", trace_id=current_trace_id())
-    return JSONResponse(body.model_dump(), status_code=500)
+        logger.error("%s %s: %s", method, path, full)
+        return _error(path, 507, full, "storage_full")
+    logger.error("unhandled error on %s %s", method, path, exc_info=exc)
+    return _error(path, 500, "internal error; the trace id finds it in the logs", "internal_error")

@@ -1,7 +1,7 @@
 """HTTP clients whose replies are bounded: the model, embeddings, remote-agent and MCP
-endpoints are read through them, so a server that sends more than a reply can be (a broken proxy, a
-server that never ends its body, a compressed bomb) costs at most ``max_reply_bytes`` of
-memory, not all of it.
+endpoints are read through them, so a server that sends more than a reply can be (a broken
+proxy, a server that never ends its body, a compressed bomb) costs at most
+``max_reply_bytes`` of memory, not all of it.
 
 A reply is counted **after** decompression: a compressed body is decoded here, in pieces
 of at most :data:`_PIECE` bytes, and handed on as plain bytes (its ``Content-Encoding``

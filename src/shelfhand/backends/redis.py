@@ -94,12 +94,12 @@ def redis_errors(what: str = "") -> Iterator[None]:
             dependency="redis",
         ) from exc
     except redis.ResponseError as exc:
-        refused = isinstance(
-            exc,
-            (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
-             redis.exceptions.NoPermissionError),
-        ) or str(exc).startswith(_REFUSING)  # fmt: skip
-        if not refused:
+        states = (
+            redis.exceptions.OutOfMemoryError,
+            redis.exceptions.ReadOnlyError,
+            redis.exceptions.NoPermissionError,
+        )
+        if not (isinstance(exc, states) or str(exc).startswith(_REFUSING)):
             raise
         raise DependencyUnavailableError(
             f"Redis refused a command{needed}: {first_line(exc)}", dependency="redis"

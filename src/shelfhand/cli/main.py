@@ -74,10 +74,9 @@ def main() -> None:
     quiet_third_party()
     from shelfhand.cli.common import STORAGE_FULL_EXIT_CODE, not_text_argument
     from shelfhand.core.errors import (
-        STORAGE_FULL,
         ConfigurationError,
         DependencyUnavailableError,
-        storage_full,
+        storage_full_message,
     )
 
     not_text = not_text_argument(sys.argv[1:])
@@ -97,10 +96,10 @@ def main() -> None:
             raise
         sys.exit(fail(hint, 2).exit_code)
     except Exception as exc:  # a full disk is no bug: one line saying so, not a traceback
-        full = storage_full(exc)
+        full = storage_full_message(exc)
         if not full:
             raise
-        sys.exit(fail(STORAGE_FULL.format(reason=full), STORAGE_FULL_EXIT_CODE).exit_code)
+        sys.exit(fail(full, STORAGE_FULL_EXIT_CODE).exit_code)
 
 
 if __name__ == "__main__":

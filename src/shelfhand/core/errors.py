@@ -395,3 +395,10 @@ STORAGE_FULL = (
     "free space on it, then try again"
 )
 """What a caller is told when the workspace's disk is full (HTTP 507, ``storage_full``)."""
+
+
+def storage_full_message(exc: BaseException) -> str:
+    """:data:`STORAGE_FULL` for ``exc`` when it failed for a full disk (:func:`storage_full`),
+    else ""."""
+    reason = storage_full(exc)
+    return STORAGE_FULL.format(reason=reason) if reason else ""

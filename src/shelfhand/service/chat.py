@@ -46,7 +46,6 @@ from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import (
-    STORAGE_FULL,
     BudgetExceededError,
     DependencyUnavailableError,
     ModelError,
@@ -57,6 +56,7 @@ from shelfhand.core.errors import (
     SessionBusyError,
     TurnFailed,
     storage_full,
+    storage_full_message,
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
@@ -114,10 +114,7 @@ def failure_message(exc: BaseException, *, answering: bool) -> str:
     """What the caller is told about a failed turn (``answering``: text had streamed)."""
     if answering and isinstance(exc, ModelProviderError) and exc.connection_lost:
         return "the model's stream was cut off before the answer was complete; try again"
-    full = storage_full(exc)
-    if full:
-        return STORAGE_FULL.format(reason=full)
-    return str(exc) or type(exc).__name__
+    return storage_full_message(exc) or str(exc) or type(exc).__name__
 
 
 class AgentFactory(Protocol):

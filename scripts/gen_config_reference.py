@@ -37,8 +37,11 @@ default. An empty value counts as unset. Every on/off setting takes `on`, `off`,
 with a message naming the setting; `shelfhand config` shows each value and where it came from
 (secrets masked).
 
-`shelfhand.toml` also holds `[limits]` (per-file reading limits) and `[[api_keys]]` (callers of
-the service); see [Bounded reading](../knowledge/index.md#bounded-reading) and [The service](../service.md).
+`shelfhand.toml` also holds `[limits]` (per-file reading limits), `[budgets]`, `[[api_keys]]`
+(callers of the service) and `[mcp]` (MCP servers); see
+[Bounded reading](../knowledge/index.md#bounded-reading), [The service](../service.md) and
+[MCP](../mcp.md). Anything else in the file (a key that is no setting, another table) stops the
+command at start-up, naming the nearest key: it would otherwise run without what it set.
 
 | name | env var | TOML key | type | default | help |
 |---|---|---|---|---|---|

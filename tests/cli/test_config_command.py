@@ -83,14 +83,14 @@ def test_the_table_lists_every_setting_with_its_source(tmp_path: Path) -> None:
     assert "keyword" in mode and "env" in mode
 
 
-def test_an_unknown_key_in_the_file_is_a_warning(tmp_path: Path) -> None:
+def test_an_unknown_key_in_the_file_exits_2_naming_the_nearest_setting(tmp_path: Path) -> None:
     (tmp_path / "shelfhand.toml").write_text('[shelfhand]\nmodle = "qwen"\n', encoding="utf-8")
 
     out = run_config("-w", str(tmp_path), "--json")
 
-    assert out.returncode == 0, out.stderr
-    (warning,) = json.loads(out.stdout)["warnings"]
-    assert "'modle'" in warning and "ignored" in warning
+    assert out.returncode == 2 and not out.stdout
+    told = " ".join(out.stderr.split())
+    assert "'modle' under [shelfhand] is not a setting (did you mean 'model'?)" in told
 
 
 def test_an_invalid_setting_exits_2_saying_what_to_fix(tmp_path: Path) -> None:

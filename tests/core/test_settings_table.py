@@ -165,15 +165,41 @@ def test_a_secret_url_is_never_quoted_in_a_refusal(tmp_path: Path) -> None:
     assert "redis_url" in str(err.value) and "hunter2" not in str(err.value)
 
 
-def test_keys_no_setting_reads_are_reported_and_a_file_secret_is_not_read(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("text", "told"),
+    [
+        ('[shelfhand]\nmodle = "qwen"\n', "'modle' under [shelfhand] is not a setting (did you mean 'model'?)"),
+        ('[shelfhand]\nretrival_mode = "pg"\n', "did you mean 'retrieval_mode'?"),
+        ('[shelfhand]\nrerank_api_key = "in-a-file"\n', "a secret is kept out of files): set SHELFHAND_RERANK_API_KEY"),
+        ('[shelfhand]\nworkspace = "/elsewhere"\n', "'workspace' is not read from shelfhand.toml: set SHELFHAND_WORKSPACE"),
+        ("[budget.tenant]\ntokens_per_day = 5\n", "'budget' is not read (did you mean 'budgets'?)"),
+        ('[shelfhands]\nmodel = "qwen"\n', "(did you mean 'shelfhand'?)"),
+        ('modle = "qwen"\n[shelfhand]\n', "(did you mean 'model' under [shelfhand]?)"),
+        ('[tools]\nx = 1\n', "'tools' is not read; the file holds [shelfhand] (the settings), [limits]"),
+    ],
+)  # fmt: skip
+def test_what_no_setting_reads_is_refused_naming_what_was_meant(
+    tmp_path: Path, text: str, told: str
 ) -> None:
-    write_toml(tmp_path, 'rerank_api_key = "in-a-file"\nmodle = "typo"\n')
+    (tmp_path / "shelfhand.toml").write_text(text, encoding="utf-8")
 
-    resolved = resolve_settings(tmp_path, env={})
+    with pytest.raises(ConfigurationError) as err:
+        resolve_settings(tmp_path, env={})
 
-    assert resolved.unknown_keys == ("modle", "rerank_api_key")
-    assert resolved.settings.rerank_api_key is None and resolved.settings.model is None
+    assert told in str(err.value) and "in-a-file" not in str(err.value)
+
+
+def test_every_table_the_file_may_hold_is_read_without_complaint(tmp_path: Path) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand]\nmodel = "qwen"\n[limits]\nmax_pages = 3\n[budgets.tenant]\n'
+        'tokens_per_day = 5\n[[api_keys]]\nkey = "k"\ntenant = "t"\nuser = "u"\n'
+        '[mcp.servers.files]\ncommand = "true"\n',
+        encoding="utf-8",
+    )
+
+    settings = resolve_settings(tmp_path, env={}).settings
+
+    assert settings.model == "qwen" and settings.limits == {"max_pages": 3}
 
 
 def test_the_table_names_every_field_of_settings_with_its_default() -> None:

@@ -47,23 +47,10 @@ def config(
     except ConfigurationError as exc:
         raise fail(str(exc), 2) from None
     rows = setting_rows(resolved)
-    unknown = [_unknown_key(key) for key in resolved.unknown_keys]
     if as_json:
-        document = {"settings": rows, "warnings": unknown}
-        typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps({"settings": rows}, ensure_ascii=False, indent=2))
         return
     _print_table(rows, resolved.settings.workspace)
-    for warning in unknown:
-        make_console().print(f"warning: {warning}", highlight=False, markup=False)
-
-
-def _unknown_key(key: str) -> str:
-    from shelfhand.core.settings_table import SETTINGS_BY_NAME
-
-    setting = SETTINGS_BY_NAME.get(key)
-    if setting is not None and setting.env:  # e.g. rerank_api_key: a secret, never in a file
-        return f"{key!r} in shelfhand.toml is ignored: set it with {setting.env} only"
-    return f"{key!r} under [shelfhand] in shelfhand.toml is not a setting: it is ignored"
 
 
 def setting_rows(resolved: ResolvedSettings) -> list[dict[str, Any]]:

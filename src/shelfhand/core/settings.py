@@ -8,10 +8,13 @@ it. Boolean settings share one vocabulary: ``on|off|true|false|yes|no|1|0``
 (case-insensitive). ``shelfhand config`` shows each value and where it came from, and
 ``docs/reference/configuration.md`` lists them all (generated from the table).
 
-Three tables of ``shelfhand.toml`` are not settings of the table: ``[limits]`` (reading limits
+Four tables of ``shelfhand.toml`` are not settings of the table: ``[limits]`` (reading limits
 per file, see :mod:`shelfhand.knowledge.reading.limits`; kept here as given and checked when the
 knowledge base opens), ``[budgets]`` (per tenant and user, see :mod:`shelfhand.usage.budgets`;
-checked when the service starts) and ``[[api_keys]]`` (see :mod:`shelfhand.core.auth`).
+checked when the service starts), ``[[api_keys]]`` (see :mod:`shelfhand.core.auth`) and
+``[mcp]`` (see :mod:`shelfhand.mcp.config`). Anything else in the file (a key under
+``[shelfhand]`` that no setting reads, another table) is a typo that would run without what
+it meant to set: loading refuses it, naming the nearest key.
 
 ``answer_retrieval`` is how chat answers get their passages: ``context`` retrieves before the
 model is asked and puts the numbered passages in the prompt; ``tool`` leaves it to the model to
@@ -22,9 +25,10 @@ call ``retrieve`` for more. Secrets (``api_key``, ``rerank_api_key``, the passwo
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,13 +167,10 @@ class ResolvedSettings:
     Attributes:
         settings: The values.
         sources: Setting name → ``default``, ``toml``, ``env`` or ``flag``.
-        unknown_keys: Keys under ``[shelfhand]`` that no setting reads (a typo, or a key
-            that is environment-only such as ``rerank_api_key``).
     """
 
     settings: Settings
     sources: Mapping[str, Source]
-    unknown_keys: tuple[str, ...] = ()
 
 
 def resolve_settings(
@@ -184,9 +185,9 @@ def resolve_settings(
 
     Raises:
         ConfigurationError: An invalid value (the message names the setting, what fits and
-            where to set it), a broken ``shelfhand.toml``, or settings that contradict each
-            other (``rerank = endpoint`` without ``rerank_url``, ``retrieval_mode = pg``
-            without ``database_url``).
+            where to set it), a broken ``shelfhand.toml`` (or one with a key or a table
+            nothing reads), or settings that contradict each other (``rerank = endpoint``
+            without ``rerank_url``, ``retrieval_mode = pg`` without ``database_url``).
     """
     env = os.environ if env is None else env
     flags = dict(flags or {})
@@ -198,6 +199,7 @@ def resolve_settings(
     document = read_toml(path) if path.is_file() else {}
     _check_placement(document, path)
     toml = _table(document, "shelfhand", path)
+    _check_keys(toml, path)
     values: dict[str, Any] = {"workspace": ws}
     sources: dict[str, Source] = {"workspace": ws_source}
     for setting in SETTINGS[1:]:
@@ -205,7 +207,6 @@ def resolve_settings(
         values[setting.name] = raw if source == "default" else setting.parse(raw, source)
         sources[setting.name] = source
     _check_together(values)
-    known = {s.toml for s in SETTINGS}
     return ResolvedSettings(
         settings=Settings(
             **values,
@@ -213,15 +214,18 @@ def resolve_settings(
             budgets=_table(document, "budgets", path),
         ),
         sources=sources,
-        unknown_keys=tuple(sorted(k for k in toml if k not in known)),
     )
+
+
+TABLES = ("shelfhand", "limits", "budgets", "api_keys", "mcp")
+"""What ``shelfhand.toml`` may hold at its top: the settings and four tables read elsewhere."""
 
 
 def _check_placement(document: Mapping[str, Any], path: Path) -> None:
     """A setting written above ``[shelfhand]`` (``retrieval_mode = "keyword"`` as the file's
-    first line, or a ``[prices]`` table) is never read: say so at start-up instead of running
-    without it."""
-    known = {s.toml: s for s in SETTINGS}
+    first line, or a ``[prices]`` table), or a table nothing reads (``[budget]``,
+    ``[shelfhands]``), is never read: say so at start-up instead of running without it."""
+    known = {s.toml: s for s in SETTINGS if s.toml}
     for key in document:
         setting = known.get(key)
         if setting is not None:
@@ -230,6 +234,36 @@ def _check_placement(document: Mapping[str, Any], path: Path) -> None:
                 f"{path}: {key!r} is above [shelfhand], where no setting is read: move it "
                 f"under [shelfhand]{where}"
             )
+        if key not in TABLES:
+            hint = _nearest(key, TABLES) or _nearest(key, list(known), " under [shelfhand]")
+            raise ConfigurationError(
+                f"{path}: {key!r} is not read{hint}; the file holds "
+                f"[shelfhand] (the settings), [limits], [budgets], [[api_keys]] and [mcp]"
+            )
+
+
+def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
+    """Every key under ``[shelfhand]`` is a setting's: a typo (``modle``) or a secret that is
+    only read from the environment (``rerank_api_key``) would otherwise run without it."""
+    known = [s.toml for s in SETTINGS if s.toml]
+    for key in toml:
+        if key in known:
+            continue
+        setting = SETTINGS_BY_NAME.get(key)
+        if setting is not None and setting.env:
+            why = " (a secret is kept out of files)" if setting.secret else ""
+            raise ConfigurationError(
+                f"{path}: {key!r} is not read from shelfhand.toml{why}: set {setting.env} instead"
+            )
+        raise ConfigurationError(
+            f"{path}: {key!r} under [shelfhand] is not a setting{_nearest(key, known)}; "
+            "`shelfhand config` lists them"
+        )
+
+
+def _nearest(key: str, names: Sequence[str], where: str = "") -> str:
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}{where}?)" if close else ""
 
 
 def _check_together(values: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ from shelfhand.knowledge.analysis import (
     query_identifiers,
     synonym_candidates,
     synonym_table,
+    unknown_words,
     with_synonyms,
 )
 
@@ -102,11 +103,19 @@ class Extract:
         return tuple(dict.fromkeys(n for _, n in self.sentences))
 
 
-def _about(question_words: set[str], ids: list[str], text: str) -> float:
+def _about(
+    question_words: set[str], ids: list[str], text: str, wholes: Sequence[str] = ()
+) -> float:
     """How much of the question ``text`` holds (0 to 1); 0 when the question names an
-    identifier (or a long number) that ``text`` lacks."""
+    identifier (or a long number) that ``text`` lacks. Each of ``wholes`` (a word jieba's
+    dictionary lacks, ``年假``, which the question's words hold as ``年`` and ``假``) counts as
+    one word, held only when ``text`` holds it whole: a policy's "2025 年" is not about 年假."""
     plain = question_words.difference(ids)
-    share = len(plain & passage_words(text)) / len(plain) if plain else 0.0
+    parts = {w for whole in wholes for w in whole}.intersection(plain)
+    own = plain - parts
+    counted = len(own) + len(wholes)
+    held = len(own & passage_words(text)) + sum(whole in text for whole in wholes)
+    share = held / counted if counted else 0.0
     if not ids:
         return share
     # a named identifier is half the question: it must be there, the words add the rest
@@ -169,12 +178,16 @@ class _Sentence:
 
 
 def _candidates(
-    passages: Sequence[Citation], question_words: set[str], ids: list[str], least: float
+    passages: Sequence[Citation],
+    question_words: set[str],
+    ids: list[str],
+    least: float,
+    wholes: Sequence[str] = (),
 ) -> list[_Sentence]:
     """The sentences of the passages that are about the question, in search order."""
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        if _about(question_words, ids, headed(c)) < least:
+        if _about(question_words, ids, headed(c), wholes) < least:
             continue
         for position, sentence in enumerate(split_sentences(c.text)):
             out.append(
@@ -192,6 +205,7 @@ def _amounts(
     question_words: set[str],
     ids: list[str],
     least: float,
+    wholes: Sequence[str] = (),
 ) -> list[_Sentence]:
     """When ``question`` asks how long or how much and no passage is about it: the
     sentences that state such an amount and share a word with it, from passages holding
@@ -203,7 +217,7 @@ def _amounts(
         return []
     return [
         c
-        for c in _candidates(passages, question_words, ids, least)
+        for c in _candidates(passages, question_words, ids, least, wholes)
         if kind.search(c.text) and c.words & question_words
     ]
 
@@ -289,8 +303,9 @@ def extractive_answer(
     ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = asked_words(question, passages, synonyms)
-    candidates = _candidates(passages, question_words, ids, min_relevance) or _amounts(
-        question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE
+    wholes = unknown_words(question, dropped=ASKING)
+    candidates = _candidates(passages, question_words, ids, min_relevance, wholes) or _amounts(
+        question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes
     )
     if not candidates:
         return None

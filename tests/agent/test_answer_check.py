@@ -12,7 +12,7 @@ import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
-from shelfhand.agent.extractive import LEAD
+from shelfhand.agent.extractive import LEAD, LEAD_ZH
 from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.core.events import AnswerReplaced, Final, TextDelta
 from shelfhand.core.results import RunResult
@@ -61,7 +61,7 @@ async def test_an_answer_with_a_number_not_in_the_evidence_is_replaced_by_the_pa
     result = await agent(kb, text("整机保修期为 36 个月 [1]。")).run(WARRANTY, context=ACME)
 
     assert result.extractive and result.fallback_reason == "ungrounded"
-    assert result.output.startswith(LEAD) and "24 个月" in result.output
+    assert result.output.startswith(LEAD_ZH) and "24 个月" in result.output
     assert "36" not in result.output
     assert result.grounding is not None and result.grounding.grounded
 

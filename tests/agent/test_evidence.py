@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
-from shelfhand.agent.fallbacks import NOT_COVERED, found_nothing
+from shelfhand.agent.fallbacks import NOT_COVERED, NOT_COVERED_ZH, found_nothing
 from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.app import App
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
@@ -120,7 +120,7 @@ async def test_the_knowledge_agent_flags_conflicts_and_says_when_nothing_is_foun
     found = await agent.run("整机保修期", context=ACME)
     assert "disagree: 12 个月 vs 24 个月" in found.output
     nothing = await agent.run("整机保修期", context=NOBODY)
-    assert nothing.citations == () and nothing.output == NOT_COVERED
+    assert nothing.citations == () and nothing.output == NOT_COVERED_ZH
 
 
 async def test_with_nothing_found_the_model_is_told_to_say_so_and_a_blank_reply_says_it(

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from shelfhand import KnowledgeBase, UserContext
-from shelfhand.agent.extractive import ASKING, LEAD, extractive_answer
-from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.agent.extractive import ASKING, LEAD_ZH, extractive_answer
+from shelfhand.agent.fallbacks import NOT_COVERED_ZH
 from shelfhand.agent.retrieve import KnowledgeAgent
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import unknown_words
@@ -69,10 +69,10 @@ def test_the_sample_documents_do_not_cover_annual_leave(kb: KnowledgeBase, quest
 
     text = KnowledgeAgent(kb, extractive=True).run_sync(question, context=ACME).output
 
-    assert text == NOT_COVERED
+    assert text == NOT_COVERED_ZH
 
 
 def test_a_question_the_samples_cover_is_still_answered(kb: KnowledgeBase) -> None:
     text = KnowledgeAgent(kb, extractive=True).run_sync("保修期多久？", context=ACME).output
 
-    assert text.startswith(LEAD) and "个月" in text
+    assert text.startswith(LEAD_ZH) and "个月" in text

@@ -3,7 +3,7 @@ and Chinese, with numbers, durations, codes and dates that must appear in the ev
 
 from __future__ import annotations
 
-from shelfhand.agent.extractive import LEAD, extractive_answer
+from shelfhand.agent.extractive import LEAD_ZH, extractive_answer
 from shelfhand.agent.grounding_check import check_grounding, facts, split_sentences
 from shelfhand.core.messages import Citation
 
@@ -129,7 +129,7 @@ def test_the_extractive_answer_quotes_the_best_passage_and_the_one_that_disagree
     extract = extractive_answer("投影仪的保修期是多久？", PASSAGES)
 
     assert extract is not None
-    assert extract.text.startswith(LEAD + "\n")
+    assert extract.text.startswith(LEAD_ZH + "\n")
     assert "24 个月" in extract.text and "[1]" in extract.text
     assert "12 个月" in extract.text and "[2]" in extract.text  # the older version too
     assert check_grounding(extract.text, PASSAGES).grounded

@@ -14,7 +14,7 @@ import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
-from shelfhand.agent.extractive import LEAD
+from shelfhand.agent.extractive import LEAD_ZH
 from shelfhand.agent.model_check import JUDGE_INSTRUCTIONS, ModelJudge, parse_verdicts
 from shelfhand.app import App
 from shelfhand.core.messages import Message
@@ -86,7 +86,7 @@ async def test_the_model_s_no_replaces_an_answer_the_words_alone_would_pass(
     result = await ask(kb, "2025 年起购买的投影仪整机保修期为 24 个月。", judged_by("1: no"))
 
     assert result.extractive and result.fallback_reason == "ungrounded"
-    assert result.output.startswith(LEAD)
+    assert result.output.startswith(LEAD_ZH)
 
 
 async def test_a_number_no_passage_holds_stays_unsupported_whatever_the_model_says(

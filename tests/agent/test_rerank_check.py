@@ -14,7 +14,7 @@ import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
-from shelfhand.agent.extractive import LEAD
+from shelfhand.agent.extractive import LEAD_ZH
 from shelfhand.agent.rerank_check import RerankJudge
 from shelfhand.app import App
 from shelfhand.core.errors import ConfigurationError
@@ -94,7 +94,7 @@ async def test_a_low_score_replaces_an_answer_the_words_alone_would_pass(
     result = await ask(kb, "2025 年起购买的投影仪整机保修期为 24 个月。", judge_at(server.url))
 
     assert result.extractive and result.fallback_reason == "ungrounded"
-    assert result.output.startswith(LEAD)
+    assert result.output.startswith(LEAD_ZH)
 
 
 async def test_a_number_no_passage_holds_stays_unsupported_whatever_the_score(

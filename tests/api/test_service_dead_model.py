@@ -67,7 +67,7 @@ def test_a_dead_model_after_retrieval_answers_with_the_passages_and_says_why(
     assert r.status_code == 200, r.text
     reply = r.json()
     assert reply["extractive"] and reply["fallback_reason"] == "model_error"
-    assert reply["output"].startswith("From the documents:") and "30 分钟" in reply["output"]
+    assert reply["output"].startswith("摘自文档：") and "30 分钟" in reply["output"]
     assert reply["citations"][0]["source"] == "t1/troubleshooting.md"
     assert reply["error"].startswith("could not connect to model 'local'")
     assert ".." not in reply["error"]

@@ -74,7 +74,7 @@ def test_a_reply_with_a_number_not_in_the_passages_comes_back_extractive(
     reply = ask(server, ALICE, "E-203 要冷却多久？")
 
     assert reply["extractive"] and reply["fallback_reason"] == "ungrounded"
-    assert reply["output"].startswith("From the documents:") and "30 分钟" in reply["output"]
+    assert reply["output"].startswith("摘自文档：") and "30 分钟" in reply["output"]
     assert "90" not in reply["output"]
 
 

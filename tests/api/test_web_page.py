@@ -149,7 +149,7 @@ def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
     for server in _page_server(tmp_path, "E-203 出现时请关机冷却 90 分钟 [1]。"):
         with asked(server, "E-203 要冷却多久？", height=800) as page:
             answer = page.locator(".msg.assistant .answer").last
-            sync_api.expect(answer).to_contain_text("From the documents:")
+            sync_api.expect(answer).to_contain_text("摘自文档：")
             sync_api.expect(answer).not_to_contain_text("90 分钟")
             notes = page.locator(".msg.assistant .grounding .replaced").last
             sync_api.expect(notes).to_contain_text("The answer above was replaced")

@@ -11,7 +11,7 @@ import pytest
 from test_cli import shelfhand
 from test_cli_with_a_model import run
 
-from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.agent.fallbacks import NOT_COVERED_ZH
 from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
@@ -51,7 +51,7 @@ def test_ask_without_a_model_says_the_documents_do_not_cover_it(workspace: Path)
         "ask", "--tenant", "elsewhere", "整机保修期多久？", workspace=workspace, env=env
     )
     assert out.returncode == 0, out.stderr
-    assert NOT_COVERED in out.stdout and "[1]" not in out.stdout
+    assert NOT_COVERED_ZH in out.stdout and "[1]" not in out.stdout
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def test_without_a_model_ask_prints_the_passages_best_sentences_and_exits_0(
     out = run(["ask", "E-203 是什么故障？"], workspace, None)
 
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("From the documents:") and "E-203" in out.stdout
+    assert out.stdout.startswith("摘自文档：") and "E-203" in out.stdout
     assert "extractive answer" in out.stdout and "no chat model is configured" in out.stdout
 
 

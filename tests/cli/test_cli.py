@@ -95,7 +95,7 @@ def test_ask_without_a_model_prints_the_passages_sentences_and_a_hint(tmp_path: 
     assert shelfhand("ingest", str(sample_corpus()), workspace=tmp_path).returncode == 0
     out = shelfhand("ask", "E-203 是什么故障？", workspace=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.lstrip().startswith("From the documents:")
+    assert out.stdout.lstrip().startswith("摘自文档：")
     assert "troubleshooting-manual.pdf" in out.stdout and "灯泡过热" in out.stdout
     assert "SHELFHAND_MODEL" in out.stdout
 

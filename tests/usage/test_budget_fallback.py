@@ -11,6 +11,7 @@ import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AnswerCheck
+from shelfhand.agent.extractive import lead
 from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.events import Final, TextDelta
 from shelfhand.core.metering import metered, unmetered
@@ -65,7 +66,7 @@ async def test_a_budget_spent_after_a_retrieval_answers_from_the_passages_found(
     assert len(model.requests) == 1  # the refused call was never made
     assert result.stop_reason == "budget_exceeded"
     assert result.fallback_reason == "budget_exceeded"
-    assert result.extractive and result.output.startswith("From the documents:")
+    assert result.extractive and result.output.startswith(lead(question))
     assert expected in result.output and "[1]" in result.output
     assert result.grounding is not None and result.grounding.grounded
     assert result.budget is not None

@@ -42,8 +42,8 @@ from .answer_topic import (
     rests_elsewhere,
     states_nothing_held,
 )
-from .extractive import LEAD, extractive_answer
-from .fallbacks import ECHO_NUDGE, NOT_COVERED, NUDGE, found_nothing
+from .extractive import LEADS, extractive_answer
+from .fallbacks import ECHO_NUDGE, NUDGE, found_nothing, not_covered
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
@@ -124,14 +124,15 @@ def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
 
 def poses_as_quoted(answer: str) -> bool:
     """Whether a model's ``answer`` opens with the lead line of the extractive answer
-    (:data:`~.extractive.LEAD`, "From the documents:"): it would pass its own words off as
+    (:data:`~.extractive.LEADS`, "From the documents:", "摘自文档："): it would pass its own
+    words off as
     the documents' sentences. A small model does so in a conversation whose earlier answer
     was extractive (it imitates the format: "From the documents: - 保修维修需要 6 个月 …",
     the lamp's warranty period reworded as the repair time)."""
-    return answer.lstrip().lower().startswith(_LEAD)
+    return answer.lstrip().lower().startswith(_LEADS)
 
 
-_LEAD = LEAD.lower()
+_LEADS = tuple(text.lower() for text in LEADS)
 
 
 def is_refusal(answer: str) -> bool:
@@ -361,11 +362,11 @@ def _replaced(
     ):
         return replace(
             result,
-            output=NOT_COVERED,
+            output=not_covered(question),
             grounding=None,
             fallback_reason=why,
             unknown_citations=(),
-            messages=_answered(result, NOT_COVERED),
+            messages=_answered(result, not_covered(question)),
         )
     return replace(result, fallback_reason=why) if why != "refusal" else result
 
@@ -387,9 +388,9 @@ def no_model_answer(
         return replace(extracted, messages=_answered(result, extracted.output))
     return replace(
         result,
-        output=NOT_COVERED,
+        output=not_covered(question),
         fallback_reason="no_model",
-        messages=_answered(result, NOT_COVERED),
+        messages=_answered(result, not_covered(question)),
     )
 
 

@@ -31,12 +31,33 @@ from shelfhand.knowledge.analysis import (
 )
 
 from .amounts import MONEY, asked_amount
+from .fallbacks import in_chinese
 from .grounding_check import facts, passage_words, split_sentences, words
 
-__all__ = ["LEAD", "MIN_RELEVANCE", "Extract", "asked_words", "extractive_answer", "headed"]
+__all__ = [
+    "LEAD",
+    "LEADS",
+    "LEAD_ZH",
+    "MIN_RELEVANCE",
+    "Extract",
+    "asked_words",
+    "extractive_answer",
+    "headed",
+    "lead",
+]
 
 LEAD = "From the documents:"
-"""The first line of every extractive answer."""
+"""The first line of every extractive answer (:data:`LEAD_ZH` for a question in Chinese)."""
+LEAD_ZH = "摘自文档："
+""":data:`LEAD` for a question asked in Chinese."""
+LEADS = (LEAD, LEAD_ZH)
+
+
+def lead(question: str) -> str:
+    """The extractive answer's first line, in the language ``question`` is asked in."""
+    return LEAD_ZH if in_chinese(question) else LEAD
+
+
 MIN_RELEVANCE = 0.5
 """Share of the question's content words a passage must hold to be about the question (an
 identifier the question names counts for half). Measured on the bundled answer cases without
@@ -294,7 +315,8 @@ def extractive_answer(
     synonyms: SynonymTable | None = None,
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
-    under the lead line :data:`LEAD`; ``None`` when no passage holds ``min_relevance`` of
+    under the lead line (:func:`lead`: :data:`LEAD`, or :data:`LEAD_ZH` for a question in
+    Chinese); ``None`` when no passage holds ``min_relevance`` of
     the question's words (or lacks an identifier it names).
 
     ``synonyms``: the word groups the search read the question with (a workspace's
@@ -346,7 +368,7 @@ def extractive_answer(
             if theirs:
                 top = max(theirs, key=lambda c: (score(c), -c.position))
                 chosen.append((top.text, top.passage))
-    lines, used = [LEAD], 0
+    lines, used = [lead(question)], 0
     kept: list[tuple[str, int]] = []
     for sentence, index in chosen:
         if used and used + len(sentence) > MAX_CHARS:

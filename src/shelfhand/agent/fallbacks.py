@@ -28,20 +28,50 @@ __all__ = [
     "MARKS_NUDGE",
     "NOT_CONFIGURED",
     "NOT_COVERED",
+    "NOT_COVERED_ZH",
     "NUDGE",
     "echo_answer",
     "echoed_result",
     "empty_answer",
     "found_nothing",
+    "in_chinese",
     "max_iters_answer",
+    "not_covered",
     "passage_lines",
     "repeated_call_answer",
+    "says_not_covered",
     "tool_result_lines",
     "without_copied_note",
 ]
 
 NOT_COVERED = "The documents do not cover this: no passage in the knowledge base matches it."
 """What a person reads when a search of the documents found nothing (no guessing)."""
+NOT_COVERED_ZH = "文档中没有这方面的内容：知识库里没有与这个问题相符的段落。"
+""":data:`NOT_COVERED` for a question asked in Chinese (:func:`not_covered`)."""
+
+
+def in_chinese(question: str) -> bool:
+    """Whether ``question`` is asked in Chinese: Chinese characters make at least a third of
+    its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not)."""
+    letters = len(_NOT_LETTERS.sub("", question))
+    return letters > 0 and 3 * len(_CJK.findall(question)) >= letters
+
+
+_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_NOT_LETTERS = re.compile(r"[\W\d_]+")
+
+
+def not_covered(question: str) -> str:
+    """ "The documents do not cover this", in the language ``question`` is asked in."""
+    return NOT_COVERED_ZH if in_chinese(question) else NOT_COVERED
+
+
+def says_not_covered(answer: str) -> bool:
+    """Whether ``answer`` is (or opens with) "the documents do not cover this", in either
+    language."""
+    return answer.startswith((NOT_COVERED, NOT_COVERED_ZH))
+
+
 RETRIEVE_TOOL = "retrieve"
 NOT_CONFIGURED = "knowledge base not configured"
 """What ``retrieve`` answers without a knowledge base."""

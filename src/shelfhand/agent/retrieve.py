@@ -26,7 +26,7 @@ from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
 from .answer_check import no_model_answer
-from .fallbacks import NOT_CONFIGURED, NOT_COVERED
+from .fallbacks import NOT_CONFIGURED, not_covered
 
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
@@ -117,12 +117,13 @@ class KnowledgeAgent:
     """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens.
 
     Disagreeing passages are flagged as in ``retrieve``; with nothing found the output is
-    :data:`~shelfhand.agent.fallbacks.NOT_COVERED`.
+    "the documents do not cover this" in the question's language
+    (:func:`~shelfhand.agent.fallbacks.not_covered`).
 
     With ``extractive=True`` the output is the passages' best sentences for the question,
     with their citations (:func:`~shelfhand.agent.extractive.extractive_answer`, the result
-    marked ``extractive``), or :data:`~shelfhand.agent.fallbacks.NOT_COVERED` when no passage
-    is about it; otherwise the whole passages.
+    marked ``extractive``), or "the documents do not cover this" when no passage is about it;
+    otherwise the whole passages.
     """
 
     def __init__(
@@ -158,7 +159,7 @@ class KnowledgeAgent:
         citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
         record_conflicts(current_span(), citations)  # on the caller's span (a turn's), if traced
         # no model reads this: a person is told plainly that the documents have nothing on it
-        output = format_passages(citations) if citations else NOT_COVERED
+        output = format_passages(citations) if citations else not_covered(query)
         messages = (Message.user(query), Message.assistant(output, citations=citations))
         result = RunResult(
             output=output,

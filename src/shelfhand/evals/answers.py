@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from shelfhand.agent.answer_check import guessed, is_refusal, relevant_citations
-from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.agent.fallbacks import says_not_covered
 from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import ConfigurationError, ModelError
@@ -133,7 +133,7 @@ def load_answer_cases(path: Path) -> list[AnswerCase]:
 
 def says_not_found(answer: str) -> bool:
     """Whether ``answer`` tells the user the documents do not answer the question."""
-    return answer.startswith(NOT_COVERED) or is_refusal(answer)
+    return says_not_covered(answer) or is_refusal(answer)
 
 
 def judge(case: AnswerCase, result: RunResult, outcome: AnswerOutcome) -> None:

@@ -125,10 +125,9 @@ def _scaffold_shingles(scaffold: str) -> frozenset[tuple[str, ...]]:
 def poses_as_quoted(answer: str) -> bool:
     """Whether a model's ``answer`` opens with the lead line of the extractive answer
     (:data:`~.extractive.LEADS`, "From the documents:", "摘自文档："): it would pass its own
-    words off as
-    the documents' sentences. A small model does so in a conversation whose earlier answer
-    was extractive (it imitates the format: "From the documents: - 保修维修需要 6 个月 …",
-    the lamp's warranty period reworded as the repair time)."""
+    words off as the documents' sentences. A small model does so in a conversation whose
+    earlier answer was extractive (it imitates the format: "From the documents: -
+    保修维修需要 6 个月 …", the lamp's warranty period reworded as the repair time)."""
     return answer.lstrip().lower().startswith(_LEADS)
 
 

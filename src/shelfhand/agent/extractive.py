@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
@@ -135,7 +136,10 @@ def _about(
     parts = {w for whole in wholes for w in whole}.intersection(plain)
     own = plain - parts
     counted = len(own) + len(wholes)
-    held = len(own & passage_words(text)) + sum(whole in text for whole in wholes)
+    held = len(own & passage_words(text))
+    if wholes:
+        normalised = unicodedata.normalize("NFKC", text)
+        held += sum(whole in normalised for whole in wholes)
     share = held / counted if counted else 0.0
     if not ids:
         return share
@@ -316,8 +320,8 @@ def extractive_answer(
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
     under the lead line (:func:`lead`: :data:`LEAD`, or :data:`LEAD_ZH` for a question in
-    Chinese); ``None`` when no passage holds ``min_relevance`` of
-    the question's words (or lacks an identifier it names).
+    Chinese); ``None`` when no passage holds ``min_relevance`` of the question's words (or
+    lacks an identifier it names).
 
     ``synonyms``: the word groups the search read the question with (a workspace's
     ``synonyms`` setting with the built-in groups, :func:`~shelfhand.knowledge.analysis.synonym_table`);

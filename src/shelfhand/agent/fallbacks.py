@@ -62,7 +62,8 @@ _NOT_LETTERS = re.compile(r"[\W\d_]+")
 
 
 def not_covered(question: str) -> str:
-    """ "The documents do not cover this", in the language ``question`` is asked in."""
+    """What a person reads when the documents do not cover ``question``, in the language
+    it is asked in (:data:`NOT_COVERED`, :data:`NOT_COVERED_ZH`)."""
     return NOT_COVERED_ZH if in_chinese(question) else NOT_COVERED
 
 

@@ -99,3 +99,12 @@ def test_an_invalid_setting_exits_2_saying_what_to_fix(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "query_rewrite must be on or off" in " ".join(out.stderr.split())
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_a_shelfhand_variable_nothing_reads_is_a_warning(tmp_path: Path) -> None:
+    out = run_config("-w", str(tmp_path), "--json", SHELFHAND_MODLE="qwen")
+
+    assert out.returncode == 0, out.stderr
+    (warning,) = json.loads(out.stdout)["warnings"]
+    assert "SHELFHAND_MODLE is not a shelfhand setting" in warning
+    assert "did you mean 'SHELFHAND_MODEL'?" in warning

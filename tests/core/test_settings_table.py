@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,52 @@ def test_a_text_setting_given_another_toml_type_fails_at_start(tmp_path: Path, v
 
     with pytest.raises(ConfigurationError, match=r"model must be text \(a string in quotes"):
         resolve_settings(tmp_path, env={})
+
+
+def test_an_environment_variable_nothing_reads_is_warned_about_with_the_nearest_name(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "SHELFHAND_RETRIVAL_MODE": "pg",
+        "SHELFHAND_ZZZ": "1",
+        "SHELFHAND_API_KEYS": "{}",
+        "SHELFHAND_TEST_WORKERS": "2",
+        "RETRIVAL_MODE": "pg",  # not ours
+    }
+
+    resolved = resolve_settings(tmp_path, env=env)
+
+    assert resolved.settings.retrieval_mode == "auto"
+    assert resolved.warnings == (
+        "SHELFHAND_RETRIVAL_MODE is not a shelfhand setting: it is ignored "
+        "(did you mean 'SHELFHAND_RETRIEVAL_MODE'?)",
+        "SHELFHAND_ZZZ is not a shelfhand setting: it is ignored",
+    )
+
+
+def test_every_shelfhand_variable_the_code_reads_is_known(tmp_path: Path) -> None:
+    root = Path(__file__).parents[2]
+    names = set()
+    for folder in ("src", "scripts", "bench", "tests"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix in {".py", ".sh", ""} and path.is_file():
+                text = path.read_text(encoding="utf-8", errors="replace")
+                names.update(re.findall(r"SHELFHAND_[A-Z0-9_]*[A-Z0-9]", text))
+    names -= {"SHELFHAND_RETRIVAL_MODE", "SHELFHAND_ZZZ", "SHELFHAND_MODLE", "SHELFHAND_MODLE_ONCE"}
+
+    warnings = resolve_settings(tmp_path, env=dict.fromkeys(names, "")).warnings
+
+    assert warnings == ()
+
+
+def test_loading_logs_each_warning_once_a_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {"SHELFHAND_MODLE_ONCE": "qwen"}
+
+    with caplog.at_level("WARNING", logger="shelfhand.core.settings"):
+        Settings.load(tmp_path, env=env)
+        Settings.load(tmp_path, env=env)
+
+    told = [r.getMessage() for r in caplog.records if "SHELFHAND_MODLE_ONCE" in r.getMessage()]
+    assert told == ["SHELFHAND_MODLE_ONCE is not a shelfhand setting: it is ignored"]

@@ -48,9 +48,12 @@ def config(
         raise fail(str(exc), 2) from None
     rows = setting_rows(resolved)
     if as_json:
-        typer.echo(json.dumps({"settings": rows}, ensure_ascii=False, indent=2))
+        document = {"settings": rows, "warnings": list(resolved.warnings)}
+        typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
     _print_table(rows, resolved.settings.workspace)
+    for warning in resolved.warnings:
+        make_console().print(f"warning: {warning}", highlight=False, markup=False)
 
 
 def setting_rows(resolved: ResolvedSettings) -> list[dict[str, Any]]:

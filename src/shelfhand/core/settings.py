@@ -26,6 +26,7 @@ call ``retrieve`` for more. Secrets (``api_key``, ``rerank_api_key``, the passwo
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_MIN_RELEVANCE",
     "DEFAULT_WORKSPACE",
     "MODEL_ENV",
+    "OTHER_ENV",
     "RERANK_MODES",
     "RETRIEVAL_MODES",
     "TOOL_CHOICES",
@@ -84,6 +86,25 @@ MODEL_ENV: Mapping[str, str] = {name: str(SETTINGS_BY_NAME[name].env) for name i
 """Model options: settings attribute (and ``shelfhand.toml`` key) → environment variable."""
 
 _D: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+
+OTHER_ENV = frozenset(
+    {
+        "SHELFHAND_API_KEYS",  # the service's callers (shelfhand.core.auth)
+        # the project's own scripts: tests, benchmarks, the local model
+        "SHELFHAND_TEST_WORKERS",
+        "SHELFHAND_TEST_ARTIFACTS",
+        "SHELFHAND_CHROMIUM",
+        "SHELFHAND_LOCAL_MODEL_CACHE",
+        "SHELFHAND_A2A03_PYTHON",
+        "SHELFHAND_AGENT_HARNESS",
+        "SHELFHAND_BENCH_DATA",
+    }
+)
+"""``SHELFHAND_*`` variables read elsewhere than the settings table; any other is a typo that
+:func:`resolve_settings` warns about."""
+_ENV = frozenset(s.env for s in SETTINGS if s.env and s.env.startswith("SHELFHAND_")) | OTHER_ENV
+_warned: set[str] = set()
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +178,12 @@ class Settings:
         Raises:
             ConfigurationError: An invalid value, naming the setting and where to set it.
         """
-        return resolve_settings(workspace, env=env, flags=flags).settings
+        resolved = resolve_settings(workspace, env=env, flags=flags)
+        for warning in resolved.warnings:
+            if warning not in _warned:  # once a process: settings load more than once
+                _warned.add(warning)
+                logger.warning("%s", warning)
+        return resolved.settings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,10 +193,14 @@ class ResolvedSettings:
     Attributes:
         settings: The values.
         sources: Setting name → ``default``, ``toml``, ``env`` or ``flag``.
+        warnings: ``SHELFHAND_*`` environment variables nothing reads (a typo such as
+            ``SHELFHAND_RETRIVAL_MODE``), each with the nearest name: the environment is
+            shared by other processes and versions, so they are told, not refused.
     """
 
     settings: Settings
     sources: Mapping[str, Source]
+    warnings: tuple[str, ...] = ()
 
 
 def resolve_settings(
@@ -208,6 +238,11 @@ def resolve_settings(
         sources[setting.name] = source
     _check_together(values)
     return ResolvedSettings(
+        warnings=tuple(
+            f"{name} is not a shelfhand setting: it is ignored{_nearest_env(name)}"
+            for name in sorted(env)
+            if name.startswith("SHELFHAND_") and name not in _ENV
+        ),
         settings=Settings(
             **values,
             limits=_table(document, "limits", path),
@@ -259,6 +294,13 @@ def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
             f"{path}: {key!r} under [shelfhand] is not a setting{_nearest(key, known)}; "
             "`shelfhand config` lists them"
         )
+
+
+def _nearest_env(name: str) -> str:
+    """The nearest variable name, compared without the ``SHELFHAND_`` they all share."""
+    rest = {known.removeprefix("SHELFHAND_"): known for known in _ENV}
+    close = difflib.get_close_matches(name.removeprefix("SHELFHAND_"), sorted(rest), 1, 0.6)
+    return f" (did you mean {rest[close[0]]!r}?)" if close else ""
 
 
 def _nearest(key: str, names: Sequence[str], where: str = "") -> str:

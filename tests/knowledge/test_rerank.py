@@ -315,7 +315,7 @@ def test_settings_are_off_by_default_and_bad_explicit_config_fails_fast(tmp_path
         Settings.load(tmp_path, env={"SHELFHAND_QUERY_REWRITE": "maybe"})
     (tmp_path / "shelfhand.toml").write_text(
         '[shelfhand]\nrerank = "endpoint"\nrerank_url = "http://127.0.0.1:8080"\n'
-        'rerank_api_key = "from-the-file"\nrerank_timeout = 1.5\nquery_rewrite = true\n',
+        'rerank_timeout = 1.5\nquery_rewrite = true\n',
         encoding="utf-8",
     )
     s = Settings.load(tmp_path, env={"SHELFHAND_RERANK_API_KEY": SECRET})
@@ -327,6 +327,11 @@ def test_settings_are_off_by_default_and_bad_explicit_config_fails_fast(tmp_path
     )
     assert s.rerank_api_key == SECRET and SECRET not in repr(s)  # the key: environment only
     assert Settings.load(tmp_path, env={}).rerank_api_key is None
+    with (tmp_path / "shelfhand.toml").open("a", encoding="utf-8") as toml:
+        toml.write('rerank_api_key = "from-the-file"\n')
+    with pytest.raises(ConfigurationError, match="set SHELFHAND_RERANK_API_KEY instead") as err:
+        Settings.load(tmp_path, env={"SHELFHAND_RERANK_API_KEY": SECRET})
+    assert "from-the-file" not in str(err.value)
 
 
 def test_app_builds_the_endpoint_reranker_into_the_knowledge_base(

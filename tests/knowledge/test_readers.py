@@ -138,6 +138,15 @@ def test_markdown_hash_lines_inside_code_fences_are_not_headings(tmp_path: Path)
     assert "# not a heading" in doc.text
 
 
+def test_a_markdown_file_of_headings_alone_is_read_as_their_text(tmp_path: Path) -> None:
+    path = tmp_path / "leave.md"
+    path.write_text("# 年假政策\n\n## 申请流程\n", encoding="utf-8")
+
+    [doc] = read_file(path)
+
+    assert doc.title == "年假政策" and doc.text == "年假政策\n申请流程"
+
+
 def test_gb18030_chinese_text_is_decoded(tmp_path: Path) -> None:
     path = tmp_path / "说明.txt"
     path.write_bytes("投影仪的保修期为 24 个月。\r\n请保留发票。".encode("gb18030"))
@@ -385,7 +394,6 @@ def test_json_list_of_objects_is_read_as_records(tmp_path: Path) -> None:
         ("bad.json", "[1, 2, 3]", "list of JSON objects"),
         ("empty.json", "[]", "no records"),
         ("blank.md", "  \n\n", "empty"),
-        ("headings.md", "# Title\n## Only headings\n", "empty document"),
         ("slides.pptx", "binary", "unsupported file type '.pptx'"),
     ],
 )

@@ -138,13 +138,33 @@ def test_markdown_hash_lines_inside_code_fences_are_not_headings(tmp_path: Path)
     assert "# not a heading" in doc.text
 
 
-def test_a_markdown_file_of_headings_alone_is_read_as_their_text(tmp_path: Path) -> None:
-    path = tmp_path / "leave.md"
-    path.write_text("# 年假政策\n\n## 申请流程\n", encoding="utf-8")
+def _headings_docx(path: Path) -> None:
+    document = docx.Document()
+    document.add_heading("年假政策", level=1)
+    document.add_heading("申请流程", level=2)
+    document.save(str(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [
+        ("leave.md", lambda p: p.write_text("# 年假政策\n\n## 申请流程\n", encoding="utf-8")),
+        (
+            "leave.html",
+            lambda p: p.write_text("<h1>年假政策</h1><h2>申请流程</h2>", encoding="utf-8"),
+        ),
+        ("leave.docx", _headings_docx),
+    ],
+)
+def test_a_file_of_headings_alone_is_read_as_their_text(
+    tmp_path: Path, name: str, write: Callable[[Path], object]
+) -> None:
+    path = tmp_path / name
+    write(path)
 
     [doc] = read_file(path)
 
-    assert doc.title == "年假政策" and doc.text == "年假政策\n申请流程"
+    assert doc.text == "年假政策\n申请流程"
 
 
 def test_gb18030_chinese_text_is_decoded(tmp_path: Path) -> None:

@@ -95,11 +95,6 @@ def _read_markdown(item: ReadInput) -> list[Document]:
             stack.pop()
         stack.append((level, title))
     parts.append(("\n".join(buffer), tuple(t for _, t in stack), None))
-    if not any(text.strip() for text, _, _ in parts):
-        # headings and nothing under them (a file that is only a title): the headings are
-        # its text, not an empty document
-        titles = [m.group(2).strip() for line in body.split("\n") if (m := _ATX_RE.match(line))]
-        parts = [("\n".join(titles), (), None)]
     meta_title = meta.get("title")
     permissions = meta.get("permissions", [])
     return file_document(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,12 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _headings(parts: Sequence[Part]) -> str:
+    """The headings of ``parts``, each once, in order: the text of a document that has
+    headings and nothing under them (a title, an outline), rather than an empty document."""
+    return "\n".join(dict.fromkeys(title for _, path, _ in parts for title in path))
+
+
 def file_document(
     item: ReadInput,
     *,
@@ -130,7 +136,8 @@ def file_document(
     extra_tags: Iterable[str] = (),
     metadata: dict[str, Any] | None = None,
 ) -> list[Document]:
-    sections = sections_of(parts)
+    parts = list(parts)
+    sections = sections_of(parts) or sections_of([(_headings(parts), (), None)])
     if not sections:
         raise item.fail("no text could be extracted (empty document)")
     item.limits.check_chars(item.name, sum(len(s.text) for s in sections))

@@ -13,9 +13,10 @@ import pytest
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
 from shelfhand.agent.extractive import LEAD, LEAD_ZH
-from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.agent.fallbacks import NOT_COVERED, NOT_COVERED_ZH
 from shelfhand.core.events import AnswerReplaced, Final, TextDelta
 from shelfhand.core.results import RunResult
+from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
@@ -114,6 +115,36 @@ async def test_a_prompt_echo_for_a_question_the_documents_do_not_cover_says_so(
     result = await agent(kb, text(echo)).run("What is the weather in Paris today?", context=ACME)
 
     assert result.output == NOT_COVERED and result.fallback_reason == "prompt_echo"
+
+
+@pytest.mark.parametrize(
+    ("question", "told"),
+    [("年假有几天？", NOT_COVERED_ZH), ("How many days of annual leave do I get?", NOT_COVERED)],
+)
+async def test_the_instruction_of_a_search_that_found_nothing_never_reaches_the_user(
+    kb: KnowledgeBase, question: str, told: str
+) -> None:
+    # the local model answered "年假有几天？" with retrieve's instruction to it, word for word
+    searched = agent(
+        kb,
+        tool_call("retrieve", {"query": question}),
+        text(NOTHING_FOUND),
+    )
+
+    result = await searched.run(question, context=GLOBEX)  # globex has no documents
+
+    assert result.output == told and result.fallback_reason == "prompt_echo"
+
+
+async def test_a_model_saying_the_documents_do_not_cover_it_in_its_words_stands(
+    kb: KnowledgeBase,
+) -> None:
+    own = "The documents do not cover annual leave."
+    searched = agent(kb, tool_call("retrieve", {"query": "annual leave"}), text(own))
+
+    result = await searched.run("How many days of annual leave?", context=GLOBEX)
+
+    assert result.output == own and result.fallback_reason == ""
 
 
 async def test_a_loop_guard_stop_ends_with_the_passages_sentences(kb: KnowledgeBase) -> None:

@@ -34,6 +34,7 @@ from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
+from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 
 from .answer_topic import (
     misses_amount,
@@ -67,14 +68,19 @@ __all__ = [
     "replacement",
 ]
 
+_NOTHING_FOUND_TOLD = NOTHING_FOUND.removesuffix(" cover this instead of guessing.")
+"""What ``retrieve`` tells the model when it finds nothing, less its last words: a model
+that answers "the documents do not cover this" in its own words says what it was told to."""
 AGENT_SCAFFOLDS: tuple[str, ...] = (
     PASSAGES_INTRO,
     FAILED_INTRO,
     NUDGE,
     ECHO_NUDGE,
     JUDGE_INSTRUCTIONS,
+    _NOTHING_FOUND_TOLD,
 )
-"""The agent's own prompt text that a model may copy into its answer."""
+"""The agent's own prompt text that a model may copy into its answer (the instruction of
+``retrieve``'s answer when it finds nothing too: a small model repeats it to the user)."""
 _SCAFFOLD_WORDS = 6
 """A run of this many words of a prompt, in an answer, is an echo of it."""
 _SCAFFOLD_CHARS = 12

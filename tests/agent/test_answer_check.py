@@ -118,18 +118,23 @@ async def test_a_prompt_echo_for_a_question_the_documents_do_not_cover_says_so(
 
 
 @pytest.mark.parametrize(
-    ("question", "told"),
-    [("年假有几天？", NOT_COVERED_ZH), ("How many days of annual leave do I get?", NOT_COVERED)],
+    ("question", "answer", "told"),
+    [
+        ("年假有几天？", NOTHING_FOUND, NOT_COVERED_ZH),
+        ("How many days of annual leave do I get?", NOTHING_FOUND, NOT_COVERED),
+        (
+            "明天上海的天气怎么样？",
+            "The documents do not cover this instead of guessing.",
+            NOT_COVERED_ZH,
+        ),
+    ],
 )
 async def test_the_instruction_of_a_search_that_found_nothing_never_reaches_the_user(
-    kb: KnowledgeBase, question: str, told: str
+    kb: KnowledgeBase, question: str, answer: str, told: str
 ) -> None:
-    # the local model answered "年假有几天？" with retrieve's instruction to it, word for word
-    searched = agent(
-        kb,
-        tool_call("retrieve", {"query": question}),
-        text(NOTHING_FOUND),
-    )
+    # the local model answered "年假有几天？" with retrieve's instruction to it, word for word,
+    # and "明天上海的天气怎么样？" with its end
+    searched = agent(kb, tool_call("retrieve", {"query": question}), text(answer))
 
     result = await searched.run(question, context=GLOBEX)  # globex has no documents
 

@@ -68,16 +68,20 @@ __all__ = [
     "replacement",
 ]
 
-_NOTHING_FOUND_TOLD = NOTHING_FOUND.removesuffix(" cover this instead of guessing.")
-"""What ``retrieve`` tells the model when it finds nothing, less its last words: a model
-that answers "the documents do not cover this" in its own words says what it was told to."""
+_NOTHING_FOUND_TOLD = (
+    NOTHING_FOUND.removesuffix(" cover this instead of guessing."),
+    NOTHING_FOUND[NOTHING_FOUND.index("do not cover") :],
+)
+"""What ``retrieve`` tells the model when it finds nothing, in two pieces that leave out
+"the documents do not cover this": a model saying that in its own words says what it was
+told to; "… do not cover this instead of guessing." is the instruction passed on."""
 AGENT_SCAFFOLDS: tuple[str, ...] = (
     PASSAGES_INTRO,
     FAILED_INTRO,
     NUDGE,
     ECHO_NUDGE,
     JUDGE_INSTRUCTIONS,
-    _NOTHING_FOUND_TOLD,
+    *_NOTHING_FOUND_TOLD,
 )
 """The agent's own prompt text that a model may copy into its answer (the instruction of
 ``retrieve``'s answer when it finds nothing too: a small model repeats it to the user)."""

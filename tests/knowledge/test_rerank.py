@@ -315,7 +315,7 @@ def test_settings_are_off_by_default_and_bad_explicit_config_fails_fast(tmp_path
         Settings.load(tmp_path, env={"SHELFHAND_QUERY_REWRITE": "maybe"})
     (tmp_path / "shelfhand.toml").write_text(
         '[shelfhand]\nrerank = "endpoint"\nrerank_url = "http://127.0.0.1:8080"\n'
-        'rerank_timeout = 1.5\nquery_rewrite = true\n',
+        "rerank_timeout = 1.5\nquery_rewrite = true\n",
         encoding="utf-8",
     )
     s = Settings.load(tmp_path, env={"SHELFHAND_RERANK_API_KEY": SECRET})

@@ -56,3 +56,30 @@ def test_a_model_answer_opening_with_either_lead_poses_as_quoted(lead: str) -> N
 @pytest.mark.parametrize("text", [NOT_COVERED, NOT_COVERED_ZH])
 def test_the_eval_counts_either_language_as_not_found(text: str) -> None:
     assert says_not_found(text)
+
+
+MANUAL = Citation(
+    index=1,
+    source="manual.pdf",
+    text=(
+        "E-203 Lamp overheating / 灯泡过热\nThe lamp temperature is above the safe limit. "
+        "Wait 30 minutes until the lamp has cooled down.\n"
+        "灯泡过热（E-203）：灯泡温度超过安全上限。等待 30 分钟让灯泡冷却。"
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "first", "absent"),
+    [
+        ("E-203 是什么故障？", "灯泡过热（E-203）", "The lamp temperature"),
+        ("What does error code E-203 mean?", "E-203 Lamp overheating", "灯泡温度超过"),
+    ],
+)
+def test_a_passage_in_both_languages_is_quoted_in_the_question_s(
+    question: str, first: str, absent: str
+) -> None:
+    found = extractive_answer(question, [MANUAL])
+
+    assert found is not None
+    assert found.text.splitlines()[1].startswith(f"- {first}") and absent not in found.text

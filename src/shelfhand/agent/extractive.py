@@ -79,6 +79,10 @@ IDENTIFIER_WEIGHT = 10.0
 """What holding an identifier the question names (``E-203``) adds to a sentence's score."""
 HEADING_WEIGHT = 2.0
 """What starting with that identifier adds more (a manual's entry for it)."""
+LANGUAGE_SHARE = 0.75
+"""In a passage written in both languages, a sentence in the question's language holding at
+least this share of the best sentence's score is quoted instead (with the ones after it in
+that language)."""
 AMOUNT_WEIGHT = 1.0
 """What a number adds to a sentence's score when the question asks how long, how much..."""
 _QUANTITY = re.compile(
@@ -353,9 +357,28 @@ def extractive_answer(
         return value * (1 - RANK_STEP * min(c.rank, 5))
 
     best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
+    zh = in_chinese(question)
+    # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
+    # （E-203）：…"): its sentence in the question's language, when it is nearly as good
+    theirs = [
+        c
+        for c in candidates
+        if c.passage == best.passage
+        and in_chinese(c.text) == zh
+        and score(c) >= LANGUAGE_SHARE * score(best)
+    ]
+    switched = in_chinese(best.text) != zh and bool(theirs)
+    if switched:
+        best = max(theirs, key=lambda c: (score(c), -c.position))
     # the best sentence, the one before it (its heading or lead-in: "Yes. All models have
     # an M4 thread." before "After mounting, ...") and the ones after it
-    same = [c for c in candidates if c.passage == best.passage and c.position >= best.position - 1]
+    same = [
+        c
+        for c in candidates
+        if c.passage == best.passage
+        and c.position >= best.position - 1
+        and (not switched or in_chinese(c.text) == zh)
+    ]
     chosen = [(c.text, c.passage) for c in same[:sentences]]
     stating = _stating(question, candidates, chosen, question_words, passages)
     if stating:  # "how long?" answered with the sentence that says how long

@@ -360,16 +360,16 @@ def extractive_answer(
     zh = in_chinese(question)
     # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
     # （E-203）：…"): its sentence in the question's language, when it is nearly as good
-    theirs = [
+    in_language = [
         c
         for c in candidates
         if c.passage == best.passage
         and in_chinese(c.text) == zh
         and score(c) >= LANGUAGE_SHARE * score(best)
     ]
-    switched = in_chinese(best.text) != zh and bool(theirs)
+    switched = in_chinese(best.text) != zh and bool(in_language)
     if switched:
-        best = max(theirs, key=lambda c: (score(c), -c.position))
+        best = max(in_language, key=lambda c: (score(c), -c.position))
     # the best sentence, the one before it (its heading or lead-in: "Yes. All models have
     # an M4 thread." before "After mounting, ...") and the ones after it
     same = [

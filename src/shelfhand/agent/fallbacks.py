@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.knowledge.analysis import chinese_share
 
 from .guard import REPEATED_NOTE, Repeated
 
@@ -53,12 +54,7 @@ NOT_COVERED_ZH = "文档中没有这方面的内容：知识库里没有与这�
 def in_chinese(question: str) -> bool:
     """Whether ``question`` is asked in Chinese: Chinese characters make at least a third of
     its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not)."""
-    letters = len(_NOT_LETTERS.sub("", question))
-    return letters > 0 and 3 * len(_CJK.findall(question)) >= letters
-
-
-_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_NOT_LETTERS = re.compile(r"[\W\d_]+")
+    return chinese_share(question) >= 1 / 3
 
 
 def not_covered(question: str) -> str:

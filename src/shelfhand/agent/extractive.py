@@ -357,19 +357,18 @@ def extractive_answer(
         return value * (1 - RANK_STEP * min(c.rank, 5))
 
     best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
-    zh = in_chinese(question)
-    # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
-    # （E-203）：…"): its sentence in the question's language, when it is nearly as good
-    in_language = [
-        c
-        for c in candidates
-        if c.passage == best.passage
-        and in_chinese(c.text) == zh
-        and score(c) >= LANGUAGE_SHARE * score(best)
-    ]
-    switched = in_chinese(best.text) != zh and bool(in_language)
-    if switched:
-        best = max(in_language, key=lambda c: (score(c), -c.position))
+    zh, switched = in_chinese(question), False
+    if in_chinese(best.text) != zh:
+        # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
+        # （E-203）：…"): its sentence in the question's language, when it is nearly as good
+        least = LANGUAGE_SHARE * score(best)
+        in_language = [
+            c
+            for c in candidates
+            if c.passage == best.passage and in_chinese(c.text) == zh and score(c) >= least
+        ]
+        if in_language:
+            best, switched = max(in_language, key=lambda c: (score(c), -c.position)), True
     # the best sentence, the one before it (its heading or lead-in: "Yes. All models have
     # an M4 thread." before "After mounting, ...") and the ones after it
     same = [

@@ -49,6 +49,10 @@ _TURN_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+DEPENDENCY_RETRY_AFTER = "2"
+"""``Retry-After`` (seconds) of a 503 for PostgreSQL or Redis away, turns and requests alike."""
+
+
 def error_response(
     status: int,
     detail: str,
@@ -70,7 +74,7 @@ def _failure_response(exc: BaseException) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after or 1)}
         return error_response(status, detail, code, headers=headers, budget=exc.budget)
     if status == 503:  # a dependency away: as the service's other 503 answers
-        return error_response(status, detail, code, headers={"Retry-After": "2"})
+        return error_response(status, detail, code, headers={"Retry-After": DEPENDENCY_RETRY_AFTER})
     return error_response(status, detail, code)
 
 

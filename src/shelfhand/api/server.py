@@ -473,7 +473,8 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
     @api.exception_handler(DependencyUnavailableError)
     async def dependency_down(request: Request, exc: DependencyUnavailableError) -> Response:
         logger.warning("%s %s: %s", request.method, request.url.path, exc)
-        code, headers = f"{exc.dependency}_unavailable", {"Retry-After": "2"}
+        code = f"{exc.dependency}_unavailable"
+        headers = {"Retry-After": chat_routes.DEPENDENCY_RETRY_AFTER}
         return _error(request.url.path, 503, str(exc), code, headers)
 
 
@@ -483,8 +484,7 @@ def _error(
     """An error answer in OpenAI's body on the OpenAI-compatible routes, else shelfhand's."""
     if path in openai_routes.OPENAI_PATHS:
         return openai_routes.openai_error(status, message, code, headers)
-    body = ErrorBody(detail=message, code=code, trace_id=current_trace_id())
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    return chat_routes.error_response(status, message, code, headers)
 
 
 def _internal_error(scope: Scope, exc: Exception) -> Response:

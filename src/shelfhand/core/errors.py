@@ -48,6 +48,7 @@ expects the builtin.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -374,7 +375,7 @@ def cause_chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 _DISK_FULL = ("database or disk is full", "no space left on device", "disk quota exceeded")
-_NO_SPACE = frozenset({28, 122})  # ENOSPC, EDQUOT (Linux)
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def storage_full(exc: BaseException) -> str:

@@ -103,6 +103,8 @@ OTHER_ENV = frozenset(
 """``SHELFHAND_*`` variables read elsewhere than the settings table; any other is a typo that
 :func:`resolve_settings` warns about."""
 _ENV = frozenset(s.env for s in SETTINGS if s.env and s.env.startswith("SHELFHAND_")) | OTHER_ENV
+_TOML_KEYS = {s.toml: s for s in SETTINGS if s.toml}
+"""Each setting by its key under ``[shelfhand]``."""
 _warned: set[str] = set()
 logger = logging.getLogger(__name__)
 
@@ -260,9 +262,8 @@ def _check_placement(document: Mapping[str, Any], path: Path) -> None:
     """A setting written above ``[shelfhand]`` (``retrieval_mode = "keyword"`` as the file's
     first line, or a ``[prices]`` table), or a table nothing reads (``[budget]``,
     ``[shelfhands]``), is never read: say so at start-up instead of running without it."""
-    known = {s.toml: s for s in SETTINGS if s.toml}
     for key in document:
-        setting = known.get(key)
+        setting = _TOML_KEYS.get(key)
         if setting is not None:
             where = f" (or {setting.env})" if setting.env else ""
             raise ConfigurationError(
@@ -270,7 +271,7 @@ def _check_placement(document: Mapping[str, Any], path: Path) -> None:
                 f"under [shelfhand]{where}"
             )
         if key not in TABLES:
-            hint = _nearest(key, TABLES) or _nearest(key, list(known), " under [shelfhand]")
+            hint = _nearest(key, TABLES) or _nearest(key, list(_TOML_KEYS), " under [shelfhand]")
             raise ConfigurationError(
                 f"{path}: {key!r} is not read{hint}; the file holds "
                 f"[shelfhand] (the settings), [limits], [budgets], [[api_keys]] and [mcp]"
@@ -280,9 +281,8 @@ def _check_placement(document: Mapping[str, Any], path: Path) -> None:
 def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
     """Every key under ``[shelfhand]`` is a setting's: a typo (``modle``) or a secret that is
     only read from the environment (``rerank_api_key``) would otherwise run without it."""
-    known = [s.toml for s in SETTINGS if s.toml]
     for key in toml:
-        if key in known:
+        if key in _TOML_KEYS:
             continue
         setting = SETTINGS_BY_NAME.get(key)
         if setting is not None and setting.env:
@@ -291,7 +291,7 @@ def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
                 f"{path}: {key!r} is not read from shelfhand.toml{why}: set {setting.env} instead"
             )
         raise ConfigurationError(
-            f"{path}: {key!r} under [shelfhand] is not a setting{_nearest(key, known)}; "
+            f"{path}: {key!r} under [shelfhand] is not a setting{_nearest(key, list(_TOML_KEYS))}; "
             "`shelfhand config` lists them"
         )
 
@@ -299,13 +299,18 @@ def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
 def _nearest_env(name: str) -> str:
     """The nearest variable name, compared without the ``SHELFHAND_`` they all share."""
     rest = {known.removeprefix("SHELFHAND_"): known for known in _ENV}
-    close = difflib.get_close_matches(name.removeprefix("SHELFHAND_"), sorted(rest), 1, 0.6)
-    return f" (did you mean {rest[close[0]]!r}?)" if close else ""
+    close = _closest(name.removeprefix("SHELFHAND_"), sorted(rest))
+    return f" (did you mean {rest[close]!r}?)" if close else ""
 
 
 def _nearest(key: str, names: Sequence[str], where: str = "") -> str:
+    close = _closest(key, names)
+    return f" (did you mean {close!r}{where}?)" if close else ""
+
+
+def _closest(key: str, names: Sequence[str]) -> str | None:
     close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}{where}?)" if close else ""
+    return close[0] if close else None
 
 
 def _check_together(values: Mapping[str, Any]) -> None:

@@ -7,10 +7,8 @@ tests are skipped."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from service_helpers import ALICE, ThreadServer, start_thread_server, user_conte
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.settings import Settings
+from support.cli import run_cli
 
 ENV = {"SHELFHAND_RETRIEVAL_MODE": "keyword"}
 
@@ -96,17 +95,8 @@ def test_the_command_line_on_a_full_disk_says_so_in_one_line(small_disk: Path) -
     docs = small_disk.parent / "docs"
     docs.mkdir()
     (docs / "big.md").write_bytes(words_file(6 << 20))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update(ENV)
 
-    done = subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", "ingest", str(docs), "-w", str(small_disk / "ws")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    done = run_cli(["ingest", str(docs)], small_disk / "ws", **ENV)
 
     assert done.returncode == 74, done.stderr
     assert "Traceback" not in done.stderr

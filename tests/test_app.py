@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,59 @@ def test_a_broken_settings_file_names_itself(tmp_path: Path) -> None:
     (tmp_path / "shelfhand.toml").write_text("[shelfhand\nmodel = 1", encoding="utf-8")
     with pytest.raises(ConfigurationError, match=r"shelfhand\.toml is not valid TOML"):
         Settings.load(tmp_path, env={})
+
+
+DESK = '''
+from shelfhand import UserContext, tool
+
+IMPORTS = []
+IMPORTS.append(1)
+
+
+@tool(read_only=True)
+def order_status(ctx: UserContext, order_id: str) -> dict:
+    """Look up one of the caller's orders."""
+    return {"order": order_id, "tenant": ctx.tenant}
+
+
+@tool(name="retrieve")
+def search(query: str) -> str:
+    """Another search."""
+    return query
+'''
+
+
+@pytest.fixture
+def desk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A project folder holding ``app_desk.py``, the current folder of the test (imported
+    afresh by each test)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "app_desk.py").write_text(DESK, encoding="utf-8")
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield project
+    sys.modules.pop("app_desk", None)
+
+
+def test_the_tools_setting_adds_its_tools_to_every_toolkit_importing_them_once(
+    tmp_path: Path, desk: Path
+) -> None:
+    env = {"SHELFHAND_TOOLS": "app_desk:order_status"}
+    app = App(settings=Settings.load(tmp_path / "ws", env=env))
+    assert [t.name for t in app.toolkit(None).visible_tools()] == ["retrieve", "order_status"]
+    assert app.toolkit(None, governed=False).get("order_status") is not None
+    assert sys.modules["app_desk"].IMPORTS == [1]
+    assert str(desk) in sys.path
+
+
+def test_an_own_tool_named_as_one_of_shelfhands_is_refused_at_start_up(
+    tmp_path: Path, desk: Path
+) -> None:
+    app = App(settings=Settings.load(tmp_path / "ws", env={"SHELFHAND_TOOLS": "app_desk"}))
+    with pytest.raises(ConfigurationError) as e:
+        app.toolkit(None)
+    assert str(e.value) == (
+        "tools: 'app_desk' gives a tool named 'retrieve', as one of shelfhand's own tools is; "
+        "pass name=... to @tool"
+    )

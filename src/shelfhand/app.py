@@ -97,6 +97,7 @@ class App:
     _tracer: Tracer | None = field(default=None, repr=False)
     extra_tools: tuple[Any, ...] = ()
     """Tools every toolkit of this app offers besides ``retrieve`` (e.g. :meth:`use_demo_tools`)."""
+    _own_tools: list[tuple[str, Any]] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_settings(cls, workspace: str | Path | None = None) -> App:
@@ -411,7 +412,29 @@ class App:
             *self.extra_tools,
             *extra,
         ]
+        taken = {t.name for t in tools}
+        for spec, own in self.own_tools():
+            if own.name in taken:
+                raise ConfigurationError(
+                    f"tools: {spec!r} gives a tool named {own.name!r}, as one of shelfhand's "
+                    "own tools is; pass name=... to @tool"
+                )
+            tools.append(own)
         return Toolkit(tools, governance=self.governance()) if governed else Toolkit(tools)
+
+    def own_tools(self) -> list[tuple[str, Any]]:
+        """The tools the ``tools`` setting names, each with the name that brought it; imported
+        once, on first use (from the folder shelfhand runs in, or installed).
+
+        Raises:
+            ConfigurationError: see :func:`shelfhand.tools.loading.load_tools`.
+        """
+        if self._own_tools is None:
+            from shelfhand.tools.loading import load_tools
+
+            specs = self.settings.tools
+            self._own_tools = load_tools(specs, folder=Path.cwd()) if specs else []
+        return self._own_tools
 
     def use_demo_tools(self) -> None:
         """Offer the reference scenario's tools (:mod:`shelfhand.tools.demo`: stock, prices,

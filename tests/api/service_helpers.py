@@ -68,8 +68,11 @@ def start_serve(
     script: Any | None = None,
     env: Mapping[str, str] | None = None,
     args: tuple[str, ...] = (),
+    cwd: Path | None = None,
 ) -> ServeProcess:
-    """Start ``shelfhand serve --port 0`` and wait (bounded) for uvicorn's start-up line."""
+    """Start ``shelfhand serve --port 0`` and wait (bounded) for uvicorn's start-up line;
+    with ``cwd``, in that folder, which Python does not search for modules (as with the
+    ``shelfhand`` command: ``python -P``)."""
     workspace.mkdir(parents=True, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
     full_env.update(
@@ -87,6 +90,7 @@ def start_serve(
     process = subprocess.Popen(
         [
             sys.executable,
+            *(("-P",) if cwd is not None else ()),
             "-m",
             "shelfhand.cli",
             "serve",
@@ -101,6 +105,7 @@ def start_serve(
         text=True,
         encoding="utf-8",
         env=full_env,
+        cwd=cwd,
     )
     lines: queue.Queue[str | None] = queue.Queue()
     log: list[str] = []

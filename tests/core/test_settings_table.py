@@ -176,7 +176,8 @@ def test_a_secret_url_is_never_quoted_in_a_refusal(tmp_path: Path) -> None:
         ("[budget.tenant]\ntokens_per_day = 5\n", "'budget' is not read (did you mean 'budgets'?)"),
         ('[shelfhands]\nmodel = "qwen"\n', "(did you mean 'shelfhand'?)"),
         ('modle = "qwen"\n[shelfhand]\n', "(did you mean 'model' under [shelfhand]?)"),
-        ('[tools]\nx = 1\n', "'tools' is not read; the file holds [shelfhand] (the settings), [limits]"),
+        ('[queue]\nx = 1\n', "'queue' is not read; the file holds [shelfhand] (the settings), [limits]"),
+        ('[tools]\ndesk = "desk_tools"\n', "'tools' is above [shelfhand], where no setting is read: move it under [shelfhand] (or SHELFHAND_TOOLS)"),
     ],
 )  # fmt: skip
 def test_what_no_setting_reads_is_refused_naming_what_was_meant(
@@ -294,3 +295,37 @@ def test_loading_logs_each_warning_once_a_process(
 
     told = [r.getMessage() for r in caplog.records if "SHELFHAND_MODLE_ONCE" in r.getMessage()]
     assert told == ["SHELFHAND_MODLE_ONCE is not a shelfhand setting: it is ignored"]
+
+
+def test_the_tools_setting_reads_module_names_from_the_file_or_the_environment(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(
+        '[shelfhand]\ntools = ["desk_tools", "acme.crm:CRM_TOOLS", "desk_tools"]\n',
+        encoding="utf-8",
+    )
+    assert resolve_settings(tmp_path, env={}).settings.tools == (
+        "desk_tools",
+        "acme.crm:CRM_TOOLS",
+    )
+    env = {"SHELFHAND_TOOLS": " desk_tools:order_status , ,acme.crm "}
+    assert resolve_settings(tmp_path, env=env).settings.tools == (
+        "desk_tools:order_status",
+        "acme.crm",
+    )
+    assert resolve_settings(tmp_path, env={"SHELFHAND_TOOLS": ""}).settings.tools == (
+        "desk_tools",
+        "acme.crm:CRM_TOOLS",
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ['"desk tools"', '["desk_tools", 3]', '["desk_tools:a:b"]', '["../desk"]', "{}"]
+)
+def test_a_tools_setting_that_is_not_module_names_fails_at_start(
+    tmp_path: Path, value: str
+) -> None:
+    (tmp_path / "shelfhand.toml").write_text(f"[shelfhand]\ntools = {value}\n", encoding="utf-8")
+    with pytest.raises(ConfigurationError) as err:
+        resolve_settings(tmp_path, env={})
+    assert str(err.value).startswith("tools must be ")

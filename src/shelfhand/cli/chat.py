@@ -54,7 +54,9 @@ def tools(
     table.add_column("description", ratio=1)
     for t in kit.visible_tools():
         params = t.schema()["function"]["parameters"].get("properties", {})
-        attrs = [k for k in ("read_only", "concurrency_safe", "external") if getattr(t, k)]
+        attrs = [
+            k for k in ("read_only", "concurrency_safe", "external", "confirm") if getattr(t, k)
+        ]
         attrs.append(f"permission={t.permission}")
         table.add_row(t.name, ", ".join(attrs), ", ".join(params), t.description.split("\n")[0])
     make_console().print(table)
@@ -218,7 +220,10 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             console.print(f"[dim]→ {escape(event.name)}({escape(event.arguments)})[/]")
         elif isinstance(event, ToolFinished):
             status = "[red]error[/]" if event.is_error else "ok"
-            console.print(f"[dim]← {escape(event.name)} {status} {event.duration_ms:.0f} ms[/]")
+            line = f"[dim]← {escape(event.name)} {status} {event.duration_ms:.0f} ms"
+            if event.is_error:  # what the model was told: the tool's author needs it too
+                line += f": {escape(_first_line(event.content))}"
+            console.print(line + "[/]")
         elif isinstance(event, Final):
             result = event.result
             if mid_line:
@@ -228,3 +233,9 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             if replaced is not None or not shown.strip():  # (nothing streamed: not shown yet)
                 console.print(result.output, highlight=False, markup=False)
             print_notes(console, result)
+
+
+def _first_line(text: str, width: int = 300) -> str:
+    """The first line of ``text``, at most ``width`` characters."""
+    first = text.strip().split("\n", 1)[0]
+    return first if len(first) <= width else first[: width - 1] + "…"

@@ -8,6 +8,7 @@ where to set it, so every setting's message has the same shape.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ __all__ = [
     "OFF_WORDS",
     "ON_WORDS",
     "Choice",
+    "ImportSpecs",
     "Invalid",
     "Kind",
     "Names",
@@ -252,5 +254,33 @@ class WordGroups:
         return "list of word groups"
 
 
-Kind = Text | PathKind | Choice | Switch | Number | Url | Names | Prices | WordGroups
+_IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?::[A-Za-z_]\w*)?", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportSpecs:
+    """Python objects to import: a TOML list of strings, or a comma-separated string (the
+    environment), each ``module`` or ``module:name`` (``acme.tools``,
+    ``acme.orders:lookup_order``); in order, each once; empty (``""`` or ``[]``) is none.
+    Only the spelling is checked here: the import happens where the objects are used."""
+
+    def parse(self, raw: object) -> tuple[str, ...]:
+        if isinstance(raw, list | tuple):
+            if not all(isinstance(i, str) for i in raw):
+                raise Invalid('a list of strings such as ["acme.tools", "acme.orders:lookup"]')
+            items = list(raw)
+        elif isinstance(raw, str):
+            items = raw.split(",")
+        else:
+            raise Invalid('a list such as ["acme.tools", "acme.orders:lookup"]')
+        specs = [i.strip() for i in items if i.strip()]
+        if not all(_IMPORT_SPEC.fullmatch(s) for s in specs):
+            raise Invalid("Python modules or module:name, e.g. acme.tools or acme.orders:lookup")
+        return tuple(dict.fromkeys(specs))
+
+    def describe(self) -> str:
+        return "list of module or module:name"
+
+
+Kind = Text | PathKind | Choice | Switch | Number | Url | Names | Prices | WordGroups | ImportSpecs
 """Every kind of setting value."""

@@ -16,6 +16,7 @@ from shelfhand.core.errors import ConfigurationError
 from shelfhand.core.pricing import PriceTable
 from shelfhand.core.setting_kinds import (
     Choice,
+    ImportSpecs,
     Invalid,
     Kind,
     Names,
@@ -230,6 +231,10 @@ SETTINGS: tuple[Setting, ...] = (
        "Built-in tools offered to chat answers besides retrieve (none by default): "
        "calculator, current_time, http_get, remember (the service's long-term memory "
        "per user)."),
+    _s("tools", "SHELFHAND_TOOLS", ImportSpecs(), (),
+       "Your own tools, offered besides retrieve: a module (every @tool it defines) or "
+       "module:name (a tool, a function or a list of them), importable from the folder "
+       "shelfhand runs in or installed; imported when a command or the service starts."),
     _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
        "Check each answer against its passages: fallback (an ungrounded answer becomes the "
        "passages' own sentences), flag (only flagged) or off."),

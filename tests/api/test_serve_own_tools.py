@@ -1,0 +1,100 @@
+"""A team's own Python tools in ``shelfhand serve`` (setting ``tools``): imported from the
+folder the service runs in, offered per caller, each call seeing its own caller; a mistake
+in the setting stops the service before it listens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from service_helpers import ALICE, BOB, KEYS, ask_turn, start_serve, write
+
+pytestmark = pytest.mark.slow
+
+DESK = '''
+"""The after-sales desk's own tools."""
+import threading
+
+from shelfhand import UserContext, tool
+
+BOTH_CALLS = threading.Barrier(2, timeout=20)
+
+
+@tool(read_only=True, timeout=30)
+def order_status(ctx: UserContext, order_id: str) -> dict:
+    """Look up one of the caller's orders.
+
+    Args:
+        order_id: The order number, e.g. SO-1001.
+    """
+    BOTH_CALLS.wait()  # returns only when the other caller's call is running too
+    return {"order": order_id, "tenant": ctx.tenant_id, "user": ctx.user_id}
+'''
+
+SCRIPT = {
+    "cycle": True,
+    "turns": [
+        {"tool_call": "order_status", "arguments": {"order_id": "SO-1001"}},
+        "订单 SO-1001 已发货。",
+    ],
+}
+
+
+def test_two_callers_call_the_teams_tool_at_once_and_each_sees_only_itself(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    write(project / "desk_tools.py", DESK)
+    env = {"SHELFHAND_TOOLS": "desk_tools", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    server = start_serve(tmp_path / "workspace", script=SCRIPT, env=env, cwd=project)
+    try:
+        with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+            listed = c.get("/v1/tools").json()
+        # the same arguments from two callers: two calls (single-flight is per caller), at once
+        with ThreadPoolExecutor(2) as pool:
+            alice, bob = pool.map(
+                lambda who: ask_turn(server.url, who, "我的订单 SO-1001 到哪了？"), (ALICE, BOB)
+            )
+    finally:
+        server.stop()
+    assert "order_status" in json.dumps(listed)
+    for reply, (tenant, user) in ((alice, ("t1", "alice")), (bob, ("t2", "bob"))):
+        (step,) = reply["tool_steps"]
+        assert step["name"] == "order_status" and not step["is_error"], step
+        assert json.loads(step["content"]) == {"order": "SO-1001", "tenant": tenant, "user": user}
+        assert reply["output"] == "订单 SO-1001 已发货。"
+
+
+def test_a_tools_setting_that_cannot_be_imported_stops_the_service_before_it_listens(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    write(project / "desk_tools.py", "raise RuntimeError('DESK_DB_URL is not set')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
+    env.update(
+        SHELFHAND_EMBEDDER="hashing",
+        SHELFHAND_API_KEYS=json.dumps(KEYS),
+        SHELFHAND_TOOLS="desk_tools",
+    )
+    serve = ["serve", "-w", str(tmp_path / "ws"), "--port", "0"]
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "shelfhand.cli", *serve],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert (
+        "error: tools: importing 'desk_tools' failed: RuntimeError: DESK_DB_URL is not set "
+        f"({project / 'desk_tools.py'}, line 1)"
+    ) in out.stderr
+    assert "Traceback" not in out.stderr and "Uvicorn running" not in out.stderr + out.stdout

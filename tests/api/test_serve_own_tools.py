@@ -1,6 +1,7 @@
 """A team's own Python tools in ``shelfhand serve`` (setting ``tools``): imported from the
-folder the service runs in, offered per caller, each call seeing its own caller; a mistake
-in the setting stops the service before it listens."""
+folder the service runs in, offered per caller, each call seeing its own caller, and an
+answer stating what the tool returned kept by the answer check; a mistake in the setting
+stops the service before it listens."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def test_two_callers_call_the_teams_tool_at_once_and_each_sees_only_itself(
 ) -> None:
     project = tmp_path / "project"
     write(project / "desk_tools.py", DESK)
-    env = {"SHELFHAND_TOOLS": "desk_tools", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    # the default answer retrieval (``both``): the documents are searched first, find
+    # nothing, and the answer stands on what the tool returned
+    env = {"SHELFHAND_TOOLS": "desk_tools"}
     server = start_serve(tmp_path / "workspace", script=SCRIPT, env=env, cwd=project)
     try:
         with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
@@ -65,10 +68,12 @@ def test_two_callers_call_the_teams_tool_at_once_and_each_sees_only_itself(
         server.stop()
     assert "order_status" in json.dumps(listed)
     for reply, (tenant, user) in ((alice, ("t1", "alice")), (bob, ("t2", "bob"))):
-        (step,) = reply["tool_steps"]
-        assert step["name"] == "order_status" and not step["is_error"], step
+        assert [s["name"] for s in reply["tool_steps"]] == ["retrieve", "order_status"]
+        step = reply["tool_steps"][1]
+        assert not step["is_error"], step
         assert json.loads(step["content"]) == {"order": "SO-1001", "tenant": tenant, "user": user}
-        assert reply["output"] == "订单 SO-1001 已发货。"
+        assert reply["output"] == "订单 SO-1001 已发货。" and reply["fallback_reason"] == ""
+        assert [s["tool"] for s in reply["grounding"]["sentences"]] == ["order_status"]
 
 
 def test_a_tools_setting_that_cannot_be_imported_stops_the_service_before_it_listens(

@@ -44,7 +44,7 @@ from .answer_topic import (
     states_nothing_held,
 )
 from .extractive import LEADS, extractive_answer
-from .fallbacks import ECHO_NUDGE, NUDGE, found_nothing, not_covered
+from .fallbacks import ECHO_NUDGE, NUDGE, RETRIEVE_TOOL, found_nothing, not_covered
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
@@ -259,6 +259,8 @@ class AnswerCheck:
             return "off_topic"
         if misses_amount(question, answer):
             return "unanswered"
+        if rests_on_tools(result.grounding):
+            return ""  # what the run's tools returned, not the passages: no passage to prefer
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"
         if states_nothing_held(answer, citations) and (
@@ -282,12 +284,17 @@ class AnswerCheck:
         checked = self._checked(result, question)
         if checked.grounding is not None and checked.citations:
             grounding = await self.judge.review(checked.grounding, checked.citations)
-            checked = replace(checked, grounding=grounding)
+            checked = replace(checked, grounding=_tool_sentences_kept(checked.grounding, grounding))
         return self._decided(checked, question)
 
     def _checked(self, result: RunResult, question: str) -> RunResult:
         if result.citations or _claims_without_evidence(result):
-            grounding = check_grounding(result.output, result.citations, question=question)
+            grounding = check_grounding(
+                result.output,
+                result.citations,
+                question=question,
+                tools=tool_evidence(result.messages),
+            )
             return replace(result, grounding=grounding)
         return result
 
@@ -317,6 +324,35 @@ def replaced_by(result: RunResult) -> AnswerReplaced:
     reason = result.fallback_reason
     notice = REPLACED_NOTICE.format(reason=reason.replace("_", " "))
     return AnswerReplaced(reason=reason, output=result.output, notice=notice)
+
+
+def tool_evidence(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    """The results of the tools other than ``retrieve`` that ran in ``messages`` (not
+    errors, not passages), as (tool name, text): what an answer may state besides the
+    passages (an order's status from the caller's order system)."""
+    return [
+        (r.name, r.content)
+        for m in messages
+        for r in m.tool_results
+        if r.name != RETRIEVE_TOOL and not r.is_error and not r.citations
+    ]
+
+
+def rests_on_tools(grounding: Grounding | None) -> bool:
+    """Whether a supported sentence of the answer rests on a tool result, not a passage."""
+    return grounding is not None and any(s.supported and s.tool for s in grounding.sentences)
+
+
+def _tool_sentences_kept(lexical: Grounding, judged: Grounding) -> Grounding:
+    """``judged`` with the sentences a tool result supports as the lexical check found them
+    (a judge sees the passages only)."""
+    if len(lexical.sentences) != len(judged.sentences) or not rests_on_tools(lexical):
+        return judged
+    sentences = tuple(
+        before if before.tool else after
+        for before, after in zip(lexical.sentences, judged.sentences, strict=True)
+    )
+    return replace(judged, sentences=sentences)
 
 
 def _claims_without_evidence(result: RunResult) -> bool:

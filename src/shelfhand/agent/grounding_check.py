@@ -10,6 +10,11 @@ passages it cites (``[n]``), or against all of the run's passages when it cites 
   passages (or in the question: "3 units" may come from the user). ``3,999`` meets ``3999``,
   ``2025-01-01`` meets ``2025 年 1 月 1 日``.
 
+A sentence no passage supports is supported by a **tool result** of the run (an order's
+status, a stock count: what the caller's own systems returned) when every fact of it is held
+by the tool results, the passages or the question, and one result holds enough of its words
+(the same shares); its :attr:`~shelfhand.core.grounding.SentenceSupport.tool` names the tool.
+
 A sentence is supported when no fact is missing and enough of its words are found
 (:data:`MIN_SUPPORT`; less when the sentence states facts the passages hold, since an English
 answer over Chinese passages shares its facts, not its words), and no number of it is
@@ -52,6 +57,9 @@ MIN_WORDS = 3
 
 PASSAGE_CACHE = 1024
 """Passages whose analysis is kept (about 1 MB)."""
+TOOL_TEXT_CHARS = 20_000
+"""Characters of one tool result that sentences are checked against (a long result, a web
+page, is checked by its start)."""
 
 _CITE = re.compile(r"\[(\d{1,3})\]")
 # a sentence ends at 。！？；!?; or a newline, or at ". " (not inside 3.5 or e.g.)
@@ -134,9 +142,14 @@ class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
 
-    __slots__ = ("_question", "_sources", "_texts", "question_facts")
+    __slots__ = ("_question", "_sources", "_texts", "_tools", "question_facts")
 
-    def __init__(self, citations: Sequence[Citation], question: str = "") -> None:
+    def __init__(
+        self,
+        citations: Sequence[Citation],
+        question: str = "",
+        tools: Sequence[tuple[str, str]] = (),
+    ) -> None:
         # a passage says what its heading says too ("保修政策（第 2 版）": the answer may name it)
         self._texts = {
             c.index: "\n".join(p for p in (c.title, c.section, c.text) if p)
@@ -148,11 +161,18 @@ class Evidence:
         # a passage's source, named in an answer ("(docs-t1/warranty.md)"), is not a claim:
         # its digits and words are not checked (longest first: one may contain another)
         self._sources = sorted({c.source for c in citations if c.source}, key=len, reverse=True)
+        self._tools = tuple((name, text[:TOOL_TEXT_CHARS]) for name, text in tools if text.strip())
 
     @classmethod
-    def of(cls, citations: Sequence[Citation], question: str = "") -> Evidence:
-        """``citations`` ready to check against (a passage retrieved twice counts once)."""
-        return cls(citations, question)
+    def of(
+        cls,
+        citations: Sequence[Citation],
+        question: str = "",
+        tools: Sequence[tuple[str, str]] = (),
+    ) -> Evidence:
+        """``citations`` ready to check against (a passage retrieved twice counts once), and
+        ``tools``: the run's other tool results, as (tool name, result text)."""
+        return cls(citations, question, tools)
 
     def _misplaced(
         self,
@@ -216,6 +236,10 @@ class Evidence:
             if any(t.rows for t in tables.values()):
                 misplaced = self._misplaced(stated, own, tables, analysed)
         supported = not missing and not misplaced and score >= needed and best is not None
+        if self._tools:  # a tool result that holds more of the sentence is what it rests on
+            by_tool = self._tool_support(sentence, cited, own, stated, allowed)
+            if by_tool is not None and (not supported or by_tool.score > score):
+                return by_tool
         return SentenceSupport(
             text=sentence,
             supported=supported,
@@ -225,6 +249,30 @@ class Evidence:
             missing=tuple(missing),
             misplaced=tuple(sorted(misplaced)),
         )
+
+    def _tool_support(
+        self,
+        sentence: str,
+        cited: tuple[int, ...],
+        own: set[str],
+        stated: set[str],
+        allowed: set[str],
+    ) -> SentenceSupport | None:
+        """``sentence`` supported by the run's tool results, or ``None``: every fact of it
+        is held by them, the passages (``allowed``, the question's included) or both, and
+        one result holds enough of its words."""
+        analysed = [(name, _analysed(text)) for name, text in self._tools]
+        held = set(allowed).union(*(found for _, (_, found) in analysed))
+        if any(f not in held and not _inside_code(f, held) for f in stated):
+            return None
+        best, score = analysed[0][0], 0.0
+        for name, (held_words, _) in analysed:
+            share = len(own & held_words) / len(own) if own else 1.0
+            if share > score:
+                best, score = name, share
+        if score < (MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT):
+            return None
+        return SentenceSupport(text=sentence, supported=True, score=score, cited=cited, tool=best)
 
 
 def _named(tokens: Iterable[str]) -> frozenset[str]:
@@ -308,14 +356,22 @@ def _inside_code(fact: str, allowed: Iterable[str]) -> bool:
     return fact.isdigit() and any(a.endswith(fact) and not a.isdigit() for a in allowed)
 
 
-def check_grounding(answer: str, citations: Sequence[Citation], *, question: str = "") -> Grounding:
+def check_grounding(
+    answer: str,
+    citations: Sequence[Citation],
+    *,
+    question: str = "",
+    tools: Sequence[tuple[str, str]] = (),
+) -> Grounding:
     """Check every sentence of ``answer`` against ``citations`` (see the module docstring).
 
     Args:
         answer: The answer text, with its ``[n]`` citation markers.
         citations: The run's passages (their ``index`` is what ``[n]`` names).
         question: The user's message: numbers it states may be repeated by the answer.
+        tools: The run's other tool results, as (tool name, result text): what a sentence
+            no passage supports may rest on.
     """
-    evidence = Evidence.of(citations, question)
+    evidence = Evidence.of(citations, question, tools)
     checked = (evidence.check(s) for s in split_sentences(answer))
     return Grounding(sentences=tuple(s for s in checked if s is not None))

@@ -34,6 +34,9 @@ class SentenceSupport:
     misplaced: tuple[str, ...] = ()
     """Numbers of the sentence that its passages hold only in a table row about something
     else than what the sentence names (the Lumen X1's ``3999`` said of the Lumen X1 Pro)."""
+    tool: str | None = None
+    """The tool whose result supports it when no passage does (``order_status``: the
+    answer states what the caller's order system returned, not what the documents say)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +47,7 @@ class SentenceSupport:
             "cited": list(self.cited),
             "missing": list(self.missing),
             "misplaced": list(self.misplaced),
+            "tool": self.tool,
         }
 
 
@@ -69,7 +73,7 @@ class Grounding:
 
     @property
     def unsupported(self) -> tuple[SentenceSupport, ...]:
-        """The sentences no passage supports."""
+        """The sentences no passage (nor tool result) supports."""
         return tuple(s for s in self.sentences if not s.supported)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""An answer may state what the run's own tools returned (an order's status from the
+caller's order system), not only what the passages say: the answer check counts those
+results as evidence, so such an answer stands, while a fact neither holds is still caught."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
+from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck, tool_evidence
+from shelfhand.agent.grounding_check import check_grounding
+from shelfhand.agent.model_check import ModelJudge
+from shelfhand.core.messages import Citation, Message, ToolResultBlock
+from shelfhand.providers.tool_modes import PROMPT_TEXTS
+from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
+CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
+ORDER = '{"order": "SO-1001", "status": "shipped", "carrier": "SF Express", "eta": "2025-03-09"}'
+LAMP = Citation(index=1, source="specs.md", text="The Lumen X1 has a 3,000 ANSI lumen lamp.")
+
+
+@tool(read_only=True)
+def order_status(ctx: UserContext, order_id: str) -> dict[str, str]:
+    """Look up one of the caller's orders."""
+    return {"order": order_id, "owner": ctx.user_id, "status": "shipped", "eta": "2025-03-09"}
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path) as base:
+        yield base
+
+
+def agent(kb: KnowledgeBase, answer: str, **options: object) -> Agent:
+    """Up-front retrieval (the default ``both``), then ``order_status``, then ``answer``."""
+    return Agent(
+        model=ScriptedModel([tool_call("order_status", {"order_id": "SO-1001"}), text(answer)]),
+        toolkit=Toolkit([retrieve_tool(kb), order_status]),
+        retrieval="both",
+        answer_check=options.pop("check", CHECK),  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_a_sentence_no_passage_holds_rests_on_the_tool_result_that_does() -> None:
+    grounding = check_grounding(
+        "Your order SO-1001 ships with SF Express and arrives on 2025-03-09.",
+        [LAMP],
+        tools=[("order_status", ORDER)],
+    )
+    (sentence,) = grounding.sentences
+    assert sentence.supported and sentence.tool == "order_status" and sentence.passage is None
+    assert grounding.to_dict()["sentences"][0]["tool"] == "order_status"
+
+
+def test_a_fact_neither_the_passages_nor_the_tools_hold_is_still_missing() -> None:
+    grounding = check_grounding(
+        "Your order SO-1001 arrives on 2025-03-12.", [LAMP], tools=[("order_status", ORDER)]
+    )
+    (sentence,) = grounding.sentences
+    assert not sentence.supported and sentence.tool is None and "12" in sentence.missing
+
+
+def test_a_sentence_a_passage_holds_better_stays_with_the_passage() -> None:
+    grounding = check_grounding(
+        "The Lumen X1 has a 3,000 ANSI lumen lamp [1].", [LAMP], tools=[("order_status", ORDER)]
+    )
+    assert [(s.passage, s.tool) for s in grounding.sentences] == [(1, None)]
+
+
+def test_a_chinese_answer_rests_on_a_tool_result_in_english() -> None:
+    grounding = check_grounding("您的订单 SO-1001 已发货。", [], tools=[("order_status", ORDER)])
+    assert grounding.grounded and grounding.sentences[0].tool == "order_status"
+
+
+def test_only_results_of_other_tools_that_ran_are_evidence() -> None:
+    messages = [
+        Message.tool(
+            [
+                ToolResultBlock(call_id="1", name="retrieve", content="[1] passages"),
+                ToolResultBlock(call_id="2", name="order_status", content=ORDER),
+                ToolResultBlock(call_id="3", name="refund", content="failed", is_error=True),
+            ]
+        )
+    ]
+    assert tool_evidence(messages) == [("order_status", ORDER)]
+
+
+async def test_an_answer_from_the_order_tool_stands_when_the_documents_have_nothing(
+    kb: KnowledgeBase,
+) -> None:
+    answer = "Your order SO-1001 has shipped and arrives on 2025-03-09."
+    result = await agent(kb, answer).run("Where is my order SO-1001?", context=ALICE)
+
+    assert result.output == answer and result.fallback_reason == ""
+    assert result.grounding is not None and result.grounding.grounded
+    assert [s.tool for s in result.grounding.sentences] == ["order_status"]
+
+
+async def test_an_answer_from_the_order_tool_stands_beside_passages_about_the_product(
+    kb: KnowledgeBase,
+) -> None:
+    answer = "您的 Lumen X1 订单 SO-1001 已发货，预计 2025-03-09 送达。"
+    result = await agent(kb, answer).run(
+        "我买的 Lumen X1 投影仪，订单 SO-1001 到哪了？", context=ALICE
+    )
+
+    assert result.citations  # the product's passages were found up front
+    assert result.output == answer and result.fallback_reason == ""
+
+
+async def test_a_date_the_order_tool_did_not_return_is_still_replaced(kb: KnowledgeBase) -> None:
+    result = await agent(kb, "Your order SO-1001 arrives on 2025-03-12.").run(
+        "Where is my order SO-1001?", context=ALICE
+    )
+
+    assert result.fallback_reason == "ungrounded" and "2025-03-12" not in result.output
+
+
+async def test_a_judge_that_sees_only_passages_leaves_the_tool_sentences_supported(
+    kb: KnowledgeBase,
+) -> None:
+    judge = ModelJudge(model=FunctionModel(lambda messages, tools: "1: no\n2: no"))
+    check = AnswerCheck(scaffolds=CHECK.scaffolds, judge=judge)
+    answer = "Your order SO-1001 has shipped and arrives on 2025-03-09."
+    result = await agent(kb, answer, check=check).run(
+        "Where is my order SO-1001 for the Lumen X1?", context=ALICE
+    )
+
+    assert result.output == answer and result.fallback_reason == ""
+    assert result.grounding is not None and result.grounding.method == "model"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from support.chat_server import Reply, chunk  # see conftest.py
+from support.chat_server import Reply, chunk, completion  # see conftest.py
 from support.cli import cli_env
 
 DESK = '''
@@ -141,3 +141,25 @@ def test_mcp_serve_offers_the_read_only_ones_to_mcp_clients_for_its_caller(
     listed, text = anyio.run(call)
     assert {"retrieve", "order_status", "warehouse"} <= set(listed)
     assert json.loads(text) == {"order": "SO-7", "tenant": "acme", "user": "bo"}
+
+
+def test_ask_json_lists_the_calls_with_what_they_returned(tmp_path: Path, server: Any) -> None:
+    (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
+    (tmp_path / "ws").mkdir()  # `ask` needs a workspace; this one holds no documents
+    call = {
+        "id": "call_7",
+        "type": "function",
+        "function": {"name": "order_status", "arguments": '{"order_id": "SO-1001"}'},
+    }
+    server.add(
+        Reply(body=completion(tool_calls=[call])),
+        Reply(body=completion("Your order SO-1001 has shipped.")),
+    )
+    out = shelfhand(["ask", "Where is SO-1001?", "--json", "--user", "alice"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["output"] == "Your order SO-1001 has shipped."
+    (step,) = answer["tool_steps"]
+    assert step["call_id"] == "call_7" and step["name"] == "order_status"
+    assert json.loads(step["arguments"]) == {"order_id": "SO-1001"} and not step["is_error"]
+    assert json.loads(step["content"])["user"] == "alice"

@@ -141,6 +141,27 @@ def print_json(result: RunResult) -> int:
         "usage": result.usage.to_dict(),
         "stop_reason": result.stop_reason,
         "trace_id": result.trace_id,
+        "tool_steps": tool_steps(result),
     }
     typer.echo(json.dumps(body, ensure_ascii=False))
     return exit_code(result)
+
+
+def tool_steps(result: RunResult) -> list[dict[str, object]]:
+    """The run's tool calls in order, each with what it returned (as the service's
+    ``tool_steps``, without durations): which of your tools the model called, and how."""
+    results = {r.call_id: r for m in result.messages for r in m.tool_results}
+    steps: list[dict[str, object]] = []
+    for message in result.messages:
+        for call in message.tool_calls:
+            done = results.get(call.id)
+            steps.append(
+                {
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "content": done.content if done is not None else "",
+                    "is_error": done.is_error if done is not None else False,
+                }
+            )
+    return steps

@@ -220,10 +220,10 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             console.print(f"[dim]→ {escape(event.name)}({escape(event.arguments)})[/]")
         elif isinstance(event, ToolFinished):
             status = "[red]error[/]" if event.is_error else "ok"
-            line = f"[dim]← {escape(event.name)} {status} {event.duration_ms:.0f} ms"
+            step = f"[dim]← {escape(event.name)} {status} {event.duration_ms:.0f} ms"
             if event.is_error:  # what the model was told: the tool's author needs it too
-                line += f": {escape(_first_line(event.content))}"
-            console.print(line + "[/]")
+                step += f": {escape(_first_line(event.content))}"
+            console.print(step + "[/]")
         elif isinstance(event, Final):
             result = event.result
             if mid_line:

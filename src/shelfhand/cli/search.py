@@ -143,7 +143,8 @@ def ask(
         bool,
         typer.Option(
             "--json",
-            help="Print one JSON object: output, citations, usage, stop_reason, trace_id.",
+            help="Print one JSON object: output, citations, grounding, usage, stop_reason, "
+            "trace_id, tool_steps (each call and what it returned).",
         ),
     ] = False,
     demo_tools: DemoToolsOpt = False,

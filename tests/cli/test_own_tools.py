@@ -163,3 +163,17 @@ def test_ask_json_lists_the_calls_with_what_they_returned(tmp_path: Path, server
     assert step["call_id"] == "call_7" and step["name"] == "order_status"
     assert json.loads(step["arguments"]) == {"order_id": "SO-1001"} and not step["is_error"]
     assert json.loads(step["content"])["user"] == "alice"
+
+
+def test_a_subagent_file_may_name_them(tmp_path: Path) -> None:
+    (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
+    agents = tmp_path / "ws" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "orders.md").write_text(
+        "---\nname: orders\ndescription: The caller's orders.\ntools: [order_status]\n---\n"
+        "You look up orders.\n",
+        encoding="utf-8",
+    )
+    out = shelfhand(["agents"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "orders" in out.stdout and "order_status" in out.stdout

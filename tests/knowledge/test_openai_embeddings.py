@@ -205,6 +205,39 @@ def test_an_unreachable_server_raises_embedding_unavailable_after_retries() -> N
         embedder.embed(["x"])
 
 
+def test_a_server_that_never_answers_is_given_up_after_two_timeouts_not_every_retry() -> None:
+    """A hung server (it accepts and answers nothing) costs two timeouts, however many
+    retries a 5xx would get: each more attempt would wait the whole timeout again."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    port = listener.getsockname()[1]
+    embedder = OpenAIEmbedder(
+        "m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=5, backoff=0.0, timeout=0.3
+    )
+    try:
+        with pytest.raises(EmbeddingUnavailableError, match="after 2 attempts: Request timed out"):
+            embedder.embed(["x"])
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert len(accepted) == 2
+
+
 def test_failures_name_the_endpoint_from_openai_base_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -2,7 +2,8 @@
 
 Works with OpenAI itself and with compatible servers (DashScope, bge-m3 behind vLLM or TEI).
 Transient failures (429, 5xx, connection errors, timeouts) are retried with exponential
-backoff; a request the server rejects (400) is never retried. When the service stays
+backoff, a timeout once at most (:data:`TIMEOUT_ATTEMPTS`); a request the server rejects (400)
+is never retried. When the service stays
 unavailable, :class:`~shelfhand.core.errors.EmbeddingUnavailableError` is raised so retrieval
 can fall back to keyword search.
 """
@@ -30,6 +31,11 @@ __all__ = ["OpenAIEmbedder"]
 
 _MAX_RETRY_AFTER_S = 20.0
 
+TIMEOUT_ATTEMPTS = 2
+"""Attempts of a request that times out (fewer when ``max_retries`` allows fewer): a server
+that answers nothing within ``timeout`` twice is hung, and each more attempt would cost the
+whole timeout again (ingest waited 4 × 30 s on one before falling back to keywords)."""
+
 _BYTES_PER_FLOAT = 40
 """Room for one float of a vector in a JSON reply ("-0.012345678901234567, " is 24 bytes;
 a server that indents its JSON adds a line and its indent)."""
@@ -52,7 +58,8 @@ class OpenAIEmbedder:
             may need none.
         batch_size: Texts per request.
         timeout: Seconds per request.
-        max_retries: Retries of a transient failure (so up to ``max_retries + 1`` attempts).
+        max_retries: Retries of a transient failure (so up to ``max_retries + 1`` attempts;
+            a request that times out is tried :data:`TIMEOUT_ATTEMPTS` times at most).
         request_dimensions: Send ``dimensions=dim`` so the server shortens vectors
             (OpenAI ``text-embedding-3-*``); many compatible servers reject that field.
         backoff: First retry delay in seconds; it doubles each retry (plus jitter). A
@@ -154,6 +161,7 @@ class OpenAIEmbedder:
         if self._request_dimensions:
             extra["dimensions"] = self._dim
         last: Exception | None = None
+        timeouts = 0
         for attempt in range(self._max_retries + 1):
             retry_after: str | None = None
             try:
@@ -202,6 +210,10 @@ class OpenAIEmbedder:
                         f"{len(texts)} texts (is it an OpenAI-compatible /embeddings?)"
                     ) from exc
                 last = exc
+                if isinstance(exc, openai.APITimeoutError):
+                    timeouts += 1
+                    if timeouts >= TIMEOUT_ATTEMPTS:
+                        break
             if attempt < self._max_retries:
                 delay = self._delay(attempt, retry_after)
                 logger.warning(
@@ -214,7 +226,7 @@ class OpenAIEmbedder:
                 time.sleep(delay)
         raise EmbeddingUnavailableError(
             f"embedding API at {self._where()} unavailable after "
-            f"{self._max_retries + 1} attempts: {last}"
+            f"{attempt + 1} attempts: {last}"
         ) from last
 
     def _vectors_of(self, response: Any, count: int) -> list[list[float]]:

@@ -125,7 +125,7 @@ class PendingEmbedder:
                         raise KnowledgeError(f"embedder returned shape {matrix.shape}")
                 except Exception as exc:  # an outage must not lose the text: it stays pending
                     error = f"embedding failed ({type(exc).__name__}: {exc})"
-                    logger.warning("%s; %d chunks stay pending", error, len(todo) - start)
+                    logger.warning("%s; chunks left pending: %d", error, len(todo) - start)
                     break
                 rowids.extend(e[0] for e in batch)
                 rows.extend(matrix)

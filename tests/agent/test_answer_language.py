@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from shelfhand.agent.answer_check import poses_as_quoted
+from shelfhand.agent.answer_check import (
+    REASONS_ZH,
+    WITHDRAWN_NOTICE,
+    WITHDRAWN_NOTICE_ZH,
+    poses_as_quoted,
+    replacement_notice,
+    withdrawal_notice,
+)
 from shelfhand.agent.extractive import LEAD, LEAD_ZH, extractive_answer
 from shelfhand.agent.fallbacks import NOT_COVERED, NOT_COVERED_ZH, in_chinese, not_covered
+from shelfhand.agent.streaming import REPETITION_NOTICE, REPETITION_NOTICE_ZH, withdrawn_rounds
+from shelfhand.cli.answers import REASONS
+from shelfhand.core.events import TextWithdrawn
 from shelfhand.core.messages import Citation
 from shelfhand.evals.answers import says_not_found
+from shelfhand.service.completions import replaced_notice, sources_text
 
 LAMP = Citation(
     index=1,
@@ -83,3 +94,38 @@ def test_a_passage_in_both_languages_is_quoted_in_the_question_s(
 
     assert found is not None
     assert found.text.splitlines()[1].startswith(f"- {first}") and absent not in found.text
+
+
+def test_what_a_stream_tells_people_is_in_the_question_s_language() -> None:
+    assert replacement_notice("off_topic", "E-203 是什么故障？") == (
+        "上面的回答经与文档核对后已被替换（回答的不是所问的内容）"
+    )
+    assert replacement_notice("off_topic", "What is E-203?") == (
+        "The answer above was replaced after checking it against the documents (off topic)"
+    )
+    assert withdrawal_notice("保修期多久？") == WITHDRAWN_NOTICE_ZH
+    assert withdrawal_notice("How long is the warranty?") == WITHDRAWN_NOTICE
+    (zh,) = withdrawn_rounds(
+        ["保修 12 个月。保修 12 个月。"],
+        "保修 12 个月。保修 12 个月。",
+        "保修 12 个月。",
+        "保修期多久？",
+    )
+    (en,) = withdrawn_rounds(
+        ["12 months. 12 months."], "12 months. 12 months.", "12 months.", "How long?"
+    )
+    assert isinstance(zh, TextWithdrawn) and zh.notice == REPETITION_NOTICE_ZH
+    assert isinstance(en, TextWithdrawn) and en.notice == REPETITION_NOTICE
+
+
+def test_every_reason_an_answer_is_replaced_for_has_chinese_words() -> None:
+    assert set(REASONS) <= set(REASONS_ZH)
+
+
+def test_an_append_only_stream_says_it_in_the_answer_s_language() -> None:
+    zh = {"type": "answer_replaced", "notice": replacement_notice("ungrounded", "保修期多久？")}
+    en = {"type": "answer_replaced", "notice": replacement_notice("ungrounded", "How long?")}
+    assert replaced_notice(zh, "保修 36 个月。").endswith("（文档不支持这个回答）：\n\n")
+    assert replaced_notice(en, "36 months.").endswith("(ungrounded):\n\n")
+    assert sources_text([LAMP], "灯泡过热 [1]。").startswith("\n\n来源：\n[1] ")
+    assert sources_text([LAMP], "The lamp is overheating [1].").startswith("\n\nSources:\n[1] ")

@@ -223,6 +223,6 @@ async def test_an_answer_the_check_replaces_is_followed_by_the_checked_one(
     server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
     client = await a2a_client(server, "key-alice")
     answer = answer_of([r async for r in client.send_message(request("投影仪保修多久？"))])
-    shown, notice, checked = answer.partition("The answer above was replaced")
+    shown, notice, checked = answer.partition("上面的回答经与文档核对后已被替换")
     assert "36 个月" in shown and notice and "12 个月" in checked and "36" not in checked
     await client.close()

@@ -30,7 +30,7 @@ def test_the_deltas_then_the_sources() -> None:
         {"type": "text_delta", "text": "保修 12 个月 [1]。"},
         final("保修 12 个月 [1]。", (CITATION,)),
     )
-    assert text.startswith("保修 12 个月 [1]。\n\nSources:\n[1] ")
+    assert text.startswith("保修 12 个月 [1]。\n\n来源：\n[1] ")
 
 
 def test_a_withdrawn_guess_is_said_so_and_the_answer_follows() -> None:

@@ -95,7 +95,7 @@ def test_a_completion_answers_with_citations_sources_and_usage(server: ThreadSer
     )
     message = reply.choices[0].message
     assert "12 个月" in (message.content or "")
-    assert "\n\nSources:\n[1] 保修政策" in (message.content or "")
+    assert "\n\n来源：\n[1] 保修政策" in (message.content or "")  # under a Chinese answer
     extra = (message.model_extra or {})["shelfhand"]
     assert extra["citations"][0]["index"] == 1
     assert "ALPHA-7" in extra["citations"][0]["text"]
@@ -118,7 +118,7 @@ def test_a_stream_carries_deltas_then_sources_citations_and_a_usage_chunk(
     )
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "12 个月" in content and content.endswith(
-        "\n\nSources:\n[1] 保修政策 (docs-t1/warranty.md)"
+        "\n\n来源：\n[1] 保修政策 (docs-t1/warranty.md)"
     )
     finish = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
     assert finish.choices[0].finish_reason == "stop"
@@ -402,7 +402,7 @@ def test_an_answer_the_check_replaces_is_said_so_after_the_streamed_text(
     stream = client(server).chat.completions.create(model="shelfhand", messages=ask, stream=True)
     chunks = list(stream)
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    streamed, _, checked = content.partition("The answer above was replaced")
+    streamed, _, checked = content.partition("上面的回答经与文档核对后已被替换")
     assert "36 个月" in streamed  # what the client already showed
     assert "12 个月" in checked and "36" not in checked  # then the checked answer, said so
     extra = (chunks[-1].model_extra or {})["shelfhand"]

@@ -25,7 +25,7 @@ def test_a_response_answers_with_text_citations_and_usage(server: ThreadServer) 
     response = client(server).responses.create(model="shelfhand", input="投影仪保修多久？")
     assert response.status == "completed"
     assert "12 个月" in response.output_text
-    assert response.output_text.endswith("Sources:\n[1] 保修政策 (docs-t1/warranty.md)")
+    assert response.output_text.endswith("来源：\n[1] 保修政策 (docs-t1/warranty.md)")
     item = response.output[0]
     assert "ALPHA-7" in (item.model_extra or {})["shelfhand"]["citations"][0]["text"]
     assert response.usage is not None and response.usage.output_tokens > 0
@@ -108,7 +108,7 @@ def test_a_streamed_answer_the_check_replaces_is_followed_by_the_checked_one(
     streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     done = events[-1].response  # type: ignore[union-attr]
     assert streamed == done.output_text  # the deltas add up to the text, as clients expect
-    shown, _, checked = streamed.partition("The answer above was replaced")
+    shown, _, checked = streamed.partition("上面的回答经与文档核对后已被替换")
     assert "36 个月" in shown and "12 个月" in checked and "36" not in checked
 
     whole = client(server).responses.create(model="shelfhand", input="保修多久？").output_text

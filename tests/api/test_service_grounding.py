@@ -90,7 +90,7 @@ def test_the_stream_ends_with_the_checked_answer(server: ThreadServer) -> None:
     # a client that concatenates the deltas learns they were replaced, and by what
     assert replaced["_event"] == replaced["type"] == "answer_replaced"
     assert replaced["reason"] == "ungrounded" and replaced["output"] == final["output"]
-    assert replaced["notice"].startswith("The answer above was replaced")
+    assert replaced["notice"].startswith("上面的回答经与文档核对后已被替换")  # a Chinese question
     assert "90" in "".join(e["text"] for e in events if e["type"] == "text_delta")
 
 

@@ -152,7 +152,7 @@ def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
             sync_api.expect(answer).to_contain_text("摘自文档：")
             sync_api.expect(answer).not_to_contain_text("90 分钟")
             notes = page.locator(".msg.assistant .grounding .replaced").last
-            sync_api.expect(notes).to_contain_text("The answer above was replaced")
+            sync_api.expect(notes).to_contain_text("上面的回答经与文档核对后已被替换")
 
 
 def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
@@ -172,7 +172,7 @@ def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
             shown = page.locator(".msg.assistant").last
             sync_api.expect(shown.locator(".answer")).to_contain_text("灯泡过热")
             sync_api.expect(shown.locator(".answer")).not_to_contain_text("77")
-            sync_api.expect(shown).to_contain_text("The draft above was withdrawn")
+            sync_api.expect(shown).to_contain_text("上面的草稿已撤回")
             sync_api.expect(shown).to_contain_text("→ retrieve")
             page.screenshot(path=str(ARTIFACTS / "web-chat-withdrawn.png"), full_page=True)
 

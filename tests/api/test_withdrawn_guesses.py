@@ -16,6 +16,7 @@ import openai
 import pytest
 from service_helpers import ALICE, BOB, ThreadServer, parse_sse, start_thread_server, user_contexts
 
+from shelfhand.agent.answer_check import WITHDRAWN_NOTICE_ZH
 from shelfhand.agent.grounding import PASSAGES_INTRO
 from shelfhand.api import create_app
 from shelfhand.app import App
@@ -30,7 +31,7 @@ DOCS = {
 }
 QUESTION = "投影仪的保修期是多久？"
 GUESS = "投影仪的保修期为 99 年。"  # in no passage: the model guessed
-NOTICE = "The draft above was withdrawn"
+NOTICE = WITHDRAWN_NOTICE_ZH  # the question is Chinese: so is what the stream says
 
 
 def answer(messages: list[Message], tools: list[Any]) -> Any:

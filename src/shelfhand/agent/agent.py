@@ -218,12 +218,13 @@ class Agent(AgentLoop):
         # aclosing: a consumer that stops early closes the inner generators now, so pending
         # approvals are withdrawn at once rather than whenever the generator is collected
         events = self._loop(prompt, STEPS_AND_TEXT if text_deltas else STEPS, options)
+        question = prompt if isinstance(prompt, str) else prompt.text
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Final) and self.answer_check is not None:
                     checked = await self._checked(event.result, prompt)
                     # the deltas were the model's answer: say it was replaced, and by what
-                    replaced = replacement(event.result, checked)
+                    replaced = replacement(event.result, checked, question)
                     if replaced is not None:
                         yield replaced
                     event = Final(result=checked)

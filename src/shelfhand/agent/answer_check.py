@@ -44,7 +44,7 @@ from .answer_topic import (
     states_nothing_held,
 )
 from .extractive import LEADS, extractive_answer
-from .fallbacks import ECHO_NUDGE, NUDGE, RETRIEVE_TOOL, found_nothing, not_covered
+from .fallbacks import ECHO_NUDGE, NUDGE, RETRIEVE_TOOL, found_nothing, in_chinese, not_covered
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
@@ -52,8 +52,11 @@ from .model_check import JUDGE_INSTRUCTIONS
 __all__ = [
     "AGENT_SCAFFOLDS",
     "GUESS_NEW_WORDS",
+    "REASONS_ZH",
     "REPLACED_NOTICE",
+    "REPLACED_NOTICE_ZH",
     "WITHDRAWN_NOTICE",
+    "WITHDRAWN_NOTICE_ZH",
     "AnswerCheck",
     "AnswerJudge",
     "echoes_scaffold",
@@ -66,6 +69,10 @@ __all__ = [
     "relevant_citations",
     "replaced_by",
     "replacement",
+    "replacement_notice",
+    "rests_on_tools",
+    "tool_evidence",
+    "withdrawal_notice",
 ]
 
 _NOTHING_FOUND_TOLD = (
@@ -103,11 +110,35 @@ _STOPPED = {"max_iters", "repeated_call", "empty"}
 _DIGIT = re.compile(r"\d")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
+REPLACED_NOTICE_ZH = "上面的回答经与文档核对后已被替换（{reason}）"
+""":data:`REPLACED_NOTICE` for a question asked in Chinese, its reason from :data:`REASONS_ZH`."""
+REASONS_ZH = {
+    "ungrounded": "文档不支持这个回答",
+    "refusal": "模型拒绝了回答，但文档涉及这个问题",
+    "prompt_echo": "模型复述了给它的指令",
+    "posed_as_quoted": "模型把自己的话当作文档原文",
+    "heading_echo": "模型只复述了段落标题",
+    "off_topic": "回答的不是所问的内容",
+    "unanswered": "回答没有给出所问的数量",
+    "repeated_call": "模型反复发出失败的工具调用",
+    "max_iters": "模型没有在限定步数内完成",
+    "empty": "模型没有给出回答",
+    "no_model": "没有配置对话模型",
+    "model_error": "对话模型出错",
+    "model_timeout": "对话模型没有按时回答",
+    "budget_exceeded": "预算已用完",
+}
+"""Why an answer was replaced, in Chinese, for the people reading a Chinese question's stream
+(``RunResult.fallback_reason``; the code itself stays the same for programs)."""
 WITHDRAWN_NOTICE = (
     "The draft above was withdrawn: it stated what only the documents can tell, before they "
     "were searched; searching them now"
 )
 """What :class:`~shelfhand.core.events.TextWithdrawn` says to people after a guessed reply."""
+WITHDRAWN_NOTICE_ZH = (
+    "上面的草稿已撤回：它在查阅文档之前就说出了只有文档才能回答的内容；正在查阅文档"
+)
+""":data:`WITHDRAWN_NOTICE` for a question asked in Chinese."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -311,19 +342,33 @@ class AnswerCheck:
         return replaced
 
 
-def replacement(before: RunResult, after: RunResult) -> AnswerReplaced | None:
+def replacement(before: RunResult, after: RunResult, question: str = "") -> AnswerReplaced | None:
     """The event telling a stream's clients that the check replaced ``before``'s answer by
     ``after``'s; ``None`` when the answer stands."""
     if not after.fallback_reason or after.output == before.output:
         return None
-    return replaced_by(after)
+    return replaced_by(after, question)
 
 
-def replaced_by(result: RunResult) -> AnswerReplaced:
-    """The event saying that ``result``'s answer took the place of the one streamed before."""
+def replaced_by(result: RunResult, question: str = "") -> AnswerReplaced:
+    """The event saying that ``result``'s answer took the place of the one streamed before;
+    its notice in the language ``question`` is asked in."""
     reason = result.fallback_reason
-    notice = REPLACED_NOTICE.format(reason=reason.replace("_", " "))
-    return AnswerReplaced(reason=reason, output=result.output, notice=notice)
+    return AnswerReplaced(
+        reason=reason, output=result.output, notice=replacement_notice(reason, question)
+    )
+
+
+def replacement_notice(reason: str, question: str = "") -> str:
+    """:data:`REPLACED_NOTICE` for ``reason``, in the language ``question`` is asked in."""
+    if in_chinese(question):
+        return REPLACED_NOTICE_ZH.format(reason=REASONS_ZH.get(reason, reason))
+    return REPLACED_NOTICE.format(reason=reason.replace("_", " "))
+
+
+def withdrawal_notice(question: str) -> str:
+    """:data:`WITHDRAWN_NOTICE` in the language ``question`` is asked in."""
+    return WITHDRAWN_NOTICE_ZH if in_chinese(question) else WITHDRAWN_NOTICE
 
 
 def tool_evidence(messages: Sequence[Message]) -> list[tuple[str, str]]:

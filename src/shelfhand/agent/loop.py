@@ -53,7 +53,7 @@ from shelfhand.models.base import (
 )
 from shelfhand.tools.toolkit import Toolkit
 
-from .answer_check import WITHDRAWN_NOTICE, needs_search
+from .answer_check import needs_search, withdrawal_notice
 from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
@@ -312,7 +312,7 @@ class AgentLoop:
                 if response.finish_reason == FINISH_REPETITION and step_text and not calls:
                     # stopped in a loop: the rounds streamed after the first go, as the
                     # answer keeps them
-                    for event in withdrawn_rounds(step_text, gate.sent, reply.text):
+                    for event in withdrawn_rounds(step_text, gate.sent, reply.text, first.text):
                         yield event
                 shown_before, shown = shown, shown or bool(step_text)
             else:
@@ -364,7 +364,9 @@ class AgentLoop:
                     if sink.text and step_text:  # streamed already: withdrawn, in words too
                         shown = shown_before
                         yield TextWithdrawn(
-                            text="".join(step_text), reason="guessed", notice=WITHDRAWN_NOTICE
+                            text="".join(step_text),
+                            reason="guessed",
+                            notice=withdrawal_notice(first.text),
                         )
                     continue
                 break

@@ -23,9 +23,16 @@ from typing import Literal
 
 from shelfhand.core.events import TextDelta, TextWithdrawn
 
+from .fallbacks import in_chinese
 from .guard import REPEATED_NOTE
 
-__all__ = ["REPETITION_NOTICE", "STEP_SEPARATOR", "CallTextGate", "withdrawn_rounds"]
+__all__ = [
+    "REPETITION_NOTICE",
+    "REPETITION_NOTICE_ZH",
+    "STEP_SEPARATOR",
+    "CallTextGate",
+    "withdrawn_rounds",
+]
 
 STEP_SEPARATOR = "\n\n"
 """Streamed between the text of two model steps of one run, so consumers never glue them."""
@@ -35,14 +42,20 @@ REPETITION_NOTICE = (
 )
 """What :class:`~shelfhand.core.events.TextWithdrawn` says to people when the rounds of a
 reply caught in a loop, streamed before the adapter stopped it, are withdrawn."""
+REPETITION_NOTICE_ZH = "上面的回复在不断重复，已被停止；保留到开始重复之前的部分"
+""":data:`REPETITION_NOTICE` for a question asked in Chinese."""
 
 
-def withdrawn_rounds(step_text: list[str], sent: str, kept: str) -> list[TextDelta | TextWithdrawn]:
+def withdrawn_rounds(
+    step_text: list[str], sent: str, kept: str, question: str = ""
+) -> list[TextDelta | TextWithdrawn]:
     """The events that take back a step's streamed rounds when the model's reply was stopped
     in a loop (:data:`~shelfhand.models.base.FINISH_REPETITION`) and keeps ``kept``: the
     rounds after ``kept`` withdrawn, or, when ``kept`` does not begin what the step ``sent``,
     all of the step's text withdrawn and ``kept`` shown again. ``step_text`` (what the step
-    showed, the separator first when it has one) becomes what stays shown."""
+    showed, the separator first when it has one) becomes what stays shown; the notice is in
+    the language ``question`` is asked in."""
+    notice = REPETITION_NOTICE_ZH if in_chinese(question) else REPETITION_NOTICE
     shown = "".join(step_text)
     stays = [STEP_SEPARATOR, kept] if step_text[0] == STEP_SEPARATOR else [kept]
     if sent.startswith(kept):
@@ -50,9 +63,9 @@ def withdrawn_rounds(step_text: list[str], sent: str, kept: str) -> list[TextDel
         if not tail:
             return []
         step_text[:] = stays
-        return [TextWithdrawn(text=tail, reason="repetition", notice=REPETITION_NOTICE)]
+        return [TextWithdrawn(text=tail, reason="repetition", notice=notice)]
     step_text[:] = [t for t in stays if t]
-    withdrawn = TextWithdrawn(text=shown, reason="repetition", notice=REPETITION_NOTICE)
+    withdrawn = TextWithdrawn(text=shown, reason="repetition", notice=notice)
     return [withdrawn, *(TextDelta(text=t) for t in step_text)]
 
 

@@ -225,8 +225,7 @@ class OpenAIEmbedder:
                 )
                 time.sleep(delay)
         raise EmbeddingUnavailableError(
-            f"embedding API at {self._where()} unavailable after "
-            f"{attempt + 1} attempts: {last}"
+            f"embedding API at {self._where()} unavailable after {attempt + 1} attempts: {last}"
         ) from last
 
     def _vectors_of(self, response: Any, count: int) -> list[list[float]]:

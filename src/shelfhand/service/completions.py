@@ -30,6 +30,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.agent.fallbacks import in_chinese
 from shelfhand.core.citations import cited_numbers
 from shelfhand.core.errors import NotFoundError, SessionBusyError, TurnFailed
 from shelfhand.core.messages import Citation, Message
@@ -56,6 +57,9 @@ __all__ = [
 
 AGENT_MODEL = "shelfhand"
 """The model name of the workspace's chat agent (the supervisor when subagents exist)."""
+SOURCES = "Sources:"
+SOURCES_ZH = "来源："
+"""The heading of the sources under an answer in Chinese (:func:`sources_text`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,13 +226,15 @@ async def _then_delete(
 
 def sources_text(citations: Sequence[Citation], answer: str = "") -> str:
     """The numbered sources appended to ``answer`` so that plain chat UIs show them: the
-    passages it cites, or every passage when it cites none."""
+    passages it cites, or every passage when it cites none, under a heading in the answer's
+    language."""
     cited = set(cited_numbers(answer))
     shown = [c for c in citations if c.index in cited] or list(citations)
     if not shown:
         return ""
     lines = [f"[{c.index}] {label(c)}" for c in shown]
-    return "\n\nSources:\n" + "\n".join(lines)
+    heading = SOURCES_ZH if in_chinese(answer) else SOURCES
+    return f"\n\n{heading}\n" + "\n".join(lines)
 
 
 def withdrawn_notice(withdrawn: Mapping[str, Any]) -> str:
@@ -244,7 +250,8 @@ def replaced_notice(replaced: Mapping[str, Any] | None, streamed: str) -> str:
     cannot unsee deltas): the event's notice; '' when nothing was replaced or streamed."""
     if replaced is None or not streamed.strip():
         return ""
-    return f"\n\n---\n{replaced.get('notice', '')}:\n\n"
+    notice = str(replaced.get("notice", ""))
+    return f"\n\n---\n{notice}{'：' if in_chinese(notice) else ':'}\n\n"
 
 
 class AppendedAnswer:

@@ -30,6 +30,8 @@ class Rescued:
 
     result: RunResult
     final: dict[str, Any]
+    question: str = ""
+    """The user's message (the notice of :meth:`replaced` is in its language)."""
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -38,7 +40,7 @@ class Rescued:
 
     def replaced(self, trace_id: str) -> dict[str, Any]:
         """The ``answer_replaced`` event, for a stream that had begun the model's answer."""
-        return {**event_to_dict(replaced_by(self.result)), "trace_id": trace_id}
+        return {**event_to_dict(replaced_by(self.result, self.question)), "trace_id": trace_id}
 
 
 def rescue(
@@ -80,4 +82,4 @@ def rescue(
         error=message,
         trace_id=trace_id,
     )
-    return Rescued(result=result, final=final)
+    return Rescued(result=result, final=final, question=question)

@@ -223,7 +223,8 @@ function renderGrounding(answer) {
   if (answer.replaced) {
     const p = document.createElement("p");
     p.className = "replaced";
-    p.textContent = answer.replaced + ".";
+    // a Chinese question's notice ends in Chinese (its closing parenthesis too): its full stop
+    p.textContent = answer.replaced + (/[\u3400-\u9fff）]$/.test(answer.replaced) ? "。" : ".");
     notes.appendChild(p);
   }
   if (ev.extractive) {

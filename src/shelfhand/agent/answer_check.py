@@ -44,7 +44,15 @@ from .answer_topic import (
     states_nothing_held,
 )
 from .extractive import LEADS, extractive_answer
-from .fallbacks import ECHO_NUDGE, NUDGE, RETRIEVE_TOOL, found_nothing, in_chinese, not_covered
+from .fallbacks import (
+    ECHO_NUDGE,
+    NUDGE,
+    RETRIEVE_TOOL,
+    found_nothing,
+    in_chinese,
+    not_covered,
+    tool_result_lines,
+)
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
@@ -55,10 +63,13 @@ __all__ = [
     "REASONS_ZH",
     "REPLACED_NOTICE",
     "REPLACED_NOTICE_ZH",
+    "TOOLS_LEAD",
+    "TOOLS_LEAD_ZH",
     "WITHDRAWN_NOTICE",
     "WITHDRAWN_NOTICE_ZH",
     "AnswerCheck",
     "AnswerJudge",
+    "about_tools",
     "echoes_scaffold",
     "extractive_result",
     "failed_model_answer",
@@ -72,6 +83,7 @@ __all__ = [
     "replacement_notice",
     "rests_on_tools",
     "tool_evidence",
+    "tools_told",
     "withdrawal_notice",
 ]
 
@@ -139,6 +151,10 @@ WITHDRAWN_NOTICE_ZH = (
     "上面的草稿已撤回：它在查阅文档之前就说出了只有文档才能回答的内容；正在查阅文档"
 )
 """:data:`WITHDRAWN_NOTICE` for a question asked in Chinese."""
+TOOLS_LEAD = "The answer did not match what the tools returned, which was:"
+"""The line over the tool results that replace an ungrounded answer resting on them."""
+TOOLS_LEAD_ZH = "回答与工具返回的结果不符，工具返回的是："
+""":data:`TOOLS_LEAD` for a question asked in Chinese."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -276,7 +292,7 @@ class AnswerCheck:
         if is_refusal(result.output):
             return "refusal" if result.citations else ""
         grounding = result.grounding
-        if grounding is not None and _ungrounded(grounding.sentences):
+        if grounding is not None and _ungrounded(grounding.sentences, about_tools(grounding)):
             return "ungrounded"
         if question and result.citations:
             return self._unanswered(result, question)
@@ -383,9 +399,24 @@ def tool_evidence(messages: Sequence[Message]) -> list[tuple[str, str]]:
     ]
 
 
+def tools_told(messages: Sequence[Message], question: str) -> str:
+    """What the run's tools other than ``retrieve`` returned, listed under a line saying the
+    answer did not match it (in the language of ``question``); "" when none returned
+    anything."""
+    lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
+    if not lines:
+        return ""
+    return "\n".join([TOOLS_LEAD_ZH if in_chinese(question) else TOOLS_LEAD, *lines])
+
+
 def rests_on_tools(grounding: Grounding | None) -> bool:
     """Whether a supported sentence of the answer rests on a tool result, not a passage."""
     return grounding is not None and any(s.supported and s.tool for s in grounding.sentences)
+
+
+def about_tools(grounding: Grounding | None) -> bool:
+    """Whether a sentence of the answer is about a tool result (supported by it or not)."""
+    return grounding is not None and any(s.tool for s in grounding.sentences)
 
 
 def _tool_sentences_kept(lexical: Grounding, judged: Grounding) -> Grounding:
@@ -408,14 +439,18 @@ def _claims_without_evidence(result: RunResult) -> bool:
     return bool(result.unknown_citations or facts(result.output))
 
 
-def _ungrounded(sentences: Sequence[object]) -> bool:
+def _ungrounded(sentences: Sequence[object], on_tools: bool = False) -> bool:
+    """Whether an answer's checked ``sentences`` make it ungrounded: a fact no passage holds,
+    or too many sentences unsupported; for an answer resting on tool results (``on_tools``),
+    only a fact neither they nor the passages hold ("please contact support" is in no
+    order system's reply: flagged, not replaced)."""
     supports = [s for s in sentences if hasattr(s, "supported")]
     if not supports:
         return False
     bad = [s for s in supports if not getattr(s, "supported", True)]
     if any(getattr(s, "missing", ()) or getattr(s, "misplaced", ()) for s in bad):
         return True  # a number, duration or code no passage holds (or another row's)
-    return len(bad) / len(supports) >= UNSUPPORTED_SHARE
+    return not on_tools and len(bad) / len(supports) >= UNSUPPORTED_SHARE
 
 
 def extractive_result(
@@ -442,9 +477,16 @@ def _replaced(
 ) -> RunResult:
     """``result`` with the answer that replaces its own; its transcript ends with that answer
     too, so the conversation's memory holds what the user read, not what the model wrote."""
+    # an answer about what the run's tools returned that states something they did not:
+    # what they returned, not the model's words (nor passages off the point)
+    told = tools_told(result.messages, question) if why == "ungrounded" else ""
+    if told and about_tools(result.grounding):
+        return _told(result, told, why)
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
+    if told:
+        return _told(result, told, why)
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
     if why in ("ungrounded", "prompt_echo", "posed_as_quoted", "heading_echo", "off_topic") or (
@@ -459,6 +501,17 @@ def _replaced(
             messages=_answered(result, not_covered(question)),
         )
     return replace(result, fallback_reason=why) if why != "refusal" else result
+
+
+def _told(result: RunResult, told: str, why: str) -> RunResult:
+    return replace(
+        result,
+        output=told,
+        grounding=None,
+        fallback_reason=why,
+        unknown_citations=(),
+        messages=_answered(result, told),
+    )
 
 
 def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citation]:

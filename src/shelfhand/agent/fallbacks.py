@@ -144,15 +144,16 @@ def without_copied_note(text: str) -> str:
     return text.replace(_NOTE, "").strip() if _NOTE in text else text
 
 
-def tool_result_lines(messages: Sequence[Message]) -> list[str]:
+def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
     """The run's successful tool results as ``- tool: content`` lines, each content once
-    (replays of it included), shortened like passages."""
+    (replays of it included), shortened like passages; ``leave_out``: a tool whose results
+    are not listed."""
     lines: list[str] = []
     seen: set[str] = set()
     for message in messages:
         for result in message.tool_results:
             content = result.content.replace(_NOTE, "").strip()
-            if result.is_error or not content or content in seen:
+            if result.is_error or not content or content in seen or result.name == leave_out:
                 continue
             seen.add(content)
             if len(content) > _PASSAGE_CHARS:

@@ -236,9 +236,9 @@ class Evidence:
             if any(t.rows for t in tables.values()):
                 misplaced = self._misplaced(stated, own, tables, analysed)
         supported = not missing and not misplaced and score >= needed and best is not None
-        if self._tools:  # a tool result that holds more of the sentence is what it rests on
+        if self._tools:  # a tool result that holds more of the sentence is what it is about
             by_tool = self._tool_support(sentence, cited, own, stated, allowed)
-            if by_tool is not None and (not supported or by_tool.score > score):
+            if by_tool.score > score or (by_tool.supported and not supported):
                 return by_tool
         return SentenceSupport(
             text=sentence,
@@ -257,22 +257,27 @@ class Evidence:
         own: set[str],
         stated: set[str],
         allowed: set[str],
-    ) -> SentenceSupport | None:
-        """``sentence`` supported by the run's tool results, or ``None``: every fact of it
-        is held by them, the passages (``allowed``, the question's included) or both, and
-        one result holds enough of its words."""
+    ) -> SentenceSupport:
+        """``sentence`` against the run's tool results: the one holding most of its words,
+        and whether they support it (every fact held by them, the passages or the question,
+        ``allowed``; enough of its words in that result)."""
         analysed = [(name, _analysed(text)) for name, text in self._tools]
         held = set(allowed).union(*(found for _, (_, found) in analysed))
-        if any(f not in held and not _inside_code(f, held) for f in stated):
-            return None
+        missing = sorted(f for f in stated if f not in held and not _inside_code(f, held))
         best, score = analysed[0][0], 0.0
         for name, (held_words, _) in analysed:
             share = len(own & held_words) / len(own) if own else 1.0
             if share > score:
                 best, score = name, share
-        if score < (MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT):
-            return None
-        return SentenceSupport(text=sentence, supported=True, score=score, cited=cited, tool=best)
+        enough = score >= (MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT)
+        return SentenceSupport(
+            text=sentence,
+            supported=enough and not missing,
+            score=score,
+            cited=cited,
+            missing=tuple(missing),
+            tool=best,
+        )
 
 
 def _named(tokens: Iterable[str]) -> frozenset[str]:

@@ -35,8 +35,10 @@ class SentenceSupport:
     """Numbers of the sentence that its passages hold only in a table row about something
     else than what the sentence names (the Lumen X1's ``3999`` said of the Lumen X1 Pro)."""
     tool: str | None = None
-    """The tool whose result supports it when no passage does (``order_status``: the
-    answer states what the caller's order system returned, not what the documents say)."""
+    """The tool whose result it is about, when one holds more of its words than any passage
+    (``order_status``: the answer states what the caller's order system returned, not what
+    the documents say); it supports the sentence when ``supported`` (``passage`` is then
+    ``None``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

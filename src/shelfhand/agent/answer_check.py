@@ -479,14 +479,13 @@ def _replaced(
     too, so the conversation's memory holds what the user read, not what the model wrote."""
     # an answer about what the run's tools returned that states something they did not:
     # what they returned, not the model's words (nor passages off the point)
-    told = tools_told(result.messages, question) if why == "ungrounded" else ""
-    if told and about_tools(result.grounding):
-        return _told(result, told, why)
+    if why == "ungrounded" and about_tools(result.grounding):
+        told = tools_told(result.messages, question)
+        if told:
+            return _told(result, told, why)
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
-    if told:
-        return _told(result, told, why)
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
     if why in ("ungrounded", "prompt_echo", "posed_as_quoted", "heading_echo", "off_topic") or (

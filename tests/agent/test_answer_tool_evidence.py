@@ -170,3 +170,34 @@ async def test_a_judge_that_sees_only_passages_leaves_the_tool_sentences_support
 
     assert result.output == answer and result.fallback_reason == ""
     assert result.grounding is not None and result.grounding.method == "model"
+
+
+@tool(read_only=True)
+def stock(sku: str) -> dict[str, object]:
+    """Units of a product in stock."""
+    return {"sku": sku, "name": "Lumen X1", "stock": 12}
+
+
+async def test_an_answer_about_another_tool_than_the_one_naming_the_order_is_off_topic(
+    kb: KnowledgeBase,
+) -> None:
+    model = ScriptedModel(
+        [
+            [
+                tool_call("order_status", {"order_id": "SO-1001"}),
+                tool_call("stock", {"sku": "SKU2024-011"}),
+            ],
+            text("The Lumen X1 is in stock: 12 units."),
+        ]
+    )
+    desk = Agent(
+        model=model,
+        toolkit=Toolkit([retrieve_tool(kb), order_status, stock]),
+        retrieval="both",
+        answer_check=CHECK,
+    )
+    result = await desk.run("Where is my order SO-1001?", context=ALICE)
+
+    assert result.fallback_reason == "off_topic"
+    lines = result.output.splitlines()
+    assert lines[0] == TOOLS_LEAD and '"status":"shipped"' in lines[1] and '"stock":12' in lines[2]

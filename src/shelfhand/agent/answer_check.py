@@ -39,6 +39,7 @@ from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from .answer_topic import (
     misses_amount,
     misses_identifier,
+    misses_tool_identifier,
     only_labels,
     rests_elsewhere,
     states_nothing_held,
@@ -294,6 +295,14 @@ class AnswerCheck:
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences, about_tools(grounding)):
             return "ungrounded"
+        if (
+            question
+            and about_tools(grounding)
+            and misses_tool_identifier(
+                question, result.output, grounding, tool_evidence(result.messages)
+            )
+        ):
+            return "off_topic"  # about another tool's result than the one naming what is asked
         if question and result.citations:
             return self._unanswered(result, question)
         return ""
@@ -479,7 +488,7 @@ def _replaced(
     too, so the conversation's memory holds what the user read, not what the model wrote."""
     # an answer about what the run's tools returned that states something they did not:
     # what they returned, not the model's words (nor passages off the point)
-    if why == "ungrounded" and about_tools(result.grounding):
+    if why in ("ungrounded", "off_topic") and about_tools(result.grounding):
         told = tools_told(result.messages, question)
         if told:
             return _told(result, told, why)

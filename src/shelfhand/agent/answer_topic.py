@@ -41,6 +41,7 @@ __all__ = [
     "holds_identifier",
     "misses_amount",
     "misses_identifier",
+    "misses_tool_identifier",
     "only_labels",
     "rests_elsewhere",
     "states_nothing_held",
@@ -136,6 +137,21 @@ def misses_identifier(
     resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
     # an answer too short to check ("The lamp is overheating.") rests on nothing: left alone
     return bool(resting) and not resting & holding
+
+
+def misses_tool_identifier(
+    question: str, answer: str, grounding: Grounding | None, tools: Sequence[tuple[str, str]]
+) -> bool:
+    """Whether the question names an identifier a tool result holds (``SO-1001`` in the
+    order's status) while the answer neither names it nor rests on a result holding it (it
+    tells the stock of the product instead): :func:`misses_identifier` for the run's tool
+    results (``tools``: tool name, result text)."""
+    ids = query_identifiers(question)
+    if not ids or grounding is None or holds_identifier(answer, ids):
+        return False
+    holding = {name for name, text in tools if holds_identifier(text, ids)}
+    resting = {s.tool for s in grounding.sentences if s.supported and s.tool}
+    return bool(holding) and bool(resting) and not resting & holding
 
 
 MIN_ASKED = 2

@@ -58,3 +58,29 @@ def test_nothing_streamed_sends_the_answer_itself() -> None:
     assert sent(final("12 个月。")) == "12 个月。"
     replaced = {"type": "answer_replaced", "reason": "model_error", "output": "x", "notice": "R"}
     assert sent(replaced, final("12 个月。")) == "12 个月。"
+
+
+def checked(*sentences: tuple[bool, int | None, str | None]) -> dict[str, Any]:
+    """A ``final`` event's grounding: (supported, passage, tool) per sentence."""
+    return {
+        "grounded": all(s[0] for s in sentences),
+        "sentences": [{"supported": s, "passage": p, "tool": t} for s, p, t in sentences],
+    }
+
+
+OTHER = {"index": 2, "source": "t1/faq.md", "text": "Keep your invoice.", "title": "FAQ"}
+
+
+def test_an_answer_resting_on_a_tool_result_lists_no_passage_as_its_source() -> None:
+    output = "Your order SO-1001 has shipped."
+    event = {**final(output, (CITATION, OTHER)), "grounding": checked((True, None, "order"))}
+    assert sent(event) == output
+
+
+def test_an_answer_citing_nothing_lists_the_passages_that_support_it() -> None:
+    output = "整机保修 12 个月。"
+    event = {**final(output, (CITATION, OTHER)), "grounding": checked((True, 1, None))}
+    text = sent(event)
+    assert "[1] 保修" in text and "[2]" not in text
+    unchecked = sent(final(output, (CITATION, OTHER)))  # answer check off: every passage
+    assert "[1] 保修" in unchecked and "[2] FAQ" in unchecked

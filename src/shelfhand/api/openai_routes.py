@@ -408,7 +408,8 @@ class _Reply:
         info, citations = self.extra(final)
         message = {
             "role": "assistant",
-            "content": str(final.get("output", "")) + sources_text(citations, final["output"]),
+            "content": str(final.get("output", ""))
+            + sources_text(citations, final["output"], final.get("grounding")),
             "shelfhand": {**info, "tool_steps": steps},
         }
         return JSONResponse(

@@ -252,4 +252,4 @@ class _Output:
 def _answer(final: Mapping[str, Any]) -> str:
     output = str(final.get("output", ""))
     citations = [Citation.from_dict(c) for c in final.get("citations", [])]
-    return output + sources_text(citations, output)
+    return output + sources_text(citations, output, final.get("grounding"))

@@ -224,12 +224,23 @@ async def _then_delete(
         chat.forget(session_id)
 
 
-def sources_text(citations: Sequence[Citation], answer: str = "") -> str:
-    """The numbered sources appended to ``answer`` so that plain chat UIs show them: the
-    passages it cites, or every passage when it cites none, under a heading in the answer's
-    language."""
+def sources_text(
+    citations: Sequence[Citation], answer: str = "", grounding: Mapping[str, Any] | None = None
+) -> str:
+    """The numbered sources appended to ``answer`` so that plain chat UIs show them, under a
+    heading in the answer's language: the passages it cites; when it cites none, those the
+    answer check found supporting it (``grounding``, as in the ``final`` event: none for an
+    answer resting on what a tool returned, or on nothing), or every passage when it was
+    not checked."""
     cited = set(cited_numbers(answer))
-    shown = [c for c in citations if c.index in cited] or list(citations)
+    shown = [c for c in citations if c.index in cited]
+    if not shown and grounding:
+        supporting = {
+            s.get("passage") for s in grounding.get("sentences", ()) if s.get("supported")
+        }
+        shown = [c for c in citations if c.index in supporting]
+    elif not shown:
+        shown = list(citations)
     if not shown:
         return ""
     lines = [f"[{c.index}] {label(c)}" for c in shown]
@@ -313,4 +324,4 @@ class AppendedAnswer:
             rest = replaced_notice(self._replaced, answer) + output
         else:
             rest = ""
-        return rest + sources_text(citations, output)
+        return rest + sources_text(citations, output, final.get("grounding"))

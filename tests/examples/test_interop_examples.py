@@ -30,8 +30,7 @@ def test_the_openai_client_example_gets_cited_answers_usage_steps_and_one_sessio
     lines = run_example("openai_client.py", str(tmp_path))
     assert "models: ['shelfhand']" in lines
     assert (
-        "answer: 整机保修期为自购买之日起 12 个月 [1]。\n\nSources:\n[1] 明光投影仪保修政策"
-        in lines
+        "answer: 整机保修期为自购买之日起 12 个月 [1]。\n\n来源：\n[1] 明光投影仪保修政策" in lines
     )
     assert "> running `retrieve`" in lines and "streamed usage:" in lines
     sessions = {line.split(":")[0] for line in lines.splitlines() if line.startswith("session ")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,54 @@ def test_a_subagent_file_may_name_them(tmp_path: Path) -> None:
     out = shelfhand(["agents"], tmp_path)
     assert out.returncode == 0, out.stderr
     assert "orders" in out.stdout and "order_status" in out.stdout
+
+
+def test_over_stdio_what_a_tool_module_prints_goes_to_stderr_not_into_the_protocol(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "desk.py").write_text(
+        'print("connected to the CRM")\n' + DESK + '\nprint("desk tools ready")\n',
+        encoding="utf-8",
+    )
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-P", "-m", "shelfhand.cli", "mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(tmp_path / "ws", SHELFHAND_TOOLS="desk"),
+        cwd=tmp_path,
+    )
+    killer = threading.Timer(60, process.kill)  # a server that never answers ends the test
+    killer.start()
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+        process.stdin.flush()
+        replies = []
+        while not replies or replies[-1].get("id") != 2:  # stdin stays open until the answer
+            line = process.stdout.readline()
+            assert line, "the server ended without answering tools/list"
+            replies.append(json.loads(line))  # every line is the protocol's
+        process.stdin.close()
+        err = process.stderr.read() if process.stderr is not None else ""
+    finally:
+        killer.cancel()
+        process.kill()
+    listed = [t["name"] for t in replies[-1]["result"]["tools"]]
+    assert "order_status" in listed
+    assert "connected to the CRM" in err and "desk tools ready" in err

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -98,9 +101,12 @@ def serve(
             check_anonymous(host, keys, allow_anonymous)
         except ConfigurationError as exc:
             raise fail(str(exc), 2) from None
-    kb = a.open_knowledge() if a.knowledge_exists() else None
-    a.warm_up(kb)  # loading must not count against the first tool call's timeout
-    tools = exposed_tools(a.toolkit(kb, builtins=BUILTIN_TOOLS))  # MCP clients choose
+    # over stdio, stdout carries the protocol: what a tool module prints as it is imported
+    # ("connected to the CRM") goes to stderr (while serving, the MCP SDK diverts it itself)
+    with _stdout_to_stderr() if transport == "stdio" else contextlib.nullcontext():
+        kb = a.open_knowledge() if a.knowledge_exists() else None
+        a.warm_up(kb)  # loading must not count against the first tool call's timeout
+        tools = exposed_tools(a.toolkit(kb, builtins=BUILTIN_TOOLS))  # MCP clients choose
     identity = caller_context(tenant, user, role)
     try:
         if transport == "stdio":
@@ -204,3 +210,18 @@ async def _probe_all(configs: list[Any], timeout: float) -> list[dict[str, Any]]
                 row["status"] += f" (closing failed: {exc})"
         rows.append(row)
     return rows
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Whatever is written to stdout meanwhile (``print``, or a library writing to file
+    descriptor 1) goes to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

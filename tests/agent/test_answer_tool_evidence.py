@@ -83,6 +83,21 @@ def test_a_sentence_a_passage_holds_better_stays_with_the_passage() -> None:
     assert [(s.passage, s.tool) for s in grounding.sentences] == [(1, None)]
 
 
+def test_a_tool_result_about_the_product_does_not_excuse_another_rows_price() -> None:
+    table = Citation(
+        index=1,
+        source="specs.md",
+        text="SKU | Model | Price (CNY)\nSKU2024-011 | Lumen X1 | 3,999\n"
+        "SKU2024-012 | Lumen X1 Pro | 5,999",
+    )
+    stock = '{"sku": "SKU2024-012", "name": "Lumen X1 Pro", "stock": 3}'
+    grounding = check_grounding(
+        "The Lumen X1 Pro costs 3,999 CNY.", [table], tools=[("query_stock", stock)]
+    )
+    (sentence,) = grounding.sentences
+    assert not sentence.supported and sentence.misplaced == ("3999",) and sentence.tool is None
+
+
 def test_a_chinese_answer_rests_on_a_tool_result_in_english() -> None:
     grounding = check_grounding("您的订单 SO-1001 已发货。", [], tools=[("order_status", ORDER)])
     assert grounding.grounded and grounding.sentences[0].tool == "order_status"

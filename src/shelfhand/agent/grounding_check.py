@@ -237,7 +237,8 @@ class Evidence:
                 misplaced = self._misplaced(stated, own, tables, analysed)
         supported = not missing and not misplaced and score >= needed and best is not None
         if self._tools:  # a tool result that holds more of the sentence is what it is about
-            by_tool = self._tool_support(sentence, cited, own, stated, allowed)
+            # (a number a table holds only in another row is not held unless a result holds it)
+            by_tool = self._tool_support(sentence, cited, own, stated, allowed - misplaced)
             if by_tool.score > score or (by_tool.supported and not supported):
                 return by_tool
         return SentenceSupport(

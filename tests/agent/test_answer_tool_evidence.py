@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from shelfhand.agent.model_check import ModelJudge
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
+from shelfhand.tools.tool import Tool
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
@@ -44,11 +46,14 @@ def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
         yield base
 
 
-def agent(kb: KnowledgeBase, answer: str, **options: object) -> Agent:
-    """Up-front retrieval (the default ``both``), then ``order_status``, then ``answer``."""
+def agent(kb: KnowledgeBase, answer: str, *also: Tool[..., Any], **options: object) -> Agent:
+    """Up-front retrieval (the default ``both``), then ``order_status`` (and ``also``, called
+    with ``SKU2024-011`` in the same reply), then ``answer``."""
+    calls = [tool_call("order_status", {"order_id": "SO-1001"})]
+    calls += [tool_call(t.name, {"sku": "SKU2024-011"}) for t in also]
     return Agent(
-        model=ScriptedModel([tool_call("order_status", {"order_id": "SO-1001"}), text(answer)]),
-        toolkit=Toolkit([retrieve_tool(kb), order_status]),
+        model=ScriptedModel([calls if also else calls[0], text(answer)]),
+        toolkit=Toolkit([retrieve_tool(kb), order_status, *also]),
         retrieval="both",
         answer_check=options.pop("check", CHECK),  # type: ignore[arg-type]
         **options,  # type: ignore[arg-type]
@@ -196,21 +201,7 @@ def stock(sku: str) -> dict[str, object]:
 async def test_an_answer_about_another_tool_than_the_one_naming_the_order_is_off_topic(
     kb: KnowledgeBase,
 ) -> None:
-    model = ScriptedModel(
-        [
-            [
-                tool_call("order_status", {"order_id": "SO-1001"}),
-                tool_call("stock", {"sku": "SKU2024-011"}),
-            ],
-            text("The Lumen X1 is in stock: 12 units."),
-        ]
-    )
-    desk = Agent(
-        model=model,
-        toolkit=Toolkit([retrieve_tool(kb), order_status, stock]),
-        retrieval="both",
-        answer_check=CHECK,
-    )
+    desk = agent(kb, "The Lumen X1 is in stock: 12 units.", stock)
     result = await desk.run("Where is my order SO-1001?", context=ALICE)
 
     assert result.fallback_reason == "off_topic"

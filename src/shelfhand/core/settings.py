@@ -297,11 +297,14 @@ def _check_keys(toml: Mapping[str, Any], path: Path) -> None:
         )
 
 
+_ENV_BY_REST = {known.removeprefix("SHELFHAND_"): known for known in sorted(_ENV)}
+"""Each known variable by its name without the ``SHELFHAND_`` they all share."""
+
+
 def _nearest_env(name: str) -> str:
     """The nearest variable name, compared without the ``SHELFHAND_`` they all share."""
-    rest = {known.removeprefix("SHELFHAND_"): known for known in _ENV}
-    close = _closest(name.removeprefix("SHELFHAND_"), sorted(rest))
-    return f" (did you mean {rest[close]!r}?)" if close else ""
+    close = _closest(name.removeprefix("SHELFHAND_"), list(_ENV_BY_REST))
+    return f" (did you mean {_ENV_BY_REST[close]!r}?)" if close else ""
 
 
 def _nearest(key: str, names: Sequence[str], where: str = "") -> str:

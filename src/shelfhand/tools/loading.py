@@ -46,8 +46,7 @@ def load_tools(
     if folder is not None:
         _importable(folder)
     importlib.invalidate_caches()  # a module written since the folder was last listed
-    found: list[tuple[str, Tool[..., Any]]] = []
-    by_name: dict[str, tuple[str, Tool[..., Any]]] = {}
+    by_name: dict[str, tuple[str, Tool[..., Any]]] = {}  # in the order they come
     for spec in specs:
         module_name, _, attribute = spec.partition(":")
         module = _import(module_name, folder)
@@ -68,8 +67,7 @@ def load_tools(
                     )
                 continue  # the same tool named twice (a module and one of its tools)
             by_name[item.name] = (spec, item)
-            found.append((spec, item))
-    return found
+    return list(by_name.values())
 
 
 def _importable(folder: Path) -> None:

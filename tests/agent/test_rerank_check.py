@@ -56,8 +56,8 @@ def backs_the_24_months(query: str, document: str) -> float:
     return 0.92 if "two years" in query and "24 个月" in document else 0.08
 
 
-def judge_at(url: str, *, timeout: float = 5.0) -> RerankJudge:
-    return RerankJudge(scorer=HttpReranker(url, timeout=timeout), timeout=timeout)
+def judge_at(url: str, *, timeout: float = 5.0, http_timeout: float = 5.0) -> RerankJudge:
+    return RerankJudge(scorer=HttpReranker(url, timeout=http_timeout), timeout=timeout)
 
 
 async def ask(kb: KnowledgeBase, answer: str, judge: RerankJudge | None) -> RunResult:
@@ -133,6 +133,8 @@ async def test_an_endpoint_that_cannot_say_leaves_the_lexical_check_with_a_note(
 ) -> None:
     server = rerank_endpoint(answer)
 
+    # The HTTP client waits 5 s and the judge 0.5 s: the judge's deadline is what a hang meets
+    # (with both at 0.5 s, a loaded machine let either fire first).
     with anyio.fail_after(30):
         result = await ask(kb, IN_ENGLISH, judge_at(server.url, timeout=0.5))
 

@@ -166,6 +166,32 @@ def test_ask_json_lists_the_calls_with_what_they_returned(tmp_path: Path, server
     assert json.loads(step["content"])["user"] == "alice"
 
 
+def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
+    tmp_path: Path, server: Any
+) -> None:
+    (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
+    (tmp_path / "manual.md").write_text("# Lumen X1\n\nA 3,000 lumen projector.\n", "utf-8")
+    assert shelfhand(["ingest", "manual.md"], tmp_path).returncode == 0  # the answer is checked
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "warehouse", "arguments": '{"sku": "X1"}'},
+    }
+    server.add(
+        Reply(body=completion(tool_calls=[call])),
+        Reply(body=completion("There are 12 Lumen X1 in stock.")),  # made up: the call failed
+    )
+    out = shelfhand(["ask", "How many X1 are in stock?", "--json"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["output"] == (
+        "The tools needed for this did not answer:\n"
+        "- warehouse: failed: ValueError: the warehouse service answered 503"
+    )
+    assert answer["fallback_reason"] == "ungrounded"
+    assert [s["is_error"] for s in answer["tool_steps"]] == [True]
+
+
 def test_a_subagent_file_may_name_them(tmp_path: Path) -> None:
     (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
     agents = tmp_path / "ws" / "agents"

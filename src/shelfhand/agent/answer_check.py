@@ -52,6 +52,7 @@ from .fallbacks import (
     found_nothing,
     in_chinese,
     not_covered,
+    tool_failure_lines,
     tool_result_lines,
 )
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
@@ -64,6 +65,8 @@ __all__ = [
     "REASONS_ZH",
     "REPLACED_NOTICE",
     "REPLACED_NOTICE_ZH",
+    "TOOLS_FAILED_LEAD",
+    "TOOLS_FAILED_LEAD_ZH",
     "TOOLS_LEAD",
     "TOOLS_LEAD_ZH",
     "WITHDRAWN_NOTICE",
@@ -84,6 +87,7 @@ __all__ = [
     "replacement_notice",
     "rests_on_tools",
     "tool_evidence",
+    "tools_failed",
     "tools_told",
     "withdrawal_notice",
 ]
@@ -156,6 +160,10 @@ TOOLS_LEAD = "The answer did not match what the tools returned, which was:"
 """The line over the tool results that replace an ungrounded answer resting on them."""
 TOOLS_LEAD_ZH = "回答与工具返回的结果不符，工具返回的是："
 """:data:`TOOLS_LEAD` for a question asked in Chinese."""
+TOOLS_FAILED_LEAD = "The tools needed for this did not answer:"
+"""What opens the list of failed tool calls that replaces an answer no passage backs."""
+TOOLS_FAILED_LEAD_ZH = "回答所需的工具没有返回结果："
+""":data:`TOOLS_FAILED_LEAD` for a question asked in Chinese."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -418,6 +426,16 @@ def tools_told(messages: Sequence[Message], question: str) -> str:
     return "\n".join([TOOLS_LEAD_ZH if in_chinese(question) else TOOLS_LEAD, *lines])
 
 
+def tools_failed(messages: Sequence[Message], question: str) -> str:
+    """The run's failed tool calls (other than ``retrieve``'s) that no later call of the same
+    tool made good, listed under a line saying so (in the language of ``question``); "" when
+    none failed."""
+    lines = tool_failure_lines(messages, leave_out=RETRIEVE_TOOL)
+    if not lines:
+        return ""
+    return "\n".join([TOOLS_FAILED_LEAD_ZH if in_chinese(question) else TOOLS_FAILED_LEAD, *lines])
+
+
 def rests_on_tools(grounding: Grounding | None) -> bool:
     """Whether a supported sentence of the answer rests on a tool result, not a passage."""
     return grounding is not None and any(s.supported and s.tool for s in grounding.sentences)
@@ -441,9 +459,12 @@ def _tool_sentences_kept(lexical: Grounding, judged: Grounding) -> Grounding:
 
 
 def _claims_without_evidence(result: RunResult) -> bool:
-    """The documents were searched and had nothing, yet the answer cites a passage or states
-    numbers and codes: it is checked (and found unsupported), not shown as evidence-based."""
-    if not found_nothing(result.messages):
+    """The documents were searched and had nothing, or the tools called failed, yet the
+    answer cites a passage or states numbers and codes: it is checked (and found
+    unsupported), not shown as evidence-based."""
+    if not found_nothing(result.messages) and not tool_failure_lines(
+        result.messages, leave_out=RETRIEVE_TOOL
+    ):
         return False
     return bool(result.unknown_citations or facts(result.output))
 
@@ -496,10 +517,14 @@ def _replaced(
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     # no passage is about the question: that is the answer, whether the model said something
-    # unfounded or stopped without an answer (unrelated passages are not listed as if they were)
+    # unfounded or stopped without an answer (unrelated passages are not listed as if they were),
+    # unless a tool that could have answered failed: then that is (the order system is down)
     if why in ("ungrounded", "prompt_echo", "posed_as_quoted", "heading_echo", "off_topic") or (
         why in _STOPPED and (result.citations or found_nothing(result.messages))
     ):
+        failed = tools_failed(result.messages, question)
+        if failed:
+            return _told(result, failed, why)
         return replace(
             result,
             output=not_covered(question),

@@ -41,6 +41,7 @@ __all__ = [
     "passage_lines",
     "repeated_call_answer",
     "says_not_covered",
+    "tool_failure_lines",
     "tool_result_lines",
     "without_copied_note",
 ]
@@ -160,6 +161,34 @@ def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> li
                 content = content[:_PASSAGE_CHARS] + "…"
             lines.append(f"- {result.name}: {content}")
     return lines
+
+
+_FAILED = re.compile(r"tool (?P<name>\S+) (?P<what>(?:failed|unavailable|rate limited)\b.*)", re.S)
+"""A call governance could not complete: the tool raised or timed out, its circuit is open,
+or its rate limit was reached (``tool order_status failed: timed out after 5 s``)."""
+
+
+def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
+    """The run's tools whose calls failed (raised, timed out, circuit open, rate limited) and
+    that returned nothing in the run, as ``- tool: what happened`` lines, each tool once (its
+    last failure), without the advice to the model; ``leave_out``: a tool not listed.
+
+    A call the model got wrong (unknown tool, invalid arguments, not permitted) is not a
+    failure of the tool: not listed."""
+    failures: dict[str, str] = {}
+    returned: set[str] = set()
+    for message in messages:
+        for result in message.tool_results:
+            if result.name == leave_out:
+                continue
+            if not result.is_error:
+                returned.add(result.name)
+                continue
+            failed = _FAILED.match(result.content)
+            if failed is not None and failed["name"] == result.name:
+                what = failed["what"].splitlines()[0].split("; ")[0]
+                failures[result.name] = what[:_PASSAGE_CHARS]
+    return [f"- {name}: {what}" for name, what in failures.items() if name not in returned]
 
 
 def echo_answer(result: ToolResultBlock) -> str:

@@ -1,0 +1,220 @@
+"""When the tool that could answer failed (the order system timed out, refused, its circuit
+is open), the answer check does not tell the user "the documents do not cover this": the
+answer that replaces the model's says which tools did not answer, in the question's language.
+Real governance (timeouts, retries, breakers) under a scripted model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
+from shelfhand.agent.answer_check import (
+    AGENT_SCAFFOLDS,
+    TOOLS_FAILED_LEAD,
+    TOOLS_FAILED_LEAD_ZH,
+    AnswerCheck,
+)
+from shelfhand.agent.fallbacks import NOT_COVERED, tool_failure_lines
+from shelfhand.core.messages import Message, ToolResultBlock
+from shelfhand.providers.tool_modes import PROMPT_TEXTS
+from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
+from shelfhand.tools.tool import Tool
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
+BOB = UserContext(tenant_id="globex", user_id="bob", roles=["user"])
+CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
+WHERE = "Where is my order SO-1001?"
+MADE_UP = "Your order SO-1001 has shipped and arrives on 2025-03-09."
+
+
+@tool(read_only=True, timeout=0.2)
+async def order_status(ctx: UserContext, order_id: str) -> dict[str, str]:
+    """Look up one of the caller's orders (its system hangs)."""
+    await anyio.sleep(5)
+    return {}
+
+
+@tool(read_only=True)
+def order_refused(ctx: UserContext, order_id: str) -> dict[str, str]:
+    """Look up one of the caller's orders (its system refuses connections)."""
+    raise ConnectionError("the order system refused the connection")
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path) as base:
+        yield base
+
+
+def agent(kb: KnowledgeBase, the_tool: Tool, *replies: object, retrieval: str = "both") -> Agent:
+    return Agent(
+        model=ScriptedModel(list(replies)),  # type: ignore[arg-type]
+        toolkit=Toolkit([retrieve_tool(kb), the_tool]),
+        retrieval=retrieval,  # type: ignore[arg-type]
+        answer_check=CHECK,
+    )
+
+
+def told(failures: str, lead: str = TOOLS_FAILED_LEAD) -> str:
+    return f"{lead}\n{failures}"
+
+
+async def test_a_made_up_answer_after_a_timeout_becomes_the_failure_not_not_covered(
+    kb: KnowledgeBase,
+) -> None:
+    call = tool_call("order_status", {"order_id": "SO-1001"})
+    result = await agent(kb, order_status, call, text(MADE_UP)).run(WHERE, context=ALICE)
+
+    assert result.output == told("- order_status: failed: timed out after 0.2 s")
+    assert result.fallback_reason in ("ungrounded", "off_topic") and not result.extractive
+    assert result.messages[-1].text == result.output  # the conversation remembers what was read
+
+
+async def test_an_apology_in_words_is_replaced_by_which_tool_failed_and_how(
+    kb: KnowledgeBase,
+) -> None:
+    call = tool_call("order_refused", {"order_id": "SO-1001"})
+    answer = text("I could not reach the order system right now. Please try again later.")
+    result = await agent(kb, order_refused, call, answer).run(WHERE, context=ALICE)
+
+    # retried (a ConnectionError is transient), then given up: what the user reads says so
+    assert result.output == told(
+        "- order_refused: failed after 3 attempts: ConnectionError: "
+        "the order system refused the connection"
+    )
+
+
+async def test_in_chinese_the_lead_is_chinese(kb: KnowledgeBase) -> None:
+    call = tool_call("order_status", {"order_id": "SO-1001"})
+    answer = text("您的订单 SO-1001 已发货，预计 2025-03-09 送达。")
+    result = await agent(kb, order_status, call, answer).run(
+        "我的订单 SO-1001 到哪了？", context=ALICE
+    )
+    assert result.output == told(
+        "- order_status: failed: timed out after 0.2 s", TOOLS_FAILED_LEAD_ZH
+    )
+
+
+async def test_a_model_repeating_the_failing_call_until_stopped_gets_the_failure(
+    kb: KnowledgeBase,
+) -> None:
+    call = tool_call("order_refused", {"order_id": "SO-1001"})
+    result = await agent(kb, order_refused, *[call] * 8).run(WHERE, context=ALICE)
+
+    assert result.stop_reason == "repeated_call" and result.fallback_reason == "repeated_call"
+    assert result.output.startswith(TOOLS_FAILED_LEAD + "\n- order_refused: ")
+    assert NOT_COVERED not in result.output and len(result.output.splitlines()) == 2
+
+
+async def test_without_a_search_a_fact_stated_after_a_failed_call_is_checked_too(
+    kb: KnowledgeBase,
+) -> None:
+    """``retrieval="tool"`` and no ``retrieve`` call: no passage, yet the answer states a date
+    the failed call never gave."""
+    call = tool_call("order_status", {"order_id": "SO-1001"})
+    made_up = await agent(kb, order_status, call, text(MADE_UP), retrieval="tool").run(
+        WHERE, context=ALICE
+    )
+    assert made_up.output == told("- order_status: failed: timed out after 0.2 s")
+
+    # an answer in words that states nothing is the model's to give: it stands
+    honest = "Sorry, I could not look that order up just now."
+    kept = await agent(kb, order_status, call, text(honest), retrieval="tool").run(
+        WHERE, context=ALICE
+    )
+    assert kept.output == honest and not kept.fallback_reason
+
+
+async def test_passages_about_the_question_still_come_first(kb: KnowledgeBase) -> None:
+    call = tool_call("order_status", {"order_id": "SO-1001"})
+    question = "投影仪的保修期是多久？"
+    result = await agent(kb, order_status, call, text("保修期是 36 个月。")).run(
+        question, context=ALICE
+    )
+    assert result.extractive and "24 个月" in result.output
+    assert TOOLS_FAILED_LEAD_ZH not in result.output
+
+
+def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_not_listed() -> (
+    None
+):
+    def results(*blocks: ToolResultBlock) -> Message:
+        return Message.tool(list(blocks))
+
+    messages = [
+        results(
+            ToolResultBlock(
+                call_id="1",
+                name="order_status",
+                content="tool order_status failed: timed out after 5 s",
+                is_error=True,
+            ),
+            ToolResultBlock(
+                call_id="2",
+                name="stock",
+                content="tool stock unavailable: circuit open after repeated failures; retry in about 30 s or answer without it",
+                is_error=True,
+            ),
+            ToolResultBlock(
+                call_id="3",
+                name="refund",
+                content="invalid arguments for tool refund: amount: field required",
+                is_error=True,
+            ),
+            ToolResultBlock(
+                call_id="4",
+                name="retrieve",
+                content="tool retrieve failed: RuntimeError: x",
+                is_error=True,
+            ),
+        ),
+        results(ToolResultBlock(call_id="5", name="order_status", content='{"status": "shipped"}')),
+    ]
+    assert tool_failure_lines(messages, leave_out="retrieve") == [
+        "- stock: unavailable: circuit open after repeated failures"
+    ]
+
+
+async def test_two_callers_at_once_each_read_their_own_outcome(kb: KnowledgeBase) -> None:
+    """One agent, two tenants at once: globex's order system is down, acme's answers."""
+
+    @tool(read_only=True, timeout=0.5)
+    async def orders(ctx: UserContext, order_id: str) -> dict[str, str]:
+        """Look up one of the caller's orders."""
+        if ctx.tenant_id == "globex":
+            await anyio.sleep(5)
+        return {"order": order_id, "status": "shipped", "carrier": "SF Express"}
+
+    def model(messages: list[Message], tools: Any) -> object:
+        """Each run's own turns: the call first, the answer once its result is in."""
+        if not any(r.name == "orders" for m in messages for r in m.tool_results):
+            return tool_call("orders", {"order_id": "SO-1001"})
+        return text("Your order SO-1001 has shipped with SF Express.")
+
+    shared = Agent(
+        model=FunctionModel(model),
+        toolkit=Toolkit([retrieve_tool(kb), orders]),
+        retrieval="both",
+        answer_check=CHECK,
+    )
+    outcomes: dict[str, str] = {}
+
+    async def ask(who: UserContext) -> None:
+        outcomes[who.tenant_id] = (await shared.run(WHERE, context=who)).output
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, ALICE)
+        tg.start_soon(ask, BOB)
+
+    assert outcomes == {
+        "acme": "Your order SO-1001 has shipped with SF Express.",
+        "globex": told("- orders: failed: timed out after 0.5 s"),
+    }

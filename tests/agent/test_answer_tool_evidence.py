@@ -78,7 +78,30 @@ def test_a_fact_neither_the_passages_nor_the_tools_hold_is_still_missing() -> No
     (sentence,) = grounding.sentences
     # about the order (its result holds most of its words), not supported by it
     assert not sentence.supported and sentence.tool == "order_status"
-    assert sentence.missing == ("12",)
+    assert sentence.missing == ("12", "--03-12")  # the number, and the day as a date
+
+
+def test_a_date_is_held_whole_not_by_its_numbers_found_apart() -> None:
+    """The order's date is the 9th; its quantity is 12: "the 12th of March" is held by
+    neither, though 2025, 3 and 12 are all in the result."""
+    result = '{"order": "SO-1001", "eta": "2025-03-09", "qty": 12}'
+    told = [("order_status", result)]
+    wrong = [
+        "SO-1001 arrives on 2025-03-12.",
+        "SO-1001 arrives on March 12.",
+        "SO-1001 预计 3 月 12 日送达。",
+    ]
+    right = [
+        "SO-1001 arrives on 2025-03-09.",
+        "SO-1001 (12 units) arrives on the 9th of March.",
+        "SO-1001 预计 2025 年 3 月 9 日送达。",
+    ]
+    for answer in wrong:
+        (sentence,) = check_grounding(answer, [LAMP], tools=told).sentences
+        assert not sentence.supported and sentence.missing == ("--03-12",), answer
+    for answer in right:
+        (sentence,) = check_grounding(answer, [LAMP], tools=told).sentences
+        assert sentence.supported and sentence.tool == "order_status", answer
 
 
 def test_a_sentence_a_passage_holds_better_stays_with_the_passage() -> None:

@@ -8,7 +8,8 @@ passages it cites (``[n]``), or against all of the run's passages when it cites 
   segmented with jieba's dictionary, identifiers such as ``E-203`` or ``SKU2024-011`` whole) that the best passage holds;
 - **facts**: every number, duration, code and date of the sentence must appear in those
   passages (or in the question: "3 units" may come from the user). ``3,999`` meets ``3999``,
-  ``2025-01-01`` meets ``2025 年 1 月 1 日``.
+  ``2025-01-01`` meets ``2025 年 1 月 1 日``. A date is also checked whole, by its month and
+  day (:mod:`.dates`): "2025-03-12" is not held by a 3 and a 12 found apart.
 
 A sentence no passage supports is supported by a **tool result** of the run (an order's
 status, a stock count: what the caller's own systems returned) when every fact of it is held
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_matching
+
+from .dates import held_dates, stated_dates
 
 __all__ = [
     "MIN_SUPPORT",
@@ -71,6 +74,8 @@ _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
 # an identifier's separator-free form holding a letter (``e203``, ``sku2024011``): dates such
 # as 2025-01-01 are checked by their numbers
 _SEPARATOR_FREE = re.compile(r"[^\W_]*[^\W\d_][^\W_]*")
+# "9th", "21st": a number (counted as one), not a code
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -116,10 +121,14 @@ def _number(raw: str) -> str:
 def facts(text: str) -> set[str]:
     """The numbers and codes of ``text``, normalised (``3,999`` → ``3999``, ``E-203`` →
     ``e203``; the parts of a date or code count as numbers too: ``2025-01-01`` → ``2025``,
-    ``1``). Citation markers are not facts."""
+    ``1``; ``9th`` → ``9``). Citation markers are not facts."""
     text = unicodedata.normalize("NFKC", _CITE.sub(" ", text))
     found = {_number(m.group()) for m in _NUMBER.finditer(text)}
-    found.update(t for t in identifier_tokens(text) if _SEPARATOR_FREE.fullmatch(t))
+    found.update(
+        t
+        for t in identifier_tokens(text)
+        if _SEPARATOR_FREE.fullmatch(t) and not _ORDINAL.fullmatch(t)
+    )
     return found
 
 
@@ -197,6 +206,12 @@ class Evidence:
             misplaced -= tabled.elsewhere if tabled.rows else analysed[i][1]
         return misplaced
 
+    def _days(self, pool: Iterable[int]) -> frozenset[str]:
+        """The days of the year (``--MM-DD``) the passages of ``pool`` and the question may
+        state."""
+        found = held_dates(self._question) if self._question else frozenset()
+        return found.union(*(held_dates(self._texts[i]) for i in pool))
+
     def _question_names(self) -> frozenset[str]:
         """What a sentence naming nothing of a table ("The price is 3,999.") is read as about:
         the question's naming words (analysed only when such a sentence comes)."""
@@ -223,6 +238,9 @@ class Evidence:
         for _, held in analysed.values():
             allowed |= held
         missing = sorted(f for f in stated if f not in allowed and not _inside_code(f, allowed))
+        days = stated_dates(claims)
+        on_days = self._days(pool) if days else frozenset()
+        missing += sorted(days - on_days)
         whole = [i for i in pool if stated <= (analysed[i][1] | self.question_facts)]
         best, score = None, 0.0
         for i in whole or pool:
@@ -238,7 +256,9 @@ class Evidence:
         supported = not missing and not misplaced and score >= needed and best is not None
         if self._tools:  # a tool result that holds more of the sentence is what it is about
             # (a number a table holds only in another row is not held unless a result holds it)
-            by_tool = self._tool_support(sentence, cited, own, stated, allowed - misplaced)
+            by_tool = self._tool_support(
+                sentence, cited, own, stated, allowed - misplaced, days - on_days
+            )
             if by_tool.score > score or (by_tool.supported and not supported):
                 return by_tool
         return SentenceSupport(
@@ -258,13 +278,17 @@ class Evidence:
         own: set[str],
         stated: set[str],
         allowed: set[str],
+        days: set[str],
     ) -> SentenceSupport:
         """``sentence`` against the run's tool results: the one holding most of its words,
         and whether they support it (every fact held by them, the passages or the question,
-        ``allowed``; enough of its words in that result)."""
+        ``allowed``; every day of ``days``, those the passages do not state, held by them;
+        enough of its words in that result)."""
         analysed = [(name, _analysed(text)) for name, text in self._tools]
         held = set(allowed).union(*(found for _, (_, found) in analysed))
         missing = sorted(f for f in stated if f not in held and not _inside_code(f, held))
+        if days:
+            missing += sorted(days.difference(*(held_dates(text) for _, text in self._tools)))
         best, score = analysed[0][0], 0.0
         for name, (held_words, _) in analysed:
             share = len(own & held_words) / len(own) if own else 1.0

@@ -1,0 +1,84 @@
+"""Dates read whole, for the grounding check: "arrives on 2025-03-12" is held only by a text
+that states the 12th of March, not by a 3 and a 12 found apart (an order's ``2025-03-09``
+beside a quantity of 12), which is all the check's numbers can tell.
+
+A date is compared by its month and day, written ``--MM-DD`` (ISO 8601's form for a date
+without a year): its year is a number the check already looks for. What an answer states
+(:func:`stated_dates`) is read strictly: ``2025-03-12``, ``2025/3/12``, ``2025 年 3 月 12 日``,
+``3月12日``, ``March 12, 2025``, ``12 March``; ``03/12/2025`` could be either day and is not
+read as a date. What evidence holds (:func:`held_dates`) is read leniently: such a date gives
+both of its readings.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+
+__all__ = ["held_dates", "stated_dates"]
+
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_MONTH = "(?:" + "|".join(sorted((m.capitalize() for m in _MONTHS), key=len, reverse=True)) + ")"
+_ORDINAL = r"(?:st|nd|rd|th)?"
+
+# year first: 2025-03-12, 2025/3/12, 2025.3.12 (and an ISO timestamp's start)
+_YEAR_FIRST = re.compile(r"(?<![\w.])\d{4}([-/.])(\d{1,2})\1(\d{1,2})(?!\d)")
+# 2025 年 3 月 12 日, 3月12日, 3 月 12 号
+_CHINESE = re.compile(r"(?<!\d)(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
+# March 12, 2025; Mar. 12th; 12 March 2025; the 12th of March
+_MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}}){_ORDINAL}(?![\d:])")
+_DAY_MONTH = re.compile(rf"(?<![\d.,])\b(\d{{1,2}}){_ORDINAL}\s+(?:of\s+)?({_MONTH})\b")
+# 03/12/2025, 12.03.2025: the 3rd of December or the 12th of March
+_EITHER = re.compile(r"(?<![\w.])(\d{1,2})([/.])(\d{1,2})\2\d{4}(?!\d)")
+
+
+def _day(month: int, day: int) -> str | None:
+    return f"--{month:02d}-{day:02d}" if 1 <= month <= 12 and 1 <= day <= 31 else None
+
+
+def _read(text: str) -> set[str]:
+    text = unicodedata.normalize("NFKC", text)
+    found = {_day(int(m[2]), int(m[3])) for m in _YEAR_FIRST.finditer(text)}
+    found.update(_day(int(m[1]), int(m[2])) for m in _CHINESE.finditer(text))
+    found.update(_day(_MONTHS[m[1].lower()], int(m[2])) for m in _MONTH_DAY.finditer(text))
+    found.update(_day(_MONTHS[m[2].lower()], int(m[1])) for m in _DAY_MONTH.finditer(text))
+    return {d for d in found if d}
+
+
+def stated_dates(text: str) -> set[str]:
+    """The days of the year ``text`` states unambiguously, as ``--MM-DD``."""
+    return _read(text) if any(c.isdigit() for c in text) else set()
+
+
+@functools.lru_cache(maxsize=4096)
+def held_dates(text: str) -> frozenset[str]:
+    """The days of the year ``text`` may state, as ``--MM-DD``: :func:`stated_dates` and both
+    readings of a date that puts the day or the month first (``03/12/2025``)."""
+    if not any(c.isdigit() for c in text):
+        return frozenset()
+    found = _read(text)
+    for m in _EITHER.finditer(unicodedata.normalize("NFKC", text)):
+        first, second = int(m[1]), int(m[3])
+        found.update(d for d in (_day(first, second), _day(second, first)) if d)
+    return frozenset(found)

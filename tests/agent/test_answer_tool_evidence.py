@@ -182,7 +182,7 @@ async def test_a_date_the_order_tool_did_not_return_is_replaced_by_what_it_retur
     assert result.fallback_reason == "ungrounded" and "2025-03-17" not in result.output
     assert result.output.splitlines() == [
         lead,
-        '- order_status: {"order":"SO-1001","owner":"alice","status":"shipped","eta":"2025-03-09"}',
+        "- order_status: order: SO-1001, owner: alice, status: shipped, eta: 2025-03-09",
     ]
     assert result.messages[-1].text == result.output  # what the next turn remembers
 
@@ -229,4 +229,9 @@ async def test_an_answer_about_another_tool_than_the_one_naming_the_order_is_off
 
     assert result.fallback_reason == "off_topic"
     lines = result.output.splitlines()
-    assert lines[0] == TOOLS_LEAD and '"status":"shipped"' in lines[1] and '"stock":12' in lines[2]
+    # each result as a person reads it, not as JSON
+    assert lines == [
+        TOOLS_LEAD,
+        "- order_status: order: SO-1001, owner: alice, status: shipped, eta: 2025-03-09",
+        "- stock: sku: SKU2024-011, name: Lumen X1, stock: 12",
+    ]

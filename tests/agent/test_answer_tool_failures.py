@@ -19,7 +19,7 @@ from shelfhand.agent.answer_check import (
     TOOLS_FAILED_LEAD_ZH,
     AnswerCheck,
 )
-from shelfhand.agent.fallbacks import NOT_COVERED, tool_failure_lines
+from shelfhand.agent.fallbacks import NOT_COVERED, readable, tool_failure_lines
 from shelfhand.core.messages import Message, ToolResultBlock
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
@@ -218,3 +218,20 @@ async def test_two_callers_at_once_each_read_their_own_outcome(kb: KnowledgeBase
         "acme": "Your order SO-1001 has shipped with SF Express.",
         "globex": told("- orders: failed: timed out after 0.5 s"),
     }
+
+
+def test_a_json_result_reads_as_pairs_other_text_as_it_is() -> None:
+    assert readable('{"order": "SO-1001", "eta": "2025-03-09", "qty": 2, "paid": true}') == (
+        "order: SO-1001, eta: 2025-03-09, qty: 2, paid: true"
+    )
+    assert readable('[{"sku": "A", "stock": 1}, {"sku": "B", "stock": 0}]') == (
+        "sku: A, stock: 1; sku: B, stock: 0"
+    )
+    assert (
+        readable('{"order": "SO-1", "lines": [{"sku": "A"}]}')
+        == 'order: SO-1, lines: [{"sku":"A"}]'
+    )
+    assert readable('{"名称": "投影仪"}') == "名称: 投影仪"
+    assert readable("shipped on 2025-03-09") == "shipped on 2025-03-09"
+    assert readable("{not json") == "{not json"
+    assert readable("[" * 100_000) == "[" * 100_000  # too deep to parse: as it is

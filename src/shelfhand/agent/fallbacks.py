@@ -39,6 +39,7 @@ __all__ = [
     "max_iters_answer",
     "not_covered",
     "passage_lines",
+    "readable",
     "repeated_call_answer",
     "says_not_covered",
     "tool_failure_lines",
@@ -87,6 +88,7 @@ ECHO_NUDGE = (
     "question now, in plain words, using that result."
 )
 _PASSAGE_CHARS = 300
+_READABLE_CHARS = 100_000  # a longer result is shortened as it is, not parsed
 _ECHO_CHARS = 2000
 _FENCED = re.compile(r"\A```[A-Za-z0-9_]*[ \t]*\n(.*)\n```\Z", re.DOTALL)
 _NOTE = REPEATED_NOTE.strip()
@@ -145,10 +147,33 @@ def without_copied_note(text: str) -> str:
     return text.replace(_NOTE, "").strip() if _NOTE in text else text
 
 
+def readable(content: str) -> str:
+    """A tool result as a person reads it: a JSON object as ``key: value`` pairs
+    (``order: SO-1001, status: shipped``), a list of them one after another (``; ``), nested
+    values as compact JSON; any other text as it is."""
+    value = _json_value(content) if len(content) <= _READABLE_CHARS else None
+    if value is None:
+        return content
+    items = value if isinstance(value, list) else [value]
+    return "; ".join(_pairs(item) for item in items)
+
+
+def _pairs(item: object) -> str:
+    if not isinstance(item, dict):
+        return _plain(item)
+    return ", ".join(f"{key}: {_plain(value)}" for key, value in item.items())
+
+
+def _plain(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
-    """The run's successful tool results as ``- tool: content`` lines, each content once
-    (replays of it included), shortened like passages; ``leave_out``: a tool whose results
-    are not listed."""
+    """The run's successful tool results as ``- tool: content`` lines (:func:`readable`),
+    each content once (replays of it included), shortened like passages; ``leave_out``: a
+    tool whose results are not listed."""
     lines: list[str] = []
     seen: set[str] = set()
     for message in messages:
@@ -157,6 +182,7 @@ def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> li
             if result.is_error or not content or content in seen or result.name == leave_out:
                 continue
             seen.add(content)
+            content = readable(content)
             if len(content) > _PASSAGE_CHARS:
                 content = content[:_PASSAGE_CHARS] + "…"
             lines.append(f"- {result.name}: {content}")

@@ -84,3 +84,24 @@ def test_an_answer_citing_nothing_lists_the_passages_that_support_it() -> None:
     assert "[1] 保修" in text and "[2]" not in text
     unchecked = sent(final(output, (CITATION, OTHER)))  # answer check off: every passage
     assert "[1] 保修" in unchecked and "[2] FAQ" in unchecked
+
+
+def test_an_answer_the_check_replaced_by_something_else_than_passages_lists_none() -> None:
+    """ "The documents do not cover this", what the tools returned, the tools that did not
+    answer: no passage is their source, so none is listed under them."""
+    for output in (
+        "The documents do not cover this: no passage in the knowledge base matches it.",
+        "The tools called for this did not answer:\n- order_status: failed: timed out after 3 s",
+    ):
+        event = {**final(output, (CITATION, OTHER)), "fallback_reason": "ungrounded"}
+        assert sent(event) == output
+    # the passages' own sentences in its place cite them: those are listed
+    extract = "From the documents:\n- 整机保修 12 个月。 [1]"
+    event = {
+        **final(extract, (CITATION, OTHER)),
+        "fallback_reason": "ungrounded",
+        "extractive": True,
+    }
+    assert sent(event) == f"{extract}\n\nSources:\n[1] 保修 (t1/warranty.md)"
+    # an answer nobody checked still lists every passage the turn found
+    assert sent(final("Keep it.", (CITATION, OTHER))).count("\n[") == 2

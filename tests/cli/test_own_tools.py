@@ -185,7 +185,7 @@ def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert answer["output"] == (
-        "The tools needed for this did not answer:\n"
+        "The tools called for this did not answer:\n"
         "- warehouse: failed: ValueError: the warehouse service answered 503"
     )
     assert answer["fallback_reason"] == "ungrounded"

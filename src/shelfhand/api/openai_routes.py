@@ -52,9 +52,9 @@ from shelfhand.service.completions import (
     AppendedAnswer,
     ClientMessage,
     agent_of,
+    final_sources,
     open_turn,
     served_models,
-    sources_text,
 )
 
 __all__ = [
@@ -387,9 +387,8 @@ class _Reply:
         self.answer = AppendedAnswer()
         """The answer as this append-only stream sends it."""
 
-    def extra(self, final: Mapping[str, Any]) -> tuple[dict[str, Any], list[Citation]]:
-        info = citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
-        return info, [Citation.from_dict(c) for c in final.get("citations", [])]
+    def extra(self, final: Mapping[str, Any]) -> dict[str, Any]:
+        return citation_info(final, session_id=self.session_id, trace_id=self.trace_id)
 
     async def collect(self, pump: TurnPump) -> Response:
         steps: list[dict[str, Any]] = []
@@ -405,11 +404,10 @@ class _Reply:
                 final = event
         if final is None:  # pragma: no cover - the agent always ends with a final event
             return openai_error(500, "the turn ended without an answer", "internal_error")
-        info, citations = self.extra(final)
+        info = self.extra(final)
         message = {
             "role": "assistant",
-            "content": str(final.get("output", ""))
-            + sources_text(citations, final["output"], final.get("grounding")),
+            "content": str(final.get("output", "")) + final_sources(final),
             "shelfhand": {**info, "tool_steps": steps},
         }
         return JSONResponse(
@@ -463,7 +461,7 @@ class _Reply:
         yield b"data: [DONE]\n\n"
 
     def _ending(self, final: Mapping[str, Any], *, usage: bool) -> list[bytes]:
-        info, _ = self.extra(final)
+        info = self.extra(final)
         parts = [self.chunk({}, _finish_reason(final), shelfhand=info)]
         if usage:
             data = {

@@ -47,8 +47,7 @@ from shelfhand.api.openai_routes import (
 )
 from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.errors import TurnFailed
-from shelfhand.core.messages import Citation
-from shelfhand.service.completions import AppendedAnswer, ClientMessage, sources_text
+from shelfhand.service.completions import AppendedAnswer, ClientMessage, final_sources
 
 __all__ = ["router"]
 
@@ -250,6 +249,4 @@ class _Output:
 
 
 def _answer(final: Mapping[str, Any]) -> str:
-    output = str(final.get("output", ""))
-    citations = [Citation.from_dict(c) for c in final.get("citations", [])]
-    return output + sources_text(citations, output, final.get("grounding"))
+    return str(final.get("output", "")) + final_sources(final)

@@ -48,6 +48,7 @@ __all__ = [
     "ClientMessage",
     "CompletionTurn",
     "agent_of",
+    "final_sources",
     "open_turn",
     "replaced_notice",
     "served_models",
@@ -225,13 +226,18 @@ async def _then_delete(
 
 
 def sources_text(
-    citations: Sequence[Citation], answer: str = "", grounding: Mapping[str, Any] | None = None
+    citations: Sequence[Citation],
+    answer: str = "",
+    grounding: Mapping[str, Any] | None = None,
+    *,
+    replaced: bool = False,
 ) -> str:
     """The numbered sources appended to ``answer`` so that plain chat UIs show them, under a
     heading in the answer's language: the passages it cites; when it cites none, those the
     answer check found supporting it (``grounding``, as in the ``final`` event: none for an
-    answer resting on what a tool returned, or on nothing), or every passage when it was
-    not checked."""
+    answer resting on what a tool returned, or on nothing), none when the check ``replaced``
+    the model's answer by something else than the passages ("the documents do not cover
+    this", the tools' results), or every passage when it was not checked."""
     cited = set(cited_numbers(answer))
     shown = [c for c in citations if c.index in cited]
     if not shown and grounding:
@@ -239,13 +245,21 @@ def sources_text(
             s.get("passage") for s in grounding.get("sentences", ()) if s.get("supported")
         }
         shown = [c for c in citations if c.index in supporting]
-    elif not shown:
+    elif not shown and not replaced:
         shown = list(citations)
     if not shown:
         return ""
     lines = [f"[{c.index}] {label(c)}" for c in shown]
     heading = SOURCES_ZH if in_chinese(answer) else SOURCES
     return f"\n\n{heading}\n" + "\n".join(lines)
+
+
+def final_sources(final: Mapping[str, Any]) -> str:
+    """:func:`sources_text` for the answer of a turn's ``final`` event."""
+    output = str(final.get("output", ""))
+    citations = [Citation.from_dict(c) for c in final.get("citations", [])]
+    replaced = bool(final.get("fallback_reason")) and not final.get("extractive")
+    return sources_text(citations, output, final.get("grounding"), replaced=replaced)
 
 
 def withdrawn_notice(withdrawn: Mapping[str, Any]) -> str:
@@ -316,7 +330,6 @@ class AppendedAnswer:
 
     def _ending(self, final: Mapping[str, Any]) -> str:
         output = str(final.get("output", ""))
-        citations = [Citation.from_dict(c) for c in final.get("citations", [])]
         answer = "".join(self._answer)
         if self._replaced is not None or not answer:
             # the checked answer follows the deltas, said to be the one that counts (or,
@@ -324,4 +337,4 @@ class AppendedAnswer:
             rest = replaced_notice(self._replaced, answer) + output
         else:
             rest = ""
-        return rest + sources_text(citations, output, final.get("grounding"))
+        return rest + final_sources(final)

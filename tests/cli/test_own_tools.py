@@ -75,6 +75,12 @@ def calls(*named: tuple[str, dict[str, Any]]) -> Reply:
     )
 
 
+def call(call_id: str, name: str, **arguments: str) -> dict[str, Any]:
+    """A non-streamed reply's tool call."""
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return {"id": call_id, "type": "function", "function": function}
+
+
 def test_tools_lists_the_teams_tools_with_their_schemas(tmp_path: Path) -> None:
     (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
     out = shelfhand(["tools", "--json"], tmp_path)
@@ -147,13 +153,8 @@ def test_mcp_serve_offers_the_read_only_ones_to_mcp_clients_for_its_caller(
 def test_ask_json_lists_the_calls_with_what_they_returned(tmp_path: Path, server: Any) -> None:
     (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
     (tmp_path / "ws").mkdir()  # `ask` needs a workspace; this one holds no documents
-    call = {
-        "id": "call_7",
-        "type": "function",
-        "function": {"name": "order_status", "arguments": '{"order_id": "SO-1001"}'},
-    }
     server.add(
-        Reply(body=completion(tool_calls=[call])),
+        Reply(body=completion(tool_calls=[call("call_7", "order_status", order_id="SO-1001")])),
         Reply(body=completion("Your order SO-1001 has shipped.")),
     )
     out = shelfhand(["ask", "Where is SO-1001?", "--json", "--user", "alice"], tmp_path, server)
@@ -172,13 +173,8 @@ def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
     (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
     (tmp_path / "manual.md").write_text("# Lumen X1\n\nA 3,000 lumen projector.\n", "utf-8")
     assert shelfhand(["ingest", "manual.md"], tmp_path).returncode == 0  # the answer is checked
-    call = {
-        "id": "call_1",
-        "type": "function",
-        "function": {"name": "warehouse", "arguments": '{"sku": "X1"}'},
-    }
     server.add(
-        Reply(body=completion(tool_calls=[call])),
+        Reply(body=completion(tool_calls=[call("call_1", "warehouse", sku="X1")])),
         Reply(body=completion("There are 12 Lumen X1 in stock.")),  # made up: the call failed
     )
     out = shelfhand(["ask", "How many X1 are in stock?", "--json"], tmp_path, server)

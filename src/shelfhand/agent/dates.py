@@ -57,12 +57,25 @@ def _day(month: int, day: int) -> str | None:
     return f"--{month:02d}-{day:02d}" if 1 <= month <= 12 and 1 <= day <= 31 else None
 
 
+_FULL_WIDTH = re.compile("[\uff10-\uff19]")  # full-width digits
+_MONTH_STARTS = tuple(m.capitalize() for m in _MONTHS if len(m) == 3)
+
+
+def _normal(text: str) -> str:
+    """``text`` with full-width digits (and the dashes and slashes between them) as ASCII
+    (``２０２５－０３－１２`` → ``2025-03-12``)."""
+    return unicodedata.normalize("NFKC", text) if _FULL_WIDTH.search(text) else text
+
+
 def _read(text: str) -> set[str]:
-    text = unicodedata.normalize("NFKC", text)
+    text = _normal(text)
     found = {_day(int(m[2]), int(m[3])) for m in _YEAR_FIRST.finditer(text)}
-    found.update(_day(int(m[1]), int(m[2])) for m in _CHINESE.finditer(text))
-    found.update(_day(_MONTHS[m[1].lower()], int(m[2])) for m in _MONTH_DAY.finditer(text))
-    found.update(_day(_MONTHS[m[2].lower()], int(m[1])) for m in _DAY_MONTH.finditer(text))
+    # the other forms are looked for only where they may be (most sentences hold none)
+    if "月" in text:
+        found.update(_day(int(m[1]), int(m[2])) for m in _CHINESE.finditer(text))
+    if any(month in text for month in _MONTH_STARTS):
+        found.update(_day(_MONTHS[m[1].lower()], int(m[2])) for m in _MONTH_DAY.finditer(text))
+        found.update(_day(_MONTHS[m[2].lower()], int(m[1])) for m in _DAY_MONTH.finditer(text))
     return {d for d in found if d}
 
 
@@ -78,7 +91,7 @@ def held_dates(text: str) -> frozenset[str]:
     if not any(c.isdigit() for c in text):
         return frozenset()
     found = _read(text)
-    for m in _EITHER.finditer(unicodedata.normalize("NFKC", text)):
+    for m in _EITHER.finditer(_normal(text)):
         first, second = int(m[1]), int(m[3])
         found.update(d for d in (_day(first, second), _day(second, first)) if d)
     return frozenset(found)

@@ -12,7 +12,6 @@ both of its readings.
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 
@@ -84,7 +83,6 @@ def stated_dates(text: str) -> set[str]:
     return _read(text) if any(c.isdigit() for c in text) else set()
 
 
-@functools.lru_cache(maxsize=4096)
 def held_dates(text: str) -> frozenset[str]:
     """The days of the year ``text`` may state, as ``--MM-DD``: :func:`stated_dates` and both
     readings of a date that puts the day or the month first (``03/12/2025``)."""

@@ -72,7 +72,7 @@ _MARKER_ONLY = re.compile(r"\d{1,2}[.)、]")
 _NUMBER = re.compile(r"\d+(?:[,，]\d{3})*(?:\.\d+)?")
 _LEADING_ZEROS = re.compile(r"^0+(?=\d)")
 # an identifier's separator-free form holding a letter (``e203``, ``sku2024011``): dates such
-# as 2025-01-01 are checked by their numbers
+# as 2025-01-01 are checked by their numbers (and whole, by their day: see .dates)
 _SEPARATOR_FREE = re.compile(r"[^\W_]*[^\W\d_][^\W_]*")
 # "9th", "21st": a number (counted as one), not a code
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)")
@@ -147,6 +147,11 @@ def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
     return passage_words(text), frozenset(facts(text))
 
 
+_passage_days = functools.lru_cache(maxsize=PASSAGE_CACHE)(held_dates)
+"""A passage's :func:`~.dates.held_dates`, kept like its words (a tool result's, which no
+other run sees, are read each time)."""
+
+
 class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
@@ -210,7 +215,7 @@ class Evidence:
         """The days of the year (``--MM-DD``) the passages of ``pool`` and the question may
         state."""
         found = held_dates(self._question) if self._question else frozenset()
-        return found.union(*(held_dates(self._texts[i]) for i in pool))
+        return found.union(*(_passage_days(self._texts[i]) for i in pool))
 
     def _question_names(self) -> frozenset[str]:
         """What a sentence naming nothing of a table ("The price is 3,999.") is read as about:

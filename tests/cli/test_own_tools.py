@@ -182,7 +182,7 @@ def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
     answer = json.loads(out.stdout)
     assert answer["output"] == (
         "The tools called for this did not answer:\n"
-        "- warehouse: failed: ValueError: the warehouse service answered 503"
+        "- warehouse: failed: ValueError"  # not its message: it may hold internal details
     )
     assert answer["fallback_reason"] == "ungrounded"
     assert [s["is_error"] for s in answer["tool_steps"]] == [True]

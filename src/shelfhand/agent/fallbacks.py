@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from shelfhand.core.errors import ToolError
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.knowledge.analysis import chinese_share
 
@@ -194,13 +195,20 @@ _FAILED = re.compile(r"tool (?P<name>\S+) (?P<what>(?:failed|unavailable|rate li
 or its rate limit was reached (``tool order_status failed: timed out after 5 s``)."""
 
 
+_RAISED = re.compile(
+    r"(?P<head>failed(?: after \d+ attempts)?): (?P<kind>[A-Za-z_]\w*): (?P<message>.*)"
+)
+
+
 def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
     """The run's tools whose calls failed (raised, timed out, circuit open, rate limited) and
     that returned nothing in the run, as ``- tool: what happened`` lines, each tool once (its
     last failure), without the advice to the model; ``leave_out``: a tool not listed.
 
     A call the model got wrong (unknown tool, invalid arguments, not permitted) is not a
-    failure of the tool: not listed."""
+    failure of the tool: not listed. An exception's message is shown only for a
+    :class:`~shelfhand.core.errors.ToolError` (``failed: no order SO-9 for this customer``);
+    any other exception by its class (``failed after 3 attempts: ConnectionError``)."""
     failures: dict[str, str] = {}
     returned: set[str] = set()
     for message in messages:
@@ -212,9 +220,32 @@ def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> l
                 continue
             failed = _FAILED.match(result.content)
             if failed is not None and failed["name"] == result.name:
-                what = failed["what"].splitlines()[0].split("; ")[0]
+                what = _told_to_people(failed["what"].splitlines()[0].split("; ")[0])
                 failures[result.name] = what[:_PASSAGE_CHARS]
     return [f"- {name}: {what}" for name, what in failures.items() if name not in returned]
+
+
+def _told_to_people(what: str) -> str:
+    """A failure as a person may read it: a :class:`~shelfhand.core.errors.ToolError`'s
+    message (written for whoever reads the result), any other exception by its class alone
+    (its message may hold an internal address, a query, a token in a URL)."""
+    raised = _RAISED.match(what)
+    if raised is None:
+        return what  # timed out, circuit open, rate limited: shelfhand's own words
+    if raised["kind"] in _names(ToolError):
+        return f"{raised['head']}: {raised['message']}"
+    return f"{raised['head']}: {raised['kind']}"
+
+
+def _names(base: type) -> set[str]:
+    """The names of ``base`` and of every subclass of it loaded now."""
+    names, todo = {base.__name__}, [base]
+    while todo:
+        subclasses: list[type] = todo.pop().__subclasses__()
+        for sub in subclasses:
+            names.add(sub.__name__)
+            todo.append(sub)
+    return names
 
 
 def echo_answer(result: ToolResultBlock) -> str:

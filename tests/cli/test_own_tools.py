@@ -167,6 +167,28 @@ def test_ask_json_lists_the_calls_with_what_they_returned(tmp_path: Path, server
     assert json.loads(step["content"])["user"] == "alice"
 
 
+def test_ask_names_the_tools_an_answer_came_from(tmp_path: Path, server: Any) -> None:
+    (tmp_path / "desk.py").write_text(DESK, encoding="utf-8")
+    (tmp_path / "ws").mkdir()
+    server.add(
+        Reply(
+            body=completion(
+                tool_calls=[
+                    call("call_1", "order_status", order_id="SO-1001"),
+                    call("call_2", "warehouse", sku="X1"),
+                ]
+            )
+        ),
+        Reply(body=completion("Your order SO-1001 has shipped.")),
+    )
+    out = shelfhand(["ask", "Where is SO-1001?"], tmp_path, server)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == [
+        "Your order SO-1001 has shipped.",
+        "tools: order_status, warehouse (failed)",
+    ]
+
+
 def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
     tmp_path: Path, server: Any
 ) -> None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from shelfhand.agent.answer_check import relevant_citations
-from shelfhand.agent.fallbacks import found_nothing
+from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import conflict_notes, label
@@ -76,7 +76,21 @@ def shown_citations(result: RunResult) -> list[Citation]:
 def print_answer(console: Console, result: RunResult) -> int:
     """Print ``result`` for a person and return the exit code of :func:`exit_code`."""
     console.print(result.output, highlight=False, markup=False)
+    used = tools_used(result)
+    if used:  # where an answer resting on no passage came from
+        console.print(f"[dim]tools: {escape(used)}[/]", highlight=False)
     return print_notes(console, result)
+
+
+def tools_used(result: RunResult) -> str:
+    """The tools other than ``retrieve`` the run called, each once, in order, those whose
+    every call failed marked: ``order_status (failed), query_stock``; "" for none."""
+    ok: dict[str, bool] = {}
+    for message in result.messages:
+        for r in message.tool_results:
+            if r.name != RETRIEVE_TOOL:
+                ok[r.name] = ok.get(r.name, False) or not r.is_error
+    return ", ".join(name if fine else f"{name} (failed)" for name, fine in ok.items())
 
 
 def print_notes(console: Console, result: RunResult) -> int:

@@ -156,13 +156,13 @@ class Agent(AgentLoop):
         result = await run_to_final(self._loop(prompt, SILENT, options), what="agent loop")
         if self.answer_check is None:
             return result
-        return await self._checked(result, prompt)
+        return await self._checked(result, _text(prompt))
 
-    async def _checked(self, result: RunResult, prompt: str | Message) -> RunResult:
-        """``result`` through the answer check, when the agent has one."""
+    async def _checked(self, result: RunResult, question: str) -> RunResult:
+        """``result`` through the answer check, when the agent has one (``question``: the
+        user's message)."""
         if self.answer_check is None:
             return result
-        question = prompt if isinstance(prompt, str) else prompt.text
         checked = await self.answer_check.review(result, question)
         memory = self.memory
         if checked.messages is not result.messages and memory is not None and result.messages:
@@ -218,14 +218,19 @@ class Agent(AgentLoop):
         # aclosing: a consumer that stops early closes the inner generators now, so pending
         # approvals are withdrawn at once rather than whenever the generator is collected
         events = self._loop(prompt, STEPS_AND_TEXT if text_deltas else STEPS, options)
-        question = prompt if isinstance(prompt, str) else prompt.text
+        question = _text(prompt)
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Final) and self.answer_check is not None:
-                    checked = await self._checked(event.result, prompt)
+                    checked = await self._checked(event.result, question)
                     # the deltas were the model's answer: say it was replaced, and by what
                     replaced = replacement(event.result, checked, question)
                     if replaced is not None:
                         yield replaced
                     event = Final(result=checked)
                 yield event
+
+
+def _text(prompt: str | Message) -> str:
+    """The words of the user's message."""
+    return prompt if isinstance(prompt, str) else prompt.text

@@ -174,7 +174,7 @@ async def test_an_answer_from_the_order_tool_stands_beside_passages_about_the_pr
 async def test_a_date_the_order_tool_did_not_return_is_replaced_by_what_it_returned(
     kb: KnowledgeBase, question: str, lead: str
 ) -> None:
-    # (a date's parts are facts of their own: 17 is in no passage of the samples, 12 is)
+    # (17 is in no passage of the samples, and the 17th of March in no result)
     result = await agent(kb, "Your order SO-1001 arrives on 2025-03-17.").run(
         question, context=ALICE
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from support.chat_server import Reply, chunk, completion  # see conftest.py
 from support.cli import cli_env
+from support.mcp_wire import INITIALIZE, INITIALIZED, LIST_TOOLS
 
 DESK = '''
 """The after-sales desk's own tools."""
@@ -231,20 +232,7 @@ def test_over_stdio_what_a_tool_module_prints_goes_to_stderr_not_into_the_protoc
         'print("connected to the CRM")\n' + DESK + '\nprint("desk tools ready")\n',
         encoding="utf-8",
     )
-    requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
+    requests = [INITIALIZE, INITIALIZED, LIST_TOOLS]
     process = subprocess.Popen(
         [sys.executable, "-P", "-m", "shelfhand.cli", "mcp", "serve"],
         stdin=subprocess.PIPE,

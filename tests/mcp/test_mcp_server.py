@@ -33,6 +33,7 @@ from shelfhand.mcp.server import build_http_app
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.builtins import calculator
 from shelfhand.tools.toolkit import Toolkit
+from support.mcp_wire import INITIALIZE, LIST_TOOLS
 
 pytestmark = pytest.mark.anyio
 
@@ -273,28 +274,17 @@ async def test_a_session_stays_bound_to_the_key_that_opened_it(workspace: Path) 
         "key-globex": UserContext(tenant_id="globex", user_id="bob"),
     }
     app = build_http_app([make_retrieve_tool(kb)], keys=keys, fallback=keys["key-acme"])
-    opening = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
     headers = {"Accept": "application/json, text/event-stream"}
     try:
         with anyio.fail_after(30):
             async with serve_asgi(app) as base, httpx2.AsyncClient(headers=headers) as http:
                 opened = await http.post(
-                    f"{base}/mcp", json=opening, headers={"Authorization": "Bearer key-acme"}
+                    f"{base}/mcp", json=INITIALIZE, headers={"Authorization": "Bearer key-acme"}
                 )
                 session = opened.headers["mcp-session-id"]
-                listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
                 hijack = await http.post(
                     f"{base}/mcp",
-                    json=listing,
+                    json=LIST_TOOLS,
                     headers={"Authorization": "Bearer key-globex", "Mcp-Session-Id": session},
                 )
     finally:

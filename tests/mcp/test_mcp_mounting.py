@@ -5,6 +5,7 @@ in errors. Real SDK servers (tests/mcp/echo_server.py) over stdio and streamable
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ from shelfhand.core.messages import ToolCallBlock
 from shelfhand.mcp import (
     McpTool,
     StdioServer,
+    SseServer,
     StreamableHttpServer,
     ToolSettings,
     parse_mcp_config,
@@ -347,3 +349,19 @@ def test_toml_config_takes_the_same_keys(tmp_path: Any) -> None:
     [entry] = load_mcp_config(tmp_path)
     assert entry.prefix == "time_" and not entry.tools("convert_time")
     assert entry.tool_settings["get_current_time"].cache_ttl == 5
+
+
+async def test_a_token_in_an_mcp_servers_url_is_in_no_error_or_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = {"refuse": True}
+    caplog.set_level(logging.DEBUG, logger="shelfhand")
+    async with serve_asgi(_refusing(build().sse_app(), state)) as base:
+        server = SseServer(f"{base}/sse?token=s3cr3t-mcp", name="locked", timeout=10)
+        with anyio.fail_after(30):
+            with pytest.raises(ConfigurationError) as refused:
+                await server.connect()
+    told = str(refused.value)
+    assert "401 Unauthorized" in told and "token=[REDACTED]" in told
+    assert "s3cr3t-mcp" not in told
+    assert "s3cr3t-mcp" not in "\n".join(r.getMessage() for r in caplog.records)

@@ -29,6 +29,7 @@ import mcp.types as types
 from mcp.client.client import Client
 
 from shelfhand.core.errors import ConfigurationError, InvalidArgumentError, ToolError
+from shelfhand.core.secrets import redact_text
 from shelfhand.mcp.options import (
     DEFAULT_OUTPUT_LIMIT,
     ServerOptions,
@@ -305,8 +306,8 @@ class McpConnection(ABC):
                 self._failed_reconnects += 1
                 delay = min(_BACKOFF_MAX, _BACKOFF_FIRST * 2 ** (self._failed_reconnects - 1))
                 self._retry_at = time.monotonic() + delay
-                self._failure = str(exc)
-                raise ToolError(f"{exc} (reconnecting again in {delay:g} s)") from None
+                self._failure = redact_text(str(exc))
+                raise ToolError(f"{self._failure} (reconnecting again in {delay:g} s)") from None
             self._failed_reconnects = 0
             self._retry_at = 0.0
             logger.info("MCP server %s: reconnected after: %s", self.name, lost)
@@ -341,7 +342,7 @@ def _peer_gone(client: Client) -> bool:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _describe(exc.exceptions[0])
-    text = str(exc)
+    text = redact_text(str(exc))  # an HTTP error names the server's URL, a token included
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -37,6 +37,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.secrets import redact_text, redacted_traceback
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
 
@@ -280,10 +281,11 @@ class Approvals:
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception as exc:
-            logger.warning("approval handler failed for tool %s", request.tool, exc_info=True)
-            return ApprovalDecision(
-                approved=False, reason=f"approval handler failed: {type(exc).__name__}: {exc}"
+            logger.warning(
+                "approval handler failed for tool %s\n%s", request.tool, redacted_traceback(exc)
             )
+            reason = f"approval handler failed: {type(exc).__name__}: {redact_text(str(exc))}"
+            return ApprovalDecision(approved=False, reason=reason)
         if answer is None:
             return None
         if isinstance(answer, ApprovalDecision):

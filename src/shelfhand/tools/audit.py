@@ -37,6 +37,7 @@ from typing import IO, Any
 from shelfhand.core.db import Migration, SqliteDatabase
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.names import valid_text
+from shelfhand.core.secrets import REDACTED, secret_name
 from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
 
 __all__ = [
@@ -51,24 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-REDACTED = "[REDACTED]"
-# Searched in lower-cased text (:func:`_has_secret_name`): a case-sensitive pattern over
-# ``str.lower()`` is about a quarter of the cost of ``re.IGNORECASE`` on a tool call's
-# arguments, and every traced tool call masks its arguments.
-_SECRET_RE = re.compile(r"passw|secret|token|api_?key|authorization|credential")
-
-
-def _has_secret_name(text: str) -> bool:
-    """Whether ``text`` holds a secret-looking name, in any case (what ``re.IGNORECASE``
-    finds: the three letters outside ASCII that it matches to one of the names' letters
-    (dotted İ, dotless ı, long ſ) are folded too, and the dot left by lower-casing İ is
-    dropped)."""
-    folded = text.lower()
-    if not folded.isascii():
-        folded = folded.replace("\u0307", "").replace("\u0131", "i").replace("\u017f", "s")
-    return _SECRET_RE.search(folded) is not None
-
 
 # The columns after ``id``: name, definition, and the migration that added it (SQLite's
 # audit_log grew in three steps; a new table, PostgreSQL's included, has them all at once).
@@ -139,7 +122,7 @@ def redact(value: Any) -> Any:
     """``value`` with the values of secret-looking keys replaced, at any depth (a copy)."""
     if isinstance(value, dict):
         return {
-            k: REDACTED if isinstance(k, str) and _has_secret_name(k) else redact(v)
+            k: REDACTED if isinstance(k, str) and secret_name(k) else redact(v)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -504,7 +487,7 @@ def masked_arguments(arguments: str) -> str:
     """A model's raw argument text as it may be shown: as sent when no secret-looking key
     can be in it, else canonical JSON with the values of secret-looking keys masked (then
     text that is not JSON is described, never shown)."""
-    if arguments.lstrip()[:1] == "{" and not _has_secret_name(arguments):
+    if arguments.lstrip()[:1] == "{" and not secret_name(arguments):
         # no secret-looking key can be in it: the model's own text, as sent (if it is not
         # valid JSON, the span says so in the tool's outcome)
         return arguments
@@ -536,7 +519,7 @@ def _hashed_and_redacted(arguments: Any, canonical: str | None) -> tuple[str, st
     # stored with U+FFFD in its place)
     digest = sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
     # A secret key's name appears in the JSON text; without one there is nothing to redact.
-    if _has_secret_name(canonical):
+    if secret_name(canonical):
         canonical = canonical_json(redact(arguments))
     return digest, valid_text(canonical)
 

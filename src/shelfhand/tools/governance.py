@@ -60,8 +60,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from shelfhand.backends.urls import first_line
 from shelfhand.core.breaker import Breaker, CircuitBreaker
 from shelfhand.core.errors import ToolArgumentError, ToolTimeoutError
+from shelfhand.core.secrets import redact_text, redacted_traceback
 from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
 from shelfhand.tools.policy import (
     CallOutcome,
@@ -388,8 +390,8 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
     if isinstance(exc, ToolTimeoutError):
         message, outcome = f"tool {name} failed{after}: {exc}", "timeout"
     else:
-        logger.info("tool %s raised %s (trace %s)", name, kind, trace_id, exc_info=exc)
-        message, outcome = f"tool {name} failed{after}: {kind}: {exc}", "error"
+        _log_failure(name, exc, trace_id)
+        message, outcome = f"tool {name} failed{after}: {kind}: {redact_text(str(exc))}", "error"
     return CallOutcome(
         output=None,
         outcome=outcome,  # type: ignore[arg-type]
@@ -397,6 +399,17 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
         error_class=kind,
         attempts=attempts,
     )
+
+
+def _log_failure(name: str, exc: Exception, trace_id: str) -> None:
+    """Log a tool's exception with the secrets its message and traceback show redacted: a
+    team's HTTP client names the URL it called, a token in its query string included."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    text = redact_text(first_line(exc))
+    logger.info("tool %s raised %s: %s (trace %s)", name, type(exc).__name__, text, trace_id)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("tool %s: traceback (trace %s)\n%s", name, trace_id, redacted_traceback(exc))
 
 
 def _circuit_message(name: str, breaker: Breaker, wait: float, attempts: int) -> str:

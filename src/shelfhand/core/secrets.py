@@ -1,0 +1,77 @@
+"""Secrets in names and in free text: what the audit log, the logs and the model never see.
+
+- :func:`secret_name`: whether a key (an argument's name, a query parameter, a header) looks
+  like it holds a secret: password/passwd, secret, token, api_key/api-key/apikey, authorization,
+  credential, in any case.
+- :func:`redact_text`: ``text`` (an exception's message, a traceback) with the secrets it
+  shows replaced by ``[REDACTED]``: the password of a URL (``https://bob:***@host``), the value
+  of a secret-looking ``name=value`` or ``name: value`` (a query string, a header, JSON), and
+  the credentials after ``Bearer`` or ``Basic``. An HTTP client's error names the whole URL it
+  called, query string included, and a driver's error its connection string.
+
+What is not named as a secret (a token that is a path segment of a URL) cannot be told from
+other text and is kept.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+__all__ = ["REDACTED", "redact_text", "redacted_traceback", "secret_name"]
+
+REDACTED = "[REDACTED]"
+
+_NAMES = r"passw|secret|token|api[_-]?key|authorization|credential"
+# Searched in lower-cased text (:func:`secret_name`): a case-sensitive pattern over
+# ``str.lower()`` is about a quarter of the cost of ``re.IGNORECASE`` on a tool call's
+# arguments, and every traced tool call masks its arguments.
+_SECRET_RE = re.compile(_NAMES)
+
+# scheme://user:password@host: the password up to the last "@" before the host.
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s/@]+(@)")
+# A secret-looking name, a separator (=, : or ：, the name quoted as in JSON or not), then its
+# value: quoted whole, else up to the next separator, quote, bracket or space.
+# "Authorization: Bearer x" leaves "Bearer x" to _SCHEME_CREDENTIALS.
+_NAMED_VALUE = re.compile(
+    rf"(?i)([\w.-]*(?:{_NAMES})[\w.-]*[\"']?\s*[=:：]\s*)"
+    r"(\"[^\"\n]*\"|'[^'\n]*'|(?!(?:bearer|basic)\s)[^\s&\"',;)}\]>]+)"
+)
+_SCHEME_CREDENTIALS = re.compile(r"(?i)\b(bearer|basic)(\s+)[a-z0-9._~+/=-]+")
+
+
+def secret_name(text: str) -> bool:
+    """Whether ``text`` holds a secret-looking name, in any case (what ``re.IGNORECASE``
+    finds: the three letters outside ASCII that it matches to one of the names' letters
+    (dotted İ, dotless ı, long ſ) are folded too, and the dot left by lower-casing İ is
+    dropped)."""
+    folded = text.lower()
+    if not folded.isascii():
+        folded = folded.replace("\u0307", "").replace("\u0131", "i").replace("\u017f", "s")
+    return _SECRET_RE.search(folded) is not None
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the secrets it shows replaced by ``[REDACTED]`` (see the module)."""
+    if not secret_name(text) and "://" not in text and not _has_scheme_word(text):
+        return text  # the common case: nothing that could name a secret
+    text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+    text = _NAMED_VALUE.sub(_masked_value, text)
+    return _SCHEME_CREDENTIALS.sub(rf"\1\2{REDACTED}", text)
+
+
+def redacted_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it (chained exceptions too), secrets redacted: for
+    a log line, where ``exc_info`` would print each message as it is."""
+    return redact_text("".join(traceback.format_exception(exc)).rstrip())
+
+
+def _masked_value(match: re.Match[str]) -> str:
+    value = match[2]
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{match[1]}{quote}{REDACTED}{quote}"
+
+
+def _has_scheme_word(text: str) -> bool:
+    folded = text.lower()
+    return "bearer" in folded or "basic" in folded

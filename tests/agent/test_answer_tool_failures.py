@@ -145,6 +145,50 @@ async def test_without_a_search_a_fact_stated_after_a_failed_call_is_checked_too
     assert kept.output == honest and not kept.fallback_reason
 
 
+@pytest.mark.parametrize("retrieval", ["both", "tool"])
+@pytest.mark.parametrize(
+    ("question", "refusal", "lead"),
+    [
+        (WHERE, "Your order's status is not in the knowledge base.", TOOLS_FAILED_LEAD),
+        (WHERE, "I cannot find any information about your order.", TOOLS_FAILED_LEAD),
+        ("我的订单 SO-1001 到哪了？", "抱歉，我无法协助查询这个订单。", TOOLS_FAILED_LEAD_ZH),
+    ],
+)
+async def test_a_refusal_after_a_failed_call_becomes_which_tool_did_not_answer(
+    kb: KnowledgeBase, retrieval: str, question: str, refusal: str, lead: str
+) -> None:
+    """ "Not in the knowledge base" or "I cannot help" when the order system timed out: the
+    wrong reason (the model's, kept before); the user reads which tool did not answer."""
+    call = tool_call("order_status", {"order_id": "SO-1001"})
+    result = await agent(kb, order_status, call, text(refusal), retrieval=retrieval).run(
+        question, context=ALICE
+    )
+    assert result.output == told("- order_status: failed: timed out after 0.2 s", lead)
+    assert result.fallback_reason == "tool_failed" and not result.extractive
+    assert result.messages[-1].text == result.output
+
+
+async def test_a_refusal_stands_when_no_tool_failed_or_the_failed_one_answered_later(
+    kb: KnowledgeBase,
+) -> None:
+    answers = {"n": 0}
+
+    @tool(read_only=True, retries=0)
+    def flaky_order(ctx: UserContext, order_id: str) -> dict[str, str]:
+        """Look up one of the caller's orders (fails once, then answers)."""
+        answers["n"] += 1
+        if answers["n"] == 1:
+            raise ConnectionError("refused")
+        return {"order": order_id, "status": "shipped"}
+
+    call = tool_call("flaky_order", {"order_id": "SO-1001"})
+    refusal = "I cannot help with that order."
+    result = await agent(kb, flaky_order, call, call, text(refusal), retrieval="tool").run(
+        WHERE, context=ALICE
+    )
+    assert answers["n"] == 2 and result.output == refusal and not result.fallback_reason
+
+
 async def test_passages_about_the_question_still_come_first(kb: KnowledgeBase) -> None:
     call = tool_call("order_status", {"order_id": "SO-1001"})
     question = "投影仪的保修期是多久？"

@@ -14,7 +14,10 @@ replaced by the extractive answer when it cannot be trusted.
    about, no amount for "how long", nothing of passages none of which is about it), or the
    end of a run the loop guard, ``max_iters`` or a blank reply stopped;
 3. when no passage is about the question, an ungrounded or off-topic answer or an echo
-   becomes "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`).
+   becomes "the documents do not cover this" (:data:`~.fallbacks.NOT_COVERED`), or, when a
+   tool other than ``retrieve`` failed in the run, which tools did not answer
+   (:func:`tools_failed`); a refusal after such a failure becomes the latter too
+   (``tool_failed``).
 
 ``RunResult.fallback_reason`` says which. The check is per result: concurrent runs of
 different callers never share it.
@@ -120,6 +123,7 @@ _REFUSAL = re.compile(
     r"|(?:can(?:no|')t|cannot|unable to|not able to) (?:help|assist|answer|find|provide|determine)"
     r"|(?:do|does)(?: not|n't) (?:contain|cover|mention|say|specify|include|have)"
     r"|I (?:do not|don't) know"
+    r"|(?:is|are)(?: not|n't) in the (?:knowledge base|documents?|passages|context)"
     r"|抱歉|无法|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不清楚|不能(?:协助|回答|提供)",
     re.IGNORECASE,
 )
@@ -132,6 +136,7 @@ REPLACED_NOTICE_ZH = "上面的回答经与文档核对后已被替换（{reason
 REASONS_ZH = {
     "ungrounded": "文档不支持这个回答",
     "refusal": "模型拒绝了回答，但文档涉及这个问题",
+    "tool_failed": "模型在为此调用的工具出错后拒绝了回答",
     "prompt_echo": "模型复述了给它的指令",
     "posed_as_quoted": "模型把自己的话当作文档原文",
     "heading_echo": "模型只复述了段落标题",
@@ -297,9 +302,11 @@ class AnswerCheck:
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations and result.grounding is None:
-            return ""
+            return "tool_failed" if _refused_after_failure(result) else ""
         if is_refusal(result.output):
-            return "refusal" if result.citations else ""
+            if result.citations:
+                return "refusal"
+            return "tool_failed" if _refused_after_failure(result) else ""
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences, about_tools(grounding)):
             return "ungrounded"
@@ -533,7 +540,22 @@ def _replaced(
             unknown_citations=(),
             messages=_answered(result, not_covered(question)),
         )
-    return replace(result, fallback_reason=why) if why != "refusal" else result
+    if why in ("refusal", "tool_failed"):
+        # a refusal ("I cannot help with that") after a tool that could answer failed: which
+        # tool did not answer, not the model's apology; no tool failed: the refusal stands
+        failed = tools_failed(result.messages, question)
+        return _told(result, failed, "tool_failed") if failed else result
+    return replace(result, fallback_reason=why)
+
+
+def _refused_after_failure(result: RunResult) -> bool:
+    """``result``'s answer declines (:func:`is_refusal`) and a tool other than ``retrieve``
+    failed in the run with no later result of its own."""
+    if not any(r.is_error for m in result.messages for r in m.tool_results):
+        return False  # (the common case, read first: no tool failed)
+    return is_refusal(result.output) and bool(
+        tool_failure_lines(result.messages, leave_out=RETRIEVE_TOOL)
+    )
 
 
 def _told(result: RunResult, told: str, why: str) -> RunResult:

@@ -152,7 +152,7 @@ class ChatReply(BaseModel):
     )
     fallback_reason: str = Field(
         default="",
-        description="Why the model's answer was replaced: ungrounded, refusal, prompt_echo, "
+        description="Why the model's answer was replaced: ungrounded, refusal, tool_failed, prompt_echo, "
         "posed_as_quoted, heading_echo, off_topic, unanswered, repeated_call, max_iters, "
         "empty, no_model, "
         "budget_exceeded, or "

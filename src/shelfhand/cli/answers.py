@@ -38,6 +38,7 @@ _NON_ANSWERS = frozenset({"empty", "max_iters", "repeated_call", "human_needed",
 REASONS = {
     "ungrounded": "the model's answer was not supported by the passages",
     "refusal": "the model declined although the passages cover the question",
+    "tool_failed": "the model declined after a tool called for the question failed",
     "prompt_echo": "the model repeated its instructions instead of answering",
     "posed_as_quoted": "the model passed its own words off as the documents' sentences",
     "repeated_call": "the model kept repeating a failing tool call",

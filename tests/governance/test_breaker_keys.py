@@ -6,9 +6,8 @@ http_get runs against real HTTP servers on 127.0.0.1 (and a closed port for a de
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from governance_helpers import FakeClock, governance
@@ -20,6 +19,7 @@ from shelfhand.core.errors import ToolArgumentError, ToolUnavailableError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.tools.builtins import http_target, make_http_get
 from shelfhand.tools.limits import TargetBreakers
+from support.loopback import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -43,14 +43,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def healthy_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler) as port:
+        yield port
 
 
 @pytest.fixture

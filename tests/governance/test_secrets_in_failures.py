@@ -10,9 +10,8 @@ the model (which may repeat it to the user).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ from shelfhand.core.secrets import redact_text
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
 from shelfhand.tools.governance import GovernancePolicy
+from support.loopback import serving
 
 TOKEN = "s3cr3t-7f1c"
 PASSWORD = "hunter2-pw"
@@ -40,14 +40,8 @@ class _Refusing(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def orders_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/orders"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Refusing) as port:
+        yield f"http://127.0.0.1:{port}/orders"
 
 
 @pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -14,6 +14,7 @@ from shelfhand.core.errors import ToolArgumentError, ToolPermissionError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.tools import Toolkit
 from shelfhand.tools.builtins import builtin_tools, calculator, current_time, make_http_get
+from support.loopback import serving
 
 RUN = RunContext()
 
@@ -141,15 +142,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(_Handler) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.anyio
@@ -269,7 +263,6 @@ async def test_current_time_is_never_served_from_the_result_cache() -> None:
 
 @pytest.mark.anyio
 async def test_inline_sync_tools_run_on_the_event_loop_thread_and_others_do_not() -> None:
-    import threading
 
     from shelfhand.core.context import RunContext
     from shelfhand.tools import tool

@@ -189,14 +189,27 @@ async def test_a_refusal_stands_when_no_tool_failed_or_the_failed_one_answered_l
     assert answers["n"] == 2 and result.output == refusal and not result.fallback_reason
 
 
-async def test_passages_about_the_question_still_come_first(kb: KnowledgeBase) -> None:
+async def test_passages_about_the_question_come_first_the_failed_tools_under_them(
+    kb: KnowledgeBase,
+) -> None:
+    """The passages' sentences answer what they can; the tool that could answer the rest
+    (or all of it: "Is the Lumen X1 in stock?" finds the product's description) did not,
+    and the user reads that too."""
     call = tool_call("order_status", {"order_id": "SO-1001"})
     question = "投影仪的保修期是多久？"
     result = await agent(kb, order_status, call, text("保修期是 36 个月。")).run(
         question, context=ALICE
     )
-    assert result.extractive and "24 个月" in result.output
-    assert TOOLS_FAILED_LEAD_ZH not in result.output
+    assert result.extractive and result.fallback_reason == "ungrounded"
+    passages, failed = result.output.split("\n\n")
+    assert passages.startswith("摘自文档：") and "24 个月" in passages
+    assert failed == told("- order_status: failed: timed out after 0.2 s", TOOLS_FAILED_LEAD_ZH)
+    assert result.messages[-1].text == result.output
+    assert all("timed out" not in s.text for s in result.grounding.sentences)  # type: ignore[union-attr]
+
+    # no tool failed: the passages' sentences alone, as before
+    ok = await agent(kb, order_status, text("保修期是 36 个月。")).run(question, context=ALICE)
+    assert ok.extractive and "24 个月" in ok.output and TOOLS_FAILED_LEAD_ZH not in ok.output
 
 
 def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_not_listed() -> (
@@ -291,3 +304,20 @@ def test_a_json_result_reads_as_pairs_other_text_as_it_is() -> None:
     assert readable("shipped on 2025-03-09") == "shipped on 2025-03-09"
     assert readable("{not json") == "{not json"
     assert readable("[" * 100_000) == "[" * 100_000  # too deep to parse: as it is
+
+
+async def test_a_stock_question_reads_the_product_passage_and_that_the_stock_system_failed(
+    kb: KnowledgeBase,
+) -> None:
+    @tool(read_only=True, retries=0)
+    def query_stock(ctx: UserContext, product: str) -> dict[str, int]:
+        """How many units of a product the warehouse holds."""
+        raise ToolError("the warehouse system is down")
+
+    call = tool_call("query_stock", {"product": "Lumen X1 Pro"})
+    result = await agent(kb, query_stock, call, text("Yes, 37 units are in stock.")).run(
+        "Is the Lumen X1 Pro in stock?", context=ALICE
+    )
+    passages, failed = result.output.split("\n\n")
+    assert passages.startswith("From the documents:\n- The Lumen X1 Pro adds native 4K")
+    assert failed == told("- query_stock: failed: the warehouse system is down")

@@ -376,6 +376,8 @@ class AnswerCheck:
         replaced = _replaced(checked, why, question, self.synonyms)
         if why == "unanswered" and not (replaced.extractive and _DIGIT.search(replaced.output)):
             return checked  # the passages' sentences hold no amount either: no better
+        if replaced.extractive:
+            replaced = _failures_under(replaced, question)
         note = checked.grounding.note if checked.grounding is not None else ""
         if note and replaced.grounding is not None:  # why the judge did not decide: kept
             return replace(replaced, grounding=replace(replaced.grounding, note=note))
@@ -546,6 +548,17 @@ def _replaced(
         failed = tools_failed(result.messages, question)
         return _told(result, failed, "tool_failed") if failed else result
     return replace(result, fallback_reason=why)
+
+
+def _failures_under(result: RunResult, question: str) -> RunResult:
+    """``result``'s extractive answer with the run's failed tool calls listed under it
+    (:func:`tools_failed`): the passages' sentences about "Is the Lumen X1 in stock?" are
+    the product's description, and the stock system that could answer did not."""
+    failed = tools_failed(result.messages, question)
+    if not failed:
+        return result
+    output = f"{result.output}\n\n{failed}"
+    return replace(result, output=output, messages=_answered(result, output))
 
 
 def _refused_after_failure(result: RunResult) -> bool:

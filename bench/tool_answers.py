@@ -55,7 +55,8 @@ CHECKS = ("with_tools", "passages_only")
 
 def _outcome(result: RunResult) -> str:
     """What the user reads: ``model`` (the model's answer), ``passages`` (the extractive
-    answer), ``not_covered``, ``tools_failed`` (the tools that did not answer), ``tools_told``
+    answer), ``passages_and_tools_failed`` (it, with the tools that did not answer under it),
+    ``not_covered``, ``tools_failed`` (the tools that did not answer), ``tools_told``
     (what they returned) or ``other`` (a loop-guard or empty-reply text)."""
     leads = {
         "tools_failed": (
@@ -67,7 +68,9 @@ def _outcome(result: RunResult) -> str:
     if not result.fallback_reason:
         return "model"
     if result.extractive:
-        return "passages"
+        failed = leads["tools_failed"]
+        told_failed = any(f"\n\n{lead}\n" in result.output for lead in failed)
+        return "passages_and_tools_failed" if told_failed else "passages"
     if says_not_covered(result.output):
         return "not_covered"
     return next((k for k, lead in leads.items() if result.output.startswith(lead)), "other")

@@ -47,6 +47,23 @@ def test_chinese_and_english_sentences_split_but_decimals_and_codes_stay_whole()
 def test_facts_are_normalised_numbers_and_whole_identifiers() -> None:
     assert {"3999", "e203", "sku2024012"} <= facts("SKU2024-012 costs 3,999 CNY; E-203 [1]")
     assert "1" not in facts("see [1]")  # a citation marker is not a fact
+    # a code's digits are the code's: SKU2024-012 holds no "12" and no "2024"; a date's
+    # parts and an ordinal are numbers
+    assert facts("SKU2024-012 | E-203 | HDR10") == {"sku2024012", "e203", "hdr10"}
+    assert facts("2025-01-01, the 9th") == {"2025", "1", "9"}
+
+
+def test_a_number_is_not_held_by_a_code_that_ends_in_its_digits() -> None:
+    """ "12 units in stock" after the stock system failed was supported by the product table's
+    SKU2024-012; the table holds no 12 of its own."""
+    specs = (MANUAL, SPECS)
+    [stock] = check_grounding("Yes, 12 units of the Lumen X1 Pro are in stock.", specs).sentences
+    assert not stock.supported and stock.missing == ("12",)
+    [price] = check_grounding("The Lumen X1 Pro (SKU2024-012) costs 5,999 CNY.", specs).sentences
+    assert price.supported and price.passage == 4
+    # a code's whole number part alone is the code's: "error 203", "order 1001"
+    [error] = check_grounding("Error 203 means the lamp is overheating.", specs).sentences
+    assert error.supported and error.passage == 3
 
 
 def test_an_answer_that_says_what_its_passages_say_is_grounded() -> None:

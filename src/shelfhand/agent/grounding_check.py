@@ -35,7 +35,11 @@ from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import identifier_tokens, tokenize_for_matching
+from shelfhand.knowledge.analysis import (
+    identifier_spans,
+    identifier_tokens,
+    tokenize_for_matching,
+)
 
 from .dates import held_dates, stated_dates
 
@@ -120,16 +124,35 @@ def _number(raw: str) -> str:
 
 def facts(text: str) -> set[str]:
     """The numbers and codes of ``text``, normalised (``3,999`` → ``3999``, ``E-203`` →
-    ``e203``; the parts of a date or code count as numbers too: ``2025-01-01`` → ``2025``,
-    ``1``; ``9th`` → ``9``). Citation markers are not facts."""
+    ``e203``; the parts of a date count as numbers too: ``2025-01-01`` → ``2025``, ``1``;
+    ``9th`` → ``9``). The digits of a code with a letter are the code's alone: ``SKU2024-012``
+    is ``sku2024012``, not also ``2024`` and ``12`` (a passage naming it does not hold "12
+    units"). Citation markers are not facts."""
     text = unicodedata.normalize("NFKC", _CITE.sub(" ", text))
-    found = {_number(m.group()) for m in _NUMBER.finditer(text)}
+    found = {_number(m.group()) for m in _NUMBER.finditer(_without_codes(text))}
     found.update(
         t
         for t in identifier_tokens(text)
         if _SEPARATOR_FREE.fullmatch(t) and not _ORDINAL.fullmatch(t)
     )
     return found
+
+
+def _without_codes(text: str) -> str:
+    """``text`` with its codes that hold a letter blanked out (their digits are no numbers of
+    their own), ordinals kept."""
+    spans = identifier_spans(text)
+    if not spans:
+        return text
+    parts, at = [], 0
+    for start, end in spans:
+        if _ORDINAL.fullmatch(text, start, end):
+            continue
+        parts.append(text[at:start])
+        parts.append(" ")
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 @functools.lru_cache(maxsize=PASSAGE_CACHE * 8)
@@ -386,9 +409,22 @@ def misplaced_numbers(
 
 
 def _inside_code(fact: str, allowed: Iterable[str]) -> bool:
-    """A code's number part alone (``203`` of ``e203``) is never missing when the code is in
-    the evidence; neither is a code the evidence spells with its number only."""
-    return fact.isdigit() and any(a.endswith(fact) and not a.isdigit() for a in allowed)
+    """A code's number part alone (``203`` of ``e203``, ``1001`` of ``so1001``) is never
+    missing when the code is in the evidence; neither is a code the evidence spells with its
+    number only. Its number part is all its last digits: ``12`` is no part of
+    ``sku2024012`` ("12 units in stock" is not held by a table naming SKU2024-012)."""
+    if not fact.isdigit():
+        return False
+    for held in allowed:
+        if held.isdigit() or not held.endswith(fact):
+            continue
+        digits = _LAST_DIGITS.search(held)
+        if digits is not None and _LEADING_ZEROS.sub("", digits.group()) == fact:
+            return True
+    return False
+
+
+_LAST_DIGITS = re.compile(r"\d+$")
 
 
 def check_grounding(

@@ -42,6 +42,7 @@ __all__ = [
     "SYNONYMS",
     "SynonymTable",
     "chinese_share",
+    "identifier_spans",
     "identifier_tokens",
     "query_identifiers",
     "synonym_candidates",
@@ -275,6 +276,24 @@ def identifier_tokens(text: str) -> list[str]:
         elif kind == "word" and _is_identifier_word(value):
             found.append(value)
     return found
+
+
+def identifier_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` (NFKC-normalised) holds an identifier with a letter in it (``E-203``,
+    ``SKU2024-012``, ``HDR10``, ``9th``), as (start, end): what :func:`identifier_tokens`
+    finds, less the all-digit codes (dates, phone numbers)."""
+    spans: list[tuple[int, int]] = []
+    for match in _TOKEN_RE.finditer(text):
+        kind, value = match.lastgroup, match.group()
+        if not _HAS_LETTER.search(value):
+            continue
+        if (
+            kind == "code"
+            and _is_identifier_code(_SEPARATORS.split(value))
+            and not _NUMBER_LIKE.fullmatch(value)
+        ) or (kind == "word" and _is_identifier_word(value)):
+            spans.append(match.span())
+    return spans
 
 
 def query_identifiers(text: str) -> list[str]:

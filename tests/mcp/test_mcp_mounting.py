@@ -18,8 +18,8 @@ from shelfhand.core.errors import ConfigurationError, ToolError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.mcp import (
     McpTool,
-    StdioServer,
     SseServer,
+    StdioServer,
     StreamableHttpServer,
     ToolSettings,
     parse_mcp_config,

@@ -49,11 +49,11 @@ async def test_the_warranty_question_shows_both_versions_with_a_conflict_flag(
     # both versions are there, flagged against each other, the newer one named
     assert v1.conflicts_with == (v2.index,) and v2.conflicts_with == (v1.index,)
     low, high = sorted((v1.index, v2.index))
-    note = f"[{low}] and [{high}] disagree: "
-    assert note in v1.conflict_note and f"[{v2.index}] is newer (version 2" in v1.conflict_note
+    note = f"[{low}] 与 [{high}] 不一致："  # the question is in Chinese: so is the note
+    assert note in v1.conflict_note and f"[{v2.index}] 较新（第 2 版" in v1.conflict_note
     # the model read the same flag after the passages
-    assert f"Note: {note}" in passages.content
-    assert passages.content.index("Note:") > passages.content.index(f"[{high}] ")
+    assert f"注意：{note}" in passages.content
+    assert passages.content.index("注意：") > passages.content.index(f"[{high}] ")
     assert "12 个月" in v1.conflict_note and "24 个月" in v1.conflict_note
     # and the flag survives the transcript's JSON
     assert Message.from_json(result.messages[2].to_json()).citations == passages.citations
@@ -91,8 +91,7 @@ async def test_a_second_retrieval_is_checked_against_the_first(kb: KnowledgeBase
     assert [c.source for c in second] == ["projector/warranty-policy-v2.md"]
     assert second[0].conflicts_with == (1,)
     assert (
-        "Note: [1] and [2] disagree: 12 个月 vs 24 个月"
-        in result.messages[4].tool_results[0].content
+        "注意：[1] 与 [2] 不一致：12 个月 vs 24 个月" in result.messages[4].tool_results[0].content
     )
 
 
@@ -118,7 +117,7 @@ async def test_the_knowledge_agent_flags_conflicts_and_says_when_nothing_is_foun
 ) -> None:
     agent = KnowledgeAgent(kb, top_k=5)
     found = await agent.run("整机保修期", context=ACME)
-    assert "disagree: 12 个月 vs 24 个月" in found.output
+    assert "不一致：12 个月 vs 24 个月" in found.output
     nothing = await agent.run("整机保修期", context=NOBODY)
     assert nothing.citations == () and nothing.output == NOT_COVERED_ZH
 

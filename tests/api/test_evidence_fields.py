@@ -38,7 +38,7 @@ def test_search_results_flag_the_two_warranty_versions(
     assert len(flagged) == 2
     a, b = flagged
     assert a["conflicts_with"] == [b["index"]] and b["conflicts_with"] == [a["index"]]
-    assert "disagree: 12 个月 vs 24 个月" in a["conflict_note"]
+    assert "不一致：12 个月 vs 24 个月" in a["conflict_note"]  # asked in Chinese
     assert a["conflict_note"] == b["conflict_note"]
     assert all(x["start"] is not None and x["end"] > x["start"] for x in results)
     assert all(x["spans"] == [] for x in results)  # search shows whole passages

@@ -64,7 +64,7 @@ def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) 
         "search", "整机保修期", "--mode", "keyword", "-k", "5", workspace=workspace, env=env
     )
     assert flagged.returncode == 0, flagged.stderr
-    assert "Note: [" in flagged.stdout and "disagree: 12 个月 vs 24 个月" in flagged.stdout
+    assert "注意：[" in flagged.stdout and "不一致：12 个月 vs 24 个月" in flagged.stdout
 
 
 @pytest.mark.slow
@@ -81,6 +81,6 @@ def test_ask_prints_the_disagreement_of_the_passages_under_the_answer(
     assert out.returncode == 0, out.stderr
     (request,) = server.requests
     shown = request.body["messages"][-1]["content"]
-    assert "Note: [" in shown and "disagree: 12 个月 vs 24 个月" in shown  # the model read it
-    notes = [line for line in out.stdout.splitlines() if line.startswith("note: [")]
-    assert len(notes) == 1 and "disagree: 12 个月 vs 24 个月" in notes[0] and "is newer" in notes[0]
+    assert "注意：[" in shown and "不一致：12 个月 vs 24 个月" in shown  # the model read it
+    notes = [line for line in out.stdout.splitlines() if line.startswith("注意：[")]
+    assert len(notes) == 1 and "不一致：12 个月 vs 24 个月" in notes[0] and "较新" in notes[0]

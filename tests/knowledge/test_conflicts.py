@@ -197,7 +197,12 @@ def test_flags_reach_the_structured_citations_and_the_text_once() -> None:
 def test_a_conflict_with_a_passage_of_an_earlier_retrieval_is_flagged_too() -> None:
     (current,) = prepare_evidence([warranty_v2()], "整机保修期", earlier=[warranty_v1()])
     assert current.conflicts_with == (2,)
-    assert "[2] and [4] disagree" in current.conflict_note
+    assert current.conflict_note.startswith("[2] 与 [4] 不一致：12 个月 vs 24 个月；[4] 较新")
+    # the same passages for a question in English: the note in English
+    (current,) = prepare_evidence([warranty_v2()], "warranty period", earlier=[warranty_v1()])
+    assert current.conflict_note.startswith(
+        "[2] and [4] disagree: 12 个月 vs 24 个月; [4] is newer"
+    )
 
 
 def test_quantities_are_numbers_with_units_not_codes_or_phone_numbers() -> None:
@@ -276,4 +281,4 @@ def test_the_sample_warranty_search_shows_both_versions_with_the_flag(
     text = format_passages(citations)
     v1 = next(c.index for c in flagged if c.source.endswith("v1.md"))
     v2 = next(c.index for c in flagged if c.source.endswith("v2.md"))
-    assert f"Note: [{v1}] and [{v2}] disagree: 12 个月 vs 24 个月; [{v2}] is newer" in text
+    assert f"注意：[{v1}] 与 [{v2}] 不一致：12 个月 vs 24 个月；[{v2}] 较新" in text

@@ -94,7 +94,7 @@ async def test_the_spans_carry_the_counts_and_the_conflicting_passages(
     (conflict,) = call.attributes["shelfhand.retrieval.conflicts"]
     assert conflict["passages"] == flagged
     low, high = flagged
-    assert conflict["note"].startswith(f"[{low}] and [{high}] disagree: ")
+    assert conflict["note"].startswith(f"[{low}] 与 [{high}] 不一致：")  # asked in Chinese
     assert "12 个月" in conflict["note"] and "24 个月" in conflict["note"]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from shelfhand.core.errors import ToolError
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
-from shelfhand.knowledge.analysis import chinese_share
+from shelfhand.knowledge.analysis import in_chinese
 
 from .guard import REPEATED_NOTE, Repeated
 
@@ -52,12 +52,6 @@ NOT_COVERED = "The documents do not cover this: no passage in the knowledge base
 """What a person reads when a search of the documents found nothing (no guessing)."""
 NOT_COVERED_ZH = "文档中没有这方面的内容：知识库里没有与这个问题相符的段落。"
 """:data:`NOT_COVERED` for a question asked in Chinese (:func:`not_covered`)."""
-
-
-def in_chinese(question: str) -> bool:
-    """Whether ``question`` is asked in Chinese: Chinese characters make at least a third of
-    its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not)."""
-    return chinese_share(question) >= 1 / 3
 
 
 def not_covered(question: str) -> str:

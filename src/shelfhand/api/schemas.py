@@ -110,7 +110,8 @@ class CitationOut(BaseModel):
     conflict_note: str = Field(
         default="",
         description="One line per disagreement, e.g. '[2] and [4] disagree: 12 个月 vs 24 个月; "
-        "[4] is newer (version 2, effective 2025-01-01).'",
+        "[4] is newer (version 2, effective 2025-01-01).', in Chinese for a query in Chinese "
+        "('[2] 与 [4] 不一致：12 个月 vs 24 个月；[4] 较新（第 2 版，2025-01-01 生效）。').",
     )
     label: str = Field(default="", description="title › section (source, p. N)")
 

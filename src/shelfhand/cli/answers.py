@@ -20,7 +20,7 @@ from shelfhand.agent.answer_check import relevant_citations
 from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
-from shelfhand.knowledge.evidence.citations import conflict_notes, label
+from shelfhand.knowledge.evidence.citations import NOTE, NOTE_ZH, conflict_notes, label
 
 __all__ = [
     "NO_ANSWER_EXIT_CODE",
@@ -110,7 +110,7 @@ def print_notes(console: Console, result: RunResult) -> int:
         for c in evidence:
             console.print(f"[dim][{c.index}] {escape(label(c))}[/]", highlight=False)
     for note in conflict_notes(evidence):  # passages that disagree: never hidden
-        text = "note: " + note.removeprefix("Note: ")
+        text = note if note.startswith(NOTE_ZH) else "note: " + note.removeprefix(NOTE)
         console.print(text, style="yellow", highlight=False, markup=False)
     if result.extractive:
         why = REASONS.get(result.fallback_reason, result.fallback_reason)

@@ -58,11 +58,11 @@ def search(
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
     from shelfhand.knowledge.evidence.citations import (
-        conflict_notes,
         format_passages,
         prepare_evidence,
         to_citations,
     )
+    from shelfhand.knowledge.evidence.conflicts import newer_without_date
 
     if not query.strip():
         raise fail("the query is empty: search for something, e.g. shelfhand search E-203", 2)
@@ -72,7 +72,7 @@ def search(
         query, k=k, user=caller_context(tenant, user, role), mode=check_mode(mode)
     )
     citations = prepare_evidence(to_citations(list(found.hits)), query)  # disagreements flagged
-    if any("newer" in n and "effective" not in n for n in conflict_notes(citations)):
+    if any(newer_without_date(n) for c in citations for n in c.conflict_note.splitlines()):
         # the note names the newer version: add its effective date from the documents
         context = effective_context(kb, citations, caller_context(tenant, user, role))
         citations = prepare_evidence(to_citations(list(found.hits)), query, context=context)

@@ -65,7 +65,8 @@ class Citation:
     """Numbers of passages of the same evidence that disagree with this one."""
     conflict_note: str = ""
     """One line per disagreement, e.g. ``[2] and [4] disagree: 12 个月 vs 24 个月; [4] is
-    newer (version 2, effective 2025-01-01).``"""
+    newer (version 2, effective 2025-01-01).``; in Chinese for a query in Chinese (``[2] 与
+    [4] 不一致：12 个月 vs 24 个月；[4] 较新（第 2 版，2025-01-01 生效）。``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -44,6 +44,7 @@ __all__ = [
     "chinese_share",
     "identifier_spans",
     "identifier_tokens",
+    "in_chinese",
     "query_identifiers",
     "synonym_candidates",
     "synonym_table",
@@ -224,6 +225,12 @@ def chinese_share(text: str) -> float:
     by regex in C: a character loop in Python was half of ingest's first phase on big files."""
     letters = len(_NOT_LETTERS.sub("", text))
     return len(_CJK_CHAR.findall(text)) / letters if letters else 0.0
+
+
+def in_chinese(text: str) -> bool:
+    """Whether ``text`` (a question) is in Chinese: Chinese characters make at least a third
+    of its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not)."""
+    return chinese_share(text) >= 1 / 3
 
 
 _CJK_CHAR = re.compile(f"[{_CJK}]")

@@ -6,8 +6,9 @@ import re
 from collections.abc import Sequence
 
 from shelfhand.core.messages import Citation
+from shelfhand.knowledge.analysis import in_chinese
 from shelfhand.knowledge.evidence.compress import compress_citation
-from shelfhand.knowledge.evidence.conflicts import annotate_conflicts, find_conflicts
+from shelfhand.knowledge.evidence.conflicts import DISAGREE_ZH, annotate_conflicts, find_conflicts
 from shelfhand.knowledge.types import SearchHit
 
 NOTHING_FOUND = (
@@ -44,8 +45,9 @@ def prepare_evidence(
     compress_tokens: int | None = None,
     context: Sequence[Citation] = (),
 ) -> list[Citation]:
-    """Numbered ``citations`` made ready to show: disagreements flagged, then (with
-    ``compress_tokens``) each passage cut to the sentences that answer ``query``.
+    """Numbered ``citations`` made ready to show: disagreements flagged (the notes in Chinese
+    for a ``query`` in Chinese), then (with ``compress_tokens``) each passage cut to the
+    sentences that answer ``query``.
 
     Conflicts are looked for among ``citations`` and between them and ``earlier`` passages
     of the same run (full text, before compression); only ``citations`` are returned. A
@@ -57,7 +59,7 @@ def prepare_evidence(
     conflicts = [
         x for x in find_conflicts(pool, context=context) if x.a in current or x.b in current
     ]
-    out = annotate_conflicts(citations, conflicts)
+    out = annotate_conflicts(citations, conflicts, chinese=bool(conflicts) and in_chinese(query))
     if compress_tokens is None:
         return out
     compressed = []
@@ -122,13 +124,20 @@ def label(c: Citation) -> str:
 
 def conflict_notes(citations: Sequence[Citation]) -> list[str]:
     """The disagreements flagged on ``citations`` (see :mod:`shelfhand.knowledge.evidence.conflicts`),
-    each once, as ``Note: [2] and [4] disagree: …`` lines."""
+    each once, as ``Note: [2] and [4] disagree: …`` lines (``注意：[2] 与 [4] 不一致：…``)."""
     notes: dict[str, None] = {}
     for c in citations:
         for line in c.conflict_note.splitlines():
             if line.strip():
-                notes.setdefault(f"Note: {line.strip()}", None)
+                lead = NOTE_ZH if DISAGREE_ZH in line else NOTE
+                notes.setdefault(f"{lead}{line.strip()}", None)
     return list(notes)
+
+
+NOTE = "Note: "
+"""What a disagreement's line opens with (:func:`conflict_notes`)."""
+NOTE_ZH = "注意："
+""":data:`NOTE` for a note in Chinese."""
 
 
 def format_passages(

@@ -32,6 +32,7 @@ from functools import lru_cache
 from shelfhand.core.messages import Citation
 
 __all__ = [
+    "DISAGREE_ZH",
     "SENTENCE_SIMILARITY",
     "Conflict",
     "DocVersion",
@@ -40,6 +41,7 @@ __all__ = [
     "cache_clear",
     "doc_version",
     "find_conflicts",
+    "newer_without_date",
     "quantities",
 ]
 
@@ -69,13 +71,15 @@ class DocVersion:
     effective: str | None = None
     """ISO date (``2025-01-01``)."""
 
-    def describe(self) -> str:
+    def describe(self, *, chinese: bool = False) -> str:
+        """``version 2, effective 2025-01-01`` (``第 2 版，2025-01-01 生效``)."""
         parts = []
         if self.version is not None:
-            parts.append("version " + ".".join(str(n) for n in self.version))
+            number = ".".join(str(n) for n in self.version)
+            parts.append(f"第 {number} 版" if chinese else f"version {number}")
         if self.effective:
-            parts.append(f"effective {self.effective}")
-        return ", ".join(parts)
+            parts.append(f"{self.effective} 生效" if chinese else f"effective {self.effective}")
+        return ("，" if chinese else ", ").join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,17 +92,47 @@ class Conflict:
     """Each disagreement as written: ``("12 个月", "24 个月")`` (``a``'s first)."""
     newer: int | None = None
     """The number of the passage from the newer document, when that is known."""
-    newer_info: str = ""
+    newer_version: DocVersion | None = None
+    """What the evidence says of the newer document's edition."""
+
+    @property
+    def newer_info(self) -> str:
+        """:attr:`newer_version` described: ``version 2, effective 2025-01-01``."""
+        return self.newer_version.describe() if self.newer_version is not None else ""
 
     @property
     def note(self) -> str:
-        said = "; ".join(f"{x} vs {y}" for x, y in self.values)
-        text = f"[{self.a}] and [{self.b}] disagree: {said}"
+        """``[2] and [4] disagree: 12 个月 vs 24 个月; [4] is newer (version 2, effective
+        2025-01-01).``"""
+        return self.note_in(chinese=False)
+
+    def note_in(self, *, chinese: bool) -> str:
+        """:attr:`note`, or for a question asked in Chinese ``[2] 与 [4] 不一致：12 个月 vs 24
+        个月；[4] 较新（第 2 版，2025-01-01 生效）。``"""
+        said = ("；" if chinese else "; ").join(f"{x} vs {y}" for x, y in self.values)
+        if chinese:
+            text = f"[{self.a}] 与 [{self.b}] {DISAGREE_ZH}：{said}"
+        else:
+            text = f"[{self.a}] and [{self.b}] disagree: {said}"
         if self.newer is not None:
-            text += f"; [{self.newer}] is newer" + (
-                f" ({self.newer_info})" if self.newer_info else ""
-            )
-        return text + "."
+            info = self.newer_version.describe(chinese=chinese) if self.newer_version else ""
+            if chinese:
+                text += f"；[{self.newer}] 较新" + (f"（{info}）" if info else "")
+            else:
+                text += f"; [{self.newer}] is newer" + (f" ({info})" if info else "")
+        return text + ("。" if chinese else ".")
+
+
+DISAGREE_ZH = "不一致"
+"""What a Chinese :meth:`Conflict.note_in` says of two passages (how its lines are told apart)."""
+
+
+def newer_without_date(note: str) -> bool:
+    """Whether a conflict note names the newer passage but not when it took effect (the
+    caller may look the date up in the document's other passages)."""
+    if DISAGREE_ZH in note:
+        return "较新" in note and "生效" not in note
+    return "newer" in note and "effective" not in note
 
 
 # --- quantities ---------------------------------------------------------------------------
@@ -457,18 +491,21 @@ def find_conflicts(
                     b=b.index,
                     values=tuple(values),
                     newer=None if newer is None else newer.index,
-                    newer_info="" if newer is None else versions[newer.index].describe(),
+                    newer_version=None if newer is None else versions[newer.index],
                 )
             )
     return out
 
 
 def annotate_conflicts(
-    citations: Sequence[Citation], conflicts: Sequence[Conflict] | None = None
+    citations: Sequence[Citation],
+    conflicts: Sequence[Conflict] | None = None,
+    *,
+    chinese: bool = False,
 ) -> list[Citation]:
     """``citations`` with ``conflicts_with`` and ``conflict_note`` set from ``conflicts``
-    (default: :func:`find_conflicts` of ``citations``). Numbers must already be final: they
-    are what the notes name."""
+    (default: :func:`find_conflicts` of ``citations``), the notes in Chinese with
+    ``chinese``. Numbers must already be final: they are what the notes name."""
     if conflicts is None:
         conflicts = find_conflicts(citations)
     if not conflicts:
@@ -484,7 +521,7 @@ def annotate_conflicts(
             replace(
                 c,
                 conflicts_with=tuple(dict.fromkeys(others)),
-                conflict_note="\n".join(x.note for x in mine),
+                conflict_note="\n".join(x.note_in(chinese=chinese) for x in mine),
             )
         )
     return out

@@ -373,6 +373,6 @@ def test_the_conflict_note_of_search_names_the_newer_versions_effective_date(
     out = run_cli("search", "保修期多久", "-k", "3", "--mode", "keyword", "-w", "ws", cwd=tmp_path)
 
     assert out.returncode == 0, out.stderr
-    note = squash(out.stdout.split("Note:", 1)[1])
+    note = squash(out.stdout.split("注意：", 1)[1])  # asked in Chinese: the note is too
     # the date is stated in the v2 policy's opening passage, which did not match the query
-    assert "is newer (version 2, effective 2025-01-01)" in note
+    assert "较新（第 2 版，2025-01-01 生效）" in note

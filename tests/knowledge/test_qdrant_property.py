@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shelfhand.knowledge.analysis import query_identifiers, tokenize_query
@@ -80,6 +80,10 @@ def bm25_reference(
     return scores
 
 
+def _text_doc(tenant: str, chunks: list[list[str]]) -> dict[str, Any]:
+    return {"tenant": tenant, "chunks": chunks, "source": "a.md", "doc_type": "text", "tags": []}
+
+
 def top(scores: dict[int, float], allowed: set[int], k: int) -> list[tuple[int, float]]:
     ranked = sorted(
         ((r, s) for r, s in scores.items() if r in allowed), key=lambda h: (-h[1], h[0])
@@ -91,6 +95,19 @@ def top(scores: dict[int, float], allowed: set[int], k: int) -> list[tuple[int, 
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@example(  # a stemmed term ("warranty" → "warranti") found in one chunk: the reference had 0
+    specs=[
+        _text_doc("default", [["lamp"] * 3, *[["lamp", "保修", "lamp", "lamp", "lamp"]] * 2]),
+        *[_text_doc("default", [["lamp"]])] * 6,
+        _text_doc("globex", [["warranty", "保修"], ["lamp"], ["lamp"]]),
+        *[_text_doc("default", [["lamp"]])] * 5,
+        _text_doc("default", [["保修", "lamp"]]),
+    ],
+    caller={"tenant": "globex", "doc_types": None, "roles": [], "sources": None},
+    query=["warranty", "lamp", "保修"],
+    k=1,
+    seed=0,
 )
 @given(
     specs=doc_specs,
@@ -119,7 +136,9 @@ def test_filtered_qdrant_search_equals_a_brute_force_filter(
         scope = scope_of(caller)
         tokens = tokenize_query(" ".join(query))
         terms = list(dict.fromkeys(tokens))
-        body_dfs = [sum(1 for c in chunks.values() if t in set(c.text.split())) for t in terms]
+        body_dfs = [
+            sum(1 for c in chunks.values() if t in set(tokenize_query(c.text))) for t in terms
+        ]
         q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)
         asked = " ".join([*query, "E-203"])
         exact_tokens = tokenize_query(asked)

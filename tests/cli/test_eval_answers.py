@@ -54,6 +54,25 @@ def test_facts_match_alternatives_and_ignore_thousands_separators() -> None:
     assert not missing.right and missing.missing_facts == ["3,999|3999", "Lumen X1"]
 
 
+@pytest.mark.parametrize(
+    ("answer", "stated"),
+    [
+        ("库存还有 12 台。", True),
+        ("共12台", True),
+        ("SKU2024-012 | Lumen X1 Pro | 3,600", False),  # the end of a code is no stock count
+        ("保修 112 个月", False),
+        ("1.2x optical zoom", False),
+        ("12.5 kg", False),
+        ("E-12 故障", True),
+    ],
+)
+def test_a_number_fact_is_stated_on_its_own_not_inside_another_number_or_code(
+    answer: str, stated: bool
+) -> None:
+    case = AnswerCase(id="stock", question="还剩多少台？", facts=("12",))
+    assert outcome(case, RunResult(output=answer, messages=())).right is stated
+
+
 def test_a_not_found_case_is_right_only_when_the_answer_says_so() -> None:
     case = AnswerCase(id="w", question="Weather?", not_found=True)
 

@@ -57,6 +57,15 @@ def _normal(text: str) -> str:
 
 def states(answer: str, fact: str) -> bool:
     """Whether ``answer`` states ``fact``: one of its alternatives (joined by ``|``), case-
-    insensitive, with thousands separators ignored (``3,999`` is ``3999``)."""
+    insensitive, with thousands separators ignored (``3,999`` is ``3999``). An alternative
+    that starts with a digit is a number: it is stated on its own, not as the end of another
+    number or code (``12`` is not stated by ``SKU2024-012``, ``3`` not by ``3.5`` or
+    ``2023``)."""
     text = _normal(answer)
-    return any(_normal(alt) in text for alt in fact.split("|"))
+    return any(_holds(text, _normal(alt)) for alt in fact.split("|"))
+
+
+def _holds(text: str, alt: str) -> bool:
+    if not alt[:1].isdigit():
+        return alt in text
+    return re.search(rf"(?<![0-9a-z.]){re.escape(alt)}(?![0-9]|[.,][0-9])", text) is not None

@@ -153,8 +153,9 @@ class ChatReply(BaseModel):
     )
     fallback_reason: str = Field(
         default="",
-        description="Why the model's answer was replaced: ungrounded, refusal, tool_failed, prompt_echo, "
-        "posed_as_quoted, heading_echo, off_topic, unanswered, repeated_call, max_iters, "
+        description="Why the model's answer was replaced: ungrounded, refusal, tool_failed, "
+        "prompt_echo, posed_as_quoted, heading_echo, off_topic, unanswered, repeated_call, "
+        "max_iters, "
         "empty, no_model, "
         "budget_exceeded, or "
         "model_error / model_timeout (the chat model failed after the passages were found; "

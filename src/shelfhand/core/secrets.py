@@ -4,7 +4,7 @@
   like it holds a secret: password/passwd, secret, token, api_key/api-key/apikey, authorization,
   credential, in any case.
 - :func:`redact_text`: ``text`` (an exception's message, a traceback) with the secrets it
-  shows replaced by ``[REDACTED]``: the password of a URL (``https://bob:***@host``), the value
+  shows replaced by ``[REDACTED]``: the password of a URL (``https://bob:[REDACTED]@host``), the value
   of a secret-looking ``name=value`` or ``name: value`` (a query string, a header, JSON), and
   the credentials after ``Bearer`` or ``Basic``. An HTTP client's error names the whole URL it
   called, query string included, and a driver's error its connection string.

@@ -35,11 +35,7 @@ from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import (
-    identifier_spans,
-    identifier_tokens,
-    tokenize_for_matching,
-)
+from shelfhand.knowledge.analysis import identifiers_and_spans, tokenize_for_matching
 
 from .dates import held_dates, stated_dates
 
@@ -129,19 +125,15 @@ def facts(text: str) -> set[str]:
     is ``sku2024012``, not also ``2024`` and ``12`` (a passage naming it does not hold "12
     units"). Citation markers are not facts."""
     text = unicodedata.normalize("NFKC", _CITE.sub(" ", text))
-    found = {_number(m.group()) for m in _NUMBER.finditer(_without_codes(text))}
-    found.update(
-        t
-        for t in identifier_tokens(text)
-        if _SEPARATOR_FREE.fullmatch(t) and not _ORDINAL.fullmatch(t)
-    )
+    codes, spans = identifiers_and_spans(text)
+    found = {_number(m.group()) for m in _NUMBER.finditer(_without_codes(text, spans))}
+    found.update(t for t in codes if _SEPARATOR_FREE.fullmatch(t) and not _ORDINAL.fullmatch(t))
     return found
 
 
-def _without_codes(text: str) -> str:
-    """``text`` with its codes that hold a letter blanked out (their digits are no numbers of
-    their own), ordinals kept."""
-    spans = identifier_spans(text)
+def _without_codes(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """``text`` with its codes that hold a letter (at ``spans``) blanked out: their digits are
+    no numbers of their own; ordinals kept."""
     if not spans:
         return text
     parts, at = [], 0

@@ -42,8 +42,8 @@ __all__ = [
     "SYNONYMS",
     "SynonymTable",
     "chinese_share",
-    "identifier_spans",
     "identifier_tokens",
+    "identifiers_and_spans",
     "in_chinese",
     "query_identifiers",
     "synonym_candidates",
@@ -285,22 +285,26 @@ def identifier_tokens(text: str) -> list[str]:
     return found
 
 
-def identifier_spans(text: str) -> list[tuple[int, int]]:
-    """Where ``text`` (NFKC-normalised) holds an identifier with a letter in it (``E-203``,
-    ``SKU2024-012``, ``HDR10``, ``9th``), as (start, end): what :func:`identifier_tokens`
-    finds, less the all-digit codes (dates, phone numbers)."""
+def identifiers_and_spans(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """:func:`identifier_tokens` of ``text`` (already NFKC-normalised), and where those
+    holding a letter are (``E-203``, ``SKU2024-012``, ``HDR10``, ``9th``; not the all-digit
+    codes: dates, phone numbers), as (start, end), in one pass."""
+    found: list[str] = []
     spans: list[tuple[int, int]] = []
     for match in _TOKEN_RE.finditer(text):
-        kind, value = match.lastgroup, match.group()
-        if not _HAS_LETTER.search(value):
+        kind = match.lastgroup
+        if kind == "cjk":
             continue
-        if (
-            kind == "code"
-            and _is_identifier_code(_SEPARATORS.split(value))
-            and not _NUMBER_LIKE.fullmatch(value)
-        ) or (kind == "word" and _is_identifier_word(value)):
+        value = match.group().lower()
+        if kind == "code":
+            if _is_identifier_code(_SEPARATORS.split(value)) and not _NUMBER_LIKE.fullmatch(value):
+                found.extend(_identifier_forms(value))
+                if _HAS_LETTER.search(value):
+                    spans.append(match.span())
+        elif _is_identifier_word(value):
+            found.append(value)
             spans.append(match.span())
-    return spans
+    return found, spans
 
 
 def query_identifiers(text: str) -> list[str]:

@@ -272,30 +272,23 @@ def identifier_tokens(text: str) -> list[str]:
     Identifiers are codes with a digit (``E-888``, ``SKU2024-011``, ``v1.2``, ``400-800-1234``)
     and words mixing letters and digits, three characters or longer (``E888``, ``HDR10``); plain
     numbers (``3.5``, ``2025``) and words (``projector``) are not."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    found: list[str] = []
-    for match in _TOKEN_RE.finditer(text):
-        kind = match.lastgroup
-        value = match.group()
-        if kind == "code":
-            if _is_identifier_code(_SEPARATORS.split(value)) and not _NUMBER_LIKE.fullmatch(value):
-                found.extend(_identifier_forms(value))
-        elif kind == "word" and _is_identifier_word(value):
-            found.append(value)
-    return found
+    return identifiers_and_spans(unicodedata.normalize("NFKC", text).lower(), lowered=True)[0]
 
 
-def identifiers_and_spans(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """:func:`identifier_tokens` of ``text`` (already NFKC-normalised), and where those
-    holding a letter are (``E-203``, ``SKU2024-012``, ``HDR10``, ``9th``; not the all-digit
-    codes: dates, phone numbers), as (start, end), in one pass."""
+def identifiers_and_spans(
+    text: str, *, lowered: bool = False
+) -> tuple[list[str], list[tuple[int, int]]]:
+    """:func:`identifier_tokens` of ``text`` (already NFKC-normalised; ``lowered``: and
+    lower-cased, which spares lower-casing each token), and where those holding a letter are
+    (``E-203``, ``SKU2024-012``, ``HDR10``, ``9th``; not the all-digit codes: dates, phone
+    numbers), as (start, end), in one pass."""
     found: list[str] = []
     spans: list[tuple[int, int]] = []
     for match in _TOKEN_RE.finditer(text):
         kind = match.lastgroup
         if kind == "cjk":
             continue
-        value = match.group().lower()
+        value = match.group() if lowered else match.group().lower()
         if kind == "code":
             if _is_identifier_code(_SEPARATORS.split(value)) and not _NUMBER_LIKE.fullmatch(value):
                 found.extend(_identifier_forms(value))

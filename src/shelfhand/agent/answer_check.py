@@ -301,12 +301,11 @@ class AnswerCheck:
             return "empty"  # "[1][2]": citation marks, no words
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
-        if not result.citations and result.grounding is None:
-            return "tool_failed" if _refused_after_failure(result) else ""
-        if is_refusal(result.output):
-            if result.citations:
-                return "refusal"
-            return "tool_failed" if _refused_after_failure(result) else ""
+        if not result.citations:
+            if result.grounding is None or is_refusal(result.output):
+                return "tool_failed" if _refused_after_failure(result) else ""
+        elif is_refusal(result.output):
+            return "refusal"
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences, about_tools(grounding)):
             return "ungrounded"

@@ -38,6 +38,7 @@ _NAMED_VALUE = re.compile(
     r"(\"[^\"\n]*\"|'[^'\n]*'|(?!(?:bearer|basic)\s)[^\s&\"',;)}\]>]+)"
 )
 _SCHEME_CREDENTIALS = re.compile(r"(?i)\b(bearer|basic)(\s+)[a-z0-9._~+/=-]+")
+_SCHEME_WORD = re.compile(r"(?i)bearer|basic")
 
 
 def secret_name(text: str) -> bool:
@@ -53,7 +54,7 @@ def secret_name(text: str) -> bool:
 
 def redact_text(text: str) -> str:
     """``text`` with the secrets it shows replaced by ``[REDACTED]`` (see the module)."""
-    if not secret_name(text) and "://" not in text and not _has_scheme_word(text):
+    if "://" not in text and not _SCHEME_WORD.search(text) and not secret_name(text):
         return text  # the common case: nothing that could name a secret
     text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
     text = _NAMED_VALUE.sub(_masked_value, text)
@@ -70,8 +71,3 @@ def _masked_value(match: re.Match[str]) -> str:
     value = match[2]
     quote = value[0] if value[0] in "\"'" else ""
     return f"{match[1]}{quote}{REDACTED}{quote}"
-
-
-def _has_scheme_word(text: str) -> bool:
-    folded = text.lower()
-    return "bearer" in folded or "basic" in folded

@@ -10,11 +10,14 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 from service_helpers import ALICE, BOB, KEYS, ask_turn, start_serve, write
+
+from support.loopback import serving
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +106,56 @@ def test_a_tools_setting_that_cannot_be_imported_stops_the_service_before_it_lis
         f"({project / 'desk_tools.py'}, line 1)"
     ) in out.stderr
     assert "Traceback" not in out.stderr and "Uvicorn running" not in out.stderr + out.stdout
+
+
+STOCK = '''
+"""The warehouse's own tool: its API takes a token in the query string."""
+import os
+
+import httpx
+
+from shelfhand import tool
+
+
+@tool(read_only=True, retries=0)
+def query_stock(sku: str) -> str:
+    """How many units of a product the warehouse holds."""
+    url = os.environ["WAREHOUSE_URL"]
+    reply = httpx.get(url, params={"sku": sku, "token": "wh-s3cr3t-77"}, timeout=5)
+    reply.raise_for_status()  # 401: names the URL, the token included
+    return reply.text
+'''
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_services_log_shows_no_token_a_teams_tool_sent(tmp_path: Path) -> None:
+    """httpx logs each request's URL at INFO (the service's default level), and governance
+    the tool's error: both name the token; the log line is redacted, the model and the user
+    read the failure without it."""
+    project = tmp_path / "project"
+    write(project / "stock_tools.py", STOCK)
+    script = {
+        "cycle": True,
+        "turns": [{"tool_call": "query_stock", "arguments": {"sku": "SKU2024-011"}}, "稍后再试。"],
+    }
+    with serving(_Refusing) as port:
+        env = {"SHELFHAND_TOOLS": "stock_tools", "WAREHOUSE_URL": f"http://127.0.0.1:{port}/s"}
+        server = start_serve(tmp_path / "workspace", script=script, env=env, cwd=project)
+        try:
+            reply = ask_turn(server.url, ALICE, "SKU2024-011 还有库存吗？")
+        finally:
+            server.stop()
+    step = next(s for s in reply["tool_steps"] if s["name"] == "query_stock")
+    assert step["is_error"] and "token=[REDACTED]" in step["content"]
+    log = "\n".join(server.log)
+    assert "HTTP Request: GET" in log and "raised HTTPStatusError" in log
+    assert "wh-s3cr3t-77" not in log and "wh-s3cr3t-77" not in json.dumps(reply)

@@ -9,6 +9,7 @@ the model (which may repeat it to the user).
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from shelfhand import Agent, Approvals, Toolkit, UserContext, tool
-from shelfhand.core.secrets import redact_text
+from shelfhand.core.secrets import RedactSecrets, redact_text
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
 from shelfhand.tools.governance import GovernancePolicy
@@ -126,3 +127,34 @@ async def test_an_approval_handler_error_is_redacted_in_the_reason_and_the_log(
 )
 def test_redact_text(text_in: str, text_out: str | None) -> None:
     assert redact_text(text_in) == (text_in if text_out is None else text_out)
+
+
+def test_a_handler_with_redact_secrets_prints_no_library_s_secret(orders_url: str) -> None:
+    """httpx logs every request's URL at INFO, a token in the query string included; a
+    traceback's messages and uvicorn's access line (its path an argument) are redacted too."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    handler.addFilter(RedactSecrets())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        httpx.get(orders_url, params={"id": "SO-1001", "token": TOKEN}, timeout=5)
+        try:
+            raise ConnectionError(f"postgresql://app:{PASSWORD}@db/shop refused")
+        except ConnectionError:
+            logging.getLogger("shelfhand.test").exception("the order database failed")
+        access = logging.getLogger("uvicorn.access")
+        access.info(
+            '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", f"/o?token={TOKEN}", "1.1", 200
+        )
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    printed = stream.getvalue()
+    assert "httpx HTTP Request: GET" in printed and "token=[REDACTED]" in printed
+    assert "app:[REDACTED]@db/shop" in printed and "Traceback" in printed
+    assert '"GET /o?token=[REDACTED] HTTP/1.1" 200' in printed
+    assert TOKEN not in printed and PASSWORD not in printed

@@ -23,6 +23,7 @@ from shelfhand.cli.common import (
     make_console,
     open_app,
 )
+from shelfhand.core.secrets import redact_log_handlers
 from shelfhand.core.settings_table import BUILTIN_TOOLS
 
 mcp_app = typer.Typer(
@@ -86,6 +87,7 @@ def serve(
         raise fail(f"unknown transport {transport!r}: use stdio, http or sse", 2)
     # stdout carries the protocol on stdio: every log line must go to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    redact_log_handlers()
     import anyio
 
     from shelfhand.core.auth import load_api_keys

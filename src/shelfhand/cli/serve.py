@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from shelfhand.cli.common import BUSY_EXIT_CODE, DemoToolsOpt, WorkspaceOpt, app, fail, open_app
+from shelfhand.core.secrets import redact_log_handlers
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [trace %(trace_id)s] %(message)s"
 
@@ -19,13 +20,18 @@ def _log_config(level: str) -> dict[str, Any]:
     from uvicorn.config import LOGGING_CONFIG
 
     config: dict[str, Any] = copy.deepcopy(LOGGING_CONFIG)
-    config["filters"] = {"trace": {"()": "shelfhand.api.tracing.TraceIdFilter"}}
+    config["filters"] = {
+        "trace": {"()": "shelfhand.api.tracing.TraceIdFilter"},
+        "secrets": {"()": "shelfhand.core.secrets.RedactSecrets"},
+    }
+    for handler in config["handlers"].values():  # uvicorn's access log names query strings
+        handler["filters"] = [*handler.get("filters", ()), "secrets"]
     config["formatters"]["shelfhand"] = {"format": LOG_FORMAT}
     config["handlers"]["shelfhand"] = {
         "formatter": "shelfhand",
         "class": "logging.StreamHandler",
         "stream": "ext://sys.stderr",
-        "filters": ["trace"],
+        "filters": ["trace", "secrets"],
     }
     config["loggers"]["shelfhand"] = {
         "handlers": ["shelfhand"],
@@ -88,6 +94,7 @@ def serve(
     if level not in ("debug", "info", "warning", "error"):
         raise fail("--log-level must be debug, info, warning or error", 2)
     logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s %(message)s")
+    redact_log_handlers()  # what libraries log (httpx: every URL a team's tool calls)
     try:
         keys = a.api_keys()
         if not keys and not allow_anonymous:

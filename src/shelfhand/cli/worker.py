@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from shelfhand.cli.common import WorkspaceOpt, app, fail, open_app
+from shelfhand.core.secrets import redact_log_handlers
 
 
 @app.command()
@@ -42,6 +43,7 @@ def worker(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    redact_log_handlers()
     a = open_app(workspace, create=True)
     try:
         options = WorkerOptions(

@@ -15,10 +15,18 @@ other text and is kept.
 
 from __future__ import annotations
 
+import logging
 import re
 import traceback
 
-__all__ = ["REDACTED", "redact_text", "redacted_traceback", "secret_name"]
+__all__ = [
+    "REDACTED",
+    "RedactSecrets",
+    "redact_log_handlers",
+    "redact_text",
+    "redacted_traceback",
+    "secret_name",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -71,3 +79,32 @@ def _masked_value(match: re.Match[str]) -> str:
     value = match[2]
     quote = value[0] if value[0] in "\"'" else ""
     return f"{match[1]}{quote}{REDACTED}{quote}"
+
+
+class RedactSecrets(logging.Filter):
+    """A log handler's filter: each record's message and traceback with the secrets they show
+    redacted (:func:`redact_text`). Libraries log what they call: httpx logs every request's
+    URL at INFO, a token in its query string included, and a team's tools call their
+    systems with httpx."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):  # each argument alone first: uvicorn's access
+            # formatter reads the request's path from them
+            record.args = tuple(redact_text(a) if isinstance(a, str) else a for a in record.args)
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message and record.name != "uvicorn.access":
+            record.msg, record.args = redacted, None  # a secret the arguments made together
+        if record.exc_text:  # formatted by a handler before this one: formatters reuse it
+            record.exc_text = redact_text(record.exc_text)
+        elif record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redacted_traceback(record.exc_info[1])  # what formatters print
+        return True
+
+
+def redact_log_handlers(logger: logging.Logger | None = None) -> None:
+    """Add :class:`RedactSecrets` to the handlers of ``logger`` (the root by default)."""
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+            handler.addFilter(RedactSecrets())

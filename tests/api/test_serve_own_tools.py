@@ -10,14 +10,13 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 from service_helpers import ALICE, BOB, KEYS, ask_turn, start_serve, write
 
-from support.loopback import serving
+from support.loopback import Refusing, serving
 
 pytestmark = pytest.mark.slow
 
@@ -127,16 +126,6 @@ def query_stock(sku: str) -> str:
 '''
 
 
-class _Refusing(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(401)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_the_services_log_shows_no_token_a_teams_tool_sent(tmp_path: Path) -> None:
     """httpx logs each request's URL at INFO (the service's default level), and governance
     the tool's error: both name the token; the log line is redacted, the model and the user
@@ -147,7 +136,7 @@ def test_the_services_log_shows_no_token_a_teams_tool_sent(tmp_path: Path) -> No
         "cycle": True,
         "turns": [{"tool_call": "query_stock", "arguments": {"sku": "SKU2024-011"}}, "稍后再试。"],
     }
-    with serving(_Refusing) as port:
+    with serving(Refusing) as port:
         env = {"SHELFHAND_TOOLS": "stock_tools", "WAREHOUSE_URL": f"http://127.0.0.1:{port}/s"}
         server = start_serve(tmp_path / "workspace", script=script, env=env, cwd=project)
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -23,25 +22,15 @@ from shelfhand.core.secrets import RedactSecrets, redact_text
 from shelfhand.testing import ScriptedModel, text, tool_call
 from shelfhand.tools.audit import AuditLog
 from shelfhand.tools.governance import GovernancePolicy
-from support.loopback import serving
+from support.loopback import Refusing, serving
 
 TOKEN = "s3cr3t-7f1c"
 PASSWORD = "hunter2-pw"
 
 
-class _Refusing(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(401)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def orders_url() -> Iterator[str]:
-    with serving(_Refusing) as port:
+    with serving(Refusing) as port:
         yield f"http://127.0.0.1:{port}/orders"
 
 

@@ -21,3 +21,15 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """Answers every GET with 401 and no body (an API refusing a token)."""
+
+    def do_GET(self) -> None:
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass

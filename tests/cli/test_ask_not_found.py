@@ -17,7 +17,8 @@ from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from support.chat_server import Reply, completion  # see conftest.py
 
-NOT_FOUND_LINE = "not found: no passage of the documents matches this question"
+NOT_FOUND_LINE = "未找到：文档中没有与这个问题相符的段落"
+"""What ``ask`` prints under an answer when nothing was found (the questions are Chinese)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def test_search_prints_a_not_found_line_and_the_conflict_notes(workspace: Path) 
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     out = shelfhand("search", "--tenant", "elsewhere", "整机保修期", workspace=workspace, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "not found: no passage matches '整机保修期'"
+    assert out.stdout.strip() == "未找到：没有与 '整机保修期' 相符的段落"
     flagged = shelfhand(
         "search", "整机保修期", "--mode", "keyword", "-k", "5", workspace=workspace, env=env
     )

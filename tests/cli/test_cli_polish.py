@@ -325,7 +325,7 @@ def test_chat_without_a_model_answers_with_passages_as_ask_does(tmp_path: Path) 
 
     assert out.returncode == 0, out.stderr
     assert "SHELFHAND_MODEL" in out.stdout and "cited passages" in out.stdout
-    assert "extractive answer" in out.stdout  # said as `ask` says it
+    assert "摘录式回答" in out.stdout  # said as `ask` says it, in the question's language
     assert "E-203" in out.stdout and "troubleshooting-manual.pdf" in out.stdout
 
 

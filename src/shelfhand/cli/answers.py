@@ -11,25 +11,31 @@ passages found are printed first).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from shelfhand.agent.answer_check import relevant_citations
-from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing
+from shelfhand.agent.answer_check import REASONS_ZH, relevant_citations
+from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing, in_chinese
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTE, NOTE_ZH, conflict_notes, label
 
 __all__ = [
+    "CHINESE",
+    "ENGLISH",
     "NO_ANSWER_EXIT_CODE",
     "REASONS",
+    "Words",
     "exit_code",
     "print_answer",
     "print_json",
     "print_notes",
     "shown_citations",
+    "tools_used",
+    "words_for",
 ]
 
 NO_ANSWER_EXIT_CODE = 3
@@ -52,7 +58,59 @@ REASONS = {
     "off_topic": "the model's answer was about something the question did not ask",
     "unanswered": "the model's answer did not state the amount asked for",
 }
-"""Why an answer was replaced, in words (``RunResult.fallback_reason``)."""
+"""Why an answer was replaced, in words (``RunResult.fallback_reason``); in Chinese,
+:data:`~shelfhand.agent.answer_check.REASONS_ZH`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What ``ask`` and ``chat`` write under an answer, in one language (rich markup; the
+    ``{…}`` fields are filled in escaped)."""
+
+    not_found: str
+    extractive: str
+    no_passage: str
+    unsupported: str
+    missing: str
+    misplaced: str
+    unknown: str
+    tools: str
+    failed: str
+    reasons: dict[str, str]
+
+
+ENGLISH = Words(
+    not_found="[yellow]not found:[/] no passage of the documents matches this question; "
+    "the answer above is not from them",
+    extractive="[dim]extractive answer: sentences of the documents, not written by a model "
+    "({why})[/]",
+    no_passage="[yellow]note:[/] {why}; no passage answers it",
+    unsupported="[yellow]unsupported:[/] {text}",
+    missing=" ({items} not in the passages)",
+    misplaced=" ({items} is another row's in the passages' table)",
+    unknown="[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
+    tools="[dim]tools: {used}[/]",
+    failed="{name} (failed)",
+    reasons=REASONS,
+)
+CHINESE = Words(
+    not_found="[yellow]未找到：[/]文档中没有与这个问题相符的段落；上面的回答并非出自文档",
+    extractive="[dim]摘录式回答：文档的原句，并非模型所写（{why}）[/]",
+    no_passage="[yellow]注意：[/]{why}；没有段落回答这个问题",
+    unsupported="[yellow]无依据：[/]{text}",
+    missing="（段落中没有 {items}）",
+    misplaced="（{items} 在段落的表格中属于另一行）",
+    unknown="[yellow]注意：[/]回答引用了 {numbers}，但没有这样的段落：不算依据",
+    tools="[dim]工具：{used}[/]",
+    failed="{name}（失败）",
+    reasons=REASONS_ZH,
+)
+
+
+def words_for(question: str) -> Words:
+    """The words under an answer to ``question``: Chinese for a question asked in Chinese
+    (:func:`~shelfhand.agent.fallbacks.in_chinese`), else English."""
+    return CHINESE if in_chinese(question) else ENGLISH
 
 
 def exit_code(result: RunResult) -> int:
@@ -74,16 +132,18 @@ def shown_citations(result: RunResult) -> list[Citation]:
     return [by_index[n] for n in numbers if n is not None and n in by_index]
 
 
-def print_answer(console: Console, result: RunResult) -> int:
-    """Print ``result`` for a person and return the exit code of :func:`exit_code`."""
+def print_answer(console: Console, result: RunResult, question: str = "") -> int:
+    """Print ``result`` for a person and return the exit code of :func:`exit_code`; the
+    lines under it are in ``question``'s language (:func:`words_for`)."""
+    words = words_for(question)
     console.print(result.output, highlight=False, markup=False)
-    used = tools_used(result)
+    used = tools_used(result, words)
     if used:  # where an answer resting on no passage came from
-        console.print(f"[dim]tools: {escape(used)}[/]", highlight=False)
-    return print_notes(console, result)
+        console.print(words.tools.format(used=escape(used)), highlight=False)
+    return print_notes(console, result, question)
 
 
-def tools_used(result: RunResult) -> str:
+def tools_used(result: RunResult, words: Words = ENGLISH) -> str:
     """The tools other than ``retrieve`` the run called, each once, in order, those whose
     every call failed marked: ``order_status (failed), query_stock``; "" for none."""
     ok: dict[str, bool] = {}
@@ -91,19 +151,17 @@ def tools_used(result: RunResult) -> str:
         for r in message.tool_results:
             if r.name != RETRIEVE_TOOL:
                 ok[r.name] = ok.get(r.name, False) or not r.is_error
-    return ", ".join(name if fine else f"{name} (failed)" for name, fine in ok.items())
+    sep = "、" if words is CHINESE else ", "
+    return sep.join(name if fine else words.failed.format(name=name) for name, fine in ok.items())
 
 
-def print_notes(console: Console, result: RunResult) -> int:
+def print_notes(console: Console, result: RunResult, question: str = "") -> int:
     """What :func:`print_answer` prints under the answer (its evidence, the grounding
-    flags, why it was replaced); for a terminal that has shown the answer already (``chat``
-    streams it). Returns the exit code of :func:`exit_code`."""
+    flags, why it was replaced), in ``question``'s language; for a terminal that has shown
+    the answer already (``chat`` streams it). Returns the exit code of :func:`exit_code`."""
+    words = words_for(question)
     if not result.citations and found_nothing(result.messages):
-        console.print(
-            "[yellow]not found:[/] no passage of the documents matches this question; "
-            "the answer above is not from them",
-            highlight=False,
-        )
+        console.print(words.not_found, highlight=False)
     evidence = shown_citations(result)
     if evidence:
         console.print()
@@ -112,32 +170,24 @@ def print_notes(console: Console, result: RunResult) -> int:
     for note in conflict_notes(evidence):  # passages that disagree: never hidden
         text = note if note.startswith(NOTE_ZH) else "note: " + note.removeprefix(NOTE)
         console.print(text, style="yellow", highlight=False, markup=False)
+    reason = result.fallback_reason
+    why = escape(words.reasons.get(reason, reason))
     if result.extractive:
-        why = REASONS.get(result.fallback_reason, result.fallback_reason)
-        console.print(
-            f"[dim]extractive answer: sentences of the documents, not written by a model "
-            f"({escape(why)})[/]",
-            highlight=False,
-        )
-    elif result.fallback_reason in ("ungrounded", "prompt_echo", "posed_as_quoted"):
-        why = REASONS[result.fallback_reason]
-        console.print(f"[yellow]note:[/] {escape(why)}; no passage answers it", highlight=False)
+        console.print(words.extractive.format(why=why), highlight=False)
+    elif reason in ("ungrounded", "prompt_echo", "posed_as_quoted"):
+        console.print(words.no_passage.format(why=why), highlight=False)
     grounding = result.grounding
     if grounding is not None and not result.extractive:
         for s in grounding.unsupported:
-            missing = f" ({', '.join(s.missing)} not in the passages)" if s.missing else ""
+            line = words.unsupported.format(text=escape(s.text))
+            if s.missing:
+                line += escape(words.missing.format(items=", ".join(s.missing)))
             if s.misplaced:
-                missing += f" ({', '.join(s.misplaced)} is another row's in the passages' table)"
-            console.print(
-                f"[yellow]unsupported:[/] {escape(s.text)}{escape(missing)}", highlight=False
-            )
+                line += escape(words.misplaced.format(items=", ".join(s.misplaced)))
+            console.print(line, highlight=False)
     if result.unknown_citations:
-        numbers = ", ".join(f"[{n}]" for n in result.unknown_citations)
-        console.print(
-            f"[yellow]note:[/] the answer cites {escape(numbers)}, which no passage has: "
-            "not evidence",
-            highlight=False,
-        )
+        numbers = escape(", ".join(f"[{n}]" for n in result.unknown_citations))
+        console.print(words.unknown.format(numbers=numbers), highlight=False)
     return exit_code(result)
 
 

@@ -118,7 +118,7 @@ def chat(
             # the passages the turn had found still answer (as `ask` does)
             answer = answer_of_failed_run(a, kb, line, ctx, found, exc)
             if answer is not None:
-                print_answer(console, answer)
+                print_answer(console, answer, line)
 
 
 def _lines(console: Any) -> Iterator[str]:
@@ -157,7 +157,7 @@ def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
         "sentences; empty line or Ctrl-D to quit[/]"
     )
     for line in _lines(console):
-        print_answer(console, agent.run_sync(line, context=ctx))
+        print_answer(console, agent.run_sync(line, context=ctx), line)
 
 
 def console_approvals(console: Any) -> Any:
@@ -232,7 +232,7 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
                 console.print(f"[yellow]{escape(replaced.notice)}:[/]", highlight=False)
             if replaced is not None or not shown.strip():  # (nothing streamed: not shown yet)
                 console.print(result.output, highlight=False, markup=False)
-            print_notes(console, result)
+            print_notes(console, result, line)
 
 
 def _first_line(text: str, width: int = 300) -> str:

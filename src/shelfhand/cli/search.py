@@ -57,6 +57,7 @@ def search(
     ] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
+    from shelfhand.knowledge.analysis import in_chinese
     from shelfhand.knowledge.evidence.citations import (
         format_passages,
         prepare_evidence,
@@ -79,9 +80,12 @@ def search(
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
-        make_console().print(
-            f"not found: no passage matches {query!r}", highlight=False, markup=False
+        nothing = (
+            f"未找到：没有与 {query!r} 相符的段落"
+            if in_chinese(query)
+            else f"not found: no passage matches {query!r}"
         )
+        make_console().print(nothing, highlight=False, markup=False)
     else:
         passages = format_passages(citations, query=query)  # each shown where it matched
         make_console().print(passages, highlight=False, markup=False)
@@ -192,7 +196,7 @@ def ask(
         if as_json:
             code = print_json(result)
         else:
-            code = print_answer(console, result)
+            code = print_answer(console, result, question)
             console.print(f"\n[dim]{escape(NO_MODEL_HINT)}[/]")
         kb.close()
         raise typer.Exit(code)
@@ -224,13 +228,13 @@ def ask(
             if as_json:
                 print_json(answer)
             else:
-                print_answer(console, answer)
+                print_answer(console, answer, question)
         if kb is not None:
             kb.close()
         raise fail(f"the chat model failed: {exc}", 1) from None
     finally:
         stop_counting(counting)
-    code = print_json(result) if as_json else print_answer(console, result)
+    code = print_json(result) if as_json else print_answer(console, result, question)
     if kb is not None:
         kb.close()
     raise typer.Exit(code)

@@ -212,6 +212,44 @@ async def test_passages_about_the_question_come_first_the_failed_tools_under_the
     assert ok.extractive and "24 个月" in ok.output and TOOLS_FAILED_LEAD_ZH not in ok.output
 
 
+@tool(read_only=True, retries=0)
+def query_stock(ctx: UserContext, product: str) -> dict[str, int]:
+    """How many units of a product are in stock (the stock system is down)."""
+    raise ConnectionError("the stock system refused the connection")
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("Is the Lumen X1 in stock?", "The Lumen X1 is in stock."),
+        ("Is the Lumen X1 in stock?", "Yes, the Lumen X1 is currently available."),
+        ("Lumen X1 还有库存吗？", "Lumen X1 目前有库存。"),
+    ],
+)
+async def test_in_stock_said_while_the_stock_system_is_down_is_not_the_documents_word(
+    kb: KnowledgeBase, question: str, answer: str
+) -> None:
+    """The product's description holds "Lumen X1", so the answer's naming words carried it
+    over the share of words a sentence needs; what it claims ("in stock") is what the failed
+    tool was for, and no passage says it. Seen with Qwen2.5-Coder-0.5B and the shop down."""
+    call = tool_call("query_stock", {"product": "Lumen X1"})
+    result = await agent(kb, query_stock, call, text(answer)).run(question, context=ALICE)
+
+    assert result.fallback_reason == "ungrounded", result.output
+    assert answer not in result.output
+    assert "- query_stock: failed: ConnectionError" in result.output
+
+    # the stock system up: the same words rest on its answer and stand
+    @tool(read_only=True)
+    def stock_up(ctx: UserContext, product: str) -> dict[str, object]:
+        """How many units of a product are in stock."""
+        return {"product": product, "in_stock": True, "units": 12, "库存": 12}
+
+    up = tool_call("stock_up", {"product": "Lumen X1"})
+    kept = await agent(kb, stock_up, up, text(answer)).run(question, context=ALICE)
+    assert kept.output == answer and not kept.fallback_reason
+
+
 def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_not_listed() -> (
     None
 ):

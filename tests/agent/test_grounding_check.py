@@ -191,3 +191,26 @@ def test_the_extractive_answer_reads_kaifeng_as_the_policy_s_opened_goods() -> N
     extract = extractive_answer("开封后的投影仪可以退货吗？", RETURNS)
 
     assert extract is not None and "7 天" in extract.text and 2 in extract.passages
+
+
+def test_with_the_tool_that_could_say_it_failed_the_question_restated_is_not_supported() -> None:
+    """ "The Lumen X1 Pro is in stock." over the spec table: the naming words (the product, its
+    code) are the passage's; "in stock" is what the failed stock tool was for."""
+
+    def supported(question: str, answer: str, *, tool_failed: bool) -> bool:
+        checked = check_grounding(answer, PASSAGES, question=question, tool_failed=tool_failed)
+        return checked.grounded
+
+    stock = "Is the Lumen X1 Pro in stock?"
+    for answer in ("The Lumen X1 Pro is in stock.", "Yes, the Lumen X1 Pro is available now."):
+        assert supported(stock, answer, tool_failed=False)  # (the words alone carry it)
+        assert not supported(stock, answer, tool_failed=True)
+    # what the passage says beyond the question, or a number of its own, still stands
+    assert supported(stock, "The Lumen X1 Pro uses a laser [4].", tool_failed=True)
+    assert supported(stock, "The Lumen X1 Pro costs 5,999 CNY [4].", tool_failed=True)
+    code = "What does E-203 mean?"
+    assert supported(code, "E-203 means the lamp is overheating [3].", tool_failed=True)
+    # a question the passage holds every word of, restated: the passage says it
+    assert supported(
+        "Is the Lumen X1 Pro a laser?", "The Lumen X1 Pro is a laser.", tool_failed=True
+    )

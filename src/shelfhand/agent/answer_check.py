@@ -364,6 +364,7 @@ class AnswerCheck:
                 result.citations,
                 question=question,
                 tools=tool_evidence(result.messages),
+                tool_failed=_tool_failed(result.messages),
             )
             return replace(result, grounding=grounding)
         return result
@@ -563,11 +564,15 @@ def _failures_under(result: RunResult, question: str) -> RunResult:
 def _refused_after_failure(result: RunResult) -> bool:
     """``result``'s answer declines (:func:`is_refusal`) and a tool other than ``retrieve``
     failed in the run with no later result of its own."""
-    if not any(r.is_error for m in result.messages for r in m.tool_results):
+    return _tool_failed(result.messages) and is_refusal(result.output)
+
+
+def _tool_failed(messages: Sequence[Message]) -> bool:
+    """A tool other than ``retrieve`` failed in ``messages`` with no later result of its
+    own (:func:`tool_failure_lines`)."""
+    if not any(r.is_error for m in messages for r in m.tool_results):
         return False  # (the common case, read first: no tool failed)
-    return is_refusal(result.output) and bool(
-        tool_failure_lines(result.messages, leave_out=RETRIEVE_TOOL)
-    )
+    return bool(tool_failure_lines(messages, leave_out=RETRIEVE_TOOL))
 
 
 def _told(result: RunResult, told: str, why: str) -> RunResult:

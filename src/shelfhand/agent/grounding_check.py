@@ -23,6 +23,11 @@ answer over Chinese passages shares its facts, not its words), and no number of 
 names (:func:`misplaced_numbers`: "The Lumen X1 Pro costs 3,999 CNY" over a price table whose
 3,999 is the Lumen X1's and whose Lumen X1 Pro row says 5,999). The result is a
 :class:`~shelfhand.core.grounding.Grounding`, per sentence, with the supporting passage.
+
+When a tool called for the question failed (the stock system is down), a sentence that
+states no number or code of its own and says nothing a passage holds beyond the question's
+words ("The Lumen X1 is in stock." over the product's description) is not supported: it says
+what the failed tool would have told (:meth:`Evidence.restates_question`).
 """
 
 from __future__ import annotations
@@ -171,13 +176,14 @@ class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
 
-    __slots__ = ("_question", "_sources", "_texts", "_tools", "question_facts")
+    __slots__ = ("_question", "_sources", "_texts", "_tools", "question_facts", "tool_failed")
 
     def __init__(
         self,
         citations: Sequence[Citation],
         question: str = "",
         tools: Sequence[tuple[str, str]] = (),
+        tool_failed: bool = False,
     ) -> None:
         # a passage says what its heading says too ("保修政策（第 2 版）": the answer may name it)
         self._texts = {
@@ -191,6 +197,7 @@ class Evidence:
         # its digits and words are not checked (longest first: one may contain another)
         self._sources = sorted({c.source for c in citations if c.source}, key=len, reverse=True)
         self._tools = tuple((name, text[:TOOL_TEXT_CHARS]) for name, text in tools if text.strip())
+        self.tool_failed = tool_failed
 
     @classmethod
     def of(
@@ -198,10 +205,31 @@ class Evidence:
         citations: Sequence[Citation],
         question: str = "",
         tools: Sequence[tuple[str, str]] = (),
+        tool_failed: bool = False,
     ) -> Evidence:
         """``citations`` ready to check against (a passage retrieved twice counts once), and
-        ``tools``: the run's other tool results, as (tool name, result text)."""
-        return cls(citations, question, tools)
+        ``tools``: the run's other tool results, as (tool name, result text); ``tool_failed``:
+        a tool called for the question failed (see :meth:`restates_question`)."""
+        return cls(citations, question, tools, tool_failed)
+
+    def restates_question(self, own: set[str], stated: set[str], held: frozenset[str]) -> bool:
+        """Whether a sentence (its words ``own``, its facts ``stated``) answers the question
+        with nothing a passage (its words ``held``) says, while the tool that could have said
+        it failed (:attr:`tool_failed`).
+
+        Such a sentence states no number or code the question did not, and either adds
+        nothing to the question's words that the passage holds in the main ("Yes, the Lumen
+        X1 is currently available."), or adds nothing at all while the passage lacks a word
+        of the question it repeats ("The Lumen X1 is in stock." over the product's
+        description: "stock" is what the failed ``query_stock`` was for). The question's
+        naming words (the product, the code) would otherwise carry it over the share a
+        sentence with facts needs."""
+        if not self.tool_failed or not self._question or stated - self.question_facts:
+            return False
+        new = own - passage_words(self._question)
+        if new:
+            return len(new & held) / len(new) < MIN_SUPPORT
+        return not own <= held
 
     def _misplaced(
         self,
@@ -274,6 +302,12 @@ class Evidence:
             if any(t.rows for t in tables.values()):
                 misplaced = self._misplaced(stated, own, tables, analysed)
         supported = not missing and not misplaced and score >= needed and best is not None
+        if (
+            supported
+            and best is not None
+            and self.restates_question(own, stated, analysed[best][0])
+        ):
+            supported = False
         if self._tools:  # a tool result that holds more of the sentence is what it is about
             # (a number a table holds only in another row is not held unless a result holds it)
             by_tool = self._tool_support(
@@ -425,6 +459,7 @@ def check_grounding(
     *,
     question: str = "",
     tools: Sequence[tuple[str, str]] = (),
+    tool_failed: bool = False,
 ) -> Grounding:
     """Check every sentence of ``answer`` against ``citations`` (see the module docstring).
 
@@ -434,7 +469,10 @@ def check_grounding(
         question: The user's message: numbers it states may be repeated by the answer.
         tools: The run's other tool results, as (tool name, result text): what a sentence
             no passage supports may rest on.
+        tool_failed: A tool called for the question failed and none answered in its place:
+            a sentence saying what it would have told, and no passage says, is not supported
+            by the passages' naming words alone (:meth:`Evidence.restates_question`).
     """
-    evidence = Evidence.of(citations, question, tools)
+    evidence = Evidence.of(citations, question, tools, tool_failed)
     checked = (evidence.check(s) for s in split_sentences(answer))
     return Grounding(sentences=tuple(s for s in checked if s is not None))

@@ -38,6 +38,11 @@ LAMP = Citation(
         ("What does E-203 mean?", False),
         ("Is 年假 paid?", False),
         ("What does 灯泡过热 mean?", False),
+        # a Chinese question about a product named in English: the names' letters not counted
+        ("Lumen X1 Pro 多少钱？", True),
+        ("Lumen X1 Pro 支持 HDR 吗？", True),
+        ("How long is the 保修期 of Lumen X1 Pro?", False),
+        ("Is the 明光 Lumen X1 Pro in stock?", False),
         ("E-203?", False),
         ("", False),
     ],

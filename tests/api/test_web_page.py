@@ -153,6 +153,11 @@ def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
             sync_api.expect(answer).not_to_contain_text("90 分钟")
             notes = page.locator(".msg.assistant .grounding .replaced").last
             sync_api.expect(notes).to_contain_text("上面的回答经与文档核对后已被替换")
+            # why, in the question's language too
+            why = page.locator(".msg.assistant .grounding .extractive").last
+            sync_api.expect(why).to_have_text(
+                "摘录式回答：文档的原句，并非模型所写（文档不支持这个回答）。"
+            )
 
 
 def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(
@@ -190,4 +195,6 @@ def test_another_rows_price_is_shown_as_not_supported_with_the_reason(tmp_path: 
         with asked(server, "Lumen X1 Pro 多少钱？", height=800) as page:
             sync_api.expect(page.locator(".msg.assistant .answer").last).to_contain_text("3,999")
             note = page.locator(".msg.assistant .unsupported").last
-            sync_api.expect(note).to_contain_text("3999: another row's in their table")
+            # said in the question's language, as the answer is
+            sync_api.expect(note).to_contain_text("（3999 在段落的表格中属于另一行）")
+            sync_api.expect(note).to_contain_text("无依据：Lumen X1 Pro 的价格是 3,999 元 [1]。")

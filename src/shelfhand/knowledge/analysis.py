@@ -229,8 +229,22 @@ def chinese_share(text: str) -> float:
 
 def in_chinese(text: str) -> bool:
     """Whether ``text`` (a question) is in Chinese: Chinese characters make at least a third
-    of its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not)."""
-    return chinese_share(text) >= 1 / 3
+    of its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not), not counting the letters
+    of the names it holds (a Latin word after the first that is capitalised or holds a
+    digit: "Lumen X1 Pro 支持 HDR 吗？" asks in Chinese about a product named in English)."""
+    share = chinese_share(text)
+    if share >= 1 / 3 or share == 0:
+        return share > 0
+    names = sum(len(m.group()) for m in _LATIN_NAME.finditer(text, 1))
+    if not names:
+        return False
+    letters = len(_NOT_LETTERS.sub("", text)) - names
+    return len(_CJK_CHAR.findall(text)) / letters >= 1 / 3
+
+
+_LATIN_NAME = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z][A-Za-z]*|[A-Za-z]+(?=\d))")
+"""A Latin word that names (capitalised, or the letters of a code such as ``X1``), searched
+after a text's first character: a question's first word is capitalised as a sentence's."""
 
 
 _CJK_CHAR = re.compile(f"[{_CJK}]")

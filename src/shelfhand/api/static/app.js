@@ -227,26 +227,41 @@ function renderGrounding(answer) {
     p.textContent = answer.replaced + (/[\u3400-\u9fff）]$/.test(answer.replaced) ? "。" : ".");
     notes.appendChild(p);
   }
+  // what the page says under an answer is in the question's language, as the answer is
+  const words = inChinese(answer.question || "") ? NOTES_ZH : NOTES;
   if (ev.extractive) {
     const p = document.createElement("p");
     p.className = "extractive";
-    p.textContent = "Sentences of the documents, not written by the model (" + (REASONS[ev.fallback_reason] || ev.fallback_reason) + ").";
+    p.textContent = words.extractive(words.reasons[ev.fallback_reason] || ev.fallback_reason);
     notes.appendChild(p);
   } else if (ev.grounding) {
     for (const s of ev.grounding.sentences) {
       if (s.supported) continue;
       const p = document.createElement("p");
       p.className = "unsupported";
-      p.textContent = "Not supported by the passages: " + s.text + (s.missing.length ? ` (${s.missing.join(", ")} not in them)` : "") + ((s.misplaced || []).length ? ` (${s.misplaced.join(", ")}: another row's in their table)` : "");
+      p.textContent = words.unsupported + s.text + (s.missing.length ? words.missing(s.missing) : "") + ((s.misplaced || []).length ? words.misplaced(s.misplaced) : "");
       notes.appendChild(p);
     }
   }
   if (notes.childNodes.length) answer.cites.appendChild(notes);
 }
 
+function inChinese(text) {
+  // as shelfhand.knowledge.analysis.in_chinese: Chinese characters make a third of the
+  // letters, not counting those of the names after the first word ("Lumen X1 Pro 多少钱？")
+  const letters = text.replace(/[\s\d_\p{P}\p{S}]+/gu, "").length;
+  const chinese = (text.match(/[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]/g) || []).length;
+  if (!chinese) return false;
+  if (chinese / letters >= 1 / 3) return true;
+  const names = [...text.matchAll(/(?<![A-Za-z0-9])(?:[A-Z][A-Za-z]*|[A-Za-z]+(?=\d))/g)];
+  const named = names.filter((m) => m.index > 0).reduce((n, m) => n + m[0].length, 0);
+  return named > 0 && chinese / (letters - named) >= 1 / 3;
+}
+
 const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
+  tool_failed: "the model declined after a tool called for the question failed",
   prompt_echo: "the model repeated its instructions",
   posed_as_quoted: "the model passed its own words off as the documents' sentences",
   heading_echo: "the model answered with the passages' headings only",
@@ -259,6 +274,41 @@ const REASONS = {
   budget_exceeded: "a budget ran out before the model could finish",
   model_error: "the chat model failed",
   model_timeout: "the chat model did not answer in time",
+};
+
+// as shelfhand.agent.answer_check.REASONS_ZH
+const REASONS_ZH = {
+  ungrounded: "文档不支持这个回答",
+  refusal: "模型拒绝了回答，但文档涉及这个问题",
+  tool_failed: "模型在为此调用的工具出错后拒绝了回答",
+  prompt_echo: "模型复述了给它的指令",
+  posed_as_quoted: "模型把自己的话当作文档原文",
+  heading_echo: "模型只复述了段落标题",
+  off_topic: "回答的不是所问的内容",
+  unanswered: "回答没有给出所问的数量",
+  repeated_call: "模型反复发出失败的工具调用",
+  max_iters: "模型没有在限定步数内完成",
+  empty: "模型没有给出回答",
+  no_model: "没有配置对话模型",
+  model_error: "对话模型出错",
+  model_timeout: "对话模型没有按时回答",
+  budget_exceeded: "预算已用完",
+};
+
+const NOTES = {
+  reasons: REASONS,
+  extractive: (why) => `Sentences of the documents, not written by the model (${why}).`,
+  unsupported: "Not supported by the passages: ",
+  missing: (items) => ` (${items.join(", ")} not in them)`,
+  misplaced: (items) => ` (${items.join(", ")}: another row's in their table)`,
+};
+
+const NOTES_ZH = {
+  reasons: REASONS_ZH,
+  extractive: (why) => `摘录式回答：文档的原句，并非模型所写（${why}）。`,
+  unsupported: "无依据：",
+  missing: (items) => `（段落中没有 ${items.join("、")}）`,
+  misplaced: (items) => `（${items.join("、")} 在段落的表格中属于另一行）`,
 };
 
 function showPassage(c) {
@@ -298,6 +348,7 @@ async function send(text) {
     const id = state.sessionId || (await newSession());
     addBubble("user").textContent = text;
     answer = newAnswer();
+    answer.question = text;
     const steps = {};
     const res = await fetch(`/v1/sessions/${id}/messages`, {
       method: "POST",

@@ -22,9 +22,10 @@ from shelfhand.agent.answer_check import (
 from shelfhand.agent.fallbacks import NOT_COVERED, readable, tool_failure_lines
 from shelfhand.core.errors import ToolError
 from shelfhand.core.messages import Message, ToolResultBlock
+from shelfhand.core.secrets import REDACTED
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
-from shelfhand.tools.tool import Tool
+from shelfhand.tools.tool import Tool, ToolOutput
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
@@ -263,14 +264,16 @@ def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_
                 name="order_status",
                 content="tool order_status failed: timed out after 5 s",
                 is_error=True,
+                failure="failed: timed out after 5 s",
             ),
             ToolResultBlock(
                 call_id="2",
                 name="stock",
                 content="tool stock unavailable: circuit open after repeated failures; retry in about 30 s or answer without it",
                 is_error=True,
+                failure="unavailable: circuit open after repeated failures",
             ),
-            ToolResultBlock(
+            ToolResultBlock(  # the model's mistake: the toolkit gives it no failure
                 call_id="3",
                 name="refund",
                 content="invalid arguments for tool refund: amount: field required",
@@ -281,6 +284,7 @@ def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_
                 name="retrieve",
                 content="tool retrieve failed: RuntimeError: x",
                 is_error=True,
+                failure="failed: RuntimeError",
             ),
         ),
         results(ToolResultBlock(call_id="5", name="order_status", content='{"status": "shipped"}')),
@@ -288,6 +292,41 @@ def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_
     assert tool_failure_lines(messages, leave_out="retrieve") == [
         "- stock: unavailable: circuit open after repeated failures"
     ]
+    # a transcript read back from the session store keeps what failed
+    stored = [Message.from_dict(m.to_dict()) for m in messages]
+    assert tool_failure_lines(stored, leave_out="retrieve") == tool_failure_lines(
+        messages, leave_out="retrieve"
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "refusal", "lead"),
+    [
+        (WHERE, "I cannot find any information about your order.", TOOLS_FAILED_LEAD),
+        ("我的订单 SO-1001 到哪了？", "抱歉，我无法协助查询这个订单。", TOOLS_FAILED_LEAD_ZH),
+    ],
+)
+async def test_a_tool_that_returned_an_error_of_its_own_did_not_answer_either(
+    kb: KnowledgeBase, question: str, refusal: str, lead: str
+) -> None:
+    """An MCP server's ``isError`` result, or a tool returning ``ToolOutput(is_error=True)``:
+    the tool ran and said it could not answer. Before, only a failure governance wrote
+    ("tool X failed: …") counted, so the refusal stood as if the documents lacked the order."""
+
+    @tool(read_only=True)
+    def order_desk(ctx: UserContext, order_id: str) -> ToolOutput:
+        """Look up one of the caller's orders."""
+        return ToolOutput(
+            content="order database unavailable (token=s3cr3t)\nretry later", is_error=True
+        )
+
+    call = tool_call("order_desk", {"order_id": "SO-1001"})
+    result = await agent(kb, order_desk, call, text(refusal)).run(question, context=ALICE)
+
+    assert result.output == told(
+        f"- order_desk: returned an error: order database unavailable (token={REDACTED})", lead
+    )
+    assert result.fallback_reason == "tool_failed"
 
 
 async def test_two_callers_at_once_each_read_their_own_outcome(kb: KnowledgeBase) -> None:

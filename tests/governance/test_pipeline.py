@@ -202,6 +202,11 @@ async def test_the_breaker_opens_fails_fast_half_opens_and_closes(clock: FakeClo
     assert executed == 3  # the fourth call failed fast
     assert contents[:3] == ["tool order_status failed: ConnectionError: order service down"] * 3
     assert contents[3].startswith("tool order_status unavailable: circuit open")
+    # what people may read of it: the exception's class, the circuit without the advice
+    assert [r.failure for r in tool_results(result)] == [
+        *["failed: ConnectionError"] * 3,
+        "unavailable: circuit open after repeated failures",
+    ]
     assert "retry in about 30 s" in contents[3]
     breaker = kit.governance.breaker("order_status")
     assert breaker is not None and breaker.state == "open"
@@ -386,6 +391,8 @@ async def test_a_rate_limited_caller_gets_an_error_and_another_caller_does_not(
     assert alice[2] == (
         "tool query_stock rate limited: at most 2/minute for each caller; try again in 30.0 s"
     )
+    limited = await kit.call(tool_call_block("query_stock", '{"sku": "S-9"}'), run_for(ALICE))
+    assert limited.failure == "rate limited: at most 2/minute for each caller"
     assert await ask(BOB, 1) == ["S-0: 12"]
     clock.advance(30)  # one token refilled
     assert await ask(ALICE, 1) == ["S-0: 12"]

@@ -1,7 +1,7 @@
 """A small MCP server written with the SDK (MCPServer, formerly FastMCP): the peer in tests.
 
 Run as ``python echo_server.py`` (stdio); tests also serve :func:`build` over SSE and
-streamable HTTP in-process. Tools: ``echo`` (read-only), ``shout``, ``whoami_pid``,
+streamable HTTP in-process. Tools: ``echo`` (read-only), ``shout``, ``whoami_pid``, ``order_lookup`` (fails),
 ``tick``, ``slow``, ``grow`` / ``shrink`` (change the tool list and announce it),
 ``list_calls`` (how many tools/list requests this server answered), ``working`` (slow, but
 reports progress), ``big`` (a long answer), ``picture`` (an image), ``background_job``
@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations
 
@@ -52,6 +53,11 @@ def build(name: str = "echo", *, prefix: str = "") -> MCPServer[Any]:
     def shout(text: str) -> str:
         """Shout the text."""
         return text.upper() + "!"
+
+    @server.tool(name=f"{prefix}order_lookup", annotations=ToolAnnotations(readOnlyHint=True))
+    def order_lookup(order_id: str) -> str:
+        """Look up an order (its database is down: the server answers with isError)."""
+        raise McpToolError(f"order database unavailable while reading {order_id}")
 
     @server.tool(name=f"{prefix}whoami_pid")
     def whoami_pid() -> int:

@@ -365,3 +365,29 @@ async def test_a_token_in_an_mcp_servers_url_is_in_no_error_or_log_line(
     assert "401 Unauthorized" in told and "token=[REDACTED]" in told
     assert "s3cr3t-mcp" not in told
     assert "s3cr3t-mcp" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+async def test_a_refusal_after_an_mcp_tool_answered_with_is_error_says_which_tool_failed() -> None:
+    """The server ran the tool and answered ``isError``: the tool did not answer, as when it
+    times out. The user reads that, not the model's "I cannot find your order"."""
+    from shelfhand.agent.agent import Agent
+    from shelfhand.agent.answer_check import TOOLS_FAILED_LEAD, AnswerCheck
+
+    kit = Toolkit()
+    with anyio.fail_after(30):
+        async with stdio_echo() as server:
+            await kit.add_mcp(server)
+            model = ScriptedModel(
+                [
+                    tool_call("order_lookup", {"order_id": "SO-1001"}),
+                    text("I cannot find any information about your order."),
+                ]
+            )
+            agent = Agent(model=model, toolkit=kit, answer_check=AnswerCheck())
+            result = await agent.run("Where is my order SO-1001?", context=ALICE)
+
+    (failed,) = [r for m in result.messages for r in m.tool_results]
+    assert failed.is_error and failed.failure.startswith("returned an error: ")
+    assert result.fallback_reason == "tool_failed"
+    assert result.output.startswith(f"{TOOLS_FAILED_LEAD}\n- order_lookup: returned an error: ")
+    assert "order database unavailable while reading SO-1001" in result.output

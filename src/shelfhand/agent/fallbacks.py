@@ -19,7 +19,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from shelfhand.core.errors import ToolError
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
 from shelfhand.knowledge.analysis import in_chinese
 
@@ -184,25 +183,17 @@ def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> li
     return lines
 
 
-_FAILED = re.compile(r"tool (?P<name>\S+) (?P<what>(?:failed|unavailable|rate limited)\b.*)", re.S)
-"""A call governance could not complete: the tool raised or timed out, its circuit is open,
-or its rate limit was reached (``tool order_status failed: timed out after 5 s``)."""
-
-
-_RAISED = re.compile(
-    r"(?P<head>failed(?: after \d+ attempts)?): (?P<kind>[A-Za-z_]\w*): (?P<message>.*)"
-)
-
-
 def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
-    """The run's tools whose calls failed (raised, timed out, circuit open, rate limited) and
-    that returned nothing in the run, as ``- tool: what happened`` lines, each tool once (its
-    last failure), without the advice to the model; ``leave_out``: a tool not listed.
+    """The run's tools whose calls failed (raised, timed out, circuit open, rate limited,
+    returned an error of their own) and that returned nothing in the run, as ``- tool: what
+    happened`` lines, each tool once (its last failure): each result's
+    :attr:`~shelfhand.core.messages.ToolResultBlock.failure`, set by the toolkit, which
+    leaves out the advice to the model and names an exception by its class alone unless it is
+    a :class:`~shelfhand.core.errors.ToolError` (``failed: no order SO-9 for this
+    customer``); ``leave_out``: a tool not listed.
 
     A call the model got wrong (unknown tool, invalid arguments, not permitted) is not a
-    failure of the tool: not listed. An exception's message is shown only for a
-    :class:`~shelfhand.core.errors.ToolError` (``failed: no order SO-9 for this customer``);
-    any other exception by its class (``failed after 3 attempts: ConnectionError``)."""
+    failure of the tool: not listed."""
     failures: dict[str, str] = {}
     returned: set[str] = set()
     for message in messages:
@@ -211,35 +202,9 @@ def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> l
                 continue
             if not result.is_error:
                 returned.add(result.name)
-                continue
-            failed = _FAILED.match(result.content)
-            if failed is not None and failed["name"] == result.name:
-                what = _told_to_people(failed["what"].splitlines()[0].split("; ")[0])
-                failures[result.name] = what[:_PASSAGE_CHARS]
+            elif result.failure:
+                failures[result.name] = result.failure[:_PASSAGE_CHARS]
     return [f"- {name}: {what}" for name, what in failures.items() if name not in returned]
-
-
-def _told_to_people(what: str) -> str:
-    """A failure as a person may read it: a :class:`~shelfhand.core.errors.ToolError`'s
-    message (written for whoever reads the result), any other exception by its class alone
-    (its message may hold an internal address, a query, a token in a URL)."""
-    raised = _RAISED.match(what)
-    if raised is None:
-        return what  # timed out, circuit open, rate limited: shelfhand's own words
-    if raised["kind"] in _names(ToolError):
-        return f"{raised['head']}: {raised['message']}"
-    return f"{raised['head']}: {raised['kind']}"
-
-
-def _names(base: type) -> set[str]:
-    """The names of ``base`` and of every subclass of it loaded now."""
-    names, todo = {base.__name__}, [base]
-    while todo:
-        subclasses: list[type] = todo.pop().__subclasses__()
-        for sub in subclasses:
-            names.add(sub.__name__)
-            todo.append(sub)
-    return names
 
 
 def echo_answer(result: ToolResultBlock) -> str:

@@ -180,4 +180,5 @@ class CallGuard:
             content=result.content + STOP_NOTE.format(n=count),
             is_error=True,
             citations=result.citations,
+            failure=result.failure,
         )

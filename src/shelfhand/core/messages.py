@@ -205,6 +205,12 @@ class ToolResultBlock:
     is_error: bool = False
     citations: tuple[Citation, ...] = ()
     type: Literal["tool_result"] = "tool_result"
+    failure: str = ""
+    """Why the tool did not answer, as a person may read it (``failed: timed out after
+    5 s``, ``failed after 3 attempts: ConnectionError``, ``unavailable: circuit open after
+    repeated failures``, ``returned an error: …``); "" when it answered, and for a call the
+    model got wrong (an unknown tool, invalid arguments, not permitted), which is no failure
+    of the tool. Set by the toolkit; what the model reads is ``content``."""
 
     def __init__(
         self,
@@ -215,6 +221,7 @@ class ToolResultBlock:
         is_error: bool = False,
         citations: tuple[Citation, ...] = (),
         type: Literal["tool_result"] = "tool_result",
+        failure: str = "",
     ) -> None:
         _result_call_id(self, call_id)
         _result_name(self, name)
@@ -222,6 +229,7 @@ class ToolResultBlock:
         _result_is_error(self, is_error)
         _result_citations(self, citations)
         _result_type(self, type)
+        _result_failure(self, failure)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,7 +251,10 @@ _call_id, _call_name, _call_arguments, _call_type = slot_setters(
     _result_is_error,
     _result_citations,
     _result_type,
-) = slot_setters(ToolResultBlock, "call_id", "name", "content", "is_error", "citations", "type")
+    _result_failure,
+) = slot_setters(
+    ToolResultBlock, "call_id", "name", "content", "is_error", "citations", "type", "failure"
+)
 
 Block: TypeAlias = TextBlock | ToolCallBlock | ToolResultBlock | CitationBlock
 
@@ -259,7 +270,7 @@ def _block_to_dict(block: Block) -> dict[str, Any]:
             "arguments": block.arguments,
         }
     if isinstance(block, ToolResultBlock):
-        return {
+        result: dict[str, Any] = {
             "type": "tool_result",
             "call_id": block.call_id,
             "name": block.name,
@@ -267,6 +278,9 @@ def _block_to_dict(block: Block) -> dict[str, Any]:
             "is_error": block.is_error,
             "citations": [c.to_dict() for c in block.citations],
         }
+        if block.failure:
+            result["failure"] = block.failure
+        return result
     return {"type": "citations", "citations": [c.to_dict() for c in block.citations]}
 
 
@@ -285,6 +299,7 @@ def _block_from_dict(data: Mapping[str, Any]) -> Block:
             content=str(data["content"]),
             is_error=bool(data.get("is_error", False)),
             citations=tuple(Citation.from_dict(c) for c in data.get("citations", ())),
+            failure=str(data.get("failure") or ""),
         )
     if kind == "citations":
         return CitationBlock(citations=tuple(Citation.from_dict(c) for c in data["citations"]))
@@ -456,6 +471,7 @@ def tool_result(
     content: str,
     is_error: bool = False,
     citations: tuple[Citation, ...] = (),
+    failure: str = "",
 ) -> ToolResultBlock:
     """``ToolResultBlock(...)`` of these fields, built as a twin (one per tool call);
     ``content`` made storable (:func:`~shelfhand.core.names.valid_text`: a tool may return
@@ -467,6 +483,7 @@ def tool_result(
     block.is_error = is_error
     block.citations = citations
     block.type = "tool_result"
+    block.failure = failure
     block.__class__ = ToolResultBlock
     built: ToolResultBlock = block
     return built

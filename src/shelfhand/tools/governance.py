@@ -62,7 +62,7 @@ import anyio
 
 from shelfhand.backends.urls import first_line
 from shelfhand.core.breaker import Breaker, CircuitBreaker
-from shelfhand.core.errors import ToolArgumentError, ToolTimeoutError
+from shelfhand.core.errors import ToolArgumentError, ToolError, ToolTimeoutError
 from shelfhand.core.secrets import redact_text, redacted_traceback
 from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
 from shelfhand.tools.policy import (
@@ -331,12 +331,14 @@ class Governance(CallSharing):
                     breaker.neutral()  # give back a trial slot this call took and cannot use
                     closed_by = circuit
             if wait is not None:
+                unavailable_now, advice = _circuit_message(plan.name, closed_by, wait, attempt - 1)
                 return CallOutcome(
                     output=None,
                     outcome="circuit_open",
-                    message=_circuit_message(plan.name, closed_by, wait, attempt - 1),
+                    message=f"tool {plan.name} {unavailable_now}; {advice}",
                     error_class="CircuitOpen",
                     attempts=attempt - 1,
+                    failure=unavailable_now,
                 )
             settled = shared_settled = False
             try:
@@ -389,15 +391,22 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
     after = f" after {attempts} attempts" if attempts > 1 else ""
     if isinstance(exc, ToolTimeoutError):
         message, outcome = f"tool {name} failed{after}: {exc}", "timeout"
+        failure = f"failed{after}: {exc}"
     else:
         _log_failure(name, exc, trace_id)
-        message, outcome = f"tool {name} failed{after}: {kind}: {redact_text(str(exc))}", "error"
+        said = redact_text(str(exc))
+        message, outcome = f"tool {name} failed{after}: {kind}: {said}", "error"
+        # a ToolError's message is written for whoever reads the result; any other
+        # exception's may hold an internal address or a query: people read its class
+        told = said.strip().split("\n", 1)[0] if isinstance(exc, ToolError) else ""
+        failure = f"failed{after}: {told or kind}"
     return CallOutcome(
         output=None,
         outcome=outcome,  # type: ignore[arg-type]
         message=message,
         error_class=kind,
         attempts=attempts,
+        failure=failure,
     )
 
 
@@ -412,7 +421,9 @@ def _log_failure(name: str, exc: Exception, trace_id: str) -> None:
         logger.debug("tool %s: traceback (trace %s)\n%s", name, trace_id, redacted_traceback(exc))
 
 
-def _circuit_message(name: str, breaker: Breaker, wait: float, attempts: int) -> str:
+def _circuit_message(name: str, breaker: Breaker, wait: float, attempts: int) -> tuple[str, str]:
+    """What an open circuit means for a call of tool ``name`` (``unavailable: circuit open
+    after repeated failures``), and the advice to the model."""
     circuit = breaker.name
     if circuit == name:
         which = "circuit"
@@ -423,8 +434,8 @@ def _circuit_message(name: str, breaker: Breaker, wait: float, attempts: int) ->
     after = f" after {attempts} failed attempts" if attempts > 1 else ""
     when = f"retry in about {wait:.0f} s" if wait >= 1 else "retry shortly"
     return (
-        f"tool {name} unavailable{after}: {which} open after repeated failures; {when} "
-        "or answer without it"
+        f"unavailable{after}: {which} open after repeated failures",
+        f"{when} or answer without it",
     )
 
 

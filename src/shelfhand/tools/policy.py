@@ -175,6 +175,9 @@ class CallOutcome(NamedTuple):
     """The model-facing error message when ``output`` is None."""
     error_class: str = ""
     attempts: int = 1
+    failure: str = ""
+    """Why the tool did not answer, for people (``ToolResultBlock.failure``): "" on success
+    and for invalid arguments."""
 
 
 def is_transient(exc: BaseException) -> bool:

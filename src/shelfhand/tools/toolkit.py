@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
+from shelfhand.core.secrets import redact_text
 from shelfhand.core.slots import twin
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
@@ -241,7 +242,13 @@ class Toolkit(ToolRegistry):
         outcome, replayed, shared = await gov.run(plan, found, arguments, run, key, self._execute)
         output = outcome.output
         if output is None:
-            result = tool_result(call_id=call.id, name=name, content=outcome.message, is_error=True)
+            result = tool_result(
+                call_id=call.id,
+                name=name,
+                content=outcome.message,
+                is_error=True,
+                failure=outcome.failure,
+            )
             kind: Outcome = outcome.outcome
         else:
             result = tool_result(
@@ -250,6 +257,7 @@ class Toolkit(ToolRegistry):
                 content=output.content,
                 is_error=output.is_error,
                 citations=output.citations,
+                failure=returned_error(output.content) if output.is_error else "",
             )
             kind = "error" if output.is_error else "ok"
         if not reported and gov.audit is None and not logger.isEnabledFor(logging.DEBUG):
@@ -390,8 +398,17 @@ class Toolkit(ToolRegistry):
         repairs: tuple[str, ...] = (),
     ) -> CallReport:
         request_id = self._gov.new_request_id()
+        # a rate limit is the tool's to say (the model got nothing wrong): people read it
+        # without the advice to the model
+        failure = (
+            message.removeprefix(f"tool {call.name} ").split("; ")[0]
+            if outcome == "rate_limited"
+            else ""
+        )
         report = CallReport(
-            result=ToolResultBlock(call_id=call.id, name=call.name, content=message, is_error=True),
+            result=ToolResultBlock(
+                call_id=call.id, name=call.name, content=message, is_error=True, failure=failure
+            ),
             request_id=request_id,
             decision=decision,
             outcome=outcome,
@@ -461,6 +478,19 @@ def _may_need_repair(arguments: dict[str, Any]) -> bool:
         if isinstance(value, str) and value.lstrip()[:1] in _JSON_OPENERS:
             return True
     return False
+
+
+RETURNED_ERROR_CHARS = 200
+"""Characters of a tool's own error result that people read as its failure."""
+
+
+def returned_error(content: str) -> str:
+    """A tool's own error result (an MCP server's ``isError``, a ``ToolOutput`` with
+    ``is_error=True``) as people read it: its first line, secrets redacted, shortened."""
+    line = redact_text(content.strip().split("\n", 1)[0])
+    if len(line) > RETURNED_ERROR_CHARS:
+        line = line[:RETURNED_ERROR_CHARS] + "…"
+    return f"returned an error: {line}" if line else "returned an error"
 
 
 def _error(call: ToolCallBlock, message: str) -> ToolResultBlock:

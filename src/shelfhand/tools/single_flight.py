@@ -207,5 +207,6 @@ async def _follow(name: str, leader: asyncio.Future[CallOutcome]) -> CallOutcome
                 outcome="error",
                 message=f"tool {name} failed: the identical call it was waiting for was cancelled",
                 error_class="CancelledError",
+                failure="failed: the identical call it was waiting for was cancelled",
             )
         raise

@@ -282,3 +282,9 @@ def test_the_sample_warranty_search_shows_both_versions_with_the_flag(
     v1 = next(c.index for c in flagged if c.source.endswith("v1.md"))
     v2 = next(c.index for c in flagged if c.source.endswith("v2.md"))
     assert f"注意：[{v1}] 与 [{v2}] 不一致：12 个月 vs 24 个月；[{v2}] 较新" in text
+
+
+def test_an_abbreviated_month_with_its_full_stop_is_a_date() -> None:
+    """ "Sept. 5, 2025" (the month table is the answer check's, abbreviations included)."""
+    (date,) = [q for q in quantities("Effective Sept. 5, 2025.") if q.kind == "date"]
+    assert date.value == "2025-09-05"

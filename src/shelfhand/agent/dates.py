@@ -15,30 +15,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from shelfhand.knowledge.analysis import MONTH_NUMBERS
+
 __all__ = ["held_dates", "stated_dates"]
 
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("jan", "january"),
-            ("feb", "february"),
-            ("mar", "march"),
-            ("apr", "april"),
-            ("may",),
-            ("jun", "june"),
-            ("jul", "july"),
-            ("aug", "august"),
-            ("sep", "sept", "september"),
-            ("oct", "october"),
-            ("nov", "november"),
-            ("dec", "december"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-_MONTH = "(?:" + "|".join(sorted((m.capitalize() for m in _MONTHS), key=len, reverse=True)) + ")"
+_MONTH = (
+    "(?:" + "|".join(sorted((m.capitalize() for m in MONTH_NUMBERS), key=len, reverse=True)) + ")"
+)
 _ORDINAL = r"(?:st|nd|rd|th)?"
 
 # year first: 2025-03-12, 2025/3/12, 2025.3.12 (and an ISO timestamp's start)
@@ -57,7 +40,7 @@ def _day(month: int, day: int) -> str | None:
 
 
 _FULL_WIDTH = re.compile("[\uff10-\uff19]")  # full-width digits
-_MONTH_STARTS = tuple(m.capitalize() for m in _MONTHS if len(m) == 3)
+_MONTH_STARTS = tuple(m.capitalize() for m in MONTH_NUMBERS if len(m) == 3)
 
 
 def _normal(text: str) -> str:
@@ -73,8 +56,12 @@ def _read(text: str) -> set[str]:
     if "月" in text:
         found.update(_day(int(m[1]), int(m[2])) for m in _CHINESE.finditer(text))
     if any(month in text for month in _MONTH_STARTS):
-        found.update(_day(_MONTHS[m[1].lower()], int(m[2])) for m in _MONTH_DAY.finditer(text))
-        found.update(_day(_MONTHS[m[2].lower()], int(m[1])) for m in _DAY_MONTH.finditer(text))
+        found.update(
+            _day(MONTH_NUMBERS[m[1].lower()], int(m[2])) for m in _MONTH_DAY.finditer(text)
+        )
+        found.update(
+            _day(MONTH_NUMBERS[m[2].lower()], int(m[1])) for m in _DAY_MONTH.finditer(text)
+        )
     return {d for d in found if d}
 
 

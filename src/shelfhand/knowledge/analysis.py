@@ -227,6 +227,33 @@ def chinese_share(text: str) -> float:
     return len(_CJK_CHAR.findall(text)) / letters if letters else 0.0
 
 
+MONTH_NUMBERS: dict[str, int] = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+"""English month names and their abbreviations, lower-case, to the month's number (the
+dates of the answer check and of the conflict notes)."""
+MONTH_PATTERN = "(?:" + "|".join(sorted(MONTH_NUMBERS, key=len, reverse=True)) + ")"
+""":data:`MONTH_NUMBERS`' names as a regex alternation, longest first (match case-blind)."""
+
+
 def in_chinese(text: str) -> bool:
     """Whether ``text`` (a question) is in Chinese: Chinese characters make at least a third
     of its letters ("E-203 是什么故障？" is; "Is 年假 paid?" is not), not counting the letters

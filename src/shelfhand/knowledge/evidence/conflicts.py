@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from shelfhand.core.messages import Citation
+from shelfhand.knowledge.analysis import MONTH_NUMBERS, MONTH_PATTERN
 
 __all__ = [
     "DISAGREE_ZH",
@@ -137,18 +138,12 @@ def newer_without_date(note: str) -> bool:
 
 # --- quantities ---------------------------------------------------------------------------
 
-_MONTH_LIST = (
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december",
-)  # fmt: skip
-_MONTHS = {m: i + 1 for i, m in enumerate(_MONTH_LIST)}
-_MONTH_NAMES = "|".join(_MONTHS) + "|" + "|".join(m[:3] for m in _MONTHS)
 _NUM_START = r"(?<![A-Za-z0-9_\-./:])"
 _DATE_RES = (
     re.compile(_NUM_START + r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(?:(\d{1,2})\s*[日号])?"),
     re.compile(_NUM_START + r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?![\d])"),
-    re.compile(rf"(?i)\b({_MONTH_NAMES})\.?\s+(\d{{1,2}}),?\s+(\d{{4}})\b"),
-    re.compile(rf"(?i)\b(\d{{1,2}})\s+({_MONTH_NAMES})\.?,?\s+(\d{{4}})\b"),
+    re.compile(rf"(?i)\b({MONTH_PATTERN})\.?\s+(\d{{1,2}}),?\s+(\d{{4}})\b"),
+    re.compile(rf"(?i)\b(\d{{1,2}})\s+({MONTH_PATTERN})\.?,?\s+(\d{{4}})\b"),
 )
 _WORD_NUMBERS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -236,9 +231,9 @@ def _dates(text: str) -> list[Quantity]:
             if i <= 1:
                 year, month, day = m.group(1), m.group(2), m.group(3)
             elif i == 2:
-                month, day, year = str(_MONTHS[_month_key(m.group(1))]), m.group(2), m.group(3)
+                month, day, year = str(MONTH_NUMBERS[m.group(1).lower()]), m.group(2), m.group(3)
             else:
-                day, month, year = m.group(1), str(_MONTHS[_month_key(m.group(2))]), m.group(3)
+                day, month, year = m.group(1), str(MONTH_NUMBERS[m.group(2).lower()]), m.group(3)
             if not 1 <= int(month) <= 12 or (day and not 1 <= int(day) <= 31):
                 continue
             value = f"{int(year):04d}-{int(month):02d}" + (f"-{int(day):02d}" if day else "")
@@ -248,11 +243,6 @@ def _dates(text: str) -> list[Quantity]:
                 )
             )
     return sorted(found, key=lambda q: q.start)
-
-
-def _month_key(name: str) -> str:
-    name = name.lower().rstrip(".")
-    return next(m for m in _MONTHS if m.startswith(name))
 
 
 def quantities(text: str) -> list[Quantity]:

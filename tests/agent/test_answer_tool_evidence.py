@@ -235,3 +235,36 @@ async def test_an_answer_about_another_tool_than_the_one_naming_the_order_is_off
         "- order_status: order: SO-1001, owner: alice, status: shipped, eta: 2025-03-09",
         "- stock: sku: SKU2024-011, name: Lumen X1, stock: 12",
     ]
+
+
+@tool(read_only=True)
+def query_stock(ctx: UserContext, sku: str) -> dict[str, object]:
+    """Live stock of a product."""
+    return {"sku": sku, "name": "Lumen X1 Pro", "stock": 0}
+
+
+@pytest.mark.parametrize(
+    ("answer", "stands"),
+    [
+        ("The Lumen X1 Pro does not have stock at the moment.", True),
+        ("The documents do not mention the stock of the Lumen X1 Pro.", False),
+        ("The Lumen X1 Pro is not available in the knowledge base.", False),
+    ],
+)
+async def test_a_no_the_stock_tool_says_is_an_answer_not_a_refusal(
+    kb: KnowledgeBase, answer: str, stands: bool
+) -> None:
+    """ "does not have" reads as a refusal ("the passages do not have it"); said of the
+    product, over the stock tool's ``stock: 0``, it is the answer."""
+    model = ScriptedModel([tool_call("query_stock", {"sku": "SKU2024-012"}), text(answer)])
+    result = await Agent(
+        model=model,
+        toolkit=Toolkit([retrieve_tool(kb), query_stock]),
+        retrieval="both",
+        answer_check=CHECK,
+    ).run("SKU2024-012 还有货吗？", context=ALICE)
+
+    if stands:
+        assert result.output == answer and not result.fallback_reason
+    else:
+        assert result.output != answer and result.fallback_reason == "refusal"

@@ -304,7 +304,7 @@ class AnswerCheck:
         if not result.citations:
             if result.grounding is None or is_refusal(result.output):
                 return "tool_failed" if _refused_after_failure(result) else ""
-        elif is_refusal(result.output):
+        elif is_refusal(result.output) and not _tool_answered_no(result):
             return "refusal"
         grounding = result.grounding
         if grounding is not None and _ungrounded(grounding.sentences, about_tools(grounding)):
@@ -565,6 +565,23 @@ def _refused_after_failure(result: RunResult) -> bool:
     """``result``'s answer declines (:func:`is_refusal`) and a tool other than ``retrieve``
     failed in the run with no later result of its own."""
     return _tool_failed(result.messages) and is_refusal(result.output)
+
+
+_ABOUT_SOURCES = re.compile(
+    r"\b(?:documents?|passages?|context|knowledge base|information|details|sources?|texts?"
+    r"|results?)\b|文档|资料|信息|知识库|上下文|段落|内容",
+    re.IGNORECASE,
+)
+"""What a refusal says is missing: the documents, the information (not the product)."""
+
+
+def _tool_answered_no(result: RunResult) -> bool:
+    """``result``'s answer reads as a refusal ("does not have") but is a negative answer a
+    tool's result supports: "The Lumen X1 Pro does not have stock at the moment." over
+    ``stock: 0`` (seen with Qwen2.5-Coder-0.5B: it was replaced by the spec table, and the
+    stock count was lost). One that speaks of the documents or the information ("The
+    documents do not mention its stock") is a refusal still."""
+    return rests_on_tools(result.grounding) and _ABOUT_SOURCES.search(result.output) is None
 
 
 def _tool_failed(messages: Sequence[Message]) -> bool:

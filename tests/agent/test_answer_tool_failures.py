@@ -224,6 +224,8 @@ def query_stock(ctx: UserContext, product: str) -> dict[str, int]:
     [
         ("Is the Lumen X1 in stock?", "The Lumen X1 is in stock."),
         ("Is the Lumen X1 in stock?", "Yes, the Lumen X1 is currently available."),
+        # asked by its code, answered by its name (Qwen2.5-Coder-0.5B, the shop down)
+        ("Is the SKU2024-011 projector in stock?", "The Lumen X1 is in stock."),
         ("Lumen X1 还有库存吗？", "Lumen X1 目前有库存。"),
     ],
 )

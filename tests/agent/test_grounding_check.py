@@ -193,8 +193,8 @@ def test_the_extractive_answer_reads_kaifeng_as_the_policy_s_opened_goods() -> N
     assert extract is not None and "7 天" in extract.text and 2 in extract.passages
 
 
-def test_with_the_tool_that_could_say_it_failed_the_question_restated_is_not_supported() -> None:
-    """ "The Lumen X1 Pro is in stock." over the spec table: the naming words (the product, its
+def test_with_the_tool_that_could_say_it_failed_a_name_alone_supports_nothing() -> None:
+    """ "The Lumen X1 Pro is in stock." over the spec table: the names (the product, its
     code) are the passage's; "in stock" is what the failed stock tool was for."""
 
     def supported(question: str, answer: str, *, tool_failed: bool) -> bool:
@@ -202,9 +202,14 @@ def test_with_the_tool_that_could_say_it_failed_the_question_restated_is_not_sup
         return checked.grounded
 
     stock = "Is the Lumen X1 Pro in stock?"
-    for answer in ("The Lumen X1 Pro is in stock.", "Yes, the Lumen X1 Pro is available now."):
-        assert supported(stock, answer, tool_failed=False)  # (the words alone carry it)
-        assert not supported(stock, answer, tool_failed=True)
+    for question, answer in [
+        (stock, "The Lumen X1 Pro is in stock."),
+        (stock, "Yes, the Lumen X1 Pro is available now."),
+        ("Is SKU2024-012 in stock?", "The Lumen X1 Pro is in stock."),  # named otherwise
+        ("Lumen X1 Pro 还有货吗？", "Lumen X1 Pro 目前有库存。"),
+    ]:
+        assert supported(question, answer, tool_failed=False)  # (the names carry it)
+        assert not supported(question, answer, tool_failed=True)
     # what the passage says beyond the question, or a number of its own, still stands
     assert supported(stock, "The Lumen X1 Pro uses a laser [4].", tool_failed=True)
     assert supported(stock, "The Lumen X1 Pro costs 5,999 CNY [4].", tool_failed=True)

@@ -24,10 +24,11 @@ names (:func:`misplaced_numbers`: "The Lumen X1 Pro costs 3,999 CNY" over a pric
 3,999 is the Lumen X1's and whose Lumen X1 Pro row says 5,999). The result is a
 :class:`~shelfhand.core.grounding.Grounding`, per sentence, with the supporting passage.
 
-When a tool called for the question failed (the stock system is down), a sentence that
-states no number or code of its own and says nothing a passage holds beyond the question's
-words ("The Lumen X1 is in stock." over the product's description) is not supported: it says
-what the failed tool would have told (:meth:`Evidence.restates_question`).
+When a tool called for the question failed (the stock system is down), a sentence's words
+other than what it names (its capitalised words and codes) must be held in the main by its
+passage, unless it states a number the question did not: "The Lumen X1 is in stock." over the
+product's description rests on "Lumen X1" alone, and "stock" is what the failed tool would
+have told (:meth:`Evidence.says_nothing_held`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import identifiers_and_spans, tokenize_for_matching
+from shelfhand.knowledge.analysis import chinese_share, identifiers_and_spans, tokenize_for_matching
 
 from .dates import held_dates, stated_dates
 
@@ -209,27 +210,29 @@ class Evidence:
     ) -> Evidence:
         """``citations`` ready to check against (a passage retrieved twice counts once), and
         ``tools``: the run's other tool results, as (tool name, result text); ``tool_failed``:
-        a tool called for the question failed (see :meth:`restates_question`)."""
+        a tool called for the question failed (see :meth:`says_nothing_held`)."""
         return cls(citations, question, tools, tool_failed)
 
-    def restates_question(self, own: set[str], stated: set[str], held: frozenset[str]) -> bool:
-        """Whether a sentence (its words ``own``, its facts ``stated``) answers the question
-        with nothing a passage (its words ``held``) says, while the tool that could have said
-        it failed (:attr:`tool_failed`).
+    def says_nothing_held(
+        self, claims: str, own: set[str], stated: set[str], held: frozenset[str]
+    ) -> bool:
+        """Whether a sentence (its text ``claims``, words ``own``, facts ``stated``) says
+        nothing a passage (its words ``held``) holds beyond what it names, while the tool that
+        could have said it failed (:attr:`tool_failed`).
 
-        Such a sentence states no number or code the question did not, and either adds
-        nothing to the question's words that the passage holds in the main ("Yes, the Lumen
-        X1 is currently available."), or adds nothing at all while the passage lacks a word
-        of the question it repeats ("The Lumen X1 is in stock." over the product's
-        description: "stock" is what the failed ``query_stock`` was for). The question's
-        naming words (the product, the code) would otherwise carry it over the share a
-        sentence with facts needs."""
-        if not self.tool_failed or not self._question or stated - self.question_facts:
+        The names (a capitalised word after the first, a code such as ``X1`` or
+        ``SKU2024-011``) carry such a sentence over the share of words a sentence needs: "The
+        Lumen X1 is in stock." over the product's description holds "Lumen X1" and not
+        "stock", which is what the failed ``query_stock`` was for. So its other words must be
+        held in the main (:data:`MIN_SUPPORT`). A sentence stating a number the question did
+        not is left to the facts check."""
+        if not self.tool_failed:
             return False
-        new = own - passage_words(self._question)
-        if new:
-            return len(new & held) / len(new) < MIN_SUPPORT
-        return not own <= held
+        names, rest = _names(claims)
+        if any(f.isdigit() for f in facts(rest) - self.question_facts):
+            return False  # (a number of its own, not a name's digits: "X1")
+        told = own - names
+        return bool(told) and len(told & held) / len(told) < MIN_SUPPORT
 
     def _misplaced(
         self,
@@ -305,7 +308,7 @@ class Evidence:
         if (
             supported
             and best is not None
-            and self.restates_question(own, stated, analysed[best][0])
+            and self.says_nothing_held(claims, own, stated, analysed[best][0])
         ):
             supported = False
         if self._tools:  # a tool result that holds more of the sentence is what it is about
@@ -357,6 +360,30 @@ class Evidence:
             missing=tuple(missing),
             tool=best,
         )
+
+
+_CAPITALISED = re.compile(r"(?<=\W)[A-Z][A-Za-z0-9-]*")
+
+
+def _names(text: str) -> tuple[set[str], str]:
+    """The tokens of what ``text`` names: its capitalised words (``Lumen``, ``X1``, ``Pro``;
+    not the first word of a sentence in English, whose capital is the sentence's) and its
+    codes (``sku2024011``); and ``text`` without them."""
+    _, codes = identifiers_and_spans(text)
+    shift = 0
+    if chinese_share(text):  # no capital is a sentence's: its first word may name too
+        text, shift = f" {text}", 1
+    spans = [(start + shift, end + shift) for start, end in codes]
+    spans += [m.span() for m in _CAPITALISED.finditer(text)]
+    named, parts, at = [], [], 0
+    for start, end in sorted(spans):
+        if start < at:
+            continue  # (a code that is capitalised too)
+        named.append(text[start:end])
+        parts.append(text[at:start])
+        at = end
+    parts.append(text[at:])
+    return (words(" ".join(named)) if named else set()), " ".join(parts)
 
 
 def _named(tokens: Iterable[str]) -> frozenset[str]:
@@ -471,7 +498,7 @@ def check_grounding(
             no passage supports may rest on.
         tool_failed: A tool called for the question failed and none answered in its place:
             a sentence saying what it would have told, and no passage says, is not supported
-            by the passages' naming words alone (:meth:`Evidence.restates_question`).
+            by the passages' naming words alone (:meth:`Evidence.says_nothing_held`).
     """
     evidence = Evidence.of(citations, question, tools, tool_failed)
     checked = (evidence.check(s) for s in split_sentences(answer))

@@ -145,6 +145,8 @@ def test_the_services_log_shows_no_token_a_teams_tool_sent(tmp_path: Path) -> No
             server.stop()
     step = next(s for s in reply["tool_steps"] if s["name"] == "query_stock")
     assert step["is_error"] and "token=[REDACTED]" in step["content"]
+    # why, as people may read it: the exception's class, not its message
+    assert step["failure"] == "failed: HTTPStatusError"
     log = "\n".join(server.log)
     assert "HTTP Request: GET" in log and "raised HTTPStatusError" in log
     assert "wh-s3cr3t-77" not in log and "wh-s3cr3t-77" not in json.dumps(reply)

@@ -25,6 +25,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.testing import CyclingScriptModel, FunctionModel, text, tool_call
+from shelfhand.tools.tool import tool
 
 CHROMIUM = os.environ.get("SHELFHAND_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -68,6 +69,7 @@ def _page_server(
     model: Any = None,
     env: dict[str, str] | None = None,
     doc: tuple[str, str] = ("troubleshooting.md", TROUBLESHOOTING),
+    tools: tuple[Any, ...] = (),
 ) -> Iterator[ThreadServer]:
     if model is None:
         model = CyclingScriptModel([tool_call("retrieve", {"query": "E-203 故障"}), text(answer)])
@@ -75,6 +77,7 @@ def _page_server(
         settings=Settings.load(tmp_path, env=env or {}),
         model=model,
         router=EmbeddingRouter({"any": HashingEmbedder()}),
+        extra_tools=tools,
     )
     server = start_thread_server(create_app(app, api_keys=user_contexts()))
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
@@ -198,3 +201,20 @@ def test_another_rows_price_is_shown_as_not_supported_with_the_reason(tmp_path: 
             # said in the question's language, as the answer is
             sync_api.expect(note).to_contain_text("（3999 在段落的表格中属于另一行）")
             sync_api.expect(note).to_contain_text("无依据：Lumen X1 Pro 的价格是 3,999 元 [1]。")
+
+
+def test_a_failed_tool_step_says_why_as_people_may_read_it(tmp_path: Path) -> None:
+    @tool(read_only=True, retries=0)
+    def order_status(order_id: str) -> str:
+        """Look up an order (its system refuses connections)."""
+        raise ConnectionError("refused by 10.0.0.7:5432")
+
+    model = CyclingScriptModel(
+        [tool_call("order_status", {"order_id": "SO-1001"}), text("稍后再试。")]
+    )
+    for server in _page_server(tmp_path, model=model, tools=(order_status,)):
+        with asked(server, "我的订单 SO-1001 到哪了？", height=800) as page:
+            step = page.locator(".msg.assistant .steps li.failed").last
+            sync_api.expect(step).to_contain_text("order_status")
+            sync_api.expect(step).to_contain_text("ms: failed: ConnectionError")
+            sync_api.expect(step).not_to_contain_text("10.0.0.7")

@@ -209,6 +209,7 @@ def test_ask_tells_which_tool_failed_instead_of_a_made_up_answer(
     )
     assert answer["fallback_reason"] == "ungrounded"
     assert [s["is_error"] for s in answer["tool_steps"]] == [True]
+    assert [s["failure"] for s in answer["tool_steps"]] == ["failed: ValueError"]
 
 
 def test_a_subagent_file_may_name_them(tmp_path: Path) -> None:

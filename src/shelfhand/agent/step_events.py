@@ -78,6 +78,7 @@ def finished(report: CallReport, res: ToolResultBlock, tag: str | None = None) -
         is_error=res.is_error,
         duration_ms=report.duration_ms,
         replayed=report.replayed,
+        failure=res.failure,
         agent=tag,
     )
 
@@ -111,5 +112,6 @@ def tag_event(event: ToolStarted | ToolFinished, agent: str) -> ToolStarted | To
         is_error=event.is_error,
         duration_ms=event.duration_ms,
         replayed=event.replayed,
+        failure=event.failure,
         agent=agent,
     )

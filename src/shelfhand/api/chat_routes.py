@@ -334,6 +334,7 @@ async def _collect(session_id: str, trace_id: str, pump: TurnPump) -> Response:
             step = steps[event["call_id"]]
             step.content = event["content"]
             step.is_error = event["is_error"]
+            step.failure = event.get("failure", "")
             step.duration_ms = event["duration_ms"]
         elif kind == "final":
             final = event

@@ -399,7 +399,9 @@ class _Reply:
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "tool_finished":
-                steps.append({k: event.get(k) for k in ("name", "is_error", "duration_ms")})
+                steps.append(
+                    {k: event.get(k) for k in ("name", "is_error", "failure", "duration_ms")}
+                )
             elif event.get("type") == "final":
                 final = event
         if final is None:  # pragma: no cover - the agent always ends with a final event

@@ -126,6 +126,12 @@ class ToolStep(BaseModel):
     arguments: str
     content: str = ""
     is_error: bool = False
+    failure: str = Field(
+        default="",
+        description="Why the tool did not answer, for people (`failed: timed out after 5 s`, "
+        "`unavailable: circuit open after repeated failures`, `returned an error: …`); empty "
+        "when it answered or when the model got the call wrong (`content` says how).",
+    )
     duration_ms: float = 0.0
 
 

@@ -227,6 +227,7 @@ def tool_steps(result: RunResult) -> list[dict[str, object]]:
                     "arguments": call.arguments,
                     "content": done.content if done is not None else "",
                     "is_error": done.is_error if done is not None else False,
+                    "failure": done.failure if done is not None else "",
                 }
             )
     return steps

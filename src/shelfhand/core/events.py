@@ -56,6 +56,10 @@ class ToolFinished:
     duration_ms: float
     replayed: bool = False
     """The result was replayed from the tool cache (the tool did not run again)."""
+    failure: str = ""
+    """Why the tool did not answer, for people (``failed: timed out after 5 s``; see
+    :attr:`~shelfhand.core.messages.ToolResultBlock.failure`): "" when it answered, and when
+    the model got the call wrong (``content`` says how)."""
     agent: str | None = None
     """The subagent that made the call (``None``: the agent whose stream this is)."""
     type: Literal["tool_finished"] = "tool_finished"

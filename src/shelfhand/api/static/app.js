@@ -364,6 +364,7 @@ async function send(text) {
       else if (type === "tool_finished") {
         const line = steps[(ev.agent || "") + ev.call_id] || addStep(answer, "");
         line.textContent += ` ← ${ev.is_error ? "error" : "ok"} ${Math.round(ev.duration_ms)} ms`;
+        if (ev.failure) line.textContent += `: ${ev.failure}`;  // why, as people may read it
         if (ev.is_error) line.classList.add("failed");
       } else if (type === "citations") { answer.citations.push(...ev.citations); renderAnswer(answer); }
       else if (type === "approval_required") showApproval(answer, ev);

@@ -97,7 +97,10 @@ def test_ask_without_a_model_prints_the_passages_sentences_and_a_hint(tmp_path: 
     assert out.returncode == 0, out.stderr
     assert out.stdout.lstrip().startswith("摘自文档：")
     assert "troubleshooting-manual.pdf" in out.stdout and "灯泡过热" in out.stdout
-    assert "SHELFHAND_MODEL" in out.stdout
+    # the hint in the question's language too
+    assert "没有配置对话模型。请设置 SHELFHAND_MODEL" in out.stdout
+    english = shelfhand("ask", "What does E-203 mean?", workspace=tmp_path)
+    assert "No chat model is configured. Set SHELFHAND_MODEL" in english.stdout
 
 
 @pytest.mark.slow

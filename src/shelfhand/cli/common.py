@@ -125,6 +125,12 @@ NO_MODEL_HINT = (
     "any OpenAI-compatible endpoint, e.g. a local llama.cpp or vLLM server), or put "
     'model = "..." under [shelfhand] in <workspace>/shelfhand.toml.'
 )
+NO_MODEL_HINT_ZH = (
+    "没有配置对话模型。请设置 SHELFHAND_MODEL（任何兼容 OpenAI 的服务，例如本地的 llama.cpp 或 "
+    "vLLM，还要设置 OPENAI_BASE_URL / OPENAI_API_KEY），或在 <workspace>/shelfhand.toml 的 "
+    '[shelfhand] 下写 model = "..."。'
+)
+""":data:`NO_MODEL_HINT` under the answer to a question asked in Chinese."""
 
 
 def make_console() -> Any:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from shelfhand.cli.common import (
     NO_MODEL_HINT,
+    NO_MODEL_HINT_ZH,
     DemoToolsOpt,
     RolesOpt,
     TenantOpt,
@@ -167,6 +168,7 @@ def ask(
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.core.step_counts import count_steps, stop_counting
+    from shelfhand.knowledge.analysis import in_chinese
     from shelfhand.usage.by_model import ModelTally
 
     if not question.strip():  # (a model would be asked nothing, and answer anyway)
@@ -197,7 +199,8 @@ def ask(
             code = print_json(result)
         else:
             code = print_answer(console, result, question)
-            console.print(f"\n[dim]{escape(NO_MODEL_HINT)}[/]")
+            hint = NO_MODEL_HINT_ZH if in_chinese(question) else NO_MODEL_HINT
+            console.print(f"\n[dim]{escape(hint)}[/]")
         kb.close()
         raise typer.Exit(code)
     if kb is None:  # (a model alone: say so, on stderr, so that --json stays one object)

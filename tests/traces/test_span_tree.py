@@ -271,3 +271,24 @@ async def test_a_call_answered_from_an_earlier_identical_call_has_a_span_of_its_
     assert [e.name for e in replayed.events] == ["run.replayed"]
     assert SECRET not in replayed.attributes["gen_ai.tool.call.arguments"]
     assert "gen_ai.tool.call.result" not in replayed.attributes  # contents only when opted in
+
+
+async def test_a_failed_call_s_span_says_why_in_words_without_its_message() -> None:
+    @tool(read_only=True, retries=0)
+    def warehouse(sku: str) -> str:
+        """Stock of a product (its system refuses connections)."""
+        raise ConnectionError(f"refused by 10.0.0.7 (key {SECRET})")
+
+    spans = ListProcessor()
+    agent = Agent(
+        model=ScriptedModel([tool_call("warehouse", {"sku": "X1"}), text("稍后再试。")]),
+        toolkit=Toolkit([warehouse]),
+    )
+    trace_id = "1af7651916cd43dd8448eb211c80319c"
+    with Tracer([spans]).root("turn", trace_id=trace_id, tenant_id="acme", user_id="alice"):
+        await agent.run("X1 有货吗？", context=ALICE, trace_id=trace_id)
+
+    (failed,) = spans.named("execute_tool warehouse")
+    assert failed.status == "error" and failed.attributes["error.type"] == "error"
+    assert failed.attributes["shelfhand.tool.failure"] == "failed: ConnectionError"
+    assert "10.0.0.7" not in str(failed.attributes) and SECRET not in str(failed.attributes)

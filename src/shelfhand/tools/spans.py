@@ -87,4 +87,6 @@ def record_tool_call(span: Span, report: CallReport) -> None:
     if span.tracer.record_content:
         span.set("gen_ai.tool.call.result", report.result.content)
     if report.result.is_error:
+        if report.result.failure:  # why, in words made for people: no content, no secret
+            attributes["shelfhand.tool.failure"] = report.result.failure
         span.fail(outcome if outcome != "ok" else "error")

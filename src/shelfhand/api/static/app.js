@@ -262,7 +262,7 @@ const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
   tool_failed: "the model declined after a tool called for the question failed",
-  prompt_echo: "the model repeated its instructions",
+  prompt_echo: "the model repeated its instructions instead of answering",
   posed_as_quoted: "the model passed its own words off as the documents' sentences",
   heading_echo: "the model answered with the passages' headings only",
   off_topic: "the model's answer was about something the question did not ask",

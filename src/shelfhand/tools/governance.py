@@ -259,23 +259,21 @@ class Governance(CallSharing):
     def new_request_id(self) -> str:
         return f"{self._id_prefix}-{next(self._ids):x}"
 
-    def check_rate(self, plan: ToolPlan, scope: str) -> str | None:
-        """A model-facing message when a rate limit is exceeded, else ``None``."""
+    def check_rate(self, plan: ToolPlan, scope: str) -> tuple[str, str] | None:
+        """When a rate limit is exceeded, what it means for the call (``rate limited: at most
+        2/minute for each caller``, as people read it) and the advice to the model (``try
+        again in 30.0 s``); else ``None``."""
         now = self.clock()
         if plan.per_caller is not None:
             wait = plan.per_caller.acquire(scope, now)
             if wait:
-                return (
-                    f"tool {plan.name} rate limited: at most {plan.per_caller.rate.text} for "
-                    f"each caller; try again in {wait:.1f} s"
-                )
+                limit = f"rate limited: at most {plan.per_caller.rate.text} for each caller"
+                return limit, f"try again in {wait:.1f} s"
         if plan.total is not None:
             wait = plan.total.acquire("", now)
             if wait:
-                return (
-                    f"tool {plan.name} rate limited: at most {plan.total.rate.text} for all "
-                    f"callers; try again in {wait:.1f} s"
-                )
+                limit = f"rate limited: at most {plan.total.rate.text} for all callers"
+                return limit, f"try again in {wait:.1f} s"
         return None
 
     # --- execution -----------------------------------------------------------------------
@@ -394,12 +392,11 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
         failure = f"failed{after}: {exc}"
     else:
         _log_failure(name, exc, trace_id)
-        said = redact_text(str(exc))
-        message, outcome = f"tool {name} failed{after}: {kind}: {said}", "error"
+        message, outcome = f"tool {name} failed{after}: {kind}: {redact_text(str(exc))}", "error"
         # a ToolError's message is written for whoever reads the result; any other
         # exception's may hold an internal address or a query: people read its class
-        told = said.strip().split("\n", 1)[0] if isinstance(exc, ToolError) else ""
-        failure = f"failed{after}: {told or kind}"
+        told = redact_text(first_line(exc)) if isinstance(exc, ToolError) else kind
+        failure = f"failed{after}: {told}"
     return CallOutcome(
         output=None,
         outcome=outcome,  # type: ignore[arg-type]

@@ -229,10 +229,11 @@ class Toolkit(ToolRegistry):
                 )  # fmt: skip
         if plan.per_caller is not None or plan.total is not None:
             limited = gov.check_rate(plan, run.user.scope)
-            if limited is not None:
+            if limited is not None:  # the tool's to say (the model got nothing wrong)
+                failure, advice = limited
                 return self._refuse(
-                    call, run, started, limited, "rate_limited", decision,
-                    arguments, None, repairs,
+                    call, run, started, f"tool {name} {failure}; {advice}", "rate_limited",
+                    decision, arguments, None, repairs, failure=failure,
                 )  # fmt: skip
         canonical: str | None = None
         key: tuple[str, str, str] | None = None
@@ -396,15 +397,9 @@ class Toolkit(ToolRegistry):
         arguments: Any,
         canonical: str | None,
         repairs: tuple[str, ...] = (),
+        failure: str = "",
     ) -> CallReport:
         request_id = self._gov.new_request_id()
-        # a rate limit is the tool's to say (the model got nothing wrong): people read it
-        # without the advice to the model
-        failure = (
-            message.removeprefix(f"tool {call.name} ").split("; ")[0]
-            if outcome == "rate_limited"
-            else ""
-        )
         report = CallReport(
             result=ToolResultBlock(
                 call_id=call.id, name=call.name, content=message, is_error=True, failure=failure

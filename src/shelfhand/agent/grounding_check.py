@@ -41,7 +41,12 @@ from dataclasses import dataclass
 
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import chinese_share, identifiers_and_spans, tokenize_for_matching
+from shelfhand.knowledge.analysis import (
+    chinese_share,
+    identifiers_and_spans,
+    latin_names,
+    tokenize_for_matching,
+)
 
 from .dates import held_dates, stated_dates
 
@@ -362,23 +367,16 @@ class Evidence:
         )
 
 
-_CAPITALISED = re.compile(r"(?<=\W)[A-Z][A-Za-z0-9-]*")
-
-
 def _names(text: str) -> tuple[set[str], str]:
-    """The tokens of what ``text`` names: its capitalised words (``Lumen``, ``X1``, ``Pro``;
-    not the first word of a sentence in English, whose capital is the sentence's) and its
-    codes (``sku2024011``); and ``text`` without them."""
+    """The tokens of what ``text`` names: its codes (``sku2024011``) and its Latin names
+    (:func:`~shelfhand.knowledge.analysis.latin_names`: ``Lumen``, ``X1``, ``Pro``; an
+    English sentence's first word is not one); and ``text`` without them."""
     _, codes = identifiers_and_spans(text)
-    shift = 0
-    if chinese_share(text):  # no capital is a sentence's: its first word may name too
-        text, shift = f" {text}", 1
-    spans = [(start + shift, end + shift) for start, end in codes]
-    spans += [m.span() for m in _CAPITALISED.finditer(text)]
+    spans = sorted(codes + latin_names(text, first=chinese_share(text) > 0))
     named, parts, at = [], [], 0
-    for start, end in sorted(spans):
+    for start, end in spans:
         if start < at:
-            continue  # (a code that is capitalised too)
+            continue  # (a code that is a name too)
         named.append(text[start:end])
         parts.append(text[at:start])
         at = end

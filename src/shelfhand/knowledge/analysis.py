@@ -45,6 +45,7 @@ __all__ = [
     "identifier_tokens",
     "identifiers_and_spans",
     "in_chinese",
+    "latin_names",
     "query_identifiers",
     "synonym_candidates",
     "synonym_table",
@@ -262,16 +263,22 @@ def in_chinese(text: str) -> bool:
     share = chinese_share(text)
     if share >= 1 / 3 or share == 0:
         return share > 0
-    names = sum(len(m.group()) for m in _LATIN_NAME.finditer(text, 1))
+    names = sum(len(_NOT_LETTERS.sub("", text[a:b])) for a, b in latin_names(text))
     if not names:
         return False
     letters = len(_NOT_LETTERS.sub("", text)) - names
     return len(_CJK_CHAR.findall(text)) / letters >= 1 / 3
 
 
-_LATIN_NAME = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z][A-Za-z]*|[A-Za-z]+(?=\d))")
-"""A Latin word that names (capitalised, or the letters of a code such as ``X1``), searched
-after a text's first character: a question's first word is capitalised as a sentence's."""
+_LATIN_NAME = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z]|[A-Za-z]+(?=\d))[A-Za-z0-9-]*")
+
+
+def latin_names(text: str, *, first: bool = False) -> list[tuple[int, int]]:
+    """Where the Latin words of ``text`` that name something are, as (start, end): those
+    capitalised or holding a digit (``Lumen``, ``X1``, ``HDR10``, ``sku2024-011``). The
+    text's first word only with ``first``: in English a sentence's first word is capitalised
+    as the sentence's (a Chinese sentence has no such capital)."""
+    return [m.span() for m in _LATIN_NAME.finditer(text, 0 if first else 1)]
 
 
 _CJK_CHAR = re.compile(f"[{_CJK}]")

@@ -253,8 +253,9 @@ function inChinese(text) {
   const chinese = (text.match(/[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]/g) || []).length;
   if (!chinese) return false;
   if (chinese / letters >= 1 / 3) return true;
-  const names = [...text.matchAll(/(?<![A-Za-z0-9])(?:[A-Z][A-Za-z]*|[A-Za-z]+(?=\d))/g)];
-  const named = names.filter((m) => m.index > 0).reduce((n, m) => n + m[0].length, 0);
+  // as shelfhand.knowledge.analysis.latin_names, their letters only
+  const names = [...text.matchAll(/(?<![A-Za-z0-9])(?:[A-Z]|[A-Za-z]+(?=\d))[A-Za-z0-9-]*/g)];
+  const named = names.filter((m) => m.index > 0).reduce((n, m) => n + m[0].replace(/[^A-Za-z]/g, "").length, 0);
   return named > 0 && chinese / (letters - named) >= 1 / 3;
 }
 

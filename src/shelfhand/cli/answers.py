@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from shelfhand.agent.answer_check import REASONS_ZH, relevant_citations
 from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing, in_chinese
+from shelfhand.cli.common import NO_MODEL_HINT, NO_MODEL_HINT_ZH
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTE, NOTE_ZH, conflict_notes, label
@@ -64,8 +65,8 @@ REASONS = {
 
 @dataclass(frozen=True, slots=True)
 class Words:
-    """What ``ask`` and ``chat`` write under an answer, in one language (rich markup; the
-    ``{…}`` fields are filled in escaped)."""
+    """What ``ask`` and ``chat`` write under an answer, in one language (rich markup, but
+    :attr:`no_model`; the ``{…}`` fields are filled in escaped)."""
 
     not_found: str
     extractive: str
@@ -76,6 +77,8 @@ class Words:
     unknown: str
     tools: str
     failed: str
+    separator: str
+    no_model: str
     reasons: dict[str, str]
 
 
@@ -91,6 +94,8 @@ ENGLISH = Words(
     unknown="[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
     tools="[dim]tools: {used}[/]",
     failed="{name} (failed)",
+    separator=", ",
+    no_model=NO_MODEL_HINT,
     reasons=REASONS,
 )
 CHINESE = Words(
@@ -103,6 +108,8 @@ CHINESE = Words(
     unknown="[yellow]注意：[/]回答引用了 {numbers}，但没有这样的段落：不算依据",
     tools="[dim]工具：{used}[/]",
     failed="{name}（失败）",
+    separator="、",
+    no_model=NO_MODEL_HINT_ZH,
     reasons=REASONS_ZH,
 )
 
@@ -151,8 +158,8 @@ def tools_used(result: RunResult, words: Words = ENGLISH) -> str:
         for r in message.tool_results:
             if r.name != RETRIEVE_TOOL:
                 ok[r.name] = ok.get(r.name, False) or not r.is_error
-    sep = "、" if words is CHINESE else ", "
-    return sep.join(name if fine else words.failed.format(name=name) for name, fine in ok.items())
+    shown = (name if fine else words.failed.format(name=name) for name, fine in ok.items())
+    return words.separator.join(shown)
 
 
 def print_notes(console: Console, result: RunResult, question: str = "") -> int:

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.types import SearchMode
 
 from shelfhand.cli.common import (
-    NO_MODEL_HINT,
-    NO_MODEL_HINT_ZH,
     DemoToolsOpt,
     RolesOpt,
     TenantOpt,
@@ -81,7 +79,7 @@ def search(
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
     elif not citations:
-        nothing = (
+        nothing = (  # (cli.answers, with the other words, would load the agent: 0.1 s)
             f"未找到：没有与 {query!r} 相符的段落"
             if in_chinese(query)
             else f"not found: no passage matches {query!r}"
@@ -163,12 +161,11 @@ def ask(
     """
     from dataclasses import replace
 
-    from shelfhand.cli.answers import print_answer, print_json
+    from shelfhand.cli.answers import print_answer, print_json, words_for
     from shelfhand.cli.rescue import Found, answer_of_failed_run
     from shelfhand.core.errors import ConfigurationError, ModelError
     from shelfhand.core.settings import check_answer_retrieval
     from shelfhand.core.step_counts import count_steps, stop_counting
-    from shelfhand.knowledge.analysis import in_chinese
     from shelfhand.usage.by_model import ModelTally
 
     if not question.strip():  # (a model would be asked nothing, and answer anyway)
@@ -199,8 +196,7 @@ def ask(
             code = print_json(result)
         else:
             code = print_answer(console, result, question)
-            hint = NO_MODEL_HINT_ZH if in_chinese(question) else NO_MODEL_HINT
-            console.print(f"\n[dim]{escape(hint)}[/]")
+            console.print(f"\n[dim]{escape(words_for(question).no_model)}[/]")
         kb.close()
         raise typer.Exit(code)
     if kb is None:  # (a model alone: say so, on stderr, so that --json stays one object)

@@ -358,13 +358,14 @@ class AnswerCheck:
         return self._decided(checked, question)
 
     def _checked(self, result: RunResult, question: str) -> RunResult:
-        if result.citations or _claims_without_evidence(result):
+        tool_failed = _tool_failed(result.messages)  # (read once: both need it)
+        if result.citations or _claims_without_evidence(result, tool_failed):
             grounding = check_grounding(
                 result.output,
                 result.citations,
                 question=question,
                 tools=tool_evidence(result.messages),
-                tool_failed=_tool_failed(result.messages),
+                tool_failed=tool_failed,
             )
             return replace(result, grounding=grounding)
         return result
@@ -467,13 +468,12 @@ def _tool_sentences_kept(lexical: Grounding, judged: Grounding) -> Grounding:
     return replace(judged, sentences=sentences)
 
 
-def _claims_without_evidence(result: RunResult) -> bool:
+def _claims_without_evidence(result: RunResult, tool_failed: bool) -> bool:
     """The documents were searched and had nothing, or the tools called failed, yet the
     answer cites a passage or states numbers and codes: it is checked (and found
-    unsupported), not shown as evidence-based."""
-    if not found_nothing(result.messages) and not tool_failure_lines(
-        result.messages, leave_out=RETRIEVE_TOOL
-    ):
+    unsupported), not shown as evidence-based. ``tool_failed``: :func:`_tool_failed` of its
+    messages."""
+    if not tool_failed and not found_nothing(result.messages):
         return False
     return bool(result.unknown_citations or facts(result.output))
 

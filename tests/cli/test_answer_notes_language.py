@@ -26,7 +26,15 @@ def failed_stock_lookup() -> tuple[Message, ...]:
         Message.user("question"),
         Message.assistant("", tool_calls=[call]),
         Message.tool(
-            [ToolResultBlock(call_id="c1", name="query_stock", content="down", is_error=True)]
+            [
+                ToolResultBlock(
+                    call_id="c1",
+                    name="query_stock",
+                    content="tool query_stock failed: ConnectionError",
+                    is_error=True,
+                    failure="failed: ConnectionError",
+                )
+            ]
         ),
     )
 
@@ -92,3 +100,58 @@ def test_a_model_s_answer_the_passages_do_not_hold_is_said_so_in_chinese() -> No
 
 def test_every_reason_has_words_in_both_languages() -> None:
     assert set(REASONS) == set(REASONS_ZH)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("Is SKU2024-012 in stock?", "tools: query_stock (not run)"),
+        ("还有货吗？", "工具：query_stock（未执行）"),
+    ],
+)
+def test_a_tool_the_model_only_called_wrongly_is_not_said_to_have_failed(
+    question: str, expected: str
+) -> None:
+    # invalid arguments: the model's mistake, the stock system never asked (no failure)
+    call = ToolCallBlock(id="c1", name="query_stock", arguments={"sku": 12})
+    rejected = ToolResultBlock(
+        call_id="c1",
+        name="query_stock",
+        content="invalid arguments for query_stock: sku: Input should be a valid string",
+        is_error=True,
+    )
+    messages = (
+        Message.user(question),
+        Message.assistant("", tool_calls=[call]),
+        Message.tool([rejected]),
+    )
+    out = shown(RunResult(output="I could not check.", messages=messages), question)
+
+    assert expected in out
+    assert "failed" not in out and "失败" not in out
+
+
+def test_a_tool_that_failed_once_and_was_called_wrongly_once_failed() -> None:
+    calls = [
+        ToolCallBlock(id="c1", name="query_stock", arguments={"sku": 12}),
+        ToolCallBlock(id="c2", name="query_stock", arguments={"sku": "SKU2024-012"}),
+    ]
+    messages = (
+        Message.user("Is SKU2024-012 in stock?"),
+        Message.assistant("", tool_calls=calls),
+        Message.tool(
+            [
+                ToolResultBlock(call_id="c1", name="query_stock", content="invalid", is_error=True),
+                ToolResultBlock(
+                    call_id="c2",
+                    name="query_stock",
+                    content="tool query_stock timed out",
+                    is_error=True,
+                    failure="timed out after 5 s",
+                ),
+            ]
+        ),
+    )
+    out = shown(RunResult(output="I could not check.", messages=messages), "Is it in stock?")
+
+    assert "tools: query_stock (failed)" in out

@@ -77,6 +77,7 @@ class Words:
     unknown: str
     tools: str
     failed: str
+    not_run: str
     separator: str
     no_model: str
     reasons: dict[str, str]
@@ -94,6 +95,7 @@ ENGLISH = Words(
     unknown="[yellow]note:[/] the answer cites {numbers}, which no passage has: not evidence",
     tools="[dim]tools: {used}[/]",
     failed="{name} (failed)",
+    not_run="{name} (not run)",
     separator=", ",
     no_model=NO_MODEL_HINT,
     reasons=REASONS,
@@ -108,6 +110,7 @@ CHINESE = Words(
     unknown="[yellow]注意：[/]回答引用了 {numbers}，但没有这样的段落：不算依据",
     tools="[dim]工具：{used}[/]",
     failed="{name}（失败）",
+    not_run="{name}（未执行）",
     separator="、",
     no_model=NO_MODEL_HINT_ZH,
     reasons=REASONS_ZH,
@@ -151,14 +154,22 @@ def print_answer(console: Console, result: RunResult, question: str = "") -> int
 
 
 def tools_used(result: RunResult, words: Words = ENGLISH) -> str:
-    """The tools other than ``retrieve`` the run called, each once, in order, those whose
-    every call failed marked: ``order_status (failed), query_stock``; "" for none."""
+    """The tools other than ``retrieve`` the run called, each once, in order; a tool none of
+    whose calls answered is marked: ``(failed)`` when one of them failed (the tool raised,
+    timed out, was unavailable, returned an error), else ``(not run)`` (every call was the
+    model's mistake: an unknown tool, invalid arguments, not permitted). "" for none."""
     ok: dict[str, bool] = {}
+    failed: set[str] = set()
     for message in result.messages:
         for r in message.tool_results:
             if r.name != RETRIEVE_TOOL:
                 ok[r.name] = ok.get(r.name, False) or not r.is_error
-    shown = (name if fine else words.failed.format(name=name) for name, fine in ok.items())
+                if r.failure:
+                    failed.add(r.name)
+    shown = (
+        name if fine else (words.failed if name in failed else words.not_run).format(name=name)
+        for name, fine in ok.items()
+    )
     return words.separator.join(shown)
 
 

@@ -145,7 +145,10 @@ def test_an_embedder_outage_keeps_text_searchable_and_embed_finishes_the_job(
     assert status["chunks"] == status["pending_embeddings"] == 2 and status["vectors"] == 0
     hybrid = shelfhand("search", "保修期", workspace=ws, env=env)
     assert "docs/保修.md" in hybrid.stdout  # found by keywords
-    assert "2 chunks are not embedded yet" in hybrid.stdout
+    # a Chinese query is told in Chinese, an English one in English
+    assert "2 个段落尚未嵌入（只能按关键词找到）" in hybrid.stdout
+    english = shelfhand("search", "How long is the warranty?", workspace=ws, env=env)
+    assert "2 chunks are not embedded yet" in english.stdout
 
     embeddings.rejecting = False  # the embedder is back
     done = shelfhand("embed", workspace=ws, env=env)
@@ -157,16 +160,18 @@ def test_an_embedder_outage_keeps_text_searchable_and_embed_finishes_the_job(
 
 def test_one_pending_chunk_is_told_in_the_singular(tmp_path: Path, embeddings: Embeddings) -> None:
     note = tmp_path / "note.md"
-    note.write_text("# 退货\n退货期 7 天。", encoding="utf-8")
+    note.write_text("# 退货\n退货期 7 天。Returns within 7 days.", encoding="utf-8")
     ws, env = tmp_path / "ws", _openai(embeddings)
     embeddings.rejecting = True
 
     out = shelfhand("ingest", str(note), workspace=ws, env=env)
-    found = shelfhand("search", "退货期", workspace=ws, env=env)
+    found = shelfhand("search", "How many days for returns?", workspace=ws, env=env)
+    zh = shelfhand("search", "退货期", workspace=ws, env=env)
 
     assert out.returncode == 4, out.stderr
     assert "1 chunk is stored and keyword-searchable" in " ".join(out.stdout.split())
     assert "1 chunk is not embedded yet" in found.stdout and "embeds it" in found.stdout
+    assert "1 个段落尚未嵌入" in zh.stdout
 
 
 def test_no_wait_leaves_embedding_to_embed(tmp_path: Path, docs: Path) -> None:

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from shelfhand.knowledge.types import SearchMode
+    from shelfhand.knowledge.types import SearchMode, SearchResult
 
 from shelfhand.cli.common import (
     DemoToolsOpt,
@@ -78,28 +78,43 @@ def search(
         citations = prepare_evidence(to_citations(list(found.hits)), query, context=context)
     if as_json:
         typer.echo(json.dumps([c.to_dict() for c in citations], ensure_ascii=False, indent=2))
-    elif not citations:
-        nothing = (  # (cli.answers, with the other words, would load the agent: 0.1 s)
-            f"未找到：没有与 {query!r} 相符的段落"
-            if in_chinese(query)
-            else f"not found: no passage matches {query!r}"
-        )
-        make_console().print(nothing, highlight=False, markup=False)
     else:
-        passages = format_passages(citations, query=query)  # each shown where it matched
-        make_console().print(passages, highlight=False, markup=False)
-        if found.pending_chunks:
-            one = found.pending_chunks == 1
-            make_console().print(
-                f"[dim]{plural(found.pending_chunks, 'chunk')} {'is' if one else 'are'} not "
-                "embedded yet (found by keywords only); `shelfhand embed` embeds "
-                f"{'it' if one else 'them'}[/]",
-                highlight=False,
+        chinese = in_chinese(query)  # (cli.answers, with the other words, would load the agent)
+        console = make_console()
+        if not citations:
+            nothing = (
+                f"未找到：没有与 {query!r} 相符的段落"
+                if chinese
+                else f"not found: no passage matches {query!r}"
             )
-        for note in (found.degraded_reason, found.rerank_reason):
-            if note:
-                make_console().print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+            console.print(nothing, highlight=False, markup=False)
+        else:
+            passages = format_passages(citations, query=query)  # each shown where it matched
+            console.print(passages, highlight=False, markup=False)
+        for line in search_notes(found, chinese=chinese):
+            console.print(line, highlight=False)
     kb.close()
+
+
+def search_notes(found: SearchResult, *, chinese: bool) -> list[str]:
+    """The lines under a search's passages (rich markup): chunks found by keywords only, for
+    want of their vectors, and why the search did less than asked (the reason's own words
+    are the knowledge layer's, technical, in English); in Chinese for a Chinese query."""
+    lines = []
+    pending = found.pending_chunks
+    if pending and chinese:
+        lines.append(
+            f"[dim]{pending} 个段落尚未嵌入（只能按关键词找到）；`shelfhand embed` 会嵌入它们[/]"
+        )
+    elif pending:
+        one = pending == 1
+        lines.append(
+            f"[dim]{plural(pending, 'chunk')} {'is' if one else 'are'} not embedded yet "
+            f"(found by keywords only); `shelfhand embed` embeds {'it' if one else 'them'}[/]"
+        )
+    label = "[yellow]注意：[/]" if chinese else "[yellow]note:[/] "
+    lines += [label + escape(note) for note in (found.degraded_reason, found.rerank_reason) if note]
+    return lines
 
 
 def effective_context(kb: Any, citations: Sequence[Any], user: Any) -> list[Any]:

@@ -380,3 +380,28 @@ async def test_a_stopped_run_after_a_search_that_found_nothing_says_not_covered(
 
     assert result.stop_reason == "repeated_call" and not result.citations
     assert result.output == NOT_COVERED and result.fallback_reason == "repeated_call"
+
+
+SPEC_NUMBERS = Citation(
+    index=1,
+    source="specs.docx",
+    title="Lumen specifications",
+    section="Lumen X1 Pro",
+    text="The Lumen X1 Pro is our flagship projector. "
+    "It has a 240 Hz gaming mode with 4 ms input lag and 3,500 ANSI lumens.",
+)
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What is the list price of the Lumen X1 Pro?", "How long is the Lumen X1 Pro's warranty?"],
+    ids=["price", "duration"],
+)
+def test_passages_without_the_amount_asked_for_do_not_replace_the_answer(question: str) -> None:
+    # their numbers are of other measures (Hz, ms, lumens), no price and no period: their
+    # sentences answer the question no better than the model's (which any digit used to pass)
+    answer = "It is our flagship projector [1]."
+    run = RunResult(output=answer, messages=(), citations=(SPEC_NUMBERS,))
+    result = AnswerCheck(scaffolds=AGENT_SCAFFOLDS).apply(run, question)
+
+    assert result.output == answer and not result.extractive and not result.fallback_reason

@@ -26,8 +26,7 @@ def test_a_chinese_query_gets_chinese_labels_around_the_reason() -> None:
 
 def test_an_english_query_keeps_english_lines() -> None:
     assert search_notes(outcome(pending=1), chinese=False) == [
-        "[dim]1 chunk is not embedded yet (found by keywords only); `shelfhand embed` "
-        "embeds it[/]",
+        "[dim]1 chunk is not embedded yet (found by keywords only); `shelfhand embed` embeds it[/]",
         f"[yellow]note:[/] {DEGRADED}",
     ]
 

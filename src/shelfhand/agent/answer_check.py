@@ -128,7 +128,6 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
-_DIGIT = re.compile(r"\d")
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
 REPLACED_NOTICE_ZH = "上面的回答经与文档核对后已被替换（{reason}）"
@@ -375,8 +374,10 @@ class AnswerCheck:
         if not why or not self.fallback:
             return checked
         replaced = _replaced(checked, why, question, self.synonyms)
-        if why == "unanswered" and not (replaced.extractive and _DIGIT.search(replaced.output)):
-            return checked  # the passages' sentences hold no amount either: no better
+        if why == "unanswered" and not (
+            replaced.extractive and not misses_amount(question, replaced.output)
+        ):
+            return checked  # the passages' sentences state no such amount either: no better
         if replaced.extractive:
             replaced = _failures_under(replaced, question)
         note = checked.grounding.note if checked.grounding is not None else ""

@@ -106,7 +106,8 @@ def test_what_a_stream_tells_people_is_in_the_question_s_language() -> None:
         "上面的回答经与文档核对后已被替换（回答的不是所问的内容）"
     )
     assert replacement_notice("off_topic", "What is E-203?") == (
-        "The answer above was replaced after checking it against the documents (off topic)"
+        "The answer above was replaced after checking it against the documents "
+        "(the model's answer was about something the question did not ask)"
     )
     assert withdrawal_notice("保修期多久？") == WITHDRAWN_NOTICE_ZH
     assert withdrawal_notice("How long is the warranty?") == WITHDRAWN_NOTICE
@@ -131,6 +132,8 @@ def test_an_append_only_stream_says_it_in_the_answer_s_language() -> None:
     zh = {"type": "answer_replaced", "notice": replacement_notice("ungrounded", "保修期多久？")}
     en = {"type": "answer_replaced", "notice": replacement_notice("ungrounded", "How long?")}
     assert replaced_notice(zh, "保修 36 个月。").endswith("（文档不支持这个回答）：\n\n")
-    assert replaced_notice(en, "36 months.").endswith("(ungrounded):\n\n")
+    assert replaced_notice(en, "36 months.").endswith(
+        "(the model's answer was not supported by the passages):\n\n"
+    )
     assert sources_text([LAMP], "灯泡过热 [1]。").startswith("\n\n来源：\n[1] ")
     assert sources_text([LAMP], "The lamp is overheating [1].").startswith("\n\nSources:\n[1] ")

@@ -65,6 +65,7 @@ from .model_check import JUDGE_INSTRUCTIONS
 __all__ = [
     "AGENT_SCAFFOLDS",
     "GUESS_NEW_WORDS",
+    "REASONS",
     "REASONS_ZH",
     "REPLACED_NOTICE",
     "REPLACED_NOTICE_ZH",
@@ -130,6 +131,25 @@ _REFUSAL = re.compile(
 _STOPPED = {"max_iters", "repeated_call", "empty"}
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""
+REASONS = {
+    "ungrounded": "the model's answer was not supported by the passages",
+    "refusal": "the model declined although the passages cover the question",
+    "tool_failed": "the model declined after a tool called for the question failed",
+    "prompt_echo": "the model repeated its instructions instead of answering",
+    "posed_as_quoted": "the model passed its own words off as the documents' sentences",
+    "repeated_call": "the model kept repeating a failing tool call",
+    "max_iters": "the model did not finish within its steps",
+    "empty": "the model gave no answer",
+    "no_model": "no chat model is configured",
+    "model_error": "the chat model failed",
+    "model_timeout": "the chat model did not answer in time",
+    "budget_exceeded": "a budget ran out before the model could finish",
+    "heading_echo": "the model answered with the passages' headings only",
+    "off_topic": "the model's answer was about something the question did not ask",
+    "unanswered": "the model's answer did not state the amount asked for",
+}
+"""Why an answer was replaced, in words (``RunResult.fallback_reason``); in Chinese,
+:data:`REASONS_ZH`."""
 REPLACED_NOTICE_ZH = "上面的回答经与文档核对后已被替换（{reason}）"
 """:data:`REPLACED_NOTICE` for a question asked in Chinese, its reason from :data:`REASONS_ZH`."""
 REASONS_ZH = {
@@ -407,7 +427,7 @@ def replacement_notice(reason: str, question: str = "") -> str:
     """:data:`REPLACED_NOTICE` for ``reason``, in the language ``question`` is asked in."""
     if in_chinese(question):
         return REPLACED_NOTICE_ZH.format(reason=REASONS_ZH.get(reason, reason))
-    return REPLACED_NOTICE.format(reason=reason.replace("_", " "))
+    return REPLACED_NOTICE.format(reason=REASONS.get(reason, reason.replace("_", " ")))
 
 
 def withdrawal_notice(question: str) -> str:

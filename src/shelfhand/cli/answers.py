@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from shelfhand.agent.answer_check import REASONS_ZH, relevant_citations
+from shelfhand.agent.answer_check import REASONS, REASONS_ZH, relevant_citations
 from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing, in_chinese
 from shelfhand.cli.common import NO_MODEL_HINT, NO_MODEL_HINT_ZH
 from shelfhand.core.messages import Citation
@@ -42,25 +42,6 @@ __all__ = [
 NO_ANSWER_EXIT_CODE = 3
 """`shelfhand ask` exits with this when there is no answer (see the module docstring)."""
 _NON_ANSWERS = frozenset({"empty", "max_iters", "repeated_call", "human_needed", "budget_exceeded"})
-REASONS = {
-    "ungrounded": "the model's answer was not supported by the passages",
-    "refusal": "the model declined although the passages cover the question",
-    "tool_failed": "the model declined after a tool called for the question failed",
-    "prompt_echo": "the model repeated its instructions instead of answering",
-    "posed_as_quoted": "the model passed its own words off as the documents' sentences",
-    "repeated_call": "the model kept repeating a failing tool call",
-    "max_iters": "the model did not finish within its steps",
-    "empty": "the model gave no answer",
-    "no_model": "no chat model is configured",
-    "model_error": "the chat model failed",
-    "model_timeout": "the chat model did not answer in time",
-    "budget_exceeded": "a budget ran out before the model could finish",
-    "heading_echo": "the model answered with the passages' headings only",
-    "off_topic": "the model's answer was about something the question did not ask",
-    "unanswered": "the model's answer did not state the amount asked for",
-}
-"""Why an answer was replaced, in words (``RunResult.fallback_reason``); in Chinese,
-:data:`~shelfhand.agent.answer_check.REASONS_ZH`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,39 @@ async def test_in_stock_said_while_the_stock_system_is_down_is_not_the_documents
     assert kept.output == answer and not kept.fallback_reason
 
 
+DESCRIPTION = (
+    "The Lumen X1 (SKU2024-011) is our best-selling home projector: 3,000 ANSI lumens, Full "
+    "HD, a 1.2x optical zoom and two HDMI 2.0 inputs."
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        # Qwen2.5-Coder-0.5B with the shop down (bench/tool_answers.py, stock-zh-2): a true
+        # quote of the product's description, whose numbers the passage holds
+        ("Lumen X1（SKU2024-011）库存还剩多少台？", DESCRIPTION),
+        ("How many Lumen X1 units are left?", DESCRIPTION),
+    ],
+    ids=["zh", "en"],
+)
+async def test_a_quote_about_the_product_not_its_stock_while_the_stock_system_is_down(
+    kb: KnowledgeBase, question: str, answer: str
+) -> None:
+    """The answer shares only the product's names with the question: it is about the
+    product, not what is asked of it, and the tool that could say failed."""
+    call = tool_call("query_stock", {"product": "Lumen X1"})
+    result = await agent(kb, query_stock, call, text(answer)).run(question, context=ALICE)
+
+    assert result.fallback_reason == "off_topic", result.output
+    assert "- query_stock: failed: ConnectionError" in result.output
+    assert result.output != answer and result.messages[-1].text == result.output
+
+    # no tool failed: the same quote is left to the checks as before (it stands)
+    quiet = await agent(kb, query_stock, text(answer)).run(question, context=ALICE)
+    assert quiet.output == answer and not quiet.fallback_reason
+
+
 def test_a_tool_that_answered_later_in_the_run_or_a_call_the_model_got_wrong_is_not_listed() -> (
     None
 ):

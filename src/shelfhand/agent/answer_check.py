@@ -45,6 +45,7 @@ from .answer_topic import (
     misses_tool_identifier,
     only_labels,
     rests_elsewhere,
+    shares_only_names,
     states_nothing_held,
 )
 from .extractive import LEADS, extractive_answer
@@ -350,6 +351,10 @@ class AnswerCheck:
             return "unanswered"
         if rests_on_tools(result.grounding):
             return ""  # what the run's tools returned, not the passages: no passage to prefer
+        if _tool_failed(result.messages) and shares_only_names(question, answer):
+            # the stock system is down and the answer quotes the product's description: it
+            # is about the product, not what was asked (the passages and the failure instead)
+            return "off_topic"
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"
         if states_nothing_held(answer, citations) and (

@@ -13,6 +13,9 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   only on passages that, together, hold at most half of them: it answers about something
   near the question ("the C4K has lens shift" for "How do I clean the lens?", beside the
   FAQ entry on cleaning the lens);
+- :func:`shares_only_names`: the answer holds nothing of the question but its names (the
+  product, not what is asked about it); the answer check uses it when the tool that could
+  answer failed;
 - :func:`states_nothing_held`: with no passage about the question (the extractive answer's
   measure), an answer stating no number or code the passages hold did not come from them:
   "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions
@@ -34,8 +37,15 @@ from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import DURATION, NUMBER_WORD, asked_amount
-from .extractive import asked_words, headed
-from .grounding_check import PASSAGE_CACHE, facts, passage_words, without_citations, words
+from .extractive import ASKING, asked_words, headed
+from .grounding_check import (
+    PASSAGE_CACHE,
+    facts,
+    names_and_rest,
+    passage_words,
+    without_citations,
+    words,
+)
 
 __all__ = [
     "holds_identifier",
@@ -44,6 +54,7 @@ __all__ = [
     "misses_tool_identifier",
     "only_labels",
     "rests_elsewhere",
+    "shares_only_names",
     "states_nothing_held",
 ]
 
@@ -208,6 +219,15 @@ def misses_amount(question: str, answer: str) -> bool:
         return False
     bare = _CODE.sub(" ", _MEASURE.sub(" ", DURATION.sub(" ", _VERSION.sub(" ", text))))
     return not _DIGIT.search(bare)
+
+
+def shares_only_names(question: str, answer: str) -> bool:
+    """Whether ``answer`` holds none of ``question``'s words but its names: "The Lumen X1
+    (SKU2024-011) is our best-selling home projector …" for "Lumen X1（SKU2024-011）库存还剩多少
+    台？" shares the product and nothing of what is asked about it (库存, 剩). ``False`` when
+    the question is all names and asking words."""
+    asked = words(names_and_rest(question)[1]).difference(ASKING)
+    return bool(asked) and asked.isdisjoint(words(answer))
 
 
 def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:

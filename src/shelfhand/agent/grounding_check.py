@@ -233,7 +233,7 @@ class Evidence:
         not is left to the facts check."""
         if not self.tool_failed:
             return False
-        names, rest = _names(claims)
+        names, rest = names_and_rest(claims)
         if any(f.isdigit() for f in facts(rest) - self.question_facts):
             return False  # (a number of its own, not a name's digits: "X1")
         told = own - names
@@ -367,7 +367,7 @@ class Evidence:
         )
 
 
-def _names(text: str) -> tuple[set[str], str]:
+def names_and_rest(text: str) -> tuple[set[str], str]:
     """The tokens of what ``text`` names: its codes (``sku2024011``) and its Latin names
     (:func:`~shelfhand.knowledge.analysis.latin_names`: ``Lumen``, ``X1``, ``Pro``; an
     English sentence's first word is not one); and ``text`` without them."""

@@ -36,13 +36,19 @@ _NAMES = r"passw|secret|token|api[_-]?key|authorization|credential"
 # arguments, and every traced tool call masks its arguments.
 _SECRET_RE = re.compile(_NAMES)
 
-# scheme://user:password@host: the password up to the last "@" before the host.
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s/@]+(@)")
+# scheme://user:password@host: the password up to the last "@" before the host. Anchored at
+# "://", not at the scheme: a scheme-like run before it (``a.a.a.a…``) would be scanned again
+# from each of its word starts, quadratic in its length (and the scheme is kept as it is).
+_URL_PASSWORD = re.compile(r"(://[^\s:/@]*:)[^\s/@]+(@)")
 # A secret-looking name, a separator (=, : or ：, the name quoted as in JSON or not), then its
 # value: quoted whole, else up to the next separator, quote, bracket or space.
 # "Authorization: Bearer x" leaves "Bearer x" to _SCHEME_CREDENTIALS.
+# The name is a whole word of [\w.-] holding a secret-looking name: tried only where such a
+# word starts (the lookbehind), looked for in it once (the lazy lookahead), then taken whole
+# (possessive): linear in the text. Without these anchors a long word (a 10 KB JWT, a blob in
+# an error) was scanned from each of its characters: quadratic, seconds for 10 KB.
 _NAMED_VALUE = re.compile(
-    rf"(?i)([\w.-]*(?:{_NAMES})[\w.-]*[\"']?\s*[=:：]\s*)"
+    rf"(?i)(?<![\w.-])(?=[\w.-]*?(?:{_NAMES}))([\w.-]++[\"']?\s*[=:：]\s*)"
     r"(\"[^\"\n]*\"|'[^'\n]*'|(?!(?:bearer|basic)\s)[^\s&\"',;)}\]>]+)"
 )
 _SCHEME_CREDENTIALS = re.compile(r"(?i)\b(bearer|basic)(\s+)[a-z0-9._~+/=-]+")

@@ -1,0 +1,34 @@
+"""Text that a caller, a tool or a looping model controls goes through shelfhand's regexes: a
+tool's error message (redacted before anyone reads it), a model's answer (checked against the
+passages), a document's line (split into sentences when it is ingested). Each input below
+made one of those regexes quadratic in the length of a run (a word, a number, a row of dots):
+minutes to hours of CPU on one call, in the event loop or an ingest worker. Each must now
+finish; it runs in a child process, so that a regex that hangs (and holds the GIL) fails the
+test at its deadline instead of hanging the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROW = "','.join(f'{i / 7:.4f}' for i in range(8000))"  # 60 KB of numbers, no space: a CSV row
+
+CASES = {
+    # 10 KB took 2.5 s before; 300 KB: over half an hour
+    "a tool error with a long word and a secret": """
+        from shelfhand.core.secrets import redact_text
+        out = redact_text("E" * 300_000 + " api_key=sk-live-1 and token=" + "t" * 300_000)
+        assert out.endswith("api_key=[REDACTED] and token=[REDACTED]"), out[-60:]
+    """,
+}
+
+
+@pytest.mark.parametrize("code", list(CASES.values()), ids=list(CASES))
+def test_a_long_run_in_hostile_text_is_read_in_linear_time(code: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -23,6 +23,26 @@ CASES = {
         out = redact_text("E" * 300_000 + " api_key=sk-live-1 and token=" + "t" * 300_000)
         assert out.endswith("api_key=[REDACTED] and token=[REDACTED]"), out[-60:]
     """,
+    # 11 KB took 38 s before: whether an answer states the price asked for
+    "an answer of 60 KB of numbers to a price question": f"""
+        from shelfhand.agent.answer_topic import misses_amount
+        row = {ROW}
+        assert not misses_amount("How much does it cost?", row)  # (a bare number may be one)
+        assert misses_amount("How long is the warranty?", row)
+        assert not misses_amount("How long is the warranty?", row + " 24 months")
+    """,
+    # 11 KB took 5.9 s before: the passages' sentence stating a price
+    "a passage of 60 KB of numbers beside a price": f"""
+        from shelfhand.agent.extractive import extractive_answer
+        from shelfhand.core.messages import Citation
+        row = {ROW}
+        passages = [
+            Citation(index=1, source="v.csv", title="price list", text="Price list: " + row),
+            Citation(index=2, source="p.md", title="Prices", text="The Lumen X1 costs 3,999 CNY."),
+        ]
+        answer = extractive_answer("What is the price of the Lumen X1?", passages)
+        assert answer is not None and "3,999 CNY" in answer.text
+    """,
 }
 
 

@@ -9,7 +9,10 @@ import re
 
 __all__ = ["DURATION", "MONEY", "NUMBER_WORD", "asked_amount"]
 
-_NUM = r"\d[\d,.]*(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]*)?\s*"
+_NUM = r"(?<!\d)(?<!\d[,.])\d[\d,.]{0,39}(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]{0,39})?\s*"
+# Tried from a number's first digit only, over at most 40 of its characters: from each of
+# its digits and unbounded, a long run (a CSV row, a JSON array of numbers in a tool's
+# result) was quadratic, half a second for 2 KB; no amount is 40 characters long.
 DURATION = re.compile(
     _NUM
     + r"(?:(?:business |working |calendar )?(?:minutes?|mins?|hours?|days?|weeks?|months?|years?)"
@@ -33,7 +36,7 @@ _ASKS_DURATION = re.compile(
     re.IGNORECASE,
 )
 _ASKS_MONEY = re.compile(
-    r"how much|\bprices?\b|\bcosts?\b|\bfees?\b|多少钱|价格|费用|价钱|售价|\w+费", re.IGNORECASE
+    r"how much|\bprices?\b|\bcosts?\b|\bfees?\b|多少钱|价格|费用|价钱|售价|\w费", re.IGNORECASE
 )
 
 

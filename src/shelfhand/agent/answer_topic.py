@@ -73,7 +73,7 @@ _MONEY_WORDS = re.compile(
 """A sum written in words ("two thousand", "三千元"); not any number word: "two HDMI inputs"
 and the 一 of 一般 state no price."""
 _MEASURE = re.compile(
-    r"\d[\d,.]*\s*(?:[x×]\s*\d[\d,.]*|"
+    r"(?<!\d)(?<!\d[,.])\d[\d,.]{0,39}\s*(?:[x×]\s*\d[\d,.]{0,39}|"  # (see amounts._NUM)
     r"(?:[kmg]?hz|ms|sec(?:ond)?s?|s|h|hrs?"
     r"|ansi|lm|lumens?|nits?|[km]?w|watts?|v|volts?|mah|kg|g|lbs?|mm|cm|m|km|inch(?:es)?|in"
     r"|ft|db|[kmgt]b|fps|bits?|units?|pcs|pieces|times|x|°c?|\")(?![A-Za-z])"
@@ -88,7 +88,7 @@ _VERSION = re.compile(
     re.IGNORECASE,
 )
 """A version after its name (``HDMI 2.0``, ``Wi-Fi 6``, ``version 3.1``): not a price."""
-_LABEL_SPLIT = re.compile(r"\s*(?:›|>)\s*")
+_LABEL_SPLIT = re.compile(r"(?<!\s)\s*(?:›|>)\s*")
 _FRAGMENT = re.compile(r"[,，、;；\n()（）]+")
 MIN_WORDS_LEFT = 3
 """A part of an answer with fewer content words (and no number), once the labels are taken

@@ -37,7 +37,7 @@ _EXAMPLE_WORDS = re.compile(r"\b(?:acme|z9|printer|weight)\b", re.I)
 (a small model copies the example into its answer)."""
 HISTORY_MESSAGES = 6
 HISTORY_CHARS = 300
-_CITATION = re.compile(r"\s*\[\d{1,3}\]")
+_CITATION = re.compile(r"(?<!\s)\s*\[\d{1,3}\]")
 _PREFIX = re.compile(
     r"^(?:search\s+query|query|rewritten(?:\s+query)?|查询|检索词)\s*[:：]\s*", re.I
 )

@@ -23,6 +23,15 @@ CASES = {
         out = redact_text("E" * 300_000 + " api_key=sk-live-1 and token=" + "t" * 300_000)
         assert out.endswith("api_key=[REDACTED] and token=[REDACTED]"), out[-60:]
     """,
+    # 20 KB took 5.4 s before (85 s to ingest 80 KB of dots)
+    "a document line of 300,000 dots": """
+        from shelfhand.knowledge.ingest.chunking import chunk_document
+        from shelfhand.knowledge.types import Document, Section
+        text = "." * 300_000 + "x"
+        doc = Document(doc_id="d", source="d.md", title="Dots", doc_type="markdown",
+                       sections=(Section(section_path=("Dots",), text=text),), content_hash="h")
+        assert "".join(c.text for c in chunk_document(doc)).count(".") == 300_000
+    """,
     # 11 KB took 38 s before: whether an answer states the price asked for
     "an answer of 60 KB of numbers to a price question": f"""
         from shelfhand.agent.answer_topic import misses_amount

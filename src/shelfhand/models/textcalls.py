@@ -372,7 +372,7 @@ def recover_tool_calls(
                 name = spelled.get(_spelling(name), name)
             blocks.append(ToolCallBlock(id=given_id or new_id(), name=name, arguments=arguments))
     pieces.append(text[cursor:])
-    remaining = re.sub(r"[ \t]+\n", "\n", "".join(pieces))
+    remaining = re.sub(r"(?<![ \t])[ \t]+\n", "\n", "".join(pieces))
     remaining = re.sub(r"\n{3,}", "\n\n", remaining).strip()
     if remaining and not remaining.strip("}]"):
         remaining = ""  # stray closing brackets left behind by a recovered call

@@ -69,7 +69,7 @@ def parse_ranking(answer: str, count: int) -> list[int]:
     for piece in pieces:
         try:
             data = json.loads(piece)
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):
             continue
         valid = _valid(_from_json(data), count)
         if valid:

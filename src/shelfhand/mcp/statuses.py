@@ -126,6 +126,6 @@ def _tag_of(request: httpx2.Request) -> str | None:
     try:
         message = json.loads(body)
         tag = message["params"]["_meta"][TAG_KEY]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     return tag if isinstance(tag, str) else None

@@ -132,7 +132,7 @@ def _decode_prefix(snippet: str) -> tuple[list[Any], int | None]:
             return values, None
         try:
             value, pos = _DECODER.raw_decode(snippet, pos)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # (a model's "[[[[…" too deep)
             return values, pos
         values.append(value)
 
@@ -254,7 +254,7 @@ def _bare_spans(text: str, names: Container[str], excluded: list[tuple[int, int]
             continue
         try:
             value, end = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pos = start + 1
             continue
         calls = _calls_from_value(value, names, require_args=True)
@@ -407,7 +407,7 @@ def json_reply(text: str) -> Any | None:
         return None
     try:
         value = json.loads(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict | list) else None
 

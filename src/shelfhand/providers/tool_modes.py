@@ -312,7 +312,7 @@ def parse_constrained(
     answer ends where that round does, with no ellipsis."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # (RecursionError: "[[[[…" too deep)
         cut = _cut_answer(text, ellipsis=not looped)
         return None if cut is None else (cut, [])
     items = data if isinstance(data, list) else [data]

@@ -221,7 +221,7 @@ def parse_rerank_response(body: str, count: int) -> tuple[list[int], list[float 
     """
     try:
         data = json.loads(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise RerankError(f"rerank answer is not JSON: {body[:80]!r}") from None
     entries = data.get("results") if isinstance(data, dict) else data
     if not isinstance(entries, list):

@@ -343,7 +343,7 @@ def _identifiers(text: str) -> frozenset[str]:
 # --- versions -----------------------------------------------------------------------------
 
 _VERSION_RES = (
-    re.compile(r"[（(\[【]?\s*第\s*(\d+)\s*版\s*[)）\]】]?"),
+    re.compile(r"[（(\[【]?(?<!\s)\s*第\s*(\d+)\s*版\s*[)）\]】]?"),
     re.compile(r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*(\d+(?:\.\d+)*)\b[)）]?"),
 )
 _EFFECTIVE_AFTER = re.compile(r"生效日期\s*[:：]?|(?i:\beffective(?:\s+date)?\b\s*:?)")

@@ -26,7 +26,7 @@ from shelfhand.knowledge.types import Chunk, Scope, SearchHit
 __all__ = ["add_version_siblings", "version_key"]
 
 _MARKERS = (
-    re.compile(r"[（(\[【]?\s*第\s*\d+\s*版\s*[)）\]】]?"),
+    re.compile(r"[（(\[【]?(?<!\s)\s*第\s*\d+\s*版\s*[)）\]】]?"),
     re.compile(r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*\d+(?:\.\d+)*\b[)）]?"),
 )
 

@@ -36,7 +36,9 @@ JUDGE_INSTRUCTIONS = (
 )
 """The judge's system prompt (shelfhand's own prompt text: never part of an answer)."""
 _PASSAGE_CHARS = 1200
-_VERDICT = re.compile(r"^[^\S\n]*\[?(\d{1,3})\]?\s*[:：.)、-]\s*(yes|no|是|否)\b", re.IGNORECASE | re.M)
+_VERDICT = re.compile(
+    r"^[^\S\n]*\[?(\d{1,3})\]?\s*[:：.)、-]\s*(yes|no|是|否)\b", re.IGNORECASE | re.M
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -344,7 +344,9 @@ def _identifiers(text: str) -> frozenset[str]:
 
 _VERSION_RES = (
     re.compile(r"[（(\[【]?(?<!\s)\s*第\s*(\d+)\s*版\s*[)）\]】]?"),
-    re.compile(r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*(\d+(?:\.\d+)*)\b[)）]?"),
+    re.compile(
+        r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*(\d+(?:\.\d+)*)\b[)）]?"
+    ),
 )
 _EFFECTIVE_AFTER = re.compile(r"生效日期\s*[:：]?|(?i:\beffective(?:\s+date)?\b\s*:?)")
 _EFFECTIVE_BEFORE = re.compile(r"起?生效")

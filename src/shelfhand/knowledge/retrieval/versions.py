@@ -27,7 +27,9 @@ __all__ = ["add_version_siblings", "version_key"]
 
 _MARKERS = (
     re.compile(r"[（(\[【]?(?<!\s)\s*第\s*\d+\s*版\s*[)）\]】]?"),
-    re.compile(r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*\d+(?:\.\d+)*\b[)）]?"),
+    re.compile(
+        r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*\d+(?:\.\d+)*\b[)）]?"
+    ),
 )
 
 

@@ -48,6 +48,11 @@ CASES = {
         "chunk_document(doc)",
         20_000,
     ),
+    "tokenize_query: a run of N Chinese characters jieba does not know": (
+        "from shelfhand.knowledge.analysis import tokenize_query\ntokenize_query('热身')",
+        "tokenize_query('中' * N)",
+        16_000,
+    ),
 }
 
 

@@ -171,7 +171,7 @@ def test_one_pending_chunk_is_told_in_the_singular(tmp_path: Path, embeddings: E
     assert out.returncode == 4, out.stderr
     assert "1 chunk is stored and keyword-searchable" in " ".join(out.stdout.split())
     assert "1 chunk is not embedded yet" in found.stdout and "embeds it" in found.stdout
-    assert "1 个段落尚未嵌入" in zh.stdout
+    assert "1 个段落尚未嵌入（只能按关键词找到）；`shelfhand embed` 会嵌入它\n" in zh.stdout
 
 
 def test_no_wait_leaves_embedding_to_embed(tmp_path: Path, docs: Path) -> None:

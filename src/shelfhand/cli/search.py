@@ -104,7 +104,8 @@ def search_notes(found: SearchResult, *, chinese: bool) -> list[str]:
     pending = found.pending_chunks
     if pending and chinese:
         lines.append(
-            f"[dim]{pending} 个段落尚未嵌入（只能按关键词找到）；`shelfhand embed` 会嵌入它们[/]"
+            f"[dim]{pending} 个段落尚未嵌入（只能按关键词找到）；`shelfhand embed` 会嵌入"
+            f"{'它' if pending == 1 else '它们'}[/]"
         )
     elif pending:
         one = pending == 1

@@ -218,12 +218,10 @@ class Evidence:
         a tool called for the question failed (see :meth:`says_nothing_held`)."""
         return cls(citations, question, tools, tool_failed)
 
-    def says_nothing_held(
-        self, claims: str, own: set[str], stated: set[str], held: frozenset[str]
-    ) -> bool:
-        """Whether a sentence (its text ``claims``, words ``own``, facts ``stated``) says
-        nothing a passage (its words ``held``) holds beyond what it names, while the tool that
-        could have said it failed (:attr:`tool_failed`).
+    def says_nothing_held(self, claims: str, own: set[str], held: frozenset[str]) -> bool:
+        """Whether a sentence (its text ``claims``, words ``own``) says nothing a passage (its
+        words ``held``) holds beyond what it names, while the tool that could have said it
+        failed (:attr:`tool_failed`).
 
         The names (a capitalised word after the first, a code such as ``X1`` or
         ``SKU2024-011``) carry such a sentence over the share of words a sentence needs: "The
@@ -313,7 +311,7 @@ class Evidence:
         if (
             supported
             and best is not None
-            and self.says_nothing_held(claims, own, stated, analysed[best][0])
+            and self.says_nothing_held(claims, own, analysed[best][0])
         ):
             supported = False
         if self._tools:  # a tool result that holds more of the sentence is what it is about

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import MONTH_NUMBERS, MONTH_PATTERN
+from shelfhand.knowledge.analysis import MONTH_NUMBERS, MONTH_PATTERN, VERSION_MARKERS
 
 __all__ = [
     "DISAGREE_ZH",
@@ -342,12 +342,6 @@ def _identifiers(text: str) -> frozenset[str]:
 
 # --- versions -----------------------------------------------------------------------------
 
-_VERSION_RES = (
-    re.compile(r"[（(\[【]?(?<!\s)\s*第\s*(\d+)\s*版\s*[)）\]】]?"),
-    re.compile(
-        r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*(\d+(?:\.\d+)*)\b[)）]?"
-    ),
-)
 _EFFECTIVE_AFTER = re.compile(r"生效日期\s*[:：]?|(?i:\beffective(?:\s+date)?\b\s*:?)")
 _EFFECTIVE_BEFORE = re.compile(r"起?生效")
 _CLAUSE_END = re.compile(r"[，,。；;\n]")
@@ -356,7 +350,7 @@ _WINDOW = 40
 
 def _version(text: str) -> tuple[tuple[int, ...] | None, str]:
     """The version number in a title or file name, and the name without it."""
-    for pattern in _VERSION_RES:
+    for pattern in VERSION_MARKERS:
         m = pattern.search(text)
         if m:
             base = (text[: m.start()] + text[m.end() :]).strip(" -_")

@@ -15,22 +15,15 @@ and identical passages are skipped.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import PurePosixPath
 
+from shelfhand.knowledge.analysis import VERSION_MARKERS
 from shelfhand.knowledge.protocols import KnowledgeStore
 from shelfhand.knowledge.types import Chunk, Scope, SearchHit
 
 __all__ = ["add_version_siblings", "version_key"]
-
-_MARKERS = (
-    re.compile(r"[（(\[【]?(?<!\s)\s*第\s*\d+\s*版\s*[)）\]】]?"),
-    re.compile(
-        r"(?i)(?<![\s_\-(（])[\s_\-(（]*\b(?:version|ver\.?|rev\.?|revision|v)\s*\d+(?:\.\d+)*\b[)）]?"
-    ),
-)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -38,7 +31,7 @@ def version_key(title: str, source: str = "") -> str | None:
     """``title`` (else the file name of ``source``) without its version marker, or ``None``
     when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
     for text in (title, PurePosixPath(source).stem if source else ""):
-        for pattern in _MARKERS:
+        for pattern in VERSION_MARKERS:
             match = pattern.search(text)
             if match:
                 return (text[: match.start()] + text[match.end() :]).strip(" -_").lower()

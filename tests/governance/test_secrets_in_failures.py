@@ -148,3 +148,21 @@ def test_a_handler_with_redact_secrets_prints_no_library_s_secret(orders_url: st
     assert "app:[REDACTED]@db/shop" in printed and "Traceback" in printed
     assert '"GET /o?token=[REDACTED] HTTP/1.1" 200' in printed
     assert TOKEN not in printed and PASSWORD not in printed
+
+
+@pytest.mark.anyio
+async def test_a_tool_error_s_long_message_is_read_by_people_short_and_redacted() -> None:
+    from shelfhand.core.errors import ToolError
+
+    @tool(read_only=True, retries=0)
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        raise ToolError(f"token={TOKEN} " + "E" * 100_000 + "\nsecond line")
+
+    model = ScriptedModel([tool_call("lookup", {"order_id": "SO-1"}), text("OK.")])
+    result = await Agent(model=model, toolkit=Toolkit([lookup])).run(
+        "where?", context=UserContext(tenant_id="acme", user_id="bob")
+    )
+    (failed,) = [r for m in result.messages for r in m.tool_results]
+    assert failed.failure.startswith("failed: token=[REDACTED] EEE") and TOKEN not in failed.failure
+    assert failed.failure.endswith("…") and len(failed.failure) < 300

@@ -395,8 +395,8 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
         message, outcome = f"tool {name} failed{after}: {kind}: {redact_text(str(exc))}", "error"
         # a ToolError's message is written for whoever reads the result; any other
         # exception's may hold an internal address or a query: people read its class
-        told = redact_text(first_line(exc)) if isinstance(exc, ToolError) else kind
-        failure = f"failed{after}: {told}"
+        told = told_line(str(exc)) if isinstance(exc, ToolError) else ""
+        failure = f"failed{after}: {told or kind}"
     return CallOutcome(
         output=None,
         outcome=outcome,  # type: ignore[arg-type]
@@ -405,6 +405,18 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
         attempts=attempts,
         failure=failure,
     )
+
+
+TOLD_CHARS = 200
+"""Characters of a tool's own words (a ``ToolError``'s message, an error result) that people
+read as its failure."""
+
+
+def told_line(text: str) -> str:
+    """What a tool said of its failure, as people read it: the first line of ``text``,
+    secrets redacted, at most :data:`TOLD_CHARS` characters ("" for none)."""
+    line = redact_text(text.strip().split("\n", 1)[0].rstrip())
+    return line[:TOLD_CHARS] + "…" if len(line) > TOLD_CHARS else line
 
 
 def _log_failure(name: str, exc: Exception, trace_id: str) -> None:

@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
-from shelfhand.core.secrets import redact_text
 from shelfhand.core.slots import twin
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.tools.audit import canonical_json, redact
-from shelfhand.tools.governance import Decision, Outcome, ToolPlan
+from shelfhand.tools.governance import Decision, Outcome, ToolPlan, told_line
 from shelfhand.tools.registry import META_TOOL_NAME, AnyTool, ToolRegistry
 from shelfhand.tools.repair import SCHEMA_KEYWORDS, repair_arguments
 from shelfhand.tools.spans import record_tool_call, tool_span_attributes
@@ -475,16 +474,10 @@ def _may_need_repair(arguments: dict[str, Any]) -> bool:
     return False
 
 
-RETURNED_ERROR_CHARS = 200
-"""Characters of a tool's own error result that people read as its failure."""
-
-
 def returned_error(content: str) -> str:
     """A tool's own error result (an MCP server's ``isError``, a ``ToolOutput`` with
-    ``is_error=True``) as people read it: its first line, secrets redacted, shortened."""
-    line = redact_text(content.strip().split("\n", 1)[0])
-    if len(line) > RETURNED_ERROR_CHARS:
-        line = line[:RETURNED_ERROR_CHARS] + "…"
+    ``is_error=True``) as people read it (:func:`~shelfhand.tools.governance.told_line`)."""
+    line = told_line(content)
     return f"returned an error: {line}" if line else "returned an error"
 
 

@@ -44,6 +44,7 @@ from .answer_topic import (
     misses_identifier,
     misses_tool_identifier,
     only_labels,
+    quotes_beyond_names,
     rests_elsewhere,
     shares_only_names,
     states_nothing_held,
@@ -56,6 +57,7 @@ from .fallbacks import (
     found_nothing,
     in_chinese,
     not_covered,
+    says_not_covered,
     tool_failure_lines,
     tool_result_lines,
 )
@@ -74,6 +76,8 @@ __all__ = [
     "TOOLS_FAILED_LEAD_ZH",
     "TOOLS_LEAD",
     "TOOLS_LEAD_ZH",
+    "TOOLS_RETURNED_LEAD",
+    "TOOLS_RETURNED_LEAD_ZH",
     "WITHDRAWN_NOTICE",
     "WITHDRAWN_NOTICE_ZH",
     "AnswerCheck",
@@ -189,6 +193,11 @@ TOOLS_FAILED_LEAD = "The tools called for this did not answer:"
 """What opens the list of failed tool calls that replaces an answer no passage backs."""
 TOOLS_FAILED_LEAD_ZH = "为此调用的工具没有返回结果："
 """:data:`TOOLS_FAILED_LEAD` for a question asked in Chinese."""
+TOOLS_RETURNED_LEAD = "What the tools called for this returned:"
+"""What opens the list of tool results under the passages' sentences (or "the documents do
+not cover this") that replace an answer not about them."""
+TOOLS_RETURNED_LEAD_ZH = "为此调用的工具返回的是："
+""":data:`TOOLS_RETURNED_LEAD` for a question asked in Chinese."""
 UNSUPPORTED_SHARE = 0.5
 """An answer with at least this share of unsupported sentences is ungrounded."""
 
@@ -351,9 +360,14 @@ class AnswerCheck:
             return "unanswered"
         if rests_on_tools(result.grounding):
             return ""  # what the run's tools returned, not the passages: no passage to prefer
-        if _tool_failed(result.messages) and shares_only_names(question, answer):
-            # the stock system is down and the answer quotes the product's description: it
-            # is about the product, not what was asked (the passages and the failure instead)
+        if shares_only_names(question, answer) and (
+            _tool_failed(result.messages)
+            or (_other_tool_called(result.messages) and quotes_beyond_names(answer, citations))
+        ):
+            # a tool was called for it (the stock system: down, or its count not said) and
+            # the answer quotes the product's description: it is about the product, not what
+            # was asked (the passages, and what the tools returned or that they failed); "Yes,
+            # it is currently available" over ``in_stock: true`` quotes no passage: it stands
             return "off_topic"
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"
@@ -403,8 +417,8 @@ class AnswerCheck:
             replaced.extractive and not misses_amount(question, replaced.output)
         ):
             return checked  # the passages' sentences state no such amount either: no better
-        if replaced.extractive:
-            replaced = _failures_under(replaced, question)
+        if replaced.extractive or says_not_covered(replaced.output):
+            replaced = _tools_under(replaced, question)
         note = checked.grounding.note if checked.grounding is not None else ""
         if note and replaced.grounding is not None:  # why the judge did not decide: kept
             return replace(replaced, grounding=replace(replaced.grounding, note=note))
@@ -576,14 +590,33 @@ def _replaced(
     return replace(result, fallback_reason=why)
 
 
-def _failures_under(result: RunResult, question: str) -> RunResult:
-    """``result``'s extractive answer with the run's failed tool calls listed under it
-    (:func:`tools_failed`): the passages' sentences about "Is the Lumen X1 in stock?" are
-    the product's description, and the stock system that could answer did not."""
-    failed = tools_failed(result.messages, question)
-    if not failed:
+def tools_returned(messages: Sequence[Message], question: str) -> str:
+    """What the run's tools other than ``retrieve`` returned, listed under a line saying so
+    (in the language of ``question``); "" when none returned anything."""
+    lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
+    if not lines:
+        return ""
+    lead = TOOLS_RETURNED_LEAD_ZH if in_chinese(question) else TOOLS_RETURNED_LEAD
+    return "\n".join([lead, *lines])
+
+
+def _tools_under(result: RunResult, question: str) -> RunResult:
+    """``result``'s extractive answer (or "the documents do not cover this") with what the
+    run's other tools returned (:func:`tools_returned`) and which of them failed
+    (:func:`tools_failed`) listed under it: the passages' sentences about "How many Lumen X1
+    are left?" are the product's description and its spec row, and the stock system's
+    answer (``stock: 12``), or that it did not answer, is what the user asked for."""
+    under = [
+        part
+        for part in (
+            tools_returned(result.messages, question),
+            tools_failed(result.messages, question),
+        )
+        if part
+    ]
+    if not under:
         return result
-    output = f"{result.output}\n\n{failed}"
+    output = "\n\n".join([result.output, *under])
     return replace(result, output=output, messages=_answered(result, output))
 
 
@@ -608,6 +641,11 @@ def _tool_answered_no(result: RunResult) -> bool:
     stock count was lost). One that speaks of the documents or the information ("The
     documents do not mention its stock") is a refusal still."""
     return rests_on_tools(result.grounding) and _ABOUT_SOURCES.search(result.output) is None
+
+
+def _other_tool_called(messages: Sequence[Message]) -> bool:
+    """A tool other than ``retrieve`` was called in ``messages`` (whatever it returned)."""
+    return any(r.name != RETRIEVE_TOOL for m in messages for r in m.tool_results)
 
 
 def _tool_failed(messages: Sequence[Message]) -> bool:

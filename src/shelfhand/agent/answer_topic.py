@@ -39,6 +39,7 @@ from shelfhand.knowledge.evidence.citations import label
 from .amounts import DURATION, NUMBER_WORD, asked_amount
 from .extractive import ASKING, asked_words, headed
 from .grounding_check import (
+    MIN_SUPPORT,
     PASSAGE_CACHE,
     facts,
     names_and_rest,
@@ -53,6 +54,7 @@ __all__ = [
     "misses_identifier",
     "misses_tool_identifier",
     "only_labels",
+    "quotes_beyond_names",
     "rests_elsewhere",
     "shares_only_names",
     "states_nothing_held",
@@ -228,6 +230,21 @@ def shares_only_names(question: str, answer: str) -> bool:
     the question is all names and asking words."""
     asked = words(names_and_rest(question)[1]).difference(ASKING)
     return bool(asked) and asked.isdisjoint(words(answer))
+
+
+def quotes_beyond_names(answer: str, citations: Sequence[Citation]) -> bool:
+    """Whether the passages of ``citations`` hold most of ``answer``'s words besides its
+    names (:data:`~.grounding_check.MIN_SUPPORT` of them): "The Lumen X1 is our
+    best-selling home projector …" quotes the product's description; "Yes, the Lumen X1 is
+    currently available." names the product the description names, and says what no passage
+    does."""
+    told = words(names_and_rest(answer)[1])
+    if not told:
+        return False
+    held: set[str] = set()
+    for citation in citations:
+        held.update(passage_words(citation.text))
+    return len(told & held) / len(told) >= MIN_SUPPORT
 
 
 def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:

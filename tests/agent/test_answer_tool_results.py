@@ -1,0 +1,202 @@
+"""When the answer check replaces an answer that is not about what the run's tools returned
+(the model quoted the product's description to "how many are left?" while the stock system
+said 12), what those tools returned is listed under the passages' sentences, or under "the
+documents do not cover this": the user reads the count the question was for. Seen with
+Qwen2.5-Coder-0.5B: ``shelfhand ask "Lumen X1（SKU2024-011）库存还剩多少台？" --demo-tools``
+answered with the spec table and the stock count never reached the user."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
+from shelfhand.agent.answer_check import (
+    AGENT_SCAFFOLDS,
+    TOOLS_FAILED_LEAD,
+    TOOLS_RETURNED_LEAD,
+    TOOLS_RETURNED_LEAD_ZH,
+    AnswerCheck,
+)
+from shelfhand.agent.answer_topic import quotes_beyond_names
+from shelfhand.agent.fallbacks import NOT_COVERED
+from shelfhand.core.messages import Citation, Message
+from shelfhand.providers.tool_modes import PROMPT_TEXTS
+from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
+from shelfhand.tools.tool import Tool
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
+BOB = UserContext(tenant_id="globex", user_id="bob", roles=["user"])
+CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
+# what Qwen2.5-Coder-0.5B answered (the sample corpus's description of the product)
+DESCRIPTION = (
+    "The Lumen X1 is our best-selling home projector: 3,000 ANSI lumens, Full HD, a 1.2x "
+    "optical zoom and two HDMI 2.0 inputs."
+)
+STOCK_ZH = "Lumen X1（SKU2024-011）库存还剩多少台？"
+STOCK_EN = "How many Lumen X1 units are left?"
+
+
+@tool(read_only=True)
+def query_stock(ctx: UserContext, sku: str) -> dict[str, object]:
+    """How many units of a product the caller's warehouse holds."""
+    units = 12 if ctx.tenant_id == "acme" else 3
+    return {"sku": sku, "name": "Lumen X1", "stock": units}
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path) as base:
+        yield base
+
+
+def agent(kb: KnowledgeBase, the_tool: Tool, *replies: object) -> Agent:
+    return Agent(
+        model=ScriptedModel(list(replies)),  # type: ignore[arg-type]
+        toolkit=Toolkit([retrieve_tool(kb), the_tool]),
+        retrieval="both",
+        answer_check=CHECK,
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "lead"),
+    [
+        (STOCK_ZH, DESCRIPTION, TOOLS_RETURNED_LEAD_ZH),
+        (STOCK_ZH, "The Lumen X1 (SKU2024-011) is our best-selling home projector.", None),
+        (STOCK_EN, DESCRIPTION, TOOLS_RETURNED_LEAD),
+    ],
+    ids=["zh", "zh-with-its-code", "en"],
+)
+async def test_a_quote_about_the_product_gives_way_to_the_passages_and_what_the_tool_returned(
+    kb: KnowledgeBase, question: str, answer: str, lead: str | None
+) -> None:
+    call = tool_call("query_stock", {"sku": "SKU2024-011"})
+    result = await agent(kb, query_stock, call, text(answer)).run(question, context=ALICE)
+
+    assert result.fallback_reason == "off_topic" and result.extractive, result.output
+    passages, returned = result.output.split("\n\n")
+    assert passages.startswith(("摘自文档：", "From the documents:"))
+    assert returned == "\n".join(
+        [
+            lead or TOOLS_RETURNED_LEAD_ZH,
+            "- query_stock: sku: SKU2024-011, name: Lumen X1, stock: 12",
+        ]
+    )
+    assert result.messages[-1].text == result.output  # the memory holds what the user read
+
+    # no tool called: nothing listed under whatever the checks make of the same quote
+    quiet = await agent(kb, query_stock, text(answer)).run(question, context=ALICE)
+    assert (lead or TOOLS_RETURNED_LEAD_ZH) not in quiet.output
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Yes, the Lumen X1 is currently available.",  # the tool's in_stock, in other words
+        "There are 12 Lumen X1 units left.",  # the tool's count
+        "Lumen X1 还剩 12 台。",
+    ],
+)
+async def test_an_answer_from_the_tool_stands(kb: KnowledgeBase, answer: str) -> None:
+    call = tool_call("query_stock", {"sku": "SKU2024-011"})
+    result = await agent(kb, query_stock, call, text(answer)).run(STOCK_EN, context=ALICE)
+    assert result.output == answer and not result.fallback_reason
+
+
+async def test_the_documents_do_not_cover_it_and_the_tool_returned_are_both_told(
+    kb: KnowledgeBase,
+) -> None:
+    """No passage is about the question; the model's answer states a number neither the
+    passages nor the tool hold: "not covered", and what the tool did return."""
+
+    @tool(read_only=True)
+    def parcel_locker(ctx: UserContext, code: str) -> dict[str, object]:
+        """Where a parcel locker stands."""
+        return {"code": code, "site": "Hall B, level 2"}
+
+    call = tool_call("parcel_locker", {"code": "PL-77"})
+    question = "Which floor is the parcel locker PL-77 on?"
+    result = await agent(kb, parcel_locker, call, text("It is on floor 9 [1].")).run(
+        question, context=ALICE
+    )
+    assert result.fallback_reason and not result.extractive, result.output
+    assert result.output == (
+        f"{NOT_COVERED}\n\n{TOOLS_RETURNED_LEAD}\n- parcel_locker: code: PL-77, site: Hall B, level 2"
+    )
+
+
+async def test_a_tool_that_returned_and_one_that_failed_are_both_listed(
+    kb: KnowledgeBase,
+) -> None:
+    @tool(read_only=True, retries=0)
+    def query_price(ctx: UserContext, sku: str) -> dict[str, int]:
+        """Today's price of a product."""
+        raise ConnectionError("the price system refused the connection")
+
+    def model(messages: list[Message], tools: Any) -> object:
+        called = {r.name for m in messages for r in m.tool_results}
+        if "query_stock" not in called:
+            return tool_call("query_stock", {"sku": "SKU2024-011"})
+        if "query_price" not in called:
+            return tool_call("query_price", {"sku": "SKU2024-011"})
+        return text(DESCRIPTION)
+
+    both = Agent(
+        model=FunctionModel(model),
+        toolkit=Toolkit([retrieve_tool(kb), query_stock, query_price]),
+        retrieval="both",
+        answer_check=CHECK,
+    )
+    result = await both.run(STOCK_EN, context=ALICE)
+    passages, returned, failed = result.output.split("\n\n")
+    assert passages.startswith("From the documents:")
+    assert returned.endswith("- query_stock: sku: SKU2024-011, name: Lumen X1, stock: 12")
+    assert failed == f"{TOOLS_FAILED_LEAD}\n- query_price: failed: ConnectionError"
+
+
+async def test_two_callers_at_once_each_read_their_own_tool_result(kb: KnowledgeBase) -> None:
+    """One agent, two tenants at once, the same off-topic quote: each reads its own count."""
+
+    def model(messages: list[Message], tools: Any) -> object:
+        if not any(r.name == "query_stock" for m in messages for r in m.tool_results):
+            return tool_call("query_stock", {"sku": "SKU2024-011"})
+        return text(DESCRIPTION)
+
+    shared = Agent(
+        model=FunctionModel(model),
+        toolkit=Toolkit([retrieve_tool(kb), query_stock]),
+        retrieval="both",
+        answer_check=CHECK,
+    )
+    outcomes: dict[str, str] = {}
+
+    async def ask(who: UserContext) -> None:
+        outcomes[who.tenant_id] = (await shared.run(STOCK_EN, context=who)).output
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, ALICE)
+        tg.start_soon(ask, BOB)
+
+    assert outcomes["acme"].endswith("stock: 12") and "stock: 3" not in outcomes["acme"]
+    assert outcomes["globex"].endswith("stock: 3") and "stock: 12" not in outcomes["globex"]
+
+
+def test_quotes_beyond_names() -> None:
+    passage = Citation(
+        index=1,
+        source="projector/product-specs.docx",
+        text=DESCRIPTION + " Its UHP lamp lasts about 4,000 hours in eco mode.",
+    )
+    assert quotes_beyond_names(DESCRIPTION, [passage])
+    assert not quotes_beyond_names("Yes, the Lumen X1 is currently available.", [passage])
+    assert not quotes_beyond_names("Lumen X1 还剩 12 台。", [passage])
+    assert not quotes_beyond_names("SKU2024-011", [passage])  # a name only: it says nothing
+    assert not quotes_beyond_names(DESCRIPTION, [])

@@ -372,6 +372,7 @@ class App:
         builds shares it. With ``redis_url`` its state lives in Redis, shared by replicas."""
         if self._governance is None:
             from shelfhand.tools.governance import Governance
+            from shelfhand.tools.policy import GovernancePolicy
 
             shared = None
             redis = self.shared_state().redis
@@ -379,7 +380,8 @@ class App:
                 from shelfhand.tools.redis_state import RedisGovernanceState
 
                 shared = RedisGovernanceState(redis)
-            self._governance = Governance(audit=self.audit_log(), shared=shared)
+            policy = GovernancePolicy(max_result_chars=self.settings.tool_result_chars)
+            self._governance = Governance(policy, audit=self.audit_log(), shared=shared)
         return self._governance
 
     def toolkit(

@@ -10,7 +10,8 @@ the window) and minus the tool schemas. When it does not fit, in this order:
    refused by the toolkit) become a marker saying how long they were;
 4. the **newest tool results** are shortened, with a marker saying how much was cut.
 
-Only the request is fitted: the run's transcript keeps every result whole. When even the system
+Only the request is fitted: the run's transcript keeps every result as the toolkit gave it
+(cut at the tool's ``max_result_chars``, 100,000 characters by default). When even the system
 prompt and the question alone do not fit, :class:`ContextBudgetError` says so instead of sending
 a request the server would refuse.
 

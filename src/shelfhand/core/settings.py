@@ -147,6 +147,7 @@ class Settings:
     rerank_candidates: int = _D["rerank_candidates"]
     builtin_tools: tuple[str, ...] = _D["builtin_tools"]
     tools: tuple[str, ...] = _D["tools"]
+    tool_result_chars: int = _D["tool_result_chars"]
     answer_check: str = _D["answer_check"]
     answer_judge: str = _D["answer_judge"]
     answer_judge_timeout: float = _D["answer_judge_timeout"]

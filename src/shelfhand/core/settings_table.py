@@ -235,6 +235,10 @@ SETTINGS: tuple[Setting, ...] = (
        "Your own tools, offered besides retrieve: a module (every @tool it defines) or "
        "module:name (a tool, a function or a list of them), importable from the folder "
        "shelfhand runs in or installed; imported when a command or the service starts."),
+    _s("tool_result_chars", "SHELFHAND_TOOL_RESULT_CHARS",
+       Number(low=1, high=100_000_000, whole=True), 100_000,
+       "Longest tool result (or error) the model reads, in characters; a longer one is cut "
+       "there with a line saying how long it was (a tool's own max_result_chars wins)."),
     _s("answer_check", "SHELFHAND_ANSWER_CHECK", Choice(options=ANSWER_CHECKS), "fallback",
        "Check each answer against its passages: fallback (an ungrounded answer becomes the "
        "passages' own sentences), flag (only flagged) or off."),

@@ -56,6 +56,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -175,6 +176,7 @@ class Governance(CallSharing):
             breaker_key=breaker_key,
             circuit=circuit,
             on_loop=bool(getattr(item, "inline", False)) and not getattr(item, "is_async", True),
+            max_result_chars=_attr(item, "max_result_chars", p.max_result_chars),
         )
 
     def _new_breaker(self, name: str) -> Breaker:
@@ -349,6 +351,9 @@ class Governance(CallSharing):
                 if circuit is not None:
                     circuit.success(self.clock())
                     shared_settled = True
+                limit = plan.max_result_chars
+                if limit is not None and len(output.content) > limit:
+                    output = replace(output, content=cut_result(output.content, limit))
                 return CallOutcome(output=output, outcome="ok", attempts=attempt)
             except Exception as exc:
                 if counts_against_breaker(exc):
@@ -372,7 +377,11 @@ class Governance(CallSharing):
                     )
                     await self._sleep(delay)
                     continue
-                return _failure(plan.name, exc, attempt, run.trace_id)
+                failed = _failure(plan.name, exc, attempt, run.trace_id)
+                limit = plan.max_result_chars
+                if limit is not None and len(failed.message) > limit:
+                    failed = failed._replace(message=cut_result(failed.message, limit))
+                return failed
             finally:
                 if not settled:
                     breaker.neutral()
@@ -405,6 +414,17 @@ def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOut
         attempts=attempts,
         failure=failure,
     )
+
+
+CUT_RESULT = "\n[… the result was {total:,} characters long; the first {shown:,} are shown.]"
+"""The line under a result cut at the tool's ``max_result_chars``."""
+
+
+def cut_result(content: str, limit: int) -> str:
+    """``content`` cut at ``limit`` characters, with a line saying how long it was: a tool
+    that returned 50 MB (a log, a table dump) gives the model, the conversation's store and
+    the answer check ``limit`` characters of it, not 50 MB each."""
+    return content[:limit] + CUT_RESULT.format(total=len(content), shown=limit)
 
 
 TOLD_CHARS = 200

@@ -77,6 +77,9 @@ class GovernancePolicy:
         breaker_failure_rate: Failure share (0–1] in a window that opens the breaker.
         breaker_window: Seconds of one counting window.
         breaker_reset_after: Seconds an open breaker waits before letting one trial through.
+        max_result_chars: Longest result (or error) the model reads, in characters; a longer
+            one is cut there, with a line saying how long it was, before it is cached,
+            shared or kept in the conversation (``None``: no limit).
     """
 
     timeout: float | None = 5.0
@@ -91,8 +94,11 @@ class GovernancePolicy:
     breaker_failure_rate: float = 0.5
     breaker_window: float = 60.0
     breaker_reset_after: float = 30.0
+    max_result_chars: int | None = 100_000
 
     def __post_init__(self) -> None:
+        if self.max_result_chars is not None and self.max_result_chars < 1:
+            raise InvalidArgumentError("max_result_chars must be 1 or more, or None")
         if self.timeout is not None and self.timeout <= 0:
             raise InvalidArgumentError("timeout must be positive or None")
         if self.retries < 0 or self.cache_size < 0:
@@ -127,6 +133,8 @@ class ToolPlan:
     circuit: Breaker | None
     """A breaker shared with other tools (e.g. one MCP server's), opened only by failures that
     say the shared service is unreachable."""
+    max_result_chars: int | None = None
+    """Longest result the model reads (``None``: no limit); see :func:`cut_result`."""
     on_loop: bool = False
     """The call runs to its end on the event loop without ever waiting (a sync tool declared
     ``inline=True``): no deadline can fire during it, so none is registered."""

@@ -29,7 +29,7 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from shelfhand.core.context import PermissionLevel, RunContext, UserContext, permission_rank
-from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError
+from shelfhand.core.errors import InvalidArgumentError, ToolArgumentError, ToolError
 from shelfhand.core.messages import Citation
 from shelfhand.core.slots import twin
 from shelfhand.tools.limits import parse_rate
@@ -131,6 +131,8 @@ class ToolOptions(TypedDict, total=False):
         breaker_key: ``(arguments, user) -> target``: the tool's breakers are kept per
             target (e.g. per host), so failures of one target never block others. Default:
             one breaker for the whole tool.
+        max_result_chars: Longest result the model reads, in characters; a longer one is cut
+            there, with a line saying how long it was (default: the toolkit's, 100,000).
         examples: Up to 8 requests the tool is made for, each a string,
             ``{"request": ..., "arguments": {...}}`` or a :class:`ToolExample` (the arguments
             are checked against the tool's parameters). Shown to the model with the
@@ -156,6 +158,7 @@ class ToolOptions(TypedDict, total=False):
     circuit: str | None
     inline: bool
     breaker_key: BreakerKey | None
+    max_result_chars: int | None
     examples: Sequence[ExampleSpec]
 
 
@@ -179,7 +182,7 @@ class Tool(Generic[P, R]):
     Attributes:
         name, description, read_only, concurrency_safe, external, permission, timeout,
         idempotent, retries, rate_limit, total_rate_limit, cache_ttl, confirm, circuit,
-        breaker_key, inline, strict, group: The options it was built with (see
+        breaker_key, inline, strict, group, max_result_chars: The options it was built with (see
             :class:`ToolOptions`), defaults resolved (``concurrency_safe`` is ``read_only``
             unless given; a name or description not given comes from the function).
         examples: Requests the tool is made for (:class:`ToolExample`), shown to the model
@@ -229,6 +232,11 @@ class Tool(Generic[P, R]):
         for limit in (rate_limit, total_rate_limit):
             if limit is not None:
                 parse_rate(limit)  # raises ValueError with the accepted forms
+        max_result_chars = options.get("max_result_chars")
+        if max_result_chars is not None and max_result_chars < 1:
+            raise InvalidArgumentError(
+                f"tool {tool_name}: max_result_chars must be 1 or more, got {max_result_chars}"
+            )
         if breaker_key is not None and not callable(breaker_key):
             raise InvalidArgumentError(f"tool {tool_name}: breaker_key must be a function or None")
         spec = function_schema(func, strict=strict)
@@ -256,6 +264,7 @@ class Tool(Generic[P, R]):
         self.circuit = options.get("circuit")
         self.breaker_key = breaker_key
         self.inline = options.get("inline", False)
+        self.max_result_chars = max_result_chars
         self.is_async = _is_async(func)
         self.spec: FunctionSchema = spec
         self._schema: dict[str, Any] | None = None
@@ -412,8 +421,22 @@ def serialise_result(result: Any) -> ToolOutput:
     if result is None:
         return _output(_DONE, None)
     # Unknown objects fall back to str() rather than failing a call that already happened.
-    content = pydantic_core.to_json(result, fallback=str)
+    try:
+        content = pydantic_core.to_json(result, fallback=str)
+    except pydantic_core.PydanticSerializationError as exc:
+        raise ToolError(f"its result could not be written as JSON: {_why_not_json(exc)}") from None
     return _output(content.decode("utf-8"), result)
+
+
+def _why_not_json(exc: pydantic_core.PydanticSerializationError) -> str:
+    """What pydantic's serialisation error means: its "Circular reference detected (depth
+    exceeded)" is said of a list nested a few hundred levels deep, which refers to nothing."""
+    text = str(exc)
+    if "depth exceeded" in text:
+        return "it is nested too deeply (more than 250 levels of lists or objects)"
+    if "id repeated" in text:
+        return "it contains itself (a circular reference)"
+    return text.removeprefix("Error serializing to JSON: ")
 
 
 _OutputFields = twin(ToolOutput)

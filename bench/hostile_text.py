@@ -53,6 +53,19 @@ CASES = {
         "tokenize_query('中' * N)",
         16_000,
     ),
+    "agent run: a tool returns N characters (the answer check on)": (
+        "import asyncio, resource\n"
+        "from shelfhand import Agent, Toolkit, UserContext, tool\n"
+        "from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck\n"
+        "from shelfhand.testing import ScriptedModel, text, tool_call\n"
+        "line = '1,2,3 token=abc ' + 'E' * 1000 + ' '\n"
+        "big = line * (N // len(line))\n"
+        "dump = tool(lambda day: big, name='dump', description='The log.', read_only=True)\n"
+        "agent = Agent(model=ScriptedModel([tool_call('dump', {'day': '1'}), text('Done.')]),"
+        " toolkit=Toolkit([dump]), answer_check=AnswerCheck(scaffolds=AGENT_SCAFFOLDS))",
+        "asyncio.run(agent.run('what happened?', context=UserContext(tenant_id='t', user_id='u')))",
+        25_000_000,
+    ),
 }
 
 

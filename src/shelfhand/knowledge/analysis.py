@@ -32,7 +32,7 @@ import logging
 import re
 import threading
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "in_chinese",
     "latin_names",
     "query_identifiers",
+    "split_words",
     "synonym_candidates",
     "synonym_table",
     "tokenize_for_index",
@@ -333,6 +334,26 @@ def unknown_words(text: str, *, dropped: AbstractSet[str] = frozenset()) -> list
 
 
 _CJK_RUN = re.compile(f"[{_CJK}]{{2,}}")
+
+
+def split_words(tokens: Sequence[str], query: str) -> tuple[str, ...]:
+    """The words of ``query`` that its analysis (``tokens``, :func:`tokenize_query`) cut into
+    single characters because jieba lacks them: each run of two or more one-character
+    Chinese tokens that ``query`` holds together (``年假`` → ``年``, ``假``). A passage that
+    holds only ``年`` ("2025 年") is not about 年假; the search checks such words whole."""
+    runs: list[str] = []
+    run: list[str] = []
+    for token in [*tokens, ""]:
+        if len(token) == 1 and _CJK_CHAR.match(token):
+            run.append(token)
+            continue
+        if len(run) > 1:
+            runs.append("".join(run))
+        run = []
+    if not runs:
+        return ()
+    held = unicodedata.normalize("NFKC", query)
+    return tuple(dict.fromkeys(r for r in runs if r in held))
 
 
 def tokenize_query(text: str) -> list[str]:

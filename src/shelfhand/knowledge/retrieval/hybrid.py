@@ -56,9 +56,11 @@ disagreements can be flagged; ``version_siblings=False`` turns this off.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Unpack
 
@@ -67,6 +69,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import (
     SynonymTable,
+    split_words,
     synonym_candidates,
     synonym_table,
     tokenize_query,
@@ -84,6 +87,7 @@ from shelfhand.knowledge.retrieval.fusion import (
 )
 from shelfhand.knowledge.retrieval.sides import KeywordSide, Overlap, VectorSide, default_workers
 from shelfhand.knowledge.retrieval.versions import add_version_siblings
+from shelfhand.knowledge.scoring import bm25_idf
 from shelfhand.knowledge.stores.outbox import search_start
 from shelfhand.knowledge.types import (
     Chunk,
@@ -321,14 +325,15 @@ class HybridRetriever:
             )
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
+        split = split_words(tokens, query) if tokens else ()
         if fused is not None:
             hits, n_fused, relevant = self._fused_hits(
-                tokens or [], fused, weighted, fetch, k, opts.min_relevance
+                tokens or [], fused, weighted, fetch, k, opts.min_relevance, split
             )
         else:
             rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
             hits, n_fused, relevant = self._fuse(
-                tokens or [], keyword, vectors, k, opts.min_relevance, rrf=rrf
+                tokens or [], keyword, vectors, k, opts.min_relevance, split, rrf=rrf
             )
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
@@ -515,11 +520,12 @@ class HybridRetriever:
         vectors: VectorSide,
         k: int,
         min_relevance: float,
+        split: tuple[str, ...] = (),
         *,
         rrf: bool = False,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` hits, and how many candidates were fused and how many of them were
-        relevant enough."""
+        relevant enough (``split``: see :meth:`_choose`)."""
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
         for found in vectors.lists:
@@ -543,7 +549,12 @@ class HybridRetriever:
         strength = candidate_relevance(
             query_tokens, keyword, cosines, vectors.weights, self.keyword_index
         )
-        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance)
+        unsure = _unsure(
+            split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index
+        )
+        return self._choose(
+            ranked, strength, keyword_rank, vector_rank, k, min_relevance, split, unsure
+        )
 
     def _fused_hits(
         self,
@@ -553,6 +564,7 @@ class HybridRetriever:
         fetch: int,
         k: int,
         min_relevance: float,
+        split: tuple[str, ...] = (),
     ) -> tuple[list[SearchHit], int, int]:
         """The hits of a search the index fused: relevance and ranks from the candidates'
         cosines (each space's top ``fetch`` by cosine is its vector list) and keyword hits."""
@@ -567,7 +579,10 @@ class HybridRetriever:
         cosines = [fused.cosines[space] for space in spaces]
         strength = candidate_relevance(query_tokens, keyword, cosines, weights, self.keyword_index)
         ranked = by_score(fused.ranked)
-        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance)
+        unsure = _unsure(split, query_tokens, cosines, weights, min_relevance, self.keyword_index)
+        return self._choose(
+            ranked, strength, keyword_rank, vector_rank, k, min_relevance, split, unsure
+        )
 
     def _choose(
         self,
@@ -577,11 +592,18 @@ class HybridRetriever:
         vector_rank: dict[int, int],
         k: int,
         min_relevance: float,
+        split: tuple[str, ...] = (),
+        unsure: Callable[[int, Chunk], bool] | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` of ``ranked`` at or over ``min_relevance``, one per passage, and how
-        many candidates were ranked and how many of them were relevant enough."""
+        many candidates were ranked and how many of them were relevant enough.
+
+        ``split``: the query's words its analysis cut into characters (:func:`split_words`,
+        ``年假``); a candidate that ``unsure`` says the keywords alone brought in on those
+        characters ("2025 年" for 年假) and that holds none of them whole is not one."""
         # too weak to count as an answer
         strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
+        dropped = 0
         chosen: list[tuple[int, float]] = []
         chunks: dict[int, Chunk] = {}
         seen: set[str] = set()
@@ -595,6 +617,9 @@ class HybridRetriever:
                 chunk = read.get(rowid)
                 if chunk is None or chunk.content_hash in seen:
                     continue  # deleted since indexing, or a duplicate passage
+                if unsure is not None and unsure(rowid, chunk):
+                    dropped += 1
+                    continue
                 seen.add(chunk.content_hash)
                 chosen.append((rowid, score))
                 chunks[rowid] = chunk
@@ -611,7 +636,7 @@ class HybridRetriever:
             for rowid, score in chosen
             if rowid in chunks
         ]
-        return hits, len(ranked), len(strong)
+        return hits, len(ranked), len(strong) - dropped
 
     def _fill_cosines(
         self,
@@ -633,3 +658,54 @@ class HybridRetriever:
             if missing:
                 found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
                 cosines[i].update(found)
+
+
+def _unsure(
+    split: tuple[str, ...],
+    query_tokens: Sequence[str],
+    cosines: Sequence[Mapping[int, float]],
+    weights: Sequence[float],
+    min_relevance: float,
+    keyword_index: KeywordIndex,
+) -> Callable[[int, Chunk], bool] | None:
+    """For a query with words its analysis cut into characters (``split``: ``年假``), whether
+    a candidate is one the keywords brought in on the commonest of those characters alone:
+
+    * its own vectors are not close enough to count (a passage about paid leave stays);
+    * its text holds none of those words whole and none of the query's other Chinese words
+      ("公司政策" is still about "公司的年假政策");
+    * and the characters it holds are less than half of those words' weight (their IDF):
+      "2025 年" holds 年, in most passages, not 假, in none. A run that a common word joins
+      ("䲟又叫做什么？": 䲟 and 又) is still found by its rare character.
+
+    ``None`` when there is nothing to check, when every hit is asked for (``min_relevance``
+    0), or when the query has a word of another script, which the text is not searched for
+    here (its analysed form, ``warranti``, is not in the text as such)."""
+    if not split or min_relevance <= 0:
+        return None
+    chars = list(dict.fromkeys("".join(split)))
+    others = [t for t in dict.fromkeys(query_tokens) if t not in chars]
+    if any(_CJK_ONLY.fullmatch(t) is None for t in others):
+        return None
+    close: set[int] = set()
+    for found, weight in zip(cosines, weights, strict=True):
+        close.update(r for r, c in found.items() if weight * c >= min_relevance)
+    needles = (*split, *others)
+    num_docs, freqs = keyword_index.doc_freqs(chars)
+    idf = {c: bm25_idf(df, num_docs) for c, df in zip(chars, freqs, strict=True)}
+    total = sum(idf.values())
+
+    def unsure(rowid: int, chunk: Chunk) -> bool:
+        if rowid in close:
+            return False
+        text = unicodedata.normalize(
+            "NFKC", f"{chunk.title}\n{' '.join(chunk.section_path)}\n{chunk.text}"
+        )
+        if any(n in text for n in needles):
+            return False
+        return sum(w for c, w in idf.items() if c in text) < 0.5 * total
+
+    return unsure
+
+
+_CJK_ONLY = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")

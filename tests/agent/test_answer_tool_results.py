@@ -200,3 +200,34 @@ def test_quotes_beyond_names() -> None:
     assert not quotes_beyond_names("Lumen X1 还剩 12 台。", [passage])
     assert not quotes_beyond_names("SKU2024-011", [passage])  # a name only: it says nothing
     assert not quotes_beyond_names(DESCRIPTION, [])
+
+
+async def test_a_tool_result_about_something_else_is_not_listed(kb: KnowledgeBase) -> None:
+    """Qwen2.5-Coder-0.5B looks the stock up for questions on returns too: the passages'
+    sentences replace its answer, and the stock of a product the question does not name is
+    not listed under them."""
+    call = tool_call("query_stock", {"sku": "SKU2024-011"})
+    question = "拆封后还能退货吗？"
+    result = await agent(kb, query_stock, call, text("可以，90 天内都能退货。")).run(
+        question, context=ALICE
+    )
+    assert result.extractive and "7 天" in result.output, result.output
+    assert TOOLS_RETURNED_LEAD_ZH not in result.output
+    assert "query_stock" not in result.output
+
+
+async def test_an_answer_in_another_language_stands_beside_a_tool_result_about_something_else(
+    kb: KnowledgeBase,
+) -> None:
+    """The same model answered "风扇不转，显示 E-105 怎么办？" in English from the manual, after a
+    stock look-up; it shares no word with the question (another language), and the stock is
+    not what was asked: the answer stands (it was replaced while any tool call counted)."""
+    answer = (
+        "The fan does not turn or spins too slowly. The projector shuts down after 60 seconds "
+        "to protect the optical engine."
+    )
+    call = tool_call("query_stock", {"sku": "SKU2024-011"})
+    result = await agent(kb, query_stock, call, text(answer)).run(
+        "风扇不转，显示 E-105 怎么办？", context=ALICE
+    )
+    assert result.output == answer and not result.fallback_reason

@@ -49,7 +49,7 @@ from .answer_topic import (
     shares_only_names,
     states_nothing_held,
 )
-from .extractive import LEADS, extractive_answer
+from .extractive import ASKING, LEADS, extractive_answer
 from .fallbacks import (
     ECHO_NUDGE,
     NUDGE,
@@ -57,6 +57,7 @@ from .fallbacks import (
     found_nothing,
     in_chinese,
     not_covered,
+    readable,
     says_not_covered,
     tool_failure_lines,
     tool_result_lines,
@@ -362,12 +363,17 @@ class AnswerCheck:
             return ""  # what the run's tools returned, not the passages: no passage to prefer
         if shares_only_names(question, answer) and (
             _tool_failed(result.messages)
-            or (_other_tool_called(result.messages) and quotes_beyond_names(answer, citations))
+            or (
+                quotes_beyond_names(answer, citations)
+                and bool(tools_returned(result.messages, question))
+            )
         ):
-            # a tool was called for it (the stock system: down, or its count not said) and
-            # the answer quotes the product's description: it is about the product, not what
-            # was asked (the passages, and what the tools returned or that they failed); "Yes,
-            # it is currently available" over ``in_stock: true`` quotes no passage: it stands
+            # a tool was called for it (the stock system: down, or its count about the SKU
+            # asked not said) and the answer quotes the product's description: it is about
+            # the product, not what was asked (the passages, and what the tools returned or
+            # that they failed); "Yes, it is currently available" over ``in_stock: true``
+            # quotes no passage, and a tool that returned nothing about the question (the
+            # stock a small model looked up for "E-105 是什么故障？") leaves the answer be
             return "off_topic"
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"
@@ -591,9 +597,16 @@ def _replaced(
 
 
 def tools_returned(messages: Sequence[Message], question: str) -> str:
-    """What the run's tools other than ``retrieve`` returned, listed under a line saying so
-    (in the language of ``question``); "" when none returned anything."""
-    lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
+    """What the run's tools other than ``retrieve`` returned about ``question`` (a result
+    sharing a word or a name with it: the stock of the SKU asked about, not the stock a small
+    model looked up for a question on returns), listed under a line saying so (in the
+    language of ``question``); "" when none did."""
+    asked = words(question).difference(ASKING)
+    lines = tool_result_lines(
+        messages,
+        leave_out=RETRIEVE_TOOL,
+        keep=lambda content: not asked.isdisjoint(words(readable(content))),
+    )
     if not lines:
         return ""
     lead = TOOLS_RETURNED_LEAD_ZH if in_chinese(question) else TOOLS_RETURNED_LEAD
@@ -641,11 +654,6 @@ def _tool_answered_no(result: RunResult) -> bool:
     stock count was lost). One that speaks of the documents or the information ("The
     documents do not mention its stock") is a refusal still."""
     return rests_on_tools(result.grounding) and _ABOUT_SOURCES.search(result.output) is None
-
-
-def _other_tool_called(messages: Sequence[Message]) -> bool:
-    """A tool other than ``retrieve`` was called in ``messages`` (whatever it returned)."""
-    return any(r.name != RETRIEVE_TOOL for m in messages for r in m.tool_results)
 
 
 def _tool_failed(messages: Sequence[Message]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
@@ -164,16 +164,23 @@ def _plain(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
+def tool_result_lines(
+    messages: Sequence[Message],
+    *,
+    leave_out: str = "",
+    keep: Callable[[str], bool] | None = None,
+) -> list[str]:
     """The run's successful tool results as ``- tool: content`` lines (:func:`readable`),
     each content once (replays of it included), shortened like passages; ``leave_out``: a
-    tool whose results are not listed."""
+    tool whose results are not listed; ``keep``: which contents are (all when ``None``)."""
     lines: list[str] = []
     seen: set[str] = set()
     for message in messages:
         for result in message.tool_results:
             content = result.content.replace(_NOTE, "").strip()
             if result.is_error or not content or content in seen or result.name == leave_out:
+                continue
+            if keep is not None and not keep(content):
                 continue
             seen.add(content)
             content = readable(content)

@@ -57,7 +57,6 @@ from .fallbacks import (
     found_nothing,
     in_chinese,
     not_covered,
-    readable,
     says_not_covered,
     tool_failure_lines,
     tool_result_lines,
@@ -605,7 +604,7 @@ def tools_returned(messages: Sequence[Message], question: str) -> str:
     lines = tool_result_lines(
         messages,
         leave_out=RETRIEVE_TOOL,
-        keep=lambda content: not asked.isdisjoint(words(readable(content))),
+        keep=lambda content: not asked.isdisjoint(words(content)),
     )
     if not lines:
         return ""

@@ -172,7 +172,8 @@ def tool_result_lines(
 ) -> list[str]:
     """The run's successful tool results as ``- tool: content`` lines (:func:`readable`),
     each content once (replays of it included), shortened like passages; ``leave_out``: a
-    tool whose results are not listed; ``keep``: which contents are (all when ``None``)."""
+    tool whose results are not listed; ``keep``: which of those shortened contents are (all
+    when ``None``)."""
     lines: list[str] = []
     seen: set[str] = set()
     for message in messages:
@@ -180,13 +181,12 @@ def tool_result_lines(
             content = result.content.replace(_NOTE, "").strip()
             if result.is_error or not content or content in seen or result.name == leave_out:
                 continue
-            if keep is not None and not keep(content):
-                continue
             seen.add(content)
             content = readable(content)
             if len(content) > _PASSAGE_CHARS:
                 content = content[:_PASSAGE_CHARS] + "…"
-            lines.append(f"- {result.name}: {content}")
+            if keep is None or keep(content):
+                lines.append(f"- {result.name}: {content}")
     return lines
 
 

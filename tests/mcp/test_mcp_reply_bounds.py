@@ -9,8 +9,12 @@ import pytest
 from echo_server import build
 from mcp_helpers import serve_asgi
 
+from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ConfigurationError, ToolError
+from shelfhand.core.messages import ToolCallBlock
 from shelfhand.mcp import SseServer, StreamableHttpServer
+from shelfhand.tools.governance import CUT_RESULT, Governance, GovernancePolicy
+from shelfhand.tools.toolkit import Toolkit
 from support.misbehaving_chat_server import FakeModelServer
 
 pytestmark = pytest.mark.anyio
@@ -61,3 +65,22 @@ async def test_a_server_whose_message_never_ends_is_refused_with_the_reason(
     with anyio.fail_after(20), pytest.raises(ConfigurationError, match=says):
         async with server:
             pass
+
+
+async def test_a_long_result_within_the_bound_is_cut_for_the_model_at_max_result_chars() -> None:
+    """A reply the transport reads whole (64 KiB of Chinese text) is still cut, like a local
+    tool's, at the toolkit's ``max_result_chars`` before the model and the transcript get it."""
+    run = RunContext(user=UserContext(tenant_id="acme", user_id="alice"))
+    async with serve_asgi(build().streamable_http_app()) as base:
+        server = StreamableHttpServer(f"{base}/mcp", name="remote")
+        kit = Toolkit(governance=Governance(GovernancePolicy(max_result_chars=1000)))
+        with anyio.fail_after(30):
+            await kit.add_mcp(server)
+            try:
+                call = ToolCallBlock(id="c1", name="big", arguments='{"kib": 64}')
+                result = await kit.call(call, run)
+            finally:
+                await server.aclose()
+    assert not result.is_error and result.content.startswith("退货政策退货政策")
+    total = len("退货政策" * (64 * 1024 // 12))
+    assert result.content.endswith(CUT_RESULT.format(total=total, shown=1000))

@@ -360,11 +360,15 @@ class AnswerCheck:
             return "unanswered"
         if rests_on_tools(result.grounding):
             return ""  # what the run's tools returned, not the passages: no passage to prefer
-        if shares_only_names(question, answer) and (
-            _tool_failed(result.messages)
-            or (
-                quotes_beyond_names(answer, citations)
-                and bool(tools_returned(result.messages, question))
+        if (
+            _other_tool_ran(result.messages)  # (read first: most runs call none)
+            and shares_only_names(question, answer)
+            and (
+                _tool_failed(result.messages)
+                or (
+                    quotes_beyond_names(answer, citations)
+                    and bool(tools_returned(result.messages, question))
+                )
             )
         ):
             # a tool was called for it (the stock system: down, or its count about the SKU
@@ -600,12 +604,12 @@ def tools_returned(messages: Sequence[Message], question: str) -> str:
     sharing a word or a name with it: the stock of the SKU asked about, not the stock a small
     model looked up for a question on returns), listed under a line saying so (in the
     language of ``question``); "" when none did."""
+    lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
+    if not lines:
+        return ""  # (read first: most runs call no other tool)
     asked = words(question).difference(ASKING)
-    lines = tool_result_lines(
-        messages,
-        leave_out=RETRIEVE_TOOL,
-        keep=lambda content: not asked.isdisjoint(words(content)),
-    )
+    # each line is "- tool: what it returned, shortened"
+    lines = [line for line in lines if not asked.isdisjoint(words(line.split(": ", 1)[1]))]
     if not lines:
         return ""
     lead = TOOLS_RETURNED_LEAD_ZH if in_chinese(question) else TOOLS_RETURNED_LEAD
@@ -653,6 +657,11 @@ def _tool_answered_no(result: RunResult) -> bool:
     stock count was lost). One that speaks of the documents or the information ("The
     documents do not mention its stock") is a refusal still."""
     return rests_on_tools(result.grounding) and _ABOUT_SOURCES.search(result.output) is None
+
+
+def _other_tool_ran(messages: Sequence[Message]) -> bool:
+    """A tool other than ``retrieve`` answered or failed in ``messages``."""
+    return any(r.name != RETRIEVE_TOOL for m in messages for r in m.tool_results)
 
 
 def _tool_failed(messages: Sequence[Message]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
@@ -164,16 +164,10 @@ def _plain(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def tool_result_lines(
-    messages: Sequence[Message],
-    *,
-    leave_out: str = "",
-    keep: Callable[[str], bool] | None = None,
-) -> list[str]:
+def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
     """The run's successful tool results as ``- tool: content`` lines (:func:`readable`),
     each content once (replays of it included), shortened like passages; ``leave_out``: a
-    tool whose results are not listed; ``keep``: which of those shortened contents are (all
-    when ``None``)."""
+    tool whose results are not listed."""
     lines: list[str] = []
     seen: set[str] = set()
     for message in messages:
@@ -185,8 +179,7 @@ def tool_result_lines(
             content = readable(content)
             if len(content) > _PASSAGE_CHARS:
                 content = content[:_PASSAGE_CHARS] + "…"
-            if keep is None or keep(content):
-                lines.append(f"- {result.name}: {content}")
+            lines.append(f"- {result.name}: {content}")
     return lines
 
 

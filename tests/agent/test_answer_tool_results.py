@@ -70,10 +70,10 @@ def agent(kb: KnowledgeBase, the_tool: Tool, *replies: object) -> Agent:
     ("question", "answer", "lead"),
     [
         (STOCK_ZH, DESCRIPTION, TOOLS_RETURNED_LEAD_ZH),
-        (STOCK_ZH, "The Lumen X1 (SKU2024-011) is our best-selling home projector.", None),
+        (STOCK_ZH, "Lumen X1 的整机保修期为自购买之日起 24 个月。", None),
         (STOCK_EN, DESCRIPTION, TOOLS_RETURNED_LEAD),
     ],
-    ids=["zh", "zh-with-its-code", "en"],
+    ids=["zh", "zh-in-chinese", "en"],
 )
 async def test_a_quote_about_the_product_gives_way_to_the_passages_and_what_the_tool_returned(
     kb: KnowledgeBase, question: str, answer: str, lead: str | None
@@ -81,7 +81,9 @@ async def test_a_quote_about_the_product_gives_way_to_the_passages_and_what_the_
     call = tool_call("query_stock", {"sku": "SKU2024-011"})
     result = await agent(kb, query_stock, call, text(answer)).run(question, context=ALICE)
 
-    assert result.fallback_reason == "off_topic" and result.extractive, result.output
+    # (the warranty sentence is not among a stock question's passages: ungrounded too)
+    assert result.fallback_reason in ("off_topic", "ungrounded"), result.output
+    assert result.extractive
     passages, returned = result.output.split("\n\n")
     assert passages.startswith(("摘自文档：", "From the documents:"))
     assert returned == "\n".join(
@@ -219,15 +221,22 @@ async def test_a_tool_result_about_something_else_is_not_listed(kb: KnowledgeBas
 async def test_an_answer_in_another_language_stands_beside_a_tool_result_about_something_else(
     kb: KnowledgeBase,
 ) -> None:
-    """The same model answered "风扇不转，显示 E-105 怎么办？" in English from the manual, after a
-    stock look-up; it shares no word with the question (another language), and the stock is
-    not what was asked: the answer stands (it was replaced while any tool call counted)."""
+    """The same model answered "风扇不转，显示 E-105 怎么办？" in English from the manual, after
+    looking E-105 up as a SKU (``found: false``, which names E-105 too): an answer in the
+    other language shares no word with the question whatever it says, so sharing only its
+    names tells nothing; the answer stands."""
     answer = (
         "The fan does not turn or spins too slowly. The projector shuts down after 60 seconds "
         "to protect the optical engine."
     )
-    call = tool_call("query_stock", {"sku": "SKU2024-011"})
-    result = await agent(kb, query_stock, call, text(answer)).run(
+
+    @tool(read_only=True)
+    def lookup_sku(ctx: UserContext, sku: str) -> dict[str, object]:
+        """How many units of a product the caller's warehouse holds."""
+        return {"sku": sku, "found": False}
+
+    call = tool_call("lookup_sku", {"sku": "E-105"})
+    result = await agent(kb, lookup_sku, call, text(answer)).run(
         "风扇不转，显示 E-105 怎么办？", context=ALICE
     )
     assert result.output == answer and not result.fallback_reason

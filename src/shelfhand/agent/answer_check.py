@@ -366,7 +366,9 @@ class AnswerCheck:
             and (
                 _tool_failed(result.messages)
                 or (
-                    quotes_beyond_names(answer, citations)
+                    # (an answer in the other language shares no word with the question)
+                    in_chinese(answer) == in_chinese(question)
+                    and quotes_beyond_names(answer, citations)
                     and bool(tools_returned(result.messages, question))
                 )
             )
@@ -376,7 +378,7 @@ class AnswerCheck:
             # the product, not what was asked (the passages, and what the tools returned or
             # that they failed); "Yes, it is currently available" over ``in_stock: true``
             # quotes no passage, and a tool that returned nothing about the question (the
-            # stock a small model looked up for "E-105 是什么故障？") leaves the answer be
+            # stock a small model looked up for a returns question) leaves the answer be
             return "off_topic"
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"

@@ -53,6 +53,11 @@ CASES = {
         "tokenize_query('中' * N)",
         16_000,
     ),
+    "misses_amount: an answer of a hyphenated run of N characters": (
+        "from shelfhand.agent.answer_topic import misses_amount",
+        "misses_amount('How much does it cost?', 'a-' * (N // 2))",
+        10_000,
+    ),
     "agent run: a tool returns N characters (the answer check on)": (
         "import asyncio, resource\n"
         "from shelfhand import Agent, Toolkit, UserContext, tool\n"

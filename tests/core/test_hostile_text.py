@@ -49,6 +49,17 @@ CASES = {
         answer = extractive_answer("What is the price?", [passage])
         assert answer is not None and answer.text.endswith("[1]"), answer
     """,
+    # 20,000 took 1.9 s before: an answer's names and codes blanked out (a hyphenated run
+    # with no digit was tried from each of its letters); 300,000: over seven minutes
+    "an answer of a 300,000-character hyphenated run to a price question": """
+        from shelfhand.agent.answer_topic import misses_amount, states_nothing_held
+        from shelfhand.core.messages import Citation
+        run = "a-" * 150_000
+        assert misses_amount("How much does it cost?", run)
+        assert not misses_amount("How much does it cost?", run + " E-203 costs 499 CNY")
+        passage = Citation(index=1, source="p.md", text="The lamp costs 499 CNY.")
+        assert states_nothing_held(run + " X1", [passage])
+    """,
     # 32,000 took 2.4 s before (a query the service accepts); 400,000: over five minutes
     "a run of 400,000 Chinese characters jieba does not know": """
         from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query

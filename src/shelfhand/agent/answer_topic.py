@@ -63,6 +63,24 @@ __all__ = [
 _DIGIT = re.compile(r"\d")
 _CODE = re.compile(r"\b[A-Za-z][\w-]*\d[\w-]*|\b\d[\w-]*[A-Za-z][\w-]*")
 """A word holding letters and digits (``X1``, ``E-203``, ``4K``): a name or code."""
+_RUN = re.compile(r"[\w-]+")
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+def _without_codes(text: str) -> str:
+    """``text`` with its names and codes (:data:`_CODE`) blanked out. :data:`_CODE` is tried
+    only on a run of word characters and hyphens holding both a letter and a digit: from
+    each of a run's starts it reads to the run's end before it fails, so a hyphenated run
+    with no digit (``a-a-a-…``, 5,000 characters) took 0.12 s, and 20,000 took 1.9 s; a run
+    holding both is taken whole from its first start, and the matches are the same."""
+
+    def one(run: re.Match[str]) -> str:
+        word = run.group()
+        if _DIGIT.search(word) is None or _LETTER.search(word) is None:
+            return word
+        return _CODE.sub(" ", word)
+
+    return _RUN.sub(one, text)
 _FREE = re.compile(
     r"\bfree\b|\bno (?:extra )?(?:charge|cost|fee)s?\b|\bat no cost\b|免费|不收费|不收取|无需付费",
     re.IGNORECASE,
@@ -219,7 +237,7 @@ def misses_amount(question: str, answer: str) -> bool:
         return not (NUMBER_WORD.search(text) or kind.search(text))
     if kind.search(text) or _FREE.search(text) or _MONEY_WORDS.search(text):
         return False
-    bare = _CODE.sub(" ", _MEASURE.sub(" ", DURATION.sub(" ", _VERSION.sub(" ", text))))
+    bare = _without_codes(_MEASURE.sub(" ", DURATION.sub(" ", _VERSION.sub(" ", text))))
     return not _DIGIT.search(bare)
 
 
@@ -258,5 +276,5 @@ def states_nothing_held(answer: str, citations: Sequence[Citation]) -> bool:
 def _numbers(text: str) -> frozenset[str]:
     """The numbers of ``text`` (a product code such as ``X1`` is shared by any answer that
     names the product, whatever it says about it: it is not a number)."""
-    plain = _CODE.sub(" ", text)
+    plain = _without_codes(text)
     return frozenset(f for f in facts(plain) if f.replace(".", "").isdigit())

@@ -81,6 +81,8 @@ def _without_codes(text: str) -> str:
         return _CODE.sub(" ", word)
 
     return _RUN.sub(one, text)
+
+
 _FREE = re.compile(
     r"\bfree\b|\bno (?:extra )?(?:charge|cost|fee)s?\b|\bat no cost\b|免费|不收费|不收取|无需付费",
     re.IGNORECASE,

@@ -47,6 +47,7 @@ __all__ = [
     "in_chinese",
     "latin_names",
     "query_identifiers",
+    "split_version",
     "split_words",
     "synonym_candidates",
     "synonym_table",
@@ -281,6 +282,17 @@ VERSION_MARKERS = (
 and the conflict notes' "newer" read the same markers). Each is tried from a whitespace or
 separator run's start only: from each of its characters, a title of 100,000 spaces was read
 quadratically."""
+
+
+def split_version(text: str) -> tuple[tuple[int, ...], str] | None:
+    """The version a title or file name names (:data:`VERSION_MARKERS`) and the name without
+    its marker: ``"保修政策（第 2 版）"`` → ``((2,), "保修政策")``; ``None`` when it names none."""
+    for pattern in VERSION_MARKERS:
+        found = pattern.search(text)
+        if found:
+            base = (text[: found.start()] + text[found.end() :]).strip(" -_")
+            return tuple(int(p) for p in found.group(1).split(".")), base
+    return None
 
 
 def in_chinese(text: str) -> bool:

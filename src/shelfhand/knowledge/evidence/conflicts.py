@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import MONTH_NUMBERS, MONTH_PATTERN, VERSION_MARKERS
+from shelfhand.knowledge.analysis import MONTH_NUMBERS, MONTH_PATTERN, split_version
 
 __all__ = [
     "DISAGREE_ZH",
@@ -350,12 +350,7 @@ _WINDOW = 40
 
 def _version(text: str) -> tuple[tuple[int, ...] | None, str]:
     """The version number in a title or file name, and the name without it."""
-    for pattern in VERSION_MARKERS:
-        m = pattern.search(text)
-        if m:
-            base = (text[: m.start()] + text[m.end() :]).strip(" -_")
-            return tuple(int(p) for p in m.group(1).split(".")), base
-    return None, text.strip()
+    return split_version(text) or (None, text.strip())
 
 
 @lru_cache(maxsize=2048)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import PurePosixPath
 
-from shelfhand.knowledge.analysis import VERSION_MARKERS
+from shelfhand.knowledge.analysis import split_version
 from shelfhand.knowledge.protocols import KnowledgeStore
 from shelfhand.knowledge.types import Chunk, Scope, SearchHit
 
@@ -31,10 +31,9 @@ def version_key(title: str, source: str = "") -> str | None:
     """``title`` (else the file name of ``source``) without its version marker, or ``None``
     when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
     for text in (title, PurePosixPath(source).stem if source else ""):
-        for pattern in VERSION_MARKERS:
-            match = pattern.search(text)
-            if match:
-                return (text[: match.start()] + text[match.end() :]).strip(" -_").lower()
+        found = split_version(text)
+        if found:
+            return found[1].lower()
     return None
 
 

@@ -60,6 +60,7 @@ from .fallbacks import (
     says_not_covered,
     tool_failure_lines,
     tool_result_lines,
+    tool_results,
 )
 from .grounding import FAILED_INTRO, PASSAGES_INTRO
 from .grounding_check import check_grounding, facts, words
@@ -482,9 +483,7 @@ def tools_told(messages: Sequence[Message], question: str) -> str:
     answer did not match it (in the language of ``question``); "" when none returned
     anything."""
     lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
-    if not lines:
-        return ""
-    return "\n".join([TOOLS_LEAD_ZH if in_chinese(question) else TOOLS_LEAD, *lines])
+    return _listed(lines, question, TOOLS_LEAD, TOOLS_LEAD_ZH)
 
 
 def tools_failed(messages: Sequence[Message], question: str) -> str:
@@ -492,9 +491,27 @@ def tools_failed(messages: Sequence[Message], question: str) -> str:
     tool made good, listed under a line saying so (in the language of ``question``); "" when
     none failed."""
     lines = tool_failure_lines(messages, leave_out=RETRIEVE_TOOL)
+    return _listed(lines, question, TOOLS_FAILED_LEAD, TOOLS_FAILED_LEAD_ZH)
+
+
+def tools_returned(messages: Sequence[Message], question: str) -> str:
+    """What the run's tools other than ``retrieve`` returned about ``question`` (a result
+    sharing a word or a name with it: the stock of the SKU asked about, not the stock a small
+    model looked up for a question on returns), listed under a line saying so (in the
+    language of ``question``); "" when none did."""
+    results = tool_results(messages, leave_out=RETRIEVE_TOOL)
+    if not results:
+        return ""  # (read first: most runs call no other tool)
+    asked = words(question).difference(ASKING)
+    lines = [f"- {name}: {said}" for name, said in results if not asked.isdisjoint(words(said))]
+    return _listed(lines, question, TOOLS_RETURNED_LEAD, TOOLS_RETURNED_LEAD_ZH)
+
+
+def _listed(lines: Sequence[str], question: str, lead: str, lead_zh: str) -> str:
+    """``lines`` under ``lead`` (``lead_zh`` for a question in Chinese); "" for no lines."""
     if not lines:
         return ""
-    return "\n".join([TOOLS_FAILED_LEAD_ZH if in_chinese(question) else TOOLS_FAILED_LEAD, *lines])
+    return "\n".join([lead_zh if in_chinese(question) else lead, *lines])
 
 
 def rests_on_tools(grounding: Grounding | None) -> bool:
@@ -599,23 +616,6 @@ def _replaced(
         failed = tools_failed(result.messages, question)
         return _told(result, failed, "tool_failed") if failed else result
     return replace(result, fallback_reason=why)
-
-
-def tools_returned(messages: Sequence[Message], question: str) -> str:
-    """What the run's tools other than ``retrieve`` returned about ``question`` (a result
-    sharing a word or a name with it: the stock of the SKU asked about, not the stock a small
-    model looked up for a question on returns), listed under a line saying so (in the
-    language of ``question``); "" when none did."""
-    lines = tool_result_lines(messages, leave_out=RETRIEVE_TOOL)
-    if not lines:
-        return ""  # (read first: most runs call no other tool)
-    asked = words(question).difference(ASKING)
-    # each line is "- tool: what it returned, shortened"
-    lines = [line for line in lines if not asked.isdisjoint(words(line.split(": ", 1)[1]))]
-    if not lines:
-        return ""
-    lead = TOOLS_RETURNED_LEAD_ZH if in_chinese(question) else TOOLS_RETURNED_LEAD
-    return "\n".join([lead, *lines])
 
 
 def _tools_under(result: RunResult, question: str) -> RunResult:

@@ -15,7 +15,8 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   FAQ entry on cleaning the lens);
 - :func:`shares_only_names`: the answer holds nothing of the question but its names (the
   product, not what is asked about it); the answer check uses it when the tool that could
-  answer failed;
+  answer failed, or answered about the question while the answer quotes the passages
+  (:func:`quotes_beyond_names`);
 - :func:`states_nothing_held`: with no passage about the question (the extractive answer's
   measure), an answer stating no number or code the passages hold did not come from them:
   "The Lumen X1 Pro does not sell gaming laptops." rests on a spec sheet that never mentions

@@ -44,6 +44,7 @@ __all__ = [
     "says_not_covered",
     "tool_failure_lines",
     "tool_result_lines",
+    "tool_results",
     "without_copied_note",
 ]
 
@@ -164,11 +165,11 @@ def _plain(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
-    """The run's successful tool results as ``- tool: content`` lines (:func:`readable`),
-    each content once (replays of it included), shortened like passages; ``leave_out``: a
-    tool whose results are not listed."""
-    lines: list[str] = []
+def tool_results(messages: Sequence[Message], *, leave_out: str = "") -> list[tuple[str, str]]:
+    """The run's successful tool results as ``(tool, content)``, the content :func:`readable`
+    and shortened like passages, each content once (replays of it included); ``leave_out``:
+    a tool whose results are not listed."""
+    found: list[tuple[str, str]] = []
     seen: set[str] = set()
     for message in messages:
         for result in message.tool_results:
@@ -179,8 +180,13 @@ def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> li
             content = readable(content)
             if len(content) > _PASSAGE_CHARS:
                 content = content[:_PASSAGE_CHARS] + "…"
-            lines.append(f"- {result.name}: {content}")
-    return lines
+            found.append((result.name, content))
+    return found
+
+
+def tool_result_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:
+    """:func:`tool_results` as ``- tool: content`` lines."""
+    return [f"- {name}: {content}" for name, content in tool_results(messages, leave_out=leave_out)]
 
 
 def tool_failure_lines(messages: Sequence[Message], *, leave_out: str = "") -> list[str]:

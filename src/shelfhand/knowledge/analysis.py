@@ -41,6 +41,7 @@ import Stemmer
 __all__ = [
     "SYNONYMS",
     "SynonymTable",
+    "chinese_only",
     "chinese_share",
     "identifier_tokens",
     "identifiers_and_spans",
@@ -325,6 +326,28 @@ _CJK_CHAR = re.compile(f"[{_CJK}]")
 _NOT_LETTERS = re.compile(r"[\W\d_]+")
 
 
+def chinese_only(text: str) -> bool:
+    """Whether ``text`` is all Chinese characters (and not empty)."""
+    return _CJK_WORD.fullmatch(text) is not None
+
+
+_CJK_WORD = re.compile(f"[{_CJK}]+")
+
+
+def _single_character_runs(words: Iterable[str], counts: Callable[[str], bool]) -> list[str]:
+    """Each run of two or more consecutive one-character ``words`` that ``counts``, joined."""
+    runs: list[str] = []
+    run: list[str] = []
+    for word in [*words, ""]:
+        if len(word) == 1 and counts(word):
+            run.append(word)
+            continue
+        if len(run) > 1:
+            runs.append("".join(run))
+        run = []
+    return runs
+
+
 def unknown_words(text: str, *, dropped: AbstractSet[str] = frozenset()) -> list[str]:
     """The Chinese words of ``text`` that jieba's dictionary lacks, which matching cuts into
     characters (``年假`` → ``年``, ``假``; ``工牌`` → ``工``, ``牌``): each run of two or more
@@ -334,14 +357,10 @@ def unknown_words(text: str, *, dropped: AbstractSet[str] = frozenset()) -> list
     found: list[str] = []
     normalised = unicodedata.normalize("NFKC", text)
     for match in _CJK_RUN.finditer(normalised):
-        run: list[str] = []
-        for word in [*_jieba_module().lcut(match.group(), HMM=False), ""]:
-            if len(word) == 1 and word not in _ZH_STOPWORDS and word not in dropped:
-                run.append(word)
-                continue
-            if len(run) > 1:
-                found.append("".join(run))
-            run = []
+        found += _single_character_runs(
+            _jieba_module().lcut(match.group(), HMM=False),
+            lambda word: word not in _ZH_STOPWORDS and word not in dropped,
+        )
     return found
 
 
@@ -353,15 +372,7 @@ def split_words(tokens: Sequence[str], query: str) -> tuple[str, ...]:
     single characters because jieba lacks them: each run of two or more one-character
     Chinese tokens that ``query`` holds together (``年假`` → ``年``, ``假``). A passage that
     holds only ``年`` ("2025 年") is not about 年假; the search checks such words whole."""
-    runs: list[str] = []
-    run: list[str] = []
-    for token in [*tokens, ""]:
-        if len(token) == 1 and _CJK_CHAR.match(token):
-            run.append(token)
-            continue
-        if len(run) > 1:
-            runs.append("".join(run))
-        run = []
+    runs = _single_character_runs(tokens, chinese_only)
     if not runs:
         return ()
     held = unicodedata.normalize("NFKC", query)

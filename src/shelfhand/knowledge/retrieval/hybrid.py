@@ -56,7 +56,6 @@ disagreements can be flagged; ``version_siblings=False`` turns this off.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import unicodedata
@@ -69,6 +68,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import (
     SynonymTable,
+    chinese_only,
     split_words,
     synonym_candidates,
     synonym_table,
@@ -552,9 +552,7 @@ class HybridRetriever:
         unsure = _unsure(
             split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index
         )
-        return self._choose(
-            ranked, strength, keyword_rank, vector_rank, k, min_relevance, split, unsure
-        )
+        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure)
 
     def _fused_hits(
         self,
@@ -580,9 +578,7 @@ class HybridRetriever:
         strength = candidate_relevance(query_tokens, keyword, cosines, weights, self.keyword_index)
         ranked = by_score(fused.ranked)
         unsure = _unsure(split, query_tokens, cosines, weights, min_relevance, self.keyword_index)
-        return self._choose(
-            ranked, strength, keyword_rank, vector_rank, k, min_relevance, split, unsure
-        )
+        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure)
 
     def _choose(
         self,
@@ -592,15 +588,13 @@ class HybridRetriever:
         vector_rank: dict[int, int],
         k: int,
         min_relevance: float,
-        split: tuple[str, ...] = (),
         unsure: Callable[[int, Chunk], bool] | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` of ``ranked`` at or over ``min_relevance``, one per passage, and how
         many candidates were ranked and how many of them were relevant enough.
 
-        ``split``: the query's words its analysis cut into characters (:func:`split_words`,
-        ``年假``); a candidate that ``unsure`` says the keywords alone brought in on those
-        characters ("2025 年" for 年假) and that holds none of them whole is not one."""
+        A candidate that ``unsure`` (:func:`_unsure`) says the keywords alone brought in on
+        the characters of a word jieba lacks ("2025 年" for 年假) is not one."""
         # too weak to count as an answer
         strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
         dropped = 0
@@ -685,7 +679,7 @@ def _unsure(
         return None
     chars = list(dict.fromkeys("".join(split)))
     others = [t for t in dict.fromkeys(query_tokens) if t not in chars]
-    if any(_CJK_ONLY.fullmatch(t) is None for t in others):
+    if any(not chinese_only(t) for t in others):
         return None
     close: set[int] = set()
     for found, weight in zip(cosines, weights, strict=True):
@@ -706,6 +700,3 @@ def _unsure(
         return sum(w for c, w in idf.items() if c in text) < 0.5 * total
 
     return unsure
-
-
-_CJK_ONLY = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")

@@ -86,6 +86,21 @@ def test_a_failing_model_is_named_as_the_reason_not_a_missing_one(
     assert shown["extractive"] and shown["fallback_reason"] == "model_error"
 
 
+def test_a_failing_model_is_named_as_the_reason_when_the_documents_do_not_cover_it(
+    workspace: Path, server: Any
+) -> None:
+    """Seen with the local model timing out on a long tool result: the JSON said
+    ``no_model`` ("no chat model is configured") under "not covered"."""
+    server.add(Reply(status=400, body={"error": {"message": "the stream was cut"}}))
+
+    out = run(["ask", "What is the capital of France?", "--json"], workspace, server)
+
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert shown["fallback_reason"] == "model_error", shown
+    assert shown["output"].startswith("The documents do not cover this")
+
+
 def test_a_model_failing_after_a_search_still_reports_what_the_run_used(
     workspace: Path, server: Any
 ) -> None:

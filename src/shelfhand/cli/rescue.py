@@ -12,6 +12,7 @@ either way.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shelfhand.agent.answer_check import failed_model_answer
@@ -74,4 +75,7 @@ def answer_of_failed_run(
     if kb is None:
         return None
     searched = a.knowledge_agent(kb).run_sync(question, context=user)
-    return failed_model_answer(question, searched.citations, why, synonyms=synonyms) or searched
+    # nothing about the question: "not covered", marked with the failure, not "no_model"
+    # (a model is configured; it failed)
+    answered = failed_model_answer(question, searched.citations, why, synonyms=synonyms)
+    return answered or replace(searched, fallback_reason=why)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from shelfhand import KnowledgeBase, UserContext
-from shelfhand.agent.extractive import LEAD, extractive_answer
+from shelfhand.agent.extractive import LEAD, MAX_CHARS, extractive_answer
 from shelfhand.agent.retrieve import KnowledgeAgent
 from shelfhand.core.messages import Citation
 from support.knowledge import sample_kb
@@ -94,6 +94,54 @@ def test_a_long_number_the_question_names_anchors_a_passage_in_another_language(
 
     assert found is not None and "24 个月" in found.text
     assert unanchored is None  # no shared word, no shared number: not about it
+
+
+@pytest.mark.parametrize(
+    ("question", "row"),
+    [
+        ("How much is the Lumen X1?", "SKU2024-011 | Lumen X1 |"),
+        ("Lumen X1 多少钱？", "SKU2024-011 | Lumen X1 |"),
+        ("Lumen X1 Pro 多少钱？", "SKU2024-012 | Lumen X1 Pro |"),
+        ("How much does the Lumen Mini M2 cost?", "SKU2024-020 | Lumen Mini M2 |"),
+    ],
+    ids=["x1-en", "x1-zh", "x1-pro-zh", "mini-en"],
+)
+def test_a_product_s_price_is_its_table_row_under_the_table_s_header(
+    kb: KnowledgeBase, question: str, row: str
+) -> None:
+    # the Lumen X1's description ends "a replacement lamp (part LMP-X1) costs 499 CNY": a
+    # price, but the lamp's, sharing no word with the question; and its "3,000 ANSI
+    # lumens" is a number in a passage naming a price, not a price: the table row is
+    text = answer(kb, question)
+
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith(f"- {row}")), None)
+    assert at is not None, text
+    assert "Price (CNY)" in lines[at - 1], text  # the header says which column is the price
+
+
+@pytest.mark.parametrize("room", [0, 40], ids=["no-room-for-the-row", "room-for-both"])
+def test_a_table_header_is_never_quoted_without_its_row(room: int) -> None:
+    header, row = "SKU | Model | Price (CNY)", "SKU2024-011 | Lumen X1 | 3,999"
+    # three sentences that leave room for the header alone (room 0) or for both
+    filler = MAX_CHARS - len(header) - room - len("The Lumen X1 is our home projector.") - 2
+    sentences = [
+        "The Lumen X1 is our home projector.",
+        "a" * (filler // 2) + ".",
+        "b" * (filler - filler // 2) + ".",
+    ]
+    description = Citation(
+        index=1, source="specs.docx", title="Specs", section="Lumen X1", text=" ".join(sentences)
+    )
+    table = Citation(
+        index=2, source="specs.docx", title="Specs", section="Models", text=f"{header}\n{row}"
+    )
+
+    found = extractive_answer("How much is the Lumen X1?", [description, table])
+
+    assert found is not None
+    quoted = [sentence for sentence, _ in found.sentences]
+    assert (header in quoted, row in quoted) == ((False, False) if room == 0 else (True, True))
 
 
 def test_a_quoted_price_table_row_is_the_price_no_other_sum_is_added(kb: KnowledgeBase) -> None:

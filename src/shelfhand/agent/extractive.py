@@ -295,23 +295,47 @@ def _stating(
 ) -> list[_Sentence]:
     """When ``question`` asks how long or how much and no ``chosen`` sentence states such an
     amount: the candidate sentences that do and that share a word with the question (a
-    price-table row counts when its passage names prices); else none."""
+    price-table row counts when its passage names prices, a description's "3,000 ANSI
+    lumens" does not); else none."""
     kind = asked_amount(question)
     if kind is None:
         return []
     priced = {c.index for c in passages if kind is MONEY and _PRICED.search(c.text)}
 
     def states(text: str, passage: int) -> bool:
-        return bool(kind.search(text) or (passage in priced and _DIGIT.search(text)))
+        return bool(
+            kind.search(text) or (passage in priced and _CELL.search(text) and _DIGIT.search(text))
+        )
 
-    if any(states(text, passage) for text, passage in chosen):
-        return []  # a price-table row already quoted states the price
+    if any(
+        states(text, passage) and question_words & passage_words(text) for text, passage in chosen
+    ):
+        # a price-table row already quoted states the price; "a replacement lamp costs 499
+        # CNY" after the Lumen X1's description, sharing no word with "How much is the Lumen
+        # X1?", states another thing's
+        return []
     shown = {text for text, _ in chosen}
     return [
         c
         for c in candidates
         if c.text not in shown and c.words & question_words and states(c.text, c.passage)
     ]
+
+
+def _table_header(row: _Sentence, candidates: Sequence[_Sentence]) -> _Sentence | None:
+    """The header line of the table ``row`` is a line of ("SKU | Model | … | Price (CNY)"),
+    when its passage's first line is one; else ``None``: "SKU2024-011 | Lumen X1 | 3,000 | …
+    | 3,999" alone does not say which number is the price."""
+    if row.position == 0 or _CELL.search(row.text) is None:
+        return None
+    for c in candidates:
+        if c.passage == row.passage and c.position == 0:
+            return c if _CELL.search(c.text) else None
+    return None
+
+
+_CELL = re.compile(r"\S\s\|\s\S")
+"""A table line's cell border ("Lumen X1 | 3,000"), as the DOCX and CSV readers write rows."""
 
 
 def extractive_answer(
@@ -380,8 +404,13 @@ def extractive_answer(
     ]
     chosen = [(c.text, c.passage) for c in same[:sentences]]
     stating = _stating(question, candidates, chosen, question_words, passages)
+    headers: set[int] = set()
     if stating:  # "how long?" answered with the sentence that says how long
         top = max(stating, key=lambda c: (score(c), -c.rank, -c.position))
+        header = _table_header(top, candidates)
+        if header is not None and (header.text, header.passage) not in chosen:
+            headers.add(len(chosen))  # what the row's columns are: shown with it or not at all
+            chosen.append((header.text, header.passage))
         chosen.append((top.text, top.passage))
     by_index = {c.index: c for c in passages}
     first = by_index[best.passage]
@@ -396,8 +425,9 @@ def extractive_answer(
                 chosen.append((top.text, top.passage))
     lines, used = [lead(question)], 0
     kept: list[tuple[str, int]] = []
-    for sentence, index in chosen:
-        if used and used + len(sentence) > MAX_CHARS:
+    for at, (sentence, index) in enumerate(chosen):
+        size = len(sentence) + (len(chosen[at + 1][0]) if at in headers else 0)
+        if used and used + size > MAX_CHARS:
             break
         used += len(sentence)
         kept.append((sentence, index))

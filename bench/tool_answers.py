@@ -83,7 +83,7 @@ def _row(result: RunResult, facts: tuple[str, ...]) -> dict[str, Any]:
         "outcome": _outcome(result),
         "fallback_reason": result.fallback_reason,
         "resting_on_tools": sorted({s.tool for s in sentences if s.tool}),
-        "output": result.output[:160],
+        "output": result.output,
     }
 
 

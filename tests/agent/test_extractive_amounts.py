@@ -37,8 +37,10 @@ def answer(kb: KnowledgeBase, question: str) -> str:
         ),
         ("What is the list price of the Lumen X1 Pro?", "5,999"),
         ("Is there a restocking fee for opened items?", "10%"),
+        # "20,000 h" is a duration: the spec table's row for the model
+        ("How long does the Lumen X1 Pro's light source last?", "Laser, 20,000 h"),
     ],
-    ids=["duration", "price-row", "fee"],
+    ids=["duration", "price-row", "fee", "hours-row"],
 )
 def test_the_amount_asked_for_is_stated(kb: KnowledgeBase, question: str, stated: str) -> None:
     text = answer(kb, question)
@@ -148,6 +150,8 @@ def test_a_quoted_price_table_row_is_the_price_no_other_sum_is_added(kb: Knowled
     text = answer(kb, "How much does SKU2024-011 cost?")
 
     assert "3,999" in text and "499 CNY" not in text, text
+    # the row under its header, not beside the next product's row
+    assert "Price (CNY)" in text and "SKU2024-012" not in text, text
 
 
 SUMMARY = Citation(

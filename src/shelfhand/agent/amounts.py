@@ -16,11 +16,11 @@ _NUM = r"(?<!\d)(?<!\d[,.])\d[\d,.]{0,39}(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]
 DURATION = re.compile(
     _NUM
     + r"(?:(?:business |working |calendar )?(?:minutes?|mins?|hours?|days?|weeks?|months?|years?)"
-    + r"|分钟|小时|天|周|个月|个工作日|工作日|年)",
+    + r"|(?:h|hrs?)\b|分钟|小时|天|周|个月|个工作日|工作日|年)",
     re.IGNORECASE,
 )
 """A number of minutes, hours, days, weeks, months or years (``30 minutes``, ``3–5 business
-days``, ``3 至 5 个工作日``)."""
+days``, ``3 至 5 个工作日``, a spec table's ``20,000 h``)."""
 MONEY = re.compile(_NUM + r"(?:CNY|RMB|USD|EUR|元|%|％)|[¥$€]\s*\d", re.IGNORECASE)
 """A sum or a rate (``499 CNY``, ``10%``, ``¥3999``)."""
 NUMBER_WORD = re.compile(

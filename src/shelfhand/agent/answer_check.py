@@ -62,7 +62,7 @@ from .fallbacks import (
     tool_result_lines,
     tool_results,
 )
-from .grounding import FAILED_INTRO, PASSAGES_INTRO
+from .grounding import FAILED_INTRO, PASSAGES_INTRO, REWRITE, UPFRONT
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
 
@@ -564,8 +564,17 @@ def extractive_result(
     result: RunResult, why: str, question: str, *, synonyms: SynonymTable | None = None
 ) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
-    ``question`` (read with ``synonyms``, default the built-in groups)."""
+    ``question`` (read with ``synonyms``, default the built-in groups), nor about the
+    self-contained query a follow-up was rewritten to (:func:`rewritten_query`)."""
     extract = extractive_answer(question, result.citations, synonyms=synonyms)
+    if extract is None and result.citations:
+        # "它的光源能用多久？" after a question about the Lumen X1 Pro names no product: the
+        # passages its rewrite found ("Lumen X1 Pro light source lifespan") are about that
+        asked = rewritten_query(result.messages)
+        if asked is not None:
+            extract = extractive_answer(
+                f"{asked} {question}", result.citations, synonyms=synonyms, language_of=question
+            )
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)
@@ -616,6 +625,17 @@ def _replaced(
         failed = tools_failed(result.messages, question)
         return _told(result, failed, "tool_failed") if failed else result
     return replace(result, fallback_reason=why)
+
+
+def rewritten_query(messages: Sequence[Message]) -> str | None:
+    """The self-contained query the run's message was rewritten to for its up-front search
+    (setting ``query_rewrite``, :mod:`.rewrite`), or ``None`` when it was not rewritten."""
+    for m in messages:
+        if m.metadata.get(UPFRONT):
+            rewrite = m.metadata.get(REWRITE)
+            query = rewrite.get("query") if isinstance(rewrite, dict) else None
+            return query if isinstance(query, str) and query.strip() else None
+    return None
 
 
 def _tools_under(result: RunResult, question: str) -> RunResult:

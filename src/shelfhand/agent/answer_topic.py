@@ -104,7 +104,7 @@ _MEASURE = re.compile(
     re.IGNORECASE,
 )
 """A number of some other measure than money and time (``240 Hz``, ``4 ms``, ``3,000 ANSI``,
-``3840 × 2160``, ``1.2x``, ``20,000 h``); durations are :data:`~.amounts.DURATION`'s."""
+``3840 × 2160``, ``1.2x``); durations (``20,000 h`` too) are :data:`~.amounts.DURATION`'s."""
 _VERSION = re.compile(
     r"\b(?:HDMI|USB|Wi-?Fi|Bluetooth|DisplayPort|PCIe|HDR|Android|iOS|Windows|version|ver\.?)"
     r"\s*\d+(?:\.\d+)*",

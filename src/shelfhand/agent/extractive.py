@@ -322,16 +322,19 @@ def _stating(
     ]
 
 
-def _table_header(row: _Sentence, candidates: Sequence[_Sentence]) -> _Sentence | None:
+def _table_header(row: _Sentence, passages: Sequence[Citation]) -> _Sentence | None:
     """The header line of the table ``row`` is a line of ("SKU | Model | … | Price (CNY)"),
     when its passage's first line is one; else ``None``: "SKU2024-011 | Lumen X1 | 3,000 | …
     | 3,999" alone does not say which number is the price."""
     if row.position == 0 or _CELL.search(row.text) is None:
         return None
-    for c in candidates:
-        if c.passage == row.passage and c.position == 0:
-            return c if _CELL.search(c.text) else None
-    return None
+    passage = next((c for c in passages if c.index == row.passage), None)
+    first = split_sentences(passage.text)[0] if passage is not None else ""
+    if _CELL.search(first) is None:
+        return None
+    return _Sentence(
+        passage=row.passage, rank=row.rank, position=0, text=first, words=passage_words(first)
+    )
 
 
 _CELL = re.compile(r"\S\s\|\s\S")
@@ -345,6 +348,7 @@ def extractive_answer(
     sentences: int = SENTENCES,
     min_relevance: float = MIN_RELEVANCE,
     synonyms: SynonymTable | None = None,
+    language_of: str | None = None,
 ) -> Extract | None:
     """The best-supported sentences of ``citations`` for ``question``, with their ``[n]``,
     under the lead line (:func:`lead`: :data:`LEAD`, or :data:`LEAD_ZH` for a question in
@@ -353,7 +357,9 @@ def extractive_answer(
 
     ``synonyms``: the word groups the search read the question with (a workspace's
     ``synonyms`` setting with the built-in groups, :func:`~shelfhand.knowledge.analysis.synonym_table`);
-    default: the built-in groups."""
+    default: the built-in groups. ``language_of``: the text whose language the lead line
+    follows (default ``question``: a follow-up's rewrite, "Lumen X1 Pro light source", may be
+    in English while the user asked "它的光源能用多久？")."""
     ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = asked_words(question, passages, synonyms)
@@ -402,15 +408,19 @@ def extractive_answer(
         and c.position >= best.position - 1
         and (not switched or in_chinese(c.text) == zh)
     ]
+    header = _table_header(best, passages)
+    if header is not None:
+        # a table's row: under its header, not beside the rows around it (other products)
+        same = [header, best]
     chosen = [(c.text, c.passage) for c in same[:sentences]]
     stating = _stating(question, candidates, chosen, question_words, passages)
     headers: set[int] = set()
     if stating:  # "how long?" answered with the sentence that says how long
         top = max(stating, key=lambda c: (score(c), -c.rank, -c.position))
-        header = _table_header(top, candidates)
-        if header is not None and (header.text, header.passage) not in chosen:
+        above = _table_header(top, passages)
+        if above is not None and (above.text, above.passage) not in chosen:
             headers.add(len(chosen))  # what the row's columns are: shown with it or not at all
-            chosen.append((header.text, header.passage))
+            chosen.append((above.text, above.passage))
         chosen.append((top.text, top.passage))
     by_index = {c.index: c for c in passages}
     first = by_index[best.passage]
@@ -423,7 +433,7 @@ def extractive_answer(
             if theirs:
                 top = max(theirs, key=lambda c: (score(c), -c.position))
                 chosen.append((top.text, top.passage))
-    lines, used = [lead(question)], 0
+    lines, used = [lead(question if language_of is None else language_of)], 0
     kept: list[tuple[str, int]] = []
     for at, (sentence, index) in enumerate(chosen):
         size = len(sentence) + (len(chosen[at + 1][0]) if at in headers else 0)

@@ -1,0 +1,148 @@
+"""A follow-up rewritten for its search (setting ``query_rewrite``): "它的光源能用多久？" after a
+question about the Lumen X1 Pro names no product, so the passages its rewrite found ("Lumen X1
+Pro light source") are not about the message alone. When the answer check replaces the model's
+answer, it reads them with the rewrite, and the lead stays in the user's language; a right
+answer to the follow-up stands. Found with Qwen2.5-Coder-0.5B in ``shelfhand chat``: the third
+turn's passages were right and the user was told the documents do not cover it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit
+from shelfhand.agent.answer_check import AnswerCheck, rewritten_query
+from shelfhand.agent.extractive import LEAD_ZH
+from shelfhand.agent.grounding import REWRITE
+from shelfhand.agent.retrieve import make_retrieve_tool
+from shelfhand.agent.rewrite import QueryRewriter
+from shelfhand.core.context import UserContext
+from shelfhand.core.messages import Message
+from shelfhand.models.base import ToolSchema
+from shelfhand.testing import FunctionModel
+from support.knowledge import sample_kb
+
+pytestmark = pytest.mark.anyio
+
+ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
+FOLLOW_UP = "它的光源能用多久？"
+ABOUT = {
+    "Lumen X1 Pro": [
+        Message.user("Lumen X1 Pro 多少钱？"),
+        Message.assistant("Lumen X1 Pro 售价 5,999 元。"),
+    ],
+    "Lumen Mini M2": [
+        Message.user("Lumen Mini M2 多少钱？"),
+        Message.assistant("Lumen Mini M2 售价 1,999 元。"),
+    ],
+}
+REFUSAL = "I cannot help with that."
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KnowledgeBase]:
+    with sample_kb(tmp_path_factory.mktemp("kb"), vectors=False) as base:
+        yield base
+
+
+def model(answer: str | Callable[[list[Message]], str]) -> FunctionModel:
+    """Rewrites the follow-up with the product its history names; answers with ``answer``."""
+
+    def turn(messages: list[Message], tools: list[ToolSchema]) -> str:
+        if messages[0].role == "system" and "search query" in messages[0].text:
+            seen = "\n".join(m.text for m in messages)
+            return next(f"{name} light source" for name in ABOUT if name in seen)
+        return answer(messages) if callable(answer) else answer
+
+    return FunctionModel(turn)
+
+
+def agent(kb: KnowledgeBase, fm: FunctionModel, *, check: bool = True) -> Agent:
+    return Agent(
+        model=fm,
+        toolkit=Toolkit([make_retrieve_tool(kb)]),
+        retrieval="context",
+        rewriter=QueryRewriter(fm),
+        answer_check=AnswerCheck() if check else None,
+    )
+
+
+async def test_a_replaced_follow_up_is_answered_from_the_passages_its_rewrite_found(
+    kb: KnowledgeBase,
+) -> None:
+    result = await agent(kb, model(REFUSAL)).run(
+        FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME
+    )
+
+    assert rewritten_query(result.messages) == "Lumen X1 Pro light source"
+    assert result.extractive and result.fallback_reason == "refusal"
+    assert result.output.startswith(LEAD_ZH), result.output  # the user asked in Chinese
+    assert "Laser, 20,000 h" in result.output and "Price (CNY)" in result.output, result.output
+
+
+async def test_without_the_rewrite_the_same_passages_are_not_about_the_message(
+    kb: KnowledgeBase,
+) -> None:
+    raw = await agent(kb, model(REFUSAL), check=False).run(
+        FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME
+    )
+    forgotten = [
+        replace(m, metadata={k: v for k, v in m.metadata.items() if k != REWRITE})
+        for m in raw.messages
+    ]
+
+    read_with_it = AnswerCheck().apply(raw, FOLLOW_UP)
+    read_without = AnswerCheck().apply(replace(raw, messages=tuple(forgotten)), FOLLOW_UP)
+
+    assert read_with_it.extractive and "20,000 h" in read_with_it.output
+    assert rewritten_query(forgotten) is None
+    assert not read_without.extractive and read_without.output == REFUSAL
+
+
+async def test_a_right_answer_to_the_follow_up_stands(kb: KnowledgeBase) -> None:
+    def cites_the_table(messages: list[Message]) -> str:
+        seen = "\n".join(m.text for m in messages)
+        found = re.search(r"\[(\d+)\][^\[]*Models at a glance", seen)
+        assert found is not None, seen
+        return f"Lumen X1 Pro 的光源是激光，寿命 20,000 h [{found.group(1)}]。"
+
+    result = await agent(kb, model(cites_the_table)).run(
+        FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME
+    )
+
+    assert not result.extractive and not result.fallback_reason
+    assert result.output.startswith("Lumen X1 Pro 的光源是激光")
+
+
+async def test_two_callers_following_up_at_once_each_get_their_own_product(
+    kb: KnowledgeBase,
+) -> None:
+    shared = agent(kb, model(REFUSAL))
+    bob = UserContext(tenant_id="acme", user_id="u2", roles=["user"])
+
+    pro, mini = await asyncio.gather(
+        shared.run(FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME),
+        shared.run(FOLLOW_UP, history=ABOUT["Lumen Mini M2"], context=bob),
+    )
+
+    assert "Laser, 20,000 h" in pro.output and "LED, 30,000 h" not in pro.output, pro.output
+    assert "LED, 30,000 h" in mini.output and "Laser, 20,000 h" not in mini.output, mini.output
+
+
+def test_no_rewrite_and_a_failed_one_give_no_query() -> None:
+    upfront = Message.assistant("", metadata={"upfront": True})
+    failed = Message.assistant(
+        "", metadata={"upfront": True, REWRITE: {"original": "x", "reason": "timeout"}}
+    )
+    blank = Message.assistant(
+        "", metadata={"upfront": True, REWRITE: {"original": "x", "query": "  "}}
+    )
+
+    assert rewritten_query([Message.user("x"), upfront]) is None
+    assert rewritten_query([failed]) is None
+    assert rewritten_query([blank]) is None
+    assert rewritten_query([]) is None

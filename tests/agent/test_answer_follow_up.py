@@ -146,3 +146,39 @@ def test_no_rewrite_and_a_failed_one_give_no_query() -> None:
     assert rewritten_query([failed]) is None
     assert rewritten_query([blank]) is None
     assert rewritten_query([]) is None
+
+
+async def test_another_rows_number_for_a_follow_up_naming_nothing_is_replaced(
+    kb: KnowledgeBase,
+) -> None:
+    # Qwen2.5-Coder-0.5B through the service: "4,000 h" for the X1 Pro, the X1's row; the
+    # answer and the message name no product, the rewrite does
+    result = await agent(kb, model("4,000 h")).run(
+        FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME
+    )
+
+    assert result.fallback_reason == "ungrounded" and result.extractive, result.output
+    assert "Laser, 20,000 h" in result.output and "4,000 h |" not in result.output, result.output
+
+
+def test_the_rewrite_gives_names_not_numbers_the_answer_may_state() -> None:
+    from shelfhand.agent.grounding_check import check_grounding
+    from shelfhand.core.messages import Citation
+
+    specs = Citation(
+        index=1,
+        source="specs.docx",
+        text="SKU | Model | Light source\n"
+        "SKU2024-011 | Lumen X1 | UHP lamp, 4,000 h\n"
+        "SKU2024-012 | Lumen X1 Pro | Laser, 20,000 h",
+    )
+
+    def sentence(answer: str, asked: str) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        (s,) = check_grounding(answer, [specs], question=FOLLOW_UP, asked=asked).sentences
+        return s.supported, s.misplaced, s.missing
+
+    assert sentence("4,000 h", "Lumen X1 Pro light source") == (False, ("4000",), ())
+    assert sentence("20,000 h", "Lumen X1 Pro light source") == (True, (), ())
+    assert sentence("4,000 h", "") == (True, (), ())  # nothing names a row: as before
+    # a number only the model's rewrite states is still missing from the passages
+    assert sentence("9,000 h", "Lumen X1 Pro 9,000 h")[2] == ("9000",)

@@ -136,3 +136,72 @@ def test_a_number_another_passage_states_outside_a_table_is_not_misplaced() -> N
     prose = Citation(index=2, source="news.md", text="The Lumen Mini M2 now sells for 3,999 CNY.")
     (sentence,) = check_grounding("The Lumen Mini M2 costs 3,999 CNY.", [SPECS, prose]).sentences
     assert sentence.misplaced == ()
+
+
+X1_DESCRIPTION = Citation(
+    index=2,
+    source="specs.docx",
+    title="Lumen specifications",
+    section="Lumen specifications › Lumen X1 (SKU2024-011)",
+    text="The Lumen X1 is our best-selling home projector. Its UHP lamp lasts about 4,000 hours "
+    "in eco mode; a replacement lamp (part LMP-X1) costs 499 CNY.",
+)
+
+
+@pytest.mark.parametrize(
+    ("answer", "misplaced_numbers"),
+    [
+        # Qwen2.5-Coder-0.5B, asked "它的光源能用多久？" after the Lumen Mini M2's price: the
+        # X1's 4,000 hours, which its description (headed "Lumen X1") states outside the table
+        ("Lumen Mini M2's light source lasts about 4,000 hours in eco mode.", ("4000",)),
+        ("Lumen Mini M2 的光源可以使用约 4,000 小时。", ("4000",)),
+        ("The Lumen X1's lamp lasts about 4,000 hours in eco mode.", ()),
+        ("The Lumen Mini M2's LED lasts 30,000 h.", ()),
+        ("The lamp lasts about 4,000 hours in eco mode.", ()),  # names no row
+    ],
+    ids=["other-row-en", "other-row-zh", "its-row", "the-table", "no-row"],
+)
+def test_prose_under_another_rows_heading_does_not_bear_out_a_number(
+    answer: str, misplaced_numbers: tuple[str, ...]
+) -> None:
+    (sentence,) = check_grounding(answer, [SPECS, X1_DESCRIPTION]).sentences
+
+    assert sentence.misplaced == misplaced_numbers
+    assert sentence.supported == (not misplaced_numbers)
+
+
+def test_prose_under_a_heading_that_names_no_row_still_bears_out_a_number() -> None:
+    faq = Citation(
+        index=2,
+        source="faq.md",
+        section="FAQ › Lamps",
+        text="Every Lumen Mini M2 lamp lasts about 4,000 hours in eco mode.",
+    )
+
+    (sentence,) = check_grounding(
+        "The Lumen Mini M2's lamp lasts 4,000 hours.", [SPECS, faq]
+    ).sentences
+
+    assert sentence.misplaced == () and sentence.supported
+
+
+def test_prose_under_the_questions_row_bears_out_a_sentence_that_names_none() -> None:
+    # "30,000" is the Mini M2's row in the table; the X1's own description says it too
+    x1 = Citation(
+        index=2,
+        source="specs.docx",
+        section="Lumen specifications › Lumen X1 (SKU2024-011)",
+        text="The Lumen X1's lamp lasts 30,000 hours in eco mode.",
+    )
+
+    (sentence,) = check_grounding(
+        "It lasts 30,000 hours.", [SPECS, x1], question="How long does the Lumen X1's lamp last?"
+    ).sentences
+    (other,) = check_grounding(
+        "It lasts 4,000 hours.",
+        [SPECS, X1_DESCRIPTION],
+        question="How long does the Lumen Mini M2's light source last?",
+    ).sentences
+
+    assert sentence.misplaced == () and sentence.supported
+    assert other.misplaced == ("4000",) and not other.supported

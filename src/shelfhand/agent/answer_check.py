@@ -416,6 +416,7 @@ class AnswerCheck:
                 question=question,
                 tools=tool_evidence(result.messages),
                 tool_failed=tool_failed,
+                asked=rewritten_query(result.messages) or "",
             )
             return replace(result, grounding=grounding)
         return result

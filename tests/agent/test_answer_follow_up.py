@@ -182,3 +182,29 @@ def test_the_rewrite_gives_names_not_numbers_the_answer_may_state() -> None:
     assert sentence("4,000 h", "") == (True, (), ())  # nothing names a row: as before
     # a number only the model's rewrite states is still missing from the passages
     assert sentence("9,000 h", "Lumen X1 Pro 9,000 h")[2] == ("9000",)
+
+
+async def test_without_a_rewriter_two_callers_following_up_at_once_get_their_own_rows(
+    kb: KnowledgeBase,
+) -> None:
+    # no model rewrite (the default): each follow-up is searched with its own earlier
+    # question, and the replaced answers quote each caller's product
+    shared = Agent(
+        model=model(REFUSAL),
+        toolkit=Toolkit([make_retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=AnswerCheck(),
+    )
+    bob = UserContext(tenant_id="acme", user_id="u2", roles=["user"])
+
+    pro, mini = await asyncio.gather(
+        shared.run(FOLLOW_UP, history=ABOUT["Lumen X1 Pro"], context=ACME),
+        shared.run(FOLLOW_UP, history=ABOUT["Lumen Mini M2"], context=bob),
+    )
+
+    assert rewritten_query(pro.messages) == f"Lumen X1 Pro 多少钱？ {FOLLOW_UP}"
+    assert rewritten_query(mini.messages) == f"Lumen Mini M2 多少钱？ {FOLLOW_UP}"
+    assert "Laser, 20,000 h" in pro.output and "Mini M2" not in pro.output, pro.output
+    # (the Mini M2's own description, whose "2.5 hours of playback" is its battery's: the
+    # lexical choice does not know 光源 is the table's "Light source")
+    assert "Lumen Mini M2" in mini.output and "X1 Pro" not in mini.output, mini.output

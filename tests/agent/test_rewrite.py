@@ -171,9 +171,16 @@ async def test_a_failed_rewrite_searches_with_the_message_and_records_why() -> N
         retrieval="context",
         rewriter=QueryRewriter(model),
     )
-    result = await agent.run("那价格呢？", history=HISTORY_ZH)
-    assert searcher.queries == ["那价格呢？"]
+    result = await agent.run("保修怎么申请？", history=HISTORY_ZH)
+    assert searcher.queries == ["保修怎么申请？"]
     upfront = next(m for m in result.messages if m.metadata.get(UPFRONT))
+    assert "rewrite model down" in upfront.metadata[REWRITE]["reason"]
+
+    # a message pointing back ("那…呢？") is searched with the question before it instead
+    pointing = await agent.run("那价格呢？", history=HISTORY_ZH)
+    assert searcher.queries[-1] == "Lumen X1 投影仪的保修期多久？ 那价格呢？"
+    upfront = next(m for m in pointing.messages if m.metadata.get(UPFRONT))
+    assert upfront.metadata[REWRITE]["carried"] is True
     assert "rewrite model down" in upfront.metadata[REWRITE]["reason"]
 
 
@@ -184,8 +191,8 @@ async def test_first_turn_and_no_rewriter_search_with_the_message() -> None:
     first = Agent(model=model, toolkit=kit, retrieval="context", rewriter=QueryRewriter(model))
     await first.run("What is error E-203?")
     off = Agent(model=model, toolkit=kit, retrieval="context")
-    await off.run("and the price?", history=HISTORY_EN)
-    assert searcher.queries == ["What is error E-203?", "and the price?"]
+    await off.run("Is the warranty transferable?", history=HISTORY_EN)
+    assert searcher.queries == ["What is error E-203?", "Is the warranty transferable?"]
     assert len(model.requests) == 2  # the two answers; no rewrite was asked
 
 
@@ -224,7 +231,12 @@ async def test_app_gives_the_supervisor_the_same_rewriter(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("rewriter", "query"), [(True, "Lumen X1 price"), (False, "and the price?")]
+    ("rewriter", "query"),
+    [
+        (True, "Lumen X1 price"),
+        # no model to rewrite it: "and …?" points back, the question before it is carried
+        (False, "What is the warranty of the Lumen X1 projector? and the price?"),
+    ],
 )
 async def test_the_search_for_a_guessed_answer_searches_with_the_rewrite(
     rewriter: bool, query: str
@@ -252,3 +264,79 @@ async def test_the_search_for_a_guessed_answer_searches_with_the_rewrite(
 
     assert searcher.queries == [query]
     assert "499" not in result.output
+
+
+# --- follow-ups without a model ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "message",
+    [
+        "它的光源能用多久？",
+        "那价格呢？",
+        "那 X1 Pro 呢？",
+        "这款支持 HDR 吗？",
+        "and its price?",
+        "How heavy is it?",
+        "What about the Mini M2?",
+    ],
+)
+def test_a_message_pointing_back_is_searched_with_the_question_before_it(message: str) -> None:
+    from shelfhand.agent.rewrite import carried, points_back
+
+    history = [Message.user("Lumen Mini M2 多少钱？"), Message.assistant("1,999 元 [1]。")]
+
+    found = carried(message, history)
+
+    assert points_back(message)
+    assert found is not None and found.carried and found.rewritten
+    assert found.query == f"Lumen Mini M2 多少钱？ {message}" and found.original == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["拆封后还能退货吗？", "E-203 是什么故障？", "Can I return an opened projector?", "保修多久？"],
+)
+def test_a_new_question_is_searched_as_typed(message: str) -> None:
+    from shelfhand.agent.rewrite import carried
+
+    history = [Message.user("Lumen Mini M2 多少钱？"), Message.assistant("1,999 元 [1]。")]
+
+    assert carried(message, history) is None
+    assert carried("它有多重？", []) is None  # nothing before it to point back to
+    assert carried("它有多重？", [Message.assistant("你好！")]) is None
+
+
+def test_a_chain_of_follow_ups_keeps_the_subject_and_is_bounded() -> None:
+    from shelfhand.agent.rewrite import CARRY_CHARS, carried
+
+    history = [
+        Message.user("Lumen Mini M2 多少钱？"),
+        Message.assistant("1,999 元 [1]。"),
+        Message.user("它的光源能用多久？"),
+        Message.assistant("30,000 小时 [1]。"),
+    ]
+
+    found = carried("那 X1 Pro 呢？", history)
+
+    assert found is not None
+    assert found.query == "Lumen Mini M2 多少钱？ 它的光源能用多久？ 那 X1 Pro 呢？"
+    long = carried("它呢？", [Message.user("Lumen X1 " + "很长的问题" * 200)])
+    assert long is not None and len(long.query) == CARRY_CHARS + len(" 它呢？")
+
+
+async def test_the_up_front_search_carries_the_question_and_records_it() -> None:
+    searcher = RecordingSearcher()
+    agent = Agent(
+        model=answering("NOT ASKED"),
+        toolkit=Toolkit([make_retrieve_tool(searcher)]),
+        retrieval="context",
+    )
+
+    result = await agent.run("它的光源能用多久？", history=HISTORY_ZH)
+
+    assert searcher.queries == ["Lumen X1 投影仪的保修期多久？ 它的光源能用多久？"]
+    upfront = next(m for m in result.messages if m.metadata.get(UPFRONT))
+    assert upfront.metadata[REWRITE] == {
+        "original": "它的光源能用多久？",
+        "query": "Lumen X1 投影仪的保修期多久？ 它的光源能用多久？",
+        "carried": True,
+    }

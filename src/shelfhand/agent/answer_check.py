@@ -565,17 +565,22 @@ def extractive_result(
     result: RunResult, why: str, question: str, *, synonyms: SynonymTable | None = None
 ) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
-    ``question`` (read with ``synonyms``, default the built-in groups), nor about the
-    self-contained query a follow-up was rewritten to (:func:`rewritten_query`)."""
-    extract = extractive_answer(question, result.citations, synonyms=synonyms)
-    if extract is None and result.citations:
-        # "它的光源能用多久？" after a question about the Lumen X1 Pro names no product: the
-        # passages its rewrite found ("Lumen X1 Pro light source lifespan") are about that
-        asked = rewritten_query(result.messages)
-        if asked is not None:
-            extract = extractive_answer(
-                f"{asked} {question}", result.citations, synonyms=synonyms, language_of=question
-            )
+    ``question`` (read with ``synonyms``, default the built-in groups).
+
+    A follow-up searched as rewritten (:func:`rewritten_query`: "它的光源能用多久？" after a
+    question about the Lumen X1 Pro names no product) is read as the search read it, with
+    its rewrite ("Lumen X1 Pro light source" or the earlier question carried), and as typed
+    when that finds no passage: the message alone takes the warranty's sentence about light
+    sources for the answer."""
+    extract = None
+    asked = rewritten_query(result.messages) if result.citations else None
+    if asked is not None:
+        query = asked if question.strip() in asked else f"{asked} {question}"
+        extract = extractive_answer(
+            query, result.citations, synonyms=synonyms, language_of=question
+        )
+    if extract is None:
+        extract = extractive_answer(question, result.citations, synonyms=synonyms)
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)

@@ -34,7 +34,7 @@ from shelfhand.core.ids import new_id
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
-from .rewrite import QueryRewriter, Rewrite
+from .rewrite import QueryRewriter, Rewrite, carried
 
 __all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontPlan", "UpfrontRetrieval", "as_model_sees"]
 
@@ -56,7 +56,9 @@ UPFRONT_TOP_K = 5
 neither policy's warranty period; with five it gets both versions, flagged."""
 REWRITE = "rewrite"
 """Metadata key of the up-front message: ``{"original", "query"}`` when the query was
-rewritten, ``{"original", "reason"}`` when the rewrite was not used."""
+rewritten, ``{"original", "reason"}`` when the rewrite was not used, ``{"original", "query",
+"carried": True}`` (and the model's ``reason``, when it was asked) when the message, pointing
+back, was searched with the earlier question (:func:`~.rewrite.carried`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +70,12 @@ class UpfrontPlan:
         """What the up-front message records: always ``upfront``, and the rewrite."""
         out: dict[str, object] = {UPFRONT: True}
         r = self.rewrite
-        if r is not None and r.rewritten:
+        if r is not None and r.carried:
+            record: dict[str, object] = {"original": r.original, "query": r.query, "carried": True}
+            if r.reason is not None:  # the model's rewrite, not used
+                record["reason"] = r.reason
+            out[REWRITE] = record
+        elif r is not None and r.rewritten:
             out[REWRITE] = {"original": r.original, "query": r.query}
         elif r is not None and r.reason is not None:
             out[REWRITE] = {"original": r.original, "reason": r.reason}
@@ -113,9 +120,17 @@ class UpfrontRetrieval:
         """The calls for ``prompt``, its query rewritten with ``history`` when a rewriter is
         set and there is history (a failed rewrite keeps the message, with the reason)."""
         message = prompt.text.strip()
-        if self.rewriter is None or not message:
+        if not message or not history:
             return UpfrontPlan(calls=self.calls(prompt))
-        rewrite = await self.rewriter.rewrite(message, history)
+        rewrite = None if self.rewriter is None else await self.rewriter.rewrite(message, history)
+        if rewrite is None or not rewrite.rewritten:
+            # no model to ask, or its rewrite not used (why is kept): a message pointing back
+            # ("它的光源能用多久？") is searched with the earlier question it follows
+            carry = carried(message, history)
+            if carry is not None:
+                rewrite = replace(carry, reason=None if rewrite is None else rewrite.reason)
+        if rewrite is None:
+            return UpfrontPlan(calls=self.calls(prompt))
         return UpfrontPlan(calls=self._calls_for(rewrite.query), rewrite=rewrite)
 
     def calls(self, prompt: Message) -> list[ToolCallBlock]:

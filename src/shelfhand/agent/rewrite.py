@@ -21,7 +21,7 @@ from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
 from shelfhand.models.base import ChatModel
 
-__all__ = ["QueryRewriter", "Rewrite"]
+__all__ = ["QueryRewriter", "Rewrite", "carried", "points_back"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,9 @@ class Rewrite:
     """``True`` when ``query`` is the model's rewrite."""
     reason: str | None = None
     """Why the original was kept, when the model was asked and its answer not used."""
+    carried: bool = False
+    """``True`` when ``query`` is the message with the earlier question it points back to
+    (:func:`carried`), no model asked."""
 
 
 class QueryRewriter:
@@ -144,3 +147,49 @@ def _history_text(history: Sequence[Message]) -> str:
         if content:
             lines.append(f"{m.role}: {content[:HISTORY_CHARS]}")
     return "\n".join(lines[-HISTORY_MESSAGES:])
+
+
+_POINTS_BACK = re.compile(
+    r"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|呢\s*[？?。.!！]*\s*$"
+    r"|^\s*(?:and|what about|how about)\b|\b(?:it|its|it's|they|them|their|(?:this|that) one)\b",
+    re.IGNORECASE,
+)
+"""A message that points back to what the conversation was about: a pronoun ("它的光源能用多
+久？", "how do I fix it?"), or "what about …" ("那价格呢？", "那 X1 Pro 呢？", "and its
+price?")."""
+CARRY_BACK = 3
+"""How many earlier user messages :func:`carried` looks through for one that names its
+subject."""
+CARRY_CHARS = 200
+"""The most of an earlier message :func:`carried` adds to a query."""
+
+
+def points_back(message: str) -> bool:
+    """Whether ``message`` points back to what the conversation was about (see
+    :data:`_POINTS_BACK`)."""
+    return _POINTS_BACK.search(message) is not None
+
+
+def carried(message: str, history: Sequence[Message]) -> Rewrite | None:
+    """The query for a follow-up without a model: ``message`` after the latest earlier user
+    message (and the ones before it while they point back too, :func:`points_back`, up to
+    :data:`CARRY_BACK`; cut to :data:`CARRY_CHARS`), when ``message`` points back; ``None``
+    when it does not, or there is no earlier question.
+
+    "它的光源能用多久？" after "Lumen Mini M2 多少钱？" is searched as "Lumen Mini M2 多少钱？
+    它的光源能用多久？": the search finds the Mini M2's spec row, not the warranty's sentence
+    about light sources. A message that does not point back ("退货要手续费吗？" after a
+    product's price) is searched as typed: a new topic is not mixed with the old one."""
+    original = message.strip()
+    if not original or not points_back(original):
+        return None
+    asked = [" ".join(m.text.split()) for m in history if m.role == "user" and m.text.strip()]
+    if not asked:
+        return None
+    chain: list[str] = []
+    for earlier in reversed(asked[-CARRY_BACK:]):
+        chain.insert(0, earlier)  # one that points back too: with the one before it
+        if not points_back(earlier):
+            break
+    subject = " ".join(chain)[:CARRY_CHARS]
+    return Rewrite(query=f"{subject} {original}", original=original, rewritten=True, carried=True)

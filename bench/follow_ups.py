@@ -1,0 +1,111 @@
+"""Follow-ups without a model: a message pointing back ("它的光源能用多久？", "and its price?")
+searched with the earlier question it follows (:func:`~shelfhand.agent.rewrite.carried`),
+against the message as typed.
+
+Cases over the bundled sample corpus: the six follow-ups of ``bench/query_rewrite.py``, six
+more that name the product only in the earlier question, and four that change the topic
+(they point back at nothing, so they must be searched as typed). For each: whether the
+relevant file is the first hit and among the top ``k``, as typed and as carried. No chat
+model; keyword search by default, or a workspace's own search (``--workspace``, after
+``shelfhand ingest --samples``)::
+
+    python bench/follow_ups.py [-k 3] [--workspace WS] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from query_rewrite import FOLLOW_UPS
+
+from shelfhand.agent.rewrite import carried
+from shelfhand.core.context import UserContext
+from shelfhand.core.messages import Message
+from shelfhand.knowledge.base import KnowledgeBase, sample_corpus
+
+MORE: list[tuple[str, str, str, str]] = [
+    # (earlier question, earlier answer, follow-up, relevant file): the subject only before
+    ("Lumen X1 Pro 多少钱？", "5,999 元 [1]。", "它的光源能用多久？", "product-specs.docx"),
+    ("Lumen Mini M2 多少钱？", "1,999 元 [1]。", "它的光源能用多久？", "product-specs.docx"),
+    ("Lumen Mini M2 多少钱？", "1,999 元 [1]。", "它有多重？", "product-specs.docx"),
+    ("Lumen X1 多少钱？", "3,999 元 [1]。", "那 Mini M2 呢？", "product-specs.docx"),
+    ("How much is the Lumen Mini M2?", "1,999 CNY [1].", "How heavy is it?", "product-specs.docx"),
+    ("What does E-203 mean?", "The lamp is overheating [1].", "Can I keep using it?", "troubleshooting-manual.pdf"),
+]  # fmt: skip
+NEW_TOPIC: list[tuple[str, str, str, str]] = [
+    # a new question after another topic: searched as typed
+    ("Lumen X1 多少钱？", "3,999 元 [1]。", "拆封后还能退货吗？", "returns-policy.md"),
+    ("Lumen X1 多少钱？", "3,999 元 [1]。", "E-203 是什么故障？", "troubleshooting-manual.pdf"),
+    ("How much is the Lumen X1?", "3,999 CNY [1].", "Can I return an opened projector?", "faq.html"),
+    ("What does E-203 mean?", "The lamp is overheating [1].", "How do I clean the lens?", "faq.html"),
+]  # fmt: skip
+CALLER = UserContext(tenant_id="default", user_id="bench")
+
+
+def _hits(kb: KnowledgeBase, query: str, k: int) -> list[str]:
+    return [Path(h.chunk.source).name for h in kb.search(query, k=k, user=CALLER)]
+
+
+def run(kb: KnowledgeBase, k: int) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for kind, cases in (("follow-up", FOLLOW_UPS + MORE), ("new topic", NEW_TOPIC)):
+        for question, answer, follow_up, relevant in cases:
+            history = [Message.user(question), Message.assistant(answer)]
+            carry = carried(follow_up, history)
+            query = follow_up if carry is None else carry.query
+            typed, as_carried = _hits(kb, follow_up, k), _hits(kb, query, k)
+            row = {
+                "kind": kind,
+                "follow_up": follow_up,
+                "query": query,
+                "carried": carry is not None,
+                "first_as_typed": typed[:1] == [relevant],
+                "first_carried": as_carried[:1] == [relevant],
+                "top_k_as_typed": relevant in typed,
+                "top_k_carried": relevant in as_carried,
+            }
+            print(json.dumps(row, ensure_ascii=False), flush=True)
+            rows.append(row)
+    summary: dict[str, Any] = {"k": k}
+    for kind in ("follow-up", "new topic"):
+        mine = [r for r in rows if r["kind"] == kind]
+        summary[kind] = {
+            "n": len(mine),
+            "carried": sum(r["carried"] for r in mine),
+            **{
+                key: sum(r[key] for r in mine)
+                for key in ("first_as_typed", "first_carried", "top_k_as_typed", "top_k_carried")
+            },
+        }
+    return {**summary, "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-k", type=int, default=3)
+    parser.add_argument("--workspace", type=Path, help="search this workspace (hybrid)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.workspace is not None:
+        from shelfhand.app import App
+        from shelfhand.core.settings import Settings
+
+        kb = App(settings=Settings.load(args.workspace)).open_knowledge()
+    else:
+        kb = KnowledgeBase(Path(tempfile.mkdtemp()) / "ws", None, mode="keyword")
+        kb.ingest([sample_corpus()])
+    try:
+        report = run(kb, args.k)
+    finally:
+        kb.close()
+    print(json.dumps({k: v for k, v in report.items() if k != "rows"}, ensure_ascii=False))
+    if args.json:
+        args.json.write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

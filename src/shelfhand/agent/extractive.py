@@ -323,8 +323,8 @@ def _stating(
 
 
 def _table_header(row: _Sentence, passages: Sequence[Citation]) -> _Sentence | None:
-    """The header line of the table ``row`` is a line of ("SKU | Model | … | Price (CNY)"),
-    when its passage's first line is one; else ``None``: "SKU2024-011 | Lumen X1 | 3,000 | …
+    """The header line ("SKU | Model | … | Price (CNY)") of the table ``row`` is a line of,
+    when its passage's first line is one; else ``None``. "SKU2024-011 | Lumen X1 | 3,000 | …
     | 3,999" alone does not say which number is the price."""
     if row.position == 0 or _CELL.search(row.text) is None:
         return None

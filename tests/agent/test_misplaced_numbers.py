@@ -205,3 +205,24 @@ def test_prose_under_the_questions_row_bears_out_a_sentence_that_names_none() ->
 
     assert sentence.misplaced == () and sentence.supported
     assert other.misplaced == ("4000",) and not other.supported
+
+
+@pytest.mark.parametrize(
+    ("answer", "asked", "misplaced_numbers"),
+    [
+        # "X1" names the Lumen X1's row: the X1 Pro's row shares it, and says "Pro" too
+        ("The Lumen X1 costs 5,999 CNY.", "", ("5999",)),
+        ("The Lumen X1 costs 3,999 CNY.", "", ()),
+        ("The Lumen X1 Pro costs 5,999 CNY.", "", ()),
+        # Qwen2.5-Coder-0.5B, "那价格呢？" after "Lumen X1 的亮度是多少？": the X1 Pro's price
+        ("5,999 CNY", "Lumen X1 的亮度是多少？ 那价格呢？", ("5999",)),
+        ("3,999 CNY", "Lumen X1 的亮度是多少？ 那价格呢？", ()),
+    ],
+    ids=["x1-given-the-pro-s", "x1", "pro", "follow-up-pro-s", "follow-up-x1"],
+)
+def test_a_name_another_row_extends_names_the_row_that_says_least_else(
+    answer: str, asked: str, misplaced_numbers: tuple[str, ...]
+) -> None:
+    (sentence,) = check_grounding(answer, [SPECS], question="那价格呢？", asked=asked).sentences
+
+    assert sentence.misplaced == misplaced_numbers

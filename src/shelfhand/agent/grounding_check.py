@@ -518,13 +518,24 @@ def _rows_named(
     named: frozenset[str], passage: Table, otherwise: Callable[[], frozenset[str]]
 ) -> frozenset[int]:
     """The rows of ``passage`` (by position) that ``named`` names: those sharing the most of
-    its words that not every row holds (one, or several that tie: the ``h`` of "4,000 h"
-    is in every row of a table of lamp hours, and names none); when it names none, those
-    that ``otherwise()`` names; none when neither does."""
+    its words that not every row holds (the ``h`` of "4,000 h" is in every row of a table of
+    lamp hours, and names none), and of several that tie, those whose labels hold fewest
+    other words; when it names none, those that ``otherwise()`` names; none when neither
+    does."""
     if not passage.rows:
         return frozenset()
     row_words = [words_of - passage.common for words_of, _ in passage.rows]
-    return _most_shared(named, row_words) or _most_shared(otherwise(), row_words)
+    found = _most_shared(named, row_words)
+    if not found:
+        named = otherwise()
+        found = _most_shared(named, row_words)
+    if len(found) < 2 or not passage.labels:
+        return found
+    # a tie: the rows whose labels say least besides what is named ("X1" names the Lumen X1's
+    # row, not the Lumen X1 Pro's, whose label has "Pro" too)
+    extra = {i: len(passage.labels[i] - named - passage.common) for i in found}
+    fewest = min(extra.values())
+    return frozenset(i for i, n in extra.items() if n == fewest)
 
 
 def _most_shared(named: frozenset[str], rows: Sequence[frozenset[str]]) -> frozenset[int]:

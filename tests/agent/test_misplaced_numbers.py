@@ -138,6 +138,11 @@ def test_a_number_another_passage_states_outside_a_table_is_not_misplaced() -> N
     assert sentence.misplaced == ()
 
 
+def prose(section: str, text: str) -> Citation:
+    """A passage beside :data:`SPECS` (number 2), under ``section``."""
+    return Citation(index=2, source="specs.md", section=section, text=text)
+
+
 X1_DESCRIPTION = Citation(
     index=2,
     source="specs.docx",
@@ -171,12 +176,7 @@ def test_prose_under_another_rows_heading_does_not_bear_out_a_number(
 
 
 def test_prose_under_a_heading_that_names_no_row_still_bears_out_a_number() -> None:
-    faq = Citation(
-        index=2,
-        source="faq.md",
-        section="FAQ › Lamps",
-        text="Every Lumen Mini M2 lamp lasts about 4,000 hours in eco mode.",
-    )
+    faq = prose("FAQ › Lamps", "Every Lumen Mini M2 lamp lasts about 4,000 hours in eco mode.")
 
     (sentence,) = check_grounding(
         "The Lumen Mini M2's lamp lasts 4,000 hours.", [SPECS, faq]
@@ -187,11 +187,9 @@ def test_prose_under_a_heading_that_names_no_row_still_bears_out_a_number() -> N
 
 def test_prose_under_the_questions_row_bears_out_a_sentence_that_names_none() -> None:
     # "30,000" is the Mini M2's row in the table; the X1's own description says it too
-    x1 = Citation(
-        index=2,
-        source="specs.docx",
-        section="Lumen specifications › Lumen X1 (SKU2024-011)",
-        text="The Lumen X1's lamp lasts 30,000 hours in eco mode.",
+    x1 = prose(
+        "Lumen specifications › Lumen X1 (SKU2024-011)",
+        "The Lumen X1's lamp lasts 30,000 hours in eco mode.",
     )
 
     (sentence,) = check_grounding(

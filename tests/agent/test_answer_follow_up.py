@@ -208,3 +208,39 @@ async def test_without_a_rewriter_two_callers_following_up_at_once_get_their_own
     # (the Mini M2's own description, whose "2.5 hours of playback" is its battery's: the
     # lexical choice does not know 光源 is the table's "Light source")
     assert "Lumen Mini M2" in mini.output and "X1 Pro" not in mini.output, mini.output
+
+
+async def test_what_about_another_product_asks_what_the_earlier_question_asked(
+    kb: KnowledgeBase,
+) -> None:
+    # Qwen2.5-Coder-0.5B answered "那 Mini M2 呢？" after "Lumen X1 多少钱？" with the name
+    # alone: the follow-up asks a price as the question it follows did
+    agent = Agent(
+        model=model("Lumen Mini M2 [1]。"),
+        toolkit=Toolkit([make_retrieve_tool(kb)]),
+        retrieval="context",
+        answer_check=AnswerCheck(),
+    )
+    history = [Message.user("Lumen X1 多少钱？"), Message.assistant("3,999 元。")]
+
+    result = await agent.run("那 Mini M2 呢？", history=history, context=ACME)
+
+    assert result.fallback_reason == "unanswered" and result.extractive, result.output
+    assert "SKU2024-020 | Lumen Mini M2 |" in result.output and "1,999" in result.output
+
+
+def test_the_amount_asked_is_the_message_s_when_it_asks_one() -> None:
+    from shelfhand.agent.answer_check import amount_asked
+
+    carried = Message.assistant(
+        "",
+        metadata={
+            "upfront": True,
+            REWRITE: {"original": "那 Mini M2 呢？", "query": "Lumen X1 多少钱？ 那 Mini M2 呢？"},
+        },
+    )
+
+    assert amount_asked("那 Mini M2 呢？", [carried]) == "Lumen X1 多少钱？ 那 Mini M2 呢？"
+    assert amount_asked("它有多重？", [carried]) == "它有多重？"  # a question of its own
+    assert amount_asked("它的光源能用多久？", [carried]) == "它的光源能用多久？"
+    assert amount_asked("那 Mini M2 呢？", []) == "那 Mini M2 呢？"

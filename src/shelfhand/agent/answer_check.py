@@ -39,6 +39,7 @@ from shelfhand.core.results import RunResult
 from shelfhand.knowledge.analysis import SynonymTable
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 
+from .amounts import asked_amount
 from .answer_topic import (
     misses_amount,
     misses_identifier,
@@ -65,6 +66,7 @@ from .fallbacks import (
 from .grounding import FAILED_INTRO, PASSAGES_INTRO, REWRITE, UPFRONT
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
+from .rewrite import asks_the_same
 
 __all__ = [
     "AGENT_SCAFFOLDS",
@@ -357,7 +359,7 @@ class AnswerCheck:
         answer, citations = result.output, result.citations
         if misses_identifier(question, answer, result.grounding, citations):
             return "off_topic"
-        if misses_amount(question, answer):
+        if misses_amount(amount_asked(question, result.messages), answer):
             return "unanswered"
         if rests_on_tools(result.grounding):
             return ""  # what the run's tools returned, not the passages: no passage to prefer
@@ -427,7 +429,8 @@ class AnswerCheck:
             return checked
         replaced = _replaced(checked, why, question, self.synonyms)
         if why == "unanswered" and not (
-            replaced.extractive and not misses_amount(question, replaced.output)
+            replaced.extractive
+            and not misses_amount(amount_asked(question, checked.messages), replaced.output)
         ):
             return checked  # the passages' sentences state no such amount either: no better
         if replaced.extractive or says_not_covered(replaced.output):
@@ -642,6 +645,17 @@ def rewritten_query(messages: Sequence[Message]) -> str | None:
             query = rewrite.get("query") if isinstance(rewrite, dict) else None
             return query if isinstance(query, str) and query.strip() else None
     return None
+
+
+def amount_asked(question: str, messages: Sequence[Message]) -> str:
+    """What to read for the amount ``question`` asks (:func:`~.amounts.asked_amount`): the
+    question, or, when it asks none and asks what the question before it asked
+    (:func:`~.rewrite.asks_the_same`), its rewrite or the earlier question it was searched
+    with (:func:`rewritten_query`): "那 Mini M2 呢？" after "Lumen X1 多少钱？" asks a price
+    too; "它有多重？" asks its own question."""
+    if asked_amount(question) is not None or not asks_the_same(question):
+        return question
+    return rewritten_query(messages) or question
 
 
 def _tools_under(result: RunResult, question: str) -> RunResult:

@@ -21,7 +21,7 @@ from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
 from shelfhand.models.base import ChatModel
 
-__all__ = ["QueryRewriter", "Rewrite", "carried", "points_back"]
+__all__ = ["QueryRewriter", "Rewrite", "asks_the_same", "carried", "points_back"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,16 @@ CARRY_BACK = 3
 subject."""
 CARRY_CHARS = 200
 """The most of an earlier message :func:`carried` adds to a query."""
+
+
+_SAME_ASKED = re.compile(r"呢\s*[？?。.!！]*\s*$|^\s*(?:what about|how about|and)\b", re.IGNORECASE)
+
+
+def asks_the_same(message: str) -> bool:
+    """Whether ``message`` asks what the earlier question asked, of something else or of
+    more ("那 Mini M2 呢？", "what about the X1 Pro?", "and its price?"), rather than a
+    question of its own ("它有多重？")."""
+    return _SAME_ASKED.search(message) is not None
 
 
 def points_back(message: str) -> bool:

@@ -150,7 +150,7 @@ def _history_text(history: Sequence[Message]) -> str:
 
 
 _POINTS_BACK = re.compile(
-    r"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|呢\s*[？?。.!！]*\s*$"
+    r"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|呢[\s？?。.!！]*$"
     r"|^\s*(?:and|what about|how about)\b|\b(?:it|its|it's|they|them|their|(?:this|that) one)\b",
     re.IGNORECASE,
 )
@@ -164,7 +164,7 @@ CARRY_CHARS = 200
 """The most of an earlier message :func:`carried` adds to a query."""
 
 
-_SAME_ASKED = re.compile(r"呢\s*[？?。.!！]*\s*$|^\s*(?:what about|how about|and)\b", re.IGNORECASE)
+_SAME_ASKED = re.compile(r"呢[\s？?。.!！]*$|^\s*(?:what about|how about|and)\b", re.IGNORECASE)
 
 
 def asks_the_same(message: str) -> bool:

@@ -3,7 +3,7 @@ searched with the earlier question it follows (:func:`~shelfhand.agent.rewrite.c
 against the message as typed.
 
 Cases over the bundled sample corpus: the six follow-ups of ``bench/query_rewrite.py``, six
-more that name the product only in the earlier question, and four that change the topic
+more that name the product only in the earlier question, and six that change the topic
 (they point back at nothing, so they must be searched as typed). For each: whether the
 relevant file is the first hit and among the top ``k``, as typed and as carried. No chat
 model; keyword search by default, or a workspace's own search (``--workspace``, after
@@ -46,6 +46,9 @@ NEW_TOPIC: list[tuple[str, str, str, str]] = [
     ("Lumen X1 多少钱？", "3,999 元 [1]。", "E-203 是什么故障？", "troubleshooting-manual.pdf"),
     ("How much is the Lumen X1?", "3,999 CNY [1].", "Can I return an opened projector?", "faq.html"),
     ("What does E-203 mean?", "The lamp is overheating [1].", "How do I clean the lens?", "faq.html"),
+    # an "it" of the question's own
+    ("How much is the Lumen X1?", "3,999 CNY [1].", "Is it possible to return an opened projector?", "faq.html"),
+    ("What does E-203 mean?", "The lamp is overheating [1].", "Does it void the warranty if I open the case?", "faq.html"),
 ]  # fmt: skip
 CALLER = UserContext(tenant_id="default", user_id="bench")
 FACTS: dict[tuple[str, str], str] = {

@@ -293,7 +293,13 @@ def test_a_message_pointing_back_is_searched_with_the_question_before_it(message
 
 @pytest.mark.parametrize(
     "message",
-    ["拆封后还能退货吗？", "E-203 是什么故障？", "Can I return an opened projector?", "保修多久？"],
+    [
+        "拆封后还能退货吗？",
+        "E-203 是什么故障？",
+        "Can I return an opened projector?",
+        "保修多久？",
+        "Is it possible to return an opened projector?",  # an "it" of its own
+    ],
 )
 def test_a_new_question_is_searched_as_typed(message: str) -> None:
     from shelfhand.agent.rewrite import carried

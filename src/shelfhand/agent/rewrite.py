@@ -151,12 +151,18 @@ def _history_text(history: Sequence[Message]) -> str:
 
 _POINTS_BACK = re.compile(
     r"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|呢[\s？?。.!！]*$"
-    r"|^\s*(?:and|what about|how about)\b|\b(?:it|its|it's|they|them|their|(?:this|that) one)\b",
+    r"|^\s*(?:and|what about|how about)\b",
     re.IGNORECASE,
 )
-"""A message that points back to what the conversation was about: a pronoun ("它的光源能用多
-久？", "how do I fix it?"), or "what about …" ("那价格呢？", "那 X1 Pro 呢？", "and its
-price?")."""
+"""A message that points back to what the conversation was about: a Chinese pronoun ("它的光源
+能用多久？"), or "what about …" ("那价格呢？", "那 X1 Pro 呢？", "and its price?")."""
+_ENGLISH_PRONOUN = re.compile(r"\b(?:it|its|it's|they|them|their|(?:this|that) one)\b", re.I)
+SHORT_WORDS = 5
+"""An English message pointing back with a pronoun has at most this many words ("How heavy is
+it?", "Can I keep using it?"): in a longer one "it" is mostly a question's own ("Is it
+possible to return an opened projector?" after a price: carried, its search put the spec
+sheet in the top 3 and, for "Does it void the warranty if I open the case?" after E-203, the
+manual first)."""
 CARRY_BACK = 3
 """How many earlier user messages :func:`carried` looks through for one that names its
 subject."""
@@ -176,8 +182,11 @@ def asks_the_same(message: str) -> bool:
 
 def points_back(message: str) -> bool:
     """Whether ``message`` points back to what the conversation was about (see
-    :data:`_POINTS_BACK`)."""
-    return _POINTS_BACK.search(message) is not None
+    :data:`_POINTS_BACK`; an English pronoun in a message of :data:`SHORT_WORDS` words at
+    most)."""
+    if _POINTS_BACK.search(message) is not None:
+        return True
+    return _ENGLISH_PRONOUN.search(message) is not None and len(message.split()) <= SHORT_WORDS
 
 
 def carried(message: str, history: Sequence[Message]) -> Rewrite | None:

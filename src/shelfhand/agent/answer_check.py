@@ -63,7 +63,7 @@ from .fallbacks import (
     tool_result_lines,
     tool_results,
 )
-from .grounding import FAILED_INTRO, PASSAGES_INTRO, REWRITE, UPFRONT
+from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
 from .rewrite import asks_the_same
@@ -570,9 +570,9 @@ def extractive_result(
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
     ``question`` (read with ``synonyms``, default the built-in groups).
 
-    A follow-up searched as rewritten (:func:`rewritten_query`: "它的光源能用多久？" after a
-    question about the Lumen X1 Pro names no product) is read as the search read it, with
-    its rewrite ("Lumen X1 Pro light source" or the earlier question carried), and as typed
+    A follow-up searched as rewritten (:func:`~.grounding.rewritten_query`: "它的光源能用多
+    久？" after a question about the Lumen X1 Pro names no product) is read as the search
+    read it, with its rewrite ("Lumen X1 Pro light source" or the earlier question carried), and as typed
     when that finds no passage: the message alone takes the warranty's sentence about light
     sources for the answer."""
     extract = None
@@ -636,23 +636,12 @@ def _replaced(
     return replace(result, fallback_reason=why)
 
 
-def rewritten_query(messages: Sequence[Message]) -> str | None:
-    """The self-contained query the run's message was rewritten to for its up-front search
-    (setting ``query_rewrite``, :mod:`.rewrite`), or ``None`` when it was not rewritten."""
-    for m in messages:
-        if m.metadata.get(UPFRONT):
-            rewrite = m.metadata.get(REWRITE)
-            query = rewrite.get("query") if isinstance(rewrite, dict) else None
-            return query if isinstance(query, str) and query.strip() else None
-    return None
-
-
 def amount_asked(question: str, messages: Sequence[Message]) -> str:
     """What to read for the amount ``question`` asks (:func:`~.amounts.asked_amount`): the
     question, or, when it asks none and asks what the question before it asked
     (:func:`~.rewrite.asks_the_same`), its rewrite or the earlier question it was searched
-    with (:func:`rewritten_query`): "那 Mini M2 呢？" after "Lumen X1 多少钱？" asks a price
-    too; "它有多重？" asks its own question."""
+    with (:func:`~.grounding.rewritten_query`): "那 Mini M2 呢？" after "Lumen X1 多少钱？"
+    asks a price too; "它有多重？" asks its own question."""
     if asked_amount(question) is not None or not asks_the_same(question):
         return question
     return rewritten_query(messages) or question

@@ -36,7 +36,14 @@ from shelfhand.tools.toolkit import CallReport, Toolkit
 
 from .rewrite import QueryRewriter, Rewrite, carried
 
-__all__ = ["RETRIEVE_TOOL", "UPFRONT", "UpfrontPlan", "UpfrontRetrieval", "as_model_sees"]
+__all__ = [
+    "RETRIEVE_TOOL",
+    "UPFRONT",
+    "UpfrontPlan",
+    "UpfrontRetrieval",
+    "as_model_sees",
+    "rewritten_query",
+]
 
 RETRIEVE_TOOL = "retrieve"
 UPFRONT = "upfront"
@@ -80,6 +87,18 @@ class UpfrontPlan:
         elif r is not None and r.reason is not None:
             out[REWRITE] = {"original": r.original, "reason": r.reason}
         return out
+
+
+def rewritten_query(messages: Sequence[Message]) -> str | None:
+    """The self-contained query a run's message was searched with up front, as its up-front
+    message records it (:meth:`UpfrontPlan.metadata`: the model's rewrite, or the earlier
+    question carried), or ``None`` when it was searched as typed."""
+    for m in messages:
+        if m.metadata.get(UPFRONT):
+            rewrite = m.metadata.get(REWRITE)
+            query = rewrite.get("query") if isinstance(rewrite, dict) else None
+            return query if isinstance(query, str) and query.strip() else None
+    return None
 
 
 class UpfrontRetrieval:

@@ -351,9 +351,9 @@ class Governance(CallSharing):
                 if circuit is not None:
                     circuit.success(self.clock())
                     shared_settled = True
-                limit = plan.max_result_chars
-                if limit is not None and len(output.content) > limit:
-                    output = replace(output, content=cut_result(output.content, limit))
+                content = _capped(output.content, plan.max_result_chars)
+                if content is not output.content:
+                    output = replace(output, content=content)
                 return CallOutcome(output=output, outcome="ok", attempts=attempt)
             except Exception as exc:
                 if counts_against_breaker(exc):
@@ -378,10 +378,8 @@ class Governance(CallSharing):
                     await self._sleep(delay)
                     continue
                 failed = _failure(plan.name, exc, attempt, run.trace_id)
-                limit = plan.max_result_chars
-                if limit is not None and len(failed.message) > limit:
-                    failed = failed._replace(message=cut_result(failed.message, limit))
-                return failed
+                message = _capped(failed.message, plan.max_result_chars)
+                return failed if message is failed.message else failed._replace(message=message)
             finally:
                 if not settled:
                     breaker.neutral()
@@ -425,6 +423,12 @@ def cut_result(content: str, limit: int) -> str:
     that returned 50 MB (a log, a table dump) gives the model, the conversation's store and
     the answer check ``limit`` characters of it, not 50 MB each."""
     return content[:limit] + CUT_RESULT.format(total=len(content), shown=limit)
+
+
+def _capped(text: str, limit: int | None) -> str:
+    """``text`` itself when it is within ``limit`` (or there is none), else
+    :func:`cut_result`."""
+    return text if limit is None or len(text) <= limit else cut_result(text, limit)
 
 
 TOLD_CHARS = 200

@@ -24,13 +24,13 @@ from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import ScriptedModel, text, tool_call
+from support.answers import CHECK
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
 ACME = UserContext(tenant_id="acme", user_id="u1", roles=["user"])
 GLOBEX = UserContext(tenant_id="globex", user_id="u2", roles=["user"])
-CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 WARRANTY = "投影仪的保修期是多久？"
 E203 = "What does error code E-203 mean and how do I fix it?"
 

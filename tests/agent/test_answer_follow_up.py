@@ -61,12 +61,16 @@ def model(answer: str | Callable[[list[Message]], str]) -> FunctionModel:
     return FunctionModel(turn)
 
 
-def agent(kb: KnowledgeBase, fm: FunctionModel, *, check: bool = True) -> Agent:
+def agent(
+    kb: KnowledgeBase, fm: FunctionModel, *, check: bool = True, rewrite: bool = True
+) -> Agent:
+    """Up-front retrieval over ``kb``, ``fm`` answering (and rewriting, unless ``rewrite`` is
+    false: the default settings), the answer check unless ``check`` is false."""
     return Agent(
         model=fm,
         toolkit=Toolkit([make_retrieve_tool(kb)]),
         retrieval="context",
-        rewriter=QueryRewriter(fm),
+        rewriter=QueryRewriter(fm) if rewrite else None,
         answer_check=AnswerCheck() if check else None,
     )
 
@@ -189,12 +193,7 @@ async def test_without_a_rewriter_two_callers_following_up_at_once_get_their_own
 ) -> None:
     # no model rewrite (the default): each follow-up is searched with its own earlier
     # question, and the replaced answers quote each caller's product
-    shared = Agent(
-        model=model(REFUSAL),
-        toolkit=Toolkit([make_retrieve_tool(kb)]),
-        retrieval="context",
-        answer_check=AnswerCheck(),
-    )
+    shared = agent(kb, model(REFUSAL), rewrite=False)
     bob = UserContext(tenant_id="acme", user_id="u2", roles=["user"])
 
     pro, mini = await asyncio.gather(
@@ -215,15 +214,11 @@ async def test_what_about_another_product_asks_what_the_earlier_question_asked(
 ) -> None:
     # Qwen2.5-Coder-0.5B answered "那 Mini M2 呢？" after "Lumen X1 多少钱？" with the name
     # alone: the follow-up asks a price as the question it follows did
-    agent = Agent(
-        model=model("Lumen Mini M2 [1]。"),
-        toolkit=Toolkit([make_retrieve_tool(kb)]),
-        retrieval="context",
-        answer_check=AnswerCheck(),
-    )
     history = [Message.user("Lumen X1 多少钱？"), Message.assistant("3,999 元。")]
 
-    result = await agent.run("那 Mini M2 呢？", history=history, context=ACME)
+    result = await agent(kb, model("Lumen Mini M2 [1]。"), rewrite=False).run(
+        "那 Mini M2 呢？", history=history, context=ACME
+    )
 
     assert result.fallback_reason == "unanswered" and result.extractive, result.output
     assert "SKU2024-020 | Lumen Mini M2 |" in result.output and "1,999" in result.output

@@ -12,7 +12,6 @@ import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.agent.answer_check import (
-    AGENT_SCAFFOLDS,
     TOOLS_LEAD,
     TOOLS_LEAD_ZH,
     AnswerCheck,
@@ -21,15 +20,14 @@ from shelfhand.agent.answer_check import (
 from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.agent.model_check import ModelJudge
 from shelfhand.core.messages import Citation, Message, ToolResultBlock
-from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
 from shelfhand.tools.tool import Tool
+from support.answers import CHECK
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
 ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
-CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 ORDER = '{"order": "SO-1001", "status": "shipped", "carrier": "SF Express", "eta": "2025-03-09"}'
 LAMP = Citation(index=1, source="specs.md", text="The Lumen X1 has a 3,000 ANSI lumen lamp.")
 

@@ -7,32 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
+from shelfhand import KnowledgeBase, UserContext, tool
 from shelfhand.agent.answer_check import (
-    AGENT_SCAFFOLDS,
     TOOLS_FAILED_LEAD,
     TOOLS_FAILED_LEAD_ZH,
-    AnswerCheck,
 )
 from shelfhand.agent.fallbacks import NOT_COVERED, readable, tool_failure_lines
 from shelfhand.core.errors import ToolError
 from shelfhand.core.messages import Message, ToolResultBlock
 from shelfhand.core.secrets import REDACTED
-from shelfhand.providers.tool_modes import PROMPT_TEXTS
-from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
-from shelfhand.tools.tool import Tool, ToolOutput
+from shelfhand.testing import text, tool_call
+from shelfhand.tools.tool import ToolOutput
+from support.answers import answers_at_once, call_then_answer
+from support.answers import tool_agent as agent
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
 ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
 BOB = UserContext(tenant_id="globex", user_id="bob", roles=["user"])
-CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 WHERE = "Where is my order SO-1001?"
 MADE_UP = "Your order SO-1001 has shipped and arrives on 2025-03-09."
 
@@ -54,15 +51,6 @@ def order_refused(ctx: UserContext, order_id: str) -> dict[str, str]:
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
     with sample_kb(tmp_path) as base:
         yield base
-
-
-def agent(kb: KnowledgeBase, the_tool: Tool, *replies: object, retrieval: str = "both") -> Agent:
-    return Agent(
-        model=ScriptedModel(list(replies)),  # type: ignore[arg-type]
-        toolkit=Toolkit([retrieve_tool(kb), the_tool]),
-        retrieval=retrieval,  # type: ignore[arg-type]
-        answer_check=CHECK,
-    )
 
 
 def told(failures: str, lead: str = TOOLS_FAILED_LEAD) -> str:
@@ -374,26 +362,9 @@ async def test_two_callers_at_once_each_read_their_own_outcome(kb: KnowledgeBase
             await anyio.sleep(5)
         return {"order": order_id, "status": "shipped", "carrier": "SF Express"}
 
-    def model(messages: list[Message], tools: Any) -> object:
-        """Each run's own turns: the call first, the answer once its result is in."""
-        if not any(r.name == "orders" for m in messages for r in m.tool_results):
-            return tool_call("orders", {"order_id": "SO-1001"})
-        return text("Your order SO-1001 has shipped with SF Express.")
-
-    shared = Agent(
-        model=FunctionModel(model),
-        toolkit=Toolkit([retrieve_tool(kb), orders]),
-        retrieval="both",
-        answer_check=CHECK,
-    )
-    outcomes: dict[str, str] = {}
-
-    async def ask(who: UserContext) -> None:
-        outcomes[who.tenant_id] = (await shared.run(WHERE, context=who)).output
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ask, ALICE)
-        tg.start_soon(ask, BOB)
+    shipped = "Your order SO-1001 has shipped with SF Express."
+    model = call_then_answer("orders", {"order_id": "SO-1001"}, shipped)
+    outcomes = await answers_at_once(agent(kb, orders, model=model), WHERE, ALICE, BOB)
 
     assert outcomes == {
         "acme": "Your order SO-1001 has shipped with SF Express.",

@@ -11,30 +11,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool, tool
 from shelfhand.agent.answer_check import (
-    AGENT_SCAFFOLDS,
     TOOLS_FAILED_LEAD,
     TOOLS_RETURNED_LEAD,
     TOOLS_RETURNED_LEAD_ZH,
-    AnswerCheck,
 )
 from shelfhand.agent.answer_topic import quotes_beyond_names
 from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.core.messages import Citation, Message
-from shelfhand.providers.tool_modes import PROMPT_TEXTS
-from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
-from shelfhand.tools.tool import Tool
+from shelfhand.testing import FunctionModel, text, tool_call
+from support.answers import CHECK, answers_at_once, call_then_answer
+from support.answers import tool_agent as agent
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
 
 ALICE = UserContext(tenant_id="acme", user_id="alice", roles=["user"])
 BOB = UserContext(tenant_id="globex", user_id="bob", roles=["user"])
-CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 # what Qwen2.5-Coder-0.5B answered (the sample corpus's description of the product)
 DESCRIPTION = (
     "The Lumen X1 is our best-selling home projector: 3,000 ANSI lumens, Full HD, a 1.2x "
@@ -55,15 +51,6 @@ def query_stock(ctx: UserContext, sku: str) -> dict[str, object]:
 def kb(tmp_path: Path) -> Iterator[KnowledgeBase]:
     with sample_kb(tmp_path) as base:
         yield base
-
-
-def agent(kb: KnowledgeBase, the_tool: Tool, *replies: object) -> Agent:
-    return Agent(
-        model=ScriptedModel(list(replies)),  # type: ignore[arg-type]
-        toolkit=Toolkit([retrieve_tool(kb), the_tool]),
-        retrieval="both",
-        answer_check=CHECK,
-    )
 
 
 @pytest.mark.parametrize(
@@ -167,25 +154,8 @@ async def test_a_tool_that_returned_and_one_that_failed_are_both_listed(
 async def test_two_callers_at_once_each_read_their_own_tool_result(kb: KnowledgeBase) -> None:
     """One agent, two tenants at once, the same off-topic quote: each reads its own count."""
 
-    def model(messages: list[Message], tools: Any) -> object:
-        if not any(r.name == "query_stock" for m in messages for r in m.tool_results):
-            return tool_call("query_stock", {"sku": "SKU2024-011"})
-        return text(DESCRIPTION)
-
-    shared = Agent(
-        model=FunctionModel(model),
-        toolkit=Toolkit([retrieve_tool(kb), query_stock]),
-        retrieval="both",
-        answer_check=CHECK,
-    )
-    outcomes: dict[str, str] = {}
-
-    async def ask(who: UserContext) -> None:
-        outcomes[who.tenant_id] = (await shared.run(STOCK_EN, context=who)).output
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ask, ALICE)
-        tg.start_soon(ask, BOB)
+    model = call_then_answer("query_stock", {"sku": "SKU2024-011"}, DESCRIPTION)
+    outcomes = await answers_at_once(agent(kb, query_stock, model=model), STOCK_EN, ALICE, BOB)
 
     assert outcomes["acme"].endswith("stock: 12") and "stock: 3" not in outcomes["acme"]
     assert outcomes["globex"].endswith("stock: 3") and "stock: 12" not in outcomes["globex"]

@@ -136,8 +136,9 @@ class UpfrontRetrieval:
         self.rewriter = rewriter
 
     async def plan(self, prompt: Message, history: Sequence[Message] = ()) -> UpfrontPlan:
-        """The calls for ``prompt``, its query rewritten with ``history`` when a rewriter is
-        set and there is history (a failed rewrite keeps the message, with the reason)."""
+        """The calls for ``prompt``: with ``history``, its query rewritten when a rewriter is
+        set, else (or when the rewrite is not used: the reason is kept) the message with the
+        earlier question it points back to (:func:`~.rewrite.carried`), else the message."""
         message = prompt.text.strip()
         if not message or not history:
             return UpfrontPlan(calls=self.calls(prompt))

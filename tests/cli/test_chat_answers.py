@@ -95,6 +95,24 @@ def test_a_model_failing_mid_turn_leaves_the_passages_answer_and_the_next_line_w
     assert said.index("E-203 means the lamp is overheating [1].") > failed
 
 
+def test_a_turn_the_passages_answered_after_the_model_failed_is_remembered(
+    workspace: Path, server: Any
+) -> None:
+    # the model down for the first line: its question and the answer shown stay in the
+    # conversation, so "how do I fix it?" is searched with it and the model sees both
+    server.add(
+        Reply(status=400, body={"error": {"message": "the model is down"}}),
+        streamed("Clean the air filter [1]."),
+    )
+
+    out = run_cli(["chat"], workspace, server, stdin=f"{QUESTION}\nhow do I fix it?\n\n")
+
+    assert out.returncode == 0, out.stderr
+    assert f'retrieve({{"query": "{QUESTION} how do I fix it?"' in out.stdout
+    seen = json.dumps(server.requests[-1].body["messages"], ensure_ascii=False)
+    assert QUESTION in seen and "From the documents:" in seen
+
+
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": "call_1",

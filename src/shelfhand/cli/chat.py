@@ -119,6 +119,10 @@ def chat(
             answer = answer_of_failed_run(a, kb, line, ctx, found, exc)
             if answer is not None:
                 print_answer(console, answer, line)
+                if agent.memory is not None:
+                    # remembered as the service remembers a rescued turn: the next line
+                    # ("how do I fix it?") follows this question and the answer shown
+                    agent.memory.add(answer.messages)
 
 
 def _lines(console: Any) -> Iterator[str]:

@@ -140,3 +140,32 @@ def test_a_stream_cut_mid_answer_is_replaced_by_the_passages(tmp_path: Path) -> 
     assert replaced["type"] == "answer_replaced" and replaced["reason"] == "model_error"
     assert final["output"] == replaced["output"] and "30 分钟" in final["output"]
     assert "cut off" in final["error"]
+
+
+def test_a_follow_up_on_a_dead_model_is_answered_as_its_search_read_it(tmp_path: Path) -> None:
+    # the model is down for both turns: the first is answered by the passages and kept, so
+    # "它的光源能用多久？" is searched with the question it follows, and answered from that
+    # search as it read it: the X1 Pro's row, not the warranty's sentence about light
+    # sources ("光源 … 保修 6 个月或累计使用 1000 小时")
+    from shelfhand.knowledge.base import sample_corpus
+
+    server = serve(tmp_path, f"http://127.0.0.1:{closed_port()}/v1")
+    samples = sample_corpus()
+    try:
+        with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
+            files = [
+                ("files", (name, (samples / name).read_bytes()))
+                for name in ("product-specs.docx", "warranty-policy-v2.md")
+            ]
+            assert c.post("/v1/knowledge/files", files=files).status_code == 200
+            session = c.post("/v1/sessions").json()["id"]
+            url = f"/v1/sessions/{session}/messages"
+            first = c.post(url, json={"content": "Lumen X1 Pro 多少钱？", "stream": False})
+            second = c.post(url, json={"content": "它的光源能用多久？", "stream": False})
+    finally:
+        server.stop()
+
+    assert first.status_code == 200 and "5,999" in first.json()["output"], first.text
+    reply = second.json()
+    assert second.status_code == 200 and reply["fallback_reason"] == "model_error", second.text
+    assert "Laser, 20,000 h" in reply["output"] and "1000 小时" not in reply["output"], reply

@@ -113,6 +113,24 @@ def test_a_turn_the_passages_answered_after_the_model_failed_is_remembered(
     assert QUESTION in seen and "From the documents:" in seen
 
 
+def test_a_follow_up_the_passages_answer_is_read_with_the_question_it_points_back_to(
+    workspace: Path, server: Any
+) -> None:
+    # the model down for both lines: "它的光源能用多久？" was searched with "Lumen X1 Pro 多少
+    # 钱？" and is answered from that search as the search read it, not as the warranty's
+    # sentence about light sources ("保修 6 个月或累计使用 1000 小时")
+    down = Reply(status=400, body={"error": {"message": "the model is down"}})
+    server.add(down, down)
+
+    out = run_cli(
+        ["chat"], workspace, server, stdin="Lumen X1 Pro 多少钱？\n它的光源能用多久？\n\n"
+    )
+
+    assert out.returncode == 0, out.stderr
+    second = out.stdout[out.stdout.index("它的光源能用多久？") :]
+    assert "Laser, 20,000 h" in second and "1000 小时" not in second, second
+
+
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": "call_1",

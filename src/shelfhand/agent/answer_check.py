@@ -66,7 +66,7 @@ from .fallbacks import (
 from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
 from .grounding_check import check_grounding, facts, words
 from .model_check import JUDGE_INSTRUCTIONS
-from .rewrite import asks_the_same
+from .rewrite import asks_the_same, carried
 
 __all__ = [
     "AGENT_SCAFFOLDS",
@@ -565,7 +565,12 @@ def _ungrounded(sentences: Sequence[object], on_tools: bool = False) -> bool:
 
 
 def extractive_result(
-    result: RunResult, why: str, question: str, *, synonyms: SynonymTable | None = None
+    result: RunResult,
+    why: str,
+    question: str,
+    *,
+    synonyms: SynonymTable | None = None,
+    asked: str | None = None,
 ) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
     ``question`` (read with ``synonyms``, default the built-in groups).
@@ -574,10 +579,12 @@ def extractive_result(
     久？" after a question about the Lumen X1 Pro names no product) is read as the search
     read it, with its rewrite ("Lumen X1 Pro light source" or the earlier question carried), and as typed
     when that finds no passage: the message alone takes the warranty's sentence about light
-    sources for the answer."""
+    sources for the answer. ``asked``: that query, when ``result``'s transcript does not
+    record it (default: :func:`~.grounding.rewritten_query` of it)."""
     extract = None
-    asked = rewritten_query(result.messages) if result.citations else None
-    if asked is not None:
+    if asked is None and result.citations:
+        asked = rewritten_query(result.messages)
+    if asked is not None and result.citations:
         query = asked if question.strip() in asked else f"{asked} {question}"
         extract = extractive_answer(
             query, result.citations, synonyms=synonyms, language_of=question
@@ -744,17 +751,22 @@ def failed_model_answer(
     *,
     trace_id: str = "",
     synonyms: SynonymTable | None = None,
+    history: Sequence[Message] = (),
 ) -> RunResult | None:
     """The answer of a turn whose chat model failed after its passages were found: their
     best sentences (``fallback_reason`` = ``why``, the failure's code), or ``None`` when
-    no passage is about ``question`` (then there is nothing to show but the failure)."""
+    no passage is about ``question`` (then there is nothing to show but the failure).
+    ``history``: the conversation before the turn, whose question a follow-up pointing back
+    was searched with (:func:`~.rewrite.carried`), and is read with here too."""
+    carry = carried(question, history) if history else None
     found = RunResult(
         output="",
         messages=(Message.user(question), Message.assistant("")),
         citations=tuple(citations),
         trace_id=trace_id,
     )
-    extracted = extractive_result(found, why, question, synonyms=synonyms)
+    asked = carry.query if carry is not None else None
+    extracted = extractive_result(found, why, question, synonyms=synonyms, asked=asked)
     if extracted is None:
         return None
     return replace(extracted, messages=_answered(found, extracted.output))

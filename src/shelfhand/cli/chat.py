@@ -116,7 +116,8 @@ def chat(
             console.print()
             console.print(f"[bold red]model error:[/] {escape(str(exc))}", highlight=False)
             # the passages the turn had found still answer (as `ask` does)
-            answer = answer_of_failed_run(a, kb, line, ctx, found, exc)
+            past = agent.memory.messages if agent.memory is not None else []
+            answer = answer_of_failed_run(a, kb, line, ctx, found, exc, history=past)
             if answer is not None:
                 print_answer(console, answer, line)
                 if agent.memory is not None:

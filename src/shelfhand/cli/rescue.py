@@ -11,13 +11,13 @@ either way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from shelfhand.agent.answer_check import failed_model_answer
 from shelfhand.core.events import CitationsFound, Event, Final
-from shelfhand.core.messages import Citation
+from shelfhand.core.messages import Citation, Message
 
 if TYPE_CHECKING:
     from shelfhand.app import App
@@ -60,16 +60,20 @@ def answer_of_failed_run(
     user: UserContext,
     found: Found,
     exc: BaseException,
+    history: Sequence[Message] = (),
 ) -> RunResult | None:
     """The passages' answer to ``question`` after the chat model failed with ``exc`` (see the
     module docstring), marked with the failure's code as ``fallback_reason``; ``None`` with no
-    knowledge base and nothing found."""
+    knowledge base and nothing found. ``history``: the conversation before the turn (a
+    follow-up is read with the question it points back to)."""
     from shelfhand.service.chat import error_status
 
     why = error_status(exc)[1]  # model_error or model_timeout
     synonyms = a.synonym_table()
     if found.citations:
-        answer = failed_model_answer(question, found.citations, why, synonyms=synonyms)
+        answer = failed_model_answer(
+            question, found.citations, why, synonyms=synonyms, history=history
+        )
         if answer is not None:
             return answer
     if kb is None:

@@ -388,8 +388,17 @@ class ChatService:
                 await self._record_failure(session_id, user, trace_id, message)
                 raise budget_failure(exc) from exc
             synonyms = self.app.synonym_table()
+            past = memory.messages if memory is not None else ()
             rescued = rescue(
-                exc, content, found, code, message, trace_id, synonyms=synonyms, usage=spent
+                exc,
+                content,
+                found,
+                code,
+                message,
+                trace_id,
+                synonyms=synonyms,
+                usage=spent,
+                history=past,
             )
             if rescued is not None and memory is not None:
                 # the passages were found before the model failed: their best sentences are

@@ -53,6 +53,7 @@ def rescue(
     *,
     synonyms: SynonymTable | None = None,
     usage: Usage | None = None,
+    history: Sequence[Message] = (),
 ) -> Rescued | None:
     """The passages' answer to ``question`` when ``exc`` is the chat model's failure and the
     turn found passages (``found``: its citations events' items); else ``None``.
@@ -67,11 +68,15 @@ def rescue(
         synonyms: The word groups the search read ``question`` with.
         usage: What the turn used before the failure (its model calls that answered);
             none when not known.
+        history: The session's conversation before the turn (a follow-up pointing back is
+            read with the question it follows, as its search was).
     """
     if not isinstance(exc, ModelError) or not found:
         return None
     citations = [Citation.from_dict(c) for c in found]
-    result = failed_model_answer(question, citations, code, trace_id=trace_id, synonyms=synonyms)
+    result = failed_model_answer(
+        question, citations, code, trace_id=trace_id, synonyms=synonyms, history=history
+    )
     if result is None:
         return None
     final = event_to_dict(Final(result=result))

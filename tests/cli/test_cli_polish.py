@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,12 @@ def help_text(command: Any, name: str) -> str:
 
 
 def squash(text: str) -> str:
-    return " ".join(text.split())
+    """``text`` on one line: a line break between two Chinese characters (where Chinese is
+    wrapped) is dropped, other runs of spaces become one."""
+    return " ".join(_CJK_BREAK.sub("", text).split())
+
+
+_CJK_BREAK = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef])\n\s*(?=[\u3000-\u9fff\uff00-\uffef])")
 
 
 def test_every_command_is_walked_including_the_mcp_sub_commands() -> None:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from shelfhand.agent.answer_check import REASONS, REASONS_ZH, relevant_citations
 from shelfhand.agent.fallbacks import RETRIEVE_TOOL, found_nothing, in_chinese
 from shelfhand.cli.common import NO_MODEL_HINT, NO_MODEL_HINT_ZH
+from shelfhand.cli.prose import Prose
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTE, NOTE_ZH, conflict_notes, label
@@ -127,7 +128,7 @@ def print_answer(console: Console, result: RunResult, question: str = "") -> int
     """Print ``result`` for a person and return the exit code of :func:`exit_code`; the
     lines under it are in ``question``'s language (:func:`words_for`)."""
     words = words_for(question)
-    console.print(result.output, highlight=False, markup=False)
+    console.print(Prose(result.output))
     used = tools_used(result, words)
     if used:  # where an answer resting on no passage came from
         console.print(words.tools.format(used=escape(used)), highlight=False)
@@ -168,7 +169,7 @@ def print_notes(console: Console, result: RunResult, question: str = "") -> int:
             console.print(f"[dim][{c.index}] {escape(label(c))}[/]", highlight=False)
     for note in conflict_notes(evidence):  # passages that disagree: never hidden
         text = note if note.startswith(NOTE_ZH) else "note: " + note.removeprefix(NOTE)
-        console.print(text, style="yellow", highlight=False, markup=False)
+        console.print(Prose(text, style="yellow"))
     reason = result.fallback_reason
     why = escape(words.reasons.get(reason, reason))
     if result.extractive:

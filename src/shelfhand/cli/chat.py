@@ -193,6 +193,7 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
     from rich.markup import escape
 
     from shelfhand.cli.answers import print_notes
+    from shelfhand.cli.prose import Prose
     from shelfhand.core.events import (
         AnswerReplaced,
         Final,
@@ -236,7 +237,7 @@ async def _stream_turn(agent: Any, line: str, ctx: Any, console: Any, found: Any
             if replaced is not None and shown.strip():
                 console.print(f"[yellow]{escape(replaced.notice)}:[/]", highlight=False)
             if replaced is not None or not shown.strip():  # (nothing streamed: not shown yet)
-                console.print(result.output, highlight=False, markup=False)
+                console.print(Prose(result.output))
             print_notes(console, result, line)
 
 

@@ -56,6 +56,7 @@ def search(
     ] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
+    from shelfhand.cli.prose import Prose
     from shelfhand.knowledge.analysis import in_chinese
     from shelfhand.knowledge.evidence.citations import (
         format_passages,
@@ -90,7 +91,7 @@ def search(
             console.print(nothing, highlight=False, markup=False)
         else:
             passages = format_passages(citations, query=query)  # each shown where it matched
-            console.print(passages, highlight=False, markup=False)
+            console.print(Prose(passages))
         for line in search_notes(found, chinese=chinese):
             console.print(line, highlight=False)
     kb.close()

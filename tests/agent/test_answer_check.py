@@ -181,6 +181,32 @@ async def test_a_blank_answer_ends_with_the_passages_sentences(kb: KnowledgeBase
     assert result.extractive and result.fallback_reason == "empty"
 
 
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        (E203, "The answer to the user is:"),
+        ("E-203 是什么错误？", "答案是："),
+        ("E-203 是什么错误？", "根据文档 [1]："),
+    ],
+)
+async def test_an_answer_that_only_announces_one_ends_with_the_passages_sentences(
+    kb: KnowledgeBase, question: str, answer: str
+) -> None:
+    """Qwen2.5-Coder-0.5B wrote "The answer to the user is: " until its reply was stopped as a
+    loop: one round of it was the answer, and it was shown as one."""
+    result = await agent(kb, text(answer)).run(question, context=ACME)
+
+    assert result.extractive and result.fallback_reason == "empty"
+    assert "E-203" in result.output
+
+
+async def test_an_answer_with_its_items_under_a_colon_stands(kb: KnowledgeBase) -> None:
+    own = "E-203 means the lamp is overheating [1]. To fix it:\n- clean the air filter [1]"
+    result = await agent(kb, text(own)).run(E203, context=ACME)
+
+    assert result.fallback_reason != "empty" and result.output == own
+
+
 async def test_a_stream_says_the_answer_was_replaced_then_ends_with_the_checked_result(
     kb: KnowledgeBase,
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
-from shelfhand.core.citations import CitationLedger, cited_numbers, only_marks
+from shelfhand.core.citations import CitationLedger, announces_only, cited_numbers, only_marks
 from shelfhand.core.events import Final, event_to_dict
 from shelfhand.core.messages import Citation, ToolResultBlock
 from shelfhand.testing import ScriptedModel, text, tool_call
@@ -179,3 +179,23 @@ def test_a_reply_of_citation_marks_alone_is_told_from_an_answer(
     text: str, marks_alone: bool
 ) -> None:
     assert only_marks(text) is marks_alone
+
+
+@pytest.mark.parametrize(
+    ("text", "announces"),
+    [
+        ("The answer to the user is:", True),
+        ("答案是：", True),
+        ("根据文档 [1]：", True),
+        ("The answer is: The answer is:", True),
+        ("E-203 means overheating. To fix it:\n- clean the filter", False),
+        ("Steps:\n1. Unplug it.\n2. Wait.", False),
+        ("保修两年 [1]。", False),
+        ("Time: 10:30", False),
+        ("", False),
+    ],
+)
+def test_a_reply_announcing_an_answer_that_does_not_follow_is_told_from_one(
+    text: str, announces: bool
+) -> None:
+    assert announces_only(text) is announces

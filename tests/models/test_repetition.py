@@ -61,6 +61,16 @@ def test_a_chinese_sentence_and_an_english_one_repeated_in_one_line() -> None:
     assert kept(english * 4) == english.rstrip()
 
 
+def test_a_lead_in_written_over_and_over_on_one_line_is_a_loop() -> None:
+    """Qwen2.5-Coder-0.5B answered a CMRC 2018 question with "The answer to the user is: "
+    until ``max_tokens``: 1,940 characters with no sentence's end in them."""
+    lead = "The answer to the user is: "
+    assert kept(lead * 60) == lead.rstrip()
+    raw = json.dumps({"tool": "none", "answer": lead * 60})[:-10]  # a constrained reply
+    assert kept(raw) == '{"tool": "none", "answer": "' + lead.rstrip()
+    assert kept("答案是：" * 20) is not None
+
+
 def test_a_constrained_reply_is_read_with_its_escaped_newlines() -> None:
     raw = json.dumps({"tool": "none", "answer": LOOP}, ensure_ascii=False)[:-12]
     cut = loop_cut(raw)
@@ -83,8 +93,23 @@ def test_a_constrained_reply_is_read_with_its_escaped_newlines() -> None:
         "```\n" + "x = 1\n" * 700 + CODE_LINE * 3,
         # a constrained reply: its code's line ends are JSON escapes
         json.dumps({"answer": f"~~~\n{CODE_LINE * 3}"})[:-2],
+        # colons end units too: labels that differ, and a time, are not a loop
+        "Model: Lumen X1. Model: Lumen X1 Pro. Model: Lumen Mini M2. Time: 10:30:00",
+        "注意：保修两年。注意：保修三年。注意：保修四年。",
     ],
-    ids=["rows", "steps", "ok", "shi", "sentence", "two-rounds", "code", "window", "json"],
+    ids=[
+        "rows",
+        "steps",
+        "ok",
+        "shi",
+        "sentence",
+        "two-rounds",
+        "code",
+        "window",
+        "json",
+        "labels",
+        "notes",
+    ],
 )
 def test_text_that_is_not_a_loop_is_left_whole(text: str) -> None:
     assert loop_cut(text) is None

@@ -31,7 +31,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from shelfhand.core.citations import cited_numbers, only_marks, unknown_citations
+from shelfhand.core.citations import (
+    announces_only,
+    cited_numbers,
+    only_marks,
+    unknown_citations,
+)
 from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
@@ -329,8 +334,12 @@ class AnswerCheck:
             return "prompt_echo"
         if not result.extractive and poses_as_quoted(result.output):
             return "posed_as_quoted"
-        if result.citations and (not result.output.strip() or only_marks(result.output)):
-            return "empty"  # "[1][2]": citation marks, no words
+        if result.citations and (
+            not result.output.strip()
+            or only_marks(result.output)  # "[1][2]": citation marks, no words
+            or announces_only(result.output)  # "The answer is:" and nothing after it
+        ):
+            return "empty"
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations:

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from shelfhand.core.messages import Citation
 
-__all__ = ["CitationLedger", "cited_numbers", "only_marks", "unknown_citations"]
+__all__ = ["CitationLedger", "announces_only", "cited_numbers", "only_marks", "unknown_citations"]
 
 # [1], [1][2], [1, 2], [1，2], 【1】, ［1］ — a bracket holding only numbers
 _MARKER = re.compile(r"[\[［【]\s*(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)\s*[\]］】]")
@@ -50,6 +50,15 @@ def only_marks(text: str) -> bool:
         return False
     rest = _MARKER.sub("", text)
     return rest != text and _NO_WORDS.fullmatch(rest) is not None
+
+
+def announces_only(text: str) -> bool:
+    """Whether ``text`` is one line that ends with a colon, announcing an answer that does not
+    follow ("The answer to the user is:", "答案是：", maybe with citation markers):
+    Qwen2.5-Coder-0.5B wrote "The answer to the user is: " until its reply was stopped as a
+    loop, and one round of it was all the answer held."""
+    line = _MARKER.sub("", text).strip()
+    return line.endswith((":", "：")) and "\n" not in line
 
 
 def _key(c: Citation) -> str:

@@ -239,6 +239,18 @@ async def test_an_answer_about_something_near_the_question_becomes_the_passages_
             False,
         ),
         ("保修期内维修收费吗？费用多少？", "保修期内维修免费。", False),
+        # a count: a year is not one (Qwen2.5-Coder-0.5B over CMRC 2018), "哪几个" asks which
+        (
+            "鬣齿兽科中有几个属生存到中新世？",
+            "The Machaeroidinae are sometimes placed here, e.g. by Egi, 2001.类剑齿虎亚科有时亦"
+            "被分类在鬣齿兽科中。",
+            True,
+        ),
+        ("鬣齿兽科中有几个属生存到中新世？", "只有四个属生存至中新世 [1]。", False),
+        ("河茂铁路共设置了几座车站？", "共设 12 座车站。", False),
+        ("How many HDMI inputs does the Lumen X1 have?", "It has two HDMI 2.0 inputs.", False),
+        ("How many HDMI inputs does the Lumen X1 have?", "HDMI 2.0, since 2021.", True),
+        ("津蓟铁路沿线设置了哪几个站点？", "蓟州站和宝坻站。", False),
     ],
 )
 def test_an_amount_asked_for_needs_a_number(question: str, answer: str, misses: bool) -> None:

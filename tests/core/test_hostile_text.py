@@ -70,6 +70,14 @@ CASES = {
         assert carried(message, [Message.user("Lumen X1 多少钱？")]) is None
         assert carried("那 X1 Pro 呢？" + " " * 1_000_000, [Message.user("Lumen X1 多少钱？")])
     """,
+    # how many: a run of digits or numerals is tried from its first one only, for so long
+    "an answer of 300,000 digits and numerals to a count question": """
+        from shelfhand.agent.answer_topic import misses_amount
+        question = "鬣齿兽科中有几个属生存到中新世？"
+        for run in ("1" * 300_000, "四" * 300_000, "1 " * 150_000, "2001 年" * 50_000):
+            assert misses_amount(question, run) is (not run.startswith("1 "))
+        assert not misses_amount(question, "四" * 300_000 + "，四个属")
+    """,
     # 32,000 took 2.4 s before (a query the service accepts); 400,000: over five minutes
     "a run of 400,000 Chinese characters jieba does not know": """
         from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query

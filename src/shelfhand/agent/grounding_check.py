@@ -323,30 +323,30 @@ class Evidence:
         pool: Sequence[int],
         analysed: dict[int, tuple[frozenset[str], frozenset[str]]],
         needed: float,
-    ) -> tuple[int, float]:
-        """The passage supporting a sentence of words ``own`` and no fact, and its share,
-        when what the sentence tells beyond the question's words is held too: the question's
-        words, said again, carried "《安般守意经》论述了佛教的出家人制度。" over the share a
-        sentence needs (Qwen2.5-Coder-0.5B, CMRC 2018; the sutra's passage says it teaches
-        watching the breath). ``best`` and ``score`` as they were when it tells too little
-        to check (:data:`MIN_TOLD`) or its best passage holds enough of it; else the passage
-        of ``pool`` holding the most of its words among those holding enough of both, or
-        ``best`` with a score of 0 (not supported) when none does."""
+    ) -> tuple[int, float, bool]:
+        """The passage supporting a sentence of words ``own`` and no fact, its share, and
+        whether what the sentence tells beyond the question's words is held too: the
+        question's words, said again, carried "《安般守意经》论述了佛教的出家人制度。" over the
+        share a sentence needs (Qwen2.5-Coder-0.5B, CMRC 2018; the sutra's passage says it
+        teaches watching the breath). ``best`` and ``score`` as they were when it tells too
+        little to check (:data:`MIN_TOLD`) or its best passage holds enough of it; else the
+        passage of ``pool`` holding the most of its words among those holding enough of
+        both, or ``best`` and ``False`` (not supported) when none does."""
         told = own - self._asked_words()
         if len(told) < MIN_TOLD:
-            return best, score
+            return best, score, True
 
         def tells(i: int) -> bool:
             return len(told & analysed[i][0]) >= MIN_SUPPORT * len(told)
 
         if tells(best):
-            return best, score
+            return best, score, True
         shares = {i: len(own & analysed[i][0]) / len(own) for i in pool}
         telling = [i for i in pool if shares[i] >= needed and tells(i)]
         if not telling:
-            return best, 0.0
+            return best, score, False
         other = max(telling, key=lambda i: shares[i])
-        return other, shares[other]
+        return other, shares[other], True
 
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""
@@ -384,14 +384,15 @@ class Evidence:
             if share > score or best is None:
                 best, score = i, share
         needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT
+        told = True
         if best is not None and score >= needed and not stated and self._question:
-            best, score = self._telling(own, best, score, whole or pool, analysed, needed)
+            best, score, told = self._telling(own, best, score, whole or pool, analysed, needed)
         misplaced: set[str] = set()
         if stated and not missing:
             tables = {i: table(self._texts[i]) for i in pool}
             if any(t.rows for t in tables.values()):
                 misplaced = self._misplaced(stated, own, tables, analysed)
-        supported = not missing and not misplaced and score >= needed and best is not None
+        supported = not missing and not misplaced and score >= needed and told and best is not None
         if (
             supported
             and best is not None

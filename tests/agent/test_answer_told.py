@@ -1,0 +1,98 @@
+"""Two ways a small model's wrong answer passed the lexical check over Chinese encyclopedia
+passages (Qwen2.5-Coder-0.5B over CMRC 2018; the fixtures are written after its answers):
+
+- the question's words said again carried a claim no passage makes: "《安般守意经》论述了佛教的
+  出家人制度。" holds the sutra's name and 论述 from the question, so half of its words were in the
+  sutra's passage, which teaches watching the breath;
+- a whole passage about something else, copied: a samurai's biography for a question about a
+  game, which its passage (by its title and text) holds most of."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shelfhand.agent.answer_check import AnswerCheck
+from shelfhand.agent.answer_topic import rests_elsewhere
+from shelfhand.agent.grounding_check import check_grounding
+from shelfhand.core.messages import Citation, Message
+from shelfhand.core.results import RunResult
+
+SUTRA_Q = "《安般守意经》论述了什么方法？"
+SUTRA = Citation(
+    index=1, source="wiki/sutra.md", title="安般守意经",
+    text="《安般守意经》是东汉安世高所译的坐禅佛典，论述以观察呼吸作为修习禅定的方法。",
+)  # fmt: skip
+VINAYA = Citation(
+    index=2, source="wiki/vinaya.md", title="律藏",
+    text="律藏记载佛教出家人的生活制度与戒律，由历代僧团传承。",
+)  # fmt: skip
+GAME_Q = "《战国无双3》是由哪两个公司合作开发的？"
+GAME = Citation(
+    index=1, source="wiki/game.md", title="战国无双3",
+    text="《战国无双3》是由光荣和ω-force开发的战国无双系列的正统第三续作，以三大故事为主轴。",
+)  # fmt: skip
+SAMURAI = Citation(
+    index=2, source="wiki/samurai.md", title="阿部正丰",
+    text="阿部正丰是日本战国时代的武将，三河松平氏家臣，阿部定吉的长子，通称弥七郎。",
+)  # fmt: skip
+
+
+def supported(answer: str, passages: list[Citation], question: str = SUTRA_Q) -> bool:
+    return check_grounding(answer, passages, question=question).grounded
+
+
+def test_a_claim_carried_by_the_question_s_words_is_not_supported() -> None:
+    assert not supported("《安般守意经》论述了佛教的出家人制度。", [SUTRA])
+    # what the passage says, in the answer's words
+    assert supported("《安般守意经》论述了以观察呼吸修习禅定的方法 [1]。", [SUTRA])
+    # a sentence telling one word of its own is read as before
+    assert supported("《安般守意经》论述了观察呼吸。", [SUTRA])
+    # with no question, the share of all its words, as before
+    assert supported("《安般守意经》论述了佛教的出家人制度。", [SUTRA], question="")
+
+
+def test_a_passage_telling_the_claim_but_not_enough_of_the_sentence_is_no_support() -> None:
+    grounding = check_grounding(
+        "《安般守意经》论述了佛教的出家人制度。", [SUTRA, VINAYA], question=SUTRA_Q
+    )
+    (sentence,) = grounding.sentences
+    assert not sentence.supported and sentence.passage == 1  # its best passage, still shown
+    # a passage telling it and holding enough of the sentence supports it
+    assert supported("律藏记载佛教出家人的生活制度 [2]。", [SUTRA, VINAYA], "律藏记载什么？")
+
+
+@pytest.mark.parametrize(
+    ("answer", "elsewhere"),
+    [(SAMURAI.text, True), ("《战国无双3》由光荣和ω-force开发 [1]。", False)],
+    ids=["copied", "right"],
+)
+def test_a_passage_about_another_topic_copied_rests_elsewhere(answer: str, elsewhere: bool) -> None:
+    # the game's passage holds five of the question's eight words, not all: a question
+    # written from a passage rarely says all of it again
+    grounding = check_grounding(answer, [GAME, SAMURAI], question=GAME_Q)
+    assert grounding.grounded
+    assert rests_elsewhere(GAME_Q, grounding, [GAME, SAMURAI]) is elsewhere
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "passages", "quoted"),
+    [
+        (SUTRA_Q, "《安般守意经》论述了佛教的出家人制度。", [SUTRA, VINAYA], "观察呼吸"),
+        (GAME_Q, SAMURAI.text, [GAME, SAMURAI], "光荣和ω-force"),
+    ],
+    ids=["sutra", "game"],
+)
+def test_such_an_answer_becomes_the_passages_sentences(
+    question: str, answer: str, passages: list[Citation], quoted: str, tmp_path: Path
+) -> None:
+    result = RunResult(
+        output=answer,
+        messages=(Message.user(question), Message.assistant(answer)),
+        citations=tuple(passages),
+    )
+    checked = AnswerCheck().apply(result, question)
+
+    assert checked.extractive and checked.fallback_reason in ("ungrounded", "off_topic")
+    assert quoted in checked.output

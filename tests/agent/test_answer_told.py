@@ -96,3 +96,40 @@ def test_such_an_answer_becomes_the_passages_sentences(
 
     assert checked.extractive and checked.fallback_reason in ("ungrounded", "off_topic")
     assert quoted in checked.output
+
+
+FLAX_Q = "亚麻适宜生活在什么气候？"
+FLAX = Citation(
+    index=1, source="wiki/flax.md", title="亚麻",
+    text="亚麻是一年生草本植物，花为蓝色或白色，喜凉爽湿润气候。",
+)  # fmt: skip
+TOWN = Citation(
+    index=2, source="wiki/town.md", title="阿贝歇 (乍得)",
+    text="阿贝歇位于撒哈拉沙漠南缘，属热带沙漠气候，适宜骆驼生活。",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "grounded"),
+    [
+        # flax, named, with the town's climate: the passage about flax says another
+        ("亚麻适宜生活在热带沙漠气候。", False),
+        ("亚麻喜凉爽湿润气候 [1]。", True),
+        # the town named (its title without the qualifier) with its own climate
+        ("阿贝歇属热带沙漠气候。", True),
+    ],
+    ids=["transplanted", "flax", "town"],
+)
+def test_a_claim_about_a_passage_s_subject_taken_from_another_document(
+    answer: str, grounded: bool
+) -> None:
+    assert supported(answer, [FLAX, TOWN], FLAX_Q) is grounded
+
+
+def test_two_passages_of_one_document_are_one_subject() -> None:
+    # the same claim over two passages of one article about flax: nothing was moved
+    climate = Citation(
+        index=2, source="wiki/flax.md", title="亚麻 (气候)",
+        text="亚麻在热带沙漠气候的绿洲也有少量种植，生活期短。",
+    )  # fmt: skip
+    assert supported("亚麻适宜生活在热带沙漠气候。", [FLAX, climate], FLAX_Q)

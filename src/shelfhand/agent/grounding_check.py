@@ -68,6 +68,17 @@ MIN_SUPPORT_WITH_FACTS = 0.25
 """The same, for a sentence whose numbers and codes the passages all hold."""
 MIN_WORDS = 3
 """Sentences with fewer content words and no fact are not checked ("Hope this helps!")."""
+MIN_SUBJECT = 2
+"""The fewest characters of a passage's title that a sentence naming it names its subject
+(see :meth:`Evidence._transplanted`)."""
+_QUALIFIER = re.compile(r"\s*[（(][^()（）]*[)）]\s*$")
+
+
+def _subject(title: str) -> str:
+    """What a passage's title names, as a sentence would name it: "朱皇后 (孙休)" names 朱皇后."""
+    return _QUALIFIER.sub("", title).strip().casefold()
+
+
 MIN_TOLD = 2
 """A sentence with no fact telling at least this many words the question does not hold must
 have :data:`MIN_SUPPORT` of those held by its passage too (see :meth:`Evidence._telling`)."""
@@ -191,6 +202,7 @@ class Evidence:
         "_sections",
         "_sources",
         "_texts",
+        "_titles",
         "_tools",
         "question_facts",
         "tool_failed",
@@ -211,6 +223,9 @@ class Evidence:
             if c.text
         }
         self._sections = {c.index: c.section for c in citations if c.text and c.section}
+        self._titles = {
+            c.index: (c.title, c.doc_id or c.source) for c in citations if c.text and c.title
+        }
         self.question_facts = frozenset(facts(question)) if question else frozenset()
         self._question = question
         self._asked = asked
@@ -348,6 +363,41 @@ class Evidence:
         other = max(telling, key=lambda i: shares[i])
         return other, shares[other], True
 
+    def _transplanted(
+        self,
+        claims: str,
+        own: set[str],
+        best: int,
+        pool: Sequence[int],
+        analysed: dict[int, tuple[frozenset[str], frozenset[str]]],
+    ) -> bool:
+        """Whether a sentence (``claims``, words ``own``) names the subject of a passage of
+        ``pool`` (its title, "亚麻") and rests on another document's passage (``best``, whose
+        subject it does not name), while the passage about what it names holds too little of
+        what it tells beyond the question's words: "亚麻适宜生活在热带沙漠气候。" took the climate
+        of a desert town's passage (Qwen2.5-Coder-0.5B, CMRC 2018; flax's passage says it likes
+        a cool, humid one)."""
+        text = claims.casefold()
+        titles = {i: (_subject(title), doc) for i, (title, doc) in self._titles.items()}
+        own_subject, own_doc = titles.get(best, ("", ""))
+        if own_subject and own_subject in text:
+            return False
+        named = [
+            i
+            for i in pool
+            if i != best
+            and i in titles
+            and len(titles[i][0]) >= MIN_SUBJECT
+            and titles[i][0] in text
+            and titles[i][1] != own_doc
+        ]
+        if not named:
+            return False
+        told = own - self._asked_words()
+        if len(told) < MIN_TOLD:
+            return False
+        return not any(len(told & analysed[i][0]) >= MIN_SUPPORT * len(told) for i in named)
+
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""
         asked = passage_words(self._question)
@@ -399,6 +449,8 @@ class Evidence:
             and self.says_nothing_held(claims, own, analysed[best][0])
         ):
             supported = False
+        if supported and best is not None and self._question and len(self._titles) > 1:
+            supported = not self._transplanted(claims, own, best, pool, analysed)
         if self._tools:  # a tool result that holds more of the sentence is what it is about
             # (a number a table holds only in another row is not held unless a result holds it)
             by_tool = self._tool_support(

@@ -201,6 +201,7 @@ class Evidence:
         "_question",
         "_sections",
         "_sources",
+        "_subjects",
         "_texts",
         "_titles",
         "_tools",
@@ -226,6 +227,7 @@ class Evidence:
         self._titles = {
             c.index: (c.title, c.doc_id or c.source) for c in citations if c.text and c.title
         }
+        self._subjects: dict[int, tuple[str, str]] | None = None  # read when first needed
         self.question_facts = frozenset(facts(question)) if question else frozenset()
         self._question = question
         self._asked = asked
@@ -378,7 +380,10 @@ class Evidence:
         of a desert town's passage (Qwen2.5-Coder-0.5B, CMRC 2018; flax's passage says it likes
         a cool, humid one)."""
         text = claims.casefold()
-        titles = {i: (_subject(title), doc) for i, (title, doc) in self._titles.items()}
+        titles = self._subjects
+        if titles is None:
+            titles = {i: (_subject(title), doc) for i, (title, doc) in self._titles.items()}
+            self._subjects = titles
         own_subject, own_doc = titles.get(best, ("", ""))
         if own_subject and own_subject in text:
             return False

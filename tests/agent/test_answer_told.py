@@ -133,3 +133,35 @@ def test_two_passages_of_one_document_are_one_subject() -> None:
         text="亚麻在热带沙漠气候的绿洲也有少量种植，生活期短。",
     )  # fmt: skip
     assert supported("亚麻适宜生活在热带沙漠气候。", [FLAX, climate], FLAX_Q)
+
+
+def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question_is_none() -> None:
+    from shelfhand.agent.answer_check import is_refusal, repeats_question
+    from shelfhand.core.citations import announces_only
+
+    # a passage the model quoted: it cannot be bought at other times
+    assert not is_refusal("武穴酥糖一般只在春节时期生产销售，其他时间无法买到。")
+    for refusal in ("抱歉，我无法回答。", "我无法在文档中找到相关信息。", "我无法确认 X1 的价格。"):
+        assert is_refusal(refusal)
+    assert repeats_question("艾努语使用的地区是哪里? [1]", "艾努语使用的地区是哪里？")
+    assert not repeats_question("艾努语使用于北海道 [1]。", "艾努语使用的地区是哪里？")
+    # a long answer cut by max_tokens after "例如:" has said something before it
+    assert not announces_only("单星是不和任何其他同类星体组成聚星系统的单一天体。例如:")
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "reason"),
+    [
+        (FLAX_Q, FLAX_Q, "empty"),  # the question said again
+        (FLAX_Q, "亚麻喜凉爽湿润气候。例如:", ""),  # cut after its answer: it stands
+        ("亚麻在什么时候开花？", "亚麻在夏季开花，其他时间无法见到花。", "ungrounded"),
+    ],
+    ids=["echo", "cut", "cannot"],
+)
+def test_what_the_check_makes_of_them(question: str, answer: str, reason: str) -> None:
+    result = RunResult(
+        output=answer,
+        messages=(Message.user(question), Message.assistant(answer)),
+        citations=(FLAX, TOWN),
+    )
+    assert AnswerCheck().apply(result, question).fallback_reason == reason

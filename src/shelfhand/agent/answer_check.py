@@ -69,7 +69,7 @@ from .fallbacks import (
     tool_results,
 )
 from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
-from .grounding_check import check_grounding, facts, words
+from .grounding_check import check_grounding, facts, without_citations, words
 from .model_check import JUDGE_INSTRUCTIONS
 from .rewrite import asks_the_same, carried
 
@@ -131,6 +131,8 @@ _SCAFFOLD_WORDS = 6
 _SCAFFOLD_CHARS = 12
 """The same for Chinese-free text without spaces: this many characters."""
 _WORD = re.compile(r"[A-Za-z0-9']+|[^\sA-Za-z0-9']")
+# 无法 with what it cannot do: "其他时间无法买到" (it cannot be bought at other times), in a
+# passage a model quoted, is a fact, not a refusal
 _REFUSAL = re.compile(
     r"not (?:specified|mentioned|provided|stated|covered|available|found|included)"
     r"|(?:no|not enough|insufficient) (?:information|details|relevant)"
@@ -138,7 +140,9 @@ _REFUSAL = re.compile(
     r"|(?:do|does)(?: not|n't) (?:contain|cover|mention|say|specify|include|have)"
     r"|I (?:do not|don't) know"
     r"|(?:is|are)(?: not|n't) in the (?:knowledge base|documents?|passages|context)"
-    r"|抱歉|无法|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不清楚|不能(?:协助|回答|提供)",
+    r"|抱歉|无法(?:在[^，。]{0,12}?)?(?:协助|帮助|回答|回复|提供|找到|查到|查询|确定|确认|判断|获取|获得"
+    r"|得知|给出|完成|删除|处理|执行|访问|识别|理解)"
+    r"|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不清楚|不能(?:协助|回答|提供)",
     re.IGNORECASE,
 )
 _STOPPED = {"max_iters", "repeated_call", "empty"}
@@ -242,6 +246,22 @@ def poses_as_quoted(answer: str) -> bool:
 _LEADS = tuple(text.lower() for text in LEADS)
 
 
+def repeats_question(answer: str, question: str) -> bool:
+    """Whether ``answer`` is ``question`` said again (its citation marks, spaces,
+    punctuation and case aside): Qwen2.5-Coder-0.5B answered "艾努语使用的地区是哪里？" with
+    itself."""
+    if not question:
+        return False
+    return _bare(without_citations(answer)) == _bare(question) != ""
+
+
+def _bare(text: str) -> str:
+    return _NOT_WORDS.sub("", text).casefold()
+
+
+_NOT_WORDS = re.compile(r"[\W_]+")
+
+
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` says it cannot answer or that the information is missing."""
     return bool(_REFUSAL.search(answer))
@@ -338,6 +358,7 @@ class AnswerCheck:
             not result.output.strip()
             or only_marks(result.output)  # "[1][2]": citation marks, no words
             or announces_only(result.output)  # "The answer is:" and nothing after it
+            or repeats_question(result.output, question)  # "艾努语使用的地区是哪里？" for itself
         ):
             return "empty"
         if result.citations and only_labels(result.output, result.citations):

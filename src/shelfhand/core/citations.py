@@ -53,12 +53,23 @@ def only_marks(text: str) -> bool:
 
 
 def announces_only(text: str) -> bool:
-    """Whether ``text`` is one line that ends with a colon, announcing an answer that does not
-    follow ("The answer to the user is:", "答案是：", maybe with citation markers):
+    """Whether ``text`` is one short line, no sentence ending in it, that ends with a colon,
+    announcing an answer that does not follow ("The answer to the user is:", "答案是：", maybe with citation markers):
     Qwen2.5-Coder-0.5B wrote "The answer to the user is: " until its reply was stopped as a
     loop, and one round of it was all the answer held."""
     line = _MARKER.sub("", text).strip()
-    return line.endswith((":", "：")) and "\n" not in line
+    return (
+        line.endswith((":", "："))
+        and len(line) <= ANNOUNCING_CHARS
+        and "\n" not in line
+        and not _SENTENCE_END.search(line)
+    )
+
+
+ANNOUNCING_CHARS = 120
+"""The longest line :func:`announces_only` reads as an announcement: a long answer cut by
+``max_tokens`` after "例如:" has said something before it."""
+_SENTENCE_END = re.compile(r"[。！？!?]|\.(?:\s|$)")
 
 
 def _key(c: Citation) -> str:

@@ -221,7 +221,7 @@ def rests_elsewhere(
     if len(asked) < MIN_ASKED:
         return False
     held = {c.index: asked.intersection(passage_words(headed(c))) for c in citations}
-    most = max(len(words_held) for words_held in held.values())
+    most = max((len(words_held) for words_held in held.values()), default=0)
     if most < len(asked) and (most <= MIN_ASKED or most < ABOUT_SHARE * len(asked)):
         return False
     covered: set[str] = set()

@@ -83,6 +83,13 @@ MIN_TOLD = 2
 """A sentence with no fact telling at least this many words the question does not hold must
 have :data:`MIN_SUPPORT` of those held by its passage too (see :meth:`Evidence._telling`)."""
 
+
+def _tells(told: set[str], held: frozenset[str]) -> bool:
+    """Whether a passage holding the words ``held`` holds enough of what a sentence tells
+    beyond the question's words (``told``)."""
+    return len(told & held) >= MIN_SUPPORT * len(told)
+
+
 PASSAGE_CACHE = 1024
 """Passages whose analysis is kept (about 1 MB)."""
 TOOL_TEXT_CHARS = 20_000
@@ -353,13 +360,10 @@ class Evidence:
         if len(told) < MIN_TOLD:
             return best, score, True
 
-        def tells(i: int) -> bool:
-            return len(told & analysed[i][0]) >= MIN_SUPPORT * len(told)
-
-        if tells(best):
+        if _tells(told, analysed[best][0]):
             return best, score, True
         shares = {i: len(own & analysed[i][0]) / len(own) for i in pool}
-        telling = [i for i in pool if shares[i] >= needed and tells(i)]
+        telling = [i for i in pool if shares[i] >= needed and _tells(told, analysed[i][0])]
         if not telling:
             return best, score, False
         other = max(telling, key=lambda i: shares[i])
@@ -401,7 +405,7 @@ class Evidence:
         told = own - self._asked_words()
         if len(told) < MIN_TOLD:
             return False
-        return not any(len(told & analysed[i][0]) >= MIN_SUPPORT * len(told) for i in named)
+        return not any(_tells(told, analysed[i][0]) for i in named)
 
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""

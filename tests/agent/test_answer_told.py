@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext
 from shelfhand.agent.answer_check import AnswerCheck
 from shelfhand.agent.answer_topic import rests_elsewhere
 from shelfhand.agent.grounding_check import check_grounding
+from shelfhand.agent.retrieve import make_retrieve_tool
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
+from shelfhand.testing import FunctionModel
 
 SUTRA_Q = "《安般守意经》论述了什么方法？"
 SUTRA = Citation(
@@ -165,3 +169,68 @@ def test_what_the_check_makes_of_them(question: str, answer: str, reason: str) -
         citations=(FLAX, TOWN),
     )
     assert AnswerCheck().apply(result, question).fallback_reason == reason
+
+
+@pytest.mark.anyio
+async def test_two_callers_at_once_each_get_their_own_passages_in_place_of_a_moved_claim(
+    tmp_path: Path,
+) -> None:
+    """Two tenants' encyclopedias, one agent, both asked at once: each wrong answer is read
+    against its own caller's passages and replaced by them (the check's state is per call)."""
+    docs = {
+        "acme": {"亚麻.md": ("亚麻", FLAX.text), "阿贝歇.md": ("阿贝歇", TOWN.text)},
+        "globex": {"安般守意经.md": ("安般守意经", SUTRA.text), "律藏.md": ("律藏", VINAYA.text)},
+    }
+    wrong = {
+        FLAX_Q: "亚麻适宜生活在热带沙漠气候。",
+        SUTRA_Q: "《安般守意经》论述了佛教的出家人制度。",
+    }
+
+    def turn(messages: list[Message], tools: object) -> str:
+        asked = next(m.text for m in messages if m.role == "user")  # (passages, then it)
+        return next(answer for question, answer in wrong.items() if question in asked)
+
+    kb = KnowledgeBase(tmp_path / "ws", None)  # keyword search only
+    try:
+        for tenant, files in docs.items():
+            folder = tmp_path / tenant
+            folder.mkdir()
+            for name, (title, text) in files.items():
+                (folder / name).write_text(f"# {title}\n\n{text}\n", encoding="utf-8")
+            kb.ingest([folder], tenant_id=tenant)
+        agent = Agent(
+            model=FunctionModel(turn),  # type: ignore[arg-type]
+            toolkit=Toolkit([make_retrieve_tool(kb)]),
+            retrieval="context",
+            answer_check=AnswerCheck(),
+        )
+        answers: dict[str, str] = {}
+
+        async def ask(question: str, who: UserContext) -> None:
+            answers[who.tenant_id] = (await agent.run(question, context=who)).output
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, FLAX_Q, UserContext(tenant_id="acme", user_id="a", roles=["user"]))
+            tg.start_soon(
+                ask, SUTRA_Q, UserContext(tenant_id="globex", user_id="g", roles=["user"])
+            )
+    finally:
+        kb.close()
+
+    assert "凉爽湿润" in answers["acme"] and "观察呼吸" not in answers["acme"]
+    assert "观察呼吸" in answers["globex"] and "凉爽湿润" not in answers["globex"]
+
+
+def test_the_passages_sentences_come_from_the_passage_about_what_is_asked() -> None:
+    """The town's passage holds more of the question's other words (适宜, 生活, 气候) and came
+    first in the search; the question names flax, whose passage is quoted."""
+    from dataclasses import replace
+
+    from shelfhand.agent.extractive import extractive_answer
+
+    town, flax = replace(TOWN, index=1), replace(FLAX, index=2)
+    answer = extractive_answer(FLAX_Q, [town, flax])
+    assert answer is not None and answer.passages == (2,)
+    # a question naming no passage's subject reads them as before
+    other = extractive_answer("什么植物喜凉爽湿润气候？", [town, flax])
+    assert other is not None and 2 in other.passages

@@ -33,7 +33,14 @@ from shelfhand.knowledge.analysis import (
 
 from .amounts import MONEY, asked_amount
 from .fallbacks import in_chinese
-from .grounding_check import facts, passage_words, split_sentences, words
+from .grounding_check import (
+    MIN_SUBJECT,
+    facts,
+    passage_words,
+    split_sentences,
+    title_subject,
+    words,
+)
 
 __all__ = [
     "LEAD",
@@ -77,6 +84,10 @@ PASSAGE_SHARE = 0.5
 is the likelier one to answer it)."""
 IDENTIFIER_WEIGHT = 10.0
 """What holding an identifier the question names (``E-203``) adds to a sentence's score."""
+SUBJECT_WEIGHT = 5.0
+"""What being in a passage whose subject the question names (its title, less a qualifier:
+"亚麻" for "亚麻适宜生活在什么气候？") adds to a sentence's score: a desert town's passage
+holding more of the question's other words (适宜, 生活, 气候) is not about flax."""
 HEADING_WEIGHT = 2.0
 """What starting with that identifier adds more (a manual's entry for it)."""
 LANGUAGE_SHARE = 0.75
@@ -183,6 +194,18 @@ def _anchors(question: str) -> list[str]:
 def headed(passage: Citation) -> str:
     """The passage's text with its title and section: a FAQ's question is its heading."""
     return f"{passage.title}\n{passage.section}\n{passage.text}"
+
+
+def _subjects_named(question: str, passages: Sequence[Citation]) -> frozenset[int]:
+    """The passages whose subject ``question`` names (:func:`~.grounding_check.title_subject` of
+    their title, two characters at least); none when it names every passage's."""
+    asked = question.casefold()
+    named = frozenset(
+        c.index
+        for c in passages
+        if len(subject := title_subject(c.title)) >= MIN_SUBJECT and subject in asked
+    )
+    return frozenset() if len(named) == len(passages) else named
 
 
 def _quantity(question: str) -> bool:
@@ -374,9 +397,12 @@ def extractive_answer(
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
     amount = _quantity(question)
+    named = _subjects_named(question, passages)
 
     def score(c: _Sentence) -> float:
         value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
+        if c.passage in named:
+            value += SUBJECT_WEIGHT
         if ids and _holds_anchor(c.text, ids):
             value += IDENTIFIER_WEIGHT
             if c.text.lower().startswith(tuple(ids)):  # its entry's heading: "E-203 Lamp ..."

@@ -74,7 +74,7 @@ MIN_SUBJECT = 2
 _QUALIFIER = re.compile(r"\s*[（(][^()（）]*[)）]\s*$")
 
 
-def _subject(title: str) -> str:
+def title_subject(title: str) -> str:
     """What a passage's title names, as a sentence would name it: "朱皇后 (孙休)" names 朱皇后."""
     return _QUALIFIER.sub("", title).strip().casefold()
 
@@ -386,7 +386,7 @@ class Evidence:
         text = claims.casefold()
         titles = self._subjects
         if titles is None:
-            titles = {i: (_subject(title), doc) for i, (title, doc) in self._titles.items()}
+            titles = {i: (title_subject(title), doc) for i, (title, doc) in self._titles.items()}
             self._subjects = titles
         own_subject, own_doc = titles.get(best, ("", ""))
         if own_subject and own_subject in text:

@@ -35,6 +35,7 @@ from .amounts import MONEY, asked_amount
 from .fallbacks import in_chinese
 from .grounding_check import (
     MIN_SUBJECT,
+    PASSAGE_CACHE,
     facts,
     passage_words,
     split_sentences,
@@ -241,7 +242,7 @@ def _candidates(
     for rank, c in enumerate(passages):
         if _about(question_words, ids, headed(c), wholes) < least:
             continue
-        for position, sentence in enumerate(split_sentences(c.text)):
+        for position, sentence in enumerate(_sentences_of(c.text)):
             out.append(
                 _Sentence(
                     passage=c.index, rank=rank, position=position, text=sentence,
@@ -345,6 +346,14 @@ def _stating(
     ]
 
 
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _sentences_of(text: str) -> tuple[str, ...]:
+    """A passage's sentences, kept like its words (:func:`~.grounding_check.passage_words`):
+    the same passages come back question after question, and a table row's passage is read
+    again for its header (:func:`_table_header`)."""
+    return tuple(split_sentences(text))
+
+
 def _table_header(row: _Sentence, passages: Sequence[Citation]) -> _Sentence | None:
     """The header line ("SKU | Model | … | Price (CNY)") of the table ``row`` is a line of,
     when its passage's first line is one; else ``None``. "SKU2024-011 | Lumen X1 | 3,000 | …
@@ -352,7 +361,8 @@ def _table_header(row: _Sentence, passages: Sequence[Citation]) -> _Sentence | N
     if row.position == 0 or _CELL.search(row.text) is None:
         return None
     passage = next((c for c in passages if c.index == row.passage), None)
-    first = split_sentences(passage.text)[0] if passage is not None else ""
+    sentences = _sentences_of(passage.text) if passage is not None else ()
+    first = sentences[0] if sentences else ""
     if _CELL.search(first) is None:
         return None
     return _Sentence(

@@ -68,12 +68,16 @@ MIN_SUPPORT_WITH_FACTS = 0.25
 """The same, for a sentence whose numbers and codes the passages all hold."""
 MIN_WORDS = 3
 """Sentences with fewer content words and no fact are not checked ("Hope this helps!")."""
+PASSAGE_CACHE = 1024
+"""Passages whose analysis is kept (about 1 MB)."""
+
 MIN_SUBJECT = 2
 """The fewest characters of a passage's title that a sentence naming it names its subject
 (see :meth:`Evidence._transplanted`)."""
 _QUALIFIER = re.compile(r"\s*[（(][^()（）]*[)）]\s*$")
 
 
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
 def title_subject(title: str) -> str:
     """What a passage's title names, as a sentence would name it: "朱皇后 (孙休)" names 朱皇后."""
     return _QUALIFIER.sub("", title).strip().casefold()
@@ -90,8 +94,6 @@ def _tells(told: set[str], held: frozenset[str]) -> bool:
     return len(told & held) >= MIN_SUPPORT * len(told)
 
 
-PASSAGE_CACHE = 1024
-"""Passages whose analysis is kept (about 1 MB)."""
 TOOL_TEXT_CHARS = 20_000
 """Characters of one tool result that sentences are checked against (a long result, a web
 page, is checked by its start)."""
@@ -208,7 +210,6 @@ class Evidence:
         "_question",
         "_sections",
         "_sources",
-        "_subjects",
         "_texts",
         "_titles",
         "_tools",
@@ -234,7 +235,6 @@ class Evidence:
         self._titles = {
             c.index: (c.title, c.doc_id or c.source) for c in citations if c.text and c.title
         }
-        self._subjects: dict[int, tuple[str, str]] | None = None  # read when first needed
         self.question_facts = frozenset(facts(question)) if question else frozenset()
         self._question = question
         self._asked = asked
@@ -384,10 +384,7 @@ class Evidence:
         of a desert town's passage (Qwen2.5-Coder-0.5B, CMRC 2018; flax's passage says it likes
         a cool, humid one)."""
         text = claims.casefold()
-        titles = self._subjects
-        if titles is None:
-            titles = {i: (title_subject(title), doc) for i, (title, doc) in self._titles.items()}
-            self._subjects = titles
+        titles = {i: (title_subject(title), doc) for i, (title, doc) in self._titles.items()}
         own_subject, own_doc = titles.get(best, ("", ""))
         if own_subject and own_subject in text:
             return False

@@ -149,9 +149,10 @@ def _history_text(history: Sequence[Message]) -> str:
     return "\n".join(lines[-HISTORY_MESSAGES:])
 
 
+_ASKS_THE_SAME = r"呢[\s？?。.!！]*$|^\s*(?:what about|how about|and)\b"
+"""A message asking what the one before it asked: "…呢？", "what about …", "and …"."""
 _POINTS_BACK = re.compile(
-    r"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|呢[\s？?。.!！]*$"
-    r"|^\s*(?:and|what about|how about)\b",
+    rf"它|这款|那款|这个|那个|这台|那台|这种|那种|该(?:产品|型号|款|机)|^\s*(?:那|还有)|{_ASKS_THE_SAME}",
     re.IGNORECASE,
 )
 """A message that points back to what the conversation was about: a Chinese pronoun ("它的光源
@@ -170,7 +171,7 @@ CARRY_CHARS = 200
 """The most of an earlier message :func:`carried` adds to a query."""
 
 
-_SAME_ASKED = re.compile(r"呢[\s？?。.!！]*$|^\s*(?:what about|how about|and)\b", re.IGNORECASE)
+_SAME_ASKED = re.compile(_ASKS_THE_SAME, re.IGNORECASE)
 
 
 def asks_the_same(message: str) -> bool:

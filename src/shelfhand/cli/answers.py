@@ -166,7 +166,7 @@ def print_notes(console: Console, result: RunResult, question: str = "") -> int:
     if evidence:
         console.print()
         for c in evidence:
-            console.print(f"[dim][{c.index}] {escape(label(c))}[/]", highlight=False)
+            console.print(Prose(f"[{c.index}] {label(c)}", style="dim"))
     for note in conflict_notes(evidence):  # passages that disagree: never hidden
         text = note if note.startswith(NOTE_ZH) else "note: " + note.removeprefix(NOTE)
         console.print(Prose(text, style="yellow"))

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.markup import escape
 
+from shelfhand.cli.prose import Prose
+
 if TYPE_CHECKING:
     from shelfhand.knowledge.types import SearchMode, SearchResult
 
@@ -56,7 +58,6 @@ def search(
     ] = False,
 ) -> None:
     """Search the knowledge base and print cited passages (no model involved)."""
-    from shelfhand.cli.prose import Prose
     from shelfhand.knowledge.analysis import in_chinese
     from shelfhand.knowledge.evidence.citations import (
         format_passages,
@@ -213,7 +214,8 @@ def ask(
             code = print_json(result)
         else:
             code = print_answer(console, result, question)
-            console.print(f"\n[dim]{escape(words_for(question).no_model)}[/]")
+            console.print()
+            console.print(Prose(words_for(question).no_model, style="dim"))
         kb.close()
         raise typer.Exit(code)
     if kb is None:  # (a model alone: say so, on stderr, so that --json stays one object)

@@ -10,13 +10,14 @@ also counted for the service's metrics when the turn counts its steps
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from contextvars import Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.context import ANONYMOUS
+from shelfhand.core.errors import ModelError, ModelTimeoutError
 from shelfhand.core.events import Final
 from shelfhand.core.step_counts import Counting, current_counting
 from shelfhand.core.tracing import Span, current_span, enter, leave, start_span, tracing_on
@@ -28,14 +29,43 @@ if TYPE_CHECKING:
     from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["ChatCall", "chat_span", "end_chat", "fail_chat", "invoke_agent", "replayed_call"]
+__all__ = [
+    "ChatCall",
+    "chat_span",
+    "end_chat",
+    "fail_chat",
+    "failure_attributes",
+    "invoke_agent",
+    "model_attributes",
+    "replayed_call",
+]
 
 
-def provider_name(model: ChatModel) -> str:
-    """``gen_ai.provider.name`` of a model: its ``provider_name`` attribute when it has one
-    (``openai`` for OpenAI-compatible endpoints), else its class name."""
-    name = getattr(model, "provider_name", None)
-    return name if isinstance(name, str) and name else type(model).__name__
+def model_attributes(model: ChatModel) -> Mapping[str, Any]:
+    """What a ``chat`` span says of the model's provider: the model's ``span_attributes``
+    when it has them (an OpenAI-compatible endpoint: ``gen_ai.provider.name`` ``openai``,
+    ``server.address`` and ``server.port``), else its class name as the provider."""
+    attributes = getattr(model, "span_attributes", None)
+    if isinstance(attributes, Mapping):
+        return attributes
+    return {"gen_ai.provider.name": type(model).__name__}
+
+
+def failure_attributes(exc: BaseException, *, record_content: bool) -> dict[str, Any]:
+    """Why a model call failed, for its span: ``error.type``; the HTTP status a provider
+    answered with (``shelfhand.chat.status_code``); and the failure in words
+    (``shelfhand.chat.failure``: "sent no first token within 30s (after 2 attempts)") for a
+    timeout or a connection that failed or broke (shelfhand's and the HTTP client's words),
+    else only with ``record_content`` (a provider's error may quote the request)."""
+    attributes: dict[str, Any] = {"error.type": type(exc).__name__}
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        attributes["shelfhand.chat.status_code"] = status
+    if isinstance(exc, ModelTimeoutError) or (
+        isinstance(exc, ModelError) and (record_content or getattr(exc, "connection_lost", False))
+    ):
+        attributes["shelfhand.chat.failure"] = str(exc)
+    return attributes
 
 
 async def invoke_agent(
@@ -72,7 +102,7 @@ async def invoke_agent(
                     _finish(span, event)
                 yield event
     except BaseException as exc:
-        _close_open_children(span, type(exc).__name__)
+        _close_open_children(span, exc)
         span.fail(type(exc).__name__)
         raise
     finally:
@@ -97,12 +127,16 @@ def _finish(span: Span, event: Final) -> None:
         span.set("gen_ai.output.messages", result.output)
 
 
-def _close_open_children(span: Span, error_type: str) -> None:
+def _close_open_children(span: Span, exc: BaseException) -> None:
     """End, failed, the spans a failure left current below ``span`` (a model call that
-    raised)."""
+    raised: with why, see :func:`failure_attributes`)."""
     open_span = current_span()
     while open_span is not None and open_span is not span:
-        open_span.fail(error_type)
+        open_span.status = "error"
+        if open_span.kind == "chat":
+            open_span.update(failure_attributes(exc, record_content=span.tracer.record_content))
+        else:
+            open_span.attributes["error.type"] = type(exc).__name__
         open_span.end()
         parent_id = open_span.parent_id
         open_span = span if parent_id == span.span_id else None
@@ -130,15 +164,9 @@ def chat_span(model: ChatModel) -> ChatCall | None:
         name = model.name
     else:
         name = model.name  # (a property: read once)
-        span = start_span(
-            f"chat {name}",
-            "chat",
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": provider_name(model),
-                "gen_ai.request.model": name,
-            },
-        )
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": name}
+        attributes.update(model_attributes(model))
+        span = start_span(f"chat {name}", "chat", attributes=attributes)
     if counting is not None:
         counting.model_call_started(name)
     return ChatCall(model=name, span=span, token=enter(span), counting=counting)

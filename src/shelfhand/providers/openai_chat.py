@@ -33,6 +33,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -45,6 +46,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.core.settings import MODEL_ENV, TOOL_CHOICES, model_options
+from shelfhand.core.tracing import current_span
 from shelfhand.models.base import (
     FINISH_REPETITION,
     ModelResponse,
@@ -153,6 +155,31 @@ async def _post_completion(
     )
 
 
+def _span_event(name: str, **attributes: Any) -> None:
+    """Record on the call's ``chat`` span (when traced) a step that costs it time: a retry,
+    or a second request (the answer asked for again)."""
+    span = current_span()
+    if span is not None and span.kind == "chat":  # (not a rewriter's call inside a search)
+        span.event(name, **attributes)
+
+
+def span_attributes(base_url: str | None) -> dict[str, Any]:
+    """A ``chat`` span's provider attributes for an endpoint (OpenTelemetry GenAI):
+    ``gen_ai.provider.name`` ``openai`` (the wire format), and the server's host and port
+    (``server.address``, ``server.port``; OpenAI's own for ``None``), never its path,
+    credentials or query."""
+    url = urlsplit(base_url or "https://api.openai.com/v1")
+    attributes: dict[str, Any] = {"gen_ai.provider.name": "openai"}
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: the SDK reports that on the first call
+        return attributes
+    if url.hostname:
+        attributes["server.address"] = url.hostname
+        attributes["server.port"] = port
+    return attributes
+
+
 def _not_streamed(response: httpx2.Response) -> bool:
     """Whether a streamed request was answered with one JSON body instead of events."""
     kind = response.headers.get("content-type", "")
@@ -242,6 +269,8 @@ class OpenAIChatModel:
         self.retry_after_cap = retry_after_cap
         self.max_reply_bytes = max_reply_bytes
         self.__api_key = api_key or os.environ.get("OPENAI_API_KEY") or _PLACEHOLDER_KEY
+        self.span_attributes = span_attributes(base_url or os.environ.get("OPENAI_BASE_URL"))
+        """What each ``chat`` span says of the endpoint (:func:`span_attributes`)."""
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: object = None  # the event loop the client's connections belong to
 
@@ -521,6 +550,7 @@ class OpenAIChatModel:
         repeated call are already in the conversation. A failure keeps the repeated call
         (the agent's loop guard answers it from the run's results)."""
         logger.debug("model %s repeated an answered call: asked for the answer", self.model)
+        _span_event("model.answer_only")  # (a second request, within this call's span)
         try:
             again = await self._request(messages, tools, answer_only=True)
         except ModelError as exc:
@@ -541,6 +571,7 @@ class OpenAIChatModel:
         """One more request asking for the answer in words; when that is JSON again (or
         fails), the JSON rendered as ``key: value`` lines, so the user never reads raw JSON."""
         logger.debug("model %s answered tool results with bare JSON: asked again", self.model)
+        _span_event("model.plain_words")
         try:
             again = await self._request([*messages, Message.user(PLAIN_WORDS)], tools)
         except ModelError as exc:
@@ -643,6 +674,7 @@ class OpenAIChatModel:
         status = getattr(exc, "status_code", None)
         reason = f"HTTP {status}" if status else type(exc).__name__
         logger.warning("model %s: %s; retry %d in %.2fs", self.model, reason, attempt + 1, delay)
+        _span_event("model.retry", attempt=attempt + 1, reason=reason, delay_s=round(delay, 3))
 
     def _where(self) -> str:
         client = self._client

@@ -120,6 +120,7 @@ async def test_a_failed_summary_is_counted_failed_and_the_window_still_shrinks()
             self.calls: list[tuple[str, str]] = []
 
         def count_turn(self, status: str) -> None: ...
+        def count_fallback(self, reason: str) -> None: ...
         def count_model_call(self, model: str, status: str, i: int, o: int) -> None:
             self.calls.append((model, status))
 

@@ -161,6 +161,10 @@ def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
             sync_api.expect(why).to_have_text(
                 "摘录式回答：文档的原句，并非模型所写（文档不支持这个回答）。"
             )
+            # the trace says the same: the turn's answer replaced, and why
+            page.locator(".msg.assistant .trace-toggle").last.click()
+            turn = page.locator(".msg.assistant .trace .span").first
+            sync_api.expect(turn).to_contain_text("fallback ungrounded · extractive")
 
 
 def test_a_guess_withdrawn_mid_stream_leaves_only_the_answer_after_the_search(

@@ -195,3 +195,51 @@ def test_text_that_is_not_valid_unicode_is_stored_escaped_with_the_rest_of_its_b
     _, retrieval = store.spans("trace-plain", ALICE) or []
     assert retrieval.attributes["gen_ai.retrieval.query.text"] == "退货政策"
     recorder.close()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "outcome"),
+    [
+        ({"shelfhand.turn.stop_reason": "final"}, ""),
+        ({"shelfhand.turn.stop_reason": "final", "shelfhand.answer.fallback_reason": "refusal"},
+         "refusal"),
+        ({"shelfhand.turn.stop_reason": "model_timeout",
+          "shelfhand.answer.fallback_reason": "model_timeout"}, "model_timeout"),
+        ({"shelfhand.run.stop_reason": "max_iterations"}, "max_iterations"),
+        ({}, ""),
+    ],
+)  # fmt: skip
+def test_a_trace_is_listed_with_how_its_turn_ended(
+    store: SqlTraceStore, attributes: dict[str, str], outcome: str
+) -> None:
+    recorder = StoreRecorder(store, interval=60)
+    tracer = Tracer([recorder])
+    root = tracer.start_root("turn", trace_id="trace-0002", tenant_id="acme", user_id="alice")
+    root.update(attributes)
+    root.end()
+    recorder.flush()
+    (listed,) = store.recent(ALICE)
+    assert listed.outcome == outcome and listed.to_dict()["outcome"] == outcome
+    found = store.summary("trace-0002", ALICE)
+    assert found is not None and found.outcome == outcome
+    recorder.close()
+
+
+def test_a_traces_db_from_before_outcomes_is_upgraded_and_its_traces_still_listed(
+    tmp_path: Path,
+) -> None:
+    from shelfhand.core.db import SqliteDatabase
+    from shelfhand.traces.store import MIGRATIONS
+
+    older = SqliteDatabase(tmp_path / "traces.db", MIGRATIONS[:2])
+    with older.transaction() as conn:
+        conn.execute(
+            "INSERT INTO traces (tenant, trace_id, user_id, name, start_ns, end_ns, status, "
+            "input_tokens, output_tokens) VALUES ('acme', 'old-trace-1', 'alice', 'turn', 1, 2, "
+            "'ok', 3, 4)"
+        )
+    older.close()
+    store = SqliteTraceStore(tmp_path / "traces.db")
+    (listed,) = store.recent(ALICE)
+    assert (listed.trace_id, listed.input_tokens, listed.outcome) == ("old-trace-1", 3, "")
+    store.close()

@@ -3,7 +3,8 @@
 Counted as each step ends (a :class:`ServiceMetrics` is the turns'
 :class:`~shelfhand.core.step_counts.StepCounter`, fed with or without spans, so tracing off
 builds none): turns by status, model calls and tokens by model, tool calls by tool and
-outcome, retrieval latency. Read at each scrape (never on a turn): circuit breaker states (0
+outcome, retrieval latency, answers not the model's as written by why (the answer check
+replaced them, or no model answered). Read at each scrape (never on a turn): circuit breaker states (0
 closed, 1 half-open, 2 open), chunks waiting for their embeddings and, with a job queue
 (``database_url``), ingest jobs waiting and running. A gauge whose source cannot be read
 (PostgreSQL down) is left out of that scrape; the rest is served. Each service has its own
@@ -101,6 +102,11 @@ class ServiceMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.turns = Counter("shelfhand_turns", "Chat turns, by status.", ["status"], registry=r)
+        self.fallbacks = Counter(
+            "shelfhand_answer_fallbacks", "Turns not answered with the model's answer as "
+            "written (replaced by the answer check, or made without the model), by reason.",
+            ["reason"], registry=r,
+        )  # fmt: skip
         self.model_calls = Counter(
             "shelfhand_model_calls", "Model calls, by model and status.", ["model", "status"],
             registry=r,
@@ -140,6 +146,9 @@ class ServiceMetrics:
 
     def count_turn(self, status: str) -> None:
         self._child(self.turns, status).inc()
+
+    def count_fallback(self, reason: str) -> None:
+        self._child(self.fallbacks, reason).inc()
 
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from shelfhand.api.chat_routes import error_response
-from shelfhand.api.deps import Caller, ServiceDep
+from shelfhand.api.deps import Caller, Service, ServiceDep
 from shelfhand.core.context import UserContext
 
 __all__ = ["router"]
@@ -35,6 +35,12 @@ def _tracing_off() -> JSONResponse:
     )
 
 
+async def _written(service: Service) -> None:
+    """Write what the tracer has queued: a turn that has just ended is listed and read."""
+    if service.tracer is not None:
+        await service.chat.store(service.tracer.flush)
+
+
 @router.get("/traces", tags=["traces"])
 async def list_traces(
     service: ServiceDep,
@@ -46,6 +52,7 @@ async def list_traces(
     store = service.traces
     if store is None:
         return _tracing_off()
+    await _written(service)
     found = await service.chat.store(
         store.recent, caller, limit=limit, all_users=_sees_tenant(caller)
     )
@@ -59,8 +66,7 @@ async def get_trace(trace_id: TraceId, service: ServiceDep, caller: Caller) -> A
     store = service.traces
     if store is None:
         return _tracing_off()
-    if service.tracer is not None:  # the turn may have just ended: write what is queued
-        await service.chat.store(service.tracer.flush)
+    await _written(service)
     sees_tenant = _sees_tenant(caller)
     summary = await service.chat.store(store.summary, trace_id, caller, all_users=sees_tenant)
     spans = await service.chat.store(store.spans, trace_id, caller, all_users=sees_tenant)

@@ -52,6 +52,7 @@ def trace(
                     f"{t.trace_id}  {_when(d['started_at'])}  {t.user_id:<12} "
                     f"{d['duration_ms']:>9.1f} ms  {t.status:<5}  "
                     f"tokens {t.input_tokens}/{t.output_tokens}"
+                    + (f"  {t.outcome}" if t.outcome else "")
                 )
             return
         spans = store.spans(trace_id, owner, all_users=user is None)
@@ -85,7 +86,11 @@ def tree_lines(spans: list[SpanRecord]) -> list[str]:
 
     def walk(span: SpanRecord, depth: int) -> None:
         offset = (span.start_ns - start) / 1e6
-        mark = " ✗ " + str(span.attributes.get("error.type", "")) if span.status == "error" else ""
+        mark = ""
+        if span.status == "error":
+            mark = " ✗ " + str(span.attributes.get("error.type", ""))
+            if span.attributes.get("shelfhand.chat.failure"):
+                mark += f": {span.attributes['shelfhand.chat.failure']}"
         lines.append(
             f"{offset:>9.1f} ms {'  ' * depth}{span.name}  ({span.duration_ms:.1f} ms)"
             f"{mark}{_details(span.attributes)}"
@@ -94,16 +99,21 @@ def tree_lines(spans: list[SpanRecord]) -> list[str]:
             attrs = ", ".join(f"{k}={v}" for k, v in event.get("attributes", {}).items())
             lines.append(f"{'':>12} {'  ' * (depth + 1)}· {event['name']} {attrs}".rstrip())
         for hit in span.attributes.get("gen_ai.retrieval.documents", []) or []:
-            lines.append(
-                f"{'':>12} {'  ' * (depth + 1)}- {hit.get('score', 0):.3f} {hit.get('source', '')}"
-                f" {hit.get('id', '')}"
-            )
+            lines.append(f"{'':>12} {'  ' * (depth + 1)}- {_hit(hit)}")
         for child in children.get(span.span_id, []):
             walk(child, depth + 1)
 
     for root in roots:
         walk(root, 0)
     return lines
+
+
+def _hit(hit: dict[str, Any]) -> str:
+    """A retrieved passage: its score, its chunk id (which names its document, else the
+    document too) and its title."""
+    source, chunk, title = hit.get("source", ""), hit.get("id", ""), hit.get("title", "")
+    where = chunk if chunk.startswith(source) else f"{source} {chunk}"
+    return f"{hit.get('score', 0):.3f} {where}" + (f"  {title}" if title else "")
 
 
 def _details(a: dict[str, Any]) -> str:
@@ -121,4 +131,22 @@ def _details(a: dict[str, Any]) -> str:
         parts.append(f"mode {a.get('shelfhand.retrieval.mode')}")
         if a.get("shelfhand.retrieval.degraded_reason"):
             parts.append(f"degraded: {a['shelfhand.retrieval.degraded_reason']}")
+    parts.extend(_answer(a))
     return ("  " + ", ".join(parts)) if parts else ""
+
+
+def _answer(a: dict[str, Any]) -> list[str]:
+    """How a turn's answer was made (see :mod:`shelfhand.service.turn_spans`)."""
+    parts: list[str] = []
+    stop = a.get("shelfhand.turn.stop_reason")
+    if stop and stop != "final":
+        parts.append(f"stop {stop}")
+    reason = a.get("shelfhand.answer.fallback_reason")
+    if reason and reason != stop:
+        parts.append(f"fallback {reason}")  # (why the model's answer was replaced)
+    if a.get("shelfhand.answer.extractive"):
+        parts.append("extractive")  # (the passages' sentences)
+    unsupported = a.get("shelfhand.answer.unsupported_sentences")
+    if unsupported:
+        parts.append(f"{unsupported} unsupported sentence{'s' if unsupported > 1 else ''}")
+    return parts

@@ -35,6 +35,12 @@ class StepCounter(Protocol):
         """A turn ended: ``ok``, or its failure's code."""
         ...
 
+    def count_fallback(self, reason: str) -> None:
+        """A turn answered with something other than the model's answer as written:
+        replaced by the answer check, or made without the model (``reason``: the reply's
+        ``fallback_reason``, e.g. ``ungrounded``, ``model_timeout``)."""
+        ...
+
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:

@@ -2,8 +2,10 @@
 tool calls, retrievals, subagents) nests under it.
 
 The span is named ``turn`` and carries the session (``gen_ai.conversation.id``), the caller
-and, when the turn ends, its usage and stop reason (and a ``budget.exceeded`` event when a budget
-ran out mid-turn); a failed turn records its error code.
+and, when the turn ends, its usage, its stop reason and how its answer was made (the answer
+check's verdict, why the model's answer was replaced: ``shelfhand.answer.*``), and a
+``budget.exceeded`` event when a budget ran out mid-turn; a failed turn records its error
+code.
 Its trace id is the turn's (``X-Trace-Id``), its parent the caller's span when the request
 came with a ``traceparent``.
 
@@ -61,8 +63,11 @@ async def traced_turn(
     try:
         async with aclosing(events):
             async for event in events:
-                if span is not None and event.get("type") == "final":
-                    _finish(span, event)
+                if event.get("type") == "final":
+                    if span is not None:
+                        _finish(span, event)
+                    if counting is not None and event.get("fallback_reason"):
+                        counting.counter.count_fallback(event["fallback_reason"])
                 yield event
     except TurnFailed as exc:
         status = exc.code
@@ -97,6 +102,30 @@ def _finish(span: Span, final: dict[str, Any]) -> None:
     )
     if usage.get("cost") is not None:
         span.set("shelfhand.usage.cost", usage["cost"])
+    _answer(span, final)
     budget = final.get("budget")
     if budget:  # a budget ran out mid-turn: answered without the model
         span.event("budget.exceeded", **budget)
+
+
+def _answer(span: Span, final: dict[str, Any]) -> None:
+    """How the answer shown was made: why the model's was replaced (or why no model
+    answered: ``shelfhand.answer.fallback_reason``, e.g. ``ungrounded``, ``off_topic``,
+    ``model_timeout``), whether it quotes the passages (``shelfhand.answer.extractive``), and
+    the answer check's verdict on it (``shelfhand.answer.grounded`` and how many of its
+    sentences no passage supports)."""
+    if final.get("fallback_reason"):
+        span.set("shelfhand.answer.fallback_reason", final["fallback_reason"])
+    if final.get("extractive"):
+        span.set("shelfhand.answer.extractive", True)
+    grounding = final.get("grounding")
+    if grounding:
+        sentences = grounding.get("sentences") or ()
+        span.update(
+            {
+                "shelfhand.answer.grounded": bool(grounding.get("grounded")),
+                "shelfhand.answer.unsupported_sentences": sum(
+                    1 for s in sentences if not s.get("supported")
+                ),
+            }
+        )

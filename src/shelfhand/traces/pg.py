@@ -14,7 +14,7 @@ from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
-from shelfhand.traces.store import SCHEMA, SPAN_BATCHES, SqlTraceStore, trace_names
+from shelfhand.traces.store import OUTCOME, SCHEMA, SPAN_BATCHES, SqlTraceStore, trace_names
 
 __all__ = ["TRACES_PG_MIGRATIONS", "PgTraceStore"]
 
@@ -28,6 +28,10 @@ TRACES_PG_MIGRATIONS = [
     PgMigration(
         name="traces_pg_002_span_batches",
         sql=POSTGRES.ddl(SPAN_BATCHES, **trace_names(POSTGRES, prefix=_PREFIX)),
+    ),
+    PgMigration(
+        name="traces_pg_003_outcome",
+        sql=POSTGRES.ddl(OUTCOME, **trace_names(POSTGRES, prefix=_PREFIX)),
     ),
 ]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
 from shelfhand.core.tracing import Span
 
 __all__ = [
+    "OUTCOME",
     "SCHEMA",
     "SPAN_BATCHES",
     "EncodedTrace",
@@ -38,6 +39,7 @@ __all__ = [
     "TraceSummary",
     "encode_trace",
     "encode_traces",
+    "outcome",
     "trace_names",
 ]
 
@@ -88,6 +90,26 @@ parent_id, name, kind, start_ns, end_ns, status, attributes, events]``; ``start_
 earliest start among them (for the retention)."""
 
 
+OUTCOME = """
+ALTER TABLE {traces} ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+"""
+"""How a trace's turn (or run) ended when not plainly (:func:`outcome`); empty for traces
+stored before it was kept."""
+
+
+def outcome(attributes: Mapping[str, Any]) -> str:
+    """How a root span's turn or run ended, when not with the model's answer as it was: why
+    that answer was replaced, or why no model answered (``shelfhand.answer.fallback_reason``:
+    ``ungrounded``, ``model_timeout``, ``budget_exceeded``...), else a stop reason other than
+    ``final`` (``max_iterations``); empty otherwise."""
+    reason = (
+        attributes.get("shelfhand.answer.fallback_reason")
+        or attributes.get("shelfhand.turn.stop_reason")
+        or attributes.get("shelfhand.run.stop_reason")
+    )
+    return "" if not isinstance(reason, str) or reason == "final" else reason
+
+
 def trace_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
     """The table names the statements use (``prefix`` before each)."""
     del dialect  # the same for both databases
@@ -101,6 +123,7 @@ def trace_names(dialect: Dialect, *, prefix: str = "") -> dict[str, str]:
 MIGRATIONS = [
     Migration(name="traces_001_initial", sql=SQLITE.ddl(SCHEMA, **trace_names(SQLITE))),
     Migration(name="traces_002_span_batches", sql=SQLITE.ddl(SPAN_BATCHES, **trace_names(SQLITE))),
+    Migration(name="traces_003_outcome", sql=SQLITE.ddl(OUTCOME, **trace_names(SQLITE))),
 ]
 
 
@@ -117,6 +140,9 @@ class TraceSummary:
     status: str
     input_tokens: int = 0
     output_tokens: int = 0
+    outcome: str = ""
+    """How the turn ended when not plainly (:func:`outcome`): ``ungrounded``,
+    ``model_timeout``..."""
 
     @property
     def duration_ms(self) -> float:
@@ -132,6 +158,7 @@ class TraceSummary:
             "status": self.status,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "outcome": self.outcome,
         }
 
 
@@ -206,9 +233,9 @@ def _json_encoder() -> Callable[[Any], bytes]:
 _JSON = _json_encoder()
 
 
-TraceRow = tuple[str, str, str, str, int, int, str, int, int]
+TraceRow = tuple[str, str, str, str, int, int, str, int, int, str]
 """A trace's row: ``(tenant, trace_id, user_id, name, start_ns, end_ns, status,
-input_tokens, output_tokens)``, from its root span."""
+input_tokens, output_tokens, outcome)``, from its root span."""
 
 EncodedTrace = tuple[str, str, int, bytes, int, TraceRow | None]
 """Finished spans of one trace as the recorder keeps them until they are written:
@@ -261,6 +288,7 @@ def encode_trace(spans: Sequence[Span]) -> EncodedTrace:
             root.status,
             int(attributes.get("gen_ai.usage.input_tokens", 0) or 0),
             int(attributes.get("gen_ai.usage.output_tokens", 0) or 0),
+            outcome(attributes),
         )
     return (last.tenant_id, last.trace_id, start_ns, _JSON(items), len(spans), row)
 
@@ -296,7 +324,7 @@ class SqlTraceStore:
         )
         self._insert_trace = self._sql(
             "INSERT INTO {traces} (tenant, trace_id, user_id, name, start_ns, end_ns, status, "
-            "input_tokens, output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "input_tokens, output_tokens, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING"
         )
 
@@ -324,9 +352,7 @@ class SqlTraceStore:
     ) -> list[TraceSummary]:
         """The newest traces of ``owner``'s tenant: all of its users' with ``all_users``
         (admins), else ``owner``'s own."""
-        columns = (
-            "trace_id, tenant, user_id, name, start_ns, end_ns, status, input_tokens, output_tokens"
-        )
+        columns = _SUMMARY_COLUMNS
         if all_users:
             statement = self._sql(
                 f"SELECT {columns} FROM {{traces}} WHERE tenant=? ORDER BY start_ns DESC LIMIT ?"
@@ -350,8 +376,7 @@ class SqlTraceStore:
         with self.database.connection() as conn:
             row = conn.execute(
                 self._sql(
-                    "SELECT trace_id, tenant, user_id, name, start_ns, end_ns, status, "
-                    "input_tokens, output_tokens FROM {traces} WHERE tenant=? AND trace_id=?"
+                    f"SELECT {_SUMMARY_COLUMNS} FROM {{traces}} WHERE tenant=? AND trace_id=?"
                 ),
                 (owner.tenant_id, trace_id),
             ).fetchone()
@@ -443,10 +468,17 @@ class SqlTraceStore:
         return int(deleted or 0)
 
 
+_SUMMARY_COLUMNS = (
+    "trace_id, tenant, user_id, name, start_ns, end_ns, status, input_tokens, output_tokens, "
+    "outcome"
+)
+
+
 def _summary(row: Sequence[Any]) -> TraceSummary:
     return TraceSummary(
         trace_id=row[0], tenant_id=row[1], user_id=row[2], name=row[3], start_ns=int(row[4]),
         end_ns=int(row[5]), status=row[6], input_tokens=int(row[7]), output_tokens=int(row[8]),
+        outcome=row[9],
     )  # fmt: skip
 
 

@@ -51,6 +51,10 @@ class ModelTally:
         if self.metrics is not None:
             self.metrics.count_turn(status)
 
+    def count_fallback(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_fallback(reason)
+
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:

@@ -436,7 +436,9 @@ function renderTrace(box, trace) {
     let line = `${span.name} · ${span.duration_ms.toFixed(1)} ms (at ${at} ms)`;
     if (a["gen_ai.usage.input_tokens"] !== undefined) line += ` · tokens ${a["gen_ai.usage.input_tokens"]}/${a["gen_ai.usage.output_tokens"]}`;
     if (a["shelfhand.tool.outcome"]) line += ` · ${a["shelfhand.tool.decision"]}/${a["shelfhand.tool.outcome"]}`;
-    if (a["error.type"]) line += ` · ${a["error.type"]}`;
+    if (a["error.type"]) line += ` · ${a["error.type"]}` + (a["shelfhand.chat.failure"] ? `: ${a["shelfhand.chat.failure"]}` : "");
+    if (a["shelfhand.answer.fallback_reason"]) line += ` · fallback ${a["shelfhand.answer.fallback_reason"]}`;
+    if (a["shelfhand.answer.extractive"]) line += " · extractive";
     if (a["gen_ai.retrieval.query.text"]) line += ` · “${a["gen_ai.retrieval.query.text"]}” (${a["shelfhand.retrieval.mode"]})`;
     li.textContent = line;
     const docs = a["gen_ai.retrieval.documents"] || [];

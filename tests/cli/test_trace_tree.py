@@ -1,0 +1,56 @@
+"""``shelfhand trace ID``'s tree, line by line: a failed model call says why, a retrieved
+passage shows its title once (not its document twice), a turn says how its answer was made."""
+
+from __future__ import annotations
+
+from shelfhand.cli.trace import tree_lines
+from shelfhand.traces.store import SpanRecord
+
+MS = 1_000_000
+
+
+def span(span_id: str, parent: str, name: str, start: int, end: int, **attributes: object):
+    return SpanRecord(
+        span_id=span_id, parent_id=parent, name=name, kind="x", start_ns=start * MS,
+        end_ns=end * MS, status="error" if "error.type" in attributes else "ok",
+        attributes=dict(attributes),
+    )  # fmt: skip
+
+
+def test_the_tree_says_why_a_call_failed_which_passages_came_back_and_how_the_turn_ended() -> None:
+    spans = [
+        span("a", "", "turn", 0, 900, **{
+            "gen_ai.usage.input_tokens": 0, "gen_ai.usage.output_tokens": 0,
+            "shelfhand.turn.stop_reason": "model_timeout",
+            "shelfhand.answer.fallback_reason": "model_timeout",
+            "shelfhand.answer.extractive": True,
+        }),
+        span("b", "a", "retrieval", 1, 5, **{
+            "gen_ai.retrieval.query.text": "电池保修多久？", "shelfhand.retrieval.mode": "hybrid",
+            "gen_ai.retrieval.documents": [
+                {"id": "docs/policy.md::0", "source": "docs/policy.md", "title": "售后政策",
+                 "score": 0.61},
+                {"id": "faq-md::3", "source": "faq.md", "title": "", "score": 0.2},
+            ],
+        }),
+        span("c", "a", "chat local", 6, 606, **{
+            "error.type": "ModelTimeoutError",
+            "shelfhand.chat.failure": "model 'local' sent no first token within 30s",
+        }),
+    ]  # fmt: skip
+    turn, retrieval, first, second, chat = tree_lines(spans)
+    assert turn.endswith("tokens 0/0, stop model_timeout, extractive")
+    assert first.endswith("- 0.610 docs/policy.md::0  售后政策")
+    assert second.endswith("- 0.200 faq.md faq-md::3")
+    assert "retrieval" in retrieval and "'电池保修多久？'" in retrieval
+    assert chat.endswith("✗ ModelTimeoutError: model 'local' sent no first token within 30s")
+
+
+def test_a_kept_answer_with_unsupported_sentences_says_how_many() -> None:
+    (line,) = tree_lines(
+        [span("a", "", "turn", 0, 9, **{
+            "shelfhand.turn.stop_reason": "final", "shelfhand.answer.grounded": False,
+            "shelfhand.answer.unsupported_sentences": 2,
+        })]
+    )  # fmt: skip
+    assert line.endswith("(9.0 ms)  2 unsupported sentences")

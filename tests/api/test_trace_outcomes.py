@@ -103,6 +103,10 @@ def test_a_replaced_answer_shows_in_its_trace_and_the_metrics_and_a_kept_one_doe
     assert replaced_turn["shelfhand.answer.fallback_reason"] == "refusal"
     assert replaced_turn["shelfhand.answer.extractive"] is True
     assert httpx.get(f"{server.url}/v1/traces/{replaced_id}", headers=ALICE).status_code == 404
+    for outcome, found in (("refusal", [replaced_id]), ("any", [replaced_id]), ("off_topic", [])):
+        listed = httpx.get(f"{server.url}/v1/traces", params={"outcome": outcome}, headers=ADMIN_T2)
+        assert [t["trace_id"] for t in listed.json()["traces"]] == found
+    assert httpx.get(f"{server.url}/v1/traces?outcome=any", headers=ALICE).json()["traces"] == []
 
     scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN_T2).text.splitlines()
     fallbacks = [line for line in scraped if line.startswith("shelfhand_answer_fallbacks_total")]
@@ -110,7 +114,7 @@ def test_a_replaced_answer_shows_in_its_trace_and_the_metrics_and_a_kept_one_doe
     server.stop()
 
     out = subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", "trace", "--tenant", "t2"],
+        [sys.executable, "-m", "shelfhand.cli", "trace", "--tenant", "t2", "--outcome", "any"],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path), "COLUMNS": "200"},
     )  # fmt: skip

@@ -243,3 +243,27 @@ def test_a_traces_db_from_before_outcomes_is_upgraded_and_its_traces_still_liste
     (listed,) = store.recent(ALICE)
     assert (listed.trace_id, listed.input_tokens, listed.outcome) == ("old-trace-1", 3, "")
     store.close()
+
+
+def test_traces_are_listed_by_how_their_turns_ended(store: SqlTraceStore) -> None:
+    from shelfhand.traces.store import ANY_OUTCOME
+
+    recorder = StoreRecorder(store, interval=60)
+    tracer = Tracer([recorder])
+    for n, reason in enumerate(["", "refusal", "", "model_timeout", "refusal"]):
+        root = tracer.start_root("turn", trace_id=f"trace-{n}", tenant_id="acme", user_id="alice")
+        root.start_ns = n + 1  # (newest last)
+        if reason:
+            root.set("shelfhand.answer.fallback_reason", reason)
+        root.end()
+    recorder.flush()
+
+    def listed(outcome: str | None, owner: UserContext = ALICE) -> list[str]:
+        return [t.trace_id for t in store.recent(owner, outcome=outcome, all_users=owner is ADMIN)]
+
+    assert listed("refusal") == ["trace-4", "trace-1"]
+    assert listed(ANY_OUTCOME) == ["trace-4", "trace-3", "trace-1"]
+    assert listed(None) == ["trace-4", "trace-3", "trace-2", "trace-1", "trace-0"]
+    assert listed("refusal", ADMIN) == ["trace-4", "trace-1"]
+    assert listed("refusal", BOB) == [] and listed("off_topic") == []
+    recorder.close()

@@ -46,6 +46,14 @@ async def list_traces(
     service: ServiceDep,
     caller: Caller,
     limit: Annotated[int, Query(ge=1, le=500)] = 20,
+    outcome: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only turns that ended so (off_topic, refusal, model_timeout...); "
+            "'any': every turn not answered with the model's answer as written.",
+        ),
+    ] = None,
 ) -> Any:
     """The newest traces the caller may read: their own turns, or every turn of their
     tenant for an admin."""
@@ -54,7 +62,7 @@ async def list_traces(
         return _tracing_off()
     await _written(service)
     found = await service.chat.store(
-        store.recent, caller, limit=limit, all_users=_sees_tenant(caller)
+        store.recent, caller, limit=limit, all_users=_sees_tenant(caller), outcome=outcome
     )
     return {"traces": [t.to_dict() for t in found]}
 

@@ -27,6 +27,14 @@ def trace(
         str | None, typer.Option("--user", help="Only this user's turns (default: all users).")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Most traces listed.")] = 20,
+    outcome: Annotated[
+        str | None,
+        typer.Option(
+            "--outcome",
+            help="Only turns that ended so: a reason (off_topic, refusal, model_timeout...), "
+            "or 'any' for every turn not answered with the model's answer as written.",
+        ),
+    ] = None,
 ) -> None:
     """List recent traces of a tenant, or print one trace's tree with times."""
     from shelfhand.core.context import UserContext
@@ -42,9 +50,10 @@ def trace(
     store = a.trace_store()
     try:
         if trace_id is None:
-            found = store.recent(owner, limit=limit, all_users=user is None)
+            found = store.recent(owner, limit=limit, all_users=user is None, outcome=outcome)
             if not found:
-                make_console().print(f"No traces of tenant {tenant}.")
+                which = f" ending {outcome}" if outcome else ""
+                make_console().print(f"No traces{which} of tenant {tenant}.")
                 return
             for t in found:
                 d = t.to_dict()

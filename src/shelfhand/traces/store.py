@@ -28,6 +28,7 @@ from shelfhand.core.sql import SQLITE, Database, Dialect, Statements
 from shelfhand.core.tracing import Span
 
 __all__ = [
+    "ANY_OUTCOME",
     "OUTCOME",
     "SCHEMA",
     "SPAN_BATCHES",
@@ -95,6 +96,10 @@ ALTER TABLE {traces} ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
 """
 """How a trace's turn (or run) ended when not plainly (:func:`outcome`); empty for traces
 stored before it was kept."""
+
+
+ANY_OUTCOME = "any"
+"""``outcome`` for :meth:`SqlTraceStore.recent`: every turn that ended other than plainly."""
 
 
 def outcome(attributes: Mapping[str, Any]) -> str:
@@ -348,24 +353,33 @@ class SqlTraceStore:
                 conn.executemany(self._insert_trace, roots)
 
     def recent(
-        self, owner: UserContext, *, limit: int = 20, all_users: bool = False
+        self,
+        owner: UserContext,
+        *,
+        limit: int = 20,
+        all_users: bool = False,
+        outcome: str | None = None,
     ) -> list[TraceSummary]:
         """The newest traces of ``owner``'s tenant: all of its users' with ``all_users``
-        (admins), else ``owner``'s own."""
-        columns = _SUMMARY_COLUMNS
-        if all_users:
-            statement = self._sql(
-                f"SELECT {columns} FROM {{traces}} WHERE tenant=? ORDER BY start_ns DESC LIMIT ?"
-            )
-            params: tuple[Any, ...] = (owner.tenant_id, limit)
-        else:
-            statement = self._sql(
-                f"SELECT {columns} FROM {{traces}} WHERE tenant=? AND user_id=? "
-                "ORDER BY start_ns DESC LIMIT ?"
-            )
-            params = (owner.tenant_id, owner.user_id, limit)
+        (admins), else ``owner``'s own; with ``outcome``, only the turns that ended so
+        (:func:`outcome`: ``off_topic``, ``model_timeout``...), or with :data:`ANY_OUTCOME`
+        every turn not answered with the model's answer as written."""
+        where = "tenant=?"
+        params: list[Any] = [owner.tenant_id]
+        if not all_users:
+            where += " AND user_id=?"
+            params.append(owner.user_id)
+        if outcome == ANY_OUTCOME:
+            where += " AND outcome<>''"
+        elif outcome is not None:
+            where += " AND outcome=?"
+            params.append(outcome)
+        statement = self._sql(
+            f"SELECT {_SUMMARY_COLUMNS} FROM {{traces}} WHERE {where} "
+            "ORDER BY start_ns DESC LIMIT ?"
+        )
         with self.database.connection() as conn:
-            rows = conn.execute(statement, params).fetchall()
+            rows = conn.execute(statement, (*params, limit)).fetchall()
         return [_summary(r) for r in rows]
 
     def summary(

@@ -45,10 +45,17 @@ def model_attributes(model: ChatModel) -> Mapping[str, Any]:
     """What a ``chat`` span says of the model's provider: the model's ``span_attributes``
     when it has them (an OpenAI-compatible endpoint: ``gen_ai.provider.name`` ``openai``,
     ``server.address`` and ``server.port``), else its class name as the provider."""
-    attributes = getattr(model, "span_attributes", None)
-    if isinstance(attributes, Mapping):
-        return attributes
-    return {"gen_ai.provider.name": type(model).__name__}
+    attributes: Mapping[str, Any] | None = getattr(model, "span_attributes", None)
+    if attributes is None:
+        kind = type(model)
+        attributes = _BY_CLASS.get(kind)
+        if attributes is None:
+            attributes = _BY_CLASS[kind] = {"gen_ai.provider.name": kind.__name__}
+    return attributes
+
+
+_BY_CLASS: dict[type, Mapping[str, Any]] = {}
+"""The provider attributes of models without their own, by class (made once)."""
 
 
 def failure_attributes(exc: BaseException, *, record_content: bool) -> dict[str, Any]:
@@ -164,9 +171,15 @@ def chat_span(model: ChatModel) -> ChatCall | None:
         name = model.name
     else:
         name = model.name  # (a property: read once)
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": name}
-        attributes.update(model_attributes(model))
-        span = start_span(f"chat {name}", "chat", attributes=attributes)
+        span = start_span(
+            f"chat {name}",
+            "chat",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": name,
+                **model_attributes(model),
+            },
+        )
     if counting is not None:
         counting.model_call_started(name)
     return ChatCall(model=name, span=span, token=enter(span), counting=counting)

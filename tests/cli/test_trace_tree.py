@@ -54,3 +54,12 @@ def test_a_kept_answer_with_unsupported_sentences_says_how_many() -> None:
         })]
     )  # fmt: skip
     assert line.endswith("(9.0 ms)  2 unsupported sentences")
+
+
+def test_a_kept_answer_the_check_could_not_ground_says_so() -> None:
+    (line,) = tree_lines(
+        [span("a", "", "turn", 0, 9, **{
+            "shelfhand.answer.grounded": False, "shelfhand.answer.unsupported_sentences": 0,
+        })]
+    )  # fmt: skip
+    assert line.endswith("(9.0 ms)  not grounded")

@@ -158,4 +158,6 @@ def _answer(a: dict[str, Any]) -> list[str]:
     unsupported = a.get("shelfhand.answer.unsupported_sentences")
     if unsupported:
         parts.append(f"{unsupported} unsupported sentence{'s' if unsupported > 1 else ''}")
+    elif a.get("shelfhand.answer.grounded") is False:
+        parts.append("not grounded")  # (e.g. a bare name: nothing the check could match)
     return parts

@@ -99,6 +99,7 @@ def test_a_replaced_answer_shows_in_its_trace_and_the_metrics_and_a_kept_one_doe
     assert "shelfhand.answer.fallback_reason" not in kept_turn
     assert kept_turn["shelfhand.answer.grounded"] is True
     assert kept_turn["shelfhand.answer.unsupported_sentences"] == 0
+    assert kept_turn["shelfhand.answer.passages"] == [kept["citations"][0]["chunk_id"]]
     replaced_turn = turn_attributes(replaced_id, BOB)
     assert replaced_turn["shelfhand.answer.fallback_reason"] == "refusal"
     assert replaced_turn["shelfhand.answer.extractive"] is True
@@ -129,3 +130,4 @@ def test_a_replaced_answer_shows_in_its_trace_and_the_metrics_and_a_kept_one_doe
     (turn_line,) = [line for line in tree.stdout.splitlines() if " turn  (" in line]
     assert turn_line.endswith("fallback refusal, extractive")
     assert "  售后政策" in tree.stdout  # each hit with its title
+    assert "· the answer rests on t2/policy.md::0" in tree.stdout

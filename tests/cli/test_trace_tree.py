@@ -24,6 +24,7 @@ def test_the_tree_says_why_a_call_failed_which_passages_came_back_and_how_the_tu
             "shelfhand.turn.stop_reason": "model_timeout",
             "shelfhand.answer.fallback_reason": "model_timeout",
             "shelfhand.answer.extractive": True,
+            "shelfhand.answer.passages": ["docs/policy.md::0"],
         }),
         span("b", "a", "retrieval", 1, 5, **{
             "gen_ai.retrieval.query.text": "电池保修多久？", "shelfhand.retrieval.mode": "hybrid",
@@ -38,7 +39,8 @@ def test_the_tree_says_why_a_call_failed_which_passages_came_back_and_how_the_tu
             "shelfhand.chat.failure": "model 'local' sent no first token within 30s",
         }),
     ]  # fmt: skip
-    turn, retrieval, first, second, chat = tree_lines(spans)
+    turn, rests, retrieval, first, second, chat = tree_lines(spans)
+    assert rests.strip() == "· the answer rests on docs/policy.md::0"
     assert turn.endswith("tokens 0/0, stop model_timeout, extractive")
     assert first.endswith("- 0.610 docs/policy.md::0  售后政策")
     assert second.endswith("- 0.200 faq.md faq-md::3")

@@ -104,6 +104,9 @@ def tree_lines(spans: list[SpanRecord]) -> list[str]:
             f"{offset:>9.1f} ms {'  ' * depth}{span.name}  ({span.duration_ms:.1f} ms)"
             f"{mark}{_details(span.attributes)}"
         )
+        resting = span.attributes.get("shelfhand.answer.passages")
+        if resting:
+            lines.append(f"{'':>12} {'  ' * (depth + 1)}· the answer rests on {', '.join(resting)}")
         for event in span.events:
             attrs = ", ".join(f"{k}={v}" for k, v in event.get("attributes", {}).items())
             lines.append(f"{'':>12} {'  ' * (depth + 1)}· {event['name']} {attrs}".rstrip())

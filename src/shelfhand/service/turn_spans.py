@@ -112,8 +112,9 @@ def _answer(span: Span, final: dict[str, Any]) -> None:
     """How the answer shown was made: why the model's was replaced (or why no model
     answered: ``shelfhand.answer.fallback_reason``, e.g. ``ungrounded``, ``off_topic``,
     ``model_timeout``), whether it quotes the passages (``shelfhand.answer.extractive``), and
-    the answer check's verdict on it (``shelfhand.answer.grounded`` and how many of its
-    sentences no passage supports)."""
+    the answer check's verdict on it (``shelfhand.answer.grounded``, how many of its
+    sentences no passage supports, and the chunks of the passages that support the others:
+    ``shelfhand.answer.passages``)."""
     if final.get("fallback_reason"):
         span.set("shelfhand.answer.fallback_reason", final["fallback_reason"])
     if final.get("extractive"):
@@ -129,3 +130,9 @@ def _answer(span: Span, final: dict[str, Any]) -> None:
                 ),
             }
         )
+        resting = {s["passage"] for s in sentences if s.get("supported") and s.get("passage")}
+        if resting:
+            chunks = {c.get("index"): c.get("chunk_id") for c in final.get("citations") or ()}
+            span.set(
+                "shelfhand.answer.passages", [chunks.get(i) or f"[{i}]" for i in sorted(resting)]
+            )

@@ -65,3 +65,25 @@ def test_a_kept_answer_the_check_could_not_ground_says_so() -> None:
         })]
     )  # fmt: skip
     assert line.endswith("(9.0 ms)  not grounded")
+
+
+def test_the_list_keeps_its_columns_for_a_chinese_user_id(tmp_path) -> None:
+    from rich.cells import cell_len
+
+    from shelfhand.core.tracing import Tracer
+    from shelfhand.traces import SqliteTraceStore, StoreRecorder
+    from support.cli import run_cli
+
+    store = SqliteTraceStore(tmp_path / "traces.db")
+    recorder = StoreRecorder(store, interval=60)
+    tracer = Tracer([recorder])
+    for n, user in enumerate(("alice", "张三")):
+        tracer.start_root("turn", trace_id=f"{n:032x}", tenant_id="acme", user_id=user).end()
+    recorder.close()
+    out = run_cli(["trace", "--tenant", "acme"], workspace=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2
+    # the duration column starts at the same cell on both lines
+    starts = {cell_len(line[: line.index(" ms ")]) for line in lines}
+    assert len(starts) == 1

@@ -58,7 +58,7 @@ def trace(
             for t in found:
                 d = t.to_dict()
                 typer.echo(
-                    f"{t.trace_id}  {_when(d['started_at'])}  {t.user_id:<12} "
+                    f"{t.trace_id}  {_when(d['started_at'])}  {_padded(t.user_id, 12)} "
                     f"{d['duration_ms']:>9.1f} ms  {t.status:<5}  "
                     f"tokens {t.input_tokens}/{t.output_tokens}"
                     + (f"  {t.outcome}" if t.outcome else "")
@@ -72,6 +72,13 @@ def trace(
         raise fail(f"no trace {trace_id} in tenant {tenant}", 1)
     for line in tree_lines(spans):
         typer.echo(line)
+
+
+def _padded(text: str, width: int) -> str:
+    """``text`` padded to ``width`` terminal cells (a Chinese character takes two)."""
+    from rich.cells import cell_len
+
+    return text + " " * max(0, width - cell_len(text))
 
 
 def _when(epoch: float) -> str:

@@ -323,7 +323,8 @@ class App:
             return None
         from shelfhand.agent.rewrite import QueryRewriter
 
-        return QueryRewriter(model)
+        prices = self.settings.prices
+        return QueryRewriter(model, price=prices.get(model.name) if prices else None)
 
     def warm_up(self, kb: KnowledgeBase | None) -> None:
         """Load what the first search would load (query embedders, index readers) now:

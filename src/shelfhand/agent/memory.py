@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from shelfhand.agent.spans import chat_span, end_chat, fail_chat
+from shelfhand.agent.side_calls import side_request, usage_of
 from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
-from shelfhand.core.metering import current_meter
 from shelfhand.core.results import Usage
 from shelfhand.core.tokens import count_tokens
 from shelfhand.models.base import ChatModel
@@ -132,36 +131,17 @@ class ConversationMemory:
     async def _summarise(
         self, model: ChatModel, request: list[Message], price: ModelPrice | None
     ) -> Usage:
-        meter = current_meter()
         try:
             # the request and a summary of summary_words (a word is one to two tokens)
-            size = sum(message_tokens(m) for m in request) + 2 * self.summary_words + 16
-            reserved = meter.reserve(size) if meter is not None else 0
+            response = await side_request(model, request, reply_tokens=2 * self.summary_words + 16)
         except BudgetExceededError:
             logger.info("no budget left to summarise older turns; they were dropped")
             return Usage()
-        call = chat_span(model)
-        try:
-            response = await model.request(request)
-        except Exception as exc:  # the window must shrink even when the model is down
-            if meter is not None:
-                meter.settle(reserved, None)
-            if call is not None:
-                fail_chat(call, type(exc).__name__)
+        except Exception:  # the window must shrink even when the model is down
             logger.warning("summarising older turns failed; they were dropped", exc_info=True)
             return Usage()
-        if call is not None:
-            end_chat(call, response, None)
-        if meter is not None:
-            meter.settle(reserved, response.usage)
         self.summary = response.message.text.strip() or self.summary
-        used = response.usage or Usage()
-        return Usage(
-            input_tokens=used.input_tokens,
-            output_tokens=used.output_tokens,
-            model_calls=1,
-            cost=price.cost(response.usage) if price is not None and response.usage else None,
-        )
+        return usage_of(response, price)
 
 
 def _plain(message: Message) -> str:

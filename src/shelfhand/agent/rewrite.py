@@ -15,10 +15,13 @@ import asyncio
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from shelfhand.agent.side_calls import side_request, usage_of
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
+from shelfhand.core.pricing import ModelPrice
+from shelfhand.core.results import Usage
 from shelfhand.models.base import ChatModel
 
 __all__ = ["QueryRewriter", "Rewrite", "asks_the_same", "carried", "points_back"]
@@ -56,6 +59,12 @@ class Rewrite:
     carried: bool = False
     """``True`` when ``query`` is the message with the earlier question it points back to
     (:func:`carried`), no model asked."""
+    usage: Usage | None = None
+    """The model call's usage when the model answered (used or not), for the run's."""
+
+
+_REPLY_TOKENS = 64
+"""What a rewrite's reply is reserved for: one search query."""
 
 
 class QueryRewriter:
@@ -67,6 +76,12 @@ class QueryRewriter:
         max_growth: The rewrite may be at most this many times the message's length
             (plus ``slack`` characters); longer answers are taken for answers, not queries.
         slack: See ``max_growth``.
+        price: The model's price (setting ``prices``), for the call's cost in the run's
+            usage; ``None``: unknown.
+
+    The call is reserved against the caller's budget, traced and counted like the loop's
+    (:func:`~.side_calls.side_request`); an exhausted budget keeps the message, as a model
+    failure does.
     """
 
     def __init__(
@@ -76,6 +91,7 @@ class QueryRewriter:
         timeout: float = 10.0,
         max_growth: float = 4.0,
         slack: int = 60,
+        price: ModelPrice | None = None,
     ) -> None:
         if timeout <= 0:
             raise InvalidArgumentError("rewrite timeout must be positive")
@@ -83,6 +99,7 @@ class QueryRewriter:
         self.timeout = timeout
         self.max_growth = max_growth
         self.slack = slack
+        self.price = price
 
     async def rewrite(self, message: str, history: Sequence[Message]) -> Rewrite:
         """The query for ``message``; the message itself when there is no history to use or
@@ -96,17 +113,20 @@ class QueryRewriter:
             Message.user(f"Conversation:\n{turns}\n\nLast message: {original}\n\nSearch query:"),
         ]
         try:
-            response = await asyncio.wait_for(self.model.request(prompt), self.timeout)
+            response = await asyncio.wait_for(
+                side_request(self.model, prompt, reply_tokens=_REPLY_TOKENS), self.timeout
+            )
         except TimeoutError:
             return self._keep(original, f"the model did not answer within {self.timeout:g} s")
         except Exception as exc:
             return self._keep(original, f"the model failed: {type(exc).__name__}: {exc}")
+        used = usage_of(response, self.price)
         if response.message.tool_calls:
-            return self._keep(original, "the model answered with a tool call")
+            return replace(self._keep(original, "the model answered with a tool call"), usage=used)
         query, problem = self._clean(response.message.text, original, turns)
         if problem is not None:
-            return self._keep(original, problem)
-        return Rewrite(query=query, original=original, rewritten=query != original)
+            return replace(self._keep(original, problem), usage=used)
+        return Rewrite(query=query, original=original, rewritten=query != original, usage=used)
 
     def _clean(self, answer: str, original: str, turns: str) -> tuple[str, str | None]:
         text = answer.strip()

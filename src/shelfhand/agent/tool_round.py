@@ -276,6 +276,8 @@ async def retrieve_upfront(
     (nothing joins when the prompt has no text to search for), and the results are added to
     ``results``. Yields the calls' events when ``sink`` has a listener."""
     plan = await upfront.plan(first, history)
+    if plan.rewrite is not None and plan.rewrite.usage is not None:
+        run.delegated.add(plan.rewrite.usage)  # (the rewrite's model call: the run's usage)
     calls = plan.calls
     if not calls:
         return

@@ -103,7 +103,8 @@ never contended, and a run (which starts one) makes no lock of its own."""
 
 
 class UsageTally:
-    """The usage of the runs one run delegated (its subagents'), added as each finishes.
+    """The usage of the runs one run delegated (its subagents'), added as each finishes,
+    and of its model calls beside the loop (a follow-up's query rewrite).
 
     Each run has its own (``RunContext.delegated``); a subagent's run adds its whole usage
     (its own subagents' included) to its parent's when it ends, so the parent's usage is the

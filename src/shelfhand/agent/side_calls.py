@@ -1,0 +1,69 @@
+"""Model calls a run makes beside its loop: the query rewrite of a follow-up, the answer
+judge's verdicts, the summary of older turns.
+
+Each is a model call like the loop's, so each is treated like one: reserved against the
+caller's budget before it is made and settled after (:mod:`shelfhand.core.metering`), traced
+as a ``chat`` span, counted for ``/metrics`` and the usage ledger, and its usage returned for
+the run's. Before, a turn whose follow-up was rewritten by the model made a model call that
+no reply's usage, budget, metric or trace showed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from shelfhand.agent.spans import chat_span, end_chat, fail_chat
+from shelfhand.core.metering import current_meter
+from shelfhand.core.results import Usage
+from shelfhand.core.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from shelfhand.core.messages import Message
+    from shelfhand.core.pricing import ModelPrice
+    from shelfhand.models.base import ChatModel, ModelResponse
+
+__all__ = ["side_request", "usage_of"]
+
+
+async def side_request(
+    model: ChatModel, request: Sequence[Message], *, reply_tokens: int
+) -> ModelResponse:
+    """``model.request(request)``, reserved against the caller's budget (the request and
+    ``reply_tokens``), traced and counted.
+
+    Raises:
+        BudgetExceededError: The caller's budget has no room for it (no call is made).
+        Exception: What the model raised (the call is counted failed, its reservation
+            released).
+    """
+    meter = current_meter()
+    reserved = 0
+    if meter is not None:
+        size = sum(count_tokens(m.text) + 4 for m in request) + reply_tokens
+        reserved = meter.reserve(size)
+    call = chat_span(model)
+    try:
+        response = await model.request(list(request))
+    except BaseException as exc:  # a timeout cancels it too: nothing stays reserved or open
+        if meter is not None:
+            meter.settle(reserved, None)
+        if call is not None:
+            fail_chat(call, type(exc).__name__)
+        raise
+    if call is not None:
+        end_chat(call, response, None)
+    if meter is not None:
+        meter.settle(reserved, response.usage)
+    return response
+
+
+def usage_of(response: ModelResponse, price: ModelPrice | None = None) -> Usage:
+    """One call's usage, as a run's usage counts it (its cost at ``price``, when known)."""
+    used = response.usage or Usage()
+    return Usage(
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
+        model_calls=1,
+        cost=price.cost(response.usage) if price is not None and response.usage else None,
+    )

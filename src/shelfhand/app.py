@@ -465,7 +465,8 @@ class App:
         if model is not None and s.answer_judge == "model":
             from shelfhand.agent.model_check import ModelJudge
 
-            judge = ModelJudge(model=model, timeout=s.answer_judge_timeout)
+            price = s.prices.get(model.name) if s.prices else None
+            judge = ModelJudge(model=model, timeout=s.answer_judge_timeout, price=price)
         elif s.answer_judge == "rerank" and s.rerank_url:
             from shelfhand.agent.rerank_check import RerankJudge
             from shelfhand.knowledge.retrieval.rerank import HttpReranker

@@ -192,3 +192,23 @@ def test_the_setting_wires_the_chat_model_as_judge_and_is_off_by_default(tmp_pat
     off, on = plain.answer_check(model), judged.answer_check(model)
     assert off is not None and off.judge is None
     assert on is not None and on.judge is not None and on.judge.model is model
+
+
+async def test_the_judges_call_is_in_the_runs_usage_and_its_trace(kb: KnowledgeBase) -> None:
+    # the judge asks a model after the loop has summed the run's usage: its call is added,
+    # traced as a chat span and counted, like the loop's own
+    from shelfhand.core.tracing import Tracer
+    from support.spans import ListProcessor
+
+    spans = ListProcessor()
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    judge = judged_by("1: yes")
+    with Tracer([spans]).root("turn", trace_id=trace_id):
+        result = await ask(kb, IN_ENGLISH, judge)
+    assert result.grounding is not None and result.grounding.method == "model"
+    assert result.usage.model_calls == 2  # the answer and the judge's verdict
+    chats = [s for s in spans.spans if s.kind == "chat"]
+    assert len(chats) == 2
+    assert result.usage.output_tokens == sum(
+        s.attributes["gen_ai.usage.output_tokens"] for s in chats
+    )

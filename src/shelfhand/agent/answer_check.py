@@ -72,6 +72,7 @@ from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
 from .grounding_check import check_grounding, facts, without_citations, words
 from .model_check import JUDGE_INSTRUCTIONS
 from .rewrite import asks_the_same, carried
+from .side_calls import side_usage
 
 __all__ = [
     "AGENT_SCAFFOLDS",
@@ -435,8 +436,13 @@ class AnswerCheck:
             return self.apply(result, question)
         checked = self._checked(result, question)
         if checked.grounding is not None and checked.citations:
-            grounding = await self.judge.review(checked.grounding, checked.citations)
-            checked = replace(checked, grounding=_tool_sentences_kept(checked.grounding, grounding))
+            with side_usage() as spent:  # (a judge that asks a model: its call is the run's)
+                grounding = await self.judge.review(checked.grounding, checked.citations)
+            checked = replace(
+                checked,
+                grounding=_tool_sentences_kept(checked.grounding, grounding),
+                usage=checked.usage + spent.total if spent.total.model_calls else checked.usage,
+            )
         return self._decided(checked, question)
 
     def _checked(self, result: RunResult, question: str) -> RunResult:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, replace
 
 import anyio
 
+from shelfhand.agent.side_calls import side_request
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation, Message
+from shelfhand.core.pricing import ModelPrice
 from shelfhand.models.base import ChatModel
 
 __all__ = ["JUDGE_INSTRUCTIONS", "ModelJudge", "lexical_stands"]
@@ -48,10 +50,16 @@ class ModelJudge:
     Args:
         model: The judge (the configured chat model).
         timeout: Seconds the judge may take for one answer; past it the lexical check stands.
+        price: The model's price, for the call's cost in the run's usage.
+
+    Its call is reserved against the caller's budget, traced and counted, and added to the
+    run's usage (:mod:`~.side_calls`); no budget left: the lexical check stands.
     """
 
     model: ChatModel
     timeout: float = 20.0
+    price: ModelPrice | None = None
+    """The model's price, for the call's cost in the run's usage (``None``: unknown)."""
 
     async def review(self, grounding: Grounding, citations: Sequence[Citation]) -> Grounding:
         """``grounding`` (the lexical check) with each sentence judged by the model; as it
@@ -64,7 +72,12 @@ class ModelJudge:
         ]
         try:
             with anyio.fail_after(self.timeout):
-                response = await self.model.request(request)
+                response = await side_request(
+                    self.model,
+                    request,
+                    reply_tokens=8 * len(grounding.sentences) + 16,
+                    price=self.price,
+                )
         except TimeoutError:
             return lexical_stands(grounding, f"the model's check took over {self.timeout:g}s")
         except Exception as exc:  # any failure of the judge: the lexical check stands

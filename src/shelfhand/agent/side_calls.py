@@ -10,7 +10,9 @@ no reply's usage, budget, metric or trace showed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
@@ -23,14 +25,43 @@ if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["side_request", "usage_of"]
+__all__ = ["SideUsage", "side_request", "side_usage", "usage_of"]
+
+
+class SideUsage:
+    """The usage of the side calls made inside a :func:`side_usage` block (the answer
+    judge's, which runs after the loop has summed the run's usage)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = Usage()
+
+
+_COLLECTING: ContextVar[SideUsage | None] = ContextVar("shelfhand_side_usage", default=None)
+
+
+@contextlib.contextmanager
+def side_usage() -> Iterator[SideUsage]:
+    """Collect the usage of the side calls made in this block (by this task)."""
+    collected = SideUsage()
+    token = _COLLECTING.set(collected)
+    try:
+        yield collected
+    finally:
+        _COLLECTING.reset(token)
 
 
 async def side_request(
-    model: ChatModel, request: Sequence[Message], *, reply_tokens: int
+    model: ChatModel,
+    request: Sequence[Message],
+    *,
+    reply_tokens: int,
+    price: ModelPrice | None = None,
 ) -> ModelResponse:
     """``model.request(request)``, reserved against the caller's budget (the request and
-    ``reply_tokens``), traced and counted.
+    ``reply_tokens``), traced and counted; its usage (at ``price``) added to the
+    :func:`side_usage` block it is made in, if any.
 
     Raises:
         BudgetExceededError: The caller's budget has no room for it (no call is made).
@@ -55,6 +86,9 @@ async def side_request(
         end_chat(call, response, None)
     if meter is not None:
         meter.settle(reserved, response.usage)
+    collecting = _COLLECTING.get()
+    if collecting is not None:
+        collecting.total = collecting.total + usage_of(response, price)
     return response
 
 

@@ -148,12 +148,7 @@ class UpfrontRetrieval:
             # ("它的光源能用多久？") is searched with the earlier question it follows
             carry = carried(message, history)
             if carry is not None:
-                asked = rewrite  # (the model's call, when one was made, still counts)
-                rewrite = replace(
-                    carry,
-                    reason=None if asked is None else asked.reason,
-                    usage=None if asked is None else asked.usage,
-                )
+                rewrite = replace(carry, reason=None if rewrite is None else rewrite.reason)
         if rewrite is None:
             return UpfrontPlan(calls=self.calls(prompt))
         return UpfrontPlan(calls=self._calls_for(rewrite.query), rewrite=rewrite)

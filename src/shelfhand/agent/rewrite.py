@@ -15,13 +15,12 @@ import asyncio
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from shelfhand.agent.side_calls import side_request, usage_of
+from shelfhand.agent.side_calls import side_request
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
 from shelfhand.core.pricing import ModelPrice
-from shelfhand.core.results import Usage
 from shelfhand.models.base import ChatModel
 
 __all__ = ["QueryRewriter", "Rewrite", "asks_the_same", "carried", "points_back"]
@@ -59,8 +58,6 @@ class Rewrite:
     carried: bool = False
     """``True`` when ``query`` is the message with the earlier question it points back to
     (:func:`carried`), no model asked."""
-    usage: Usage | None = None
-    """The model call's usage when the model answered (used or not), for the run's."""
 
 
 _REPLY_TOKENS = 64
@@ -80,7 +77,8 @@ class QueryRewriter:
             usage; ``None``: unknown.
 
     The call is reserved against the caller's budget, traced and counted like the loop's
-    (:func:`~.side_calls.side_request`); an exhausted budget keeps the message, as a model
+    (:func:`~.side_calls.side_request`: its usage goes to the caller's
+    :func:`~.side_calls.side_usage` block); an exhausted budget keeps the message, as a model
     failure does.
     """
 
@@ -114,19 +112,19 @@ class QueryRewriter:
         ]
         try:
             response = await asyncio.wait_for(
-                side_request(self.model, prompt, reply_tokens=_REPLY_TOKENS), self.timeout
+                side_request(self.model, prompt, reply_tokens=_REPLY_TOKENS, price=self.price),
+                self.timeout,
             )
         except TimeoutError:
             return self._keep(original, f"the model did not answer within {self.timeout:g} s")
         except Exception as exc:
             return self._keep(original, f"the model failed: {type(exc).__name__}: {exc}")
-        used = usage_of(response, self.price)
         if response.message.tool_calls:
-            return replace(self._keep(original, "the model answered with a tool call"), usage=used)
+            return self._keep(original, "the model answered with a tool call")
         query, problem = self._clean(response.message.text, original, turns)
         if problem is not None:
-            return replace(self._keep(original, problem), usage=used)
-        return Rewrite(query=query, original=original, rewritten=query != original, usage=used)
+            return self._keep(original, problem)
+        return Rewrite(query=query, original=original, rewritten=query != original)
 
     def _clean(self, answer: str, original: str, turns: str) -> tuple[str, str | None]:
         text = answer.strip()

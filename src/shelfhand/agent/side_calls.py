@@ -3,8 +3,8 @@ judge's verdicts, the summary of older turns.
 
 Each is a model call like the loop's, so each is treated like one: reserved against the
 caller's budget before it is made and settled after (:mod:`shelfhand.core.metering`), traced
-as a ``chat`` span, counted for ``/metrics`` and the usage ledger, and its usage returned for
-the run's. Before, a turn whose follow-up was rewritten by the model made a model call that
+as a ``chat`` span, counted for ``/metrics`` and the usage ledger, and its usage added to the
+:func:`side_usage` block it is made in (the caller adds that to the run's). Before, a turn whose follow-up was rewritten by the model made a model call that
 no reply's usage, budget, metric or trace showed.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
 from shelfhand.core.metering import current_meter
-from shelfhand.core.results import Usage
+from shelfhand.core.results import Usage, UsageTally
 from shelfhand.core.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -25,26 +25,16 @@ if TYPE_CHECKING:
     from shelfhand.core.pricing import ModelPrice
     from shelfhand.models.base import ChatModel, ModelResponse
 
-__all__ = ["SideUsage", "side_request", "side_usage", "usage_of"]
+__all__ = ["side_request", "side_usage", "usage_of"]
 
-
-class SideUsage:
-    """The usage of the side calls made inside a :func:`side_usage` block (the answer
-    judge's, which runs after the loop has summed the run's usage)."""
-
-    __slots__ = ("total",)
-
-    def __init__(self) -> None:
-        self.total = Usage()
-
-
-_COLLECTING: ContextVar[SideUsage | None] = ContextVar("shelfhand_side_usage", default=None)
+_COLLECTING: ContextVar[UsageTally | None] = ContextVar("shelfhand_side_usage", default=None)
 
 
 @contextlib.contextmanager
-def side_usage() -> Iterator[SideUsage]:
-    """Collect the usage of the side calls made in this block (by this task)."""
-    collected = SideUsage()
+def side_usage() -> Iterator[UsageTally]:
+    """Collect the usage of the side calls made in this block (by this task): the query
+    rewrite's, up front; the answer judge's, after the loop has summed the run's usage."""
+    collected = UsageTally()
     token = _COLLECTING.set(collected)
     try:
         yield collected
@@ -88,7 +78,7 @@ async def side_request(
         meter.settle(reserved, response.usage)
     collecting = _COLLECTING.get()
     if collecting is not None:
-        collecting.total = collecting.total + usage_of(response, price)
+        collecting.add(usage_of(response, price))
     return response
 
 

@@ -34,6 +34,7 @@ from shelfhand.core.events import (
 from shelfhand.core.messages import Message
 
 from .guard import canonical_arguments
+from .side_calls import side_usage
 from .step_events import finished, replay_finished
 
 if TYPE_CHECKING:
@@ -275,9 +276,10 @@ async def retrieve_upfront(
     asked. The calls and their results join the transcript ``new`` as if the model had called
     (nothing joins when the prompt has no text to search for), and the results are added to
     ``results``. Yields the calls' events when ``sink`` has a listener."""
-    plan = await upfront.plan(first, history)
-    if plan.rewrite is not None and plan.rewrite.usage is not None:
-        run.delegated.add(plan.rewrite.usage)  # (the rewrite's model call: the run's usage)
+    with side_usage() as rewrite_calls:
+        plan = await upfront.plan(first, history)
+    if rewrite_calls.total.model_calls:  # the query rewrite's model call: the run's usage
+        run.delegated.add(rewrite_calls.total)
     calls = plan.calls
     if not calls:
         return

@@ -314,7 +314,8 @@ class App:
                     "rerank = llm needs a chat model: set SHELFHAND_MODEL (and OPENAI_BASE_URL), "
                     "or use rerank = endpoint or off"
                 )
-            return LlmReranker(model, timeout=s.rerank_timeout)
+            price = s.prices.get(model.name) if s.prices else None
+            return LlmReranker(model, timeout=s.rerank_timeout, price=price)
         return None
 
     def query_rewriter(self, model: ChatModel) -> QueryRewriter | None:

@@ -11,6 +11,12 @@ the fused order with that reason.
 Searches run in worker threads and the reranker's interface is synchronous, while chat models
 are asynchronous: the reranker runs its model calls on an event loop of its own, in one
 background thread, so give it a model object of its own (its HTTP client belongs to that loop).
+
+Its calls are model calls like the loop's (:func:`~.side_calls.side_request`): run in the
+caller's context (a search carries it into its thread, and the call into this loop), each is
+reserved against the caller's budget, traced as a ``chat`` span under the search's, counted
+for ``/metrics``, and its usage added to the run's by the ``retrieve`` tool. No budget left:
+the fused order stands, with that reason.
 """
 
 from __future__ import annotations
@@ -22,12 +28,18 @@ import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.messages import Message
 from shelfhand.knowledge.retrieval.rerank import RerankError, complete, passage_text
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.models.base import ChatModel
+
+from .side_calls import side_request
+
+if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
 
 __all__ = ["LlmReranker", "parse_ranking", "ranking_prompt"]
 
@@ -39,6 +51,8 @@ SYSTEM = (
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _ARRAY = re.compile(r"\[[^\[\]]*\]")
 _NUMBER = re.compile(r"(?<![\d.\-])\d{1,3}(?![\d.])")
+_REPLY_TOKENS = 64
+"""What a ranking's answer is reserved for: a short array of numbers."""
 
 
 def ranking_prompt(query: str, hits: Sequence[SearchHit], max_chars: int) -> list[Message]:
@@ -121,6 +135,7 @@ class LlmReranker:
         timeout: Seconds the model may take to answer.
         max_passage_chars: Each passage is cut to this many characters in the prompt.
         max_candidates: At most this many candidates are shown (the rest follow unranked).
+        price: The model's price (setting ``prices``), for the call's cost in the run's usage.
     """
 
     def __init__(
@@ -130,6 +145,7 @@ class LlmReranker:
         timeout: float = 20.0,
         max_passage_chars: int = 300,
         max_candidates: int = 10,
+        price: ModelPrice | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("rerank timeout must be positive")
@@ -137,6 +153,7 @@ class LlmReranker:
         self.timeout = timeout
         self.max_passage_chars = max_passage_chars
         self.max_candidates = max(1, max_candidates)
+        self.price = price
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -170,10 +187,13 @@ class LlmReranker:
             raise RerankError(f"the model failed: {type(exc).__name__}: {exc}") from None
 
     async def _request(self, messages: list[Message]) -> str:
+        call = side_request(self.model, messages, reply_tokens=_REPLY_TOKENS, price=self.price)
         try:
-            response = await asyncio.wait_for(self.model.request(messages), self.timeout)
+            response = await asyncio.wait_for(call, self.timeout)
         except TimeoutError:
             raise RerankError(f"the model did not rank within {self.timeout:g} s") from None
+        except BudgetExceededError as exc:
+            raise RerankError(f"no budget left to rank: {exc}") from None
         return response.message.text
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:

@@ -27,6 +27,7 @@ from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
 from .answer_check import no_model_answer
 from .fallbacks import NOT_CONFIGURED, not_covered
+from .side_calls import side_usage
 
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
@@ -83,7 +84,10 @@ def make_retrieve_tool(
         if kb is None:
             return ToolOutput(content=NOT_CONFIGURED)
         # the search is CPU-bound (segmentation, embedding): keep it off the event loop
-        hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
+        with side_usage() as ranking:  # (an LLM reranker's call: the run's usage)
+            hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
+        if ranking.total.model_calls:
+            run.delegated.add(ranking.total)
         earlier = run.citations.citations
         numbered = run.citations.number(to_citations(hits))
         citations = prepare_evidence(
@@ -110,11 +114,12 @@ def make_retrieve_tool(
 
 
 _ONE_SEARCH = Usage(retrievals=1)
-"""What a :class:`KnowledgeAgent` run uses: one search, no model call."""
+"""What a :class:`KnowledgeAgent` run uses: one search (and an LLM reranker's call, if any)."""
 
 
 class KnowledgeAgent:
-    """Query in, cited passages out: the same retriever as the chat agent, no model, no tokens.
+    """Query in, cited passages out: the same retriever as the chat agent, with no model (an
+    LLM reranker's call aside, which is in the result's usage).
 
     Disagreeing passages are flagged as in ``retrieve``; with nothing found the output is
     "the documents do not cover this" in the question's language
@@ -154,7 +159,8 @@ class KnowledgeAgent:
     ) -> RunResult:
         query = prompt if isinstance(prompt, str) else prompt.text
         run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
-        hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
+        with side_usage() as ranking:  # (an LLM reranker's call: the run's usage)
+            hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
         numbered = run.citations.number(to_citations(hits))
         citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
         record_conflicts(current_span(), citations)  # on the caller's span (a turn's), if traced
@@ -166,7 +172,7 @@ class KnowledgeAgent:
             messages=messages,
             citations=citations,
             trace_id=run.trace_id,
-            usage=_ONE_SEARCH,
+            usage=_ONE_SEARCH + ranking.total,
         )
         if self.extractive and citations:
             return no_model_answer(result, query, synonyms=self.synonyms)

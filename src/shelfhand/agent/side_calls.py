@@ -1,5 +1,6 @@
 """Model calls a run makes beside its loop: the query rewrite of a follow-up, the answer
-judge's verdicts, the summary of older turns.
+judge's verdicts, the summary of older turns, an LLM reranker's ranking of a search's
+candidates (on the reranker's own loop, in the caller's context).
 
 Each is a model call like the loop's, so each is treated like one: reserved against the
 caller's budget before it is made and settled after (:mod:`shelfhand.core.metering`), traced
@@ -32,8 +33,9 @@ _COLLECTING: ContextVar[UsageTally | None] = ContextVar("shelfhand_side_usage", 
 
 @contextlib.contextmanager
 def side_usage() -> Iterator[UsageTally]:
-    """Collect the usage of the side calls made in this block (by this task): the query
-    rewrite's, up front; the answer judge's, after the loop has summed the run's usage."""
+    """Collect the usage of the side calls made in this block (by this task, and by the
+    threads and loops it carries its context to): the query rewrite's, up front; a search's
+    ranking; the answer judge's, after the loop has summed the run's usage."""
     collected = UsageTally()
     token = _COLLECTING.set(collected)
     try:

@@ -101,9 +101,9 @@ class Service:
     """Where turns' traces are read (``None``: tracing is off)."""
     tracer: Tracer | None = None
     metrics: MetricsText | None = None
+    """``/metrics`` (``None``: prometheus-client is not installed)."""
     ledger: SqlUsageLedger | None = None
     """What each tenant, user and session used (``GET /v1/usage``)."""
-    """``/metrics`` (``None``: prometheus-client is not installed)."""
 
 
 # async on purpose: FastAPI runs sync dependencies in the thread pool, which costs more than

@@ -33,6 +33,7 @@ from shelfhand.api.schemas import (
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
+from shelfhand.service import searches
 from shelfhand.service.source_access import access
 from shelfhand.service.uploads import Staged, UploadRejected
 
@@ -263,9 +264,10 @@ async def search(
     top_k: Annotated[int, Query(ge=1, le=20)] = 5,
     mode: Annotated[Literal["hybrid", "keyword", "vector"], Query()] = "hybrid",
 ) -> SearchOut:
-    """Cited passages the caller may read (the knowledge agent: no model, no tokens);
-    ``degraded`` says why this search fell back to keywords, if it did."""
-    found = await asyncio.to_thread(service.kb.search_result, q, k=top_k, user=caller, mode=mode)
+    """Cited passages the caller may read (the knowledge agent: no model, no tokens, except
+    with ``rerank = "llm"``: its call is reserved against the caller's budgets, counted and in
+    ``GET /v1/usage``); ``degraded`` says why this search fell back to keywords, if it did."""
+    found = await searches.search(service.chat, q, k=top_k, user=caller, mode=mode)
     citations = prepare_evidence(to_citations(list(found.hits)), q)
     return SearchOut(
         query=q,

@@ -77,10 +77,12 @@ class Counting:
         raised)."""
         task = _current_task()
         calls = self.open_calls
-        found = [i for i, (name, made_by) in enumerate(calls) if name == model]
-        mine = [i for i in found if calls[i][1] is task]
+        found = [call for call in calls if call[0] == model]
+        mine = [call for call in found if call[1] is task]
         if found:  # (a generator resumed by another task ends a call it did not start)
-            del calls[(mine or found)[0]]
+            # by value, not index: an LLM reranker's call ends in its own thread meanwhile
+            with contextlib.suppress(ValueError):
+                calls.remove((mine or found)[0])
         self.counter.count_model_call(model, status, input_tokens, output_tokens)
 
     def fail_open_calls(self) -> None:

@@ -19,7 +19,7 @@ from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
 from shelfhand.core.step_counts import current_counting
-from shelfhand.core.tracing import current_span, start_span
+from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.knowledge.analysis import SYNONYMS, synonym_table
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
@@ -314,19 +314,20 @@ class KnowledgeBase:
         if span is None and counting is None:
             return self._search(query, k, user, mode, filters, rerank, options)
         started = time.perf_counter()
+        token = enter(span)  # (an LLM reranker's model call is a child of this search)
         try:
             result = self._search(query, k, user, mode, filters, rerank, options)
         except Exception as exc:
             if span is not None:
                 span.fail(type(exc).__name__)
-                span.end()
+                leave(span, token)
             raise
         finally:
             if counting is not None:
                 counting.counter.count_retrieval(mode, time.perf_counter() - started)
         if span is not None:
             record_retrieval(span, self.workspace.name, query, mode, user, k, result)
-            span.end()
+            leave(span, token)
         return result
 
     def _search(

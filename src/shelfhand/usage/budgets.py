@@ -25,6 +25,7 @@ Periods are UTC: a day ends at midnight UTC, a month on the first of the next.
 from __future__ import annotations
 
 import calendar
+import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -291,7 +292,7 @@ class TurnMeter:
         self.policy = policy
         self.user = user
         self._reserved: dict[int, list[Charge]] = {}
-        self._next = 0
+        self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
 
     def start_turn(self, now: float | None = None) -> None:
         """Count the turn against ``turns_per_minute``.
@@ -310,9 +311,9 @@ class TurnMeter:
         over = self.book.take(taken, now) if taken else None
         if over is not None:
             raise refusal(self.book, over, now)
-        self._next += 1
-        self._reserved[self._next] = [c for c in taken if c.budget.startswith("tokens")]
-        return self._next
+        reservation = next(self._ids)
+        self._reserved[reservation] = [c for c in taken if c.budget.startswith("tokens")]
+        return reservation
 
     def settle(self, reserved: int, usage: Usage | None) -> None:
         held = self._reserved.pop(reserved, None)
@@ -323,6 +324,6 @@ class TurnMeter:
 
     def close(self) -> None:
         """The turn ended: a reservation never settled (a call that failed) is released."""
-        for held in self._reserved.values():
+        while self._reserved:  # (popitem is atomic: a reranker's thread may settle meanwhile)
+            _, held = self._reserved.popitem()
             self.book.adjust({c.key: (-c.amount, c.reset_at) for c in held})
-        self._reserved.clear()

@@ -85,14 +85,14 @@ class ModelTally:
         failed after some calls used, when no run result carries it."""
         with self._lock:
             ran = Usage(tool_calls=self._tool_calls, retrievals=self._retrievals)
-        return sum(self._priced().values(), ran)
+        return sum(self.by_model().values(), ran)
 
     def others(self, model: str) -> dict[str, Usage]:
         """The calls of models other than ``model`` (the turn's own), each with its cost at
         its price (``None`` without one)."""
-        return {m: u for m, u in self._priced().items() if m != model}
+        return {m: u for m, u in self.by_model().items() if m != model}
 
-    def _priced(self) -> dict[str, Usage]:
+    def by_model(self) -> dict[str, Usage]:
         """The calls so far by model, each with its cost at its price (``None`` without
         one)."""
         with self._lock:

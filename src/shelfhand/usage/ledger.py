@@ -120,6 +120,7 @@ class SqlUsageLedger:
         *,
         others: Mapping[str, Usage] | None = None,
         at: float | None = None,
+        turns: int = 1,
     ) -> None:
         """Add one turn's usage (in one transaction).
 
@@ -132,13 +133,15 @@ class SqlUsageLedger:
             others: The part of ``usage`` that other models made (subagents or judges
                 with a model of their own), booked on their own rows.
             at: When (default: now), for the day.
+            turns: How many turns it counts as (``0``: a search's ranking call through
+                ``GET /v1/knowledge/search``, outside any turn).
         """
         day = day_of(time.time() if at is None else at)
         others = {m: u for m, u in (others or {}).items() if m != model and u.model_calls}
         own = usage
         for part in others.values():
             own = _less(own, part)
-        rows = [_row_of(user, session_id, day, model, own, turns=1)]
+        rows = [_row_of(user, session_id, day, model, own, turns=turns)]
         rows += [_row_of(user, session_id, day, m, u, turns=0) for m, u in others.items()]
         with self.database.transaction() as conn:
             conn.executemany(self._add, rows)

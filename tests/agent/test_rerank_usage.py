@@ -5,6 +5,7 @@ usage, budget, metric or trace showed: it runs on a loop of its own, in another 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,8 @@ def turn(messages: list[Message], tools: list[ToolSchema]) -> Any:
     return ANSWER
 
 
-@pytest.fixture
-def ranking_kb(tmp_path: Path) -> Iterator[tuple[KnowledgeBase, FunctionModel]]:
-    model = FunctionModel(turn)
-    reranker = LlmReranker(model, timeout=5, price=ModelPrice(input=1.0, output=2.0))
-    kb = KnowledgeBase(tmp_path / "ws", None, mode="keyword", reranker=reranker)
-    kb.ingest_documents(
+def documents() -> list[Document]:
+    return [
         Document(
             doc_id=name,
             source=name,
@@ -66,7 +63,15 @@ def ranking_kb(tmp_path: Path) -> Iterator[tuple[KnowledgeBase, FunctionModel]]:
             tenant_id=ALICE.tenant_id,
         )
         for name, body in DOCS.items()
-    )
+    ]
+
+
+@pytest.fixture
+def ranking_kb(tmp_path: Path) -> Iterator[tuple[KnowledgeBase, FunctionModel]]:
+    model = FunctionModel(turn)
+    reranker = LlmReranker(model, timeout=5, price=ModelPrice(input=1.0, output=2.0))
+    kb = KnowledgeBase(tmp_path / "ws", None, mode="keyword", reranker=reranker)
+    kb.ingest_documents(documents())
     yield kb, model
     kb.close()
     reranker.close()
@@ -177,3 +182,26 @@ async def test_the_knowledge_agents_usage_holds_its_ranking(
     assert result.usage.output_tokens > 0
     assert result.usage.cost is not None and result.usage.cost > 0  # at the ranking's price
     assert result.citations and result.citations[0].source == "保修-v2.md"
+
+
+def test_a_ranking_past_its_timeout_reads_as_a_timeout_in_the_trace(tmp_path: Path) -> None:
+    async def slow(messages: list[Message], tools: list[ToolSchema]) -> str:
+        await asyncio.sleep(30)
+        return RANKING
+
+    reranker = LlmReranker(FunctionModel(slow), timeout=0.3)
+    kb = KnowledgeBase(tmp_path / "ws", None, mode="keyword", reranker=reranker)
+    kb.ingest_documents(documents())
+    spans = ListProcessor()
+    try:
+        with Tracer([spans]).root("turn", trace_id="0af7651916cd43dd8448eb211c80319d"):
+            found = kb.search_result("投影仪保修期", k=3, user=ALICE)
+    finally:
+        kb.close()
+        reranker.close()
+    assert found.rerank_reason is not None and "within 0.3 s" in found.rerank_reason
+    (chat,) = [s for s in spans.spans if s.kind == "chat"]
+    assert chat.attributes["error.type"] == "ModelTimeoutError"
+    assert chat.attributes["shelfhand.chat.failure"] == (
+        "model 'function:slow' did not answer within 0.3s"
+    )

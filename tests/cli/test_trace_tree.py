@@ -87,3 +87,21 @@ def test_the_list_keeps_its_columns_for_a_chinese_user_id(tmp_path) -> None:
     # the duration column starts at the same cell on both lines
     starts = {cell_len(line[: line.index(" ms ")]) for line in lines}
     assert len(starts) == 1
+
+
+def test_a_search_whose_ranking_timed_out_says_its_order_is_the_fused_one() -> None:
+    reason = "rerank (llm:local) failed, fused order kept: the model did not rank within 25 s"
+    search, ranking = tree_lines(
+        [
+            span("a", "", "retrieval", 0, 25_001, **{
+                "gen_ai.retrieval.query.text": "桂花董糖", "shelfhand.retrieval.mode": "hybrid",
+                "shelfhand.retrieval.rerank_reason": reason,
+            }),
+            span("b", "a", "chat local", 1, 25_001, **{
+                "error.type": "ModelTimeoutError",
+                "shelfhand.chat.failure": "model 'local' did not answer within 25s",
+            }),
+        ]
+    )  # fmt: skip
+    assert search.endswith(f"mode hybrid, {reason}")
+    assert ranking.endswith("✗ ModelTimeoutError: model 'local' did not answer within 25s")

@@ -187,9 +187,14 @@ class LlmReranker:
             raise RerankError(f"the model failed: {type(exc).__name__}: {exc}") from None
 
     async def _request(self, messages: list[Message]) -> str:
-        call = side_request(self.model, messages, reply_tokens=_REPLY_TOKENS, price=self.price)
         try:
-            response = await asyncio.wait_for(call, self.timeout)
+            response = await side_request(
+                self.model,
+                messages,
+                reply_tokens=_REPLY_TOKENS,
+                price=self.price,
+                timeout=self.timeout,
+            )
         except TimeoutError:
             raise RerankError(f"the model did not rank within {self.timeout:g} s") from None
         except BudgetExceededError as exc:

@@ -18,8 +18,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import anyio
-
 from shelfhand.agent.side_calls import side_request
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation, Message
@@ -71,13 +69,13 @@ class ModelJudge:
             Message.user(_judge_request(grounding.sentences, citations)),
         ]
         try:
-            with anyio.fail_after(self.timeout):
-                response = await side_request(
-                    self.model,
-                    request,
-                    reply_tokens=8 * len(grounding.sentences) + 16,
-                    price=self.price,
-                )
+            response = await side_request(
+                self.model,
+                request,
+                reply_tokens=8 * len(grounding.sentences) + 16,
+                price=self.price,
+                timeout=self.timeout,
+            )
         except TimeoutError:
             return lexical_stands(grounding, f"the model's check took over {self.timeout:g}s")
         except Exception as exc:  # any failure of the judge: the lexical check stands

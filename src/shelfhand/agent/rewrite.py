@@ -11,7 +11,6 @@ longer than the message, JSON, a code block, a tool call or words of its own ins
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Sequence
@@ -111,9 +110,12 @@ class QueryRewriter:
             Message.user(f"Conversation:\n{turns}\n\nLast message: {original}\n\nSearch query:"),
         ]
         try:
-            response = await asyncio.wait_for(
-                side_request(self.model, prompt, reply_tokens=_REPLY_TOKENS, price=self.price),
-                self.timeout,
+            response = await side_request(
+                self.model,
+                prompt,
+                reply_tokens=_REPLY_TOKENS,
+                price=self.price,
+                timeout=self.timeout,
             )
         except TimeoutError:
             return self._keep(original, f"the model did not answer within {self.timeout:g} s")

@@ -11,12 +11,14 @@ no reply's usage, budget, metric or trace showed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
+from shelfhand.core.errors import ModelTimeoutError
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import Usage, UsageTally
 from shelfhand.core.tokens import count_tokens
@@ -50,13 +52,17 @@ async def side_request(
     *,
     reply_tokens: int,
     price: ModelPrice | None = None,
+    timeout: float | None = None,
 ) -> ModelResponse:
     """``model.request(request)``, reserved against the caller's budget (the request and
     ``reply_tokens``), traced and counted; its usage (at ``price``) added to the
-    :func:`side_usage` block it is made in, if any.
+    :func:`side_usage` block it is made in, if any. ``timeout``: seconds it may take (its
+    span then says it timed out, where a deadline of the caller's would read as a
+    cancellation).
 
     Raises:
         BudgetExceededError: The caller's budget has no room for it (no call is made).
+        TimeoutError: No answer within ``timeout``.
         Exception: What the model raised (the call is counted failed, its reservation
             released).
     """
@@ -67,12 +73,15 @@ async def side_request(
         reserved = meter.reserve(size)
     call = chat_span(model)
     try:
-        response = await model.request(list(request))
-    except BaseException as exc:  # a timeout cancels it too: nothing stays reserved or open
+        async with asyncio.timeout(timeout):
+            response = await model.request(list(request))
+    except BaseException as exc:  # a cancellation too: nothing stays reserved or open
         if meter is not None:
             meter.settle(reserved, None)
         if call is not None:
-            fail_chat(call, type(exc).__name__)
+            late = isinstance(exc, TimeoutError) and timeout is not None
+            said = f"model {call.model!r} did not answer within {timeout:g}s" if late else ""
+            fail_chat(call, ModelTimeoutError(said) if late else exc)
         raise
     if call is not None:
         end_chat(call, response, None)

@@ -211,14 +211,17 @@ def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None
     leave(span, call.token)
 
 
-def fail_chat(call: ChatCall, error_type: str) -> None:
+def fail_chat(call: ChatCall, exc: BaseException) -> None:
     """A model call that raised (one whose failure the caller survives, such as the memory's
-    summary): count it failed, end its span failed with ``error_type``."""
+    summary): count it failed, end its span failed with ``exc``'s type (and, for a timeout,
+    its words: :func:`failure_attributes`)."""
     if call.counting is not None:
         call.counting.model_call_ended(call.model, 0, 0, status="error")
-    if call.span is not None:
-        call.span.fail(error_type)
-        leave(call.span, call.token)
+    span = call.span
+    if span is not None:
+        span.fail(type(exc).__name__)
+        span.attributes.update(failure_attributes(exc, record_content=span.tracer.record_content))
+        leave(span, call.token)
 
 
 def replayed_call(call: ToolCallBlock, earlier: ToolResultBlock) -> None:

@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from shelfhand.agent.budget import message_tokens
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
 from shelfhand.core.errors import ModelTimeoutError
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import Usage, UsageTally
-from shelfhand.core.tokens import count_tokens
 
 if TYPE_CHECKING:
     from shelfhand.core.messages import Message
@@ -55,7 +55,7 @@ async def side_request(
     timeout: float | None = None,
 ) -> ModelResponse:
     """``model.request(request)``, reserved against the caller's budget (the request and
-    ``reply_tokens``), traced and counted; its usage (at ``price``) added to the
+    ``reply_tokens``, or the model's ``max_tokens`` when larger), traced and counted; its usage (at ``price``) added to the
     :func:`side_usage` block it is made in, if any. ``timeout``: seconds it may take (its
     span then says it timed out, where a deadline of the caller's would read as a
     cancellation).
@@ -69,7 +69,12 @@ async def side_request(
     meter = current_meter()
     reserved = 0
     if meter is not None:
-        size = sum(count_tokens(m.text) + 4 for m in request) + reply_tokens
+        # the request by the loop's cautious estimate (a digit, a CJK character, a symbol: a
+        # token each) and the longest reply the model may give, so that what concurrent calls
+        # reserve holds what they will be charged
+        cap = getattr(model, "max_tokens", None)
+        longest = cap if isinstance(cap, int) and not isinstance(cap, bool) else 0
+        size = sum(message_tokens(m) for m in request) + max(reply_tokens, longest)
         reserved = meter.reserve(size)
     call = chat_span(model)
     try:

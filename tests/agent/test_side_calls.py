@@ -1,0 +1,81 @@
+"""What a side call reserves against the caller's budget before it is made: enough for the
+request as the loop estimates a request (every digit, CJK character and symbol a token, as
+Qwen's and Llama 3's tokenizers split them) and the reply, so that calls made at once cannot
+together spend past the budget when each is charged what the provider counted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shelfhand.agent.side_calls import side_request
+from shelfhand.core.messages import Message
+from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.results import Usage
+from shelfhand.testing import FunctionModel
+
+pytestmark = pytest.mark.anyio
+
+ORDER = "订单号 " + " ".join(["2024120612345678"] * 20) + " 的物流状态？"
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.reserved: list[int] = []
+        self.settled: list[tuple[int, Usage | None]] = []
+
+    def reserve(self, tokens: int) -> int:
+        self.reserved.append(tokens)
+        return len(self.reserved)
+
+    def settle(self, reserved: int, usage: Usage | None) -> None:
+        self.settled.append((reserved, usage))
+
+
+async def test_the_reservation_holds_a_request_of_digits_as_a_tokenizer_splits_them() -> None:
+    meter = Recording()
+    token = metered(meter)
+    try:
+        await side_request(
+            FunctionModel(lambda messages, tools: "物流中"), [Message.user(ORDER)], reply_tokens=32
+        )
+    finally:
+        unmetered(token)
+    digits = sum(ch.isdigit() for ch in ORDER)  # 320: one token each for Qwen and Llama 3
+    cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in ORDER)
+    (reserved,) = meter.reserved
+    assert reserved >= digits + cjk + 32
+    assert [r for r, _ in meter.settled] == [1]
+
+
+async def test_a_call_past_its_timeout_keeps_its_reservation_as_spent() -> None:
+    """The provider may have read the request: unknown usage is charged what was reserved."""
+
+    async def slow(messages: list[Message], tools: object) -> str:
+        await asyncio.sleep(30)
+        return "late"
+
+    meter = Recording()
+    token = metered(meter)
+    try:
+        with pytest.raises(TimeoutError):
+            await side_request(
+                FunctionModel(slow), [Message.user("你好")], reply_tokens=8, timeout=0.1
+            )
+    finally:
+        unmetered(token)
+    assert meter.settled == [(1, None)]
+
+
+async def test_the_reservation_holds_the_models_longest_reply() -> None:
+    model = FunctionModel(lambda messages, tools: "物流中")
+    model.max_tokens = 512  # type: ignore[attr-defined]
+    meter = Recording()
+    token = metered(meter)
+    try:
+        await side_request(model, [Message.user("你好")], reply_tokens=32)
+    finally:
+        unmetered(token)
+    (reserved,) = meter.reserved
+    assert 512 < reserved < 512 + 32

@@ -43,6 +43,7 @@ __all__ = [
     "SynonymTable",
     "chinese_only",
     "chinese_share",
+    "glued_candidates",
     "identifier_tokens",
     "identifiers_and_spans",
     "in_chinese",
@@ -55,6 +56,7 @@ __all__ = [
     "tokenize_for_index",
     "tokenize_for_matching",
     "tokenize_query",
+    "unglued",
     "unknown_words",
     "with_synonyms",
 ]
@@ -459,6 +461,59 @@ def synonym_candidates(tokens: Iterable[str], table: SynonymTable) -> list[str]:
         if token in table:
             found.extend((token, *table[token]))
     return list(dict.fromkeys(found))
+
+
+def glued_candidates(tokens: Iterable[str]) -> list[str]:
+    """The Chinese tokens of a query of three characters or more, and each one's beginnings
+    and ends of two characters or more (each once): what :func:`unglued` needs the document
+    frequencies of."""
+    found: list[str] = []
+    for token in tokens:
+        if len(token) >= _GLUED_MIN and chinese_only(token):
+            found.append(token)
+            found.extend(token[:n] for n in range(len(token) - 1, 1, -1))
+            found.extend(token[-n:] for n in range(len(token) - 1, 1, -1))
+    return list(dict.fromkeys(found))
+
+
+def unglued(tokens: list[str], doc_freq: Mapping[str, int]) -> list[str]:
+    """``tokens`` with each Chinese word that no document holds (``doc_freq`` 0) and that
+    begins or ends with a word documents hold replaced by that word, and by the rest when
+    documents hold it too.
+
+    jieba's HMM guesses at words it does not know from the characters around them, and in a
+    short question a name often takes the next character along: "尚恩有什么爱好？" gives
+    ``尚恩有``, "苏博为什么改名成苏镜宇？" ``成苏镜宇``, where the documents hold ``尚恩`` and
+    ``苏镜宇``. Searched as guessed, the name finds nothing and counts against every hit's
+    relevance; the longest beginning (else end) the documents hold is searched instead
+    (``尚恩``; ``苏镜宇``; ``公司总部`` → ``公司``, ``总部``), unless the query already
+    searches it (jieba's search mode gives ``一年`` beside ``哪一年``)."""
+    out: list[str] = []
+    for token in tokens:
+        if len(token) >= _GLUED_MIN and token in doc_freq and not doc_freq[token]:
+            parts = _known_parts(token, doc_freq)
+            if parts:  # (a part the query already searches is not searched twice)
+                out.extend(part for part in parts if part not in tokens)
+                continue
+        out.append(token)
+    return out
+
+
+_GLUED_MIN = 3
+"""The shortest guessed word that is looked into: two characters are a word or two single
+characters, which the search already holds as they are."""
+
+
+def _known_parts(token: str, doc_freq: Mapping[str, int]) -> list[str]:
+    for n in range(len(token) - 1, 1, -1):
+        head, rest = token[:n], token[n:]
+        if doc_freq.get(head, 0):
+            return [head, rest] if len(rest) > 1 and doc_freq.get(rest, 0) else [head]
+    for n in range(len(token) - 1, 1, -1):
+        rest, tail = token[:-n], token[-n:]
+        if doc_freq.get(tail, 0):
+            return [rest, tail] if len(rest) > 1 and doc_freq.get(rest, 0) else [tail]
+    return []
 
 
 def with_synonyms(tokens: list[str], table: SynonymTable, doc_freq: Mapping[str, int]) -> list[str]:

@@ -69,10 +69,12 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.knowledge.analysis import (
     SynonymTable,
     chinese_only,
+    glued_candidates,
     split_words,
     synonym_candidates,
     synonym_table,
     tokenize_query,
+    unglued,
     with_synonyms,
 )
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
@@ -505,13 +507,21 @@ class HybridRetriever:
         return KeywordSide(tokens, hits, time.perf_counter() - t1)
 
     def _with_synonyms(self, tokens: list[str]) -> list[str]:
-        """``tokens`` with a word no document holds searched as its synonym that some do
-        (one look-up of document frequencies, only for a query that has such a word)."""
-        words = synonym_candidates(tokens, self.synonyms)
-        if not words:
+        """``tokens`` with a word no document holds searched as its synonym that some do,
+        and a Chinese word jieba guessed from a name and the character beside it searched as
+        the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of document
+        frequencies, only for a query that has a word with synonyms or of three Chinese
+        characters or more."""
+        glued = glued_candidates(tokens)
+        synonyms = synonym_candidates(tokens, self.synonyms)
+        if not glued and not synonyms:
             return tokens
+        words = list(dict.fromkeys([*synonyms, *glued]))
         _, freqs = self.keyword_index.doc_freqs(words)
-        return with_synonyms(tokens, self.synonyms, dict(zip(words, freqs, strict=True)))
+        doc_freq = dict(zip(words, freqs, strict=True))
+        if glued:
+            tokens = unglued(tokens, doc_freq)
+        return with_synonyms(tokens, self.synonyms, doc_freq) if synonyms else tokens
 
     def _fuse(
         self,

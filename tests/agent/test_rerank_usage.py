@@ -144,7 +144,7 @@ def test_no_budget_left_keeps_the_fused_order_with_the_reason(
     assert model.requests == []
     assert [h.chunk.chunk_id for h in found.hits] == [h.chunk.chunk_id for h in plain.hits]
     assert found.rerank_reason is not None
-    assert "no budget left to rank" in found.rerank_reason
+    assert "not asked, fused order kept: no budget left" in found.rerank_reason
 
 
 def test_the_ranking_is_counted_for_the_metrics(

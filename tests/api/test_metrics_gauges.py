@@ -107,3 +107,36 @@ def test_a_scrape_while_postgresql_is_down_serves_the_rest_without_the_queue_gau
     assert "shelfhand_turns_total" in scraped.text or "shelfhand_breaker_state" in scraped.text
     assert "shelfhand_queue_jobs{" not in scraped.text  # unreadable now: left out, not 0
     assert 'shelfhand_queue_jobs{status="todo"}' in gauges(server.url)  # back with PostgreSQL
+
+
+def test_a_paused_reranker_and_the_query_embedder_are_breaker_gauges(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    env = {
+        "SHELFHAND_EMBEDDER": "hashing",
+        "SHELFHAND_RERANK": "endpoint",
+        "SHELFHAND_RERANK_URL": "http://127.0.0.1:9",  # nothing listens: every ranking fails
+    }
+    app = App(
+        settings=Settings.load(tmp_path, env=env),
+        router=EmbeddingRouter({"any": HashingEmbedder()}),
+    )
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=keys()))
+    thread_servers.append(server)
+
+    def states() -> dict[str, str]:
+        scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN_KEY, timeout=30).text
+        return {
+            line.split('"')[1]: line.rsplit(" ", 1)[1]
+            for line in scraped.splitlines()
+            if line.startswith('shelfhand_breaker_state{breaker="knowledge: ')
+        }
+
+    assert states() == {"knowledge: query embedding": "0.0", "knowledge: rerank": "0.0"}
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
+        files = [("files", ("退货.md", FAQ.encode(), "text/markdown"))]
+        assert c.post("/v1/knowledge/files", files=files).status_code in (200, 201, 202)
+        for _ in range(3):
+            found = c.get("/v1/knowledge/search", params={"q": "退货 returned"})
+            assert found.status_code == 200 and found.json()["results"]
+    assert states() == {"knowledge: query embedding": "0.0", "knowledge: rerank": "2.0"}

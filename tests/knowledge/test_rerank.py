@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from shelfhand.app import App
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import BudgetExceededError, ConfigurationError
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.base import KnowledgeBase
 from shelfhand.knowledge.retrieval.rerank import (
@@ -366,3 +367,69 @@ def test_app_refuses_llm_rerank_without_a_chat_model(tmp_path: Path) -> None:
     app = App(settings=Settings.load(tmp_path, env=env))
     with pytest.raises(ConfigurationError, match="needs a chat model"):
         app.open_knowledge()
+
+
+# --- a reranker that keeps failing is paused -----------------------------------------------
+class Flaky:
+    """Fails (``failing``) or reverses; counts how often it was asked."""
+
+    name = "flaky"
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.asked = 0
+        self.error = error
+
+    def rerank(self, query: str, hits: Any, top_n: int) -> list[SearchHit]:
+        self.asked += 1
+        if self.error is not None:
+            raise self.error
+        return list(reversed(hits))[:top_n]
+
+
+def test_a_reranker_failing_three_times_in_a_row_is_paused_then_tried_again() -> None:
+    hits = [hit(0), hit(1), hit(2)]
+    reranker = Flaky(RerankError("the endpoint answered 503"))
+    stage = RerankStage(reranker, candidates=3, breaker_failures=3, breaker_cooldown=0.3)
+    for _ in range(3):
+        assert "failed, fused order kept: the endpoint answered 503" in str(
+            stage.run("q", hits, 3).reason
+        )
+    assert stage.breaker.state == "open"
+    paused = stage.run("q", hits, 3)  # not asked: no search waits out a dead reranker's timeout
+    assert reranker.asked == 3
+    assert [h.chunk.doc_id for h in paused.hits] == ["d0", "d1", "d2"]
+    assert paused.reason == (
+        "rerank (flaky) paused after 3 failures in a row, fused order kept (tried again in 1 s)"
+    )
+    time.sleep(0.35)
+    reranker.error = None  # back: one search tries it, and it ranks again
+    tried = stage.run("q", hits, 3)
+    assert reranker.asked == 4 and tried.reason is None
+    assert [h.chunk.doc_id for h in tried.hits] == ["d2", "d1", "d0"]
+    assert stage.breaker.state == "closed"
+
+
+def test_a_search_over_the_callers_budget_does_not_count_against_the_reranker() -> None:
+    hits = [hit(0), hit(1), hit(2)]
+    spent = BudgetExceededError(
+        "the model calls per day budget of user t1/alice is spent",
+        budget="model_calls_per_day", scope="user t1/alice", limit=4, used=4, reset_at=0.0,
+    )  # fmt: skip
+    reranker = Flaky(spent)
+    stage = RerankStage(reranker, candidates=3, breaker_failures=3)
+    for _ in range(5):
+        outcome = stage.run("q", hits, 3)
+        assert "not asked, fused order kept: no budget left" in str(outcome.reason)
+    assert reranker.asked == 5 and stage.breaker.state == "closed"
+
+
+def test_an_unreachable_endpoint_is_paused_and_its_breaker_says_so(tmp_path: Path) -> None:
+    kb = open_kb(tmp_path / "ws", reranker=HttpReranker("http://127.0.0.1:9", timeout=1))
+    try:
+        assert kb.breaker_states() == {"knowledge: rerank": "closed"}
+        reasons = [kb.search_result("warranty", k=3).rerank_reason or "" for _ in range(4)]
+        assert kb.breaker_states() == {"knowledge: rerank": "open"}
+    finally:
+        kb.close()
+    assert all("unreachable" in r for r in reasons[:3])
+    assert "paused after 3 failures in a row, fused order kept" in reasons[3]

@@ -16,7 +16,8 @@ Its calls are model calls like the loop's (:func:`~.side_calls.side_request`): r
 caller's context (a search carries it into its thread, and the call into this loop), each is
 reserved against the caller's budget, traced as a ``chat`` span under the search's, counted
 for ``/metrics``, and its usage added to the run's by the ``retrieve`` tool. No budget left:
-the fused order stands, with that reason.
+:class:`~shelfhand.core.errors.BudgetExceededError` (the search keeps the fused order, with
+that reason, and does not count it as the reranker's failure).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class LlmReranker:
         except (FutureTimeout, TimeoutError):
             future.cancel()
             raise RerankError(f"the model did not rank within {self.timeout:g} s") from None
-        except RerankError:
+        except (RerankError, BudgetExceededError):  # (the caller's budget: not the model's fault)
             raise
         except Exception as exc:
             raise RerankError(f"the model failed: {type(exc).__name__}: {exc}") from None
@@ -197,8 +198,6 @@ class LlmReranker:
             )
         except TimeoutError:
             raise RerankError(f"the model did not rank within {self.timeout:g} s") from None
-        except BudgetExceededError as exc:
-            raise RerankError(f"no budget left to rank: {exc}") from None
         return response.message.text
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:

@@ -60,9 +60,11 @@ class _Gauges:
             "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
             labels=["breaker"],
         )
-        if self.governance is not None:
-            for name, state in self.governance.breaker_states().items():
-                breakers.add_metric([name], _BREAKER_STATES.get(state, 0))
+        states = self.governance.breaker_states() if self.governance is not None else {}
+        if self.kb is not None:
+            states |= self.kb.breaker_states()
+        for name, state in states.items():
+            breakers.add_metric([name], _BREAKER_STATES.get(state, 0))
         yield breakers
         if self.kb is not None:
             count = _read(self.kb.pending_embeddings)

@@ -265,6 +265,17 @@ class KnowledgeBase:
         whose chunks are never embedded)."""
         return 0 if self.keyword_only else self._stack.store.count_pending()
 
+    def breaker_states(self) -> dict[str, str]:
+        """The state (``closed``, ``half_open``, ``open``) of the breaker that pauses the
+        query embedder (a base with vectors) and of the one that pauses the reranker (with
+        one), by name, for metrics."""
+        states: dict[str, str] = {}
+        if not self.keyword_only:
+            states["knowledge: query embedding"] = self._stack.retriever.breaker.state
+        if self.rerank_stage is not None:
+            states["knowledge: rerank"] = self.rerank_stage.breaker.state
+        return states
+
     # --- search ---------------------------------------------------------------------------
     @property
     def search_options(self) -> SearchOptions:

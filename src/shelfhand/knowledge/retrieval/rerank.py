@@ -26,13 +26,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from shelfhand.core.errors import InvalidArgumentError, RerankError
+from shelfhand.core.breaker import CircuitBreaker
+from shelfhand.core.errors import BudgetExceededError, InvalidArgumentError, RerankError
 from shelfhand.knowledge.types import SearchHit
 
 __all__ = [
@@ -259,16 +260,37 @@ class RerankOutcome:
 class RerankStage:
     """Runs a reranker over fused candidates and falls back to the fused order on failure.
 
+    After ``breaker_failures`` failures in a row (errors, timeouts, unreadable answers) the
+    reranker is not asked for ``breaker_cooldown`` seconds: searches keep the fused order at
+    once, saying so, instead of each waiting out the timeout of a reranker that is down; then
+    one search tries it again. A search refused by the caller's budget (an LLM reranker's
+    call) keeps the fused order too, without counting against the reranker.
+
     Args:
         reranker: The reranker.
         candidates: How many fused hits are fetched and shown to it (at least ``k``).
+        breaker_failures: Failures in a row that pause the reranker.
+        breaker_cooldown: Seconds a paused reranker is left alone.
     """
 
-    def __init__(self, reranker: Reranker, *, candidates: int = 20) -> None:
+    def __init__(
+        self,
+        reranker: Reranker,
+        *,
+        candidates: int = 20,
+        breaker_failures: int = 3,
+        breaker_cooldown: float = 30.0,
+    ) -> None:
         if candidates < 1:
             raise InvalidArgumentError("rerank candidates must be at least 1")
         self.reranker = reranker
         self.candidates = candidates
+        self.breaker_failures = breaker_failures
+        self.breaker = CircuitBreaker(
+            "rerank", trip_after=breaker_failures, reset_after=breaker_cooldown
+        )
+        """Pauses the reranker after failures in a row (used under ``_lock``: a
+        :class:`~shelfhand.core.breaker.CircuitBreaker` is not thread-safe)."""
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -284,16 +306,36 @@ class RerankStage:
         started = time.perf_counter()
         if len(hits) <= 1:
             return RerankOutcome(hits=list(hits[:k]), ms=0.0)
-        try:  # the whole order, so exact-identifier hits can be kept ahead below
-            ranked = self.reranker.rerank(query, hits, len(hits))
-            reason = None
-        except Exception as exc:  # any failure keeps the fused order
+        name = self.reranker.name
+        with self._lock:
+            wait = self.breaker.before(time.monotonic())
+        reason: str | None = None
+        if wait is not None:
             ranked = list(hits)
-            reason = f"rerank ({self.reranker.name}) failed, fused order kept: {exc}"
-            self._warn_once(type(exc).__name__ + str(exc)[:40], reason)
+            reason = (
+                f"rerank ({name}) paused after {self.breaker_failures} failures in a row, "
+                f"fused order kept (tried again in {max(1, math.ceil(wait))} s)"
+            )
+        else:
+            try:  # the whole order, so exact-identifier hits can be kept ahead below
+                ranked = self.reranker.rerank(query, hits, len(hits))
+                self._verdict(self.breaker.success)
+            except BudgetExceededError as exc:  # the caller's budget: no sign of ill health
+                self._verdict(lambda now: self.breaker.neutral())
+                ranked = list(hits)
+                reason = f"rerank ({name}) not asked, fused order kept: no budget left: {exc}"
+            except Exception as exc:  # any failure keeps the fused order
+                self._verdict(self.breaker.failure)
+                ranked = list(hits)
+                reason = f"rerank ({name}) failed, fused order kept: {exc}"
+                self._warn_once(type(exc).__name__ + str(exc)[:40], reason)
         ranked = sorted(ranked, key=lambda h: not getattr(h, "exact", False))  # stable
         ms = (time.perf_counter() - started) * 1000
         return RerankOutcome(hits=ranked[:k], ms=ms, reason=reason)
+
+    def _verdict(self, record: Callable[[float], None]) -> None:
+        with self._lock:
+            record(time.monotonic())
 
     def _warn_once(self, kind: str, message: str) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ def usage(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Tokens, model calls, tool calls, retrievals and cost (with prices) of a tenant's turns
-    by day and model."""
+    by day and model (and of its API searches' LLM rankings, counted as no turn)."""
     from shelfhand.core.context import UserContext
 
     a = open_app(workspace, existing=True)

@@ -96,6 +96,19 @@ async def test_a_refusal_while_the_passages_answer_is_replaced(kb: KnowledgeBase
     assert "24 个月" in result.output
 
 
+async def test_an_apology_before_a_negative_answer_is_the_answer_not_a_refusal(
+    kb: KnowledgeBase,
+) -> None:
+    """Polite Chinese service writes a "no" after an apology; before, 抱歉 alone made the
+    answer a refusal, and the passages replaced it."""
+    answer = "抱歉，已激活的延保服务卡不支持退货 [1]。"
+    model = agent(kb, tool_call("retrieve", {"query": "延保服务卡 退货"}), text(answer))
+    result = await model.run("延保服务卡激活后还能退吗？", context=ACME)
+
+    assert result.fallback_reason == "" and not result.extractive
+    assert result.output == answer
+
+
 async def test_a_calculator_number_for_a_document_question_is_replaced(kb: KnowledgeBase) -> None:
     result = await agent(kb, text("3507.3")).run("我的投影仪显示 E-310，怎么办？", context=ACME)
 

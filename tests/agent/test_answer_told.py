@@ -147,6 +147,16 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
     assert not is_refusal("武穴酥糖一般只在春节时期生产销售，其他时间无法买到。")
     for refusal in ("抱歉，我无法回答。", "我无法在文档中找到相关信息。", "我无法确认 X1 的价格。"):
         assert is_refusal(refusal)
+    for refusal in (
+        "抱歉，这个问题我帮不了您。",
+        "我不清楚。",
+        "抱歉，我也不知道。",
+        "文档中不清楚。",
+    ):
+        assert is_refusal(refusal), refusal
+    # an apology before a negative answer, and 不清楚 said of the user: answers, not refusals
+    assert not is_refusal("抱歉，拆封超过七天的商品不能退货 [1]。")
+    assert not is_refusal("如果您不清楚型号，请查看机身标签上的 SKU [1]。")
     assert repeats_question("艾努语使用的地区是哪里? [1]", "艾努语使用的地区是哪里？")
     assert not repeats_question("艾努语使用于北海道 [1]。", "艾努语使用的地区是哪里？")
     # a long answer cut by max_tokens after "例如:" has said something before it

@@ -23,10 +23,11 @@ from shelfhand.core.pricing import ModelPrice
 from shelfhand.core.step_counts import count_steps, stop_counting
 from shelfhand.core.tracing import Tracer
 from shelfhand.knowledge.base import KnowledgeBase
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Document
 from shelfhand.models.base import ToolSchema
 from shelfhand.testing import FunctionModel
 from shelfhand.usage.budgets import BudgetLimits, BudgetPolicy, LocalBudgetBook, TurnMeter
+from support.knowledge import text_document
 from support.spans import ListProcessor
 
 pytestmark = pytest.mark.anyio
@@ -52,18 +53,7 @@ def turn(messages: list[Message], tools: list[ToolSchema]) -> Any:
 
 
 def documents() -> list[Document]:
-    return [
-        Document(
-            doc_id=name,
-            source=name,
-            title=name.rsplit(".", 1)[0],
-            doc_type="markdown",
-            sections=(Section(text=body),),
-            content_hash=str(hash(body)),
-            tenant_id=ALICE.tenant_id,
-        )
-        for name, body in DOCS.items()
-    ]
+    return [text_document(name, body, tenant_id=ALICE.tenant_id) for name, body in DOCS.items()]
 
 
 @pytest.fixture

@@ -55,10 +55,10 @@ async def side_request(
     timeout: float | None = None,
 ) -> ModelResponse:
     """``model.request(request)``, reserved against the caller's budget (the request and
-    ``reply_tokens``, or the model's ``max_tokens`` when larger), traced and counted; its usage (at ``price``) added to the
-    :func:`side_usage` block it is made in, if any. ``timeout``: seconds it may take (its
-    span then says it timed out, where a deadline of the caller's would read as a
-    cancellation).
+    ``reply_tokens``, or the model's ``max_tokens`` when larger), traced and counted; its
+    usage (at ``price``) added to the :func:`side_usage` block it is made in, if any.
+    ``timeout``: seconds it may take (its span then says it timed out, where a deadline of
+    the caller's would read as a cancellation).
 
     Raises:
         BudgetExceededError: The caller's budget has no room for it (no call is made).

@@ -150,7 +150,7 @@ def _details(a: dict[str, Any]) -> str:
         parts.append(f"mode {a.get('shelfhand.retrieval.mode')}")
         if a.get("shelfhand.retrieval.degraded_reason"):
             parts.append(f"degraded: {a['shelfhand.retrieval.degraded_reason']}")
-        if a.get("shelfhand.retrieval.rerank_reason"):  # "rerank (llm:…) failed, fused order kept…"
+        if a.get("shelfhand.retrieval.rerank_reason"):  # "rerank (…) failed, fused order kept…"
             parts.append(a["shelfhand.retrieval.rerank_reason"])
     parts.extend(_answer(a))
     return ("  " + ", ".join(parts)) if parts else ""

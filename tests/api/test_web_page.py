@@ -146,6 +146,18 @@ def test_an_answer_opens_its_trace_with_the_tree_times_and_scored_passages(
         page.screenshot(path=str(ARTIFACTS / "web-trace.png"), full_page=True)
 
 
+def test_the_trace_says_why_a_search_kept_its_fused_order(tmp_path: Path) -> None:
+    env = {"SHELFHAND_RERANK": "endpoint", "SHELFHAND_RERANK_URL": "http://127.0.0.1:9"}
+    faq = "# 故障\n\n## E-203\n\nE-203 故障：灯泡过热。\n\n## E-203 处理\n\nE-203 故障时请关机冷却。\n"
+    for server in _page_server(tmp_path, "E-203：灯泡过热 [1]。", env=env, doc=("faq.md", faq)):
+        with asked(server, "E-203 是什么故障？", height=900) as page:
+            page.locator(".msg.assistant .trace-toggle").last.click()
+            retrieval = page.locator(".trace .span", has_text="“E-203 故障”")
+            sync_api.expect(retrieval).to_contain_text(
+                "failed, fused order kept: rerank endpoint unreachable"
+            )
+
+
 def test_an_answer_the_check_replaced_shows_the_checked_text_and_says_so(
     tmp_path: Path,
 ) -> None:

@@ -440,6 +440,8 @@ function renderTrace(box, trace) {
     if (a["shelfhand.answer.fallback_reason"]) line += ` · fallback ${a["shelfhand.answer.fallback_reason"]}`;
     if (a["shelfhand.answer.extractive"]) line += " · extractive";
     if (a["gen_ai.retrieval.query.text"]) line += ` · “${a["gen_ai.retrieval.query.text"]}” (${a["shelfhand.retrieval.mode"]})`;
+    if (a["shelfhand.retrieval.degraded_reason"]) line += ` · degraded: ${a["shelfhand.retrieval.degraded_reason"]}`;
+    if (a["shelfhand.retrieval.rerank_reason"]) line += ` · ${a["shelfhand.retrieval.rerank_reason"]}`;
     li.textContent = line;
     const docs = a["gen_ai.retrieval.documents"] || [];
     if (docs.length) {

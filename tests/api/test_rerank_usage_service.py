@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,19 @@ def cost(*usages: Usage) -> float:
     return sum(u.input_tokens * PRICE[0] + u.output_tokens * PRICE[1] for u in usages) / 1e6
 
 
+ASKED: list[str] = []
+"""Every request the model got, by kind (``rank``, ``search``, ``answer``)."""
+
+
 def turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
     """The ranking prompt gets an order; a turn searches, then answers."""
+    response = _turn(messages)
+    ranks = "You rank search results" in messages[0].text
+    ASKED.append("rank" if ranks else "search" if response.message.tool_calls else "answer")
+    return response
+
+
+def _turn(messages: Sequence[Message]) -> ModelResponse:
     if messages[0].role == "system" and "You rank search results" in messages[0].text:
         return ModelResponse(message=Message.assistant("[1, 2]"), usage=RANKING)
     last_question = max(i for i, m in enumerate(messages) if m.role == "user")
@@ -156,3 +168,35 @@ def test_a_searchs_ranking_is_booked_counted_and_held_to_the_callers_budget(
     calls = [line for line in scraped if line.startswith("shelfhand_model_calls_total{")]
     assert calls == ['shelfhand_model_calls_total{model="qwen-plus",status="ok"} 4.0'], calls
     assert 'shelfhand_retrieval_seconds_count{mode="hybrid"} 5.0' in scraped
+
+
+def test_ten_turns_at_once_never_spend_past_the_budget_with_their_rankings(
+    server: ThreadServer,
+) -> None:
+    """Each turn's ranking reserves from the reranker's own thread while other turns reserve
+    from the service's loop: 10 turns of 3 calls at once against 4 calls a day."""
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        files = [("files", (name, body.encode(), "text/markdown")) for name, body in FILES.items()]
+        assert c.post("/v1/knowledge/files", files=files).status_code in (200, 201, 202)
+
+    def ask_once(_: int) -> int:
+        with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
+            session = c.post("/v1/sessions").json()["id"]
+            r = c.post(f"/v1/sessions/{session}/messages", json={"content": "拆封后多久可以退货？"})
+            return r.status_code
+
+    ASKED.clear()
+    with ThreadPoolExecutor(10) as pool:
+        statuses = list(pool.map(ask_once, range(10)))
+    # the model was asked 4 times in all, rankings included (before, rankings were free)
+    assert len(ASKED) == 4 and "rank" in ASKED, ASKED
+    assert set(statuses) <= {200, 429}, statuses
+    (row,) = httpx.get(f"{server.url}/v1/usage", headers=ALICE).json()["usage"]
+    assert row["model_calls"] <= 4, row
+    scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN).text.splitlines()
+    (ok,) = [
+        line
+        for line in scraped
+        if line.startswith('shelfhand_model_calls_total{model="qwen-plus",status="ok"}')
+    ]
+    assert float(ok.rsplit(" ", 1)[1]) <= 4, ok

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shelfhand.agent.tasks import TaskRegistry
     from shelfhand.backends.shared import SharedState
     from shelfhand.core.context import UserContext
+    from shelfhand.core.pricing import ModelPrice
     from shelfhand.core.tracing import SpanProcessor, Tracer
     from shelfhand.jobs.queue import IngestQueue
     from shelfhand.knowledge.analysis import SynonymTable
@@ -314,8 +315,7 @@ class App:
                     "rerank = llm needs a chat model: set SHELFHAND_MODEL (and OPENAI_BASE_URL), "
                     "or use rerank = endpoint or off"
                 )
-            price = s.prices.get(model.name) if s.prices else None
-            return LlmReranker(model, timeout=s.rerank_timeout, price=price)
+            return LlmReranker(model, timeout=s.rerank_timeout, price=self._price(model))
         return None
 
     def query_rewriter(self, model: ChatModel) -> QueryRewriter | None:
@@ -324,8 +324,13 @@ class App:
             return None
         from shelfhand.agent.rewrite import QueryRewriter
 
+        return QueryRewriter(model, price=self._price(model))
+
+    def _price(self, model: ChatModel) -> ModelPrice | None:
+        """``model``'s price (setting ``prices``), for the cost of its side calls (the
+        rewrite, the judge, the reranker) in a run's usage; ``None`` when unknown."""
         prices = self.settings.prices
-        return QueryRewriter(model, price=prices.get(model.name) if prices else None)
+        return prices.get(model.name) if prices else None
 
     def warm_up(self, kb: KnowledgeBase | None) -> None:
         """Load what the first search would load (query embedders, index readers) now:
@@ -466,8 +471,9 @@ class App:
         if model is not None and s.answer_judge == "model":
             from shelfhand.agent.model_check import ModelJudge
 
-            price = s.prices.get(model.name) if s.prices else None
-            judge = ModelJudge(model=model, timeout=s.answer_judge_timeout, price=price)
+            judge = ModelJudge(
+                model=model, timeout=s.answer_judge_timeout, price=self._price(model)
+            )
         elif s.answer_judge == "rerank" and s.rerank_url:
             from shelfhand.agent.rerank_check import RerankJudge
             from shelfhand.knowledge.retrieval.rerank import HttpReranker

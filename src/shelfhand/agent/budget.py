@@ -40,6 +40,7 @@ __all__ = [
     "estimate_tokens",
     "fit_messages",
     "message_tokens",
+    "positive_int",
     "request_budget",
     "schema_tokens",
 ]
@@ -78,6 +79,11 @@ def message_tokens(message: Message) -> int:
     for result in message.tool_results:
         total += _MESSAGE_OVERHEAD + estimate_tokens(result.content)
     return total
+
+
+def positive_int(value: object) -> int | None:
+    """``value`` when it is a positive ``int`` (not a ``bool``), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class TokenCounter:

@@ -59,6 +59,7 @@ from .budget import (
     GrowingBound,
     TokenCounter,
     fit_messages,
+    positive_int,
     request_budget,
     schema_tokens,
     size_bound,
@@ -76,7 +77,7 @@ from .fallbacks import repeated_call_answer as repeated_answer
 from .grounding import RETRIEVE_TOOL, UpfrontRetrieval, as_model_sees
 from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
-from .replies import cleaned, external_final, final, new_citations, not_run, positive_int
+from .replies import cleaned, external_final, final, new_citations, not_run
 from .runs import RunOptions
 from .spans import chat_span, end_chat, invoke_agent
 from .step_events import EventSink

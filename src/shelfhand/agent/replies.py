@@ -39,7 +39,6 @@ __all__ = [
     "final",
     "new_citations",
     "not_run",
-    "positive_int",
     "recovered",
     "storable",
     "without_copied_note",
@@ -159,11 +158,6 @@ def new_citations(results: Sequence[ToolResultBlock], seen: Sequence[Citation]) 
             keys.add((c.index, c.chunk_id))
             out.append(c)
     return out
-
-
-def positive_int(value: object) -> int | None:
-    """``value`` when it is a positive ``int`` (not a ``bool``), else ``None``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def final(

@@ -84,10 +84,8 @@ def make_retrieve_tool(
         if kb is None:
             return ToolOutput(content=NOT_CONFIGURED)
         # the search is CPU-bound (segmentation, embedding): keep it off the event loop
-        with side_usage() as ranking:  # (an LLM reranker's call: the run's usage)
+        with side_usage(run.delegated):  # (an LLM reranker's call: the run's usage)
             hits = await asyncio.to_thread(kb.search, query, k=clamp_top_k(top_k), user=run.user)
-        if ranking.total.model_calls:
-            run.delegated.add(ranking.total)
         earlier = run.citations.citations
         numbered = run.citations.number(to_citations(hits))
         citations = prepare_evidence(

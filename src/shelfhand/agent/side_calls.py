@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from shelfhand.agent.budget import message_tokens
+from shelfhand.agent.budget import message_tokens, positive_int
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
 from shelfhand.core.errors import ModelTimeoutError
 from shelfhand.core.metering import current_meter
@@ -34,11 +34,13 @@ _COLLECTING: ContextVar[UsageTally | None] = ContextVar("shelfhand_side_usage", 
 
 
 @contextlib.contextmanager
-def side_usage() -> Iterator[UsageTally]:
+def side_usage(into: UsageTally | None = None) -> Iterator[UsageTally]:
     """Collect the usage of the side calls made in this block (by this task, and by the
-    threads and loops it carries its context to): the query rewrite's, up front; a search's
-    ranking; the answer judge's, after the loop has summed the run's usage."""
-    collected = UsageTally()
+    threads and loops it carries its context to) into ``into`` (a run's
+    ``RunContext.delegated``: the query rewrite's, up front; a search's ranking, which may
+    end after the block when the search outlives its tool's deadline), or into a tally of
+    its own (the answer judge's, after the loop has summed the run's usage)."""
+    collected = UsageTally() if into is None else into
     token = _COLLECTING.set(collected)
     try:
         yield collected
@@ -72,8 +74,7 @@ async def side_request(
         # the request by the loop's cautious estimate (a digit, a CJK character, a symbol: a
         # token each) and the longest reply the model may give, so that what concurrent calls
         # reserve holds what they will be charged
-        cap = getattr(model, "max_tokens", None)
-        longest = cap if isinstance(cap, int) and not isinstance(cap, bool) else 0
+        longest = positive_int(getattr(model, "max_tokens", None)) or 0
         size = sum(message_tokens(m) for m in request) + max(reply_tokens, longest)
         reserved = meter.reserve(size)
     call = chat_span(model)

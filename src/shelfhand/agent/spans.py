@@ -139,11 +139,10 @@ def _close_open_children(span: Span, exc: BaseException) -> None:
     raised: with why, see :func:`failure_attributes`)."""
     open_span = current_span()
     while open_span is not None and open_span is not span:
-        open_span.status = "error"
         if open_span.kind == "chat":
-            open_span.update(failure_attributes(exc, record_content=span.tracer.record_content))
+            _failed_call(open_span, exc)
         else:
-            open_span.attributes["error.type"] = type(exc).__name__
+            open_span.fail(type(exc).__name__)
         open_span.end()
         parent_id = open_span.parent_id
         open_span = span if parent_id == span.span_id else None
@@ -219,9 +218,14 @@ def fail_chat(call: ChatCall, exc: BaseException) -> None:
         call.counting.model_call_ended(call.model, 0, 0, status="error")
     span = call.span
     if span is not None:
-        span.fail(type(exc).__name__)
-        span.attributes.update(failure_attributes(exc, record_content=span.tracer.record_content))
+        _failed_call(span, exc)
         leave(span, call.token)
+
+
+def _failed_call(span: Span, exc: BaseException) -> None:
+    """Mark a ``chat`` span failed, with why (:func:`failure_attributes`)."""
+    span.status = "error"
+    span.update(failure_attributes(exc, record_content=span.tracer.record_content))
 
 
 def replayed_call(call: ToolCallBlock, earlier: ToolResultBlock) -> None:

@@ -276,10 +276,8 @@ async def retrieve_upfront(
     asked. The calls and their results join the transcript ``new`` as if the model had called
     (nothing joins when the prompt has no text to search for), and the results are added to
     ``results``. Yields the calls' events when ``sink`` has a listener."""
-    with side_usage() as rewrite_calls:
+    with side_usage(run.delegated):  # (the query rewrite's model call: the run's usage)
         plan = await upfront.plan(first, history)
-    if rewrite_calls.total.model_calls:  # the query rewrite's model call: the run's usage
-        run.delegated.add(rewrite_calls.total)
     calls = plan.calls
     if not calls:
         return

@@ -47,6 +47,6 @@ async def search(
         stop_counting(counting)
     calls = tally.by_model()
     if chat.ledger is not None and calls:
-        model, *_ = calls
+        model = next(iter(calls))  # (its row takes the search; other models their own)
         await chat.store(chat.ledger.add, user, "", model, tally.total(), others=calls, turns=0)
     return found

@@ -308,7 +308,7 @@ class HybridRetriever:
                 use_keyword = True  # degraded: keywords stand in for vectors
             elif fused_by is not None:
                 t1 = time.perf_counter()
-                tokens = self._with_synonyms(tokenize_query(query))
+                tokens = self._query_tokens(query)
                 weighted = self._weighted(query, embedded)
                 fused = fused_by.search_fused(
                     tokens, weighted, fetch, scope=scope, rrf_k=self.rrf_k
@@ -502,16 +502,17 @@ class HybridRetriever:
 
     def _keyword_side(self, query: str, fetch: int, scope: Scope) -> KeywordSide:
         t1 = time.perf_counter()
-        tokens = self._with_synonyms(tokenize_query(query))
+        tokens = self._query_tokens(query)
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return KeywordSide(tokens, hits, time.perf_counter() - t1)
 
-    def _with_synonyms(self, tokens: list[str]) -> list[str]:
-        """``tokens`` with a word no document holds searched as its synonym that some do,
-        and a Chinese word jieba guessed from a name and the character beside it searched as
-        the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of document
-        frequencies, only for a query that has a word with synonyms or of three Chinese
-        characters or more."""
+    def _query_tokens(self, query: str) -> list[str]:
+        """The keyword tokens of ``query``, a word no document holds searched as its synonym
+        that some do, and a Chinese word jieba guessed from a name and the character beside it
+        searched as the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of
+        document frequencies, only for a query that has a word with synonyms or of three
+        Chinese characters or more."""
+        tokens = tokenize_query(query)
         glued = glued_candidates(tokens)
         synonyms = synonym_candidates(tokens, self.synonyms)
         if not glued and not synonyms:

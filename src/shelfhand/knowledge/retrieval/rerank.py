@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -319,23 +319,22 @@ class RerankStage:
         else:
             try:  # the whole order, so exact-identifier hits can be kept ahead below
                 ranked = self.reranker.rerank(query, hits, len(hits))
-                self._verdict(self.breaker.success)
+                with self._lock:
+                    self.breaker.success(time.monotonic())
             except BudgetExceededError as exc:  # the caller's budget: no sign of ill health
-                self._verdict(lambda now: self.breaker.neutral())
+                with self._lock:
+                    self.breaker.neutral()
                 ranked = list(hits)
                 reason = f"rerank ({name}) not asked, fused order kept: no budget left: {exc}"
             except Exception as exc:  # any failure keeps the fused order
-                self._verdict(self.breaker.failure)
+                with self._lock:
+                    self.breaker.failure(time.monotonic())
                 ranked = list(hits)
                 reason = f"rerank ({name}) failed, fused order kept: {exc}"
                 self._warn_once(type(exc).__name__ + str(exc)[:40], reason)
         ranked = sorted(ranked, key=lambda h: not getattr(h, "exact", False))  # stable
         ms = (time.perf_counter() - started) * 1000
         return RerankOutcome(hits=ranked[:k], ms=ms, reason=reason)
-
-    def _verdict(self, record: Callable[[float], None]) -> None:
-        with self._lock:
-            record(time.monotonic())
 
     def _warn_once(self, kind: str, message: str) -> None:
         with self._lock:

@@ -10,9 +10,11 @@ import asyncio
 import pytest
 
 from shelfhand.agent.side_calls import side_request
+from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.results import Usage
+from shelfhand.core.tracing import SpanList, Tracer
 from shelfhand.testing import FunctionModel
 
 pytestmark = pytest.mark.anyio
@@ -31,6 +33,30 @@ class Recording:
 
     def settle(self, reserved: int, usage: Usage | None) -> None:
         self.settled.append((reserved, usage))
+
+    def refused(self, error: BudgetExceededError, purpose: str) -> None:
+        raise AssertionError("nothing is refused here")
+
+
+class Spent(Recording):
+    """A meter whose budget is spent: every call refused, each refusal heard."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals: list[tuple[str, str]] = []
+
+    def reserve(self, tokens: int) -> int:
+        raise BudgetExceededError(
+            "model_calls_per_day of user t1/alice: 4 of 4 used",
+            budget="model_calls_per_day",
+            scope="user t1/alice",
+            limit=4,
+            used=4,
+            reset_at=1.0,
+        )
+
+    def refused(self, error: BudgetExceededError, purpose: str) -> None:
+        self.refusals.append((error.budget, purpose))
 
 
 async def test_the_reservation_holds_a_request_of_digits_as_a_tokenizer_splits_them() -> None:
@@ -79,3 +105,26 @@ async def test_the_reservation_holds_the_models_longest_reply() -> None:
         unmetered(token)
     (reserved,) = meter.reserved
     assert 512 < reserved < 512 + 32
+
+
+async def test_a_refused_call_is_not_made_and_its_refusal_is_heard_and_traced() -> None:
+    """A side call the budget refuses is not a silent fallback: the meter hears of it (the
+    service audits it) and the span it was to be made in has a ``budget.exceeded`` event."""
+    asked: list[object] = []
+    model = FunctionModel(lambda messages, tools: asked.append(messages) or "[1]")
+    meter = Spent()
+    spans = SpanList()
+    token = metered(meter)
+    try:
+        with Tracer([spans]).root("turn", trace_id="t" * 32):
+            with pytest.raises(BudgetExceededError):
+                await side_request(model, [Message.user("退货")], reply_tokens=8, purpose="rerank")
+    finally:
+        unmetered(token)
+    assert asked == []
+    assert meter.refusals == [("model_calls_per_day", "rerank")]
+    ((turn, event),) = [(s, e) for s in spans.spans for e in s.events]
+    assert turn.name == "turn" and event.name == "budget.exceeded"
+    assert event.attributes["shelfhand.side_call"] == "rerank"
+    assert event.attributes["budget"] == "model_calls_per_day"
+    assert [s.kind for s in spans.spans] == ["turn"]  # no chat span for a call not made

@@ -134,13 +134,29 @@ def test_each_callers_ranking_is_in_their_own_reply_ledger_trace_and_budget(
     # ranking refused (the fused order kept), and the answer's call with it
     alice_session = got[ALICE["Authorization"]][2]
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
-        again = c.post(
+        replied = c.post(
             f"/v1/sessions/{alice_session}/messages",
             json={"content": "需要发票吗？", "stream": False},
-        ).json()
+        )
+        again = replied.json()
+        spans = c.get(f"/v1/traces/{replied.headers['X-Trace-Id']}").json()["spans"]
     assert again["usage"]["model_calls"] == 1
     assert again["fallback_reason"] == "budget_exceeded"
     assert again["budget"]["budget"] == "model_calls_per_day"
+    # both refusals are audited and traced: the ranking's (on the search's span), the answer's
+    audit = server.service.toolkit._gov.audit
+    audit.flush()
+    refusals = audit.query(tool="(model)")
+    assert [(r.user, r.outcome, "rerank" in r.arguments) for r in refusals] == [
+        ("alice", "budget_exceeded", True),
+        ("alice", "budget_exceeded", False),
+    ]
+    (search,) = [s for s in spans if s["kind"] == "retrieval"]
+    (event,) = search["events"]
+    assert (event["name"], event["attributes"]["shelfhand.side_call"]) == (
+        "budget.exceeded",
+        "rerank",
+    )
 
     scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN).text.splitlines()
     calls = [line for line in scraped if line.startswith("shelfhand_model_calls_total{")]
@@ -163,6 +179,16 @@ def test_a_searchs_ranking_is_booked_counted_and_held_to_the_callers_budget(
     assert row["input_tokens"] == 4 * RANKING.input_tokens
     assert row["cost"] == pytest.approx(4 * cost(RANKING))
     assert httpx.get(f"{server.url}/v1/usage", headers=BOB).json()["usage"] == []
+    # the refused ranking is audited, with the request's trace id and what the call was for
+    audit = server.service.toolkit._gov.audit
+    audit.flush()
+    (refusal,) = audit.query(tool="(model)")
+    assert (refusal.outcome, refusal.user, refusal.trace_id) == (
+        "budget_exceeded",
+        "alice",
+        found.headers["X-Trace-Id"],
+    )
+    assert "model_calls_per_day" in refusal.arguments and "rerank" in refusal.arguments
 
     scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN).text.splitlines()
     calls = [line for line in scraped if line.startswith("shelfhand_model_calls_total{")]

@@ -195,6 +195,7 @@ class LlmReranker:
                 reply_tokens=_REPLY_TOKENS,
                 price=self.price,
                 timeout=self.timeout,
+                purpose="rerank",
             )
         except TimeoutError:
             raise RerankError(f"the model did not rank within {self.timeout:g} s") from None

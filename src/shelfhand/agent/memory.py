@@ -133,7 +133,9 @@ class ConversationMemory:
     ) -> Usage:
         try:
             # the request and a summary of summary_words (a word is one to two tokens)
-            response = await side_request(model, request, reply_tokens=2 * self.summary_words + 16)
+            response = await side_request(
+                model, request, reply_tokens=2 * self.summary_words + 16, purpose="summary"
+            )
         except BudgetExceededError:
             logger.info("no budget left to summarise older turns; they were dropped")
             return Usage()

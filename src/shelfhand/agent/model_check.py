@@ -75,6 +75,7 @@ class ModelJudge:
                 reply_tokens=8 * len(grounding.sentences) + 16,
                 price=self.price,
                 timeout=self.timeout,
+                purpose="answer check",
             )
         except TimeoutError:
             return lexical_stands(grounding, f"the model's check took over {self.timeout:g}s")

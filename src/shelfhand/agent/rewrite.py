@@ -116,6 +116,7 @@ class QueryRewriter:
                 reply_tokens=_REPLY_TOKENS,
                 price=self.price,
                 timeout=self.timeout,
+                purpose="query rewrite",
             )
         except TimeoutError:
             return self._keep(original, f"the model did not answer within {self.timeout:g} s")

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 
 from shelfhand.agent.budget import message_tokens, positive_int
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
-from shelfhand.core.errors import ModelTimeoutError
+from shelfhand.core.errors import BudgetExceededError, ModelTimeoutError
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import Usage, UsageTally
+from shelfhand.core.tracing import current_span
 
 if TYPE_CHECKING:
     from shelfhand.core.messages import Message
+    from shelfhand.core.metering import Meter
     from shelfhand.core.pricing import ModelPrice
     from shelfhand.models.base import ChatModel, ModelResponse
 
@@ -55,12 +57,16 @@ async def side_request(
     reply_tokens: int,
     price: ModelPrice | None = None,
     timeout: float | None = None,
+    purpose: str = "side call",
 ) -> ModelResponse:
     """``model.request(request)``, reserved against the caller's budget (the request and
     ``reply_tokens``, or the model's ``max_tokens`` when larger), traced and counted; its
     usage (at ``price``) added to the :func:`side_usage` block it is made in, if any.
     ``timeout``: seconds it may take (its span then says it timed out, where a deadline of
-    the caller's would read as a cancellation).
+    the caller's would read as a cancellation). ``purpose``: what the call is for
+    (``rerank``, ``query rewrite``...), named where a budget's refusal of it is recorded: a
+    ``budget.exceeded`` event on the current span, and the meter's ``refused`` (the service
+    audits it).
 
     Raises:
         BudgetExceededError: The caller's budget has no room for it (no call is made).
@@ -76,7 +82,11 @@ async def side_request(
         # reserve holds what they will be charged
         longest = positive_int(getattr(model, "max_tokens", None)) or 0
         size = sum(message_tokens(m) for m in request) + max(reply_tokens, longest)
-        reserved = meter.reserve(size)
+        try:
+            reserved = meter.reserve(size)
+        except BudgetExceededError as exc:
+            _refused(meter, exc, purpose)
+            raise
     call = chat_span(model)
     try:
         async with asyncio.timeout(timeout):
@@ -97,6 +107,15 @@ async def side_request(
     if collecting is not None:
         collecting.add(usage_of(response, price))
     return response
+
+
+def _refused(meter: Meter, error: BudgetExceededError, purpose: str) -> None:
+    """Record that the caller's budget refused the side call ``purpose``: on the span it
+    was to be made in (the search's, the turn's) and through the meter."""
+    span = current_span()
+    if span is not None:
+        span.event("budget.exceeded", **error.to_dict(), **{"shelfhand.side_call": purpose})
+    meter.refused(error, purpose)
 
 
 def usage_of(response: ModelResponse, price: ModelPrice | None = None) -> Usage:

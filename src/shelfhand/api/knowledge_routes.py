@@ -30,6 +30,7 @@ from shelfhand.api.schemas import (
     ToolList,
     ToolOut,
 )
+from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
@@ -267,7 +268,9 @@ async def search(
     """Cited passages the caller may read (the knowledge agent: no model, no tokens, except
     with ``rerank = "llm"``: its call is reserved against the caller's budgets, counted and in
     ``GET /v1/usage``); ``degraded`` says why this search fell back to keywords, if it did."""
-    found = await searches.search(service.chat, q, k=top_k, user=caller, mode=mode)
+    found = await searches.search(
+        service.chat, q, k=top_k, user=caller, mode=mode, trace_id=current_trace_id()
+    )
     citations = prepare_evidence(to_citations(list(found.hits)), q)
     return SearchOut(
         query=q,

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 from contextvars import ContextVar, Token
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from shelfhand.core.results import Usage
+if TYPE_CHECKING:
+    from shelfhand.core.errors import BudgetExceededError
+    from shelfhand.core.results import Usage
 
 __all__ = ["Meter", "current_meter", "metered", "unmetered"]
 
@@ -34,6 +36,12 @@ class Meter(Protocol):
     def settle(self, reserved: int, usage: Usage | None) -> None:
         """The call ended: replace the reservation with what it used (``None``: unknown,
         the reservation is kept as used)."""
+        ...
+
+    def refused(self, error: BudgetExceededError, purpose: str) -> None:
+        """:meth:`reserve` refused a model call made beside the run's loop (``purpose``:
+        what for, such as ``rerank``); the turn goes on without it. (The loop's own refusals end
+        the run, and whoever runs the turn hears of them.)"""
         ...
 
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.step_counts import count_steps, stop_counting
-from shelfhand.usage.budgets import TurnMeter
 from shelfhand.usage.by_model import ModelTally
 
 if TYPE_CHECKING:
@@ -28,15 +27,22 @@ __all__ = ["search"]
 
 
 async def search(
-    chat: ChatService, query: str, *, k: int, user: UserContext, mode: SearchMode
+    chat: ChatService,
+    query: str,
+    *,
+    k: int,
+    user: UserContext,
+    mode: SearchMode,
+    trace_id: str = "",
 ) -> SearchResult:
     """``chat.kb.search_result(query, ...)`` for ``user``, in a worker thread, metered,
-    counted and booked (see the module docstring)."""
+    counted and booked (see the module docstring); ``trace_id``: the request's (in the audit
+    record of a ranking its budget refused)."""
     tally = ModelTally(chat.counter, prices=chat.prices)
     _, counting = count_steps(tally)
     meter = None
     if chat.budgets is not None:
-        meter = TurnMeter(chat.budgets.book, chat.budgets.policy, user)
+        meter = chat.budgets.meter(user, trace_id)
     budget = metered(meter)
     try:
         found = await asyncio.to_thread(chat.kb.search_result, query, k=k, user=user, mode=mode)

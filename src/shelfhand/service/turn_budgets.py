@@ -13,7 +13,10 @@ call is made past the budget:
   ``fallback_reason`` ``budget_exceeded``, the ``budget`` and the usage until then.
 
 Either way the audit log gets a ``budget_exceeded`` record and the turn's trace a
-``budget.exceeded`` event.
+``budget.exceeded`` event. So does a model call beside the loop that the budget refuses (a
+search's LLM rerank, a follow-up's rewrite, the answer check), though the turn goes on
+without it: its record's arguments name the ``call``, and the event is on the span it was to
+be made in.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class Budgets:
         self, events: AsyncGenerator[dict[str, Any], None], user: UserContext, trace_id: str
     ) -> AsyncGenerator[dict[str, Any], None]:
         """``events`` (one turn's) with the caller's meter set for every model call."""
-        meter = TurnMeter(self.book, self.policy, user)
+        meter = self.meter(user, trace_id)
         try:
             meter.start_turn()
         except BudgetExceededError as exc:
@@ -82,16 +85,28 @@ class Budgets:
             unmetered(token)
             meter.close()
 
+    def meter(self, user: UserContext, trace_id: str) -> TurnMeter:
+        """The meter of one turn (or API search) of ``user``: a side call it refuses (a
+        search's rerank, a follow-up's rewrite; the turn goes on without it) is audited, as
+        ``budget_exceeded`` with ``call`` naming it (its span has the event already)."""
+
+        def side_refused(exc: BudgetExceededError, purpose: str) -> None:
+            budget = {**exc.to_dict(), "call": purpose}
+            self.refused(budget, user, trace_id, traced=False)
+
+        return TurnMeter(self.book, self.policy, user, on_refused=side_refused)
+
     def refused(
         self, budget: Mapping[str, object], user: UserContext, trace_id: str, *, traced: bool = True
     ) -> None:
         """Log, audit and (``traced``) add to the current span that ``budget`` refused a model
-        call of ``user``'s turn."""
+        call of ``user``'s turn (``budget["call"]``: a side call's purpose, if it was one)."""
         logger.warning(
-            "budget exceeded user=%s: %s of %s",
+            "budget exceeded user=%s: %s of %s%s",
             user.scope,
             budget.get("budget"),
             budget.get("scope"),
+            f" ({budget['call']} not made)" if "call" in budget else "",
         )
         span = current_span() if traced else None
         if span is not None:

@@ -28,7 +28,7 @@ import calendar
 import itertools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -285,12 +285,25 @@ def refusal(book: BudgetBook, charge: Charge, now: float) -> BudgetExceededError
 
 
 class TurnMeter:
-    """The :class:`~shelfhand.core.metering.Meter` of one turn of ``user``."""
+    """The :class:`~shelfhand.core.metering.Meter` of one turn of ``user``.
 
-    def __init__(self, book: BudgetBook, policy: BudgetPolicy, user: UserContext) -> None:
+    ``on_refused`` hears of each model call beside the run's loop that its budget refused
+    (the rerank of a search, a follow-up's rewrite: the turn goes on without it), with what
+    the call was for: the service audits it.
+    """
+
+    def __init__(
+        self,
+        book: BudgetBook,
+        policy: BudgetPolicy,
+        user: UserContext,
+        *,
+        on_refused: Callable[[BudgetExceededError, str], None] | None = None,
+    ) -> None:
         self.book = book
         self.policy = policy
         self.user = user
+        self.on_refused = on_refused
         self._reserved: dict[int, list[Charge]] = {}
         self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
 
@@ -321,6 +334,10 @@ class TurnMeter:
             return
         used = usage.input_tokens + usage.output_tokens
         self.book.adjust({c.key: (used - c.amount, c.reset_at) for c in held})
+
+    def refused(self, error: BudgetExceededError, purpose: str) -> None:
+        if self.on_refused is not None:
+            self.on_refused(error, purpose)
 
     def close(self) -> None:
         """The turn ended: a reservation never settled (a call that failed) is released."""

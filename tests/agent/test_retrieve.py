@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.retrieve import NOT_CONFIGURED, make_retrieve_tool
-from shelfhand.testing import ScriptedModel, text, tool_call
+from shelfhand.knowledge import sample_corpus
+from shelfhand.knowledge.types import SearchHit
+from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
@@ -129,3 +132,40 @@ async def test_a_document_ingested_between_two_calls_is_found_by_the_second(
     kb.ingest([new], tenant_id="acme")
     after = await agent.run("Z-999?", context=ACME)
     assert after.citations[0].source == "new/firmware.md"
+
+
+class SlowReranker:
+    """Ranks in reverse after ``seconds``, within its own ``timeout``."""
+
+    name = "slow"
+
+    def __init__(self, seconds: float, timeout: float) -> None:
+        self.seconds = seconds
+        self.timeout = timeout
+
+    def rerank(self, query: str, hits: Sequence[SearchHit], top_n: int) -> list[SearchHit]:
+        time.sleep(self.seconds)
+        return list(reversed(hits))[:top_n]
+
+
+async def test_the_tool_waits_for_a_ranking_within_the_rerankers_own_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ranking slower than the tool's base deadline, within the reranker's timeout, ends in
+    passages: not in a timed-out call that the model answers with another search (seen with
+    a local model, rerank_timeout 60 against the tool's 30 s: two rankings a question)."""
+    monkeypatch.setattr("shelfhand.agent.retrieve.RETRIEVE_TIMEOUT", 0.3)
+    base = KnowledgeBase(
+        tmp_path / "ws", hashing_router(), reranker=SlowReranker(seconds=0.6, timeout=2.0)
+    )
+    with base as kb:
+        kb.ingest([sample_corpus()], tenant_id="acme")
+        assert kb.rerank_timeout == 2.0
+        tool = make_retrieve_tool(kb)
+        assert tool.timeout == pytest.approx(2.3)
+        model = ScriptedModel([tool_call("retrieve", {"query": "拆封 退货"}), text("[1]")])
+        result = await Agent(model=model, toolkit=Toolkit([tool])).run("退货？", context=ACME)
+    (found,) = result.messages[2].tool_results
+    assert not found.is_error, found.content
+    assert found.content.startswith("[1] ")
+    assert make_retrieve_tool(None).timeout == pytest.approx(0.3)

@@ -116,9 +116,8 @@ async def test_a_refused_call_is_not_made_and_its_refusal_is_heard_and_traced() 
     spans = SpanList()
     token = metered(meter)
     try:
-        with Tracer([spans]).root("turn", trace_id="t" * 32):
-            with pytest.raises(BudgetExceededError):
-                await side_request(model, [Message.user("退货")], reply_tokens=8, purpose="rerank")
+        with Tracer([spans]).root("turn", trace_id="t" * 32), pytest.raises(BudgetExceededError):
+            await side_request(model, [Message.user("退货")], reply_tokens=8, purpose="rerank")
     finally:
         unmetered(token)
     assert asked == []

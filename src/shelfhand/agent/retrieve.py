@@ -32,6 +32,9 @@ from .side_calls import side_usage
 DEFAULT_TOP_K = 3
 HARD_MAX_TOP_K = 8
 RETRIEVE_TIMEOUT = 30.0
+"""Seconds the ``retrieve`` tool waits for a search, besides its reranker's own ``timeout``
+(a search with an LLM reranker may wait that long for the ranking, then keeps the fused
+order)."""
 
 RETRIEVE_DESCRIPTION = (
     "Search the knowledge base (product documents, policies, manuals) for numbered passages. "
@@ -66,6 +69,10 @@ def make_retrieve_tool(
 
     ``examples``: questions the documents of ``kb`` answer (see ``@tool(examples=...)``),
     shown to the model with the description.
+
+    The tool waits :data:`RETRIEVE_TIMEOUT` seconds for a search, plus the reranker's
+    timeout (``kb.rerank_timeout``, when ``kb`` has one): a slow ranking ends in the search's
+    fused order, not in a timed-out tool call that the model answers with another search.
 
     Passages that disagree with each other (or with a passage an earlier call of the run
     returned) are flagged: a ``Note:`` line after the passages and ``conflicts_with`` /
@@ -104,7 +111,7 @@ def make_retrieve_tool(
         description=RETRIEVE_DESCRIPTION,
         read_only=True,
         cache_ttl=0,
-        timeout=RETRIEVE_TIMEOUT,
+        timeout=RETRIEVE_TIMEOUT + float(getattr(kb, "rerank_timeout", 0.0)),
         examples=examples,
     )(retrieve)
     found.dedup = False

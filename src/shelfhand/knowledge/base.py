@@ -278,6 +278,16 @@ class KnowledgeBase:
 
     # --- search ---------------------------------------------------------------------------
     @property
+    def rerank_timeout(self) -> float:
+        """Seconds a search's rerank may take (its reranker's ``timeout``; 0 without a
+        reranker, or with one that sets none): a caller's deadline for a search must leave
+        room for it, or the search is abandoned while its ranking is still awaited."""
+        if self.rerank_stage is None:
+            return 0.0
+        timeout = getattr(self.rerank_stage.reranker, "timeout", None)
+        return float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 0.0
+
+    @property
     def search_options(self) -> SearchOptions:
         """The configured switches, what every search uses unless given others (an ablation
         passes ``dataclasses.replace(kb.search_options, ...)`` per call)."""

@@ -221,6 +221,36 @@ def test_the_audit_table_keeps_its_key_columns_whole_at_80_columns(tmp_path: Pat
     assert "timeout (ToolTimeoutError)" in wide.stdout and "SO-1001" in wide.stdout
 
 
+def test_audit_lists_the_model_calls_a_budget_refused_and_what_each_was_for(
+    tmp_path: Path,
+) -> None:
+    from shelfhand.core.context import UserContext
+    from shelfhand.core.errors import BudgetExceededError
+    from shelfhand.service.turn_budgets import Budgets
+    from shelfhand.tools.audit import AuditLog
+    from shelfhand.usage.budgets import BudgetLimits, BudgetPolicy, LocalBudgetBook
+
+    _audit_log_with_a_timeout(tmp_path / "ws")
+    alice = UserContext(tenant_id="acme", user_id="alice")
+    policy = BudgetPolicy(user=BudgetLimits(model_calls_per_day=1))
+    with AuditLog.for_workspace(tmp_path / "ws") as log:
+        budgets = Budgets(policy=policy, book=LocalBudgetBook(), audit=log)
+        meter = budgets.meter(alice, "t2")
+        meter.reserve(100)
+        with pytest.raises(BudgetExceededError) as refused:
+            meter.reserve(100)
+        meter.refused(refused.value, "rerank")  # (as a side call does)
+        budgets.refused(refused.value.to_dict(), alice, "t2")  # (as the loop's refusal is)
+
+    out = run_cli("audit", "--outcome", "budget_exceeded", "-w", str(tmp_path / "ws"), cwd=tmp_path)
+
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if "budget_exceeded" in line]
+    assert len(rows) == 2 and "(2 calls)" in out.stdout
+    assert "(model: rerank)" in rows[0] and "acme/alice" in rows[0]
+    assert "(model)" in rows[1] and "rerank" not in rows[1]
+
+
 def test_a_writer_command_on_a_served_workspace_says_what_to_do_for_that_command(
     tmp_path: Path,
 ) -> None:

@@ -9,7 +9,10 @@ import typer
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app, plural
 from shelfhand.tools.policy import Outcome
 
-OUTCOME_NAMES: tuple[str, ...] = get_args(Outcome)
+MODEL = "(model)"
+"""The tool of a record of a model call that a budget refused (outcome ``budget_exceeded``;
+its arguments hold the budget, and a side call's ``call``)."""
+OUTCOME_NAMES: tuple[str, ...] = (*get_args(Outcome), "budget_exceeded")
 OUTCOMES = ", ".join(OUTCOME_NAMES)
 
 
@@ -43,7 +46,8 @@ def audit(
         bool, typer.Option("--jsonl", help="Print JSON Lines (one record per line) instead.")
     ] = False,
 ) -> None:
-    """Show the audit log: one record per tool call (secrets redacted), oldest first."""
+    """Show the audit log: one record per tool call (secrets redacted), and one per model
+    call a budget refused (tool "(model)"), oldest first."""
     from shelfhand.tools.audit import AuditLog, parse_since
 
     app = open_app(workspace, existing=True)
@@ -119,7 +123,7 @@ def _print_table(records: list[Any]) -> None:
         args = r.arguments if len(r.arguments) <= 60 else r.arguments[:57] + "..."
         cells = [
             datetime.fromtimestamp(r.ts).strftime("%m-%d %H:%M:%S"),
-            r.tool,
+            _tool(r),
             f"{r.tenant}/{r.user}",
             r.decision,
             outcome,
@@ -127,3 +131,17 @@ def _print_table(records: list[Any]) -> None:
         ]
         table.add_row(*cells, *([args] if wide else []))
     console.print(table)
+
+
+def _tool(record: Any) -> str:
+    """What a record's call was: the tool, or for a model call a budget refused beside the
+    loop, what it was for (``(model: rerank)``)."""
+    if record.tool != MODEL:
+        return str(record.tool)
+    import json
+
+    try:
+        call = json.loads(record.arguments).get("call")
+    except (ValueError, AttributeError):
+        call = None
+    return f"(model: {call})" if isinstance(call, str) and call else MODEL

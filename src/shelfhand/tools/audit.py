@@ -174,7 +174,8 @@ class AuditRecord:
     """Permission decision: ``allow``, ``deny`` or ``ask``."""
     outcome: str
     """``ok``, ``error``, ``timeout``, ``denied``, ``unknown_tool``, ``invalid_arguments``,
-    ``rate_limited``, ``circuit_open``, ``needs_approval``, ``rejected`` or ``external``."""
+    ``rate_limited``, ``circuit_open``, ``needs_approval``, ``rejected`` or ``external``; for a
+    model call a budget refused (tool ``(model)``), ``budget_exceeded``."""
     error_class: str
     duration_ms: float
     cache_hit: bool

@@ -62,11 +62,32 @@ async def test_the_rewrite_is_reserved_against_the_callers_budget() -> None:
     meter = TurnMeter(LocalBudgetBook(), policy, ALICE)
     token = metered(meter)
     try:
+        result = await agent.run("and the price?", history=HISTORY_EN, context=ALICE)
+    finally:
+        unmetered(token)
+        meter.close()
+    # the day's one call went to the rewrite: the answer's call was not made, and the run
+    # answers without the model from what its search found (the turn spent the budget)
+    assert len(model.requests) == 1
+    assert searcher.queries == ["Lumen X1 price"]
+    assert result.stop_reason == result.fallback_reason == "budget_exceeded"
+    assert result.budget is not None and result.budget["budget"] == "model_calls_per_day"
+    assert result.usage.model_calls == 1
+
+
+async def test_a_run_whose_budget_was_spent_before_it_is_refused() -> None:
+    """With no call of its own made, the run fails (the service answers 429)."""
+    agent, _, model = agent_with_rewriter()
+    policy = BudgetPolicy(tenant=BudgetLimits(model_calls_per_day=1))
+    book = LocalBudgetBook()
+    spent = TurnMeter(book, policy, ALICE)
+    spent.settle(spent.reserve(10), None)  # the day's one call is used
+    meter = TurnMeter(book, policy, ALICE)
+    token = metered(meter)
+    try:
         with pytest.raises(BudgetExceededError):
             await agent.run("and the price?", history=HISTORY_EN, context=ALICE)
     finally:
         unmetered(token)
         meter.close()
-    # the day's one call went to the rewrite: the answer's call was not made
-    assert len(model.requests) == 1
-    assert searcher.queries == ["Lumen X1 price"]
+    assert model.requests == []

@@ -1,7 +1,8 @@
 """The end of a run whose budget ran out mid-run: a model-free answer from what it found.
 
-A turn refused before its first model call fails (the service answers 429). One whose
-budget runs out later (a retrieval done, the next model call refused) ends cleanly instead:
+A turn refused before any model call of its own fails (the service answers 429). One whose
+budget runs out later (the next model call refused after one of the loop's, or after one
+beside it: an up-front search's LLM ranking, a follow-up's rewrite) ends cleanly instead:
 the answer is the extractive answer of the passages the run already has
 (:func:`~.extractive.extractive_answer`), or, when none is about the question, an honest
 note naming the spent budget with the passages and tool results found. The result says

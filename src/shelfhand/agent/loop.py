@@ -273,7 +273,10 @@ class AgentLoop:
             try:
                 reserved = meter.reserve(window) if meter is not None else 0
             except BudgetExceededError as exc:
-                if model_calls == 0:  # nothing done yet: the turn is refused (429)
+                # nothing done yet, the budget spent before the run: the turn is refused (429);
+                # a model call of its own beside the loop (an up-front search's LLM ranking)
+                # spent it: the run answers from what that found, as after a call of the loop
+                if model_calls == 0 and not run.delegated.total.model_calls:
                     raise
                 # the budget ran out mid-run: answer from what the run already found
                 reason, text, spent = "budget_exceeded", "", exc

@@ -139,8 +139,9 @@ StopReason = Literal[
 called an ``external`` tool (``external_tool``); it answered blank, or only repeated a tool's
 raw JSON result, even after a nudge (``empty``: the output is an honest fallback); it kept
 repeating a failing call (``repeated_call``); delegation went round in circles and a person should look
-(``human_needed``, see :mod:`shelfhand.agent.supervisor`); a budget ran out after the run's
-first model call (``budget_exceeded``: the output is the model-free answer of what it had
+(``human_needed``, see :mod:`shelfhand.agent.supervisor`); a budget ran out after a model
+call of the run's own, the loop's or one beside it such as a search's ranking
+(``budget_exceeded``: the output is the model-free answer of what it had
 found, see :mod:`shelfhand.agent.budget_stop`)."""
 
 

@@ -5,10 +5,11 @@ subagents' included) reserves its largest possible size and settles with what it
 (:class:`~shelfhand.usage.budgets.TurnMeter`). A turn over budget ends cleanly, and no model
 call is made past the budget:
 
-- refused before its first model call, the API answers 429 with the budget, its reset time
+- refused before any model call of its own, the API answers 429 with the budget, its reset time
   and ``Retry-After`` (or, once the answer has begun streaming, an ``error`` event with the
   same) and the session records the failure;
-- refused later (after a retrieval or a tool call), the turn is answered without the model:
+- refused later (after a model call of the turn's: the loop's, or one beside it such as a
+  search's LLM ranking), the turn is answered without the model:
   the extractive answer of the passages it found (:mod:`shelfhand.agent.budget_stop`), with
   ``fallback_reason`` ``budget_exceeded``, the ``budget`` and the usage until then.
 

@@ -707,28 +707,38 @@ class App:
 
     def budgets(self) -> Budgets | None:
         """The service's budgets (``[budgets]`` of shelfhand.toml), counted in Redis with
-        ``redis_url`` (across replicas), else in the process; ``None`` without budgets.
+        ``redis_url``, else in PostgreSQL with ``database_url`` (either: across replicas),
+        else in ``<workspace>/budgets.db`` (kept across restarts); ``None`` without budgets.
 
         Raises:
             ConfigurationError: an unknown budget or a value that is not a whole number.
         """
         from shelfhand.core.auth import load_key_budgets
         from shelfhand.service.turn_budgets import Budgets
-        from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, LocalBudgetBook
+        from shelfhand.usage.budgets import BudgetBook, BudgetPolicy
 
         policy = BudgetPolicy.from_toml(
             self.settings.budgets, load_key_budgets(self.settings.workspace)
         )
         if policy is None:
             return None
-        redis = self.shared_state().redis
+        shared = self.shared_state()
         book: BudgetBook
-        if redis is not None:
+        if shared.redis is not None:
             from shelfhand.usage.redis_budgets import RedisBudgetBook
 
-            book = RedisBudgetBook(redis)
+            book = RedisBudgetBook(shared.redis)
+        elif shared.pool is not None:
+            from shelfhand.usage.pg import PgBudgetBook
+
+            book = PgBudgetBook(
+                shared.pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
+            )
         else:
-            book = LocalBudgetBook()
+            from shelfhand.usage.sql_budgets import SqliteBudgetBook
+
+            self.settings.workspace.mkdir(parents=True, exist_ok=True)
+            book = SqliteBudgetBook.for_workspace(self.settings.workspace)
         return Budgets(policy=policy, book=book, audit=self.governance().audit)
 
     def usage_ledger(self) -> SqlUsageLedger:

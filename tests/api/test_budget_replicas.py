@@ -1,8 +1,8 @@
-"""Budgets across two full service replicas sharing Redis: 20 concurrent turns split across
-both against a tenant budget of 5 turns' worth of tokens. Each replica has its own
-workspace (its own sessions and knowledge); only Redis is shared, so only a shared budget
-book can hold the line: 5 turns are answered, 15 get 429 naming the budget, and the tokens
-counted in Redis never pass the budget."""
+"""Budgets across two full service replicas sharing Redis, or PostgreSQL alone: 20
+concurrent turns split across both against a tenant budget of 5 turns' worth of tokens.
+Each replica has its own workspace (its own knowledge); only Redis (or PostgreSQL) is
+shared, so only a shared budget book can hold the line: 5 turns are answered, 15 get 429
+naming the budget, and the tokens counted never pass the budget."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
 
 from shelfhand.api import ServiceConfig, create_app
@@ -24,27 +25,29 @@ WINDOW = 4096
 BUDGET = 5 * WINDOW
 
 
-def replica(folder: Path, model: FunctionModel, redis_url: str) -> ThreadServer:
-    """One service replica over its own workspace, counting budgets in ``redis_url``."""
+def replica(folder: Path, model: FunctionModel, shared: dict[str, str]) -> ThreadServer:
+    """One service replica over its own workspace, counting budgets in what ``shared``
+    (settings) names: Redis, or PostgreSQL."""
     folder.mkdir()
     (folder / "shelfhand.toml").write_text(
         f"[budgets.tenant]\ntokens_per_day = {BUDGET}\n", encoding="utf-8"
     )
-    env = {
-        "SHELFHAND_EMBEDDER": "hashing",
-        "SHELFHAND_ANSWER_RETRIEVAL": "tool",
-        "SHELFHAND_REDIS_URL": redis_url,
-    }
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool", **shared}
     app = App(settings=Settings.load(folder, env=env), model=model, router=hashing_router())
     return start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
 
 
+@pytest.mark.parametrize("shared", ["redis", "postgresql"])
 def test_twenty_turns_on_two_replicas_never_pass_a_shared_budget_of_five(
-    tmp_path: Path, redis_url: str, thread_servers: list[ThreadServer]
+    tmp_path: Path, shared: str, request: pytest.FixtureRequest, thread_servers: list[ThreadServer]
 ) -> None:
+    if shared == "redis":
+        settings = {"SHELFHAND_REDIS_URL": request.getfixturevalue("redis_url")}
+    else:  # (no Redis: the counters in PostgreSQL)
+        settings = {"SHELFHAND_DATABASE_URL": request.getfixturevalue("pg_url")}
     entered: list[int] = []  # the five admitted turns run together
     model = full_window_model(WINDOW, entered)
-    replicas = [replica(tmp_path / name, model, redis_url) for name in ("a", "b")]
+    replicas = [replica(tmp_path / name, model, settings) for name in ("a", "b")]
     thread_servers.extend(replicas)
 
     def sessions_on(server: ThreadServer, n: int) -> list[tuple[str, str]]:
@@ -75,7 +78,7 @@ def test_twenty_turns_on_two_replicas_never_pass_a_shared_budget_of_five(
         assert body["budget"]["scope"] == "tenant t1"
         assert body["budget"]["limit"] == BUDGET
         assert 1 <= int(reply.headers["Retry-After"]) <= 86400
-    # what Redis holds after every turn settled: exactly the five answered turns' tokens
+    # what the book holds after every turn settled: exactly the five answered turns' tokens
     day, _ = period_key("day", time.time())
     book = replicas[0].service.chat.budgets.book
     assert book.used(f"tenant:t1:tokens_per_day:{day}") == 5 * WINDOW

@@ -89,6 +89,7 @@ def build_service(
     metrics = _service_metrics()
     tracer = app.tracer()  # None with tracing off: metrics count without spans
     traces = app.trace_store() if app.settings.tracing == "stored" else None
+    budgets = app.budgets()
     chat = ChatService(
         app=app,
         kb=kb,
@@ -103,7 +104,7 @@ def build_service(
         cache_windows=app.settings.database_url is None,  # shared sessions: read each turn
         offload_stores=app.settings.database_url is not None,  # network round trips
         tracer=tracer,
-        budgets=app.budgets(),
+        budgets=budgets,
         ledger=ledger,
         counter=metrics,
         prices=app.settings.prices,
@@ -138,6 +139,9 @@ def build_service(
         metrics.watch(app.governance(), kb, jobs)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
     service.closers.insert(0, ledger.close)
+    close_book = getattr(budgets.book, "close", None) if budgets is not None else None
+    if close_book is not None:
+        service.closers.insert(0, close_book)
     if traces is not None:
         service.closers.insert(0, traces.close)
     return service

@@ -11,9 +11,11 @@ from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
+from shelfhand.usage import sql_budgets
 from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
+from shelfhand.usage.sql_budgets import SqlBudgetBook, budget_names
 
-__all__ = ["USAGE_PG_MIGRATIONS", "PgUsageLedger"]
+__all__ = ["BUDGETS_PG_MIGRATIONS", "USAGE_PG_MIGRATIONS", "PgBudgetBook", "PgUsageLedger"]
 
 _PREFIX = "pg_"
 
@@ -25,6 +27,14 @@ USAGE_PG_MIGRATIONS = [
     PgMigration(
         name="usage_pg_002_cost",
         sql=POSTGRES.ddl(ADD_COST, **usage_names(POSTGRES, prefix=_PREFIX)),
+    ),
+]
+
+
+BUDGETS_PG_MIGRATIONS = [
+    PgMigration(
+        name="budgets_pg_001_initial",
+        sql=POSTGRES.ddl(sql_budgets.SCHEMA, **budget_names(POSTGRES, prefix=_PREFIX)),
     ),
 ]
 
@@ -43,4 +53,22 @@ class PgUsageLedger(SqlUsageLedger):
         self.pool = pool
         self.url = url
         database = PgDatabase(pool, url=url, migrations=USAGE_PG_MIGRATIONS, deadline=deadline)
+        super().__init__(database, prefix=_PREFIX)
+
+
+class PgBudgetBook(SqlBudgetBook):
+    """The budget counters in PostgreSQL (table ``pg_budget_counters``), shared by every
+    replica: the service's book with ``database_url`` and no ``redis_url`` (see
+    :mod:`shelfhand.usage.sql_budgets`).
+
+    Args:
+        pool: An open ``psycopg_pool.ConnectionPool``.
+        url: The database URL (named, without password, in errors).
+        deadline: Seconds a query may wait for the server; ``None``: no deadline.
+    """
+
+    def __init__(self, pool: Any, *, url: str, deadline: float | None = QUERY_DEADLINE_S) -> None:
+        self.pool = pool
+        self.url = url
+        database = PgDatabase(pool, url=url, migrations=BUDGETS_PG_MIGRATIONS, deadline=deadline)
         super().__init__(database, prefix=_PREFIX)

@@ -28,7 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shelfhand.core.errors import DependencyUnavailableError, InvalidArgumentError
+from shelfhand.core.errors import (
+    ConfigurationError,
+    DependencyUnavailableError,
+    InvalidArgumentError,
+)
 from shelfhand.core.sql import SQLITE, Dialect
 
 logger = logging.getLogger(__name__)
@@ -70,13 +74,25 @@ def connect(
         path: The database file; its parent directory is created when missing.
         busy_timeout_ms: How long a statement waits for another connection's lock.
         cache_kib: The most page cache this connection keeps (SQLite's default: 2 MB).
+
+    Raises:
+        ConfigurationError: The file is not a SQLite database (damaged, or another file).
     """
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(
         str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
     )
-    conn.execute("PRAGMA journal_mode=WAL")
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if isinstance(exc, sqlite3.OperationalError):  # (locked, read-only: not the file's fault)
+            raise
+        raise ConfigurationError(
+            f"{path} is not a SQLite database ({exc}): it is damaged, or another file took its "
+            "name; move it aside (shelfhand then starts a new one) or restore it from a backup"
+        ) from exc
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     conn.execute("PRAGMA synchronous=NORMAL")

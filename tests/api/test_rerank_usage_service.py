@@ -161,6 +161,11 @@ def test_each_callers_ranking_is_in_their_own_reply_ledger_trace_and_budget(
     scraped = httpx.get(f"{server.url}/metrics", headers=ADMIN).text.splitlines()
     calls = [line for line in scraped if line.startswith("shelfhand_model_calls_total{")]
     assert calls == ['shelfhand_model_calls_total{model="qwen-plus",status="ok"} 7.0'], calls
+    refusals = [line for line in scraped if line.startswith("shelfhand_budget_refusals_total{")]
+    assert sorted(refusals) == [
+        'shelfhand_budget_refusals_total{budget="model_calls_per_day",call="rerank"} 1.0',
+        'shelfhand_budget_refusals_total{budget="model_calls_per_day",call="turn"} 1.0',
+    ], refusals
 
 
 def test_a_searchs_ranking_is_booked_counted_and_held_to_the_callers_budget(

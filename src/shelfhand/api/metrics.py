@@ -4,7 +4,7 @@ Counted as each step ends (a :class:`ServiceMetrics` is the turns'
 :class:`~shelfhand.core.step_counts.StepCounter`, fed with or without spans, so tracing off
 builds none): turns by status, model calls and tokens by model, tool calls by tool and
 outcome, retrieval latency, answers not the model's as written by why (the answer check
-replaced them, or no model answered). Read at each scrape (never on a turn): circuit breaker states (0
+replaced them, or no model answered), model calls budgets refused by budget and call. Read at each scrape (never on a turn): circuit breaker states (0
 closed, 1 half-open, 2 open), chunks waiting for their embeddings and, with a job queue
 (``database_url``), ingest jobs waiting and running. A gauge whose source cannot be read
 (PostgreSQL down) is left out of that scrape; the rest is served. Each service has its own
@@ -121,6 +121,11 @@ class ServiceMetrics:
             "shelfhand_tool_calls", "Tool calls, by tool and outcome.", ["tool", "outcome"],
             registry=r,
         )  # fmt: skip
+        self.budget_refusals = Counter(
+            "shelfhand_budget_refusals", "Model calls a budget refused, by budget and call "
+            "(turn: the agent loop's; rerank, query rewrite, answer check, summary: a call "
+            "beside it, which the turn goes on without).", ["budget", "call"], registry=r,
+        )  # fmt: skip
         self.retrieval = Histogram(
             "shelfhand_retrieval_seconds", "Retrieval latency, by mode.", ["mode"],
             buckets=_LATENCY_BUCKETS, registry=r,
@@ -163,6 +168,11 @@ class ServiceMetrics:
 
     def count_tool_call(self, tool: str, outcome: str) -> None:
         self._child(self.tool_calls, tool, outcome).inc()
+
+    def count_budget_refusal(self, budget: str, call: str) -> None:
+        """A budget refused a model call (``call``: ``turn`` for the loop's, else what the
+        call beside it was for); fed by :class:`~shelfhand.service.turn_budgets.Budgets`."""
+        self._child(self.budget_refusals, budget, call).inc()
 
     def count_retrieval(self, mode: str, seconds: float) -> None:
         self._child(self.retrieval, mode).observe(seconds)

@@ -20,6 +20,7 @@ upload limits, 422 invalid input, 502 model provider failure, 504 model timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -90,6 +91,8 @@ def build_service(
     tracer = app.tracer()  # None with tracing off: metrics count without spans
     traces = app.trace_store() if app.settings.tracing == "stored" else None
     budgets = app.budgets()
+    if budgets is not None and metrics is not None:
+        budgets = dataclasses.replace(budgets, count=metrics.count_budget_refusal)
     chat = ChatService(
         app=app,
         kb=kb,

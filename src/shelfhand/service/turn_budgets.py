@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,9 @@ class Budgets:
     policy: BudgetPolicy
     book: BudgetBook
     audit: AuditLog | None = None
+    count: Callable[[str, str], None] | None = None
+    """Counts each refusal by budget and call (``turn``, or a side call's purpose): the
+    service's ``/metrics``."""
 
     async def metered_turn(
         self, events: AsyncGenerator[dict[str, Any], None], user: UserContext, trace_id: str
@@ -112,6 +115,8 @@ class Budgets:
         span = current_span() if traced else None
         if span is not None:
             span.event("budget.exceeded", **budget)
+        if self.count is not None:
+            self.count(str(budget.get("budget")), str(budget.get("call", "turn")))
         if self.audit is not None:
             self.audit.record(
                 tool="(model)",

@@ -4,6 +4,10 @@ worth of tokens; 5 are answered, 15 get 429 naming the budget, its reset time an
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -229,3 +233,69 @@ def test_the_stream_and_the_openai_endpoint_end_a_spent_budget_with_the_passages
     assert message["shelfhand"]["fallback_reason"] == "budget_exceeded"
     assert message["shelfhand"]["budget"]["scope"] == "user t1/carol"
     assert body["usage"]["completion_tokens"] > 0
+
+
+def test_each_caller_sees_where_their_budgets_stand_in_their_usage(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    """Two tenants' turns at once; then each caller's ``GET /v1/usage`` says what is left of
+    their tenant's budget and their own, and no one else's."""
+    (tmp_path / "shelfhand.toml").write_text(
+        f"[budgets.tenant]\ntokens_per_day = {10 * WINDOW}\n\n"
+        "[budgets.user]\nmodel_calls_per_day = 5\n",
+        encoding="utf-8",
+    )
+    used = Usage(input_tokens=300, output_tokens=20)
+
+    def answer(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        return ModelResponse(message=Message.assistant("你好！"), usage=used)
+
+    server = budgeted_server(tmp_path, answer, thread_servers)
+
+    def turn(who: dict[str, str]) -> int:
+        with httpx.Client(base_url=server.url, headers=who, timeout=30) as c:
+            session = c.post("/v1/sessions").json()["id"]
+            body = {"content": "你好", "stream": False}
+            return c.post(f"/v1/sessions/{session}/messages", json=body).status_code
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(turn, [ALICE, BOB])) == [200, 200]
+
+    def standing(who: dict[str, str]) -> dict[str, tuple[int, int]]:
+        budgets = httpx.get(f"{server.url}/v1/usage", headers=who, timeout=30).json()["budgets"]
+        assert all(b["remaining"] == b["limit"] - b["used"] and b["reset_at"] > 0 for b in budgets)
+        return {f"{b['scope']}: {b['budget']}": (b["used"], b["limit"]) for b in budgets}
+
+    spent = used.input_tokens + used.output_tokens
+    assert standing(ALICE) == {
+        "tenant t1: tokens_per_day": (spent, 10 * WINDOW),
+        "user t1/alice: model_calls_per_day": (1, 5),
+    }
+    assert standing(BOB) == {
+        "tenant t2: tokens_per_day": (spent, 10 * WINDOW),
+        "user t2/bob: model_calls_per_day": (1, 5),
+    }
+    assert standing(CAROL) == {  # alice's tenant: its tokens, and none of carol's own calls
+        "tenant t1: tokens_per_day": (spent, 10 * WINDOW),
+        "user t1/carol: model_calls_per_day": (0, 5),
+    }
+    # the command line reads the same counters (the workspace's budgets.db)
+    server.stop()
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "t1", "--user", "alice",
+         "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    budgets = json.loads(out.stdout)["budgets"]
+    assert [(b["scope"], b["used"]) for b in budgets] == [
+        ("tenant t1", spent),
+        ("user t1/alice", 1),
+    ]
+    table = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "t1"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
+    ).stdout  # fmt: skip
+    assert "tokens_per_day" in table and "model_calls_per_day" not in table  # the tenant's

@@ -9,6 +9,7 @@ the code ``tracing_off``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -91,7 +92,8 @@ async def usage(
     user: Annotated[str | None, Query(description="Admins: one user of the tenant.")] = None,
 ) -> Any:
     """What was used by day and model over the last ``days`` days: the caller's own turns,
-    or an admin's whole tenant (``user``: one user of it)."""
+    or an admin's whole tenant (``user``: one user of it); and, with budgets, where each
+    budget of theirs stands now (``budgets``: the tenant's, and the user's own)."""
     ledger = service.ledger
     if ledger is None:  # pragma: no cover - the service always keeps one
         return {"usage": []}
@@ -99,4 +101,13 @@ async def usage(
     rows = await service.chat.store(
         ledger.report, caller, days=days, all_users=sees_tenant, user_id=user
     )
-    return {"days": days, "usage": [r.to_dict() for r in rows]}
+    reply: dict[str, Any] = {"days": days, "usage": [r.to_dict() for r in rows]}
+    budgets = service.chat.budgets
+    if budgets is not None:
+        whose = caller
+        if sees_tenant and user is not None:
+            whose = UserContext(tenant_id=caller.tenant_id, user_id=user)
+        tenant_only = sees_tenant and user is None
+        # (in a thread: a shared book's counters are a network read away)
+        reply["budgets"] = await asyncio.to_thread(budgets.standing, whose, tenant_only=tenant_only)
+    return reply

@@ -4,7 +4,7 @@ ledger of the workspace's service (``usage.db``, or PostgreSQL with ``database_u
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,26 +22,44 @@ def usage(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Tokens, model calls, tool calls, retrievals and cost (with prices) of a tenant's turns
-    by day and model (and of its API searches' LLM rankings, counted as no turn)."""
+    by day and model (and of its API searches' LLM rankings, counted as no turn); with
+    budgets, where the tenant's (and --user's own) stand now."""
     from shelfhand.core.context import UserContext
 
     a = open_app(workspace, existing=True)
-    if not a.settings.database_url and not (a.settings.workspace / "usage.db").is_file():
-        make_console().print("No usage recorded yet: the service records each turn's usage.")
-        return
-    ledger = a.usage_ledger()
+    owner = UserContext(tenant_id=tenant, user_id=user or "-")
     try:
-        owner = UserContext(tenant_id=tenant, user_id=user or "-")
-        rows = ledger.report(owner, days=days, all_users=True, user_id=user)
+        budgets = a.budgets()
+        standing = budgets.standing(owner, tenant_only=user is None) if budgets else None
+        if budgets is not None:
+            close_book = getattr(budgets.book, "close", None)
+            if close_book is not None:
+                close_book()
+        recorded = a.settings.database_url or (a.settings.workspace / "usage.db").is_file()
+        rows = []
+        if recorded:
+            ledger = a.usage_ledger()
+            try:
+                rows = ledger.report(owner, days=days, all_users=True, user_id=user)
+            finally:
+                ledger.close()
     finally:
-        ledger.close()
         a.close()
     if as_json:
-        typer.echo(json.dumps({"tenant": tenant, "usage": [r.to_dict() for r in rows]}))
+        body = {"tenant": tenant, "usage": [r.to_dict() for r in rows]}
+        typer.echo(json.dumps(body if standing is None else {**body, "budgets": standing}))
         return
-    if not rows:
+    if not recorded:
+        make_console().print("No usage recorded yet: the service records each turn's usage.")
+    elif not rows:
         make_console().print(f"No usage of tenant {tenant} in the last {days} days.")
-        return
+    else:
+        _print_rows(rows)
+    if standing:
+        _print_budgets(standing)
+
+
+def _print_rows(rows: list[Any]) -> None:
     typer.echo(
         f"{'day':<10}  {'model':<24} {'turns':>6} {'calls':>6} {'tokens in':>10} "
         f"{'tokens out':>10} {'tools':>6} {'retrievals':>10} {'cost':>12}"
@@ -57,3 +75,19 @@ def usage(
 def _cost(cost: float | None) -> str:
     """A cost for the table: ``-`` when unknown (the model has no price)."""
     return "-" if cost is None else f"{cost:.6f}"
+
+
+def _print_budgets(standing: list[dict[str, Any]]) -> None:
+    """Each budget's use in its current period, and when it resets."""
+    import time
+
+    typer.echo("")
+    typer.echo(f"{'budget':<22} {'scope':<28} {'used':>12} {'limit':>12}  resets in")
+    for b in standing:
+        left = max(0, int(b["reset_at"] - time.time()))
+        resets = (
+            f"{left // 3600} h {left % 3600 // 60} min" if left >= 3600 else f"{left // 60} min"
+        )
+        typer.echo(
+            f"{b['budget']:<22} {b['scope'][:28]:<28} {b['used']:>12} {b['limit']:>12}  {resets}"
+        )

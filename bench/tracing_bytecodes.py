@@ -34,30 +34,12 @@ CASES = ("off", "spans", "stored")
 def cell(case: str, turns: int) -> dict[str, float]:
     """Bytecodes per turn of ``case`` in this process, by ``file:function``."""
     sys.path.insert(0, str(HERE))
-    from tracing_cost import Counting, make_turn
-
-    from shelfhand.core.tracing import Tracer
-    from shelfhand.knowledge import KnowledgeBase, sample_corpus
-    from shelfhand.testing import hashing_router
-    from shelfhand.traces import SqliteTraceStore, StoreRecorder
+    from tracing_cost import case_turn, run_turns
 
     with tempfile.TemporaryDirectory() as tmp:
-        kb = KnowledgeBase(Path(tmp) / "ws", hashing_router())
-        kb.ingest([sample_corpus()], tenant_id="acme")
-        tracer = None
-        if case == "spans":
-            tracer = Tracer([Counting()])
-        elif case == "stored":
-            tracer = Tracer([StoreRecorder(SqliteTraceStore(Path(tmp) / "t.db"), interval=3600)])
-        turn, _ = make_turn(kb, tracer)
+        kb, tracer, turn = case_turn(case, Path(tmp))
 
-        async def many(k: int) -> None:
-            for _ in range(k):
-                await turn()
-            if tracer is not None:
-                tracer.flush()
-
-        asyncio.run(many(20))  # warm-up: the segmenter, the indexes, caches
+        asyncio.run(run_turns(turn, tracer, 20))  # warm-up: the segmenter, the indexes, caches
         counts: collections.Counter[str] = collections.Counter()
 
         def trace(frame: Any, event: str, arg: Any) -> Any:
@@ -76,7 +58,7 @@ def cell(case: str, turns: int) -> dict[str, float]:
         sys.settrace(trace)
         threading.settrace(trace)
         try:
-            asyncio.run(many(turns))
+            asyncio.run(run_turns(turn, tracer, turns))
         finally:
             sys.settrace(None)
             threading.settrace(None)  # type: ignore[arg-type]

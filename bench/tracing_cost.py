@@ -129,6 +129,33 @@ def make_turn(
     return turn, tracer
 
 
+def case_turn(case: str, folder: Path) -> tuple[KnowledgeBase, Tracer | None, Any]:
+    """A knowledge base in ``folder`` and the turn of the instruction counts' ``case``:
+    tracing ``off``, ``spans`` (counted, kept nowhere) or ``stored`` (a trace store in
+    ``folder``, written by the batch: no timed writes, so that a slow run under valgrind
+    writes as often as a fast one)."""
+    from shelfhand.traces import SqliteTraceStore, StoreRecorder
+
+    kb = KnowledgeBase(folder / "ws", hashing_router())
+    kb.ingest([sample_corpus()], tenant_id="acme")
+    tracer = None
+    if case == "spans":
+        tracer = Tracer([Counting()])
+    elif case == "stored":
+        store = SqliteTraceStore(folder / "traces.db")
+        tracer = Tracer([StoreRecorder(store, interval=3600)])
+    turn, _ = make_turn(kb, tracer)
+    return kb, tracer, turn
+
+
+async def run_turns(turn: Any, tracer: Tracer | None, k: int) -> None:
+    """``k`` turns, then what the tracer queued handed to its processors and written."""
+    for _ in range(k):
+        await turn()
+    if tracer is not None:
+        tracer.flush()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=30, help="turns per block")

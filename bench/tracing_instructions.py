@@ -44,37 +44,18 @@ def cell(case: str, turns: int, *, collect: bool = True, full: bool = True) -> N
     elif not full:  # young collections only (see the module docstring)
         gc.set_threshold(700, 10, 2**30)
     sys.path.insert(0, str(HERE))
-    from tracing_cost import Counting, make_turn
-
-    from shelfhand.core.tracing import Tracer
-    from shelfhand.knowledge import KnowledgeBase, sample_corpus
-    from shelfhand.testing import hashing_router
-    from shelfhand.traces import SqliteTraceStore, StoreRecorder
+    from tracing_cost import case_turn, run_turns
 
     with tempfile.TemporaryDirectory() as tmp:
-        kb = KnowledgeBase(Path(tmp) / "ws", hashing_router())
-        kb.ingest([sample_corpus()], tenant_id="acme")
-        tracer = None
-        if case == "spans":
-            tracer = Tracer([Counting()])
-        elif case == "stored":
-            # no timed writes: under valgrind a turn takes 50 times as long, so a writer
-            # waking every 0.5 s would write a few turns at a time, and the count would follow
-            # the machine's speed; a write per 512 spans (the batch) is the same every run
-            store = SqliteTraceStore(Path(tmp) / "traces.db")
-            tracer = Tracer([StoreRecorder(store, interval=3600)])
-        turn, _ = make_turn(kb, tracer)
+        # (stored: no timed writes; under valgrind a turn takes 50 times as long, so a writer
+        # waking every 0.5 s would write a few turns at a time, and the count would follow
+        # the machine's speed; a write per 512 spans, the batch, is the same every run)
+        kb, tracer, turn = case_turn(case, Path(tmp))
 
-        async def many(k: int) -> None:
-            for _ in range(k):
-                await turn()
-            if tracer is not None:
-                tracer.flush()
-
-        asyncio.run(many(20))
+        asyncio.run(run_turns(turn, tracer, 20))
         gc.collect()
         gc.freeze()
-        asyncio.run(many(turns))
+        asyncio.run(run_turns(turn, tracer, turns))
         if tracer is not None:
             tracer.close()
         kb.close()

@@ -26,6 +26,7 @@ from shelfhand.knowledge.types import Document
 from shelfhand.models.base import ToolSchema
 from shelfhand.testing import FunctionModel
 from shelfhand.usage.budgets import BudgetLimits, BudgetPolicy, LocalBudgetBook, TurnMeter
+from support.budgets import spent_book
 from support.knowledge import text_document
 from support.spans import ListProcessor
 
@@ -124,10 +125,7 @@ def test_no_budget_left_keeps_the_fused_order_with_the_reason(
     kb, model = ranking_kb
     plain = kb.search_result("投影仪保修期", k=3, user=ALICE, rerank=False)
     policy = BudgetPolicy(tenant=BudgetLimits(model_calls_per_day=1))
-    book = LocalBudgetBook()
-    spent = TurnMeter(book, policy, ALICE)
-    spent.settle(spent.reserve(10), None)  # the day's one call is used
-    meter = TurnMeter(book, policy, ALICE)
+    meter = TurnMeter(spent_book(policy, ALICE), policy, ALICE)  # the day's one call is used
     token = metered(meter)
     try:
         found = kb.search_result("投影仪保修期", k=3, user=ALICE)

@@ -17,6 +17,7 @@ from shelfhand.core.errors import BudgetExceededError
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.tracing import Tracer
 from shelfhand.usage.budgets import BudgetLimits, BudgetPolicy, LocalBudgetBook, TurnMeter
+from support.budgets import spent_book
 from support.spans import ListProcessor
 
 pytestmark = pytest.mark.anyio
@@ -79,10 +80,7 @@ async def test_a_run_whose_budget_was_spent_before_it_is_refused() -> None:
     """With no call of its own made, the run fails (the service answers 429)."""
     agent, _, model = agent_with_rewriter()
     policy = BudgetPolicy(tenant=BudgetLimits(model_calls_per_day=1))
-    book = LocalBudgetBook()
-    spent = TurnMeter(book, policy, ALICE)
-    spent.settle(spent.reserve(10), None)  # the day's one call is used
-    meter = TurnMeter(book, policy, ALICE)
+    meter = TurnMeter(spent_book(policy, ALICE), policy, ALICE)  # the day's one call is used
     token = metered(meter)
     try:
         with pytest.raises(BudgetExceededError):

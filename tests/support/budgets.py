@@ -8,10 +8,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from shelfhand.core.context import UserContext
 from shelfhand.core.messages import Message
 from shelfhand.core.results import Usage
 from shelfhand.models.base import ModelResponse
 from shelfhand.testing import FunctionModel
+from shelfhand.usage.budgets import BudgetPolicy, LocalBudgetBook, TurnMeter
 
 
 def full_window_model(window: int, entered: list[int], *, together: int = 5) -> FunctionModel:
@@ -33,3 +35,12 @@ def full_window_model(window: int, entered: list[int], *, together: int = 5) -> 
     model = FunctionModel(answer)
     model.context_tokens = window  # type: ignore[attr-defined]  # as a configured model has
     return model
+
+
+def spent_book(policy: BudgetPolicy, user: UserContext) -> LocalBudgetBook:
+    """A book in which ``user`` has already made one call of ``policy`` today (as a turn
+    before theirs did): with a budget of one call a day, the next is refused."""
+    book = LocalBudgetBook()
+    spent = TurnMeter(book, policy, user)
+    spent.settle(spent.reserve(10), None)
+    return book

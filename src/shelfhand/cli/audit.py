@@ -9,9 +9,6 @@ import typer
 from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app, plural
 from shelfhand.tools.policy import Outcome
 
-MODEL = "(model)"
-"""The tool of a record of a model call that a budget refused (outcome ``budget_exceeded``;
-its arguments hold the budget, and a side call's ``call``)."""
 OUTCOME_NAMES: tuple[str, ...] = (*get_args(Outcome), "budget_exceeded")
 OUTCOMES = ", ".join(OUTCOME_NAMES)
 
@@ -136,12 +133,15 @@ def _print_table(records: list[Any]) -> None:
 def _tool(record: Any) -> str:
     """What a record's call was: the tool, or for a model call a budget refused beside the
     loop, what it was for (``(model: rerank)``)."""
-    if record.tool != MODEL:
-        return str(record.tool)
     import json
+
+    from shelfhand.service.turn_budgets import MODEL_CALL
+
+    if record.tool != MODEL_CALL:
+        return str(record.tool)
 
     try:
         call = json.loads(record.arguments).get("call")
     except (ValueError, AttributeError):
         call = None
-    return f"(model: {call})" if isinstance(call, str) and call else MODEL
+    return f"(model: {call})" if isinstance(call, str) and call else MODEL_CALL

@@ -4,11 +4,15 @@ ledger of the workspace's service (``usage.db``, or PostgreSQL with ``database_u
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from shelfhand.cli.common import TenantOpt, WorkspaceOpt, app, make_console, open_app
+from shelfhand.core.context import UserContext
+
+if TYPE_CHECKING:
+    from shelfhand.app import App
 
 
 @app.command()
@@ -24,17 +28,10 @@ def usage(
     """Tokens, model calls, tool calls, retrievals and cost (with prices) of a tenant's turns
     by day and model (and of its API searches' LLM rankings, counted as no turn); with
     budgets, where the tenant's (and --user's own) stand now."""
-    from shelfhand.core.context import UserContext
-
     a = open_app(workspace, existing=True)
     owner = UserContext(tenant_id=tenant, user_id=user or "-")
     try:
-        budgets = a.budgets()
-        standing = budgets.standing(owner, tenant_only=user is None) if budgets else None
-        if budgets is not None:
-            close_book = getattr(budgets.book, "close", None)
-            if close_book is not None:
-                close_book()
+        standing = _standing(a, owner, tenant_only=user is None)
         recorded = a.settings.database_url or (a.settings.workspace / "usage.db").is_file()
         rows = []
         if recorded:
@@ -57,6 +54,19 @@ def usage(
         _print_rows(rows)
     if standing:
         _print_budgets(standing)
+
+
+def _standing(a: App, owner: UserContext, *, tenant_only: bool) -> list[dict[str, Any]] | None:
+    """Where ``owner``'s budgets stand (``None`` without budgets)."""
+    budgets = a.budgets()
+    if budgets is None:
+        return None
+    try:
+        return budgets.standing(owner, tenant_only=tenant_only)
+    finally:
+        close_book = getattr(budgets.book, "close", None)
+        if close_book is not None:
+            close_book()
 
 
 def _print_rows(rows: list[Any]) -> None:

@@ -38,7 +38,11 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.tools.audit import AuditLog
 
-__all__ = ["Budgets", "budget_failure"]
+__all__ = ["MODEL_CALL", "Budgets", "budget_failure"]
+
+MODEL_CALL = "(model)"
+"""The ``tool`` of an audit record of a model call a budget refused (outcome
+``budget_exceeded``; its arguments hold the budget, and a side call's ``call``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +148,7 @@ class Budgets:
             self.count(str(budget.get("budget")), str(budget.get("call", "turn")))
         if self.audit is not None:
             self.audit.record(
-                tool="(model)",
+                tool=MODEL_CALL,
                 tenant=user.tenant_id,
                 user=user.user_id,
                 trace_id=trace_id,

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from shelfhand.tools.governance import Governance
     from shelfhand.tools.toolkit import Toolkit
     from shelfhand.traces.store import SqlTraceStore
+    from shelfhand.usage.budgets import BudgetBook, BudgetPolicy
     from shelfhand.usage.ledger import SqlUsageLedger
 
 logger = logging.getLogger(__name__)
@@ -705,41 +706,52 @@ class App:
         redis = self.shared_state().redis
         return LocalTurnLock() if redis is None else RedisTurnLock(redis)
 
-    def budgets(self) -> Budgets | None:
-        """The service's budgets (``[budgets]`` of shelfhand.toml), counted in Redis with
-        ``redis_url``, else in PostgreSQL with ``database_url`` (either: across replicas),
-        else in ``<workspace>/budgets.db`` (kept across restarts); ``None`` without budgets.
+    def budget_policy(self) -> BudgetPolicy | None:
+        """The budgets of ``[budgets]`` in shelfhand.toml and of the API keys; ``None`` when
+        they set none.
 
         Raises:
             ConfigurationError: an unknown budget or a value that is not a whole number.
         """
         from shelfhand.core.auth import load_key_budgets
-        from shelfhand.service.turn_budgets import Budgets
-        from shelfhand.usage.budgets import BudgetBook, BudgetPolicy
+        from shelfhand.usage.budgets import BudgetPolicy
 
-        policy = BudgetPolicy.from_toml(
+        return BudgetPolicy.from_toml(
             self.settings.budgets, load_key_budgets(self.settings.workspace)
         )
-        if policy is None:
-            return None
+
+    def budget_book(self) -> BudgetBook:
+        """Where the budgets are counted: in Redis with ``redis_url``, else in PostgreSQL
+        with ``database_url`` (either: across replicas), else in ``<workspace>/budgets.db``
+        (kept across restarts). Close it when done."""
         shared = self.shared_state()
-        book: BudgetBook
         if shared.redis is not None:
             from shelfhand.usage.redis_budgets import RedisBudgetBook
 
-            book = RedisBudgetBook(shared.redis)
-        elif shared.pool is not None:
+            return RedisBudgetBook(shared.redis)
+        if shared.pool is not None:
             from shelfhand.usage.pg import PgBudgetBook
 
-            book = PgBudgetBook(
+            return PgBudgetBook(
                 shared.pool, url=str(self.settings.database_url), deadline=self.settings.pg_timeout
             )
-        else:
-            from shelfhand.usage.sql_budgets import SqliteBudgetBook
+        from shelfhand.usage.sql_budgets import SqliteBudgetBook
 
-            self.settings.workspace.mkdir(parents=True, exist_ok=True)
-            book = SqliteBudgetBook.for_workspace(self.settings.workspace)
-        return Budgets(policy=policy, book=book, audit=self.governance().audit)
+        return SqliteBudgetBook.for_workspace(self.settings.workspace)
+
+    def budgets(self) -> Budgets | None:
+        """The service's budgets (:meth:`budget_policy`), counted in :meth:`budget_book`,
+        their refusals audited; ``None`` without budgets.
+
+        Raises:
+            ConfigurationError: an unknown budget or a value that is not a whole number.
+        """
+        from shelfhand.service.turn_budgets import Budgets
+
+        policy = self.budget_policy()
+        if policy is None:
+            return None
+        return Budgets(policy=policy, book=self.budget_book(), audit=self.governance().audit)
 
     def usage_ledger(self) -> SqlUsageLedger:
         """What each tenant, user and session used per day and model: PostgreSQL with

@@ -5,7 +5,9 @@ candidates (on the reranker's own loop, in the caller's context).
 Each is a model call like the loop's, so each is treated like one: reserved against the
 caller's budget before it is made and settled after (:mod:`shelfhand.core.metering`), traced
 as a ``chat`` span, counted for ``/metrics`` and the usage ledger, and its usage added to the
-:func:`side_usage` block it is made in (the caller adds that to the run's). Before, a turn whose follow-up was rewritten by the model made a model call that
+:func:`side_usage` block it is made in (the run's own tally, or one its caller adds). A call
+the budget refuses is recorded on the current span and heard by the meter (the service
+audits it). Before, a turn whose follow-up was rewritten by the model made a model call that
 no reply's usage, budget, metric or trace showed.
 """
 

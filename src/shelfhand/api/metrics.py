@@ -5,8 +5,9 @@ Counted as each step ends (a :class:`ServiceMetrics` is the turns'
 builds none): turns by status, model calls and tokens by model, tool calls by tool and
 outcome, retrieval latency, answers not the model's as written by why (the answer check
 replaced them, or no model answered), model calls budgets refused by budget and call. Read
-at each scrape (never on a turn): circuit breaker states (0 closed, 1 half-open, 2 open), chunks waiting for their embeddings and, with a job queue
-(``database_url``), ingest jobs waiting and running. A gauge whose source cannot be read
+at each scrape (never on a turn): circuit breaker states (0 closed, 1 half-open, 2 open),
+chunks waiting for their embeddings and, with a job queue (``database_url``), ingest jobs
+waiting and running. A gauge whose source cannot be read
 (PostgreSQL down) is left out of that scrape; the rest is served. Each service has its own
 registry (tests run several in one process).
 """

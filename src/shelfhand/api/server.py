@@ -142,9 +142,8 @@ def build_service(
         metrics.watch(app.governance(), kb, jobs)
     service.closers.extend([registry.close, memories.close, sessions.close, kb.close, app.close])
     service.closers.insert(0, ledger.close)
-    close_book = getattr(budgets.book, "close", None) if budgets is not None else None
-    if close_book is not None:
-        service.closers.insert(0, close_book)
+    if budgets is not None:
+        service.closers.insert(0, budgets.book.close)
     if traces is not None:
         service.closers.insert(0, traces.close)
     return service

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from shelfhand.api.chat_routes import error_response
 from shelfhand.api.deps import Caller, Service, ServiceDep
 from shelfhand.core.context import UserContext
+from shelfhand.usage.budgets import standing
 
 __all__ = ["router"]
 
@@ -109,5 +110,7 @@ async def usage(
             whose = UserContext(tenant_id=caller.tenant_id, user_id=user)
         tenant_only = sees_tenant and user is None
         # (in a thread: a shared book's counters are a network read away)
-        reply["budgets"] = await asyncio.to_thread(budgets.standing, whose, tenant_only=tenant_only)
+        reply["budgets"] = await asyncio.to_thread(
+            standing, budgets.policy, budgets.book, whose, tenant_only=tenant_only
+        )
     return reply

@@ -58,15 +58,16 @@ def usage(
 
 def _standing(a: App, owner: UserContext, *, tenant_only: bool) -> list[dict[str, Any]] | None:
     """Where ``owner``'s budgets stand (``None`` without budgets)."""
-    budgets = a.budgets()
-    if budgets is None:
+    from shelfhand.usage.budgets import standing
+
+    policy = a.budget_policy()
+    if policy is None:
         return None
+    book = a.budget_book()
     try:
-        return budgets.standing(owner, tenant_only=tenant_only)
+        return standing(policy, book, owner, tenant_only=tenant_only)
     finally:
-        close_book = getattr(budgets.book, "close", None)
-        if close_book is not None:
-            close_book()
+        book.close()
 
 
 def _print_rows(rows: list[Any]) -> None:

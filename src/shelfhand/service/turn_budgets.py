@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.errors import BudgetExceededError, TurnFailed
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.tracing import current_span
-from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, TurnMeter, charges
+from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, TurnMeter
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
@@ -92,31 +92,6 @@ class Budgets:
         finally:
             unmetered(token)
             meter.close()
-
-    def standing(
-        self, user: UserContext, *, tenant_only: bool = False, now: float | None = None
-    ) -> list[dict[str, Any]]:
-        """Each budget of ``user`` (their tenant's, then their own; ``tenant_only``: the
-        tenant's alone) in its current period: ``budget``, ``scope``, ``limit``, ``used``
-        (reserved by calls in flight included), ``remaining`` and ``reset_at``."""
-        at = time.time() if now is None else now
-        every = charges(self.policy, user, {"tokens": 1, "model_calls": 1, "turns": 1}, at)
-        found: list[dict[str, Any]] = []
-        for charge in every:
-            if tenant_only and not charge.scope.startswith("tenant "):
-                continue
-            used = self.book.used(charge.key)
-            found.append(
-                {
-                    "budget": charge.budget,
-                    "scope": charge.scope,
-                    "limit": charge.limit,
-                    "used": used,
-                    "remaining": max(0, charge.limit - used),
-                    "reset_at": charge.reset_at,
-                }
-            )
-        return found
 
     def meter(self, user: UserContext, trace_id: str) -> TurnMeter:
         """The meter of one turn (or API search) of ``user``: a side call it refuses (a

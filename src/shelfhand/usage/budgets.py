@@ -176,6 +176,10 @@ class BudgetBook(Protocol):
         (:class:`~shelfhand.usage.redis_budgets.RedisBudgetBook`)."""
         ...
 
+    def close(self) -> None:
+        """Let go of what the book holds open (a file; nothing for a shared client)."""
+        ...
+
 
 class LocalBudgetBook:
     """Counters in this process, under one lock (one replica)."""
@@ -212,6 +216,9 @@ class LocalBudgetBook:
             for key, (delta, reset_at) in changes.items():
                 used, _r = self._counts.get(key, (0, reset_at))
                 self._counts[key] = (max(0, used + delta), reset_at)
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 def period_key(period: Period, now: float) -> tuple[str, float]:
@@ -256,6 +263,36 @@ def charges(
                     scope=scope,
                 )
             )  # fmt: skip
+    return found
+
+
+def standing(
+    policy: BudgetPolicy,
+    book: BudgetBook,
+    user: UserContext,
+    *,
+    tenant_only: bool = False,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
+    """Each budget of ``user`` (their tenant's, then their own; ``tenant_only``: the
+    tenant's alone) in its current period: ``budget``, ``scope``, ``limit``, ``used``
+    (reserved by calls in flight included), ``remaining`` and ``reset_at``."""
+    at = time.time() if now is None else now
+    found: list[dict[str, Any]] = []
+    for charge in charges(policy, user, {"tokens": 1, "model_calls": 1, "turns": 1}, at):
+        if tenant_only and not charge.scope.startswith("tenant "):
+            continue
+        used = book.used(charge.key)
+        found.append(
+            {
+                "budget": charge.budget,
+                "scope": charge.scope,
+                "limit": charge.limit,
+                "used": used,
+                "remaining": max(0, charge.limit - used),
+                "reset_at": charge.reset_at,
+            }
+        )
     return found
 
 

@@ -134,6 +134,9 @@ class RedisBudgetBook:
             raise RuntimeError("a budget reservation's new mark already existed")
         return None if over == 0 else charges[over - 1]
 
+    def close(self) -> None:
+        """Nothing to close: the client belongs to the app's shared state."""
+
     def used(self, key: str) -> int:
         with redis_errors(_WHAT):
             value = self.client.get(_PREFIX + key)

@@ -11,8 +11,8 @@ from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
-from shelfhand.usage import sql_budgets
 from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
+from shelfhand.usage.sql_budgets import SCHEMA as BUDGETS_SCHEMA
 from shelfhand.usage.sql_budgets import SqlBudgetBook, budget_names
 
 __all__ = ["BUDGETS_PG_MIGRATIONS", "USAGE_PG_MIGRATIONS", "PgBudgetBook", "PgUsageLedger"]
@@ -34,7 +34,7 @@ USAGE_PG_MIGRATIONS = [
 BUDGETS_PG_MIGRATIONS = [
     PgMigration(
         name="budgets_pg_001_initial",
-        sql=POSTGRES.ddl(sql_budgets.SCHEMA, **budget_names(POSTGRES, prefix=_PREFIX)),
+        sql=POSTGRES.ddl(BUDGETS_SCHEMA, **budget_names(POSTGRES, prefix=_PREFIX)),
     ),
 ]
 

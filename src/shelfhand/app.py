@@ -751,7 +751,12 @@ class App:
         policy = self.budget_policy()
         if policy is None:
             return None
-        return Budgets(policy=policy, book=self.budget_book(), audit=self.governance().audit)
+        return Budgets(
+            policy=policy,
+            book=self.budget_book(),
+            audit=self.governance().audit,
+            lease=self.settings.budget_lease,
+        )
 
     def usage_ledger(self) -> SqlUsageLedger:
         """What each tenant, user and session used per day and model: PostgreSQL with

@@ -136,6 +136,7 @@ class Settings:
     """The ``[budgets]`` table of shelfhand.toml, as written."""
     embed_timeout: float = _D["embed_timeout"]
     turn_timeout: float = _D["turn_timeout"]
+    budget_lease: float = _D["budget_lease"]
     answer_retrieval: AnswerRetrieval = _D["answer_retrieval"]
     compress: bool = _D["compress"]
     compress_tokens: int = _D["compress_tokens"]

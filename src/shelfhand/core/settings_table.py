@@ -205,6 +205,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Seconds a query embedding may take before search falls back to keywords."),
     _s("turn_timeout", "SHELFHAND_TURN_TIMEOUT", Number(low=0, low_open=True), 120.0,
        "Seconds a service chat turn may wait on a silent model before it fails with 504."),
+    _s("budget_lease", "SHELFHAND_BUDGET_LEASE", Number(low=1, high=2_678_400), 900.0,
+       "Seconds a model call's budget reservation is held: one not settled by then (its "
+       "process was killed mid-call) is given back."),
     _s("answer_retrieval", "SHELFHAND_ANSWER_RETRIEVAL",
        Choice(options=ANSWER_RETRIEVAL_MODES), "both",
        "Where chat answers get passages: context (retrieved up front), tool (the model calls "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.errors import BudgetExceededError, TurnFailed
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.tracing import current_span
-from shelfhand.usage.budgets import BudgetBook, BudgetPolicy, TurnMeter
+from shelfhand.usage.budgets import LEASE_S, BudgetBook, BudgetPolicy, TurnMeter
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
@@ -65,6 +65,8 @@ class Budgets:
     count: Callable[[str, str], None] | None = None
     """Counts each refusal by budget and call (``turn``, or a side call's purpose): the
     service's ``/metrics``."""
+    lease: float = LEASE_S
+    """Seconds a model call's reservation is held (setting ``budget_lease``)."""
 
     async def metered_turn(
         self, events: AsyncGenerator[dict[str, Any], None], user: UserContext, trace_id: str
@@ -102,7 +104,7 @@ class Budgets:
             budget = {**exc.to_dict(), "call": purpose}
             self.refused(budget, user, trace_id, traced=False)
 
-        return TurnMeter(self.book, self.policy, user, on_refused=side_refused)
+        return TurnMeter(self.book, self.policy, user, on_refused=side_refused, lease=self.lease)
 
     def refused(
         self, budget: Mapping[str, object], user: UserContext, trace_id: str, *, traced: bool = True

@@ -16,8 +16,16 @@ window, which holds the request and the reply) and **settles** after with
 what the provider reported, so concurrent turns can never spend past a budget together: a
 reservation that does not fit is refused before the call. Streamed and non-streamed calls
 reserve and settle the same way. The counters live in a :class:`BudgetBook`: in the process
-(:class:`LocalBudgetBook`, a lock) or in Redis for several replicas
+(:class:`LocalBudgetBook`, a lock), in SQL (the workspace's ``budgets.db``, or PostgreSQL for
+several replicas: :mod:`shelfhand.usage.sql_budgets`) or in Redis for several replicas
 (:class:`~shelfhand.usage.redis_budgets.RedisBudgetBook`, one Lua script per reservation).
+
+**A call whose process stops.** A reservation of tokens is held under a :class:`Lease`
+(:data:`LEASE_S`, 15 minutes). A call that settles ends its lease; a call that never does
+(its process was killed mid-call) has its lease given back by the book when it next charges
+that counter, or reads it. Before, such a reservation (the model's whole context window) stayed
+counted until its period ended: a day, or a month, of budget lost for each call in flight at
+a crash. A call that outlives its lease is still counted in full when it settles.
 
 Periods are UTC: a day ends at midnight UTC, a month on the first of the next.
 """
@@ -34,14 +42,17 @@ from typing import Any, Literal, Protocol
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError
+from shelfhand.core.ids import new_id
 from shelfhand.core.results import Usage
 
 __all__ = [
     "BUDGET_NAMES",
+    "LEASE_S",
     "BudgetBook",
     "BudgetLimits",
     "BudgetPolicy",
     "Charge",
+    "Lease",
     "LocalBudgetBook",
     "TurnMeter",
 ]
@@ -157,28 +168,57 @@ class Charge:
     scope: str
 
 
-class BudgetBook(Protocol):
-    """Counters of used budget, changed atomically."""
+LEASE_S = 900.0
+"""Seconds a reservation of tokens is held for its call: a call that has not settled by then is
+taken for one whose process stopped, and its reservation is given back."""
 
-    def take(self, charges: Sequence[Charge], now: float) -> Charge | None:
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """The reservation of one model call: ``charges`` (its tokens budgets, each at the call's
+    largest possible size) are held until the call settles, or until ``until`` if it never
+    does (its process stopped), when the book gives them back."""
+
+    id: str
+    until: float
+    charges: tuple[Charge, ...]
+
+
+class BudgetBook(Protocol):
+    """Counters of used budget, changed atomically, and the leases of calls in flight."""
+
+    def take(
+        self, charges: Sequence[Charge], now: float, lease: Lease | None = None
+    ) -> Charge | None:
         """Add every charge if each stays within its limit, else add none; returns the first
-        charge that does not fit (``None``: all were added)."""
+        charge that does not fit (``None``: all were added). With ``lease``, its charges (some
+        of ``charges``) are held under it until :meth:`settle`. Leases of these counters whose
+        time has passed are given back first."""
         ...
 
     def used(self, key: str) -> int:
-        """What a counter holds now."""
+        """What a counter holds now (leases whose time has passed not counted)."""
         ...
 
-    def adjust(self, changes: Mapping[str, tuple[int, float]]) -> None:
-        """Add an amount (may be negative) to counters, whatever their limits (settling);
-        each with the time its period ends. A shared book that cannot be reached right now
-        finishes it once it can, rather than fail the caller, whose model call has answered
-        (:class:`~shelfhand.usage.redis_budgets.RedisBudgetBook`)."""
+    def settle(self, lease: Lease, spent: int | None) -> None:
+        """The lease's call ended having used ``spent`` tokens (``0``: it was never made;
+        ``None``: unknown, so counted as what was reserved): each of its counters then holds
+        ``spent`` in place of the reservation. A lease already given back (the call outlived
+        it) adds ``spent``. A shared book that cannot be reached right now finishes it once
+        it can, rather than fail the caller, whose model call has answered."""
         ...
 
     def close(self) -> None:
         """Let go of what the book holds open (a file; nothing for a shared client)."""
         ...
+
+
+def settled(charge: Charge, held: int | None, spent: int | None) -> int:
+    """What settling ``charge`` adds to its counter: ``held`` is the amount its lease still
+    held (``None``: the lease was given back), ``spent`` the call's tokens (``None``: as
+    reserved)."""
+    used = charge.amount if spent is None else spent
+    return used if held is None else used - held
 
 
 class LocalBudgetBook:
@@ -187,35 +227,54 @@ class LocalBudgetBook:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, tuple[int, float]] = {}
+        self._leases: dict[str, dict[str, tuple[int, float]]] = {}
+        """By counter: each lease's id, its amount and until when it holds."""
 
-    def take(self, charges: Sequence[Charge], now: float) -> Charge | None:
+    def _given_back(self, key: str, now: float) -> int:
+        """The counter after giving back its leases past their time (under the lock)."""
+        used, reset_at = self._counts.get(key, (0, now))
+        leases = self._leases.get(key)
+        if leases:
+            late = [lid for lid, (_a, until) in leases.items() if until < now]
+            for lid in late:
+                used -= leases.pop(lid)[0]
+            if late:
+                used = max(0, used)
+                self._counts[key] = (used, reset_at)
+        return used if reset_at > now else 0
+
+    def take(
+        self, charges: Sequence[Charge], now: float, lease: Lease | None = None
+    ) -> Charge | None:
         with self._lock:
             counts = self._counts
+            used = {charge.key: self._given_back(charge.key, now) for charge in charges}
             for charge in charges:
-                used, reset_at = counts.get(charge.key, (0, charge.reset_at))
-                if reset_at <= now:
-                    used = 0
-                if used + charge.amount > charge.limit:
+                if used[charge.key] + charge.amount > charge.limit:
                     return charge
             for charge in charges:
-                used, reset_at = counts.get(charge.key, (0, charge.reset_at))
-                if reset_at <= now:
-                    used = 0
-                counts[charge.key] = (used + charge.amount, charge.reset_at)
+                counts[charge.key] = (used[charge.key] + charge.amount, charge.reset_at)
+            if lease is not None:
+                for charge in lease.charges:
+                    self._leases.setdefault(charge.key, {})[lease.id] = (charge.amount, lease.until)
             if len(counts) > 100_000:  # ended periods are never read again
                 for key in [k for k, (_u, r) in counts.items() if r <= now]:
                     del counts[key]
+                    self._leases.pop(key, None)
             return None
 
     def used(self, key: str) -> int:
         with self._lock:
-            return self._counts.get(key, (0, 0.0))[0]
+            now = time.time()
+            return self._given_back(key, now) if key in self._counts else 0
 
-    def adjust(self, changes: Mapping[str, tuple[int, float]]) -> None:
+    def settle(self, lease: Lease, spent: int | None) -> None:
         with self._lock:
-            for key, (delta, reset_at) in changes.items():
-                used, _r = self._counts.get(key, (0, reset_at))
-                self._counts[key] = (max(0, used + delta), reset_at)
+            for charge in lease.charges:
+                held = self._leases.get(charge.key, {}).pop(lease.id, None)
+                delta = settled(charge, None if held is None else held[0], spent)
+                used, reset_at = self._counts.get(charge.key, (0, charge.reset_at))
+                self._counts[charge.key] = (max(0, used + delta), reset_at)
 
     def close(self) -> None:
         """Nothing to close."""
@@ -336,12 +395,15 @@ class TurnMeter:
         user: UserContext,
         *,
         on_refused: Callable[[BudgetExceededError, str], None] | None = None,
+        lease: float = LEASE_S,
     ) -> None:
         self.book = book
         self.policy = policy
         self.user = user
         self.on_refused = on_refused
-        self._reserved: dict[int, list[Charge]] = {}
+        self.lease = lease
+        """Seconds a call's reservation is held for it (:class:`Lease`)."""
+        self._reserved: dict[int, Lease | None] = {}
         self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
 
     def start_turn(self, now: float | None = None) -> None:
@@ -358,19 +420,21 @@ class TurnMeter:
     def reserve(self, tokens: int) -> int:
         now = time.time()
         taken = charges(self.policy, self.user, {"tokens": tokens, "model_calls": 1}, now)
-        over = self.book.take(taken, now) if taken else None
+        held = tuple(c for c in taken if c.budget.startswith("tokens"))
+        lease = Lease(id=new_id(), until=now + self.lease, charges=held) if held else None
+        over = self.book.take(taken, now, lease) if taken else None
         if over is not None:
             raise refusal(self.book, over, now)
         reservation = next(self._ids)
-        self._reserved[reservation] = [c for c in taken if c.budget.startswith("tokens")]
+        self._reserved[reservation] = lease
         return reservation
 
     def settle(self, reserved: int, usage: Usage | None) -> None:
-        held = self._reserved.pop(reserved, None)
-        if not held or usage is None:
+        lease = self._reserved.pop(reserved, None)
+        if lease is None:
             return
-        used = usage.input_tokens + usage.output_tokens
-        self.book.adjust({c.key: (used - c.amount, c.reset_at) for c in held})
+        spent = None if usage is None else usage.input_tokens + usage.output_tokens
+        self.book.settle(lease, spent)
 
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
         if self.on_refused is not None:
@@ -379,5 +443,6 @@ class TurnMeter:
     def close(self) -> None:
         """The turn ended: a reservation never settled (a call that failed) is released."""
         while self._reserved:  # (popitem is atomic: a reranker's thread may settle meanwhile)
-            _, held = self._reserved.popitem()
-            self.book.adjust({c.key: (-c.amount, c.reset_at) for c in held})
+            _, lease = self._reserved.popitem()
+            if lease is not None:
+                self.book.settle(lease, 0)

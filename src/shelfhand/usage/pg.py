@@ -12,6 +12,7 @@ from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
 from shelfhand.backends.postgres import PgMigration
 from shelfhand.core.sql import POSTGRES
 from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
+from shelfhand.usage.sql_budgets import LEASES as BUDGET_LEASES
 from shelfhand.usage.sql_budgets import SCHEMA as BUDGETS_SCHEMA
 from shelfhand.usage.sql_budgets import SqlBudgetBook, budget_names
 
@@ -36,6 +37,10 @@ BUDGETS_PG_MIGRATIONS = [
         name="budgets_pg_001_initial",
         sql=POSTGRES.ddl(BUDGETS_SCHEMA, **budget_names(POSTGRES, prefix=_PREFIX)),
     ),
+    PgMigration(
+        name="budgets_pg_002_leases",
+        sql=POSTGRES.ddl(BUDGET_LEASES, **budget_names(POSTGRES, prefix=_PREFIX)),
+    ),
 ]
 
 
@@ -57,7 +62,8 @@ class PgUsageLedger(SqlUsageLedger):
 
 
 class PgBudgetBook(SqlBudgetBook):
-    """The budget counters in PostgreSQL (table ``pg_budget_counters``), shared by every
+    """The budget counters in PostgreSQL (tables ``pg_budget_counters`` and
+    ``pg_budget_leases``), shared by every
     replica: the service's book with ``database_url`` and no ``redis_url`` (see
     :mod:`shelfhand.usage.sql_budgets`).
 

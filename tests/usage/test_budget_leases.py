@@ -7,6 +7,7 @@ in memory, ``budgets.db``, PostgreSQL and Redis."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -66,8 +67,11 @@ def test_a_lease_past_its_time_is_given_back_and_the_budget_can_be_spent_again(
     with pytest.raises(BudgetExceededError):
         TurnMeter(book, POLICY, ALICE).reserve(WINDOW)
     assert book.used(KEY) == 2 * WINDOW
+    held, until = book.reserved(KEY)
+    assert held == 2 * WINDOW and until == pytest.approx(ends, abs=0.2)
     wait_until(ends)
     assert book.used(KEY) == 0  # read: the leases past their time are not counted
+    assert book.reserved(KEY) == (0, None)
     again = TurnMeter(book, POLICY, ALICE)
     again.settle(again.reserve(WINDOW), Usage(input_tokens=30, output_tokens=10))
     again.reserve(WINDOW)
@@ -230,3 +234,26 @@ def test_the_services_lease_is_the_budget_lease_setting(tmp_path: Path) -> None:
         budgets.meter(ALICE, "trace-3").reserve(WINDOW)
     finally:
         budgets.book.close()
+
+
+def test_shelfhand_usage_says_what_calls_in_flight_hold_and_when_it_is_given_back(
+    tmp_path: Path,
+) -> None:
+    """After a crash, the budget a killed call still holds is told apart from what was spent:
+    ``shelfhand usage`` and its JSON (as ``GET /v1/usage``) say how much, and until when."""
+    (tmp_path / "shelfhand.toml").write_text(
+        f"[budgets.tenant]\ntokens_per_day = {2 * WINDOW}\n", encoding="utf-8"
+    )
+    with opened_book("sqlite", str(tmp_path / "budgets.db")) as book:
+        spent = TurnMeter(book, POLICY, ALICE)
+        spent.settle(spent.reserve(WINDOW), Usage(input_tokens=90, output_tokens=10))
+        TurnMeter(book, POLICY, ALICE).reserve(WINDOW)  # a call whose process is gone
+    env = {**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)}
+    run = [sys.executable, "-m", "shelfhand.cli", "usage", "--tenant", "acme"]
+    out = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (tenant,) = json.loads(out.stdout)["budgets"]
+    assert (tenant["used"], tenant["reserved"]) == (100 + WINDOW, WINDOW)
+    assert time.time() + 800 < tenant["reserved_until"] < time.time() + 901
+    table = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120).stdout
+    assert f"tenant acme tokens_per_day: {WINDOW} of it reserved by model calls in flight" in table

@@ -94,7 +94,8 @@ async def usage(
 ) -> Any:
     """What was used by day and model over the last ``days`` days: the caller's own turns,
     or an admin's whole tenant (``user``: one user of it); and, with budgets, where each
-    budget of theirs stands now (``budgets``: the tenant's, and the user's own)."""
+    budget of theirs stands now (``budgets``: the tenant's, and the user's own; each with
+    what of it model calls in flight hold, ``reserved``, until ``reserved_until``)."""
     ledger = service.ledger
     if ledger is None:  # pragma: no cover - the service always keeps one
         return {"usage": []}

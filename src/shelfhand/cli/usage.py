@@ -102,3 +102,10 @@ def _print_budgets(standing: list[dict[str, Any]]) -> None:
         typer.echo(
             f"{b['budget']:<22} {b['scope'][:28]:<28} {b['used']:>12} {b['limit']:>12}  {resets}"
         )
+    for b in standing:
+        if b.get("reserved"):
+            until = time.strftime("%H:%M:%S UTC", time.gmtime(b["reserved_until"]))
+            typer.echo(
+                f"{b['scope']} {b['budget']}: {b['reserved']} of it reserved by model calls in "
+                f"flight, given back at {until} if they never settle"
+            )

@@ -200,6 +200,11 @@ class BudgetBook(Protocol):
         """What a counter holds now (leases whose time has passed not counted)."""
         ...
 
+    def reserved(self, key: str) -> tuple[int, float | None]:
+        """What of a counter the leases of calls in flight hold, and when the last of them
+        ends (``None``: no call in flight)."""
+        ...
+
     def settle(self, lease: Lease, spent: int | None) -> None:
         """The lease's call ended having used ``spent`` tokens (``0``: it was never made;
         ``None``: unknown, so counted as what was reserved): each of its counters then holds
@@ -268,6 +273,12 @@ class LocalBudgetBook:
             now = time.time()
             return self._given_back(key, now) if key in self._counts else 0
 
+    def reserved(self, key: str) -> tuple[int, float | None]:
+        now = time.time()
+        with self._lock:
+            live = [(a, u) for a, u in self._leases.get(key, {}).values() if u >= now]
+        return sum(a for a, _ in live), max((u for _, u in live), default=None)
+
     def settle(self, lease: Lease, spent: int | None) -> None:
         with self._lock:
             for charge in lease.charges:
@@ -335,13 +346,16 @@ def standing(
 ) -> list[dict[str, Any]]:
     """Each budget of ``user`` (their tenant's, then their own; ``tenant_only``: the
     tenant's alone) in its current period: ``budget``, ``scope``, ``limit``, ``used``
-    (reserved by calls in flight included), ``remaining`` and ``reset_at``."""
+    (reserved by calls in flight included), ``remaining``, ``reset_at``, ``reserved`` (what
+    of ``used`` calls in flight hold) and ``reserved_until`` (when the last of their leases
+    ends, given back if never settled; ``None``: no call in flight)."""
     at = time.time() if now is None else now
     found: list[dict[str, Any]] = []
     for charge in charges(policy, user, {"tokens": 1, "model_calls": 1, "turns": 1}, at):
         if tenant_only and not charge.scope.startswith("tenant "):
             continue
         used = book.used(charge.key)
+        held, until = book.reserved(charge.key) if charge.budget.startswith("tokens") else (0, None)
         found.append(
             {
                 "budget": charge.budget,
@@ -350,6 +364,8 @@ def standing(
                 "used": used,
                 "remaining": max(0, charge.limit - used),
                 "reset_at": charge.reset_at,
+                "reserved": held,
+                "reserved_until": until,
             }
         )
     return found

@@ -211,6 +211,12 @@ class RedisBudgetBook:
             value = self._used(keys=[_PREFIX + key, _leases(key)], args=[repr(time.time())])
         return int(value or 0)
 
+    def reserved(self, key: str) -> tuple[int, float | None]:
+        with redis_errors(_WHAT):
+            live = self.client.zrangebyscore(_leases(key), time.time(), "+inf", withscores=True)
+        amount = sum(_amount(member) for member, _ in live)
+        return amount, max((float(until) for _, until in live), default=None)
+
     def settle(self, lease: Lease, spent: int | None) -> None:
         """End the lease (see :meth:`~shelfhand.usage.budgets.BudgetBook.settle`); with no
         answer from Redis, sent again once it answers (applied once), and this returns."""
@@ -238,3 +244,10 @@ class RedisBudgetBook:
 def _leases(key: str) -> str:
     """The sorted set of the leases held on counter ``key``."""
     return f"{_PREFIX}leases:{key}"
+
+
+def _amount(member: bytes | str) -> int:
+    """The amount of a lease member, ``<lease id>:<amount>`` (bytes or str, as the client
+    decodes)."""
+    text = member.decode() if isinstance(member, bytes) else member
+    return int(text.rsplit(":", 1)[1])

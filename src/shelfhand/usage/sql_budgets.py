@@ -108,6 +108,9 @@ class SqlBudgetBook:
         self._late = self._sql(
             "SELECT COALESCE(SUM(amount), 0) FROM {leases} WHERE key = ? AND until < ?"
         )
+        self._held = self._sql(
+            "SELECT COALESCE(SUM(amount), 0), MAX(until) FROM {leases} WHERE key = ? AND until >= ?"
+        )
         self._prune = self._sql("DELETE FROM {counters} WHERE reset_at < ?")
         self._prune_leases = self._sql("DELETE FROM {leases} WHERE reset_at < ?")
         self._row_locks = bool(database.dialect.for_update)
@@ -187,6 +190,11 @@ class SqlBudgetBook:
                 return 0
             late = conn.execute(self._late, (key, now)).fetchone()[0]
         return max(0, int(row[0]) - int(late))
+
+    def reserved(self, key: str) -> tuple[int, float | None]:
+        with self.database.connection() as conn:
+            amount, until = conn.execute(self._held, (key, time.time())).fetchone()
+        return int(amount), None if until is None else float(until)
 
     def settle(self, lease: Lease, spent: int | None) -> None:
         """End the lease (see :meth:`~shelfhand.usage.budgets.BudgetBook.settle`); a database

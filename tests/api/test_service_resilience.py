@@ -11,12 +11,14 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 from service_helpers import (
     ALICE,
+    BOB,
     STARTED,
     ThreadServer,
     parse_sse,
@@ -32,7 +34,7 @@ from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.providers.openai_chat import OpenAIChatModel
-from support.misbehaving_chat_server import FakeModelServer
+from support.misbehaving_chat_server import SLOW_WORDS, FakeModelServer
 
 
 def serve(
@@ -247,3 +249,51 @@ def test_an_unreadable_upload_is_named_without_the_servers_folders(
         hide_paths("GET http://127.0.0.1:8080/v1/x failed")
         == "GET http://127.0.0.1:8080/v1/x failed"
     )
+
+
+def test_a_caller_who_reads_a_streamed_answer_and_leaves_is_charged_what_was_streamed(
+    tmp_path: Path, model_server: FakeModelServer, thread_servers: list[ThreadServer]
+) -> None:
+    """Two callers stream at once; alice reads a few words of her answer and disconnects,
+    bob reads his to the end. Bob is charged what the provider reported; alice the request
+    and the words written until she left, where before she was charged nothing (her call's
+    reservation was released as if it had failed), so reading a streamed answer and leaving
+    before its end spent none of a token budget."""
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\ntokens_per_day = 1000000\n", encoding="utf-8"
+    )
+    server = serve(tmp_path, model_server, thread_servers)
+    model_server.modes.extend(["slow", "slow"])
+
+    def used(who: dict[str, str]) -> int:
+        reply = httpx.get(f"{server.url}/v1/usage", headers=who, timeout=30).json()
+        (mine,) = [b for b in reply["budgets"] if b["scope"].startswith("user ")]
+        return int(mine["used"])
+
+    def stream(who: dict[str, str], words: int | None) -> int:
+        """Read the turn's stream (``words``: only that many text events); the words read."""
+        read = 0
+        with httpx.Client(base_url=server.url, headers=who, timeout=30) as c:
+            session = c.post("/v1/sessions").json()["id"]
+            body = {"content": "hello", "stream": True}
+            with c.stream("POST", f"/v1/sessions/{session}/messages", json=body) as r:
+                for line in r.iter_lines():
+                    if (
+                        line.startswith("data: ")
+                        and json.loads(line[6:]).get("type") == "text_delta"
+                    ):
+                        read += 1
+                        if read == words:
+                            break  # the client goes away
+        return read
+
+    with ThreadPoolExecutor(2) as pool:
+        alice = pool.submit(stream, ALICE, 5)
+        bob = pool.submit(stream, BOB, None)
+        assert alice.result() == 5 and bob.result() >= SLOW_WORDS
+    assert used(BOB) == 50 + SLOW_WORDS  # as the provider reported
+    deadline = time.monotonic() + 10
+    while used(ALICE) == 0 and time.monotonic() < deadline:  # (once the server sees her go)
+        time.sleep(0.05)
+    charged = used(ALICE)
+    assert 5 <= charged < 8192, charged  # the request and the words until she left

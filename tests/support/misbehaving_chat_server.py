@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 import zlib
 from collections import deque
 
@@ -24,6 +25,19 @@ def _chunk(text: str) -> str:
 
 def _done() -> str:
     return _body("chat.completion.chunk", {"delta": {}, "finish_reason": "stop"})
+
+
+def _usage(prompt: int, completion: int) -> str:
+    """The last chunk of a stream asked with ``stream_options.include_usage``."""
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fake"}
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return json.dumps(
+        {**body, "choices": [], "usage": {**usage, "total_tokens": prompt + completion}}
+    )
+
+
+SLOW_WORDS = 100
+"""The words of a ``slow`` stream, one each 20 ms; its usage: 50 tokens in, one a word out."""
 
 
 def _completion(text: str) -> bytes:
@@ -48,8 +62,8 @@ def _bomb(inflated_mib: int) -> bytes:
 
 
 class FakeModelServer:
-    """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage`` or ``ok``
-    (streamed); ``endless_stream`` (chunks that never end), ``endless_event`` (one event
+    """Plays ``modes`` in order, one per request: ``hang``, ``cut``, ``garbage``, ``ok`` or
+    ``slow`` (streamed; ``slow``: :data:`SLOW_WORDS` words, one each 20 ms, then its usage); ``endless_stream`` (chunks that never end), ``endless_event`` (one event
     that never ends), ``endless_json`` (a JSON body that never ends), ``bomb`` (a completion of 64 MiB, gzipped into a few KiB), ``declared_huge``
     (a ``Content-Length`` of 1 GiB, then nothing), ``gzip`` and ``deflate_raw`` (a completion
     compressed so, as some servers send it: raw deflate, without its zlib wrapper).
@@ -130,7 +144,13 @@ class FakeModelServer:
                 self._send_chunk(conn, f"data: {_chunk('Hello, the answer is')}\n\n")
                 conn.shutdown(socket.SHUT_RDWR)  # no terminating chunk: the stream is cut
                 return
-            if mode == "garbage":
+            if mode == "slow":  # until the client hangs up (a broken pipe ends it)
+                for _ in range(SLOW_WORDS):
+                    self._send_chunk(conn, f"data: {_chunk('word ')}\n\n")
+                    time.sleep(0.02)
+                self._send_chunk(conn, f"data: {_done()}\n\n")
+                self._send_chunk(conn, f"data: {_usage(50, SLOW_WORDS)}\n\n")
+            elif mode == "garbage":
                 self._send_chunk(conn, "data: {this is not json\n\n")
             else:
                 self._send_chunk(conn, f"data: {_chunk('All good.')}\n\n")

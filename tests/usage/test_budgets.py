@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import anyio
 import pytest
 
 from shelfhand import Agent, UserContext
+from shelfhand.agent.budget import estimate_tokens
 from shelfhand.core.auth import load_key_budgets
-from shelfhand.core.errors import BudgetExceededError, ConfigurationError
+from shelfhand.core.errors import BudgetExceededError, ConfigurationError, ModelProviderError
+from shelfhand.core.events import TextDelta
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.results import Usage
@@ -229,3 +232,74 @@ def test_a_redis_that_stops_answering_leaves_each_budget_charged_exactly_what_wa
         if server.process is not None:
             server.process.send_signal(signal.SIGCONT)
         server.stop()
+
+
+async def test_a_stream_the_caller_leaves_after_its_text_is_charged_the_request_and_the_text() -> (
+    None
+):
+    """Text that reached the caller was written by the provider, which bills it: a stream
+    closed after some of it charges the request's estimate and what was streamed, and a call
+    not streamed whose caller went away the request's (before: nothing). A call that failed
+    with an error before any text stays released, as before."""
+    long_answer = "这是一个很长的回答。" * 40
+
+    async def answer(messages: list[Message], tools: Sequence[Any]) -> ModelResponse:
+        return ModelResponse(
+            message=Message.assistant(long_answer),
+            usage=Usage(input_tokens=300, output_tokens=400),
+        )
+
+    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10**6, model_calls_per_day=100))
+    book = LocalBudgetBook()
+    key = f"tenant:acme:tokens_per_day:{period_key('day', time.time())[0]}"
+    calls = key.replace("tokens_per_day", "model_calls_per_day")
+    agent = Agent(name="a", model=FunctionModel(answer), context_tokens=WINDOW * 16)
+
+    async def streamed(read: int | None, by: Agent = agent) -> str:
+        meter = TurnMeter(book, policy, ALICE)
+        token = metered(meter)
+        text = ""
+        try:
+            async with aclosing(by.stream("你好", context=ALICE)) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        text += event.text
+                        if read is not None and len(text) >= read:
+                            break  # the caller went away
+        finally:
+            unmetered(token)
+            meter.close()
+        return text
+
+    await streamed(None)
+    assert book.used(key) == 700  # read to the end: what the provider reported
+    seen = await streamed(30)
+    charged = book.used(key) - 700
+    assert estimate_tokens(seen) < charged < WINDOW * 16, charged
+    assert charged < 700  # the request and the 30-odd characters, not the whole answer
+
+    failing = Agent(name="f", model=FunctionModel(lambda m, t: fail_model()), context_tokens=WINDOW)
+    before = book.used(key)
+    with pytest.raises(ModelProviderError):
+        await streamed(None, failing)  # (the model's error, before any text)
+    assert book.used(key) == before and book.used(calls) == 3
+
+    async def hang(messages: list[Message], tools: Sequence[Any]) -> str:
+        await anyio.sleep(30)
+        return "late"
+
+    meter = TurnMeter(book, policy, ALICE)
+    token = metered(meter)
+    try:
+        with anyio.move_on_after(0.2):  # a caller of a turn not streamed goes away
+            await Agent(name="h", model=FunctionModel(hang), context_tokens=WINDOW).run(
+                "你好", context=ALICE
+            )
+    finally:
+        unmetered(token)
+        meter.close()
+    assert 0 < book.used(key) - before < WINDOW  # the request (read by the provider), not all
+
+
+def fail_model() -> str:
+    raise ModelProviderError("the provider answered 500", status_code=500)

@@ -23,14 +23,16 @@ message adds a few tokens of template.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from shelfhand.core.errors import ContextBudgetError
+from shelfhand.core.errors import ContextBudgetError, ModelTimeoutError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from shelfhand.core.results import Usage
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -79,6 +81,25 @@ def message_tokens(message: Message) -> int:
     for result in message.tool_results:
         total += _MESSAGE_OVERHEAD + estimate_tokens(result.content)
     return total
+
+
+def cut_off_usage(exc: BaseException, request_tokens: int, streamed: Sequence[str]) -> Usage:
+    """What a call of the loop that ended with ``exc`` before its reply was complete is
+    charged against the caller's budget:
+
+    - cut off (the caller went away, a timeout) or broken after text streamed: the request's
+      estimate (``request_tokens``) and what was ``streamed``, as the provider read the one
+      and wrote the other until the connection closed, and bills them. Before, such a call
+      was released, so a caller who read a streamed answer and disconnected before its end
+      spent no tokens of their budget;
+    - failed before any text (an error answer, a server out of reach): nothing, as before (the
+      call still counts in ``model_calls``).
+    """
+    if streamed:
+        return Usage(input_tokens=request_tokens, output_tokens=estimate_tokens("".join(streamed)))
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit, TimeoutError, ModelTimeoutError)):
+        return Usage(input_tokens=request_tokens, output_tokens=0)
+    return Usage(input_tokens=0, output_tokens=0)
 
 
 def positive_int(value: object) -> int | None:

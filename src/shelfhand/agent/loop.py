@@ -58,6 +58,7 @@ from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
     TokenCounter,
+    cut_off_usage,
     fit_messages,
     positive_int,
     request_budget,
@@ -284,26 +285,41 @@ class AgentLoop:
                 break
             chat = chat_span(self.model) if observed else None
             first_token: int | None = None
+            cut: list[str] = []  # with a meter: the text streamed, charged if cut off
+            try:
+                if sink.text:
+                    gate = CallTextGate(active=bool(schemas))
+                    streamed: ModelResponse | None = None
+                    step_text: list[str] = []  # what this step showed (withdrawn if it guessed)
+                    async for chunk in self.model.stream(request, tools=schemas):
+                        if isinstance(chunk, StreamText):
+                            if chat is not None and first_token is None:
+                                first_token = time.time_ns()
+                            if meter is not None:
+                                cut.append(chunk.text)
+                            piece = gate.feed(chunk.text) if chunk.text else ""
+                            if piece:
+                                if shown and not step_text:
+                                    step_text.append(STEP_SEPARATOR)
+                                    yield TextDelta(text=STEP_SEPARATOR)
+                                step_text.append(piece)
+                                yield TextDelta(text=piece)
+                        elif isinstance(chunk, StreamDone):
+                            streamed = chunk.response
+                    if streamed is None:
+                        raise RuntimeError(f"model {self.model.name} stream ended without a reply")
+                    response = streamed
+                else:
+                    response = await self.model.request(request, tools=schemas)
+            except BaseException as exc:
+                # cut off (the caller went away, a timeout) or failed: what it may have cost
+                if meter is not None:
+                    asked = sum(map(count, request)) + self._tools_tokens(schemas)
+                    meter.settle(reserved, cut_off_usage(exc, asked, cut))
+                raise
+            if meter is not None:
+                meter.settle(reserved, response.usage)
             if sink.text:
-                gate = CallTextGate(active=bool(schemas))
-                streamed: ModelResponse | None = None
-                step_text: list[str] = []  # what this step showed (withdrawn if it guessed)
-                async for chunk in self.model.stream(request, tools=schemas):
-                    if isinstance(chunk, StreamText):
-                        if chat is not None and first_token is None:
-                            first_token = time.time_ns()
-                        piece = gate.feed(chunk.text) if chunk.text else ""
-                        if piece:
-                            if shown and not step_text:
-                                step_text.append(STEP_SEPARATOR)
-                                yield TextDelta(text=STEP_SEPARATOR)
-                            step_text.append(piece)
-                            yield TextDelta(text=piece)
-                    elif isinstance(chunk, StreamDone):
-                        streamed = chunk.response
-                if streamed is None:
-                    raise RuntimeError(f"model {self.model.name} stream ended without a reply")
-                response = streamed
                 # an echo of a tool's JSON result was held back whole: it is not shown
                 reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
                 rest = gate.finish("" if echo is not None else reply.text)
@@ -320,12 +336,9 @@ class AgentLoop:
                         yield event
                 shown_before, shown = shown, shown or bool(step_text)
             else:
-                response = await self.model.request(request, tools=schemas)
                 reply, calls, echo = cleaned(response.message, schemas, new)
             if chat is not None:
                 end_chat(chat, response, first_token)
-            if meter is not None:
-                meter.settle(reserved, response.usage)
             model_calls += 1
             if response.usage is not None:
                 input_tokens += response.usage.input_tokens

@@ -299,3 +299,43 @@ def test_each_caller_sees_where_their_budgets_stand_in_their_usage(
         env={**os.environ, "SHELFHAND_WORKSPACE": str(tmp_path)},
     ).stdout  # fmt: skip
     assert "tokens_per_day" in table and "model_calls_per_day" not in table  # the tenant's
+
+
+def test_a_turn_waiting_on_a_locked_budgets_file_holds_up_no_other_request(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    """Another process holds ``budgets.db``'s write lock while a turn reserves its model call:
+    the turn waits (up to SQLite's busy timeout), the service does not. Before, the counters
+    were written on the event loop, and every other request (here ``/healthz``) waited with
+    the turn: 3.6 s of 4 in a run by hand."""
+    import sqlite3
+    import threading
+    import time
+
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\ntokens_per_day = 1000000\n", encoding="utf-8"
+    )
+    server = budgeted_server(tmp_path, lambda messages, tools: "好的。", thread_servers)
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        c.post(f"/v1/sessions/{session}/messages", json={"content": "你好"})  # (the schema)
+        holder = sqlite3.connect(tmp_path / "budgets.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process's write, held
+        replies: list[httpx.Response] = []
+        turn = threading.Thread(
+            target=lambda: replies.append(
+                c.post(f"/v1/sessions/{session}/messages", json={"content": "再来"})
+            )
+        )
+        try:
+            turn.start()
+            time.sleep(0.5)  # the turn is waiting on the file's lock
+            assert not replies
+            health = httpx.get(f"{server.url}/healthz", timeout=2)  # (before: timed out)
+            assert health.status_code == 200
+            assert not replies  # the turn still waits
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+            turn.join(30)
+    assert replies[0].status_code == 200, replies[0].text

@@ -34,6 +34,7 @@ from contextlib import aclosing
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core import metering
 from shelfhand.core.citations import only_marks
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import BudgetExceededError, InvalidArgumentError
@@ -272,7 +273,7 @@ class AgentLoop:
             # the most a call can use is the model's context window (request and reply): a
             # token estimate of the request could fall short of the provider's count
             try:
-                reserved = meter.reserve(window) if meter is not None else 0
+                reserved = await metering.reserve(meter, window) if meter is not None else 0
             except BudgetExceededError as exc:
                 # nothing done yet, the budget spent before the run: the turn is refused (429);
                 # a model call of its own beside the loop (an up-front search's LLM ranking)
@@ -313,12 +314,12 @@ class AgentLoop:
                     response = await self.model.request(request, tools=schemas)
             except BaseException as exc:
                 # cut off (the caller went away, a timeout) or failed: what it may have cost
-                if meter is not None:
+                if meter is not None:  # (now, and without waiting: the run may be closing)
                     asked = sum(map(count, request)) + self._tools_tokens(schemas)
-                    meter.settle(reserved, cut_off_usage(exc, asked, cut))
+                    metering.settle_soon(meter, reserved, cut_off_usage(exc, asked, cut))
                 raise
             if meter is not None:
-                meter.settle(reserved, response.usage)
+                await metering.settle(meter, reserved, response.usage)
             if sink.text:
                 # an echo of a tool's JSON result was held back whole: it is not shown
                 reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from shelfhand.agent.budget import message_tokens, positive_int
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
+from shelfhand.core import metering
 from shelfhand.core.errors import BudgetExceededError, ModelTimeoutError
 from shelfhand.core.metering import current_meter
 from shelfhand.core.results import Usage, UsageTally
@@ -85,7 +86,7 @@ async def side_request(
         longest = positive_int(getattr(model, "max_tokens", None)) or 0
         size = sum(message_tokens(m) for m in request) + max(reply_tokens, longest)
         try:
-            reserved = meter.reserve(size)
+            reserved = await metering.reserve(meter, size)
         except BudgetExceededError as exc:
             _refused(meter, exc, purpose)
             raise
@@ -94,8 +95,8 @@ async def side_request(
         async with asyncio.timeout(timeout):
             response = await model.request(list(request))
     except BaseException as exc:  # a cancellation too: nothing stays reserved or open
-        if meter is not None:
-            meter.settle(reserved, None)
+        if meter is not None:  # (now, and without waiting: the caller may be cancelled)
+            metering.settle_soon(meter, reserved, None)
         if call is not None:
             late = isinstance(exc, TimeoutError) and timeout is not None
             said = f"model {call.model!r} did not answer within {timeout:g}s" if late else ""
@@ -104,7 +105,7 @@ async def side_request(
     if call is not None:
         end_chat(call, response, None)
     if meter is not None:
-        meter.settle(reserved, response.usage)
+        await metering.settle(meter, reserved, response.usage)
     collecting = _COLLECTING.get()
     if collecting is not None:
         collecting.add(usage_of(response, price))

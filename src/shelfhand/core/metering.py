@@ -6,19 +6,39 @@ The service sets a :class:`Meter` for each turn of a caller with budgets
 variable and asks it before each model call. A meter that refuses raises
 :class:`~shelfhand.core.errors.BudgetExceededError` and the call is not made. Without a
 meter (no budgets, a script's own ``Agent.run``) the loop pays one ``ContextVar.get()``.
+
+A meter whose counters are in a file or on a server (``blocking``: ``budgets.db``,
+PostgreSQL, Redis) is asked from a worker thread (:func:`reserve`, :func:`settle`,
+:func:`settle_soon`), so that a counter that waits (a file another process holds locked, a
+server that stopped answering) holds up its own turn only, never the event loop and every
+other turn of the service with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+from collections.abc import Callable
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from shelfhand.core.errors import BudgetExceededError
     from shelfhand.core.results import Usage
 
-__all__ = ["Meter", "current_meter", "metered", "unmetered"]
+__all__ = [
+    "Meter",
+    "current_meter",
+    "in_background",
+    "metered",
+    "reserve",
+    "settle",
+    "settle_soon",
+    "unmetered",
+]
+
+logger = logging.getLogger(__name__)
 
 
 class Meter(Protocol):
@@ -61,3 +81,54 @@ def metered(meter: Meter | None) -> Token[Meter | None]:
 def unmetered(token: Token[Meter | None]) -> None:
     with contextlib.suppress(ValueError):  # reset from another context: it is gone anyway
         _meter.reset(token)
+
+
+def _blocking(meter: Meter) -> bool:
+    """Whether ``meter`` waits on a file or a server (its ``blocking``; ``False`` if it has
+    none: a meter in memory)."""
+    return bool(getattr(meter, "blocking", False))
+
+
+async def reserve(meter: Meter, tokens: int) -> int:
+    """``meter.reserve(tokens)``, from a worker thread when the meter is ``blocking``."""
+    if _blocking(meter):
+        return await asyncio.to_thread(meter.reserve, tokens)
+    return meter.reserve(tokens)
+
+
+async def settle(meter: Meter, reserved: int, usage: Usage | None) -> None:
+    """``meter.settle(reserved, usage)``, from a worker thread when the meter is
+    ``blocking``."""
+    if _blocking(meter):
+        await asyncio.to_thread(meter.settle, reserved, usage)
+    else:
+        meter.settle(reserved, usage)
+
+
+def settle_soon(meter: Meter, reserved: int, usage: Usage | None) -> None:
+    """Settle without waiting (a call cut off: its run is being cancelled or closed, and may
+    not wait): the meter's own ``settle_soon`` if it has one, which ends the reservation now
+    and writes it from a thread, else ``settle``."""
+    soon = getattr(meter, "settle_soon", None)
+    if soon is not None:
+        soon(reserved, usage)
+    else:
+        meter.settle(reserved, usage)
+
+
+def in_background(fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` in the running loop's default executor without waiting for it
+    (nothing can cancel it), or at once where no loop runs; what it raises is logged."""
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("a budget write failed")
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        run()
+        return
+    loop.run_in_executor(None, run)

@@ -22,6 +22,7 @@ be made in.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -74,7 +75,10 @@ class Budgets:
         """``events`` (one turn's) with the caller's meter set for every model call."""
         meter = self.meter(user, trace_id)
         try:
-            meter.start_turn()
+            if meter.blocking:  # (off the event loop: see shelfhand.core.metering)
+                await asyncio.to_thread(meter.start_turn)
+            else:
+                meter.start_turn()
         except BudgetExceededError as exc:
             await events.aclose()  # frees the session's claim
             self.refused(exc.to_dict(), user, trace_id)

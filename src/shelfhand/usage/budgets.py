@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError
 from shelfhand.core.ids import new_id
+from shelfhand.core.metering import in_background
 from shelfhand.core.results import Usage
 
 __all__ = [
@@ -187,6 +188,10 @@ class Lease:
 class BudgetBook(Protocol):
     """Counters of used budget, changed atomically, and the leases of calls in flight."""
 
+    blocking: bool
+    """Its methods wait on a file or a server: a turn asks them from a worker thread
+    (:mod:`shelfhand.core.metering`)."""
+
     def take(
         self, charges: Sequence[Charge], now: float, lease: Lease | None = None
     ) -> Charge | None:
@@ -228,6 +233,8 @@ def settled(charge: Charge, held: int | None, spent: int | None) -> int:
 
 class LocalBudgetBook:
     """Counters in this process, under one lock (one replica)."""
+
+    blocking = False
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -445,6 +452,11 @@ class TurnMeter:
         self._reserved[reservation] = lease
         return reservation
 
+    @property
+    def blocking(self) -> bool:
+        """Whether the book waits on a file or a server (see :mod:`shelfhand.core.metering`)."""
+        return bool(getattr(self.book, "blocking", True))
+
     def settle(self, reserved: int, usage: Usage | None) -> None:
         lease = self._reserved.pop(reserved, None)
         if lease is None:
@@ -452,13 +464,30 @@ class TurnMeter:
         spent = None if usage is None else usage.input_tokens + usage.output_tokens
         self.book.settle(lease, spent)
 
+    def settle_soon(self, reserved: int, usage: Usage | None) -> None:
+        """:meth:`settle` that does not wait on the book: the reservation ends now, and a
+        blocking book is written from a worker thread."""
+        lease = self._reserved.pop(reserved, None)
+        if lease is None:
+            return
+        spent = None if usage is None else usage.input_tokens + usage.output_tokens
+        self._write(lease, spent)
+
+    def _write(self, lease: Lease, spent: int | None) -> None:
+        if self.blocking:
+            in_background(self.book.settle, lease, spent)
+        else:
+            self.book.settle(lease, spent)
+
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
         if self.on_refused is not None:
             self.on_refused(error, purpose)
 
     def close(self) -> None:
-        """The turn ended: a reservation never settled (a call that failed) is released."""
+        """The turn ended: a reservation never settled (a call that failed) is released
+        (written from a worker thread for a blocking book: a turn may be closing because it
+        was cancelled, and must not wait)."""
         while self._reserved:  # (popitem is atomic: a reranker's thread may settle meanwhile)
             _, lease = self._reserved.popitem()
             if lease is not None:
-                self.book.settle(lease, 0)
+                self._write(lease, 0)

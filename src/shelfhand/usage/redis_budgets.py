@@ -160,6 +160,8 @@ class RedisBudgetBook:
         client: A ``redis.Redis`` client (:func:`shelfhand.backends.redis.open_redis`).
     """
 
+    blocking = True
+
     def __init__(self, client: Any) -> None:
         self.client = client
         self._take = client.register_script(_TAKE)

@@ -87,6 +87,8 @@ class SqlBudgetBook:
         prefix: Before the table's name (``pg_`` in PostgreSQL).
     """
 
+    blocking = True
+
     def __init__(self, database: Database, *, prefix: str = "") -> None:
         self.database = database
         self._sql = Statements(database.dialect, **budget_names(database.dialect, prefix=prefix))

@@ -257,3 +257,33 @@ def test_shelfhand_usage_says_what_calls_in_flight_hold_and_when_it_is_given_bac
     assert time.time() + 800 < tenant["reserved_until"] < time.time() + 901
     table = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120).stdout
     assert f"tenant acme tokens_per_day: {WINDOW} of it reserved by model calls in flight" in table
+
+
+@pytest.mark.anyio
+async def test_a_settlement_cancelled_as_it_is_written_still_counts_and_the_turns_end_does_not_release_it(
+    tmp_path: Path,
+) -> None:
+    """A turn's caller leaves just as its model call answered: the settlement is being
+    written from a worker thread (the book waits on its file), the turn is cancelled, and its
+    end releases the reservations it still holds. The answered call counts what it used, not
+    zero (the settlement ended the reservation before its write began)."""
+    import asyncio
+
+    from shelfhand.core import metering
+
+    with opened_book("sqlite", str(tmp_path / "budgets.db")) as book:
+        meter = TurnMeter(book, POLICY, ALICE)
+        held = await metering.reserve(meter, WINDOW)
+        writing = asyncio.ensure_future(
+            metering.settle(meter, held, Usage(input_tokens=70, output_tokens=30))
+        )
+        await asyncio.sleep(0)  # the write has begun
+        writing.cancel()
+        meter.close()  # the turn's end
+        with contextlib.suppress(asyncio.CancelledError):
+            await writing
+        deadline = time.monotonic() + 5
+        while book.used(KEY) != 100 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert book.used(KEY) == 100
+        assert book.reserved(KEY) == (0, None)

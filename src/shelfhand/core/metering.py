@@ -97,12 +97,20 @@ async def reserve(meter: Meter, tokens: int) -> int:
 
 
 async def settle(meter: Meter, reserved: int, usage: Usage | None) -> None:
-    """``meter.settle(reserved, usage)``, from a worker thread when the meter is
-    ``blocking``."""
-    if _blocking(meter):
-        await asyncio.to_thread(meter.settle, reserved, usage)
-    else:
+    """``meter.settle(reserved, usage)``, written from a worker thread when the meter is
+    ``blocking``. A meter with ``settle_soon`` ends the reservation before the write, and the
+    write goes on if this is cancelled meanwhile (a turn the caller left as its call
+    answered): the turn's end cannot release it first."""
+    if not _blocking(meter):
         meter.settle(reserved, usage)
+        return
+    soon = getattr(meter, "settle_soon", None)
+    if soon is None:
+        await asyncio.to_thread(meter.settle, reserved, usage)
+        return
+    written = soon(reserved, usage)
+    if written is not None:
+        await asyncio.shield(written)
 
 
 def settle_soon(meter: Meter, reserved: int, usage: Usage | None) -> None:
@@ -116,9 +124,10 @@ def settle_soon(meter: Meter, reserved: int, usage: Usage | None) -> None:
         meter.settle(reserved, usage)
 
 
-def in_background(fn: Callable[..., Any], *args: Any) -> None:
-    """Run ``fn(*args)`` in the running loop's default executor without waiting for it
-    (nothing can cancel it), or at once where no loop runs; what it raises is logged."""
+def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:
+    """Run ``fn(*args)`` in the running loop's default executor without waiting for it,
+    and return its future (``None`` where no loop runs: then it ran at once); what it raises
+    is logged."""
 
     def run() -> None:
         try:
@@ -130,5 +139,5 @@ def in_background(fn: Callable[..., Any], *args: Any) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         run()
-        return
-    loop.run_in_executor(None, run)
+        return None
+    return loop.run_in_executor(None, run)

@@ -32,6 +32,7 @@ Periods are UTC: a day ends at midnight UTC, a month on the first of the next.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import itertools
 import threading
@@ -464,20 +465,21 @@ class TurnMeter:
         spent = None if usage is None else usage.input_tokens + usage.output_tokens
         self.book.settle(lease, spent)
 
-    def settle_soon(self, reserved: int, usage: Usage | None) -> None:
+    def settle_soon(self, reserved: int, usage: Usage | None) -> asyncio.Future[None] | None:
         """:meth:`settle` that does not wait on the book: the reservation ends now, and a
-        blocking book is written from a worker thread."""
+        blocking book is written from a worker thread (its future returned; ``None``:
+        written already)."""
         lease = self._reserved.pop(reserved, None)
         if lease is None:
-            return
+            return None
         spent = None if usage is None else usage.input_tokens + usage.output_tokens
-        self._write(lease, spent)
+        return self._write(lease, spent)
 
-    def _write(self, lease: Lease, spent: int | None) -> None:
+    def _write(self, lease: Lease, spent: int | None) -> asyncio.Future[None] | None:
         if self.blocking:
-            in_background(self.book.settle, lease, spent)
-        else:
-            self.book.settle(lease, spent)
+            return in_background(self.book.settle, lease, spent)
+        self.book.settle(lease, spent)
+        return None
 
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
         if self.on_refused is not None:

@@ -270,6 +270,11 @@ def test_a_caller_who_reads_a_streamed_answer_and_leaves_is_charged_what_was_str
         (mine,) = [b for b in reply["budgets"] if b["scope"].startswith("user ")]
         return int(mine["used"])
 
+    def booked(who: dict[str, str]) -> int:
+        """The tokens of the caller's turns in the usage ledger."""
+        reply = httpx.get(f"{server.url}/v1/usage", headers=who, timeout=30).json()
+        return sum(r["input_tokens"] + r["output_tokens"] for r in reply["usage"])
+
     def stream(who: dict[str, str], words: int | None) -> int:
         """Read the turn's stream (``words``: only that many text events); the words read."""
         read = 0
@@ -297,3 +302,10 @@ def test_a_caller_who_reads_a_streamed_answer_and_leaves_is_charged_what_was_str
         time.sleep(0.05)
     charged = used(ALICE)
     assert 5 <= charged < 8192, charged  # the request and the words until she left
+    # the usage ledger books her cancelled turn's cut call as her budget charged it (before:
+    # a cancelled turn was not booked at all), and bob's as the provider reported it
+    deadline = time.monotonic() + 10
+    while booked(ALICE) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert booked(ALICE) == charged
+    assert booked(BOB) == 50 + SLOW_WORDS

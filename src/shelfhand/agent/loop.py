@@ -27,6 +27,7 @@ asks again, once; the answer check then reads the answer against what was found.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -286,7 +287,7 @@ class AgentLoop:
                 break
             chat = chat_span(self.model) if observed else None
             first_token: int | None = None
-            cut: list[str] = []  # with a meter: the text streamed, charged if cut off
+            cut: list[str] = []  # the text streamed: charged and counted if cut off
             try:
                 if sink.text:
                     gate = CallTextGate(active=bool(schemas))
@@ -296,8 +297,7 @@ class AgentLoop:
                         if isinstance(chunk, StreamText):
                             if chat is not None and first_token is None:
                                 first_token = time.time_ns()
-                            if meter is not None:
-                                cut.append(chunk.text)
+                            cut.append(chunk.text)
                             piece = gate.feed(chunk.text) if chunk.text else ""
                             if piece:
                                 if shown and not step_text:
@@ -314,9 +314,20 @@ class AgentLoop:
                     response = await self.model.request(request, tools=schemas)
             except BaseException as exc:
                 # cut off (the caller went away, a timeout) or failed: what it may have cost
-                if meter is not None:  # (now, and without waiting: the run may be closing)
+                counting = chat.counting if chat is not None else None
+                if meter is not None or counting is not None:
                     asked = sum(map(count, request)) + self._tools_tokens(schemas)
-                    metering.settle_soon(meter, reserved, cut_off_usage(exc, asked, cut))
+                    charged = cut_off_usage(exc, asked, cut)
+                    if meter is not None:  # (now, and without waiting: the run may be closing)
+                        metering.settle_soon(meter, reserved, charged)
+                    left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
+                    if chat is not None and counting is not None and left:
+                        # the caller went away: no reply will carry it, so it is counted (and
+                        # booked in the usage ledger) as its budget charged it; a call that
+                        # failed stays a failed call. Its span is ended by the turn's end
+                        counting.model_call_ended(
+                            chat.model, charged.input_tokens, charged.output_tokens, status="cut"
+                        )
                 raise
             if meter is not None:
                 await metering.settle(meter, reserved, response.usage)

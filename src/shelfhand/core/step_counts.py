@@ -44,7 +44,9 @@ class StepCounter(Protocol):
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:
-        """A model call ended (``status``: ``ok`` or ``error``)."""
+        """A model call ended (``status``: ``ok``, ``error``, or ``cut``: ended before its
+        reply was complete, the caller gone, its tokens estimated as its budget charged
+        them)."""
         ...
 
     def count_tool_call(self, tool: str, outcome: str) -> None:

@@ -30,6 +30,7 @@ replica may have answered the session's last turn, so each turn reads its window
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -60,6 +61,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
+from shelfhand.core.metering import in_background
 from shelfhand.core.results import Usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
@@ -340,7 +342,7 @@ class ChatService:
         agent: str = "",
     ) -> AsyncGenerator[dict[str, Any], None]:
         started = time.perf_counter()
-        answering = False
+        answering = recorded = False
         found: list[dict[str, Any]] = []  # the turn's passages, as its citations events
         memory: ConversationMemory | None = None
         keeper = asyncio.create_task(claim.keep()) if claim.renews else None
@@ -372,6 +374,7 @@ class ChatService:
                 if kind == "approval_required" and self.approvals is not None:
                     self.approvals.bind_session(str(event.get("approval_id")), session_id)
                 if final is not None:
+                    recorded = True
                     await self._record(session_id, user, event, final, memory, trace_id, started)
                 yield event
         except Exception as exc:
@@ -419,6 +422,13 @@ class ChatService:
             await self._book_failed(user, session_id, spent)
             await self._record_failure(session_id, user, trace_id, message)
             raise TurnFailed(message, status=status, code=code) from exc
+        except BaseException:
+            # cancelled (the caller went away, the server stops): the model calls it made,
+            # a cut one at what the budget charged, are booked without waiting
+            tally = _turn_tally()
+            if not recorded and tally is not None and self.ledger is not None:
+                self._book_soon(user, session_id, tally)
+            raise
         finally:
             # synchronous on purpose: this must run even when the stream is cancelled
             if keeper is not None:
@@ -484,6 +494,19 @@ class ChatService:
             await self._book(user, session_id, spent)
         except Exception:  # the turn's own failure is what the caller must hear about
             logger.exception("could not book a failed turn's usage session=%s", session_id)
+
+    def _book_soon(self, user: UserContext, session_id: str, tally: ModelTally) -> None:
+        """Book a cancelled turn's model calls from a worker thread, not waiting (a cancelled
+        turn cannot)."""
+        spent = tally.total()
+        if not spent.model_calls:
+            return
+        assert self.ledger is not None
+        others = tally.others(self._model_name)
+        book = functools.partial(
+            self.ledger.add, user, session_id, self._model_name, spent, others=others
+        )
+        in_background(book)
 
     @property
     def _model_name(self) -> str:

@@ -1,6 +1,7 @@
 """What a streamed turn its caller leaves costs the caller's token budget: against a running
 ``shelfhand serve`` (with ``[budgets]``), stream one turn, read ``--events`` text events, close
-the connection, and print the caller's budgets before and after (``GET /v1/usage``).
+the connection, and print the caller's budgets and the tokens the usage ledger holds for them,
+before and after (``GET /v1/usage``).
 
     python bench/cut_stream.py --url http://127.0.0.1:8093 --key KEY --events 15 \
         --question "请详细介绍武穴酥糖的历史、制作方法和特点，越详细越好。"
@@ -16,9 +17,13 @@ import httpx
 
 
 def standing(url: str, key: str) -> dict[str, int]:
-    """Each of the caller's budgets: what is used now."""
+    """Each of the caller's budgets: what is used now; and the tokens of the caller's turns
+    in the usage ledger (``ledger tokens``)."""
     reply = httpx.get(f"{url}/v1/usage", headers={"Authorization": f"Bearer {key}"}, timeout=30)
-    return {f"{b['scope']} {b['budget']}": b["used"] for b in reply.json().get("budgets", [])}
+    body = reply.json()
+    found = {f"{b['scope']} {b['budget']}": b["used"] for b in body.get("budgets", [])}
+    found["ledger tokens"] = sum(r["input_tokens"] + r["output_tokens"] for r in body["usage"])
+    return found
 
 
 def main() -> None:

@@ -126,18 +126,17 @@ def settle_soon(meter: Meter, reserved: int, usage: Usage | None) -> None:
 
 def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:
     """Run ``fn(*args)`` in the running loop's default executor without waiting for it,
-    and return its future (``None`` where no loop runs: then it ran at once); what it raises
-    is logged."""
+    and return its future (``None`` where no loop runs, or its executor is shut down: then it
+    ran at once); what it raises is logged."""
 
     def run() -> None:
         try:
             fn(*args)
         except Exception:
-            logger.exception("a budget write failed")
+            logger.exception("a write in the background failed (%s)", getattr(fn, "__name__", fn))
 
     try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+        return asyncio.get_running_loop().run_in_executor(None, run)
+    except RuntimeError:  # no loop runs here, or its executor is shut down (the server stops)
         run()
         return None
-    return loop.run_in_executor(None, run)

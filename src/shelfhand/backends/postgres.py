@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from shelfhand.core.errors import (
     DependencyUnavailableError,
     InvalidArgumentError,
 )
+from shelfhand.core.sql import POSTGRES
 
 if TYPE_CHECKING:
     import psycopg
@@ -102,6 +103,13 @@ class PgMigration:
 
     name: str
     sql: str
+
+
+def pg_migrations(names: Mapping[str, str], *steps: tuple[str, str]) -> list[PgMigration]:
+    """The PostgreSQL migrations of schema templates written for both databases
+    (:mod:`shelfhand.core.sql`): each ``(name, template)`` with its tables named by
+    ``names``."""
+    return [PgMigration(name=name, sql=POSTGRES.ddl(template, **names)) for name, template in steps]
 
 
 def _driver() -> Any:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
-from shelfhand.backends.postgres import PgMigration
+from shelfhand.backends.postgres import pg_migrations
 from shelfhand.core.sql import POSTGRES
 from shelfhand.sessions.store import SCHEMA, SqlSessionStore, session_names
 from shelfhand.sessions.user_memory import (
@@ -41,19 +41,13 @@ __all__ = ["MEMORY_PG_MIGRATIONS", "SESSIONS_PG_MIGRATIONS", "PgSessionStore", "
 
 _PREFIX = "pg_"
 
-SESSIONS_PG_MIGRATIONS = [
-    PgMigration(
-        name="sessions_pg_001_initial",
-        sql=POSTGRES.ddl(SCHEMA, **session_names(POSTGRES, prefix=_PREFIX)),
-    ),
-]
+SESSIONS_PG_MIGRATIONS = pg_migrations(
+    session_names(POSTGRES, prefix=_PREFIX), ("sessions_pg_001_initial", SCHEMA)
+)
 
-MEMORY_PG_MIGRATIONS = [
-    PgMigration(
-        name="memory_pg_001_initial",
-        sql=POSTGRES.ddl(MEMORY_SCHEMA, **memory_names(POSTGRES, prefix=_PREFIX)),
-    ),
-]
+MEMORY_PG_MIGRATIONS = pg_migrations(
+    memory_names(POSTGRES, prefix=_PREFIX), ("memory_pg_001_initial", MEMORY_SCHEMA)
+)
 
 
 class PgSessionStore(SqlSessionStore):

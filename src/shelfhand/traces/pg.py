@@ -12,7 +12,7 @@ from typing import Any
 
 from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
-from shelfhand.backends.postgres import PgMigration
+from shelfhand.backends.postgres import pg_migrations
 from shelfhand.core.sql import POSTGRES
 from shelfhand.traces.store import OUTCOME, SCHEMA, SPAN_BATCHES, SqlTraceStore, trace_names
 
@@ -20,20 +20,12 @@ __all__ = ["TRACES_PG_MIGRATIONS", "PgTraceStore"]
 
 _PREFIX = "pg_"
 
-TRACES_PG_MIGRATIONS = [
-    PgMigration(
-        name="traces_pg_001_initial",
-        sql=POSTGRES.ddl(SCHEMA, **trace_names(POSTGRES, prefix=_PREFIX)),
-    ),
-    PgMigration(
-        name="traces_pg_002_span_batches",
-        sql=POSTGRES.ddl(SPAN_BATCHES, **trace_names(POSTGRES, prefix=_PREFIX)),
-    ),
-    PgMigration(
-        name="traces_pg_003_outcome",
-        sql=POSTGRES.ddl(OUTCOME, **trace_names(POSTGRES, prefix=_PREFIX)),
-    ),
-]
+TRACES_PG_MIGRATIONS = pg_migrations(
+    trace_names(POSTGRES, prefix=_PREFIX),
+    ("traces_pg_001_initial", SCHEMA),
+    ("traces_pg_002_span_batches", SPAN_BATCHES),
+    ("traces_pg_003_outcome", OUTCOME),
+)
 
 
 class PgTraceStore(SqlTraceStore):

@@ -9,7 +9,7 @@ from typing import Any
 
 from shelfhand.backends.pg_database import PgDatabase
 from shelfhand.backends.pg_deadline import QUERY_DEADLINE_S
-from shelfhand.backends.postgres import PgMigration
+from shelfhand.backends.postgres import pg_migrations
 from shelfhand.core.sql import POSTGRES
 from shelfhand.usage.ledger import ADD_COST, SCHEMA, SqlUsageLedger, usage_names
 from shelfhand.usage.sql_budgets import LEASES as BUDGET_LEASES
@@ -20,28 +20,17 @@ __all__ = ["BUDGETS_PG_MIGRATIONS", "USAGE_PG_MIGRATIONS", "PgBudgetBook", "PgUs
 
 _PREFIX = "pg_"
 
-USAGE_PG_MIGRATIONS = [
-    PgMigration(
-        name="usage_pg_001_initial",
-        sql=POSTGRES.ddl(SCHEMA, **usage_names(POSTGRES, prefix=_PREFIX)),
-    ),
-    PgMigration(
-        name="usage_pg_002_cost",
-        sql=POSTGRES.ddl(ADD_COST, **usage_names(POSTGRES, prefix=_PREFIX)),
-    ),
-]
+USAGE_PG_MIGRATIONS = pg_migrations(
+    usage_names(POSTGRES, prefix=_PREFIX),
+    ("usage_pg_001_initial", SCHEMA),
+    ("usage_pg_002_cost", ADD_COST),
+)
 
-
-BUDGETS_PG_MIGRATIONS = [
-    PgMigration(
-        name="budgets_pg_001_initial",
-        sql=POSTGRES.ddl(BUDGETS_SCHEMA, **budget_names(POSTGRES, prefix=_PREFIX)),
-    ),
-    PgMigration(
-        name="budgets_pg_002_leases",
-        sql=POSTGRES.ddl(BUDGET_LEASES, **budget_names(POSTGRES, prefix=_PREFIX)),
-    ),
-]
+BUDGETS_PG_MIGRATIONS = pg_migrations(
+    budget_names(POSTGRES, prefix=_PREFIX),
+    ("budgets_pg_001_initial", BUDGETS_SCHEMA),
+    ("budgets_pg_002_leases", BUDGET_LEASES),
+)
 
 
 class PgUsageLedger(SqlUsageLedger):

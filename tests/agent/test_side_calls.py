@@ -23,6 +23,8 @@ ORDER = "订单号 " + " ".join(["2024120612345678"] * 20) + " 的物流状态�
 
 
 class Recording:
+    blocking = False
+
     def __init__(self) -> None:
         self.reserved: list[int] = []
         self.settled: list[tuple[int, Usage | None]] = []
@@ -33,6 +35,9 @@ class Recording:
 
     def settle(self, reserved: int, usage: Usage | None) -> None:
         self.settled.append((reserved, usage))
+
+    def settle_soon(self, reserved: int, usage: Usage | None) -> None:
+        self.settle(reserved, usage)
 
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
         raise AssertionError("nothing is refused here")

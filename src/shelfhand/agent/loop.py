@@ -82,7 +82,7 @@ from .guard import CallGuard, Repeated
 from .memory import ConversationMemory, build_system_prompt
 from .replies import cleaned, external_final, final, new_citations, not_run
 from .runs import RunOptions
-from .spans import chat_span, end_chat, invoke_agent
+from .spans import chat_span, cut_chat, end_chat, invoke_agent
 from .step_events import EventSink
 from .streaming import STEP_SEPARATOR, CallTextGate, withdrawn_rounds
 from .tool_round import retrieve_upfront, tool_round
@@ -313,21 +313,17 @@ class AgentLoop:
                 else:
                     response = await self.model.request(request, tools=schemas)
             except BaseException as exc:
-                # cut off (the caller went away, a timeout) or failed: what it may have cost
-                counting = chat.counting if chat is not None else None
-                if meter is not None or counting is not None:
+                # cut off (the caller went away, a timeout) or failed: what it may have cost,
+                # charged now without waiting (the run may be closing); a call whose caller
+                # left is counted so too (one that failed stays a failed call)
+                left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
+                if meter is not None or (chat is not None and left):
                     asked = sum(map(count, request)) + self._tools_tokens(schemas)
                     charged = cut_off_usage(exc, asked, cut)
-                    if meter is not None:  # (now, and without waiting: the run may be closing)
-                        metering.settle_soon(meter, reserved, charged)
-                    left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
-                    if chat is not None and counting is not None and left:
-                        # the caller went away: no reply will carry it, so it is counted (and
-                        # booked in the usage ledger) as its budget charged it; a call that
-                        # failed stays a failed call. Its span is ended by the turn's end
-                        counting.model_call_ended(
-                            chat.model, charged.input_tokens, charged.output_tokens, status="cut"
-                        )
+                    if meter is not None:
+                        meter.settle_soon(reserved, charged)
+                    if chat is not None and left:
+                        cut_chat(chat, charged)
                 raise
             if meter is not None:
                 await metering.settle(meter, reserved, response.usage)

@@ -96,7 +96,7 @@ async def side_request(
             response = await model.request(list(request))
     except BaseException as exc:  # a cancellation too: nothing stays reserved or open
         if meter is not None:  # (now, and without waiting: the caller may be cancelled)
-            metering.settle_soon(meter, reserved, None)
+            meter.settle_soon(reserved, None)
         if call is not None:
             late = isinstance(exc, TimeoutError) and timeout is not None
             said = f"model {call.model!r} did not answer within {timeout:g}s" if late else ""

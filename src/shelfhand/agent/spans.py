@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
     from shelfhand.core.events import Event
     from shelfhand.core.messages import Message, ToolCallBlock, ToolResultBlock
+    from shelfhand.core.results import Usage
     from shelfhand.models.base import ChatModel, ModelResponse
 
 __all__ = [
     "ChatCall",
     "chat_span",
+    "cut_chat",
     "end_chat",
     "fail_chat",
     "failure_attributes",
@@ -208,6 +210,16 @@ def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None
     if span.tracer.record_content:
         span.set("gen_ai.output.messages", response.message.text)
     leave(span, call.token)
+
+
+def cut_chat(call: ChatCall, usage: Usage) -> None:
+    """A model call its caller left before the reply was complete: counted (and so booked in
+    the usage ledger) at ``usage``, what its budget charged, with status ``cut``, since no
+    reply will carry it. Its span is ended by the turn's end."""
+    if call.counting is not None:
+        call.counting.model_call_ended(
+            call.model, usage.input_tokens, usage.output_tokens, status="cut"
+        )
 
 
 def fail_chat(call: ChatCall, exc: BaseException) -> None:

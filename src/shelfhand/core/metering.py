@@ -21,7 +21,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from shelfhand.core.errors import BudgetExceededError
@@ -32,17 +32,25 @@ __all__ = [
     "current_meter",
     "in_background",
     "metered",
+    "off_loop",
     "reserve",
     "settle",
-    "settle_soon",
     "unmetered",
 ]
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 class Meter(Protocol):
     """Reserves budget for model calls and settles it with what they used."""
+
+    @property
+    def blocking(self) -> bool:
+        """Its counters are in a file or on a server: a turn asks them from a worker thread
+        (:func:`off_loop`)."""
+        ...
 
     def reserve(self, tokens: int) -> int:
         """Reserve one model call of at most ``tokens`` tokens (input and output); returns
@@ -56,6 +64,13 @@ class Meter(Protocol):
     def settle(self, reserved: int, usage: Usage | None) -> None:
         """The call ended: replace the reservation with what it used (``None``: unknown,
         the reservation is kept as used)."""
+        ...
+
+    def settle_soon(self, reserved: int, usage: Usage | None) -> asyncio.Future[None] | None:
+        """:meth:`settle` without waiting on the counters: the reservation ends now, and a
+        ``blocking`` meter's write goes on from a worker thread (its future returned;
+        ``None``: written already). For a call cut off, whose run is being cancelled or
+        closed and may not wait."""
         ...
 
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
@@ -83,45 +98,30 @@ def unmetered(token: Token[Meter | None]) -> None:
         _meter.reset(token)
 
 
-def _blocking(meter: Meter) -> bool:
-    """Whether ``meter`` waits on a file or a server (its ``blocking``; ``False`` if it has
-    none: a meter in memory)."""
-    return bool(getattr(meter, "blocking", False))
+async def off_loop(meter: Meter, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` (one of ``meter``'s methods), from a worker thread when the meter is
+    ``blocking``."""
+    if meter.blocking:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
 
 
 async def reserve(meter: Meter, tokens: int) -> int:
-    """``meter.reserve(tokens)``, from a worker thread when the meter is ``blocking``."""
-    if _blocking(meter):
-        return await asyncio.to_thread(meter.reserve, tokens)
-    return meter.reserve(tokens)
+    """``meter.reserve(tokens)``, off the event loop when the meter is ``blocking``."""
+    return await off_loop(meter, meter.reserve, tokens)
 
 
 async def settle(meter: Meter, reserved: int, usage: Usage | None) -> None:
-    """``meter.settle(reserved, usage)``, written from a worker thread when the meter is
-    ``blocking``. A meter with ``settle_soon`` ends the reservation before the write, and the
-    write goes on if this is cancelled meanwhile (a turn the caller left as its call
-    answered): the turn's end cannot release it first."""
-    if not _blocking(meter):
+    """``meter.settle(reserved, usage)``; for a ``blocking`` meter, the reservation ends
+    before its write (:meth:`Meter.settle_soon`) and the write goes on if this is cancelled
+    meanwhile (a turn the caller left as its call answered): the turn's end cannot release it
+    first."""
+    if not meter.blocking:
         meter.settle(reserved, usage)
         return
-    soon = getattr(meter, "settle_soon", None)
-    if soon is None:
-        await asyncio.to_thread(meter.settle, reserved, usage)
-        return
-    written = soon(reserved, usage)
+    written = meter.settle_soon(reserved, usage)
     if written is not None:
         await asyncio.shield(written)
-
-
-def settle_soon(meter: Meter, reserved: int, usage: Usage | None) -> None:
-    """Settle without waiting (a call cut off: its run is being cancelled or closed, and may
-    not wait): the meter's own ``settle_soon`` if it has one, which ends the reservation now
-    and writes it from a thread, else ``settle``."""
-    soon = getattr(meter, "settle_soon", None)
-    if soon is not None:
-        soon(reserved, usage)
-    else:
-        meter.settle(reserved, usage)
 
 
 def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:

@@ -22,7 +22,6 @@ be made in.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import BudgetExceededError, TurnFailed
-from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.metering import metered, off_loop, unmetered
 from shelfhand.core.tracing import current_span
 from shelfhand.usage.budgets import LEASE_S, BudgetBook, BudgetPolicy, TurnMeter
 
@@ -75,10 +74,7 @@ class Budgets:
         """``events`` (one turn's) with the caller's meter set for every model call."""
         meter = self.meter(user, trace_id)
         try:
-            if meter.blocking:  # (off the event loop: see shelfhand.core.metering)
-                await asyncio.to_thread(meter.start_turn)
-            else:
-                meter.start_turn()
+            await off_loop(meter, meter.start_turn)  # (see shelfhand.core.metering)
         except BudgetExceededError as exc:
             await events.aclose()  # frees the session's claim
             self.refused(exc.to_dict(), user, trace_id)

@@ -18,6 +18,7 @@ child is ever unpickled from, and the child only unpickles what its parent sent.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import pickle
@@ -156,7 +157,9 @@ class ParseWorker:
             proc.kill()
         for stream in (proc.stdin, proc.stdout):
             if stream is not None:
-                stream.close()
+                # (a request the dead worker never read is still buffered: closing flushes it)
+                with contextlib.suppress(OSError):
+                    stream.close()
         return proc.wait()
 
     def close(self) -> None:

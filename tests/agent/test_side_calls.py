@@ -6,16 +6,25 @@ together spend past the budget when each is charged what the provider counted.""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
+from shelfhand import UserContext
 from shelfhand.agent.side_calls import side_request
-from shelfhand.core.errors import BudgetExceededError
+from shelfhand.core.errors import BudgetExceededError, ModelProviderError
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
 from shelfhand.core.results import Usage
 from shelfhand.core.tracing import SpanList, Tracer
 from shelfhand.testing import FunctionModel
+from shelfhand.usage.budgets import (
+    BudgetLimits,
+    BudgetPolicy,
+    LocalBudgetBook,
+    TurnMeter,
+    period_key,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +106,40 @@ async def test_a_call_past_its_timeout_keeps_its_reservation_as_spent() -> None:
     finally:
         unmetered(token)
     assert meter.settled == [(1, None)]
+
+
+async def test_a_call_that_failed_with_an_error_is_charged_no_tokens() -> None:
+    """An error answer (or a server out of reach) wrote no reply: its reservation is given
+    back, as a failing call of the loop's is (the call still counts in ``model_calls``). Before,
+    it was kept as spent: a reranker whose model was down charged each search its request and
+    the longest reply."""
+
+    def down(messages: list[Message], tools: object) -> str:
+        raise ModelProviderError("connection refused", status_code=None)
+
+    meter = Recording()
+    token = metered(meter)
+    try:
+        with pytest.raises(ModelProviderError):
+            await side_request(FunctionModel(down), [Message.user("你好")], reply_tokens=8)
+    finally:
+        unmetered(token)
+    ((reserved, usage),) = meter.settled
+    assert reserved == 1
+    assert usage is not None and usage.input_tokens + usage.output_tokens == 0
+
+    book = LocalBudgetBook()
+    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))
+    user = TurnMeter(book, policy, UserContext(tenant_id="acme", user_id="alice"))
+    token = metered(user)
+    try:
+        with pytest.raises(ModelProviderError):
+            await side_request(FunctionModel(down), [Message.user(ORDER)], reply_tokens=64)
+    finally:
+        unmetered(token)
+    day = period_key("day", time.time())[0]
+    assert book.used(f"tenant:acme:tokens_per_day:{day}") == 0
+    assert book.used(f"tenant:acme:model_calls_per_day:{day}") == 1
 
 
 async def test_the_reservation_holds_the_models_longest_reply() -> None:

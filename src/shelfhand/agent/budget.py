@@ -83,6 +83,12 @@ def message_tokens(message: Message) -> int:
     return total
 
 
+CUT_OFF = (asyncio.CancelledError, GeneratorExit, TimeoutError, ModelTimeoutError)
+"""What a model call raises when it was cut off (its caller went away, a timeout) rather than
+failed: the provider may have read its request and written some of its reply, and bills
+them."""
+
+
 def cut_off_usage(exc: BaseException, request_tokens: int, streamed: Sequence[str]) -> Usage:
     """What a call of the loop that ended with ``exc`` before its reply was complete is
     charged against the caller's budget:
@@ -97,7 +103,7 @@ def cut_off_usage(exc: BaseException, request_tokens: int, streamed: Sequence[st
     """
     if streamed:
         return Usage(input_tokens=request_tokens, output_tokens=estimate_tokens("".join(streamed)))
-    if isinstance(exc, (asyncio.CancelledError, GeneratorExit, TimeoutError, ModelTimeoutError)):
+    if isinstance(exc, CUT_OFF):
         return Usage(input_tokens=request_tokens, output_tokens=0)
     return Usage(input_tokens=0, output_tokens=0)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from shelfhand.agent.budget import message_tokens, positive_int
+from shelfhand.agent.budget import CUT_OFF, message_tokens, positive_int
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
 from shelfhand.core import metering
 from shelfhand.core.errors import BudgetExceededError, ModelTimeoutError
@@ -96,7 +96,12 @@ async def side_request(
             response = await model.request(list(request))
     except BaseException as exc:  # a cancellation too: nothing stays reserved or open
         if meter is not None:  # (now, and without waiting: the caller may be cancelled)
-            meter.settle_soon(reserved, None)
+            # cut off (past its timeout, its caller gone): the provider may have read the
+            # request and written a reply nobody will see, of unknown size, so it is charged
+            # what was reserved; failed (an error answer, a server out of reach): nothing, as
+            # a call of the loop. (Before, a failing call kept its whole reservation: a
+            # reranker whose model was down charged every search a request and a reply.)
+            meter.settle_soon(reserved, None if isinstance(exc, CUT_OFF) else Usage())
         if call is not None:
             late = isinstance(exc, TimeoutError) and timeout is not None
             said = f"model {call.model!r} did not answer within {timeout:g}s" if late else ""

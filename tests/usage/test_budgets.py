@@ -16,6 +16,7 @@ import pytest
 
 from shelfhand import Agent, UserContext
 from shelfhand.agent.budget import estimate_tokens
+from shelfhand.core import metering
 from shelfhand.core.auth import load_key_budgets
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError, ModelProviderError
 from shelfhand.core.events import TextDelta
@@ -303,3 +304,41 @@ async def test_a_stream_the_caller_leaves_after_its_text_is_charged_the_request_
 
 def fail_model() -> str:
     raise ModelProviderError("the provider answered 500", status_code=500)
+
+
+async def test_a_reservation_written_as_its_turn_is_left_is_given_back_when_written() -> None:
+    """A blocking book is written from a worker thread (``shelfhand.core.metering``). A turn
+    its caller leaves while that write waits (``budgets.db`` locked by another process) ends
+    before the reservation exists; when the write lands, it is given back at once. Before, it
+    stayed counted until its lease ended (15 minutes by default)."""
+    entered, go, written = threading.Event(), threading.Event(), threading.Event()
+
+    class Waiting(LocalBudgetBook):
+        blocking = True
+
+        def take(self, charges: Any, now: float, lease: Any = None) -> Any:
+            entered.set()
+            go.wait(10)
+            try:
+                return super().take(charges, now, lease)
+            finally:
+                written.set()
+
+    book = Waiting()
+    meter = TurnMeter(book, POLICY, ALICE)
+    key = f"tenant:acme:tokens_per_day:{period_key('day', time.time())[0]}"
+
+    async def reserve() -> None:
+        await metering.reserve(meter, WINDOW)
+        raise AssertionError("the turn was left before its reservation was written")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reserve)
+        await anyio.to_thread.run_sync(entered.wait, 5)
+        tg.cancel_scope.cancel()  # the caller went away
+    meter.close()  # the turn's end, before the write lands
+    go.set()
+    assert await anyio.to_thread.run_sync(written.wait, 5)
+    await anyio.sleep(0.05)  # (the thread gives it back right after its take)
+    assert book.used(key) == 0
+    assert book.reserved(key) == (0, None)

@@ -429,6 +429,7 @@ class TurnMeter:
         """Seconds a call's reservation is held for it (:class:`Lease`)."""
         self._reserved: dict[int, Lease | None] = {}
         self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
+        self._closed = False
 
     def start_turn(self, now: float | None = None) -> None:
         """Count the turn against ``turns_per_minute``.
@@ -451,6 +452,14 @@ class TurnMeter:
             raise refusal(self.book, over, now)
         reservation = next(self._ids)
         self._reserved[reservation] = lease
+        if self._closed:
+            # the turn ended while this was written from a worker thread (its caller left as
+            # the call was reserved): nobody will settle it, so it is given back now rather
+            # than when its lease ends. (close() sets _closed before it pops what is reserved,
+            # and this checks it after adding: one of the two sees the other's write)
+            given = self._reserved.pop(reservation, None)
+            if given is not None:
+                self.book.settle(given, 0)
         return reservation
 
     @property
@@ -488,7 +497,9 @@ class TurnMeter:
     def close(self) -> None:
         """The turn ended: a reservation never settled (a call that failed) is released
         (written from a worker thread for a blocking book: a turn may be closing because it
-        was cancelled, and must not wait)."""
+        was cancelled, and must not wait). A reservation still being written then (from a
+        worker thread) is given back as soon as it is (:meth:`reserve`)."""
+        self._closed = True
         while self._reserved:  # (popitem is atomic: a reranker's thread may settle meanwhile)
             _, lease = self._reserved.popitem()
             if lease is not None:

@@ -27,6 +27,7 @@ from service_helpers import (
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.messages import Message
+from shelfhand.core.metering import COUNTER_THREADS
 from shelfhand.core.results import Usage
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
@@ -38,10 +39,13 @@ from support.budgets import full_window_model
 WINDOW = 4096
 
 
-def budgeted_server(workspace: Path, answer: Any, servers: list[ThreadServer]) -> ThreadServer:
+def budgeted_server(
+    workspace: Path, answer: Any, servers: list[ThreadServer], *, retrieval: str = "tool"
+) -> ThreadServer:
     """The service over ``workspace`` (its shelfhand.toml holds the budgets) with a model
-    answering by ``answer`` (or that model) in a context window of :data:`WINDOW` tokens."""
-    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
+    answering by ``answer`` (or that model) in a context window of :data:`WINDOW` tokens;
+    ``retrieval``: the setting ``answer_retrieval``."""
+    env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": retrieval}
     model = answer if isinstance(answer, FunctionModel) else FunctionModel(answer)
     model.context_tokens = WINDOW  # type: ignore[attr-defined]  # as a configured model has
     app = App(
@@ -339,3 +343,63 @@ def test_a_turn_waiting_on_a_locked_budgets_file_holds_up_no_other_request(
             holder.close()
             turn.join(30)
     assert replies[0].status_code == 200, replies[0].text
+
+
+def test_turns_waiting_on_their_budget_counters_do_not_hold_up_another_callers_turn(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    """Only alice's key has budgets. While another process holds ``budgets.db``'s write lock,
+    more of alice's turns wait on it than the event loop's default executor has threads (cores
+    + 4), and than the counters' own. Bob's turn, which has no budget to wait on, is answered
+    meanwhile: its search runs on the default executor, which the counters' waits no longer
+    take, and a caller without budgets does not wait for a counters' thread. Before, the
+    counters were written on the default executor, and bob's turn waited behind alice's."""
+    import os
+    import sqlite3
+    import threading
+    import time
+
+    (tmp_path / "shelfhand.toml").write_text(
+        '[[api_keys]]\nkey = "key-alice"\ntenant = "t1"\nuser = "alice"\nroles = ["user"]\n'
+        "budgets = { tokens_per_day = 1000000 }\n",
+        encoding="utf-8",
+    )
+    server = budgeted_server(
+        tmp_path, lambda messages, tools: "好的。", thread_servers, retrieval="context"
+    )
+    # more than either pool of threads holds
+    waiting = max(min(32, (os.cpu_count() or 1) + 4), COUNTER_THREADS) + 2
+    with (
+        httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as alice,
+        httpx.Client(base_url=server.url, headers=BOB, timeout=30) as bob,
+    ):
+        sessions = [alice.post("/v1/sessions").json()["id"] for _ in range(waiting)]
+        alice.post(f"/v1/sessions/{sessions[0]}/messages", json={"content": "你好"})  # (schema)
+        bobs = bob.post("/v1/sessions").json()["id"]
+        holder = sqlite3.connect(tmp_path / "budgets.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process's write, held
+        replies: list[httpx.Response] = []
+        turns = [
+            threading.Thread(
+                target=lambda s=s: replies.append(
+                    alice.post(f"/v1/sessions/{s}/messages", json={"content": "再来"})
+                )
+            )
+            for s in sessions
+        ]
+        try:
+            for turn in turns:
+                turn.start()
+            time.sleep(0.5)  # alice's turns wait on the file's lock
+            assert not replies
+            start = time.monotonic()
+            answer = bob.post(f"/v1/sessions/{bobs}/messages", json={"content": "你好"}, timeout=2)
+            assert answer.status_code == 200, answer.text  # (before: timed out)
+            assert time.monotonic() - start < 2
+            assert not replies  # alice's turns still wait
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+            for turn in turns:
+                turn.join(30)
+    assert [r.status_code for r in replies] == [200] * waiting

@@ -430,6 +430,9 @@ class TurnMeter:
         self._reserved: dict[int, Lease | None] = {}
         self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
         self._closed = False
+        self._counted = book.blocking and any(limits.items() for _, limits in policy.scopes(user))
+        """Whether this caller's counters are written, in a file or on a server: a caller
+        without budgets never waits on them (``blocking``)."""
 
     def start_turn(self, now: float | None = None) -> None:
         """Count the turn against ``turns_per_minute``.
@@ -464,8 +467,9 @@ class TurnMeter:
 
     @property
     def blocking(self) -> bool:
-        """Whether the book waits on a file or a server (see :mod:`shelfhand.core.metering`)."""
-        return bool(getattr(self.book, "blocking", True))
+        """Whether the book waits on a file or a server (see :mod:`shelfhand.core.metering`)
+        and this caller has budgets in it."""
+        return self._counted
 
     def settle(self, reserved: int, usage: Usage | None) -> None:
         lease = self._reserved.pop(reserved, None)
@@ -485,7 +489,7 @@ class TurnMeter:
         return self._write(lease, spent)
 
     def _write(self, lease: Lease, spent: int | None) -> asyncio.Future[None] | None:
-        if self.blocking:
+        if self._counted:
             return in_background(self.book.settle, lease, spent)
         self.book.settle(lease, spent)
         return None

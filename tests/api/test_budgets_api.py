@@ -27,7 +27,7 @@ from service_helpers import (
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
 from shelfhand.core.messages import Message
-from shelfhand.core.metering import COUNTER_THREADS
+from shelfhand.core.offload import STATE_THREADS
 from shelfhand.core.results import Usage
 from shelfhand.core.settings import Settings
 from shelfhand.knowledge.embeddings.local import HashingEmbedder
@@ -368,7 +368,7 @@ def test_turns_waiting_on_their_budget_counters_do_not_hold_up_another_callers_t
         tmp_path, lambda messages, tools: "好的。", thread_servers, retrieval="context"
     )
     # more than either pool of threads holds
-    waiting = max(min(32, (os.cpu_count() or 1) + 4), COUNTER_THREADS) + 2
+    waiting = max(min(32, (os.cpu_count() or 1) + 4), STATE_THREADS) + 2
     with (
         httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as alice,
         httpx.Client(base_url=server.url, headers=BOB, timeout=30) as bob,

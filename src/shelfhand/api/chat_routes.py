@@ -174,7 +174,7 @@ async def post_message(
         raise _not_found()
     trace_id = current_trace_id()
     try:
-        events = service.chat.turn(
+        events = await service.chat.turn(
             session_id, caller, body.content, trace_id=trace_id,
             parent_span_id=current_parent_span_id(),
         )  # fmt: skip

@@ -11,35 +11,27 @@ A meter whose counters are in a file or on a server (``blocking``: ``budgets.db`
 PostgreSQL, Redis) is asked from a worker thread (:func:`reserve`, :func:`settle`,
 :func:`settle_soon`), so that a counter that waits (a file another process holds locked, a
 server that stopped answering) holds up its own turn only, never the event loop and every
-other turn of the service with it. Those threads are the counters' own
-(:data:`COUNTER_THREADS`), not the event loop's default executor: turns waiting on their
-counters would otherwise take all of its few threads (cores + 4), and every other caller's
-search, which runs there, would wait behind them.
+other turn of the service with it (:mod:`shelfhand.core.offload`: threads of their own, not
+the loop's default executor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
-import logging
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from shelfhand.core.offload import on_state_thread
 
 if TYPE_CHECKING:
     from shelfhand.core.errors import BudgetExceededError
     from shelfhand.core.results import Usage
 
 __all__ = [
-    "COUNTER_THREADS",
     "Meter",
     "current_meter",
-    "in_background",
     "metered",
     "off_loop",
     "reserve",
@@ -47,35 +39,7 @@ __all__ = [
     "unmetered",
 ]
 
-logger = logging.getLogger(__name__)
-
 _T = TypeVar("_T")
-
-COUNTER_THREADS = 16
-"""Threads that write budget counters and usage (see the module doc). Each write takes
-0.1-2 ms; more of them than this at once wait for a free thread."""
-
-_counters: ThreadPoolExecutor | None = None
-_counters_lock = threading.Lock()
-
-
-def _counter_threads() -> ThreadPoolExecutor:
-    """The counters' threads, started on first use. (At the interpreter's exit, writes still
-    queued are finished first: an executor's threads are joined then.)"""
-    global _counters
-    if _counters is None:
-        with _counters_lock:
-            if _counters is None:
-                _counters = ThreadPoolExecutor(COUNTER_THREADS, "shelfhand-counters")
-    return _counters
-
-
-def _forget_threads() -> None:
-    global _counters
-    _counters = None  # a forked child has none of them
-
-
-os.register_at_fork(after_in_child=_forget_threads)
 
 
 class Meter(Protocol):
@@ -134,11 +98,10 @@ def unmetered(token: Token[Meter | None]) -> None:
 
 
 async def off_loop(meter: Meter, fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` (one of ``meter``'s methods), from one of the counters' threads when the
-    meter is ``blocking``."""
+    """``fn(*args)`` (one of ``meter``'s methods), on a state thread
+    (:func:`~shelfhand.core.offload.on_state_thread`) when the meter is ``blocking``."""
     if meter.blocking:
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.get_running_loop().run_in_executor(_counter_threads(), call)
+        return await on_state_thread(fn, *args)
     return fn(*args)
 
 
@@ -158,21 +121,3 @@ async def settle(meter: Meter, reserved: int, usage: Usage | None) -> None:
     written = meter.settle_soon(reserved, usage)
     if written is not None:
         await asyncio.shield(written)
-
-
-def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:
-    """Run ``fn(*args)`` on one of the counters' threads without waiting for it, and return
-    its future (``None`` where no loop runs, or the interpreter is exiting: then it ran at
-    once); what it raises is logged."""
-
-    def run() -> None:
-        try:
-            fn(*args)
-        except Exception:
-            logger.exception("a write in the background failed (%s)", getattr(fn, "__name__", fn))
-
-    try:
-        return asyncio.get_running_loop().run_in_executor(_counter_threads(), run)
-    except RuntimeError:  # no loop runs here, or the interpreter exits (no new threads)
-        run()
-        return None

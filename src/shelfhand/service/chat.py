@@ -61,7 +61,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
-from shelfhand.core.metering import in_background
+from shelfhand.core.offload import in_background, on_state_thread
 from shelfhand.core.results import Usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
@@ -289,7 +289,7 @@ class ChatService:
             return False
         return True
 
-    def turn(
+    async def turn(
         self,
         session_id: str,
         user: UserContext,
@@ -316,7 +316,14 @@ class ChatService:
             SessionBusyError: A turn of this session is running (on any replica).
             DependencyUnavailableError: The shared turn lock (Redis) cannot be reached.
         """
-        claim = self.turn_lock.claim(session_id)
+        lock = self.turn_lock
+        # (in Redis: on a state thread, so that a Redis that stopped answering holds up this
+        # request alone, not the event loop and every other request with it)
+        claim = (
+            await on_state_thread(lock.claim, session_id)
+            if lock.blocking
+            else lock.claim(session_id)
+        )
         if claim is None:
             raise SessionBusyError(f"session {session_id} is answering another message")
         events = self._turn(session_id, user, content, trace_id, claim, history, agent)
@@ -430,10 +437,15 @@ class ChatService:
                 self._book_soon(user, session_id, tally)
             raise
         finally:
-            # synchronous on purpose: this must run even when the stream is cancelled
             if keeper is not None:
                 keeper.cancel()
-            claim.release()
+            if self.turn_lock.blocking:
+                # on a state thread; shielded: it goes on even if this is cancelled again
+                released = in_background(claim.release)
+                if released is not None:
+                    await asyncio.shield(released)
+            else:
+                claim.release()
 
     async def _record(
         self,

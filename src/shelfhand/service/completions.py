@@ -179,7 +179,7 @@ async def open_turn(
         info = await chat.store(chat.sessions.create, caller, title=content[:80])
         session_id, seed, ephemeral = info.id, history, True
     try:
-        events = chat.turn(
+        events = await chat.turn(
             session_id,
             caller,
             content,

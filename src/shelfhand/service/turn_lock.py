@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from shelfhand.backends.redis import KEY_PREFIX, Redo, redis_errors
 from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.offload import on_state_thread
 
 __all__ = ["LocalTurnLock", "RedisTurnLock", "TurnClaim", "TurnLock"]
 
@@ -48,6 +49,10 @@ class TurnClaim(Protocol):
 
 class TurnLock(Protocol):
     """Who may run a turn of a session right now."""
+
+    blocking: bool
+    """Its claims wait on a server (Redis): the service makes and releases them on a state
+    thread (:mod:`shelfhand.core.offload`), never on the event loop."""
 
     def claim(self, session_id: str) -> TurnClaim | None:
         """The claim, or ``None`` when another turn of the session holds it."""
@@ -73,6 +78,8 @@ class _LocalClaim:
 
 class LocalTurnLock:
     """Busy sessions in this process (one service process per workspace)."""
+
+    blocking = False
 
     def __init__(self) -> None:
         self._busy: set[str] = set()
@@ -113,7 +120,7 @@ class _RedisClaim:
         while True:
             await asyncio.sleep(lock.ttl / 3)
             try:
-                renewed = await asyncio.to_thread(
+                renewed = await on_state_thread(
                     lock.client.eval, _RENEW, 1, self.key, self.token, int(lock.ttl * 1000)
                 )
             except Exception as exc:  # Redis away for a moment: the claim may still hold
@@ -146,6 +153,8 @@ class RedisTurnLock:
         ttl: Seconds a claim lives without renewal (a crashed replica's claim expires after
             this); renewed every ``ttl / 3`` seconds while the turn runs.
     """
+
+    blocking = True
 
     def __init__(self, client: Any, *, ttl: float = 30.0) -> None:
         if ttl <= 0:

@@ -44,7 +44,7 @@ from typing import Any, Literal, Protocol
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError
 from shelfhand.core.ids import new_id
-from shelfhand.core.metering import in_background
+from shelfhand.core.offload import in_background
 from shelfhand.core.results import Usage
 
 __all__ = [

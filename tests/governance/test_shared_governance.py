@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +17,7 @@ from shelfhand.backends.redis import open_redis
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.messages import ToolCallBlock
-from shelfhand.dev.services import free_port
+from shelfhand.dev.services import free_port, start_redis
 from shelfhand.tools.governance import Governance, GovernancePolicy
 from shelfhand.tools.redis_state import RedisGovernanceState
 
@@ -136,3 +139,57 @@ async def test_without_redis_the_cache_degrades_but_guards_fail_closed(
     assert failed.value.dependency == "redis"
     with pytest.raises(DependencyUnavailableError, match="circuit breakers"):
         await kit.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE)
+
+
+async def test_a_redis_that_stops_answering_holds_up_the_call_not_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """Rate limits, breakers and the result cache in Redis are asked from a state thread: a
+    Redis that stopped answering (SIGSTOP) holds up the call that needs it, up to the
+    client's timeout, while the event loop runs everything else. Before, each of those
+    commands ran on the loop, and the whole service stopped with it (the ticker below
+    stood still for the timeout of each command)."""
+    server = start_redis(tmp_path / "redis")  # its own: stopped below
+    assert server.process is not None
+    try:
+        shared = RedisGovernanceState(open_redis(server.url, timeout=0.5), poll_interval=0.02)
+
+        @tool(rate_limit="100/minute")
+        def send_sms(text: str) -> str:
+            """Send a text message."""
+            return "sent"
+
+        @tool(read_only=True, cache_ttl=60)
+        def exchange_rate(pair: str) -> str:
+            """Exchange rate of a currency pair."""
+            return f"{pair}=7.1"
+
+        kit = Toolkit([send_sms, exchange_rate], governance=Governance(shared=shared))
+        assert (await kit.execute(call("send_sms", '{"text": "hi"}'), ALICE)).outcome == "ok"
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        server.process.send_signal(signal.SIGSTOP)
+        running = asyncio.create_task(ticker())
+        try:
+            for name, arguments in [
+                ("send_sms", '{"text": "hi"}'),
+                ("exchange_rate", '{"pair": "EUR/CNY"}'),
+            ]:
+                before, start = ticks, time.monotonic()
+                with pytest.raises(DependencyUnavailableError):
+                    await kit.execute(call(name, arguments), ALICE)
+                waited = time.monotonic() - start
+                assert waited >= 0.4  # the command's timeout, on a state thread
+                assert ticks - before >= waited / 0.01 / 4, (name, ticks - before, waited)
+        finally:
+            running.cancel()
+            server.process.send_signal(signal.SIGCONT)
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        server.stop()

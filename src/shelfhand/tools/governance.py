@@ -64,6 +64,7 @@ import anyio
 from shelfhand.backends.urls import first_line
 from shelfhand.core.breaker import Breaker, CircuitBreaker
 from shelfhand.core.errors import ToolArgumentError, ToolError, ToolTimeoutError
+from shelfhand.core.offload import in_background, on_state_thread
 from shelfhand.core.secrets import redact_text, redacted_traceback
 from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
 from shelfhand.tools.policy import (
@@ -320,16 +321,18 @@ class Governance(CallSharing):
     ) -> CallOutcome:
         breaker = plan.breaker or self.breaker_for(plan, arguments, run.user)
         circuit = plan.circuit
+        # breakers in Redis are asked from a state thread: one that stopped answering holds
+        # up this call, not the event loop (and every other request of the service with it)
+        remote = self.shared is not None
         attempt = 0
         while True:
             attempt += 1
-            wait = breaker.before(self.clock())
-            closed_by = breaker
-            if wait is None and circuit is not None:
-                wait = circuit.before(self.clock())
-                if wait is not None:
-                    breaker.neutral()  # give back a trial slot this call took and cannot use
-                    closed_by = circuit
+            if remote:
+                wait, closed_by = await on_state_thread(_admit, breaker, circuit, self.clock())
+            elif circuit is None:  # (the common call, without a function call in between)
+                wait, closed_by = breaker.before(self.clock()), breaker
+            else:
+                wait, closed_by = _admit(breaker, circuit, self.clock())
             if wait is not None:
                 unavailable_now, advice = _circuit_message(plan.name, closed_by, wait, attempt - 1)
                 return CallOutcome(
@@ -346,22 +349,25 @@ class Governance(CallSharing):
                     output = await execute(item, arguments, run)
                 else:
                     output = await self._with_timeout(plan.timeout, execute, item, arguments, run)
-                breaker.success(self.clock())
-                settled = True
-                if circuit is not None:
-                    circuit.success(self.clock())
-                    shared_settled = True
+                settled = shared_settled = True
+                if remote:
+                    await on_state_thread(_succeeded, breaker, circuit, self.clock())
+                elif circuit is None:
+                    breaker.success(self.clock())
+                else:
+                    _succeeded(breaker, circuit, self.clock())
                 content = _capped(output.content, plan.max_result_chars)
                 if content is not output.content:
                     output = replace(output, content=content)
                 return CallOutcome(output=output, outcome="ok", attempts=attempt)
             except Exception as exc:
-                if counts_against_breaker(exc):
-                    breaker.failure(self.clock())
-                    settled = True
-                if circuit is not None and unavailable(exc):
-                    circuit.failure(self.clock())
-                    shared_settled = True
+                counted = breaker if counts_against_breaker(exc) else None
+                down = circuit if circuit is not None and unavailable(exc) else None
+                settled, shared_settled = counted is not None, down is not None
+                if remote:
+                    await on_state_thread(_failed, counted, down, self.clock())
+                else:
+                    _failed(counted, down, self.clock())
                 if attempt < plan.attempts and is_transient(exc):
                     delay = min(
                         self.policy.backoff_max, self.policy.backoff_base * 2 ** (attempt - 1)
@@ -381,10 +387,47 @@ class Governance(CallSharing):
                 message = _capped(failed.message, plan.max_result_chars)
                 return failed if message is failed.message else failed._replace(message=message)
             finally:
-                if not settled:
-                    breaker.neutral()
-                if circuit is not None and not shared_settled:
-                    circuit.neutral()
+                if not settled or (circuit is not None and not shared_settled):
+                    unused = None if settled else breaker
+                    unused_circuit = None if shared_settled else circuit
+                    if remote:  # (not waited for: this may run as the call is cancelled)
+                        in_background(_neutral, unused, unused_circuit)
+                    else:
+                        _neutral(unused, unused_circuit)
+
+
+def _admit(breaker: Breaker, circuit: Breaker | None, now: float) -> tuple[float | None, Breaker]:
+    """Whether the call may go: ``(None, breaker)``, or the seconds until it may and the
+    breaker (the tool's or its shared circuit's) that is open."""
+    wait = breaker.before(now)
+    if wait is None and circuit is not None:
+        wait = circuit.before(now)
+        if wait is not None:
+            breaker.neutral()  # give back a trial slot this call took and cannot use
+            return wait, circuit
+    return wait, breaker
+
+
+def _succeeded(breaker: Breaker, circuit: Breaker | None, now: float) -> None:
+    breaker.success(now)
+    if circuit is not None:
+        circuit.success(now)
+
+
+def _failed(breaker: Breaker | None, circuit: Breaker | None, now: float) -> None:
+    """Count a failure against ``breaker`` and ``circuit``, those that are not ``None``."""
+    if breaker is not None:
+        breaker.failure(now)
+    if circuit is not None:
+        circuit.failure(now)
+
+
+def _neutral(breaker: Breaker | None, circuit: Breaker | None) -> None:
+    """Give back the trial slots that a call took and did not settle."""
+    if breaker is not None:
+        breaker.neutral()
+    if circuit is not None:
+        circuit.neutral()
 
 
 def _failure(name: str, exc: Exception, attempts: int, trace_id: str) -> CallOutcome:

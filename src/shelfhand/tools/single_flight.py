@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.offload import in_background, on_state_thread
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.policy import CallOutcome, Executor, GovernancePolicy, ToolPlan
 
@@ -76,7 +77,7 @@ class CallSharing:
             return await self._attempts(plan, item, arguments, run, execute), False, False
         if plan.cache_ttl:
             if self.shared is not None:
-                output = self.shared.cache_get(key)
+                output = await on_state_thread(self.shared.cache_get, key)
                 if output is not None:
                     return CallOutcome(output=output, outcome="ok", attempts=0), True, False
             else:
@@ -144,8 +145,8 @@ class CallSharing:
     def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
         if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
             return
-        if self.shared is not None:
-            self.shared.cache_put(key, outcome.output, plan.cache_ttl)
+        if self.shared is not None:  # (Redis: from a state thread, not waited for)
+            in_background(self.shared.cache_put, key, outcome.output, plan.cache_ttl)
             return
         cache = self._cache
         if len(cache) >= self.policy.cache_size:
@@ -163,22 +164,24 @@ async def _led(
 ) -> CallOutcome:
     """``attempts`` once this replica leads the computation of ``key``; the cached result
     of another replica's (``attempts=0``) when that comes first."""
+    # (each a Redis command: from a state thread, so that a Redis that stopped answering holds
+    # up this call, not the event loop)
     try:
-        if not shared.lead(key, bound):
+        if not await on_state_thread(shared.lead, key, bound):
             give_up = time.monotonic() + bound  # real time: other replicas work in it
             while time.monotonic() < give_up:
                 await asyncio.sleep(shared.poll_interval)
-                output = shared.cache_get(key)
+                output = await on_state_thread(shared.cache_get, key)
                 if output is not None:
                     return CallOutcome(output=output, outcome="ok", attempts=0)
-                if not shared.computing(key):
+                if not await on_state_thread(shared.computing, key):
                     break  # the other replica failed (errors are not cached) or gave up
-            if not shared.lead(key, bound):  # pragma: no cover - a new leader in between
-                return await attempts
+            if not await on_state_thread(shared.lead, key, bound):  # pragma: no cover
+                return await attempts  # (a new leader in between)
         try:
             return await attempts
         finally:
-            shared.done(key)
+            in_background(shared.done, key)  # (not waited for: the call may be cancelled)
     finally:
         # unrun when another replica's result came first or the wait was cancelled: closed
         # here, not reported as never awaited (a no-op once it has run)

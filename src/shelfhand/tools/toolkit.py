@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
+from shelfhand.core.offload import on_state_thread
 from shelfhand.core.slots import twin
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
@@ -227,7 +228,11 @@ class Toolkit(ToolRegistry):
                     arguments, None, repairs,
                 )  # fmt: skip
         if plan.per_caller is not None or plan.total is not None:
-            limited = gov.check_rate(plan, run.user.scope)
+            limited = (
+                gov.check_rate(plan, run.user.scope)
+                if gov.shared is None
+                else await on_state_thread(gov.check_rate, plan, run.user.scope)  # (Redis)
+            )
             if limited is not None:  # the tool's to say (the model got nothing wrong)
                 failure, advice = limited
                 return self._refuse(

@@ -4,6 +4,9 @@ decided, through replica B (each replica has its own registry and Redis connecti
 from __future__ import annotations
 
 import functools
+import signal
+import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -13,7 +16,7 @@ from shelfhand import Agent, Toolkit, UserContext
 from shelfhand.backends.redis import open_redis
 from shelfhand.core.errors import DependencyUnavailableError
 from shelfhand.core.events import ApprovalDecided, ApprovalRequired, Event, Final, ToolFinished
-from shelfhand.dev.services import free_port
+from shelfhand.dev.services import free_port, start_redis
 from shelfhand.tools.approvals import ApprovalDecision
 from shelfhand.tools.redis_approvals import RedisApprovals
 
@@ -127,3 +130,59 @@ async def test_an_undecided_request_times_out_and_cannot_be_decided_later(
     assert "no decision within 0.3 s" in model.requests[1][-1].tool_results[0].content
     with pytest.raises(KeyError):
         b.approve(asked[0])
+
+
+async def test_a_redis_that_stops_answering_holds_up_the_waiting_run_not_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """A paused call looks for a decision made on another replica every ``poll_interval``;
+    each look is a Redis command, made from a state thread. With Redis stopped (SIGSTOP)
+    each look waits for the client's timeout there, while the event loop runs everything
+    else. Before, each look ran on the loop: the whole service stood still as long as Redis
+    did, for as long as an approval was pending."""
+    server = start_redis(tmp_path / "redis")  # its own: stopped below
+    assert server.process is not None
+    try:
+        a = RedisApprovals(open_redis(server.url, timeout=0.5), timeout=60, poll_interval=0.02)
+        agent = Agent(model=script(), toolkit=Toolkit([create_return]), approvals=a)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await anyio.sleep(0.01)
+                ticks += 1
+
+        events: list[Event] = []
+        required = anyio.Event()
+
+        async def run() -> None:
+            async for event in agent.stream("我要退货", context=ALICE):
+                events.append(event)
+                if isinstance(event, ApprovalRequired):
+                    required.set()  # the run goes on to wait for a decision
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ticker)
+                tg.start_soon(run)
+                await required.wait()
+                server.process.send_signal(signal.SIGSTOP)
+                try:
+                    before, start = ticks, time.monotonic()
+                    await anyio.sleep(1.5)  # the run's looks wait on Redis
+                    waited = time.monotonic() - start
+                    assert ticks - before >= waited / 0.01 / 4, (ticks - before, waited)
+                finally:
+                    server.process.send_signal(signal.SIGCONT)
+                (asked,) = [e for e in events if isinstance(e, ApprovalRequired)]
+                approve = functools.partial(a.approve, asked.approval_id, by="alice")
+                await anyio.to_thread.run_sync(approve)
+                while not events or not isinstance(events[-1], Final):
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert created == ["SO-1001"]
+        assert isinstance(events[-1], Final)
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        server.stop()

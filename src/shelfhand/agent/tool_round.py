@@ -236,7 +236,7 @@ async def ask_approvals(
             arguments = toolkit.approval_arguments(call, run)
             if arguments is None:
                 continue
-            request = approvals.open(
+            request = await approvals.open_off_loop(
                 call_id=call.id,
                 tool=call.name,
                 arguments=arguments,

@@ -379,7 +379,12 @@ class ChatService:
                     found.extend(event.get("citations", ()))
                 event["trace_id"] = trace_id
                 if kind == "approval_required" and self.approvals is not None:
-                    self.approvals.bind_session(str(event.get("approval_id")), session_id)
+                    bind = self.approvals.bind_session
+                    approval = str(event.get("approval_id"))
+                    if self.approvals.blocking:  # (in Redis)
+                        await on_state_thread(bind, approval, session_id)
+                    else:
+                        bind(approval, session_id)
                 if final is not None:
                     recorded = True
                     await self._record(session_id, user, event, final, memory, trace_id, started)

@@ -37,6 +37,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.offload import in_background, on_state_thread
 from shelfhand.core.secrets import redact_text, redacted_traceback
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
@@ -94,6 +95,10 @@ class Approvals:
             or the run is cancelled).
     """
 
+    blocking = False
+    """Its copies are on a server (Redis): the agent writes and reads them from a state thread
+    (:mod:`shelfhand.core.offload`), never on the event loop."""
+
     def __init__(
         self, *, handler: ApprovalHandler | None = None, timeout: float | None = 600.0
     ) -> None:
@@ -115,6 +120,44 @@ class Approvals:
         trace_id: str = "",
     ) -> ApprovalRequest:
         """Register a pending request (called by the agent, inside its event loop)."""
+        request = self._register(call_id, tool, arguments, user, trace_id)
+        try:
+            self._opened(request)
+        except BaseException:  # nothing half-open is left behind
+            self._unregister(request)
+            raise
+        return request
+
+    async def open_off_loop(
+        self,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        user: UserContext,
+        trace_id: str = "",
+    ) -> ApprovalRequest:
+        """:meth:`open`, whose shared copy a ``blocking`` registry writes from a state thread."""
+        if not self.blocking:
+            return self.open(
+                call_id=call_id, tool=tool, arguments=arguments, user=user, trace_id=trace_id
+            )
+        request = self._register(call_id, tool, arguments, user, trace_id)
+        try:
+            await on_state_thread(self._opened, request)
+        except BaseException:
+            self._unregister(request)
+            raise
+        return request
+
+    def _register(
+        self,
+        call_id: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        user: UserContext,
+        trace_id: str,
+    ) -> ApprovalRequest:
         request = ApprovalRequest(
             id=uuid.uuid4().hex,
             call_id=call_id,
@@ -126,13 +169,11 @@ class Approvals:
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._pending[request.id] = _Pending(request=request, future=future)
-        try:
-            self._opened(request)
-        except BaseException:  # nothing half-open is left behind
-            with self._lock:
-                self._pending.pop(request.id, None)
-            raise
         return request
+
+    def _unregister(self, request: ApprovalRequest) -> None:
+        with self._lock:
+            self._pending.pop(request.id, None)
 
     async def wait(self, approval_id: str) -> ApprovalDecision:
         """Wait for the decision on ``approval_id``; a timeout becomes a rejection.
@@ -155,7 +196,11 @@ class Approvals:
                 if decided is not None:
                     return decided
             arrived = await self._arrival(approval_id, pending.future, self.timeout)
-            return self._time_out(approval_id) if arrived is None else arrived
+            if arrived is not None:
+                return arrived
+            if self.blocking:
+                return await on_state_thread(self._time_out, approval_id)
+            return self._time_out(approval_id)
         finally:
             self._drop(approval_id)
 
@@ -198,7 +243,10 @@ class Approvals:
         if pending is not None:
             if not pending.future.done():
                 pending.future.cancel()
-            self._forgotten(pending.request)
+            if self.blocking:  # (not waited for: this may run as the run is cancelled)
+                in_background(self._forgotten, pending.request)
+            else:
+                self._forgotten(pending.request)
 
     def bind_session(self, approval_id: str, session_id: str) -> None:
         """Note which conversation a pending request belongs to (a service checks it when

@@ -31,6 +31,7 @@ from typing import Any
 
 from shelfhand.backends.redis import KEY_PREFIX, redis_errors
 from shelfhand.core.context import UserContext
+from shelfhand.core.offload import on_state_thread
 from shelfhand.tools.approvals import ApprovalDecision, ApprovalHandler, ApprovalRequest, Approvals
 
 __all__ = ["RedisApprovals"]
@@ -86,6 +87,8 @@ class RedisApprovals(Approvals):
         timeout: As in :class:`Approvals` (also bounds how long a request stays in Redis).
         poll_interval: Seconds between looks for a decision made on another replica.
     """
+
+    blocking = True
 
     def __init__(
         self,
@@ -162,7 +165,9 @@ class RedisApprovals(Approvals):
             await asyncio.wait([decided_here], timeout=wait)  # never cancels the future
             if decided_here.done():
                 return decided_here.result()
-            remote = self._remote_decision(approval_id)
+            # (a Redis command: from a state thread, so that a Redis that stopped answering
+            # holds up this run, not the event loop)
+            remote = await on_state_thread(self._remote_decision, approval_id)
             if remote is not None:
                 return remote
             if give_up is not None and time.monotonic() >= give_up:

@@ -9,7 +9,7 @@ the code ``tracing_off``.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from shelfhand.api.chat_routes import error_response
 from shelfhand.api.deps import Caller, Service, ServiceDep
 from shelfhand.core.context import UserContext
+from shelfhand.core.offload import on_state_thread
 from shelfhand.usage.budgets import standing
 
 __all__ = ["router"]
@@ -110,8 +111,11 @@ async def usage(
         if sees_tenant and user is not None:
             whose = UserContext(tenant_id=caller.tenant_id, user_id=user)
         tenant_only = sees_tenant and user is None
-        # (in a thread: a shared book's counters are a network read away)
-        reply["budgets"] = await asyncio.to_thread(
-            standing, budgets.policy, budgets.book, whose, tenant_only=tenant_only
+        # (on a state thread: the counters are a file or a network read away, and may wait)
+        reply["budgets"] = await on_state_thread(
+            functools.partial(standing, tenant_only=tenant_only),
+            budgets.policy,
+            budgets.book,
+            whose,
         )
     return reply

@@ -14,16 +14,15 @@ a stalled dependency holds up those who need it, and nobody else.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
+import atexit
 import logging
 import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["STATE_THREADS", "in_background", "on_state_thread"]
+from shelfhand.core.workers import SyncWorkers
+
+__all__ = ["STATE_THREADS", "in_background", "on_state_thread", "undone_if_left"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,40 +32,42 @@ STATE_THREADS = 16
 """Threads for calls on shared state (see the module doc). Each takes 0.1-2 ms when its
 dependency answers; more of them than this at once wait for a free thread."""
 
-_threads: ThreadPoolExecutor | None = None
-_threads_lock = threading.Lock()
+DRAIN_AT_EXIT_S = 5.0
+"""Seconds the interpreter's exit waits for writes still queued (a cancelled turn's
+settlement, its usage)."""
+
+_threads = SyncWorkers(STATE_THREADS, name="shelfhand-state")
+os.register_at_fork(after_in_child=_threads._reset)
+atexit.register(lambda: _threads.drain(DRAIN_AT_EXIT_S))
 
 
-def _state_threads() -> ThreadPoolExecutor:
-    """The threads, started on first use. (At the interpreter's exit, calls still queued are
-    finished first: an executor's threads are joined then.)"""
-    global _threads
-    if _threads is None:
-        with _threads_lock:
-            if _threads is None:
-                _threads = ThreadPoolExecutor(STATE_THREADS, "shelfhand-state")
-    return _threads
-
-
-def _forget_threads() -> None:
-    global _threads
-    _threads = None  # a forked child has none of them
-
-
-os.register_at_fork(after_in_child=_forget_threads)
-
-
-async def on_state_thread(fn: Callable[..., _T], *args: Any) -> _T:
+def on_state_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     """``fn(*args)`` on one of the state threads, in the caller's context (its context
-    variables)."""
-    call = functools.partial(contextvars.copy_context().run, fn, *args)
-    return await asyncio.get_running_loop().run_in_executor(_state_threads(), call)
+    variables): a future to await."""
+    return _threads.call(fn, *args)
+
+
+async def undone_if_left(fn: Callable[..., _T], *args: Any, undo: Callable[[_T], object]) -> _T:
+    """``await on_state_thread(fn, *args)``; if the caller is cancelled while it runs (its
+    request's client went away), ``fn`` still ends on its thread, and ``undo`` is then called
+    with its result, on a state thread too: a claim or a copy made for nobody is taken back
+    at once, not when it expires."""
+    pending = _threads.call(fn, *args)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+
+        def take_back(done: asyncio.Future[_T]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                in_background(undo, done.result())
+
+        pending.add_done_callback(take_back)
+        raise
 
 
 def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:
     """Run ``fn(*args)`` on one of the state threads without waiting for it, and return its
-    future (``None`` where no loop runs, or the interpreter is exiting: then it ran at once);
-    what it raises is logged."""
+    future (``None`` where no loop runs: then it ran at once); what it raises is logged."""
 
     def run() -> None:
         try:
@@ -75,7 +76,7 @@ def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | 
             logger.exception("a write in the background failed (%s)", getattr(fn, "__name__", fn))
 
     try:
-        return asyncio.get_running_loop().run_in_executor(_state_threads(), run)
-    except RuntimeError:  # no loop runs here, or the interpreter exits (no new threads)
+        return _threads.call(run)
+    except RuntimeError:  # no loop runs here
         run()
         return None

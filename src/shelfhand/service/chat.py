@@ -61,7 +61,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
-from shelfhand.core.offload import in_background, on_state_thread
+from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
 from shelfhand.core.results import Usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
@@ -320,7 +320,7 @@ class ChatService:
         # (in Redis: on a state thread, so that a Redis that stopped answering holds up this
         # request alone, not the event loop and every other request with it)
         claim = (
-            await on_state_thread(lock.claim, session_id)
+            await undone_if_left(lock.claim, session_id, undo=_release)
             if lock.blocking
             else lock.claim(session_id)
         )
@@ -674,3 +674,9 @@ def _turn_tally() -> ModelTally | None:
     counting = current_counting()
     tally = counting.counter if counting is not None else None
     return tally if isinstance(tally, ModelTally) else None
+
+
+def _release(claim: TurnClaim | None) -> None:
+    """Release a claim made for a request whose client went away meanwhile."""
+    if claim is not None:
+        claim.release()

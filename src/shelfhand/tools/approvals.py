@@ -37,7 +37,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
-from shelfhand.core.offload import in_background, on_state_thread
+from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
 from shelfhand.core.secrets import redact_text, redacted_traceback
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
@@ -143,8 +143,8 @@ class Approvals:
                 call_id=call_id, tool=tool, arguments=arguments, user=user, trace_id=trace_id
             )
         request = self._register(call_id, tool, arguments, user, trace_id)
-        try:
-            await on_state_thread(self._opened, request)
+        try:  # (a copy written as the run was cancelled is removed once written)
+            await undone_if_left(self._opened, request, undo=lambda _: self._forgotten(request))
         except BaseException:
             self._unregister(request)
             raise

@@ -1,33 +1,17 @@
-"""The worker threads sync tools run in, so that a slow sync function never stalls the loop.
+"""The worker threads sync tools run in, so that a slow sync function never stalls the loop
+(the hop itself: :mod:`shelfhand.core.workers`).
 
-A sync tool's call is handed to a persistent worker thread through a ``SimpleQueue``; the
-thread runs it in the caller's context (``contextvars``) and hands the outcome back with
-``loop.call_soon_threadsafe``. That is the whole hop: no ``concurrent.futures.Future`` (with
-its condition variable and callbacks), no chaining of two futures, no executor bookkeeping.
-Measured on the agent harness it is about half of ``loop.run_in_executor`` with a
-``ThreadPoolExecutor`` (docs/benchmarks/agent-loop.md); the two thread wake-ups (the worker's,
-then the loop's) are what remains.
-
-Guarantees, as with the executor before:
-
-* the event loop never runs the function: a blocking tool blocks one worker thread;
-* a call whose awaiting task is cancelled (a timeout) returns at once; the function cannot be
-  stopped and keeps its thread until it returns, its outcome is dropped;
-* up to :data:`SYNC_TOOL_THREADS` calls run at the same time; more wait in the queue.
-
-The threads are daemon threads: a process that exits does not wait for a tool it abandoned
-(a hung call would otherwise hold the exit forever). A forked child starts with no threads.
+Up to :data:`SYNC_TOOL_THREADS` sync tools run at the same time; more wait in the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
-import threading
 from collections.abc import Callable
-from queue import SimpleQueue
 from typing import Any
+
+from shelfhand.core.workers import SyncWorkers
 
 __all__ = ["SYNC_TOOL_THREADS", "SyncWorkers", "run_sync"]
 
@@ -35,125 +19,11 @@ SYNC_TOOL_THREADS = 32
 """Worker threads for sync tools. More than the loop's default executor (cores + 4), because a
 timed-out sync tool cannot be stopped and keeps its thread until it returns."""
 
-_Job = tuple[
-    asyncio.AbstractEventLoop,
-    "asyncio.Future[Any]",
-    contextvars.Context,
-    Callable[..., Any],
-    tuple[Any, ...],
-    dict[str, Any],
-]
-
-
-class SyncWorkers:
-    """A pool of persistent threads that run sync functions for coroutines.
-
-    Args:
-        max_threads: The most threads it starts; calls beyond them wait for a free one.
-        name: Prefix of the threads' names (shown by ``py-spy`` and in thread dumps).
-    """
-
-    def __init__(self, max_threads: int = SYNC_TOOL_THREADS, name: str = "shelfhand-tool") -> None:
-        if max_threads < 1:
-            raise ValueError(f"max_threads must be at least 1, got {max_threads}")
-        self.max_threads = max_threads
-        self.name = name
-        self._reset()
-
-    def _reset(self) -> None:
-        """No threads, nothing queued (a new pool, or a forked child: its threads are gone)."""
-        self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a job (under _lock)
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def threads(self) -> int:
-        """How many worker threads have been started."""
-        return len(self._threads)
-
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` on a worker thread with the caller's context variables,
-        and return its result (or raise what it raised).
-
-        Cancelling the caller stops the waiting, not the function (see the module doc).
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                start = False
-            else:
-                start = len(self._threads) < self.max_threads
-        if start:
-            self._start()
-        self._jobs.put((loop, future, contextvars.copy_context(), fn, args, kwargs))
-        return await future
-
-    def _start(self) -> None:
-        with self._lock:
-            if len(self._threads) >= self.max_threads:
-                return
-            thread = threading.Thread(
-                target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
-            )
-            self._threads.append(thread)
-        thread.start()
-
-    def _work(self) -> None:
-        jobs = self._jobs
-        lock = self._lock
-        while True:
-            job = jobs.get()
-            if job is None:  # shutdown()
-                return
-            loop, future, context, fn, args, kwargs = job
-            del job
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = context.run(fn, *args, **kwargs)
-            except BaseException as exc:  # handed to the caller, whatever it is
-                error = exc
-            # idle before the caller learns the outcome: its next call must find this thread
-            with lock:
-                self._idle += 1
-            # not contextlib.suppress: its context manager was 4,000 instructions a call (callgrind),
-            # a twentieth of the whole hop
-            try:  # noqa: SIM105
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:  # the loop closed meanwhile: nobody is waiting any more
-                pass
-            # nothing of the call is kept alive while the thread waits for the next one
-            del loop, future, context, fn, args, kwargs, result, error
-
-    def shutdown(self) -> None:
-        """Let the threads end once their current calls return (the pool stays usable: a
-        later call starts new ones)."""
-        with self._lock:
-            threads, self._threads, self._idle = self._threads, [], 0
-            jobs, self._jobs = self._jobs, SimpleQueue()
-        for _ in threads:
-            jobs.put(None)
-
-
-def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if future.done():  # the caller was cancelled (timed out): the outcome is dropped
-        return
-    if exc is None:
-        future.set_result(result)
-    elif isinstance(exc, StopIteration):  # a future cannot carry it (as for coroutines)
-        future.set_exception(RuntimeError(f"sync tool raised StopIteration: {exc}"))
-    else:
-        future.set_exception(exc)
-
-
-_workers = SyncWorkers()
+_workers = SyncWorkers(SYNC_TOOL_THREADS, name="shelfhand-tool")
 os.register_at_fork(after_in_child=_workers._reset)
 
 
-def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` on the shared sync-tool threads (an awaitable; see
+def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """``fn(*args, **kwargs)`` on the shared sync-tool threads (a future to await; see
     :meth:`SyncWorkers.call`)."""
     return _workers.call(fn, *args, **kwargs)

@@ -37,13 +37,6 @@ def main() -> None:
     headers = {"Authorization": f"Bearer {a.key}"}
     took: list[float] = []
 
-    def hold() -> None:
-        conn = sqlite3.connect(a.workspace / "budgets.db", isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        time.sleep(a.hold)
-        conn.execute("COMMIT")
-        conn.close()
-
     def turn() -> None:
         with httpx.Client(base_url=a.url, headers=headers, timeout=120) as c:
             session = c.post("/v1/sessions").json()["id"]
@@ -51,7 +44,7 @@ def main() -> None:
             c.post(f"/v1/sessions/{session}/messages", json={"content": "你好", "stream": False})
             took.append(time.perf_counter() - start)
 
-    holder = threading.Thread(target=hold)
+    holder = threading.Thread(target=hold, args=(a.workspace, a.hold))
     holder.start()
     time.sleep(0.2)
     asker = threading.Thread(target=turn)
@@ -68,16 +61,18 @@ def main() -> None:
     print(f"/healthz worst latency while the turn waited: {worst:.3f} s; the turn: {took[0]:.2f} s")
 
 
+def hold(workspace: Path, seconds: float) -> None:
+    """Hold ``budgets.db``'s write lock for ``seconds``, as another process writing would."""
+    conn = sqlite3.connect(workspace / "budgets.db", isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    time.sleep(seconds)
+    conn.execute("COMMIT")
+    conn.close()
+
+
 def other_turn(a: argparse.Namespace) -> None:
     """``--waiting`` turns of ``--key`` wait on the held lock; time a turn of ``--other``."""
     done: list[float] = []
-
-    def hold() -> None:
-        conn = sqlite3.connect(a.workspace / "budgets.db", isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        time.sleep(a.hold)
-        conn.execute("COMMIT")
-        conn.close()
 
     def turn(key: str, into: list[float]) -> None:
         with httpx.Client(base_url=a.url, headers={"Authorization": f"Bearer {key}"}) as c:
@@ -92,7 +87,7 @@ def other_turn(a: argparse.Namespace) -> None:
             into.append(time.perf_counter() - start)
 
     turn(a.other, [])  # warm
-    holder = threading.Thread(target=hold)
+    holder = threading.Thread(target=hold, args=(a.workspace, a.hold))
     holder.start()
     time.sleep(0.2)
     waiting = [threading.Thread(target=turn, args=(a.key, done)) for _ in range(a.waiting)]

@@ -65,3 +65,16 @@ def script() -> ScriptedModel:
             text("好的。"),
         ]
     )
+
+
+class LoopTicks:
+    """A task that counts its 10 ms sleeps: whether the event loop went on running other
+    tasks (while a call waited on a stopped Redis, say)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(0.01)
+            self.count += 1

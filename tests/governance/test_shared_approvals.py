@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from governance_helpers import create_return, created, script
+from governance_helpers import LoopTicks, create_return, created, script
 
 from shelfhand import Agent, Toolkit, UserContext
 from shelfhand.backends.redis import open_redis
@@ -145,14 +145,7 @@ async def test_a_redis_that_stops_answering_holds_up_the_waiting_run_not_the_eve
     try:
         a = RedisApprovals(open_redis(server.url, timeout=0.5), timeout=60, poll_interval=0.02)
         agent = Agent(model=script(), toolkit=Toolkit([create_return]), approvals=a)
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await anyio.sleep(0.01)
-                ticks += 1
-
+        ticks = LoopTicks()
         events: list[Event] = []
         required = anyio.Event()
 
@@ -164,15 +157,16 @@ async def test_a_redis_that_stops_answering_holds_up_the_waiting_run_not_the_eve
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(ticker)
+                tg.start_soon(ticks.run)
                 tg.start_soon(run)
                 await required.wait()
                 server.process.send_signal(signal.SIGSTOP)
                 try:
-                    before, start = ticks, time.monotonic()
+                    before, start = ticks.count, time.monotonic()
                     await anyio.sleep(1.5)  # the run's looks wait on Redis
                     waited = time.monotonic() - start
-                    assert ticks - before >= waited / 0.01 / 4, (ticks - before, waited)
+                    ran = ticks.count - before
+                    assert ran >= waited / 0.01 / 4, (ran, waited)
                 finally:
                     server.process.send_signal(signal.SIGCONT)
                 (asked,) = [e for e in events if isinstance(e, ApprovalRequired)]

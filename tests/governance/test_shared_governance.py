@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from governance_helpers import LoopTicks
 
 from shelfhand import Toolkit, UserContext, tool
 from shelfhand.backends.redis import open_redis
@@ -29,6 +30,18 @@ BOB = RunContext(user=UserContext(tenant_id="globex", user_id="alice"))  # same 
 
 def call(name: str, arguments: str = "{}") -> ToolCallBlock:
     return ToolCallBlock(id="c1", name=name, arguments=arguments)
+
+
+@tool(rate_limit="5/minute")
+def send_sms(text: str) -> str:
+    """Send a text message."""
+    return "sent"
+
+
+@tool(read_only=True, cache_ttl=60)
+def exchange_rate(pair: str) -> str:
+    """Exchange rate of a currency pair."""
+    return f"{pair}=7.1"
 
 
 def replica(redis_url: str, **policy: object) -> Governance:
@@ -122,16 +135,6 @@ async def test_without_redis_the_cache_degrades_but_guards_fail_closed(
         assert down.lead(key, 5) is True  # everyone computes, uncached
     assert "result cache unavailable" in caplog.text
 
-    @tool(rate_limit="5/minute")
-    def send_sms(text: str) -> str:
-        """Send a text message."""
-        return "sent"
-
-    @tool(read_only=True, cache_ttl=60)
-    def exchange_rate(pair: str) -> str:
-        """Exchange rate of a currency pair."""
-        return f"{pair}=7.1"
-
     kit = Toolkit([exchange_rate, send_sms], governance=Governance(shared=down))
     # rate limits and breakers never run unguarded: the turn fails with 503 instead
     with pytest.raises(DependencyUnavailableError, match="rate limits") as failed:
@@ -153,40 +156,23 @@ async def test_a_redis_that_stops_answering_holds_up_the_call_not_the_event_loop
     assert server.process is not None
     try:
         shared = RedisGovernanceState(open_redis(server.url, timeout=0.5), poll_interval=0.02)
-
-        @tool(rate_limit="100/minute")
-        def send_sms(text: str) -> str:
-            """Send a text message."""
-            return "sent"
-
-        @tool(read_only=True, cache_ttl=60)
-        def exchange_rate(pair: str) -> str:
-            """Exchange rate of a currency pair."""
-            return f"{pair}=7.1"
-
         kit = Toolkit([send_sms, exchange_rate], governance=Governance(shared=shared))
         assert (await kit.execute(call("send_sms", '{"text": "hi"}'), ALICE)).outcome == "ok"
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
+        ticks = LoopTicks()
         server.process.send_signal(signal.SIGSTOP)
-        running = asyncio.create_task(ticker())
+        running = asyncio.create_task(ticks.run())
         try:
             for name, arguments in [
                 ("send_sms", '{"text": "hi"}'),
                 ("exchange_rate", '{"pair": "EUR/CNY"}'),
             ]:
-                before, start = ticks, time.monotonic()
+                before, start = ticks.count, time.monotonic()
                 with pytest.raises(DependencyUnavailableError):
                     await kit.execute(call(name, arguments), ALICE)
                 waited = time.monotonic() - start
                 assert waited >= 0.4  # the command's timeout, on a state thread
-                assert ticks - before >= waited / 0.01 / 4, (name, ticks - before, waited)
+                ran = ticks.count - before
+                assert ran >= waited / 0.01 / 4, (name, ran, waited)
         finally:
             running.cancel()
             server.process.send_signal(signal.SIGCONT)

@@ -120,7 +120,9 @@ class Approvals:
         trace_id: str = "",
     ) -> ApprovalRequest:
         """Register a pending request (called by the agent, inside its event loop)."""
-        request = self._register(call_id, tool, arguments, user, trace_id)
+        request = self._register(
+            call_id=call_id, tool=tool, arguments=arguments, user=user, trace_id=trace_id
+        )
         try:
             self._opened(request)
         except BaseException:  # nothing half-open is left behind
@@ -128,21 +130,12 @@ class Approvals:
             raise
         return request
 
-    async def open_off_loop(
-        self,
-        *,
-        call_id: str,
-        tool: str,
-        arguments: Mapping[str, Any],
-        user: UserContext,
-        trace_id: str = "",
-    ) -> ApprovalRequest:
-        """:meth:`open`, whose shared copy a ``blocking`` registry writes from a state thread."""
+    async def open_off_loop(self, **fields: Any) -> ApprovalRequest:
+        """:meth:`open` (the same arguments), whose shared copy a ``blocking`` registry
+        writes from a state thread."""
         if not self.blocking:
-            return self.open(
-                call_id=call_id, tool=tool, arguments=arguments, user=user, trace_id=trace_id
-            )
-        request = self._register(call_id, tool, arguments, user, trace_id)
+            return self.open(**fields)
+        request = self._register(**fields)
         try:  # (a copy written as the run was cancelled is removed once written)
             await undone_if_left(self._opened, request, undo=lambda _: self._forgotten(request))
         except BaseException:
@@ -150,22 +143,8 @@ class Approvals:
             raise
         return request
 
-    def _register(
-        self,
-        call_id: str,
-        tool: str,
-        arguments: Mapping[str, Any],
-        user: UserContext,
-        trace_id: str,
-    ) -> ApprovalRequest:
-        request = ApprovalRequest(
-            id=uuid.uuid4().hex,
-            call_id=call_id,
-            tool=tool,
-            arguments=arguments,
-            user=user,
-            trace_id=trace_id,
-        )
+    def _register(self, **fields: Any) -> ApprovalRequest:
+        request = ApprovalRequest(id=uuid.uuid4().hex, **fields)
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._pending[request.id] = _Pending(request=request, future=future)

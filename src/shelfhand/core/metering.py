@@ -9,10 +9,10 @@ meter (no budgets, a script's own ``Agent.run``) the loop pays one ``ContextVar.
 
 A meter whose counters are in a file or on a server (``blocking``: ``budgets.db``,
 PostgreSQL, Redis) is asked from a worker thread (:func:`reserve`, :func:`settle`,
-:func:`settle_soon`), so that a counter that waits (a file another process holds locked, a
-server that stopped answering) holds up its own turn only, never the event loop and every
-other turn of the service with it (:mod:`shelfhand.core.offload`: threads of their own, not
-the loop's default executor).
+:meth:`Meter.settle_soon`), so that a counter that waits (a file another process holds
+locked, a server that stopped answering) holds up its own turn only, never the event loop
+and every other turn of the service with it (:mod:`shelfhand.core.offload`: threads of their
+own, not the loop's default executor).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ attempts (points 6–8).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -64,7 +65,7 @@ import anyio
 from shelfhand.backends.urls import first_line
 from shelfhand.core.breaker import Breaker, CircuitBreaker
 from shelfhand.core.errors import ToolArgumentError, ToolError, ToolTimeoutError
-from shelfhand.core.offload import in_background, on_state_thread
+from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
 from shelfhand.core.secrets import redact_text, redacted_traceback
 from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
 from shelfhand.tools.policy import (
@@ -327,8 +328,11 @@ class Governance(CallSharing):
         attempt = 0
         while True:
             attempt += 1
-            if remote:
-                wait, closed_by = await on_state_thread(_admit, breaker, circuit, self.clock())
+            if remote:  # (a trial slot taken for a call cancelled meanwhile is given back)
+                admitted = functools.partial(_neutral_if_admitted, breaker, circuit)
+                wait, closed_by = await undone_if_left(
+                    _admit, breaker, circuit, self.clock(), undo=admitted
+                )
             elif circuit is None:  # (the common call, without a function call in between)
                 wait, closed_by = breaker.before(self.clock()), breaker
             else:
@@ -406,6 +410,14 @@ def _admit(breaker: Breaker, circuit: Breaker | None, now: float) -> tuple[float
             breaker.neutral()  # give back a trial slot this call took and cannot use
             return wait, circuit
     return wait, breaker
+
+
+def _neutral_if_admitted(
+    breaker: Breaker, circuit: Breaker | None, admission: tuple[float | None, Breaker]
+) -> None:
+    """Give back what :func:`_admit` took for a call that will not run."""
+    if admission[0] is None:
+        _neutral(breaker, circuit)
 
 
 def _succeeded(breaker: Breaker, circuit: Breaker | None, now: float) -> None:

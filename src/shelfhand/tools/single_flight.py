@@ -13,11 +13,12 @@ does this, around the attempts (retries, breakers, timeouts) that the pipeline m
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shelfhand.core.offload import in_background, on_state_thread
+from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
 from shelfhand.tools.audit import canonical_json
 from shelfhand.tools.policy import CallOutcome, Executor, GovernancePolicy, ToolPlan
 
@@ -167,7 +168,9 @@ async def _led(
     # (each a Redis command: from a state thread, so that a Redis that stopped answering holds
     # up this call, not the event loop)
     try:
-        if not await on_state_thread(shared.lead, key, bound):
+        # (a lead taken for a call cancelled meanwhile is ended, not left for ``bound`` s)
+        lead = functools.partial(_end_lead, shared, key)
+        if not await undone_if_left(shared.lead, key, bound, undo=lead):
             give_up = time.monotonic() + bound  # real time: other replicas work in it
             while time.monotonic() < give_up:
                 await asyncio.sleep(shared.poll_interval)
@@ -176,7 +179,7 @@ async def _led(
                     return CallOutcome(output=output, outcome="ok", attempts=0)
                 if not await on_state_thread(shared.computing, key):
                     break  # the other replica failed (errors are not cached) or gave up
-            if not await on_state_thread(shared.lead, key, bound):  # pragma: no cover
+            if not await undone_if_left(shared.lead, key, bound, undo=lead):  # pragma: no cover
                 return await attempts  # (a new leader in between)
         try:
             return await attempts
@@ -186,6 +189,11 @@ async def _led(
         # unrun when another replica's result came first or the wait was cancelled: closed
         # here, not reported as never awaited (a no-op once it has run)
         attempts.close()
+
+
+def _end_lead(shared: SharedGovernanceState, key: tuple[str, str, str], led: bool) -> None:
+    if led:
+        shared.done(key)
 
 
 class _Flight:

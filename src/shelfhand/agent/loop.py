@@ -84,7 +84,7 @@ from .replies import cleaned, external_final, final, new_citations, not_run
 from .runs import RunOptions
 from .spans import chat_span, cut_chat, end_chat, invoke_agent
 from .step_events import EventSink
-from .streaming import STEP_SEPARATOR, CallTextGate, withdrawn_rounds
+from .streaming import STEP_SEPARATOR, CallTextGate, step_deltas, withdrawn_rounds
 from .tool_round import retrieve_upfront, tool_round
 
 if TYPE_CHECKING:
@@ -300,11 +300,8 @@ class AgentLoop:
                             cut.append(chunk.text)
                             piece = gate.feed(chunk.text) if chunk.text else ""
                             if piece:
-                                if shown and not step_text:
-                                    step_text.append(STEP_SEPARATOR)
-                                    yield TextDelta(text=STEP_SEPARATOR)
-                                step_text.append(piece)
-                                yield TextDelta(text=piece)
+                                for delta in step_deltas(piece, step_text, shown):
+                                    yield delta
                         elif isinstance(chunk, StreamDone):
                             streamed = chunk.response
                     if streamed is None:
@@ -332,11 +329,8 @@ class AgentLoop:
                 reply, calls, echo = cleaned(response.message, schemas, new, shown=bool(gate.sent))
                 rest = gate.finish("" if echo is not None else reply.text)
                 if rest:
-                    if shown and not step_text:
-                        step_text.append(STEP_SEPARATOR)
-                        yield TextDelta(text=STEP_SEPARATOR)
-                    step_text.append(rest)
-                    yield TextDelta(text=rest)
+                    for delta in step_deltas(rest, step_text, shown):
+                        yield delta
                 if response.finish_reason == FINISH_REPETITION and step_text and not calls:
                     # stopped in a loop: the rounds streamed after the first go, as the
                     # answer keeps them

@@ -31,11 +31,24 @@ __all__ = [
     "REPETITION_NOTICE_ZH",
     "STEP_SEPARATOR",
     "CallTextGate",
+    "step_deltas",
     "withdrawn_rounds",
 ]
 
 STEP_SEPARATOR = "\n\n"
 """Streamed between the text of two model steps of one run, so consumers never glue them."""
+
+
+def step_deltas(piece: str, step_text: list[str], shown: bool) -> tuple[TextDelta, ...]:
+    """The events that show ``piece`` of a step's text, added to ``step_text`` (what the step
+    showed): its first piece follows :data:`STEP_SEPARATOR` when an earlier step of the run
+    showed text (``shown``)."""
+    if shown and not step_text:
+        step_text += (STEP_SEPARATOR, piece)
+        return TextDelta(text=STEP_SEPARATOR), TextDelta(text=piece)
+    step_text.append(piece)
+    return (TextDelta(text=piece),)
+
 
 REPETITION_NOTICE = (
     "The reply above repeated itself and was stopped; it is kept up to where the repetition began"

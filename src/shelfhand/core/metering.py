@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
-from shelfhand.core.offload import on_state_thread
+from shelfhand.core.offload import off_loop_if
 
 if TYPE_CHECKING:
     from shelfhand.core.errors import BudgetExceededError
@@ -33,13 +32,10 @@ __all__ = [
     "Meter",
     "current_meter",
     "metered",
-    "off_loop",
     "reserve",
     "settle",
     "unmetered",
 ]
-
-_T = TypeVar("_T")
 
 
 class Meter(Protocol):
@@ -47,8 +43,8 @@ class Meter(Protocol):
 
     @property
     def blocking(self) -> bool:
-        """Its counters are in a file or on a server: a turn asks them from a worker thread
-        (:func:`off_loop`)."""
+        """Its counters are in a file or on a server: a turn asks them from a state thread
+        (:func:`~shelfhand.core.offload.off_loop_if`)."""
         ...
 
     def reserve(self, tokens: int) -> int:
@@ -97,17 +93,9 @@ def unmetered(token: Token[Meter | None]) -> None:
         _meter.reset(token)
 
 
-async def off_loop(meter: Meter, fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` (one of ``meter``'s methods), on a state thread
-    (:func:`~shelfhand.core.offload.on_state_thread`) when the meter is ``blocking``."""
-    if meter.blocking:
-        return await on_state_thread(fn, *args)
-    return fn(*args)
-
-
 async def reserve(meter: Meter, tokens: int) -> int:
     """``meter.reserve(tokens)``, off the event loop when the meter is ``blocking``."""
-    return await off_loop(meter, meter.reserve, tokens)
+    return await off_loop_if(meter.blocking, meter.reserve, tokens)
 
 
 async def settle(meter: Meter, reserved: int, usage: Usage | None) -> None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from shelfhand.core.workers import SyncWorkers
 
-__all__ = ["STATE_THREADS", "in_background", "on_state_thread", "undone_if_left"]
+__all__ = ["STATE_THREADS", "in_background", "off_loop_if", "on_state_thread", "undone_if_left"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,14 @@ def on_state_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
     """``fn(*args)`` on one of the state threads, in the caller's context (its context
     variables): a future to await."""
     return _threads.call(fn, *args)
+
+
+async def off_loop_if(blocking: bool, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)``: on a state thread when it waits on shared state (``blocking``: a
+    budget book, a turn lock or approvals in a file or on a server), else here at once."""
+    if blocking:
+        return await on_state_thread(fn, *args)
+    return fn(*args)
 
 
 async def undone_if_left(fn: Callable[..., _T], *args: Any, undo: Callable[[_T], object]) -> _T:

@@ -61,7 +61,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
-from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
+from shelfhand.core.offload import in_background, off_loop_if, undone_if_left
 from shelfhand.core.results import Usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
@@ -379,12 +379,10 @@ class ChatService:
                     found.extend(event.get("citations", ()))
                 event["trace_id"] = trace_id
                 if kind == "approval_required" and self.approvals is not None:
-                    bind = self.approvals.bind_session
-                    approval = str(event.get("approval_id"))
-                    if self.approvals.blocking:  # (in Redis)
-                        await on_state_thread(bind, approval, session_id)
-                    else:
-                        bind(approval, session_id)
+                    approvals, approval = self.approvals, str(event.get("approval_id"))
+                    await off_loop_if(
+                        approvals.blocking, approvals.bind_session, approval, session_id
+                    )
                 if final is not None:
                     recorded = True
                     await self._record(session_id, user, event, final, memory, trace_id, started)

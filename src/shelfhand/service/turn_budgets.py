@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import BudgetExceededError, TurnFailed
-from shelfhand.core.metering import metered, off_loop, unmetered
+from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.offload import off_loop_if
 from shelfhand.core.tracing import current_span
 from shelfhand.usage.budgets import LEASE_S, BudgetBook, BudgetPolicy, TurnMeter
 
@@ -74,7 +75,7 @@ class Budgets:
         """``events`` (one turn's) with the caller's meter set for every model call."""
         meter = self.meter(user, trace_id)
         try:
-            await off_loop(meter, meter.start_turn)  # (see shelfhand.core.metering)
+            await off_loop_if(meter.blocking, meter.start_turn)  # (see shelfhand.core.metering)
         except BudgetExceededError as exc:
             await events.aclose()  # frees the session's claim
             self.refused(exc.to_dict(), user, trace_id)

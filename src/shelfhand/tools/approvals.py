@@ -37,7 +37,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
-from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
+from shelfhand.core.offload import in_background, off_loop_if, undone_if_left
 from shelfhand.core.secrets import redact_text, redacted_traceback
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
@@ -177,9 +177,7 @@ class Approvals:
             arrived = await self._arrival(approval_id, pending.future, self.timeout)
             if arrived is not None:
                 return arrived
-            if self.blocking:
-                return await on_state_thread(self._time_out, approval_id)
-            return self._time_out(approval_id)
+            return await off_loop_if(self.blocking, self._time_out, approval_id)
         finally:
             self._drop(approval_id)
 

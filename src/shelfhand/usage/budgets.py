@@ -430,9 +430,9 @@ class TurnMeter:
         self._reserved: dict[int, Lease | None] = {}
         self._ids = itertools.count(1)  # (next() is atomic: a reranker reserves from its thread)
         self._closed = False
-        self._counted = book.blocking and any(limits.items() for _, limits in policy.scopes(user))
-        """Whether this caller's counters are written, in a file or on a server: a caller
-        without budgets never waits on them (``blocking``)."""
+        self.blocking = book.blocking and any(limits.items() for _, limits in policy.scopes(user))
+        """Whether the book waits on a file or a server (see :mod:`shelfhand.core.metering`)
+        and this caller has budgets in it: a caller without budgets never waits on them."""
 
     def start_turn(self, now: float | None = None) -> None:
         """Count the turn against ``turns_per_minute``.
@@ -465,12 +465,6 @@ class TurnMeter:
                 self.book.settle(given, 0)
         return reservation
 
-    @property
-    def blocking(self) -> bool:
-        """Whether the book waits on a file or a server (see :mod:`shelfhand.core.metering`)
-        and this caller has budgets in it."""
-        return self._counted
-
     def settle(self, reserved: int, usage: Usage | None) -> None:
         lease = self._reserved.pop(reserved, None)
         if lease is None:
@@ -489,7 +483,7 @@ class TurnMeter:
         return self._write(lease, spent)
 
     def _write(self, lease: Lease, spent: int | None) -> asyncio.Future[None] | None:
-        if self._counted:
+        if self.blocking:
             return in_background(self.book.settle, lease, spent)
         self.book.settle(lease, spent)
         return None

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from shelfhand import UserContext
-from shelfhand.agent.side_calls import side_request
+from shelfhand.agent.budget import message_tokens
+from shelfhand.agent.side_calls import side_request, side_usage
 from shelfhand.core.errors import BudgetExceededError, ModelProviderError
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
@@ -89,8 +90,11 @@ async def test_the_reservation_holds_a_request_of_digits_as_a_tokenizer_splits_t
     assert [r for r, _ in meter.settled] == [1]
 
 
-async def test_a_call_past_its_timeout_keeps_its_reservation_as_spent() -> None:
-    """The provider may have read the request: unknown usage is charged what was reserved."""
+async def test_a_call_past_its_timeout_is_charged_and_counted_its_request() -> None:
+    """The provider read the request and no reply arrived to count: the call is charged its
+    request's estimate, as a call of the loop cut off is, and the block's usage (what the
+    run's usage and the usage ledger take) counts the same. Before, it kept its whole
+    reservation (the request and the longest reply) while the ledger booked nothing."""
 
     async def slow(messages: list[Message], tools: object) -> str:
         await asyncio.sleep(30)
@@ -99,13 +103,32 @@ async def test_a_call_past_its_timeout_keeps_its_reservation_as_spent() -> None:
     meter = Recording()
     token = metered(meter)
     try:
-        with pytest.raises(TimeoutError):
+        with side_usage() as used, pytest.raises(TimeoutError):
             await side_request(
-                FunctionModel(slow), [Message.user("你好")], reply_tokens=8, timeout=0.1
+                FunctionModel(slow), [Message.user(ORDER)], reply_tokens=64, timeout=0.1
             )
     finally:
         unmetered(token)
-    assert meter.settled == [(1, None)]
+    ((reserved, charged),) = meter.settled
+    assert reserved == 1 and charged is not None
+    asked = message_tokens(Message.user(ORDER))
+    assert (charged.input_tokens, charged.output_tokens) == (asked, 0)
+    total = used.total
+    assert (total.input_tokens, total.output_tokens, total.model_calls) == (asked, 0, 1)
+
+    book = LocalBudgetBook()
+    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))
+    user = TurnMeter(book, policy, UserContext(tenant_id="acme", user_id="alice"))
+    token = metered(user)
+    try:
+        with pytest.raises(TimeoutError):
+            await side_request(
+                FunctionModel(slow), [Message.user(ORDER)], reply_tokens=64, timeout=0.1
+            )
+    finally:
+        unmetered(token)
+    day = period_key("day", time.time())[0]
+    assert book.used(f"tenant:acme:tokens_per_day:{day}") == asked
 
 
 async def test_a_call_that_failed_with_an_error_is_charged_no_tokens() -> None:

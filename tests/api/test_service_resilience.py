@@ -38,12 +38,19 @@ from support.misbehaving_chat_server import SLOW_WORDS, FakeModelServer
 
 
 def serve(
-    workspace: Path, model_server: FakeModelServer, servers: list[ThreadServer], **config: Any
+    workspace: Path,
+    model_server: FakeModelServer,
+    servers: list[ThreadServer],
+    *,
+    model_timeout: float = 60.0,
+    **config: Any,
 ) -> ThreadServer:
     # the model scripts the turn from its first request: no up-front retrieval before it
     env = {"SHELFHAND_EMBEDDER": "hashing", "SHELFHAND_ANSWER_RETRIEVAL": "tool"}
     settings = Settings.load(workspace, env=env)
-    model = OpenAIChatModel("fake", base_url=model_server.url, api_key="k", max_retries=0)
+    model = OpenAIChatModel(
+        "fake", base_url=model_server.url, api_key="k", max_retries=0, timeout=model_timeout
+    )
     app = App(settings=settings, model=model, router=EmbeddingRouter({"any": HashingEmbedder()}))
     api = create_app(app, config=ServiceConfig(**config), api_keys=user_contexts())
     server = start_thread_server(api)
@@ -309,3 +316,34 @@ def test_a_caller_who_reads_a_streamed_answer_and_leaves_is_charged_what_was_str
         time.sleep(0.05)
     assert booked(ALICE) == charged
     assert booked(BOB) == 50 + SLOW_WORDS
+
+
+def test_a_call_past_the_models_timeout_is_booked_as_its_budget_charged_it(
+    tmp_path: Path, model_server: FakeModelServer, thread_servers: list[ThreadServer]
+) -> None:
+    """The model's own deadline passes (not the caller leaving, not the turn's timeout): the
+    budget charges the call its request, as the provider read it, and the usage ledger and
+    the turn's failure book the same. Before, the budget charged the request and the ledger
+    booked nothing, so ``GET /v1/usage`` disagreed with itself."""
+    (tmp_path / "shelfhand.toml").write_text(
+        "[budgets.user]\ntokens_per_day = 1000000\n", encoding="utf-8"
+    )
+    server = serve(tmp_path, model_server, thread_servers, model_timeout=0.5)
+    model_server.modes.append("hang")
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        session = c.post("/v1/sessions").json()["id"]
+        r = c.post(f"/v1/sessions/{session}/messages", json={"content": "hello", "stream": False})
+        assert r.status_code == 504 and r.json()["code"] == "model_timeout", r.text
+        deadline = time.monotonic() + 10
+        while True:
+            usage = c.get("/v1/usage").json()
+            (mine,) = [b for b in usage["budgets"] if b["scope"].startswith("user ")]
+            booked = [
+                (u["input_tokens"], u["output_tokens"], u["model_calls"]) for u in usage["usage"]
+            ]
+            if booked or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    charged = int(mine["used"])
+    assert charged > 0  # the request, as the provider read it
+    assert booked == [(charged, 0, 1)]

@@ -152,11 +152,15 @@ def test_a_turn_whose_model_fails_after_a_call_still_counts_that_call(
             json={"content": "E-203 要冷却多久？", "stream": False},
         )
         report = c.get("/v1/usage").json()
-    # the call that ran is counted too (a search when it was retrieve)
+    # the call that ran is counted too (a search when it was retrieve), and the one past its
+    # timeout at its request's estimate, as the budget charged it (before: not at all)
+    (row,) = report["usage"]
+    cut = row["input_tokens"] - 300
+    assert 300 < cut < 5000, cut  # the system prompt, the tools, the question, the result
     spent = {
-        "input_tokens": 300,
+        "input_tokens": 300 + cut,
         "output_tokens": 20,
-        "model_calls": 1,
+        "model_calls": 2,
         "tool_calls": 1,
         "retrievals": 1 if found else 0,
     }
@@ -167,7 +171,6 @@ def test_a_turn_whose_model_fails_after_a_call_still_counts_that_call(
         assert {k: body["usage"][k] for k in spent} == spent
     else:
         assert r.status_code == 504, r.text
-    (row,) = report["usage"]
     assert {k: row[k] for k in spent} == spent
 
 
@@ -223,7 +226,10 @@ def test_two_callers_turns_at_once_each_count_their_own_calls(
         (alice_reply, alice_report), (bob_reply, bob_report) = alice.result(), bob.result()
 
     counts = ("input_tokens", "output_tokens", "model_calls", "tool_calls", "retrievals")
-    alice_used = dict(zip(counts, (300, 20, 1, 1, 1), strict=True))
+    # alice's call past its timeout at its request's estimate, as her budget would charge it
+    cut = alice_reply["usage"]["input_tokens"] - 300
+    assert 300 < cut < 5000, cut
+    alice_used = dict(zip(counts, (300 + cut, 20, 2, 1, 1), strict=True))
     bob_used = dict(zip(counts, (90, 9, 2, 1, 0), strict=True))
     assert alice_reply["fallback_reason"] == "model_timeout"
     assert {k: alice_reply["usage"][k] for k in counts} == alice_used

@@ -111,3 +111,16 @@ def test_a_turn_of_one_model_is_one_row_as_before(tmp_path: Path) -> None:
     (row,) = ledger.report(ACME)
     assert (row.model, row.turns, row.input_tokens, row.cost) == ("qwen-max", 1, 5, 0.5)
     ledger.close()
+
+
+def test_calls_that_did_not_answer_count_as_their_budget_charged_them() -> None:
+    """A call whose caller left, one past its deadline and a stream broken after text count
+    at their estimates (what the budget charged); one that failed before any text, not at
+    all. Before, only the first counted, so the ledger booked less than the budget charged."""
+    tally = ModelTally()
+    tally.count_model_call("qwen-max", "ok", 300, 30)
+    tally.count_model_call("qwen-max", "cut", 120, 4)
+    tally.count_model_call("qwen-max", "timeout", 110, 0)
+    tally.count_model_call("qwen-max", "error", 100, 9)  # broken after 9 tokens of text
+    tally.count_model_call("qwen-max", "error", 0, 0)  # refused, or a server out of reach
+    assert tally.total() == Usage(input_tokens=630, output_tokens=43, model_calls=4)

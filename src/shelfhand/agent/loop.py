@@ -27,7 +27,6 @@ asks again, once; the answer check then reads the answer against what was found.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -57,6 +56,7 @@ from shelfhand.tools.toolkit import Toolkit
 
 from .answer_check import needs_search, withdrawal_notice
 from .budget import (
+    CUT_OFF,
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
     TokenCounter,
@@ -310,17 +310,18 @@ class AgentLoop:
                 else:
                     response = await self.model.request(request, tools=schemas)
             except BaseException as exc:
-                # cut off (the caller went away, a timeout) or failed: what it may have cost,
-                # charged now without waiting (the run may be closing); a call whose caller
-                # left is counted so too (one that failed stays a failed call)
-                left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
-                if meter is not None or (chat is not None and left):
+                # cut off (the caller went away, a timeout, a stream broken after text) or
+                # failed: what it may have cost, charged now without waiting (the run may be
+                # closing), and counted (so booked) as charged; a call that failed before any
+                # text stays a failed call, charged nothing
+                cut_off = bool(cut) or isinstance(exc, CUT_OFF)
+                if meter is not None or (chat is not None and cut_off):
                     asked = sum(map(count, request)) + self._tools_tokens(schemas)
                     charged = cut_off_usage(exc, asked, cut)
                     if meter is not None:
                         meter.settle_soon(reserved, charged)
-                    if chat is not None and left:
-                        cut_chat(chat, charged)
+                    if chat is not None and cut_off:
+                        cut_chat(chat, charged, exc)
                 raise
             if meter is not None:
                 await metering.settle(meter, reserved, response.usage)

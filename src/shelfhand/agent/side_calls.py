@@ -71,6 +71,11 @@ async def side_request(
     ``budget.exceeded`` event on the current span, and the meter's ``refused`` (the service
     audits it).
 
+    A call cut off (past ``timeout``, its caller gone) is charged, counted and added to the
+    block's usage at its request's estimate, as a call of the loop is: the provider read the
+    request, and no reply arrived to count. One that failed (an error answer, a server out
+    of reach) is charged nothing and counted failed.
+
     Raises:
         BudgetExceededError: The caller's budget has no room for it (no call is made).
         TimeoutError: No answer within ``timeout``.
@@ -78,13 +83,14 @@ async def side_request(
             released).
     """
     meter = current_meter()
-    reserved = 0
+    reserved = asked = 0
     if meter is not None:
         # the request by the loop's cautious estimate (a digit, a CJK character, a symbol: a
         # token each) and the longest reply the model may give, so that what concurrent calls
         # reserve holds what they will be charged
         longest = positive_int(getattr(model, "max_tokens", None)) or 0
-        size = sum(message_tokens(m) for m in request) + max(reply_tokens, longest)
+        asked = sum(message_tokens(m) for m in request)
+        size = asked + max(reply_tokens, longest)
         try:
             reserved = await metering.reserve(meter, size)
         except BudgetExceededError as exc:
@@ -95,17 +101,23 @@ async def side_request(
         async with asyncio.timeout(timeout):
             response = await model.request(list(request))
     except BaseException as exc:  # a cancellation too: nothing stays reserved or open
+        # cut off (past its timeout, its caller gone): the provider read the request, so it
+        # is charged and counted at the request's estimate, as a call of the loop (before, it
+        # kept its whole reservation as spent, request and longest reply, while the usage
+        # ledger booked nothing); failed (an error answer, a server out of reach): nothing
+        cut_off = isinstance(exc, CUT_OFF)
+        if cut_off and not asked:
+            asked = sum(message_tokens(m) for m in request)
+        charged = Usage(input_tokens=asked if cut_off else 0)
         if meter is not None:  # (now, and without waiting: the caller may be cancelled)
-            # cut off (past its timeout, its caller gone): the provider may have read the
-            # request and written a reply nobody will see, of unknown size, so it is charged
-            # what was reserved; failed (an error answer, a server out of reach): nothing, as
-            # a call of the loop. (Before, a failing call kept its whole reservation: a
-            # reranker whose model was down charged every search a request and a reply.)
-            meter.settle_soon(reserved, None if isinstance(exc, CUT_OFF) else Usage())
+            meter.settle_soon(reserved, charged)
         if call is not None:
             late = isinstance(exc, TimeoutError) and timeout is not None
             said = f"model {call.model!r} did not answer within {timeout:g}s" if late else ""
-            fail_chat(call, ModelTimeoutError(said) if late else exc)
+            fail_chat(call, ModelTimeoutError(said) if late else exc, charged if cut_off else None)
+        collecting = _COLLECTING.get()
+        if cut_off and collecting is not None:
+            collecting.add(Usage(input_tokens=asked, model_calls=1))
         raise
     if call is not None:
         end_chat(call, response, None)

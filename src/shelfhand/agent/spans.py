@@ -9,6 +9,7 @@ also counted for the service's metrics when the turn counts its steps
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
@@ -212,21 +213,32 @@ def end_chat(call: ChatCall, response: ModelResponse, first_token_ns: int | None
     leave(span, call.token)
 
 
-def cut_chat(call: ChatCall, usage: Usage) -> None:
-    """A model call its caller left before the reply was complete: counted (and so booked in
-    the usage ledger) at ``usage``, what its budget charged, with status ``cut``, since no
-    reply will carry it. Its span is ended by the turn's end."""
+def cut_chat(call: ChatCall, usage: Usage, exc: BaseException) -> None:
+    """A model call ``exc`` ended before its reply was complete: counted (and so booked in
+    the usage ledger) at ``usage``, what its budget charged (the request, the text streamed),
+    since no reply will carry it. Its status: ``cut`` when its caller left, ``timeout`` past
+    its deadline, ``error`` for a stream broken after text. Its span is ended by the run's
+    or the turn's end."""
     if call.counting is not None:
+        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            status = "cut"
+        elif isinstance(exc, (TimeoutError, ModelTimeoutError)):
+            status = "timeout"
+        else:
+            status = "error"
         call.counting.model_call_ended(
-            call.model, usage.input_tokens, usage.output_tokens, status="cut"
+            call.model, usage.input_tokens, usage.output_tokens, status=status
         )
 
 
-def fail_chat(call: ChatCall, exc: BaseException) -> None:
+def fail_chat(call: ChatCall, exc: BaseException, cut: Usage | None = None) -> None:
     """A model call that raised (one whose failure the caller survives, such as the memory's
-    summary): count it failed, end its span failed with ``exc``'s type (and, for a timeout,
-    its words: :func:`failure_attributes`)."""
-    if call.counting is not None:
+    summary): counted failed, or at ``cut`` when it was cut off (what its budget charged: see
+    :func:`cut_chat`); its span ended failed with ``exc``'s type (and, for a timeout, its
+    words: :func:`failure_attributes`)."""
+    if cut is not None:
+        cut_chat(call, cut, exc)
+    elif call.counting is not None:
         call.counting.model_call_ended(call.model, 0, 0, status="error")
     span = call.span
     if span is not None:

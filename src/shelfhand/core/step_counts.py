@@ -44,9 +44,11 @@ class StepCounter(Protocol):
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:
-        """A model call ended (``status``: ``ok``, ``error``, or ``cut``: ended before its
-        reply was complete, the caller gone, its tokens estimated as its budget charged
-        them)."""
+        """A model call ended (``status``: ``ok``; ``cut``, its caller gone before its reply
+        was complete; ``timeout``, past its deadline; ``error``). The tokens of a call that
+        did not answer are estimated as its budget charged them: its request when it was cut
+        off or timed out, and the text a broken stream wrote; none for one that failed before
+        any text."""
         ...
 
     def count_tool_call(self, tool: str, outcome: str) -> None:
@@ -75,8 +77,8 @@ class Counting:
     def model_call_ended(
         self, model: str, input_tokens: int, output_tokens: int, *, status: str = "ok"
     ) -> None:
-        """A call of ``model`` ended (``status``: ``ok``, or ``error`` for one that
-        raised)."""
+        """A call of ``model`` ended (``status``: as :meth:`StepCounter.count_model_call`
+        takes it)."""
         task = _current_task()
         calls = self.open_calls
         found = [call for call in calls if call[0] == model]

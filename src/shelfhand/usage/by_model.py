@@ -58,9 +58,10 @@ class ModelTally:
     def count_model_call(
         self, model: str, status: str, input_tokens: int, output_tokens: int
     ) -> None:
-        # as a run's usage counts them: calls that answered; and one cut off before its end
-        # (its caller went away), at its estimate, as its budget was charged
-        if status in ("ok", "cut"):
+        # as a run's usage counts them: calls that answered; and one ended before its reply
+        # was complete (its caller went away, its deadline passed, its stream broke after
+        # text) at its estimate, as its budget was charged
+        if status != "error" or input_tokens or output_tokens:
             call = Usage(input_tokens=input_tokens, output_tokens=output_tokens, model_calls=1)
             with self._lock:
                 had = self._calls.get(model)

@@ -23,7 +23,7 @@ from shelfhand.core.events import (
     ToolStarted,
 )
 from shelfhand.core.messages import Citation, Message
-from shelfhand.testing import FunctionModel, ScriptedModel, text, tool_call
+from shelfhand.testing import FunctionModel, ScriptedModel, failure, text, tool_call
 from shelfhand.tools.audit import AuditLog
 from shelfhand.tools.tool import ToolOutput
 
@@ -247,3 +247,24 @@ async def test_a_pipeline_counts_its_steps_usage_and_hands_it_to_the_run_that_de
     )
     done = await sup.run("go", context=ALICE)
     assert done.usage.model_calls == 4  # the supervisor's two and the pipeline's two
+
+
+async def test_a_pipeline_whose_step_fails_still_hands_its_steps_usage_to_its_parent() -> None:
+    """The second step's model fails; the supervisor goes on and answers. The first step's
+    call (and the second's, cut off at its deadline, at its request's estimate) still count
+    in the supervisor's usage, as the caller's budget was charged them: before, a pipeline
+    that raised handed nothing to the run that delegated it."""
+    inner = sequential(
+        Agent(name="one", model=ScriptedModel([text("a")])),
+        Agent(name="two", model=ScriptedModel([failure("timeout")])),
+        name="chain",
+    )
+    sup = Supervisor(
+        model=ScriptedModel([tool_call("chain", {"task": "go"}), text("done")]),
+        toolkit=Toolkit(),
+        subagents=[Subagent("chain", "Chains.", agent=inner)],
+    )
+    done = await sup.run("go", context=ALICE)
+    assert done.output == "done"
+    # the supervisor's two, the first step's, and the second step's cut off
+    assert done.usage.model_calls == 4

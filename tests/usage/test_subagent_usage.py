@@ -5,6 +5,7 @@ service's reply and ledger: tests/api/test_usage_api.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -13,6 +14,7 @@ import pytest
 from shelfhand import Toolkit, UserContext, tool
 from shelfhand.agent.subagents import Subagent
 from shelfhand.agent.supervisor import Supervisor
+from shelfhand.core.errors import ModelProviderError, ModelTimeoutError
 from shelfhand.core.events import Final
 from shelfhand.core.messages import Message, ToolCallBlock
 from shelfhand.core.results import Usage
@@ -122,3 +124,42 @@ async def test_two_callers_at_once_each_get_their_own_sum() -> None:
         tg.start_soon(ask, ACME)
         tg.start_soon(ask, UserContext(tenant_id="globex", user_id="bob"))
     assert results == {"acme": SUM, "globex": SUM}
+
+
+@pytest.mark.parametrize("failure", ["error", "timeout"])
+async def test_a_subagent_that_fails_after_some_calls_still_adds_them(failure: str) -> None:
+    """The advisor looks the stock up (one call answered, one tool call), then its model
+    fails; the supervisor answers anyway. The turn's usage holds the advisor's answered call
+    and its tool call, as the caller's budget was charged them: before, a subagent's run that
+    raised handed nothing to its parent, and its calls were missing from the reply's usage
+    and from the usage ledger, which books it. A call past its timeout counts too, at its
+    request's estimate (what the budget charged it)."""
+
+    def advisor_turn(messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        if messages[-1].role != "tool":
+            return reply(call("query_stock", '{"sku": "SKU2024-011"}'), 30, 3)
+        if failure == "timeout":
+            raise ModelTimeoutError("the advisor's model did not answer within 60s")
+        raise ModelProviderError("the advisor's model server went away", status_code=502)
+
+    advisor = Subagent(
+        "product_advisor",
+        "Answers questions about stock.",
+        model=FunctionModel(advisor_turn),
+        tools=["query_stock"],
+    )
+    sup = Supervisor(
+        model=delegating("product_advisor", "暂时无法确认库存。", MAIN_CALLS),
+        toolkit=Toolkit([query_stock]),
+        subagents=[advisor],
+    )
+    result = await sup.run("SKU2024-011 有货吗？", context=ACME)
+    assert result.output == "暂时无法确认库存。"
+    # the supervisor's two calls and its delegation; the advisor's answered call and lookup
+    answered = Usage(input_tokens=330, output_tokens=33, model_calls=3, tool_calls=2)
+    if failure == "error":  # failed before any text: charged nothing, counted nowhere
+        assert result.usage == answered
+    else:  # cut off: its request, as estimated (its prompt, tools, question and lookup)
+        cut = result.usage.input_tokens - answered.input_tokens
+        assert 50 < cut < 2000, cut
+        assert result.usage == replace(answered, input_tokens=330 + cut, model_calls=4)

@@ -119,6 +119,27 @@ def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
     return usage
 
 
+def _failed(
+    run: RunContext,
+    parent: RunContext,
+    own: Usage,
+    cut: Usage | None,
+    price: ModelPrice | None,
+) -> None:
+    """Hand what a subagent's run used before its model call failed (``own``, and the call
+    ``cut`` off at what its budget charged) to the run that delegated it, as :func:`_ended`
+    hands a finished run's: the caller's budget was charged these calls, so the turn's usage
+    (its reply, the usage ledger) counts them. Before, a subagent that failed handed over
+    nothing, though its parent went on and answered."""
+    if cut is not None:
+        extra = price.cost(cut) if price is not None else 0.0
+        own = own + Usage(
+            input_tokens=cut.input_tokens, output_tokens=cut.output_tokens, model_calls=1,
+            cost=extra if own.cost is not None else None,
+        )  # fmt: skip
+    parent.delegated.add(own + run.delegated.total)
+
+
 def _refused(guard: CallGuard, calls: Sequence[ToolCallBlock]) -> Repeated | None:
     """The first of ``calls`` that the guard refuses to run again (see :mod:`.guard`)."""
     for call in calls:
@@ -315,13 +336,22 @@ class AgentLoop:
                 # closing), and counted (so booked) as charged; a call that failed before any
                 # text stays a failed call, charged nothing
                 cut_off = bool(cut) or isinstance(exc, CUT_OFF)
-                if meter is not None or (chat is not None and cut_off):
+                parent = options.get("parent")
+                charged = None
+                if meter is not None or (cut_off and (chat is not None or parent is not None)):
                     asked = sum(map(count, request)) + self._tools_tokens(schemas)
                     charged = cut_off_usage(exc, asked, cut)
                     if meter is not None:
                         meter.settle_soon(reserved, charged)
                     if chat is not None and cut_off:
                         cut_chat(chat, charged, exc)
+                if parent is not None:  # a subagent's run: what it used still counts
+                    own = run_usage(
+                        input_tokens=input_tokens, output_tokens=output_tokens,
+                        model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
+                        retrievals=retrievals - guard.replayed_searches, cost=cost,
+                    )  # fmt: skip
+                    _failed(run, parent, own, charged if cut_off else None, price)
                 raise
             if meter is not None:
                 await metering.settle(meter, reserved, response.usage)

@@ -170,12 +170,15 @@ class Pipeline(abc.ABC):
                 async for event in events:
                     yield event
             result = self._combine(first, run)
-            if parent is not None:  # a delegated pipeline: its parent's usage counts its steps
-                parent.delegated.add(result.usage)
         except BaseException as exc:
+            if parent is not None:  # the steps that ran, a failed one too, still count
+                parent.delegated.add(run.root.delegated.total)
             if span is not None:
                 span.fail(type(exc).__name__)
             raise
+        else:
+            if parent is not None:  # a delegated pipeline: its parent's usage counts its steps
+                parent.delegated.add(result.usage)
         finally:
             leave(span, token)
         yield Final(result=result)

@@ -212,17 +212,61 @@ async def test_each_subagent_is_an_a2a_agent_of_its_own(
     await main.close()
 
 
-async def test_an_answer_the_check_replaces_is_followed_by_the_checked_one(
+def artifact_texts(responses: list[StreamResponse]) -> dict[str, str]:
+    """Each artifact's text as a client that follows the protocol keeps it: a chunk with
+    ``append`` adds to the artifact of its id, one without replaces it."""
+    kept: dict[str, str] = {}
+    for r in responses:
+        if r.HasField("artifact_update"):
+            update = r.artifact_update
+            chunk = "".join(p.text for p in update.artifact.parts)
+            before = kept.get(update.artifact.artifact_id, "") if update.append else ""
+            kept[update.artifact.artifact_id] = before + chunk
+        if r.HasField("task"):
+            for artifact in r.task.artifacts:
+                kept[artifact.artifact_id] = "".join(p.text for p in artifact.parts)
+    return kept
+
+
+async def test_an_answer_the_check_replaces_is_replaced_in_the_artifact(
     tmp_path: Path, thread_servers: list[ThreadServer]
 ) -> None:
-    # the passage says 12 months; the model says 36, citing it. The artifact only appends:
-    # before, it kept the model's 36 and never sent the checked answer
+    """The passage says 12 months; the model says 36, citing it. A streaming client is shown
+    the 36 as it streams, then the artifact is replaced with the checked answer alone, the
+    check's notice in its metadata; a blocking caller's task holds the checked answer alone.
+    Before, the artifact only appended: it kept the 36 and the notice, the checked answer
+    after them."""
     model = ScriptedModel(
-        [tool_call("retrieve", {"query": "投影仪保修"}), text("保修 36 个月 [1]。")]
+        [tool_call("retrieve", {"query": "投影仪保修"}), text("保修 36 个月 [1]。")] * 2
     )
     server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
     client = await a2a_client(server, "key-alice")
-    answer = answer_of([r async for r in client.send_message(request("投影仪保修多久？"))])
-    shown, notice, checked = answer.partition("上面的回答经与文档核对后已被替换")
-    assert "36 个月" in shown and notice and "12 个月" in checked and "36" not in checked
+    responses = [r async for r in client.send_message(request("投影仪保修多久？"))]
+    updates = [r.artifact_update for r in responses if r.HasField("artifact_update")]
+    *chunks, last = updates
+    assert "36 个月" in "".join(p.text for u in chunks for p in u.artifact.parts)  # as it streamed
+    assert last.last_chunk and not last.append  # replaces the artifact
+    assert "已被替换" in last.artifact.metadata["notice"]
+    (final,) = artifact_texts(responses).values()
+    assert "12 个月" in final and "36" not in final and "已被替换" not in final
     await client.close()
+
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer key-alice"}) as h:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "role": "ROLE_USER",
+                    "messageId": uuid.uuid4().hex,
+                    "parts": [{"text": "投影仪保修多久？"}],
+                },
+                "configuration": {"blocking": True},
+            },
+        }
+        headers = {"A2A-Version": "1.0"}
+        r = await h.post(server.url + "/a2a/shelfhand", json=body, headers=headers, timeout=30)
+    (artifact,) = r.json()["result"]["task"]["artifacts"]
+    blocking = "".join(p["text"] for p in artifact["parts"])
+    assert "12 个月" in blocking and "36" not in blocking and "已被替换" not in blocking

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shelfhand.service.completions import AppendedAnswer
+from shelfhand.service.completions import AppendedAnswer, whole_answer
 
 CITATION = {"index": 1, "source": "t1/warranty.md", "text": "整机保修 12 个月。", "title": "保修"}
 
@@ -52,6 +52,38 @@ def test_a_replaced_answer_follows_the_deltas_under_the_notice() -> None:
     }
     text = sent({"type": "text_delta", "text": "36 个月。"}, replaced, final("12 个月。"))
     assert text == "36 个月。\n\n---\nReplaced:\n\n12 个月。"
+
+
+def test_text_taken_back_is_told_for_a_stream_that_can_replace_what_it_sent() -> None:
+    """An A2A artifact can be replaced: it ends with the answer alone (``whole_answer``) when
+    the turn took back text it streamed, its notice beside it."""
+    events = (
+        [
+            {"type": "text_delta", "text": "99 年。"},
+            {"type": "text_withdrawn", "text": "99 年。", "reason": "guessed", "notice": "W"},
+            {"type": "text_delta", "text": "12 个月 [1]。"},
+        ],
+        [
+            {"type": "text_delta", "text": "36 个月。"},
+            {"type": "answer_replaced", "reason": "ungrounded", "output": "x", "notice": "R"},
+        ],
+    )
+    for notice, before in zip(("W", "R"), events, strict=True):
+        answer = AppendedAnswer()
+        for event in [*before, final("12 个月 [1]。", (CITATION,))]:
+            answer.add(event)
+        assert (answer.rewritten, answer.notice) == (True, notice)
+        assert whole_answer(final("12 个月 [1]。", (CITATION,))).startswith(
+            "12 个月 [1]。\n\n来源："
+        )
+    plain = AppendedAnswer()
+    for event in ({"type": "text_delta", "text": "12 个月。"}, final("12 个月。")):
+        plain.add(event)
+    assert (plain.rewritten, plain.notice) == (False, "")
+    nothing_shown = AppendedAnswer()  # replaced before anything streamed: nothing taken back
+    for event in ({"type": "answer_replaced", "output": "x", "notice": "R"}, final("12 个月。")):
+        nothing_shown.add(event)
+    assert not nothing_shown.rewritten
 
 
 def test_nothing_streamed_sends_the_answer_itself() -> None:

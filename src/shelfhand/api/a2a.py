@@ -14,9 +14,10 @@ Mounted by :func:`~shelfhand.api.server.create_app` when the extra is installed:
 
 A message runs as one turn of :class:`~shelfhand.service.chat.ChatService` (turn lock,
 governance, memory) in the shelfhand session of its A2A ``contextId``, so a context is a
-conversation. The answer streams as an artifact (``answer``, appended chunk by chunk), its
-citations ride in the artifact's metadata (``citations``), and the task completes (or fails
-with the turn's error). A long run is an ordinary task: ``returnImmediately`` answers at once
+conversation. The answer streams as an artifact (``answer``, appended chunk by chunk; when
+the turn took back text it had streamed, the last chunk replaces the artifact with the answer
+alone), its citations ride in the artifact's metadata (``citations``), and the task completes
+(or fails with the turn's error). A long run is an ordinary task: ``returnImmediately`` answers at once
 with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
 """
 
@@ -60,6 +61,7 @@ from shelfhand.service.completions import (
     ClientMessage,
     open_turn,
     served_models,
+    whole_answer,
 )
 
 if TYPE_CHECKING:
@@ -206,20 +208,29 @@ class ShelfhandExecutor(AgentExecutor):
             await updater.failed(new_text_message(str(exc), context_id=context_id))
             return
         answer = f"{task_id}-answer"
-        appended = AppendedAnswer()  # an artifact only appends: as the OpenAI streams do
+        appended = AppendedAnswer()  # chunks appended to the artifact, as the OpenAI streams
         try:
             async for event in turn.events:
                 started = appended.started
                 text = appended.add(event)
                 if event.get("type") == "final":
                     citations = [Citation.from_dict(c) for c in event.get("citations", [])]
+                    metadata: dict[str, Any] = {"citations": [c.to_dict() for c in citations]}
+                    # text the turn took back (a withdrawn guess, an answer the check
+                    # replaced) was appended as it streamed; the last chunk then replaces
+                    # the artifact (``append`` false) with the answer alone, the turn's
+                    # words for why in its metadata (``notice``), so the task, what a
+                    # blocking caller gets, holds no text taken back
+                    whole = appended.rewritten
+                    if whole:
+                        metadata["notice"] = appended.notice
                     await updater.add_artifact(
-                        [new_text_part(text)],
+                        [new_text_part(whole_answer(event) if whole else text)],
                         artifact_id=answer,
                         name="answer",
-                        append=started,
+                        append=started and not whole,
                         last_chunk=True,
-                        metadata={"citations": [c.to_dict() for c in citations]},
+                        metadata=metadata,
                     )
                 elif text:
                     await updater.add_artifact(

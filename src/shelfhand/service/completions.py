@@ -53,6 +53,7 @@ __all__ = [
     "replaced_notice",
     "served_models",
     "sources_text",
+    "whole_answer",
     "withdrawn_notice",
 ]
 
@@ -279,6 +280,12 @@ def replaced_notice(replaced: Mapping[str, Any] | None, streamed: str) -> str:
     return f"\n\n---\n{notice}{'：' if in_chinese(notice) else ':'}\n\n"
 
 
+def whole_answer(final: Mapping[str, Any]) -> str:
+    """The turn's answer as its ``final`` event holds it, and the sources: what a stream that
+    can replace what it sent ends with, where :class:`AppendedAnswer` appended notices."""
+    return str(final.get("output", "")) + final_sources(final)
+
+
 class AppendedAnswer:
     """A turn's answer as a stream that can only append sends it (the OpenAI-compatible chat
     and Responses streams, A2A artifacts): the text deltas as they come; a notice where the
@@ -291,12 +298,18 @@ class AppendedAnswer:
     attribute is copied whole at each piece (80,000 characters in 16,000 deltas cost 32 ms,
     320,000 cost 1.8 s)."""
 
-    __slots__ = ("_answer", "_replaced", "_sent")
+    __slots__ = ("_answer", "_replaced", "_sent", "notice", "rewritten")
 
     def __init__(self) -> None:
         self._sent: list[str] = []
         self._answer: list[str] = []  # streamed since the last withdrawal: what the client sees
         self._replaced: Mapping[str, Any] | None = None
+        self.rewritten = False
+        """Whether what was appended holds text the turn took back (a guess withdrawn, an
+        answer the check replaced) under a notice: a stream that can replace what it sent
+        (an A2A artifact) sends :func:`whole_answer` instead."""
+        self.notice = ""
+        """The turn's words for the last text it took back ('' for none)."""
 
     @property
     def started(self) -> bool:
@@ -318,6 +331,7 @@ class AppendedAnswer:
             self._answer.append(piece)
         elif kind == "text_withdrawn" and any(self._answer):
             piece, self._answer = withdrawn_notice(event), []
+            self.rewritten, self.notice = True, str(event.get("notice", ""))
         elif kind == "answer_replaced":
             self._replaced, piece = event, ""
         elif kind == "final":
@@ -334,7 +348,10 @@ class AppendedAnswer:
         if self._replaced is not None or not answer:
             # the checked answer follows the deltas, said to be the one that counts (or,
             # nothing streamed, is the answer)
-            rest = replaced_notice(self._replaced, answer) + output
+            notice = replaced_notice(self._replaced, answer)
+            if notice and self._replaced is not None:
+                self.rewritten, self.notice = True, str(self._replaced.get("notice", ""))
+            rest = notice + output
         else:
             rest = ""
         return rest + final_sources(final)

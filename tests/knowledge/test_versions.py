@@ -84,6 +84,23 @@ def test_siblings_stay_within_k_and_identical_passages_are_not_repeated(
     assert [h.chunk.section_path[-1] for h in hits].count("保修范围") == 1
 
 
+def test_a_passage_every_version_holds_is_cited_from_the_newest(kb: KnowledgeBase) -> None:
+    """The 保修范围 text is the same in versions 1 and 2 (and 3, which this caller may not
+    read): whichever copy ranked first, the passage is version 2's, the newest the caller
+    can read, so it is not shown as the superseded version's. Before, it was the copy that
+    ranked first: version 1's when its title scored a hair higher."""
+    (hit,) = [h for h in kb.search("人为损坏", k=3, mode="keyword") if "保修范围" in h.chunk.text]
+    assert hit.chunk.chunk_id == "policy-v2.md::2"
+    legal = UserContext(tenant_id="default", user_id="l", roles=["legal"])
+    hits = kb.search("人为损坏", k=3, mode="keyword", user=legal)
+    assert [h.chunk.chunk_id for h in hits if h.chunk.section_path[-1] == "保修范围"] == [
+        "policy-v3.md::2"
+    ]
+    alone = replace(kb.search_options, version_siblings=False)  # as ranked, with siblings off
+    (first, *_) = kb.search("人为损坏", k=3, mode="keyword", options=alone)
+    assert first.chunk.section_path[-1] == "保修范围"
+
+
 def test_siblings_can_be_switched_off(kb: KnowledgeBase) -> None:
     # only version 1 says "12": the other version comes along as a sibling, or not at all
     assert [h.chunk.chunk_id for h in kb.search("12", k=2, mode="keyword")] == [

@@ -9,7 +9,9 @@ that passage and :mod:`shelfhand.knowledge.evidence.conflicts` can flag what dif
 replaces the lowest-ranked hit that is neither an exact identifier match nor a sibling, so a
 search still returns at most ``k`` hits. Siblings are those the search's
 :class:`~shelfhand.knowledge.types.Scope` may read (tenant, roles, doc type and source filters)
-and identical passages are skipped.
+and identical passages are skipped; a passage that a newer version holds word for word is
+cited from the newest one (a section the new version kept as it was is still in force: it
+is not shown as the superseded version's).
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ def version_key(title: str, source: str = "") -> str | None:
         if found:
             return found[1].lower()
     return None
+
+
+def _version(chunk: Chunk) -> tuple[int, ...]:
+    """The version its title (else its file name) names: ``(2,)`` for "保修政策（第 2 版）"."""
+    for text in (chunk.title, PurePosixPath(chunk.source).stem if chunk.source else ""):
+        found = split_version(text)
+        if found:
+            return found[0]
+    return ()
 
 
 def _below_title(chunk: Chunk) -> tuple[str, ...]:
@@ -76,6 +87,12 @@ def add_version_siblings(
         hit = out[i]
         for sibling in _siblings(store, hit.chunk, scope):
             if sibling.content_hash in seen:
+                kept = out[i].chunk
+                if sibling.content_hash == kept.content_hash and _version(sibling) > _version(kept):
+                    # the same words in a newer version: cited from the newest
+                    if kept.chunk_id in protected:
+                        protected.add(sibling.chunk_id)
+                    out[i] = replace(out[i], chunk=sibling)
                 continue
             # the lowest hit that is neither exact nor a sibling (nor this one) makes room
             if len(out) >= k:

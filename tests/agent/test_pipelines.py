@@ -235,18 +235,22 @@ async def test_a_pipeline_counts_its_steps_usage_and_hands_it_to_the_run_that_de
     tokens = result.usage.input_tokens + result.usage.output_tokens
     assert tokens > 0
 
+    done = await over_a_chain(ScriptedModel([text("b")])).run("go", context=ALICE)
+    assert done.usage.model_calls == 4  # the supervisor's two and the pipeline's two
+
+
+def over_a_chain(second: ScriptedModel) -> Supervisor:
+    """A supervisor that delegates to a two-step pipeline once, then answers "done"."""
     inner = sequential(
         Agent(name="one", model=ScriptedModel([text("a")])),
-        Agent(name="two", model=ScriptedModel([text("b")])),
+        Agent(name="two", model=second),
         name="chain",
     )
-    sup = Supervisor(
+    return Supervisor(
         model=ScriptedModel([tool_call("chain", {"task": "go"}), text("done")]),
         toolkit=Toolkit(),
         subagents=[Subagent("chain", "Chains.", agent=inner)],
     )
-    done = await sup.run("go", context=ALICE)
-    assert done.usage.model_calls == 4  # the supervisor's two and the pipeline's two
 
 
 async def test_a_pipeline_whose_step_fails_still_hands_its_steps_usage_to_its_parent() -> None:
@@ -254,17 +258,7 @@ async def test_a_pipeline_whose_step_fails_still_hands_its_steps_usage_to_its_pa
     call (and the second's, cut off at its deadline, at its request's estimate) still count
     in the supervisor's usage, as the caller's budget was charged them: before, a pipeline
     that raised handed nothing to the run that delegated it."""
-    inner = sequential(
-        Agent(name="one", model=ScriptedModel([text("a")])),
-        Agent(name="two", model=ScriptedModel([failure("timeout")])),
-        name="chain",
-    )
-    sup = Supervisor(
-        model=ScriptedModel([tool_call("chain", {"task": "go"}), text("done")]),
-        toolkit=Toolkit(),
-        subagents=[Subagent("chain", "Chains.", agent=inner)],
-    )
-    done = await sup.run("go", context=ALICE)
+    done = await over_a_chain(ScriptedModel([failure("timeout")])).run("go", context=ALICE)
     assert done.output == "done"
     # the supervisor's two, the first step's, and the second step's cut off
     assert done.usage.model_calls == 4

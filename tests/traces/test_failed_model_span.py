@@ -55,6 +55,10 @@ async def test_a_model_that_sends_no_first_token_says_so_on_its_span(
     assert chat.attributes["server.port"] == int(chat_server.url.split(":")[2].split("/")[0])
     (run,) = [s for s in spans.spans if s.name.startswith("invoke_agent ")]
     assert run.status == "error" and "shelfhand.chat.failure" not in run.attributes
+    # cut off at its deadline: the tokens a budget charges it (its request), said estimated
+    assert chat.attributes["shelfhand.usage.estimated"] is True
+    assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 0
 
 
 @pytest.mark.parametrize("record_content", [False, True])

@@ -217,8 +217,18 @@ def cut_chat(call: ChatCall, usage: Usage, exc: BaseException) -> None:
     """A model call ``exc`` ended before its reply was complete: counted (and so booked in
     the usage ledger) at ``usage``, what its budget charged (the request, the text streamed),
     since no reply will carry it. Its status: ``cut`` when its caller left, ``timeout`` past
-    its deadline, ``error`` for a stream broken after text. Its span is ended by the run's
-    or the turn's end."""
+    its deadline, ``error`` for a stream broken after text. Its span says those tokens, marked
+    estimated (``shelfhand.usage.estimated``), so a trace's calls add up to its turn's usage;
+    it is ended by the run's or the turn's end."""
+    span = call.span
+    if span is not None:
+        span.update(
+            {
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "shelfhand.usage.estimated": True,
+            }
+        )
     if call.counting is not None:
         if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
             status = "cut"

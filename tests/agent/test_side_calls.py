@@ -16,6 +16,7 @@ from shelfhand.agent.side_calls import side_request, side_usage
 from shelfhand.core.errors import BudgetExceededError, ModelProviderError
 from shelfhand.core.messages import Message
 from shelfhand.core.metering import metered, unmetered
+from shelfhand.core.pricing import ModelPrice
 from shelfhand.core.results import Usage
 from shelfhand.core.tracing import SpanList, Tracer
 from shelfhand.testing import FunctionModel
@@ -115,6 +116,14 @@ async def test_a_call_past_its_timeout_is_charged_and_counted_its_request() -> N
     assert (charged.input_tokens, charged.output_tokens) == (asked, 0)
     total = used.total
     assert (total.input_tokens, total.output_tokens, total.model_calls) == (asked, 0, 1)
+    assert total.cost is None  # no price: unknown
+
+    price = ModelPrice(input=2.0, output=8.0)  # with a price, its cost is known
+    with side_usage() as priced, pytest.raises(TimeoutError):
+        await side_request(
+            FunctionModel(slow), [Message.user(ORDER)], reply_tokens=64, timeout=0.1, price=price
+        )
+    assert priced.total.cost == pytest.approx(asked * 2.0 / 1e6)
 
     book = LocalBudgetBook()
     policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))

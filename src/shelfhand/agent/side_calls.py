@@ -117,7 +117,8 @@ async def side_request(
             fail_chat(call, ModelTimeoutError(said) if late else exc, charged if cut_off else None)
         collecting = _COLLECTING.get()
         if cut_off and collecting is not None:
-            collecting.add(Usage(input_tokens=asked, model_calls=1))
+            cost = price.cost(charged) if price is not None else None
+            collecting.add(Usage(input_tokens=asked, model_calls=1, cost=cost))
         raise
     if call is not None:
         end_chat(call, response, None)

@@ -170,6 +170,37 @@ async def test_a_model_saying_the_documents_do_not_cover_it_in_its_words_stands(
     assert result.output == own and result.fallback_reason == ""
 
 
+@pytest.mark.parametrize(
+    ("question", "answer", "told"),
+    [
+        ("E-203 是什么故障？", "抱歉，我无法协助完成这个请求。", NOT_COVERED_ZH),
+        ("What does E-203 mean?", "I'm sorry, but I can't assist with that request.", NOT_COVERED),
+    ],
+)
+async def test_a_refusal_after_a_search_that_found_nothing_says_the_documents_lack_it(
+    kb: KnowledgeBase, question: str, answer: str, told: str
+) -> None:
+    """Qwen2.5-Coder-0.5B answered "E-203 是什么故障？" in a tenant with no documents with a
+    refusal to help: the user is told the documents do not cover it, the truth the refusal
+    hid. Before, the refusal stood."""
+    searched = agent(kb, tool_call("retrieve", {"query": question}), text(answer))
+
+    result = await searched.run(question, context=GLOBEX)  # globex has no documents
+
+    assert result.output.startswith(told) and result.fallback_reason == "declined"
+
+
+async def test_a_refusal_that_says_why_or_made_without_a_search_stands(kb: KnowledgeBase) -> None:
+    says_why = "抱歉，文档中没有相关信息。"  # the documents: it says so already
+    result = await agent(kb, text(says_why)).run("E-203 是什么故障？", context=GLOBEX)
+    assert result.output == says_why and result.fallback_reason == ""
+
+    refusal = "抱歉，我无法协助完成这个请求。"  # nothing was searched: not ours to say why
+    unsearched = Agent(model=ScriptedModel([text(refusal)]), answer_check=CHECK)
+    result = await unsearched.run("帮我写一段破解软件的代码", context=GLOBEX)
+    assert result.output == refusal and result.fallback_reason == ""
+
+
 async def test_a_loop_guard_stop_ends_with_the_passages_sentences(kb: KnowledgeBase) -> None:
     call = tool_call("http_get", {"url": "https://errors.example/E-203"})
     result = await agent(kb, call, call, call).run(E203, context=ACME)

@@ -158,6 +158,7 @@ REPLACED_NOTICE = "The answer above was replaced after checking it against the d
 REASONS = {
     "ungrounded": "the model's answer was not supported by the passages",
     "refusal": "the model declined although the passages cover the question",
+    "declined": "the model declined; the documents hold nothing on the question",
     "tool_failed": "the model declined after a tool called for the question failed",
     "prompt_echo": "the model repeated its instructions instead of answering",
     "posed_as_quoted": "the model passed its own words off as the documents' sentences",
@@ -179,6 +180,7 @@ REPLACED_NOTICE_ZH = "上面的回答经与文档核对后已被替换（{reason
 REASONS_ZH = {
     "ungrounded": "文档不支持这个回答",
     "refusal": "模型拒绝了回答，但文档涉及这个问题",
+    "declined": "模型拒绝了回答；文档中没有这方面的内容",
     "tool_failed": "模型在为此调用的工具出错后拒绝了回答",
     "prompt_echo": "模型复述了给它的指令",
     "posed_as_quoted": "模型把自己的话当作文档原文",
@@ -372,7 +374,9 @@ class AnswerCheck:
             return "heading_echo"
         if not result.citations:
             if result.grounding is None or is_refusal(result.output):
-                return "tool_failed" if _refused_after_failure(result) else ""
+                if _refused_after_failure(result):
+                    return "tool_failed"
+                return "declined" if _declined_on_nothing(result) else ""
         elif is_refusal(result.output) and not _tool_answered_no(result):
             return "refusal"
         grounding = result.grounding
@@ -646,6 +650,18 @@ def extractive_result(
     )
 
 
+_NOT_COVERED_REASONS = (
+    "ungrounded",
+    "prompt_echo",
+    "posed_as_quoted",
+    "heading_echo",
+    "off_topic",
+    "declined",
+)
+"""Reasons whose answer, when no passage is about the question, is that the documents do
+not cover it."""
+
+
 def _replaced(
     result: RunResult, why: str, question: str, synonyms: SynonymTable | None
 ) -> RunResult:
@@ -663,7 +679,7 @@ def _replaced(
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were),
     # unless a tool that could have answered failed: then that is (the order system is down)
-    if why in ("ungrounded", "prompt_echo", "posed_as_quoted", "heading_echo", "off_topic") or (
+    if why in _NOT_COVERED_REASONS or (
         why in _STOPPED and (result.citations or found_nothing(result.messages))
     ):
         failed = tools_failed(result.messages, question)
@@ -728,6 +744,21 @@ _ABOUT_SOURCES = re.compile(
     re.IGNORECASE,
 )
 """What a refusal says is missing: the documents, the information (not the product)."""
+
+
+def _declined_on_nothing(result: RunResult) -> bool:
+    """``result``'s answer declines without saying why ("抱歉，我无法协助完成这个请求。", "I
+    can't assist with that request.") after the documents were searched and held nothing,
+    and no other tool ran: the documents do not cover the question, and that is what the
+    user is told (seen with Qwen2.5-Coder-0.5B for "E-203 是什么故障？" in a tenant with no
+    documents: the user read a refusal to help). One that speaks of the documents or the
+    information ("文档中没有相关信息") says so already, and stands."""
+    return (
+        is_refusal(result.output)
+        and _ABOUT_SOURCES.search(result.output) is None
+        and found_nothing(result.messages)
+        and not _other_tool_ran(result.messages)
+    )
 
 
 def _tool_answered_no(result: RunResult) -> bool:

@@ -159,7 +159,8 @@ class ChatReply(BaseModel):
     )
     fallback_reason: str = Field(
         default="",
-        description="Why the model's answer was replaced: ungrounded, refusal, tool_failed, "
+        description="Why the model's answer was replaced: ungrounded, refusal, declined, "
+        "tool_failed, "
         "prompt_echo, posed_as_quoted, heading_echo, off_topic, unanswered, repeated_call, "
         "max_iters, "
         "empty, no_model, "

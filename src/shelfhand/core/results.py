@@ -171,7 +171,8 @@ class RunResult:
     """``output`` is the extractive fallback (sentences of the passages, not the model's
     words); ``fallback_reason`` says why."""
     fallback_reason: str = ""
-    """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``tool_failed``,
+    """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``declined``,
+    ``tool_failed``,
     ``prompt_echo``,
     ``posed_as_quoted``, ``heading_echo``, ``off_topic``, ``unanswered``, ``repeated_call``,
     ``max_iters``,

@@ -262,6 +262,7 @@ function inChinese(text) {
 const REASONS = {
   ungrounded: "the model's answer was not supported by the passages",
   refusal: "the model declined although the passages cover the question",
+  declined: "the model declined; the documents hold nothing on the question",
   tool_failed: "the model declined after a tool called for the question failed",
   prompt_echo: "the model repeated its instructions instead of answering",
   posed_as_quoted: "the model passed its own words off as the documents' sentences",
@@ -281,6 +282,7 @@ const REASONS = {
 const REASONS_ZH = {
   ungrounded: "文档不支持这个回答",
   refusal: "模型拒绝了回答，但文档涉及这个问题",
+  declined: "模型拒绝了回答；文档中没有这方面的内容",
   tool_failed: "模型在为此调用的工具出错后拒绝了回答",
   prompt_echo: "模型复述了给它的指令",
   posed_as_quoted: "模型把自己的话当作文档原文",

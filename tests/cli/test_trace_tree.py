@@ -37,15 +37,18 @@ def test_the_tree_says_why_a_call_failed_which_passages_came_back_and_how_the_tu
         span("c", "a", "chat local", 6, 606, **{
             "error.type": "ModelTimeoutError",
             "shelfhand.chat.failure": "model 'local' sent no first token within 30s",
+            "gen_ai.usage.input_tokens": 812, "gen_ai.usage.output_tokens": 0,
+            "shelfhand.usage.estimated": True,  # cut off: what its budget charged
         }),
     ]  # fmt: skip
     turn, rests, retrieval, first, second, chat = tree_lines(spans)
+    assert "tokens 812/0 (estimated)" in chat
     assert rests.strip() == "· the answer rests on docs/policy.md::0"
     assert turn.endswith("tokens 0/0, stop model_timeout, extractive")
     assert first.endswith("- 0.610 docs/policy.md::0  售后政策")
     assert second.endswith("- 0.200 faq.md faq-md::3")
     assert "retrieval" in retrieval and "'电池保修多久？'" in retrieval
-    assert chat.endswith("✗ ModelTimeoutError: model 'local' sent no first token within 30s")
+    assert "✗ ModelTimeoutError: model 'local' sent no first token within 30s" in chat
 
 
 def test_a_kept_answer_with_unsupported_sentences_says_how_many() -> None:

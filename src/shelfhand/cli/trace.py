@@ -138,8 +138,10 @@ def _hit(hit: dict[str, Any]) -> str:
 def _details(a: dict[str, Any]) -> str:
     parts: list[str] = []
     if "gen_ai.usage.input_tokens" in a:
+        estimated = " (estimated)" if a.get("shelfhand.usage.estimated") else ""
         parts.append(
             f"tokens {a['gen_ai.usage.input_tokens']}/{a.get('gen_ai.usage.output_tokens', 0)}"
+            f"{estimated}"
         )
     if "gen_ai.tool.call.arguments" in a:
         parts.append(f"args {a['gen_ai.tool.call.arguments']}")

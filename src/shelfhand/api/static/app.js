@@ -436,7 +436,7 @@ function renderTrace(box, trace) {
     const a = span.attributes;
     const at = ((span.start_ns - start) / 1e6).toFixed(1);
     let line = `${span.name} · ${span.duration_ms.toFixed(1)} ms (at ${at} ms)`;
-    if (a["gen_ai.usage.input_tokens"] !== undefined) line += ` · tokens ${a["gen_ai.usage.input_tokens"]}/${a["gen_ai.usage.output_tokens"]}`;
+    if (a["gen_ai.usage.input_tokens"] !== undefined) line += ` · tokens ${a["gen_ai.usage.input_tokens"]}/${a["gen_ai.usage.output_tokens"]}${a["shelfhand.usage.estimated"] ? " (estimated)" : ""}`;
     if (a["shelfhand.tool.outcome"]) line += ` · ${a["shelfhand.tool.decision"]}/${a["shelfhand.tool.outcome"]}`;
     if (a["error.type"]) line += ` · ${a["error.type"]}` + (a["shelfhand.chat.failure"] ? `: ${a["shelfhand.chat.failure"]}` : "");
     if (a["shelfhand.answer.fallback_reason"]) line += ` · fallback ${a["shelfhand.answer.fallback_reason"]}`;

@@ -234,6 +234,27 @@ def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize("word", ["/exit", "quit", "退出"])
+def test_a_quit_word_ends_the_chat_and_is_never_asked(
+    workspace: Path, server: Any, word: str
+) -> None:
+    """Before, "/exit" was a question: searched for, and sent to the model."""
+    server.add(streamed("E-203 means the lamp is overheating [1]."))
+    typed = f"{QUESTION}\n{word}\n{QUESTION}\n".encode()
+
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "chat"],
+        input=typed,
+        capture_output=True,
+        env=cli_env(workspace, server),
+        timeout=120,
+        check=False,
+    )
+
+    assert out.returncode == 0, out.stderr
+    assert len(server.requests) == 1  # the first question only
+
+
 def test_ask_and_chat_with_nothing_indexed_say_the_model_answers_alone(
     tmp_path: Path, server: Any
 ) -> None:

@@ -107,7 +107,7 @@ def chat(
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
     if kb is None:
         console.print(f"[yellow]{escape(no_documents_hint(a.settings.workspace))}[/]")
-    console.print(f"[dim]model {escape(model.name)}; empty line or Ctrl-D to quit[/]")
+    console.print(f"[dim]model {escape(model.name)}; empty line, /exit or Ctrl-D to quit[/]")
     for line in _lines(console):
         found = Found()
         try:
@@ -126,9 +126,15 @@ def chat(
                     agent.memory.add(answer.messages)
 
 
+QUIT_WORDS = frozenset({"/exit", "/quit", "/bye", "exit", "quit", "退出"})
+"""A line of one of these ends the chat as an empty line does (what other chat prompts take:
+before, "/exit" was asked as a question, and searched for)."""
+
+
 def _lines(console: Any) -> Iterator[str]:
-    """What the user types, line by line, until an empty line, Ctrl-D or Ctrl-C; a line that
-    is not UTF-8 text is refused, and the next one read."""
+    """What the user types, line by line, until an empty line, a quit word
+    (:data:`QUIT_WORDS`), Ctrl-D or Ctrl-C; a line that is not UTF-8 text is refused, and the
+    next one read."""
     from rich.markup import escape
 
     from shelfhand.cli.common import not_text_argument
@@ -141,7 +147,7 @@ def _lines(console: Any) -> Iterator[str]:
         except UnicodeDecodeError as exc:  # (a UTF-8 locale whose stdin is strict)
             shown = exc.object[exc.start : exc.end]
             line = os.fsdecode(shown if isinstance(shown, bytes) else b"\xff")
-        if not line.strip():
+        if not line.strip() or line.strip().lower() in QUIT_WORDS:
             return
         problem = not_text_argument([line], "line")  # typed in a terminal that is not UTF-8
         if problem:
@@ -159,7 +165,7 @@ def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
 
     console.print(
         f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages' own "
-        "sentences; empty line or Ctrl-D to quit[/]"
+        "sentences; empty line, /exit or Ctrl-D to quit[/]"
     )
     for line in _lines(console):
         print_answer(console, agent.run_sync(line, context=ctx), line)

@@ -181,3 +181,28 @@ def test_the_refund_time_is_found_in_both_languages(kb: KnowledgeBase) -> None:
         kb, "How long does a refund take after I send an item back?"
     )
     assert "3 至 5 个工作日" in answer(kb, "退货以后退款要多久？")
+
+
+LIGHT = "光源（灯泡或激光模组）保修 6 个月或累计使用 1000 小时，以先到者为准。"
+
+
+def test_a_disagreeing_version_is_quoted_by_what_it_says_differently() -> None:
+    """Both versions of the warranty say the light source sentence word for word; the newer
+    one says 24 months where the older says 12. The older is quoted; the newer by its 24
+    months, not by the sentence they share. Before, that sentence was quoted twice and the
+    disagreement was not quoted at all."""
+    old = Citation(
+        index=1, source="warranty-policy-v1.md", title="保修政策（第 1 版）", section="保修期限",
+        text=f"整机保修期为自购买之日起 12 个月。{LIGHT}遥控器等配件保修 3 个月。",
+        conflicts_with=(2,),
+    )  # fmt: skip
+    new = Citation(
+        index=2, source="warranty-policy-v2.md", title="保修政策（第 2 版）", section="保修期限",
+        text=f"2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。{LIGHT}",
+        conflicts_with=(1,),
+    )  # fmt: skip
+    found = extractive_answer("光源保修多久？", [old, new])
+
+    assert found is not None
+    assert found.text.count(LIGHT) == 1, found.text
+    assert "24 个月。 [2]" in found.text

@@ -464,14 +464,21 @@ def extractive_answer(
         if other.index != first.index and (
             first.index in other.conflicts_with or other.index in first.conflicts_with
         ):
-            # about the question or not, it is quoted: it disagrees with what is quoted
-            theirs = _candidates([other], question_words, [], 0.0)
+            # about the question or not, it is quoted: it disagrees with what is quoted (by a
+            # sentence not quoted already: versions share most of their sentences word for
+            # word, and the one they share says nothing of the disagreement)
+            said = {text for text, _ in chosen}
+            theirs = [
+                c for c in _candidates([other], question_words, [], 0.0) if c.text not in said
+            ]
             if theirs:
                 top = max(theirs, key=lambda c: (score(c), -c.position))
                 chosen.append((top.text, top.passage))
     lines, used = [lead(question if language_of is None else language_of)], 0
     kept: list[tuple[str, int]] = []
     for at, (sentence, index) in enumerate(chosen):
+        if any(sentence == text for text, _ in kept):
+            continue  # (the same words in two passages: said once)
         size = len(sentence) + (len(chosen[at + 1][0]) if at in headers else 0)
         if used and used + size > MAX_CHARS:
             break

@@ -277,6 +277,11 @@ async def test_the_search_for_a_guessed_answer_searches_with_the_rewrite(
         "and its price?",
         "How heavy is it?",
         "What about the Mini M2?",
+        # naming nothing of its own once what only asks is off (the subject left out)
+        "多少钱？",
+        "怎么修？",
+        "有货吗？",
+        "多重？",
     ],
 )
 def test_a_message_pointing_back_is_searched_with_the_question_before_it(message: str) -> None:
@@ -299,6 +304,9 @@ def test_a_message_pointing_back_is_searched_with_the_question_before_it(message
         "Can I return an opened projector?",
         "保修多久？",
         "Is it possible to return an opened projector?",  # an "it" of its own
+        "退货要手续费吗？",
+        "你好",  # not a question
+        "怎么清洁？",  # two characters of its own: its own question
     ],
 )
 def test_a_new_question_is_searched_as_typed(message: str) -> None:

@@ -20,6 +20,7 @@ from shelfhand.agent.side_calls import side_request
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Message
 from shelfhand.core.pricing import ModelPrice
+from shelfhand.knowledge.analysis import in_chinese
 from shelfhand.models.base import ChatModel
 
 __all__ = ["QueryRewriter", "Rewrite", "asks_the_same", "carried", "points_back"]
@@ -202,13 +203,38 @@ def asks_the_same(message: str) -> bool:
     return _SAME_ASKED.search(message) is not None
 
 
+_ASKS_ONLY = re.compile(
+    r"怎么样|怎么|怎样|如何|多少|多久|多长时间|多长|多|什么意思|什么|为什么|哪里|哪儿|哪个|哪些|哪|几"
+    r"|是否|有没有|没有|有"
+    r"|请问|可以|需要|应该|能|要|会|该|还|也|都|就|是|吗|呢|吧|啊|呀|了|的|我们|我|你们|你"
+    r"|[\s？?。.!！，,、：:]"
+)
+"""What only asks in a Chinese question (its question words, particles, pronouns of the
+people talking, punctuation): what is left is what the question names of its own."""
+_ASKING_MARK = re.compile(r"[？?]|怎么|怎样|如何|多少|多久|多长|什么|为什么|哪|几|吗")
+
+
+def _names_nothing(message: str) -> bool:
+    """Whether ``message`` is a Chinese question that names at most one character of its own
+    once what only asks is taken off: "怎么修？", "多少钱？", "能退吗？", "多重？", "有货吗？",
+    "什么意思？". Chinese leaves
+    out the subject a conversation already has ("E-203 是什么故障？" then "怎么修？"); a
+    question of two characters of its own or more ("保修多久？") is one of its own."""
+    if _ASKING_MARK.search(message) is None or re.search(r"[A-Za-z0-9]", message):
+        return False
+    rest = _ASKS_ONLY.sub("", message)
+    return len(rest) <= 1 and in_chinese(message)
+
+
 def points_back(message: str) -> bool:
     """Whether ``message`` points back to what the conversation was about (see
     :data:`_POINTS_BACK`; an English pronoun in a message of :data:`SHORT_WORDS` words at
-    most)."""
+    most; a Chinese question naming nothing of its own, :func:`_names_nothing`)."""
     if _POINTS_BACK.search(message) is not None:
         return True
-    return _ENGLISH_PRONOUN.search(message) is not None and len(message.split()) <= SHORT_WORDS
+    if _ENGLISH_PRONOUN.search(message) is not None and len(message.split()) <= SHORT_WORDS:
+        return True
+    return _names_nothing(message)
 
 
 def carried(message: str, history: Sequence[Message]) -> Rewrite | None:

@@ -239,3 +239,28 @@ def test_the_amount_asked_is_the_message_s_when_it_asks_one() -> None:
     assert amount_asked("它有多重？", [carried]) == "它有多重？"  # a question of its own
     assert amount_asked("它的光源能用多久？", [carried]) == "它的光源能用多久？"
     assert amount_asked("那 Mini M2 呢？", []) == "那 Mini M2 呢？"
+
+
+async def test_a_follow_up_naming_nothing_is_read_with_the_code_it_carried(
+    kb: KnowledgeBase,
+) -> None:
+    """ "怎么修？" after "E-203 是什么故障？" leaves out its subject, as Chinese does: it is
+    searched with the question before it (no model asked), and an answer quoting another
+    code's fix (seen with Qwen2.5-Coder-0.5B: E-105's) is off the question, replaced by the
+    E-203 passage's sentences. Before, it was searched as typed, and the user was told the
+    documents do not cover it."""
+
+    def quotes_e105(messages: list[Message]) -> str:
+        seen = "\n".join(m.text for m in messages)
+        found = re.search(r"\[(\d+)\][^\[]*E-105", seen)
+        assert found is not None, seen
+        return f"请关机并拔下电源，5 分钟后重新开机。如果仍然显示 E-105，需要更换风扇 [{found.group(1)}]。"
+
+    history = [Message.user("E-203 是什么故障？"), Message.assistant("灯泡过热 [1]。")]
+    result = await agent(kb, model(quotes_e105), rewrite=False).run(
+        "怎么修？", history=history, context=ACME
+    )
+
+    assert rewritten_query(result.messages) == "E-203 是什么故障？ 怎么修？"
+    assert result.fallback_reason == "off_topic" and result.extractive
+    assert "E-203" in result.output and "E-105" not in result.output, result.output

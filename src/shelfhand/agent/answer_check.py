@@ -41,7 +41,7 @@ from shelfhand.core.events import AnswerReplaced
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
-from shelfhand.knowledge.analysis import SynonymTable
+from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 
 from .amounts import asked_amount
@@ -398,7 +398,12 @@ class AnswerCheck:
         """``off_topic`` or ``unanswered`` when the grounded answer does not answer
         ``question``; "" when it does, as far as words and numbers can tell."""
         answer, citations = result.output, result.citations
-        if misses_identifier(question, answer, result.grounding, citations):
+        # a follow-up naming no identifier ("怎么修？" after "E-203 是什么故障？") asks about the
+        # one its search carried: an answer about another code is off the question
+        named = question
+        if not query_identifiers(question):
+            named = rewritten_query(result.messages) or question
+        if misses_identifier(named, answer, result.grounding, citations):
             return "off_topic"
         if misses_amount(amount_asked(question, result.messages), answer):
             return "unanswered"

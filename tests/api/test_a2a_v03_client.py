@@ -25,6 +25,21 @@ PYTHON = os.environ.get("SHELFHAND_A2A03_PYTHON", "")
 CLIENT = Path(__file__).resolve().parents[1] / "support" / "a2a_v03_client.py"
 
 
+def ask_as_0_3(server: ThreadServer, question: str) -> dict[str, str]:
+    """What the 0.3 client (its own interpreter) printed: the card's version, the answer
+    text and the task's state."""
+    out = subprocess.run(
+        [PYTHON, str(CLIENT), server.url, "key-alice", question],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    found: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
+
+
 @pytest.mark.skipif(not PYTHON, reason="SHELFHAND_A2A03_PYTHON is not set")
 def test_an_a2a_0_3_client_gets_a_cited_answer(
     tmp_path: Path, thread_servers: list[ThreadServer]
@@ -32,15 +47,7 @@ def test_an_a2a_0_3_client_gets_a_cited_answer(
     server = with_documents(
         serve(tmp_path, FunctionModel(retrieve_then_quote), thread_servers), tmp_path
     )
-    out = subprocess.run(
-        [PYTHON, str(CLIENT), server.url, "key-alice", "投影仪保修多久？"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = ask_as_0_3(server, "投影仪保修多久？")
     assert result["state"] == "completed"
     assert "ALPHA-7" in result["answer"] and "OMEGA-9" not in result["answer"]
 
@@ -56,13 +63,5 @@ def test_an_a2a_0_3_client_gets_the_checked_answer_alone(
         [tool_call("retrieve", {"query": "投影仪保修"}), text("保修 36 个月 [1]。")]
     )
     server = with_documents(serve(tmp_path, model, thread_servers), tmp_path)
-    out = subprocess.run(
-        [PYTHON, str(CLIENT), server.url, "key-alice", "投影仪保修多久？"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    answer = json.loads(out.stdout.strip().splitlines()[-1])["answer"]
+    answer = ask_as_0_3(server, "投影仪保修多久？")["answer"]
     assert "12 个月" in answer and "36" not in answer and "已被替换" not in answer

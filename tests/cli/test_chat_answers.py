@@ -212,13 +212,9 @@ def test_a_question_that_is_not_utf8_is_refused_with_the_reason(
     assert server.requests == []  # nothing was sent to the model
 
 
-def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
-    workspace: Path, server: Any
-) -> None:
-    server.add(streamed("E-203 means the lamp is overheating [1]."))
-    typed = os.fsencode(GBK_QUESTION) + b"\n" + QUESTION.encode() + b"\n\n"
-
-    out = subprocess.run(
+def chat_typing(typed: bytes, workspace: Path, server: Any) -> subprocess.CompletedProcess[bytes]:
+    """``shelfhand chat`` (the real CLI, its own process) with ``typed`` at its prompt."""
+    return subprocess.run(
         [sys.executable, "-m", "shelfhand.cli", "chat"],
         input=typed,
         capture_output=True,
@@ -226,6 +222,15 @@ def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
         timeout=120,
         check=False,
     )
+
+
+def test_a_chat_line_that_is_not_utf8_is_refused_and_the_next_answered(
+    workspace: Path, server: Any
+) -> None:
+    server.add(streamed("E-203 means the lamp is overheating [1]."))
+    typed = os.fsencode(GBK_QUESTION) + b"\n" + QUESTION.encode() + b"\n\n"
+
+    out = chat_typing(typed, workspace, server)
 
     said = out.stdout.decode("utf-8", "backslashreplace")
     assert out.returncode == 0, out.stderr
@@ -242,14 +247,7 @@ def test_a_quit_word_ends_the_chat_and_is_never_asked(
     server.add(streamed("E-203 means the lamp is overheating [1]."))
     typed = f"{QUESTION}\n{word}\n{QUESTION}\n".encode()
 
-    out = subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", "chat"],
-        input=typed,
-        capture_output=True,
-        env=cli_env(workspace, server),
-        timeout=120,
-        check=False,
-    )
+    out = chat_typing(typed, workspace, server)
 
     assert out.returncode == 0, out.stderr
     assert len(server.requests) == 1  # the first question only

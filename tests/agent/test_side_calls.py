@@ -75,6 +75,27 @@ class Spent(Recording):
         self.refusals.append((error.budget, purpose))
 
 
+async def charged_in_a_book(
+    model: FunctionModel, raises: type[BaseException], *, timeout: float | None = None
+) -> tuple[int, int]:
+    """The tokens and model calls a real ``LocalBudgetBook`` holds for acme today after one
+    side call (the :data:`ORDER` question) that raises ``raises``."""
+    book = LocalBudgetBook()
+    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))
+    user = TurnMeter(book, policy, UserContext(tenant_id="acme", user_id="alice"))
+    token = metered(user)
+    try:
+        with pytest.raises(raises):
+            await side_request(model, [Message.user(ORDER)], reply_tokens=64, timeout=timeout)
+    finally:
+        unmetered(token)
+    day = period_key("day", time.time())[0]
+    return (
+        book.used(f"tenant:acme:tokens_per_day:{day}"),
+        book.used(f"tenant:acme:model_calls_per_day:{day}"),
+    )
+
+
 async def test_the_reservation_holds_a_request_of_digits_as_a_tokenizer_splits_them() -> None:
     meter = Recording()
     token = metered(meter)
@@ -125,19 +146,8 @@ async def test_a_call_past_its_timeout_is_charged_and_counted_its_request() -> N
         )
     assert priced.total.cost == pytest.approx(asked * 2.0 / 1e6)
 
-    book = LocalBudgetBook()
-    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))
-    user = TurnMeter(book, policy, UserContext(tenant_id="acme", user_id="alice"))
-    token = metered(user)
-    try:
-        with pytest.raises(TimeoutError):
-            await side_request(
-                FunctionModel(slow), [Message.user(ORDER)], reply_tokens=64, timeout=0.1
-            )
-    finally:
-        unmetered(token)
-    day = period_key("day", time.time())[0]
-    assert book.used(f"tenant:acme:tokens_per_day:{day}") == asked
+    tokens, _ = await charged_in_a_book(FunctionModel(slow), TimeoutError, timeout=0.1)
+    assert tokens == asked
 
 
 async def test_a_call_that_failed_with_an_error_is_charged_no_tokens() -> None:
@@ -160,18 +170,7 @@ async def test_a_call_that_failed_with_an_error_is_charged_no_tokens() -> None:
     assert reserved == 1
     assert usage is not None and usage.input_tokens + usage.output_tokens == 0
 
-    book = LocalBudgetBook()
-    policy = BudgetPolicy(tenant=BudgetLimits(tokens_per_day=10_000, model_calls_per_day=10))
-    user = TurnMeter(book, policy, UserContext(tenant_id="acme", user_id="alice"))
-    token = metered(user)
-    try:
-        with pytest.raises(ModelProviderError):
-            await side_request(FunctionModel(down), [Message.user(ORDER)], reply_tokens=64)
-    finally:
-        unmetered(token)
-    day = period_key("day", time.time())[0]
-    assert book.used(f"tenant:acme:tokens_per_day:{day}") == 0
-    assert book.used(f"tenant:acme:model_calls_per_day:{day}") == 1
+    assert await charged_in_a_book(FunctionModel(down), ModelProviderError) == (0, 1)
 
 
 async def test_the_reservation_holds_the_models_longest_reply() -> None:

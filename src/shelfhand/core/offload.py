@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,7 +36,6 @@ DRAIN_AT_EXIT_S = 5.0
 settlement, its usage)."""
 
 _threads = SyncWorkers(STATE_THREADS, name="shelfhand-state")
-os.register_at_fork(after_in_child=_threads._reset)
 atexit.register(lambda: _threads.drain(DRAIN_AT_EXIT_S))
 
 

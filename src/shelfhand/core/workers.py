@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
@@ -57,6 +59,10 @@ class SyncWorkers:
         self.max_threads = max_threads
         self.name = name
         self._reset()
+        # a forked child has none of the parent's threads: it starts with an empty pool (by a
+        # weak reference: a pool dropped later is not kept alive for the sake of a fork)
+        reset = weakref.WeakMethod(self._reset)
+        os.register_at_fork(after_in_child=lambda: (r := reset()) is not None and r())
 
     def _reset(self) -> None:
         """No threads, nothing queued (a new pool, or a forked child: its threads are gone)."""

@@ -7,7 +7,6 @@ Up to :data:`SYNC_TOOL_THREADS` sync tools run at the same time; more wait in th
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,6 @@ SYNC_TOOL_THREADS = 32
 timed-out sync tool cannot be stopped and keeps its thread until it returns."""
 
 _workers = SyncWorkers(SYNC_TOOL_THREADS, name="shelfhand-tool")
-os.register_at_fork(after_in_child=_workers._reset)
 
 
 def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:

@@ -21,7 +21,14 @@ from typing import Any, TypeVar
 
 from shelfhand.core.workers import SyncWorkers
 
-__all__ = ["STATE_THREADS", "in_background", "off_loop_if", "on_state_thread", "undone_if_left"]
+__all__ = [
+    "STATE_THREADS",
+    "in_background",
+    "off_loop_if",
+    "on_state_thread",
+    "soon_if",
+    "undone_if_left",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +58,16 @@ async def off_loop_if(blocking: bool, fn: Callable[..., _T], *args: Any) -> _T:
     if blocking:
         return await on_state_thread(fn, *args)
     return fn(*args)
+
+
+def soon_if(blocking: bool, fn: Callable[..., Any], *args: Any) -> asyncio.Future[None] | None:
+    """``fn(*args)`` without waiting for it: on a state thread when it waits on shared state
+    (``blocking``; its future returned, see :func:`in_background`), else here at once
+    (``None``). For what must not wait where it runs: a turn or a call being cancelled."""
+    if blocking:
+        return in_background(fn, *args)
+    fn(*args)
+    return None
 
 
 async def undone_if_left(fn: Callable[..., _T], *args: Any, undo: Callable[[_T], object]) -> _T:

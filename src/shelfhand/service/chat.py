@@ -61,7 +61,7 @@ from shelfhand.core.errors import (
 )
 from shelfhand.core.events import Event, Final, event_to_dict
 from shelfhand.core.messages import Message
-from shelfhand.core.offload import in_background, off_loop_if, undone_if_left
+from shelfhand.core.offload import in_background, off_loop_if, soon_if, undone_if_left
 from shelfhand.core.results import Usage
 from shelfhand.core.step_counts import current_counting
 from shelfhand.service.model_failure import rescue
@@ -442,13 +442,10 @@ class ChatService:
         finally:
             if keeper is not None:
                 keeper.cancel()
-            if self.turn_lock.blocking:
-                # on a state thread; shielded: it goes on even if this is cancelled again
-                released = in_background(claim.release)
-                if released is not None:
-                    await asyncio.shield(released)
-            else:
-                claim.release()
+            # (in Redis: on a state thread, shielded: it goes on if this is cancelled again)
+            released = soon_if(self.turn_lock.blocking, claim.release)
+            if released is not None:
+                await asyncio.shield(released)
 
     async def _record(
         self,

@@ -37,7 +37,7 @@ from typing import Any, TypeAlias
 
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
-from shelfhand.core.offload import in_background, off_loop_if, undone_if_left
+from shelfhand.core.offload import off_loop_if, soon_if, undone_if_left
 from shelfhand.core.secrets import redact_text, redacted_traceback
 
 __all__ = ["ApprovalDecision", "ApprovalHandler", "ApprovalRequest", "Approvals"]
@@ -220,10 +220,8 @@ class Approvals:
         if pending is not None:
             if not pending.future.done():
                 pending.future.cancel()
-            if self.blocking:  # (not waited for: this may run as the run is cancelled)
-                in_background(self._forgotten, pending.request)
-            else:
-                self._forgotten(pending.request)
+            # (not waited for: this may run as the run is cancelled)
+            soon_if(self.blocking, self._forgotten, pending.request)
 
     def bind_session(self, approval_id: str, session_id: str) -> None:
         """Note which conversation a pending request belongs to (a service checks it when

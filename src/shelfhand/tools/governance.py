@@ -65,7 +65,7 @@ import anyio
 from shelfhand.backends.urls import first_line
 from shelfhand.core.breaker import Breaker, CircuitBreaker
 from shelfhand.core.errors import ToolArgumentError, ToolError, ToolTimeoutError
-from shelfhand.core.offload import in_background, on_state_thread, undone_if_left
+from shelfhand.core.offload import on_state_thread, soon_if, undone_if_left
 from shelfhand.core.secrets import redact_text, redacted_traceback
 from shelfhand.tools.limits import Deadlines, Limiter, Rate, RateLimiter, TargetBreakers, parse_rate
 from shelfhand.tools.policy import (
@@ -394,10 +394,8 @@ class Governance(CallSharing):
                 if not settled or (circuit is not None and not shared_settled):
                     unused = None if settled else breaker
                     unused_circuit = None if shared_settled else circuit
-                    if remote:  # (not waited for: this may run as the call is cancelled)
-                        in_background(_neutral, unused, unused_circuit)
-                    else:
-                        _neutral(unused, unused_circuit)
+                    # (not waited for: this may run as the call is cancelled)
+                    soon_if(remote, _neutral, unused, unused_circuit)
 
 
 def _admit(breaker: Breaker, circuit: Breaker | None, now: float) -> tuple[float | None, Breaker]:

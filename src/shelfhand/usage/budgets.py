@@ -44,7 +44,7 @@ from typing import Any, Literal, Protocol
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import BudgetExceededError, ConfigurationError
 from shelfhand.core.ids import new_id
-from shelfhand.core.offload import in_background
+from shelfhand.core.offload import soon_if
 from shelfhand.core.results import Usage
 
 __all__ = [
@@ -480,13 +480,7 @@ class TurnMeter:
         if lease is None:
             return None
         spent = None if usage is None else usage.input_tokens + usage.output_tokens
-        return self._write(lease, spent)
-
-    def _write(self, lease: Lease, spent: int | None) -> asyncio.Future[None] | None:
-        if self.blocking:
-            return in_background(self.book.settle, lease, spent)
-        self.book.settle(lease, spent)
-        return None
+        return soon_if(self.blocking, self.book.settle, lease, spent)
 
     def refused(self, error: BudgetExceededError, purpose: str) -> None:
         if self.on_refused is not None:
@@ -501,4 +495,4 @@ class TurnMeter:
         while self._reserved:  # (popitem is atomic: a reranker's thread may settle meanwhile)
             _, lease = self._reserved.popitem()
             if lease is not None:
-                self._write(lease, 0)
+                soon_if(self.blocking, self.book.settle, lease, 0)

@@ -28,17 +28,22 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shelfhand.core.errors import ContextBudgetError, ModelTimeoutError
 from shelfhand.core.messages import Message, TextBlock, ToolCallBlock, ToolResultBlock
 from shelfhand.core.results import Usage
+
+if TYPE_CHECKING:
+    from shelfhand.core.pricing import ModelPrice
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
     "ContextBudgetError",
     "GrowingBound",
     "TokenCounter",
+    "cut_call",
+    "cut_off_usage",
     "estimate_tokens",
     "fit_messages",
     "message_tokens",
@@ -106,6 +111,17 @@ def cut_off_usage(exc: BaseException, request_tokens: int, streamed: Sequence[st
     if isinstance(exc, CUT_OFF):
         return Usage(input_tokens=request_tokens, output_tokens=0)
     return Usage(input_tokens=0, output_tokens=0)
+
+
+def cut_call(charged: Usage, price: ModelPrice | None) -> Usage:
+    """A call cut off as a run's usage counts it: one model call at what its budget charged
+    (:func:`cut_off_usage`), its cost at ``price`` (unknown without one)."""
+    return Usage(
+        input_tokens=charged.input_tokens,
+        output_tokens=charged.output_tokens,
+        model_calls=1,
+        cost=price.cost(charged) if price is not None else None,
+    )
 
 
 def positive_int(value: object) -> int | None:

@@ -60,6 +60,7 @@ from .budget import (
     DEFAULT_CONTEXT_TOKENS,
     GrowingBound,
     TokenCounter,
+    cut_call,
     cut_off_usage,
     fit_messages,
     positive_int,
@@ -132,11 +133,7 @@ def _failed(
     (its reply, the usage ledger) counts them. Before, a subagent that failed handed over
     nothing, though its parent went on and answered."""
     if cut is not None:
-        extra = price.cost(cut) if price is not None else 0.0
-        own = own + Usage(
-            input_tokens=cut.input_tokens, output_tokens=cut.output_tokens, model_calls=1,
-            cost=extra if own.cost is not None else None,
-        )  # fmt: skip
+        own = own + cut_call(cut, price)
     parent.delegated.add(own + run.delegated.total)
 
 

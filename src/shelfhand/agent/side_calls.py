@@ -19,7 +19,13 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from shelfhand.agent.budget import CUT_OFF, message_tokens, positive_int
+from shelfhand.agent.budget import (
+    CUT_OFF,
+    cut_call,
+    cut_off_usage,
+    message_tokens,
+    positive_int,
+)
 from shelfhand.agent.spans import chat_span, end_chat, fail_chat
 from shelfhand.core import metering
 from shelfhand.core.errors import BudgetExceededError, ModelTimeoutError
@@ -108,7 +114,7 @@ async def side_request(
         cut_off = isinstance(exc, CUT_OFF)
         if cut_off and not asked:
             asked = sum(message_tokens(m) for m in request)
-        charged = Usage(input_tokens=asked if cut_off else 0)
+        charged = cut_off_usage(exc, asked, ())
         if meter is not None:  # (now, and without waiting: the caller may be cancelled)
             meter.settle_soon(reserved, charged)
         if call is not None:
@@ -117,8 +123,7 @@ async def side_request(
             fail_chat(call, ModelTimeoutError(said) if late else exc, charged if cut_off else None)
         collecting = _COLLECTING.get()
         if cut_off and collecting is not None:
-            cost = price.cost(charged) if price is not None else None
-            collecting.add(Usage(input_tokens=asked, model_calls=1, cost=cost))
+            collecting.add(cut_call(charged, price))
         raise
     if call is not None:
         end_chat(call, response, None)

@@ -373,10 +373,13 @@ class AnswerCheck:
         if result.citations and only_labels(result.output, result.citations):
             return "heading_echo"
         if not result.citations:
-            if result.grounding is None or is_refusal(result.output):
-                if _refused_after_failure(result):
-                    return "tool_failed"
-                return "declined" if _declined_on_nothing(result) else ""
+            refusing = is_refusal(result.output)  # (read once: the two cases below need it)
+            if refusing and _tool_failed(result.messages):
+                return "tool_failed"  # a refusal after a tool that could answer failed
+            if refusing and _declined_on_nothing(result):
+                return "declined"
+            if result.grounding is None or refusing:
+                return ""
         elif is_refusal(result.output) and not _tool_answered_no(result):
             return "refusal"
         grounding = result.grounding
@@ -737,12 +740,6 @@ def _tools_under(result: RunResult, question: str) -> RunResult:
     return replace(result, output=output, messages=_answered(result, output))
 
 
-def _refused_after_failure(result: RunResult) -> bool:
-    """``result``'s answer declines (:func:`is_refusal`) and a tool other than ``retrieve``
-    failed in the run with no later result of its own."""
-    return _tool_failed(result.messages) and is_refusal(result.output)
-
-
 _ABOUT_SOURCES = re.compile(
     r"\b(?:documents?|passages?|context|knowledge base|information|details|sources?|texts?"
     r"|results?)\b|文档|资料|信息|知识库|上下文|段落|内容",
@@ -752,15 +749,15 @@ _ABOUT_SOURCES = re.compile(
 
 
 def _declined_on_nothing(result: RunResult) -> bool:
-    """``result``'s answer declines without saying why ("抱歉，我无法协助完成这个请求。", "I
-    can't assist with that request.") after the documents were searched and held nothing,
-    and no other tool ran: the documents do not cover the question, and that is what the
-    user is told (seen with Qwen2.5-Coder-0.5B for "E-203 是什么故障？" in a tenant with no
-    documents: the user read a refusal to help). One that speaks of the documents or the
-    information ("文档中没有相关信息") says so already, and stands."""
+    """``result``'s answer, a refusal (:func:`is_refusal`), declines without saying why
+    ("抱歉，我无法协助完成这个请求。", "I can't assist with that request.") after the
+    documents were searched and held nothing, and no other tool ran: the documents do not
+    cover the question, and that is what the user is told (seen with Qwen2.5-Coder-0.5B for
+    "E-203 是什么故障？" in a tenant with no documents: the user read a refusal to help). One
+    that speaks of the documents or the information ("文档中没有相关信息") says so already, and
+    stands."""
     return (
-        is_refusal(result.output)
-        and _ABOUT_SOURCES.search(result.output) is None
+        _ABOUT_SOURCES.search(result.output) is None
         and found_nothing(result.messages)
         and not _other_tool_ran(result.messages)
     )

@@ -298,18 +298,25 @@ class AppendedAnswer:
     attribute is copied whole at each piece (80,000 characters in 16,000 deltas cost 32 ms,
     320,000 cost 1.8 s)."""
 
-    __slots__ = ("_answer", "_replaced", "_sent", "notice", "rewritten")
+    __slots__ = ("_answer", "_replaced", "_sent", "_took_back")
 
     def __init__(self) -> None:
         self._sent: list[str] = []
         self._answer: list[str] = []  # streamed since the last withdrawal: what the client sees
         self._replaced: Mapping[str, Any] | None = None
-        self.rewritten = False
+        self._took_back: str | None = None  # the notice of the last text taken back
+
+    @property
+    def rewritten(self) -> bool:
         """Whether what was appended holds text the turn took back (a guess withdrawn, an
         answer the check replaced) under a notice: a stream that can replace what it sent
         (an A2A artifact) sends :func:`whole_answer` instead."""
-        self.notice = ""
+        return self._took_back is not None
+
+    @property
+    def notice(self) -> str:
         """The turn's words for the last text it took back ('' for none)."""
+        return self._took_back or ""
 
     @property
     def started(self) -> bool:
@@ -331,7 +338,7 @@ class AppendedAnswer:
             self._answer.append(piece)
         elif kind == "text_withdrawn" and any(self._answer):
             piece, self._answer = withdrawn_notice(event), []
-            self.rewritten, self.notice = True, str(event.get("notice", ""))
+            self._took_back = str(event.get("notice", ""))
         elif kind == "answer_replaced":
             self._replaced, piece = event, ""
         elif kind == "final":
@@ -350,7 +357,7 @@ class AppendedAnswer:
             # nothing streamed, is the answer)
             notice = replaced_notice(self._replaced, answer)
             if notice and self._replaced is not None:
-                self.rewritten, self.notice = True, str(self._replaced.get("notice", ""))
+                self._took_back = str(self._replaced.get("notice", ""))
             rest = notice + output
         else:
             rest = ""

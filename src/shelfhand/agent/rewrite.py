@@ -212,15 +212,16 @@ _ASKS_ONLY = re.compile(
 """What only asks in a Chinese question (its question words, particles, pronouns of the
 people talking, punctuation): what is left is what the question names of its own."""
 _ASKING_MARK = re.compile(r"[？?]|怎么|怎样|如何|多少|多久|多长|什么|为什么|哪|几|吗")
+_LATIN_OR_DIGIT = re.compile(r"[A-Za-z0-9]")
 
 
 def _names_nothing(message: str) -> bool:
     """Whether ``message`` is a Chinese question that names at most one character of its own
     once what only asks is taken off: "怎么修？", "多少钱？", "能退吗？", "多重？", "有货吗？",
-    "什么意思？". Chinese leaves
-    out the subject a conversation already has ("E-203 是什么故障？" then "怎么修？"); a
-    question of two characters of its own or more ("保修多久？") is one of its own."""
-    if _ASKING_MARK.search(message) is None or re.search(r"[A-Za-z0-9]", message):
+    "什么意思？". Chinese leaves out the subject a conversation already has ("E-203 是什么故
+    障？" then "怎么修？"); a question of two characters of its own or more ("保修多久？") is
+    one of its own, and one naming a code or a model in Latin letters or digits too."""
+    if _ASKING_MARK.search(message) is None or _LATIN_OR_DIGIT.search(message):
         return False
     rest = _ASKS_ONLY.sub("", message)
     return len(rest) <= 1 and in_chinese(message)

@@ -29,23 +29,27 @@ __all__ = ["add_version_siblings", "version_key"]
 
 
 @functools.lru_cache(maxsize=4096)
-def version_key(title: str, source: str = "") -> str | None:
-    """``title`` (else the file name of ``source``) without its version marker, or ``None``
-    when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
+def _named_version(title: str, source: str) -> tuple[tuple[int, ...], str] | None:
+    """The version ``title`` (else the file name of ``source``) names and the name without
+    its marker (:func:`~shelfhand.knowledge.analysis.split_version`), or ``None``."""
     for text in (title, PurePosixPath(source).stem if source else ""):
         found = split_version(text)
         if found:
-            return found[1].lower()
+            return found
     return None
+
+
+def version_key(title: str, source: str = "") -> str | None:
+    """``title`` (else the file name of ``source``) without its version marker, or ``None``
+    when neither names a version: ``"保修政策（第 2 版）"`` → ``"保修政策"``."""
+    found = _named_version(title, source)
+    return found[1].lower() if found else None
 
 
 def _version(chunk: Chunk) -> tuple[int, ...]:
     """The version its title (else its file name) names: ``(2,)`` for "保修政策（第 2 版）"."""
-    for text in (chunk.title, PurePosixPath(chunk.source).stem if chunk.source else ""):
-        found = split_version(text)
-        if found:
-            return found[0]
-    return ()
+    found = _named_version(chunk.title, chunk.source)
+    return found[0] if found else ()
 
 
 def _below_title(chunk: Chunk) -> tuple[str, ...]:

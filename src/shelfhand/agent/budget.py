@@ -88,7 +88,11 @@ def message_tokens(message: Message) -> int:
     return total
 
 
-CUT_OFF = (asyncio.CancelledError, GeneratorExit, TimeoutError, ModelTimeoutError)
+LEFT = (asyncio.CancelledError, GeneratorExit)
+"""What a model call raises when its caller went away."""
+LATE = (TimeoutError, ModelTimeoutError)
+"""What a model call raises past its deadline."""
+CUT_OFF = LEFT + LATE
 """What a model call raises when it was cut off (its caller went away, a timeout) rather than
 failed: the provider may have read its request and written some of its reply, and bills
 them."""

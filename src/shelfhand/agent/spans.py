@@ -9,7 +9,6 @@ also counted for the service's metrics when the turn counts its steps
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
@@ -23,6 +22,8 @@ from shelfhand.core.events import Final
 from shelfhand.core.step_counts import Counting, current_counting
 from shelfhand.core.tracing import Span, current_span, enter, leave, start_span, tracing_on
 from shelfhand.tools.spans import tool_span_attributes
+
+from .budget import LATE, LEFT
 
 if TYPE_CHECKING:
     from shelfhand.core.context import UserContext
@@ -230,9 +231,9 @@ def cut_chat(call: ChatCall, usage: Usage, exc: BaseException) -> None:
             }
         )
     if call.counting is not None:
-        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        if isinstance(exc, LEFT):
             status = "cut"
-        elif isinstance(exc, (TimeoutError, ModelTimeoutError)):
+        elif isinstance(exc, LATE):
             status = "timeout"
         else:
             status = "error"

@@ -118,3 +118,22 @@ def test_utf8_that_json_reads_as_utf16_is_a_parse_error(a2a_server: ThreadServer
     status, reply = _post(a2a_server, b"0\x000\xc2\x80", "1.0")
     assert status < 500 and not _internal_error(reply), (status, reply)
     assert json.loads(reply)["error"]["code"] == -32700
+
+
+@pytest.mark.parametrize("opening", [b"[", b'{"a":'])
+def test_json_nested_past_the_parser_s_depth_is_a_parse_error(
+    a2a_server: ThreadServer, opening: bytes
+) -> None:
+    # json.loads raises RecursionError past Python's recursion limit, and the SDK answered
+    # -32603 with "maximum recursion depth exceeded" in the message
+    deep = opening * 100_000 + b"1" + (b"]" if opening == b"[" else b"}") * 100_000
+    status, reply = _post(a2a_server, deep, "1.0")
+    error = json.loads(reply)["error"]
+    assert status < 500 and error["code"] == -32700, (status, reply)
+    assert "recursion" not in error["message"], error
+    # a params object nested a little is still read (and answered, not refused as too deep)
+    shallow = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+    for _ in range(30):
+        shallow["params"] = {"id": "x", "metadata": shallow["params"]}
+    status, reply = _post(a2a_server, json.dumps(shallow).encode(), "1.0")
+    assert json.loads(reply)["error"]["code"] != -32700, reply

@@ -121,7 +121,7 @@ _PARSE_ERROR = -32700
 
 class _BearerOnly:
     """401 for an A2A call without a known API key, and a parse error for a body that is not
-    UTF-8, before the SDK sees it."""
+    UTF-8 or nests too deep, before the SDK sees it."""
 
     def __init__(self, app: ASGIApp, *, service: Service, paths: frozenset[str]) -> None:
         self.app = app
@@ -144,8 +144,8 @@ class _BearerOnly:
         await self.app(scope, receive, send)
 
     async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A JSON-RPC parse error for a body that is not UTF-8 (the SDK answers such a body
-        with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
+        """A JSON-RPC parse error for a body that is not UTF-8 or nests too deep (the SDK
+        answers such a body with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
         try:
             body = await read_body(receive, _MAX_BODY)
         except BodyTooLarge:
@@ -156,7 +156,7 @@ class _BearerOnly:
         if body is None:  # the client went away
             return
         problem = _not_utf8(body)
-        if problem:  # the SDK parses the JSON itself and answers bad JSON right; not bad UTF-8
+        if problem:  # the SDK parses the JSON and answers bad JSON right; not these
             error = {"code": _PARSE_ERROR, "message": f"Parse error: {problem}"}
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
             return
@@ -174,7 +174,29 @@ def _not_utf8(body: bytes) -> str:
     encoding = json.detect_encoding(body)
     if encoding not in ("utf-8", "utf-8-sig"):
         return f"the body reads as {encoding}, and JSON-RPC bodies are UTF-8"
-    return lone_surrogate(body)  # ("\ud800" alone: the turn's text could not be stored)
+    return _too_deep(body) or lone_surrogate(
+        body
+    )  # ("\ud800" alone: the turn's text could not be stored)
+
+
+_FEW_BRACKETS = 200
+"""A body with no more opening brackets than this cannot nest past the parser's depth."""
+
+
+def _too_deep(body: bytes) -> str:
+    """Why ``body`` nests too deep to parse ("" when it does not, or is not JSON: the SDK
+    says so). ``json.loads`` raises ``RecursionError`` near Python's recursion limit, and the
+    SDK answered that with an internal error naming the recursion. Only a body with many
+    brackets is parsed here."""
+    if body.count(b"[") + body.count(b"{") <= _FEW_BRACKETS:  # (the common case: two C scans)
+        return ""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return "the JSON nests too deep"
+    except ValueError:
+        return ""
+    return ""
 
 
 class ShelfhandExecutor(AgentExecutor):

@@ -13,6 +13,7 @@ extracted when no passage is about the question: then the documents do not cover
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import unicodedata
@@ -77,7 +78,18 @@ AMOUNT_RELEVANCE = 0.5
 still gives its sentences that state the amount the question asks for (see :func:`_amounts`)."""
 SENTENCES = 3
 """The most sentences taken from the best passage."""
+STEPS = 8
+"""The most sentences taken from the best passage when the question asks how to do something
+("How do I fix E-203?"): a manual's entry is its heading, what the code means and then the
+steps, and three sentences stopped before the first step."""
+_HOW_TO = re.compile(
+    r"\bhow (?:do|can|should|to)\b|\bwhat (?:should|do|can) (?:i|we)\b|\b(?:fix|repair|steps?)\b"
+    r"|怎么|怎样|如何|咋|步骤",
+    re.IGNORECASE,
+)
 MAX_CHARS = 600
+SENTENCE_CACHE = 8 * PASSAGE_CACHE
+"""Sentences whose language and kind are kept (:func:`_language`, :func:`_heading`)."""
 RANK_STEP = 0.1
 """The share of its score each place further down the search's order costs a sentence."""
 PASSAGE_SHARE = 0.5
@@ -165,6 +177,44 @@ def _about(
     return 0.5 + 0.5 * share
 
 
+def _starts_with(text: str, ids: list[str]) -> bool:
+    """Whether ``text`` starts with one of the identifiers ``ids`` (lowercase): a manual's entry
+    for it ("E-203 Lamp overheating")."""
+    return text.lower().startswith(tuple(ids))
+
+
+@functools.lru_cache(maxsize=SENTENCE_CACHE)
+def _heading(text: str) -> bool:
+    """Whether ``text`` heads an entry of a manual: bilingual ("Still need help? / 仍需帮助？"),
+    or starting with an identifier and not a table's row ("E-310 No input signal")."""
+    if _language(text) is None:
+        return True
+    if not _ID_START.match(text):  # (the common case: one regex, no identifier analysis)
+        return False
+    named = query_identifiers(text)
+    return bool(named) and text.lower().startswith(named[0]) and _CELL.search(text) is None
+
+
+_ID_START = re.compile(r"[A-Za-z][A-Za-z0-9]*-?\d")
+
+
+@functools.lru_cache(maxsize=SENTENCE_CACHE)
+def _language(text: str) -> bool | None:
+    """Whether the sentence ``text`` is in Chinese (``True``) or English (``False``); ``None``
+    when it says one thing in both, as a bilingual manual's heading does ("E-105 Fan failure /
+    风扇故障", "Still need help? / 仍需帮助？"). Kept like the passages' sentences: the same
+    ones come back question after question."""
+    left, slash, right = text.partition(" / ")
+    if slash and in_chinese(left) != in_chinese(right):
+        return None
+    return in_chinese(text)
+
+
+def _in_language(text: str, zh: bool) -> bool:
+    """Whether ``text`` reads in Chinese (``zh``) or English: a bilingual heading reads in both."""
+    return _language(text) in (None, zh)
+
+
 def _holds_anchor(text: str, anchors: list[str]) -> bool:
     """Whether ``text`` holds one of ``anchors``: an identifier with or without its hyphens,
     a number as a whole number (``999`` is not in ``5,999``)."""
@@ -207,6 +257,25 @@ def _subjects_named(question: str, passages: Sequence[Citation]) -> frozenset[in
         if len(subject := title_subject(c.title)) >= MIN_SUBJECT and subject in asked
     )
     return frozenset() if len(named) == len(passages) else named
+
+
+def _asked_in_heading(asked: AbstractSet[str], passages: Sequence[Citation]) -> frozenset[int]:
+    """The passages whose own heading (the last part of their section) is a question holding
+    every one of the question's words ``asked``, two at least: a FAQ entry under the question
+    itself ("How often should I clean the air filter?" over "Every 3 months, or monthly in
+    dusty rooms.", whose sentences hold one of its words); none when every passage's is."""
+    if len(asked) < 2:
+        return frozenset()
+    headings = {c.index: _HEADING_PARTS.split(c.section)[-1].rstrip() for c in passages}
+    named = frozenset(
+        i
+        for i, heading in headings.items()
+        if heading.endswith(("?", "？")) and asked <= passage_words(heading)
+    )
+    return frozenset() if len(named) == len(passages) else named
+
+
+_HEADING_PARTS = re.compile(r"\s[>›]\s")
 
 
 def _quantity(question: str) -> bool:
@@ -378,7 +447,7 @@ def extractive_answer(
     question: str,
     citations: Sequence[Citation],
     *,
-    sentences: int = SENTENCES,
+    sentences: int | None = None,
     min_relevance: float = MIN_RELEVANCE,
     synonyms: SynonymTable | None = None,
     language_of: str | None = None,
@@ -407,7 +476,9 @@ def extractive_answer(
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
     amount = _quantity(question)
-    named = _subjects_named(question, passages)
+    named = _subjects_named(question, passages) | _asked_in_heading(
+        question_words.difference(ids), passages
+    )
 
     def score(c: _Sentence) -> float:
         value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
@@ -415,7 +486,7 @@ def extractive_answer(
             value += SUBJECT_WEIGHT
         if ids and _holds_anchor(c.text, ids):
             value += IDENTIFIER_WEIGHT
-            if c.text.lower().startswith(tuple(ids)):  # its entry's heading: "E-203 Lamp ..."
+            if _starts_with(c.text, ids):  # its entry's heading: "E-203 Lamp ..."
                 value += HEADING_WEIGHT
         if amount and _DIGIT.search(c.text):
             value += AMOUNT_WEIGHT
@@ -423,31 +494,38 @@ def extractive_answer(
         return value * (1 - RANK_STEP * min(c.rank, 5))
 
     best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
-    zh, switched = in_chinese(question), False
-    if in_chinese(best.text) != zh:
+    zh = in_chinese(question)
+    if not _in_language(best.text, zh):
         # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
         # （E-203）：…"): its sentence in the question's language, when it is nearly as good
         least = LANGUAGE_SHARE * score(best)
         in_language = [
             c
             for c in candidates
-            if c.passage == best.passage and in_chinese(c.text) == zh and score(c) >= least
+            if c.passage == best.passage and _in_language(c.text, zh) and score(c) >= least
         ]
         if in_language:
-            best, switched = max(in_language, key=lambda c: (score(c), -c.position)), True
-    # the best sentence, the one before it (its heading or lead-in: "Yes. All models have
-    # an M4 thread." before "After mounting, ...") and the ones after it
+            best = max(in_language, key=lambda c: (score(c), -c.position))
+    own = [c for c in candidates if c.passage == best.passage]
+    # in a passage written in both languages, its sentences in the question's language
+    both = {_language(c.text) for c in own} >= {True, False}
+    # the best sentence, the one before it (its lead-in: "Yes. All models have an M4
+    # thread." before "After mounting, ...", unless the best is an entry's heading, "E-105
+    # Fan failure", after the entry before it) and the ones after it
+    first_position = best.position if ids and _starts_with(best.text, ids) else best.position - 1
     same = [
-        c
-        for c in candidates
-        if c.passage == best.passage
-        and c.position >= best.position - 1
-        and (not switched or in_chinese(c.text) == zh)
+        c for c in own if c.position >= first_position and (not both or _in_language(c.text, zh))
     ]
+    # up to the next entry's heading ("Still need help? / 仍需帮助？" after E-310's steps)
+    same = list(
+        itertools.takewhile(lambda c: c.position <= best.position or not _heading(c.text), same)
+    )
     header = _table_header(best, passages)
     if header is not None:
         # a table's row: under its header, not beside the rows around it (other products)
         same = [header, best]
+    if sentences is None:  # "how do I fix it?": the steps after the heading too
+        sentences = STEPS if _HOW_TO.search(question) else SENTENCES
     chosen = [(c.text, c.passage) for c in same[:sentences]]
     stating = _stating(question, candidates, chosen, question_words, passages)
     headers: set[int] = set()

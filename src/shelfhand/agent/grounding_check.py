@@ -126,7 +126,10 @@ def split_sentences(text: str) -> list[str]:
         sentence = _LIST_MARK.sub("", f"{marker} {piece}" if marker else piece).strip()
         marker = ""
         if sentence and not _CITE.fullmatch(sentence):
-            out.append(sentence)
+            if out and sentence.startswith("/ "):  # "Still need help? / 仍需帮助？": one heading
+                out[-1] = f"{out[-1]} {sentence}"
+            else:
+                out.append(sentence)
     return out
 
 

@@ -173,6 +173,46 @@ async def test_a_model_saying_the_documents_do_not_cover_it_in_its_words_stands(
 @pytest.mark.parametrize(
     ("question", "answer", "told"),
     [
+        (
+            "公司的年假政策是什么？",
+            "文档中没有相关信息。不过一般公司年假是 15 天。",
+            NOT_COVERED_ZH,
+        ),
+        (
+            "What is the annual leave policy?",
+            "The documents do not cover this. Usually employees get 25 days of leave.",
+            NOT_COVERED,
+        ),
+    ],
+)
+@pytest.mark.parametrize("caller", [GLOBEX, ACME], ids=["no documents", "none about it"])
+async def test_a_guess_beside_the_documents_do_not_cover_it_is_not_shown(
+    kb: KnowledgeBase, question: str, answer: str, told: str, caller: UserContext
+) -> None:
+    """A refusal that goes on with an amount no passage or tool holds: the amount is the
+    model's guess, read by the user as the company's. Before, the answer stood with its
+    guess (a refusal was not checked; with passages found, none about the question, it was
+    replaced by nothing better and stood)."""
+    searched = agent(kb, tool_call("retrieve", {"query": question}), text(answer))
+
+    result = await searched.run(question, context=caller)  # globex has no documents
+
+    assert result.output.startswith(told) and result.fallback_reason == "ungrounded"
+    assert "15" not in result.output and "25" not in result.output
+
+
+async def test_a_refusal_naming_only_what_the_question_names_stands(kb: KnowledgeBase) -> None:
+    own = "The documents do not mention error E-999."
+    searched = agent(kb, tool_call("retrieve", {"query": "E-999"}), text(own))
+
+    result = await searched.run("What does error E-999 mean?", context=GLOBEX)
+
+    assert result.output == own and result.fallback_reason == ""
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "told"),
+    [
         ("E-203 是什么故障？", "抱歉，我无法协助完成这个请求。", NOT_COVERED_ZH),
         ("What does E-203 mean?", "I'm sorry, but I can't assist with that request.", NOT_COVERED),
     ],

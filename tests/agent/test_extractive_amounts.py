@@ -206,3 +206,20 @@ def test_a_disagreeing_version_is_quoted_by_what_it_says_differently() -> None:
     assert found is not None
     assert found.text.count(LIGHT) == 1, found.text
     assert "24 个月。 [2]" in found.text
+
+
+RETURNS = Citation(
+    index=1,
+    source="returns-policy.md",
+    text=(
+        "Unopened items can be returned within 30 days of delivery for a full refund. "
+        "Opened items can be returned within 7 days: defective items get a full refund."
+    ),
+)
+
+
+def test_the_unit_an_amount_is_asked_in_does_not_make_a_passage_about_it() -> None:
+    # "days" and "get" were half of the question's words, and the returns policy's "within
+    # 30 days" was quoted for annual leave
+    assert extractive_answer("How many days of annual leave do I get?", [RETURNS]) is None
+    assert extractive_answer("How many days do I get to return an opened item?", [RETURNS])

@@ -127,6 +127,7 @@ ASKING = frozenset(
         "可以",
         "是否",
         "为什么",
+        "get",
         "long",
         "mani",
         "much",
@@ -134,8 +135,8 @@ ASKING = frozenset(
         "soon",
     ]
 )
-"""Words that ask rather than name what is asked ("多久", "how long"): a passage is not less
-about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
+"""Words that ask rather than name what is asked ("多久", "how long", "do I get"): a passage is
+not less about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
 _PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
 """A passage that names prices: a table row of it holding a number states one."""
 
@@ -344,6 +345,12 @@ def _amounts(
     ]
 
 
+_UNITS = passage_words("days months years weeks hours minutes seconds 天 个月 年 周 小时 分钟 秒")
+"""The words of the units an amount is stated in: for "How many days of annual leave do I
+get?", a passage stating "within 30 days" is not about the question for sharing "days" with
+it."""
+
+
 def asked_words(
     question: str, passages: Sequence[Citation], table: SynonymTable | None = None
 ) -> set[str]:
@@ -465,6 +472,8 @@ def extractive_answer(
     ids = _anchors(question)
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = asked_words(question, passages, synonyms)
+    if asked_amount(question) is not None and question_words - _UNITS:
+        question_words -= _UNITS  # the unit the amount is asked in is not what it is about
     wholes = unknown_words(question, dropped=ASKING)
     candidates = _candidates(passages, question_words, ids, min_relevance, wholes) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes

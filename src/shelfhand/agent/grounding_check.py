@@ -192,6 +192,10 @@ def passage_words(text: str) -> frozenset[str]:
     return frozenset(words(text))
 
 
+_CODE_FACT = re.compile(r"[a-z]+\d[a-z\d]*")
+"""A fact that is a code (``e203``, ``sku2024011``, as :func:`facts` writes them), not a number."""
+
+
 @functools.lru_cache(maxsize=PASSAGE_CACHE)
 def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
     """A passage's words and facts (kept for the process's most recent passages: a passage
@@ -407,6 +411,28 @@ class Evidence:
             return False
         return not any(_tells(told, analysed[i][0]) for i in named)
 
+    def _another_entry(
+        self,
+        stated: set[str],
+        best: int,
+        analysed: dict[int, tuple[frozenset[str], frozenset[str]]],
+    ) -> set[str]:
+        """The codes the question asks about (``E-203``) that a sentence states (``stated``,
+        its facts) while the passage it rests on (``best``) lacks them and names a code of its
+        own, when a passage holding them was found: the sentence tells another code's entry
+        under the code asked about. Qwen2.5-Coder-0.5B answered "E-203 怎么修？" with "如果
+        E-203 返回，需要更换风扇", the E-105 entry's last step (the question's code counts as
+        held by every passage, so the sentence passed). ``set()`` when it does not."""
+        named = {f for f in stated & self.question_facts if _CODE_FACT.fullmatch(f)}
+        held = analysed[best][1]
+        if not named or named <= held:
+            return set()
+        if not any(_CODE_FACT.fullmatch(f) for f in held - named):
+            return set()  # (a passage naming no code: a chunk of the entry, or a general one)
+        if not any(named <= _analysed(text)[1] for text in self._texts.values()):
+            return set()  # no passage holds the code: nothing better to rest on
+        return named - held
+
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""
         asked = passage_words(self._question)
@@ -451,6 +477,8 @@ class Evidence:
             tables = {i: table(self._texts[i]) for i in pool}
             if any(t.rows for t in tables.values()):
                 misplaced = self._misplaced(stated, own, tables, analysed)
+        if not missing and not misplaced and best is not None and self.question_facts:
+            misplaced = self._another_entry(stated, best, analysed)
         supported = not missing and not misplaced and score >= needed and told and best is not None
         if (
             supported

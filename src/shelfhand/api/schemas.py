@@ -150,7 +150,8 @@ class ChatReply(BaseModel):
         default=None,
         description="The grounding check of the answer: grounded, method and per sentence "
         "supported / unsupported with the supporting passage, the missing numbers or codes "
-        "and the misplaced ones (a table's number from another row than the one named) "
+        "and the misplaced ones (a table's number from another row than the one named, "
+        "the question's code over another code's entry) "
         "(null: not checked, e.g. no passages).",
     )
     extractive: bool = Field(

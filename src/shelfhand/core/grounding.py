@@ -33,7 +33,9 @@ class SentenceSupport:
     """Numbers, codes and dates of the sentence that no passage it is checked against holds."""
     misplaced: tuple[str, ...] = ()
     """Numbers of the sentence that its passages hold only in a table row about something
-    else than what the sentence names (the Lumen X1's ``3999`` said of the Lumen X1 Pro)."""
+    else than what the sentence names (the Lumen X1's ``3999`` said of the Lumen X1 Pro), and
+    the question's code it names while resting on another code's entry (``e203`` said over
+    the E-105 entry's steps)."""
     tool: str | None = None
     """The tool whose result it is about, when one holds more of its words than any passage
     (``order_status``: the answer states what the caller's order system returned, not what

@@ -5,6 +5,8 @@ the question asks what to do, and never into the next entry."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shelfhand.agent.extractive import extractive_answer
@@ -88,3 +90,33 @@ def test_a_bilingual_heading_split_at_its_question_mark_is_one_sentence() -> Non
         "Still need help? / 仍需帮助？",
         "Call us.",
     ]
+
+
+FIRST = Citation(
+    index=1,
+    source="manual.pdf",
+    doc_id="manual.pdf",
+    start=0,
+    end=60,
+    text="E-105 Fan failure / 风扇故障\n请关机并拔下电源；5 分钟后重新开机。",
+)
+NEXT = Citation(
+    index=2,
+    source="manual.pdf",
+    doc_id="manual.pdf",
+    start=40,
+    end=120,
+    text="5 分钟后重新开机。如果仍然显示 E-105，需要更换风扇。\nE-203 Lamp overheating / 灯泡过热",
+)
+
+
+def test_the_steps_go_on_into_the_next_chunk_of_the_entry() -> None:
+    # the E-105 entry's last step was in the next chunk, found by the same search, and left out
+    quoted = extractive_answer("显示 E-105 怎么办？", [FIRST, NEXT])
+    assert quoted is not None
+    lines = [sentence for sentence, _ in quoted.sentences]
+    assert lines[-1] == "如果仍然显示 E-105，需要更换风扇。", lines
+    assert lines.count("5 分钟后重新开机。") == 1 and not any("E-203" in s for s in lines)
+    # another section's chunk (the next FAQ entry) is not the entry going on
+    other = extractive_answer("显示 E-105 怎么办？", [FIRST, replace(NEXT, section="Other")])
+    assert other is not None and all(n == 1 for _, n in other.sentences), other.sentences

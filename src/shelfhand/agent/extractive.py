@@ -430,6 +430,36 @@ def _sentences_of(text: str) -> tuple[str, ...]:
     return tuple(split_sentences(text))
 
 
+def _continued(
+    passage: Citation, passages: Sequence[Citation], zh: bool | None
+) -> list[tuple[str, int]]:
+    """The sentences of the passage that goes on where ``passage`` ends (the next chunk of
+    the same document and section, starting inside or right after it), up to the next
+    entry's heading, those in Chinese (``zh``) or English only when ``zh`` is not ``None``;
+    none when no such passage was found. A chunk's overlap with ``passage`` is said once (the
+    answer's lines are kept once each)."""
+    if passage.start is None or passage.end is None or not passage.doc_id:
+        return []
+    after = [
+        c
+        for c in passages
+        if c.doc_id == passage.doc_id
+        and c.section == passage.section
+        and c.start is not None
+        and passage.start < c.start <= passage.end + 1
+    ]
+    if not after:
+        return []
+    nxt = min(after, key=lambda c: c.start or 0)
+    out: list[tuple[str, int]] = []
+    for sentence in _sentences_of(nxt.text):
+        if _heading(sentence):
+            break
+        if zh is None or _in_language(sentence, zh):
+            out.append((sentence, nxt.index))
+    return out
+
+
 def _table_header(row: _Sentence, passages: Sequence[Citation]) -> _Sentence | None:
     """The header line ("SKU | Model | … | Price (CNY)") of the table ``row`` is a line of,
     when its passage's first line is one; else ``None``. "SKU2024-011 | Lumen X1 | 3,000 | …
@@ -503,6 +533,7 @@ def extractive_answer(
         return value * (1 - RANK_STEP * min(c.rank, 5))
 
     best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
+    by_index = {c.index: c for c in passages}
     zh = in_chinese(question)
     if not _in_language(best.text, zh):
         # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
@@ -533,9 +564,17 @@ def extractive_answer(
     if header is not None:
         # a table's row: under its header, not beside the rows around it (other products)
         same = [header, best]
+    how_to = _HOW_TO.search(question) is not None
     if sentences is None:  # "how do I fix it?": the steps after the heading too
-        sentences = STEPS if _HOW_TO.search(question) else SENTENCES
+        sentences = STEPS if how_to else SENTENCES
     chosen = [(c.text, c.passage) for c in same[:sentences]]
+    last = _sentences_of(by_index[best.passage].text)
+    if how_to and len(chosen) < sentences and same and same[-1].position == len(last) - 1:
+        # the steps go on in the next chunk of its document, found by the same search (the
+        # E-105 entry's last step, "如果仍然显示 E-105，需要更换风扇"): its sentences too
+        chosen += _continued(by_index[best.passage], passages, zh if both else None)[
+            : sentences - len(chosen)
+        ]
     stating = _stating(question, candidates, chosen, question_words, passages)
     headers: set[int] = set()
     if stating:  # "how long?" answered with the sentence that says how long
@@ -545,7 +584,6 @@ def extractive_answer(
             headers.add(len(chosen))  # what the row's columns are: shown with it or not at all
             chosen.append((above.text, above.passage))
         chosen.append((top.text, top.passage))
-    by_index = {c.index: c for c in passages}
     first = by_index[best.passage]
     for other in passages:  # a passage that disagrees is shown too: never hidden
         if other.index != first.index and (

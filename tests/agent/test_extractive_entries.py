@@ -100,10 +100,9 @@ FIRST = Citation(
     end=60,
     text="E-105 Fan failure / 风扇故障\n请关机并拔下电源；5 分钟后重新开机。",
 )
-NEXT = Citation(
+NEXT = replace(
+    FIRST,
     index=2,
-    source="manual.pdf",
-    doc_id="manual.pdf",
     start=40,
     end=120,
     text="5 分钟后重新开机。如果仍然显示 E-105，需要更换风扇。\nE-203 Lamp overheating / 灯泡过热",

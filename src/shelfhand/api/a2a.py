@@ -145,7 +145,8 @@ class _BearerOnly:
 
     async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A JSON-RPC parse error for a body that is not UTF-8 or nests too deep (the SDK
-        answers such a body with an internal error) and 413 past ``_MAX_BODY``; else the SDK gets the body."""
+        answers such a body with an internal error) and 413 past ``_MAX_BODY``; else the SDK
+        gets the body."""
         try:
             body = await read_body(receive, _MAX_BODY)
         except BodyTooLarge:
@@ -155,7 +156,7 @@ class _BearerOnly:
             return
         if body is None:  # the client went away
             return
-        problem = _not_utf8(body)
+        problem = _unreadable(body)
         if problem:  # the SDK parses the JSON and answers bad JSON right; not these
             error = {"code": _PARSE_ERROR, "message": f"Parse error: {problem}"}
             await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
@@ -163,10 +164,11 @@ class _BearerOnly:
         await self.app(scope, replaying(body, receive), send)
 
 
-def _not_utf8(body: bytes) -> str:
-    """Why ``body`` is not JSON's UTF-8 text ("" when it is). Valid UTF-8 is not enough: the
-    SDK's ``json.loads`` of the bytes guesses UTF-16 or UTF-32 from NUL bytes among the first
-    four (``b"0\\x000\\xc2\\x80"``), fails to decode, and answers an internal error."""
+def _unreadable(body: bytes) -> str:
+    """Why ``body`` is not JSON's UTF-8 text, or nests too deep to parse ("" when neither).
+    Valid UTF-8 is not enough: the SDK's ``json.loads`` of the bytes guesses UTF-16 or UTF-32
+    from NUL bytes among the first four (``b"0\\x000\\xc2\\x80"``), fails to decode, and
+    answers an internal error."""
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -174,9 +176,8 @@ def _not_utf8(body: bytes) -> str:
     encoding = json.detect_encoding(body)
     if encoding not in ("utf-8", "utf-8-sig"):
         return f"the body reads as {encoding}, and JSON-RPC bodies are UTF-8"
-    return _too_deep(body) or lone_surrogate(
-        body
-    )  # ("\ud800" alone: the turn's text could not be stored)
+    # ("\ud800" alone: the turn's text could not be stored)
+    return _too_deep(body) or lone_surrogate(body)
 
 
 _FEW_BRACKETS = 200
@@ -195,7 +196,7 @@ def _too_deep(body: bytes) -> str:
     except RecursionError:
         return "the JSON nests too deep"
     except ValueError:
-        return ""
+        pass  # (not JSON: the SDK answers that right)
     return ""
 
 

@@ -83,7 +83,7 @@ STEPS = 8
 ("How do I fix E-203?"): a manual's entry is its heading, what the code means and then the
 steps, and three sentences stopped before the first step."""
 _HOW_TO = re.compile(
-    r"\bhow (?:do|can|should|to)\b|\bwhat (?:should|do|can) (?:i|we)\b|\b(?:fix|repair|steps?)\b"
+    r"\bhow (?:do|can|should|to)\b|\bwhat (?:should|do|can) (?:i|we)\b|\bfix\b|\bsteps? to\b"
     r"|怎么|怎样|如何|咋|步骤",
     re.IGNORECASE,
 )

@@ -504,6 +504,10 @@ def extractive_answer(
     question_words = asked_words(question, passages, synonyms)
     if asked_amount(question) is not None and question_words - _UNITS:
         question_words -= _UNITS  # the unit the amount is asked in is not what it is about
+    situational = {w for w in question_words if w.isdigit() and len(w) < 3}
+    if situational and question_words - situational:
+        # "bought 20 days ago": the question's own short number, which no passage states
+        question_words -= situational
     wholes = unknown_words(question, dropped=ASKING)
     candidates = _candidates(passages, question_words, ids, min_relevance, wholes) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes

@@ -159,6 +159,13 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
     assert not is_refusal("如果您不清楚型号，请查看机身标签上的 SKU [1]。")
     assert repeats_question("艾努语使用的地区是哪里? [1]", "艾努语使用的地区是哪里？")
     assert not repeats_question("艾努语使用于北海道 [1]。", "艾努语使用的地区是哪里？")
+    # asked back in other words (Qwen2.5-Coder-0.5B, with the overheating passages found)
+    overheating = "My projector keeps overheating. What can I do?"
+    assert repeats_question("The projector keeps overheating. What can I do?", overheating)
+    assert repeats_question("投影仪一直过热，我能做什么？", "我的投影仪一直过热，我能做什么？")
+    # the question's words and nothing else, but not a question: a "yes" is an answer
+    assert not repeats_question("Yes, the Lumen X1 supports HDR.", "Does the Lumen X1 support HDR?")
+    assert not repeats_question("Is it overheating? Clean the air filter.", overheating)
     # a long answer cut by max_tokens after "例如:" has said something before it
     assert not announces_only("单星是不和任何其他同类星体组成聚星系统的单一天体。例如:")
 

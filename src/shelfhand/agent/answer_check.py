@@ -258,10 +258,18 @@ _LEADS = tuple(text.lower() for text in LEADS)
 def repeats_question(answer: str, question: str) -> bool:
     """Whether ``answer`` is ``question`` said again (its citation marks, spaces,
     punctuation and case aside): Qwen2.5-Coder-0.5B answered "艾努语使用的地区是哪里？" with
-    itself."""
+    itself; or asks it back in other words, ending with a question mark and holding none of
+    its own ("The projector keeps overheating. What can I do?" for "My projector keeps
+    overheating. What can I do?")."""
     if not question:
         return False
-    return _bare(without_citations(answer)) == _bare(question) != ""
+    said = without_citations(answer)
+    if _bare(said) == _bare(question) != "":
+        return True
+    if not said.rstrip().endswith(("?", "？")):
+        return False  # ("Yes, the X1 supports HDR." holds only the question's words too)
+    own = words(said)
+    return bool(own) and own <= words(question)
 
 
 def _bare(text: str) -> str:

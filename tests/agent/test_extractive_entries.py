@@ -119,3 +119,25 @@ def test_the_steps_go_on_into_the_next_chunk_of_the_entry() -> None:
     # another section's chunk (the next FAQ entry) is not the entry going on
     other = extractive_answer("显示 E-105 怎么办？", [FIRST, replace(NEXT, section="Other")])
     assert other is not None and all(n == 1 for _, n in other.sentences), other.sentences
+
+
+@pytest.mark.parametrize(
+    "question", ["E-105 和 E-203 有什么区别？", "What is the difference between E-105 and E-203?"]
+)
+def test_a_question_comparing_two_codes_gets_both_entries(question: str) -> None:
+    # the entry ranking first was quoted alone: E-203's, for a question about two codes
+    quoted = _quoted(question)
+    assert (
+        "E-105 Fan failure / 风扇故障" in quoted and "E-203 Lamp overheating / 灯泡过热" in quoted
+    )
+    assert quoted.index("E-105 Fan failure / 风扇故障") < quoted.index(
+        "E-203 Lamp overheating / 灯泡过热"
+    )
+
+
+def test_a_question_naming_two_codes_without_comparing_them_gets_the_best_entry() -> None:
+    quoted = _quoted("What does E-105 mean? I also saw E-203 once.")
+    assert quoted[0] in ("E-105 Fan failure / 风扇故障", "E-203 Lamp overheating / 灯泡过热")
+    assert not (
+        "E-105 Fan failure / 风扇故障" in quoted and "E-203 Lamp overheating / 灯泡过热" in quoted
+    )

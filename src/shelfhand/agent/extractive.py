@@ -500,6 +500,59 @@ def extractive_answer(
     follows (default ``question``: a follow-up's rewrite, "Lumen X1 Pro light source", may be
     in English while the user asked "它的光源能用多久？")."""
     ids = _anchors(question)
+    codes = _codes(ids) if _COMPARES.search(question) else []
+    if len(codes) < 2:
+        return _extract(question, citations, ids, sentences, min_relevance, synonyms, language_of)
+    # "E-105 和 E-203 有什么区别？": each code's entry, not the one that ranks first
+    numbers = [a for a in ids if a not in query_identifiers(question)]
+    parts = [
+        _extract(
+            question, citations, [*code, *numbers], sentences, min_relevance, synonyms, language_of
+        )
+        for code in codes
+    ]
+    found = [part for part in parts if part is not None]
+    return _joined(found) if len(found) > 1 else next(iter(found), None)
+
+
+_COMPARES = re.compile(
+    r"区别|不同|差别|差异|比较|对比|哪个|哪一个|\bvs\b|versus|differ|compar|\bwhich (?:one|is)\b",
+    re.IGNORECASE,
+)
+"""A question comparing the things it names ("E-105 和 E-203 有什么区别？")."""
+
+
+def _codes(ids: Sequence[str]) -> list[list[str]]:
+    """``ids`` grouped by the code they spell (``e-105`` and ``e105`` are one), in order."""
+    groups: dict[str, list[str]] = {}
+    for spelled in ids:
+        groups.setdefault(spelled.replace("-", ""), []).append(spelled)
+    return [group for group in groups.values() if not group[0].isdigit()]
+
+
+def _joined(parts: Sequence[Extract]) -> Extract:
+    """One extractive answer of ``parts`` (each code's entry), under the first one's lead
+    line; a sentence two of them quote (a table's header) said once."""
+    lines = parts[0].text.splitlines()[:1]
+    kept: list[tuple[str, int]] = []
+    for part in parts:
+        for sentence, index in part.sentences:
+            if (sentence, index) not in kept:
+                kept.append((sentence, index))
+                lines.append(f"- {sentence} [{index}]")
+    return Extract(text="\n".join(lines), sentences=tuple(kept))
+
+
+def _extract(
+    question: str,
+    citations: Sequence[Citation],
+    ids: list[str],
+    sentences: int | None,
+    min_relevance: float,
+    synonyms: SynonymTable | None,
+    language_of: str | None,
+) -> Extract | None:
+    """:func:`extractive_answer` with the anchors ``ids`` a passage must hold one of."""
     passages = list({c.index: c for c in citations if c.text.strip()}.values())
     question_words = asked_words(question, passages, synonyms)
     if asked_amount(question) is not None and question_words - _UNITS:

@@ -154,6 +154,15 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
         "文档中不清楚。",
     ):
         assert is_refusal(refusal), refusal
+    # sent to the manual for more information (Qwen2.5-Coder-0.5B, for "What should I do if
+    # the projector shows E-310?", with the E-310 entry found): the manual is what to say
+    for deflection in (
+        "The projector does not show E-310. Please check the manual for more information.",
+        "请参考说明书以获取更多信息。",
+    ):
+        assert is_refusal(deflection), deflection
+    # a passage's own pointer to another policy is a fact, not a refusal
+    assert not is_refusal("Opened items can be returned within 7 days; see the returns policy.")
     # an apology before a negative answer, and 不清楚 said of the user: answers, not refusals
     assert not is_refusal("抱歉，拆封超过七天的商品不能退货 [1]。")
     assert not is_refusal("如果您不清楚型号，请查看机身标签上的 SKU [1]。")

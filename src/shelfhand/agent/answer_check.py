@@ -145,13 +145,18 @@ _REFUSAL = re.compile(
     r"|得知|给出|完成|删除|处理|执行|访问|识别|理解)"
     r"|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不能(?:协助|回答|提供)"
     r"|(?:帮|答|回答|查)不了|无能为力|爱莫能助|超出了?我的(?:能力|范围|知识)"
-    r"|(?:我|我们|目前|暂时|文档|资料|知识库)(?:中|里)?(?:也|并|还)?(?:不清楚|不知道)",
+    r"|(?:我|我们|目前|暂时|文档|资料|知识库)(?:中|里)?(?:也|并|还)?(?:不清楚|不知道)"
+    r"|(?:check|refer to|consult|see|read) (?:the|your) (?:manual|documentation|user guide)"
+    r" for (?:more|further) (?:information|details)"
+    r"|请(?:参考|参阅|查阅|查看)(?:产品)?(?:说明书|手册|用户手册)(?:以)?(?:获取|了解)(?:更多|详细)",
     re.IGNORECASE,
 )
 """What a refusal says. An apology is not one ("抱歉，拆封超过七天的商品不能退货 [1]。" is
 a negative answer, as polite Chinese service writes it), nor is "不清楚" in a sentence of the
 answer's ("如果您不清楚型号，请查看机身标签"): only with the refusal itself, or said of what
-the writer (or the documents) does not know."""
+the writer (or the documents) does not know. Sending the user to the manual "for more
+information" is one: the manual's passages are what the answer was to say ("The projector
+does not show E-310. Please check the manual for more information.", Qwen2.5-Coder-0.5B)."""
 _STOPPED = {"max_iters", "repeated_call", "empty"}
 REPLACED_NOTICE = "The answer above was replaced after checking it against the documents ({reason})"
 """What :class:`~shelfhand.core.events.AnswerReplaced` says to people (every stream's wording)."""

@@ -71,6 +71,16 @@ def test_a_lead_in_written_over_and_over_on_one_line_is_a_loop() -> None:
     assert kept("答案是：" * 20) is not None
 
 
+def test_a_line_said_again_citing_another_passage_is_a_loop() -> None:
+    """Qwen2.5-Coder-0.5B, imitating an earlier extractive answer of its session, wrote "- E-105
+    Fan failure / 风扇故障 [3]", then [4], [5] and on to ``max_tokens`` (512 tokens, a minute of
+    one thread), each line another citation."""
+    lines = "".join(f"- E-105 Fan failure / 风扇故障 [{n}]\n" for n in range(3, 40))
+    assert kept("摘自文档：\n" + lines) == "摘自文档：\n- E-105 Fan failure / 风扇故障 [3]"
+    # the same words citing other passages once each, two times: not yet a loop
+    assert kept("- The lamp is overheating [1].\n- The lamp is overheating [2].\n") is None
+
+
 def test_a_constrained_reply_is_read_with_its_escaped_newlines() -> None:
     raw = json.dumps({"tool": "none", "answer": LOOP}, ensure_ascii=False)[:-12]
     cut = loop_cut(raw)

@@ -107,6 +107,27 @@ def _fields_but_iteration(run: RunContext) -> dict[str, Any]:
     return {f.name: getattr(run, f.name) for f in fields(run) if f.init and f.name != "iteration"}
 
 
+def _own_usage(
+    guard: CallGuard,
+    input_tokens: int,
+    output_tokens: int,
+    model_calls: int,
+    tool_calls: int,
+    retrievals: int,
+    cost: float | None,
+) -> Usage:
+    """What a run used itself, from its counts: the calls its guard replayed (answered from
+    an earlier identical call) not counted again."""
+    return run_usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        model_calls=model_calls,
+        tool_calls=tool_calls - guard.replayed,
+        retrievals=retrievals - guard.replayed_searches,
+        cost=cost,
+    )
+
+
 def _ended(run: RunContext, options: RunOptions, own: Usage) -> Usage:
     """The usage of the run that ends: its own and its subagents' finished runs'; handed to
     the run that delegated it, if one did (so the turn's usage sums every model call)."""
@@ -343,10 +364,9 @@ class AgentLoop:
                     if chat is not None and cut_off:
                         cut_chat(chat, charged, exc)
                 if parent is not None:  # a subagent's run: what it used still counts
-                    own = run_usage(
-                        input_tokens=input_tokens, output_tokens=output_tokens,
-                        model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
-                        retrievals=retrievals - guard.replayed_searches, cost=cost,
+                    own = _own_usage(
+                        guard, input_tokens, output_tokens, model_calls, tool_calls, retrievals,
+                        cost,
                     )  # fmt: skip
                     _failed(run, parent, own, charged if cut_off else None, price)
                 raise
@@ -421,10 +441,8 @@ class AgentLoop:
 
             external = [c for c in calls if self._is_external(c.name)]
             if external:
-                usage = _ended(run, options, run_usage(
-                    input_tokens=input_tokens, output_tokens=output_tokens,
-                    model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
-                    retrievals=retrievals - guard.replayed_searches, cost=cost,
+                usage = _ended(run, options, _own_usage(
+                    guard, input_tokens, output_tokens, model_calls, tool_calls, retrievals, cost,
                 ))  # fmt: skip
                 yield external_final(reply, tuple(external), new, citations, run, iteration, usage)
                 return
@@ -491,11 +509,9 @@ class AgentLoop:
         # remember before yielding: a consumer may stop at the final event
         summary = await self._remember(new)
         # the calls that ran: one answered from an earlier identical call's result did not
-        own = run_usage(
-            input_tokens=input_tokens, output_tokens=output_tokens,
-            model_calls=model_calls, tool_calls=tool_calls - guard.replayed,
-            retrievals=retrievals - guard.replayed_searches, cost=cost,
-        )  # fmt: skip
+        own = _own_usage(
+            guard, input_tokens, output_tokens, model_calls, tool_calls, retrievals, cost
+        )
         usage = _ended(run, options, own if summary is None else own + summary)
         done = final(text, new, citations, run, iteration, usage, reason)
         yield done if stopped is None else budget_final(done, stopped)

@@ -391,10 +391,8 @@ class AnswerCheck:
                 return "tool_failed"  # a refusal after a tool that could answer failed
             if refusing and _declined_on_nothing(result):
                 return "declined"
-            if result.grounding is None or (
-                refusing and not _facts_beyond(result.output, question)
-            ):
-                return ""  # (a refusal going on with an amount it guessed is checked below)
+            if result.grounding is None or (refusing and not _guessed(result, question)):
+                return ""
         elif is_refusal(result.output) and not _tool_answered_no(result):
             return "ungrounded" if _guessed(result, question) else "refusal"
         grounding = result.grounding
@@ -613,21 +611,15 @@ def _guessed(result: RunResult, question: str) -> bool:
     """Whether ``result``'s answer, a refusal, goes on with a number, code or date that
     neither ``question`` nor the evidence holds: the model's guess, which the user reads as
     the company's ("The documents do not cover this. Usually employees get 25 days of
-    leave.")."""
+    leave."). "The documents do not mention error E-999." for "What does error E-999
+    mean?" states only what the question does."""
     grounding = result.grounding
-    return (
-        grounding is not None
-        and _facts_beyond(result.output, question)
-        and _ungrounded(grounding.sentences, about_tools(grounding))
-    )
-
-
-def _facts_beyond(answer: str, question: str) -> bool:
-    """Whether ``answer`` states a number, code or date that ``question`` does not: "The
-    documents do not cover this. Usually employees get 25 days of leave." does; "The
-    documents do not mention error E-999." for "What does error E-999 mean?" does not."""
-    stated = facts(answer)
-    return bool(stated) and not stated <= facts(question)
+    if grounding is None:
+        return False
+    stated = facts(result.output)
+    if not stated or stated <= facts(question):
+        return False
+    return _ungrounded(grounding.sentences, about_tools(grounding))
 
 
 def _claims_without_evidence(result: RunResult, tool_failed: bool) -> bool:

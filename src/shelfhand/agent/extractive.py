@@ -625,13 +625,16 @@ def _extract(
     if sentences is None:  # "how do I fix it?": the steps after the heading too
         sentences = STEPS if how_to else SENTENCES
     chosen = [(c.text, c.passage) for c in same[:sentences]]
-    last = _sentences_of(by_index[best.passage].text)
-    if how_to and len(chosen) < sentences and same and same[-1].position == len(last) - 1:
+    first = by_index[best.passage]
+    if (
+        how_to
+        and len(chosen) < sentences
+        and same
+        and same[-1].position == len(_sentences_of(first.text)) - 1
+    ):
         # the steps go on in the next chunk of its document, found by the same search (the
         # E-105 entry's last step, "如果仍然显示 E-105，需要更换风扇"): its sentences too
-        chosen += _continued(by_index[best.passage], passages, zh if both else None)[
-            : sentences - len(chosen)
-        ]
+        chosen += _continued(first, passages, zh if both else None)[: sentences - len(chosen)]
     stating = _stating(question, candidates, chosen, question_words, passages)
     headers: set[int] = set()
     if stating:  # "how long?" answered with the sentence that says how long
@@ -641,7 +644,6 @@ def _extract(
             headers.add(len(chosen))  # what the row's columns are: shown with it or not at all
             chosen.append((above.text, above.passage))
         chosen.append((top.text, top.passage))
-    first = by_index[best.passage]
     for other in passages:  # a passage that disagrees is shown too: never hidden
         if other.index != first.index and (
             first.index in other.conflicts_with or other.index in first.conflicts_with

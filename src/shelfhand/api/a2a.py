@@ -17,8 +17,8 @@ governance, memory) in the shelfhand session of its A2A ``contextId``, so a cont
 conversation. The answer streams as an artifact (``answer``, appended chunk by chunk; when
 the turn took back text it had streamed, the last chunk replaces the artifact with the answer
 alone), its citations ride in the artifact's metadata (``citations``), and the task completes
-(or fails with the turn's error). A long run is an ordinary task: ``returnImmediately`` answers at once
-with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
+(or fails with the turn's error). A long run is an ordinary task: ``returnImmediately``
+answers at once with the task to poll with ``GetTask``, and ``CancelTask`` stops the turn.
 """
 
 from __future__ import annotations

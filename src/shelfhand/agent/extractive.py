@@ -18,7 +18,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -515,6 +515,89 @@ def extractive_answer(
     return _joined(found) if len(found) > 1 else next(iter(found), None)
 
 
+OVERVIEW_WORDS = 2
+"""The most words (less those that only ask) a broad question has: "怎么退货？", "退货政策是什么？",
+"What is the warranty?" name a topic, not a fact of it."""
+OVERVIEW_PASSAGES = 3
+"""How many passages of one document must hold all of a broad question's words for its
+answer to be an overview of them (see :func:`_overview`)."""
+_YES_NO = re.compile(
+    r"吗\s*[？?]?\s*$|^\s*(?:can|could|is|are|do|does|did|will|would|may|should|has|have)\b",
+    re.IGNORECASE,
+)
+"""A yes-or-no question ("拆封后还能退货吗？", "Can I return it?"): it asks one fact, however few
+its words."""
+
+
+def _overview(
+    question: str, passages: Sequence[Citation], question_words: set[str]
+) -> list[tuple[str, int, str]]:
+    """For a broad question ("怎么退货？": one or two words naming a topic, no identifier, no
+    amount, no yes or no) whose words every one of several passages of one document holds
+    (its sections: returns of unopened items, of opened items, refunds, exceptions): one
+    sentence of each of them, in the document's order, each labelled with its section's name,
+    and then the sentences of passages that disagree with them; else none.
+
+    Without it, the answer quoted the best passage alone, and for such a question every
+    passage ties on its one word: the search's first ("定制刻字商品…不支持退货", the section whose
+    heading holds 退货 once more) answered "怎么退货？". From each passage, its first sentence
+    holding the most of the question's words ("申请退货时请提供订单号…" of the policy's opening);
+    a passage holding them in its heading alone is left out."""
+    if (
+        not 0 < len(question_words) <= OVERVIEW_WORDS
+        or _quantity(question)
+        or asked_amount(question) is not None
+        or _YES_NO.search(question)
+        or _COMPARES.search(question)
+    ):
+        return []
+    holding = [c for c in passages if question_words <= passage_words(headed(c))]
+    if len(holding) < OVERVIEW_PASSAGES:
+        return []
+    document = holding[0].doc_id or holding[0].source
+    own = sorted(
+        (c for c in holding if (c.doc_id or c.source) == document and c.start is not None),
+        key=lambda c: c.start or 0,
+    )
+    out: list[tuple[str, int, str]] = []
+    for c in own:
+        sentences = [s for s in _sentences_of(c.text) if passage_words(s) & question_words]
+        if sentences:
+            best = max(sentences, key=lambda s: len(passage_words(s) & question_words))
+            out.append((best, c.index, _label(c, best)))
+    if len(out) < OVERVIEW_PASSAGES:
+        return []
+    by_index = {c.index: c for c in passages}
+    said = {text for text, _, _ in out}
+    shown: list[tuple[str, int, str]] = []
+    for text, index, label in out:  # a passage that disagrees, right after the one it does
+        shown.append((text, index, label))
+        others = _disagreeing(
+            by_index[index], passages, said, question_words, _held(question_words)
+        )
+        shown += [(other, n, _label(by_index[n], other)) for other, n in others]
+        said |= {other for other, _ in others}
+    return shown
+
+
+def _held(question_words: AbstractSet[str]) -> Callable[[_Sentence], float]:
+    """A sentence's score in an overview: how many of the question's words it holds."""
+    return lambda c: len(c.words & question_words)
+
+
+def _label(passage: Citation, sentence: str) -> str:
+    """What an overview's line starts with: the name of ``passage``'s own section and a
+    colon ("未拆封商品：", "Unopened items: "), which says what the quoted sentence is about
+    ("超出保修期或无法提供购买凭证的产品" is a case the warranty does not cover); nothing for a
+    document's opening (its section is the title), a FAQ's question or a sentence that starts
+    with the name."""
+    parts = _HEADING_PARTS.split(passage.section)
+    name = parts[-1].strip() if len(parts) > 1 else ""
+    if not name or name.endswith(("?", "？")) or sentence.startswith(name):
+        return ""
+    return f"{name}：" if in_chinese(name) else f"{name}: "
+
+
 _COMPARES = re.compile(
     r"区别|不同|差别|差异|比较|对比|哪个|哪一个|\bvs\b|versus|differ|compar|\bwhich (?:one|is)\b",
     re.IGNORECASE,
@@ -562,6 +645,10 @@ def _extract(
         # "bought 20 days ago": the question's own short number, which no passage states
         question_words -= situational
     wholes = unknown_words(question, dropped=ASKING)
+    if not ids and not wholes:
+        overview = _overview(question, passages, question_words)
+        if overview:
+            return _assembled(question if language_of is None else language_of, overview, set())
     candidates = _candidates(passages, question_words, ids, min_relevance, wholes) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes
     )
@@ -644,23 +731,53 @@ def _extract(
             headers.add(len(chosen))  # what the row's columns are: shown with it or not at all
             chosen.append((above.text, above.passage))
         chosen.append((top.text, top.passage))
-    for other in passages:  # a passage that disagrees is shown too: never hidden
-        if other.index != first.index and (
-            first.index in other.conflicts_with or other.index in first.conflicts_with
+    chosen += _disagreeing(first, passages, {text for text, _ in chosen}, question_words, score)
+    return _assembled(
+        question if language_of is None else language_of,
+        [(text, n, "") for text, n in chosen],
+        headers,
+    )
+
+
+def _disagreeing(
+    quoted: Citation,
+    passages: Sequence[Citation],
+    said: AbstractSet[str],
+    question_words: set[str],
+    score: Callable[[_Sentence], float],
+) -> list[tuple[str, int]]:
+    """The best sentence (by ``score``) of each passage that disagrees with ``quoted`` (an
+    older version of a policy): it is shown too, never hidden, about the question or not. A
+    sentence ``said`` already is not taken: versions share most of their sentences word for
+    word, and the one they share says nothing of the disagreement."""
+    out: list[tuple[str, int]] = []
+    for other in passages:
+        if other.index != quoted.index and (
+            quoted.index in other.conflicts_with or other.index in quoted.conflicts_with
         ):
-            # about the question or not, it is quoted: it disagrees with what is quoted (by a
-            # sentence not quoted already: versions share most of their sentences word for
-            # word, and the one they share says nothing of the disagreement)
-            said = {text for text, _ in chosen}
             theirs = [
-                c for c in _candidates([other], question_words, [], 0.0) if c.text not in said
+                c
+                for c in _candidates([other], question_words, [], 0.0)
+                if c.text not in said and all(c.text != text for text, _ in out)
             ]
             if theirs:
                 top = max(theirs, key=lambda c: (score(c), -c.position))
-                chosen.append((top.text, top.passage))
-    lines, used = [lead(question if language_of is None else language_of)], 0
+                out.append((top.text, top.passage))
+    return out
+
+
+def _assembled(
+    asked_in: str,
+    chosen: Sequence[tuple[str, int, str]],
+    headers: AbstractSet[int],
+) -> Extract:
+    """The answer of the ``chosen`` sentences (each once, :data:`MAX_CHARS` in all) under the
+    lead line in the language ``asked_in`` is asked in; a sentence at one of ``headers`` (a
+    table's header) only with the row after it. A sentence may come with a label to show
+    before it (its section's name, in an overview)."""
+    lines, used = [lead(asked_in)], 0
     kept: list[tuple[str, int]] = []
-    for at, (sentence, index) in enumerate(chosen):
+    for at, (sentence, index, label) in enumerate(chosen):
         if any(sentence == text for text, _ in kept):
             continue  # (the same words in two passages: said once)
         size = len(sentence) + (len(chosen[at + 1][0]) if at in headers else 0)
@@ -668,5 +785,5 @@ def _extract(
             break
         used += len(sentence)
         kept.append((sentence, index))
-        lines.append(f"- {sentence} [{index}]")
+        lines.append(f"- {label}{sentence} [{index}]")
     return Extract(text="\n".join(lines), sentences=tuple(kept))

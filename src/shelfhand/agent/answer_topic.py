@@ -198,6 +198,14 @@ from a passage rarely says all of it again ("《战国无双3》是由哪两个�
 passage, "由光荣和ω-force开发", share 5 of its 8 words)."""
 
 
+_FRAMES = passage_words("policy policies rules process procedure 政策 规定 流程 制度")
+"""Words naming the kind of answer asked for, not its topic: "What is your return policy?"
+asks about returns. The returns policy's English summary, a whole answer to it, holds
+"return" and not "policy" (its title says 政策), while a FAQ entry holds both ("see the
+returns policy"): counted, "policy" made the model's answer quoting the summary one resting
+on half the question, and it was replaced by the FAQ entry's one sentence."""
+
+
 def rests_elsewhere(
     question: str,
     grounding: Grounding | None,
@@ -218,6 +226,7 @@ def rests_elsewhere(
     if not resting:
         return False
     asked = asked_words(question, citations, synonyms)
+    asked = asked - _FRAMES or asked
     if len(asked) < MIN_ASKED:
         return False
     held = {c.index: asked.intersection(passage_words(headed(c))) for c in citations}

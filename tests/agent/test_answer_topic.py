@@ -6,6 +6,7 @@ and English, with a scripted model."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from shelfhand.agent.answer_topic import (
     only_labels,
     rests_elsewhere,
     states_nothing_held,
+    tells_one_part,
 )
 from shelfhand.agent.extractive import LEAD
 from shelfhand.agent.fallbacks import NOT_COVERED
@@ -453,3 +455,93 @@ def test_passages_without_the_amount_asked_for_do_not_replace_the_answer(questio
     result = AnswerCheck(scaffolds=AGENT_SCAFFOLDS).apply(run, question)
 
     assert result.output == answer and not result.extractive and not result.fallback_reason
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "partial"),
+    [
+        # the local model's answer (return-policy-zh): the policy's opening, none of its rules
+        (
+            "退货政策是什么？",
+            "退货政策适用于明光官方商城售出的投影仪及配件。申请退货时请提供订单号，"
+            "退货商品需附带原包装、配件和赠品。",
+            True,
+        ),
+        ("怎么退货？", "已拆封的商品，自签收之日起 7 天内可申请退货。", True),
+        # two sections of it: an answer of its own, left be
+        (
+            "退货政策是什么？",
+            "未拆封的商品 30 天内可申请无理由退货；已拆封的商品 7 天内可申请退货。",
+            False,
+        ),
+        # a question asking one fact of the topic is answered by one section
+        ("拆封后还能退货吗？", "已拆封的商品，自签收之日起 7 天内可申请退货。", False),
+        ("退款多久能到账？", "退款在 3 至 5 个工作日内原路退回。", False),
+    ],
+    ids=["opening", "one-rule", "two-rules", "yes-no", "amount"],
+)
+async def test_one_part_of_a_policy_for_a_broad_question_becomes_the_overview(
+    kb: KnowledgeBase, question: str, answer: str, partial: bool
+) -> None:
+    result = await answered(kb, question, answer)
+
+    if partial:
+        assert result.fallback_reason == "partial" and result.extractive
+        lines = result.output.splitlines()
+        assert len(lines) >= 4  # the lead line and a sentence of three sections or more
+        assert "30 天" in result.output and "7 天" in result.output
+    else:
+        assert result.output == answer and not result.fallback_reason
+
+
+def test_a_broad_question_answered_from_one_section_tells_one_part() -> None:
+    sections = [
+        Citation(
+            index=n, source="returns-policy.md", title="退货与换货政策", doc_id="returns",
+            section=f"退货与换货政策 > {name}", text=text, start=100 * n, end=100 * n + 40,
+        )
+        for n, (name, text) in enumerate(
+            [
+                ("未拆封商品", "未拆封的商品 30 天内可以退货。"),
+                ("已拆封商品", "已拆封的商品 7 天内可以退货。"),
+                ("退款时效", "退货验货后，退款在 3 至 5 个工作日内退回。"),
+            ],
+            start=1,
+        )
+    ]  # fmt: skip
+    one = check_grounding("未拆封的商品 30 天内可以退货。", sections, question="怎么退货？")
+    both = check_grounding(
+        "未拆封的商品 30 天内可以退货。已拆封的商品 7 天内可以退货。",
+        sections,
+        question="怎么退货？",
+    )
+
+    assert tells_one_part("怎么退货？", one, sections)
+    assert not tells_one_part("怎么退货？", both, sections)
+    # two sections hold it: no overview, nothing to prefer
+    assert not tells_one_part("怎么退货？", one, sections[:2])
+    assert not tells_one_part("未拆封的商品多少天内可以退货？", one, sections)
+
+
+async def test_two_callers_at_once_each_get_their_own_verdict(kb: KnowledgeBase) -> None:
+    # one check for both (the service's): alice's broad question is answered with the
+    # overview, bob's question of one fact keeps the model's answer of one section
+    check = AnswerCheck(scaffolds=AGENT_SCAFFOLDS)
+    opening = "本政策适用于明光官方商城售出的投影仪及配件。"
+    opened = "已拆封的商品，自签收之日起 7 天内可申请退货。"
+
+    async def ask(user: str, question: str, answer: str) -> RunResult:
+        agent = Agent(
+            model=ScriptedModel([text(answer)]),
+            toolkit=Toolkit([retrieve_tool(kb)]),
+            retrieval="context",
+            answer_check=check,
+        )
+        return await agent.run(question, context=UserContext(tenant_id="acme", user_id=user))
+
+    alice, bob = await asyncio.gather(
+        ask("alice", "退货政策是什么？", opening), ask("bob", "拆封后还能退货吗？", opened)
+    )
+
+    assert alice.fallback_reason == "partial" and "30 天" in alice.output
+    assert bob.output == opened and not bob.fallback_reason

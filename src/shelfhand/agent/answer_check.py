@@ -54,6 +54,7 @@ from .answer_topic import (
     rests_elsewhere,
     shares_only_names,
     states_nothing_held,
+    tells_one_part,
 )
 from .extractive import ASKING, LEADS, extractive_answer
 from .fallbacks import (
@@ -177,6 +178,7 @@ REASONS = {
     "heading_echo": "the model answered with the passages' headings only",
     "off_topic": "the model's answer was about something the question did not ask",
     "unanswered": "the model's answer did not state the amount asked for",
+    "partial": "the model's answer gave one part of what the documents say on the question",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``); in Chinese,
 :data:`REASONS_ZH`."""
@@ -192,6 +194,7 @@ REASONS_ZH = {
     "heading_echo": "模型只复述了段落标题",
     "off_topic": "回答的不是所问的内容",
     "unanswered": "回答没有给出所问的数量",
+    "partial": "回答只给出了文档所述的一部分",
     "repeated_call": "模型反复发出失败的工具调用",
     "max_iters": "模型没有在限定步数内完成",
     "empty": "模型没有给出回答",
@@ -447,6 +450,8 @@ class AnswerCheck:
             return "off_topic"
         if rests_elsewhere(question, result.grounding, citations, self.synonyms):
             return "off_topic"
+        if tells_one_part(question, result.grounding, citations, self.synonyms):
+            return "partial"
         if states_nothing_held(answer, citations) and (
             extractive_answer(question, citations, synonyms=self.synonyms) is None
         ):
@@ -500,6 +505,8 @@ class AnswerCheck:
             and not misses_amount(amount_asked(question, checked.messages), replaced.output)
         ):
             return checked  # the passages' sentences state no such amount either: no better
+        if why == "partial" and not replaced.extractive:
+            return checked  # (the follow-up's rewrite read as no broad question): no better
         if replaced.extractive or says_not_covered(replaced.output):
             replaced = _tools_under(replaced, question)
         note = checked.grounding.note if checked.grounding is not None else ""

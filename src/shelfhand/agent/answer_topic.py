@@ -13,6 +13,9 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   only on passages that, together, hold at most half of them: it answers about something
   near the question ("the C4K has lens shift" for "How do I clean the lens?", beside the
   FAQ entry on cleaning the lens);
+- :func:`tells_one_part`: the question is broad ("退货政策是什么？") and the answer rests on
+  one of the document's sections that hold it, when the extractive answer quotes one
+  sentence of each;
 - :func:`shares_only_names`: the answer holds nothing of the question but its names (the
   product, not what is asked about it); the answer check uses it when the tool that could
   answer failed, or answered about the question while the answer quotes the passages
@@ -23,7 +26,7 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   laptops.
 
 Each is a reason to show the passages' own sentences, or "the documents do not cover this",
-instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``).
+instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``, ``partial``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import COUNT, DURATION, NUMBER_WORD, asked_amount
-from .extractive import ASKING, asked_words, headed
+from .extractive import ASKING, OVERVIEW_PASSAGES, asked_words, headed, overview_passages
 from .grounding_check import (
     MIN_SUPPORT,
     PASSAGE_CACHE,
@@ -59,6 +62,7 @@ __all__ = [
     "rests_elsewhere",
     "shares_only_names",
     "states_nothing_held",
+    "tells_one_part",
 ]
 
 _DIGIT = re.compile(r"\d")
@@ -239,6 +243,27 @@ def rests_elsewhere(
     # at most half: "The brightness of the Lumen X1 is 3,000 ANSI lumens" rests on a passage
     # without "bright" (2 of the question's 3 words), beside the table row holding all three
     return 2 * len(covered) <= most
+
+
+def tells_one_part(
+    question: str,
+    grounding: Grounding | None,
+    citations: Sequence[Citation],
+    synonyms: SynonymTable | None = None,
+) -> bool:
+    """Whether ``question`` is broad ("退货政策是什么？": one or two words naming a topic, which
+    several sections of one document hold, :func:`~.extractive.overview_passages`) and the
+    answer rests on one of those sections at most: Qwen2.5-Coder-0.5B answered it with the
+    policy's opening ("退货政策适用于明光官方商城售出的投影仪及配件。申请退货时请提供订单号…"),
+    true, and none of its rules (30 days unopened, 7 days opened, refunds, exceptions). An
+    answer resting on nothing is left alone."""
+    if grounding is None:
+        return False
+    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    if not resting:
+        return False
+    parts = overview_passages(question, citations, synonyms)
+    return len(parts) >= OVERVIEW_PASSAGES and len(resting & parts) <= 1
 
 
 def misses_amount(question: str, answer: str) -> bool:

@@ -54,6 +54,7 @@ __all__ = [
     "extractive_answer",
     "headed",
     "lead",
+    "overview_passages",
 ]
 
 LEAD = "From the documents:"
@@ -626,6 +627,39 @@ def _joined(parts: Sequence[Extract]) -> Extract:
     return Extract(text="\n".join(lines), sentences=tuple(kept))
 
 
+def _quotable(citations: Sequence[Citation]) -> list[Citation]:
+    """The passages with text, each once."""
+    return list({c.index: c for c in citations if c.text.strip()}.values())
+
+
+def _about_words(
+    question: str, passages: Sequence[Citation], synonyms: SynonymTable | None
+) -> set[str]:
+    """The words a passage holds to be about ``question`` (:func:`asked_words`), less the
+    unit an amount is asked in and the question's own short numbers."""
+    question_words = asked_words(question, passages, synonyms)
+    if asked_amount(question) is not None and question_words - _UNITS:
+        question_words -= _UNITS  # the unit the amount is asked in is not what it is about
+    situational = {w for w in question_words if w.isdigit() and len(w) < 3}
+    if situational and question_words - situational:
+        # "bought 20 days ago": the question's own short number, which no passage states
+        question_words -= situational
+    return question_words
+
+
+def overview_passages(
+    question: str, citations: Sequence[Citation], synonyms: SynonymTable | None = None
+) -> frozenset[int]:
+    """The passages the extractive answer to ``question`` quotes one sentence of each when
+    the question is broad ("怎么退货？", see :func:`extractive_answer`); none when it is not,
+    or fewer than :data:`OVERVIEW_PASSAGES` of one document hold it."""
+    if _anchors(question) or unknown_words(question, dropped=ASKING):
+        return frozenset()
+    passages = _quotable(citations)
+    words_asked = _about_words(question, passages, synonyms)
+    return frozenset(index for _, index, _ in _overview(question, passages, words_asked))
+
+
 def _extract(
     question: str,
     citations: Sequence[Citation],
@@ -636,14 +670,8 @@ def _extract(
     language_of: str | None,
 ) -> Extract | None:
     """:func:`extractive_answer` with the anchors ``ids`` a passage must hold one of."""
-    passages = list({c.index: c for c in citations if c.text.strip()}.values())
-    question_words = asked_words(question, passages, synonyms)
-    if asked_amount(question) is not None and question_words - _UNITS:
-        question_words -= _UNITS  # the unit the amount is asked in is not what it is about
-    situational = {w for w in question_words if w.isdigit() and len(w) < 3}
-    if situational and question_words - situational:
-        # "bought 20 days ago": the question's own short number, which no passage states
-        question_words -= situational
+    passages = _quotable(citations)
+    question_words = _about_words(question, passages, synonyms)
     wholes = unknown_words(question, dropped=ASKING)
     if not ids and not wholes:
         overview = _overview(question, passages, question_words)

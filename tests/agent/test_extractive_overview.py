@@ -177,3 +177,10 @@ def test_an_older_version_that_disagrees_follows_the_sentence_it_disagrees_with(
         "- 保修范围：非人为硬件故障在保修期内免费维修。 [2]",
         "- 维修时效：保修维修在 7 个工作日内完成。 [3]",
     ]
+
+
+@pytest.mark.parametrize("question", ["介绍一下退货政策", "简单介绍下退货", "请讲讲退货政策"])
+def test_words_asking_to_be_told_are_not_what_is_asked(question: str) -> None:
+    # 介绍, 一下, 下, 讲讲 ask; counted, "介绍一下退货政策" was four words, no broad question
+    lines = _lines(question, SEARCHED)
+    assert [line.rsplit(" [", 1)[1] for line in lines[1:]] == ["5]", "4]", "3]", "2]", "1]"]

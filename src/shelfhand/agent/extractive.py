@@ -128,7 +128,16 @@ ASKING = frozenset(
         "可以",
         "是否",
         "为什么",
+        "介绍",
+        "一下",
+        "下",
+        "简单",
+        "讲讲",
+        "谈谈",
         "get",
+        "tell",
+        "explain",
+        "describ",
         "long",
         "mani",
         "much",
@@ -136,8 +145,9 @@ ASKING = frozenset(
         "soon",
     ]
 )
-"""Words that ask rather than name what is asked ("多久", "how long", "do I get"): a passage is
-not less about "退款多久能到账？" for lacking 多久 (the keyword index keeps them; here they are dropped)."""
+"""Words that ask rather than name what is asked ("多久", "how long", "do I get", "介绍一下",
+"tell me about"): a passage is not less about "退款多久能到账？" for lacking 多久 (the keyword index
+keeps them; here they are dropped)."""
 _PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
 """A passage that names prices: a table row of it holding a number states one."""
 

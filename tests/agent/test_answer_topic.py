@@ -545,3 +545,30 @@ async def test_two_callers_at_once_each_get_their_own_verdict(kb: KnowledgeBase)
 
     assert alice.fallback_reason == "partial" and "30 天" in alice.output
     assert bob.output == opened and not bob.fallback_reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "partial"),
+    [
+        # the X1 Pro's section alone, for a question comparing it with the X1
+        ("The Lumen X1 Pro adds native 4K and a laser light source.", True),
+        # both sections: an answer of its own
+        (
+            "The Lumen X1 has a UHP lamp and Full HD; the Lumen X1 Pro adds native 4K and a "
+            "laser light source.",
+            False,
+        ),
+    ],
+    ids=["one", "both"],
+)
+async def test_a_comparison_answered_from_one_of_its_sections_becomes_both(
+    kb: KnowledgeBase, answer: str, partial: bool
+) -> None:
+    result = await answered(kb, "Lumen X1 和 Lumen X1 Pro 有什么区别？", answer)
+
+    if partial:
+        assert result.fallback_reason == "partial" and result.extractive
+        assert "Lumen X1 (SKU2024-011):" in result.output
+        assert "Lumen X1 Pro (SKU2024-012):" in result.output
+    else:
+        assert result.output == answer and not result.fallback_reason

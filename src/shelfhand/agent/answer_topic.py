@@ -41,7 +41,14 @@ from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import COUNT, DURATION, NUMBER_WORD, asked_amount
-from .extractive import ASKING, OVERVIEW_PASSAGES, asked_words, headed, overview_passages
+from .extractive import (
+    ASKING,
+    OVERVIEW_PASSAGES,
+    asked_words,
+    compared_passages,
+    headed,
+    overview_passages,
+)
 from .grounding_check import (
     MIN_SUPPORT,
     PASSAGE_CACHE,
@@ -255,15 +262,22 @@ def tells_one_part(
     several sections of one document hold, :func:`~.extractive.overview_passages`) and the
     answer rests on one of those sections at most: Qwen2.5-Coder-0.5B answered it with the
     policy's opening ("退货政策适用于明光官方商城售出的投影仪及配件。申请退货时请提供订单号…"),
-    true, and none of its rules (30 days unopened, 7 days opened, refunds, exceptions). An
-    answer resting on nothing is left alone."""
+    true, and none of its rules (30 days unopened, 7 days opened, refunds, exceptions). Or
+    the question compares things the documents give a section each ("Lumen X1 和 Lumen X1
+    Pro 有什么区别？", :func:`~.extractive.compared_passages`) and the answer rests on one of
+    them alone. An answer resting on nothing is left alone."""
     if grounding is None:
         return False
     resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
     if not resting:
         return False
     parts = overview_passages(question, citations, synonyms)
-    return len(parts) >= OVERVIEW_PASSAGES and len(resting & parts) <= 1
+    if len(parts) >= OVERVIEW_PASSAGES:
+        return len(resting & parts) <= 1
+    # "Lumen X1 和 Lumen X1 Pro 有什么区别？" answered from the X1 Pro's section alone (a table
+    # row naming both, or two sections, is an answer of its own)
+    named = compared_passages(question, citations)
+    return len(named) > 1 and len(resting & named) == 1 and resting <= named
 
 
 def misses_amount(question: str, answer: str) -> bool:

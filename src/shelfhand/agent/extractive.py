@@ -51,6 +51,7 @@ __all__ = [
     "MIN_RELEVANCE",
     "Extract",
     "asked_words",
+    "compared_passages",
     "extractive_answer",
     "headed",
     "lead",
@@ -511,8 +512,20 @@ def extractive_answer(
     follows (default ``question``: a follow-up's rewrite, "Lumen X1 Pro light source", may be
     in English while the user asked "它的光源能用多久？")."""
     ids = _anchors(question)
-    codes = _codes(ids) if _COMPARES.search(question) else []
+    compares = _COMPARES.search(question) is not None
+    codes = _codes(ids) if compares else []
     if len(codes) < 2:
+        named = _named_sections(question, citations) if compares else []
+        if len(named) > 1:  # "Lumen X1 和 Lumen X1 Pro 有什么区别？": each one's section
+            return _assembled(
+                question if language_of is None else language_of,
+                [
+                    (text, c.index, "" if at else _label(c, text))
+                    for c in named
+                    for at, text in enumerate(_sentences_of(c.text)[: sentences or SENTENCES])
+                ],
+                set(),
+            )
         return _extract(question, citations, ids, sentences, min_relevance, synonyms, language_of)
     # "E-105 和 E-203 有什么区别？": each code's entry, not the one that ranks first
     numbers = [a for a in ids if a not in query_identifiers(question)]
@@ -616,6 +629,43 @@ _COMPARES = re.compile(
 """A question comparing the things it names ("E-105 和 E-203 有什么区别？")."""
 
 
+_QUALIFIER = re.compile(r"\s*[(（][^()（）]*[)）]\s*$")
+"""A heading's trailing qualifier: "Lumen X1 (SKU2024-011)" names the Lumen X1."""
+
+
+def _named_sections(question: str, passages: Sequence[Citation]) -> list[Citation]:
+    """The passages whose own section the question names, one per name, in the order the
+    question names them: "Lumen X1 和 Lumen X1 Pro 有什么区别？" names the sections "Lumen X1
+    (SKU2024-011)" and "Lumen X1 Pro (SKU2024-012)"; "the X1 and the X1 Pro" names them too
+    (a name without its first word, the series, counts when it has two words or more). A
+    longer name is read first and taken out of the question, so "X1 Pro" does not also name
+    the X1."""
+    sections: dict[str, Citation] = {}
+    for c in passages:
+        parts = _HEADING_PARTS.split(c.section)
+        if len(parts) > 1:
+            name = _QUALIFIER.sub("", parts[-1]).strip()
+            if len(name) >= MIN_SUBJECT and not name.endswith(("?", "？")):
+                sections.setdefault(name.casefold(), c)
+    left = question.casefold()
+    found: list[tuple[int, Citation]] = []
+    for name in sorted(sections, key=len, reverse=True):
+        short = name.split(maxsplit=1)[1] if len(name.split()) > 1 else ""
+        for spelled in (name, short):
+            match = _whole(spelled).search(left) if spelled else None
+            if match is not None:
+                found.append((match.start(), sections[name]))
+                left = f"{left[: match.start()]}{' ' * len(spelled)}{left[match.end() :]}"
+                break
+    return [c for _, c in sorted(found, key=lambda item: item[0])]
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _whole(name: str) -> re.Pattern[str]:
+    """``name`` as a whole name: not inside a longer word or code (``x1`` in ``x10``)."""
+    return re.compile(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])")
+
+
 def _codes(ids: Sequence[str]) -> list[list[str]]:
     """``ids`` grouped by the code they spell (``e-105`` and ``e105`` are one), in order."""
     groups: dict[str, list[str]] = {}
@@ -668,6 +718,15 @@ def overview_passages(
     passages = _quotable(citations)
     words_asked = _about_words(question, passages, synonyms)
     return frozenset(index for _, index, _ in _overview(question, passages, words_asked))
+
+
+def compared_passages(question: str, citations: Sequence[Citation]) -> frozenset[int]:
+    """The passages whose sections a question comparing them names ("Lumen X1 和 Lumen X1 Pro
+    有什么区别？"), when it names two or more; else none."""
+    if _COMPARES.search(question) is None:
+        return frozenset()
+    named = _named_sections(question, citations)
+    return frozenset(c.index for c in named) if len(named) > 1 else frozenset()
 
 
 def _extract(

@@ -260,3 +260,28 @@ def test_the_passages_sentences_come_from_the_passage_about_what_is_asked() -> N
     # a question naming no passage's subject reads them as before
     other = extractive_answer("什么植物喜凉爽湿润气候？", [town, flax])
     assert other is not None and 2 in other.passages
+
+
+@pytest.mark.parametrize(
+    ("answer", "question", "repeats"),
+    [
+        # Qwen2.5-Coder-0.5B's first sentence for it, alone: the premise denied, nothing said
+        ("The projector does not show E-310.", "What should I do if the projector shows E-310?",
+         True),
+        ("投影仪没有显示 E-310。", "投影仪显示 E-310 怎么办？", True),
+        ("E-203 故障 [1]。", "E-203 是什么故障？", True),
+        # a word of its own: an answer
+        ("E-203 是灯泡过热故障 [1]。", "E-203 是什么故障？", False),
+        # a yes-or-no question, and a choice the question offers, are answered in its words
+        ("The Lumen X1 supports HDR.", "Does the Lumen X1 support HDR?", False),
+        ("The Cinema C4K.", "Which is brighter, the X1 Pro or the Cinema C4K?", False),
+        ("Lumen X1 更便宜。", "Lumen X1 和 Lumen X1 Pro 哪个更便宜？", False),
+    ],
+    ids=["premise-en", "premise-zh", "code-zh", "answer", "yes-no", "choice-en", "choice-zh"],
+)  # fmt: skip
+def test_an_answer_of_the_questions_own_words_says_nothing(
+    answer: str, question: str, repeats: bool
+) -> None:
+    from shelfhand.agent.answer_check import repeats_question
+
+    assert repeats_question(answer, question) is repeats

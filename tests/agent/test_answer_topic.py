@@ -572,3 +572,15 @@ async def test_a_comparison_answered_from_one_of_its_sections_becomes_both(
         assert "Lumen X1 Pro (SKU2024-012):" in result.output
     else:
         assert result.output == answer and not result.fallback_reason
+
+
+async def test_the_premise_denied_in_the_questions_words_becomes_the_entry(
+    kb: KnowledgeBase,
+) -> None:
+    # Qwen2.5-Coder-0.5B's first sentence for it, with the E-310 entry found
+    result = await answered(
+        kb, "What should I do if the projector shows E-310?", "The projector does not show E-310."
+    )
+
+    assert result.fallback_reason == "empty" and result.extractive
+    assert "E-310 No input signal" in result.output

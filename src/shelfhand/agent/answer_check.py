@@ -268,16 +268,35 @@ def repeats_question(answer: str, question: str) -> bool:
     punctuation and case aside): Qwen2.5-Coder-0.5B answered "艾努语使用的地区是哪里？" with
     itself; or asks it back in other words, ending with a question mark and holding none of
     its own ("The projector keeps overheating. What can I do?" for "My projector keeps
-    overheating. What can I do?")."""
+    overheating. What can I do?"); or, for a question asking what, how, which or why and
+    offering no choice, says nothing but its words ("The projector does not show E-310." for
+    "What should I do if the projector shows E-310?")."""
     if not question:
         return False
     said = without_citations(answer)
     if _bare(said) == _bare(question) != "":
         return True
-    if not said.rstrip().endswith(("?", "？")):
-        return False  # ("Yes, the X1 supports HDR." holds only the question's words too)
+    if not said.rstrip().endswith(("?", "？")) and (
+        _OPEN_QUESTION.search(question) is None or _CHOICE.search(question) is not None
+    ):
+        # "Yes, the X1 supports HDR." holds only the question's words too, and so does "The
+        # Cinema C4K." for "Which is brighter, the X1 Pro or the Cinema C4K?"
+        return False
     own = words(said)
     return bool(own) and own <= words(question)
+
+
+_OPEN_QUESTION = re.compile(
+    r"什么|怎么|怎样|如何|为何|为什么|哪|多久|多少|多长|几|谁"
+    r"|\b(?:what|how|why|which|when|where|who)\b",
+    re.IGNORECASE,
+)
+"""A question no answer holding only its own words can answer: "What should I do if the
+projector shows E-310?" answered "The projector does not show E-310." says nothing."""
+_CHOICE = re.compile(
+    r"\bor\b|还是|或者|区别|不同|比较|哪个|哪一个|\bvs\b|versus|differ|compar", re.IGNORECASE
+)
+"""A question offering its answers ("the X1 Pro or the Cinema C4K?"): one of its words is one."""
 
 
 def _bare(text: str) -> str:

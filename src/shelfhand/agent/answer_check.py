@@ -282,6 +282,8 @@ def repeats_question(answer: str, question: str) -> bool:
         # "Yes, the X1 supports HDR." holds only the question's words too, and so does "The
         # Cinema C4K." for "Which is brighter, the X1 Pro or the Cinema C4K?"
         return False
+    if len(said) > 2 * len(question):
+        return False  # (read before its words: an answer that long says more)
     own = words(said)
     return bool(own) and own <= words(question)
 

@@ -567,13 +567,7 @@ def _overview(
     heading holds 退货 once more) answered "怎么退货？". From each passage, its first sentence
     holding the most of the question's words ("申请退货时请提供订单号…" of the policy's opening);
     a passage holding them in its heading alone is left out."""
-    if (
-        not 0 < len(question_words) <= OVERVIEW_WORDS
-        or _quantity(question)
-        or asked_amount(question) is not None
-        or _YES_NO.search(question)
-        or _COMPARES.search(question)
-    ):
+    if not 0 < len(question_words) <= OVERVIEW_WORDS or not _may_be_broad(question):
         return []
     holding = [c for c in passages if question_words <= passage_words(headed(c))]
     if len(holding) < OVERVIEW_PASSAGES:
@@ -607,6 +601,17 @@ def _overview(
 def _held(question_words: AbstractSet[str]) -> Callable[[_Sentence], float]:
     """A sentence's score in an overview: how many of the question's words it holds."""
     return lambda c: len(c.words & question_words)
+
+
+def _may_be_broad(question: str) -> bool:
+    """Whether ``question`` asks no amount, no yes or no and no comparison (read before its
+    words: most questions ask one of these)."""
+    return not (
+        _quantity(question)
+        or asked_amount(question) is not None
+        or _YES_NO.search(question)
+        or _COMPARES.search(question)
+    )
 
 
 def _label(passage: Citation, sentence: str) -> str:
@@ -713,7 +718,7 @@ def overview_passages(
     """The passages the extractive answer to ``question`` quotes one sentence of each when
     the question is broad ("怎么退货？", see :func:`extractive_answer`); none when it is not,
     or fewer than :data:`OVERVIEW_PASSAGES` of one document hold it."""
-    if _anchors(question) or unknown_words(question, dropped=ASKING):
+    if not _may_be_broad(question) or _anchors(question) or unknown_words(question, dropped=ASKING):
         return frozenset()
     passages = _quotable(citations)
     words_asked = _about_words(question, passages, synonyms)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
 from shelfhand.agent.answer_topic import (
+    in_other_language,
     misses_amount,
     misses_identifier,
     only_labels,
@@ -27,6 +29,7 @@ from shelfhand.agent.fallbacks import NOT_COVERED
 from shelfhand.agent.grounding_check import check_grounding
 from shelfhand.core.messages import Citation
 from shelfhand.core.results import RunResult
+from shelfhand.knowledge.analysis import in_chinese
 from shelfhand.knowledge.evidence.citations import label as label_of
 from shelfhand.testing import ScriptedModel, text, tool_call
 from support.knowledge import sample_kb
@@ -584,3 +587,49 @@ async def test_the_premise_denied_in_the_questions_words_becomes_the_entry(
 
     assert result.fallback_reason == "empty" and result.extractive
     assert "E-310 No input signal" in result.output
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "other"),
+    [
+        # the bilingual manual's Chinese sentences for a question in English: the English ones
+        ("What does error code E-203 mean?", "E-203 表示灯泡过热，请等待 30 分钟让灯泡冷却。", True),
+        # an English answer quoting a Chinese term is in English
+        ("What does error code E-203 mean?", "E-203 means the lamp is overheating (灯泡过热).",
+         False),
+        # a question in Chinese answered in English, while the manual says it in Chinese too
+        ("E-203 是什么故障？", "E-203 means the lamp temperature is above the safe limit.", True),
+    ],
+    ids=["zh-for-en", "en-quoting-zh", "en-for-zh"],
+)  # fmt: skip
+async def test_an_answer_in_the_other_language_becomes_the_passages_in_the_questions(
+    kb: KnowledgeBase, question: str, answer: str, other: bool
+) -> None:
+    result = await answered(kb, question, answer)
+
+    if other:
+        assert result.fallback_reason == "other_language" and result.extractive
+        assert in_chinese(result.output) == in_chinese(question)
+    else:
+        assert result.output == answer and not result.fallback_reason
+
+
+def test_an_answer_from_a_passage_in_one_language_stands() -> None:
+    # only the Chinese policy says it; the English passage found beside it does not answer
+    policy = Citation(
+        index=1, source="warranty.md", title="保修政策", section="保修政策 > 保修期限",
+        text="整机保修期为自购买之日起 24 个月。",
+    )  # fmt: skip
+    faq = Citation(
+        index=2, source="faq.html", title="FAQ", section="FAQ > How long is the warranty?",
+        text="See the warranty policy: the period depends on the purchase date.",
+    )  # fmt: skip
+    question, answer = "How long is the warranty?", "整机保修期为 24 个月。"
+    grounding = check_grounding(answer, [policy, faq], question=question)
+
+    assert {s.passage for s in grounding.sentences if s.supported} == {1}
+    assert not in_other_language(question, answer, grounding, [policy, faq])
+    # the same answer resting on a passage that says it in English too
+    both = replace(policy, text=f"{policy.text}\nThe warranty lasts 24 months.")
+    grounding = check_grounding(answer, [both, faq], question=question)
+    assert in_other_language(question, answer, grounding, [both, faq])

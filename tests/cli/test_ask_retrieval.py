@@ -39,19 +39,20 @@ def question_text(request: Any) -> str:
 
 
 @pytest.mark.parametrize(
-    ("mode", "question", "expected"),
+    ("mode", "question", "expected", "answer"),
     [
-        ("context", "E-203 是什么故障？", "灯泡过热"),
-        ("both", "What does error E-203 mean?", "E-203"),
-        ("tool", "E-203 是什么故障？", None),
+        ("context", "E-203 是什么故障？", "灯泡过热", "E-203 表示灯泡过热 [1]。"),
+        # (answered in the question's language: a Chinese answer to it would be replaced)
+        ("both", "What does error E-203 mean?", "E-203", "E-203 means lamp overheating [1]."),
+        ("tool", "E-203 是什么故障？", None, "E-203 表示灯泡过热 [1]。"),
     ],
 )
 def test_ask_retrieval_flag_decides_what_the_first_request_holds(
-    workspace: Path, server: Any, mode: str, question: str, expected: str | None
+    workspace: Path, server: Any, mode: str, question: str, expected: str | None, answer: str
 ) -> None:
-    server.add(Reply(body=completion("E-203 表示灯泡过热 [1]。")))
+    server.add(Reply(body=completion(answer)))
     if expected is None:  # tool: the answer cites [1] without a search, so one is made
-        server.add(Reply(body=completion("E-203 表示灯泡过热 [1]。")))
+        server.add(Reply(body=completion(answer)))
     out = run(["ask", "--retrieval", mode, question], workspace, server)
     assert out.returncode == 0, out.stderr
     request = server.requests[0]
@@ -62,13 +63,13 @@ def test_ask_retrieval_flag_decides_what_the_first_request_holds(
         # question and the model asked again, the passages before the question
         searched = server.requests[1]
         assert tool_contents(searched) == [] and "灯泡过热" in question_text(searched)
-        assert "E-203 表示灯泡过热 [1]。" in out.stdout and "no passage has" not in out.stdout
+        assert answer in out.stdout and "no passage has" not in out.stdout
         return
     assert len(server.requests) == 1  # no tool round trip was needed
     shown = question_text(request)
     assert "\n[1] " in shown and expected in shown and shown.endswith(question)
     assert ("retrieve" in offered(request)) is (mode == "both")
-    assert "E-203 表示灯泡过热 [1]。" in out.stdout
+    assert answer in out.stdout
     assert "\n[1] " in out.stdout and "no passage has" not in out.stdout
 
 

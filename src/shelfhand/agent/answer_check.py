@@ -46,6 +46,7 @@ from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 
 from .amounts import asked_amount
 from .answer_topic import (
+    in_other_language,
     misses_amount,
     misses_identifier,
     misses_tool_identifier,
@@ -179,6 +180,7 @@ REASONS = {
     "off_topic": "the model's answer was about something the question did not ask",
     "unanswered": "the model's answer did not state the amount asked for",
     "partial": "the model's answer gave one part of what the documents say on the question",
+    "other_language": "the model answered in another language than the question's",
 }
 """Why an answer was replaced, in words (``RunResult.fallback_reason``); in Chinese,
 :data:`REASONS_ZH`."""
@@ -195,6 +197,7 @@ REASONS_ZH = {
     "off_topic": "回答的不是所问的内容",
     "unanswered": "回答没有给出所问的数量",
     "partial": "回答只给出了文档所述的一部分",
+    "other_language": "回答所用的语言与问题不同",
     "repeated_call": "模型反复发出失败的工具调用",
     "max_iters": "模型没有在限定步数内完成",
     "empty": "模型没有给出回答",
@@ -477,6 +480,8 @@ class AnswerCheck:
             extractive_answer(question, citations, synonyms=self.synonyms) is None
         ):
             return "off_topic"  # no passage is about the question, nothing of theirs is said
+        if in_other_language(question, answer, result.grounding, citations, self.synonyms):
+            return "other_language"
         return ""
 
     def apply(self, result: RunResult, question: str) -> RunResult:
@@ -526,7 +531,7 @@ class AnswerCheck:
             and not misses_amount(amount_asked(question, checked.messages), replaced.output)
         ):
             return checked  # the passages' sentences state no such amount either: no better
-        if why == "partial" and not replaced.extractive:
+        if why in ("partial", "other_language") and not replaced.extractive:
             return checked  # (the follow-up's rewrite read as no broad question): no better
         if replaced.extractive or says_not_covered(replaced.output):
             replaced = _tools_under(replaced, question)

@@ -16,6 +16,8 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
 - :func:`tells_one_part`: the question is broad ("退货政策是什么？") and the answer rests on
   one of the document's sections that hold it, when the extractive answer quotes one
   sentence of each;
+- :func:`in_other_language`: the answer is in the other language than the question's while
+  the passages' sentences answer it in the question's;
 - :func:`shares_only_names`: the answer holds nothing of the question but its names (the
   product, not what is asked about it); the answer check uses it when the tool that could
   answer failed, or answered about the question while the answer quotes the passages
@@ -37,7 +39,12 @@ from collections.abc import Sequence
 
 from shelfhand.core.grounding import Grounding
 from shelfhand.core.messages import Citation
-from shelfhand.knowledge.analysis import SynonymTable, query_identifiers
+from shelfhand.knowledge.analysis import (
+    SynonymTable,
+    chinese_share,
+    in_chinese,
+    query_identifiers,
+)
 from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import COUNT, DURATION, NUMBER_WORD, asked_amount
@@ -46,7 +53,9 @@ from .extractive import (
     OVERVIEW_PASSAGES,
     asked_words,
     compared_passages,
+    extractive_answer,
     headed,
+    in_language,
     overview_passages,
 )
 from .grounding_check import (
@@ -61,6 +70,7 @@ from .grounding_check import (
 
 __all__ = [
     "holds_identifier",
+    "in_other_language",
     "misses_amount",
     "misses_identifier",
     "misses_tool_identifier",
@@ -278,6 +288,41 @@ def tells_one_part(
     # row naming both, or two sections, is an answer of its own)
     named = compared_passages(question, citations)
     return len(named) > 1 and len(resting & named) == 1 and resting <= named
+
+
+OTHER_LANGUAGE_SHARE = 0.5
+"""The share of an answer's letters in Chinese from which a question in English counts as
+answered in Chinese (an English answer quoting a Chinese term, "Please关机", is not)."""
+
+
+def in_other_language(
+    question: str,
+    answer: str,
+    grounding: Grounding | None,
+    citations: Sequence[Citation],
+    synonyms: SynonymTable | None = None,
+) -> bool:
+    """Whether ``answer`` is written in the other language than ``question`` (mostly Chinese
+    for a question in English, no Chinese at all for one in Chinese) while a passage it rests
+    on says it in the question's language too (the extractive answer quotes it, in that
+    language alone): Qwen2.5-Coder-0.5B answered "What does error code E-203 mean and how do
+    I fix it?" with the bilingual manual's Chinese sentences. An answer from a passage in one
+    language stands: the English sentences of another passage ("Codes starting with E-1
+    concern cooling, E-2 the light source…") do not answer "How long is the light source
+    covered?" as the warranty's "光源保修 6 个月" does."""
+    zh = in_chinese(question)
+    share = chinese_share(without_citations(answer))
+    if grounding is None or (share < OTHER_LANGUAGE_SHARE if not zh else share > 0):
+        return False
+    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    if not resting:
+        return False
+    extract = extractive_answer(question, citations, synonyms=synonyms)
+    return (
+        extract is not None
+        and set(extract.passages) <= resting
+        and all(in_language(sentence, zh) for sentence, _ in extract.sentences)
+    )
 
 
 def misses_amount(question: str, answer: str) -> bool:

@@ -54,6 +54,7 @@ __all__ = [
     "compared_passages",
     "extractive_answer",
     "headed",
+    "in_language",
     "lead",
     "overview_passages",
 ]
@@ -223,7 +224,7 @@ def _language(text: str) -> bool | None:
     return in_chinese(text)
 
 
-def _in_language(text: str, zh: bool) -> bool:
+def in_language(text: str, zh: bool) -> bool:
     """Whether ``text`` reads in Chinese (``zh``) or English: a bilingual heading reads in both."""
     return _language(text) in (None, zh)
 
@@ -467,7 +468,7 @@ def _continued(
     for sentence in _sentences_of(nxt.text):
         if _heading(sentence):
             break
-        if zh is None or _in_language(sentence, zh):
+        if zh is None or in_language(sentence, zh):
             out.append((sentence, nxt.index))
     return out
 
@@ -781,17 +782,17 @@ def _extract(
     best = max(candidates, key=lambda c: (score(c), -c.rank, -c.position))
     by_index = {c.index: c for c in passages}
     zh = in_chinese(question)
-    if not _in_language(best.text, zh):
+    if not in_language(best.text, zh):
         # a passage in both languages (a manual's "E-203 Lamp overheating" beside "灯泡过热
         # （E-203）：…"): its sentence in the question's language, when it is nearly as good
         least = LANGUAGE_SHARE * score(best)
-        in_language = [
+        translated = [
             c
             for c in candidates
-            if c.passage == best.passage and _in_language(c.text, zh) and score(c) >= least
+            if c.passage == best.passage and in_language(c.text, zh) and score(c) >= least
         ]
-        if in_language:
-            best = max(in_language, key=lambda c: (score(c), -c.position))
+        if translated:
+            best = max(translated, key=lambda c: (score(c), -c.position))
     own = [c for c in candidates if c.passage == best.passage]
     # in a passage written in both languages, its sentences in the question's language
     both = {_language(c.text) for c in own} >= {True, False}
@@ -800,7 +801,7 @@ def _extract(
     # Fan failure", after the entry before it) and the ones after it
     first_position = best.position if ids and _starts_with(best.text, ids) else best.position - 1
     same = [
-        c for c in own if c.position >= first_position and (not both or _in_language(c.text, zh))
+        c for c in own if c.position >= first_position and (not both or in_language(c.text, zh))
     ]
     # up to the next entry's heading ("Still need help? / 仍需帮助？" after E-310's steps)
     same = list(

@@ -163,7 +163,7 @@ class ChatReply(BaseModel):
         description="Why the model's answer was replaced: ungrounded, refusal, declined, "
         "tool_failed, "
         "prompt_echo, posed_as_quoted, heading_echo, off_topic, unanswered, partial, "
-        "repeated_call, "
+        "other_language, repeated_call, "
         "max_iters, "
         "empty, no_model, "
         "budget_exceeded, or "

@@ -8,6 +8,11 @@ question and the ones after it (a manual's heading is followed by what it means 
 do); from a passage that disagrees with it (an older policy version), its closest sentence
 too, so the disagreement is never hidden. Each sentence keeps its ``[n]``. Nothing is
 extracted when no passage is about the question: then the documents do not cover it.
+
+Two kinds of question are answered from several passages instead: a broad one ("怎么退货？",
+"退货政策是什么？"), whose words every section of a policy holds, gets one sentence of each
+section in the document's order (an overview); one comparing things the documents give a
+section each ("Lumen X1 和 Lumen X1 Pro 有什么区别？", or two codes' entries) gets each one's.
 """
 
 from __future__ import annotations
@@ -561,7 +566,8 @@ def _overview(
     amount, no yes or no) whose words every one of several passages of one document holds
     (its sections: returns of unopened items, of opened items, refunds, exceptions): one
     sentence of each of them, in the document's order, each labelled with its section's name,
-    and then the sentences of passages that disagree with them; else none.
+    each followed by the sentence of a passage that disagrees with it (an older version);
+    else none.
 
     Without it, the answer quoted the best passage alone, and for such a question every
     passage ties on its one word: the search's first ("定制刻字商品…不支持退货", the section whose

@@ -171,6 +171,13 @@ def only_labels(answer: str, citations: Sequence[Citation]) -> bool:
     return taken
 
 
+def _resting(grounding: Grounding | None) -> set[int]:
+    """The passages the answer's supported sentences rest on (none without a check)."""
+    if grounding is None:
+        return set()
+    return {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+
+
 def holds_identifier(text: str, identifiers: Sequence[str]) -> bool:
     """Whether ``text`` holds one of ``identifiers`` (as :func:`query_identifiers` gives
     them), with or without its hyphens."""
@@ -189,7 +196,7 @@ def misses_identifier(
     holding = {c.index for c in citations if holds_identifier(c.text, ids)}
     if not holding:
         return False  # no passage has it: nothing better to show
-    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    resting = _resting(grounding)
     # an answer too short to check ("The lamp is overheating.") rests on nothing: left alone
     return bool(resting) and not resting & holding
 
@@ -241,9 +248,7 @@ def rests_elsewhere(
     biography, word for word). An answer resting on nothing is left alone; so is a question
     no passage holds enough of (most questions naming an identifier:
     :func:`misses_identifier` checks those)."""
-    if grounding is None:
-        return False
-    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    resting = _resting(grounding)
     if not resting:
         return False
     asked = asked_words(question, citations, synonyms)
@@ -276,9 +281,7 @@ def tells_one_part(
     the question compares things the documents give a section each ("Lumen X1 和 Lumen X1
     Pro 有什么区别？", :func:`~.extractive.compared_passages`) and the answer rests on one of
     them alone. An answer resting on nothing is left alone."""
-    if grounding is None:
-        return False
-    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    resting = _resting(grounding)
     if not resting:
         return False
     parts = overview_passages(question, citations, synonyms)
@@ -312,9 +315,9 @@ def in_other_language(
     covered?" as the warranty's "光源保修 6 个月" does."""
     zh = in_chinese(question)
     share = chinese_share(without_citations(answer))
-    if grounding is None or (share < OTHER_LANGUAGE_SHARE if not zh else share > 0):
+    if share < OTHER_LANGUAGE_SHARE if not zh else share > 0:
         return False
-    resting = {s.passage for s in grounding.sentences if s.supported and s.passage is not None}
+    resting = _resting(grounding)
     if not resting:
         return False
     extract = extractive_answer(question, citations, synonyms=synonyms)

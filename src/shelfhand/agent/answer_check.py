@@ -532,7 +532,9 @@ class AnswerCheck:
         ):
             return checked  # the passages' sentences state no such amount either: no better
         if why in ("partial", "other_language") and not replaced.extractive:
-            return checked  # (the follow-up's rewrite read as no broad question): no better
+            # (a follow-up's rewrite, read as the question, may give no overview and no
+            # passage in the question's language): nothing better to show
+            return checked
         if replaced.extractive or says_not_covered(replaced.output):
             replaced = _tools_under(replaced, question)
         note = checked.grounding.note if checked.grounding is not None else ""

@@ -28,7 +28,8 @@ offline and cheap, used by :class:`~.answer_check.AnswerCheck`:
   laptops.
 
 Each is a reason to show the passages' own sentences, or "the documents do not cover this",
-instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``, ``partial``).
+instead (``fallback_reason`` ``heading_echo``, ``off_topic``, ``unanswered``, ``partial``,
+``other_language``).
 """
 
 from __future__ import annotations
@@ -310,9 +311,9 @@ def in_other_language(
     on says it in the question's language too (the extractive answer quotes it, in that
     language alone): Qwen2.5-Coder-0.5B answered "What does error code E-203 mean and how do
     I fix it?" with the bilingual manual's Chinese sentences. An answer from a passage in one
-    language stands: the English sentences of another passage ("Codes starting with E-1
-    concern cooling, E-2 the light source…") do not answer "How long is the light source
-    covered?" as the warranty's "光源保修 6 个月" does."""
+    language stands: for "How long is the warranty?", "整机保修期为 24 个月" from a Chinese
+    policy is not replaced by the English sentences of a FAQ entry beside it ("See the
+    warranty policy: the period depends on the purchase date.")."""
     zh = in_chinese(question)
     share = chinese_share(without_citations(answer))
     if share < OTHER_LANGUAGE_SHARE if not zh else share > 0:

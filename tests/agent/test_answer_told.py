@@ -276,8 +276,14 @@ def test_the_passages_sentences_come_from_the_passage_about_what_is_asked() -> N
         ("The Lumen X1 supports HDR.", "Does the Lumen X1 support HDR?", False),
         ("The Cinema C4K.", "Which is brighter, the X1 Pro or the Cinema C4K?", False),
         ("Lumen X1 更便宜。", "Lumen X1 和 Lumen X1 Pro 哪个更便宜？", False),
+        # how many of what it names: "all" is a stop word to the comparison, and an answer
+        ("All models support HDR.", "Which models support HDR?", False),
+        ("型号都支持 HDR。", "哪些型号支持 HDR？", False),
     ],
-    ids=["premise-en", "premise-zh", "code-zh", "answer", "yes-no", "choice-en", "choice-zh"],
+    ids=[
+        "premise-en", "premise-zh", "code-zh", "answer", "yes-no", "choice-en", "choice-zh",
+        "all-en", "all-zh",
+    ],
 )  # fmt: skip
 def test_an_answer_of_the_questions_own_words_says_nothing(
     answer: str, question: str, repeats: bool

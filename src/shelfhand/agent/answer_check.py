@@ -287,6 +287,8 @@ def repeats_question(answer: str, question: str) -> bool:
         return False
     if len(said) > 2 * len(question):
         return False  # (read before its words: an answer that long says more)
+    if any(q not in question.casefold() for q in _QUANTIFIERS.findall(said.casefold())):
+        return False  # "All models support HDR." for "Which models support HDR?" says which
     own = words(said)
     return bool(own) and own <= words(question)
 
@@ -298,6 +300,8 @@ _OPEN_QUESTION = re.compile(
 )
 """A question no answer holding only its own words can answer: "What should I do if the
 projector shows E-310?" answered "The projector does not show E-310." says nothing."""
+_QUANTIFIERS = re.compile(r"\b(?:all|every|each|both|none|only|any)\b|所有|全部|都|均|仅|只有|每")
+"""Words saying how many of what the question names (stop words to the word comparison)."""
 _CHOICE = re.compile(
     r"\bor\b|还是|或者|区别|不同|比较|哪个|哪一个|\bvs\b|versus|differ|compar", re.IGNORECASE
 )

@@ -39,6 +39,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from shelfhand.core.citations import CITATION_MARK
 from shelfhand.core.grounding import Grounding, SentenceSupport
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import (
@@ -98,7 +99,6 @@ TOOL_TEXT_CHARS = 20_000
 """Characters of one tool result that sentences are checked against (a long result, a web
 page, is checked by its start)."""
 
-_CITE = re.compile(r"\[(\d{1,3})\]")
 # a sentence ends at 。！？；!?; or a newline, or at ". " (not inside 3.5 or e.g.)
 _SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|\n+|(?<=[a-z0-9)\]\u3400-\u9fff][.])\s+(?=\S)")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)、]|#+)\s+")
@@ -125,7 +125,7 @@ def split_sentences(text: str) -> list[str]:
             continue
         sentence = _LIST_MARK.sub("", f"{marker} {piece}" if marker else piece).strip()
         marker = ""
-        if sentence and not _CITE.fullmatch(sentence):
+        if sentence and not CITATION_MARK.fullmatch(sentence):
             if out and sentence.startswith("/ "):  # "Still need help? / 仍需帮助？": one heading
                 out[-1] = f"{out[-1]} {sentence}"
             else:
@@ -135,17 +135,17 @@ def split_sentences(text: str) -> list[str]:
 
 def cited_numbers(sentence: str) -> tuple[int, ...]:
     """The passage numbers ``sentence`` cites, in order, once each."""
-    return tuple(dict.fromkeys(int(n) for n in _CITE.findall(sentence)))
+    return tuple(dict.fromkeys(int(n) for n in CITATION_MARK.findall(sentence)))
 
 
 def without_citations(text: str) -> str:
     """``text`` with its ``[n]`` citation markers blanked out."""
-    return _CITE.sub(" ", text)
+    return CITATION_MARK.sub(" ", text)
 
 
 def words(text: str) -> set[str]:
     """The content words of ``text`` as the keyword index analyses them."""
-    return set(tokenize_for_matching(_CITE.sub(" ", text)))
+    return set(tokenize_for_matching(CITATION_MARK.sub(" ", text)))
 
 
 def _number(raw: str) -> str:
@@ -161,7 +161,7 @@ def facts(text: str) -> set[str]:
     ``9th`` → ``9``). The digits of a code with a letter are the code's alone: ``SKU2024-012``
     is ``sku2024012``, not also ``2024`` and ``12`` (a passage naming it does not hold "12
     units"). Citation markers are not facts."""
-    text = unicodedata.normalize("NFKC", _CITE.sub(" ", text))
+    text = unicodedata.normalize("NFKC", CITATION_MARK.sub(" ", text))
     codes, spans = identifiers_and_spans(text)
     found = {_number(m.group()) for m in _NUMBER.finditer(_without_codes(text, spans))}
     found.update(t for t in codes if _SEPARATOR_FREE.fullmatch(t) and not _ORDINAL.fullmatch(t))

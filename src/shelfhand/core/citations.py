@@ -19,7 +19,19 @@ from dataclasses import replace
 
 from shelfhand.core.messages import Citation
 
-__all__ = ["CitationLedger", "announces_only", "cited_numbers", "only_marks", "unknown_citations"]
+__all__ = [
+    "CITATION_MARK",
+    "CitationLedger",
+    "announces_only",
+    "cited_numbers",
+    "only_marks",
+    "unknown_citations",
+]
+
+CITATION_MARK = re.compile(r"\[(\d{1,3})\]")
+"""One ``[n]`` citation mark as an answer writes it (its number captured): what the grounding
+check takes out of a sentence before reading its words, and the loop guard before comparing
+lines (:mod:`shelfhand.providers.repetition`)."""
 
 # [1], [1][2], [1, 2], [1，2], 【1】, ［1］ — a bracket holding only numbers
 _MARKER = re.compile(r"[\[［【]\s*(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)\s*[\]］】]")

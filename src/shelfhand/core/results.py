@@ -173,8 +173,8 @@ class RunResult:
     fallback_reason: str = ""
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``declined``,
     ``tool_failed``, ``prompt_echo``, ``posed_as_quoted``, ``heading_echo``, ``off_topic``,
-    ``unanswered``, ``partial``, ``other_language``, ``repeated_call``, ``max_iters``, ``empty``, ``no_model`` or
-    ``budget_exceeded``; in the service also ``model_error`` or ``model_timeout`` (the model
+    ``unanswered``, ``partial``, ``other_language``, ``repeated_call``, ``max_iters``,
+    ``empty``, ``no_model`` or ``budget_exceeded``; in the service also ``model_error`` or ``model_timeout`` (the model
     failed after the passages were found)."""
     budget: Mapping[str, object] | None = None
     """The budget that ended the run (``stop_reason`` ``budget_exceeded``): ``budget``,

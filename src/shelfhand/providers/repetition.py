@@ -12,14 +12,17 @@ Lines of code (between Markdown fences) are not read: code repeats lines on purp
 (three calls alike), and a loop inside code only runs to ``max_tokens``, as before.
 
 Units are compared after their list marker (``5.``, ``-``, ``*``), Markdown emphasis,
-spacing, case and citation marks (``[3]``) are taken away; a block must hold at least :data:`MIN_BLOCK` bytes so
-that short lines repeated on purpose (table rows of one word, "OK.") do not count. Numbers
-stay: a table's rows, or steps that differ only in a number, are different text.
+spacing, case and citation marks (``[3]``) are taken away; a block must hold at least
+:data:`MIN_BLOCK` bytes so that short lines repeated on purpose (table rows of one word,
+"OK.") do not count. Numbers stay: a table's rows, or steps that differ only in a number,
+are different text.
 """
 
 from __future__ import annotations
 
 import re
+
+from shelfhand.core.citations import CITATION_MARK
 
 __all__ = ["MIN_BLOCK", "Repetition", "loop_cut"]
 
@@ -49,9 +52,6 @@ _LAST_CHARACTERS = (*_ENDINGS, ".", ":")
 _MARKER = re.compile(r"^\s*(?:\d{1,3}[.)、]|[-*•+])\s+")
 _SENTENCE_END = re.compile(rf"(?<=[{_ENDINGS}])|(?<=[.:])(?=\s)")
 _NOISE = re.compile(r'[\s*_`#>"]+')
-_CITATION = re.compile(r"\[\d{1,3}\]")
-"""A citation mark: a line said again citing another passage is the same line ("- E-105 Fan
-failure / 风扇故障 [3]", then "[4]", "[5]" ... to ``max_tokens``, Qwen2.5-Coder-0.5B)."""
 _ENDS_UNIT = re.compile(rf"[\n\\.:{_ENDINGS}]")
 
 
@@ -93,7 +93,9 @@ def _units(text: str, offset: int, fenced: bool, mid_line: bool = False) -> tupl
             finished = (
                 start < end_of_line or complete_line or piece.rstrip().endswith(_LAST_CHARACTERS)
             )
-            compared = _NOISE.sub(" ", _CITATION.sub("", piece)).strip().casefold()
+            # without its citation mark: a line said again citing another passage is the
+            # same line ("- E-105 Fan failure / 风扇故障 [3]", then [4], [5] ... to max_tokens)
+            compared = _NOISE.sub(" ", CITATION_MARK.sub("", piece)).strip().casefold()
             if compared and finished:
                 ends_line = not text[start:end_of_line].strip()
                 units.append((compared, offset + start, ends_line))

@@ -621,14 +621,20 @@ def _may_be_broad(question: str) -> bool:
     )
 
 
+def _own_heading(passage: Citation) -> str:
+    """The last part of ``passage``'s section ("未拆封商品" of "退货与换货政策 > 未拆封商品");
+    "" for a section of one part (a document's opening, under its title)."""
+    parts = _HEADING_PARTS.split(passage.section)
+    return parts[-1].strip() if len(parts) > 1 else ""
+
+
 def _label(passage: Citation, sentence: str) -> str:
     """What an overview's line starts with: the name of ``passage``'s own section and a
     colon ("未拆封商品：", "Unopened items: "), which says what the quoted sentence is about
     ("超出保修期或无法提供购买凭证的产品" is a case the warranty does not cover); nothing for a
     document's opening (its section is the title), a FAQ's question or a sentence that starts
     with the name."""
-    parts = _HEADING_PARTS.split(passage.section)
-    name = parts[-1].strip() if len(parts) > 1 else ""
+    name = _own_heading(passage)
     if not name or name.endswith(("?", "？")) or sentence.startswith(name):
         return ""
     return f"{name}：" if in_chinese(name) else f"{name}: "
@@ -654,11 +660,9 @@ def _named_sections(question: str, passages: Sequence[Citation]) -> list[Citatio
     the X1."""
     sections: dict[str, Citation] = {}
     for c in passages:
-        parts = _HEADING_PARTS.split(c.section)
-        if len(parts) > 1:
-            name = _QUALIFIER.sub("", parts[-1]).strip()
-            if len(name) >= MIN_SUBJECT and not name.endswith(("?", "？")):
-                sections.setdefault(name.casefold(), c)
+        name = _QUALIFIER.sub("", _own_heading(c)).strip()
+        if len(name) >= MIN_SUBJECT and not name.endswith(("?", "？")):
+            sections.setdefault(name.casefold(), c)
     left = question.casefold()
     found: list[tuple[int, Citation]] = []
     for name in sorted(sections, key=len, reverse=True):

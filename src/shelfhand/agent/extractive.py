@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import (
     SynonymTable,
+    chinese_only,
     query_identifiers,
     synonym_candidates,
     synonym_table,
@@ -133,7 +134,11 @@ ASKING = frozenset(
         "需要",
         "能",
         "可以",
+        "算",
         "是否",
+        "时候",
+        "哪里",
+        "哪儿",
         "为什么",
         "介绍",
         "一下",
@@ -153,8 +158,16 @@ ASKING = frozenset(
     ]
 )
 """Words that ask rather than name what is asked ("多久", "how long", "do I get", "介绍一下",
-"tell me about"): a passage is not less about "退款多久能到账？" for lacking 多久 (the keyword index
-keeps them; here they are dropped)."""
+"tell me about", 算 in "加班费怎么算？"): a passage is not less about "退款多久能到账？" for lacking
+多久 (the keyword index keeps them; here they are dropped)."""
+_HOW_MANY = re.compile(r"几[\u3400-\u9fff]")
+"""A word asking how many of a unit (几天, 几次, 几点, 几倍): it asks, and a passage states the
+number ("3 天"), not the word."""
+FUNCTION_WORDS = frozenset(["到", "没", "还", "给", "会", "要", "前", "后"])
+"""Chinese words that name nothing asked (a preposition, a negation, an auxiliary, "before"
+and "after"), which the keyword index keeps as it keeps any word: "出差到上海住宿能报多少？" is
+not less about a travel policy for its lacking 到, nor "年假没休完怎么办？" for lacking 没, and
+"拆封后还能退货吗？" is not about refunds for "验货通过后"."""
 _PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
 """A passage that names prices: a table row of it holding a number states one."""
 
@@ -173,17 +186,20 @@ class Extract:
 
 
 def _about(
-    question_words: set[str], ids: list[str], text: str, wholes: Sequence[str] = ()
+    question_words: set[str],
+    ids: list[str],
+    text: str,
+    wholes: Sequence[str] = (),
+    affirmed: AbstractSet[str] = frozenset(),
 ) -> float:
     """How much of the question ``text`` holds (0 to 1); 0 when the question names an
     identifier (or a long number) that ``text`` lacks. Each of ``wholes`` (a word jieba's
     dictionary lacks, ``年假``, which the question's words hold as ``年`` and ``假``) counts as
-    one word, held only when ``text`` holds it whole: a policy's "2025 年" is not about 年假."""
-    plain = question_words.difference(ids)
-    parts = {w for whole in wholes for w in whole}.intersection(plain)
-    own = plain - parts
+    one word, held only when ``text`` holds it whole: a policy's "2025 年" is not about 年假.
+    A word of ``affirmed`` that ``text`` holds only negated is not held (:func:`_holds`)."""
+    own = _own_words(question_words, ids, wholes)
     counted = len(own) + len(wholes)
-    held = len(own & passage_words(text))
+    held = len(own & _holds(text, affirmed))
     if wholes:
         normalised = unicodedata.normalize("NFKC", text)
         held += sum(whole in normalised for whole in wholes)
@@ -194,6 +210,45 @@ def _about(
     if not _holds_anchor(text, ids):
         return 0.0
     return 0.5 + 0.5 * share
+
+
+NEGATION = frozenset("未非不无没")
+"""Characters that negate the Chinese word right after them: 未拆封 is "not unsealed"."""
+
+
+def _affirmed(question: str, question_words: AbstractSet[str]) -> frozenset[str]:
+    """The Chinese words of ``question`` that it does not negate: 拆封 of "拆封后还能退货吗？",
+    not of "未拆封的商品多少天内可以退货？"."""
+    return frozenset(
+        w for w in question_words if chinese_only(w) and not _only_negated(question, w)
+    )
+
+
+def _only_negated(text: str, word: str) -> bool:
+    """Whether ``text`` holds ``word`` and each time right after a negation (:data:`NEGATION`)."""
+    at = text.find(word)
+    if at < 0:
+        return False
+    while at >= 0:
+        if at == 0 or text[at - 1] not in NEGATION:
+            return False
+        at = text.find(word, at + 1)
+    return True
+
+
+def _holds(text: str, affirmed: AbstractSet[str]) -> frozenset[str]:
+    """``text``'s words, less the words of ``affirmed`` that it holds only negated: the
+    section 未拆封商品 does not hold 拆封 for "拆封后还能退货吗？"."""
+    held = passage_words(text)
+    negated = [w for w in affirmed & held if _only_negated(text, w)] if affirmed else ()
+    return held.difference(negated) if negated else held
+
+
+def _own_words(question_words: set[str], ids: list[str], wholes: Sequence[str]) -> set[str]:
+    """The question's words counted one by one: not its identifiers, nor the characters of
+    the words counted whole (``wholes``)."""
+    plain = question_words.difference(ids)
+    return plain - {w for whole in wholes for w in whole}.intersection(plain)
 
 
 def _starts_with(text: str, ids: list[str]) -> bool:
@@ -324,20 +379,82 @@ def _candidates(
     ids: list[str],
     least: float,
     wholes: Sequence[str] = (),
+    affirmed: AbstractSet[str] = frozenset(),
 ) -> list[_Sentence]:
-    """The sentences of the passages that are about the question, in search order."""
+    """The sentences of the passages that are about the question, in search order.
+
+    When a Chinese question names two things (two words of two characters or more), a
+    passage holding one of them is about it if that one names its title or section (when it
+    has either): "周末加班怎么算？" in a handbook's section 加班, not "可以在家办公吗？" in one on
+    USB sticks that says 办公电脑. A word of one character (报 in "手机费能报多少？") is too
+    little to be a thing of its own, and an English question is left alone (an office
+    guide's "Weekend access requires a badge request" answers "Can I come in on the
+    weekend?" under "Opening hours"). With ``least`` 0 (any passage), every passage is."""
+    two = least > 0 and not ids and _two_things(_own_words(question_words, ids, wholes), wholes)
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        if _about(question_words, ids, headed(c), wholes) < least:
+        share = _about(question_words, ids, headed(c), wholes, affirmed)
+        if share < least or (two and share < 1 and not _names(c, question_words, wholes)):
             continue
         for position, sentence in enumerate(_sentences_of(c.text)):
             out.append(
                 _Sentence(
                     passage=c.index, rank=rank, position=position, text=sentence,
-                    words=passage_words(sentence),
+                    words=_holds(sentence, affirmed),
                 )
             )  # fmt: skip
     return out
+
+
+def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:
+    """The words of ``question`` that jieba's dictionary lacks (:func:`unknown_words`), each
+    held by a passage or not at all. A run of characters jieba cut one by one may be such a
+    word and more: "年假没休完怎么办？" gives 年假, then 休完 (没 names nothing). A run is cut
+    into the longest pieces of two characters or more that a passage holds, left to right
+    (年假), the characters between them counted as words of their own (休, 完); a run no
+    passage holds a piece of stays whole (工牌, which no passage about returns holds)."""
+    runs = unknown_words(question, dropped=ASKING | FUNCTION_WORDS)
+    if not runs:
+        return runs
+    texts = [unicodedata.normalize("NFKC", headed(c)) for c in passages]
+    found: list[str] = []
+    for run in runs:
+        pieces: list[str] = []
+        start = 0
+        while start < len(run) - 1:
+            end = next(
+                (
+                    e
+                    for e in range(len(run), start + 1, -1)
+                    if any(run[start:e] in t for t in texts)
+                ),
+                None,
+            )
+            if end is None:
+                start += 1
+            else:
+                pieces.append(run[start:end])
+                start = end
+        found += pieces or [run]
+    return found
+
+
+def _two_things(own: AbstractSet[str], wholes: Sequence[str]) -> bool:
+    """Whether a question's words (``own`` and ``wholes``) are two Chinese words of two
+    characters or more."""
+    return len(own) + len(wholes) == 2 and all(len(w) > 1 and chinese_only(w) for w in own)
+
+
+def _names(passage: Citation, question_words: AbstractSet[str], wholes: Sequence[str]) -> bool:
+    """Whether ``passage``'s title or section holds one of the question's words (yes for a
+    passage with neither)."""
+    heading = f"{passage.title}\n{passage.section}"
+    if not heading.strip():
+        return True
+    if passage_words(heading) & question_words:
+        return True
+    normalised = unicodedata.normalize("NFKC", heading)
+    return any(whole in normalised for whole in wholes)
 
 
 def _amounts(
@@ -347,6 +464,7 @@ def _amounts(
     ids: list[str],
     least: float,
     wholes: Sequence[str] = (),
+    affirmed: AbstractSet[str] = frozenset(),
 ) -> list[_Sentence]:
     """When ``question`` asks how long or how much and no passage is about it: the
     sentences that state such an amount and share a word with it, from passages holding
@@ -358,7 +476,7 @@ def _amounts(
         return []
     return [
         c
-        for c in _candidates(passages, question_words, ids, least, wholes)
+        for c in _candidates(passages, question_words, ids, least, wholes, affirmed)
         if kind.search(c.text) and c.words & question_words
     ]
 
@@ -376,7 +494,11 @@ def asked_words(
     holds taken as its synonym that some passage holds (开封 as 拆封: the search does the same,
     :mod:`shelfhand.knowledge.analysis`); ``table``: the word groups (default: built-in)."""
     table = _synonyms() if table is None else table
-    asked = _without_compounds(words(question)).difference(ASKING)
+    asked = {
+        w
+        for w in _without_compounds(words(question)).difference(ASKING, FUNCTION_WORDS)
+        if not _HOW_MANY.fullmatch(w)
+    }
     maybe = synonym_candidates(sorted(asked), table)
     if not maybe:
         return asked
@@ -729,9 +851,9 @@ def overview_passages(
     """The passages the extractive answer to ``question`` quotes one sentence of each when
     the question is broad ("怎么退货？", see :func:`extractive_answer`); none when it is not,
     or fewer than :data:`OVERVIEW_PASSAGES` of one document hold it."""
-    if not _may_be_broad(question) or _anchors(question) or unknown_words(question, dropped=ASKING):
-        return frozenset()
     passages = _quotable(citations)
+    if not _may_be_broad(question) or _anchors(question) or _wholes(question, passages):
+        return frozenset()
     words_asked = _about_words(question, passages, synonyms)
     return frozenset(index for _, index, _ in _overview(question, passages, words_asked))
 
@@ -757,17 +879,20 @@ def _extract(
     """:func:`extractive_answer` with the anchors ``ids`` a passage must hold one of."""
     passages = _quotable(citations)
     question_words = _about_words(question, passages, synonyms)
-    wholes = unknown_words(question, dropped=ASKING)
+    wholes = _wholes(question, passages)
     if not ids and not wholes:
         overview = _overview(question, passages, question_words)
         if overview:
             return _assembled(question if language_of is None else language_of, overview, set())
-    candidates = _candidates(passages, question_words, ids, min_relevance, wholes) or _amounts(
-        question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes
+    affirmed = _affirmed(question, question_words)
+    candidates = _candidates(
+        passages, question_words, ids, min_relevance, wholes, affirmed
+    ) or _amounts(
+        question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes, affirmed
     )
     if not candidates:
         return None
-    held = {c.index: passage_words(headed(c)) for c in passages}
+    held = {c.index: _holds(headed(c), affirmed) for c in passages}
     weight = _weights(list(held.values()), question_words.difference(ids))
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}

@@ -1,0 +1,166 @@
+"""The extractive answer over a staff handbook: short questions whose one or two words decide
+whether a passage is about them ("周末加班怎么算？", "可以在家办公吗？").
+
+A passage holding half of the question's words is about it only when one of those words names
+its title or section; words that ask (算, 几天, 什么时候) or name nothing (到, 没, 要) are not
+counted; a word jieba lacks, glued to the characters after it (年假没休完), is read as the
+passages hold it (年假)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shelfhand.agent.extractive import asked_words, extractive_answer
+from shelfhand.core.messages import Citation
+
+TITLE = "员工手册（2026 版）"
+HANDBOOK = {
+    "年假": "员工入职满一年后享有 5 天带薪年假，满十年享有 10 天。"
+    "年假须提前 3 个工作日在 OA 系统中申请。当年未休的年假可顺延至次年 3 月 31 日，逾期作废。",
+    "加班": "工作日加班按 1.5 倍工资计算，休息日加班可选择调休或按 2 倍工资计算。",
+    "婚假与产假": "员工依法办理结婚登记的，享有婚假 3 天。女员工生育享受 158 天产假。",
+    "外来设备": "禁止在办公电脑上使用未经登记的 U 盘和移动硬盘。",
+    "数据外发": "向公司外部发送客户资料，须经部门总监审批并加密。",
+}
+
+
+def _passages(*sections: str) -> list[Citation]:
+    """The handbook's ``sections`` as the search found them, in that order."""
+    return [
+        Citation(
+            index=rank,
+            source="hr.md",
+            title=TITLE,
+            section=f"{TITLE} > {section}",
+            doc_id="hr",
+            chunk_id=f"hr#{section}",
+            text=HANDBOOK[section],
+        )
+        for rank, section in enumerate(sections, start=1)
+    ]
+
+
+def _answer(question: str, *sections: str) -> str | None:
+    found = extractive_answer(question, _passages(*sections))
+    return None if found is None else found.text
+
+
+@pytest.mark.parametrize(
+    ("question", "sections", "quoted"),
+    [
+        # 加班 names the section; 周末 is in no passage (its 休息日 is), 算 only asks
+        ("周末加班怎么算？", ("加班", "年假"), "2 倍工资"),
+        # 加班费 is searched as 加班 and 班费: 加班 names the section
+        ("加班费怎么算？", ("加班", "年假"), "1.5 倍工资"),
+        # jieba cuts 年假没休完 into characters: 年假 is what the passages hold, 没 names nothing
+        ("年假没休完怎么办？", ("年假", "加班"), "顺延"),
+        # 几天 asks how many days: 婚假 alone is asked, and the section names it
+        ("婚假有几天？", ("婚假与产假", "年假"), "婚假 3 天"),
+    ],
+)
+def test_a_passage_holding_half_the_question_under_a_heading_naming_it_answers(
+    question: str, sections: tuple[str, ...], quoted: str
+) -> None:
+    answer = _answer(question, *sections)
+    assert answer is not None
+    assert quoted in answer
+
+
+@pytest.mark.parametrize(
+    ("question", "section"),
+    [
+        ("可以在家办公吗？", "外来设备"),  # 办公 of 办公电脑, under 外来设备
+        ("公司有健身房吗？", "数据外发"),  # 公司 of 公司外部, under 数据外发
+    ],
+)
+def test_a_passage_holding_half_the_question_in_its_text_alone_is_not_about_it(
+    question: str, section: str
+) -> None:
+    assert _answer(question, section) is None
+
+
+def test_a_word_of_one_character_or_an_english_question_is_left_alone() -> None:
+    # 报 (of 报销) is too little to be a thing of its own: 手机 held is enough
+    phone = Citation(
+        index=1,
+        source="expense.md",
+        title="费用报销制度",
+        section="费用报销制度 > 通讯费",
+        doc_id="expense",
+        chunk_id="expense#1",
+        text="部门经理及以上职级每月报销手机费 200 元。",
+    )
+    found = extractive_answer("手机费能报多少？", [phone])
+    assert found is not None and "200 元" in found.text
+    # an English heading rarely says the question's words: "weekend" under "Opening hours"
+    hours = Citation(
+        index=1,
+        source="office.md",
+        title="Office Guide",
+        section="Office Guide > Opening hours",
+        doc_id="office",
+        chunk_id="office#1",
+        text="The office is open from 8:00 to 20:00 on weekdays. Weekend access requires a "
+        "badge request filed two days ahead.",
+    )
+    found = extractive_answer("Can I come in on the weekend?", [hours])
+    assert found is not None and "badge request" in found.text
+
+
+def test_a_passage_holding_more_than_half_needs_no_heading() -> None:
+    # 顺延, 年假 held of 年假, 顺延, 规定: two of three, under whatever heading
+    found = extractive_answer(
+        "年假顺延有什么规定？", [replace(_passages("年假")[0], section=TITLE)]
+    )
+    assert found is not None
+    assert "顺延" in found.text
+
+
+def test_words_that_ask_or_name_nothing_are_not_asked() -> None:
+    assert asked_words("出差到上海住宿能报多少？", []) == {"出差", "上海", "住宿", "报"}
+    assert asked_words("婚假有几天？", []) == {"婚假"}
+    assert asked_words("试用期辞职要提前几天？", []) == {"试用", "辞职", "提前"}
+    assert asked_words("加班费什么时候发？", []) >= {"加班"}
+    assert "时候" not in asked_words("加班费什么时候发？", [])
+
+
+def test_a_word_no_passage_holds_stays_whole() -> None:
+    # 工牌 is in no passage: the question is about nothing the handbook says
+    assert _answer("工牌丢了怎么办？", "年假", "外来设备") is None
+
+
+def _returns(*sections: tuple[str, str]) -> list[Citation]:
+    return [
+        Citation(
+            index=rank,
+            source="returns-policy.md",
+            title="退货与换货政策",
+            section=f"退货与换货政策 > {section}",
+            doc_id="returns",
+            chunk_id=f"returns#{rank}",
+            text=text,
+        )
+        for rank, (section, text) in enumerate(sections, start=1)
+    ]
+
+
+UNOPENED = ("未拆封商品", "未拆封、包装完好的商品，自签收之日起 30 天内可申请无理由退货。")
+OPENED = ("已拆封商品", "已拆封的商品，自签收之日起 7 天内可申请退货。")
+
+
+def test_a_word_a_passage_holds_only_negated_is_not_held() -> None:
+    # the search ranks 未拆封商品 first (it holds 拆封 and 退货 as often); it is "not
+    # unsealed", and the question asks about an unsealed one
+    found = extractive_answer("拆封后还能退货吗？", _returns(UNOPENED, OPENED))
+    assert found is not None
+    assert found.passages == (2,)
+    assert "7 天内" in found.text
+
+
+def test_a_word_the_question_negates_too_is_held() -> None:
+    found = extractive_answer("未拆封的商品多少天内可以退货？", _returns(OPENED, UNOPENED))
+    assert found is not None
+    assert found.passages == (2,)
+    assert "30 天内" in found.text

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from shelfhand.agent.answer_topic import shares_only_names
 from shelfhand.agent.extractive import asked_words, extractive_answer
 from shelfhand.core.messages import Citation
 
@@ -164,3 +165,10 @@ def test_a_word_the_question_negates_too_is_held() -> None:
     assert found is not None
     assert found.passages == (2,)
     assert "30 天内" in found.text
+
+
+def test_the_answer_check_does_not_count_a_function_word_as_asked() -> None:
+    # "Lumen X1 还在保修期内。" shares the product's name with the question and 还, which
+    # names nothing: it says nothing of returns
+    assert shares_only_names("Lumen X1 拆封后还能退货吗？", "Lumen X1 还在保修期内。")
+    assert not shares_only_names("Lumen X1 拆封后还能退货吗？", "Lumen X1 拆封后 7 天内可退货。")

@@ -57,7 +57,7 @@ from .answer_topic import (
     states_nothing_held,
     tells_one_part,
 )
-from .extractive import ASKING, LEADS, extractive_answer
+from .extractive import LEADS, NOT_ASKED, extractive_answer
 from .fallbacks import (
     ECHO_NUDGE,
     NUDGE,
@@ -612,7 +612,7 @@ def tools_returned(messages: Sequence[Message], question: str) -> str:
     results = tool_results(messages, leave_out=RETRIEVE_TOOL)
     if not results:
         return ""  # (read first: most runs call no other tool)
-    asked = words(question).difference(ASKING)
+    asked = words(question).difference(NOT_ASKED)
     lines = [f"- {name}: {said}" for name, said in results if not asked.isdisjoint(words(said))]
     return _listed(lines, question, TOOLS_RETURNED_LEAD, TOOLS_RETURNED_LEAD_ZH)
 

@@ -50,7 +50,7 @@ from shelfhand.knowledge.evidence.citations import label
 
 from .amounts import COUNT, DURATION, NUMBER_WORD, asked_amount
 from .extractive import (
-    ASKING,
+    NOT_ASKED,
     OVERVIEW_PASSAGES,
     asked_words,
     compared_passages,
@@ -357,7 +357,7 @@ def shares_only_names(question: str, answer: str) -> bool:
     (SKU2024-011) is our best-selling home projector …" for "Lumen X1（SKU2024-011）库存还剩多少
     台？" shares the product and nothing of what is asked about it (库存, 剩). ``False`` when
     the question is all names and asking words."""
-    asked = words(names_and_rest(question)[1]).difference(ASKING)
+    asked = words(names_and_rest(question)[1]).difference(NOT_ASKED)
     return bool(asked) and asked.isdisjoint(words(answer))
 
 

@@ -168,6 +168,9 @@ FUNCTION_WORDS = frozenset(["到", "没", "还", "给", "会", "要", "前", "�
 and "after"), which the keyword index keeps as it keeps any word: "出差到上海住宿能报多少？" is
 not less about a travel policy for its lacking 到, nor "年假没休完怎么办？" for lacking 没, and
 "拆封后还能退货吗？" is not about refunds for "验货通过后"."""
+NOT_ASKED = ASKING | FUNCTION_WORDS
+"""The words of a question that do not say what it is about: :data:`ASKING` and
+:data:`FUNCTION_WORDS`."""
 _PRICED = re.compile(r"price|cost|价格|售价|CNY|RMB|元", re.IGNORECASE)
 """A passage that names prices: a table row of it holding a number states one."""
 
@@ -413,7 +416,7 @@ def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:
     into the longest pieces of two characters or more that a passage holds, left to right
     (年假), the characters between them counted as words of their own (休, 完); a run no
     passage holds a piece of stays whole (工牌, which no passage about returns holds)."""
-    runs = unknown_words(question, dropped=ASKING | FUNCTION_WORDS)
+    runs = unknown_words(question, dropped=NOT_ASKED)
     if not runs:
         return runs
     texts = [unicodedata.normalize("NFKC", headed(c)) for c in passages]
@@ -496,7 +499,7 @@ def asked_words(
     table = _synonyms() if table is None else table
     asked = {
         w
-        for w in _without_compounds(words(question)).difference(ASKING, FUNCTION_WORDS)
+        for w in _without_compounds(words(question)).difference(NOT_ASKED)
         if not _HOW_MANY.fullmatch(w)
     }
     maybe = synonym_candidates(sorted(asked), table)

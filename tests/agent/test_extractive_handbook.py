@@ -172,3 +172,21 @@ def test_the_answer_check_does_not_count_a_function_word_as_asked() -> None:
     # names nothing: it says nothing of returns
     assert shares_only_names("Lumen X1 拆封后还能退货吗？", "Lumen X1 还在保修期内。")
     assert not shares_only_names("Lumen X1 拆封后还能退货吗？", "Lumen X1 拆封后 7 天内可退货。")
+
+
+def test_a_sum_of_money_asked_about_is_not_an_identifier() -> None:
+    # the policy states ranges: 3000 is the user's own sum, which no passage states
+    approvals = Citation(
+        index=1,
+        source="expense.md",
+        title="费用报销制度",
+        section="费用报销制度 > 审批流程",
+        doc_id="expense",
+        chunk_id="expense#1",
+        text="1000 元以下由部门经理审批，1000 元至 5000 元由部门总监审批，5000 元以上须经财务总监审批。",
+    )
+    for question in ("3000 元的报销谁审批？", "3000块的报销谁审批？"):
+        found = extractive_answer(question, [approvals])
+        assert found is not None and "部门总监" in found.text, question
+    # a year is: the 2025 policy, not the 2024 one
+    assert extractive_answer("2025 年的报销谁审批？", [approvals]) is None

@@ -307,9 +307,13 @@ def _holds_anchor(text: str, anchors: list[str]) -> bool:
     return False
 
 
-_LONG_NUMBER = re.compile(r"(?<![\w.,-])\d{3,}(?![\w.,-])")
+_LONG_NUMBER = re.compile(
+    r"(?<![\w.,¥$￥-])\d{3,}(?![\w.,-])(?!\s*(?:元|块|(?:CNY|RMB|yuan|dollars?|USD)\b))"
+)
 """A number of three or more digits the question names (a year, a model number): as telling
-as an identifier, and the same in any language ("bought in 2025" and "2025 年 1 月 1 日")."""
+as an identifier, and the same in any language ("bought in 2025" and "2025 年 1 月 1 日"). Not
+a sum of money ("3000 元的报销谁审批？", "$500"): the user's own amount, which a policy states
+as a range or a limit ("1000 元至 5000 元由部门总监审批"), not as that number."""
 
 
 def _anchors(question: str) -> list[str]:

@@ -23,7 +23,7 @@ from shelfhand.core.events import AnswerReplaced, Final, TextDelta
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
-from shelfhand.testing import ScriptedModel, text, tool_call
+from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
 from support.answers import CHECK
 from support.knowledge import sample_kb
 
@@ -230,6 +230,44 @@ async def test_a_refusal_after_a_search_that_found_nothing_says_the_documents_la
     result = await searched.run(question, context=GLOBEX)  # globex has no documents
 
     assert result.output.startswith(told) and result.fallback_reason == "declined"
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "told"),
+    [
+        ("公司有健身房吗？", "抱歉，我无法协助完成这个请求。", NOT_COVERED_ZH),
+        ("Is there a gym at the office?", "I'm sorry, but I can't assist with that.", NOT_COVERED),
+    ],
+)
+async def test_a_refusal_over_passages_about_something_else_says_the_documents_lack_it(
+    kb: KnowledgeBase, question: str, answer: str, told: str
+) -> None:
+    """The search found the shop's documents, none about a gym. Qwen2.5-Coder-0.5B refused to
+    help without saying why, and the refusal stood (flagged): the user is told the documents
+    do not cover it, as when the search finds nothing."""
+    searched = agent(kb, tool_call("retrieve", {"query": question}), text(answer))
+
+    result = await searched.run(question, context=ACME)
+
+    assert result.citations  # passages were found
+    assert result.output.startswith(told) and result.fallback_reason == "declined"
+
+
+async def test_a_refusal_over_passages_in_the_other_language_stands(tmp_path: Path) -> None:
+    """A Chinese passage may answer an English question in none of its words: the check
+    cannot tell it is about something else, and does not say the documents lack it."""
+    refusal = "I'm sorry, but I can't assist with that."
+    handbook = "# 员工手册\n\n出差住宿标准：一线城市每晚不超过 600 元，其他城市每晚不超过 400 元。"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "hr.md").write_text(handbook, encoding="utf-8")
+    with KnowledgeBase(tmp_path / "ws", hashing_router()) as base:
+        base.ingest([tmp_path / "docs"], tenant_id="acme")
+        question = "What is the hotel limit on business trips?"
+        searched = agent(base, tool_call("retrieve", {"query": question}), text(refusal))
+        result = await searched.run(question, context=ACME)
+
+    assert result.citations
+    assert result.output == refusal and result.fallback_reason == ""
 
 
 async def test_a_refusal_that_says_why_or_made_without_a_search_stands(kb: KnowledgeBase) -> None:

@@ -57,7 +57,7 @@ from .answer_topic import (
     states_nothing_held,
     tells_one_part,
 )
-from .extractive import LEADS, NOT_ASKED, extractive_answer
+from .extractive import LEADS, NOT_ASKED, extractive_answer, in_language
 from .fallbacks import (
     ECHO_NUDGE,
     NUDGE,
@@ -73,7 +73,7 @@ from .fallbacks import (
 from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
 from .grounding_check import check_grounding, facts, without_citations, words
 from .model_check import JUDGE_INSTRUCTIONS
-from .rewrite import asks_the_same, carried
+from .rewrite import asks_the_same, carried, points_back
 from .side_calls import side_usage
 
 __all__ = [
@@ -760,20 +760,31 @@ def _replaced(
         failed = tools_failed(result.messages, question)
         if failed:
             return _told(result, failed, why)
-        return replace(
-            result,
-            output=not_covered(question),
-            grounding=None,
-            fallback_reason=why,
-            unknown_citations=(),
-            messages=_answered(result, not_covered(question)),
-        )
+        return _not_covered(result, question, why)
     if why in ("refusal", "tool_failed"):
         # a refusal ("I cannot help with that") after a tool that could answer failed: which
-        # tool did not answer, not the model's apology; no tool failed: the refusal stands
+        # tool did not answer, not the model's apology; none failed, and one that gives no
+        # reason while no passage is about the question: the documents do not cover it
+        # (the passages found were about something else); else the refusal stands
         failed = tools_failed(result.messages, question)
-        return _told(result, failed, "tool_failed") if failed else result
+        if failed:
+            return _told(result, failed, "tool_failed")
+        if why == "refusal" and _declines_bare(result) and _unrelated(result, question):
+            return _not_covered(result, question, "declined")
+        return result
     return replace(result, fallback_reason=why)
+
+
+def _not_covered(result: RunResult, question: str, why: str) -> RunResult:
+    """``result`` answered "the documents do not cover this" (in the question's language)."""
+    return replace(
+        result,
+        output=not_covered(question),
+        grounding=None,
+        fallback_reason=why,
+        unknown_citations=(),
+        messages=_answered(result, not_covered(question)),
+    )
 
 
 def amount_asked(question: str, messages: Sequence[Message]) -> str:
@@ -823,11 +834,23 @@ def _declined_on_nothing(result: RunResult) -> bool:
     "E-203 是什么故障？" in a tenant with no documents: the user read a refusal to help). One
     that speaks of the documents or the information ("文档中没有相关信息") says so already, and
     stands."""
-    return (
-        _ABOUT_SOURCES.search(result.output) is None
-        and found_nothing(result.messages)
-        and not _other_tool_ran(result.messages)
-    )
+    return found_nothing(result.messages) and _declines_bare(result)
+
+
+def _unrelated(result: RunResult, question: str) -> bool:
+    """Whether the passages ``result`` found, none of which the extractive answer reads as
+    about ``question``, can be taken as about something else: the question names its own
+    subject (a follow-up pointing back, "它的光源能用多久？", holds none of its product's
+    words), and a passage is in its language (a Chinese passage may answer an English
+    question in none of its words)."""
+    zh = in_chinese(question)
+    return not points_back(question) and any(in_language(c.text, zh) for c in result.citations)
+
+
+def _declines_bare(result: RunResult) -> bool:
+    """``result``'s refusal says nothing of the documents or the information, and no tool
+    but the search ran: it declines without saying why."""
+    return _ABOUT_SOURCES.search(result.output) is None and not _other_tool_ran(result.messages)
 
 
 def _tool_answered_no(result: RunResult) -> bool:

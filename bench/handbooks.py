@@ -1,0 +1,85 @@
+"""Answers over a team's own handbooks, with no model: the extractive answer or "not covered".
+
+Three small workspaces of the kind this project's users search (``bench/handbooks/``):
+
+- ``staff``: an HR handbook and an IT security rule in Chinese, an IT help desk FAQ in
+  English; 44 questions answered by them and 15 they do not answer. Written while the
+  extractive answer was changed for them (2026-12-06): its figures are not a held-out test;
+- ``expense`` (an expense policy in Chinese, an office guide in English; 17 + 8) and
+  ``cloud`` (a cloud-drive FAQ in Chinese; 13 + 8): written after that change and not
+  changed since, so they are.
+
+Each workspace is ingested once (the default embedders) into a temporary folder, and
+``shelfhand eval-answers --no-model`` runs over it for each tree, in a child process with
+that tree's ``src`` first on the path::
+
+    python bench/handbooks.py --trees <before worktree> . [--show]
+
+``--show`` prints each case whose verdict differs between the trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "handbooks"
+SETS = ("staff", "expense", "cloud")
+
+
+def _eval(tree: Path, workspace: Path, cases: Path) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    for name in ("SHELFHAND_MODEL", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    out = subprocess.run(
+        [sys.executable, "-m", "shelfhand.cli", "eval-answers", str(cases), "-w",
+         str(workspace), "--no-model", "--json"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report: dict[str, object] = json.loads(out.stdout)
+    return report
+
+
+def _verdicts(report: dict[str, object]) -> dict[str, bool]:
+    results = report["results"]
+    assert isinstance(results, list)
+    return {r["id"]: bool(r["right"]) for r in results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trees", nargs="+", type=Path, default=[Path(".")])
+    parser.add_argument("--show", action="store_true")
+    args = parser.parse_args()
+    trees = [t.resolve() for t in args.trees]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SETS:
+            workspace = Path(tmp) / name
+            subprocess.run(
+                [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / name), "-w",
+                 str(workspace)],
+                env={**os.environ, "PYTHONPATH": str(trees[0] / "src")},
+                capture_output=True, check=True,
+            )  # fmt: skip
+            cases = HERE / f"{name}-cases.jsonl"
+            reports = [_eval(tree, workspace, cases) for tree in trees]
+            for tree, report in zip(trees, reports, strict=True):
+                print(
+                    f"{name:8} {tree!s:40} answered right {report['right_count']}/"
+                    f"{report['answerable']}, not covered right {report['not_found_count']}"
+                )
+            if args.show and len(reports) > 1:
+                first, *rest = (_verdicts(r) for r in reports)
+                for other in rest:
+                    for case, right in first.items():
+                        if other.get(case) != right:
+                            print(f"  {case}: {right} -> {other.get(case)}")
+
+
+if __name__ == "__main__":
+    main()

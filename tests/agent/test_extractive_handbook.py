@@ -27,18 +27,23 @@ HANDBOOK = {
 }
 
 
+def _cite(title: str, section: str, text: str, index: int = 1) -> Citation:
+    """Passage ``index`` of the document ``title``, under its ``section``."""
+    return Citation(
+        index=index,
+        source=f"{title}.md",
+        title=title,
+        section=f"{title} > {section}",
+        doc_id=title,
+        chunk_id=f"{title}#{section}",
+        text=text,
+    )
+
+
 def _passages(*sections: str) -> list[Citation]:
     """The handbook's ``sections`` as the search found them, in that order."""
     return [
-        Citation(
-            index=rank,
-            source="hr.md",
-            title=TITLE,
-            section=f"{TITLE} > {section}",
-            doc_id="hr",
-            chunk_id=f"hr#{section}",
-            text=HANDBOOK[section],
-        )
+        _cite(TITLE, section, HANDBOOK[section], rank)
         for rank, section in enumerate(sections, start=1)
     ]
 
@@ -84,26 +89,14 @@ def test_a_passage_holding_half_the_question_in_its_text_alone_is_not_about_it(
 
 def test_a_word_of_one_character_or_an_english_question_is_left_alone() -> None:
     # 报 (of 报销) is too little to be a thing of its own: 手机 held is enough
-    phone = Citation(
-        index=1,
-        source="expense.md",
-        title="费用报销制度",
-        section="费用报销制度 > 通讯费",
-        doc_id="expense",
-        chunk_id="expense#1",
-        text="部门经理及以上职级每月报销手机费 200 元。",
-    )
+    phone = _cite("费用报销制度", "通讯费", "部门经理及以上职级每月报销手机费 200 元。")
     found = extractive_answer("手机费能报多少？", [phone])
     assert found is not None and "200 元" in found.text
     # an English heading rarely says the question's words: "weekend" under "Opening hours"
-    hours = Citation(
-        index=1,
-        source="office.md",
-        title="Office Guide",
-        section="Office Guide > Opening hours",
-        doc_id="office",
-        chunk_id="office#1",
-        text="The office is open from 8:00 to 20:00 on weekdays. Weekend access requires a "
+    hours = _cite(
+        "Office Guide",
+        "Opening hours",
+        "The office is open from 8:00 to 20:00 on weekdays. Weekend access requires a "
         "badge request filed two days ahead.",
     )
     found = extractive_answer("Can I come in on the weekend?", [hours])
@@ -134,15 +127,7 @@ def test_a_word_no_passage_holds_stays_whole() -> None:
 
 def _returns(*sections: tuple[str, str]) -> list[Citation]:
     return [
-        Citation(
-            index=rank,
-            source="returns-policy.md",
-            title="退货与换货政策",
-            section=f"退货与换货政策 > {section}",
-            doc_id="returns",
-            chunk_id=f"returns#{rank}",
-            text=text,
-        )
+        _cite("退货与换货政策", section, text, rank)
         for rank, (section, text) in enumerate(sections, start=1)
     ]
 
@@ -176,14 +161,10 @@ def test_the_answer_check_does_not_count_a_function_word_as_asked() -> None:
 
 def test_a_sum_of_money_asked_about_is_not_an_identifier() -> None:
     # the policy states ranges: 3000 is the user's own sum, which no passage states
-    approvals = Citation(
-        index=1,
-        source="expense.md",
-        title="费用报销制度",
-        section="费用报销制度 > 审批流程",
-        doc_id="expense",
-        chunk_id="expense#1",
-        text="1000 元以下由部门经理审批，1000 元至 5000 元由部门总监审批，5000 元以上须经财务总监审批。",
+    approvals = _cite(
+        "费用报销制度",
+        "审批流程",
+        "1000 元以下由部门经理审批，1000 元至 5000 元由部门总监审批，5000 元以上须经财务总监审批。",
     )
     for question in ("3000 元的报销谁审批？", "3000块的报销谁审批？"):
         found = extractive_answer(question, [approvals])

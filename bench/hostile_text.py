@@ -53,6 +53,18 @@ CASES = {
         "tokenize_query('中' * N)",
         16_000,
     ),
+    "extractive answer: a question of N rare characters jieba cuts one by one": (
+        "import random\n"
+        "from shelfhand.agent.extractive import extractive_answer\n"
+        "from shelfhand.core.messages import Citation\n"
+        "random.seed(1)\n"
+        "rare = lambda n: ''.join(chr(random.randint(0x3400, 0x4DB5)) for _ in range(n))\n"
+        "ps = [Citation(index=i, source='h.md', title='手册', section=f'手册 > 第{i}节',"
+        " text=rare(600)) for i in range(1, 6)]\n"
+        "extractive_answer('保修多久？', [Citation(index=1, source='w', text='保修 24 个月。')])",
+        "extractive_answer(rare(N) + '怎么办？', ps)",
+        3_000,
+    ),
     "misses_amount: an answer of a hyphenated run of N characters": (
         "from shelfhand.agent.answer_topic import misses_amount",
         "misses_amount('How much does it cost?', 'a-' * (N // 2))",

@@ -78,6 +78,21 @@ CASES = {
             assert misses_amount(question, run) is (not run.startswith("1 "))
         assert not misses_amount(question, "四" * 300_000 + "，四个属")
     """,
+    # a question of rare characters jieba cuts one by one, read as the pieces the passages
+    # hold: 6,000 took 27 s in the first version of that reading; 100,000: hours
+    "a question of 100,000 rare characters over passages of such characters": """
+        import random
+        from shelfhand.agent.extractive import extractive_answer
+        from shelfhand.core.messages import Citation
+        random.seed(1)
+        rare = "".join(chr(random.randint(0x3400, 0x4DB5)) for _ in range(100_000))
+        passages = [
+            Citation(index=i, source="h.md", title="手册", section=f"手册 > 第{i}节",
+                     text=rare[i * 5_000 : i * 5_000 + 600])
+            for i in range(1, 6)
+        ]
+        extractive_answer(rare + "怎么办？", passages)  # (about them or not: it ends)
+    """,
     # 32,000 took 2.4 s before (a query the service accepts); 400,000: over five minutes
     "a run of 400,000 Chinese characters jieba does not know": """
         from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query

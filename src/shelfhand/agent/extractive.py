@@ -424,19 +424,22 @@ def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:
     if not runs:
         return runs
     texts = [unicodedata.normalize("NFKC", headed(c)) for c in passages]
+    present = set().union(*texts)
     found: list[str] = []
     for run in runs:
         pieces: list[str] = []
         start = 0
         while start < len(run) - 1:
-            end = next(
-                (
-                    e
-                    for e in range(len(run), start + 1, -1)
-                    if any(run[start:e] in t for t in texts)
-                ),
-                None,
-            )
+            end = None
+            if run[start] in present:  # (a hostile run of rare characters: one look each)
+                end = next(
+                    (
+                        e
+                        for e in range(min(len(run), start + MAX_PIECE), start + 1, -1)
+                        if any(run[start:e] in t for t in texts)
+                    ),
+                    None,
+                )
             if end is None:
                 start += 1
             else:
@@ -444,6 +447,11 @@ def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:
                 start = end
         found += pieces or [run]
     return found
+
+
+MAX_PIECE = 8
+"""The longest piece of a run of characters :func:`_wholes` looks for in the passages (a word
+is shorter; a longer look would make a long run's reading quadratic)."""
 
 
 def _two_things(own: AbstractSet[str], wholes: Sequence[str]) -> bool:

@@ -316,7 +316,8 @@ def in_other_language(
     warranty policy: the period depends on the purchase date.")."""
     zh = in_chinese(question)
     share = chinese_share(without_citations(answer))
-    if share < OTHER_LANGUAGE_SHARE if not zh else share > 0:
+    answered_in_other = share == 0 if zh else share >= OTHER_LANGUAGE_SHARE
+    if not answered_in_other:
         return False
     resting = _resting(grounding)
     if not resting:

@@ -189,18 +189,18 @@ class Extract:
 
 
 def _about(
-    question_words: set[str],
+    own: AbstractSet[str],
     ids: list[str],
     text: str,
     wholes: Sequence[str] = (),
     affirmed: AbstractSet[str] = frozenset(),
 ) -> float:
-    """How much of the question ``text`` holds (0 to 1); 0 when the question names an
-    identifier (or a long number) that ``text`` lacks. Each of ``wholes`` (a word jieba's
-    dictionary lacks, ``年假``, which the question's words hold as ``年`` and ``假``) counts as
-    one word, held only when ``text`` holds it whole: a policy's "2025 年" is not about 年假.
-    A word of ``affirmed`` that ``text`` holds only negated is not held (:func:`_holds`)."""
-    own = _own_words(question_words, ids, wholes)
+    """How much of the question ``text`` holds (0 to 1): of its words counted one by one
+    (``own``, :func:`_own_words`) and of ``wholes``; 0 when the question names an identifier
+    (or a long number) that ``text`` lacks. Each of ``wholes`` (a word jieba's dictionary
+    lacks, ``年假``, which the question's words hold as ``年`` and ``假``) counts as one word,
+    held only when ``text`` holds it whole: a policy's "2025 年" is not about 年假. A word of
+    ``affirmed`` that ``text`` holds only negated is not held (:func:`_holds`)."""
     counted = len(own) + len(wholes)
     held = len(own & _holds(text, affirmed))
     if wholes:
@@ -397,10 +397,11 @@ def _candidates(
     little to be a thing of its own, and an English question is left alone (an office
     guide's "Weekend access requires a badge request" answers "Can I come in on the
     weekend?" under "Opening hours"). With ``least`` 0 (any passage), every passage is."""
-    two = least > 0 and not ids and _two_things(_own_words(question_words, ids, wholes), wholes)
+    own = _own_words(question_words, ids, wholes)
+    two = least > 0 and not ids and _two_things(own, wholes)
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        share = _about(question_words, ids, headed(c), wholes, affirmed)
+        share = _about(own, ids, headed(c), wholes, affirmed)
         if share < least or (two and share < 1 and not _names(c, question_words, wholes)):
             continue
         for position, sentence in enumerate(_sentences_of(c.text)):
@@ -654,6 +655,7 @@ def extractive_answer(
     default: the built-in groups. ``language_of``: the text whose language the lead line
     follows (default ``question``: a follow-up's rewrite, "Lumen X1 Pro light source", may be
     in English while the user asked "它的光源能用多久？")."""
+    asked_in = question if language_of is None else language_of
     ids = _anchors(question)
     compares = _COMPARES.search(question) is not None
     codes = _codes(ids) if compares else []
@@ -661,7 +663,7 @@ def extractive_answer(
         named = _named_sections(question, citations) if compares else []
         if len(named) > 1:  # "Lumen X1 和 Lumen X1 Pro 有什么区别？": each one's section
             return _assembled(
-                question if language_of is None else language_of,
+                asked_in,
                 [
                     (text, c.index, "" if at else _label(c, text))
                     for c in named
@@ -669,12 +671,12 @@ def extractive_answer(
                 ],
                 set(),
             )
-        return _extract(question, citations, ids, sentences, min_relevance, synonyms, language_of)
+        return _extract(question, citations, ids, sentences, min_relevance, synonyms, asked_in)
     # "E-105 和 E-203 有什么区别？": each code's entry, not the one that ranks first
     numbers = [a for a in ids if a not in query_identifiers(question)]
     parts = [
         _extract(
-            question, citations, [*code, *numbers], sentences, min_relevance, synonyms, language_of
+            question, citations, [*code, *numbers], sentences, min_relevance, synonyms, asked_in
         )
         for code in codes
     ]
@@ -889,16 +891,17 @@ def _extract(
     sentences: int | None,
     min_relevance: float,
     synonyms: SynonymTable | None,
-    language_of: str | None,
+    asked_in: str,
 ) -> Extract | None:
-    """:func:`extractive_answer` with the anchors ``ids`` a passage must hold one of."""
+    """:func:`extractive_answer` with the anchors ``ids`` a passage must hold one of, its lead
+    line in the language ``asked_in`` is asked in."""
     passages = _quotable(citations)
     question_words = _about_words(question, passages, synonyms)
     wholes = _wholes(question, passages)
     if not ids and not wholes:
         overview = _overview(question, passages, question_words)
         if overview:
-            return _assembled(question if language_of is None else language_of, overview, set())
+            return _assembled(asked_in, overview, set())
     affirmed = _affirmed(question, question_words)
     candidates = _candidates(
         passages, question_words, ids, min_relevance, wholes, affirmed
@@ -985,11 +988,7 @@ def _extract(
             chosen.append((above.text, above.passage))
         chosen.append((top.text, top.passage))
     chosen += _disagreeing(first, passages, {text for text, _ in chosen}, question_words, score)
-    return _assembled(
-        question if language_of is None else language_of,
-        [(text, n, "") for text, n in chosen],
-        headers,
-    )
+    return _assembled(asked_in, [(text, n, "") for text, n in chosen], headers)
 
 
 def _disagreeing(

@@ -174,8 +174,8 @@ class RunResult:
     """Why the model's answer was replaced: ``ungrounded``, ``refusal``, ``declined``,
     ``tool_failed``, ``prompt_echo``, ``posed_as_quoted``, ``heading_echo``, ``off_topic``,
     ``unanswered``, ``partial``, ``other_language``, ``repeated_call``, ``max_iters``,
-    ``empty``, ``no_model`` or ``budget_exceeded``; in the service also ``model_error`` or ``model_timeout`` (the model
-    failed after the passages were found)."""
+    ``empty``, ``no_model`` or ``budget_exceeded``; in the service also ``model_error`` or
+    ``model_timeout`` (the model failed after the passages were found)."""
     budget: Mapping[str, object] | None = None
     """The budget that ended the run (``stop_reason`` ``budget_exceeded``): ``budget``,
     ``scope``, ``limit``, ``used`` and ``reset_at`` (epoch seconds); ``None`` otherwise."""

@@ -171,3 +171,20 @@ def test_a_sum_of_money_asked_about_is_not_an_identifier() -> None:
         assert found is not None and "部门总监" in found.text, question
     # a year is: the 2025 policy, not the 2024 one
     assert extractive_answer("2025 年的报销谁审批？", [approvals]) is None
+
+
+def test_a_fee_asked_about_is_stated_only_by_a_sentence_naming_it() -> None:
+    # "住宿费怎么报销？" asks a sum of money: the phone allowance states one and shares 报销
+    # with the question (the policy's every section does, its title too), but it is the phone's
+    policy = [
+        _cite("费用报销制度", "通讯费", "部门经理及以上职级每月报销手机费 200 元。", 1),
+        _cite("费用报销制度", "餐费", "出差期间每人每天餐费补贴 100 元，无需发票。", 2),
+    ]
+    assert extractive_answer("住宿费怎么报销？", policy) is None
+    for question, stated in (("手机费能报多少？", "200 元"), ("出差餐费怎么报销？", "100 元")):
+        found = extractive_answer(question, policy)
+        assert found is not None and stated in found.text, question
+    # the fee named by its own name without 费 ("出差住宿标准…600 元" for 住宿费)
+    lodging = _cite("费用报销制度", "差旅", "出差住宿标准：一线城市每晚不超过 600 元。", 3)
+    found = extractive_answer("住宿费怎么报销？", [*policy, lodging])
+    assert found is not None and "600 元" in found.text

@@ -490,11 +490,23 @@ def _amounts(
     kind = asked_amount(question)
     if kind is None:
         return []
+    fees = _fees(question)
     return [
         c
         for c in _candidates(passages, question_words, ids, least, wholes, affirmed)
-        if kind.search(c.text) and c.words & question_words
+        if kind.search(c.text)
+        and c.words & question_words
+        and (not fees or any(f in c.text for f in fees))
     ]
+
+
+def _fees(question: str) -> frozenset[str]:
+    """The names of the fees ``question`` asks about, whose sum a sentence must name to state
+    it: 住宿费, and 住宿 without its 费 ("出差住宿标准：…600 元"); for "住宿费怎么报销？", "每月报销
+    手机费 200 元" shares 报销 with it (as every section of an expense policy does) and states
+    the phone's sum, not the lodging's. None for 费用, which names no fee."""
+    named = [w for w in words(question) if len(w) > 1 and w.endswith("费") and w != "费用"]
+    return frozenset([*named, *(w[:-1] for w in named if len(w) > 2)])
 
 
 _UNITS = passage_words("days months years weeks hours minutes seconds 天 个月 年 周 小时 分钟 秒")

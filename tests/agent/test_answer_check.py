@@ -270,6 +270,32 @@ async def test_a_refusal_over_passages_in_the_other_language_stands(tmp_path: Pa
     assert result.output == refusal and result.fallback_reason == ""
 
 
+@pytest.mark.parametrize(
+    ("question", "answer", "told"),
+    [
+        (
+            "公司有健身房吗？",
+            "The documents do not cover the question '公司有健身房吗？'.",
+            NOT_COVERED_ZH,
+        ),
+        ("Is there a gym at the office?", "文档中没有关于健身房的信息。", NOT_COVERED),
+    ],
+)
+@pytest.mark.parametrize("caller", [ACME, GLOBEX], ids=["unrelated-passages", "found-nothing"])
+async def test_a_refusal_in_the_other_language_is_said_in_the_questions(
+    kb: KnowledgeBase, question: str, answer: str, told: str, caller: UserContext
+) -> None:
+    """Qwen2.5-Coder-0.5B answered "公司有健身房吗？" with "The documents do not cover the
+    question…": the user asked in Chinese and read English. What it says, that the documents
+    do not cover it, is said in the question's language, whether the search found passages
+    about something else (acme) or nothing (globex has no documents)."""
+    searched = agent(kb, tool_call("retrieve", {"query": question}), text(answer))
+
+    result = await searched.run(question, context=caller)
+
+    assert result.output.startswith(told) and result.fallback_reason == "declined"
+
+
 async def test_a_refusal_that_says_why_or_made_without_a_search_stands(kb: KnowledgeBase) -> None:
     says_why = "抱歉，文档中没有相关信息。"  # the documents: it says so already
     result = await agent(kb, text(says_why)).run("E-203 是什么故障？", context=GLOBEX)

@@ -146,6 +146,7 @@ _REFUSAL = re.compile(
     r"|无法(?:在[^，。]{0,12}?)?(?:协助|帮助|回答|回复|提供|找到|查到|查询|确定|确认|判断|获取|获得"
     r"|得知|给出|完成|删除|处理|执行|访问|识别|理解)"
     r"|未(?:提及|提到|说明|指定|找到)|没有(?:提及|提到|说明|相关|找到|具体)|不能(?:协助|回答|提供)"
+    r"|(?:文档|资料|知识库|上下文|段落)(?:中|里)(?:并|也|还)?没有"
     r"|(?:帮|答|回答|查)不了|无能为力|爱莫能助|超出了?我的(?:能力|范围|知识)"
     r"|(?:我|我们|目前|暂时|文档|资料|知识库)(?:中|里)?(?:也|并|还)?(?:不清楚|不知道)"
     r"|(?:check|refer to|consult|see|read) (?:the|your) (?:manual|documentation|user guide)"
@@ -156,7 +157,8 @@ _REFUSAL = re.compile(
 """What a refusal says. An apology is not one ("抱歉，拆封超过七天的商品不能退货 [1]。" is
 a negative answer, as polite Chinese service writes it), nor is "不清楚" in a sentence of the
 answer's ("如果您不清楚型号，请查看机身标签"): only with the refusal itself, or said of what
-the writer (or the documents) does not know. Sending the user to the manual "for more
+the writer (or the documents) does not know, or that the documents hold nothing of
+("文档中没有关于健身房的信息"). Sending the user to the manual "for more
 information" is one: the manual's passages are what the answer was to say ("The projector
 does not show E-310. Please check the manual for more information.", Qwen2.5-Coder-0.5B)."""
 _STOPPED = {"max_iters", "repeated_call", "empty"}
@@ -420,7 +422,7 @@ class AnswerCheck:
             refusing = is_refusal(result.output)  # (read once: the two cases below need it)
             if refusing and _tool_failed(result.messages):
                 return "tool_failed"  # a refusal after a tool that could answer failed
-            if refusing and _declined_on_nothing(result):
+            if refusing and _declined_on_nothing(result, question):
                 return "declined"
             if result.grounding is None or (refusing and not _guessed(result, question)):
                 return ""
@@ -765,11 +767,15 @@ def _replaced(
         # a refusal ("I cannot help with that") after a tool that could answer failed: which
         # tool did not answer, not the model's apology; none failed, and one that gives no
         # reason while no passage is about the question: the documents do not cover it
-        # (the passages found were about something else); else the refusal stands
+        # (the passages found were about something else), as does one in the other language
+        # than the question's, said in the question's; else the refusal stands
         failed = tools_failed(result.messages, question)
         if failed:
             return _told(result, failed, "tool_failed")
-        if why == "refusal" and _declines_bare(result) and _unrelated(result, question):
+        if why == "refusal" and (
+            (_declines_bare(result) and _unrelated(result, question))
+            or _declines_unheard(result, question)
+        ):
             return _not_covered(result, question, "declined")
         return result
     return replace(result, fallback_reason=why)
@@ -826,15 +832,17 @@ _ABOUT_SOURCES = re.compile(
 """What a refusal says is missing: the documents, the information (not the product)."""
 
 
-def _declined_on_nothing(result: RunResult) -> bool:
+def _declined_on_nothing(result: RunResult, question: str) -> bool:
     """``result``'s answer, a refusal (:func:`is_refusal`), declines without saying why
     ("抱歉，我无法协助完成这个请求。", "I can't assist with that request.") after the
     documents were searched and held nothing, and no other tool ran: the documents do not
     cover the question, and that is what the user is told (seen with Qwen2.5-Coder-0.5B for
     "E-203 是什么故障？" in a tenant with no documents: the user read a refusal to help). One
     that speaks of the documents or the information ("文档中没有相关信息") says so already, and
-    stands."""
-    return found_nothing(result.messages) and _declines_bare(result)
+    stands, unless it says so in the other language (:func:`_declines_unheard`)."""
+    return found_nothing(result.messages) and (
+        _declines_bare(result) or _declines_unheard(result, question)
+    )
 
 
 def _unrelated(result: RunResult, question: str) -> bool:
@@ -851,6 +859,20 @@ def _declines_bare(result: RunResult) -> bool:
     """``result``'s refusal says nothing of the documents or the information, and no tool
     but the search ran: it declines without saying why."""
     return _ABOUT_SOURCES.search(result.output) is None and not _other_tool_ran(result.messages)
+
+
+def _declines_unheard(result: RunResult, question: str) -> bool:
+    """``result``'s refusal says the documents or the information lack it, in the other
+    language than ``question`` ("The documents do not cover the question '公司有健身房吗？'",
+    Qwen2.5-Coder-0.5B), and no tool but the search ran: the user would read it in a language
+    they did not ask in, and is told so in their own. One that gives no reason ("I cannot
+    help with that.") does not say the documents lack it: it is not said for it."""
+    return (
+        bool(question)
+        and in_chinese(result.output) != in_chinese(question)
+        and _ABOUT_SOURCES.search(result.output) is not None
+        and not _other_tool_ran(result.messages)
+    )
 
 
 def _tool_answered_no(result: RunResult) -> bool:

@@ -37,6 +37,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from shelfhand.core.citations import CITATION_MARK
@@ -203,6 +204,47 @@ def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
     return passage_words(text), frozenset(facts(text))
 
 
+_MEASURED = re.compile(
+    r"(\d+(?:[,，]\d{3})*(?:\.\d+)?)\s*"
+    r"(个月|个工作日|工作日|小时|分钟|[天日年周秒元块倍次%]"
+    r"|(?:business days?|days?|months?|years?|weeks?|hours?|minutes?|seconds?)\b)",
+    re.IGNORECASE,
+)
+"""A number with the unit it is stated in ("3 天", "24 个月", "7 days")."""
+_UNIT_WORDS = frozenset(
+    words("天 个月 个 月 年 周 日 小时 分钟 秒 元 块 倍 次 工作日 business days months years weeks")
+    | words("hours minutes seconds day month year week hour minute second")
+)
+"""The words of units: a sentence sharing "天" with an answer is not about what it names."""
+
+
+def measured(text: str) -> dict[str, str]:
+    """The numbers ``text`` states with a unit, normalised as :func:`facts` writes them, each
+    with its unit (``"享有婚假 3 天"`` → ``{"3": "天"}``; "7 days" → ``{"7": "day"}``)."""
+    text = unicodedata.normalize("NFKC", CITATION_MARK.sub(" ", text))
+    return {
+        _number(m.group(1)): m.group(2).casefold().removesuffix("s")
+        for m in _MEASURED.finditer(text)
+    }
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _measured_sentences(text: str) -> tuple[tuple[frozenset[str], dict[str, str]], ...]:
+    """A passage's sentences that state a number with its unit: each one's words (less the
+    units') and its numbers with their units (kept like its words)."""
+    return tuple(
+        (passage_words(s) - _UNIT_WORDS, amounts)
+        for s in split_sentences(text)
+        if (amounts := measured(s))
+    )
+
+
+def _naming(own: AbstractSet[str]) -> frozenset[str]:
+    """The words of a sentence that name something: not its numbers, nor the units."""
+    return frozenset(w for w in own if not _HAS_DIGIT.search(w)) - _UNIT_WORDS
+
+
+_HAS_DIGIT = re.compile(r"\d")
 _passage_days = functools.lru_cache(maxsize=PASSAGE_CACHE)(held_dates)
 """A passage's :func:`~.dates.held_dates`, kept like its words (a tool result's, which no
 other run sees, are read each time)."""
@@ -433,6 +475,32 @@ class Evidence:
             return set()  # no passage holds the code: nothing better to rest on
         return named - held
 
+    def _said_of_another(self, claims: str, own: set[str], pool: Sequence[int]) -> set[str]:
+        """The numbers a sentence (``claims``, words ``own``) states with a unit ("3 天") that
+        the passages of ``pool`` state with it only in sentences about something else: a
+        sentence stating another amount of that unit holds more of what the sentence names
+        than any sentence stating this one. Qwen2.5-Coder-0.5B answered "产假多少天？" with
+        "产假的天数是 3 天。" over "享有婚假 3 天。女员工生育享受 158 天产假。": the passage holds
+        3, as the marriage leave's. A number the question states is the user's own; a
+        sentence naming nothing ("3 天。") is left to the other checks."""
+        stated = {n: u for n, u in measured(claims).items() if n not in self.question_facts}
+        named = _naming(own)
+        if not stated or not named:
+            return set()
+        sentences = [m for i in pool for m in _measured_sentences(self._texts[i])]
+        out: set[str] = set()
+        for number, unit in stated.items():
+            holding = [len(ws & named) for ws, amounts in sentences if amounts.get(number) == unit]
+            if not holding:
+                continue  # (stated in another way, a table's cell: the other checks read it)
+            most = max(holding)
+            if any(
+                number not in amounts and unit in amounts.values() and len(ws & named) > most
+                for ws, amounts in sentences
+            ):
+                out.add(number)
+        return out
+
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""
         asked = passage_words(self._question)
@@ -479,6 +547,8 @@ class Evidence:
                 misplaced = self._misplaced(stated, own, tables, analysed)
         if not missing and not misplaced and best is not None and self.question_facts:
             misplaced = self._another_entry(stated, best, analysed)
+        if stated and not missing and not misplaced:
+            misplaced = self._said_of_another(claims, own, pool)
         supported = not missing and not misplaced and score >= needed and told and best is not None
         if (
             supported

@@ -1,0 +1,109 @@
+"""The grounding check reads prose by its sentences: a number with its unit ("3 天") that the
+passages state only in a sentence about something else, while the sentence about what the
+answer names states another amount of that unit, is said of another thing ("产假的天数是 3
+天。" over "享有婚假 3 天。女员工生育享受 158 天产假。", Qwen2.5-Coder-0.5B). Chinese and
+English, and the answer check's fallback end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
+from shelfhand.agent.extractive import LEAD_ZH
+from shelfhand.agent.grounding_check import check_grounding
+from shelfhand.core.messages import Citation
+from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
+from support.answers import CHECK
+
+LEAVE = Citation(
+    index=1,
+    source="hr.md",
+    title="员工手册",
+    section="员工手册 > 婚假与产假",
+    text="员工依法办理结婚登记的，享有婚假 3 天。女员工生育享受 158 天产假。",
+)
+WARRANTY = Citation(
+    index=1,
+    source="warranty.md",
+    text="2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。"
+    "光源保修 6 个月或累计使用 1000 小时，以先到者为准。",
+)
+RETURNS = Citation(
+    index=1,
+    source="returns.md",
+    text="Unopened items can be returned within 30 days of delivery. "
+    "Refunds are issued within 7 days after the returned item is inspected.",
+)
+
+
+def said_of_another(answer: str, passage: Citation) -> tuple[str, ...]:
+    (sentence,) = check_grounding(answer, [passage]).sentences
+    assert sentence.supported == (not sentence.misplaced and not sentence.missing)
+    return sentence.misplaced
+
+
+@pytest.mark.parametrize(
+    ("answer", "passage", "number"),
+    [
+        ("产假的天数是 3 天。", LEAVE, "3"),
+        ("女员工享有 3 天产假 [1]。", LEAVE, "3"),
+        ("整机保修期为 6 个月 [1]。", WARRANTY, "6"),
+        ("光源保修 24 个月。", WARRANTY, "24"),
+        ("Refunds are issued within 30 days.", RETURNS, "30"),
+    ],
+)
+def test_a_number_said_of_another_thing_is_misplaced(
+    answer: str, passage: Citation, number: str
+) -> None:
+    assert said_of_another(answer, passage) == (number,)
+
+
+@pytest.mark.parametrize(
+    ("answer", "passage"),
+    [
+        ("产假是 158 天。", LEAVE),
+        ("婚假 3 天 [1]。", LEAVE),
+        ("产假 158 天，婚假 3 天。", LEAVE),
+        ("整机保修 24 个月，光源保修 6 个月 [1]。", WARRANTY),
+        ("Unopened items can be returned within 30 days [1].", RETURNS),
+        ("You have 30 days to send an unopened item back.", RETURNS),  # no rival names it
+        ("3 天。", LEAVE),  # names nothing: left to the other checks
+    ],
+)
+def test_a_number_said_of_what_its_sentence_is_about_is_not(answer: str, passage: Citation) -> None:
+    assert said_of_another(answer, passage) == ()
+
+
+def test_the_question_s_own_number_is_not_checked() -> None:
+    grounding = check_grounding("产假不是 3 天。", [LEAVE], question="产假是 3 天吗？")
+    assert grounding.sentences[0].misplaced == ()
+
+
+@pytest.mark.anyio
+async def test_the_answer_check_replaces_it_with_the_sentence_about_what_was_asked(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "hr.md").write_text(
+        "# 员工手册\n\n## 婚假与产假\n\n" + LEAVE.text, encoding="utf-8"
+    )
+    question = "产假多少天？"
+    with KnowledgeBase(tmp_path / "ws", hashing_router()) as kb:
+        kb.ingest([tmp_path / "docs"], tenant_id="acme")
+        agent = Agent(
+            model=ScriptedModel(
+                [
+                    tool_call("retrieve", {"query": question}),
+                    text("根据查询结果，产假的天数是 3 天。"),
+                ]
+            ),
+            toolkit=Toolkit([retrieve_tool(kb)]),
+            retrieval="context",
+            answer_check=CHECK,
+        )
+        result = await agent.run(question, context=UserContext(tenant_id="acme", user_id="u1"))
+
+    assert result.fallback_reason == "ungrounded" and result.extractive
+    assert result.output.startswith(LEAD_ZH) and "158 天产假" in result.output

@@ -172,6 +172,12 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
     overheating = "My projector keeps overheating. What can I do?"
     assert repeats_question("The projector keeps overheating. What can I do?", overheating)
     assert repeats_question("投影仪一直过热，我能做什么？", "我的投影仪一直过热，我能做什么？")
+    # asked back with its yes turned into a no (Qwen2.5-Coder-0.5B, the USB-stick rule found)
+    assert repeats_question("U盘不能用吗？", "U盘可以用吗？")
+    assert repeats_question("Can't I use a USB stick?", "Can I use a USB stick?")
+    assert not repeats_question("U盘不能用。", "U盘可以用吗？")  # a "no": an answer
+    assert not repeats_question("您是指哪种 U 盘？", "U盘可以用吗？")  # asks what it needs
+    assert is_refusal("文档中没有关于健身房的信息。")  # the documents hold nothing of it
     # the question's words and nothing else, but not a question: a "yes" is an answer
     assert not repeats_question("Yes, the Lumen X1 supports HDR.", "Does the Lumen X1 support HDR?")
     assert not repeats_question("Is it overheating? Clean the air filter.", overheating)

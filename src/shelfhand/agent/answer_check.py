@@ -273,7 +273,8 @@ def repeats_question(answer: str, question: str) -> bool:
     punctuation and case aside): Qwen2.5-Coder-0.5B answered "艾努语使用的地区是哪里？" with
     itself; or asks it back in other words, ending with a question mark and holding none of
     its own ("The projector keeps overheating. What can I do?" for "My projector keeps
-    overheating. What can I do?"); or, for a question asking what, how, which or why and
+    overheating. What can I do?"; "U盘不能用吗？" for "U盘可以用吗？": a yes turned into a no is
+    not its own); or, for a question asking what, how, which or why and
     offering no choice, says nothing but its words ("The projector does not show E-310." for
     "What should I do if the projector shows E-310?")."""
     if not question:
@@ -291,8 +292,12 @@ def repeats_question(answer: str, question: str) -> bool:
         return False  # (read before its words: an answer that long says more)
     if any(q not in question.casefold() for q in _QUANTIFIERS.findall(said.casefold())):
         return False  # "All models support HDR." for "Which models support HDR?" says which
-    own = words(said)
+    own = words(said) - _YES_OR_NO
     return bool(own) and own <= words(question)
+
+
+_YES_OR_NO = words("能 不能 可以 不可以 不 没 没有 会 不会 是 不是 can't cannot not")
+"""Words that turn a yes into a no: "U盘不能用吗？" asks "U盘可以用吗？" back (Qwen2.5-Coder-0.5B)."""
 
 
 _OPEN_QUESTION = re.compile(

@@ -176,6 +176,12 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
     assert repeats_question("U盘不能用吗？", "U盘可以用吗？")
     assert repeats_question("Can't I use a USB stick?", "Can I use a USB stick?")
     assert not repeats_question("U盘不能用。", "U盘可以用吗？")  # a "no": an answer
+    # after a lead-in announcing the answer, with another number (Qwen2.5-Coder-0.5B)
+    approval = "3000 元的报销谁审批？"
+    assert repeats_question("The answer to the user's question is: 5000 元的报销谁审批?", approval)
+    assert repeats_question("答案是：3000 元的报销谁审批？", approval)
+    assert not repeats_question("The answer is: 部门总监审批。", approval)
+    assert not repeats_question("注意：5000 元以上的报销谁审批？", approval)  # not a lead-in
     assert not repeats_question("您是指哪种 U 盘？", "U盘可以用吗？")  # asks what it needs
     assert is_refusal("文档中没有关于健身房的信息。")  # the documents hold nothing of it
     # the question's words and nothing else, but not a question: a "yes" is an answer

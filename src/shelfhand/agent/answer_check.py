@@ -274,12 +274,13 @@ def repeats_question(answer: str, question: str) -> bool:
     itself; or asks it back in other words, ending with a question mark and holding none of
     its own ("The projector keeps overheating. What can I do?" for "My projector keeps
     overheating. What can I do?"; "U盘不能用吗？" for "U盘可以用吗？": a yes turned into a no is
-    not its own); or, for a question asking what, how, which or why and
+    not its own, nor is a number: "The answer to the user's question is: 5000 元的报销谁审批?"
+    for "3000 元的报销谁审批？"); or, for a question asking what, how, which or why and
     offering no choice, says nothing but its words ("The projector does not show E-310." for
     "What should I do if the projector shows E-310?")."""
     if not question:
         return False
-    said = without_citations(answer)
+    said = _ANNOUNCED.sub("", without_citations(answer), count=1)
     if _bare(said) == _bare(question) != "":
         return True
     if not said.rstrip().endswith(("?", "？")) and (
@@ -292,12 +293,17 @@ def repeats_question(answer: str, question: str) -> bool:
         return False  # (read before its words: an answer that long says more)
     if any(q not in question.casefold() for q in _QUANTIFIERS.findall(said.casefold())):
         return False  # "All models support HDR." for "Which models support HDR?" says which
-    own = words(said) - _YES_OR_NO
+    own = {w for w in words(said) - _YES_OR_NO if not w.isdigit()}
     return bool(own) and own <= words(question)
 
 
 _YES_OR_NO = words("能 不能 可以 不可以 不 没 没有 会 不会 是 不是 can't cannot not")
 """Words that turn a yes into a no: "U盘不能用吗？" asks "U盘可以用吗？" back (Qwen2.5-Coder-0.5B)."""
+_ANNOUNCED = re.compile(
+    r"^\s*[^\n:：。.!?！？]{0,60}?(?:answer|答案|回答)[^\n:：。!?！？]{0,40}[:：]\s*", re.I
+)
+"""A lead-in announcing the answer ("The answer to the user's question is: "), read past
+when the rest asks the question back ("…: 5000 元的报销谁审批?" for "3000 元的报销谁审批？")."""
 
 
 _OPEN_QUESTION = re.compile(

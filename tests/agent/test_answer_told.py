@@ -182,6 +182,8 @@ def test_a_fact_with_cannot_in_it_is_not_a_refusal_and_an_answer_of_the_question
     assert repeats_question("答案是：3000 元的报销谁审批？", approval)
     assert not repeats_question("The answer is: 部门总监审批。", approval)
     assert not repeats_question("注意：5000 元以上的报销谁审批？", approval)  # not a lead-in
+    # the number an answer states is its own: "There are 12 left." says how many
+    assert not repeats_question("There are 12 Lumen X1 units left.", "How many Lumen X1 are left?")
     assert not repeats_question("您是指哪种 U 盘？", "U盘可以用吗？")  # asks what it needs
     assert is_refusal("文档中没有关于健身房的信息。")  # the documents hold nothing of it
     # the question's words and nothing else, but not a question: a "yes" is an answer

@@ -293,7 +293,9 @@ def repeats_question(answer: str, question: str) -> bool:
         return False  # (read before its words: an answer that long says more)
     if any(q not in question.casefold() for q in _QUANTIFIERS.findall(said.casefold())):
         return False  # "All models support HDR." for "Which models support HDR?" says which
-    own = {w for w in words(said) - _YES_OR_NO if not w.isdigit()}
+    own = words(said) - _YES_OR_NO
+    if said.rstrip().endswith(("?", "？")):  # (a number asked back is not an answer's)
+        own = {w for w in own if not w.isdigit()}
     return bool(own) and own <= words(question)
 
 

@@ -20,6 +20,7 @@ from shelfhand.agent.answer_check import (
 from shelfhand.agent.extractive import LEAD, LEAD_ZH
 from shelfhand.agent.fallbacks import NOT_COVERED, NOT_COVERED_ZH
 from shelfhand.core.events import AnswerReplaced, Final, TextDelta
+from shelfhand.core.messages import Citation, Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
@@ -452,3 +453,43 @@ async def test_an_answer_naming_a_heading_in_a_sentence_is_kept(kb: KnowledgeBas
     result = await agent(kb, text(answer)).run("开封后的投影仪可以退货吗？", context=ACME)
 
     assert not result.extractive and result.output == answer
+
+
+VPN_FAQ = Citation(
+    index=1,
+    source="it-faq.md",
+    title="IT Help Desk FAQ",
+    section="IT Help Desk FAQ > VPN",
+    text="Install the GlobalProtect client from the software center. If the VPN disconnects "
+    "every few minutes, update the client to version 6.2 or later.",
+)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason", "shown"),
+    [
+        # its number, the passage's: borne out
+        ("请把 GlobalProtect 客户端升级到 6.2 或更高版本 [1]。", "", "6.2"),
+        # no number: words cannot tell; not "the documents do not cover this"
+        ("请重新安装客户端。", "ungrounded", "请重新安装客户端。"),
+        # a number the passage does not hold: not borne out, whatever the language
+        ("请把客户端升级到 7.1 版本。", "ungrounded", NOT_COVERED_ZH),
+    ],
+    ids=["its-number", "no-number", "wrong-number"],
+)
+def test_an_answer_over_passages_all_in_the_other_language(
+    answer: str, reason: str, shown: str
+) -> None:
+    """ "VPN 老是断线怎么办？" finds the English IT FAQ by its VPN. A Chinese answer shares none
+    of its words: before, every such answer became "the documents do not cover this"."""
+    question = "VPN 老是断线怎么办？"
+    result = RunResult(
+        output=answer,
+        messages=(Message.user(question), Message.assistant(answer)),
+        citations=(VPN_FAQ,),
+    )
+
+    checked = CHECK.apply(result, question)
+
+    assert checked.fallback_reason == reason and shown in checked.output
+    assert not checked.extractive

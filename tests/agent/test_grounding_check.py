@@ -219,3 +219,39 @@ def test_with_the_tool_that_could_say_it_failed_a_name_alone_supports_nothing() 
     assert supported(
         "Is the Lumen X1 Pro a laser?", "The Lumen X1 Pro is a laser.", tool_failed=True
     )
+
+
+VPN = Citation(
+    index=1,
+    source="it-faq.md",
+    title="IT Help Desk FAQ",
+    section="IT Help Desk FAQ > VPN",
+    text="Install the GlobalProtect client from the software center. If the VPN disconnects "
+    "every few minutes, update the client to version 6.2 or later.",
+)
+LAMP_EN = Citation(
+    index=1,
+    source="manual-en.md",
+    text="E-203 Lamp overheating. The lamp temperature is above the safe limit. Wait 30 "
+    "minutes until the lamp has cooled down, then clean the air filter.",
+)
+
+
+def test_an_answer_in_the_other_language_rests_on_the_facts_it_states() -> None:
+    """A Chinese answer over an English passage shares none of its words: its numbers are
+    what can be checked ("VPN 老是断线怎么办？" over the English IT FAQ, found by its VPN).
+    Before, it was unsupported, and the answer became "the documents do not cover this"."""
+    question = "VPN 老是断线怎么办？"
+    for answer in (
+        "请把 GlobalProtect 客户端升级到 6.2 或更高版本 [1]。",
+        "请更新客户端到 6.2 版本以上。",
+    ):
+        assert check_grounding(answer, [VPN], question=question).grounded, answer
+    # a number it does not hold is missing, as in the passage's language
+    wrong = check_grounding("请把客户端升级到 7.1 版本 [1]。", [VPN], question=question)
+    assert wrong.unsupported[0].missing == ("7.1",)
+    # no number of its own: nothing to check it by, and it is not borne out
+    assert not check_grounding("请重新安装客户端 [1]。", [VPN], question=question).grounded
+    # beside the question's code, a number of its own the passage holds
+    lamp = check_grounding("E-203 出现后请等待 30 分钟 [1]。", [LAMP_EN], question="E-203 怎么办？")
+    assert lamp.grounded

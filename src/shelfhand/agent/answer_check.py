@@ -766,6 +766,8 @@ def _replaced(
     extracted = extractive_result(result, why, question, synonyms=synonyms)
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
+    if why in ("ungrounded", "off_topic") and _unreadable(result, question):
+        return replace(result, fallback_reason=why)  # (flagged: words cannot tell)
     # no passage is about the question: that is the answer, whether the model said something
     # unfounded or stopped without an answer (unrelated passages are not listed as if they were),
     # unless a tool that could have answered failed: then that is (the order system is down)
@@ -792,6 +794,24 @@ def _replaced(
             return _not_covered(result, question, "declined")
         return result
     return replace(result, fallback_reason=why)
+
+
+def _unreadable(result: RunResult, question: str) -> bool:
+    """Whether every passage ``result`` found is in the other language than ``question``
+    while its answer is in the question's, and no sentence of it states a number or code
+    they do not hold: its words cannot be compared with theirs, so that it is not borne out
+    says nothing, and neither would "the documents do not cover this" (a Chinese answer over
+    the English IT FAQ found by its "VPN" was replaced by that). The answer stands, its
+    sentences flagged."""
+    zh = in_chinese(question)
+    if not result.citations or any(in_language(c.text, zh) for c in result.citations):
+        return False
+    grounding = result.grounding
+    return (
+        in_chinese(result.output) == zh
+        and grounding is not None
+        and not any(s.missing or s.misplaced for s in grounding.sentences)
+    )
 
 
 def _not_covered(result: RunResult, question: str, why: str) -> RunResult:

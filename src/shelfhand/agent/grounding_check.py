@@ -68,6 +68,10 @@ MIN_SUPPORT = 0.5
 """Share of a sentence's content words the best passage must hold."""
 MIN_SUPPORT_WITH_FACTS = 0.25
 """The same, for a sentence whose numbers and codes the passages all hold."""
+ACROSS_SHARE = 1 / 3
+"""The share of a text's letters in Chinese from which it reads as Chinese to the check of a
+sentence in the other language than its passage (an English passage has under a quarter of
+that: its headings may quote a Chinese term)."""
 MIN_WORDS = 3
 """Sentences with fewer content words and no fact are not checked ("Hope this helps!")."""
 PASSAGE_CACHE = 1024
@@ -475,6 +479,17 @@ class Evidence:
             return set()  # no passage holds the code: nothing better to rest on
         return named - held
 
+    def _across(self, claims: str, pool: Sequence[int]) -> bool:
+        """Whether a sentence (``claims``) is in the other language than every passage of
+        ``pool`` (Chinese over English passages, or the reverse; a passage in both is in
+        neither other): with one in its language, a number another language's passage holds
+        is a coincidence ("12 units" and a Chinese policy's "12 个月")."""
+        zh = chinese_share(claims) >= ACROSS_SHARE
+        shares = [chinese_share(self._texts[i]) for i in pool]
+        if zh:
+            return all(share < ACROSS_SHARE / 4 for share in shares)
+        return all(share >= ACROSS_SHARE for share in shares)
+
     def _said_of_another(self, claims: str, own: set[str], pool: Sequence[int]) -> set[str]:
         """The numbers a sentence (``claims``, words ``own``) states with a unit ("3 天") that
         the passages of ``pool`` state with it only in sentences about something else: a
@@ -537,6 +552,10 @@ class Evidence:
             if share > score or best is None:
                 best, score = i, share
         needed = MIN_SUPPORT_WITH_FACTS if stated else MIN_SUPPORT
+        if best is not None and stated - self.question_facts and self._across(claims, pool):
+            # in the other language than every passage, it shares none of their words: the
+            # numbers and codes of its own (not the question's), all held, are what bear it out
+            needed = 0.0
         told = True
         if best is not None and score >= needed and not stated and self._question:
             best, score, told = self._telling(own, best, score, whole or pool, analysed, needed)

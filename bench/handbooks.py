@@ -7,7 +7,10 @@ Three small workspaces of the kind this project's users search (``bench/handbook
   extractive answer was changed for them (2026-12-06): its figures are not a held-out test;
 - ``expense`` (an expense policy in Chinese, an office guide in English; 17 + 8) and
   ``cloud`` (a cloud-drive FAQ in Chinese; 13 + 8): written after that change and not
-  changed since, so they are.
+  changed since, so they are;
+- ``across`` (4 questions over the staff handbook, three in Chinese answered by its English
+  FAQ and found by a Latin word, one the reverse; 2026-12-07, written with the change they
+  measure).
 
 Each workspace is ingested once (the default embedders) into a temporary folder, and
 ``shelfhand eval-answers --no-model`` runs over it for each tree, in a child process with
@@ -29,7 +32,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent / "handbooks"
-SETS = ("staff", "expense", "cloud")
+SETS = {"staff": "staff", "expense": "expense", "cloud": "cloud", "across": "staff"}
+"""Each case set (``<set>-cases.jsonl``) and the handbook it asks: ``across`` asks the staff
+handbook in the other language than the passage that answers (2026-12-07)."""
 
 
 def _eval(tree: Path, workspace: Path, cases: Path) -> dict[str, object]:
@@ -58,14 +63,15 @@ def main() -> None:
     args = parser.parse_args()
     trees = [t.resolve() for t in args.trees]
     with tempfile.TemporaryDirectory() as tmp:
-        for name in SETS:
-            workspace = Path(tmp) / name
-            subprocess.run(
-                [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / name), "-w",
-                 str(workspace)],
-                env={**os.environ, "PYTHONPATH": str(trees[0] / "src")},
-                capture_output=True, check=True,
-            )  # fmt: skip
+        for name, folder in SETS.items():
+            workspace = Path(tmp) / folder
+            if not workspace.exists():
+                subprocess.run(
+                    [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / folder), "-w",
+                     str(workspace)],
+                    env={**os.environ, "PYTHONPATH": str(trees[0] / "src")},
+                    capture_output=True, check=True,
+                )  # fmt: skip
             cases = HERE / f"{name}-cases.jsonl"
             reports = [_eval(tree, workspace, cases) for tree in trees]
             for tree, report in zip(trees, reports, strict=True):

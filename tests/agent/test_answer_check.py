@@ -466,23 +466,25 @@ VPN_FAQ = Citation(
 
 
 @pytest.mark.parametrize(
-    ("answer", "reason", "shown"),
+    ("question", "answer", "reason", "shown"),
     [
         # its number, the passage's: borne out
-        ("请把 GlobalProtect 客户端升级到 6.2 或更高版本 [1]。", "", "6.2"),
-        # no number: words cannot tell; not "the documents do not cover this"
-        ("请重新安装客户端。", "ungrounded", "请重新安装客户端。"),
+        ("VPN 老是断线怎么办？", "请把 GlobalProtect 客户端升级到 6.2 或更高版本 [1]。", "", "6.2"),
+        # no number: not borne out; the passage its VPN names is quoted
+        ("VPN 老是断线怎么办？", "请重新安装客户端。", "ungrounded", "version 6.2 or later"),
+        # nothing to tell the passage is about it by: the answer stands, flagged, and it is
+        # not "the documents do not cover this", which words cannot tell either
+        ("客户端老是断线怎么办？", "请重新安装客户端。", "ungrounded", "请重新安装客户端。"),
         # a number the passage does not hold: not borne out, whatever the language
-        ("请把客户端升级到 7.1 版本。", "ungrounded", NOT_COVERED_ZH),
+        ("客户端老是断线怎么办？", "请把客户端升级到 7.1 版本。", "ungrounded", NOT_COVERED_ZH),
     ],
-    ids=["its-number", "no-number", "wrong-number"],
+    ids=["its-number", "no-number", "no-name", "wrong-number"],
 )
 def test_an_answer_over_passages_all_in_the_other_language(
-    answer: str, reason: str, shown: str
+    question: str, answer: str, reason: str, shown: str
 ) -> None:
     """ "VPN 老是断线怎么办？" finds the English IT FAQ by its VPN. A Chinese answer shares none
     of its words: before, every such answer became "the documents do not cover this"."""
-    question = "VPN 老是断线怎么办？"
     result = RunResult(
         output=answer,
         messages=(Message.user(question), Message.assistant(answer)),
@@ -492,4 +494,4 @@ def test_an_answer_over_passages_all_in_the_other_language(
     checked = CHECK.apply(result, question)
 
     assert checked.fallback_reason == reason and shown in checked.output
-    assert not checked.extractive
+    assert checked.extractive == (shown == "version 6.2 or later")

@@ -188,3 +188,26 @@ def test_a_fee_asked_about_is_stated_only_by_a_sentence_naming_it() -> None:
     lodging = _cite("费用报销制度", "差旅", "出差住宿标准：一线城市每晚不超过 600 元。", 3)
     found = extractive_answer("住宿费怎么报销？", [*policy, lodging])
     assert found is not None and "600 元" in found.text
+
+
+def test_a_chinese_question_reads_an_english_passage_by_its_latin_words() -> None:
+    # the IT FAQ is in English: 老是 and 断线 are words it could never hold; its VPN it does
+    vpn = _cite(
+        "IT Help Desk FAQ",
+        "VPN",
+        "Connect to vpn.example.com with your domain account. If the VPN disconnects every "
+        "few minutes, update the client to version 6.2 or later.",
+    )
+    found = extractive_answer("VPN 老是断线怎么办？", [vpn])
+    assert found is not None and found.text.startswith("摘自文档") and "6.2" in found.text
+    # a question with no Latin word has nothing to tell it by
+    assert extractive_answer("网络老是断线怎么办？", [vpn]) is None
+    office = _cite("Office Guide", "Opening hours", "The office is open from 8:00 to 20:00.")
+    assert extractive_answer("公司有健身房吗？", [office]) is None
+    # a Chinese passage is read by all the question's words, as before
+    assert (
+        extractive_answer(
+            "VPN 老是断线怎么办？", [_cite(TITLE, "外来设备", "VPN 账号由 IT 部门开通。")]
+        )
+        is None
+    )

@@ -387,8 +387,14 @@ def _candidates(
     least: float,
     wholes: Sequence[str] = (),
     affirmed: AbstractSet[str] = frozenset(),
+    *,
+    across: bool = False,
 ) -> list[_Sentence]:
     """The sentences of the passages that are about the question, in search order.
+
+    With ``across`` (the question is in Chinese), a passage with no Chinese in it (an English
+    FAQ) is about it as far as the question's Latin words can tell, the only ones it could
+    hold: "VPN 老是断线怎么办？" and the IT FAQ's VPN entry.
 
     When a Chinese question names two things (two words of two characters or more), a
     passage holding one of them is about it if that one names its title or section (when it
@@ -399,9 +405,14 @@ def _candidates(
     weekend?" under "Opening hours"). With ``least`` 0 (any passage), every passage is."""
     own = _own_words(question_words, ids, wholes)
     two = least > 0 and not ids and _two_things(own, wholes)
+    latin = {w for w in own if not _CJK.search(w)} if across else set()
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
-        share = _about(own, ids, headed(c), wholes, affirmed)
+        text = headed(c)
+        if latin and not _CJK.search(text):
+            share = _about(latin, ids, text)
+        else:
+            share = _about(own, ids, text, wholes, affirmed)
         if share < least or (two and share < 1 and not _names(c, question_words, wholes)):
             continue
         for position, sentence in enumerate(_sentences_of(c.text)):
@@ -412,6 +423,9 @@ def _candidates(
                 )
             )  # fmt: skip
     return out
+
+
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:
@@ -916,7 +930,7 @@ def _extract(
             return _assembled(asked_in, overview, set())
     affirmed = _affirmed(question, question_words)
     candidates = _candidates(
-        passages, question_words, ids, min_relevance, wholes, affirmed
+        passages, question_words, ids, min_relevance, wholes, affirmed, across=in_chinese(question)
     ) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes, affirmed
     )

@@ -20,12 +20,12 @@ from shelfhand.agent.answer_check import (
 from shelfhand.agent.extractive import LEAD, LEAD_ZH
 from shelfhand.agent.fallbacks import NOT_COVERED, NOT_COVERED_ZH
 from shelfhand.core.events import AnswerReplaced, Final, TextDelta
-from shelfhand.core.messages import Citation, Message
+from shelfhand.core.messages import Message
 from shelfhand.core.results import RunResult
 from shelfhand.knowledge.evidence.citations import NOTHING_FOUND
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
 from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
-from support.answers import CHECK
+from support.answers import CHECK, VPN_FAQ
 from support.knowledge import sample_kb
 
 pytestmark = pytest.mark.anyio
@@ -453,16 +453,6 @@ async def test_an_answer_naming_a_heading_in_a_sentence_is_kept(kb: KnowledgeBas
     result = await agent(kb, text(answer)).run("开封后的投影仪可以退货吗？", context=ACME)
 
     assert not result.extractive and result.output == answer
-
-
-VPN_FAQ = Citation(
-    index=1,
-    source="it-faq.md",
-    title="IT Help Desk FAQ",
-    section="IT Help Desk FAQ > VPN",
-    text="Install the GlobalProtect client from the software center. If the VPN disconnects "
-    "every few minutes, update the client to version 6.2 or later.",
-)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from shelfhand.agent.extractive import LEAD_ZH, extractive_answer
 from shelfhand.agent.grounding_check import check_grounding, facts, split_sentences
 from shelfhand.core.messages import Citation
+from support.answers import VPN_FAQ
 
 V2 = Citation(
     index=1,
@@ -221,14 +222,6 @@ def test_with_the_tool_that_could_say_it_failed_a_name_alone_supports_nothing() 
     )
 
 
-VPN = Citation(
-    index=1,
-    source="it-faq.md",
-    title="IT Help Desk FAQ",
-    section="IT Help Desk FAQ > VPN",
-    text="Install the GlobalProtect client from the software center. If the VPN disconnects "
-    "every few minutes, update the client to version 6.2 or later.",
-)
 LAMP_EN = Citation(
     index=1,
     source="manual-en.md",
@@ -246,12 +239,12 @@ def test_an_answer_in_the_other_language_rests_on_the_facts_it_states() -> None:
         "请把 GlobalProtect 客户端升级到 6.2 或更高版本 [1]。",
         "请更新客户端到 6.2 版本以上。",
     ):
-        assert check_grounding(answer, [VPN], question=question).grounded, answer
+        assert check_grounding(answer, [VPN_FAQ], question=question).grounded, answer
     # a number it does not hold is missing, as in the passage's language
-    wrong = check_grounding("请把客户端升级到 7.1 版本 [1]。", [VPN], question=question)
+    wrong = check_grounding("请把客户端升级到 7.1 版本 [1]。", [VPN_FAQ], question=question)
     assert wrong.unsupported[0].missing == ("7.1",)
     # no number of its own: nothing to check it by, and it is not borne out
-    assert not check_grounding("请重新安装客户端 [1]。", [VPN], question=question).grounded
+    assert not check_grounding("请重新安装客户端 [1]。", [VPN_FAQ], question=question).grounded
     # beside the question's code, a number of its own the passage holds
     lamp = check_grounding("E-203 出现后请等待 30 分钟 [1]。", [LAMP_EN], question="E-203 怎么办？")
     assert lamp.grounded

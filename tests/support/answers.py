@@ -9,7 +9,7 @@ import anyio
 
 from shelfhand import Agent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.answer_check import AGENT_SCAFFOLDS, AnswerCheck
-from shelfhand.core.messages import Message
+from shelfhand.core.messages import Citation, Message
 from shelfhand.core.settings import AnswerRetrieval
 from shelfhand.models.base import ChatModel
 from shelfhand.providers.tool_modes import PROMPT_TEXTS
@@ -18,6 +18,16 @@ from shelfhand.tools.tool import Tool
 
 CHECK = AnswerCheck(scaffolds=AGENT_SCAFFOLDS + PROMPT_TEXTS)
 """The answer check with every scaffold a model may echo (the agent's and the tool modes')."""
+
+VPN_FAQ = Citation(
+    index=1,
+    source="it-faq.md",
+    title="IT Help Desk FAQ",
+    section="IT Help Desk FAQ > VPN",
+    text="Install the GlobalProtect client from the software center. If the VPN disconnects "
+    "every few minutes, update the client to version 6.2 or later.",
+)
+"""An English FAQ entry that "VPN 老是断线怎么办？" finds by its VPN alone."""
 
 
 def tool_agent(

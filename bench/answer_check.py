@@ -41,6 +41,10 @@ def _forget() -> None:
     if hasattr(grounding_check, "table"):  # (the tables' rows: a tree before them has none)
         grounding_check.table.cache_clear()
     answer_topic._numbers.cache_clear()
+    for name in ("_measured_sentences", "_passage_share", "_passage_days"):  # (newer trees)
+        cached = getattr(grounding_check, name, None)
+        if cached is not None:
+            cached.cache_clear()
 
 
 def _answers(question: str, citations: tuple) -> list[str]:  # type: ignore[type-arg]

@@ -233,14 +233,10 @@ def measured(text: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=PASSAGE_CACHE)
-def _measured_sentences(text: str) -> tuple[tuple[frozenset[str], dict[str, str]], ...]:
-    """A passage's sentences that state a number with its unit: each one's words (less the
-    units') and its numbers with their units (kept like its words)."""
-    return tuple(
-        (passage_words(s) - _UNIT_WORDS, amounts)
-        for s in split_sentences(text)
-        if (amounts := measured(s))
-    )
+def _measured_sentences(text: str) -> tuple[tuple[str, dict[str, str]], ...]:
+    """A passage's sentences that state a number with its unit, each with its numbers and
+    their units (kept like its words)."""
+    return tuple((s, amounts) for s in split_sentences(text) if (amounts := measured(s)))
 
 
 def _naming(own: AbstractSet[str]) -> frozenset[str]:
@@ -249,6 +245,8 @@ def _naming(own: AbstractSet[str]) -> frozenset[str]:
 
 
 _HAS_DIGIT = re.compile(r"\d")
+_passage_share = functools.lru_cache(maxsize=PASSAGE_CACHE)(chinese_share)
+"""A passage's :func:`~shelfhand.knowledge.analysis.chinese_share`, kept like its words."""
 _passage_days = functools.lru_cache(maxsize=PASSAGE_CACHE)(held_dates)
 """A passage's :func:`~.dates.held_dates`, kept like its words (a tool result's, which no
 other run sees, are read each time)."""
@@ -484,11 +482,9 @@ class Evidence:
         ``pool`` (Chinese over English passages, or the reverse; a passage in both is in
         neither other): with one in its language, a number another language's passage holds
         is a coincidence ("12 units" and a Chinese policy's "12 个月")."""
-        zh = chinese_share(claims) >= ACROSS_SHARE
-        shares = [chinese_share(self._texts[i]) for i in pool]
-        if zh:
-            return all(share < ACROSS_SHARE / 4 for share in shares)
-        return all(share >= ACROSS_SHARE for share in shares)
+        if chinese_share(claims) >= ACROSS_SHARE:
+            return all(_passage_share(self._texts[i]) < ACROSS_SHARE / 4 for i in pool)
+        return all(_passage_share(self._texts[i]) >= ACROSS_SHARE for i in pool)
 
     def _said_of_another(self, claims: str, own: set[str], pool: Sequence[int]) -> set[str]:
         """The numbers a sentence (``claims``, words ``own``) states with a unit ("3 天") that
@@ -505,14 +501,15 @@ class Evidence:
         sentences = [m for i in pool for m in _measured_sentences(self._texts[i])]
         out: set[str] = set()
         for number, unit in stated.items():
-            holding = [len(ws & named) for ws, amounts in sentences if amounts.get(number) == unit]
-            if not holding:
+            holding = [s for s, amounts in sentences if amounts.get(number) == unit]
+            rivals = [
+                s for s, amounts in sentences if number not in amounts and unit in amounts.values()
+            ]
+            if not holding or not rivals:
                 continue  # (stated in another way, a table's cell: the other checks read it)
-            most = max(holding)
-            if any(
-                number not in amounts and unit in amounts.values() and len(ws & named) > most
-                for ws, amounts in sentences
-            ):
+            # (the sentences' words read only now: most numbers have no rival)
+            most = max(len(passage_words(s) & named) for s in holding)
+            if any(len(passage_words(s) & named) > most for s in rivals):
                 out.add(number)
         return out
 

@@ -93,6 +93,17 @@ CASES = {
         ]
         extractive_answer(rare + "怎么办？", passages)  # (about them or not: it ends)
     """,
+    # a number with its unit, read by the grounding check's sentences: 11,000 digits took
+    # 15 s in the first version (each digit a start); 300,000: hours
+    "an answer and a passage of 300,000 digits with no unit": """
+        from shelfhand.agent.grounding_check import check_grounding, measured
+        from shelfhand.core.messages import Citation
+        run = "1" * 300_000
+        assert measured(run) == {} and measured(run + " 天") == {}  # (too long to be one)
+        assert measured("婚假 3 天，产假 158 天") == {"3": "天", "158": "天"}
+        passage = Citation(index=1, source="d.md", text="享有婚假 3 天。" + run + "。产假 158 天。")
+        check_grounding("产假是 3 天，" + run + " 天。", [passage], question="产假多少天？")
+    """,
     # 32,000 took 2.4 s before (a query the service accepts); 400,000: over five minutes
     "a run of 400,000 Chinese characters jieba does not know": """
         from shelfhand.knowledge.analysis import tokenize_for_index, tokenize_query

@@ -208,7 +208,10 @@ def test_a_failing_endpoint_keeps_the_fused_order_with_the_reason(
 ) -> None:
     answer, expected = FAILURES[case]
     server = rerank_endpoint(answer)
-    reranker = HttpReranker(server.url, api_key=SECRET, timeout=0.5, max_response_bytes=2000)
+    # (a hanging endpoint is waited for 0.5 s; the others answer at once, but a loaded CI
+    # machine once took over 0.5 s for "not json": they get the time a slow machine needs)
+    timeout = 0.5 if case == "hangs" else 10.0
+    reranker = HttpReranker(server.url, api_key=SECRET, timeout=timeout, max_response_bytes=2000)
     kb = open_kb(tmp_path / "ws", reranker=reranker, rerank_candidates=4)
     caplog.set_level(logging.DEBUG)
     try:

@@ -31,6 +31,7 @@ from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import (
     SynonymTable,
     chinese_only,
+    chinese_share,
     query_identifiers,
     synonym_candidates,
     synonym_table,
@@ -405,11 +406,11 @@ def _candidates(
     weekend?" under "Opening hours"). With ``least`` 0 (any passage), every passage is."""
     own = _own_words(question_words, ids, wholes)
     two = least > 0 and not ids and _two_things(own, wholes)
-    latin = {w for w in own if not _CJK.search(w)} if across else set()
+    latin = {w for w in own if not chinese_share(w)} if across else set()
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
         text = headed(c)
-        if latin and not _CJK.search(text):
+        if latin and not chinese_share(text):
             share = _about(latin, ids, text)
         else:
             share = _about(own, ids, text, wholes, affirmed)
@@ -423,9 +424,6 @@ def _candidates(
                 )
             )  # fmt: skip
     return out
-
-
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _wholes(question: str, passages: Sequence[Citation]) -> list[str]:

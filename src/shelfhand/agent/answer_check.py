@@ -283,7 +283,8 @@ def repeats_question(answer: str, question: str) -> bool:
     said = _ANNOUNCED.sub("", without_citations(answer), count=1)
     if _bare(said) == _bare(question) != "":
         return True
-    if not said.rstrip().endswith(("?", "？")) and (
+    asks_back = said.rstrip().endswith(("?", "？"))
+    if not asks_back and (
         _OPEN_QUESTION.search(question) is None or _CHOICE.search(question) is not None
     ):
         # "Yes, the X1 supports HDR." holds only the question's words too, and so does "The
@@ -294,7 +295,7 @@ def repeats_question(answer: str, question: str) -> bool:
     if any(q not in question.casefold() for q in _QUANTIFIERS.findall(said.casefold())):
         return False  # "All models support HDR." for "Which models support HDR?" says which
     own = words(said) - _YES_OR_NO
-    if said.rstrip().endswith(("?", "？")):  # (a number asked back is not an answer's)
+    if asks_back:  # (a number asked back is not an answer's)
         own = {w for w in own if not w.isdigit()}
     return bool(own) and own <= words(question)
 
@@ -803,12 +804,11 @@ def _unreadable(result: RunResult, question: str) -> bool:
     says nothing, and neither would "the documents do not cover this" (a Chinese answer over
     the English IT FAQ found by its "VPN" was replaced by that). The answer stands, its
     sentences flagged."""
-    zh = in_chinese(question)
-    if not result.citations or any(in_language(c.text, zh) for c in result.citations):
+    if not result.citations or _one_in_its_language(result, question):
         return False
     grounding = result.grounding
     return (
-        in_chinese(result.output) == zh
+        in_chinese(result.output) == in_chinese(question)
         and grounding is not None
         and not any(s.missing or s.misplaced for s in grounding.sentences)
     )
@@ -884,8 +884,14 @@ def _unrelated(result: RunResult, question: str) -> bool:
     subject (a follow-up pointing back, "它的光源能用多久？", holds none of its product's
     words), and a passage is in its language (a Chinese passage may answer an English
     question in none of its words)."""
+    return not points_back(question) and _one_in_its_language(result, question)
+
+
+def _one_in_its_language(result: RunResult, question: str) -> bool:
+    """Whether a passage ``result`` found is in ``question``'s language (a bilingual one is in
+    both)."""
     zh = in_chinese(question)
-    return not points_back(question) and any(in_language(c.text, zh) for c in result.citations)
+    return any(in_language(c.text, zh) for c in result.citations)
 
 
 def _declines_bare(result: RunResult) -> bool:

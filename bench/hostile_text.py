@@ -65,6 +65,14 @@ CASES = {
         "extractive_answer(rare(N) + '怎么办？', ps)",
         3_000,
     ),
+    "grounding check: an answer and a passage of N digits with no unit": (
+        "from shelfhand.agent.grounding_check import check_grounding\n"
+        "from shelfhand.core.messages import Citation\n"
+        "ps = [Citation(index=1, source='h.md',"
+        " text='享有婚假 3 天。' + '1' * N + '。女员工生育享受 158 天产假。')]",
+        "check_grounding('产假是 3 天，' + '1' * N + '。', ps, question='产假多少天？')",
+        5_000,
+    ),
     "misses_amount: an answer of a hyphenated run of N characters": (
         "from shelfhand.agent.answer_topic import misses_amount",
         "misses_amount('How much does it cost?', 'a-' * (N // 2))",

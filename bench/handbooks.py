@@ -10,11 +10,16 @@ Three small workspaces of the kind this project's users search (``bench/handbook
   changed since, so they are;
 - ``across`` (4 questions over the staff handbook, three in Chinese answered by its English
   FAQ and found by a Latin word, one the reverse; 2026-12-07, written with the change they
-  measure).
+  measure);
+- ``ops`` (an on-call rule, a release rule and a production-access rule in Chinese, a
+  database runbook in English; 24 + 8) and ``procure`` (a purchasing rule and an asset rule
+  in Chinese, a security-incident guide in English; 21 + 8): written 2026-12-07 and measured
+  before anything was changed for them. ``ops``' o8 ("大促期间能发版吗？", which found nothing)
+  then led to the index's character pairs (:func:`~shelfhand.knowledge.analysis.unknown_pairs`).
 
-Each workspace is ingested once (the default embedders) into a temporary folder, and
-``shelfhand eval-answers --no-model`` runs over it for each tree, in a child process with
-that tree's ``src`` first on the path::
+Each workspace is ingested (the default embedders) into a temporary folder by each tree, in
+a child process with that tree's ``src`` first on the path (a tree's analysis builds its
+own index), and ``shelfhand eval-answers --no-model`` runs over it::
 
     python bench/handbooks.py --trees <before worktree> . [--show]
 
@@ -32,7 +37,14 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent / "handbooks"
-SETS = {"staff": "staff", "expense": "expense", "cloud": "cloud", "across": "staff"}
+SETS = {
+    "staff": "staff",
+    "expense": "expense",
+    "cloud": "cloud",
+    "across": "staff",
+    "ops": "ops",
+    "procure": "procure",
+}
 """Each case set (``<set>-cases.jsonl``) and the handbook it asks: ``across`` asks the staff
 handbook in the other language than the passage that answers (2026-12-07)."""
 
@@ -50,6 +62,17 @@ def _eval(tree: Path, workspace: Path, cases: Path) -> dict[str, object]:
     return report
 
 
+def _ingested(tree: Path, folder: Path, workspace: Path) -> Path:
+    """``workspace`` holding ``folder``, ingested by ``tree`` (once)."""
+    if not workspace.exists():
+        subprocess.run(
+            [sys.executable, "-m", "shelfhand.cli", "ingest", str(folder), "-w", str(workspace)],
+            env={**os.environ, "PYTHONPATH": str(tree / "src")},
+            capture_output=True, check=True,
+        )  # fmt: skip
+    return workspace
+
+
 def _verdicts(report: dict[str, object]) -> dict[str, bool]:
     results = report["results"]
     assert isinstance(results, list)
@@ -64,16 +87,11 @@ def main() -> None:
     trees = [t.resolve() for t in args.trees]
     with tempfile.TemporaryDirectory() as tmp:
         for name, folder in SETS.items():
-            workspace = Path(tmp) / folder
-            if not workspace.exists():
-                subprocess.run(
-                    [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / folder), "-w",
-                     str(workspace)],
-                    env={**os.environ, "PYTHONPATH": str(trees[0] / "src")},
-                    capture_output=True, check=True,
-                )  # fmt: skip
             cases = HERE / f"{name}-cases.jsonl"
-            reports = [_eval(tree, workspace, cases) for tree in trees]
+            reports = [
+                _eval(tree, _ingested(tree, HERE / folder, Path(tmp) / str(at) / folder), cases)
+                for at, tree in enumerate(trees)
+            ]
             for tree, report in zip(trees, reports, strict=True):
                 print(
                     f"{name:8} {tree!s:40} answered right {report['right_count']}/"

@@ -57,6 +57,7 @@ __all__ = [
     "tokenize_for_matching",
     "tokenize_query",
     "unglued",
+    "unknown_pairs",
     "unknown_words",
     "with_synonyms",
 ]
@@ -159,9 +160,12 @@ def _identifier_forms(code: str) -> list[str]:
     return forms
 
 
-def _analyze(text: str, segment: Callable[[str], Iterable[str]], *, query: bool) -> list[str]:
+def _analyze(
+    text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool = False
+) -> list[str]:
     text = unicodedata.normalize("NFKC", text).lower()
     tokens: list[str] = []
+    pairs: list[str] = []  # the character pairs of words jieba lacks (:func:`_unknown_pairs`)
     to_stem: list[int] = []  # positions in ``tokens`` holding plain words to stem
 
     def add_word(word: str) -> None:
@@ -175,7 +179,10 @@ def _analyze(text: str, segment: Callable[[str], Iterable[str]], *, query: bool)
         kind = match.lastgroup
         value = match.group()
         if kind == "cjk":
-            tokens.extend(w for w in segment(value) if w not in _ZH_STOPWORDS)
+            cut = [w for w in segment(value) if w not in _ZH_STOPWORDS]
+            tokens += cut
+            if bigrams and len(value) > 1:
+                pairs += [p for p in _unknown_pairs(value) if p not in cut]
         elif kind == "code":
             parts = _SEPARATORS.split(value)
             if _is_identifier_code(parts):
@@ -195,7 +202,28 @@ def _analyze(text: str, segment: Callable[[str], Iterable[str]], *, query: bool)
         stemmed = _stem_words([tokens[i] for i in to_stem])
         for i, s in zip(to_stem, stemmed, strict=True):
             tokens[i] = s
-    return tokens
+    return tokens + pairs if pairs else tokens
+
+
+def _unknown_pairs(run: str) -> list[str]:
+    """The character pairs of each stretch of ``run`` (Chinese characters only) that jieba's
+    dictionary cuts into single characters (a word it lacks: 大促, 发版, 封网): 大促, 促封, 封网,
+    网期 for "大促封网期". The search-mode cut guesses such words with its HMM, and guesses
+    them differently in different sentences: "日为大促封网期" is cut 日为/大/促封/网期, and
+    "大促期间" 大促/期间, so the question's 大促 never met the document's. The index adds these
+    pairs, cut the same way whatever the context (the bigrams Lucene's CJK analysis indexes,
+    here only where the dictionary has no word), and a query searches those of its own the
+    index holds (:func:`unknown_pairs`); a pair the cut already gave as a word is not added
+    again. They come after the other tokens, so the runs of one-character tokens
+    :func:`split_words` reads stay whole."""
+    if len(run) > _HMM_RUN_CHARS:
+        return []  # (a hostile run: the HMM cut already reads it in pieces)
+    words = _jieba_module().lcut(run, HMM=False)
+    return [
+        stretch[i : i + 2]
+        for stretch in _single_character_runs(words, lambda w: w not in _ZH_STOPWORDS)
+        for i in range(len(stretch) - 1)
+    ]
 
 
 _HMM_RUN_CHARS = 500
@@ -224,7 +252,7 @@ def _segment_for_index(run: str) -> Iterable[str]:
 def tokenize_for_index(text: str) -> list[str]:
     """Tokens to index for ``text`` (stemmed English, jieba search-mode Chinese, identifiers
     whole, separator-free and by their meaningful parts)."""
-    return _analyze(text, _segment_for_index, query=False)
+    return _analyze(text, _segment_for_index, query=False, bigrams=True)
 
 
 def _segment_for_matching(run: str) -> Iterable[str]:
@@ -379,6 +407,19 @@ def split_words(tokens: Sequence[str], query: str) -> tuple[str, ...]:
         return ()
     held = unicodedata.normalize("NFKC", query)
     return tuple(dict.fromkeys(r for r in runs if r in held))
+
+
+def unknown_pairs(text: str) -> list[str]:
+    """The character pairs of the stretches of ``text`` jieba's dictionary lacks a word for
+    (:func:`_unknown_pairs`), each once: what the index holds of such words whatever their
+    sentence. "大促期间能发版吗？" → ``大促``, ``能发``, ``发版``. A search adds those the index
+    holds to the query's tokens: a pair no chunk holds (``能发``, or any pair in an index built
+    before the pairs were) is another reading of characters the query already searches, not
+    a word the hits lack."""
+    normalised = unicodedata.normalize("NFKC", text).lower()
+    return list(
+        dict.fromkeys(p for m in _CJK_RUN.finditer(normalised) for p in _unknown_pairs(m.group()))
+    )
 
 
 def tokenize_query(text: str) -> list[str]:

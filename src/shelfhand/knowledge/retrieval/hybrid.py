@@ -75,6 +75,7 @@ from shelfhand.knowledge.analysis import (
     synonym_table,
     tokenize_query,
     unglued,
+    unknown_pairs,
     with_synonyms,
 )
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
@@ -511,18 +512,24 @@ class HybridRetriever:
         that some do, and a Chinese word jieba guessed from a name and the character beside it
         searched as the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of
         document frequencies, only for a query that has a word with synonyms or of three
-        Chinese characters or more."""
+        Chinese characters or more, or characters jieba's dictionary has no word for, whose
+        pairs the index holds are searched too (:func:`~shelfhand.knowledge.analysis.unknown_pairs`:
+        大促 of "大促期间能发版吗？" meets the policy's "大促封网期", cut 大/促封/网期)."""
         tokens = tokenize_query(query)
         glued = glued_candidates(tokens)
         synonyms = synonym_candidates(tokens, self.synonyms)
-        if not glued and not synonyms:
+        pairs = [p for p in unknown_pairs(query) if p not in tokens]
+        if not glued and not synonyms and not pairs:
             return tokens
-        words = list(dict.fromkeys([*synonyms, *glued]))
+        words = list(dict.fromkeys([*synonyms, *glued, *pairs]))
         _, freqs = self.keyword_index.doc_freqs(words)
         doc_freq = dict(zip(words, freqs, strict=True))
         if glued:
             tokens = unglued(tokens, doc_freq)
-        return with_synonyms(tokens, self.synonyms, doc_freq) if synonyms else tokens
+        if synonyms:
+            tokens = with_synonyms(tokens, self.synonyms, doc_freq)
+        held = [p for p in pairs if doc_freq[p] and p not in tokens]
+        return tokens + held if held else tokens
 
     def _fuse(
         self,

@@ -6,6 +6,7 @@ English, and the answer check's fallback end to end."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,68 @@ async def test_the_answer_check_replaces_it_with_the_sentence_about_what_was_ask
 
     assert result.fallback_reason == "ungrounded" and result.extractive
     assert result.output.startswith(LEAD_ZH) and "158 天产假" in result.output
+
+
+ONCALL = Citation(
+    index=1,
+    source="oncall.md",
+    title="值班与事故处理规范",
+    section="值班与事故处理规范 > 值班安排",
+    text="每个值班周期由一名主值班和一名副值班组成，主值班须在 15 分钟内响应告警。"
+    "值班期间外出不得超过 30 分钟车程。",
+)
+LEVELS = Citation(
+    index=2,
+    source="oncall.md",
+    title="值班与事故处理规范",
+    section="值班与事故处理规范 > 事故等级",
+    text="P0：核心业务全部不可用。须在 5 分钟内响应，1 小时内恢复。",
+)
+ON_CALL_QUESTION = "值班多久要响应告警？"
+
+
+def misplaced_for(answer: str, question: str, passages: list[Citation]) -> set[str]:
+    """The numbers of ``answer`` found said of another thing, in any of its sentences."""
+    checked = check_grounding(answer, passages, question=question).sentences
+    return {number for s in checked for number in s.misplaced}
+
+
+def test_an_amount_the_question_s_own_sentence_states_otherwise_is_misplaced() -> None:
+    """Copied word for word from the incident levels (Qwen2.5-Coder-0.5B): every word of it is
+    held, but the on-call rule's sentence holds what the question names (值班, 响应, 告警)."""
+    answer = "The answer to the user's question is: 须在 5 分钟内响应，1 小时内恢复。"
+    assert misplaced_for(answer, ON_CALL_QUESTION, [ONCALL, LEVELS]) == {"5"}
+    # the sentence that answers it, and the same sentence for the question it answers
+    answered = "主值班须在 15 分钟内响应告警。"
+    assert misplaced_for(answered, ON_CALL_QUESTION, [ONCALL, LEVELS]) == set()
+    assert misplaced_for(answer, "P0 事故多久要响应？", [ONCALL, LEVELS]) == set()
+    # a question not asking how long or how much is left to the other checks
+    assert misplaced_for(answer, "值班要响应告警吗？", [ONCALL, LEVELS]) == set()
+
+
+def test_the_sentences_around_the_answer_are_not() -> None:
+    """The extractive answer quotes the sentence stating 15 分钟 and the one after it (30 分钟
+    of 车程): the answer states the rival amount itself. A sentence naming nothing the
+    question names (晚婚另加 7 天) tells more than was asked."""
+    quoted = "主值班须在 15 分钟内响应告警。值班期间外出不得超过 30 分钟车程。"
+    assert misplaced_for(quoted, ON_CALL_QUESTION, [ONCALL, LEVELS]) == set()
+    leave = Citation(index=1, source="hr.md", text="享有婚假 3 天；晚婚另加 7 天。产假 158 天。")
+    assert misplaced_for("婚假 3 天；晚婚另加 7 天。", "婚假有几天？", [leave]) == set()
+
+
+def test_a_version_that_disagrees_is_not_a_rival() -> None:
+    """Two versions of a policy state their own amounts; the conflict note says which is
+    newer, and the older one's sentence is not said of another thing."""
+    old = Citation(
+        index=1, source="warranty-v1.md", text="整机保修期为自购买之日起 12 个月。",
+        conflicts_with=(2,),
+    )  # fmt: skip
+    new = Citation(
+        index=2, source="warranty-v2.md",
+        text="2025 年 1 月 1 日及之后购买的投影仪，整机保修期为自购买之日起 24 个月。",
+        conflicts_with=(1,),
+    )  # fmt: skip
+    question = "投影仪的保修期是多久？"
+    assert misplaced_for("整机保修期为自购买之日起 12 个月。", question, [old, new]) == set()
+    apart = [replace(old, conflicts_with=()), replace(new, conflicts_with=())]
+    assert misplaced_for("整机保修期为自购买之日起 12 个月。", question, apart) == {"12"}

@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -50,6 +50,7 @@ from shelfhand.knowledge.analysis import (
     tokenize_for_matching,
 )
 
+from .amounts import asked_amount
 from .dates import held_dates, stated_dates
 
 __all__ = [
@@ -260,6 +261,7 @@ class Evidence:
 
     __slots__ = (
         "_asked",
+        "_disagree",
         "_question",
         "_sections",
         "_sources",
@@ -285,6 +287,10 @@ class Evidence:
             if c.text
         }
         self._sections = {c.index: c.section for c in citations if c.text and c.section}
+        # the passages that disagree (versions of a policy): each pair, either way round
+        self._disagree = frozenset(
+            frozenset((c.index, other)) for c in citations for other in c.conflicts_with
+        )
         self._titles = {
             c.index: (c.title, c.doc_id or c.source) for c in citations if c.text and c.title
         }
@@ -488,41 +494,89 @@ class Evidence:
             return all(_passage_share(self._texts[i]) < ACROSS_SHARE / 4 for i in pool)
         return all(_passage_share(self._texts[i]) >= ACROSS_SHARE for i in pool)
 
-    def _said_of_another(self, claims: str, own: set[str], pool: Sequence[int]) -> set[str]:
+    def _said_of_another(
+        self,
+        claims: str,
+        own: set[str],
+        pool: Sequence[int],
+        answer: Mapping[str, str] | None = None,
+    ) -> set[str]:
         """The numbers a sentence (``claims``, words ``own``) states with a unit ("3 天") that
         the passages of ``pool`` state with it only in sentences about something else: a
         sentence stating another amount of that unit holds more of what the sentence names
         than any sentence stating this one. Qwen2.5-Coder-0.5B answered "产假多少天？" with
         "产假的天数是 3 天。" over "享有婚假 3 天。女员工生育享受 158 天产假。": the passage holds
         3, as the marriage leave's. A number the question states is the user's own; a
-        sentence naming nothing ("3 天。") is left to the other checks."""
+        sentence naming nothing ("3 天。") is left to the other checks.
+
+        When the question asks how long or how much, a number is said of another thing too
+        when a sentence stating another amount of its unit holds more of what the question
+        names than each sentence stating it (all that one holds, and more): "值班多久要响应告警？"
+        answered with the incident levels' "须在 5 分钟内响应，1 小时内恢复。", copied word for
+        word, while the on-call rule says "主值班须在 15 分钟内响应告警" (Qwen2.5-Coder-0.5B).
+        Not when the answer (its numbers with their units, ``answer``) states that amount
+        too (the extractive answer quotes the sentences around the one that answers), nor
+        from a passage that disagrees with the one stating it (another version of a policy,
+        whose conflict note says which is newer)."""
         stated = {n: u for n, u in measured(claims).items() if n not in self.question_facts}
         named = _naming(own)
         if not stated or not named:
             return set()
-        sentences = [m for i in pool for m in _measured_sentences(self._texts[i])]
+        sentences = [(i, *m) for i in pool for m in _measured_sentences(self._texts[i])]
         out: set[str] = set()
         for number, unit in stated.items():
-            holding = [s for s, amounts in sentences if amounts.get(number) == unit]
+            holding = [(i, s) for i, s, amounts in sentences if amounts.get(number) == unit]
             rivals = [
-                s for s, amounts in sentences if number not in amounts and unit in amounts.values()
+                (i, s, amounts)
+                for i, s, amounts in sentences
+                if number not in amounts and unit in amounts.values()
             ]
             if not holding or not rivals:
                 continue  # (stated in another way, a table's cell: the other checks read it)
             # (the sentences' words read only now: most numbers have no rival)
-            most = max(len(passage_words(s) & named) for s in holding)
-            if any(len(passage_words(s) & named) > most for s in rivals):
+            most = max(len(passage_words(s) & named) for _, s in holding)
+            if any(len(passage_words(s) & named) > most for _, s, _ in rivals):
+                out.add(number)
+                continue
+            said = answer or {}
+            unsaid = [
+                s
+                for i, s, amounts in rivals
+                if not any(said.get(n) == u for n, u in amounts.items())
+                # (a version that disagrees: the conflict note tells which amount is whose)
+                and not any(frozenset((i, h)) in self._disagree for h, _ in holding)
+            ]
+            if self._asked_of([s for _, s in holding], unsaid):
                 out.add(number)
         return out
+
+    def _asked_of(self, holding: Sequence[str], rivals: Sequence[str]) -> bool:
+        """Whether, for a question asking an amount, a sentence of ``rivals`` holds every
+        word the question names that each sentence of ``holding`` holds, and more (see
+        :meth:`_said_of_another`); not when one of ``holding`` names none of them."""
+        if not self._question or asked_amount(self._question) is None:
+            return False
+        asked = _naming(self._asked_words())
+        told = [passage_words(s) & asked for s in holding]
+        if not all(told):
+            return (
+                False  # (a sentence naming none of it tells more than was asked: "晚婚另加 7 天")
+            )
+        return any(
+            all(t < theirs for t in told) for theirs in (passage_words(s) & asked for s in rivals)
+        )
 
     def _asked_words(self) -> frozenset[str]:
         """The question's words, with its rewrite's (read only when a sentence needs them)."""
         asked = passage_words(self._question)
         return asked | passage_words(self._asked) if self._asked else asked
 
-    def check(self, sentence: str) -> SentenceSupport | None:
+    def check(
+        self, sentence: str, answer: Mapping[str, str] | None = None
+    ) -> SentenceSupport | None:
         """``sentence`` scored against the passages it cites (all when it cites none or
-        only numbers no passage has); ``None`` when it has nothing to check.
+        only numbers no passage has); ``None`` when it has nothing to check. ``answer``:
+        the numbers the whole answer states, with their units (:func:`measured`).
 
         The supporting passage is the one holding most of the sentence's words among those
         holding all of its facts (when one does): "12 months" is shown with the policy that
@@ -566,7 +620,7 @@ class Evidence:
         if not missing and not misplaced and best is not None and self.question_facts:
             misplaced = self._another_entry(stated, best, analysed)
         if stated and not missing and not misplaced:
-            misplaced = self._said_of_another(claims, own, pool)
+            misplaced = self._said_of_another(claims, own, pool, answer)
         supported = not missing and not misplaced and score >= needed and told and best is not None
         if (
             supported
@@ -811,5 +865,6 @@ def check_grounding(
             about the rows it and the question name ("它的光源能用多久？" names none).
     """
     evidence = Evidence.of(citations, question, tools, tool_failed, asked)
-    checked = (evidence.check(s) for s in split_sentences(answer))
+    amounts = measured(answer)
+    checked = (evidence.check(s, amounts) for s in split_sentences(answer))
     return Grounding(sentences=tuple(s for s in checked if s is not None))

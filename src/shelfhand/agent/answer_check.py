@@ -35,6 +35,7 @@ from shelfhand.core.citations import (
     announces_only,
     cited_numbers,
     only_marks,
+    points_only,
     unknown_citations,
 )
 from shelfhand.core.events import AnswerReplaced
@@ -427,6 +428,7 @@ class AnswerCheck:
             not result.output.strip()
             or only_marks(result.output)  # "[1][2]": citation marks, no words
             or announces_only(result.output)  # "The answer is:" and nothing after it
+            or points_only(result.output)  # "The security hotline is located at [1][2]."
             or repeats_question(result.output, question)  # "艾努语使用的地区是哪里？" for itself
         ):
             return "empty"

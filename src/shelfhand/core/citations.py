@@ -25,6 +25,7 @@ __all__ = [
     "announces_only",
     "cited_numbers",
     "only_marks",
+    "points_only",
     "unknown_citations",
 ]
 
@@ -78,10 +79,32 @@ def announces_only(text: str) -> bool:
     )
 
 
+def points_only(text: str) -> bool:
+    """Whether ``text`` is one short sentence whose citation markers stand where what it
+    says should be, after a word that needs it ("The security hotline is located at
+    [1][2].", "保修期是 [1]。"): Qwen2.5-Coder-0.5B pointed at the passages instead of saying
+    the extension they give. Not when a sentence came before (its answer), nor for a marker
+    after something said ("The hotline is 8110 [1].")."""
+    if "[" not in text and "［" not in text and "【" not in text:
+        return False
+    line = text.strip()
+    if "\n" in line or len(line) > ANNOUNCING_CHARS:
+        return False
+    pointed = _POINTED.search(line)
+    return pointed is not None and not _SENTENCE_END.search(line[: pointed.start()])
+
+
 ANNOUNCING_CHARS = 120
 """The longest line :func:`announces_only` reads as an announcement: a long answer cut by
 ``max_tokens`` after "例如:" has said something before it."""
 _SENTENCE_END = re.compile(r"[。！？!?]|\.(?:\s|$)")
+_POINTED = re.compile(
+    r"(?:\b(?:at|in|on|is|are|was|were|to|of|for|by|with|from|as|be|the|a|an)|是|为|在|于|[:：])"
+    rf"\s*(?:{_MARKER.pattern}\s*)+[.。!！]?\s*$",
+    re.IGNORECASE,
+)
+"""A word that needs what follows it, then only citation markers to the end (see
+:func:`points_only`)."""
 
 
 def _key(c: Citation) -> str:

@@ -7,6 +7,7 @@ whatever the context, and a query searches those of its own pairs the index hold
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -93,3 +94,21 @@ def test_jargon_finds_the_policy_for_its_tenant_only_with_two_callers_at_once(
         for acme, globex in zip(found[0::2], found[1::2], strict=True):
             assert acme[:1] == ["ops/release.md"]
             assert not any(d.startswith("ops/") for d in globex)
+
+
+def test_one_reading_of_the_dictionary_gives_jieba_s_own_cuts() -> None:
+    """The index's cut and its pairs come from one walk of jieba's route (it read the
+    dictionary twice before): the same words as ``cut_for_search`` and the same pairs as
+    its dictionary-only cut, over the samples' Chinese and a few odd runs."""
+    import jieba
+
+    from shelfhand.knowledge.analysis import _index_cut, _unknown_pairs
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(sample_corpus().rglob("*.md"))]
+    texts += [RELEASE, ONCALL, "㐀㐁中文㐂测试", "䲟又叫做什么", "日为大促封网期", "的的的的"]
+    runs = [r for t in texts for r in re.findall(r"[\u3400-\u9fff]{2,500}", t)]
+    assert len(runs) > 100
+    for run in runs:
+        words, pairs = _index_cut(run)
+        assert list(words) == list(jieba.cut_for_search(run, HMM=True)), run
+        assert pairs == _unknown_pairs(run), run

@@ -179,10 +179,13 @@ def _analyze(
         kind = match.lastgroup
         value = match.group()
         if kind == "cjk":
-            cut = [w for w in segment(value) if w not in _ZH_STOPWORDS]
+            if bigrams:
+                words, own_pairs = _index_cut(value)
+                cut = [w for w in words if w not in _ZH_STOPWORDS]
+                pairs += [p for p in own_pairs if p not in cut]
+            else:
+                cut = [w for w in segment(value) if w not in _ZH_STOPWORDS]
             tokens += cut
-            if bigrams and len(value) > 1:
-                pairs += [p for p in _unknown_pairs(value) if p not in cut]
         elif kind == "code":
             parts = _SEPARATORS.split(value)
             if _is_identifier_code(parts):
@@ -218,12 +221,81 @@ def _unknown_pairs(run: str) -> list[str]:
     :func:`split_words` reads stay whole."""
     if len(run) > _HMM_RUN_CHARS:
         return []  # (a hostile run: the HMM cut already reads it in pieces)
-    words = _jieba_module().lcut(run, HMM=False)
+    return _pairs_of(_jieba_module().lcut(run, HMM=False))
+
+
+def _pairs_of(words: Iterable[str]) -> list[str]:
+    """The character pairs of each stretch of one-character ``words`` (jieba's dictionary
+    cut), stopwords aside."""
     return [
         stretch[i : i + 2]
         for stretch in _single_character_runs(words, lambda w: w not in _ZH_STOPWORDS)
         for i in range(len(stretch) - 1)
     ]
+
+
+def _index_cut(run: str) -> tuple[Iterable[str], list[str]]:
+    """:func:`_segment_for_index` of ``run`` and :func:`_unknown_pairs` of it, from one
+    reading of jieba's dictionary: its search-mode cut (``cut_for_search(run, HMM=True)``)
+    walks the route its dictionary gives and hands each stretch of one-character words to
+    the HMM; the same stretches, before the HMM, are what the pairs are made of. Asking
+    jieba for both cuts read the dictionary twice, and the analysis of CMRC's passages ran
+    at 158,000 characters a second instead of 248,000. The same words as jieba's, in the
+    same order (``tests/knowledge/test_unknown_pairs.py`` compares them over the samples)."""
+    if len(run) == 1 or len(run) > _HMM_RUN_CHARS:
+        return _segment_for_index(run), []
+    jieba = _jieba_module()
+    tokenizer, han = jieba.dt, jieba.re_han_default
+    freq: dict[str, int] = tokenizer.FREQ
+    words: list[str] = []  # the accurate-mode cut, with the HMM's guesses
+    plain: list[str] = []  # the dictionary's cut alone
+    for block in han.split(run):
+        if not block:
+            continue
+        if not han.match(block):  # (a character outside jieba's range: one by one, as it does)
+            words += block
+            plain += block
+            continue
+        route: dict[int, tuple[float, int]] = {}
+        tokenizer.calc(block, tokenizer.get_DAG(block), route)
+        at, stretch = 0, ""
+        while at < len(block):
+            end = route[at][1] + 1
+            word = block[at:end]
+            plain.append(word)
+            if end - at == 1:
+                stretch += word
+            else:
+                if stretch:
+                    words += _guessed(jieba, stretch, freq)
+                    stretch = ""
+                words.append(word)
+            at = end
+        if stretch:
+            words += _guessed(jieba, stretch, freq)
+    return [g for w in words for g in _with_grams(w, freq)], _pairs_of(plain)
+
+
+def _guessed(jieba: Any, stretch: str, freq: dict[str, int]) -> list[str]:
+    """A stretch of one-character words as jieba's accurate cut gives it: the HMM's guess
+    unless the dictionary holds it whole."""
+    if len(stretch) == 1:
+        return [stretch]
+    if not freq.get(stretch):
+        return list(jieba.finalseg.cut(stretch))
+    return list(stretch)
+
+
+def _with_grams(word: str, freq: dict[str, int]) -> list[str]:
+    """``word`` after the dictionary words of two and three characters inside it (jieba's
+    search mode)."""
+    out: list[str] = []
+    if len(word) > 2:
+        out += [word[i : i + 2] for i in range(len(word) - 1) if freq.get(word[i : i + 2])]
+    if len(word) > 3:
+        out += [word[i : i + 3] for i in range(len(word) - 2) if freq.get(word[i : i + 3])]
+    out.append(word)
+    return out
 
 
 _HMM_RUN_CHARS = 500

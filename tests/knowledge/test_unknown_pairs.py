@@ -17,6 +17,7 @@ import pytest
 from shelfhand import UserContext
 from shelfhand.knowledge import KnowledgeBase, sample_corpus
 from shelfhand.knowledge.analysis import (
+    query_words,
     split_words,
     tokenize_for_index,
     tokenize_for_matching,
@@ -46,6 +47,8 @@ def test_the_index_holds_the_pairs_of_a_word_the_dictionary_lacks() -> None:
     assert "大促" not in tokenize_for_matching("日为大促封网期")
     assert "能发" not in tokenize_query("大促期间能发版吗？")
     assert unknown_pairs("大促期间能发版吗？") == ["大促", "能发", "发版"]
+    # the search reads both from one analysis: its tokens, and the pairs that are not tokens
+    assert query_words("大促期间能发版吗？") == (tokenize_query("大促期间能发版吗？"), ["能发"])
     assert unknown_pairs("发布窗口是什么时候？ How long?") == []
 
 

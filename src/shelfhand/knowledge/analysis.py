@@ -49,6 +49,7 @@ __all__ = [
     "in_chinese",
     "latin_names",
     "query_identifiers",
+    "query_words",
     "split_version",
     "split_words",
     "synonym_candidates",
@@ -163,6 +164,15 @@ def _identifier_forms(code: str) -> list[str]:
 def _analyze(
     text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool = False
 ) -> list[str]:
+    tokens, pairs = _analyze_parts(text, segment, query=query, bigrams=bigrams)
+    return tokens + pairs if pairs else tokens
+
+
+def _analyze_parts(
+    text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool
+) -> tuple[list[str], list[str]]:
+    """The tokens of ``text`` and, with ``bigrams``, the character pairs of the words jieba
+    lacks that its cut did not give as words (:func:`_unknown_pairs`)."""
     text = unicodedata.normalize("NFKC", text).lower()
     tokens: list[str] = []
     pairs: list[str] = []  # the character pairs of words jieba lacks (:func:`_unknown_pairs`)
@@ -205,7 +215,7 @@ def _analyze(
         stemmed = _stem_words([tokens[i] for i in to_stem])
         for i, s in zip(to_stem, stemmed, strict=True):
             tokens[i] = s
-    return tokens + pairs if pairs else tokens
+    return tokens, pairs
 
 
 def _unknown_pairs(run: str) -> list[str]:
@@ -492,6 +502,13 @@ def unknown_pairs(text: str) -> list[str]:
     return list(
         dict.fromkeys(p for m in _CJK_RUN.finditer(normalised) for p in _unknown_pairs(m.group()))
     )
+
+
+def query_words(text: str) -> tuple[list[str], list[str]]:
+    """:func:`tokenize_query` of ``text`` and its :func:`unknown_pairs` that are not tokens
+    already, from one analysis (one walk of jieba's dictionary a run)."""
+    tokens, pairs = _analyze_parts(text, _segment_for_index, query=True, bigrams=True)
+    return tokens, [p for p in dict.fromkeys(pairs) if p not in tokens]
 
 
 def tokenize_query(text: str) -> list[str]:

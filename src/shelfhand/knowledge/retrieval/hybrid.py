@@ -70,12 +70,11 @@ from shelfhand.knowledge.analysis import (
     SynonymTable,
     chinese_only,
     glued_candidates,
+    query_words,
     split_words,
     synonym_candidates,
     synonym_table,
-    tokenize_query,
     unglued,
-    unknown_pairs,
     with_synonyms,
 )
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
@@ -515,10 +514,9 @@ class HybridRetriever:
         Chinese characters or more, or characters jieba's dictionary has no word for, whose
         pairs the index holds are searched too (:func:`~shelfhand.knowledge.analysis.unknown_pairs`:
         大促 of "大促期间能发版吗？" meets the policy's "大促封网期", cut 大/促封/网期)."""
-        tokens = tokenize_query(query)
+        tokens, pairs = query_words(query)
         glued = glued_candidates(tokens)
         synonyms = synonym_candidates(tokens, self.synonyms)
-        pairs = [p for p in unknown_pairs(query) if p not in tokens]
         if not glued and not synonyms and not pairs:
             return tokens
         words = list(dict.fromkeys([*synonyms, *glued, *pairs]))

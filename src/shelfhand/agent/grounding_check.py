@@ -559,9 +559,8 @@ class Evidence:
         asked = _naming(self._asked_words())
         told = [passage_words(s) & asked for s in holding]
         if not all(told):
-            return (
-                False  # (a sentence naming none of it tells more than was asked: "晚婚另加 7 天")
-            )
+            # (a sentence naming none of it tells more than was asked: "晚婚另加 7 天")
+            return False
         return any(
             all(t < theirs for t in told) for theirs in (passage_words(s) & asked for s in rivals)
         )

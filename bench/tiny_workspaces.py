@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--beir", type=Path, required=True, help="the CMRC 2018 folder")
     parser.add_argument("--size", type=int, default=1, help="passages a workspace")
     parser.add_argument("--groups", type=int, default=40, help="workspaces")
+    parser.add_argument("--show", action="store_true", help="print each question with no hit")
     args = parser.parse_args()
 
     passages = [json.loads(line) for line in (args.beir / "corpus.jsonl").open(encoding="utf-8")]
@@ -59,6 +60,8 @@ def main() -> None:
                 asked += 1
                 hits = kb.search_result(question, k=5, mode="keyword").hits
                 no_hit += not hits
+                if args.show and not hits:
+                    print(f"no hit: {question} ({p['_id']})")
                 found += any(h.chunk.doc_id == p["_id"] for h in hits)
         kb.close()
         app.close()

@@ -195,6 +195,8 @@ def _analyze_parts(
                 pairs += [p for p in own_pairs if p not in cut]
             else:
                 cut = [w for w in segment(value) if w not in _ZH_STOPWORDS]
+            if query:
+                cut = _not_asking(cut)
             tokens += cut
         elif kind == "code":
             parts = _SEPARATORS.split(value)
@@ -216,6 +218,32 @@ def _analyze_parts(
         for i, s in zip(to_stem, stemmed, strict=True):
             tokens[i] = s
     return tokens, pairs
+
+
+_ASKING_WORDS = (
+    "为什么 为何 哪一年 哪一个 哪一位 哪一种 哪几个 哪几 哪里 哪儿 哪位 哪种 哪年 什么样 什么时候 "
+    "怎么样 多久 多长 多长时间"
+)
+_ASKING = frozenset(_ASKING_WORDS.split())
+"""Chinese words that ask (why, which year, where, how long) and that the stopwords, single
+words, do not cover: a passage answers "莱索托哪一年独立？" with "1966 年", never with 哪一年.
+A query searched them (and 一年, which the search mode finds inside 哪一年), and they counted
+against every hit's relevance: in a workspace of one CMRC passage, where the words a passage
+holds weigh little beside those it lacks, the question found nothing. Dropped from queries
+only (:func:`_not_asking`)."""
+
+
+def _not_asking(cut: list[str]) -> list[str]:
+    """A query run's words without those of :data:`_ASKING` and the words the search mode
+    found inside one (they come right before it: 一年, 哪一年)."""
+    out: list[str] = []
+    for word in cut:
+        if word in _ASKING:
+            while out and out[-1] in word:
+                out.pop()
+            continue
+        out.append(word)
+    return out
 
 
 def _unknown_pairs(run: str) -> list[str]:

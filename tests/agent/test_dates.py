@@ -66,3 +66,53 @@ def test_a_passage_holding_the_date_another_way_supports_it() -> None:
 def test_an_ordinal_is_a_number_not_a_code() -> None:
     passage = Citation(index=1, source="p.md", text="Orders placed by the 20th ship on the 21st.")
     assert check_grounding("Orders placed by the 20th ship on the 21st [1].", [passage]).grounded
+
+
+RELEASE = Citation(
+    index=1,
+    source="ops/release.md",
+    text="常规发布窗口为周二和周四的 14:00 至 17:00。周五、节假日前一天和节假日期间禁止发布。",
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "days"),
+    [
+        ("周二和周四发布", {"Tuesday", "Thursday"}),
+        ("星期二、礼拜四", {"Tuesday", "Thursday"}),
+        ("每周一上午 10 点交接班", {"Monday"}),
+        ("We release on Tuesdays and Thursday.", {"Tuesday", "Thursday"}),
+        ("周日休息，周天也可以", {"Sunday"}),
+        ("每周一次例会", set()),  # once a week: no day named
+        ("周末和工作日", set()),  # spans, not days an answer states
+    ],
+)
+def test_the_days_of_the_week_a_text_names(text: str, days: set[str]) -> None:
+    assert {d for d in stated_dates(text) if not d.startswith("--")} == days
+
+
+def test_the_days_a_passage_spans_are_held() -> None:
+    workdays = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday"}
+    assert held_dates("营业时间：周一至周五 9:00-18:00") >= workdays
+    assert held_dates("Open Monday through Friday.") >= workdays
+    assert held_dates("工作日加班按 1.5 倍工资计算") >= workdays
+    assert {"Saturday", "Sunday"} <= held_dates("Weekend access requires a badge request.")
+    assert held_dates("周五至周一封网") == frozenset({"Friday", "Saturday", "Sunday", "Monday"})
+    assert "Wednesday" not in held_dates("周二和周四发布")
+
+
+def test_a_day_of_the_week_no_passage_holds_is_missing() -> None:
+    """Qwen2.5-Coder-0.5B over the release rule (ops handbook): "周一和周四" where it says
+    "周二和周四"; every number of the sentence held, so it was kept."""
+    wrong = "发布窗口是一个常规的发布窗口，周一和周四的 14:00 至 17:00。"
+    (sentence,) = check_grounding(wrong, [RELEASE]).sentences
+    assert not sentence.supported and sentence.missing == ("Monday",)
+    right = "常规发布窗口为周二和周四的 14:00 至 17:00 [1]。"
+    assert check_grounding(right, [RELEASE]).sentences[0].supported
+    # a day the question names is the user's own ("周一能发布吗？" "周一不能发布。")
+    asked = check_grounding(
+        "周一不在发布窗口内，发布窗口为周二和周四。", [RELEASE], question="周一能发布吗？"
+    )
+    assert asked.sentences[0].missing == ()
+    office = Citation(index=1, source="office.md", text="前台工作时间为周一至周五 9:00-18:00。")
+    assert check_grounding("周三前台 9:00 上班 [1]。", [office]).sentences[0].missing == ()

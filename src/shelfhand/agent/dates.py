@@ -1,4 +1,4 @@
-"""Dates read whole, for the grounding check: "arrives on 2025-03-12" is held only by a text
+"""Dates and days of the week read whole, for the grounding check: "arrives on 2025-03-12" is held only by a text
 that states the 12th of March, not by a 3 and a 12 found apart (an order's ``2025-03-09``
 beside a quantity of 12), which is all the check's numbers can tell.
 
@@ -12,6 +12,7 @@ both of its readings.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 
@@ -66,17 +67,66 @@ def _read(text: str) -> set[str]:
 
 
 def stated_dates(text: str) -> set[str]:
-    """The days of the year ``text`` states unambiguously, as ``--MM-DD``."""
-    return _read(text) if any(c.isdigit() for c in text) else set()
+    """The days of the year ``text`` states unambiguously, as ``--MM-DD``, and the days of
+    the week it names (``Tuesday`` for 周二, 星期二 or Tuesday)."""
+    found = _read(text) if any(c.isdigit() for c in text) else set()
+    if _MAY_NAME_WEEKDAY.search(text):
+        found.update(_WEEKDAY_NAMES[n] for _, _, n in _weekdays(text))
+    return found
 
 
 def held_dates(text: str) -> frozenset[str]:
     """The days of the year ``text`` may state, as ``--MM-DD``: :func:`stated_dates` and both
-    readings of a date that puts the day or the month first (``03/12/2025``)."""
-    if not any(c.isdigit() for c in text):
-        return frozenset()
-    found = _read(text)
-    for m in _EITHER.finditer(_normal(text)):
-        first, second = int(m[1]), int(m[3])
-        found.update(d for d in (_day(first, second), _day(second, first)) if d)
+    readings of a date that puts the day or the month first (``03/12/2025``); and the days
+    of the week it names or spans: 周一至周五 holds Wednesday, and so do 工作日 and
+    weekdays; 周末 and weekends hold Saturday and Sunday, 每天 and every day all seven."""
+    found: set[str] = set()
+    if any(c.isdigit() for c in text):
+        found = _read(text)
+        for m in _EITHER.finditer(_normal(text)):
+            first, second = int(m[1]), int(m[3])
+            found.update(d for d in (_day(first, second), _day(second, first)) if d)
+    if _MAY_NAME_WEEKDAY.search(text):
+        found.update(_WEEKDAY_NAMES[n] for n in _weekdays_held(text))
     return frozenset(found)
+
+
+_WEEKDAY_NAMES = ("", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_ZH_WEEKDAY = {"一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "日": 7, "天": 7}
+_WEEKDAY = re.compile(
+    r"(?:周|星期|礼拜)([一二三四五六日天])(?![次遍回趟])"
+    r"|\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
+    re.IGNORECASE,
+)
+"""A day of the week named: 周二, 星期二, 礼拜二, Tuesday (not 每周一次, "once a week")."""
+_MAY_NAME_WEEKDAY = re.compile(r"[周期拜日天]|day|week", re.IGNORECASE)
+"""What a text naming or spanning a day of the week must hold (most sentences hold none)."""
+_RANGE = re.compile(r"\s*(?:至|到|-|–|—|~|～|to|through|thru|until)\s*", re.IGNORECASE)
+_SPANS = (
+    (re.compile(r"工作日|\bweekdays?\b|\bbusiness days?\b", re.IGNORECASE), range(1, 6)),
+    (re.compile(r"周末|双休日|\bweekends?\b", re.IGNORECASE), range(6, 8)),
+    (re.compile(r"每天|每日|\bdaily\b|\bevery day\b|7\s*[×x*]\s*24", re.IGNORECASE), range(1, 8)),
+)
+"""Words spanning days of the week, and the days (1 Monday … 7 Sunday)."""
+
+
+def _weekdays(text: str) -> list[tuple[int, int, int]]:
+    """The days of the week ``text`` names, as (start, end, day: 1 Monday … 7 Sunday)."""
+    return [
+        (m.start(), m.end(), _ZH_WEEKDAY[m[1]] if m[1] else _WEEKDAY_NAMES.index(m[2].capitalize()))
+        for m in _WEEKDAY.finditer(text)
+    ]
+
+
+def _weekdays_held(text: str) -> set[int]:
+    """The days of the week ``text`` names, those a range of two spans (周一至周五, Monday to
+    Friday: Monday … Friday), and those a word spans (:data:`_SPANS`)."""
+    named = _weekdays(text)
+    held = {n for _, _, n in named}
+    for (_, end, first), (start, _, last) in itertools.pairwise(named):
+        if _RANGE.fullmatch(text, end, start):
+            held.update((first - 1 + i) % 7 + 1 for i in range((last - first) % 7 + 1))
+    for pattern, days in _SPANS:
+        if pattern.search(text):
+            held.update(days)
+    return held

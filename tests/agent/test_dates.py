@@ -84,6 +84,7 @@ RELEASE = Citation(
         ("We release on Tuesdays and Thursday.", {"Tuesday", "Thursday"}),
         ("周日休息，周天也可以", {"Sunday"}),
         ("每周一次例会", set()),  # once a week: no day named
+        ("每周五天工作制，一周二十小时", set()),  # five days, twenty hours a week
         ("周末和工作日", set()),  # spans, not days an answer states
     ],
 )

@@ -94,11 +94,12 @@ def held_dates(text: str) -> frozenset[str]:
 _WEEKDAY_NAMES = ("", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _ZH_WEEKDAY = {"一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "日": 7, "天": 7}
 _WEEKDAY = re.compile(
-    r"(?:周|星期|礼拜)([一二三四五六日天])(?![次遍回趟])"
+    r"(?:周|星期|礼拜)([一二三四五六日天])(?![次遍回趟个天十百千万])"
     r"|\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
     re.IGNORECASE,
 )
-"""A day of the week named: 周二, 星期二, 礼拜二, Tuesday (not 每周一次, "once a week")."""
+"""A day of the week named: 周二, 星期二, 礼拜二, Tuesday (not 每周一次, 每周五天 or 一周二十小时:
+"once a week", "five days a week", "twenty hours a week")."""
 _MAY_NAME_WEEKDAY = re.compile(r"[周期拜日天]|day|week", re.IGNORECASE)
 """What a text naming or spanning a day of the week must hold (most sentences hold none)."""
 _RANGE = re.compile(r"\s*(?:至|到|-|–|—|~|～|to|through|thru|until)\s*", re.IGNORECASE)

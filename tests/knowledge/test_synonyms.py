@@ -27,7 +27,7 @@ from support.knowledge import sample_kb
 OPENED = "开封后的投影仪可以退货吗？"
 ACME = UserContext(tenant_id="acme", user_id="u1")
 SHIPPING = "# 配送\n\n订单在下单后 48 小时内由顺丰发出。\n"
-ASKED = "订单多久寄出？"  # the documents say 发出
+ASKED = "快递多久寄出？"  # the documents say 顺丰 and 发出
 WHEN_SHIPPED = "订单寄出时间"  # 寄出 read as the documents' 发出 makes 2 of its 3 words found
 
 

@@ -106,7 +106,10 @@ def test_one_reading_of_the_dictionary_gives_jieba_s_own_cuts() -> None:
     its dictionary-only cut, over the samples' Chinese and a few odd runs."""
     import jieba
 
-    from shelfhand.knowledge.analysis import _index_cut, _unknown_pairs
+    from shelfhand.knowledge.analysis import _index_cut, _pairs_of
+
+    def _unknown_pairs(run: str) -> list[str]:  # (from jieba's own dictionary-only cut)
+        return _pairs_of(jieba.lcut(run, HMM=False))
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(sample_corpus().rglob("*.md"))]
     texts += [RELEASE, ONCALL, "㐀㐁中文㐂测试", "䲟又叫做什么", "日为大促封网期", "的的的的"]

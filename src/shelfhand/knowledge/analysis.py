@@ -172,10 +172,11 @@ def _analyze_parts(
     text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool
 ) -> tuple[list[str], list[str]]:
     """The tokens of ``text`` and, with ``bigrams``, the character pairs of the words jieba
-    lacks that its cut did not give as words (:func:`_unknown_pairs`)."""
+    lacks that its cut did not give as words (:func:`unknown_pairs`); with ``bigrams`` the
+    Chinese runs are cut by :func:`_index_cut`, which gives ``segment``'s words too."""
     text = unicodedata.normalize("NFKC", text).lower()
     tokens: list[str] = []
-    pairs: list[str] = []  # the character pairs of words jieba lacks (:func:`_unknown_pairs`)
+    pairs: list[str] = []  # the character pairs of words jieba lacks (:func:`unknown_pairs`)
     to_stem: list[int] = []  # positions in ``tokens`` holding plain words to stem
 
     def add_word(word: str) -> None:
@@ -246,22 +247,6 @@ def _not_asking(cut: list[str]) -> list[str]:
     return out
 
 
-def _unknown_pairs(run: str) -> list[str]:
-    """The character pairs of each stretch of ``run`` (Chinese characters only) that jieba's
-    dictionary cuts into single characters (a word it lacks: 大促, 发版, 封网): 大促, 促封, 封网,
-    网期 for "大促封网期". The search-mode cut guesses such words with its HMM, and guesses
-    them differently in different sentences: "日为大促封网期" is cut 日为/大/促封/网期, and
-    "大促期间" 大促/期间, so the question's 大促 never met the document's. The index adds these
-    pairs, cut the same way whatever the context (the bigrams Lucene's CJK analysis indexes,
-    here only where the dictionary has no word), and a query searches those of its own the
-    index holds (:func:`unknown_pairs`); a pair the cut already gave as a word is not added
-    again. They come after the other tokens, so the runs of one-character tokens
-    :func:`split_words` reads stay whole."""
-    if len(run) > _HMM_RUN_CHARS:
-        return []  # (a hostile run: the HMM cut already reads it in pieces)
-    return _pairs_of(_jieba_module().lcut(run, HMM=False))
-
-
 def _pairs_of(words: Iterable[str]) -> list[str]:
     """The character pairs of each stretch of one-character ``words`` (jieba's dictionary
     cut), stopwords aside."""
@@ -273,10 +258,11 @@ def _pairs_of(words: Iterable[str]) -> list[str]:
 
 
 def _index_cut(run: str) -> tuple[Iterable[str], list[str]]:
-    """:func:`_segment_for_index` of ``run`` and :func:`_unknown_pairs` of it, from one
-    reading of jieba's dictionary: its search-mode cut (``cut_for_search(run, HMM=True)``)
-    walks the route its dictionary gives and hands each stretch of one-character words to
-    the HMM; the same stretches, before the HMM, are what the pairs are made of. Asking
+    """:func:`_segment_for_index` of ``run`` and the pairs of it :func:`unknown_pairs`
+    gives, from one reading of jieba's dictionary: its search-mode cut
+    (``cut_for_search(run, HMM=True)``) walks the route its dictionary gives and hands each
+    stretch of one-character words to the HMM; the same stretches, before the HMM, are what
+    the pairs are made of. Asking
     jieba for both cuts read the dictionary twice, and the analysis of CMRC's passages ran
     at 158,000 characters a second instead of 248,000. The same words as jieba's, in the
     same order (``tests/knowledge/test_unknown_pairs.py`` compares them over the samples)."""
@@ -520,15 +506,22 @@ def split_words(tokens: Sequence[str], query: str) -> tuple[str, ...]:
 
 
 def unknown_pairs(text: str) -> list[str]:
-    """The character pairs of the stretches of ``text`` jieba's dictionary lacks a word for
-    (:func:`_unknown_pairs`), each once: what the index holds of such words whatever their
-    sentence. "大促期间能发版吗？" → ``大促``, ``能发``, ``发版``. A search adds those the index
-    holds to the query's tokens: a pair no chunk holds (``能发``, or any pair in an index built
-    before the pairs were) is another reading of characters the query already searches, not
-    a word the hits lack."""
+    """The character pairs of each stretch of ``text`` that jieba's dictionary cuts into
+    single characters (a word it lacks: 大促, 发版, 封网), each once: 大促, 促封, 封网, 网期 for
+    "大促封网期", and "大促期间能发版吗？" → ``大促``, ``能发``, ``发版``. The search-mode cut
+    guesses such words with its HMM, and guesses them differently in different sentences:
+    "日为大促封网期" is cut 日为/大/促封/网期, and "大促期间" 大促/期间, so the question's 大促
+    never met the document's. The index adds these pairs, cut the same way whatever the
+    context (the bigrams Lucene's CJK analysis indexes, here only where the dictionary has no
+    word), after its other tokens (so the runs of one-character tokens :func:`split_words`
+    reads stay whole), a pair the cut already gave as a word not again. A search adds those
+    of its own the index holds to the query's tokens (:func:`query_words`): a pair no chunk
+    holds (``能发``, or any pair in an index built before the pairs were) is another reading
+    of characters the query already searches, not a word the hits lack. A run longer than
+    :data:`_HMM_RUN_CHARS` (hostile: the HMM reads it in pieces) gives none."""
     normalised = unicodedata.normalize("NFKC", text).lower()
     return list(
-        dict.fromkeys(p for m in _CJK_RUN.finditer(normalised) for p in _unknown_pairs(m.group()))
+        dict.fromkeys(p for m in _CJK_RUN.finditer(normalised) for p in _index_cut(m.group())[1])
     )
 
 

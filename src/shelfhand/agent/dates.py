@@ -1,6 +1,6 @@
-"""Dates and days of the week read whole, for the grounding check: "arrives on 2025-03-12" is held only by a text
-that states the 12th of March, not by a 3 and a 12 found apart (an order's ``2025-03-09``
-beside a quantity of 12), which is all the check's numbers can tell.
+"""Dates and days of the week read whole, for the grounding check: "arrives on 2025-03-12"
+is held only by a text that states the 12th of March, not by a 3 and a 12 found apart (an
+order's ``2025-03-09`` beside a quantity of 12), which is all the check's numbers can tell.
 
 A date is compared by its month and day, written ``--MM-DD`` (ISO 8601's form for a date
 without a year): its year is a number the check already looks for. What an answer states
@@ -101,7 +101,8 @@ _WEEKDAY = re.compile(
 """A day of the week named: 周二, 星期二, 礼拜二, Tuesday (not 每周一次, 每周五天 or 一周二十小时:
 "once a week", "five days a week", "twenty hours a week")."""
 _MAY_NAME_WEEKDAY = re.compile(r"[周期拜日天]|day|week", re.IGNORECASE)
-"""What a text naming or spanning a day of the week must hold (most sentences hold none)."""
+"""What a text naming or spanning a day of the week must hold: an English sentence without
+"day" or "week" is spared the regexes below (a Chinese one holding 日 or 天 is not)."""
 _RANGE = re.compile(r"\s*(?:至|到|-|–|—|~|～|to|through|thru|until)\s*", re.IGNORECASE)
 _SPANS = (
     (re.compile(r"工作日|\bweekdays?\b|\bbusiness days?\b", re.IGNORECASE), range(1, 6)),

@@ -173,3 +173,22 @@ def test_a_version_that_disagrees_is_not_a_rival() -> None:
     assert misplaced_for("整机保修期为自购买之日起 12 个月。", question, [old, new]) == set()
     apart = [replace(old, conflicts_with=()), replace(new, conflicts_with=())]
     assert misplaced_for("整机保修期为自购买之日起 12 个月。", question, apart) == {"12"}
+
+
+def test_a_rival_that_times_another_doing_is_not_one() -> None:
+    """ "P0 事故多久要恢复？": the incident levels give the time within which it is restored ("1
+    小时内恢复"); the postmortem rule names P0, 事故 and 恢复 too, but its 24 小时 is the time to
+    hand in a report after the restoring. A rival that gives the time of the doing asked
+    about still counts."""
+    levels = Citation(
+        index=1, source="oncall.md", section="值班与事故处理规范 > 事故等级",
+        text="P0：核心业务全部不可用。须在 5 分钟内响应，1 小时内恢复。",
+    )  # fmt: skip
+    review = Citation(
+        index=2, source="oncall.md", section="值班与事故处理规范 > 复盘",
+        text="P0 事故须在恢复后 24 小时内提交复盘报告。",
+    )  # fmt: skip
+    question = "P0 事故多久要恢复？"
+    assert misplaced_for("P0 事故须在 1 小时内恢复。", question, [levels, review]) == set()
+    rival = replace(review, text="P0 事故须在 2 小时内完成恢复并通报。")
+    assert misplaced_for("P0 事故须在 1 小时内恢复。", question, [levels, rival]) == {"1"}

@@ -7,8 +7,20 @@ check (:mod:`.answer_topic`: an answer without one does not answer)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["COUNT", "DURATION", "MONEY", "NUMBER_WORD", "asked_amount"]
+from shelfhand.knowledge.analysis import chinese_only, tokenize_for_matching
+
+__all__ = [
+    "COUNT",
+    "DURATION",
+    "MONEY",
+    "NUMBER_WORD",
+    "asked_amount",
+    "timed",
+    "timed_verb",
+    "times",
+]
 
 _NUM = r"(?<!\d)(?<!\d[,.])\d[\d,.]{0,39}(?:\s*(?:-|–|~|至|到|to)\s*\d[\d,.]{0,39})?\s*"
 # Tried from a number's first digit only, over at most 40 of its characters: from each of
@@ -53,6 +65,54 @@ _ASKS_DURATION = re.compile(
     r"|多久|多长|几(?:天|周|个月|年|小时|分钟)|多少(?:天|小时|分钟)",
     re.IGNORECASE,
 )
+_MODAL = "(?:要|须|需|需要|必须|应|应该|应当|得|能|才能|可以|会|就|内|之内|以内|完成)*"
+_ASKS_TIME_OF = re.compile(
+    r"(?:多久|多长时间|多长|几(?:天|周|个月|小时|分钟|个工作日)|多少(?:天|小时|分钟|个工作日))"
+    + _MODAL
+    + r"([\u3400-\u9fff]+)"
+)
+"""How long until something is done, and what is done: "多久要恢复", "几天内付款"."""
+_TIME_THEN = (
+    r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})\s*(?:个\s*)?"
+    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*" + _MODAL
+)
+"""An amount of time something is done within, and what may stand between it and the doing:
+"1 小时内", "3 个工作日内须"."""
+_TIMED = re.compile(
+    r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)"
+    r"\s*(?:内|之内|以内)\s*" + _MODAL + r"([\u3400-\u9fff]+)"
+)
+""":data:`_TIME_THEN` in digits, with the number and the words after it. Like every amount
+here, tried from a number's first digit only and over at most 40 of its characters."""
+
+
+def timed_verb(question: str) -> str | None:
+    """The word a question asking how long until something is done names the doing of: 恢复
+    of "P0 事故多久要恢复？", 付款 of "发票收到后几天内付款？"; ``None`` for any other question."""
+    found = _ASKS_TIME_OF.search(question)
+    if found is None:
+        return None
+    first = tokenize_for_matching(found.group(1))
+    return first[0] if first and chinese_only(first[0]) else None
+
+
+def timed(sentence: str, number: str) -> str | None:
+    """The word ``sentence`` gives ``number`` (as :func:`~.grounding_check.measured` writes it)
+    as the time within which it is done: 恢复 for "1" in "须在 1 小时内恢复。"; ``None`` when
+    it gives no doing that time."""
+    for found in _TIMED.finditer(unicodedata.normalize("NFKC", sentence)):
+        if found.group(1).replace(",", "") == number:
+            first = tokenize_for_matching(found.group(2))
+            return first[0] if first and chinese_only(first[0]) else None
+    return None
+
+
+def times(sentence: str, verb: str) -> bool:
+    """Whether ``sentence`` gives the time within which ``verb`` is done ("须在 5 分钟内响应，1
+    小时内恢复。" for 恢复), not a time after it ("须在恢复后 3 个工作日内提交复盘报告。")."""
+    return verb in sentence and re.search(_TIME_THEN + re.escape(verb), sentence) is not None
+
+
 _ASKS_MONEY = re.compile(
     r"how much|\bprices?\b|\bcosts?\b|\bfees?\b|多少钱|价格|费用|价钱|售价|\w费", re.IGNORECASE
 )

@@ -50,7 +50,7 @@ from shelfhand.knowledge.analysis import (
     tokenize_for_matching,
 )
 
-from .amounts import asked_amount
+from .amounts import asked_amount, timed, timed_verb, times
 from .dates import held_dates, stated_dates
 
 __all__ = [
@@ -210,13 +210,13 @@ def _analysed(text: str) -> tuple[frozenset[str], frozenset[str]]:
 
 
 _MEASURED = re.compile(
-    r"(?<![\d,，.])(\d{1,15}(?:[,，]\d{3}){0,5}(?:\.\d{1,6})?)(?![\d,，])\s*"
+    r"(?<![\d.])(?<!\d[,，])(\d{1,15}(?:[,，]\d{3}){0,5}(?:\.\d{1,6})?)(?![\d,，])\s*"
     r"(个月|个工作日|工作日|小时|分钟|[天日年周秒元块倍次%]"
     r"|(?:business days?|days?|months?|years?|weeks?|hours?|minutes?|seconds?)\b)",
     re.IGNORECASE,
 )
-"""A number with the unit it is stated in ("3 天", "24 个月", "7 days"): tried from a number's
-first digit only, and of bounded length (a run of 11,000 digits with no unit after it took
+"""A number with the unit it is stated in ("3 天", "24 个月", "7 days"; the 1 小时 of "5 分钟内响应，
+1 小时内恢复", after a clause's comma, not the 000 of "1，000 元"): tried from a number's first digit only, and of bounded length (a run of 11,000 digits with no unit after it took
 15 s when each digit was a start)."""
 _UNIT_WORDS = frozenset(
     words("天 个月 个 月 年 周 日 小时 分钟 秒 元 块 倍 次 工作日 business days months years weeks")
@@ -526,10 +526,14 @@ class Evidence:
         out: set[str] = set()
         for number, unit in stated.items():
             holding = [(i, s) for i, s, amounts in sentences if amounts.get(number) == unit]
+            doing = timed(claims, number)
             rivals = [
                 (i, s, amounts)
                 for i, s, amounts in sentences
-                if number not in amounts and unit in amounts.values()
+                if number not in amounts
+                and unit in amounts.values()
+                # ("1 小时内恢复" and "恢复后 24 小时内提交复盘报告" time two doings)
+                and (doing is None or times(s, doing))
             ]
             if not holding or not rivals:
                 continue  # (stated in another way, a table's cell: the other checks read it)
@@ -553,7 +557,10 @@ class Evidence:
     def _asked_of(self, holding: Sequence[str], rivals: Sequence[str]) -> bool:
         """Whether, for a question asking an amount, a sentence of ``rivals`` holds every
         word the question names that each sentence of ``holding`` holds, and more (see
-        :meth:`_said_of_another`); not when one of ``holding`` names none of them."""
+        :meth:`_said_of_another`); not when one of ``holding`` names none of them. When
+        the question asks how long until something is done (:func:`~.amounts.timed_verb`)
+        and a sentence of ``holding`` gives that time ("1 小时内恢复"), only a rival that
+        gives it too counts: "恢复后 3 小时内提交复盘报告" tells another doing's time."""
         if not self._question or asked_amount(self._question) is None:
             return False
         asked = _naming(self._asked_words())
@@ -561,6 +568,9 @@ class Evidence:
         if not all(told):
             # (a sentence naming none of it tells more than was asked: "晚婚另加 7 天")
             return False
+        verb = timed_verb(self._question)
+        if verb is not None and any(times(s, verb) for s in holding):
+            rivals = [s for s in rivals if times(s, verb)]
         return any(
             all(t < theirs for t in told) for theirs in (passage_words(s) & asked for s in rivals)
         )

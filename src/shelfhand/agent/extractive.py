@@ -39,7 +39,7 @@ from shelfhand.knowledge.analysis import (
     with_synonyms,
 )
 
-from .amounts import MONEY, asked_amount
+from .amounts import MONEY, asked_amount, timed_verb, times
 from .fallbacks import in_chinese
 from .grounding_check import (
     MIN_SUBJECT,
@@ -119,6 +119,11 @@ least this share of the best sentence's score is quoted instead (with the ones a
 that language)."""
 AMOUNT_WEIGHT = 1.0
 """What a number adds to a sentence's score when the question asks how long, how much..."""
+TIMED_WEIGHT = 2.0
+"""What giving the time within which the question's doing is done adds to a sentence's
+score (:func:`~.amounts.times`): for "P0 事故多久要恢复？", the incident levels' "须在 5 分钟内响应，
+1 小时内恢复。" (under "P0：", holding one of the question's words) over the postmortem rule's
+"P0 和 P1 事故须在恢复后 3 个工作日内提交复盘报告。" (holding all three)."""
 _QUANTITY = re.compile(
     r"how (?:long|much|many|often|soon)|when|price|cost|fee|多久|多少|多长|几|价格|费用|时间|何时",
     re.IGNORECASE,
@@ -274,6 +279,9 @@ def _heading(text: str) -> bool:
 
 
 _ID_START = re.compile(r"[A-Za-z][A-Za-z0-9]*-?\d")
+_LABEL = re.compile(r"(?!\d+:)[^\s，。；：:,.;]{1,12}[：:]\s*[^\s/]")
+"""A sentence that starts with its entry's label: "P0：核心业务全部不可用…", "婚假：3 天"; not a
+time ("14:00 至 17:00") nor an address ("https://…")."""
 
 
 @functools.lru_cache(maxsize=SENTENCE_CACHE)
@@ -939,6 +947,7 @@ def _extract(
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
     amount = _quantity(question)
+    verb = timed_verb(question) if amount else None
     named = _subjects_named(question, passages) | _asked_in_heading(
         question_words.difference(ids), passages
     )
@@ -953,6 +962,8 @@ def _extract(
                 value += HEADING_WEIGHT
         if amount and _DIGIT.search(c.text):
             value += AMOUNT_WEIGHT
+            if verb is not None and times(c.text, verb):
+                value += TIMED_WEIGHT  # "1 小时内恢复" for "多久要恢复？"
         # the search's own order counts too: its first passage is usually the one to quote
         return value * (1 - RANK_STEP * min(c.rank, 5))
 
@@ -980,9 +991,15 @@ def _extract(
     same = [
         c for c in own if c.position >= first_position and (not both or in_language(c.text, zh))
     ]
-    # up to the next entry's heading ("Still need help? / 仍需帮助？" after E-310's steps)
+    # up to the next entry's heading ("Still need help? / 仍需帮助？" after E-310's steps), or
+    # its label in a list of labelled entries ("P1：" after "P0：…。须在 1 小时内恢复。")
+    labelled = bool(same) and _LABEL.match(same[0].text) is not None
+
+    def next_entry(c: _Sentence) -> bool:
+        return _heading(c.text) or (labelled and _LABEL.match(c.text) is not None)
+
     same = list(
-        itertools.takewhile(lambda c: c.position <= best.position or not _heading(c.text), same)
+        itertools.takewhile(lambda c: c.position <= best.position or not next_entry(c), same)
     )
     header = _table_header(best, passages)
     if header is not None:

@@ -275,7 +275,10 @@ def test_how_long_until_a_doing_gets_the_sentence_timing_that_doing() -> None:
         ("P0 事故多久要恢复？", "恢复"),
         ("发票收到后几天内付款？", "付款"),
         ("值班多久要响应告警？", "响应"),
-        ("安装包保留多久？", None),
+        # with nothing done after the asking, the doing before it
+        ("保修维修需要多长时间？", "维修"),
+        ("安装包保留多久？", "保留"),
+        ("多久？", None),
         ("How long does a restore take?", None),
     ],
 )
@@ -287,5 +290,15 @@ def test_a_sentence_times_a_doing_only_when_the_time_comes_before_it() -> None:
     assert times("须在 5 分钟内响应，1 小时内恢复。", "恢复")
     assert times("导出的文件须脱敏并在 30 天内删除。", "删除")
     assert times("须在 3 个工作日内须提交。", "提交")
+    assert times("我们在收到产品后 7 个工作日内完成检测和维修。", "维修")
     assert not times("P0 和 P1 事故须在恢复后 3 个工作日内提交复盘报告。", "恢复")
     assert not times("恢复需要 1 小时。", "恢复")  # (how long it takes, not within when)
+    assert not times("安装包保留 90 天。", "保留")
+
+
+def test_how_long_a_doing_takes_asked_before_the_asking_word(kb: KnowledgeBase) -> None:
+    """ "保修维修需要多长时间？" (the bundled answer cases' repair-time-zh): the warranty's "7 个工作日内
+    完成检测和维修", not the sentence holding both 保修 and 维修 ("维修后的零件享有 90 天保修")."""
+    text = answer(kb, "保修维修需要多长时间？")
+
+    assert "7 个工作日内完成检测和维修" in text and "90 天" not in text, text

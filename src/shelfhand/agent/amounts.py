@@ -66,18 +66,19 @@ _ASKS_DURATION = re.compile(
     re.IGNORECASE,
 )
 _MODAL = "(?:要|须|需|需要|必须|应|应该|应当|得|能|才能|可以|会|就|内|之内|以内|完成)*"
-_ASKS_TIME_OF = re.compile(
-    r"(?:多久|多长时间|多长|几(?:天|周|个月|小时|分钟|个工作日)|多少(?:天|小时|分钟|个工作日))"
-    + _MODAL
-    + r"([\u3400-\u9fff]+)"
+_ASKS_TIME = re.compile(
+    r"多久|多长时间|多长|几(?:天|周|个月|小时|分钟|个工作日)|多少(?:天|小时|分钟|个工作日)"
 )
-"""How long until something is done, and what is done: "多久要恢复", "几天内付款"."""
+_DOING_AFTER = re.compile(_MODAL + r"([\u3400-\u9fff]+)")
+_DOING_BEFORE = re.compile(r"([\u3400-\u9fff]+?)" + _MODAL + r"(?:是|为|有)?\s*$")
 _TIME_THEN = (
     r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})\s*(?:个\s*)?"
-    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*" + _MODAL
+    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*"
+    + _MODAL
+    + r"(?:[\u3400-\u9fff]{1,4}[和及与、])?"
 )
 """An amount of time something is done within, and what may stand between it and the doing:
-"1 小时内", "3 个工作日内须"."""
+"1 小时内", "3 个工作日内须", "7 个工作日内完成检测和"."""
 _TIMED = re.compile(
     r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)"
     r"\s*(?:内|之内|以内)\s*" + _MODAL + r"([\u3400-\u9fff]+)"
@@ -88,12 +89,20 @@ here, tried from a number's first digit only and over at most 40 of its characte
 
 def timed_verb(question: str) -> str | None:
     """The word a question asking how long until something is done names the doing of: 恢复
-    of "P0 事故多久要恢复？", 付款 of "发票收到后几天内付款？"; ``None`` for any other question."""
-    found = _ASKS_TIME_OF.search(question)
-    if found is None:
+    of "P0 事故多久要恢复？", 付款 of "发票收到后几天内付款？", 维修 of "保修维修需要多长时间？"
+    (the doing before the asking when none comes after it); ``None`` for any other question."""
+    asked = _ASKS_TIME.search(question)
+    if asked is None:
         return None
-    first = tokenize_for_matching(found.group(1))
-    return first[0] if first and chinese_only(first[0]) else None
+    after = _DOING_AFTER.match(question, asked.end())
+    if after is not None:
+        tokens = tokenize_for_matching(after.group(1))
+        doing = tokens[0] if tokens else ""
+    else:
+        before = _DOING_BEFORE.search(question, 0, asked.start())
+        tokens = tokenize_for_matching(before.group(1)) if before is not None else []
+        doing = tokens[-1] if tokens else ""
+    return doing if doing and chinese_only(doing) else None
 
 
 def timed(sentence: str, number: str) -> str | None:

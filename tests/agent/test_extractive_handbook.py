@@ -118,6 +118,19 @@ def test_words_that_ask_or_name_nothing_are_not_asked() -> None:
     assert asked_words("试用期辞职要提前几天？", []) == {"试用", "辞职", "提前"}
     assert asked_words("加班费什么时候发？", []) >= {"加班"}
     assert "时候" not in asked_words("加班费什么时候发？", [])
+    # 不 negates 合格, and names nothing: a supplier rule's 不得 is not about the question
+    assert asked_words("资产盘点不合格会怎样？", []) == {"资产", "盘点", "合格"}
+    inventory = _cite(
+        "固定资产管理办法", "盘点", "行政部每半年组织一次资产盘点，盘点结果报财务部。"
+    )
+    suppliers = _cite(
+        "采购管理制度",
+        "供应商",
+        "合格供应商每年评估一次，评估不合格的移出名录，两年内不得再次准入。",
+        2,
+    )
+    extract = extractive_answer("资产盘点不合格会怎样？", [inventory, suppliers])
+    assert extract is not None and extract.passages == (1,), extract.text
 
 
 def test_a_word_no_passage_holds_stays_whole() -> None:

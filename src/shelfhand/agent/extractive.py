@@ -169,11 +169,12 @@ ASKING = frozenset(
 _HOW_MANY = re.compile(r"几[\u3400-\u9fff]")
 """A word asking how many of a unit (几天, 几次, 几点, 几倍): it asks, and a passage states the
 number ("3 天"), not the word."""
-FUNCTION_WORDS = frozenset(["到", "没", "还", "给", "会", "要", "前", "后"])
+FUNCTION_WORDS = frozenset(["到", "没", "不", "还", "给", "会", "要", "前", "后"])
 """Chinese words that name nothing asked (a preposition, a negation, an auxiliary, "before"
 and "after"), which the keyword index keeps as it keeps any word: "出差到上海住宿能报多少？" is
 not less about a travel policy for its lacking 到, nor "年假没休完怎么办？" for lacking 没, and
-"拆封后还能退货吗？" is not about refunds for "验货通过后"."""
+"拆封后还能退货吗？" is not about refunds for "验货通过后". Nor is a passage more about "资产盘点
+不合格会怎样？" for its 不得 (the question's 不 negates 合格: :func:`_affirmed`)."""
 NOT_ASKED = ASKING | FUNCTION_WORDS
 """The words of a question that do not say what it is about: :data:`ASKING` and
 :data:`FUNCTION_WORDS`."""

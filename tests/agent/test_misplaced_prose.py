@@ -192,3 +192,26 @@ def test_a_rival_that_times_another_doing_is_not_one() -> None:
     assert misplaced_for("P0 事故须在 1 小时内恢复。", question, [levels, review]) == set()
     rival = replace(review, text="P0 事故须在 2 小时内完成恢复并通报。")
     assert misplaced_for("P0 事故须在 1 小时内恢复。", question, [levels, rival]) == {"1"}
+
+
+def test_a_duration_that_is_not_the_time_of_the_doing_asked_about_is_misplaced() -> None:
+    """ "保修维修需要多长时间？" answered with the warranty period, copied word for word
+    (Qwen2.5-Coder-0.5B): the policy gives the time within which repairs are done, 7 个工作日,
+    and 12 个月 is not it. The sentence giving that time, or an answer stating it too, is
+    fine; so is any duration when no passage times the doing."""
+    period = Citation(
+        index=1, source="warranty.md", section="保修政策 > 保修期",
+        text="整机保修期为自购买之日（以发票或订单日期为准）起 12 个月。",
+    )  # fmt: skip
+    repairs = Citation(
+        index=2, source="warranty.md", section="保修政策 > 维修时效",
+        text="我们在收到产品后 7 个工作日内完成检测和维修。",
+    )  # fmt: skip
+    question = "保修维修需要多长时间？"
+    copied = "整机保修期为自购买之日（以发票或订单日期为准）起 12 个月。"
+    assert misplaced_for(copied, question, [period, repairs]) == {"12"}
+    assert misplaced_for(repairs.text, question, [period, repairs]) == set()
+    both = "整机保修期为 12 个月，维修在 7 个工作日内完成。"
+    assert misplaced_for(both, question, [period, repairs]) == set()
+    assert misplaced_for(copied, question, [period]) == set()
+    assert misplaced_for(copied, "保修期有多长？", [period, repairs]) == set()

@@ -6,6 +6,7 @@ check (:mod:`.answer_topic`: an answer without one does not answer)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -79,10 +80,11 @@ _TIME_THEN = (
 )
 """An amount of time something is done within, and what may stand between it and the doing:
 "1 小时内", "3 个工作日内须", "7 个工作日内完成检测和"."""
-_TIMED = re.compile(
+_TIMED_NUMBER = (
     r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)"
-    r"\s*(?:内|之内|以内)\s*" + _MODAL + r"([\u3400-\u9fff]+)"
+    r"\s*(?:内|之内|以内)\s*" + _MODAL
 )
+_TIMED = re.compile(_TIMED_NUMBER + r"([\u3400-\u9fff]+)")
 """:data:`_TIME_THEN` in digits, with the number and the words after it. Like every amount
 here, tried from a number's first digit only and over at most 40 of its characters."""
 
@@ -114,6 +116,20 @@ def timed(sentence: str, number: str) -> str | None:
             first = tokenize_for_matching(found.group(2))
             return first[0] if first and chinese_only(first[0]) else None
     return None
+
+
+def timed_numbers(sentence: str, verb: str) -> list[str]:
+    """The numbers (in digits, without their commas) ``sentence`` gives as the time within
+    which ``verb`` is done: ``["1"]`` of "须在 5 分钟内响应，1 小时内恢复。" for 恢复."""
+    if verb not in sentence:
+        return []
+    text = unicodedata.normalize("NFKC", sentence)
+    return [m.group(1).replace(",", "") for m in _timing(verb).finditer(text)]
+
+
+@functools.lru_cache(maxsize=256)
+def _timing(verb: str) -> re.Pattern[str]:
+    return re.compile(_TIMED_NUMBER + r"(?:[\u3400-\u9fff]{1,4}[和及与、])?" + re.escape(verb))
 
 
 def times(sentence: str, verb: str) -> bool:

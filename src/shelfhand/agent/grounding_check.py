@@ -50,7 +50,7 @@ from shelfhand.knowledge.analysis import (
     tokenize_for_matching,
 )
 
-from .amounts import asked_amount, timed, timed_verb, times
+from .amounts import asked_amount, timed, timed_numbers, timed_verb, times
 from .dates import held_dates, stated_dates
 
 __all__ = [
@@ -218,6 +218,13 @@ _MEASURED = re.compile(
 """A number with the unit it is stated in ("3 天", "24 个月", "7 days"; the 1 小时 of "5 分钟内响应，
 1 小时内恢复", after a clause's comma, not the 000 of "1，000 元"): tried from a number's first digit only, and of bounded length (a run of 11,000 digits with no unit after it took
 15 s when each digit was a start)."""
+_DURATION_UNITS = frozenset(
+    [
+        *("秒", "分钟", "小时", "天", "日", "周", "个月", "年", "工作日", "个工作日"),
+        *("second", "minute", "hour", "day", "week", "month", "year", "business day"),
+    ]
+)
+"""The units of :func:`measured` that time something (as it writes them: "7 days" → ``day``)."""
 _UNIT_WORDS = frozenset(
     words("天 个月 个 月 年 周 日 小时 分钟 秒 元 块 倍 次 工作日 business days months years weeks")
     | words("hours minutes seconds day month year week hour minute second")
@@ -262,6 +269,7 @@ class Evidence:
     __slots__ = (
         "_asked",
         "_disagree",
+        "_doing",
         "_question",
         "_sections",
         "_sources",
@@ -296,6 +304,7 @@ class Evidence:
         }
         self.question_facts = frozenset(facts(question)) if question else frozenset()
         self._question = question
+        self._doing = timed_verb(question) if question else None
         self._asked = asked
         # a passage's source, named in an answer ("(docs-t1/warranty.md)"), is not a claim:
         # its digits and words are not checked (longest first: one may contain another)
@@ -535,6 +544,9 @@ class Evidence:
                 # ("1 小时内恢复" and "恢复后 24 小时内提交复盘报告" time two doings)
                 and (doing is None or times(s, doing))
             ]
+            if holding and self._times_another(number, unit, sentences, answer):
+                out.add(number)
+                continue
             if not holding or not rivals:
                 continue  # (stated in another way, a table's cell: the other checks read it)
             # (the sentences' words read only now: most numbers have no rival)
@@ -553,6 +565,25 @@ class Evidence:
             if self._asked_of([s for _, s in holding], unsaid):
                 out.add(number)
         return out
+
+    def _times_another(
+        self,
+        number: str,
+        unit: str,
+        sentences: Sequence[tuple[int, str, Mapping[str, str]]],
+        answer: Mapping[str, str] | None,
+    ) -> bool:
+        """Whether, for a question asking how long until something is done
+        (:func:`~.amounts.timed_verb`), a passage gives the time within which it is done and
+        the duration ``number`` (of ``unit``) is not that time: "保修维修需要多长时间？" answered
+        with the warranty's "整机保修期为自购买之日起 12 个月。" (Qwen2.5-Coder-0.5B), where the
+        policy says "7 个工作日内完成检测和维修". Not when the answer states that time too."""
+        if self._doing is None or unit not in _DURATION_UNITS:
+            return False
+        timing = {_number(n) for _, s, _ in sentences for n in timed_numbers(s, self._doing)}
+        if not timing or number in timing:
+            return False
+        return not any(n in timing for n in answer or {})
 
     def _asked_of(self, holding: Sequence[str], rivals: Sequence[str]) -> bool:
         """Whether, for a question asking an amount, a sentence of ``rivals`` holds every

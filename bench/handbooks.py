@@ -15,7 +15,11 @@ Three small workspaces of the kind this project's users search (``bench/handbook
   database runbook in English; 24 + 8) and ``procure`` (a purchasing rule and an asset rule
   in Chinese, a security-incident guide in English; 21 + 8): written 2026-12-07 and measured
   before anything was changed for them. ``ops``' o8 ("大促期间能发版吗？", which found nothing)
-  then led to the index's character pairs (:func:`~shelfhand.knowledge.analysis.unknown_pairs`).
+  then led to the index's character pairs (:func:`~shelfhand.knowledge.analysis.unknown_pairs`);
+- ``support`` (a customer-service rule and a returns-and-compensation rule in Chinese, a data
+  retention policy in English; 26 + 8, two of them asked across the languages): written
+  2026-12-07 after that day's changes to the extractive answer and the answer check, and
+  measured against the tree before them, changed for nothing.
 
 Each workspace is ingested (the default embedders) into a temporary folder by each tree, in
 a child process with that tree's ``src`` first on the path (a tree's analysis builds its
@@ -44,6 +48,7 @@ SETS = {
     "across": "staff",
     "ops": "ops",
     "procure": "procure",
+    "support": "support",
 }
 """Each case set (``<set>-cases.jsonl``) and the handbook it asks: ``across`` asks the staff
 handbook in the other language than the passage that answers (2026-12-07)."""

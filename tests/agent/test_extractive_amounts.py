@@ -302,3 +302,19 @@ def test_how_long_a_doing_takes_asked_before_the_asking_word(kb: KnowledgeBase) 
     text = answer(kb, "保修维修需要多长时间？")
 
     assert "7 个工作日内完成检测和维修" in text and "90 天" not in text, text
+
+
+def test_a_sentence_on_a_labelled_entry_s_line_holds_its_label() -> None:
+    """ "高优先级的问题多久给解决方案？": each priority's line gives its times after its label
+    ("高："), in a sentence of its own that names no priority; the label is what tells the
+    lines apart (bench/handbooks/support, t5: it quoted the urgent line's 4 小时)."""
+    levels = Citation(
+        index=1, source="service.md", title="客服服务规范", section="客服服务规范 > 工单优先级",
+        text="紧急：影响客户正常营业的故障。客服须在 30 分钟内首次响应，4 小时内给出解决方案。\n"
+        "高：功能异常但有替代办法。须在 2 小时内首次响应，1 个工作日内给出解决方案。\n"
+        "普通：咨询和使用问题。须在 1 个工作日内首次响应。",
+    )  # fmt: skip
+    extract = extractive_answer("高优先级的问题多久给解决方案？", [levels])
+
+    assert extract is not None and "1 个工作日内给出解决方案" in extract.text, extract.text
+    assert "4 小时" not in extract.text and "普通" not in extract.text

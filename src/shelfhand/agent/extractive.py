@@ -280,7 +280,7 @@ def _heading(text: str) -> bool:
 
 
 _ID_START = re.compile(r"[A-Za-z][A-Za-z0-9]*-?\d")
-_LABEL = re.compile(r"(?!\d+:)[^\s，。；：:,.;]{1,12}[：:]\s*[^\s/]")
+_LABEL = re.compile(r"(?!\d+:)([^\s，。；：:,.;]{1,12})[：:]\s*[^\s/]")
 """A sentence that starts with its entry's label: "P0：核心业务全部不可用…", "婚假：3 天"; not a
 time ("14:00 至 17:00") nor an address ("https://…")."""
 
@@ -425,13 +425,31 @@ def _candidates(
             share = _about(own, ids, text, wholes, affirmed)
         if share < least or (two and share < 1 and not _names(c, question_words, wholes)):
             continue
+        labels = _labels_of(c.text)
         for position, sentence in enumerate(_sentences_of(c.text)):
+            held = _holds(sentence, affirmed)
+            label = labels.get(sentence)
             out.append(
                 _Sentence(
                     passage=c.index, rank=rank, position=position, text=sentence,
-                    words=_holds(sentence, affirmed),
+                    words=held if label is None else held | passage_words(label),
                 )
             )  # fmt: skip
+    return out
+
+
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
+def _labels_of(text: str) -> dict[str, str]:
+    """The label of each sentence that goes on after the first one of a labelled entry's line
+    (:data:`_LABEL`): "须在 2 小时内首次响应，1 个工作日内给出解决方案。" is said of "高" in "高：功能
+    异常但有替代办法。须在 2 小时内首次响应，…", and holds its words for the question that names it.
+    Kept like the passage's sentences (not changed by a caller)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        found = _LABEL.match(line.strip())
+        if found is not None:
+            for sentence in split_sentences(line)[1:]:
+                out.setdefault(sentence, found.group(1))
     return out
 
 

@@ -215,3 +215,22 @@ def test_a_duration_that_is_not_the_time_of_the_doing_asked_about_is_misplaced()
     assert misplaced_for(both, question, [period, repairs]) == set()
     assert misplaced_for(copied, question, [period]) == set()
     assert misplaced_for(copied, "保修期有多长？", [period, repairs]) == set()
+
+
+def test_the_time_of_a_doing_is_read_within_its_clause() -> None:
+    """ "紧急工单多久要响应？" answered "4 小时内给出解决方案。", copied from the sentence whose first
+    clause gives the time of the response, "30 分钟内首次响应" (Qwen2.5-Coder-0.5B,
+    bench/handbooks/support t4). The asking for a return counts in its clause: "30 天内可申请无
+    理由退货" is the time of 退货."""
+    levels = Citation(
+        index=1, source="service.md", section="客服服务规范 > 工单优先级",
+        text="紧急：影响客户正常营业的故障。客服须在 30 分钟内首次响应，4 小时内给出解决方案。",
+    )  # fmt: skip
+    assert misplaced_for("4 小时内给出解决方案。", "紧急工单多久要响应？", [levels]) == {"4"}
+    assert misplaced_for("客服须在 30 分钟内首次响应。", "紧急工单多久要响应？", [levels]) == set()
+    returns = Citation(
+        index=1, source="returns.md",
+        text="未拆封的商品，自签收之日起 30 天内可申请无理由退货。已拆封的商品，7 天内可申请退货。",
+    )  # fmt: skip
+    unopened = "未拆封的商品自签收之日起 30 天内可申请无理由退货。"
+    assert misplaced_for(unopened, "未拆封的商品多少天内可以退货？", [returns]) == set()

@@ -72,14 +72,19 @@ _ASKS_TIME = re.compile(
 )
 _DOING_AFTER = re.compile(_MODAL + r"([\u3400-\u9fff]+)")
 _DOING_BEFORE = re.compile(r"([\u3400-\u9fff]+?)" + _MODAL + r"(?:是|为|有)?\s*$")
+_BETWEEN = r"[^，。；;,.!?！？\n]{0,20}?"
+"""What may stand between a time and the doing it is the time of, in the same clause: a manner
+("30 分钟内首次响应"), a doing it comes with ("7 个工作日内完成检测和维修"), the asking for it
+("30 天内可申请无理由退货"); not the next clause's ("须在 30 分钟内首次响应，4 小时内给出解决方案":
+4 小时 is not the time of 响应)."""
 _TIME_THEN = (
     r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})\s*(?:个\s*)?"
     r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*"
     + _MODAL
-    + r"(?:[\u3400-\u9fff]{1,4}[和及与、])?"
+    + _BETWEEN
 )
 """An amount of time something is done within, and what may stand between it and the doing:
-"1 小时内", "3 个工作日内须", "7 个工作日内完成检测和"."""
+"1 小时内", "3 个工作日内须", "7 个工作日内完成检测和", "30 分钟内首次"."""
 _TIMED_NUMBER = (
     r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)"
     r"\s*(?:内|之内|以内)\s*" + _MODAL
@@ -129,7 +134,7 @@ def timed_numbers(sentence: str, verb: str) -> list[str]:
 
 @functools.lru_cache(maxsize=256)
 def _timing(verb: str) -> re.Pattern[str]:
-    return re.compile(_TIMED_NUMBER + r"(?:[\u3400-\u9fff]{1,4}[和及与、])?" + re.escape(verb))
+    return re.compile(_TIMED_NUMBER + _BETWEEN + re.escape(verb))
 
 
 def times(sentence: str, verb: str) -> bool:

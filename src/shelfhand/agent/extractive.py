@@ -964,7 +964,7 @@ def _extract(
     held = {c.index: _holds(headed(c), affirmed) for c in passages}
     weight = _weights(list(held.values()), question_words.difference(ids))
     # a sentence of a passage that holds more of the question is the likelier answer
-    context = {i: sum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
+    context = {i: math.fsum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
     amount = _quantity(question)
     verb = timed_verb(question) if amount else None
     named = _subjects_named(question, passages) | _asked_in_heading(
@@ -972,7 +972,7 @@ def _extract(
     )
 
     def score(c: _Sentence) -> float:
-        value = sum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
+        value = math.fsum(weight.get(w, 0.0) for w in c.words) + PASSAGE_SHARE * context[c.passage]
         if c.passage in named:
             value += SUBJECT_WEIGHT
         if ids and _holds_anchor(c.text, ids):

@@ -79,9 +79,7 @@ _BETWEEN = r"[^，。；;,.!?！？\n]{0,20}?"
 4 小时 is not the time of 响应)."""
 _TIME_THEN = (
     r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})\s*(?:个\s*)?"
-    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*"
-    + _MODAL
-    + _BETWEEN
+    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*" + _MODAL + _BETWEEN
 )
 """An amount of time something is done within, and what may stand between it and the doing:
 "1 小时内", "3 个工作日内须", "7 个工作日内完成检测和", "30 分钟内首次"."""

@@ -1,8 +1,10 @@
 """Questions that ask for an amount, and text that states one: a duration ("how long",
 "多久"), a sum of money ("how much", "price", "fee", "价格", "翻新费") or a count ("how many",
-"几个", "多少种"). Shared by the
+"几个", "多少种"); and, for a question asking how long until something is done, that doing
+(恢复 of "P0 事故多久要恢复？") and the times a sentence gives for it ("1 小时内恢复"). Shared by the
 extractive answer (:mod:`.extractive`: quote the sentence that states it) and the answer
-check (:mod:`.answer_topic`: an answer without one does not answer)."""
+check (:mod:`.answer_topic`: an answer without one does not answer; :mod:`.grounding_check`:
+a duration that is not the time of the doing asked about is said of another thing)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ __all__ = [
     "NUMBER_WORD",
     "asked_amount",
     "timed",
+    "timed_numbers",
     "timed_verb",
     "times",
 ]

@@ -215,8 +215,9 @@ _MEASURED = re.compile(
     r"|(?:business days?|days?|months?|years?|weeks?|hours?|minutes?|seconds?)\b)",
     re.IGNORECASE,
 )
-"""A number with the unit it is stated in ("3 天", "24 个月", "7 days"; the 1 小时 of "5 分钟内响应，
-1 小时内恢复", after a clause's comma, not the 000 of "1，000 元"): tried from a number's first digit only, and of bounded length (a run of 11,000 digits with no unit after it took
+"""A number with the unit it is stated in ("3 天", "24 个月", "7 days"; the 1 小时 of "5 分钟内
+响应，1 小时内恢复", after a clause's comma, not the 000 of "1，000 元"): tried from a number's
+first digit only, and of bounded length (a run of 11,000 digits with no unit after it took
 15 s when each digit was a start)."""
 _DURATION_UNITS = frozenset(
     [
@@ -599,7 +600,7 @@ class Evidence:
         if not all(told):
             # (a sentence naming none of it tells more than was asked: "晚婚另加 7 天")
             return False
-        verb = timed_verb(self._question)
+        verb = self._doing
         if verb is not None and any(times(s, verb) for s in holding):
             rivals = [s for s in rivals if times(s, verb)]
         return any(

@@ -161,19 +161,19 @@ def _identifier_forms(code: str) -> list[str]:
     return forms
 
 
-def _analyze(
-    text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool = False
-) -> list[str]:
-    tokens, pairs = _analyze_parts(text, segment, query=query, bigrams=bigrams)
+_Cut = Callable[[str], tuple[Iterable[str], Sequence[str]]]
+"""How a run of Chinese characters is cut: its words, and the character pairs of the
+stretches jieba's dictionary has no word for (:func:`_index_cut`; none for the other cuts)."""
+
+
+def _analyze(text: str, cut: _Cut, *, query: bool) -> list[str]:
+    tokens, pairs = _analyze_parts(text, cut, query=query)
     return tokens + pairs if pairs else tokens
 
 
-def _analyze_parts(
-    text: str, segment: Callable[[str], Iterable[str]], *, query: bool, bigrams: bool
-) -> tuple[list[str], list[str]]:
-    """The tokens of ``text`` and, with ``bigrams``, the character pairs of the words jieba
-    lacks that its cut did not give as words (:func:`unknown_pairs`); with ``bigrams`` the
-    Chinese runs are cut by :func:`_index_cut`, which gives ``segment``'s words too."""
+def _analyze_parts(text: str, cut: _Cut, *, query: bool) -> tuple[list[str], list[str]]:
+    """The tokens of ``text``, its Chinese runs cut by ``cut``, and the character pairs
+    ``cut`` gives that it did not give as words (:func:`unknown_pairs`)."""
     text = unicodedata.normalize("NFKC", text).lower()
     tokens: list[str] = []
     pairs: list[str] = []  # the character pairs of words jieba lacks (:func:`unknown_pairs`)
@@ -190,15 +190,13 @@ def _analyze_parts(
         kind = match.lastgroup
         value = match.group()
         if kind == "cjk":
-            if bigrams:
-                words, own_pairs = _index_cut(value)
-                cut = [w for w in words if w not in _ZH_STOPWORDS]
-                pairs += [p for p in own_pairs if p not in cut]
-            else:
-                cut = [w for w in segment(value) if w not in _ZH_STOPWORDS]
+            words, own_pairs = cut(value)
+            kept = [w for w in words if w not in _ZH_STOPWORDS]
+            if own_pairs:
+                pairs += [p for p in own_pairs if p not in kept]
             if query:
-                cut = _not_asking(cut)
-            tokens += cut
+                kept = _not_asking(kept)
+            tokens += kept
         elif kind == "code":
             parts = _SEPARATORS.split(value)
             if _is_identifier_code(parts):
@@ -345,17 +343,22 @@ def _segment_for_index(run: str) -> Iterable[str]:
     )
 
 
+def _query_cut(run: str) -> tuple[Iterable[str], Sequence[str]]:
+    """:func:`_segment_for_index` of ``run``, without pairs (:func:`tokenize_query`)."""
+    return _segment_for_index(run), ()
+
+
 def tokenize_for_index(text: str) -> list[str]:
     """Tokens to index for ``text`` (stemmed English, jieba search-mode Chinese, identifiers
     whole, separator-free and by their meaningful parts)."""
-    return _analyze(text, _segment_for_index, query=False, bigrams=True)
+    return _analyze(text, _index_cut, query=False)
 
 
-def _segment_for_matching(run: str) -> Iterable[str]:
+def _matching_cut(run: str) -> tuple[Iterable[str], Sequence[str]]:
+    """jieba's search-mode cut of ``run`` from its dictionary alone (no HMM), without pairs."""
     if len(run) == 1:
-        return (run,)
-    result: Iterable[str] = _jieba_module().cut_for_search(run, HMM=False)
-    return result
+        return (run,), ()
+    return _jieba_module().cut_for_search(run, HMM=False), ()
 
 
 def tokenize_for_matching(text: str) -> list[str]:
@@ -363,7 +366,7 @@ def tokenize_for_matching(text: str) -> list[str]:
     :func:`tokenize_for_index` with jieba's dictionary words only (no HMM guesses at unknown
     words, which split into characters instead): about three times faster, and the same for
     both texts compared. Not for the index."""
-    return _analyze(text, _segment_for_matching, query=False)
+    return _analyze(text, _matching_cut, query=False)
 
 
 def chinese_share(text: str) -> float:
@@ -528,14 +531,14 @@ def unknown_pairs(text: str) -> list[str]:
 def query_words(text: str) -> tuple[list[str], list[str]]:
     """:func:`tokenize_query` of ``text`` and its :func:`unknown_pairs` that are not tokens
     already, from one analysis (one walk of jieba's dictionary a run)."""
-    tokens, pairs = _analyze_parts(text, _segment_for_index, query=True, bigrams=True)
+    tokens, pairs = _analyze_parts(text, _index_cut, query=True)
     return tokens, [p for p in dict.fromkeys(pairs) if p not in tokens]
 
 
 def tokenize_query(text: str) -> list[str]:
     """Tokens to search for ``text``: the analysis of :func:`tokenize_for_index`, except that
     identifiers are searched whole (and separator-free), never by their parts."""
-    return _analyze(text, _segment_for_index, query=True)
+    return _analyze(text, _query_cut, query=True)
 
 
 def identifier_tokens(text: str) -> list[str]:

@@ -80,16 +80,15 @@ _BETWEEN = r"[^，。；;,.!?！？\n]{0,20}?"
 ("30 分钟内首次响应"), a doing it comes with ("7 个工作日内完成检测和维修"), the asking for it
 ("30 天内可申请无理由退货"); not the next clause's ("须在 30 分钟内首次响应，4 小时内给出解决方案":
 4 小时 is not the time of 响应)."""
+_WITHIN = r"\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*" + _MODAL
+"""After a number: its unit of time, "within", and what may stand before the doing ("3 个工作日
+内须")."""
 _TIME_THEN = (
-    r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})\s*(?:个\s*)?"
-    r"(?:分钟|小时|天|日|工作日|周|星期|月|年)\s*(?:内|之内|以内)\s*" + _MODAL + _BETWEEN
+    r"(?:(?<![\d.])\d{1,40}(?:\.\d{1,6})?|[一二两三四五六七八九十半]{1,3})" + _WITHIN + _BETWEEN
 )
 """An amount of time something is done within, and what may stand between it and the doing:
 "1 小时内", "3 个工作日内须", "7 个工作日内完成检测和", "30 分钟内首次"."""
-_TIMED_NUMBER = (
-    r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)\s*(?:个\s*)?(?:分钟|小时|天|日|工作日|周|星期|月|年)"
-    r"\s*(?:内|之内|以内)\s*" + _MODAL
-)
+_TIMED_NUMBER = r"(?<![\d.])(?<!\d,)(\d[\d,]{0,39}(?:\.\d{1,6})?)" + _WITHIN
 _TIMED = re.compile(_TIMED_NUMBER + r"([\u3400-\u9fff]+)")
 """:data:`_TIME_THEN` in digits, with the number and the words after it. Like every amount
 here, tried from a number's first digit only and over at most 40 of its characters."""
@@ -141,7 +140,12 @@ def _timing(verb: str) -> re.Pattern[str]:
 def times(sentence: str, verb: str) -> bool:
     """Whether ``sentence`` gives the time within which ``verb`` is done ("须在 5 分钟内响应，1
     小时内恢复。" for 恢复), not a time after it ("须在恢复后 3 个工作日内提交复盘报告。")."""
-    return verb in sentence and re.search(_TIME_THEN + re.escape(verb), sentence) is not None
+    return verb in sentence and _time_then(verb).search(sentence) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _time_then(verb: str) -> re.Pattern[str]:
+    return re.compile(_TIME_THEN + re.escape(verb))
 
 
 _ASKS_MONEY = re.compile(

@@ -263,6 +263,17 @@ _passage_days = functools.lru_cache(maxsize=PASSAGE_CACHE)(held_dates)
 other run sees, are read each time)."""
 
 
+def _times_another(number: str, timing: AbstractSet[str], answer: Mapping[str, str] | None) -> bool:
+    """Whether, for a question asking how long until something is done, the passages give the
+    time within which it is done (``timing``, :meth:`Evidence._timing`) and the duration
+    ``number`` is not that time: "保修维修需要多长时间？" answered with the warranty's "整机保修期为
+    自购买之日起 12 个月。" (Qwen2.5-Coder-0.5B), where the policy says "7 个工作日内完成检测和维修".
+    Not when the answer (its numbers, ``answer``) states that time too."""
+    if not timing or number in timing:
+        return False
+    return not any(n in timing for n in answer or {})
+
+
 class Evidence:
     """The passages of a run, each analysed the first time a sentence is checked against it
     (an answer citing [1] costs the analysis of passage 1 only)."""
@@ -533,9 +544,16 @@ class Evidence:
         if not stated or not named:
             return set()
         sentences = [(i, *m) for i in pool for m in _measured_sentences(self._texts[i])]
+        timing: frozenset[str] | None = None  # (read for the first duration only)
         out: set[str] = set()
         for number, unit in stated.items():
             holding = [(i, s) for i, s, amounts in sentences if amounts.get(number) == unit]
+            if holding and self._doing is not None and unit in _DURATION_UNITS:
+                if timing is None:
+                    timing = self._timing(sentences)
+                if _times_another(number, timing, answer):
+                    out.add(number)
+                    continue
             doing = timed(claims, number)
             rivals = [
                 (i, s, amounts)
@@ -545,9 +563,6 @@ class Evidence:
                 # ("1 小时内恢复" and "恢复后 24 小时内提交复盘报告" time two doings)
                 and (doing is None or times(s, doing))
             ]
-            if holding and self._times_another(number, unit, sentences, answer):
-                out.add(number)
-                continue
             if not holding or not rivals:
                 continue  # (stated in another way, a table's cell: the other checks read it)
             # (the sentences' words read only now: most numbers have no rival)
@@ -567,24 +582,11 @@ class Evidence:
                 out.add(number)
         return out
 
-    def _times_another(
-        self,
-        number: str,
-        unit: str,
-        sentences: Sequence[tuple[int, str, Mapping[str, str]]],
-        answer: Mapping[str, str] | None,
-    ) -> bool:
-        """Whether, for a question asking how long until something is done
-        (:func:`~.amounts.timed_verb`), a passage gives the time within which it is done and
-        the duration ``number`` (of ``unit``) is not that time: "保修维修需要多长时间？" answered
-        with the warranty's "整机保修期为自购买之日起 12 个月。" (Qwen2.5-Coder-0.5B), where the
-        policy says "7 个工作日内完成检测和维修". Not when the answer states that time too."""
-        if self._doing is None or unit not in _DURATION_UNITS:
-            return False
-        timing = {_number(n) for _, s, _ in sentences for n in timed_numbers(s, self._doing)}
-        if not timing or number in timing:
-            return False
-        return not any(n in timing for n in answer or {})
+    def _timing(self, sentences: Sequence[tuple[int, str, Mapping[str, str]]]) -> frozenset[str]:
+        """The numbers ``sentences`` give as the time within which the doing the question
+        asks the time of is done (:func:`~.amounts.timed_verb`, :func:`~.amounts.timed_numbers`)."""
+        doing = self._doing or ""
+        return frozenset(_number(n) for _, s, _ in sentences for n in timed_numbers(s, doing))
 
     def _asked_of(self, holding: Sequence[str], rivals: Sequence[str]) -> bool:
         """Whether, for a question asking an amount, a sentence of ``rivals`` holds every

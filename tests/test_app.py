@@ -33,7 +33,7 @@ class BrokenEmbedder:
 
 def app_for(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> App:
     monkeypatch.setattr(
-        app_module, "_build_router", lambda spec: EmbeddingRouter({"any": BrokenEmbedder()})
+        app_module, "_build_router", lambda spec, **_: EmbeddingRouter({"any": BrokenEmbedder()})
     )
     return App(settings=Settings.load(tmp_path, env={"SHELFHAND_RETRIEVAL_MODE": mode}))
 
@@ -68,6 +68,27 @@ def test_keyword_mode_uses_no_embedder(tmp_path: Path, monkeypatch: pytest.Monke
     kb = a.open_knowledge()
     assert kb.keyword_only and kb.degraded_reason is None
     kb.close()
+
+
+@pytest.mark.parametrize(("value", "bridged"), [(None, True), ("false", False), ("true", True)])
+def test_cross_language_bridges_english_to_use_unless_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None, bridged: bool
+) -> None:
+    seen: list[bool] = []
+    real = app_module._build_router
+
+    def build(spec: str, *, cross_language: bool) -> EmbeddingRouter:
+        seen.append(cross_language)
+        return EmbeddingRouter({"any": BrokenEmbedder()})
+
+    monkeypatch.setattr(app_module, "_build_router", build)
+    env = {"SHELFHAND_RETRIEVAL_MODE": "auto"}
+    if value is not None:
+        env["SHELFHAND_CROSS_LANGUAGE"] = value
+    App(settings=Settings.load(tmp_path, env=env)).open_knowledge().close()
+    assert seen == [bridged]
+    router = real("default", cross_language=bridged)
+    assert ("en_via_zh" in router.spaces) is bridged
 
 
 def test_an_unknown_embedder_name_is_a_configuration_error(tmp_path: Path) -> None:

@@ -170,13 +170,14 @@ class App:
             return None, None
         if self.router is not None:
             return self.router, None
-        router = _build_router(self.settings.embedder)  # an unknown name fails in any mode
+        # (an unknown name fails in any mode)
+        router = _build_router(self.settings.embedder, cross_language=self.settings.cross_language)
         try:
             if mode == "simple":  # explicit: a broken model must fail now, at start-up
-                for space in router.spaces:
+                for space in router.routed_spaces:
                     router.embedder(space).embed_query("warm up")
             else:  # auto: check cheaply; a failure later degrades to keyword search
-                for space in router.spaces:
+                for space in router.routed_spaces:
                     check = getattr(router.embedder(space), "check", None)
                     if callable(check):
                         check()
@@ -844,14 +845,15 @@ class App:
         return load_api_keys(self.settings.workspace)
 
 
-def _build_router(spec: str) -> EmbeddingRouter:
-    """``default`` (MiniLM for English + USE for Chinese), ``hashing``, or ``openai:<model>``."""
+def _build_router(spec: str, *, cross_language: bool = True) -> EmbeddingRouter:
+    """``default`` (MiniLM for English + USE for Chinese; English by USE too with
+    ``cross_language``), ``hashing``, or ``openai:<model>``."""
     from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 
     if spec == "default":
         from shelfhand.knowledge.embeddings.local import default_router
 
-        return default_router()
+        return default_router(cross_language=cross_language)
     if spec == "hashing":
         from shelfhand.knowledge.embeddings.local import HashingEmbedder
 

@@ -171,11 +171,15 @@ def test_every_embedder_satisfies_the_embedder_protocol() -> None:
 def test_default_router_sends_chinese_to_use_and_english_to_minilm() -> None:
     router = default_router()
     assert isinstance(router, EmbeddingRouter)
-    assert router.spaces == ("en", "zh")
+    assert router.routed_spaces == ("en", "zh")
     assert router.space_for("拆封后还能退货吗？") == "zh"
     assert router.space_for("Can I return an opened item?") == "en"
     assert router.embedder("zh").name == "use-multilingual-v3"
     assert router.embedder("en").name == "minilm-l6-int8"
+    # English texts by USE too, for questions in Chinese; not with cross_language off
+    assert router.spaces == ("en", "zh", "en_via_zh")
+    assert router.embedder("en_via_zh") is router.embedder("zh")
+    assert default_router(cross_language=False).spaces == ("en", "zh")
 
 
 @pytest.mark.slow

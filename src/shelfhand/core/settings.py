@@ -128,6 +128,7 @@ class Settings:
     tool_mode: str = _D["tool_mode"]
     retrieval_mode: str = _D["retrieval_mode"]
     embedder: str = _D["embedder"]
+    cross_language: bool = _D["cross_language"]
     chunk_tokens: int = _D["chunk_tokens"]
     chunk_overlap: int = _D["chunk_overlap"]
     limits: Mapping[str, Any] = field(default_factory=dict)

@@ -197,6 +197,9 @@ SETTINGS: tuple[Setting, ...] = (
        "simple: embeddings or fail; keyword: keywords only.", label="retrieval mode"),
     _s("embedder", "SHELFHAND_EMBEDDER", Text(), "default",
        "default (MiniLM for English, USE for Chinese), hashing, or openai:<model>."),
+    _s("cross_language", "SHELFHAND_CROSS_LANGUAGE", Switch(), True,
+       "With the default embedder, English chunks are embedded by USE too, so that a question "
+       "in Chinese (or another language) finds an English passage."),
     _s("chunk_tokens", None, Number(low=32, whole=True), 400,
        "Tokens per chunk when documents are ingested."),
     _s("chunk_overlap", None, Number(low=0, whole=True), 40,

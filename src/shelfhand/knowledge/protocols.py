@@ -77,6 +77,15 @@ class KnowledgeStore(Protocol):
         model: tuple[str, int] | None = None,
     ) -> int: ...
 
+    def add_bridge_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        *,
+        model: tuple[str, int] | None = None,
+    ) -> int: ...
+
     def upsert_document(
         self,
         doc: Document,
@@ -121,6 +130,10 @@ class KnowledgeStore(Protocol):
     def pending_sources(self) -> set[str]: ...
 
     def pending_chunks(self, *, after: int = 0, limit: int = 256) -> list[StoredChunk]: ...
+
+    def chunks_lacking(
+        self, space: str, bridge: str, *, after: int = 0, limit: int = 256
+    ) -> list[StoredChunk]: ...
 
     def vector_spaces(self) -> list[str]: ...
 

@@ -425,9 +425,16 @@ class HashingEmbedder:
         return self.embed([text]).reshape(-1)
 
 
-def default_router() -> EmbeddingRouter:
-    """MiniLM for English, USE-multilingual for Chinese, routed by :func:`detect_language`.
+def default_router(*, cross_language: bool = True) -> EmbeddingRouter:
+    """MiniLM for English, USE-multilingual for Chinese, routed by :func:`detect_language`;
+    with ``cross_language``, English texts are embedded by USE too (the ``en_via_zh`` bridge
+    space), so that a question in Chinese finds an English passage.
 
     Nothing loads until the first text of a language is embedded.
     """
-    return EmbeddingRouter({"en": MiniLMEmbedder(), "zh": USEEmbedder()}, route=detect_language)
+    use = USEEmbedder()
+    return EmbeddingRouter(
+        {"en": MiniLMEmbedder(), "zh": use},
+        route=detect_language,
+        bridges={"en": "zh"} if cross_language else None,
+    )

@@ -27,6 +27,7 @@ parent directory), so they are stable across runs and machines.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -124,6 +125,9 @@ class Ingestor:
         self.overlap_tokens = overlap_tokens
         self.batch_size = batch_size
         self.group_chunks = group_chunks
+        self._bridged = False
+        """Whether a run has filled the bridge spaces (after which each run embeds new
+        chunks in them as it goes, and only a failure there calls for another backfill)."""
         self.sync_every = sync_every
         self.batch_chunks = batch_chunks
         self.sync_chunks = sync_chunks
@@ -515,4 +519,11 @@ class Ingestor:
         pending = PendingEmbedder(
             self.store, self.router, batch_size=self.batch_size, group_chunks=self.group_chunks
         )
-        return pending.run(progress=progress, should_stop=should_stop)
+        report = pending.run(progress=progress, should_stop=should_stop, backfill=not self._bridged)
+        if pending.bridge_error is not None:
+            self._bridged = False
+            if report.error is None:  # (the chunks have their own vectors: they are searchable)
+                return dataclasses.replace(report, error=f"bridge space: {pending.bridge_error}")
+        elif report.error is None and not report.interrupted:
+            self._bridged = True
+        return report

@@ -125,7 +125,10 @@ class HybridRetriever:
         other_space_weight: Weight of vector spaces other than the one the query's language
             routes to (a model weak in the query's language ranks worse), in fusion and in
             relevance. A space whose embedder is ``multilingual`` (USE) is weighted 1 for every
-            language: it matches an English question to a Chinese passage.
+            language: it matches an English question to a Chinese passage; so is a bridge
+            space, searched only by queries not of the language it bridges (a Chinese
+            question, an English passage; see
+            :mod:`~shelfhand.knowledge.embeddings.router`).
         keyword_weight: ``α`` of the convex fusion, the keyword side's share (0..1).
         min_relevance: Hits whose ``relevance`` is under this are dropped (0 keeps all).
         embed_timeout: Seconds a query embedding may take before the search goes on with
@@ -212,13 +215,14 @@ class HybridRetriever:
         failed, if it did (searches then fall back to keywords as usual)."""
         if self.router is None or self.vector_indexes is None:
             return None
-        for space in self.router.spaces:
+        for space in self.router.routed_spaces:  # (a bridge space has one of their embedders)
             limit = None if self.embed_timeout is None else self.load_timeout
             try:
                 self._embed_one(space, "warm up", limit)
             except Exception as exc:
                 return f"warming up the {space!r} embedder failed ({type(exc).__name__}: {exc})"
             self._warm.add(space)
+        self._warm.update(self.router.spaces)
         return None
 
     def search(self, query: str, **args: Unpack[SearchArgs]) -> list[SearchHit]:
@@ -394,22 +398,25 @@ class HybridRetriever:
         self, query: str, embedded: Mapping[str, Vectors]
     ) -> dict[str, tuple[Vectors, float]]:
         """Each space's query vector and weight: 1 for the space the query's language routes
-        to and for multilingual ones, ``other_space_weight`` for the rest."""
+        to, for multilingual ones and for bridge spaces (which :meth:`_embed` leaves out for
+        a query of their own language), ``other_space_weight`` for the rest."""
         home = self.router.space_for(query) if self.router is not None else None
-        multilingual = self._multilingual_spaces()
+        full = self._full_weight_spaces()
         return {
-            space: (qvec, 1.0 if space in (home, *multilingual) else self.other_space_weight)
+            space: (qvec, 1.0 if space == home or space in full else self.other_space_weight)
             for space, qvec in embedded.items()
         }
 
-    def _multilingual_spaces(self) -> tuple[str, ...]:
-        """The spaces whose embedder declares ``multilingual = True``."""
-        if self.router is None:
-            return ()
-        return tuple(
+    def _full_weight_spaces(self) -> frozenset[str]:
+        """The spaces whose embedder declares ``multilingual = True``, and bridge spaces."""
+        router = self.router
+        if router is None:
+            return frozenset()
+        return frozenset(
             space
-            for space in self.router.spaces
-            if getattr(self.router.embedder(space), "multilingual", False) is True
+            for space in router.spaces
+            if router.bridged_from(space) is not None
+            or getattr(router.embedder(space), "multilingual", False) is True
         )
 
     def _embed(self, query: str) -> tuple[dict[str, Vectors] | None, str | None]:
@@ -426,11 +433,25 @@ class HybridRetriever:
                 f"(last: {last}); using keyword search, retrying in {wait:.0f}s"
             )
         out: dict[str, Vectors] = {}
+        router = self.router
+        home = router.space_for(query)
+        # (bridge spaces last: their query vector is that of the space they bridge to)
+        spaces = sorted(self.vector_indexes.spaces(), key=lambda s: router.bridged_from(s) or "")
         try:
-            for space in self.vector_indexes.spaces():
-                if space not in self.router.spaces:
+            for space in spaces:
+                if space not in router.spaces:
                     self._warn_once(f"no embedder configured for vector space {space!r}")
                     continue
+                source = router.bridged_from(space)
+                if source is not None:
+                    if source == home:  # (the query's own language has its own space)
+                        continue
+                    # the same embedder as the space it bridges to: one embedding
+                    embedder = router.embedder(space)
+                    same = next((s for s in out if router.embedder(s) is embedder), None)
+                    if same is not None:
+                        out[space] = out[same]
+                        continue
                 timeout = self.embed_timeout
                 if timeout is not None and space not in self._warm:
                     timeout = max(timeout, self.load_timeout)

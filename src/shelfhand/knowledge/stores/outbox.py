@@ -35,7 +35,9 @@ __all__ = [
     "write_change",
 ]
 
-ChangeKind = Literal["doc", "chunks", "vectors"]
+ChangeKind = Literal["doc", "chunks", "vectors", "bridge"]
+"""``vectors``: chunks got their own vectors; ``bridge``: vectors in a bridge space (see
+:mod:`~shelfhand.knowledge.embeddings.router`) for chunks that have their own."""
 StoreT = TypeVar("StoreT", contravariant=True)
 """The store an index is derived from (:class:`~shelfhand.knowledge.stores.sqlite.SqliteKnowledgeStore`)."""
 

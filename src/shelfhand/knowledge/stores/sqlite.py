@@ -369,9 +369,39 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
         Chunks deleted or already embedded meanwhile are skipped. ``model`` (name, dim) is
         checked against what the space already holds.
         """
+        return self._store_vectors(space, rowids, matrix, model, own=True)
+
+    def add_bridge_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        *,
+        model: tuple[str, int] | None = None,
+    ) -> int:
+        """Store vectors in the bridge space ``space`` for chunks that have their own (chunks
+        deleted or still pending are skipped); returns how many were stored."""
+        return self._store_vectors(space, rowids, matrix, model, own=False)
+
+    def _store_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        model: tuple[str, int] | None,
+        *,
+        own: bool,
+    ) -> int:
+        """:meth:`add_vectors` (``own``: pending chunks, which then have a space) or
+        :meth:`add_bridge_vectors` (chunks that have theirs)."""
         arr = np.ascontiguousarray(matrix, dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] != len(rowids):
             raise KnowledgeError(f"vectors for space {space!r} do not match their rowids")
+        claim = (
+            "UPDATE chunks SET space=? WHERE rowid=? AND space IS NULL RETURNING doc_id"
+            if own
+            else "SELECT doc_id FROM chunks WHERE rowid=? AND space IS NOT NULL"
+        )
         with self._lock:
             with transaction(self._conn):
                 generation = self._bump_generation()
@@ -379,11 +409,8 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
                     self._check_space(space, *model)
                 by_doc: dict[str, list[int]] = {}
                 for rowid, row in zip(rowids, arr, strict=True):
-                    found = self._conn.execute(
-                        "UPDATE chunks SET space=? WHERE rowid=? AND space IS NULL"
-                        " RETURNING doc_id",
-                        (space, int(rowid)),
-                    ).fetchone()
+                    params = (space, int(rowid)) if own else (int(rowid),)
+                    found = self._conn.execute(claim, params).fetchone()
                     if found is None:
                         continue
                     self._conn.execute(
@@ -393,12 +420,19 @@ class SqliteKnowledgeStore(SqliteStoreReads, ReplacesSources):
                     )
                     by_doc.setdefault(str(found[0]), []).append(int(rowid))
                 for doc_id, done in by_doc.items():
-                    write_change(self._conn, generation, doc_id, kind="vectors", rowids=done)
-                    self._conn.execute(
-                        "UPDATE documents SET embed_state=?, embed_error=NULL WHERE doc_id=?"
-                        " AND NOT EXISTS (SELECT 1 FROM chunks WHERE doc_id=? AND space IS NULL)",
-                        (EMBED_DONE, doc_id, doc_id),
+                    write_change(
+                        self._conn,
+                        generation,
+                        doc_id,
+                        kind="vectors" if own else "bridge",
+                        rowids=done,
                     )
+                    if own:
+                        self._conn.execute(
+                            "UPDATE documents SET embed_state=?, embed_error=NULL WHERE doc_id=?"
+                            " AND NOT EXISTS (SELECT 1 FROM chunks WHERE doc_id=? AND space IS NULL)",
+                            (EMBED_DONE, doc_id, doc_id),
+                        )
             self._after_change()
         return sum(len(v) for v in by_doc.values())
 

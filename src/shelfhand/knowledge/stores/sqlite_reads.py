@@ -327,6 +327,20 @@ class SqliteStoreReads:
             ).fetchall()
         return [StoredChunk(rowid=r[0], chunk=row_to_chunk(r)) for r in rows]
 
+    def chunks_lacking(
+        self, space: str, bridge: str, *, after: int = 0, limit: int = 256
+    ) -> list[StoredChunk]:
+        """Chunks of ``space`` without a vector in its bridge space ``bridge``, in rowid
+        order, after rowid ``after``."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE space = ? AND rowid > ? AND NOT EXISTS"
+                " (SELECT 1 FROM embeddings e WHERE e.chunk_rowid = chunks.rowid AND e.space = ?)"
+                " ORDER BY rowid LIMIT ?",
+                (space, after, bridge, limit),
+            ).fetchall()
+        return [StoredChunk(rowid=r[0], chunk=row_to_chunk(r)) for r in rows]
+
     def count_pending(self) -> int:
         """How many chunks have no vectors yet (keyword-searchable, not vector-searchable)."""
         with self._lock:
@@ -342,10 +356,17 @@ class SqliteStoreReads:
         return {str(r[0]) for r in rows}
 
     def vectors_by_rowids(
-        self, rowids: Sequence[int]
+        self, rowids: Sequence[int], *, own: bool | None = None
     ) -> dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
-        """Stored vectors of ``rowids``, per space."""
+        """Stored vectors of ``rowids``, per space: in every space, or with ``own`` only in
+        the chunk's own space (``True``) or only in the others, bridge spaces (``False``)."""
         sql = "SELECT chunk_rowid, vector, space FROM embeddings WHERE chunk_rowid IN ({marks})"
+        if own is not None:
+            sql = (
+                "SELECT e.chunk_rowid, e.vector, e.space FROM embeddings e JOIN chunks c"
+                f" ON c.rowid = e.chunk_rowid WHERE e.space {'=' if own else '!='} c.space"
+                " AND e.chunk_rowid IN ({marks})"
+            )
         per_space: dict[str, list[Any]] = {}
         for rows in self._select_in(sql, rowids):
             for r in rows:

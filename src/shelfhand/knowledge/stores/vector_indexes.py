@@ -195,15 +195,20 @@ class VectorIndexes:
         return self._durable
 
     def apply(self, store: SqliteKnowledgeStore, changes: Sequence[IndexChange]) -> None:
-        # Replaced documents are re-read whole; vectors added to pending chunks by rowid.
+        # Replaced documents are re-read whole; vectors added to pending chunks by rowid (in
+        # their own space), and those added in bridge spaces (in those only: each vector is
+        # added once, never again as a tombstone and a copy).
         doc_ids, old, embedded = split_changes(changes, "vectors")
+        _, _, bridged = split_changes(changes, "bridge")
         with self._lock:
             current: dict[str, list[tuple[Ids, Vectors]]] = {}
             if doc_ids:
                 for space in store.vector_spaces():
                     current[space] = list(store.iter_vectors(space, doc_ids))
-            for space, batch in store.vectors_by_rowids(embedded).items():
-                current.setdefault(space, []).append(batch)
+            for rowids, own in ((embedded, True), (bridged, False)):
+                if rowids:
+                    for space, batch in store.vectors_by_rowids(rowids, own=own).items():
+                        current.setdefault(space, []).append(batch)
             for vs in self._spaces.values():
                 vs.remove(old)
             for space, batches in current.items():

@@ -181,6 +181,24 @@ class PgStoreReads:
         )
         return [StoredChunk(rowid=int(r[0]), chunk=row_to_chunk(r)) for r in rows]
 
+    def chunks_lacking(
+        self, space: str, bridge: str, *, after: int = 0, limit: int = 256
+    ) -> list[StoredChunk]:
+        """Chunks of ``space`` without a vector in its bridge space ``bridge``, in rowid
+        order, after rowid ``after``."""
+        table = self.space_table(bridge)
+        lacking = (
+            ""
+            if table is None
+            else f" AND NOT EXISTS (SELECT 1 FROM {table.table} v WHERE v.rowid = c.rowid)"
+        )
+        rows = self._all(
+            f"SELECT {CHUNK_COLUMNS} FROM knowledge_pg_chunks c WHERE c.space = %s"
+            f" AND c.rowid > %s{lacking} ORDER BY c.rowid LIMIT %s",
+            (space, after, limit),
+        )
+        return [StoredChunk(rowid=int(r[0]), chunk=row_to_chunk(r)) for r in rows]
+
     def vector_spaces(self) -> list[str]:
         """Spaces that hold at least one vector."""
         tables = self.space_tables()
@@ -270,9 +288,10 @@ class PgStoreReads:
             last = int(rows[-1][0])
 
     def vectors_by_rowids(
-        self, rowids: Sequence[int]
+        self, rowids: Sequence[int], *, own: bool | None = None
     ) -> dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]]:
-        """Stored vectors of ``rowids``, per space."""
+        """Stored vectors of ``rowids``, per space: in every space, or with ``own`` only in
+        the chunk's own space (``True``) or only in the others, bridge spaces (``False``)."""
         out: dict[str, tuple[np.ndarray[Any, np.dtype[np.int64]], Vectors]] = {}
         if not rowids:
             return out
@@ -280,10 +299,11 @@ class PgStoreReads:
             table = self.space_table(space)
             if table is None:
                 continue
+            which = "" if own is None else f" AND c.space {'=' if own else '<>'} %s"
             rows = self._all(
-                f"SELECT rowid, embedding FROM {table.table} WHERE rowid = ANY(%s::bigint[])"
-                " ORDER BY rowid",
-                ([int(r) for r in rowids],),
+                f"SELECT v.rowid, v.embedding FROM {table.table} v JOIN knowledge_pg_chunks c"
+                f" ON c.rowid = v.rowid WHERE v.rowid = ANY(%s::bigint[]){which} ORDER BY v.rowid",
+                ([int(r) for r in rowids], *([] if own is None else [space])),
             )
             if rows:
                 ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))

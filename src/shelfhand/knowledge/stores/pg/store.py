@@ -475,6 +475,31 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
     ) -> int:
         """Store vectors of pending chunks (phase 2); chunks deleted or embedded meanwhile are
         skipped. Returns how many were stored."""
+        return self._store_vectors(space, rowids, matrix, model, own=True)
+
+    def add_bridge_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        *,
+        model: tuple[str, int] | None = None,
+    ) -> int:
+        """Store vectors in the bridge space ``space`` for chunks that have their own (chunks
+        deleted or still pending are skipped); returns how many were stored."""
+        return self._store_vectors(space, rowids, matrix, model, own=False)
+
+    def _store_vectors(
+        self,
+        space: str,
+        rowids: Sequence[int],
+        matrix: Vectors,
+        model: tuple[str, int] | None,
+        *,
+        own: bool,
+    ) -> int:
+        """:meth:`add_vectors` (``own``: pending chunks, which then have a space) or
+        :meth:`add_bridge_vectors` (chunks that have theirs, locked against a delete)."""
         arr = np.ascontiguousarray(matrix, dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] != len(rowids):
             raise KnowledgeError(f"vectors for space {space!r} do not match their rowids")
@@ -489,20 +514,28 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
                     f"vectors of dim {arr.shape[1]} for space {space!r} of dim {table.dim}"
                 )
             position = {int(r): j for j, r in enumerate(rowids)}
-            claimed = conn.execute(
-                f"UPDATE knowledge_pg_chunks SET space = %s WHERE rowid = ANY(%s::bigint[])"
-                f" AND space IS NULL RETURNING {CHUNK_COLUMNS}",
-                (space, list(position)),
-            ).fetchall()
+            if own:
+                claimed = conn.execute(
+                    f"UPDATE knowledge_pg_chunks SET space = %s WHERE rowid = ANY(%s::bigint[])"
+                    f" AND space IS NULL RETURNING {CHUNK_COLUMNS}",
+                    (space, list(position)),
+                ).fetchall()
+            else:
+                claimed = conn.execute(
+                    f"SELECT {CHUNK_COLUMNS} FROM knowledge_pg_chunks WHERE rowid ="
+                    " ANY(%s::bigint[]) AND space IS NOT NULL FOR SHARE",
+                    (list(position),),
+                ).fetchall()
             rows = [(int(r[0]), row_to_chunk(r)) for r in claimed]
             if rows:
                 self._insert_vectors(conn, table, rows, arr[[position[r] for r, _ in rows]])
-                conn.execute(
-                    "UPDATE knowledge_pg_documents d SET embed_state = %s, embed_error = NULL"
-                    " WHERE d.doc_id = ANY(%s::text[]) AND NOT EXISTS (SELECT 1 FROM"
-                    " knowledge_pg_chunks c WHERE c.doc_id = d.doc_id AND c.space IS NULL)",
-                    (EMBED_DONE, sorted({c.doc_id for _, c in rows})),
-                )
+                if own:
+                    conn.execute(
+                        "UPDATE knowledge_pg_documents d SET embed_state = %s, embed_error = NULL"
+                        " WHERE d.doc_id = ANY(%s::text[]) AND NOT EXISTS (SELECT 1 FROM"
+                        " knowledge_pg_chunks c WHERE c.doc_id = d.doc_id AND c.space IS NULL)",
+                        (EMBED_DONE, sorted({c.doc_id for _, c in rows})),
+                    )
                 record_changes(conn, {c.doc_id for _, c in rows})
             conn.execute("UPDATE knowledge_pg_meta SET value = value + 1 WHERE key = 'generation'")
         self._after_change()

@@ -179,9 +179,12 @@ class QdrantIndex:
 
     def apply(self, store: Any, changes: Sequence[IndexChange]) -> None:
         """Delete replaced documents' points, write their current chunks (with vectors), the
-        chunks appended to a document, and the vectors that pending chunks got."""
+        chunks appended to a document, and the vectors that pending chunks got (in their own
+        space or a bridge space)."""
         doc_ids, old, appended = split_changes(changes, "chunks")
         _, _, embedded = split_changes(changes, "vectors")
+        _, _, bridged = split_changes(changes, "bridge")
+        embedded = list(dict.fromkeys([*embedded, *bridged]))
         with self._lock:
             self.backend.delete(sorted(old), doc_ids)
             stored = ((s.rowid, s.chunk) for s in store.iter_chunks(doc_ids)) if doc_ids else ()

@@ -1,0 +1,171 @@
+"""Bridge spaces: a monolingual space's chunks embedded by a multilingual embedder too, so
+that a question in another language finds them (a Chinese question, an English passage);
+on every store of ``STORE_KINDS``."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+
+from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter, bridge_space
+from shelfhand.knowledge.stack import EmbeddedKnowledge
+from shelfhand.knowledge.types import Document, Section
+from support.embedders import BagEmbedder
+
+OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
+
+GLOSS = {"工单": "ticket", "附件": "attachment", "保存": "kept", "退货": "return", "天": "day"}
+
+
+class GlossEmbedder(BagEmbedder):
+    """A bag of words that reads the Chinese words of :data:`GLOSS` as their English ones: a
+    multilingual space, as USE is one."""
+
+    multilingual = True
+
+    def __init__(self) -> None:
+        super().__init__("gloss", dim=96)
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.texts += len(texts)
+        glossed = []
+        for text in texts:
+            for zh, en in GLOSS.items():
+                text = text.replace(zh, f" {en} ")
+            glossed.append(text)
+        return super().embed(glossed)
+
+
+def doc(doc_id: str, text: str) -> Document:
+    return Document(
+        doc_id=doc_id,
+        source=doc_id,
+        title="",
+        doc_type="markdown",
+        sections=(Section(text=text),),
+        content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    )
+
+
+ENGLISH = doc("retention.md", "Each support ticket attachment is kept for two years.")
+OTHER = doc("backups.md", "Database backups are encrypted in a second region.")
+CHINESE = doc("退货.md", "退货须在七天内申请，商品须保持完好。")
+QUESTION = "工单附件保存多久？"  # (no word of it in the English passage)
+
+
+def router(*, bridge: bool, gloss: GlossEmbedder | None = None) -> EmbeddingRouter:
+    return EmbeddingRouter(
+        {"en": BagEmbedder("en-bag"), "zh": gloss or GlossEmbedder()},
+        bridges={"en": "zh"} if bridge else None,
+    )
+
+
+def top(kb: EmbeddedKnowledge, query: str, mode: str = "hybrid") -> list[str]:
+    hits = kb.retriever.search(query, k=3, mode=mode)  # type: ignore[arg-type]
+    return [h.chunk.source for h in hits if h.relevance >= 0.3]
+
+
+def test_a_bridge_names_two_different_spaces() -> None:
+    r = router(bridge=True)
+    assert r.spaces == ("en", "zh", "en_via_zh") and r.routed_spaces == ("en", "zh")
+    assert r.bridge_for("en") == bridge_space("en", "zh") == "en_via_zh"
+    assert r.bridged_from("en_via_zh") == "en" and r.bridged_from("zh") is None
+    assert r.embedder("en_via_zh") is r.embedder("zh")
+    with pytest.raises(InvalidArgumentError, match="two different spaces"):
+        EmbeddingRouter({"en": BagEmbedder()}, bridges={"en": "en"})
+    with pytest.raises(InvalidArgumentError, match="two different spaces"):
+        EmbeddingRouter({"en": BagEmbedder()}, bridges={"en": "zh"})
+
+
+def test_a_chinese_question_finds_an_english_passage_through_the_bridge(
+    open_stack: OpenStack,
+) -> None:
+    kb = open_stack(router(bridge=True))
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    assert kb.store.count_vectors("en_via_zh") == kb.store.count_vectors("en") == 2
+    assert kb.store.count_vectors("zh") == 1
+    for mode in ("hybrid", "vector"):
+        assert top(kb, QUESTION, mode)[:1] == ["retention.md"], mode
+    # English questions leave the bridge alone: their own space serves them
+    embedded, _ = kb.retriever._embed("How long is a ticket attachment kept?")
+    assert embedded is not None and set(embedded) == {"en", "zh"}
+    embedded, _ = kb.retriever._embed(QUESTION)
+    assert embedded is not None and set(embedded) == {"en", "zh", "en_via_zh"}
+    assert embedded["zh"] is embedded["en_via_zh"]  # (one embedding for both)
+    kb.close()
+
+
+def test_without_the_bridge_the_chinese_question_misses_it(open_stack: OpenStack) -> None:
+    kb = open_stack(router(bridge=False))
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    assert "retention.md" not in top(kb, QUESTION)
+    kb.close()
+
+
+def test_a_workspace_embedded_before_the_bridge_is_filled_by_the_next_run(
+    open_stack: OpenStack,
+) -> None:
+    kb = open_stack(router(bridge=False))
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    kb.close()
+    gloss = GlossEmbedder()
+    kb = open_stack(router(bridge=True, gloss=gloss))
+    assert kb.store.count_vectors("en_via_zh") == 0
+    report = kb.ingestor.embed_pending()
+    assert report.error is None and report.pending_chunks == 0
+    assert kb.store.count_vectors("en_via_zh") == 2 and gloss.texts == 2
+    kb.store.sync()
+    assert top(kb, QUESTION)[:1] == ["retention.md"]
+    before = gloss.texts
+    kb.ingestor.embed_pending()  # filled: nothing is embedded again
+    assert gloss.texts == before
+    kb.close()
+
+
+def test_a_failing_bridge_keeps_the_chunks_own_vectors_and_is_filled_later(
+    open_stack: OpenStack,
+) -> None:
+    gloss = GlossEmbedder()
+    kb = open_stack(router(bridge=True, gloss=gloss))
+    kb.ingestor.ingest_documents([CHINESE])
+    gloss.fail = True
+    report = kb.ingestor.ingest_documents([ENGLISH])
+    assert kb.store.count_pending() == 0  # English chunks embedded in their own space
+    assert kb.store.count_vectors("en") == 1 and kb.store.count_vectors("en_via_zh") == 0
+    assert report is not None
+    assert top(kb, "How long is a support ticket attachment kept?")[:1] == ["retention.md"]
+    failed = kb.ingestor.embed_pending()
+    assert failed.error is not None and "bridge space" in failed.error
+    assert "quota exceeded" in failed.error
+    gloss.fail = False
+    assert kb.ingestor.embed_pending().error is None
+    assert kb.store.count_vectors("en_via_zh") == 1
+    kb.store.sync()
+    assert top(kb, QUESTION)[:1] == ["retention.md"]
+    kb.close()
+
+
+def test_filling_a_bridge_leaves_the_chunks_own_space_alone(
+    open_stack: OpenStack, store_kind: str
+) -> None:
+    if store_kind != "embedded":
+        pytest.skip("the vectors are searched in PostgreSQL or Qdrant")
+    kb = open_stack(router(bridge=False), hnsw_threshold=1)
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    kb.close()
+    kb = open_stack(router(bridge=True), hnsw_threshold=1)
+    en = kb.vectors.space("en")  # type: ignore[attr-defined]
+    version = en.version
+    kb.ingestor.embed_pending()  # (the bridge's vectors alone: a change of their own)
+    kb.store.sync()
+    # (re-reading the chunks' own vectors with the bridge's would remove and add every
+    # one of them again: at scale, rebuilding the space's HNSW graph once a batch)
+    assert en.version == version and (en.live_count, en.n) == (2, 2)
+    bridge = kb.vectors.space("en_via_zh")  # type: ignore[attr-defined]
+    assert bridge.mode == "hnsw" and bridge.live_count == 2
+    kb.close()

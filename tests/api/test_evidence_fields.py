@@ -42,4 +42,6 @@ def test_search_results_flag_the_two_warranty_versions(
     assert a["conflict_note"] == b["conflict_note"]
     assert all(x["start"] is not None and x["end"] > x["start"] for x in results)
     assert all(x["spans"] == [] for x in results)  # search shows whole passages
+    # the search's evidence strength of each passage, 0..1
+    assert all(0 < x["relevance"] <= 1 for x in results)
     assert nothing["results"] == []

@@ -10,10 +10,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
+from shelfhand import KnowledgeAgent
 from shelfhand.core.errors import InvalidArgumentError
+from shelfhand.core.messages import Citation
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, bridge_space
+from shelfhand.knowledge.retrieval.hybrid import own_language_first
 from shelfhand.knowledge.stack import EmbeddedKnowledge
-from shelfhand.knowledge.types import Document, Section
+from shelfhand.knowledge.types import Chunk, Document, SearchHit, Section
 from support.embedders import BagEmbedder
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
@@ -118,6 +121,7 @@ def test_a_workspace_embedded_before_the_bridge_is_filled_by_the_next_run(
     assert kb.store.count_vectors("en_via_zh") == 0
     report = kb.ingestor.embed_pending()
     assert report.error is None and report.pending_chunks == 0
+    assert (report.embedded_chunks, report.bridged_chunks) == (0, 2)
     assert kb.store.count_vectors("en_via_zh") == 2 and gloss.texts == 2
     kb.store.sync()
     assert top(kb, QUESTION)[:1] == ["retention.md"]
@@ -169,3 +173,53 @@ def test_filling_a_bridge_leaves_the_chunks_own_space_alone(
     bridge = kb.vectors.space("en_via_zh")  # type: ignore[attr-defined]
     assert bridge.mode == "hnsw" and bridge.live_count == 2
     kb.close()
+
+
+def hit(doc_id: str, text: str, n: int) -> SearchHit:
+    chunk = Chunk(
+        chunk_id=f"{doc_id}::{n}", doc_id=doc_id, chunk_index=n, text=text, title="",
+        section_path=(), page=None, source=doc_id, start=0, end=len(text),
+        content_hash=f"{doc_id}{n}", doc_type="markdown",
+    )  # fmt: skip
+    return SearchHit(chunk=chunk, score=1.0 - n / 10, relevance=0.5)
+
+
+def test_a_passage_in_another_language_follows_its_documents_own_language_passages() -> None:
+    hits = [
+        hit("returns.md", "未拆封商品 30 天内可申请无理由退货。", 0),
+        hit("returns.md", "Unopened items can be returned within 30 days.", 1),
+        hit("retention.md", "Support tickets are kept for 2 years.", 2),
+        hit("returns.md", "申请退货时请提供订单号。", 3),
+        hit("faq.md", "退货运费由客户承担。", 4),
+    ]
+    ids = [h.chunk.chunk_id for h in own_language_first(hits, "怎么退货？")]
+    # the English section of the bilingual policy after its Chinese ones; an English
+    # document of its own keeps its place
+    assert ids == [
+        "returns.md::0", "retention.md::2", "returns.md::3", "returns.md::1", "faq.md::4",
+    ]  # fmt: skip
+    assert own_language_first(hits[1:3], "怎么退货？") == hits[1:3]
+    # an English question: the Chinese sections of the same document go after the English one
+    english = [h.chunk.chunk_id for h in own_language_first(hits[:2], "How do I return it?")]
+    assert english == ["returns.md::1", "returns.md::0"]
+
+
+@pytest.mark.anyio
+async def test_without_a_model_a_chinese_question_is_answered_from_the_english_passage(
+    open_stack: OpenStack,
+) -> None:
+    kb = open_stack(router(bridge=True), min_relevance=0.25)
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    result = await KnowledgeAgent(kb.retriever, extractive=True).run(QUESTION)
+    assert result.extractive and result.fallback_reason == "no_model"
+    assert result.output.splitlines() == [
+        "摘自文档：",
+        "- Each support ticket attachment is kept for two years. [1]",
+    ]
+    assert result.grounding is not None and result.grounding.grounded
+    passage = result.citations[0]  # (its relevance kept where a session stores it)
+    assert passage.relevance is not None and passage.relevance >= 0.25
+    assert Citation.from_dict(passage.to_dict()) == passage
+    # a question the English passages do not answer is still not covered
+    result = await KnowledgeAgent(kb.retriever, extractive=True).run("退货运费谁出？")
+    assert not result.extractive and result.output.startswith("文档中没有这方面的内容")

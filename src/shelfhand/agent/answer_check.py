@@ -710,9 +710,13 @@ def extractive_result(
     *,
     synonyms: SynonymTable | None = None,
     asked: str | None = None,
+    searched_for_it: bool = False,
 ) -> RunResult | None:
     """``result`` answered by the extractive answer, or ``None`` when no passage is about
-    ``question`` (read with ``synonyms``, default the built-in groups).
+    ``question`` (read with ``synonyms``, default the built-in groups). ``searched_for_it``:
+    ``result``'s passages were searched for ``question`` as typed, so one in English found
+    for a question in Chinese may be quoted (see
+    :func:`~shelfhand.agent.extractive.extractive_answer`'s ``across``).
 
     A follow-up searched as rewritten (:func:`~.grounding.rewritten_query`: "它的光源能用多
     久？" after a question about the Lumen X1 Pro names no product) is read as the search
@@ -729,7 +733,9 @@ def extractive_result(
             query, result.citations, synonyms=synonyms, language_of=question
         )
     if extract is None:
-        extract = extractive_answer(question, result.citations, synonyms=synonyms)
+        extract = extractive_answer(
+            question, result.citations, synonyms=synonyms, across=searched_for_it
+        )
     if extract is None:
         return None
     grounding = check_grounding(extract.text, result.citations, question=question)
@@ -958,10 +964,12 @@ def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citat
 def no_model_answer(
     result: RunResult, question: str, *, synonyms: SynonymTable | None = None
 ) -> RunResult:
-    """The answer without a chat model: the extractive answer of ``result``'s passages, or
-    "the documents do not cover this" when none is about ``question`` (the passages stay
-    in ``result.citations`` either way)."""
-    extracted = extractive_result(result, "no_model", question, synonyms=synonyms)
+    """The answer without a chat model: the extractive answer of ``result``'s passages (the
+    search's for ``question``), or "the documents do not cover this" when none is about
+    ``question`` (the passages stay in ``result.citations`` either way)."""
+    extracted = extractive_result(
+        result, "no_model", question, synonyms=synonyms, searched_for_it=True
+    )
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     return replace(

@@ -94,6 +94,11 @@ class CitationOut(BaseModel):
     chunk_id: str = ""
     text: str = ""
     score: float | None = None
+    relevance: float | None = Field(
+        default=None,
+        description="The search's evidence strength for the passage, 0..1, comparable across "
+        "queries (passages under the workspace's min_relevance are not returned).",
+    )
     start: int | None = Field(
         default=None, description="Where the passage starts in its document's text."
     )

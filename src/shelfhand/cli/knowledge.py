@@ -349,8 +349,13 @@ def embed(workspace: WorkspaceOpt = None) -> None:
     with _StopOnSigint(console) as stop, _bars(console) as bar:
         report = kb.embed_pending(progress=_progress_handler(bar), should_stop=stop)
     kb.close()
+    also = (
+        f" (and {plural(report.bridged_chunks, 'chunk')} for questions in other languages)"
+        if report.bridged_chunks
+        else ""
+    )
     console.print(
-        f"{plural(report.embedded_chunks, 'chunk')} embedded in {report.seconds:.1f} s; "
+        f"{plural(report.embedded_chunks, 'chunk')} embedded{also} in {report.seconds:.1f} s; "
         f"{report.pending_chunks} pending",
         highlight=False,
     )

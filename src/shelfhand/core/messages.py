@@ -54,6 +54,9 @@ class Citation:
     chunk_id: str = ""
     text: str = ""
     score: float | None = None
+    relevance: float | None = None
+    """The search's evidence strength for the passage, 0..1, comparable across queries (the
+    hit's ``relevance``; ``None``: not from a search)."""
     start: int | None = None
     """Where the passage starts in its document's text (``None``: not known)."""
     end: int | None = None
@@ -79,6 +82,7 @@ class Citation:
             "chunk_id": self.chunk_id,
             "text": self.text,
             "score": self.score,
+            "relevance": self.relevance,
             "start": self.start,
             "end": self.end,
             "spans": [list(s) for s in self.spans],
@@ -98,6 +102,7 @@ class Citation:
             chunk_id=str(data.get("chunk_id", "")),
             text=str(data.get("text", "")),
             score=None if data.get("score") is None else float(data["score"]),
+            relevance=None if data.get("relevance") is None else float(data["relevance"]),
             start=None if data.get("start") is None else int(data["start"]),
             end=None if data.get("end") is None else int(data["end"]),
             spans=tuple((int(s[0]), int(s[1])) for s in data.get("spans") or ()),

@@ -30,6 +30,7 @@ def to_citations(hits: Sequence[SearchHit], *, start: int = 1) -> list[Citation]
             chunk_id=h.chunk.chunk_id,
             text=h.chunk.text,
             score=h.score,
+            relevance=h.relevance,
             start=h.chunk.start,
             end=h.chunk.end,
         )

@@ -60,6 +60,8 @@ class PendingEmbedder:
         self.router = router
         self.batch_size = batch_size
         self.group_chunks = group_chunks
+        self.bridged = 0
+        """Chunks embedded in bridge spaces in the last run."""
         self.bridge_error: str | None = None
         """Why embedding into a bridge space failed in the last run (the chunks keep their
         own vectors and wait for a backfill)."""
@@ -86,6 +88,7 @@ class PendingEmbedder:
         interrupted = False
         after = 0
         self.bridge_error = None
+        self.bridged = 0
         while error is None and not interrupted:
             page = self.store.pending_chunks(after=after, limit=self.group_chunks)
             if not page:
@@ -111,6 +114,7 @@ class PendingEmbedder:
             seconds=time.perf_counter() - started,
             error=error,
             interrupted=interrupted,
+            bridged_chunks=self.bridged,
         )
 
     def _backfill(self, stop: ShouldStop) -> bool:
@@ -147,9 +151,11 @@ class PendingEmbedder:
             logger.warning("%s in space %r; a later backfill embeds them", error, bridge)
         if not rowids:
             return 0
-        return self.store.add_bridge_vectors(
+        done = self.store.add_bridge_vectors(
             bridge, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
         )
+        self.bridged += done
+        return done
 
     def _vectors(
         self,

@@ -61,6 +61,10 @@ class EmbedReport:
     embedded_chunks: int = 0
     pending_chunks: int = 0
     """Chunks still without vectors afterwards."""
+    bridged_chunks: int = 0
+    """Chunks embedded in a bridge space too (for questions in another language; see
+    :mod:`~shelfhand.knowledge.embeddings.router`), those of this run's and, on the first
+    run of a workspace embedded before, the others."""
     seconds: float = 0.0
     error: str | None = None
     """Why embedding stopped early (the embedder failed); the chunks stay pending."""

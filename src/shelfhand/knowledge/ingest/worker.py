@@ -80,11 +80,12 @@ class EmbeddingWorker:
                 report = None
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 logger.error("background embedding failed: %s", self.last_error)
-            if report is not None and report.embedded_chunks:
+            if report is not None and (report.embedded_chunks or report.bridged_chunks):
                 logger.info(
-                    "embedded %d pending chunks (%d still pending)",
+                    "embedded %d pending chunks (%d still pending; %d in bridge spaces)",
                     report.embedded_chunks,
                     report.pending_chunks,
+                    report.bridged_chunks,
                 )
             if self.last_error is not None:
                 logger.warning("background embedding paused %.0f s: %s", delay, self.last_error)

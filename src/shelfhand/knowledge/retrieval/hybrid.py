@@ -77,7 +77,7 @@ from shelfhand.knowledge.analysis import (
     unglued,
     with_synonyms,
 )
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors, detect_language
 from shelfhand.knowledge.protocols import FusedSearch, KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.retrieval.exact import exact_first
 from shelfhand.knowledge.retrieval.fusion import (
@@ -332,15 +332,17 @@ class HybridRetriever:
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
         split = split_words(tokens, query) if tokens else ()
+        wanted = k + LANGUAGE_SLACK  # (see own_language_first)
         if fused is not None:
             hits, n_fused, relevant = self._fused_hits(
-                tokens or [], fused, weighted, fetch, k, opts.min_relevance, split
+                tokens or [], fused, weighted, fetch, wanted, opts.min_relevance, split
             )
         else:
             rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
             hits, n_fused, relevant = self._fuse(
-                tokens or [], keyword, vectors, k, opts.min_relevance, split, rrf=rrf
+                tokens or [], keyword, vectors, wanted, opts.min_relevance, split, rrf=rrf
             )
+        hits = own_language_first(hits, query)[:k]
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         if opts.exact_boost:
@@ -689,6 +691,39 @@ class HybridRetriever:
             if missing:
                 found = self.vector_indexes.similarities(space, vectors.query_vectors[i], missing)
                 cosines[i].update(found)
+
+
+LANGUAGE_SLACK = 3
+"""Hits chosen beyond ``k`` so that :func:`own_language_first` has passages to move up."""
+
+
+def own_language_first(hits: Sequence[SearchHit], query: str) -> list[SearchHit]:
+    """``hits`` with each passage in another language than ``query`` moved after the last
+    passage of its document in the query's language: a bilingual policy's English section
+    (found for a Chinese question through the bridge space of English chunks, see
+    :mod:`~shelfhand.knowledge.embeddings.router`) below its Chinese ones, which it
+    translates, so that it does not take the place of one of them ("怎么退货？" over the
+    samples' returns policy lost the section on 订单号 to it). A document in one language
+    keeps its place."""
+    asked = detect_language(query)
+    same = [detect_language(h.chunk.text) == asked for h in hits]
+    last: dict[str, int] = {}
+    for i, (hit, own) in enumerate(zip(hits, same, strict=True)):
+        if own:
+            last[hit.chunk.doc_id] = i
+    if not last or all(
+        own or h.chunk.doc_id not in last for h, own in zip(hits, same, strict=True)
+    ):
+        return list(hits)
+    order = [
+        (
+            i
+            if own or h.chunk.doc_id not in last or last[h.chunk.doc_id] < i
+            else last[h.chunk.doc_id] + 0.5
+        )
+        for i, (h, own) in enumerate(zip(hits, same, strict=True))
+    ]
+    return [hits[i] for i in sorted(range(len(hits)), key=lambda i: order[i])]
 
 
 def _unsure(

@@ -4,6 +4,7 @@ on every store of ``STORE_KINDS``."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from shelfhand import KnowledgeAgent
+from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, bridge_space
@@ -100,6 +102,24 @@ def test_a_chinese_question_finds_an_english_passage_through_the_bridge(
     embedded, _ = kb.retriever._embed(QUESTION)
     assert embedded is not None and set(embedded) == {"en", "zh", "en_via_zh"}
     assert embedded["zh"] is embedded["en_via_zh"]  # (one embedding for both)
+    kb.close()
+
+
+def test_the_bridge_keeps_each_tenant_to_its_own_passages(open_stack: OpenStack) -> None:
+    kb = open_stack(router(bridge=True))
+    acme = dataclasses.replace(ENGLISH, tenant_id="acme")
+    kb.ingestor.ingest_documents([acme, CHINESE])
+    found = {
+        tenant: [
+            h.chunk.source
+            for h in kb.retriever.search(
+                QUESTION, k=3, mode="vector", user=UserContext(tenant_id=tenant, user_id="u")
+            )
+        ]
+        for tenant in ("acme", "globex")
+    }
+    assert found["acme"][:1] == ["retention.md"]
+    assert "retention.md" not in found["globex"]
     kb.close()
 
 

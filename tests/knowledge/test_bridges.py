@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -127,6 +128,20 @@ def test_without_the_bridge_the_chinese_question_misses_it(open_stack: OpenStack
     kb = open_stack(router(bridge=False))
     kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
     assert "retention.md" not in top(kb, QUESTION)
+    kb.close()
+
+
+def test_a_bridge_turned_off_is_left_alone_quietly(
+    open_stack: OpenStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    kb = open_stack(router(bridge=True))
+    kb.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    kb.close()
+    kb = open_stack(router(bridge=False))  # (cross_language = false: its vectors stay unused)
+    with caplog.at_level(logging.WARNING):
+        assert "retention.md" not in top(kb, QUESTION)
+        assert top(kb, "How long is a support ticket attachment kept?")[:1] == ["retention.md"]
+    assert not [r for r in caplog.records if "no embedder configured" in r.getMessage()]
     kb.close()
 
 

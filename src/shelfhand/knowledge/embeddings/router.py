@@ -54,7 +54,15 @@ def detect_language(text: str) -> str:
 
 def bridge_space(source: str, via: str) -> str:
     """The space holding ``source``'s chunks embedded by ``via``'s embedder."""
-    return f"{source}_via_{via}"
+    return f"{source}{_VIA}{via}"
+
+
+def is_bridge_space(space: str) -> bool:
+    """Whether ``space`` is named as a bridge space (:func:`bridge_space`)."""
+    return _VIA in space
+
+
+_VIA = "_via_"
 
 
 class EmbeddingRouter:

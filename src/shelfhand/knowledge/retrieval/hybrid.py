@@ -79,7 +79,12 @@ from shelfhand.knowledge.analysis import (
     unglued,
     with_synonyms,
 )
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors, detect_language
+from shelfhand.knowledge.embeddings.router import (
+    EmbeddingRouter,
+    Vectors,
+    detect_language,
+    is_bridge_space,
+)
 from shelfhand.knowledge.protocols import FusedSearch, KeywordIndex, KnowledgeStore, VectorSearch
 from shelfhand.knowledge.retrieval.exact import exact_first
 from shelfhand.knowledge.retrieval.fusion import (
@@ -444,7 +449,8 @@ class HybridRetriever:
         try:
             for space in spaces:
                 if space not in router.spaces:
-                    self._warn_once(f"no embedder configured for vector space {space!r}")
+                    if not is_bridge_space(space):  # (one turned off: cross_language = false)
+                        self._warn_once(f"no embedder configured for vector space {space!r}")
                     continue
                 source = router.bridged_from(space)
                 if source is not None:

@@ -17,6 +17,7 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, bridge_space
+from shelfhand.knowledge.ingest.reports import IngestEvent
 from shelfhand.knowledge.retrieval.hybrid import own_language_first
 from shelfhand.knowledge.stack import EmbeddedKnowledge
 from shelfhand.knowledge.types import Chunk, Document, SearchHit, Section
@@ -154,10 +155,15 @@ def test_a_workspace_embedded_before_the_bridge_is_filled_by_the_next_run(
     gloss = GlossEmbedder()
     kb = open_stack(router(bridge=True, gloss=gloss))
     assert kb.store.count_vectors("en_via_zh") == 0
-    report = kb.ingestor.embed_pending()
+    # an ingest embeds its own new chunks in the bridge, and leaves the old ones to `embed`
+    kb.ingestor.ingest_documents([doc("laptops.md", "Laptops are replaced every four years.")])
+    assert kb.store.count_vectors("en_via_zh") == 1 and gloss.texts == 1
+    events: list[IngestEvent] = []
+    report = kb.ingestor.embed_pending(progress=events.append)
     assert report.error is None and report.pending_chunks == 0
     assert (report.embedded_chunks, report.bridged_chunks) == (0, 2)
-    assert kb.store.count_vectors("en_via_zh") == 2 and gloss.texts == 2
+    assert kb.store.count_vectors("en_via_zh") == 3 and gloss.texts == 3
+    assert [(e.phase, e.done, e.total) for e in events] == [("embed", 2, 2)]
     kb.store.sync()
     assert top(kb, QUESTION)[:1] == ["retention.md"]
     before = gloss.texts

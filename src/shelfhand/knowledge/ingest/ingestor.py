@@ -501,10 +501,16 @@ class Ingestor:
             return EmbedReport()
         if not run:
             return EmbedReport(pending_chunks=self.store.count_pending())
-        return self.embed_pending(progress=progress, should_stop=stop)
+        # (the bridge spaces of chunks embedded before are filled by `shelfhand embed` and the
+        # service's worker: on a large workspace that is hours, not part of an ingest)
+        return self.embed_pending(progress=progress, should_stop=stop, backfill=False)
 
     def embed_pending(
-        self, *, progress: Progress | None = None, should_stop: ShouldStop | None = None
+        self,
+        *,
+        progress: Progress | None = None,
+        should_stop: ShouldStop | None = None,
+        backfill: bool = True,
     ) -> EmbedReport:
         """Phase 2: embed every chunk that has no vectors yet, ``group_chunks`` per commit
         (:class:`~shelfhand.knowledge.ingest.pending.PendingEmbedder`); a keyword-only ingestor
@@ -512,18 +518,22 @@ class Ingestor:
 
         Never raises for an embedder failure: it stops, and the report says why (the chunks
         stay pending). A vector space whose stored model differs from the configured embedder
-        raises :class:`KnowledgeError`.
+        raises :class:`KnowledgeError`. With ``backfill`` (not in an ingest), the first run
+        of this ingestor also embeds the chunks a bridge space lacks (a workspace embedded
+        before ``cross_language``; one whose bridge embedder failed).
         """
         if self.router is None:
             return EmbedReport()
         pending = PendingEmbedder(
             self.store, self.router, batch_size=self.batch_size, group_chunks=self.group_chunks
         )
-        report = pending.run(progress=progress, should_stop=should_stop, backfill=not self._bridged)
+        report = pending.run(
+            progress=progress, should_stop=should_stop, backfill=backfill and not self._bridged
+        )
         if pending.bridge_error is not None:
             self._bridged = False
             if report.error is None:  # (the chunks have their own vectors: they are searchable)
                 return dataclasses.replace(report, error=f"bridge space: {pending.bridge_error}")
-        elif report.error is None and not report.interrupted:
+        elif backfill and report.error is None and not report.interrupted:
             self._bridged = True
         return report

@@ -107,7 +107,7 @@ class PendingEmbedder:
                     )
                 )
         if backfill and error is None and not interrupted:
-            interrupted = self._backfill(stop)
+            interrupted = self._backfill(stop, progress)
         return EmbedReport(
             embedded_chunks=embedded,
             pending_chunks=self.store.count_pending(),
@@ -117,16 +117,21 @@ class PendingEmbedder:
             bridged_chunks=self.bridged,
         )
 
-    def _backfill(self, stop: ShouldStop) -> bool:
-        """Embed, in each bridge space, the chunks of its source space it lacks; returns
-        whether ``stop`` interrupted it (a failure is :attr:`bridge_error`)."""
+    def _backfill(self, stop: ShouldStop, progress: Progress | None) -> bool:
+        """Embed, in each bridge space, the chunks of its source space it lacks (progress as
+        phase ``embed`` events); returns whether ``stop`` interrupted it (a failure is
+        :attr:`bridge_error`)."""
         router = self.router
         for source in router.routed_spaces:
             bridge = router.bridge_for(source)
-            if bridge is None or self.store.count_vectors(source) <= self.store.count_vectors(
-                bridge
-            ):
+            lacking = (
+                0
+                if bridge is None
+                else self.store.count_vectors(source) - self.store.count_vectors(bridge)
+            )
+            if bridge is None or lacking <= 0:
                 continue
+            logger.info("embedding %d chunks of space %r in its bridge %r", lacking, source, bridge)
             after = 0
             while self.bridge_error is None:
                 page = self.store.chunks_lacking(
@@ -137,6 +142,17 @@ class PendingEmbedder:
                 after = page[-1].rowid
                 entries = [(s.rowid, embedding_text(s.chunk), s.chunk.content_hash) for s in page]
                 self._embed_bridge(bridge, entries)
+                if progress:
+                    done = min(self.bridged, lacking)
+                    progress(
+                        IngestEvent(
+                            kind="embedded",
+                            source=page[-1].chunk.source,
+                            done=done,
+                            total=lacking,
+                            phase="embed",
+                        )
+                    )
                 if stop():
                     return True
         return False

@@ -228,10 +228,15 @@ class KnowledgeBase:
         *,
         progress: Callable[[IngestEvent], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        backfill: bool = True,
     ) -> EmbedReport:
         """Embed chunks stored without vectors (ingest phase 2); a keyword-only base does
-        nothing. An embedder failure stops it and is reported, never raised."""
-        return self._stack.ingestor.embed_pending(progress=progress, should_stop=should_stop)
+        nothing. An embedder failure stops it and is reported, never raised. ``backfill``:
+        the first run also fills the bridge spaces (see
+        :meth:`~shelfhand.knowledge.ingest.ingestor.Ingestor.embed_pending`)."""
+        return self._stack.ingestor.embed_pending(
+            progress=progress, should_stop=should_stop, backfill=backfill
+        )
 
     def status(self) -> KnowledgeStatus:
         """Counts of sources, documents, chunks, vectors and chunks waiting for embedding."""

@@ -75,7 +75,7 @@ class JobKnowledge(KnowledgeTarget, Protocol):
     def keyword_only(self) -> bool: ...
 
     def embed_pending(
-        self, *, progress: Callable[[IngestEvent], None] | None = None
+        self, *, progress: Callable[[IngestEvent], None] | None = None, backfill: bool = True
     ) -> EmbedReport: ...
 
     def status(self) -> Any: ...
@@ -271,7 +271,9 @@ class JobRunner:
             with self.queue.try_exclusive(EMBED_LOCK) as mine:
                 if not mine:  # another job embeds, and looks again when it is done
                     return dataclasses.replace(total, pending_chunks=kb.status().pending_chunks)
-                report = kb.embed_pending(progress=progress)
+                # (a job embeds its own chunks; the bridge spaces of older ones are the
+                # background embedder's, or `shelfhand embed`'s: hours on a large workspace)
+                report = kb.embed_pending(progress=progress, backfill=False)
             total = EmbedReport(
                 embedded_chunks=total.embedded_chunks + report.embedded_chunks,
                 pending_chunks=report.pending_chunks,

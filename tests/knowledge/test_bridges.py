@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from shelfhand import KnowledgeAgent
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.messages import Citation
+from shelfhand.knowledge import KnowledgeBase, sample_corpus
+from shelfhand.knowledge.embeddings.local import default_router
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, bridge_space
 from shelfhand.knowledge.ingest.reports import IngestEvent
 from shelfhand.knowledge.retrieval.hybrid import own_language_first
@@ -264,3 +267,25 @@ async def test_without_a_model_a_chinese_question_is_answered_from_the_english_p
     # a question the English passages do not answer is still not covered
     result = await KnowledgeAgent(kb.retriever, extractive=True).run("退货运费谁出？")
     assert not result.extractive and result.output.startswith("文档中没有这方面的内容")
+
+
+@pytest.mark.slow
+def test_with_the_packaged_embedders_a_translation_does_not_take_a_passages_place(
+    tmp_path: Path,
+) -> None:
+    # the samples' returns policy: its rules in Chinese and a summary in English, which the
+    # bridge lifted into the top five of "怎么退货？" in place of the section on 订单号
+    kb = KnowledgeBase(tmp_path / "ws", default_router())
+    try:
+        kb.ingest([sample_corpus()])
+        hits = kb.search("怎么退货？", k=5)
+        assert len(hits) == 5
+        assert all(h.chunk.source == "projector/returns-policy.md" for h in hits)
+        assert not [h.chunk.text for h in hits if "Unopened items" in h.chunk.text]
+        assert any("订单号" in h.chunk.text for h in hits)
+        # the summary is found by an English question, and by a Chinese one past the five
+        english = [h.chunk.text for h in kb.search("How do I return an item?", k=5)]
+        assert any("Unopened items" in text for text in english)
+        assert any("Unopened items" in h.chunk.text for h in kb.search("怎么退货？", k=8))
+    finally:
+        kb.close()

@@ -55,6 +55,7 @@ disagreements can be flagged; ``version_siblings=False`` turns this off.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -339,17 +340,18 @@ class HybridRetriever:
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
         split = split_words(tokens, query) if tokens else ()
-        wanted = k + LANGUAGE_SLACK  # (see own_language_first)
+        wider = functools.partial(_translated, zh=detect_language(query) == "zh")
         if fused is not None:
             hits, n_fused, relevant = self._fused_hits(
-                tokens or [], fused, weighted, fetch, wanted, opts.min_relevance, split
+                tokens or [], fused, weighted, fetch, k, opts.min_relevance, split, wider=wider
             )
         else:
             rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
             hits, n_fused, relevant = self._fuse(
-                tokens or [], keyword, vectors, wanted, opts.min_relevance, split, rrf=rrf
+                tokens or [], keyword, vectors, k, opts.min_relevance, split, rrf=rrf, wider=wider
             )
-        hits = own_language_first(hits, query)[:k]
+        if len(hits) > k:
+            hits = own_language_first(hits, query)[:k]
         t_fuse = time.perf_counter() - t1
         t1 = time.perf_counter()
         if opts.exact_boost:
@@ -570,9 +572,10 @@ class HybridRetriever:
         split: tuple[str, ...] = (),
         *,
         rrf: bool = False,
+        wider: Callable[[Sequence[Chunk]], bool] | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` hits, and how many candidates were fused and how many of them were
-        relevant enough (``split``: see :meth:`_choose`)."""
+        relevant enough (``split``, ``wider``: see :meth:`_choose`)."""
         keyword_rank = {rowid: i for i, (rowid, _) in enumerate(keyword, start=1)}
         vector_rank: dict[int, int] = {}
         for found in vectors.lists:
@@ -599,7 +602,9 @@ class HybridRetriever:
         unsure = _unsure(
             split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index
         )
-        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure)
+        return self._choose(
+            ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
+        )
 
     def _fused_hits(
         self,
@@ -610,6 +615,8 @@ class HybridRetriever:
         k: int,
         min_relevance: float,
         split: tuple[str, ...] = (),
+        *,
+        wider: Callable[[Sequence[Chunk]], bool] | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The hits of a search the index fused: relevance and ranks from the candidates'
         cosines (each space's top ``fetch`` by cosine is its vector list) and keyword hits."""
@@ -625,7 +632,9 @@ class HybridRetriever:
         strength = candidate_relevance(query_tokens, keyword, cosines, weights, self.keyword_index)
         ranked = by_score(fused.ranked)
         unsure = _unsure(split, query_tokens, cosines, weights, min_relevance, self.keyword_index)
-        return self._choose(ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure)
+        return self._choose(
+            ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
+        )
 
     def _choose(
         self,
@@ -636,12 +645,16 @@ class HybridRetriever:
         k: int,
         min_relevance: float,
         unsure: Callable[[int, Chunk], bool] | None = None,
+        wider: Callable[[Sequence[Chunk]], bool] | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` of ``ranked`` at or over ``min_relevance``, one per passage, and how
         many candidates were ranked and how many of them were relevant enough.
 
         A candidate that ``unsure`` (:func:`_unsure`) says the keywords alone brought in on
-        the characters of a word jieba lacks ("2025 年" for 年假) is not one."""
+        the characters of a word jieba lacks ("2025 年" for 年假) is not one. When ``wider``
+        says so of the top ``k`` (a document's passage in another language than the query's
+        among them, :func:`_translated`), :data:`LANGUAGE_SLACK` more are chosen, for
+        :func:`own_language_first` to move up."""
         # too weak to count as an answer
         strong = [(r, s) for r, s in ranked if strength.get(r, 0.0) >= min_relevance]
         dropped = 0
@@ -649,9 +662,10 @@ class HybridRetriever:
         chunks: dict[int, Chunk] = {}
         seen: set[str] = set()
         start = 0
-        while len(chosen) < k and start < len(strong):
+        want = k
+        while len(chosen) < want and start < len(strong):
             # read the chunks a few more than still needed at a time: usually one query
-            batch = strong[start : start + k - len(chosen) + 2]
+            batch = strong[start : start + want - len(chosen) + 2]
             start += len(batch)
             read = self.store.chunk_map([rowid for rowid, _ in batch])
             for rowid, score in batch:
@@ -664,7 +678,10 @@ class HybridRetriever:
                 seen.add(chunk.content_hash)
                 chosen.append((rowid, score))
                 chunks[rowid] = chunk
-                if len(chosen) == k:
+                if len(chosen) == want:
+                    if want == k and wider is not None and wider(list(chunks.values())):
+                        want += LANGUAGE_SLACK
+                        continue
                     break
         hits = [
             SearchHit(
@@ -702,10 +719,31 @@ class HybridRetriever:
 
 
 LANGUAGE_SLACK = 3
-"""Hits chosen beyond ``k`` so that :func:`own_language_first` has passages to move up."""
+"""Hits chosen beyond ``k`` so that :func:`own_language_first` has passages to move up (only
+when the top ``k`` hold a document's passages in both languages)."""
 LANGUAGE_SAMPLE = 200
 """Characters of a passage's start :func:`own_language_first` reads its language from."""
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def _translated(chunks: Sequence[Chunk], *, zh: bool) -> bool:
+    """Whether a document has passages among ``chunks`` in the query's language (``zh``:
+    Chinese) and in the other one (see :func:`own_language_first`)."""
+    per_doc = Counter(c.doc_id for c in chunks)
+    if len(per_doc) == len(chunks):
+        return False
+    langs: dict[str, set[bool]] = {}
+    for c in chunks:
+        if per_doc[c.doc_id] > 1:
+            langs.setdefault(c.doc_id, set()).add(_chinese_start(c.text) == zh)
+    return any(len(both) == 2 for both in langs.values())
+
+
+def _chinese_start(text: str) -> bool:
+    """Whether a Chinese character starts ``text`` (its first :data:`LANGUAGE_SAMPLE`
+    characters): a chunk is seldom in two languages, and the share of its whole text took
+    50 µs a passage."""
+    return _CJK.search(text, 0, LANGUAGE_SAMPLE) is not None
 
 
 def own_language_first(hits: Sequence[SearchHit], query: str) -> list[SearchHit]:
@@ -720,13 +758,7 @@ def own_language_first(hits: Sequence[SearchHit], query: str) -> list[SearchHit]
     if len(per_doc) == len(hits):
         return list(hits)  # (one passage a document: nothing to move)
     zh = detect_language(query) == "zh"
-    # (a passage is Chinese when a Chinese character starts it: a chunk is seldom in two
-    # languages, and the share of its whole text took 50 µs a passage)
-    same = [
-        per_doc[h.chunk.doc_id] == 1
-        or (_CJK.search(h.chunk.text, 0, LANGUAGE_SAMPLE) is not None) == zh
-        for h in hits
-    ]
+    same = [per_doc[h.chunk.doc_id] == 1 or _chinese_start(h.chunk.text) == zh for h in hits]
     last: dict[str, int] = {}
     for i, (hit, own) in enumerate(zip(hits, same, strict=True)):
         if own:

@@ -28,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from shelfhand.core.messages import Citation
+from shelfhand.core.settings_table import DEFAULT_MIN_RELEVANCE
 from shelfhand.knowledge.analysis import (
     SynonymTable,
     chinese_only,
@@ -1058,9 +1059,10 @@ def _extract(
     return _assembled(asked_in, [(text, n, "") for text, n in chosen], headers)
 
 
-ACROSS_RELEVANCE = 0.25
+ACROSS_RELEVANCE = DEFAULT_MIN_RELEVANCE
 """The least search relevance of an English passage that :func:`_across` quotes for a
-Chinese question (the default ``min_relevance`` of a search)."""
+Chinese question: the default relevance floor of a workspace's searches (a workspace whose
+floor is lower does not lower this one)."""
 
 
 def _across(

@@ -455,6 +455,12 @@ _CJK_CHAR = re.compile(f"[{_CJK}]")
 _NOT_LETTERS = re.compile(r"[\W\d_]+")
 
 
+def holds_chinese(text: str, end: int | None = None) -> bool:
+    """Whether ``text`` (its first ``end`` characters) holds a Chinese character: a search
+    that stops at the first, where :func:`chinese_share` reads every character."""
+    return _CJK_CHAR.search(text, 0, len(text) if end is None else end) is not None
+
+
 def chinese_only(text: str) -> bool:
     """Whether ``text`` is all Chinese characters (and not empty)."""
     return _CJK_WORD.fullmatch(text) is not None

@@ -27,7 +27,6 @@ parent directory), so they are stable across runs and machines.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import time
@@ -530,10 +529,8 @@ class Ingestor:
         report = pending.run(
             progress=progress, should_stop=should_stop, backfill=backfill and not self._bridged
         )
-        if pending.bridge_error is not None:
-            self._bridged = False
-            if report.error is None:  # (the chunks have their own vectors: they are searchable)
-                return dataclasses.replace(report, error=f"bridge space: {pending.bridge_error}")
-        elif backfill and report.error is None and not report.interrupted:
+        if report.error is not None:
+            self._bridged = False  # (a bridge space may lack chunks: the next backfill looks)
+        elif backfill and not report.interrupted:
             self._bridged = True
         return report

@@ -60,11 +60,11 @@ class PendingEmbedder:
         self.router = router
         self.batch_size = batch_size
         self.group_chunks = group_chunks
-        self.bridged = 0
-        """Chunks embedded in bridge spaces in the last run."""
-        self.bridge_error: str | None = None
-        """Why embedding into a bridge space failed in the last run (the chunks keep their
-        own vectors and wait for a backfill)."""
+        self._bridged = 0
+        """Chunks embedded in bridge spaces in this run."""
+        self._bridge_error: str | None = None
+        """Why embedding into a bridge space failed in this run (the chunks keep their own
+        vectors and wait for a backfill)."""
 
     def run(
         self,
@@ -77,8 +77,9 @@ class PendingEmbedder:
         ``backfill``, then the chunks a bridge space lacks.
 
         Never raises for an embedder failure: it stops, and the report says why (the chunks
-        stay pending). A vector space whose stored model differs from the configured embedder
-        raises :class:`KnowledgeError`.
+        stay pending; a bridge space's failure is ``bridge space: …``, and those chunks keep
+        their own vectors). A vector space whose stored model differs from the configured
+        embedder raises :class:`KnowledgeError`.
         """
         stop = should_stop or _never
         started = time.perf_counter()
@@ -87,8 +88,8 @@ class PendingEmbedder:
         error: str | None = None
         interrupted = False
         after = 0
-        self.bridge_error = None
-        self.bridged = 0
+        self._bridge_error = None
+        self._bridged = 0
         while error is None and not interrupted:
             page = self.store.pending_chunks(after=after, limit=self.group_chunks)
             if not page:
@@ -112,15 +113,15 @@ class PendingEmbedder:
             embedded_chunks=embedded,
             pending_chunks=self.store.count_pending(),
             seconds=time.perf_counter() - started,
-            error=error,
+            error=error or (self._bridge_error and f"bridge space: {self._bridge_error}"),
             interrupted=interrupted,
-            bridged_chunks=self.bridged,
+            bridged_chunks=self._bridged,
         )
 
     def _backfill(self, stop: ShouldStop, progress: Progress | None) -> bool:
         """Embed, in each bridge space, the chunks of its source space it lacks (progress as
         phase ``embed`` events); returns whether ``stop`` interrupted it (a failure is
-        :attr:`bridge_error`)."""
+        :attr:`_bridge_error`)."""
         router = self.router
         for source in router.routed_spaces:
             bridge = router.bridge_for(source)
@@ -133,7 +134,7 @@ class PendingEmbedder:
                 continue
             logger.info("embedding %d chunks of space %r in its bridge %r", lacking, source, bridge)
             after = 0
-            while self.bridge_error is None:
+            while self._bridge_error is None:
                 page = self.store.chunks_lacking(
                     source, bridge, after=after, limit=self.group_chunks
                 )
@@ -143,7 +144,7 @@ class PendingEmbedder:
                 entries = [(s.rowid, embedding_text(s.chunk), s.chunk.content_hash) for s in page]
                 self._embed_bridge(bridge, entries)
                 if progress:
-                    done = min(self.bridged, lacking)
+                    done = min(self._bridged, lacking)
                     progress(
                         IngestEvent(
                             kind="embedded",
@@ -159,18 +160,18 @@ class PendingEmbedder:
 
     def _embed_bridge(self, bridge: str, entries: Sequence[tuple[int, str, str]]) -> int:
         """Embed ``entries`` (chunks with vectors of their own) in ``bridge``; a failure is
-        logged and kept in :attr:`bridge_error` (the chunks wait for a backfill)."""
+        logged and kept in :attr:`_bridge_error` (the chunks wait for a backfill)."""
         embedder = self.router.embedder(bridge)
         rowids, rows, error, _ = self._vectors(bridge, embedder, entries, _never)
         if error is not None:
-            self.bridge_error = error
+            self._bridge_error = error
             logger.warning("%s in space %r; a later backfill embeds them", error, bridge)
         if not rowids:
             return 0
         done = self.store.add_bridge_vectors(
             bridge, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
         )
-        self.bridged += done
+        self._bridged += done
         return done
 
     def _vectors(
@@ -223,7 +224,7 @@ class PendingEmbedder:
                     space, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
                 )
                 bridge = router.bridge_for(space)
-                if bridge is not None and self.bridge_error is None:
+                if bridge is not None and self._bridge_error is None:
                     done = set(rowids)
                     self._embed_bridge(bridge, [e for e in entries if e[0] in done])
             if error is not None or interrupted:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 import time
 import unicodedata
@@ -73,6 +72,7 @@ from shelfhand.knowledge.analysis import (
     SynonymTable,
     chinese_only,
     glued_candidates,
+    holds_chinese,
     query_words,
     split_words,
     synonym_candidates,
@@ -340,7 +340,7 @@ class HybridRetriever:
             tokens, keyword, t_kw = side.tokens, side.hits, side.seconds
         t1 = time.perf_counter()
         split = split_words(tokens, query) if tokens else ()
-        wider = functools.partial(_translated, zh=detect_language(query) == "zh")
+        wider = functools.partial(_translated, query=query)
         if fused is not None:
             hits, n_fused, relevant = self._fused_hits(
                 tokens or [], fused, weighted, fetch, k, opts.min_relevance, split, wider=wider
@@ -445,7 +445,7 @@ class HybridRetriever:
             )
         out: dict[str, Vectors] = {}
         router = self.router
-        home = router.space_for(query)
+        home: str | None = None  # (the query's space, read for a bridge space only)
         # (bridge spaces last: their query vector is that of the space they bridge to)
         spaces = sorted(self.vector_indexes.spaces(), key=lambda s: router.bridged_from(s) or "")
         try:
@@ -456,6 +456,7 @@ class HybridRetriever:
                     continue
                 source = router.bridged_from(space)
                 if source is not None:
+                    home = home or router.space_for(query)
                     if source == home:  # (the query's own language has its own space)
                         continue
                     # the same embedder as the space it bridges to: one embedding
@@ -723,27 +724,31 @@ LANGUAGE_SLACK = 3
 when the top ``k`` hold a document's passages in both languages)."""
 LANGUAGE_SAMPLE = 200
 """Characters of a passage's start :func:`own_language_first` reads its language from."""
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
-def _translated(chunks: Sequence[Chunk], *, zh: bool) -> bool:
-    """Whether a document has passages among ``chunks`` in the query's language (``zh``:
-    Chinese) and in the other one (see :func:`own_language_first`)."""
+def _own_language(chunks: Sequence[Chunk], query: str) -> list[bool] | None:
+    """For each of ``chunks`` of a document with two or more among them, whether it is in
+    ``query``'s language (a chunk is Chinese when a Chinese character starts it, within
+    :data:`LANGUAGE_SAMPLE` characters: a chunk is seldom in two languages, and the share of
+    a whole text took 50 µs a passage); ``True`` for the others. ``None`` when each document
+    has one chunk among them (nothing to tell apart)."""
     per_doc = Counter(c.doc_id for c in chunks)
     if len(per_doc) == len(chunks):
+        return None
+    zh = detect_language(query) == "zh"
+    return [per_doc[c.doc_id] == 1 or holds_chinese(c.text, LANGUAGE_SAMPLE) == zh for c in chunks]
+
+
+def _translated(chunks: Sequence[Chunk], query: str) -> bool:
+    """Whether a document has passages among ``chunks`` in ``query``'s language and in the
+    other one (see :func:`own_language_first`)."""
+    same = _own_language(chunks, query)
+    if same is None:
         return False
     langs: dict[str, set[bool]] = {}
-    for c in chunks:
-        if per_doc[c.doc_id] > 1:
-            langs.setdefault(c.doc_id, set()).add(_chinese_start(c.text) == zh)
+    for chunk, own in zip(chunks, same, strict=True):
+        langs.setdefault(chunk.doc_id, set()).add(own)
     return any(len(both) == 2 for both in langs.values())
-
-
-def _chinese_start(text: str) -> bool:
-    """Whether a Chinese character starts ``text`` (its first :data:`LANGUAGE_SAMPLE`
-    characters): a chunk is seldom in two languages, and the share of its whole text took
-    50 µs a passage."""
-    return _CJK.search(text, 0, LANGUAGE_SAMPLE) is not None
 
 
 def own_language_first(hits: Sequence[SearchHit], query: str) -> list[SearchHit]:
@@ -754,19 +759,10 @@ def own_language_first(hits: Sequence[SearchHit], query: str) -> list[SearchHit]
     translates, so that it does not take the place of one of them ("怎么退货？" over the
     samples' returns policy lost the section on 订单号 to it). A document in one language
     keeps its place."""
-    per_doc = Counter(h.chunk.doc_id for h in hits)
-    if len(per_doc) == len(hits):
+    same = _own_language([h.chunk for h in hits], query)
+    if same is None:
         return list(hits)  # (one passage a document: nothing to move)
-    zh = detect_language(query) == "zh"
-    same = [per_doc[h.chunk.doc_id] == 1 or _chinese_start(h.chunk.text) == zh for h in hits]
-    last: dict[str, int] = {}
-    for i, (hit, own) in enumerate(zip(hits, same, strict=True)):
-        if own:
-            last[hit.chunk.doc_id] = i
-    if not last or all(
-        own or h.chunk.doc_id not in last for h, own in zip(hits, same, strict=True)
-    ):
-        return list(hits)
+    last = {h.chunk.doc_id: i for i, (h, own) in enumerate(zip(hits, same, strict=True)) if own}
     order = [
         (
             i

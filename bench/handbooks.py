@@ -25,7 +25,7 @@ Each workspace is ingested (the default embedders) into a temporary folder by ea
 a child process with that tree's ``src`` first on the path (a tree's analysis builds its
 own index), and ``shelfhand eval-answers --no-model`` runs over it::
 
-    python bench/handbooks.py --trees <before worktree> . [--show]
+    python bench/handbooks.py --trees <before worktree> . [--show] [--only combined]
 
 ``--show`` prints each case whose verdict differs between the trees.
 """
@@ -78,6 +78,41 @@ def _ingested(tree: Path, folder: Path, workspace: Path) -> Path:
     return workspace
 
 
+def _combined_cases(into: Path) -> Path:
+    """Every set's cases, ids prefixed by their set, as ``combined.jsonl`` amends them for a
+    workspace holding all the handbooks; written to ``into``."""
+    amended = {
+        (line["set"], line["id"]): line
+        for line in map(json.loads, (HERE / "combined.jsonl").read_text().splitlines())
+    }
+    lines = []
+    for name in SETS:
+        for raw in (HERE / f"{name}-cases.jsonl").read_text().splitlines():
+            case = json.loads(raw)
+            change = amended.get((name, case["id"]))
+            if change is not None and change.get("skip"):
+                continue
+            if change is not None:  # another handbook answers it
+                case.pop("not_found", None)
+                case["facts"] = change["facts"]
+            lines.append(json.dumps({**case, "id": f"{name}:{case['id']}"}, ensure_ascii=False))
+    into.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return into
+
+
+def _all_ingested(tree: Path, workspace: Path) -> Path:
+    """``workspace`` holding every handbook, ingested by ``tree`` (once)."""
+    if not workspace.exists():
+        for folder in dict.fromkeys(SETS.values()):
+            subprocess.run(
+                [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / folder), "-w",
+                 str(workspace)],
+                env={**os.environ, "PYTHONPATH": str(tree / "src")},
+                capture_output=True, check=True,
+            )  # fmt: skip
+    return workspace
+
+
 def _verdicts(report: dict[str, object]) -> dict[str, bool]:
     results = report["results"]
     assert isinstance(results, list)
@@ -88,15 +123,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trees", nargs="+", type=Path, default=[Path(".")])
     parser.add_argument("--show", action="store_true")
+    parser.add_argument("--only", nargs="+", choices=[*SETS, "combined"], help="these sets only")
     args = parser.parse_args()
     trees = [t.resolve() for t in args.trees]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, folder in SETS.items():
-            cases = HERE / f"{name}-cases.jsonl"
-            reports = [
-                _eval(tree, _ingested(tree, HERE / folder, Path(tmp) / str(at) / folder), cases)
-                for at, tree in enumerate(trees)
-            ]
+        for name in args.only or [*SETS, "combined"]:
+            if name == "combined":
+                cases = _combined_cases(Path(tmp) / "combined-cases.jsonl")
+                workspaces = [
+                    _all_ingested(t, Path(tmp) / str(at) / "all") for at, t in enumerate(trees)
+                ]
+            else:
+                cases = HERE / f"{name}-cases.jsonl"
+                workspaces = [
+                    _ingested(t, HERE / SETS[name], Path(tmp) / str(at) / SETS[name])
+                    for at, t in enumerate(trees)
+                ]
+            reports = [_eval(t, w, cases) for t, w in zip(trees, workspaces, strict=True)]
             for tree, report in zip(trees, reports, strict=True):
                 print(
                     f"{name:8} {tree!s:40} answered right {report['right_count']}/"

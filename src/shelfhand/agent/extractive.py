@@ -23,7 +23,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -36,6 +36,7 @@ from shelfhand.knowledge.analysis import (
     query_identifiers,
     synonym_candidates,
     synonym_table,
+    tokenize_for_matching,
     unknown_words,
     with_synonyms,
 )
@@ -400,6 +401,7 @@ def _candidates(
     affirmed: AbstractSet[str] = frozenset(),
     *,
     across: bool = False,
+    doing: str | None = None,
 ) -> list[_Sentence]:
     """The sentences of the passages that are about the question, in search order.
 
@@ -413,9 +415,12 @@ def _candidates(
     USB sticks that says 办公电脑. A word of one character (报 in "手机费能报多少？") is too
     little to be a thing of its own, and an English question is left alone (an office
     guide's "Weekend access requires a badge request" answers "Can I come in on the
-    weekend?" under "Opening hours"). With ``least`` 0 (any passage), every passage is."""
+    weekend?" under "Opening hours"). The word of the two that is the ``doing`` asked about
+    (:func:`_doing_asked`) does not count for this: a section named 申请 (of production access)
+    is not about "调休怎么申请？". With ``least`` 0 (any passage), every passage is."""
     own = _own_words(question_words, ids, wholes)
     two = least > 0 and not ids and _two_things(own, wholes)
+    naming = question_words - {doing} if two and doing else question_words
     latin = {w for w in own if not chinese_share(w)} if across else set()
     out: list[_Sentence] = []
     for rank, c in enumerate(passages):
@@ -424,7 +429,7 @@ def _candidates(
             share = _about(latin, ids, text)
         else:
             share = _about(own, ids, text, wholes, affirmed)
-        if share < least or (two and share < 1 and not _names(c, question_words, wholes)):
+        if share < least or (two and share < 1 and not _names(c, naming, wholes)):
             continue
         labels = _labels_of(c.text)
         for position, sentence in enumerate(_sentences_of(c.text)):
@@ -495,6 +500,21 @@ MAX_PIECE = 8
 is shorter; a longer look would make a long run's reading quadratic)."""
 
 
+_ASKED_HOW = re.compile(r"[\u3400-\u9fff](?:怎么|怎样|如何)([\u3400-\u9fff]{2,})")
+"""A Chinese question asking how something is done: "调休怎么申请？" (the doing, 申请, follows
+the asking word, the thing it is done to comes before it)."""
+
+
+def _doing_asked(question: str) -> str | None:
+    """The word right after the asking word of a question naming a thing before it ("调休怎么申
+    请？": 申请), ``None`` for any other question ("怎么申请年假？" names the doing first)."""
+    asked = _ASKED_HOW.search(question)
+    if asked is None:
+        return None
+    tokens = tokenize_for_matching(asked.group(1))
+    return tokens[0] if tokens else None
+
+
 def _two_things(own: AbstractSet[str], wholes: Sequence[str]) -> bool:
     """Whether a question's words (``own`` and ``wholes``) are two Chinese words of two
     characters or more."""
@@ -526,16 +546,22 @@ def _amounts(
     sentences that state such an amount and share a word with it, from passages holding
     ``least`` of it ("Refunds are issued within 3–5 business days after inspection." for
     "How long does a refund take after I send an item back?", in a summary about returns
-    that holds two of its five words); else none."""
+    that holds two of its five words); else none. A passage holding none of the question's
+    words but the doing the amount is of (:func:`~.amounts.timed_verb`) is not about it."""
     kind = asked_amount(question)
     if kind is None:
         return []
     fees = _fees(question)
+    # more than the doing the amount is of: "所有操作录像保存 180 天" holds 保存 of "工单附件保存多
+    # 久？", and is about recordings, not tickets
+    thing = question_words.difference([timed_verb(question) or ""])
+    about = {c.index for c in passages if _holds(headed(c), affirmed) & thing}
     return [
         c
         for c in _candidates(passages, question_words, ids, least, wholes, affirmed)
         if kind.search(c.text)
         and c.words & question_words
+        and c.passage in about
         and (not fees or any(f in c.text for f in fees))
     ]
 
@@ -963,13 +989,22 @@ def _extract(
             return _assembled(asked_in, overview, set())
     affirmed = _affirmed(question, question_words)
     candidates = _candidates(
-        passages, question_words, ids, min_relevance, wholes, affirmed, across=in_chinese(question)
+        passages,
+        question_words,
+        ids,
+        min_relevance,
+        wholes,
+        affirmed,
+        across=in_chinese(question),
+        doing=_doing_asked(question),
     ) or _amounts(
         question, passages, question_words, ids, min_relevance * AMOUNT_RELEVANCE, wholes, affirmed
     )
     if not candidates:
         return None
     held = {c.index: _holds(headed(c), affirmed) for c in passages}
+    if not ids and in_chinese(question):
+        candidates = _naming_latin(candidates, held, question_words)
     weight = _weights(list(held.values()), question_words.difference(ids))
     # a sentence of a passage that holds more of the question is the likelier answer
     context = {i: math.fsum(weight.get(w, 0.0) for w in ws) for i, ws in held.items()}
@@ -1059,10 +1094,29 @@ def _extract(
     return _assembled(asked_in, [(text, n, "") for text, n in chosen], headers)
 
 
+def _naming_latin(
+    candidates: list[_Sentence], held: Mapping[int, AbstractSet[str]], question_words: set[str]
+) -> list[_Sentence]:
+    """The candidates of the passages holding a Latin word of a Chinese question, when some
+    do: such a word names what is asked about (a product, a system: "GlobalProtect 客户端要升级
+    到什么版本？" is about the IT FAQ's GlobalProtect entry, not a complaint rule's "升级给客户
+    成功经理" that holds two of its Chinese words); all of them otherwise."""
+    latin = {w for w in question_words if not chinese_share(w) and not w.isdigit()}
+    if not latin:
+        return candidates
+    naming = [c for c in candidates if held[c.passage] & latin]
+    return naming or candidates
+
+
 ACROSS_RELEVANCE = DEFAULT_MIN_RELEVANCE
 """The least search relevance of an English passage that :func:`_across` quotes for a
 Chinese question: the default relevance floor of a workspace's searches (a workspace whose
 floor is lower does not lower this one)."""
+ACROSS_RANK = 3
+"""The lowest place in the search's order of an English passage that :func:`_across` quotes:
+over the six handbooks in one workspace, the nine it quoted rightly were first to third, and
+three of the four it quoted wrongly fourth or fifth, under Chinese passages the question's
+words were not enough for ("办公用品怎么申请？" and an office guide's opening hours)."""
 
 
 def _across(
@@ -1085,7 +1139,7 @@ def _across(
     other = next(
         (
             c
-            for c in passages
+            for c in passages[:ACROSS_RANK]
             if c.relevance is not None
             and c.relevance >= ACROSS_RELEVANCE
             and _language(c.text) is False

@@ -71,7 +71,7 @@ from .fallbacks import (
     tool_result_lines,
     tool_results,
 )
-from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query
+from .grounding import FAILED_INTRO, PASSAGES_INTRO, rewritten_query, searched_as_typed
 from .grounding_check import check_grounding, facts, without_citations, words
 from .model_check import JUDGE_INSTRUCTIONS
 from .rewrite import asks_the_same, carried, points_back
@@ -761,6 +761,12 @@ _NOT_COVERED_REASONS = (
 not cover it."""
 
 
+_ANSWERED = ("ungrounded", "off_topic", "tool_failed")
+"""Reasons for which the model answered (in words the passages do not bear out), or a tool
+that could have did not: a passage that shares no word with the question does not replace
+that."""
+
+
 def _replaced(
     result: RunResult, why: str, question: str, synonyms: SynonymTable | None
 ) -> RunResult:
@@ -772,7 +778,17 @@ def _replaced(
         told = tools_told(result.messages, question)
         if told:
             return _told(result, told, why)
-    extracted = extractive_result(result, why, question, synonyms=synonyms)
+    extracted = extractive_result(
+        result,
+        why,
+        question,
+        synonyms=synonyms,
+        # an English passage for a Chinese question the model declined or did not answer:
+        # as without a model, when the passages are the search's for the question as typed
+        # (a Chinese answer the model wrote from it stands, flagged: _unreadable)
+        searched_for_it=why not in _ANSWERED
+        and searched_as_typed(result.messages, result.citations),
+    )
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))
     if why in ("ungrounded", "off_topic") and _unreadable(result, question):

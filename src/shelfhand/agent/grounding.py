@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from shelfhand.core.context import RunContext
 from shelfhand.core.errors import InvalidArgumentError
 from shelfhand.core.ids import new_id
-from shelfhand.core.messages import Message, TextBlock, ToolCallBlock
+from shelfhand.core.messages import Citation, Message, TextBlock, ToolCallBlock
 from shelfhand.tools.toolkit import CallReport, Toolkit
 
 from .rewrite import QueryRewriter, Rewrite, carried
@@ -43,6 +43,7 @@ __all__ = [
     "UpfrontRetrieval",
     "as_model_sees",
     "rewritten_query",
+    "searched_as_typed",
 ]
 
 RETRIEVE_TOOL = "retrieve"
@@ -99,6 +100,21 @@ def rewritten_query(messages: Sequence[Message]) -> str | None:
             query = rewrite.get("query") if isinstance(rewrite, dict) else None
             return query if isinstance(query, str) and query.strip() else None
     return None
+
+
+def searched_as_typed(messages: Sequence[Message], citations: Sequence[Citation]) -> bool:
+    """Whether ``citations`` (a run's passages) were all found by its up-front search, made
+    with the message as typed (not rewritten, no earlier question carried): their relevance
+    is then the question's own, as a search without a model's is (the extractive answer's
+    ``across``); not when the model searched again and found more."""
+    for at, m in enumerate(messages):
+        if not m.metadata.get(UPFRONT):
+            continue
+        if rewritten_query(messages) is not None or at + 1 >= len(messages):
+            return False
+        found = {c.index for r in messages[at + 1].tool_results for c in r.citations}
+        return bool(citations) and all(c.index in found for c in citations)
+    return False
 
 
 class UpfrontRetrieval:

@@ -289,3 +289,21 @@ def test_with_the_packaged_embedders_a_translation_does_not_take_a_passages_plac
         assert any("Unopened items" in h.chunk.text for h in kb.search("怎么退货？", k=8))
     finally:
         kb.close()
+
+
+def test_status_counts_the_bridge_vectors_apart(tmp_path: Path) -> None:
+    """``vectors`` counts one vector a chunk per space it was embedded into for its own
+    language, and the bridge's apart: 2 English chunks and 1 Chinese give 3 and 2."""
+    kb = KnowledgeBase(tmp_path / "ws", router(bridge=True))
+    try:
+        kb._stack.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+        status = kb.status()
+        assert (status.chunks, status.vectors, status.bridge_vectors) == (3, 3, 2)
+    finally:
+        kb.close()
+    bridgeless = KnowledgeBase(tmp_path / "ws2", router(bridge=False))
+    try:
+        bridgeless._stack.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+        assert (bridgeless.status().vectors, bridgeless.status().bridge_vectors) == (3, 0)
+    finally:
+        bridgeless.close()

@@ -425,6 +425,7 @@ def status(
         "documents": 0,
         "chunks": 0,
         "vectors": 0,
+        "vectors_for_other_languages": 0,
         "pending_embeddings": 0,
     }
     if a.knowledge_exists():
@@ -436,14 +437,19 @@ def status(
             documents=s.documents,
             chunks=s.chunks,
             vectors=s.vectors,
+            vectors_for_other_languages=s.bridge_vectors,
             pending_embeddings=0 if a.settings.retrieval_mode == "keyword" else s.pending_chunks,
         )
     if as_json:
         typer.echo(json.dumps(info, ensure_ascii=False))
         return
     console = make_console()
+    bridged = info.pop("vectors_for_other_languages")
     for key, value in info.items():
-        console.print(f"{key.replace('_', ' '):>19}: {escape(str(value))}", highlight=False)
+        shown = escape(str(value))
+        if key == "vectors" and bridged:  # (as `shelfhand embed` says it)
+            shown += f" (and {bridged} for questions in other languages)"
+        console.print(f"{key.replace('_', ' '):>19}: {shown}", highlight=False)
     if info["pending_embeddings"]:
         console.print(
             "[dim]pending chunks are keyword-searchable; `shelfhand embed` (or `shelfhand "

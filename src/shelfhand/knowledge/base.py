@@ -21,7 +21,7 @@ from shelfhand.core.errors import KnowledgeError
 from shelfhand.core.step_counts import current_counting
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.knowledge.analysis import SYNONYMS, synonym_table
-from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.embeddings.router import EmbeddingRouter, is_bridge_space
 from shelfhand.knowledge.ingest.ingestor import EmbedReport, IngestEvent, IngestReport
 from shelfhand.knowledge.reading.limits import ReadLimits
 from shelfhand.knowledge.retrieval.rerank import Reranker, RerankStage
@@ -58,6 +58,9 @@ class KnowledgeStatus:
     keyword_only: bool
     store: str = "embedded"
     """``embedded`` (the workspace's files) or ``postgresql``."""
+    bridge_vectors: int = 0
+    """Vectors of chunks in a space they were embedded into for questions in another language
+    (the bridge spaces, :mod:`~shelfhand.knowledge.embeddings.router`), not in ``vectors``."""
 
 
 def sample_corpus() -> Path:
@@ -241,14 +244,16 @@ class KnowledgeBase:
     def status(self) -> KnowledgeStatus:
         """Counts of sources, documents, chunks, vectors and chunks waiting for embedding."""
         store = self._stack.store
+        bridged = sum(store.count_vectors(s) for s in store.vector_spaces() if is_bridge_space(s))
         return KnowledgeStatus(
             sources=len(store.all_sources()),
             documents=store.count_documents(),
             chunks=store.count_chunks(),
-            vectors=store.count_vectors(),
+            vectors=store.count_vectors() - bridged,
             pending_chunks=store.count_pending(),
             keyword_only=self.keyword_only,
             store=self.store_kind,
+            bridge_vectors=bridged,
         )
 
     def forget(self, source: str) -> int:

@@ -107,13 +107,12 @@ def searched_as_typed(messages: Sequence[Message], citations: Sequence[Citation]
     with the message as typed (not rewritten, no earlier question carried): their relevance
     is then the question's own, as a search without a model's is (the extractive answer's
     ``across``); not when the model searched again and found more."""
-    for at, m in enumerate(messages):
-        if not m.metadata.get(UPFRONT):
-            continue
-        if rewritten_query(messages) is not None or at + 1 >= len(messages):
-            return False
-        found = {c.index for r in messages[at + 1].tool_results for c in r.citations}
-        return bool(citations) and all(c.index in found for c in citations)
+    if not citations or rewritten_query(messages) is not None:
+        return False
+    for at, m in enumerate(messages[:-1]):
+        if m.metadata.get(UPFRONT):
+            found = {c.index for r in messages[at + 1].tool_results for c in r.citations}
+            return all(c.index in found for c in citations)
     return False
 
 

@@ -500,9 +500,10 @@ MAX_PIECE = 8
 is shorter; a longer look would make a long run's reading quadratic)."""
 
 
-_ASKED_HOW = re.compile(r"[\u3400-\u9fff](?:怎么|怎样|如何)([\u3400-\u9fff]{2,})")
+_ASKED_HOW = re.compile(r"[\u3400-\u9fff](?:怎么|怎样|如何)([\u3400-\u9fff]{2,8})")
 """A Chinese question asking how something is done: "调休怎么申请？" (the doing, 申请, follows
-the asking word, the thing it is done to comes before it)."""
+the asking word, the thing it is done to comes before it; its first word is read from the
+first eight characters after the asking word, however long the run)."""
 
 
 def _doing_asked(question: str) -> str | None:

@@ -19,7 +19,15 @@ Three small workspaces of the kind this project's users search (``bench/handbook
 - ``support`` (a customer-service rule and a returns-and-compensation rule in Chinese, a data
   retention policy in English; 26 + 8, two of them asked across the languages): written
   2026-12-07 after that day's changes to the extractive answer and the answer check, and
-  measured against the tree before them, changed for nothing.
+  measured against the tree before them, changed for nothing;
+- ``combined`` (2026-12-07): every case of the sets above over one workspace holding all six
+  handbooks (16 documents), as a team's workspace holds several; where another handbook
+  answers a question its own does not, ``combined.jsonl`` says what the answer is then (or
+  leaves the case out where no answer is clearly right). ``--noise DATA [DATA ...]`` adds
+  documents of no team's to that workspace: the first ``--noise-docs`` passages (default
+  1,000) of each BEIR corpus named (``../shared/data/cmrc2018``: Chinese encyclopedia
+  articles; ``scifact``: English abstracts), one file each, as a workspace shared with other
+  material holds them.
 
 Each workspace is ingested (the default embedders) into a temporary folder by each tree, in
 a child process with that tree's ``src`` first on the path (a tree's analysis builds its
@@ -100,12 +108,29 @@ def _combined_cases(into: Path) -> Path:
     return into
 
 
-def _all_ingested(tree: Path, workspace: Path) -> Path:
-    """``workspace`` holding every handbook, ingested by ``tree`` (once)."""
+def _noise(into: Path, corpora: list[Path], docs: int) -> list[Path]:
+    """The first ``docs`` passages of each BEIR corpus of ``corpora``, a Markdown file each
+    (``# title`` and the text) in a folder of ``into`` per corpus."""
+    folders = []
+    for corpus in corpora:
+        folder = into / f"noise-{corpus.name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        with (corpus / "corpus.jsonl").open(encoding="utf-8") as lines:
+            for _, line in zip(range(docs), lines, strict=False):
+                row = json.loads(line)
+                text = f"# {row.get('title') or row['_id']}\n\n{row['text']}\n"
+                (folder / f"{row['_id']}.md").write_text(text, encoding="utf-8")
+        folders.append(folder)
+    return folders
+
+
+def _all_ingested(tree: Path, workspace: Path, noise: list[Path]) -> Path:
+    """``workspace`` holding every handbook (and the ``noise`` folders), ingested by ``tree``
+    (once)."""
     if not workspace.exists():
-        for folder in dict.fromkeys(SETS.values()):
+        for folder in [*(HERE / f for f in dict.fromkeys(SETS.values())), *noise]:
             subprocess.run(
-                [sys.executable, "-m", "shelfhand.cli", "ingest", str(HERE / folder), "-w",
+                [sys.executable, "-m", "shelfhand.cli", "ingest", str(folder), "-w",
                  str(workspace)],
                 env={**os.environ, "PYTHONPATH": str(tree / "src")},
                 capture_output=True, check=True,
@@ -124,14 +149,18 @@ def main() -> None:
     parser.add_argument("--trees", nargs="+", type=Path, default=[Path(".")])
     parser.add_argument("--show", action="store_true")
     parser.add_argument("--only", nargs="+", choices=[*SETS, "combined"], help="these sets only")
+    parser.add_argument("--noise", nargs="+", type=Path, default=[], help="BEIR folders")
+    parser.add_argument("--noise-docs", type=int, default=1000)
     args = parser.parse_args()
     trees = [t.resolve() for t in args.trees]
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or [*SETS, "combined"]:
             if name == "combined":
                 cases = _combined_cases(Path(tmp) / "combined-cases.jsonl")
+                noise = _noise(Path(tmp), args.noise, args.noise_docs)
                 workspaces = [
-                    _all_ingested(t, Path(tmp) / str(at) / "all") for at, t in enumerate(trees)
+                    _all_ingested(t, Path(tmp) / str(at) / "all", noise)
+                    for at, t in enumerate(trees)
                 ]
             else:
                 cases = HERE / f"{name}-cases.jsonl"

@@ -307,3 +307,26 @@ def test_status_counts_the_bridge_vectors_apart(tmp_path: Path) -> None:
         assert (bridgeless.status().vectors, bridgeless.status().bridge_vectors) == (3, 0)
     finally:
         bridgeless.close()
+
+
+def test_the_qdrant_client_backend_searches_the_bridge(tmp_path: Path) -> None:
+    """The ``qdrant-client`` backend (the one for a Qdrant server; its local mode here) holds
+    the bridge as a named vector as Qdrant Edge does, tenant by tenant."""
+    from shelfhand.knowledge.stack import open_embedded_store
+
+    kb = open_embedded_store(tmp_path / "ws", router(bridge=True), qdrant_url=":memory:")
+    try:
+        acme = dataclasses.replace(ENGLISH, tenant_id="acme")
+        kb.ingestor.ingest_documents([acme, OTHER, CHINESE])
+        for mode in ("hybrid", "vector"):
+            hits = kb.retriever.search(
+                QUESTION, k=3, mode=mode, user=UserContext(tenant_id="acme", user_id="u")
+            )
+            found = [h.chunk.source for h in hits if h.relevance >= 0.3]  # (not by chance)
+            assert found[:1] == ["retention.md"], mode
+        other = kb.retriever.search(
+            QUESTION, k=3, mode="vector", user=UserContext(tenant_id="globex", user_id="u")
+        )
+        assert "retention.md" not in [h.chunk.source for h in other]
+    finally:
+        kb.close()

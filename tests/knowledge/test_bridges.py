@@ -330,3 +330,28 @@ def test_the_qdrant_client_backend_searches_the_bridge(tmp_path: Path) -> None:
         assert "retention.md" not in [h.chunk.source for h in other]
     finally:
         kb.close()
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_an_import_into_postgresql_carries_the_bridge(
+    pg_url: str, tmp_path: Path, bulk: bool
+) -> None:
+    """``shelfhand pg-import``'s copy of a workspace holds the bridge's vectors too: the
+    Chinese question finds the English passage in PostgreSQL as it did in the workspace."""
+    from shelfhand.knowledge.stack import open_embedded_store, open_pg_store
+    from shelfhand.knowledge.stores.pg.transfer import import_workspace
+
+    local = open_embedded_store(tmp_path / "ws", router(bridge=True))
+    local.ingestor.ingest_documents([ENGLISH, OTHER, CHINESE])
+    local.close()
+    pg = open_pg_store(pg_url, router(bridge=True))
+    try:
+        import_workspace(tmp_path / "ws", pg.store, bulk=bulk)  # type: ignore[arg-type]
+        assert pg.store.count_vectors("en_via_zh") == pg.store.count_vectors("en") == 2
+        assert pg.store.count_pending() == 0
+        assert top(pg, QUESTION, "vector")[:1] == ["retention.md"]
+        # and the English chunks keep their own space: an English question finds them there
+        english = "How long is a support ticket attachment kept?"
+        assert top(pg, english, "vector")[:1] == ["retention.md"]
+    finally:
+        pg.close()

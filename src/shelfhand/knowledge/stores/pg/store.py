@@ -147,6 +147,8 @@ class ImportedDocument:
     vectors: DocVectors
     embed_state: str
     embed_error: str | None = None
+    bridges: DocVectors = field(default_factory=dict)
+    """Its chunks' vectors in bridge spaces, beside their own (``vectors``)."""
 
 
 def keyword_fields(c: Chunk, delta: _Delta) -> tuple[Any, ...]:
@@ -352,13 +354,23 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
             ),
         )
         rowids = self._insert_chunks(conn, doc.doc_id, chunks, space_of, delta)
-        for space, (positions, matrix) in (vectors or {}).items():
+        self._insert_doc_vectors(conn, rowids, chunks, vectors or {})
+        return rowids
+
+    def _insert_doc_vectors(
+        self,
+        conn: psycopg.Connection[Any],
+        rowids: Sequence[int],
+        chunks: Sequence[Chunk],
+        vectors: DocVectors,
+    ) -> None:
+        """Store a document's ``vectors`` (space → positions in ``chunks``, matrix)."""
+        for space, (positions, matrix) in vectors.items():
             arr = np.ascontiguousarray(matrix, dtype=np.float32)
             if arr.ndim != 2 or arr.shape[0] != len(positions):
                 raise KnowledgeError(f"vectors for space {space!r} do not match their positions")
             table = self._ensure_space(conn, space, arr.shape[1], None)
             self._insert_vectors(conn, table, [(rowids[p], chunks[p]) for p in positions], arr)
-        return rowids
 
     def _insert_vectors(
         self,
@@ -592,7 +604,7 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
                 self._ensure_space(conn, space, dim, model)
             self._remove_docs(conn, [item.doc.doc_id for item in items], delta)
             for item in items:
-                self._insert_doc(
+                rowids = self._insert_doc(
                     conn,
                     item.doc,
                     item.chunks,
@@ -601,6 +613,7 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
                     item.embed_error,
                     delta,
                 )
+                self._insert_doc_vectors(conn, rowids, item.chunks, item.bridges)
             for source, content_hash, doc_type in sources:
                 self._record_source(conn, source, content_hash, doc_type)
             self._finish(conn, delta)

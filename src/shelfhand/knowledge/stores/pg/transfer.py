@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shelfhand.core.errors import KnowledgeError
+from shelfhand.knowledge.embeddings.router import is_bridge_space
 from shelfhand.knowledge.stores.pg.reads import SpaceTable
 from shelfhand.knowledge.stores.pg.store import (
     GIN_INDEXES,
@@ -87,6 +88,10 @@ class _Batch:
     docs: list[tuple[Any, ...]]
     chunks: list[tuple[Any, ...]]
     vectors: dict[int, tuple[str, bytes]]
+    """Each chunk's vector in its own space."""
+    bridges: dict[int, list[tuple[str, bytes]]] = field(default_factory=dict)
+    """Each chunk's vectors in the bridge spaces (for questions in other languages, see
+    :func:`~shelfhand.knowledge.embeddings.router.is_bridge_space`)."""
     analyse: bool = True
     """Write the keyword fields (off when Qdrant serves the searches)."""
 
@@ -97,15 +102,19 @@ def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]], analyse: bo
     chunks = conn.execute(
         f"SELECT {CHUNK_COLUMNS} FROM chunks WHERE doc_id IN ({marks}) ORDER BY rowid", ids
     ).fetchall()
-    vectors = {
-        int(r[0]): (str(r[1]), bytes(r[2]))
-        for r in conn.execute(
-            "SELECT e.chunk_rowid, e.space, e.vector FROM embeddings e JOIN chunks c"
-            f" ON c.rowid = e.chunk_rowid WHERE c.doc_id IN ({marks})",
-            ids,
-        )
-    }
-    return _Batch(docs=list(docs), chunks=chunks, vectors=vectors, analyse=analyse)
+    vectors: dict[int, tuple[str, bytes]] = {}
+    bridges: dict[int, list[tuple[str, bytes]]] = {}
+    for r in conn.execute(
+        "SELECT e.chunk_rowid, e.space, e.vector FROM embeddings e JOIN chunks c"
+        f" ON c.rowid = e.chunk_rowid WHERE c.doc_id IN ({marks})",
+        ids,
+    ):
+        rowid, space, blob = int(r[0]), str(r[1]), bytes(r[2])
+        if is_bridge_space(space):  # a second vector of the chunk, not its own space
+            bridges.setdefault(rowid, []).append((space, blob))
+        else:
+            vectors[rowid] = (space, blob)
+    return _Batch(docs=list(docs), chunks=chunks, vectors=vectors, bridges=bridges, analyse=analyse)
 
 
 def _document(d: Sequence[Any]) -> Document:
@@ -132,23 +141,33 @@ def _imported(batch: _Batch) -> list[ImportedDocument]:
         chunks[row[2]].append((int(row[0]), row_to_chunk(row)))
     out = []
     for d in batch.docs:
-        per_space: dict[str, tuple[list[int], list[np.ndarray[Any, Any]]]] = {}
-        for position, (rowid, _) in enumerate(chunks[d[0]]):
-            if rowid in batch.vectors:
-                space, blob = batch.vectors[rowid]
-                entry = per_space.setdefault(space, ([], []))
-                entry[0].append(position)
-                entry[1].append(np.frombuffer(blob, dtype=np.float32))
+        rowids = [rowid for rowid, _ in chunks[d[0]]]
+        own = {r: [batch.vectors[r]] for r in rowids if r in batch.vectors}
         out.append(
             ImportedDocument(
                 doc=_document(d),
                 chunks=[c for _, c in chunks[d[0]]],
-                vectors={s: (pos, np.stack(rows)) for s, (pos, rows) in per_space.items()},
+                vectors=_by_space(rowids, own),
                 embed_state=d[9],
                 embed_error=d[10],
+                bridges=_by_space(rowids, batch.bridges),
             )
         )
     return out
+
+
+def _by_space(
+    rowids: Sequence[int], vectors: Mapping[int, Sequence[tuple[str, bytes]]]
+) -> dict[str, tuple[list[int], np.ndarray[Any, Any]]]:
+    """The ``vectors`` of a document's chunks (``rowids``, in order) as space → (positions,
+    matrix)."""
+    per_space: dict[str, tuple[list[int], list[np.ndarray[Any, Any]]]] = {}
+    for position, rowid in enumerate(rowids):
+        for space, blob in vectors.get(rowid, ()):
+            entry = per_space.setdefault(space, ([], []))
+            entry[0].append(position)
+            entry[1].append(np.frombuffer(blob, dtype=np.float32))
+    return {s: (pos, np.stack(rows)) for s, (pos, rows) in per_space.items()}
 
 
 # -- the bulk path ------------------------------------------------------------------------------
@@ -227,11 +246,15 @@ def _write(
             with cur.copy(_CHUNK_COPY) as copy:
                 for rowid, row in zip(rowids, prepared.chunks, strict=True):
                     copy.write_row((rowid, *row))
-            per_space: dict[str, list[tuple[int, int]]] = {}
-            for j, raw in enumerate(prepared.batch.chunks):
-                found = prepared.batch.vectors.get(int(raw[0]))
-                if found is not None:
-                    per_space.setdefault(found[0], []).append((j, rowids[j]))
+            per_space: dict[str, list[tuple[int, int, bytes]]] = {}
+            batch = prepared.batch
+            for j, raw in enumerate(batch.chunks):
+                found = batch.vectors.get(int(raw[0]))
+                for space, blob in [
+                    *([found] if found else []),
+                    *batch.bridges.get(int(raw[0]), ()),
+                ]:
+                    per_space.setdefault(space, []).append((j, rowids[j], blob))
             for space, members in per_space.items():
                 written += _copy_vectors(cur, tables[space], prepared, members)
         store._finish(conn, delta)
@@ -242,16 +265,15 @@ def _copy_vectors(
     cur: psycopg.Cursor[Any],
     table: SpaceTable,
     prepared: _Prepared,
-    members: Sequence[tuple[int, int]],
+    members: Sequence[tuple[int, int, bytes]],
 ) -> int:
     with cur.copy(
         f"COPY {table.table} (rowid, tenant_id, permission_tags, doc_type, source, embedding)"
         " FROM STDIN WITH (FORMAT BINARY)"
     ) as copy:
         copy.set_types(["int8", "text", "text[]", "text", "text", "vector"])
-        for j, rowid in members:
-            raw = prepared.batch.chunks[j]
-            vector = np.frombuffer(prepared.batch.vectors[int(raw[0])][1], dtype=np.float32)
+        for j, rowid, blob in members:
+            vector = np.frombuffer(blob, dtype=np.float32)
             if vector.shape[0] != table.dim:
                 raise KnowledgeError(
                     f"a vector of dim {vector.shape[0]} for space {table.space!r} of dim"
@@ -446,7 +468,7 @@ def import_workspace(
             replace = [d[0] for d in batch.docs if d[0] in stored]
             if prepared is None:
                 store.import_documents(_imported(batch))
-                vectors += len(batch.vectors)
+                vectors += len(batch.vectors) + sum(map(len, batch.bridges.values()))
             else:
                 vectors += _write(store, prepared, replace, tables)
             done += len(batch.docs)

@@ -349,11 +349,7 @@ def embed(workspace: WorkspaceOpt = None) -> None:
     with _StopOnSigint(console) as stop, _bars(console) as bar:
         report = kb.embed_pending(progress=_progress_handler(bar), should_stop=stop)
     kb.close()
-    also = (
-        f" (and {plural(report.bridged_chunks, 'chunk')} for questions in other languages)"
-        if report.bridged_chunks
-        else ""
-    )
+    also = _other_languages(plural(report.bridged_chunks, "chunk"), report.bridged_chunks)
     console.print(
         f"{plural(report.embedded_chunks, 'chunk')} embedded{also} in {report.seconds:.1f} s; "
         f"{report.pending_chunks} pending",
@@ -409,6 +405,12 @@ def reindex(workspace: WorkspaceOpt = None) -> None:
     )
 
 
+def _other_languages(said: str, count: int) -> str:
+    """ " (and <said> for questions in other languages)" when ``count`` (vectors or chunks in
+    the bridge spaces) is not 0: how `embed` and `status` tell them apart."""
+    return f" (and {said} for questions in other languages)" if count else ""
+
+
 @app.command()
 def status(
     workspace: WorkspaceOpt = None,
@@ -447,8 +449,8 @@ def status(
     bridged = info.pop("vectors_for_other_languages")
     for key, value in info.items():
         shown = escape(str(value))
-        if key == "vectors" and bridged:  # (as `shelfhand embed` says it)
-            shown += f" (and {bridged} for questions in other languages)"
+        if key == "vectors":
+            shown += _other_languages(str(bridged), bridged)
         console.print(f"{key.replace('_', ' '):>19}: {shown}", highlight=False)
     if info["pending_embeddings"]:
         console.print(

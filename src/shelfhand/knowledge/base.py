@@ -244,12 +244,13 @@ class KnowledgeBase:
     def status(self) -> KnowledgeStatus:
         """Counts of sources, documents, chunks, vectors and chunks waiting for embedding."""
         store = self._stack.store
-        bridged = sum(store.count_vectors(s) for s in store.vector_spaces() if is_bridge_space(s))
+        counts = {space: store.count_vectors(space) for space in store.vector_spaces()}
+        bridged = sum(n for space, n in counts.items() if is_bridge_space(space))
         return KnowledgeStatus(
             sources=len(store.all_sources()),
             documents=store.count_documents(),
             chunks=store.count_chunks(),
-            vectors=store.count_vectors() - bridged,
+            vectors=sum(counts.values()) - bridged,
             pending_chunks=store.count_pending(),
             keyword_only=self.keyword_only,
             store=self.store_kind,

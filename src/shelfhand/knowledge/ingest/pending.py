@@ -125,12 +125,10 @@ class PendingEmbedder:
         router = self.router
         for source in router.routed_spaces:
             bridge = router.bridge_for(source)
-            lacking = (
-                0
-                if bridge is None
-                else self.store.count_vectors(source) - self.store.count_vectors(bridge)
-            )
-            if bridge is None or lacking <= 0:
+            if bridge is None:
+                continue
+            lacking = self.store.count_vectors(source) - self.store.count_vectors(bridge)
+            if lacking <= 0:
                 continue
             logger.info("embedding %d chunks of space %r in its bridge %r", lacking, source, bridge)
             after = 0
@@ -158,7 +156,7 @@ class PendingEmbedder:
                     return True
         return False
 
-    def _embed_bridge(self, bridge: str, entries: Sequence[tuple[int, str, str]]) -> int:
+    def _embed_bridge(self, bridge: str, entries: Sequence[tuple[int, str, str]]) -> None:
         """Embed ``entries`` (chunks with vectors of their own) in ``bridge``; a failure is
         logged and kept in :attr:`_bridge_error` (the chunks wait for a backfill)."""
         embedder = self.router.embedder(bridge)
@@ -166,13 +164,10 @@ class PendingEmbedder:
         if error is not None:
             self._bridge_error = error
             logger.warning("%s in space %r; a later backfill embeds them", error, bridge)
-        if not rowids:
-            return 0
-        done = self.store.add_bridge_vectors(
-            bridge, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
-        )
-        self._bridged += done
-        return done
+        if rowids:
+            self._bridged += self.store.add_bridge_vectors(
+                bridge, rowids, np.stack(rows), model=(embedder.name, embedder.dim)
+            )
 
     def _vectors(
         self,

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shelfhand.core.errors import KnowledgeError
-from shelfhand.knowledge.embeddings.router import is_bridge_space
 from shelfhand.knowledge.stores.pg.reads import SpaceTable
 from shelfhand.knowledge.stores.pg.store import (
     GIN_INDEXES,
@@ -88,12 +87,17 @@ class _Batch:
     docs: list[tuple[Any, ...]]
     chunks: list[tuple[Any, ...]]
     vectors: dict[int, tuple[str, bytes]]
-    """Each chunk's vector in its own space."""
+    """Each chunk's vector in its own space (the chunk's ``space``)."""
     bridges: dict[int, list[tuple[str, bytes]]] = field(default_factory=dict)
-    """Each chunk's vectors in the bridge spaces (for questions in other languages, see
-    :func:`~shelfhand.knowledge.embeddings.router.is_bridge_space`)."""
+    """Each chunk's vectors in other spaces: the bridge spaces (for questions in other
+    languages, see :mod:`~shelfhand.knowledge.embeddings.router`)."""
     analyse: bool = True
     """Write the keyword fields (off when Qdrant serves the searches)."""
+
+    def vectors_of(self, rowid: int) -> list[tuple[str, bytes]]:
+        """Every vector of the chunk ``rowid``: its own first, then its bridge spaces'."""
+        own = self.vectors.get(rowid)
+        return [*([own] if own else []), *self.bridges.get(rowid, ())]
 
 
 def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]], analyse: bool) -> _Batch:
@@ -105,15 +109,15 @@ def _read(conn: sqlite3.Connection, docs: Sequence[tuple[Any, ...]], analyse: bo
     vectors: dict[int, tuple[str, bytes]] = {}
     bridges: dict[int, list[tuple[str, bytes]]] = {}
     for r in conn.execute(
-        "SELECT e.chunk_rowid, e.space, e.vector FROM embeddings e JOIN chunks c"
+        "SELECT e.chunk_rowid, e.space, e.vector, e.space = c.space FROM embeddings e JOIN chunks c"
         f" ON c.rowid = e.chunk_rowid WHERE c.doc_id IN ({marks})",
         ids,
     ):
         rowid, space, blob = int(r[0]), str(r[1]), bytes(r[2])
-        if is_bridge_space(space):  # a second vector of the chunk, not its own space
-            bridges.setdefault(rowid, []).append((space, blob))
-        else:
+        if r[3]:
             vectors[rowid] = (space, blob)
+        else:  # a second vector of the chunk (a bridge space's), not its own space
+            bridges.setdefault(rowid, []).append((space, blob))
     return _Batch(docs=list(docs), chunks=chunks, vectors=vectors, bridges=bridges, analyse=analyse)
 
 
@@ -247,13 +251,8 @@ def _write(
                 for rowid, row in zip(rowids, prepared.chunks, strict=True):
                     copy.write_row((rowid, *row))
             per_space: dict[str, list[tuple[int, int, bytes]]] = {}
-            batch = prepared.batch
-            for j, raw in enumerate(batch.chunks):
-                found = batch.vectors.get(int(raw[0]))
-                for space, blob in [
-                    *([found] if found else []),
-                    *batch.bridges.get(int(raw[0]), ()),
-                ]:
+            for j, raw in enumerate(prepared.batch.chunks):
+                for space, blob in prepared.batch.vectors_of(int(raw[0])):
                     per_space.setdefault(space, []).append((j, rowids[j], blob))
             for space, members in per_space.items():
                 written += _copy_vectors(cur, tables[space], prepared, members)

@@ -7,6 +7,7 @@ serving the searches instead (``qdrant-edge``: SQLite records; ``pg-qdrant``: Po
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,24 +30,33 @@ def open_stack(
     store_kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OpenStack]:
     """``open_stack(router, **options)``: the store of this test (opening it again reopens the
-    same workspace or database)."""
+    same workspace or database); ``open_stack(router, apart=True)`` opens a second, empty
+    store of the same kind (another workspace, another database)."""
     opened: list[EmbeddedKnowledge] = []
     workspace = tmp_path_factory.mktemp("ws")
+    databases: list[str] = []
 
-    def open_(router: EmbeddingRouter | None, **options: Any) -> EmbeddedKnowledge:
+    def open_(
+        router: EmbeddingRouter | None, *, apart: bool = False, **options: Any
+    ) -> EmbeddedKnowledge:
+        where = tmp_path_factory.mktemp("ws") if apart else workspace
         if store_kind in ("pg", "pg-qdrant"):
             from shelfhand.knowledge.stack import open_pg_store
 
             url = request.getfixturevalue("pg_url")
+            if apart:
+                name = f"t_{uuid.uuid4().hex[:12]}"
+                url = request.getfixturevalue("pg_server").create_database(name)
+                databases.append(name)
             if store_kind == "pg-qdrant":
-                options["qdrant_url"] = str(workspace / "qdrant")
+                options["qdrant_url"] = str(where / "qdrant")
             stack = open_pg_store(url, router, **options)
         elif store_kind == "qdrant-edge":
             options.pop("hnsw_threshold", None)  # (the faiss index's)
-            qdrant = str(workspace / "qdrant")
-            stack = open_embedded_store(workspace, router, qdrant_url=qdrant, **options)
+            qdrant = str(where / "qdrant")
+            stack = open_embedded_store(where, router, qdrant_url=qdrant, **options)
         else:
-            stack = open_embedded_store(workspace, router, **options)
+            stack = open_embedded_store(where, router, **options)
         opened.append(stack)
         return stack
 
@@ -54,3 +64,6 @@ def open_stack(
     for stack in opened:
         with contextlib.suppress(Exception):  # already closed by the test
             stack.close()
+    for name in databases:
+        with contextlib.suppress(Exception):
+            request.getfixturevalue("pg_server").drop_database(name)

@@ -2,8 +2,9 @@
 
 Random documents (tenants, permission tags, doc types, sources, English and Chinese words,
 vectors) and random callers and filters. The reference is brute force, written plainly: every
-chunk the rule lets the caller read, ranked by the index's own unfiltered scores (keyword) or
-by inner product (vectors).
+chunk the rule lets the caller read, ranked by the index's own unfiltered scores (keyword,
+with the caller's tenant's term statistics, as tests/knowledge/test_tenant_statistics.py
+checks) or by inner product (vectors).
 
 * keyword search returns exactly the reference's top ``k`` on each of its paths: the filtered
   query, the unfiltered ranking checked against the writer's per-rowid labels, the same
@@ -34,6 +35,7 @@ from shelfhand.knowledge.stores import tantivy as keyword_module
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.stores.vector_indexes import VectorIndexes
+from shelfhand.knowledge.types import Scope
 from support.acl_specs import (
     DIM,
     SPACE,
@@ -120,11 +122,12 @@ def test_filtered_search_equals_a_brute_force_filter(
     # keyword: the reference ranks every chunk by the index's own unfiltered BM25, on the
     # query's rarer terms while those find k readable chunks, else on every term
     tokens = tokenize_query(" ".join(query))
-    unfiltered = _unfiltered(stores.keyword, tokens, len(rows) + 1)
+    tenant = caller["tenant"]
+    unfiltered = _unfiltered(stores.keyword, tokens, len(rows) + 1, tenant)
     ranking = unfiltered
-    rarer = _rarer_terms(stores.keyword, tokens)
+    rarer = _rarer_terms(stores.keyword, tokens, tenant)
     if rarer is not None:
-        by_rarer = _unfiltered(stores.keyword, rarer, len(rows) + 1)
+        by_rarer = _unfiltered(stores.keyword, rarer, len(rows) + 1, tenant)
         if sum(1 for r, _ in by_rarer if r in readable) >= k:
             ranking = by_rarer
     want = [(r, s) for r, s in ranking if r in readable][:k]
@@ -150,7 +153,7 @@ def test_filtered_search_equals_a_brute_force_filter(
     tokens = tokenize_query(asked)
     texts = stores.store.chunk_map(list(rows))
     holders = {r for r, c in texts.items() if "E-203" in c.text.split()}
-    ranked_all = _unfiltered(stores.keyword, tokens, len(rows) + 1)
+    ranked_all = _unfiltered(stores.keyword, tokens, len(rows) + 1, tenant)
     want_exact = [(r, s) for r, s in ranked_all if r in readable & holders][:k]
     for narrow_share, intersect, limit in itertools.product((0.0, 1.0), (0.0, 1e9), (0, 10**6)):
         monkeypatch.setattr(keyword_module, "_NARROW_SHARE", narrow_share)
@@ -177,31 +180,31 @@ def test_filtered_search_equals_a_brute_force_filter(
     assert len(got_ids) == len(set(got_ids)) == min(k, len(readable))
 
 
-def _rarer_terms(index: TantivyKeywordIndex, tokens: list[str]) -> list[str] | None:
-    """The query's terms found in at most ``common_share`` of the chunks, when some are and
-    some are not (else None: every term ranks)."""
-    searcher = index._index.searcher()
+def _rarer_terms(index: TantivyKeywordIndex, tokens: list[str], tenant: str) -> list[str] | None:
+    """The query's terms found in at most ``common_share`` of the tenant's chunks, when some
+    are and some are not (else None: every term ranks)."""
     terms = list(dict.fromkeys(t for t in tokens if t))
-    limit = index.common_share * searcher.num_docs
-    freqs = [searcher.doc_freq("body", t) for t in terms]
+    num_docs, freqs = index.doc_freqs(terms, Scope(tenant_id=tenant))
+    limit = index.common_share * num_docs
     rarer = [t for t, df in zip(terms, freqs, strict=True) if df <= limit]
     if len(rarer) == len(terms) or not any(freqs[terms.index(t)] for t in rarer):
         return None
     return rarer
 
 
-def _unfiltered(index: TantivyKeywordIndex, tokens: list[str], k: int) -> list[tuple[int, float]]:
-    """Every matching chunk of any tenant, by the index's BM25 (the same scores a filtered
-    search gives, since its filter clauses score zero)."""
-    import tantivy
+def _unfiltered(
+    index: TantivyKeywordIndex, tokens: list[str], k: int, tenant: str
+) -> list[tuple[int, float]]:
+    """Every matching chunk of any tenant, by the index's BM25 with ``tenant``'s statistics
+    (the same scores a filtered search gives, since its filter clauses score zero)."""
 
     terms = list(dict.fromkeys(t for t in tokens if t))
     if not terms:
         return []
-    should = index._should("body", terms)
-    if index.head_boost > 0:
-        should += index._should("head", terms, index.head_boost)
-    searcher = index._index.searcher()
-    result = searcher.search(tantivy.Query.boolean_query(should), k, count=False)
+    searcher, own = index._searcher_of(tenant)
+    query = index._ranked(searcher, terms, None, own)
+    if query is None:  # none of the tenant's chunks holds a term
+        return []
+    result = searcher.search(query, k, count=False)
     rowids = searcher.fast_field_values("rowid", [a for _, a in result.hits])
     return [(int(r), float(s)) for (s, _), r in zip(result.hits, rowids, strict=True)]

@@ -101,9 +101,16 @@ def content(url: str) -> dict[str, Any]:
                 ).fetchall()
             ),
             "terms": sorted(
-                conn.execute("SELECT field, term, df FROM knowledge_pg_terms WHERE df <> 0")
+                conn.execute(
+                    "SELECT tenant_id, field, term, df FROM knowledge_pg_tenant_terms WHERE df <> 0"
+                )
             ),
             "field_stats": sorted(conn.execute("SELECT * FROM knowledge_pg_field_stats")),
+            "tenant_stats": sorted(
+                conn.execute(
+                    "SELECT * FROM knowledge_pg_tenant_stats WHERE docs <> 0 OR tokens <> 0"
+                )
+            ),
             "sources": sorted(
                 conn.execute("SELECT source, content_hash, doc_type FROM knowledge_pg_sources")
             ),
@@ -154,7 +161,7 @@ def test_bulk_import_writes_what_the_row_by_row_import_writes(
     assert (bulk.documents, bulk.chunks, bulk.vectors) == (8, one_by_one.chunks, bulk.chunks)
     assert bulk.chunks > 8  # several chunks per document: batches cut across them
     want = content(second_url)
-    assert want["terms"] and any("保修" in t for _, t, _ in want["terms"])
+    assert want["terms"] and any("保修" in t for _, _, t, _ in want["terms"])
     assert content(pg_url) == want
     assert searches(pg_url) == searches(second_url)
     assert all(r for r in searches(pg_url)[:6])  # the English and Chinese queries find hits

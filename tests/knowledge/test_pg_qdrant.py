@@ -26,7 +26,7 @@ def stats(url: str) -> dict[str, Any]:
             str(f): int(d)
             for f, d in conn.execute("SELECT field, docs FROM knowledge_pg_field_stats")
         }
-        (terms,) = conn.execute("SELECT count(*) FROM knowledge_pg_terms").fetchone() or (0,)
+        (terms,) = conn.execute("SELECT count(*) FROM knowledge_pg_tenant_terms").fetchone() or (0,)
         (analysed,) = conn.execute(
             "SELECT count(*) FROM knowledge_pg_chunks WHERE body_len >= 0 AND body <> ''"
         ).fetchone() or (0,)
@@ -104,7 +104,10 @@ def test_the_statistics_after_a_reindex_equal_those_of_a_store_that_always_analy
         plain.close()
         queries = (
             "SELECT field, docs, tokens FROM knowledge_pg_field_stats ORDER BY field",
-            "SELECT field, term, df FROM knowledge_pg_terms WHERE df <> 0 ORDER BY field, term",
+            "SELECT tenant_id, field, term, df FROM knowledge_pg_tenant_terms WHERE df <> 0"
+            " ORDER BY tenant_id, field, term",
+            "SELECT * FROM knowledge_pg_tenant_stats WHERE docs <> 0 OR tokens <> 0"
+            " ORDER BY tenant_id, field",
         )
         for sql in queries:
             with psycopg.connect(pg_url) as a, psycopg.connect(other) as b:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,12 @@ from shelfhand.knowledge import KnowledgeBase
 from shelfhand.knowledge.stores.qdrant import QdrantKeywordSearch, open_backend
 from shelfhand.knowledge.stores.qdrant.model import (
     FILTER_FIELDS,
+    KEYWORD,
     LOOKUP_FIELDS,
     TERMS,
     PointFilter,
 )
+from shelfhand.knowledge.stores.qdrant.server import ServerBackend
 from shelfhand.knowledge.types import Document, Section
 from shelfhand.testing import hashing_router
 
@@ -229,21 +232,21 @@ def test_only_the_fields_that_filter_a_dense_search_are_linked_into_the_hnsw_gra
     assert schema["tenant"].params.is_tenant is True
 
 
-def test_an_index_of_an_older_layout_is_rebuilt_with_the_terms_as_one_text_field(
-    tmp_path: Path,
-) -> None:
+@pytest.mark.parametrize("schema", [1, 2])
+def test_an_index_of_an_older_layout_is_rebuilt(tmp_path: Path, schema: int) -> None:
+    """1: the terms as a text field each; 2: Qdrant's IDF modifier (every tenant's counts)."""
     base = KnowledgeBase(tmp_path / "ws", hashing_router(), qdrant_url=str(tmp_path / "q"))
     base.ingest_documents(CORPUS)
     base.close()
-    old = open_backend(str(tmp_path / "q"))  # as the first layout left it: its schema number 1
+    old = open_backend(str(tmp_path / "q"))  # as an older layout left it: its schema number
     meta = old.meta() or {}
-    old.set_meta({**meta, "schema": 1})
+    old.set_meta({**meta, "schema": schema})
     old.close()
     again = KnowledgeBase(tmp_path / "ws", hashing_router(), qdrant_url=str(tmp_path / "q"))
     try:
         keyword = again._stack.keyword
         assert isinstance(keyword, QdrantKeywordSearch)
-        assert (keyword.index.backend.meta() or {})["schema"] == 2
+        assert (keyword.index.backend.meta() or {})["schema"] == 3
         assert again.search("长江大桥", k=1, user=ACME)[0].chunk.doc_id == "bridge.md"
         # document frequencies are counts over the text field: 长江 is in both chunks of
         # bridge.md and in river.md; a token no chunk holds counts 0
@@ -251,3 +254,33 @@ def test_an_index_of_an_older_layout_is_rebuilt_with_the_terms_as_one_text_field
         assert n == 6 and dfs[0] == 3 and dfs[2] == 0
     finally:
         again.close()
+
+
+def test_a_rebuild_keeps_the_collections_shards_and_replication(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a cluster the collection is created by its operator (shards, replication); a rebuild
+    (an older layout, another store) creates it anew with the same settings. qdrant-client's
+    local mode keeps no shard settings, so the server's answer is given here."""
+    backend = ServerBackend(":memory:", collection="layout")
+    client = backend._client
+    real_get, real_create = client.get_collection, client.create_collection
+    created: list[dict[str, Any]] = []
+
+    def get(name: str) -> Any:
+        info = real_get(name)
+        info.config.params.shard_number = 6
+        info.config.params.replication_factor = 2
+        return info
+
+    def create(name: str, **kw: Any) -> Any:
+        created.append(kw)
+        return real_create(name, **kw)
+
+    monkeypatch.setattr(client, "get_collection", get)
+    monkeypatch.setattr(client, "create_collection", create)
+    backend.clear()
+    assert created[-1]["shard_number"] == 6 and created[-1]["replication_factor"] == 2
+    assert "write_consistency_factor" not in created[-1]  # (not set: the server's default)
+    assert created[-1]["sparse_vectors_config"][KEYWORD].modifier is None  # the query's IDF
+    backend.close()

@@ -30,7 +30,7 @@ from shelfhand.knowledge.stores.qdrant import QdrantIndex, QdrantKeywordSearch, 
 from shelfhand.knowledge.stores.qdrant.edge import EdgeBackend
 from shelfhand.knowledge.stores.qdrant.server import ServerBackend
 from shelfhand.knowledge.stores.sqlite import SqliteKnowledgeStore
-from shelfhand.knowledge.types import SearchHit, SearchOptions
+from shelfhand.knowledge.types import Scope, SearchHit, SearchOptions
 from shelfhand.testing import HashingEmbedder
 
 pytest.importorskip("qdrant_edge")
@@ -82,8 +82,10 @@ class ClientSide:
     def search_exact(self, *args: object, **kw: object) -> list[tuple[int, float]]:
         return self.inner.search_exact(*args, **kw)  # type: ignore[arg-type]
 
-    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
-        return self.inner.doc_freqs(query_tokens)
+    def doc_freqs(
+        self, query_tokens: Sequence[str], scope: Scope | None = None
+    ) -> tuple[int, list[int]]:
+        return self.inner.doc_freqs(query_tokens, scope)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ translations of the query model also agree with each other.
 Random documents (tenants, permission tags, doc types, sources, English and Chinese words,
 vectors) and random callers and filters, each example in a fresh store. The reference is
 written plainly: every chunk the rule lets the caller read, scored by BM25 from the points'
-own term weights with the IDF of every chunk (keyword; the common-terms rule applied as the
-other indexes apply it), or by inner product (vectors).
+own term weights with the IDF over the caller's tenant's chunks (keyword; the common-terms
+rule applied as the other indexes apply it), or by inner product (vectors).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def close_ranking(got: Sequence[tuple[int, float]], want: Sequence[tuple[int, fl
 def bm25_reference(
     index: QdrantIndex, chunks: dict[int, Any], tokens: Sequence[str]
 ) -> dict[int, float]:
-    """Every chunk's BM25 for ``tokens``: its point's weights times the IDF over all chunks."""
+    """Every chunk's BM25 for ``tokens``: its point's weights times the IDF over ``chunks``
+    (the caller's tenant's)."""
     points = {
         r: chunk_point(r, c, avg_len=index.avg_len, head_avg_len=4.0, head_boost=1.0)
         for r, c in chunks.items()
@@ -131,7 +132,9 @@ def test_filtered_qdrant_search_equals_a_brute_force_filter(
     store.attach(edge, local)
     try:
         rows = load_specs(store, specs, seed, 0)
-        chunks = store.chunk_map(list(rows))
+        every = store.chunk_map(list(rows))
+        # BM25's statistics are of the caller's tenant's chunks, whatever other tenants hold
+        chunks = {r: c for r, c in every.items() if c.tenant_id == caller["tenant"]}
         readable = {r for r, spec in rows.items() if may_read(spec, caller)}
         scope = scope_of(caller)
         tokens = tokenize_query(" ".join(query))
@@ -142,7 +145,7 @@ def test_filtered_qdrant_search_equals_a_brute_force_filter(
         q = np.random.default_rng(seed + 1).standard_normal(DIM).astype(np.float32)
         asked = " ".join([*query, "E-203"])
         exact_tokens = tokenize_query(asked)
-        holders = {r for r, c in chunks.items() if "E-203" in c.text.split()}
+        holders = {r for r, c in every.items() if "E-203" in c.text.split()}
         for index in (edge, local):
             keyword = QdrantKeywordSearch(index)
             # keyword: the rarer terms rank while they find k readable chunks, else every term

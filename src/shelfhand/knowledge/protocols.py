@@ -174,7 +174,12 @@ class KeywordIndex(Protocol):
         self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
     ) -> list[tuple[int, float]]: ...
 
-    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]: ...
+    def doc_freqs(
+        self, query_tokens: Sequence[str], scope: Scope | None = None
+    ) -> tuple[int, list[int]]:
+        """Chunks, and per distinct token how many hold it (BM25's statistics): of the
+        whole index, or with ``scope`` of its tenant's chunks only, as its searches rank."""
+        ...
 
 
 @runtime_checkable

@@ -22,12 +22,31 @@ __all__ = [
     "keyword_evidence",
     "ranking_terms",
     "relevance",
+    "tenant_boost",
 ]
 
 
 def bm25_idf(doc_freq: int, num_docs: int) -> float:
     """BM25's IDF (the Lucene/tantivy form, never negative)."""
     return math.log(1.0 + (num_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+def tenant_boost(tenant_df: int, tenant_docs: int, doc_freq: int, num_docs: int) -> float:
+    """What turns a term's BM25 computed over a whole index (``doc_freq`` of ``num_docs``
+    chunks, every tenant's) into its BM25 over one tenant's chunks (``tenant_df`` of
+    ``tenant_docs``): the ratio of the two IDFs. 0 when none of the tenant's chunks holds the
+    term (its clause can only match other tenants' chunks).
+
+    A keyword index that serves several tenants ranks each caller by the statistics of the
+    caller's tenant, not of all of them: otherwise another tenant's documents change a
+    caller's scores, and a caller who stores a word and searches for it can read, from the
+    score, how many of the other tenants' chunks hold it."""
+    if tenant_df <= 0:
+        return 0.0
+    whole = bm25_idf(doc_freq, num_docs)
+    if whole <= 0.0:
+        return 1.0
+    return bm25_idf(tenant_df, tenant_docs) / whole
 
 
 COMMON_SHARE = DEFAULT_KEYWORD_COMMON_SHARE

@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from shelfhand.knowledge.protocols import KeywordIndex
 from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
-from shelfhand.knowledge.types import KeywordHits
+from shelfhand.knowledge.types import KeywordHits, Scope
 
 __all__ = ["KEYWORD_WEIGHT", "candidate_relevance", "convex_fusion", "rrf", "weighted_rrf"]
 
@@ -124,6 +124,7 @@ def candidate_relevance(
     cosines: Sequence[dict[int, float]],
     weights: Sequence[float],
     keyword_index: KeywordIndex,
+    scope: Scope | None = None,
 ) -> dict[int, float]:
     """Every candidate's :func:`~shelfhand.knowledge.scoring.relevance`.
 
@@ -135,6 +136,7 @@ def candidate_relevance(
             less).
         keyword_index: Where the keyword hits came from (its term statistics, when the hits
             do not carry them, and its ``common_share``).
+        scope: The caller's (its tenant's term statistics, as the keyword search used).
     """
     kw: dict[int, float] = {}
     if keyword:
@@ -142,7 +144,7 @@ def candidate_relevance(
         if isinstance(keyword, KeywordHits):
             num_docs, freqs = keyword.stats()
         else:
-            num_docs, freqs = keyword_index.doc_freqs(query_tokens)
+            num_docs, freqs = keyword_index.doc_freqs(query_tokens, scope)
         # the IDF of the terms that ranked the hits (the common ones may not have)
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         ranked = set(ranking_terms(terms, freqs, num_docs, keyword_index.common_share))

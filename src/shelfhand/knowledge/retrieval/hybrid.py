@@ -320,7 +320,7 @@ class HybridRetriever:
                 use_keyword = True  # degraded: keywords stand in for vectors
             elif fused_by is not None:
                 t1 = time.perf_counter()
-                tokens = self._query_tokens(query)
+                tokens = self._query_tokens(query, scope)
                 weighted = self._weighted(query, embedded)
                 fused = fused_by.search_fused(
                     tokens, weighted, fetch, scope=scope, rrf_k=self.rrf_k
@@ -343,12 +343,28 @@ class HybridRetriever:
         wider = functools.partial(_translated, query=query)
         if fused is not None:
             hits, n_fused, relevant = self._fused_hits(
-                tokens or [], fused, weighted, fetch, k, opts.min_relevance, split, wider=wider
+                tokens or [],
+                fused,
+                weighted,
+                fetch,
+                k,
+                opts.min_relevance,
+                split,
+                wider=wider,
+                scope=scope,
             )
         else:
             rrf = mode == "hybrid" and opts.fusion == "rrf"  # one side alone keeps its scores
             hits, n_fused, relevant = self._fuse(
-                tokens or [], keyword, vectors, k, opts.min_relevance, split, rrf=rrf, wider=wider
+                tokens or [],
+                keyword,
+                vectors,
+                k,
+                opts.min_relevance,
+                split,
+                rrf=rrf,
+                wider=wider,
+                scope=scope,
             )
         if len(hits) > k:
             hits = own_language_first(hits, query)[:k]
@@ -536,11 +552,11 @@ class HybridRetriever:
 
     def _keyword_side(self, query: str, fetch: int, scope: Scope) -> KeywordSide:
         t1 = time.perf_counter()
-        tokens = self._query_tokens(query)
+        tokens = self._query_tokens(query, scope)
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return KeywordSide(tokens, hits, time.perf_counter() - t1)
 
-    def _query_tokens(self, query: str) -> list[str]:
+    def _query_tokens(self, query: str, scope: Scope | None = None) -> list[str]:
         """The keyword tokens of ``query``, a word no document holds searched as its synonym
         that some do, and a Chinese word jieba guessed from a name and the character beside it
         searched as the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of
@@ -554,7 +570,7 @@ class HybridRetriever:
         if not glued and not synonyms and not pairs:
             return tokens
         words = list(dict.fromkeys([*synonyms, *glued, *pairs]))
-        _, freqs = self.keyword_index.doc_freqs(words)
+        _, freqs = self.keyword_index.doc_freqs(words, scope)
         doc_freq = dict(zip(words, freqs, strict=True))
         if glued:
             tokens = unglued(tokens, doc_freq)
@@ -574,6 +590,7 @@ class HybridRetriever:
         *,
         rrf: bool = False,
         wider: Callable[[Sequence[Chunk]], bool] | None = None,
+        scope: Scope | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` hits, and how many candidates were fused and how many of them were
         relevant enough (``split``, ``wider``: see :meth:`_choose`)."""
@@ -598,10 +615,10 @@ class HybridRetriever:
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
         strength = candidate_relevance(
-            query_tokens, keyword, cosines, vectors.weights, self.keyword_index
+            query_tokens, keyword, cosines, vectors.weights, self.keyword_index, scope
         )
         unsure = _unsure(
-            split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index
+            split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index, scope
         )
         return self._choose(
             ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
@@ -618,6 +635,7 @@ class HybridRetriever:
         split: tuple[str, ...] = (),
         *,
         wider: Callable[[Sequence[Chunk]], bool] | None = None,
+        scope: Scope | None = None,
     ) -> tuple[list[SearchHit], int, int]:
         """The hits of a search the index fused: relevance and ranks from the candidates'
         cosines (each space's top ``fetch`` by cosine is its vector list) and keyword hits."""
@@ -630,9 +648,13 @@ class HybridRetriever:
         spaces = list(fused.cosines)
         weights = [weighted[space][1] for space in spaces]
         cosines = [fused.cosines[space] for space in spaces]
-        strength = candidate_relevance(query_tokens, keyword, cosines, weights, self.keyword_index)
+        strength = candidate_relevance(
+            query_tokens, keyword, cosines, weights, self.keyword_index, scope
+        )
         ranked = by_score(fused.ranked)
-        unsure = _unsure(split, query_tokens, cosines, weights, min_relevance, self.keyword_index)
+        unsure = _unsure(
+            split, query_tokens, cosines, weights, min_relevance, self.keyword_index, scope
+        )
         return self._choose(
             ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
         )
@@ -781,6 +803,7 @@ def _unsure(
     weights: Sequence[float],
     min_relevance: float,
     keyword_index: KeywordIndex,
+    scope: Scope | None = None,
 ) -> Callable[[int, Chunk], bool] | None:
     """For a query with words its analysis cut into characters (``split``: ``年假``), whether
     a candidate is one the keywords brought in on the commonest of those characters alone:
@@ -805,7 +828,7 @@ def _unsure(
     for found, weight in zip(cosines, weights, strict=True):
         close.update(r for r, c in found.items() if weight * c >= min_relevance)
     needles = (*split, *others)
-    num_docs, freqs = keyword_index.doc_freqs(chars)
+    num_docs, freqs = keyword_index.doc_freqs(chars, scope)
     idf = {c: bm25_idf(df, num_docs) for c, df in zip(chars, freqs, strict=True)}
     total = sum(idf.values())
 

@@ -49,7 +49,12 @@ import tantivy
 
 from shelfhand.core.errors import InvalidArgumentError, KnowledgeError
 from shelfhand.knowledge.analysis import identifier_tokens
-from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ranking_terms
+from shelfhand.knowledge.scoring import (
+    COMMON_SHARE,
+    check_keyword_weights,
+    ranking_terms,
+    tenant_boost,
+)
 from shelfhand.knowledge.stores.keyword_plan import (
     PUBLIC_TAG,
     UNION_MAX,
@@ -161,6 +166,13 @@ class TantivyKeywordIndex:
         # another process may write: reload before searching, once per search (a hybrid
         # search asks twice: its keyword side and the exact-identifier step)
         self._reload = OncePerSearch(self._reload_now)
+        self._version = 0
+        """Bumped at every reload of the searcher (the tenants' counts are of one version)."""
+        self._counts: tuple[int, dict[tuple[str, str, str], int]] = (0, {})
+
+    def _reloaded(self) -> None:
+        self._index.reload()
+        self._version += 1
 
     def _read_generation(self) -> int:
         state = json.loads((self.directory / _STATE_FILE).read_text(encoding="utf-8"))
@@ -254,14 +266,14 @@ class TantivyKeywordIndex:
                 self._writer.commit()
                 if self.access == "read":
                     self._release_writer()
-            self._index.reload()
+            self._reloaded()
             self._write_state(generation)
             if durable and self._labels is not None:
                 self._labels.save(generation)
 
     def _refresh(self) -> None:
         """Read-only: see the writer's latest commit and the generation it recorded."""
-        self._index.reload()
+        self._reloaded()
         # the writer may be replacing the state file: then keep the last generation read
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, KnowledgeError):
             self._generation = self._read_generation()
@@ -299,7 +311,7 @@ class TantivyKeywordIndex:
                 raise
             finally:
                 writer.wait_merging_threads()  # lets go of the directory lock
-            self._index.reload()
+            self._reloaded()
             self._write_state(generation)
             if self._labels is not None:
                 self._labels.save(generation)
@@ -355,25 +367,69 @@ class TantivyKeywordIndex:
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         if not terms or k <= 0:
             return []
-        searcher = self._searcher()
+        searcher, own = self._searcher_of(scope.tenant_id)
         body_df = {t: int(searcher.doc_freq("body", t)) for t in terms}
+        num_docs, freqs = self._stats(searcher, own, terms, body_df)
         ranked = terms
         if self.common_share < 1:
-            ranked = ranking_terms(
-                terms, list(body_df.values()), int(searcher.num_docs), self.common_share
-            )
-        query = self._ranked(searcher, ranked, body_df)
-        if query is None:  # no chunk holds any of the terms
+            ranked = ranking_terms(terms, freqs, num_docs, self.common_share)
+        query = self._ranked(searcher, ranked, body_df, own)
+        if query is None:  # no chunk (of the caller's tenant) holds any of the terms
             self.paths["empty"] += 1
-            return []
+            return KeywordHits([], num_docs=num_docs, doc_freqs=freqs)
         hits = self._run(searcher, query, k, scope, True)
         if len(hits) < k and len(ranked) < len(terms):
             # few readable chunks hold the rarer terms: the common ones rank the rest
             self.paths["common terms"] += 1
-            every = self._ranked(searcher, terms, body_df)
+            every = self._ranked(searcher, terms, body_df, own)
             if every is not None:  # (it holds the ranked terms' clauses)
                 hits = self._run(searcher, every, k, scope, True)
-        return KeywordHits(hits, num_docs=int(searcher.num_docs), doc_freqs=list(body_df.values()))
+        return KeywordHits(hits, num_docs=num_docs, doc_freqs=freqs)
+
+    def _stats(
+        self, searcher: Any, own: _Own | None, terms: Sequence[str], body_df: Mapping[str, int]
+    ) -> tuple[int, list[int]]:
+        """BM25's statistics for ``terms``: the caller's tenant's (``own``), or the index's
+        when every chunk is that tenant's."""
+        if own is None:
+            return int(searcher.num_docs), [body_df[t] for t in terms]
+        return own.docs, [own.df("body", t) if body_df[t] else 0 for t in terms]
+
+    def _searcher_of(self, tenant: str) -> tuple[Any, _Own | None]:
+        """The searcher, and the statistics of ``tenant``'s chunks in it (None when no other
+        tenant's chunk, not even a deleted one, is in the index: the index's own statistics
+        are then the tenant's).
+
+        Whether another tenant's is, the tenant field's term dictionary says (a few µs);
+        only then are the tenants' live chunks counted (one pass over the tenant field), and
+        each query term's chunks within the tenant (:class:`_Own`). Counts are kept while the
+        searcher is unchanged (``_version``; a reading process reloads before each search,
+        so it counts anew each time)."""
+        before = self._version
+        searcher = self._searcher()
+        if len(searcher.terms_with_prefix("tenant", "", limit=2)) < 2:
+            return searcher, None  # (deleted chunks' tenants are listed too: then counted)
+        version = self._version
+        kept_version, memo = self._counts
+        if version != kept_version or len(memo) > _COUNTS_MAX:
+            memo = {}
+            if version == before:  # (else a reload came between: keep nothing)
+                self._counts = (version, memo)
+        elif version != before:
+            memo = {}
+        docs = memo.get(("tenant", tenant, ""))
+        if docs is None:
+            # tantivy's BM25 counts every chunk, deleted ones too until a merge: so does its N
+            listed = searcher.terms_with_prefix("tenant", "")
+            memo["every", "", ""] = sum(int(count) for _, count in listed)
+            live = searcher.terms_with_prefix("tenant", "", filter_query=tantivy.Query.all_query())
+            for name, count in live:
+                memo["tenant", name, ""] = int(count)
+            docs = memo.setdefault(("tenant", tenant, ""), 0)
+        return searcher, _Own(self, searcher, tenant, docs, memo["every", "", ""], memo)
+
+    def _term(self, field: str, value: str) -> tantivy.Query:
+        return tantivy.Query.term_query(self._schema, field, value)
 
     def _searcher(self) -> Any:
         """The searcher of the latest commit this process may see (every commit made before
@@ -384,37 +440,55 @@ class TantivyKeywordIndex:
 
     def _reload_now(self) -> None:
         with self._lock:
-            self._index.reload()  # 27 µs on a small index, more segments more
+            self._reloaded()  # 27 µs on a small index, more segments more
             self.reloads += 1
 
     def _ranked(
-        self, searcher: Any, terms: Sequence[str], body_df: Mapping[str, int] | None = None
+        self,
+        searcher: Any,
+        terms: Sequence[str],
+        body_df: Mapping[str, int] | None = None,
+        own: _Own | None = None,
     ) -> tantivy.Query | None:
         """BM25 over the body and, weighted by ``head_boost``, the section heading, with a
         clause only for the terms the field holds (None when it holds none): a term no chunk
         has adds nothing to any score, but its clause cost tantivy 22 % of the query's time at
-        30k chunks without headings. ``body_df``: the terms' body frequencies, when known."""
-        should, _ = self._rank_clauses(searcher, terms, body_df)
+        30k chunks without headings. ``body_df``: the terms' body frequencies, when known;
+        ``own``: the caller's tenant's statistics, which each clause is scaled to."""
+        should, _ = self._rank_clauses(searcher, terms, body_df, own)
         return tantivy.Query.boolean_query(should) if should else None
 
     def _rank_clauses(
-        self, searcher: Any, terms: Sequence[str], body_df: Mapping[str, int] | None = None
+        self,
+        searcher: Any,
+        terms: Sequence[str],
+        body_df: Mapping[str, int] | None = None,
+        own: _Own | None = None,
     ) -> tuple[list[tuple[tantivy.Occur, tantivy.Query]], int]:
         """The clauses of :meth:`_ranked`, and how many postings they hold in all."""
         known = body_df or {}
         body_freqs = {
             t: int(known[t] if t in known else searcher.doc_freq("body", t)) for t in terms
         }
-        body = [t for t, df in body_freqs.items() if df]
-        should = self._should("body", body)
+        should = self._scaled("body", body_freqs, own)
         postings = sum(body_freqs.values())
         if self.head_boost > 0:
             head_freqs = {t: int(searcher.doc_freq("head", t)) for t in terms}
-            should += self._should(
-                "head", [t for t, df in head_freqs.items() if df], self.head_boost
-            )
+            should += self._scaled("head", head_freqs, own, self.head_boost)
             postings += sum(head_freqs.values())
         return should, postings
+
+    def _scaled(
+        self, field: str, freqs: Mapping[str, int], own: _Own | None, boost: float = 1.0
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        """A clause per term of ``freqs`` that a chunk holds in ``field``, scaled to the
+        statistics of the caller's tenant (``own``) if other tenants share the index; a term
+        none of that tenant's chunks holds gets none."""
+        held = [t for t, df in freqs.items() if df]
+        if own is None:
+            return self._should(field, held, boost)
+        boosts = {t: own.boost(field, t, freqs[t]) for t in held}
+        return self._should(field, [t for t in held if boosts[t]], boost, boosts)
 
     def search_exact(
         self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
@@ -427,16 +501,16 @@ class TantivyKeywordIndex:
         terms = list(dict.fromkeys(t for t in identifiers if t))
         if not terms or k <= 0:
             return []
-        searcher = self._searcher()
+        searcher, own = self._searcher_of(scope.tenant_id)
         freqs = {t: int(searcher.doc_freq("codes", t)) for t in terms}
-        terms = [t for t in terms if freqs[t]]
-        if not terms:  # no chunk holds one
+        code_clauses = self._scaled("codes", freqs, own)
+        if not code_clauses:  # no chunk (of the caller's tenant) holds one
             self.paths["empty"] += 1
             return []
-        codes = tantivy.Query.boolean_query(self._should("codes", terms))
+        codes = tantivy.Query.boolean_query(code_clauses)
         holds = tantivy.Query.const_score_query(codes, 0.0)
         clauses, postings = self._rank_clauses(
-            searcher, list(dict.fromkeys(t for t in rank_by if t))
+            searcher, list(dict.fromkeys(t for t in rank_by if t)), None, own
         )
         holders = sum(freqs.values())
         occ = tantivy.Occur
@@ -464,13 +538,18 @@ class TantivyKeywordIndex:
         return self._run(searcher, text, k, scope, True, narrow=narrow)
 
     def _should(
-        self, field: str, terms: Sequence[str], boost: float = 1.0
+        self,
+        field: str,
+        terms: Sequence[str],
+        boost: float = 1.0,
+        boosts: Mapping[str, float] | None = None,
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         clauses = []
         for term in terms:
             query = tantivy.Query.term_query(self._schema, field, term, index_option="freq")
-            if boost != 1.0:
-                query = tantivy.Query.boost_query(query, boost)
+            weight = boost if boosts is None else boost * boosts[term]
+            if weight != 1.0:
+                query = tantivy.Query.boost_query(query, weight)
             clauses.append((tantivy.Occur.Should, query))
         return clauses
 
@@ -593,14 +672,81 @@ class TantivyKeywordIndex:
         }
         return [r in readable for r in rowids]
 
-    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
-        """Chunks in the index and, per distinct token (first-seen order), how many contain it.
+    def doc_freqs(
+        self, query_tokens: Sequence[str], scope: Scope | None = None
+    ) -> tuple[int, list[int]]:
+        """Chunks in the index and, per distinct token (first-seen order), how many contain it;
+        with ``scope``, the chunks of its tenant only, as BM25 counts them for its searches.
 
         Statistics for the relevance estimate of :mod:`shelfhand.knowledge.retrieval.fusion` (the share
-        of the query's IDF a hit matches, and which synonyms a query needs); like BM25's
-        own, they count every tenant. In a reading process they are the latest commit's,
-        as a search's are (the index reloads at most once per search).
+        of the query's IDF a hit matches, and which synonyms a query needs). In a reading
+        process they are the latest commit's, as a search's are (the index reloads at most
+        once per search).
         """
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        searcher = self._searcher()
-        return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]
+        if scope is None:
+            searcher = self._searcher()
+            return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]
+        searcher, own = self._searcher_of(scope.tenant_id)
+        body_df = {t: int(searcher.doc_freq("body", t)) for t in terms}
+        return self._stats(searcher, own, terms, body_df)
+
+
+_COUNTS_MAX = 100_000
+"""Tenants' counts kept for one version of the searcher at most (then counted anew)."""
+
+
+def _count(searcher: Any, query: tantivy.Query) -> int:
+    """How many live chunks match ``query``."""
+    return int(searcher.search(query, 1, count=True).count)
+
+
+class _Own:
+    """The statistics of one tenant's chunks in a searcher that also holds other tenants':
+    BM25 ranks a caller by them (:func:`~shelfhand.knowledge.scoring.tenant_boost`), so
+    another tenant's documents never change the caller's scores. A document frequency is
+    one count of the term's chunks within the tenant, kept in ``memo`` for the searcher's
+    version."""
+
+    __slots__ = ("_index", "_memo", "_searcher", "docs", "tenant", "total")
+
+    def __init__(
+        self,
+        index: TantivyKeywordIndex,
+        searcher: Any,
+        tenant: str,
+        docs: int,
+        total: int,
+        memo: dict[tuple[str, str, str], int],
+    ) -> None:
+        self._index = index
+        self._searcher = searcher
+        self.tenant = tenant
+        self.docs = docs
+        """The tenant's live chunks."""
+        self.total = total
+        """Every tenant's chunks, the deleted ones not merged away yet included: what
+        tantivy's own BM25 counts (so do its document frequencies)."""
+        self._memo = memo
+
+    def df(self, field: str, term: str) -> int:
+        """How many of the tenant's chunks hold ``term`` in ``field``."""
+        key = (field, term, self.tenant)
+        found = self._memo.get(key)
+        if found is None:
+            index = self._index
+            both = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Must, index._term(field, term)),
+                    (tantivy.Occur.Must, index._term("tenant", self.tenant)),
+                ]
+            )
+            # unscored: a third less time than the scored intersection
+            found = self._memo[key] = _count(
+                self._searcher, tantivy.Query.const_score_query(both, 1.0)
+            )
+        return found
+
+    def boost(self, field: str, term: str, doc_freq: int) -> float:
+        """The factor of ``term``'s clause in ``field`` (its index-wide ``doc_freq``)."""
+        return tenant_boost(self.df(field, term), self.docs, doc_freq, self.total)

@@ -25,7 +25,7 @@ from shelfhand.knowledge.scoring import (
     ranking_terms,
 )
 from shelfhand.knowledge.stores.pg.db import PgDatabase, acl_sql
-from shelfhand.knowledge.stores.pg.store import UNANALYSED, tsquery_literal
+from shelfhand.knowledge.stores.pg.store import FIELDS, UNANALYSED, tsquery_literal
 from shelfhand.knowledge.types import KeywordHits, Scope
 
 __all__ = ["PgKeywordIndex"]
@@ -100,20 +100,36 @@ class PgKeywordIndex:
         return int(row[0]) if row else 0
 
     def _stats(
-        self, conn: Any, terms: Sequence[str]
+        self, conn: Any, terms: Sequence[str], tenant: str | None = None
     ) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, str], int]]:
-        """Per field (docs, tokens), and df per (field, term)."""
+        """Per field (docs, tokens), and df per (field, term): of ``tenant``'s chunks (its
+        searches rank by them, :func:`~shelfhand.knowledge.scoring.tenant_boost` says why),
+        or of every tenant's together. Both kept by each write's transaction; the row of
+        chunks stored without keyword fields (``u``) is every tenant's."""
         fields = {
             str(f): (int(d), int(t))
             for f, d, t in conn.execute("SELECT field, docs, tokens FROM knowledge_pg_field_stats")
         }
-        dfs = {
-            (str(f), str(t)): int(df)
-            for f, t, df in conn.execute(
-                "SELECT field, term, df FROM knowledge_pg_terms WHERE term = ANY(%s::text[])",
+        if tenant is None:
+            found = conn.execute(
+                "SELECT field, term, sum(df) FROM knowledge_pg_tenant_terms"
+                " WHERE term = ANY(%s::text[]) GROUP BY field, term",
                 (list(terms),),
             )
-        }
+        else:
+            for name in FIELDS:
+                fields[name] = (0, 0)
+            for f, d, t in conn.execute(
+                "SELECT field, docs, tokens FROM knowledge_pg_tenant_stats WHERE tenant_id = %s",
+                (tenant,),
+            ):
+                fields[str(f)] = (int(d), int(t))
+            found = conn.execute(
+                "SELECT field, term, df FROM knowledge_pg_tenant_terms"
+                " WHERE tenant_id = %s AND term = ANY(%s::text[])",
+                (tenant, list(terms)),
+            )
+        dfs = {(str(f), str(t)): int(df) for f, t, df in found if df}
         return fields, dfs
 
     def search(
@@ -146,7 +162,7 @@ class PgKeywordIndex:
         with self.db.transaction(read=True) as conn:
             if self.bitmap_scan:
                 conn.execute("SET LOCAL enable_seqscan = off")
-            fields, dfs = self._stats(conn, scored)
+            fields, dfs = self._stats(conn, scored, scope.tenant_id)
             check_analysed(fields.get(UNANALYSED, (0, 0))[0])
             n = fields.get("b", (0, 0))[0]
             if n == 0:
@@ -246,12 +262,14 @@ class PgKeywordIndex:
         rows = conn.execute(sql, params).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
-    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
+    def doc_freqs(
+        self, query_tokens: Sequence[str], scope: Scope | None = None
+    ) -> tuple[int, list[int]]:
         """Chunks in the store and, per distinct token (first-seen order), how many contain it
-        in their body; like the embedded index's, they count every tenant."""
+        in their body; with ``scope``, of its tenant's chunks only (as its searches rank)."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         with self.db.connection(read=True) as conn:
-            fields, dfs = self._stats(conn, terms)
+            fields, dfs = self._stats(conn, terms, None if scope is None else scope.tenant_id)
         return fields.get("b", (0, 0))[0], [dfs.get(("b", t), 0) for t in terms]
 
 

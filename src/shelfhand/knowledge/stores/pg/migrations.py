@@ -128,8 +128,42 @@ INSERT INTO knowledge_pg_field_stats (field, docs, tokens) VALUES ('u', 0, 0);
 CREATE INDEX knowledge_pg_chunks_unanalysed ON knowledge_pg_chunks (rowid) WHERE body_len < 0;
 """
 
+# BM25 statistics per tenant: a tenant's searches rank by its own chunks' (the term frequencies
+# of every tenant together, knowledge_pg_terms, are replaced: their sums over the tenants).
+_TENANT_STATISTICS = """
+CREATE TABLE knowledge_pg_tenant_terms (
+    tenant_id TEXT NOT NULL,
+    field CHAR(1) NOT NULL,
+    term TEXT NOT NULL,
+    df BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, field, term)
+);
+INSERT INTO knowledge_pg_tenant_terms (tenant_id, field, term, df)
+SELECT c.tenant_id, f.field, u.lexeme, count(*)
+FROM knowledge_pg_chunks c
+CROSS JOIN LATERAL (VALUES ('b', c.body), ('h', c.head), ('c', c.codes)) AS f (field, vec)
+CROSS JOIN LATERAL unnest(f.vec) AS u
+WHERE c.body_len >= 0
+GROUP BY c.tenant_id, f.field, u.lexeme;
+CREATE TABLE knowledge_pg_tenant_stats (
+    tenant_id TEXT NOT NULL,
+    field CHAR(1) NOT NULL,
+    docs BIGINT NOT NULL,
+    tokens BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, field)
+);
+INSERT INTO knowledge_pg_tenant_stats (tenant_id, field, docs, tokens)
+SELECT c.tenant_id, f.field, count(*), COALESCE(sum(f.len), 0)
+FROM knowledge_pg_chunks c
+CROSS JOIN LATERAL (VALUES ('b', c.body_len), ('h', c.head_len), ('c', c.codes_len)) AS f (field, len)
+WHERE c.body_len >= 0
+GROUP BY c.tenant_id, f.field;
+DROP TABLE knowledge_pg_terms;
+"""
+
 MIGRATIONS = [
     PgMigration(name="knowledge_pg_001_initial", sql=_INITIAL),
     PgMigration(name="knowledge_pg_002_outbox", sql=_OUTBOX),
     PgMigration(name="knowledge_pg_003_unanalysed", sql=_UNANALYSED),
+    PgMigration(name="knowledge_pg_004_tenant_statistics", sql=_TENANT_STATISTICS),
 ]

@@ -113,9 +113,13 @@ def tsquery_literal(terms: Sequence[str]) -> str:
 class _Delta:
     """BM25 statistics changes of one transaction, applied at its end."""
 
-    terms: Counter[tuple[str, str]] = field(default_factory=Counter)
+    terms: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Per (tenant, field, term), the change of its document frequency."""
     docs: Counter[str] = field(default_factory=Counter)
     tokens: Counter[str] = field(default_factory=Counter)
+    tenant_docs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Per (tenant, field), the change of its chunks (``docs`` is every tenant's)."""
+    tenant_tokens: Counter[tuple[str, str]] = field(default_factory=Counter)
     changed: set[str] = field(default_factory=set)
     """Documents changed (for the outbox, :mod:`~shelfhand.knowledge.stores.pg.outbox`)."""
 
@@ -156,13 +160,16 @@ def keyword_fields(c: Chunk, delta: _Delta) -> tuple[Any, ...]:
     of its row); their statistics added to ``delta``."""
     analysed = _analyse(c)
     lengths = []
+    tenant = c.tenant_id
     for name, counts in analysed.fields():
         delta.docs[name] += 1
+        delta.tenant_docs[tenant, name] += 1
         size = sum(counts.values())
         delta.tokens[name] += size
+        delta.tenant_tokens[tenant, name] += size
         lengths.append(size)
         for term in counts:
-            delta.terms[(name, term)] += 1
+            delta.terms[tenant, name, term] += 1
     return (
         tsvector_literal(analysed.body),
         tsvector_literal(analysed.head),
@@ -274,10 +281,32 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
         items = sorted((k, n) for k, n in delta.terms.items() if n)
         if items:
             conn.execute(
-                "INSERT INTO knowledge_pg_terms (field, term, df)"
-                " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[])"
-                " ON CONFLICT (field, term) DO UPDATE SET df = knowledge_pg_terms.df + excluded.df",
-                ([k[0] for k, _ in items], [k[1] for k, _ in items], [n for _, n in items]),
+                "INSERT INTO knowledge_pg_tenant_terms (tenant_id, field, term, df)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])"
+                " ON CONFLICT (tenant_id, field, term)"
+                " DO UPDATE SET df = knowledge_pg_tenant_terms.df + excluded.df",
+                (
+                    [k[0] for k, _ in items],
+                    [k[1] for k, _ in items],
+                    [k[2] for k, _ in items],
+                    [n for _, n in items],
+                ),
+            )
+        keys = sorted(k for k in delta.tenant_docs.keys() | delta.tenant_tokens.keys())
+        keys = [k for k in keys if delta.tenant_docs[k] or delta.tenant_tokens[k]]
+        if keys:
+            conn.execute(
+                "INSERT INTO knowledge_pg_tenant_stats (tenant_id, field, docs, tokens)"
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                " ON CONFLICT (tenant_id, field) DO UPDATE SET"
+                " docs = knowledge_pg_tenant_stats.docs + excluded.docs,"
+                " tokens = knowledge_pg_tenant_stats.tokens + excluded.tokens",
+                (
+                    [k[0] for k in keys],
+                    [k[1] for k in keys],
+                    [delta.tenant_docs[k] for k in keys],
+                    [delta.tenant_tokens[k] for k in keys],
+                ),
             )
         for name in (*FIELDS, UNANALYSED):
             if delta.docs[name] or delta.tokens[name]:
@@ -298,25 +327,29 @@ class PgKnowledgeStore(PgOutbox, PgStoreReads, ReplacesSources):
         ids = list(doc_ids)
         delta.changed.update(ids)
         for name, column in (("b", "body"), ("h", "head"), ("c", "codes")):
-            for term, n in conn.execute(
-                f"SELECT u.lexeme, count(*) FROM knowledge_pg_chunks c, unnest(c.{column}) u"
-                " WHERE c.doc_id = ANY(%s::text[]) GROUP BY u.lexeme",
+            for tenant, term, n in conn.execute(
+                f"SELECT c.tenant_id, u.lexeme, count(*) FROM knowledge_pg_chunks c,"
+                f" unnest(c.{column}) u WHERE c.doc_id = ANY(%s::text[])"
+                " GROUP BY c.tenant_id, u.lexeme",
                 (ids,),
             ):
-                delta.terms[(name, term)] -= int(n)
-        row = conn.execute(
-            "SELECT count(*) FILTER (WHERE body_len >= 0), count(*) FILTER (WHERE body_len < 0),"
+                delta.terms[str(tenant), name, str(term)] -= int(n)
+        for row in conn.execute(
+            "SELECT tenant_id, count(*) FILTER (WHERE body_len >= 0),"
+            " count(*) FILTER (WHERE body_len < 0),"
             " COALESCE(sum(body_len) FILTER (WHERE body_len >= 0), 0),"
             " COALESCE(sum(head_len) FILTER (WHERE body_len >= 0), 0),"
             " COALESCE(sum(codes_len) FILTER (WHERE body_len >= 0), 0)"
-            " FROM knowledge_pg_chunks WHERE doc_id = ANY(%s::text[])",
+            " FROM knowledge_pg_chunks WHERE doc_id = ANY(%s::text[]) GROUP BY tenant_id",
             (ids,),
-        ).fetchone()
-        assert row is not None
-        delta.docs[UNANALYSED] -= int(row[1])
-        for i, name in enumerate(FIELDS):
-            delta.docs[name] -= int(row[0])
-            delta.tokens[name] -= int(row[i + 2])
+        ):
+            tenant = str(row[0])
+            delta.docs[UNANALYSED] -= int(row[2])
+            for i, name in enumerate(FIELDS):
+                delta.docs[name] -= int(row[1])
+                delta.tokens[name] -= int(row[i + 3])
+                delta.tenant_docs[tenant, name] -= int(row[1])
+                delta.tenant_tokens[tenant, name] -= int(row[i + 3])
         cur = conn.execute(
             "DELETE FROM knowledge_pg_documents WHERE doc_id = ANY(%s::text[])", (ids,)
         )

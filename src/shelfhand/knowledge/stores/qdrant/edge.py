@@ -1,8 +1,9 @@
 """The in-process backend: Qdrant Edge (``qdrant-edge-py``), Qdrant's Rust engine as a shard
 in a local folder. For one machine, tests and ``shelfhand dev-cluster --qdrant``.
 
-The shard has the sparse ``keyword`` vector (IDF modifier) from its creation; a dense named
-vector is added per vector space the first time one is written (``create_dense_vector``).
+The shard has the sparse ``keyword`` vector (no IDF modifier: the query weighs its terms) from
+its creation; a dense named vector is added per vector space the first time one is written
+(``create_dense_vector``).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class EdgeBackend:
     def _config(self) -> Any:
         qe = self._qe
         return qe.EdgeConfig(
-            sparse_vectors={KEYWORD: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            sparse_vectors={KEYWORD: qe.EdgeSparseVectorParams()},  # (IDF: the query's)
             max_search_threads=self._threads,
         )
 

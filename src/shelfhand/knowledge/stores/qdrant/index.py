@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["QdrantIndex"]
 
-_SCHEMA = 2  # 2: the terms as one text field (model.TERMS); an index of 1 is rebuilt
+_SCHEMA = 3  # 2: the terms as one text field (model.TERMS); 3: no IDF modifier (the query's
+# IDF); an older index is rebuilt
 _BATCH = 512
 TERM_COUNTS_TTL_S = 1.0
 """How long a term's count of chunks (BM25's document frequency) is reused on a Qdrant server,
@@ -61,7 +62,7 @@ class QdrantIndex:
         self._lock = threading.RLock()
         self._refresh: Callable[[], None] | None = None
         self._store_id: str | None = None
-        self._term_counts: dict[str, int] = {}
+        self._term_counts: dict[tuple[str, str | None], int] = {}
         self._counts_ttl = TERM_COUNTS_TTL_S if backend.shared else float("inf")
         self._counts_until = float("-inf")
         meta = backend.meta() or {}
@@ -100,23 +101,35 @@ class QdrantIndex:
     def __repr__(self) -> str:
         return f"QdrantIndex({self.backend.location!r})"
 
-    def term_counts(self, terms: Sequence[str]) -> list[int]:
-        """How many chunks hold each of ``terms`` in their body (BM25's document frequencies,
-        every tenant). Each is one count over the index (about 5 ms at 1M chunks), so counts
-        are kept: until this index applies a change, and on a server (which other replicas
-        change too) at most :data:`TERM_COUNTS_TTL_S`."""
+    def term_counts(self, terms: Sequence[str], tenant: str | None = None) -> list[int]:
+        """How many chunks hold each of ``terms`` in their body (BM25's document frequencies):
+        of every tenant, or of ``tenant`` only. Each is one count over the index (about 5 ms
+        at 1M chunks), so counts are kept: until this index applies a change, and on a server
+        (which other replicas change too) at most :data:`TERM_COUNTS_TTL_S`."""
+        counts = self._counts()
+        found = []
+        for term in terms:
+            n = counts.get((term, tenant))
+            if n is None:
+                n = counts[term, tenant] = self.backend.count(PointFilter(tenant=tenant, term=term))
+            found.append(n)
+        return found
+
+    def tenant_count(self, tenant: str) -> int:
+        """How many chunks ``tenant`` has (kept as :meth:`term_counts` keeps its counts)."""
+        counts = self._counts()
+        n = counts.get(("", tenant))
+        if n is None:
+            n = counts["", tenant] = self.backend.count(PointFilter(tenant=tenant))
+        return n
+
+    def _counts(self) -> dict[tuple[str, str | None], int]:
         now = time.monotonic()
         counts = self._term_counts
         if now >= self._counts_until or len(counts) > _TERM_COUNTS_MAX:
             counts = self._term_counts = {}
             self._counts_until = now + self._counts_ttl
-        found = []
-        for term in terms:
-            n = counts.get(term)
-            if n is None:
-                n = counts[term] = self.backend.count(PointFilter(term=term))
-            found.append(n)
-        return found
+        return counts
 
     def _changed(self) -> None:
         """After a change is written: counts taken before it are not reused (the next

@@ -8,9 +8,12 @@ A chunk becomes one point, keyed by its rowid (the store's system-of-record id):
   :mod:`shelfhand.knowledge.analysis` (the keyword index's own analysis: Chinese segmented,
   English stemmed, identifiers whole). Each token's index is a 32-bit hash of it; its weight is
   BM25's term-frequency part, ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``, for
-  the body plus ``head_boost`` times the same for the chunk's own heading. Qdrant's ``idf``
-  modifier multiplies each query term by BM25's IDF at search time, so a query of weight 1
-  per term scores a chunk by BM25 (with a fixed ``avg_len`` instead of the running average);
+  the body plus ``head_boost`` times the same for the chunk's own heading. The query weighs
+  each term by BM25's IDF over the caller's tenant's chunks (:func:`sparse_query`), so the
+  dot product scores a chunk by BM25 (with a fixed ``avg_len`` instead of the running
+  average). Not Qdrant's ``idf`` modifier: it counts every tenant's points, and per shard
+  and segment, deleted versions of points included, so another tenant's documents (or an
+  update not yet merged away) would change a caller's scores;
 * payload: ``doc_id``, ``tenant`` (a tenant index), ``tags`` (``__public__`` when none, as in
   the other indexes), ``doc_type``, ``source``, ``terms`` (the distinct body tokens, indexed, for
   document frequencies) and ``codes`` (the passage's identifiers, for the exact-identifier
@@ -284,12 +287,16 @@ def _own_heading(chunk: Chunk) -> list[str]:
     return tokenize_for_index(chunk.section_path[-1])
 
 
-def sparse_query(tokens: Sequence[str]) -> SparseVec:
-    """A query of weight 1 per distinct token (the IDF modifier weights them)."""
+def sparse_query(tokens: Sequence[str], idf: Mapping[str, float]) -> SparseVec:
+    """A query weighing each distinct token by its ``idf`` (a token of weight 0, which no
+    chunk of the caller's tenant holds, is left out)."""
     weights: dict[int, float] = {}
     for token in dict.fromkeys(tokens):
+        weight = idf[token]
+        if not weight:
+            continue
         key = term_id(token)
-        weights[key] = weights.get(key, 0.0) + 1.0
+        weights[key] = weights.get(key, 0.0) + weight
     indices = tuple(sorted(weights))
     return SparseVec(indices=indices, values=tuple(weights[i] for i in indices))
 

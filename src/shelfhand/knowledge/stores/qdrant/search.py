@@ -20,7 +20,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from shelfhand.knowledge.embeddings.router import Vectors
-from shelfhand.knowledge.scoring import COMMON_SHARE, check_keyword_weights, ranking_terms
+from shelfhand.knowledge.scoring import (
+    COMMON_SHARE,
+    bm25_idf,
+    check_keyword_weights,
+    ranking_terms,
+)
 from shelfhand.knowledge.stores.qdrant.index import QdrantIndex
 from shelfhand.knowledge.stores.qdrant.model import (
     KEYWORD,
@@ -36,6 +41,8 @@ from shelfhand.knowledge.types import FusedCandidates, KeywordHits, Scope
 __all__ = ["QdrantKeywordSearch", "QdrantVectorSearch"]
 
 _EVERY = PointFilter()
+Idf = Mapping[str, float]
+"""Per query term, its BM25 IDF over the caller's tenant's chunks (the query's weight)."""
 
 
 def _ordered(hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -66,14 +73,35 @@ class QdrantKeywordSearch:
     def num_docs(self) -> int:
         return self.index.backend.count(_EVERY)
 
-    def doc_freqs(self, query_tokens: Sequence[str]) -> tuple[int, list[int]]:
+    def doc_freqs(
+        self, query_tokens: Sequence[str], scope: Scope | None = None
+    ) -> tuple[int, list[int]]:
         """Chunks in the index and, per distinct token (first-seen order), how many hold it
-        in their body; like the other indexes', they count every tenant."""
+        in their body; with ``scope``, of its tenant's chunks only (as its searches rank)."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        return self.num_docs(), self.index.term_counts(terms)
+        if scope is None:
+            return self.num_docs(), self.index.term_counts(terms)
+        n, dfs, _ = self._stats(terms, scope.tenant_id)
+        return n, dfs
 
-    def _ranked(self, terms: Sequence[str], k: int, flt: PointFilter) -> list[tuple[int, float]]:
-        query = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)
+    def _stats(self, terms: Sequence[str], tenant: str) -> tuple[int, list[int], Idf]:
+        """BM25's statistics of ``tenant``'s chunks (chunks, document frequency per term)
+        and each term's IDF from them (0 for a term none of them holds)."""
+        n = self.num_docs()
+        dfs = self.index.term_counts(terms)
+        own_n = self.index.tenant_count(tenant)
+        if own_n < n:  # other tenants' chunks too: count the tenant's
+            n, dfs = own_n, self.index.term_counts(terms, tenant)
+        idf = {t: bm25_idf(df, n) if df else 0.0 for t, df in zip(terms, dfs, strict=True)}
+        return n, dfs, idf
+
+    def _ranked(
+        self, terms: Sequence[str], k: int, flt: PointFilter, idf: Idf
+    ) -> list[tuple[int, float]]:
+        vector = sparse_query(terms, idf)
+        if not vector.indices:  # none of the caller's tenant's chunks holds a term
+            return []
+        query = SearchQuery(using=KEYWORD, vector=vector, limit=k, filter=flt)
         return _ordered(self.index.backend.query(query))
 
     def search(
@@ -84,15 +112,14 @@ class QdrantKeywordSearch:
         if not terms or k <= 0:
             return []
         self.index.refresh()
-        n = self.num_docs()
-        dfs = self.index.term_counts(terms)
+        n, dfs, idf = self._stats(terms, scope.tenant_id)
         flt = point_filter(scope)
         if flt is None or n == 0:
             return KeywordHits([], num_docs=n, doc_freqs=dfs)
         ranked = ranking_terms(terms, dfs, n, self.common_share)
-        hits = self._ranked(ranked, k, flt)
+        hits = self._ranked(ranked, k, flt, idf)
         if len(hits) < k and len(ranked) < len(terms):  # the common terms rank the rest
-            hits = self._ranked(terms, k, flt)
+            hits = self._ranked(terms, k, flt, idf)
         return KeywordHits(hits, num_docs=n, doc_freqs=dfs)
 
     def search_fused(
@@ -110,8 +137,7 @@ class QdrantKeywordSearch:
         candidate's stored vectors with it (its exact cosines)."""
         terms = list(dict.fromkeys(t for t in query_tokens if t))
         self.index.refresh()
-        n = self.num_docs()
-        dfs = self.index.term_counts(terms)
+        n, dfs, idf = self._stats(terms, scope.tenant_id)
         flt = point_filter(scope)
         spaces = {s: v for s, v in vectors.items() if s in self.index.spaces()}
         if flt is None or k <= 0 or n == 0:
@@ -119,9 +145,9 @@ class QdrantKeywordSearch:
                 ranked=[], keyword=KeywordHits([], num_docs=n, doc_freqs=dfs), cosines={}
             )
         ranked = ranking_terms(terms, dfs, n, self.common_share)
-        found = self._fused(ranked, spaces, k, flt, rrf_k)
+        found = self._fused(ranked, spaces, k, flt, rrf_k, idf)
         if len(found[1]) < k and len(ranked) < len(terms):  # the common terms rank the rest
-            found = self._fused(terms, spaces, k, flt, rrf_k)
+            found = self._fused(terms, spaces, k, flt, rrf_k, idf)
         points, hits = found
         cosines: dict[str, dict[int, float]] = {}
         for space, (qvec, _) in spaces.items():
@@ -143,10 +169,13 @@ class QdrantKeywordSearch:
         k: int,
         flt: PointFilter,
         rrf_k: int,
+        idf: Idf,
     ) -> tuple[list[FusedPoint], list[tuple[int, float]]]:
-        keyword = SearchQuery(using=KEYWORD, vector=sparse_query(terms), limit=k, filter=flt)
-        stages = [keyword] if terms else []
-        weights = [1.0] if terms else []
+        sparse = sparse_query(terms, idf)
+        keyword = SearchQuery(using=KEYWORD, vector=sparse, limit=k, filter=flt)
+        ranks = bool(sparse.indices)
+        stages = [keyword] if ranks else []
+        weights = [1.0] if ranks else []
         for space, (qvec, weight) in spaces.items():
             vector = np.asarray(qvec, dtype=np.float32).reshape(-1).tolist()
             dense = SearchQuery(using=space, vector=vector, limit=k, filter=flt, exact=self.exact)
@@ -162,7 +191,7 @@ class QdrantKeywordSearch:
         )
         if not stages:
             return [], []
-        return self.index.backend.query_fused(fused, keyword if terms else None)
+        return self.index.backend.query_fused(fused, keyword if ranks else None)
 
     def search_exact(
         self, identifiers: Sequence[str], k: int, *, rank_by: Sequence[str] = (), scope: Scope
@@ -178,7 +207,8 @@ class QdrantKeywordSearch:
             return []
         self.index.refresh()
         ranking = list(dict.fromkeys(t for t in rank_by if t))
-        hits = self._ranked(ranking or ids, k, flt)
+        _, _, idf = self._stats(ranking or ids, scope.tenant_id)
+        hits = self._ranked(ranking or ids, k, flt, idf)
         if len(hits) < k and ranking:
             seen = {r for r, _ in hits}
             rest = [r for r in self.index.backend.ids(flt, k + len(hits)) if r not in seen]

@@ -3,7 +3,7 @@ or its local mode (``:memory:``) on small data, where it translates the same que
 the in-process backend (:mod:`.edge`) and is tested to give the same results.
 
 The collection (``shelfhand_chunks`` by default) is created on first use with the sparse
-``keyword`` vector (IDF modifier) and the payload indexes, ``tenant`` as the tenant index; a
+``keyword`` vector (no IDF modifier: the query weighs) and the payload indexes, ``tenant`` as the tenant index; a
 dense named vector is added per vector space when one is first written. Shards and replication
 are the collection's: create it beforehand (docs/scale.md) to choose them.
 """
@@ -43,6 +43,10 @@ def _models() -> Any:
     except ImportError as exc:  # pragma: no cover - the extra is installed in the test env
         raise ConfigurationError(_INSTALL) from exc
     return models
+
+
+_LAYOUT = ("shard_number", "replication_factor", "write_consistency_factor")
+"""The collection's settings a rebuild keeps."""
 
 
 class ServerBackend:
@@ -93,14 +97,15 @@ class ServerBackend:
                 dependency="qdrant",
             ) from exc
 
-    def _ensure_collection(self) -> None:
+    def _ensure_collection(self, layout: Mapping[str, Any] | None = None) -> None:
         m = self._m
         if self._client.collection_exists(self.collection):
             return
         self._client.create_collection(
             self.collection,
             vectors_config={},
-            sparse_vectors_config={KEYWORD: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+            sparse_vectors_config={KEYWORD: m.SparseVectorParams()},  # (IDF: the query's)
+            **(layout or {}),
         )
         if self._local:
             return  # the local mode has no payload indexes (it scans)
@@ -181,9 +186,19 @@ class ServerBackend:
             self._call(lambda: self._client.delete(self.collection, selector_f))
 
     def clear(self) -> None:
+        """Drop the collection and create it anew, with the shards and replication it had
+        (which whoever created it on a cluster chose)."""
+        layout = self._call(self._layout)
         self._call(lambda: self._client.delete_collection(self.collection))
-        self._call(self._ensure_collection)
+        self._call(lambda: self._ensure_collection(layout))
         self._has_meta = False
+
+    def _layout(self) -> dict[str, Any]:
+        if not self._client.collection_exists(self.collection):
+            return {}
+        params = self._client.get_collection(self.collection).config.params
+        found = {name: getattr(params, name, None) for name in _LAYOUT}
+        return {name: int(value) for name, value in found.items() if value is not None}
 
     def optimize(self) -> bool:
         """Nothing to do: a server runs its optimizers by itself."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -157,3 +158,22 @@ def test_a_database_from_before_the_tenants_statistics_gets_them_from_its_chunks
         assert [h.chunk.doc_id for h in hits][:1] == ["t1/warranty.md"]
     finally:
         again.close()
+
+
+def test_two_tenants_searching_at_once_each_get_their_own_ranking(open_stack: OpenStack) -> None:
+    """Callers of two tenants search at once from the first search on (the tenants' counts
+    taken while the other's are): each gets what it gets alone."""
+    bob = UserContext(tenant_id="t2", user_id="bob")
+
+    def search(user: UserContext) -> list[tuple[str, float]]:
+        hits = holding.retriever.search(QUERIES[0], k=3, user=user, mode="keyword")
+        return [(h.chunk.doc_id, round(h.score, 6)) for h in hits]
+
+    holding = _stack(open_stack, True)
+    with ThreadPoolExecutor(4) as pool:
+        at_once = [(user, pool.submit(search, user)) for _ in range(10) for user in (ALICE, bob)]
+        results = [(user, future.result()) for user, future in at_once]
+    alone = {user.tenant_id: search(user) for user in (ALICE, bob)}
+    assert alone["t1"][0][0] == "t1/warranty.md" and alone["t2"][0][0].startswith("t2/")
+    for user, found in results:
+        assert found == alone[user.tenant_id]

@@ -21,7 +21,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -367,11 +367,16 @@ class ArrayStore:
 
 
 def build_keyword(
-    directory: Path, corpus: Corpus, n: int, budget_s: float
+    directory: Path,
+    corpus: Corpus,
+    n: int,
+    budget_s: float,
+    tenant_of: Callable[[int], str] | None = None,
 ) -> tuple[Any, int, float]:
     """Bulk-load ``TantivyKeywordIndex`` with its own writer (1 thread, 64 MB), the same fields
     as ``TantivyKeywordIndex._add``. The body is the text itself: the synthetic tokens are fixed
     points of ``tokenize_for_index`` (checked on a sample), so the per-chunk analysis is skipped.
+    ``tenant_of``: a document number's tenant (all ``default`` without it).
     """
     for text in corpus.texts[:200]:
         assert tokenize_for_index(text) == text.split(), "synthetic tokens must be fixed points"
@@ -387,7 +392,7 @@ def build_keyword(
             doc = tantivy.Document()
             doc.add_unsigned("rowid", i + 1)
             doc.add_text("doc_id", f"doc{d}")
-            doc.add_text("tenant", "default")
+            doc.add_text("tenant", "default" if tenant_of is None else tenant_of(d))
             for tag in TAGS[d % 4] or (PUBLIC_TAG,):
                 doc.add_text("tags", tag)
             doc.add_text("doc_type", "text")

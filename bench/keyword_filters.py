@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import tantivy
 
 HERE = Path(__file__).resolve().parent
@@ -60,17 +59,7 @@ def main() -> None:
     schema = now._schema
     searcher = now._index.searcher()
     occ, query = tantivy.Occur, tantivy.Query
-    cdf = np.cumsum(1.0 / np.arange(1, rl.VOCAB + 1))
-    cdf /= cdf[-1]
-    rng = np.random.default_rng(3)
-
-    def word() -> str:
-        while True:
-            rank = int(np.searchsorted(cdf, rng.random()))
-            if rank >= rl.STOP_RANKS:
-                return f"w{rank}"
-
-    queries = [[word() for _ in range(int(rng.integers(3, 7)))] for _ in range(args.queries)]
+    queries = rl.word_queries(args.queries)
 
     def text(tokens: list[str]) -> Any:
         return query.boolean_query(now._should("body", tokens) + now._should("head", tokens))

@@ -152,6 +152,22 @@ def chunk_index(chunk_id: str, per_doc: int) -> int:
     return int(doc[3:]) * per_doc + int(j)
 
 
+def word_queries(n: int, *, seed: int = 3) -> list[list[str]]:
+    """``n`` keyword queries of 3-6 words of the corpus, drawn by Zipf frequency, skipping
+    the ``STOP_RANKS`` most frequent (``bench/keyword_filters.py``, ``bench/tenant_statistics.py``)."""
+    cdf = np.cumsum(1.0 / np.arange(1, VOCAB + 1))
+    cdf /= cdf[-1]
+    rng = np.random.default_rng(seed)
+
+    def word() -> str:
+        while True:
+            rank = int(np.searchsorted(cdf, rng.random()))
+            if rank >= STOP_RANKS:
+                return f"w{rank}"
+
+    return [[word() for _ in range(int(rng.integers(3, 7)))] for _ in range(n)]
+
+
 def percentiles(values: Sequence[float]) -> dict[str, float]:
     arr = np.asarray(values, dtype=np.float64)
     return {

@@ -33,8 +33,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 CALLERS = [  # (index, tenant, the share of the chunks it reads)
     ("one", "default", "100 %"),
@@ -65,17 +63,7 @@ def _queries(n: int) -> list[list[str]]:
     sys.path.insert(0, str(HERE))
     import retrieval_latency as rl
 
-    cdf = np.cumsum(1.0 / np.arange(1, rl.VOCAB + 1))
-    cdf /= cdf[-1]
-    rng = np.random.default_rng(3)
-
-    def word() -> str:
-        while True:
-            rank = int(np.searchsorted(cdf, rng.random()))
-            if rank >= rl.STOP_RANKS:
-                return f"w{rank}"
-
-    return [[word() for _ in range(int(rng.integers(3, 7)))] for _ in range(n)]
+    return rl.word_queries(n)
 
 
 def _build_pg(url: str, chunks: int) -> None:

@@ -171,6 +171,10 @@ class TantivyKeywordIndex:
         self._counts: tuple[int, dict[tuple[str, str, str], int]] = (0, {})
 
     def _reloaded(self) -> None:
+        # bumped on both sides: a search whose searcher may be the old or the new one either
+        # sees the version change (and keeps no counts) or counts into the in-between
+        # version's memo, which no search after the reload reads
+        self._version += 1
         self._index.reload()
         self._version += 1
 

@@ -556,7 +556,7 @@ class HybridRetriever:
         hits = self.keyword_index.search(tokens, fetch, scope=scope)
         return KeywordSide(tokens, hits, time.perf_counter() - t1)
 
-    def _query_tokens(self, query: str, scope: Scope | None = None) -> list[str]:
+    def _query_tokens(self, query: str, scope: Scope) -> list[str]:
         """The keyword tokens of ``query``, a word no document holds searched as its synonym
         that some do, and a Chinese word jieba guessed from a name and the character beside it
         searched as the name (:func:`~shelfhand.knowledge.analysis.unglued`); one look-up of
@@ -590,7 +590,7 @@ class HybridRetriever:
         *,
         rrf: bool = False,
         wider: Callable[[Sequence[Chunk]], bool] | None = None,
-        scope: Scope | None = None,
+        scope: Scope,
     ) -> tuple[list[SearchHit], int, int]:
         """The top ``k`` hits, and how many candidates were fused and how many of them were
         relevant enough (``split``, ``wider``: see :meth:`_choose`)."""
@@ -635,7 +635,7 @@ class HybridRetriever:
         split: tuple[str, ...] = (),
         *,
         wider: Callable[[Sequence[Chunk]], bool] | None = None,
-        scope: Scope | None = None,
+        scope: Scope,
     ) -> tuple[list[SearchHit], int, int]:
         """The hits of a search the index fused: relevance and ranks from the candidates'
         cosines (each space's top ``fetch`` by cosine is its vector list) and keyword hits."""
@@ -803,7 +803,7 @@ def _unsure(
     weights: Sequence[float],
     min_relevance: float,
     keyword_index: KeywordIndex,
-    scope: Scope | None = None,
+    scope: Scope,
 ) -> Callable[[int, Chunk], bool] | None:
     """For a query with words its analysis cut into characters (``split``: ``年假``), whether
     a candidate is one the keywords brought in on the commonest of those characters alone:

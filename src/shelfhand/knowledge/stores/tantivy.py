@@ -688,10 +688,9 @@ class TantivyKeywordIndex:
         once per search).
         """
         terms = list(dict.fromkeys(t for t in query_tokens if t))
-        if scope is None:
-            searcher = self._searcher()
-            return int(searcher.num_docs), [int(searcher.doc_freq("body", t)) for t in terms]
-        searcher, own = self._searcher_of(scope.tenant_id)
+        searcher, own = (
+            (self._searcher(), None) if scope is None else self._searcher_of(scope.tenant_id)
+        )
         body_df = {t: int(searcher.doc_freq("body", t)) for t in terms}
         return self._stats(searcher, own, terms, body_df)
 

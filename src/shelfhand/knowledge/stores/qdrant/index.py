@@ -115,8 +115,9 @@ class QdrantIndex:
             found.append(n)
         return found
 
-    def tenant_count(self, tenant: str) -> int:
-        """How many chunks ``tenant`` has (kept as :meth:`term_counts` keeps its counts)."""
+    def tenant_count(self, tenant: str | None) -> int:
+        """How many chunks ``tenant`` has, or every tenant together (None), kept as
+        :meth:`term_counts` keeps its counts."""
         counts = self._counts()
         n = counts.get(("", tenant))
         if n is None:

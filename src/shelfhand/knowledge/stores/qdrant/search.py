@@ -86,8 +86,9 @@ class QdrantKeywordSearch:
 
     def _stats(self, terms: Sequence[str], tenant: str) -> tuple[int, list[int], Idf]:
         """BM25's statistics of ``tenant``'s chunks (chunks, document frequency per term)
-        and each term's IDF from them (0 for a term none of them holds)."""
-        n = self.num_docs()
+        and each term's IDF from them (0 for a term none of them holds). Every count is kept
+        until the index changes (:meth:`QdrantIndex.term_counts`)."""
+        n = self.index.tenant_count(None)
         dfs = self.index.term_counts(terms)
         own_n = self.index.tenant_count(tenant)
         if own_n < n:  # other tenants' chunks too: count the tenant's

@@ -297,7 +297,6 @@ def _build_pg(url: str, corpus: Any, *, records_only: bool = False) -> tuple[Any
     from shelfhand.knowledge.stack import open_pg_store
     from shelfhand.knowledge.stores.pg import PgDatabase, PgKnowledgeStore
     from shelfhand.knowledge.stores.pg.store import ImportedDocument
-    from shelfhand.knowledge.types import Document, Section
 
     if records_only:
         store = PgKnowledgeStore(PgDatabase(url), keyword_sql=False)
@@ -320,16 +319,7 @@ def _build_pg(url: str, corpus: Any, *, records_only: bool = False) -> tuple[Any
         if d == 100:  # the tables exist: bulk-load without indexes, build them at the end
             indexes = _drop_indexes(kb.store.db)  # type: ignore[attr-defined]
         a, b = d * corpus.per_doc, (d + 1) * corpus.per_doc
-        chunks = [rl._chunk(corpus, i) for i in range(a, b)]
-        doc = Document(
-            doc_id=f"doc{d}",
-            source=f"doc{d}",
-            title="",
-            doc_type="text",
-            sections=(Section(text=""),),
-            content_hash=f"doc{d}",
-            permission_tags=rl.TAGS[d % 4],
-        )
+        doc, chunks = rl.document(corpus, d)
         batch.append(
             ImportedDocument(
                 doc=doc,

@@ -16,6 +16,7 @@ has real neighbours.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -145,6 +146,23 @@ def _chunk(corpus: Corpus, i: int) -> Chunk:
         doc_type="text",
         permission_tags=TAGS[d % 4],
     )
+
+
+def document(corpus: Corpus, d: int, tenant: str = "default") -> tuple[Document, list[Chunk]]:
+    """Document ``d`` of the corpus and its chunks, as the PostgreSQL benches import them
+    (``bench/pg_store.py``, ``bench/tenant_statistics.py``), of ``tenant``."""
+    doc = Document(
+        doc_id=f"doc{d}",
+        source=f"doc{d}",
+        title="",
+        doc_type="text",
+        sections=(Section(text=""),),
+        content_hash=f"doc{d}",
+        permission_tags=TAGS[d % 4],
+        tenant_id=tenant,
+    )
+    a, b = d * corpus.per_doc, (d + 1) * corpus.per_doc
+    return doc, [dataclasses.replace(_chunk(corpus, i), tenant_id=tenant) for i in range(a, b)]
 
 
 def chunk_index(chunk_id: str, per_doc: int) -> int:

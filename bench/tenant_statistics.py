@@ -68,32 +68,17 @@ def _queries(n: int) -> list[list[str]]:
 
 def _build_pg(url: str, chunks: int) -> None:
     """The first ``chunks`` chunks of the corpus in PostgreSQL, tenants by document."""
-    import dataclasses
-
     sys.path.insert(0, str(HERE))
     import retrieval_latency as rl
 
     from shelfhand.knowledge.stack import open_pg_store
     from shelfhand.knowledge.stores.pg.store import ImportedDocument
-    from shelfhand.knowledge.types import Document, Section
 
     corpus = rl.make_corpus(chunks, seed=0, n_queries=10)
     kb = open_pg_store(url, None)
     batch = []
     for d in range(chunks // corpus.per_doc):
-        tenant = _tenant(d)
-        a, b = d * corpus.per_doc, (d + 1) * corpus.per_doc
-        doc = Document(
-            doc_id=f"doc{d}",
-            source=f"doc{d}",
-            title="",
-            doc_type="text",
-            sections=(Section(text=""),),
-            content_hash=f"doc{d}",
-            permission_tags=rl.TAGS[d % 4],
-            tenant_id=tenant,
-        )
-        parts = [dataclasses.replace(rl._chunk(corpus, i), tenant_id=tenant) for i in range(a, b)]
+        doc, parts = rl.document(corpus, d, _tenant(d))
         batch.append(ImportedDocument(doc=doc, chunks=parts, vectors={}, embed_state="pending"))
         if len(batch) == 200:
             kb.store.import_documents(batch)

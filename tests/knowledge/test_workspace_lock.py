@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from shelfhand.knowledge.stack import open_embedded_store
 from shelfhand.knowledge.stores.tantivy import TantivyKeywordIndex
 from shelfhand.knowledge.stores.workspace_lock import WorkspaceLock
 from shelfhand.knowledge.types import Scope
+from support.knowledge import text_document
 
 BUSY = 75
 
@@ -157,21 +159,66 @@ def test_a_reader_reloads_the_keyword_index_once_per_search(tmp_path: Path, docs
         # the keyword side and the exact-identifier step: one reload between them
         assert reader.search("E-203 error", mode="keyword")[0].chunk.source == "docs/faq.md"
         assert index.reloads == before + 1
-        # outside a search (no search_start) each look reloads
+        # outside a search (no search_start) each look checks for a commit: none came, so
+        # neither reloads (the searcher, and the tenants' counts, are kept)
         tokens = ["e-203"]
         index.search(tokens, 3, scope=Scope(tenant_id="default"))
         index.search(tokens, 3, scope=Scope(tenant_id="default"))
-        assert index.reloads == before + 3
+        assert index.reloads == before + 1
         # a commit made before the next search is seen by it
         (docs / "new.md").write_text("# 新品\n\nXylophone mode ships today.", encoding="utf-8")
         writer.ingestor.ingest([docs])
         assert [h.chunk.source for h in reader.search("xylophone", mode="keyword")] == [
             "docs/new.md"
         ]
+        assert index.reloads == before + 2
         # the term statistics (synonyms, relevance) read the same commit as the search
         (docs / "newer.md").write_text("# 新品\n\nMarimba mode ships soon.", encoding="utf-8")
         writer.ingestor.ingest([docs])
         assert index.doc_freqs(["marimba"])[1] == [1]
+        reader.close()
+    finally:
+        writer.close()
+        lock.release()
+
+
+def test_a_reader_ranks_each_tenant_by_the_writers_latest_commit(tmp_path: Path) -> None:
+    """A reading process keeps a tenant's counts while the writer commits nothing, and counts
+    anew once it has: over chunks of one word each, a one-word search scores the IDF of the
+    caller's tenant's chunks at the writer's latest commit (see test_tenant_statistics.py),
+    chunks deleted and not merged away yet left out."""
+    ws = tmp_path / "ws"
+    lock = WorkspaceLock(ws, "ingest").acquire()  # another process writes
+    writer = open_embedded_store(ws, None)
+    try:
+        words = ["lamp", "fan", "fan", "fan"]
+        writer.ingestor.ingest_documents(
+            [text_document(f"t1/{i}.md", w, tenant_id="t1") for i, w in enumerate(words)]
+            + [text_document(f"t2/{i}.md", "lamp", tenant_id="t2") for i in range(6)]
+        )
+        writer.store.sync()
+        assert isinstance(writer.keyword, TantivyKeywordIndex)
+        reader = TantivyKeywordIndex(writer.keyword.directory, access="read-only")
+        t1 = Scope(tenant_id="t1")
+
+        def score() -> float:
+            hits = reader.search(["lamp"], 3, scope=t1)
+            return max(s for _, s in hits)
+
+        def idf(n: int, df: int) -> float:
+            return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+        assert score() == pytest.approx(idf(4, 1), rel=1e-5)
+        reloads = reader.reloads
+        assert score() == pytest.approx(idf(4, 1), rel=1e-5)
+        assert reader.reloads == reloads  # nothing committed: nothing reloaded or counted
+        writer.ingestor.ingest_documents([text_document("t1/4.md", "lamp", tenant_id="t1")])
+        writer.store.sync()
+        assert score() == pytest.approx(idf(5, 2), rel=1e-5)
+        assert writer.store.delete_document("t1/1.md")  # a "fan": deleted, not merged away
+        writer.store.sync()
+        assert score() == pytest.approx(idf(4, 2), rel=1e-5)
+        assert reader.reloads == reloads + 2
         reader.close()
     finally:
         writer.close()

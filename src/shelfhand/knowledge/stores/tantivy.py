@@ -412,10 +412,10 @@ class TantivyKeywordIndex:
         are then the tenant's).
 
         Whether another tenant's is, the tenant field's term dictionary says (a few µs);
-        only then are the tenants' live chunks counted (one pass over the tenant field), and
-        each query term's chunks within the tenant (:class:`_Own`). Counts are kept while the
-        searcher is unchanged (``_version``: until the next commit this process makes or,
-        reading, sees)."""
+        only then are the tenants' live chunks counted (the dictionary's counts when no
+        chunk is deleted, else one pass over the tenant field), and each query term's chunks
+        within the tenant (:class:`_Own`). Counts are kept while the searcher is unchanged
+        (``_version``: until the next commit this process makes or, reading, sees)."""
         before = self._version
         searcher = self._searcher()
         if len(searcher.terms_with_prefix("tenant", "", limit=2)) < 2:
@@ -432,8 +432,12 @@ class TantivyKeywordIndex:
         if docs is None:
             # tantivy's BM25 counts every chunk, deleted ones too until a merge: so does its N
             listed = searcher.terms_with_prefix("tenant", "")
-            memo["every", "", ""] = sum(int(count) for _, count in listed)
-            live = searcher.terms_with_prefix("tenant", "", filter_query=tantivy.Query.all_query())
+            every = memo["every", "", ""] = sum(int(count) for _, count in listed)
+            live = listed  # (each chunk has one tenant: no chunk deleted, the live counts)
+            if every != searcher.num_docs:  # else one pass over the live chunks' tenants
+                live = searcher.terms_with_prefix(
+                    "tenant", "", filter_query=tantivy.Query.all_query()
+                )
             for name, count in live:
                 memo["tenant", name, ""] = int(count)
             docs = memo.setdefault(("tenant", tenant, ""), 0)

@@ -13,8 +13,8 @@ of 3-6 words drawn by Zipf frequency, skipping the 100 most frequent (as
 * ``warm``: the index unchanged since the last search (the tenant's counts kept);
 * ``after a commit``: the searcher reloaded before each search, as after every sync of the
   writing process (the tenant's counts taken anew);
-* ``reading``: a reading process's index (``access="read-only"``: a service whose worker
-  ingests), the writer committing nothing meanwhile. Until 2026-12-07 (late) it reloaded, and
+* ``reading``: a reading process's index (``access="read-only"``: ``shelfhand mcp serve`` or
+  ``shelfhand chat`` while ``shelfhand serve`` holds the workspace), the writer committing nothing meanwhile. Until 2026-12-07 (late) it reloaded, and
   so counted anew, before every search; since, only when the writer has committed.
 
 With ``--pg-chunks N``, the first N chunks of the same corpus are also stored in a local

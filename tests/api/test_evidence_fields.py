@@ -44,4 +44,5 @@ def test_search_results_flag_the_two_warranty_versions(
     assert all(x["spans"] == [] for x in results)  # search shows whole passages
     # the search's evidence strength of each passage, 0..1
     assert all(0 < x["relevance"] <= 1 for x in results)
+    assert all(x["cosine"] is None for x in results)  # a keyword search: no cosine
     assert nothing["results"] == []

@@ -16,8 +16,10 @@ import pytest
 from shelfhand.core.breaker import CircuitBreaker
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import KnowledgeError
+from shelfhand.core.messages import Citation
 from shelfhand.knowledge.analysis import tokenize_query
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
+from shelfhand.knowledge.evidence.citations import to_citations
 from shelfhand.knowledge.retrieval.fusion import candidate_relevance, rrf
 from shelfhand.knowledge.retrieval.sides import Overlap
 from shelfhand.knowledge.stack import EmbeddedKnowledge, open_embedded_store
@@ -88,6 +90,38 @@ def test_when_keywords_find_nothing_the_vector_side_is_used(kb: EmbeddedKnowledg
     hits = kb.retriever.search("the of and", k=2)
     assert len(hits) == 2
     assert all(h.keyword_rank is None and h.vector_rank is not None for h in hits)
+
+
+class CalibratedBag(BagEmbedder):
+    calibrated = True  # (as the built-in models declare)
+
+
+def test_hits_carry_their_cosine_to_the_query(open_stack: OpenStack) -> None:
+    """Each hybrid hit's ``cosine`` (its meaning's nearness, whatever words it shares) is the
+    cosine side of its relevance: equal to it for a hit the vectors alone found, and carried
+    into its citation. A keyword search has none."""
+    kb = open_stack(EmbeddingRouter({"default": CalibratedBag()}))
+    kb.ingestor.ingest_documents(CORPUS)
+    for hit in kb.retriever.search("projector warranty", k=3):
+        assert hit.cosine is not None and -1.0 <= hit.cosine <= 1.0
+        assert hit.relevance is not None and hit.relevance >= min(1.0, max(0.0, hit.cosine))
+    only_vectors = kb.retriever.search("the of and", k=2)
+    assert all(h.keyword_rank is None for h in only_vectors)
+    for hit in only_vectors:
+        assert hit.cosine is not None
+        assert hit.relevance == pytest.approx(min(1.0, max(0.0, hit.cosine)))
+    cited = to_citations(only_vectors)
+    assert [c.cosine for c in cited] == [h.cosine for h in only_vectors]
+    assert Citation.from_dict(cited[0].to_dict()) == cited[0]
+    assert all(h.cosine is None for h in kb.retriever.search("E-203", mode="keyword", k=1))
+
+
+def test_an_embedder_on_another_cosine_scale_gives_hits_no_cosine(kb: EmbeddedKnowledge) -> None:
+    """The extractive answer's nearness rule was measured on the built-in models' cosines;
+    an embedder that does not declare itself ``calibrated`` (the hashing one, a remote
+    endpoint) leaves ``cosine`` unset, and the rule off."""
+    hits = kb.retriever.search("the of and", k=2)
+    assert hits and all(h.vector_rank is not None and h.cosine is None for h in hits)
 
 
 class BlockingEmbedder(BagEmbedder):
@@ -236,6 +270,19 @@ def test_every_space_is_searched_with_its_own_embedder(open_stack: OpenStack) ->
     assert (en.query_calls, zh.query_calls) == (1, 1)
     timings = result.timings
     assert timings.total_ms >= timings.vector_ms > 0
+    kb.close()
+
+
+def test_a_hits_cosine_comes_from_the_calibrated_spaces_only(open_stack: OpenStack) -> None:
+    """With one built-in-like model and one on another scale, a hit's ``cosine`` is that of
+    the calibrated space; a hit only the other space scored has none."""
+    en, zh = CalibratedBag("en-model"), BagEmbedder("zh-model", dim=48)
+    kb = open_stack(EmbeddingRouter({"en": en, "zh": zh}))
+    kb.ingestor.ingest_documents([CORPUS[0], CORPUS[5]])
+    hits = {h.chunk.source: h for h in kb.retriever.search("保修期多久", k=2, mode="vector")}
+    assert hits["保修.md"].cosine is None  # the zh space's
+    english = [h for source, h in hits.items() if source != "保修.md"]
+    assert english and all(h.cosine is not None for h in english)
     kb.close()
 
 

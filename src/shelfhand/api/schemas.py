@@ -99,6 +99,12 @@ class CitationOut(BaseModel):
         description="The search's evidence strength for the passage, 0..1, comparable across "
         "queries (passages under the workspace's min_relevance are not returned).",
     )
+    cosine: float | None = Field(
+        default=None,
+        description="The passage's cosine to the query in the vector space that scores it "
+        "best: how near in meaning, whatever words it shares (null for a keyword search and "
+        "for embedders other than the built-in ones).",
+    )
     start: int | None = Field(
         default=None, description="Where the passage starts in its document's text."
     )

@@ -57,6 +57,9 @@ class Citation:
     relevance: float | None = None
     """The search's evidence strength for the passage, 0..1, comparable across queries (the
     hit's ``relevance``; ``None``: not from a search)."""
+    cosine: float | None = None
+    """How near in meaning the passage is to the query its search was for (the hit's
+    ``cosine``; ``None``: not from a search, or no vector space scored it)."""
     start: int | None = None
     """Where the passage starts in its document's text (``None``: not known)."""
     end: int | None = None
@@ -83,6 +86,7 @@ class Citation:
             "text": self.text,
             "score": self.score,
             "relevance": self.relevance,
+            "cosine": self.cosine,
             "start": self.start,
             "end": self.end,
             "spans": [list(s) for s in self.spans],
@@ -103,6 +107,7 @@ class Citation:
             text=str(data.get("text", "")),
             score=None if data.get("score") is None else float(data["score"]),
             relevance=None if data.get("relevance") is None else float(data["relevance"]),
+            cosine=None if data.get("cosine") is None else float(data["cosine"]),
             start=None if data.get("start") is None else int(data["start"]),
             end=None if data.get("end") is None else int(data["end"]),
             spans=tuple((int(s[0]), int(s[1])) for s in data.get("spans") or ()),

@@ -93,6 +93,12 @@ class SearchHit:
     """Evidence strength 0..1, comparable across queries: the larger of the hit's cosine in
     the query's vector space and the share of the query's IDF its BM25 score covers (see
     :func:`shelfhand.knowledge.retrieval.fusion.relevance`). ``None`` when not computed."""
+    cosine: float | None = None
+    """The passage's cosine to the query in the vector space that scores it highest, weighted
+    as that space counts for the query (:func:`~shelfhand.knowledge.retrieval.fusion.closeness`):
+    how near in meaning, whatever words they share. ``None`` when no space of a built-in
+    model scored it (a keyword search, an exact-identifier hit, a chunk not embedded yet, or
+    embedders whose cosines are on another scale: the hashing embedder, a remote endpoint)."""
 
 
 class KeywordHits(list[tuple[int, float]]):

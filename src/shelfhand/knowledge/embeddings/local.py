@@ -116,6 +116,10 @@ class MiniLMEmbedder:
         tokenizer_path: Override the packaged ``tokenizer.json``.
     """
 
+    calibrated = True
+    """Its cosines are on the scale the extractive answer's nearness rule was measured on
+    (:data:`~shelfhand.agent.extractive.FAR`): a search's hits carry them as ``cosine``."""
+
     def __init__(
         self,
         *,
@@ -295,6 +299,10 @@ class USEEmbedder:
     multilingual = True
     """One vector space for all its languages: an English query finds a Chinese passage, so
     retrieval weighs this space fully whatever the query's language."""
+
+    calibrated = True
+    """Its cosines are on the scale the extractive answer's nearness rule was measured on
+    (:data:`~shelfhand.agent.extractive.FAR`): a search's hits carry them as ``cosine``."""
 
     def __init__(self, *, batch_size: int = 32, threads: int | None = None) -> None:
         if batch_size < 1:

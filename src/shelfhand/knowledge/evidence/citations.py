@@ -31,6 +31,7 @@ def to_citations(hits: Sequence[SearchHit], *, start: int = 1) -> list[Citation]
             text=h.chunk.text,
             score=h.score,
             relevance=h.relevance,
+            cosine=h.cosine,
             start=h.chunk.start,
             end=h.chunk.end,
         )

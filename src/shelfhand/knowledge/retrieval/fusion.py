@@ -30,7 +30,14 @@ from shelfhand.knowledge.protocols import KeywordIndex
 from shelfhand.knowledge.scoring import bm25_idf, keyword_evidence, ranking_terms, relevance
 from shelfhand.knowledge.types import KeywordHits, Scope
 
-__all__ = ["KEYWORD_WEIGHT", "candidate_relevance", "convex_fusion", "rrf", "weighted_rrf"]
+__all__ = [
+    "KEYWORD_WEIGHT",
+    "candidate_relevance",
+    "closeness",
+    "convex_fusion",
+    "rrf",
+    "weighted_rrf",
+]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -118,6 +125,20 @@ def convex_fusion(
     return sorted(scores.items(), key=_score, reverse=True)
 
 
+def closeness(cosines: Sequence[Mapping[int, float]], weights: Sequence[float]) -> dict[int, float]:
+    """Every candidate's cosine to the query in the vector space that scores it highest,
+    weighted as that space counts for the query (the cosine side of its relevance)."""
+    near: dict[int, float] = {}
+    get = near.get
+    lowest = float("-inf")
+    for found, weight in zip(cosines, weights, strict=True):
+        for rowid, c in found.items():
+            value = weight * c
+            if value > get(rowid, lowest):
+                near[rowid] = value
+    return near
+
+
 def candidate_relevance(
     query_tokens: Sequence[str],
     keyword: Sequence[tuple[int, float]],
@@ -125,6 +146,7 @@ def candidate_relevance(
     weights: Sequence[float],
     keyword_index: KeywordIndex,
     scope: Scope | None = None,
+    near: Mapping[int, float] | None = None,
 ) -> dict[int, float]:
     """Every candidate's :func:`~shelfhand.knowledge.scoring.relevance`.
 
@@ -137,6 +159,7 @@ def candidate_relevance(
         keyword_index: Where the keyword hits came from (its term statistics, when the hits
             do not carry them, and its ``common_share``).
         scope: The caller's (its tenant's term statistics, as the keyword search used).
+        near: The candidates' :func:`closeness`, when already computed from ``cosines``.
     """
     kw: dict[int, float] = {}
     if keyword:
@@ -154,10 +177,7 @@ def candidate_relevance(
         kw = {rowid: keyword_evidence(s, idf_sum) for rowid, s in keyword}
         if not cosines:
             return kw  # (keyword evidence is already the relevance: 0..1)
-    cos: dict[int, float] = {}
-    for found, weight in zip(cosines, weights, strict=True):
-        for rowid, c in found.items():
-            cos[rowid] = max(cos.get(rowid, 0.0), weight * c)
+    cos = closeness(cosines, weights) if near is None else near
     return {rowid: relevance(cos.get(rowid), kw.get(rowid)) for rowid in kw.keys() | cos.keys()}
 
 

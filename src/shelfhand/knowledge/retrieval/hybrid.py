@@ -92,6 +92,7 @@ from shelfhand.knowledge.retrieval.fusion import (
     KEYWORD_WEIGHT,
     by_score,
     candidate_relevance,
+    closeness,
     convex_fusion,
     weighted_rrf,
 )
@@ -614,14 +615,16 @@ class HybridRetriever:
             ranked = keyword or vectors.lists[0]
             if len(vectors.lists) > 1:  # several spaces, no keywords: one convex list
                 ranked = convex_fusion([], list(zip(cosines, vectors.weights, strict=True)), 0.0)
+        near = closeness(cosines, vectors.weights)
         strength = candidate_relevance(
-            query_tokens, keyword, cosines, vectors.weights, self.keyword_index, scope
+            query_tokens, keyword, cosines, vectors.weights, self.keyword_index, scope, near
         )
         unsure = _unsure(
             split, query_tokens, cosines, vectors.weights, min_relevance, self.keyword_index, scope
         )
+        near = self._calibrated(vectors.spaces, cosines, vectors.weights, near)
         return self._choose(
-            ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
+            ranked, strength, near, keyword_rank, vector_rank, k, min_relevance, unsure, wider
         )
 
     def _fused_hits(
@@ -648,21 +651,45 @@ class HybridRetriever:
         spaces = list(fused.cosines)
         weights = [weighted[space][1] for space in spaces]
         cosines = [fused.cosines[space] for space in spaces]
+        near = closeness(cosines, weights)
         strength = candidate_relevance(
-            query_tokens, keyword, cosines, weights, self.keyword_index, scope
+            query_tokens, keyword, cosines, weights, self.keyword_index, scope, near
         )
         ranked = by_score(fused.ranked)
         unsure = _unsure(
             split, query_tokens, cosines, weights, min_relevance, self.keyword_index, scope
         )
+        near = self._calibrated(spaces, cosines, weights, near)
         return self._choose(
-            ranked, strength, keyword_rank, vector_rank, k, min_relevance, unsure, wider
+            ranked, strength, near, keyword_rank, vector_rank, k, min_relevance, unsure, wider
         )
+
+    def _calibrated(
+        self,
+        spaces: Sequence[str],
+        cosines: Sequence[Mapping[int, float]],
+        weights: Sequence[float],
+        near: dict[int, float],
+    ) -> dict[int, float]:
+        """The candidates' :func:`closeness` in the spaces whose embedder is ``calibrated``
+        (the built-in models, whose cosines the extractive answer's nearness rule was
+        measured on): ``near`` itself when every space's is, none when no space's is."""
+        router = self.router
+        if router is None:
+            return {}
+        kept = [getattr(router.embedder(s), "calibrated", False) is True for s in spaces]
+        if all(kept):
+            return near
+        if not any(kept):
+            return {}
+        pairs = [(c, w) for c, w, k in zip(cosines, weights, kept, strict=True) if k]
+        return closeness([c for c, _ in pairs], [w for _, w in pairs])
 
     def _choose(
         self,
         ranked: list[tuple[int, float]],
         strength: dict[int, float],
+        near: Mapping[int, float],
         keyword_rank: dict[int, int],
         vector_rank: dict[int, int],
         k: int,
@@ -713,6 +740,7 @@ class HybridRetriever:
                 keyword_rank=keyword_rank.get(rowid),
                 vector_rank=vector_rank.get(rowid),
                 relevance=strength.get(rowid, 0.0),
+                cosine=near.get(rowid),
             )
             for rowid, score in chosen
             if rowid in chunks

@@ -5,7 +5,9 @@ workspace; ``python bench/handbooks.py --only combined``)."""
 
 from __future__ import annotations
 
-from shelfhand.agent.extractive import ACROSS_RANK, extractive_answer
+from dataclasses import replace
+
+from shelfhand.agent.extractive import ACROSS_RANK, FAR, extractive_answer
 from shelfhand.core.messages import Citation
 
 
@@ -113,3 +115,56 @@ def test_an_english_passage_far_down_the_search_is_not_quoted_across() -> None:
     assert extractive_answer(question, searched(ACROSS_RANK + 1), across=True) is None
     extract = extractive_answer(question, searched(ACROSS_RANK), across=True)
     assert extract is not None and extract.passages == (9,)
+
+
+def test_a_passage_far_from_the_question_in_meaning_is_not_about_it() -> None:
+    """In a workspace that also holds encyclopedia articles, "公司有健身房吗？" shares 公司 (half its
+    words) with a company's article, whose meaning is far from it: the search's cosine says so
+    (``Citation.cosine``), and the answer is that the documents do not cover it."""
+    article = Citation(
+        index=1,
+        source="noise/DEV_72.md",
+        title="中国建筑工程总公司",
+        text="中国建筑工程总公司是中华人民共和国的中央企业，主要从事房屋建筑业务。",
+        cosine=0.098,
+    )
+    assert extractive_answer("公司有健身房吗？", [article]) is None
+    # the same passage with no cosine (a keyword search, not embedded yet): quoted as before
+    unscored = replace(article, cosine=None)
+    assert extractive_answer("公司有健身房吗？", [unscored]) is not None
+    # a near passage holding half the words is about the question
+    assert extractive_answer("公司有健身房吗？", [replace(article, cosine=FAR)]) is not None
+    news = Citation(
+        index=1,
+        source="noise/DEV_344.md",
+        title="海翠花园",
+        text="至晚上11时，女户主下班致电返家惟无人接听。",
+        cosine=0.15,
+    )
+    service = Citation(
+        index=2,
+        source="service.md",
+        title="客服服务规范",
+        section="客服服务规范 > 服务时间",
+        text="在线客服的服务时间为每天 9:00 至 21:00，法定节假日照常服务。",
+        cosine=0.38,
+    )
+    extract = extractive_answer("在线客服晚上几点下班？", [news, service])
+    assert extract is not None and extract.passages == (2,)
+    # holding more than half, a passage is about the question however far (an encyclopedia
+    # passage on a person: USE-multilingual gives such passages 0.01-0.12)
+    assert extractive_answer("女户主晚上几点下班？", [news]) is not None  # 3 of its 4 words
+    assert extractive_answer("女户主晚上几点下班？", [replace(news, cosine=0.01)]) is not None
+
+
+def test_a_named_identifier_is_about_the_question_however_far() -> None:
+    """An error code's entry is about the question that names it, whatever its cosine."""
+    entry = Citation(
+        index=1,
+        source="manual.md",
+        title="Manual",
+        text="E-203 Lamp overheating. Clean the air filter and restart.",
+        cosine=0.02,
+    )
+    extract = extractive_answer("E-203 是什么故障？", [entry])
+    assert extract is not None and extract.passages == (1,)

@@ -85,6 +85,17 @@ MIN_RELEVANCE = 0.5
 identifier the question names counts for half). Measured on the bundled answer cases without
 a model: 0.2 quoted "Use an HDMI cable for laptops." for "Do you sell gaming laptops?"
 (4 of 6 not-in-the-documents cases right, 29 of 40 answers); 0.5 gives 6 of 6 and 28 of 40."""
+FAR = 0.16
+"""A passage holding no more than half of the question's words (the least that makes it
+about the question) is not about it when its cosine to the question
+(:attr:`~shelfhand.core.messages.Citation.cosine`: in the vector space that scores it best)
+is under this, whatever words the two share. In a workspace that also holds 1,848
+encyclopedia articles and abstracts, "公司有健身房吗？" shared 公司 with a company's article
+(0.10), "Can I use my personal email for work?" *person* and *use* with a diabetes study
+(0.07), "在线客服晚上几点下班？" 晚上 and 下班 with a news item (0.15). Of the handbooks'
+answers quoted right, the least near was 0.154, none of them holding only half. A passage
+holding more is not judged so: encyclopedia passages that answer a question about a person
+or a term ("岑朗天笔名叫什么？") have cosines of 0.01-0.12 with USE-multilingual."""
 AMOUNT_RELEVANCE = 0.5
 """With no passage about the question, a passage holding this share of :data:`MIN_RELEVANCE`
 still gives its sentences that state the amount the question asks for (see :func:`_amounts`)."""
@@ -417,7 +428,9 @@ def _candidates(
     guide's "Weekend access requires a badge request" answers "Can I come in on the
     weekend?" under "Opening hours"). The word of the two that is the ``doing`` asked about
     (:func:`_doing_asked`) does not count for this: a section named 申请 (of production access)
-    is not about "调休怎么申请？". With ``least`` 0 (any passage), every passage is."""
+    is not about "调休怎么申请？". Nor is a passage far from the question in meaning
+    (:func:`_far`), unless the question names an identifier. With ``least`` 0 (any passage),
+    every passage is."""
     own = _own_words(question_words, ids, wholes)
     two = least > 0 and not ids and _two_things(own, wholes)
     naming = question_words - {doing} if two and doing else question_words
@@ -431,6 +444,8 @@ def _candidates(
             share = _about(own, ids, text, wholes, affirmed)
         if share < least or (two and share < 1 and not _names(c, naming, wholes)):
             continue
+        if least > 0 and not ids and _far(c, share):
+            continue
         labels = _labels_of(c.text)
         for position, sentence in enumerate(_sentences_of(c.text)):
             held = _holds(sentence, affirmed)
@@ -442,6 +457,13 @@ def _candidates(
                 )
             )  # fmt: skip
     return out
+
+
+def _far(c: Citation, share: float) -> bool:
+    """Whether the passage ``c``, holding ``share`` of the question's words, is too far from
+    it in meaning to be about it (:data:`FAR`); never when its search gave no cosine (a
+    keyword search, a passage not embedded yet, an embedder on another scale)."""
+    return share <= MIN_RELEVANCE and c.cosine is not None and c.cosine < FAR
 
 
 @functools.lru_cache(maxsize=PASSAGE_CACHE)

@@ -225,6 +225,59 @@ def test_a_reader_ranks_each_tenant_by_the_writers_latest_commit(tmp_path: Path)
         lock.release()
 
 
+def test_two_tenants_search_a_reader_while_the_writer_commits(tmp_path: Path) -> None:
+    """Callers of two tenants search one reading process's index at once while the writer
+    commits three times: each gets its own tenant's chunks only, and once the writer is done
+    the reader ranks as a reader opened afresh does (no counts kept from an older commit)."""
+    ws = tmp_path / "ws"
+    lock = WorkspaceLock(ws, "ingest").acquire()  # another process writes
+    writer = open_embedded_store(ws, None)
+    try:
+        writer.ingestor.ingest_documents(
+            [text_document(f"t1/{i}.md", f"lamp fan {i}", tenant_id="t1") for i in range(8)]
+            + [text_document(f"t2/{i}.md", "lamp lamp", tenant_id="t2") for i in range(20)]
+        )
+        writer.store.sync()
+        assert isinstance(writer.keyword, TantivyKeywordIndex)
+        reader = TantivyKeywordIndex(writer.keyword.directory, access="read-only")
+        wrong: list[tuple[str, str]] = []
+        stop = threading.Event()
+
+        def search(tenant: str) -> None:
+            while not stop.is_set():
+                hits = reader.search(["lamp"], 10, scope=Scope(tenant_id=tenant))
+                for chunk in writer.store.chunk_map([r for r, _ in hits]).values():
+                    if chunk.tenant_id != tenant:
+                        wrong.append((tenant, chunk.doc_id))
+
+        threads = [threading.Thread(target=search, args=(t,)) for t in ("t1", "t2")]
+        for t in threads:
+            t.start()
+        for n in range(3):
+            writer.ingestor.ingest_documents(
+                [
+                    text_document(f"t1/new{n}.md", "lamp", tenant_id="t1"),
+                    text_document(f"t2/new{n}.md", "fan", tenant_id="t2"),
+                ]
+            )
+            writer.store.sync()
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert wrong == []
+        fresh = TantivyKeywordIndex(writer.keyword.directory, access="read-only")
+        for tenant in ("t1", "t2"):
+            scope = Scope(tenant_id=tenant)
+            assert reader.search(["lamp"], 10, scope=scope) == fresh.search(
+                ["lamp"], 10, scope=scope
+            )
+        fresh.close()
+        reader.close()
+    finally:
+        writer.close()
+        lock.release()
+
+
 def test_a_reader_that_replays_an_interrupted_ingest_does_not_block_a_later_writer(
     tmp_path: Path, docs: Path
 ) -> None:

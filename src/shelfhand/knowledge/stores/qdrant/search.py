@@ -89,10 +89,11 @@ class QdrantKeywordSearch:
         and each term's IDF from them (0 for a term none of them holds). Every count is kept
         until the index changes (:meth:`QdrantIndex.term_counts`)."""
         n = self.index.tenant_count(None)
-        dfs = self.index.term_counts(terms)
         own_n = self.index.tenant_count(tenant)
         if own_n < n:  # other tenants' chunks too: count the tenant's
             n, dfs = own_n, self.index.term_counts(terms, tenant)
+        else:  # every chunk is the tenant's: the counts every caller of the index shares
+            dfs = self.index.term_counts(terms)
         idf = {t: bm25_idf(df, n) if df else 0.0 for t, df in zip(terms, dfs, strict=True)}
         return n, dfs, idf
 

@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -196,3 +197,28 @@ def ask_turn(url: str, who: dict[str, str], question: str) -> dict[str, Any]:
         r = c.post(f"/v1/sessions/{session}/messages", json={"content": question, "stream": False})
     assert r.status_code == 200, r.text
     return dict(r.json())
+
+
+def send_until_answered(
+    server: ThreadServer, path: str, headers: dict[str, str], most_mib: int, start: bytes = b""
+) -> tuple[bytes, int]:
+    """POST a chunked body of ``start`` and up to ``most_mib`` MiB more (no length said up
+    front), and stop sending once the server answers: the answer's first bytes, and the MiB
+    sent."""
+    host, port = server.url.removeprefix("http://").split(":")
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    framed = b"100000\r\n" + b"a" * 1024**2 + b"\r\n"  # 1 MiB a chunk
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n{head}\r\n".encode()
+        )
+        if start:
+            sock.sendall(f"{len(start):x}\r\n".encode() + start + b"\r\n")
+        sent = 0
+        try:
+            while sent < most_mib and not select.select([sock], [], [], 0)[0]:
+                sock.sendall(framed)
+                sent += 1
+        except OSError:  # the server answered and closed
+            pass
+        return sock.recv(65536), sent

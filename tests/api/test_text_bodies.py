@@ -14,7 +14,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from service_helpers import ThreadServer, start_thread_server
+from service_helpers import ThreadServer, send_until_answered, start_thread_server
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.api.text_bodies import MAX_JSON_BYTES, lone_surrogate
@@ -139,3 +139,25 @@ def test_a_body_over_the_limit_is_refused_413_before_it_is_read_whole(
         chunked = c.post("/v1/sessions", content=chunks(), headers=KEY)
     assert chunked.status_code == 413 and chunked.json()["code"] == "body_too_large"
     assert sessions(server) == []
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/octet-stream"])
+def test_a_body_of_any_content_type_is_counted_as_it_arrives(
+    server: ThreadServer, content_type: str
+) -> None:
+    # a text/plain body was read whole before its 422: 800 MB grew the server by 1.5 GB
+    headers = {"Content-Type": content_type, "Authorization": "Bearer k1"}
+    most = 4 * MAX_JSON_BYTES // 1024**2
+    answer, sent = send_until_answered(server, "/v1/chat/completions", headers, most)
+
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"body_too_large"' in answer and b"32 MiB" in answer
+    assert sent < most  # it stopped reading at the limit
+    with httpx.Client(base_url=server.url, timeout=30) as c:  # and serves on
+        declared = c.post(
+            "/v1/sessions",
+            content=b"a" * (MAX_JSON_BYTES + 1),
+            headers={"Content-Type": content_type, "Authorization": "Bearer k1"},
+        )
+        assert declared.status_code == 413 and declared.json()["code"] == "body_too_large"
+        assert c.get("/readyz").status_code == 200

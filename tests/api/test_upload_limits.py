@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+from service_helpers import (
+    ALICE,
+    ThreadServer,
+    send_until_answered,
+    start_thread_server,
+    user_contexts,
+)
 
 from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
@@ -32,3 +38,36 @@ def test_uploads_are_read_within_the_workspace_limits(
         kept = client.post("/v1/knowledge/files", files=[("files", ("short.md", short))])
     assert refused.status_code == 422 and "max_chars" in refused.text
     assert kept.status_code == 200
+
+
+def test_an_upload_is_counted_as_it_arrives_and_a_keyless_one_is_not_read(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # a chunked upload declares no length: it was spooled to disk whole (1.5 GB without a
+    # key, before its 401; 3 GB with one, before its 413)
+    settings = Settings.load(tmp_path / "ws", env={"SHELFHAND_EMBEDDER": "hashing"})
+    app = App(settings=settings, router=EmbeddingRouter({"default": HashingEmbedder()}))
+    config = ServiceConfig(max_files=2, max_file_bytes=1024**2)  # 3 MiB an upload at most
+    server = start_thread_server(create_app(app, config=config, api_keys=user_contexts()))
+    thread_servers.append(server)
+    form = {"Content-Type": "multipart/form-data; boundary=b"}
+    part = b'--b\r\nContent-Disposition: form-data; name="files"; filename="big.md"\r\n\r\n'
+
+    keyless, sent_keyless = send_until_answered(server, "/v1/knowledge/files", form, 64, part)
+    wrong, _ = send_until_answered(
+        server, "/v1/knowledge/files", {**form, "Authorization": "Bearer nobody"}, 64, part
+    )
+    too_large, sent = send_until_answered(
+        server, "/v1/knowledge/files", {**form, "Authorization": ALICE["Authorization"]}, 64, part
+    )
+
+    assert keyless.startswith(b"HTTP/1.1 401") and b"missing API key" in keyless
+    assert wrong.startswith(b"HTTP/1.1 401") and b"unknown API key" in wrong
+    assert sent_keyless < 8  # answered before the body was read
+    assert too_large.startswith(b"HTTP/1.1 413"), too_large[:300]
+    assert b'"upload_too_large"' in too_large and b"3 MiB" in too_large
+    assert sent < 64
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as client:
+        kept = client.post("/v1/knowledge/files", files=[("files", ("a.md", b"# A\n\nok\n"))])
+        assert kept.status_code == 200, kept.text
+    assert not any((tmp_path / "ws" / "uploads" / ".staging").iterdir())  # nothing left staged

@@ -50,7 +50,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shelfhand.api.deps import caller_for_key
+from shelfhand.api.deps import caller_for_header
 from shelfhand.api.text_bodies import BodyTooLarge, lone_surrogate, read_body, replaying
 from shelfhand.core.errors import TurnFailed
 from shelfhand.core.messages import Citation
@@ -94,8 +94,7 @@ class _Caller(User):
 
 
 def _caller_of(service: Service, headers: Any) -> UserContext | None:
-    scheme, _, key = str(headers.get("authorization", "")).partition(" ")
-    return caller_for_key(service, key.strip() if scheme.lower() == "bearer" else None)
+    return caller_for_header(service, str(headers.get("authorization", "")))
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):

@@ -32,6 +32,8 @@ __all__ = [
     "Caller",
     "Service",
     "ServiceConfig",
+    "caller_for_header",
+    "caller_for_key",
     "get_service",
     "hide_paths",
     "json_bytes",
@@ -148,6 +150,13 @@ def caller_for_key(service: Service, key: str | None) -> UserContext | None:
         if user is not None or service.api_keys:
             return user
     return ANONYMOUS_CALLER if service.config.allow_anonymous else None
+
+
+def caller_for_header(service: Service, authorization: str) -> UserContext | None:
+    """:func:`caller_for_key` of an ``Authorization`` header's value (``Bearer KEY``; any
+    other scheme, or none, presents no key)."""
+    scheme, _, key = authorization.partition(" ")
+    return caller_for_key(service, key.strip() if scheme.lower() == "bearer" else None)
 
 
 Caller = Annotated[UserContext, Depends(get_caller)]

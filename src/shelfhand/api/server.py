@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -34,7 +35,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from shelfhand.api import (
     chat_routes,
@@ -44,9 +45,9 @@ from shelfhand.api import (
     responses_routes,
     trace_routes,
 )
-from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, hide_paths
+from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, caller_for_header, hide_paths
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
-from shelfhand.api.text_bodies import TextBodies, declared_size
+from shelfhand.api.text_bodies import BodyLimits, BodyOverLimit, TextBodies
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
 from shelfhand.core.context import UserContext
 from shelfhand.core.errors import DependencyUnavailableError, storage_full_message
@@ -169,32 +170,6 @@ def _mcp_configs(app: App) -> list[Any]:
     return load_mcp_config(app.settings.workspace, service_mode=True)
 
 
-class UploadSizeLimit:
-    """Refuse an upload whose declared size exceeds what could ever be accepted, before the
-    multipart parser spools it to disk."""
-
-    def __init__(self, app: ASGIApp, *, limit: int, prefix: str = "/v1/knowledge/files") -> None:
-        self.app = app
-        self.limit = limit
-        self.prefix = prefix
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["path"].startswith(self.prefix)
-            and declared_size(scope) > self.limit
-        ):
-            body = ErrorBody(
-                detail=f"upload larger than {self.limit} bytes",
-                code="upload_too_large",
-                trace_id=current_trace_id(),
-            )
-            response = JSONResponse(body.model_dump(), status_code=413)
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 def create_app(
     app: App,
     *,
@@ -280,7 +255,13 @@ def create_app(
 
     # (the A2A routes answer such a body with a JSON-RPC parse error of their own)
     api.add_middleware(TextBodies, refuse=_not_text, skip=("/a2a/",))
-    api.add_middleware(UploadSizeLimit, limit=cfg.max_files * cfg.max_file_bytes + 1024 * 1024)
+    api.add_middleware(
+        BodyLimits,
+        refuse=_error,
+        uploads=cfg.max_files * cfg.max_file_bytes + 1024 * 1024,
+        upload_prefix=UPLOADS_PATH,
+        admit=functools.partial(_admit_upload, service),
+    )
     # outermost: every response gets a trace id, an unhandled error's 500 too
     api.add_middleware(TraceIdMiddleware, on_error=_internal_error)
     return api
@@ -476,12 +457,35 @@ def _add_error_handlers(api: FastAPI, workspace: Path) -> None:
         body = ErrorBody(detail=problems, code="invalid_input", trace_id=current_trace_id())
         return JSONResponse(body.model_dump(), status_code=422)
 
+    @api.exception_handler(BodyOverLimit)
+    async def body_over_limit(request: Request, exc: BodyOverLimit) -> Response:
+        return _error(request.url.path, 413, str(exc.detail), exc.code)
+
     @api.exception_handler(DependencyUnavailableError)
     async def dependency_down(request: Request, exc: DependencyUnavailableError) -> Response:
         logger.warning("%s %s: %s", request.method, request.url.path, exc)
         code = f"{exc.dependency}_unavailable"
         headers = {"Retry-After": chat_routes.DEPENDENCY_RETRY_AFTER}
         return _error(request.url.path, 503, str(exc), code, headers)
+
+
+UPLOADS_PATH = "/v1/knowledge/files"
+"""Uploads (and the list and deletes of uploaded files, under the same path)."""
+
+
+def _admit_upload(service: Service, scope: Scope) -> Response | None:
+    """401 for an upload whose caller has no valid key, before its files are read (they
+    are spooled to disk before the route's own check of the key runs)."""
+    headers = dict(scope.get("headers", ()))
+    authorization = headers.get(b"authorization", b"").decode("latin-1")
+    if caller_for_header(service, authorization) is not None:
+        return None
+    problem = (
+        "missing API key: send Authorization: Bearer <key>"
+        if not authorization
+        else ("unknown API key")
+    )
+    return chat_routes.error_response(401, problem, "http_401", {"WWW-Authenticate": "Bearer"})
 
 
 def _error(

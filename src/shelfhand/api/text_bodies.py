@@ -1,8 +1,13 @@
-"""JSON bodies that are too large, or whose strings are not Unicode text, are refused before
-a route sees them.
+"""Request bodies that are too large, or JSON whose strings are not Unicode text, are refused
+before a route sees them.
 
-A JSON body is read whole before it is parsed; one over :data:`MAX_JSON_BYTES` is answered
-413 as soon as its length (declared, or read so far) says so.
+Every request body is counted as it arrives (:class:`BodyLimits`): one over its route's limit
+(:data:`MAX_JSON_BYTES`, or an upload's files together) is answered 413 as soon as its length,
+declared or read so far, says so, whatever its content type. A body sent as ``text/plain`` to
+a JSON route was read whole before its 422 (800 MB grew the server by 1.5 GB), and a chunked
+upload, which declares no length, was spooled to disk whole before its 413.
+
+A JSON body is read whole before it is parsed (:class:`TextBodies`).
 
 JSON may spell half of a surrogate pair alone (``"\\ud800"``): ``json.loads`` takes it, and
 the string then fails wherever it is encoded to UTF-8 (the session store, the trace store,
@@ -21,10 +26,13 @@ import json
 import re
 from collections.abc import Callable, Collection
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "MAX_JSON_BYTES",
+    "BodyLimits",
+    "BodyOverLimit",
     "BodyTooLarge",
     "TextBodies",
     "declared_size",
@@ -116,6 +124,104 @@ class TextBodies:
             await self.refuse(path, 400, problem)(scope, receive, send)
             return
         await self.app(scope, replaying(body, receive), send)
+
+
+class BodyOverLimit(HTTPException):
+    """A request body passed its route's limit while it was read (413, with ``code``).
+
+    An HTTP exception, so that a route reading its body (FastAPI parsing a form or JSON)
+    passes it on rather than answering 400; the app's handler for it answers in the route's
+    error body."""
+
+    def __init__(self, detail: str, code: str) -> None:
+        super().__init__(status_code=413, detail=detail)
+        self.code = code
+
+
+class BodyLimits:
+    """ASGI middleware: each request body is counted as it is read, and the read stops with
+    :class:`BodyOverLimit` past the route's limit (see the module docstring).
+
+    A declared ``Content-Length`` over the limit is answered at once, by ``refuse(path,
+    status, message, code)``, as is the exception when it reaches this middleware (raised
+    under another middleware that reads the body) before the response started.
+
+    Args:
+        app: The application.
+        refuse: The error answer of a route.
+        uploads: The limit of paths starting with ``upload_prefix`` (all of an upload's
+            files with their form fields).
+        upload_prefix: The upload route's path.
+        admit: For an upload, the answer to send instead of reading it (a caller without a
+            valid key), or ``None`` to read it: multipart files are spooled to disk before
+            the route's own checks run.
+        others: The limit of every other path.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        refuse: Callable[[str, int, str, str], ASGIApp],
+        uploads: int,
+        upload_prefix: str,
+        admit: Callable[[Scope], ASGIApp | None] | None = None,
+        others: int = MAX_JSON_BYTES,
+    ) -> None:
+        self.app = app
+        self.refuse = refuse
+        self.uploads = uploads
+        self.upload_prefix = upload_prefix
+        self.admit = admit
+        self.others = others
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path.startswith(self.upload_prefix):
+            limit, code, what = self.uploads, "upload_too_large", "upload"
+            refusal = None if self.admit is None else self.admit(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        else:
+            limit, code, what = self.others, "body_too_large", "request body"
+        too_large = f"the {what} is over {_size(limit)}"
+        if declared_size(scope) > limit:  # (refused before a byte is read)
+            await self.refuse(path, 413, too_large, code)(scope, receive, send)
+            return
+        read = 0
+
+        async def counted() -> Message:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > limit:
+                    raise BodyOverLimit(too_large, code)
+            return message
+
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, sending)
+        except BodyOverLimit as exc:
+            if started:
+                raise
+            await self.refuse(path, 413, str(exc.detail), exc.code)(scope, receive, send)
+
+
+def _size(limit: int) -> str:
+    """``limit`` bytes in MiB when it is a whole number of them, else in bytes."""
+    mib, rest = divmod(limit, 1024**2)
+    return f"{mib} MiB" if mib and not rest else f"{limit} bytes"
 
 
 class BodyTooLarge(Exception):

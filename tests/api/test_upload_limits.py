@@ -71,3 +71,20 @@ def test_an_upload_is_counted_as_it_arrives_and_a_keyless_one_is_not_read(
         kept = client.post("/v1/knowledge/files", files=[("files", ("a.md", b"# A\n\nok\n"))])
         assert kept.status_code == 200, kept.text
     assert not any((tmp_path / "ws" / "uploads" / ".staging").iterdir())  # nothing left staged
+
+
+def test_a_file_name_over_255_bytes_is_refused_422(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # 86 Chinese characters and ".md" are 89 characters but 261 bytes: it answered 500
+    settings = Settings.load(tmp_path / "ws", env={"SHELFHAND_EMBEDDER": "hashing"})
+    app = App(settings=settings, router=EmbeddingRouter({"default": HashingEmbedder()}))
+    server = start_thread_server(create_app(app, config=ServiceConfig(), api_keys=user_contexts()))
+    thread_servers.append(server)
+    body = b"# A\n\nok\n"
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as client:
+        long = client.post("/v1/knowledge/files", files=[("files", ("中" * 86 + ".md", body))])
+        fits = client.post("/v1/knowledge/files", files=[("files", ("中" * 84 + ".md", body))])
+    assert long.status_code == 422, long.text
+    assert long.json()["code"] == "invalid_file_name" and "255 bytes" in long.json()["detail"]
+    assert fits.status_code == 200, fits.text

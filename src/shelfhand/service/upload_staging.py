@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 MAX_NAME_CHARS = 200
+MAX_NAME_BYTES = 255
+"""A file name's most UTF-8 bytes (a file system's limit: 86 Chinese characters and
+``.md`` are 200 characters or fewer but 261 bytes, which failed with 500 when staged)."""
 _CHUNK = 1024 * 1024
 
 
@@ -64,6 +67,13 @@ def safe_name(filename: str | None) -> str:
         raise UploadRejected(
             f"file name {filename!r} has control characters or is longer than "
             f"{MAX_NAME_CHARS} characters",
+            status=422,
+            code="invalid_file_name",
+        )
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise UploadRejected(
+            f"file name {filename!r} is longer than {MAX_NAME_BYTES} bytes in UTF-8 "
+            f"(a file system's limit)",
             status=422,
             code="invalid_file_name",
         )

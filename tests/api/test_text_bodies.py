@@ -97,6 +97,22 @@ def test_a2a_answers_a_json_rpc_parse_error(server: ThreadServer) -> None:
     assert error["code"] == -32700 and "surrogate" in error["message"]
 
 
+def test_a2a_answers_a_parse_error_for_an_integer_too_long_to_read(server: ThreadServer) -> None:
+    # json.loads refuses an integer over 4,300 digits; the SDK answered an internal error
+    pytest.importorskip("a2a", reason="the a2a extra is not installed")
+    message = {"role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "X"}]}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    body = json.dumps({**request, "n": 0}).replace('"n": 0', '"n": ' + "9" * 5000)
+
+    reply = post(server, "/a2a/shelfhand", body)
+
+    error = reply.json()["error"]
+    assert error["code"] == -32700 and "4300 digits" in error["message"], error
+    # digits inside a string are text
+    quoted = post(server, "/a2a/shelfhand", json.dumps({**request, "n": "9" * 5000}))
+    assert quoted.json().get("error", {}).get("code") != -32700
+
+
 def test_a_surrogate_pair_is_text_and_answers(server: ThreadServer) -> None:
     # an emoji as json.dumps writes it by default: two escapes, one character
     body = json.dumps(

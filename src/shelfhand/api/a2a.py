@@ -23,8 +23,11 @@ answers at once with the task to poll with ``GetTask``, and ``CancelTask`` stops
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from a2a.auth.user import User
@@ -143,9 +146,9 @@ class _BearerOnly:
         await self.app(scope, receive, send)
 
     async def _checked_body(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A JSON-RPC parse error for a body that is not UTF-8 or nests too deep (the SDK
-        answers such a body with an internal error) and 413 past ``_MAX_BODY``; else the SDK
-        gets the body."""
+        """A JSON-RPC parse error for a body that is not UTF-8, nests too deep or holds an
+        integer too long to read (the SDK answers such a body with an internal error) and
+        413 past ``_MAX_BODY``; else the SDK gets the body."""
         try:
             body = await read_body(receive, _MAX_BODY)
         except BodyTooLarge:
@@ -176,27 +179,39 @@ def _unreadable(body: bytes) -> str:
     if encoding not in ("utf-8", "utf-8-sig"):
         return f"the body reads as {encoding}, and JSON-RPC bodies are UTF-8"
     # ("\ud800" alone: the turn's text could not be stored)
-    return _too_deep(body) or lone_surrogate(body)
+    return _parse_problem(body) or lone_surrogate(body)
 
 
 _FEW_BRACKETS = 200
 """A body with no more opening brackets than this cannot nest past the parser's depth."""
 
 
-def _too_deep(body: bytes) -> str:
-    """Why ``body`` nests too deep to parse ("" when it does not, or is not JSON: the SDK
-    says so). ``json.loads`` raises ``RecursionError`` near Python's recursion limit, and the
-    SDK answered that with an internal error naming the recursion. Only a body with many
-    brackets is parsed here."""
-    if body.count(b"[") + body.count(b"{") <= _FEW_BRACKETS:  # (the common case: two C scans)
+def _parse_problem(body: bytes) -> str:
+    """Why ``body`` nests too deep to parse, or holds an integer too long to read ("" when
+    neither, or when it is not JSON: the SDK says so). ``json.loads`` raises
+    ``RecursionError`` near Python's recursion limit, and ``ValueError`` for an integer of
+    more digits than ``sys.get_int_max_str_digits()``; the SDK answered both with an
+    internal error naming the cause. Only a body with many brackets or a long run of digits
+    is parsed here."""
+    digits = sys.get_int_max_str_digits()
+    many = body.count(b"[") + body.count(b"{") > _FEW_BRACKETS  # (two C scans)
+    if not many and (not digits or _digit_run(digits).search(body) is None):
         return ""
     try:
         json.loads(body)
     except RecursionError:
         return "the JSON nests too deep"
-    except ValueError:
+    except json.JSONDecodeError:
         pass  # (not JSON: the SDK answers that right)
+    except ValueError:  # (an integer past the digits Python converts)
+        return f"a number in the JSON has more than {digits} digits"
     return ""
+
+
+@functools.lru_cache(maxsize=2)
+def _digit_run(digits: int) -> re.Pattern[bytes]:
+    """More than ``digits`` digits in a row."""
+    return re.compile(rb"[0-9]{%d}" % (digits + 1))
 
 
 class ShelfhandExecutor(AgentExecutor):

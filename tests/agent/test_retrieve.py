@@ -11,6 +11,7 @@ import pytest
 from shelfhand import Agent, KnowledgeAgent, KnowledgeBase, Toolkit, UserContext, retrieve_tool
 from shelfhand.agent.retrieve import NOT_CONFIGURED, make_retrieve_tool
 from shelfhand.knowledge import sample_corpus
+from shelfhand.knowledge.retrieval.hybrid import MAX_QUERY_CHARS
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.testing import ScriptedModel, hashing_router, text, tool_call
 from support.knowledge import sample_kb
@@ -92,6 +93,26 @@ async def test_top_k_is_capped_at_eight(kb: KnowledgeBase) -> None:
         "everything", context=ACME
     )
     assert 0 < len(result.citations) <= 8
+
+
+async def test_a_query_over_the_limit_is_refused_with_the_limit_named(kb: KnowledgeBase) -> None:
+    # three 200 KB queries over MCP grew a server to 5 GB (embedding them)
+    schema = retrieve_tool(kb).schema()["function"]["parameters"]
+    assert schema["properties"]["query"]["maxLength"] == MAX_QUERY_CHARS
+    model = ScriptedModel(
+        [
+            tool_call("retrieve", {"query": "E-203 " * 400}),  # 2,400 characters
+            tool_call("retrieve", {"query": "E-203 " * 300}),
+            text("ok"),
+        ]
+    )
+    result = await Agent(model=model, toolkit=Toolkit([retrieve_tool(kb)])).run(
+        "E-203?", context=ACME
+    )
+    refused = result.messages[2].tool_results[0]
+    assert refused.is_error and str(MAX_QUERY_CHARS) in refused.content
+    taken = result.messages[4].tool_results[0]
+    assert not taken.is_error and "E-203" in taken.content
 
 
 async def test_without_a_knowledge_base_retrieve_says_not_configured() -> None:

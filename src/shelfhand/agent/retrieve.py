@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
 
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Message
@@ -21,6 +23,7 @@ from shelfhand.core.results import RunResult, Usage
 from shelfhand.core.tracing import current_span
 from shelfhand.knowledge.analysis import SynonymTable
 from shelfhand.knowledge.evidence.citations import format_passages, prepare_evidence, to_citations
+from shelfhand.knowledge.retrieval.hybrid import MAX_QUERY_CHARS
 from shelfhand.knowledge.retrieval.spans import record_conflicts
 from shelfhand.knowledge.types import SearchHit
 from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
@@ -81,7 +84,11 @@ def make_retrieve_tool(
     :mod:`shelfhand.knowledge.evidence.compress`).
     """
 
-    async def retrieve(run: RunContext, query: str, top_k: int = DEFAULT_TOP_K) -> ToolOutput:
+    async def retrieve(
+        run: RunContext,
+        query: Annotated[str, Field(max_length=MAX_QUERY_CHARS)],
+        top_k: int = DEFAULT_TOP_K,
+    ) -> ToolOutput:
         """Search the knowledge base.
 
         Args:

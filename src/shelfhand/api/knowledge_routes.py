@@ -34,6 +34,7 @@ from shelfhand.api.tracing import current_trace_id
 from shelfhand.core.context import UserContext
 from shelfhand.knowledge.evidence.citations import prepare_evidence, to_citations
 from shelfhand.knowledge.ingest.ingestor import IngestEvent, IngestReport
+from shelfhand.knowledge.retrieval.hybrid import MAX_QUERY_CHARS
 from shelfhand.service import searches
 from shelfhand.service.source_access import access
 from shelfhand.service.uploads import Staged, UploadRejected
@@ -261,7 +262,9 @@ async def delete_source(
 async def search(
     service: ServiceDep,
     caller: Caller,
-    q: Annotated[str, Query(min_length=1, max_length=2000, description="What to look for.")],
+    q: Annotated[
+        str, Query(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for.")
+    ],
     top_k: Annotated[int, Query(ge=1, le=20)] = 5,
     mode: Annotated[Literal["hybrid", "keyword", "vector"], Query()] = "hybrid",
 ) -> SearchOut:

@@ -132,7 +132,7 @@ def test_a_bad_value_in_the_file_names_the_setting_the_value_and_where_to_set_it
     ("body", "message"),
     [
         ("chunk_tokens = 400.5\n", "chunk_tokens must be a whole number, not 400.5"),
-        ("embed_timeout = 0\n", "embed_timeout is out of range: must be above 0, not 0"),
+        ("embed_timeout = 0\n", "embed_timeout is out of range: must be above 0 and at most 3600"),
         ("rerank_timeout = 0\n", "rerank_timeout is out of range: must be above 0 and at most"),
         ("chunk_overlap = 400\n", "chunk_overlap (400) must be below chunk_tokens (400)"),
         ('tool_mode = "xml"\n', "tool_mode 'xml' is not one of native, plain, constrained"),
@@ -147,6 +147,26 @@ def test_a_file_value_is_checked_like_an_environment_value(
         Settings.load(tmp_path, env={})
 
     assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("name", "env_key"),
+    [
+        ("embed_timeout", "SHELFHAND_EMBED_TIMEOUT"),
+        ("turn_timeout", "SHELFHAND_TURN_TIMEOUT"),
+        ("trace_retention_days", "SHELFHAND_TRACE_RETENTION_DAYS"),
+    ],
+)
+@pytest.mark.parametrize("value", ["inf", "1e12"])
+def test_a_wait_too_long_to_be_one_is_refused(
+    tmp_path: Path, name: str, env_key: str, value: str
+) -> None:
+    # SHELFHAND_EMBED_TIMEOUT=1e12 was taken: every search's embedding then failed
+    # (OverflowError: timestamp out of range), and 2 runs in 10 aborted at exit (134)
+    with pytest.raises(
+        ConfigurationError, match=f"^{name} is out of range: must be above 0 and at most"
+    ):
+        Settings.load(tmp_path, env={env_key: value})
 
 
 def test_a_bad_flag_says_it_came_from_the_command_line(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ["ask", "what is E-203?"],
         ["audit"],
         ["eval", "cases.jsonl"],
+        ["forget", "a.md"],  # (it said "nothing indexed yet", exit 1)
     ],
 )
 def test_read_only_commands_on_a_missing_workspace_exit_2_and_create_nothing(
@@ -58,6 +59,15 @@ def test_a_workspace_that_is_a_file_exits_2_saying_so(tmp_path: Path, command: l
     assert "workspace notes.txt is a file, not a folder" in out.stderr
     assert "Traceback" not in out.stderr
     assert (tmp_path / "notes.txt").read_text() == "not a workspace"
+
+
+def test_shelfhand_alone_prints_its_help_once_and_exits_2(tmp_path: Path) -> None:
+    # click 8.2+: the usage, then "error: " and the whole help again
+    for command in ([], ["mcp"]):
+        out = run_cli(*command, cwd=tmp_path)
+        assert out.returncode == 2
+        assert out.stderr.count("Usage:") == 1, out.stderr
+        assert "error:" not in out.stderr and "Commands:" in out.stderr
 
 
 def test_mcp_list_on_a_new_workspace_creates_it_and_lists_no_servers(tmp_path: Path) -> None:

@@ -43,8 +43,16 @@ def tidy_help(command: click.Command) -> None:
         tidy_help(sub)
 
 
+_NO_ARGS_IS_HELP: type[Exception] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
+"""What click (8.2 and later) raises for a group run without a command: its message is the
+group's help, which is all there is to print."""
+
+
 def show_usage_error(exc: click.ClickException) -> None:
     """Print a usage error as click does, but spelled ``error:`` like every other message."""
+    if _NO_ARGS_IS_HELP is not None and isinstance(exc, _NO_ARGS_IS_HELP):
+        click.echo(exc.format_message(), err=True)  # (not the usage and "error: " + the help)
+        return
     if isinstance(exc, click.exceptions.UsageError) and exc.ctx is not None:
         ctx = exc.ctx
         click.echo(ctx.get_usage(), err=True)

@@ -61,6 +61,33 @@ def test_a_workspace_that_is_a_file_exits_2_saying_so(tmp_path: Path, command: l
     assert (tmp_path / "notes.txt").read_text() == "not a workspace"
 
 
+@pytest.mark.parametrize("workspace", ["notes.txt/sub", "/proc/no-such-workspace"])
+def test_a_workspace_that_cannot_be_created_exits_2_in_one_line(
+    tmp_path: Path, workspace: str
+) -> None:
+    # ingest ended in a NotADirectoryError / FileNotFoundError traceback
+    (tmp_path / "notes.txt").write_text("not a workspace")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "退货.md").write_text("# 退货\n\n七天内可退。\n", encoding="utf-8")
+    out = run_cli("ingest", "docs", "-w", workspace, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith(f"error: cannot create workspace {workspace}:")
+    assert "Traceback" not in out.stderr
+
+
+def test_search_in_a_folder_of_documents_says_nothing_is_indexed_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    # -w named the documents: it created knowledge.db and index/ among them, "not found"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "退货.md").write_text("# 退货\n\n七天内可退。\n", encoding="utf-8")
+    out = run_cli("search", "退货", "-w", "docs", cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "nothing is indexed in docs" in out.stderr and "shelfhand ingest" in out.stderr
+    assert sorted(p.name for p in docs.iterdir()) == ["退货.md"]
+
+
 def test_shelfhand_alone_prints_its_help_once_and_exits_2(tmp_path: Path) -> None:
     # click 8.2+: the usage, then "error: " and the whole help again
     for command in ([], ["mcp"]):

@@ -234,6 +234,19 @@ def open_app(workspace: Path | None, *, existing: bool = False, create: bool = F
     return a
 
 
+def require_index(a: App) -> None:
+    """Exit 2 when ``a``'s workspace has nothing indexed (no ``knowledge.db``, no
+    ``database_url``): a search would create an empty store there, in what is often a folder
+    of documents named with ``-w`` by mistake, and answer "not found"."""
+    if not a.knowledge_exists():
+        ws = a.settings.workspace
+        raise fail(
+            f"nothing is indexed in {ws}: index documents first with "
+            f"`shelfhand ingest -w {ws} PATH` (-w names the workspace, not the documents)",
+            2,
+        )
+
+
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     """``1 chunk``, ``2 chunks``: a count with its noun in the right number."""
     return f"{count:,} {noun if count == 1 else plural_noun or noun + 's'}"

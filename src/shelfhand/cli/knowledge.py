@@ -211,7 +211,7 @@ def ingest(
     if missing:
         raise fail(f"no such file or folder: {', '.join(missing)}", 2)
 
-    a = open_app(workspace)
+    a = open_app(workspace, create=True)  # (a path that cannot be a folder: exit 2, one line)
     console = make_console()
     for note in _folder_notes(targets):
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
@@ -536,7 +536,7 @@ def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     """Remove one source (and its chunks) from the index; `docs/` removes a whole folder."""
     from shelfhand.core.errors import WorkspaceBusyError
 
-    a = open_app(workspace)
+    a = open_app(workspace, existing=True)
     if not a.knowledge_exists():
         raise fail("nothing indexed yet", 1)
     try:

@@ -28,6 +28,7 @@ from shelfhand.cli.common import (
     no_documents_hint,
     open_app,
     plural,
+    require_index,
 )
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
@@ -69,6 +70,7 @@ def search(
     if not query.strip():
         raise fail("the query is empty: search for something, e.g. shelfhand search E-203", 2)
     a = open_app(workspace, existing=True)
+    require_index(a)
     kb = a.open_knowledge()
     found = kb.search_result(
         query, k=k, user=caller_context(tenant, user, role), mode=check_mode(mode)

@@ -6,6 +6,12 @@ connection. Whether a request was received is decided from its own response only
 :mod:`shelfhand.mcp.statuses`): a call answered with an error, or one that was never answered,
 is never sent twice, whatever happened to other calls meanwhile.
 
+An error the server sent is the server's, whatever its code: the SDK's own codes for a closed
+connection (``CONNECTION_CLOSED``) and a read timeout (``REQUEST_TIMEOUT``) count as such only
+when the SDK raised them itself, that is when the connection's receive loop has ended or its
+write failed, and when ``max_duration`` has elapsed. A server that answers ``-32000 quota
+exceeded`` is not restarted, its other calls go on, and the model reads the server's message.
+
 A call's ``timeout`` counts the seconds without an answer *or progress*: each
 ``notifications/progress`` restarts it (up to ``max_duration`` in all) and is reported as a
 :class:`~shelfhand.core.events.ToolProgress` to ``on_progress`` and to the caller's
@@ -20,13 +26,14 @@ from typing import Any
 import anyio
 import httpx2
 import mcp.types as types
+import pydantic
 from mcp.client.client import Client
 from mcp.shared.exceptions import MCPError
 
 from shelfhand.core.errors import ToolError, ToolTimeoutError
 from shelfhand.core.events import ToolProgress, progress_sink
 from shelfhand.core.tracing import current_span, enter, leave, start_span
-from shelfhand.mcp.connection import McpConnection
+from shelfhand.mcp.connection import McpConnection, receive_loop_ended
 from shelfhand.mcp.tool import resource_output, to_output
 from shelfhand.tools.tool import ToolOutput
 
@@ -34,8 +41,6 @@ __all__ = ["McpCalls"]
 
 logger = logging.getLogger(__name__)
 
-# How a streamable-HTTP server (restarted, or expired the session) says it never ran a request.
-_UNKNOWN_SESSION = frozenset({"Session terminated", "Session not found"})
 # What the SDK says of an error response without a JSON-RPC body: its status says more.
 _BARE_ERROR = "Server returned an error response"
 
@@ -128,6 +133,7 @@ class McpCalls(McpConnection):
         timed_out = ToolTimeoutError(
             f"MCP server {self.name}: no answer or progress within {limit:g} s"
         )
+        started = anyio.current_time()
         with self._statuses.track() as request:
             try:
                 with scope:
@@ -141,7 +147,10 @@ class McpCalls(McpConnection):
             except MCPError as exc:
                 if scope.cancel_called:
                     raise timed_out from None
-                raise self._call_error(exc, request.status) from None
+                elapsed = anyio.current_time() - started
+                raise self._call_error(exc, request.status, client, elapsed) from None
+            except pydantic.ValidationError as exc:
+                raise self._malformed(exc, f"tools/call {name}") from None
             except httpx2.ConnectError as exc:
                 raise _NotDelivered(self._describe(exc, request.status)) from None
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.HTTPError) as exc:
@@ -153,19 +162,20 @@ class McpCalls(McpConnection):
             raise timed_out
         return result
 
-    def _call_error(self, exc: MCPError, status: str) -> Exception:
-        """What a call answered with ``exc`` raises; ``status``: its own response's, if an
-        HTTP error (``HTTP 404 Not Found``)."""
-        if exc.code == types.REQUEST_TIMEOUT:
+    def _call_error(self, exc: MCPError, status: str, client: Client, elapsed: float) -> Exception:
+        """What a call answered with ``exc`` after ``elapsed`` seconds raises; ``status``: its
+        own response's, if an HTTP error (``HTTP 404 Not Found``)."""
+        if exc.code == types.REQUEST_TIMEOUT and elapsed >= self.max_duration:
+            # (the SDK's read timeout, max_duration: a server's -32001 comes back sooner)
             return ToolTimeoutError(
                 f"MCP server {self.name} did not answer within {self.max_duration:g} s"
             )
-        if exc.code == types.CONNECTION_CLOSED:
+        if exc.code == types.CONNECTION_CLOSED and _closed_here(exc, client):
             self._lost("the connection was closed (the server exited or went away)")
             return ToolError(f"MCP server {self.name}: {self._failure}")
-        if exc.code == types.INVALID_REQUEST and (
-            exc.error.message in _UNKNOWN_SESSION or status.startswith("HTTP 404")
-        ):
+        if exc.code == types.INVALID_REQUEST and status.startswith("HTTP 404"):
+            # A streamable-HTTP server that restarted or expired the session answers 404,
+            # before running anything; over stdio there is no status, whatever the message.
             return _NotDelivered("the server no longer knows this session")
         if status and exc.error.message == _BARE_ERROR:
             return ToolError(f"MCP server {self.name}: {status}")
@@ -185,4 +195,25 @@ class McpCalls(McpConnection):
             ) from None
         except MCPError as exc:
             raise ToolError(f"MCP server {self.name}: {exc}") from None
+        except pydantic.ValidationError as exc:
+            raise self._malformed(exc, "resources/read") from None
         return resource_output(result, limit=self.output_limit, source=f"MCP server {self.name}")
+
+    def _malformed(self, exc: pydantic.ValidationError, request: str) -> ToolError:
+        """A reply to ``request`` the SDK could not read: the server named, in one short line
+        (pydantic's own account runs to kilobytes of every union member's complaints)."""
+        count = exc.error_count()
+        logger.debug("MCP server %s: malformed reply to %s: %s", self.name, request, exc)
+        return ToolError(
+            f"MCP server {self.name} sent a malformed reply to {request} "
+            f"({count} validation error{'s' if count != 1 else ''})"
+        )
+
+
+def _closed_here(exc: MCPError, client: Client) -> bool:
+    """``exc`` (``CONNECTION_CLOSED``) was raised by the SDK itself: the request could not be
+    written (the transport is gone), or the receive loop has ended (or cannot be read: then
+    the code is trusted, as before). A server that sends the code keeps its loop running."""
+    if isinstance(exc.__context__, anyio.BrokenResourceError | anyio.ClosedResourceError):
+        return True
+    return receive_loop_ended(client) is not False

@@ -40,7 +40,7 @@ from shelfhand.mcp.options import (
 )
 from shelfhand.mcp.statuses import HttpStatuses
 
-__all__ = ["DEFAULT_TIMEOUT", "McpConnection", "close_on_exit"]
+__all__ = ["DEFAULT_TIMEOUT", "McpConnection", "close_on_exit", "receive_loop_ended"]
 
 logger = logging.getLogger(__name__)
 
@@ -332,11 +332,22 @@ def _peer_gone(client: Client) -> bool:
     """The connection's receive loop has ended (a stdio server exited): nothing sent now can
     arrive. Reads an SDK internal, guarded: should it move, the loss is still noticed, one
     call later, through ``CONNECTION_CLOSED``."""
+    return receive_loop_ended(client) is True
+
+
+def receive_loop_ended(client: Client) -> bool | None:
+    """Whether the connection's receive loop has ended (``None``: cannot tell).
+
+    The SDK's dispatcher marks itself closed before it fails its waiting requests with
+    ``CONNECTION_CLOSED``, so this tells a connection that really closed from a server that
+    answered with that code. An SDK internal, read guarded.
+    """
     try:
         dispatcher = getattr(client.session, "_dispatcher", None)
     except Exception:
-        return False
-    return getattr(dispatcher, "_closed", False) is True
+        return None
+    closed = getattr(dispatcher, "_closed", None)
+    return closed if isinstance(closed, bool) else None
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,97 @@
+"""An error the server sent is the server's: a JSON-RPC error whose code the SDK also uses for a
+closed connection, a timeout or an unknown session comes back to the model as the server's own
+message, and the server is neither restarted nor sent the call again. A reply the SDK cannot
+read is named in one line. Real SDK servers (tests/mcp/variant_server.py) over stdio."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+from mcp_helpers import HERE, serve_asgi
+from variant_server import build
+
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.errors import ToolError, ToolTimeoutError
+from shelfhand.core.messages import ToolCallBlock
+from shelfhand.mcp import McpServer, StdioServer, StreamableHttpServer
+from shelfhand.tools.toolkit import Toolkit
+
+pytestmark = pytest.mark.anyio
+
+VARIANT_SERVER = str(HERE / "variant_server.py")
+
+
+def variant(kind: str, **kw: Any) -> StdioServer:
+    return StdioServer(sys.executable, [VARIANT_SERVER, kind], name=kind, **kw)
+
+
+@asynccontextmanager
+async def errors_server(transport: str) -> AsyncIterator[McpServer]:
+    if transport == "stdio":
+        yield variant("errors", timeout=20)
+        return
+    async with serve_asgi(build("errors").streamable_http_app()) as base:
+        yield StreamableHttpServer(f"{base}/mcp", name="errors", timeout=20)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (CONNECTION_CLOSED, "quota exceeded: 0 of 100 requests left today"),
+        (REQUEST_TIMEOUT, "upstream API rate limited"),
+        (INVALID_REQUEST, "Session not found"),
+    ],
+    ids=["-32000", "-32001", "-32600"],
+)
+async def test_a_servers_own_error_with_a_transport_code_is_its_message_and_runs_once(
+    code: int, message: str, transport: str
+) -> None:
+    sibling: dict[str, str] = {}
+
+    async def slow_sibling() -> None:
+        sibling["answer"] = (await server.call_tool("slow", {"seconds": 1})).content
+
+    with anyio.fail_after(60):
+        async with errors_server(transport) as server:
+            await server.connect()
+            pid = (await server.call_tool("calls", {})).content.split()[0]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow_sibling)  # in flight while the error comes back
+                with pytest.raises(ToolError) as failed:
+                    await server.call_tool("fail_with", {"code": code, "message": message})
+            after = (await server.call_tool("calls", {})).content
+            await server.aclose()
+    assert not isinstance(failed.value, ToolTimeoutError)
+    # (over HTTP the SDK server answers -32600 with status 400, which the message adds)
+    assert str(failed.value).startswith(f"MCP server errors: {message}")
+    assert sibling["answer"] == "slept 1 s"  # the healthy server was not restarted under it
+    # the same process ran calls, slow, fail_with (once: not sent again) and calls
+    assert after == f"{pid} 4" and server.connections == 1
+
+
+async def test_a_malformed_result_fails_the_call_in_one_line_naming_the_server() -> None:
+    server = variant("malformed", timeout=20)
+    kit = Toolkit()
+    run = RunContext(user=UserContext(tenant_id="acme", user_id="alice"))
+    with anyio.fail_after(60):
+        await kit.add_mcp(server)
+        results = [
+            await kit.call(ToolCallBlock(id=name, name=name, arguments=json.dumps({})), run)
+            for name in ("hologram", "no_text", "fine")
+        ]
+        await server.aclose()
+    hologram, no_text, fine = results
+    assert hologram.is_error and no_text.is_error
+    assert "MCP server malformed sent a malformed reply to tools/call hologram" in hologram.content
+    assert "MCP server malformed sent a malformed reply to tools/call no_text" in no_text.content
+    for failed in (hologram, no_text):
+        assert "\n" not in failed.content and len(failed.content) < 200, failed.content
+    assert fine.content == "fine" and not fine.is_error and server.connections == 1

@@ -40,8 +40,9 @@ import anyio
 import anyio.lowlevel
 import mcp.types as types
 from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
 
-from shelfhand.core.errors import ConfigurationError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
 from shelfhand.mcp.calls import McpCalls
 from shelfhand.mcp.connection import DEFAULT_TIMEOUT, close_on_exit
 from shelfhand.mcp.options import ServerOptions, ToolSettings
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 _LIST_PAGE_CAP = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MODERN = "2026-07-28"
+_READ_RESOURCE = "read_resource"
 
 
 class McpServer(McpCalls):
@@ -113,28 +115,44 @@ class McpServer(McpCalls):
 
         Tools are named ``prefix + name`` and filtered by ``tools``; names that are not valid
         model-facing names and tools that need task mode are skipped with a log line. A
-        server that offers resources adds ``<prefix>read_resource``.
+        server that lists resources or resource templates adds ``<prefix>read_resource``,
+        unless the filter leaves ``read_resource`` out or the server has a tool of that name
+        itself (its own tool is mounted then).
 
         Raises:
             ConfigurationError: the server cannot be reached, or one of its tool names is
-                already taken in ``toolkit`` (the message names both owners); nothing is
-                registered then.
+                already taken in ``toolkit`` (the message names both owners) or reserved;
+                nothing is registered then, and a server this call connected is closed.
         """
         opened_here = self._task is None
         await self.connect()
+        added: list[Tool[..., Any]] = []
         try:
             tools = self._make_tools(self._listed)
             extras: list[Tool[..., Any]] = []
-            if await self._offers_resources():
-                extras.append(ResourceTool(self, await self.list_resources()))
+            if _READ_RESOURCE not in tools and self.tool_filter(_READ_RESOURCE):
+                resources = await self.list_resources()
+                templates = await self._resource_templates()
+                if resources or templates:
+                    extras.append(ResourceTool(self, resources, templates))
             for item in [*tools.values(), *extras]:
                 _check_free(toolkit, item, self.name)
+            for item in [*tools.values(), *extras]:
+                try:
+                    toolkit.add(item)
+                except InvalidArgumentError as exc:  # (a reserved name)
+                    raise ConfigurationError(
+                        f"MCP server {self.name!r}: tool {item.name!r} cannot be mounted: {exc}; "
+                        "filter it out (tools=...) or give the server a prefix"
+                    ) from None
+                added.append(item)
         except BaseException:
+            for item in added:
+                if toolkit.get(item.name) is item:
+                    toolkit.remove(item.name)
             if opened_here:
                 await self.aclose()
             raise
-        for item in [*tools.values(), *extras]:
-            toolkit.add(item)
         self._mounted.append((toolkit, tools, extras))
         return [*tools.values(), *extras]
 
@@ -175,10 +193,6 @@ class McpServer(McpCalls):
         self._mounted.clear()
 
     # --- resources and prompts ----------------------------------------------------------------
-    async def _offers_resources(self) -> bool:
-        client = self._client
-        return client is not None and client.server_capabilities.resources is not None
-
     async def list_resources(self) -> list[types.Resource]:
         """The server's resources (fetched once per connection; empty if it has none)."""
         if self._resources is None:
@@ -196,6 +210,19 @@ class McpServer(McpCalls):
                         break
             self._resources = found
         return list(self._resources)
+
+    async def _resource_templates(self) -> list[types.ResourceTemplate]:
+        """The server's resource templates (one page; empty if it has none or will not say:
+        the capability does not promise templates)."""
+        client = await self._live_client()
+        if client.server_capabilities.resources is None:
+            return []
+        try:
+            with anyio.fail_after(self.timeout):
+                return list((await client.list_resource_templates()).resource_templates)
+        except MCPError as exc:
+            logger.info("MCP server %s: no resource templates (%s)", self.name, exc)
+            return []
 
     async def list_prompts(self) -> list[types.Prompt]:
         """The server's prompts (one page; empty if it offers none)."""

@@ -152,22 +152,28 @@ class McpTool(_RemoteTool):
 class ResourceTool(_RemoteTool):
     """``<prefix>read_resource(uri)``: read one of an MCP server's resources.
 
-    The description names the resources listed when the tool was mounted (the first 20).
+    The description names the resources and resource templates listed when the tool was
+    mounted (the first 20 of each).
     """
 
-    def __init__(self, server: McpServerLike, resources: Sequence[types.Resource]) -> None:
-        shown = [
-            f"- {r.uri}"
-            + (f" ({r.mime_type})" if r.mime_type else "")
-            + f": {r.description or r.title or r.name}"
-            for r in resources[:20]
-        ]
-        more = len(resources) - len(shown)
+    def __init__(
+        self,
+        server: McpServerLike,
+        resources: Sequence[types.Resource],
+        templates: Sequence[types.ResourceTemplate] = (),
+    ) -> None:
         lines = [f"Read a resource of the MCP server {server.name} by its URI."]
-        if shown:
-            lines += ["Resources:", *shown]
-        if more > 0:
-            lines.append(f"... and {more} more.")
+        for title, listed in (("Resources:", resources), ("URI templates:", templates)):
+            shown = [
+                f"- {r.uri if isinstance(r, types.Resource) else r.uri_template}"
+                + (f" ({r.mime_type})" if r.mime_type else "")
+                + f": {r.description or r.title or r.name}"
+                for r in listed[:20]
+            ]
+            if shown:
+                lines += [title, *shown]
+            if len(listed) > len(shown):
+                lines.append(f"... and {len(listed) - len(shown)} more.")
         super().__init__(
             _no_op,
             name=f"{server.prefix}read_resource",

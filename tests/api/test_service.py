@@ -236,6 +236,32 @@ def test_without_a_chat_model_answers_are_the_passages_sentences_and_readyz_says
     assert events[-1]["output"].startswith("From the documents:") and events[-1]["extractive"]
 
 
+def test_without_a_chat_model_a_follow_up_is_searched_with_the_question_before_it(
+    tmp_path: Path, thread_servers: list[ThreadServer]
+) -> None:
+    # each message was searched alone: "怎么修？" after "E-203 是什么故障？" was not covered
+    server = serve_app(tmp_path, None, thread_servers)
+    codes = (
+        "# 故障代码\n\n## E-203\n\nE-203 表示灯泡过热。处理：关机等待 30 分钟，清洁防尘网后再开机。\n\n"
+        "## E-101\n\nE-101 表示遥控器电量不足。处理：更换电池。\n"
+    )
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as c:
+        up = c.post("/v1/knowledge/files", files=[("files", ("故障.md", codes.encode()))])
+        assert up.status_code == 200, up.text
+        session = c.post("/v1/sessions").json()["id"]
+        answers = []
+        for question in ("E-203 是什么故障？", "怎么修？", "退货要手续费吗？"):
+            r = c.post(f"/v1/sessions/{session}/messages", json={"content": question})
+            answers.append(parse_sse(r.text)[-1]["output"])
+        other = c.post("/v1/sessions").json()["id"]  # another session has no question before
+        alone = c.post(f"/v1/sessions/{other}/messages", json={"content": "怎么修？"})
+    first, follow_up, new_topic = answers
+    assert "灯泡过热" in first
+    assert "清洁防尘网" in follow_up and "E-101" not in follow_up
+    assert "文档中没有" in new_topic  # a new topic is searched as typed
+    assert "清洁防尘网" not in parse_sse(alone.text)[-1]["output"]
+
+
 def test_the_tool_list_is_what_the_model_may_call_for_this_caller(
     tmp_path: Path, thread_servers: list[ThreadServer]
 ) -> None:

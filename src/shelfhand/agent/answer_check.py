@@ -978,13 +978,18 @@ def relevant_citations(citations: Sequence[Citation], answer: str) -> list[Citat
 
 
 def no_model_answer(
-    result: RunResult, question: str, *, synonyms: SynonymTable | None = None
+    result: RunResult,
+    question: str,
+    *,
+    synonyms: SynonymTable | None = None,
+    asked: str | None = None,
 ) -> RunResult:
     """The answer without a chat model: the extractive answer of ``result``'s passages (the
-    search's for ``question``), or "the documents do not cover this" when none is about
-    ``question`` (the passages stay in ``result.citations`` either way)."""
+    search's for ``question``, or for ``asked``: a follow-up carried with the question it
+    follows, :func:`~.rewrite.carried`), or "the documents do not cover this" when none is
+    about ``question`` (the passages stay in ``result.citations`` either way)."""
     extracted = extractive_result(
-        result, "no_model", question, synonyms=synonyms, searched_for_it=True
+        result, "no_model", question, synonyms=synonyms, asked=asked, searched_for_it=asked is None
     )
     if extracted is not None:
         return replace(extracted, messages=_answered(result, extracted.output))

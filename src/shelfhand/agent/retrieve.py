@@ -30,6 +30,7 @@ from shelfhand.tools.tool import ExampleSpec, Tool, ToolOutput, tool
 
 from .answer_check import no_model_answer
 from .fallbacks import NOT_CONFIGURED, not_covered
+from .rewrite import carried
 from .side_calls import side_usage
 
 DEFAULT_TOP_K = 3
@@ -171,10 +172,16 @@ class KnowledgeAgent:
     ) -> RunResult:
         query = prompt if isinstance(prompt, str) else prompt.text
         run = RunContext.start(agent_name=self.name, user=context, deps=deps, trace_id=trace_id)
+        # a follow-up pointing back ("怎么修？" after "E-203 是什么故障？") is searched with the
+        # question it follows, as a chat with a model searches it up front
+        carry = carried(query, history) if history else None
+        searched = query if carry is None else carry.query
         with side_usage() as ranking:  # (an LLM reranker's call: the run's usage)
-            hits = await asyncio.to_thread(self.kb.search, query, k=self.top_k, user=run.user)
+            hits = await asyncio.to_thread(self.kb.search, searched, k=self.top_k, user=run.user)
         numbered = run.citations.number(to_citations(hits))
-        citations = tuple(prepare_evidence(numbered, query, compress_tokens=self.compress_tokens))
+        citations = tuple(
+            prepare_evidence(numbered, searched, compress_tokens=self.compress_tokens)
+        )
         record_conflicts(current_span(), citations)  # on the caller's span (a turn's), if traced
         # no model reads this: a person is told plainly that the documents have nothing on it
         output = format_passages(citations) if citations else not_covered(query)
@@ -187,11 +194,18 @@ class KnowledgeAgent:
             usage=_ONE_SEARCH + ranking.total,
         )
         if self.extractive and citations:
-            return no_model_answer(result, query, synonyms=self.synonyms)
+            asked = None if carry is None else carry.query
+            return no_model_answer(result, query, synonyms=self.synonyms, asked=asked)
         return result
 
-    def run_sync(self, prompt: str | Message, *, context: UserContext | None = None) -> RunResult:
-        return asyncio.run(self.run(prompt, context=context))
+    def run_sync(
+        self,
+        prompt: str | Message,
+        *,
+        context: UserContext | None = None,
+        history: Sequence[Message] = (),
+    ) -> RunResult:
+        return asyncio.run(self.run(prompt, context=context, history=history))
 
 
 retrieve_tool = make_retrieve_tool

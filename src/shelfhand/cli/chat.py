@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,6 +30,11 @@ from shelfhand.cli.model_flags import (
     ToolModeOpt,
     apply_model_flags,
 )
+
+if TYPE_CHECKING:
+    from shelfhand.agent.retrieve import KnowledgeAgent
+    from shelfhand.core.context import UserContext
+    from shelfhand.core.messages import Message
 
 
 @app.command()
@@ -156,19 +161,26 @@ def _lines(console: Any) -> Iterator[str]:
         yield line
 
 
-def _passages_chat(agent: Any, ctx: Any, console: Any) -> None:
+def _passages_chat(agent: KnowledgeAgent, ctx: UserContext, console: Any) -> None:
     """Chat without a model: every question is answered as ``ask`` answers it (the
-    passages' own sentences, with the passages they come from)."""
+    passages' own sentences, with the passages they come from), a follow-up pointing back
+    searched with the question it follows."""
     from rich.markup import escape
 
+    from shelfhand.agent.rewrite import CARRY_BACK
     from shelfhand.cli.answers import print_answer
 
     console.print(
         f"[dim]{escape(NO_MODEL_HINT)} Until then, answers are the cited passages' own "
         "sentences; empty line, /exit or Ctrl-D to quit[/]"
     )
+    past: list[Message] = []  # the lines typed so far, and their answers
     for line in _lines(console):
-        print_answer(console, agent.run_sync(line, context=ctx), line)
+        # a follow-up pointing back ("怎么修？" after "E-203 是什么故障？") is searched with
+        # the question it follows (each line was searched alone: "怎么修？" found nothing)
+        result = agent.run_sync(line, context=ctx, history=past)
+        print_answer(console, result, line)
+        past = [*past, *result.messages][-2 * CARRY_BACK :]
 
 
 def console_approvals(console: Any) -> Any:

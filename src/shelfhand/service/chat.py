@@ -43,6 +43,7 @@ import anyio
 
 from shelfhand.agent.agent import DEFAULT_SYSTEM_PROMPT
 from shelfhand.agent.memory import ConversationMemory, build_system_prompt
+from shelfhand.agent.rewrite import CARRY_BACK
 from shelfhand.agent.supervisor import SUPERVISOR_PROMPT
 from shelfhand.agent.tasks import TaskRegistry
 from shelfhand.core.context import UserContext
@@ -646,7 +647,9 @@ class ChatService:
             self._knowledge_agent = self.app.knowledge_agent(self.kb)
         started = time.perf_counter()
         try:
-            result = await self._knowledge_agent.run(content, context=user, trace_id=trace_id)
+            result = await self._knowledge_agent.run(
+                content, context=user, trace_id=trace_id, history=memory.messages
+            )
         except Exception as exc:
             self._audit_knowledge_turn(user, content, trace_id, started, "error", exc)
             raise
@@ -654,8 +657,8 @@ class ChatService:
         if result.citations:
             yield event_to_dict(CitationsFound(citations=result.citations)), None
         yield event_to_dict(TextDelta(text=result.output)), None
-        # no model, so no summary: keep just this turn in the window (history is unused)
-        memory.messages = list(result.messages)
+        # no model, so no summary: keep the latest turns a follow-up is carried with
+        memory.messages = [*memory.messages, *result.messages][-2 * CARRY_BACK :]
         final = event_to_dict(Final(result=result))
         final["stop_reason"] = result.stop_reason
         final["run_id"] = result.trace_id

@@ -161,3 +161,14 @@ def test_an_unreachable_database_is_a_one_line_error_not_a_traceback(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "unreachable" in done.stderr
     assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [(["trace", "--limit", "-5"], "--limit"), (["usage", "--days", "0"], "--days")],
+)
+def test_a_count_below_one_is_a_usage_error(tmp_path: Path, command: list[str], flag: str) -> None:
+    # trace --limit -5 and usage --days -3 were taken (the API answers 422 to them)
+    out = run_cli(*command, "-w", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"Invalid value for '{flag}'" in out.stderr

@@ -26,7 +26,7 @@ def trace(
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user's turns (default: all users).")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Most traces listed.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500, help="Most traces listed.")] = 20,
     outcome: Annotated[
         str | None,
         typer.Option(

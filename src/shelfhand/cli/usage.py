@@ -22,7 +22,9 @@ def usage(
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user (default: the whole tenant).")
     ] = None,
-    days: Annotated[int, typer.Option("--days", help="The last N days, today included.")] = 30,
+    days: Annotated[
+        int, typer.Option("--days", min=1, max=366, help="The last N days, today included.")
+    ] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Tokens, model calls, tool calls, retrievals and cost (with prices) of a tenant's turns

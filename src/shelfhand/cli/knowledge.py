@@ -213,7 +213,7 @@ def ingest(
 
     a = open_app(workspace, create=True)  # (a path that cannot be a folder: exit 2, one line)
     console = make_console()
-    for note in _folder_notes(targets):
+    for note in _folder_notes(targets, a.settings.workspace):
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if a.settings.database_url and not no_queue:  # workers ingest: queue the files as a job
         from shelfhand.cli.ingest_jobs import queued_ingest
@@ -499,20 +499,22 @@ def sources(workspace: WorkspaceOpt = None) -> None:
     kb.close()
 
 
-def _folder_notes(targets: list[Path]) -> list[str]:
+def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
     """What the folders among ``targets`` hold that ingest will not read: files of an
-    unsupported type (named, a few), or nothing readable at all."""
+    unsupported type (named, a few), or nothing readable at all (``workspace``, which ingest
+    never reads, is not looked into)."""
     import os
 
     from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES
 
     notes = []
     supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
+    skip = workspace.resolve()
     for folder in (t for t in targets if t.is_dir()):
         readable = 0
         ignored: list[str] = []
         for root, dirs, files in os.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            dirs[:] = [d for d in dirs if not d.startswith(".") and Path(root, d).resolve() != skip]
             for name in files:
                 if name.startswith("."):
                     continue

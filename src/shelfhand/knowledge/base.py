@@ -204,7 +204,8 @@ class KnowledgeBase:
         """Index files and folders incrementally (unchanged files cost nothing).
 
         Text is stored and keyword-searchable first; then (``wait``) pending chunks are
-        embedded. See :class:`~shelfhand.knowledge.ingest.ingestor.Ingestor`.
+        embedded. The workspace is never walked into (a folder holding it does not index its
+        index files). See :class:`~shelfhand.knowledge.ingest.ingestor.Ingestor`.
         """
         return self._stack.ingestor.ingest(
             paths,
@@ -214,6 +215,7 @@ class KnowledgeBase:
             wait=wait,
             should_stop=should_stop,
             root_origins=root_origins,
+            skip_folders=(self.workspace,),
         )
 
     def ingest_documents(

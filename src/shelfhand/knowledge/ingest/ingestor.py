@@ -22,7 +22,9 @@ Either phase stops between batches when ``should_stop()`` turns true (Ctrl-C in 
 what was committed stays.
 
 Sources are ``<dir name>/<path relative to it>`` (a file given directly counts as under its
-parent directory), so they are stable across runs and machines.
+parent directory), so they are stable across runs and machines; a folder or file inside a
+folder already indexed keeps that folder's names, and the workspace is never ingested (see
+:mod:`shelfhand.knowledge.ingest.naming`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from shelfhand.core.errors import (
 from shelfhand.core.names import is_text, shown_bytes
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.chunking import iter_chunks
+from shelfhand.knowledge.ingest.naming import NOT_TEXT_NAME, SourceNamer
 from shelfhand.knowledge.ingest.pending import PendingEmbedder
 from shelfhand.knowledge.ingest.reports import (
     EmbedReport,
@@ -55,21 +58,23 @@ from shelfhand.knowledge.ingest.reports import (
 )
 from shelfhand.knowledge.protocols import KnowledgeStore
 from shelfhand.knowledge.reading.limits import ReadLimits
-from shelfhand.knowledge.reading.readers import iter_files, read_bounded, read_file
+from shelfhand.knowledge.reading.readers import read_bounded, read_file
 from shelfhand.knowledge.types import Chunk, Document
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EmbedReport", "IngestEvent", "IngestFailure", "IngestReport", "Ingestor"]
+__all__ = [
+    "NOT_TEXT_NAME",
+    "EmbedReport",
+    "IngestEvent",
+    "IngestFailure",
+    "IngestReport",
+    "Ingestor",
+]
 
 
 def _never() -> bool:
     return False
-
-
-NOT_TEXT_NAME = "its name is not UTF-8 text (rename it)"
-"""Why a file whose name holds bytes that are not UTF-8 is not ingested (a name written in
-another encoding: Python reads such bytes as lone surrogates, which no store can hold)."""
 
 
 def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
@@ -143,20 +148,6 @@ class Ingestor:
         self.store.forget_root(source.rstrip("/"))
         return removed
 
-    def _claim_root(self, name: str, folder: str, claimed: dict[str, str]) -> None:
-        """Sources are named ``<folder name>/<relative path>``: two different folders with the
-        same name would overwrite, and prune, each other's sources. Refuse that, up front.
-        (Files given one by one do not claim their folder: they replace by name, never prune.)"""
-        known = claimed.get(name) or self.store.root_path(name)
-        if known is not None and known != folder:
-            raise KnowledgeError(
-                f"a different folder named {name!r} is already indexed ({known}); sources are "
-                f"named '{name}/...', so {folder} would overwrite and remove its documents. "
-                f"Rename one of the folders, or remove the old ones first with "
-                f"`shelfhand forget {name}/`"
-            )
-        claimed[name] = folder
-
     def ingest(
         self,
         paths: Sequence[Path],
@@ -167,6 +158,7 @@ class Ingestor:
         wait: bool = True,
         should_stop: ShouldStop | None = None,
         root_origins: Mapping[str, str] | None = None,
+        skip_folders: Sequence[Path] = (),
     ) -> IngestReport:
         """Ingest files and directories incrementally; see the module docstring.
 
@@ -182,31 +174,27 @@ class Ingestor:
             root_origins: Folder name -> the folder it stands for, when ``paths`` holds a copy
                 of it (an ingest worker's staging copy of a client's folder): the copy is
                 claimed as that folder, so queued and in-process ingests of one folder agree.
+            skip_folders: Folders a walk never goes into (the workspace: its index files
+                change with every ingest).
 
         Raises:
             UnreadableDocumentError: A given path does not exist (nothing is changed then).
-            KnowledgeError: A folder of the same name from elsewhere is already indexed.
+            KnowledgeError: A folder of the same name from elsewhere is already indexed
+                (given as a folder, or one of its files given).
         """
         started = time.perf_counter()
         stop = should_stop or _never
         tally = Tally()
         files: list[tuple[Path, str, int]] = []
-        roots: list[str] = []
-        claimed: dict[str, str] = {}
+        namer = SourceNamer(
+            self.store, skip_folders=skip_folders, root_origins=dict(root_origins or {})
+        )
+        seen: set[str] = set()
         for given in paths:
-            path = Path(given)
-            if not path.exists():
-                raise UnreadableDocumentError(f"cannot read {path}: no such file or directory")
-            root = path if path.is_dir() else path.parent
-            root_name = root.resolve().name or "root"
-            if not is_text(root_name):  # (before anything is stored under it)
-                raise UnreadableDocumentError(f"cannot read {shown_bytes(root)}: {NOT_TEXT_NAME}")
-            if path.is_dir():  # a folder prunes what vanished from it: it must be the same one
-                origin = (root_origins or {}).get(root_name) or str(root.resolve())
-                self._claim_root(root_name, origin, claimed)
-                roots.append(root_name + "/")
-            for file in iter_files([path]):
-                source = f"{root_name}/{file.relative_to(root).as_posix()}"
+            for file, source in namer.files(Path(given)):
+                if source in seen:  # (a folder and a file in it, both given)
+                    continue
+                seen.add(source)
                 if not is_text(source):  # no store, index or report can hold it as it is
                     tally.failed.append(
                         IngestFailure(source=shown_bytes(source), reason=NOT_TEXT_NAME)
@@ -217,11 +205,10 @@ class Ingestor:
                 except OSError:
                     size = 0  # reported when it is read
                 files.append((file, source, size))
-        for name, folder in claimed.items():
-            self.store.set_root_path(name, folder)
+        namer.record_claims()
+        roots = namer.roots
         # Smallest first: a big file never holds the small ones back.
         files.sort(key=lambda f: (f[2], f[1]))
-        seen = {source for _, source, _ in files}
         total_bytes = sum(size for _, _, size in files)
         total = len(files)
         if progress and files:  # the totals, up front

@@ -70,3 +70,15 @@ def test_one_file_of_another_folder_with_an_indexed_name_is_refused(tmp_path: Pa
     assert "a different folder named 'docs' is already indexed" in out.stderr + out.stdout
     found = shelfhand("search", "alphamarker", "-w", "W", "--mode", "keyword", cwd=tmp_path)
     assert "docs/readme.md" in found.stdout
+
+
+def test_an_emptied_file_is_removed_and_the_skip_line_says_so(tmp_path: Path) -> None:
+    write(tmp_path / "c" / "a.md", "origmarker")
+    assert shelfhand("ingest", "c", "-w", "W", cwd=tmp_path).returncode == 0
+    (tmp_path / "c" / "a.md").write_bytes(b"")
+    out = shelfhand("ingest", "c", "-w", "W", cwd=tmp_path)
+    assert out.returncode == 3
+    assert "1 removed, 1 skipped" in out.stdout
+    assert "skipped c/a.md: the file is empty; its indexed version was removed" in out.stdout
+    found = shelfhand("search", "origmarker", "-w", "W", "--mode", "keyword", cwd=tmp_path)
+    assert "no passage matches" in found.stdout and "c/a.md" not in found.stdout

@@ -109,6 +109,46 @@ def test_a_folder_with_the_name_of_a_file_ingested_alone_is_refused(
     stack.close()
 
 
+def test_an_indexed_file_emptied_on_purpose_leaves_the_index(
+    open_stack: OpenStack, tmp_path: Path
+) -> None:
+    folder = tmp_path / "c"
+    write(folder / "退货.md", "# 退货\n\norigmarker")
+    write(folder / "other.md", "# Other\n\nstays")
+    stack = open_stack(None)
+    stack.ingestor.ingest([folder])
+    (folder / "退货.md").write_bytes(b"  \n")
+    report = stack.ingestor.ingest([folder])
+    assert report.removed == ("c/退货.md",)
+    assert [(f.source, f.reason) for f in report.failed] == [
+        ("c/退货.md", "the file is empty; its indexed version was removed")
+    ]
+    assert texts_of(stack, "origmarker") == {}
+    assert sorted(stack.store.all_sources()) == ["c/other.md"]
+    again = stack.ingestor.ingest([folder])  # nothing left to remove: the plain reason
+    assert again.removed == ()
+    assert [(f.source, f.reason) for f in again.failed] == [("c/退货.md", "the file is empty")]
+    stack.close()
+
+
+def test_an_indexed_file_that_no_longer_reads_keeps_its_previous_version(
+    open_stack: OpenStack, tmp_path: Path
+) -> None:
+    folder = tmp_path / "c"
+    write(folder / "记录.json", '{"id": 1, "text": "origmarker"}')
+    stack = open_stack(None)
+    stack.ingestor.ingest([folder])
+    write(folder / "记录.json", '{"id": 1, "text": ')  # corrupt
+    report = stack.ingestor.ingest([folder])
+    assert report.removed == ()
+    [failure] = report.failed
+    assert failure.source == "c/记录.json"
+    assert failure.reason.endswith("(the previous version is kept)")
+    assert list(texts_of(stack, "origmarker")) == ["c/记录.json"]
+    assert stack.store.all_sources() == ["c/记录.json"]
+    stack.close()
+
+
 def test_a_fifo_given_is_refused_not_read(tmp_path: Path) -> None:
     # reading it would wait for a writer forever
     fifo = tmp_path / "管道.md"

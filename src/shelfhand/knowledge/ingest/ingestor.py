@@ -25,6 +25,10 @@ Sources are ``<dir name>/<path relative to it>`` (a file given directly counts a
 parent directory), so they are stable across runs and machines; a folder or file inside a
 folder already indexed keeps that folder's names, and the workspace is never ingested (see
 :mod:`shelfhand.knowledge.ingest.naming`).
+
+An indexed file that is now empty (emptied on purpose) is removed from the index, and
+reported as skipped with that said; one that fails to read for another reason keeps its
+previous version.
 """
 
 from __future__ import annotations
@@ -75,6 +79,13 @@ __all__ = [
 
 def _never() -> bool:
     return False
+
+
+EMPTIED = "the file is empty; its indexed version was removed"
+"""Why an indexed file that is now empty is gone from the index (it was emptied on purpose)."""
+
+KEPT = " (the previous version is kept)"
+"""Said of an indexed file that failed to read for another reason (binary, corrupt)."""
 
 
 def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
@@ -375,6 +386,12 @@ class Ingestor:
             if stored == file_hash:
                 tally.unchanged.append(source)
                 return "unchanged"
+            if not data.strip() and (stored is not None or self.store.embed_state(source)):
+                # emptied on purpose: what it said is no longer so (the reader refuses it)
+                self.store.delete_source(source)
+                tally.removed.append(source)
+                tally.failed.append(IngestFailure(source=source, reason=EMPTIED))
+                return "failed"
             # the bytes just hashed: read once, and the stored hash matches what was indexed
             docs = read_file(
                 file,
@@ -395,6 +412,8 @@ class Ingestor:
                 # max_chunks): nothing half-stored stays searchable
                 self.store.delete_source(source)
             reason = _failure_reason(exc, file)
+            if self.store.get_source_hash(source) is not None:  # (none once half-stored)
+                reason += KEPT
             logger.info("skipping %s: %s", source, reason)  # the report names it, once
             logger.debug("failure of %s", source, exc_info=True)
             tally.failed.append(IngestFailure(source=source, reason=reason))

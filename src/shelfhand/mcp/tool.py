@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import mcp.types as types
@@ -227,7 +228,7 @@ def to_output(
         content=cap(content, limit, source),
         is_error=bool(result.is_error),
         data=structured,
-        citations=_citations(structured),
+        citations=_citations(structured, limit, source),
     )
 
 
@@ -269,12 +270,32 @@ def _decoded_size(data: str) -> int:
         return len(data) * 3 // 4
 
 
-def _citations(structured: Any) -> tuple[Citation, ...]:
-    """Citations a server sent as ``{"citations": [...]}`` (shelfhand's own ``retrieve`` does)."""
+MAX_CITATIONS = 20
+"""The most citations one result brings (shelfhand's ``retrieve`` sends at most 8)."""
+
+
+def _citations(
+    structured: Any, limit: int | None = None, source: str = "MCP server"
+) -> tuple[Citation, ...]:
+    """Citations a server sent as ``{"citations": [...]}`` (shelfhand's own ``retrieve`` does):
+    the first :data:`MAX_CITATIONS`, their texts within ``limit`` bytes together, as the
+    content is (they reach the run's citations, the answer check and the reply: a server
+    could send any number of any length)."""
     raw = structured.get("citations") if isinstance(structured, Mapping) else None
     if not isinstance(raw, list):
         return ()
     try:
-        return tuple(Citation.from_dict(item) for item in raw)
-    except (KeyError, TypeError, ValueError):
+        citations = [Citation.from_dict(item) for item in raw[:MAX_CITATIONS]]
+    except (KeyError, TypeError, ValueError, AttributeError):
         return ()  # not our shape: the text content still carries the passages
+    if limit is None:
+        return tuple(citations)
+    kept: list[Citation] = []
+    left = limit
+    for citation in citations:
+        size = len(citation.text.encode("utf-8"))
+        if size > left:
+            citation = replace(citation, text=cap(citation.text, max(left, 0), source))
+        kept.append(citation)
+        left -= size
+    return tuple(kept)

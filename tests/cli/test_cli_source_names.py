@@ -4,25 +4,15 @@ indexed name is refused, and an emptied file leaves the index."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
+
+from support.cli import run_cli
 
 
 def shelfhand(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHELFHAND_", "OPENAI_"))}
-    env.update({"SHELFHAND_EMBEDDER": "hashing", "COLUMNS": "200"})
-    return subprocess.run(
-        [sys.executable, "-m", "shelfhand.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(list(args), cwd / "kb", cwd=cwd)  # (each test names its workspace, -w)
 
 
 def write(path: Path, text: str) -> None:

@@ -16,14 +16,17 @@ def run_cli(
     server: Any | None = None,
     *,
     stdin: str | None = None,
+    cwd: Path | None = None,
     **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
     """``shelfhand ARGS`` on ``workspace`` with hashing embeddings; with ``server`` (a chat
-    server on 127.0.0.1) as its chat model; ``stdin``: what is typed (``chat``)."""
+    server on 127.0.0.1) as its chat model; ``stdin``: what is typed (``chat``); ``cwd``: the
+    folder it runs in."""
     env = cli_env(workspace, server, **env_extra)
     return subprocess.run(
         [sys.executable, "-m", "shelfhand.cli", *args],
         input=stdin,
+        cwd=cwd,
         capture_output=True,
         text=True,
         env=env,

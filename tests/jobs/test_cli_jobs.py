@@ -190,3 +190,41 @@ def test_worker_without_a_database_fails_with_a_clear_message(tmp_path: Path) ->
     )
     assert done.returncode == 2
     assert "SHELFHAND_DATABASE_URL" in done.stderr
+
+
+def test_a_queued_subfolder_or_file_keeps_the_names_of_its_indexed_folder(
+    tmp_path: Path, pg_url: str, docs: Path, worker: subprocess.Popen[str]
+) -> None:
+    # the worker named a staging copy by its own folder: zh/退货.md beside docs/zh/退货.md
+    ws = tmp_path / "ws"
+    first = _cli(pg_url, "ingest", "-w", str(ws), str(docs))
+    assert first.returncode == 0, first.stdout + first.stderr
+    (docs / "zh" / "退货.md").write_text(FAQ_ZH + "\n拆封后 15 天内可换货。\n", encoding="utf-8")
+    sub = _cli(pg_url, "ingest", "-w", str(ws), str(docs / "zh"))
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    assert "0 added, 1 updated" in sub.stdout
+    (docs / "zh" / "退货.md").write_text(FAQ_ZH + "\n换货免运费。\n", encoding="utf-8")
+    one = _cli(pg_url, "ingest", "-w", str(ws), str(docs / "zh" / "退货.md"))  # a file alone
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert "0 added, 1 updated" in one.stdout
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        assert sorted(s.source for s in kb.sources()) == ["docs/returns.md", "docs/zh/退货.md"]
+    finally:
+        kb.close()
+
+
+def test_a_queued_ingest_leaves_out_the_workspace_inside_the_folder(
+    tmp_path: Path, pg_url: str, docs: Path
+) -> None:
+    ws = docs / "kb"
+    ws.mkdir()
+    (ws / "state.json").write_text('{"generation": 12}', encoding="utf-8")
+    done = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--detach")
+    assert done.returncode == 0, done.stdout + done.stderr
+    queue = IngestQueue.open(pg_url)
+    try:
+        (job,) = queue.for_tenant("default")
+        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
+    finally:
+        queue.close()

@@ -32,11 +32,12 @@ EXIT_FAILED = 1
 
 
 def collect_files(
-    targets: list[Path], max_file_bytes: int
+    targets: list[Path], max_file_bytes: int, workspace: Path | None = None
 ) -> tuple[list[JobFile], list[tuple[str, str]]]:
-    """The files under ``targets`` named as an in-process ingest names their sources, and
-    those skipped as it skips them (a name that is not UTF-8, a pipe or a device), each with
-    the reason."""
+    """The files under ``targets`` as the worker is to name their sources (each with its
+    folder, resolved here: the worker names it as an in-process ingest would, by the roots
+    the store holds), and those skipped as an ingest skips them (a name that is not UTF-8, a
+    pipe or a device), each with the reason; nothing under ``workspace``."""
     from shelfhand.core.errors import UnreadableDocumentError
     from shelfhand.core.names import is_text, shown_bytes
     from shelfhand.jobs.queue import JobFile
@@ -45,6 +46,8 @@ def collect_files(
     from shelfhand.knowledge.reading.readers import iter_files, read_bounded
 
     limits = ReadLimits(max_file_mb=max_file_bytes / 1024**2)
+    skip = None if workspace is None else workspace.resolve()
+    folders: dict[str, Path] = {}
     files: list[JobFile] = []
     skipped: list[tuple[str, str]] = []
     total = 0
@@ -52,7 +55,16 @@ def collect_files(
         folder = given.is_dir()
         root = given if folder else given.parent
         root_name = root.resolve().name or "root"
+        other = folders.setdefault(root_name, root.resolve())
+        if other != root.resolve():  # (one job names a root by one folder)
+            raise fail(
+                f"two different folders named {root_name!r} ({other} and {root.resolve()}): "
+                "sources are named after their folder; ingest them in separate runs",
+                2,
+            )
         for path in iter_files([given]):
+            if skip is not None and skip in path.resolve().parents:
+                continue  # (the workspace's own files: an ingest never reads them)
             name = f"{root_name}/{path.relative_to(root).as_posix()}"
             if not is_text(name):
                 skipped.append((shown_bytes(name), NOT_TEXT_NAME))
@@ -80,7 +92,7 @@ def collect_files(
             except UnreadableDocumentError as exc:
                 skipped.append((name, str(exc).removeprefix(f"cannot read {path}: ")))
                 continue
-            origin = str(root.resolve()) if folder else None
+            origin = str(root.resolve())
             files.append(JobFile(name=name, data=data, folder=folder, origin=origin))
     return files, skipped
 
@@ -98,7 +110,9 @@ def queued_ingest(
     """Enqueue the files and (unless ``detach``) follow the job; exits like ``ingest``."""
     from shelfhand.core.context import UserContext
 
-    files, skipped = collect_files(targets, int(a.read_limits().max_file_mb * 1024 * 1024))
+    files, skipped = collect_files(
+        targets, int(a.read_limits().max_file_mb * 1024 * 1024), a.settings.workspace
+    )
     for name, reason in skipped:
         console.print(f"[yellow]skipped[/] {escape(name)}: {escape(reason)}", highlight=False)
     if not files:

@@ -55,8 +55,9 @@ class JobFile:
     folder: bool = False
     """(ingest) The root was given as a folder: what vanished from it is removed."""
     origin: str | None = None
-    """(ingest, folder roots) The folder as the client resolved it: the root's identity, so
-    the same folder ingested queued or in process (on any worker) is one root."""
+    """(ingest) The root's folder as the client resolved it (for a file given alone, the
+    folder it is in): its identity, so the same folder ingested queued or in process (on any
+    worker) is one root, and a file is named by where it really is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

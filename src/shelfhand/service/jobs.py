@@ -334,7 +334,7 @@ class JobRunner:
         for file in files:
             root = file.name.split("/", 1)[0]
             roots[root] = roots.get(root, False) or file.folder
-            if file.folder and file.origin:
+            if file.origin:  # (a file given alone too: it is named by its real folder)
                 origins[root] = file.origin
         scratch = self.staging / "files" / job.id
         targets: list[Path] = []

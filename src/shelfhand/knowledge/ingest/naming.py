@@ -17,7 +17,8 @@ When roots nest, the innermost one names a file. Folders to skip (the workspace,
 files change on every ingest) are never walked into, and nothing inside them is named by a
 root around them: what lives in a workspace (uploads, a worker's staging copies) is named as
 it always was, by its own folder, and claims nothing unless it is a folder; a staging copy of
-a client's folder stands for that folder (``root_origins``).
+a client's folder, or of a file the client gave alone, stands for the client's folder
+(``root_origins``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class SourceNamer:
         name = resolved.name or "root"
         if not is_text(name):  # (before anything is stored under it)
             raise UnreadableDocumentError(f"cannot read {shown_bytes(root)}: {NOT_TEXT_NAME}")
-        origin = self.root_origins.get(name) if folder else None
+        origin = self.root_origins.get(name)
         in_skipped = origin is None and any(
             s == resolved or s in resolved.parents for s in self._skip
         )

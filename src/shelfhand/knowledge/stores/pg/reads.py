@@ -319,7 +319,7 @@ class PgStoreReads:
             " ON v.rowid = c.rowid WHERE c.content_hash = ANY(%s::text[])",
             (list(hashes),),
         )
-        return {str(h): np.asarray(vec, dtype=np.float32) for h, vec in rows}
+        return {str(h): _array(vec) for h, vec in rows}
 
     def allowed_rowids(self, scope: Scope) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Rowids of the chunks ``scope`` may read (sorted)."""

@@ -65,6 +65,31 @@ async def test_the_proxy_takes_turns_skips_a_dead_backend_and_says_503_when_none
         await proxy.close()
 
 
+@pytest.mark.anyio
+async def test_concurrent_connections_each_try_every_backend_once() -> None:
+    # drawn from the shared rotation at each try, 50 of 200 concurrent connections got 503
+    # "no replica is up" while one of the two was
+    live, port_live = await _named_server("live")
+    proxy = RoundRobinProxy([("127.0.0.1", free_port()), ("127.0.0.1", port_live)])
+    port = await proxy.start()
+    try:
+
+        async def one() -> int:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            writer.close()
+            return status
+
+        statuses = await asyncio.gather(*(one() for _ in range(200)))
+        assert statuses == [200] * 200
+    finally:
+        await proxy.close()
+        live.close()
+        await live.wait_closed()
+
+
 @pytest.fixture
 def cluster_folder() -> Iterator[Path]:
     """A folder for the cluster, not under pytest's basetemp (private to root, which the

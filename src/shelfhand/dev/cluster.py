@@ -80,8 +80,13 @@ class RoundRobinProxy:
             self._server = None
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        for _ in range(len(self.backends)):
-            backend = self.backends[next(self._next)]
+        # each connection tries every backend once, from its own turn of the rotation: drawn
+        # from the shared rotation at each try, concurrent connections drew the dead one twice
+        # and never the live one (50 of 200 answered "no replica is up" while one was)
+        first = next(self._next)
+        count = len(self.backends)
+        for step in range(count):
+            backend = self.backends[(first + step) % count]
             try:
                 streams = await asyncio.wait_for(asyncio.open_connection(*backend), 5)
             except (OSError, TimeoutError):

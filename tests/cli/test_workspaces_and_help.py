@@ -172,3 +172,14 @@ def test_a_count_below_one_is_a_usage_error(tmp_path: Path, command: list[str], 
     out = run_cli(*command, "-w", str(tmp_path), cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"Invalid value for '{flag}'" in out.stderr
+
+
+def test_a_shelfhand_toml_beside_the_project_is_said_not_to_be_read(tmp_path: Path) -> None:
+    # with the default workspace (./.shelfhand), ./shelfhand.toml was ignored without a word
+    (tmp_path / "shelfhand.toml").write_text('[shelfhand]\nretrieval_mode = "keyword"\n')
+    out = run_cli("ingest", "--samples", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "./shelfhand.toml is not read: settings are read from the workspace's" in out.stderr
+    named = run_cli("config", "-w", ".", cwd=tmp_path)  # named as the workspace: it is read
+    assert named.returncode == 0 and "not read" not in named.stderr
+    assert "keyword" in named.stdout

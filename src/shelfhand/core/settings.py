@@ -248,13 +248,30 @@ def resolve_settings(
             f"{name} is not a shelfhand setting: it is ignored{_nearest_env(name)}"
             for name in sorted(env)
             if name.startswith("SHELFHAND_") and name not in _ENV
-        ),
+        )
+        + _elsewhere(path),
         settings=Settings(
             **values,
             limits=_table(document, "limits", path),
             budgets=_table(document, "budgets", path),
         ),
         sources=sources,
+    )
+
+
+def _elsewhere(read: Path) -> tuple[str, ...]:
+    """A warning for a ``shelfhand.toml`` in the current folder that is not the one ``read``
+    (the workspace's): written beside a project, with the default workspace ``./.shelfhand``,
+    it was ignored without a word."""
+    here = Path("shelfhand.toml")
+    try:
+        if not here.is_file() or here.resolve() == read.resolve():
+            return ()
+    except OSError:  # (the current folder is gone)
+        return ()
+    return (
+        f"./shelfhand.toml is not read: settings are read from the workspace's, {read} "
+        "(move it there, or name its folder as the workspace with -w or SHELFHAND_WORKSPACE)",
     )
 
 

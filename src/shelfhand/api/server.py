@@ -481,9 +481,7 @@ def _admit_upload(service: Service, scope: Scope) -> Response | None:
     if caller_for_header(service, authorization) is not None:
         return None
     problem = (
-        "missing API key: send Authorization: Bearer <key>"
-        if not authorization
-        else ("unknown API key")
+        "unknown API key" if authorization else "missing API key: send Authorization: Bearer <key>"
     )
     return chat_routes.error_response(401, problem, "http_401", {"WWW-Authenticate": "Bearer"})
 

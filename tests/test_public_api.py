@@ -65,7 +65,8 @@ DOCUMENTED: dict[str, set[str]] = {
         "ToolOutput", "Toolkit", "tool",
     },
     "shelfhand.tools.demo": {
-        "DEMO_USER", "RETRIEVE_EXAMPLES", "TOOL_EXAMPLES", "demo_database", "make_tools",
+        "DEMO_TENANT", "DEMO_USER", "RETRIEVE_EXAMPLES", "TOOL_EXAMPLES", "demo_database",
+        "make_tools",
     },
     "shelfhand.models": {
         "ChatModel", "ModelResponse", "StreamChunk", "StreamDone", "StreamText", "ToolSchema",

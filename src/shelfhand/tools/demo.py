@@ -16,9 +16,8 @@ from typing import Any
 from shelfhand.core.context import UserContext
 from shelfhand.tools.tool import Tool, tool
 
-__all__ = ["DEMO_USER", "RETRIEVE_EXAMPLES", "TOOL_EXAMPLES", "demo_database", "make_tools"]
-
 __all__ = [
+    "DEMO_TENANT",
     "DEMO_USER",
     "RETRIEVE_EXAMPLES",
     "TOOL_EXAMPLES",
@@ -28,6 +27,9 @@ __all__ = [
 
 DEMO_USER = "u7"
 """The customer who owns order SO-1001 in the demo database."""
+
+DEMO_TENANT = "default"
+"""The tenant of the demo database's orders: another tenant's u7 has none."""
 
 
 # Routing examples as the shop's deployer writes them: from each tool's purpose, in the two
@@ -82,19 +84,25 @@ RETRIEVE_EXAMPLES: list[dict[str, Any]] = [
 
 def demo_database(path: str | Path) -> sqlite3.Connection:
     """The demo shop: the four projectors of the bundled spec sheet (``product-specs.docx``:
-    same SKUs, names and list prices), two orders (u7's and u9's), a returns table."""
+    same SKUs, names and list prices), two orders (u7's and u9's, of tenant
+    :data:`DEMO_TENANT`), a returns table."""
     db = sqlite3.connect(path, check_same_thread=False)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(orders)")}
+    if columns and "tenant_id" not in columns:  # (a demo database made before orders had one)
+        db.execute(f"ALTER TABLE orders ADD COLUMN tenant_id TEXT DEFAULT '{DEMO_TENANT}'")
     db.executescript(
-        """
+        f"""
         CREATE TABLE IF NOT EXISTS products (sku TEXT PRIMARY KEY, name TEXT, price REAL, stock INT);
-        CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT);
+        CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, user_id TEXT, sku TEXT, status TEXT,
+                                           tenant_id TEXT DEFAULT '{DEMO_TENANT}');
         CREATE TABLE IF NOT EXISTS returns (id INTEGER PRIMARY KEY, order_id TEXT, reason TEXT);
         INSERT OR IGNORE INTO products VALUES ('SKU2024-011', 'Lumen X1', 3999, 12),
                                               ('SKU2024-012', 'Lumen X1 Pro', 5999, 0),
                                               ('SKU2024-020', 'Lumen Mini M2', 1999, 35),
                                               ('SKU2024-031', 'Lumen Cinema C4K', 12999, 3);
-        INSERT OR IGNORE INTO orders VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
-                                            ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
+        INSERT OR IGNORE INTO orders (id, user_id, sku, status)
+            VALUES ('SO-1001', 'u7', 'SKU2024-011', 'delivered'),
+                   ('SO-2002', 'u9', 'SKU2024-012', 'shipped');
         """
     )
     return db
@@ -144,7 +152,8 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
         """
         # the owner comes from the injected identity, never from the model
         row = db.execute(
-            "SELECT sku, status FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+            "SELECT sku, status FROM orders WHERE id=? AND user_id=? AND tenant_id=?",
+            (order_id, ctx.user_id, ctx.tenant_id),
         ).fetchone()
         return (
             {"order": order_id, "found": False}
@@ -161,7 +170,8 @@ def make_tools(db: sqlite3.Connection, *, examples: bool = True) -> list[Tool[An
             reason: Why the product goes back.
         """
         owned = db.execute(
-            "SELECT 1 FROM orders WHERE id=? AND user_id=?", (order_id, ctx.user_id)
+            "SELECT 1 FROM orders WHERE id=? AND user_id=? AND tenant_id=?",
+            (order_id, ctx.user_id, ctx.tenant_id),
         ).fetchone()
         if owned is None:
             return f"no order {order_id} for this customer"

@@ -18,13 +18,15 @@ from shelfhand.core.context import UserContext
 from shelfhand.core.messages import Message
 from shelfhand.core.settings import Settings
 from shelfhand.testing import FunctionModel, hashing_router, text, tool_call
-from shelfhand.tools.demo import DEMO_USER
+from shelfhand.tools.demo import DEMO_TENANT, DEMO_USER
 
 KEYS = {
     "key-alice": UserContext(tenant_id="t1", user_id="alice", roles=["user"]),
-    "key-u7": UserContext(tenant_id="t1", user_id=DEMO_USER, roles=["user"]),
+    "key-u7": UserContext(tenant_id=DEMO_TENANT, user_id=DEMO_USER, roles=["user"]),
+    "key-t1-u7": UserContext(tenant_id="t1", user_id=DEMO_USER, roles=["user"]),
 }
 U7 = {"Authorization": "Bearer key-u7"}
+NAMESAKE = {"Authorization": "Bearer key-t1-u7"}  # another tenant's u7
 
 
 def shop_model(messages: list[Message], tools: list[Any]) -> Any:
@@ -69,9 +71,11 @@ def test_the_stock_question_of_the_reference_scenario_is_answered_over_http(
 def test_orders_are_visible_to_their_owner_only(server: ThreadServer) -> None:
     owner = ask(server, U7, "Where is my order SO-1001?")
     other = ask(server, ALICE, "Where is my order SO-1001?")
+    namesake = ask(server, NAMESAKE, "Where is my order SO-1001?")
 
     assert '"status":"delivered"' in owner["output"]
     assert '"found":false' in other["output"]
+    assert '"found":false' in namesake["output"]  # (it read the order: user ids alone)
 
 
 def test_serve_offers_the_demo_tools_flag() -> None:

@@ -761,6 +761,8 @@ def extractive_answer(
     search found for a Chinese question that none holds the words of may be quoted
     (:func:`_across`)."""
     asked_in = question if language_of is None else language_of
+    # a passage addressing the assistant is never quoted, whichever way the answer is made
+    citations = [c for c in citations if not addresses_the_assistant(c.text)]
     ids = _anchors(question)
     compares = _COMPARES.search(question) is not None
     codes = _codes(ids) if compares else []
@@ -965,20 +967,16 @@ document. A passage holding them is never quoted as an answer, which a user read
 documents' own words and the session keeps for the model's next turn."""
 
 
+@functools.lru_cache(maxsize=PASSAGE_CACHE)
 def addresses_the_assistant(text: str) -> bool:
     """Whether ``text`` addresses the assistant as a prompt injection does
-    (:data:`_TO_THE_ASSISTANT`)."""
+    (:data:`_TO_THE_ASSISTANT`; kept per passage, as the answer's other readings of it)."""
     return _TO_THE_ASSISTANT.search(text) is not None
 
 
 def _quotable(citations: Sequence[Citation]) -> list[Citation]:
-    """The passages with text, each once, less those addressing the assistant
-    (:func:`addresses_the_assistant`)."""
-    return list(
-        {
-            c.index: c for c in citations if c.text.strip() and not addresses_the_assistant(c.text)
-        }.values()
-    )
+    """The passages with text, each once."""
+    return list({c.index: c for c in citations if c.text.strip()}.values())
 
 
 def _about_words(

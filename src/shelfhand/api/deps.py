@@ -38,6 +38,7 @@ __all__ = [
     "hide_paths",
     "json_bytes",
     "sse_event",
+    "unauthorized",
 ]
 
 ANONYMOUS_CALLER = UserContext(tenant_id="default", user_id="anonymous", roles=())
@@ -128,14 +129,17 @@ async def get_caller(
     user = caller_for_key(service, None if credentials is None else credentials.credentials)
     if user is not None:
         return user
-    if credentials is None:
-        raise HTTPException(
-            status_code=401,
-            detail="missing API key: send Authorization: Bearer <key>",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    raise HTTPException(
-        status_code=401, detail="unknown API key", headers={"WWW-Authenticate": "Bearer"}
+    raise unauthorized(presented=credentials is not None)
+
+
+def unauthorized(*, presented: bool) -> HTTPException:
+    """The 401 of a request without a key (``presented`` false) or with an unknown one."""
+    return HTTPException(
+        status_code=401,
+        detail="unknown API key"
+        if presented
+        else "missing API key: send Authorization: Bearer <key>",
+        headers={"WWW-Authenticate": "Bearer"},
     )
 
 

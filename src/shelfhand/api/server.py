@@ -45,7 +45,14 @@ from shelfhand.api import (
     responses_routes,
     trace_routes,
 )
-from shelfhand.api.deps import Service, ServiceConfig, ServiceDep, caller_for_header, hide_paths
+from shelfhand.api.deps import (
+    Service,
+    ServiceConfig,
+    ServiceDep,
+    caller_for_header,
+    hide_paths,
+    unauthorized,
+)
 from shelfhand.api.schemas import ErrorBody, Health, Readiness
 from shelfhand.api.text_bodies import BodyLimits, BodyOverLimit, TextBodies
 from shelfhand.api.tracing import TraceIdMiddleware, current_trace_id
@@ -409,16 +416,11 @@ def public_detail(detail: Any, workspace: Path) -> Any:
     return detail
 
 
-def _not_text(path: str, status: int, problem: str) -> Response:
-    """The answer to a JSON body too large (413) or not Unicode text (400), see
-    :mod:`~shelfhand.api.text_bodies`: the route's own answer to such input."""
-    openai = path in openai_routes.OPENAI_PATHS
-    if status == 413:
-        if openai:
-            return openai_routes.openai_error(413, problem, "body_too_large")
-        body = ErrorBody(detail=problem, code="body_too_large", trace_id=current_trace_id())
-        return JSONResponse(body.model_dump(), status_code=413)
-    if openai:
+def _not_text(path: str, problem: str) -> Response:
+    """The answer to a JSON body that is not Unicode text (see
+    :mod:`~shelfhand.api.text_bodies`): the route's own answer to such input, 400 in
+    OpenAI's body on the OpenAI-compatible routes, else 422."""
+    if path in openai_routes.OPENAI_PATHS:
         return openai_routes.openai_error(400, f"invalid request: body: {problem}", "invalid_input")
     detail = [{"loc": ["body"], "msg": problem, "type": "string_unicode"}]
     body = ErrorBody(detail=detail, code="invalid_input", trace_id=current_trace_id())
@@ -480,10 +482,10 @@ def _admit_upload(service: Service, scope: Scope) -> Response | None:
     authorization = headers.get(b"authorization", b"").decode("latin-1")
     if caller_for_header(service, authorization) is not None:
         return None
-    problem = (
-        "unknown API key" if authorization else "missing API key: send Authorization: Bearer <key>"
+    refused = unauthorized(presented=bool(authorization))
+    return chat_routes.error_response(
+        401, str(refused.detail), "http_401", dict(refused.headers or {})
     )
-    return chat_routes.error_response(401, problem, "http_401", {"WWW-Authenticate": "Bearer"})
 
 
 def _error(

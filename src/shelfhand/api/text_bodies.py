@@ -7,7 +7,7 @@ declared or read so far, says so, whatever its content type. A body sent as ``te
 a JSON route was read whole before its 422 (800 MB grew the server by 1.5 GB), and a chunked
 upload, which declares no length, was spooled to disk whole before its 413.
 
-A JSON body is read whole before it is parsed (:class:`TextBodies`).
+A JSON body is read whole before it is parsed (:class:`TextBodies`, within :class:`BodyLimits`).
 
 JSON may spell half of a surrogate pair alone (``"\\ud800"``): ``json.loads`` takes it, and
 the string then fails wherever it is encoded to UTF-8 (the session store, the trace store,
@@ -80,23 +80,17 @@ def lone_surrogate(body: bytes) -> str:
 
 
 class TextBodies:
-    """ASGI middleware: a JSON request body over ``max_bytes`` or holding a lone surrogate is
-    answered by ``refuse(path, status, problem)`` (413 or 400; see the module docstring) and
-    never reaches the app; paths starting with one of ``skip`` are left to their own
-    checks."""
+    """ASGI middleware: a JSON request body holding a lone surrogate is answered by
+    ``refuse(path, problem)`` (400; see the module docstring) and never reaches the app;
+    paths starting with one of ``skip`` are left to their own checks. How much is read is
+    :class:`BodyLimits`' to bound (it wraps this middleware)."""
 
     def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        refuse: Callable[[str, int, str], ASGIApp],
-        skip: Collection[str] = (),
-        max_bytes: int = MAX_JSON_BYTES,
+        self, app: ASGIApp, *, refuse: Callable[[str, str], ASGIApp], skip: Collection[str] = ()
     ) -> None:
         self.app = app
         self.refuse = refuse
         self.skip = tuple(skip)
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -107,21 +101,12 @@ class TextBodies:
         ):
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
-        too_large = f"the request body is over {self.max_bytes // 1024**2} MiB"
-        if declared_size(scope) > self.max_bytes:  # (refused before a byte is read)
-            await self.refuse(path, 413, too_large)(scope, receive, send)
-            return
-        try:
-            body = await read_body(receive, self.max_bytes)
-        except BodyTooLarge:  # (chunked, with no length said up front)
-            await self.refuse(path, 413, too_large)(scope, receive, send)
-            return
+        body = await read_body(receive)
         if body is None:  # the client went away
             return
         problem = lone_surrogate(body)
         if problem:
-            await self.refuse(path, 400, problem)(scope, receive, send)
+            await self.refuse(scope["path"], problem)(scope, receive, send)
             return
         await self.app(scope, replaying(body, receive), send)
 
@@ -228,12 +213,12 @@ class BodyTooLarge(Exception):
     """A request body over the most bytes taken (:func:`read_body`)."""
 
 
-async def read_body(receive: Receive, most: int) -> bytes | None:
+async def read_body(receive: Receive, most: int | None = None) -> bytes | None:
     """The request's whole body, read from ``receive``; ``None`` when the client went away.
 
     Raises:
         BodyTooLarge: It passed ``most`` bytes (what was read is dropped; the rest is not
-            read).
+            read). ``None``: no bound here (:class:`BodyLimits` counts every body).
     """
     chunks: list[bytes] = []
     size, more = 0, True
@@ -243,7 +228,7 @@ async def read_body(receive: Receive, most: int) -> bytes | None:
             return None
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > most:
+        if most is not None and size > most:
             raise BodyTooLarge(size)
         chunks.append(chunk)
         more = message.get("more_body", False)

@@ -505,7 +505,7 @@ def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
     never reads, is not looked into)."""
     import os
 
-    from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES
+    from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES, listed, walked
 
     notes = []
     supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
@@ -514,13 +514,11 @@ def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
         readable = 0
         ignored: list[str] = []
         for root, dirs, files in os.walk(folder):
-            dirs[:] = [d for d in dirs if not d.startswith(".") and Path(root, d).resolve() != skip]
+            dirs[:] = [d for d in dirs if walked(d) and Path(root, d).resolve() != skip]
             for name in files:
-                if name.startswith("."):
-                    continue
-                if Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                if listed(name):
                     readable += 1
-                else:
+                elif walked(name):
                     ignored.append(str(Path(root, name).relative_to(folder)))
         if not readable:
             notes.append(f"{folder} holds no file of a type shelfhand reads ({supported})")

@@ -32,7 +32,7 @@ from pathlib import Path
 from shelfhand.core.errors import KnowledgeError, UnreadableDocumentError
 from shelfhand.core.names import is_text, shown_bytes
 from shelfhand.knowledge.protocols import KnowledgeStore
-from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES
+from shelfhand.knowledge.reading.readers import listed, walked
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class SourceNamer:
             here_prefix, here_identity = prefixes.pop(here)
             kept = []
             for d in sorted(dirs):
-                if d.startswith("."):
+                if not walked(d):
                     continue
                 sub = here / d
                 if d in self._skip_names and sub.resolve() in self._skip:
@@ -168,7 +168,7 @@ class SourceNamer:
                     prefixes[sub] = (f"{here_prefix}/{d}", sub_identity)
                 kept.append(d)
             dirs[:] = kept
-            for file in sorted(names):
-                if not file.startswith(".") and Path(file).suffix.lower() in SUPPORTED_SUFFIXES:
-                    found.append((here / file, f"{here_prefix}/{file}"))
+            found.extend(
+                (here / file, f"{here_prefix}/{file}") for file in sorted(names) if listed(file)
+            )
         return found

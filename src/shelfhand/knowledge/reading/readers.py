@@ -36,8 +36,10 @@ __all__ = [
     "clean_pdf_pages",
     "decode_text",
     "iter_files",
+    "listed",
     "read_bounded",
     "read_file",
+    "walked",
 ]
 
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
@@ -157,6 +159,18 @@ def _read_bounded(path: Path, limits: ReadLimits) -> tuple[bytes, float]:
     return data, info.st_mtime
 
 
+def walked(name: str) -> bool:
+    """Whether a folder walk enters the folder, or looks at the file, named ``name`` (not
+    hidden)."""
+    return not name.startswith(".")
+
+
+def listed(name: str) -> bool:
+    """Whether a folder walk reads the file named ``name`` (:func:`walked`, and of a supported
+    suffix)."""
+    return walked(name) and Path(name).suffix.lower() in SUPPORTED_SUFFIXES
+
+
 def iter_files(paths: Sequence[Path]) -> Iterator[Path]:
     """Yield the readable files under ``paths``.
 
@@ -171,9 +185,9 @@ def iter_files(paths: Sequence[Path]) -> Iterator[Path]:
         path = Path(given)
         if path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if walked(d))
                 for name in sorted(files):
-                    if not name.startswith(".") and Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                    if listed(name):
                         yield Path(root) / name
         elif path.is_file():
             yield path

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from job_helpers import ALICE, FAQ_EN, FAQ_ZH, SRC, job_env, make_app
@@ -32,6 +33,15 @@ def _cli(pg_url: str, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def queued_jobs(pg_url: str, tenant: str) -> list[Any]:
+    """The jobs of ``tenant`` in the queue."""
+    queue = IngestQueue.open(pg_url)
+    try:
+        return list(queue.for_tenant(tenant))
+    finally:
+        queue.close()
 
 
 @pytest.fixture
@@ -82,13 +92,9 @@ def test_ingest_with_a_database_queues_a_job_and_detach_returns_at_once(
     assert done.returncode == 0, done.stderr
     assert "queued job" in done.stdout
     assert "no worker is running" in done.stdout
-    queue = IngestQueue.open(pg_url)
-    try:
-        (job,) = queue.for_tenant("default")
-        assert job.kind == "ingest" and job.status == "queued"
-        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
-    finally:
-        queue.close()
+    (job,) = queued_jobs(pg_url, "default")
+    assert job.kind == "ingest" and job.status == "queued"
+    assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
     # nothing was ingested in process
     kb = make_app(tmp_path / "ws", pg_url).open_knowledge()
     try:
@@ -111,12 +117,8 @@ def test_a_queued_ingest_skips_pipes_and_names_that_are_not_utf8_as_an_ingest_do
     assert "skipped docs/notes.md: not a regular file (a pipe, a device or a socket)" in said
     assert "skipped docs/\\xb1\\xa3\\xd0\\xde.md: its name is not UTF-8 text" in said
     assert "skipped docs/gone.md: No such file or directory" in said
-    queue = IngestQueue.open(pg_url)
-    try:
-        (job,) = queue.for_tenant("default")
-        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
-    finally:
-        queue.close()
+    (job,) = queued_jobs(pg_url, "default")
+    assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
 
 
 def test_ingest_no_queue_ingests_in_its_own_process(
@@ -132,11 +134,7 @@ def test_ingest_no_queue_ingests_in_its_own_process(
         assert [h.chunk.source for h in hits] == ["docs/zh/退货.md"]
     finally:
         kb.close()
-    queue = IngestQueue.open(pg_url)
-    try:
-        assert queue.for_tenant("acme") == []
-    finally:
-        queue.close()
+    assert queued_jobs(pg_url, "acme") == []
 
 
 def test_ingest_follows_its_job_on_a_worker_and_reports_like_an_in_process_ingest(
@@ -222,9 +220,5 @@ def test_a_queued_ingest_leaves_out_the_workspace_inside_the_folder(
     (ws / "state.json").write_text('{"generation": 12}', encoding="utf-8")
     done = _cli(pg_url, "ingest", "-w", str(ws), str(docs), "--detach")
     assert done.returncode == 0, done.stdout + done.stderr
-    queue = IngestQueue.open(pg_url)
-    try:
-        (job,) = queue.for_tenant("default")
-        assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]
-    finally:
-        queue.close()
+    (job,) = queued_jobs(pg_url, "default")
+    assert sorted(job.sources) == ["docs/returns.md", "docs/zh/退货.md"]

@@ -202,3 +202,23 @@ def test_the_access_rules_as_data() -> None:
     assert replacement_tags(alice, {"hr", "finance"}, None) == ("finance", "hr")
     assert replacement_tags(dora, {"hr", "finance"}, []) == ("finance",)
     assert replacement_tags(admin, {"hr"}, []) == ()
+
+
+def test_the_same_file_uploaded_again_with_narrower_tags_is_hidden_at_once(
+    server: ThreadServer,
+) -> None:
+    """Only the tags change, not a byte of the file: the new tags apply (the upload used to
+    report it unchanged and leave it readable by the whole tenant)."""
+    with client(server, EVE) as eve, client(server, ALICE) as alice:
+        assert upload(eve, "pay.md", PAY_V1).status_code == 200
+        assert found(alice, "PAYROLL-ONE")
+
+        r = upload(eve, "pay.md", PAY_V1, ["hr"])
+        assert r.status_code == 200 and r.json()["updated"] == ["t1/pay.md"], r.text
+        assert tags_of(server, "t1/pay.md") == {"hr"}
+        assert not found(alice, "PAYROLL-ONE") and found(eve, "PAYROLL-ONE")
+        assert "t1/pay.md" not in listed(alice)
+
+        again = upload(eve, "pay.md", PAY_V1)  # no tags: the source keeps "hr"
+        assert again.status_code == 200 and again.json()["unchanged"] == ["t1/pay.md"], again.text
+        assert not found(alice, "PAYROLL-ONE")

@@ -1,7 +1,9 @@
 """Incremental, two-phase ingest: files → reader → chunker → store, then → embedder (R3, R4).
 
-**Phase 1 (keyword-first).** A file's bytes are hashed first; a file whose hash matches the
-last ingest of its source is skipped without reading. Changed and new files, smallest first,
+**Phase 1 (keyword-first).** A file's bytes are hashed first, with the tenant and permission
+tags it is ingested for (:func:`ingest_key`); a file whose key matches the last ingest of its
+source is skipped without reading, and one given for another tenant or other tags is stored
+again, with them. Changed and new files, smallest first,
 are read, chunked as they are stored and committed ``batch_chunks`` chunks at a time (a small
 file in one transaction, a big one in several), without vectors: each batch is keyword-searchable
 as soon as the keyword index syncs (every ``sync_chunks`` chunks or ``sync_every`` files). The
@@ -34,11 +36,13 @@ previous version.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from shelfhand.core.context import ANONYMOUS
 from shelfhand.core.errors import (
     DependencyUnavailableError,
     InvalidArgumentError,
@@ -86,6 +90,21 @@ EMPTIED = "the file is empty; its indexed version was removed"
 
 KEPT = " (the previous version is kept)"
 """Said of an indexed file that failed to read for another reason (binary, corrupt)."""
+
+
+def ingest_key(file_hash: str, tenant_id: str, permission_tags: Sequence[str]) -> str:
+    """What decides that a file is unchanged: its bytes, and who may read them.
+
+    The same bytes ingested again for another tenant, or with other permission tags, are
+    stored again with them (a file moved to another tenant, or its roles narrowed, would
+    otherwise keep the old ones and be reported "unchanged"). For the default tenant and no
+    tags the key is the file hash itself, as stores written before this key hold it.
+    """
+    tags = sorted(set(permission_tags))
+    if tenant_id == ANONYMOUS.tenant_id and not tags:
+        return file_hash
+    scope = json.dumps([file_hash, tenant_id, tags])  # (unambiguous, whatever the names hold)
+    return hashlib.sha256(scope.encode()).hexdigest()
 
 
 def _failure_reason(exc: BaseException, file: Path | None = None) -> str:
@@ -381,7 +400,7 @@ class Ingestor:
         """Phase 1 for one file. Any exception is this file's failure, reported once."""
         try:
             data = read_bounded(file, self.limits)  # (a huge file or a pipe: never read)
-            file_hash = hashlib.sha256(data).hexdigest()
+            file_hash = ingest_key(hashlib.sha256(data).hexdigest(), tenant_id, permission_tags)
             stored = self.store.get_source_hash(source)
             if stored == file_hash:
                 tally.unchanged.append(source)

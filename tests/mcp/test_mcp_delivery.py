@@ -5,7 +5,6 @@ its own status. A real SDK server on 127.0.0.1 behind an ASGI gate that plays th
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -13,14 +12,12 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_REQUEST, METHOD_NOT_FOUND
-from mcp_helpers import serve_asgi
+from mcp_helpers import Asgi, answer, gate, serve_asgi
 
 from shelfhand.core.errors import ToolError
 from shelfhand.mcp import StreamableHttpServer
 
 pytestmark = pytest.mark.anyio
-
-Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 class Shop:
@@ -50,57 +47,6 @@ class Shop:
             return 3
 
 
-def _tool_of(body: bytes) -> str:
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return ""
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return ""
-    return str(message.get("params", {}).get("name", ""))
-
-
-async def _read_body(receive: Any) -> bytes:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            return body
-
-
-async def _answer(send: Any, status: int, content_type: str, body: bytes) -> None:
-    headers = [(b"content-type", content_type.encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def gate(app: Asgi, rules: dict[str, Callable[[Asgi, Any, Any, Any], Awaitable[None]]]) -> Asgi:
-    """``app`` behind a proxy that hands the calls of the tools in ``rules`` to their rule."""
-
-    async def proxy(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await app(scope, receive, send)
-            return
-        body = await _read_body(receive)
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if sent:  # the body is read: what follows is the client's, e.g. a disconnect
-                return dict(await receive())
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        rule = rules.get(_tool_of(body))
-        if rule is None:
-            await app(scope, replay, send)
-        else:
-            await rule(app, scope, replay, send)
-
-    return proxy
-
-
 async def no_route(app: Asgi, scope: Any, receive: Any, send: Any) -> None:
     """A proxy without a route for this tool: 404 with a JSON-RPC error, the server untouched."""
     error = {
@@ -108,7 +54,7 @@ async def no_route(app: Asgi, scope: Any, receive: Any, send: Any) -> None:
         "id": None,
         "error": {"code": METHOD_NOT_FOUND, "message": "no route"},
     }
-    await _answer(send, 404, "application/json", json.dumps(error).encode())
+    await answer(send, 404, "application/json", json.dumps(error).encode())
 
 
 async def bad_gateway_after_running(app: Asgi, scope: Any, receive: Any, send: Any) -> None:
@@ -118,7 +64,7 @@ async def bad_gateway_after_running(app: Asgi, scope: Any, receive: Any, send: A
         pass
 
     await app(scope, receive, dropped)
-    await _answer(send, 502, "text/plain", b"upstream went away")
+    await answer(send, 502, "text/plain", b"upstream went away")
 
 
 async def test_a_404_for_one_call_never_makes_a_concurrent_write_run_again() -> None:

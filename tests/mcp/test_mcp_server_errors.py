@@ -1,7 +1,9 @@
 """An error the server sent is the server's: a JSON-RPC error whose code the SDK also uses for a
 closed connection, a timeout or an unknown session comes back to the model as the server's own
 message, and the server is neither restarted nor sent the call again. A reply the SDK cannot
-read is named in one line. Real SDK servers (tests/mcp/variant_server.py) over stdio."""
+read is named in one line, at once, whatever the transport. Real SDK servers
+(tests/mcp/variant_server.py) over stdio and HTTP, a hand-written one (tests/mcp/raw_server.py)
+for replies the SDK never sends, and a proxy (mcp_helpers.gate) that sends them over HTTP."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import echo_server
 import pytest
 from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
-from mcp_helpers import HERE, serve_asgi
+from mcp_helpers import HERE, answer, gate, serve_asgi
 from variant_server import build
 
 from shelfhand.core.context import RunContext, UserContext
-from shelfhand.core.errors import ToolError, ToolTimeoutError
+from shelfhand.core.errors import ConfigurationError, ToolError, ToolTimeoutError
 from shelfhand.core.messages import ToolCallBlock
 from shelfhand.mcp import McpServer, StdioServer, StreamableHttpServer
 from shelfhand.tools.toolkit import Toolkit
@@ -26,6 +29,7 @@ from shelfhand.tools.toolkit import Toolkit
 pytestmark = pytest.mark.anyio
 
 VARIANT_SERVER = str(HERE / "variant_server.py")
+RAW_SERVER = str(HERE / "raw_server.py")
 
 
 def variant(kind: str, **kw: Any) -> StdioServer:
@@ -95,3 +99,90 @@ async def test_a_malformed_result_fails_the_call_in_one_line_naming_the_server()
     for failed in (hologram, no_text):
         assert "\n" not in failed.content and len(failed.content) < 200, failed.content
     assert fine.content == "fine" and not fine.is_error and server.connections == 1
+
+
+def raw(method: str, reply: dict[str, Any]) -> StdioServer:
+    """A server whose reply to ``method`` (to ``tools/call`` only ``odd``'s) is ``reply``."""
+    return StdioServer(
+        sys.executable, [RAW_SERVER, method, json.dumps(reply)], name="raw", timeout=30
+    )
+
+
+NOT_OBJECTS = [5, [], "x", None]
+
+
+@pytest.mark.parametrize("result", NOT_OBJECTS, ids=json.dumps)
+async def test_a_result_that_is_not_an_object_fails_the_call_at_once_and_the_server_goes_on(
+    result: Any,
+) -> None:
+    # (the SDK drops such a message: the call waited out its 30 s)
+    server = raw("tools/call", {"result": result})
+    with anyio.fail_after(60):
+        await server.connect()
+        try:
+            with anyio.fail_after(10), pytest.raises(ToolError) as failed:
+                await server.call_tool("odd", {})
+            fine = await server.call_tool("fine", {})
+        finally:
+            await server.aclose()
+    assert not isinstance(failed.value, ToolTimeoutError)
+    assert str(failed.value) == (
+        "MCP server raw sent a malformed reply to tools/call odd (its result is not a JSON object)"
+    )
+    assert fine.content == "fine" and server.connections == 1
+
+
+async def test_an_error_that_is_not_an_object_fails_the_call_at_once() -> None:
+    server = raw("tools/call", {"error": "quota exceeded"})
+    with anyio.fail_after(60):
+        await server.connect()
+        try:
+            with anyio.fail_after(10), pytest.raises(ToolError) as failed:
+                await server.call_tool("odd", {})
+        finally:
+            await server.aclose()
+    assert str(failed.value) == (
+        "MCP server raw sent a malformed reply to tools/call odd (its error is not a JSON object)"
+    )
+
+
+@pytest.mark.parametrize("method", ["initialize", "tools/list"])
+@pytest.mark.parametrize("result", [5, None], ids=json.dumps)
+async def test_a_handshake_or_tool_list_that_is_not_an_object_is_a_mount_error_at_once(
+    method: str, result: Any
+) -> None:
+    server = raw(method, {"result": result})
+    with anyio.fail_after(10), pytest.raises(ConfigurationError) as failed:
+        await Toolkit().add_mcp(server)
+    assert str(failed.value) == (
+        "cannot connect to MCP server raw (stdio): "
+        f"it sent a malformed reply to {method} (its result is not a JSON object)"
+    )
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+async def test_over_http_a_result_that_is_not_an_object_is_named_in_one_line(
+    content_type: str,
+) -> None:
+    # (the SDK's streamable-HTTP client failed it with pydantic's account: lines of it)
+    async def odd(app: Any, scope: Any, receive: Any, send: Any) -> None:
+        request = json.loads((await receive())["body"])
+        reply = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": 5})
+        body = reply if content_type == "application/json" else f"event: message\ndata: {reply}\n\n"
+        await answer(send, 200, content_type, body.encode())
+
+    app = gate(echo_server.build().streamable_http_app(), {"echo": odd})
+    async with serve_asgi(app) as base:
+        server = StreamableHttpServer(f"{base}/mcp", name="gated", timeout=30)
+        with anyio.fail_after(60):
+            await server.connect()
+            try:
+                with anyio.fail_after(10), pytest.raises(ToolError) as failed:
+                    await server.call_tool("echo", {"text": "hi"})
+                shouted = await server.call_tool("shout", {"text": "hi"})
+            finally:
+                await server.aclose()
+    assert str(failed.value) == (
+        "MCP server gated sent a malformed reply to tools/call echo (its result is not a JSON object)"
+    )
+    assert shouted.content == "HI!" and server.connections == 1

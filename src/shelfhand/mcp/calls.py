@@ -34,6 +34,7 @@ from shelfhand.core.errors import ToolError, ToolTimeoutError
 from shelfhand.core.events import ToolProgress, progress_sink
 from shelfhand.core.tracing import current_span, enter, leave, start_span
 from shelfhand.mcp.connection import McpConnection, receive_loop_ended
+from shelfhand.mcp.replies import malformed_reply
 from shelfhand.mcp.tool import resource_output, to_output
 from shelfhand.tools.tool import ToolOutput
 
@@ -147,10 +148,13 @@ class McpCalls(McpConnection):
             except MCPError as exc:
                 if scope.cancel_called:
                     raise timed_out from None
+                malformed = malformed_reply(exc)
+                if malformed is not None:
+                    raise self._malformed(f"tools/call {name}", malformed.why) from None
                 elapsed = anyio.current_time() - started
                 raise self._call_error(exc, request.status, client, elapsed) from None
             except pydantic.ValidationError as exc:
-                raise self._malformed(exc, f"tools/call {name}") from None
+                raise self._unreadable(exc, f"tools/call {name}") from None
             except httpx2.ConnectError as exc:
                 raise _NotDelivered(self._describe(exc, request.status)) from None
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.HTTPError) as exc:
@@ -194,20 +198,24 @@ class McpCalls(McpConnection):
                 f"MCP server {self.name} did not answer within {self.timeout:g} s"
             ) from None
         except MCPError as exc:
+            malformed = malformed_reply(exc)
+            if malformed is not None:
+                raise self._malformed("resources/read", malformed.why) from None
             raise ToolError(f"MCP server {self.name}: {exc}") from None
         except pydantic.ValidationError as exc:
-            raise self._malformed(exc, "resources/read") from None
+            raise self._unreadable(exc, "resources/read") from None
         return resource_output(result, limit=self.output_limit, source=f"MCP server {self.name}")
 
-    def _malformed(self, exc: pydantic.ValidationError, request: str) -> ToolError:
+    def _unreadable(self, exc: pydantic.ValidationError, request: str) -> ToolError:
         """A reply to ``request`` the SDK could not read: the server named, in one short line
         (pydantic's own account runs to kilobytes of every union member's complaints)."""
         count = exc.error_count()
         logger.debug("MCP server %s: malformed reply to %s: %s", self.name, request, exc)
-        return ToolError(
-            f"MCP server {self.name} sent a malformed reply to {request} "
-            f"({count} validation error{'s' if count != 1 else ''})"
-        )
+        return self._malformed(request, f"{count} validation error{'s' if count != 1 else ''}")
+
+    def _malformed(self, request: str, why: str) -> ToolError:
+        """A malformed reply to ``request``, in one line naming the server."""
+        return ToolError(f"MCP server {self.name} sent a malformed reply to {request} ({why})")
 
 
 def _closed_here(exc: MCPError, client: Client) -> bool:

@@ -27,6 +27,7 @@ import anyio
 import anyio.lowlevel
 import mcp.types as types
 from mcp.client.client import Client
+from mcp.shared.exceptions import MCPError
 
 from shelfhand.core.errors import ConfigurationError, InvalidArgumentError, ToolError
 from shelfhand.core.secrets import redact_text
@@ -38,6 +39,7 @@ from shelfhand.mcp.options import (
     tool_filter,
     tool_settings,
 )
+from shelfhand.mcp.replies import Malformed, malformed_reply, readable_replies
 from shelfhand.mcp.statuses import HttpStatuses
 
 __all__ = ["DEFAULT_TIMEOUT", "McpConnection", "close_on_exit", "receive_loop_ended"]
@@ -163,8 +165,10 @@ class McpConnection(ABC):
         """Open the connection and list the tools (nothing happens if already connected).
 
         Raises:
-            ConfigurationError: the server cannot be started or reached, or did not answer
-                within ``timeout``; the message names the server (and an HTTP status).
+            ConfigurationError: the server cannot be started or reached, did not answer
+                within ``timeout``, or sent a reply that cannot be read (see
+                :mod:`shelfhand.mcp.replies`); the message names the server (and an HTTP
+                status).
         """
         if self._task is not None:
             if self._failure is not None and self._client is None:
@@ -194,6 +198,13 @@ class McpConnection(ABC):
                 ) from None
             if isinstance(exc, ConfigurationError | asyncio.CancelledError):
                 raise
+            malformed = _malformed(exc)
+            if malformed is not None:
+                to = f" to {malformed.request}" if malformed.request else ""
+                raise ConfigurationError(
+                    f"cannot connect to MCP server {self.name} ({self.transport}): "
+                    f"it sent a malformed reply{to} ({malformed.why})"
+                ) from None
             raise ConfigurationError(
                 f"cannot connect to MCP server {self.name} ({self.transport}): "
                 f"{self._describe(exc)}"
@@ -205,7 +216,7 @@ class McpConnection(ABC):
         assert self._stop is not None
         try:
             client = Client(
-                self._transport(),
+                readable_replies(self._transport()),  # (a reply it cannot read: an error)
                 mode=self.protocol,
                 message_handler=self._on_message,
                 cache=None,  # our own cache: the mounted tools, refreshed on list_changed
@@ -348,6 +359,13 @@ def receive_loop_ended(client: Client) -> bool | None:
         return None
     closed = getattr(dispatcher, "_closed", None)
     return closed if isinstance(closed, bool) else None
+
+
+def _malformed(exc: BaseException) -> Malformed | None:
+    """The unreadable reply ``exc`` (or the one exception of its group) stands for."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return malformed_reply(exc) if isinstance(exc, MCPError) else None
 
 
 def _describe(exc: BaseException) -> str:

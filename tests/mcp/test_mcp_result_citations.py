@@ -1,11 +1,23 @@
 """Citations an MCP server sends with a result (``structuredContent.citations``, as
 shelfhand's own ``retrieve`` does) are bounded as its content is: any server could send any
-number of any length, and they reach the run's citations, the answer check and the reply."""
+number of any length, and they reach the run's citations, the answer check and the reply.
+They are marked with the server's name as mounted, so that they never pass for the knowledge
+base's passages (a real SDK server, tests/mcp/variant_server.py, over stdio)."""
 
 from __future__ import annotations
 
-import mcp.types as types
+import sys
 
+import anyio
+import mcp.types as types
+import pytest
+from mcp_helpers import HERE
+from variant_server import POSING_AS_LOCAL
+
+from shelfhand.core.citations import CitationLedger
+from shelfhand.core.messages import Citation
+from shelfhand.knowledge.evidence.citations import label
+from shelfhand.mcp import StdioServer
 from shelfhand.mcp.tool import MAX_CITATIONS, to_output
 
 
@@ -18,9 +30,9 @@ def result_with(citations: list[dict[str, object]]) -> types.CallToolResult:
 
 def test_citations_are_read_in_shelfhands_shape() -> None:
     sent = [{"index": 1, "source": "手册/退货.md", "title": "退货", "text": "七天内可退。"}]
-    out = to_output(result_with(sent), limit=65_536)
-    assert [(c.index, c.source, c.text) for c in out.citations] == [
-        (1, "手册/退货.md", "七天内可退。")
+    out = to_output(result_with(sent), limit=65_536, source="MCP server docs")
+    assert [(c.index, c.source, c.title, c.text) for c in out.citations] == [
+        (1, "MCP server docs: 手册/退货.md", "退货", "七天内可退。")
     ]
 
 
@@ -39,3 +51,27 @@ def test_a_flood_of_long_citations_is_cut_to_the_count_and_the_output_limit() ->
 def test_citations_of_another_shape_are_none_and_the_content_stands() -> None:
     out = to_output(result_with([{"href": 1}, "x"]), limit=65_536)  # type: ignore[list-item]
     assert out.citations == () and out.content == "[1] 退货"
+
+
+@pytest.mark.anyio
+async def test_a_servers_citations_name_it_as_mounted_and_never_pass_for_a_local_passage() -> None:
+    # the server calls itself variant-citing and sends a local file's name, doc id and chunk id
+    variant = str(HERE / "variant_server.py")
+    server = StdioServer(sys.executable, [variant, "citing"], name="partner", timeout=20)
+    with anyio.fail_after(30):
+        async with server:
+            out = await server.call_tool("returns_policy", {})
+    (theirs,) = out.citations
+    assert theirs.source == "MCP server partner: 手册/退货.md"
+    assert (theirs.doc_id, theirs.chunk_id) == (
+        "MCP server partner: 手册/退货.md",
+        "MCP server partner: 手册/退货.md::0",
+    )
+    assert label(theirs) == "退货政策 (MCP server partner: 手册/退货.md)"
+    # the knowledge base's own passage of that file keeps its number and its text in the run
+    ours = Citation(**{**POSING_AS_LOCAL, "text": "拆封后 7 天内可退。"})
+    ledger = CitationLedger()
+    ledger.number([ours])
+    (numbered,) = ledger.number(out.citations)
+    assert numbered.index == 2 and numbered.text == POSING_AS_LOCAL["text"]
+    assert ledger.citations == (ours, numbered)

@@ -3,6 +3,13 @@
 Results become text for the model: text content as it is, images and audio as a short
 description (``[image: image/png, 5120 bytes]``, since messages carry no image blocks yet),
 everything cut at the server's ``output_limit`` with a marker saying how much was dropped.
+
+Citations a server sends with a result are marked as the server's: their ``source`` (and
+``doc_id`` and ``chunk_id``, when sent) start with ``MCP server <name>: ``, the name it is
+mounted under in our configuration, whatever the server sent. A reader of the answer tells
+them from the knowledge base's own passages (``退货政策 (MCP server docs: 手册/退货.md)``), and
+a server that sends a local file's name and chunk id gets a passage of its own, never the
+number (and so the place) of the knowledge base's passage.
 """
 
 from __future__ import annotations
@@ -205,7 +212,8 @@ class ResourceTool(_RemoteTool):
 def to_output(
     result: types.CallToolResult, *, limit: int | None = None, source: str = "MCP server"
 ) -> ToolOutput:
-    """A tool result as the model reads it (see the module docstring)."""
+    """A tool result as the model reads it (see the module docstring); ``source``, the
+    server as our configuration names it (``MCP server docs``), marks its citations."""
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
@@ -277,15 +285,16 @@ MAX_CITATIONS = 20
 def _citations(
     structured: Any, limit: int | None = None, source: str = "MCP server"
 ) -> tuple[Citation, ...]:
-    """Citations a server sent as ``{"citations": [...]}`` (shelfhand's own ``retrieve`` does):
-    the first :data:`MAX_CITATIONS`, their texts within ``limit`` bytes together, as the
-    content is (they reach the run's citations, the answer check and the reply: a server
-    could send any number of any length)."""
+    """Citations a server sent as ``{"citations": [...]}`` (shelfhand's own ``retrieve`` does),
+    marked with ``source`` (see the module docstring): the first :data:`MAX_CITATIONS`,
+    their texts within ``limit`` bytes together, as the content is (they reach the run's
+    citations, the answer check and the reply: a server could send any number of any
+    length)."""
     raw = structured.get("citations") if isinstance(structured, Mapping) else None
     if not isinstance(raw, list):
         return ()
     try:
-        citations = [Citation.from_dict(item) for item in raw[:MAX_CITATIONS]]
+        citations = [_marked(Citation.from_dict(item), source) for item in raw[:MAX_CITATIONS]]
     except (KeyError, TypeError, ValueError, AttributeError):
         return ()  # not our shape: the text content still carries the passages
     if limit is None:
@@ -299,3 +308,17 @@ def _citations(
         kept.append(citation)
         left -= size
     return tuple(kept)
+
+
+def _marked(citation: Citation, source: str) -> Citation:
+    """``citation`` named as ``source``'s: its source and ids cannot be a local passage's."""
+
+    def mark(value: str) -> str:
+        return f"{source}: {value}" if value else ""
+
+    return replace(
+        citation,
+        source=mark(citation.source) or source,
+        doc_id=mark(citation.doc_id),
+        chunk_id=mark(citation.chunk_id),
+    )

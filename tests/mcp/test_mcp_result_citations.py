@@ -36,6 +36,24 @@ def test_citations_are_read_in_shelfhands_shape() -> None:
     ]
 
 
+def test_disagreements_a_server_reports_are_dropped() -> None:
+    """Their numbers are the server's: in the run they would name other passages, and print
+    as the run's own note ("[1] 与 [2] 不一致")."""
+    sent = [
+        {
+            "index": 1,
+            "source": "a.md",
+            "text": "保修 12 个月。",
+            "conflicts_with": [2],
+            "conflict_note": "[1] 与 [2] 不一致：12 个月 vs 24 个月",
+        },
+        {"index": 2, "source": "b.md", "text": "保修 24 个月。", "conflicts_with": [1]},
+    ]
+    out = to_output(result_with(sent), limit=65_536, source="MCP server docs")
+    assert [(c.conflicts_with, c.conflict_note) for c in out.citations] == [((), "")] * 2
+    assert [c.text for c in out.citations] == ["保修 12 个月。", "保修 24 个月。"]
+
+
 def test_a_flood_of_long_citations_is_cut_to_the_count_and_the_output_limit() -> None:
     sent = [
         {"index": i, "source": f"s{i}.md", "title": "t", "text": "长" * 100_000}

@@ -311,7 +311,9 @@ def _citations(
 
 
 def _marked(citation: Citation, source: str) -> Citation:
-    """``citation`` named as ``source``'s: its source and ids cannot be a local passage's."""
+    """``citation`` named as ``source``'s: its source and ids cannot be a local passage's, and
+    the disagreements it reports are dropped (their numbers are the server's, not the run's:
+    kept, they would name our passages, in our own "note:" line)."""
 
     def mark(value: str) -> str:
         return f"{source}: {value}" if value else ""
@@ -321,4 +323,6 @@ def _marked(citation: Citation, source: str) -> Citation:
         source=mark(citation.source) or source,
         doc_id=mark(citation.doc_id),
         chunk_id=mark(citation.chunk_id),
+        conflicts_with=(),
+        conflict_note="",
     )

@@ -462,41 +462,70 @@ def status(
 
 
 @app.command()
-def sources(workspace: WorkspaceOpt = None) -> None:
+def sources(
+    workspace: WorkspaceOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print a JSON list, one object per source: source, doc_type, tenants, tags, "
+            "documents, chunks, updated_at (seconds since the epoch).",
+        ),
+    ] = False,
+) -> None:
     """List the indexed sources."""
     a = open_app(workspace, existing=True)
     if not a.knowledge_exists():
+        if as_json:  # (stdout stays the JSON: an empty list)
+            typer.echo("[]")
+            typer.echo("nothing indexed yet: run `shelfhand ingest PATH`", err=True)
+            return
         make_console().print("nothing indexed yet: run `shelfhand ingest PATH`")
         return
     kb = a.open_knowledge(embed=False)
+    listed = kb.sources()
+    access = kb.source_access([s.source for s in listed])
+    kb.close()
+    # who may read each: its tenant(s) and its permission tags (roles; none: everyone of the
+    # tenant)
+    readers = [tuple(sorted(x) for x in access.get(s.source, (set(), set()))) for s in listed]
+    if as_json:
+        rows = [
+            {
+                "source": s.source,
+                "doc_type": s.doc_type,
+                "tenants": tenants,
+                "tags": tags,
+                "documents": s.documents,
+                "chunks": s.chunks,
+                "updated_at": s.updated_at,
+            }
+            for s, (tenants, tags) in zip(listed, readers, strict=True)
+        ]
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
     from rich.table import Table
 
     table = Table(title=f"sources in {a.settings.workspace}")
     # paths fold (they have no spaces); short codes, numbers and dates never split
     table.add_column("source", overflow="fold", ratio=1)
     table.add_column("type", no_wrap=True)
-    # who may read it: the tenant(s) and the permission tags (roles; "-" means everyone of
-    # the tenant)
     table.add_column("tenant", overflow="fold")
-    table.add_column("tags", overflow="fold")
+    table.add_column("tags", overflow="fold")  # ("-": everyone of the tenant)
     table.add_column("docs", no_wrap=True, justify="right")
     table.add_column("chunks", no_wrap=True, justify="right")
     table.add_column("updated", no_wrap=True)
-    listed = kb.sources()
-    access = kb.source_access([s.source for s in listed])
-    for s in listed:
-        tenants, tags = access.get(s.source, (set(), set()))
+    for s, (tenants, tags) in zip(listed, readers, strict=True):
         table.add_row(
             s.source,
             s.doc_type,
-            ", ".join(sorted(tenants)) or "-",
-            ", ".join(sorted(tags)) or "-",
+            ", ".join(tenants) or "-",
+            ", ".join(tags) or "-",
             str(s.documents),
             str(s.chunks),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(s.updated_at)),
         )
     make_console().print(table)
-    kb.close()
 
 
 def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:

@@ -111,8 +111,10 @@ def exit_codes() -> list[tuple[int, str]]:
         (1, "Another failure, with the reason on stderr."),
         (
             2,
-            "Usage or configuration: a bad option or value, a missing workspace, a missing "
-            "optional extra (the message names it), a setting that fails at start-up.",
+            "Usage or configuration: a bad option or value, a missing workspace, a workspace "
+            "with nothing indexed for a command that needs documents (`search`, `forget`, "
+            "`eval`...), a missing optional extra (the message names it), a setting that "
+            "fails at start-up.",
         ),
         (
             knowledge.EXIT_SKIPPED,

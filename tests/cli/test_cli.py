@@ -130,7 +130,7 @@ def test_bad_arguments_get_a_clear_error_not_a_traceback(tmp_path: Path, args: l
 def test_reindex_rebuilds_the_keyword_index_in_one_segment(tmp_path: Path) -> None:
     env = {"SHELFHAND_EMBEDDER": "hashing"}
     empty = shelfhand("reindex", workspace=tmp_path, env=env)
-    assert empty.returncode == 2 and "nothing indexed yet" in empty.stderr
+    assert empty.returncode == 2 and f"nothing is indexed in {tmp_path}" in empty.stderr
     assert shelfhand("ingest", "--samples", workspace=tmp_path, env=env).returncode == 0
     before = shelfhand("search", "E-203", "--json", workspace=tmp_path, env=env)
 

@@ -99,4 +99,4 @@ def test_a_bad_case_file_is_a_clear_error(workspace: Path, tmp_path: Path) -> No
 def test_eval_on_a_workspace_with_nothing_indexed_says_so(tmp_path: Path) -> None:
     out = shelfhand("eval", str(CASES), workspace=tmp_path, env=ENV)
     assert out.returncode == 2
-    assert "nothing indexed yet" in out.stderr and "Traceback" not in out.stderr
+    assert f"nothing is indexed in {tmp_path}" in out.stderr and "Traceback" not in out.stderr

@@ -9,7 +9,15 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
+from shelfhand.cli.common import (
+    WorkspaceOpt,
+    app,
+    fail,
+    make_console,
+    open_app,
+    require_index,
+    shell_word,
+)
 from shelfhand.cli.model_flags import (
     MaxTokensOpt,
     TemperatureOpt,
@@ -67,8 +75,13 @@ def eval_answers(
     selected = selected[:limit]
     if not selected:
         raise fail("no case selected", 2)
-    if not a.knowledge_exists():
-        raise fail("nothing indexed yet: run `shelfhand ingest --samples` first", 2)
+    require_index(
+        a,
+        also=""
+        if cases
+        else "The bundled cases ask about the sample documents: `shelfhand ingest --samples "
+        f"-w {shell_word(str(a.settings.workspace))}`",
+    )
     model = None if no_model else a.chat_model()
     console = make_console()
 

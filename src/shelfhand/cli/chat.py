@@ -18,9 +18,9 @@ from shelfhand.cli.common import (
     WorkspaceOpt,
     app,
     caller_context,
-    fail,
     make_console,
     no_documents_hint,
+    not_indexed,
     open_app,
 )
 from shelfhand.cli.model_flags import (
@@ -96,7 +96,7 @@ def chat(
     ctx = caller_context(tenant, user, role)
     if model is None:  # as `ask`: the cited passages answer, and the hint says why
         if kb is None:
-            raise fail(f"{NO_MODEL_HINT} Nothing is indexed yet either: `shelfhand ingest`.", 2)
+            raise not_indexed(a.settings.workspace, also=NO_MODEL_HINT)
         _passages_chat(a.knowledge_agent(kb), ctx, console)
         kb.close()
         return
@@ -111,7 +111,8 @@ def chat(
 
     agent = a.chat_agent(model, kb, memory=ConversationMemory())
     if kb is None:
-        console.print(f"[yellow]{escape(no_documents_hint(a.settings.workspace))}[/]")
+        hint = no_documents_hint(a.settings.workspace)
+        console.print(f"[yellow]note:[/] {escape(hint)}", highlight=False)
     console.print(f"[dim]model {escape(model.name)}; empty line, /exit or Ctrl-D to quit[/]")
     for line in _lines(console):
         found = Found()

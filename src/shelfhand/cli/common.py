@@ -117,15 +117,33 @@ DemoToolsOpt = Annotated[
 ]
 
 
+def shell_word(text: str) -> str:
+    """``text`` as one word of a shell command line: quoted only when it needs to be (a path
+    with spaces), so that ``工作区`` stays readable."""
+    import shlex
+
+    return shlex.quote(text) if re.search(r"[\s'\"$`\\!*?;&|<>(){}\[\]#~]", text) else text
+
+
+def nothing_indexed(workspace: Path) -> str:
+    """What every command says of a workspace with nothing indexed (no ``knowledge.db``): its
+    path (often the default ``./.shelfhand`` of another folder, or a folder of documents named
+    with ``-w``) and the command that indexes documents into it."""
+    ws = shell_word(str(workspace))
+    return (
+        f"nothing is indexed in {workspace}: index documents with `shelfhand ingest PATH -w "
+        f"{ws}`, or name the workspace that holds them with -w (or SHELFHAND_WORKSPACE)"
+    )
+
+
+NOTHING_INDEXED_EXIT_CODE = 2
+"""Exit code of a command that needs documents, run on a workspace with nothing indexed."""
+
+
 def no_documents_hint(workspace: Path) -> str:
     """What ``ask`` and ``chat`` say when a model is configured but nothing is indexed in
-    the workspace (often a command run from another folder: the default workspace is
-    ``./.shelfhand``)."""
-    return (
-        f"Nothing is indexed in {workspace}: the model answers without your documents. "
-        "Index them with `shelfhand ingest PATH`, or name the workspace that holds them "
-        "with -w (or SHELFHAND_WORKSPACE)."
-    )
+    the workspace: they go on, the model answering alone."""
+    return f"{nothing_indexed(workspace)}; meanwhile the model answers without them"
 
 
 NO_MODEL_HINT = (
@@ -234,17 +252,20 @@ def open_app(workspace: Path | None, *, existing: bool = False, create: bool = F
     return a
 
 
-def require_index(a: App) -> None:
-    """Exit 2 when ``a``'s workspace has nothing indexed (no ``knowledge.db``, no
-    ``database_url``): a search would create an empty store there, in what is often a folder
-    of documents named with ``-w`` by mistake, and answer "not found"."""
+def not_indexed(workspace: Path, also: str = "") -> typer.Exit:
+    """The exit (:data:`NOTHING_INDEXED_EXIT_CODE`) of a command that needs documents, run on
+    ``workspace`` with nothing indexed: :func:`nothing_indexed`, then ``also`` (a sentence)."""
+    message = nothing_indexed(workspace)
+    return fail(f"{message}. {also}" if also else message, NOTHING_INDEXED_EXIT_CODE)
+
+
+def require_index(a: App, also: str = "") -> None:
+    """Exit as :func:`not_indexed` says when ``a``'s workspace has nothing indexed (no
+    ``knowledge.db``, no ``database_url``): a search would create an empty store there, in
+    what is often a folder of documents named with ``-w`` by mistake, and answer "not
+    found"."""
     if not a.knowledge_exists():
-        ws = a.settings.workspace
-        raise fail(
-            f"nothing is indexed in {ws}: index documents first with "
-            f"`shelfhand ingest -w {ws} PATH` (-w names the workspace, not the documents)",
-            2,
-        )
+        raise not_indexed(a.settings.workspace, also)
 
 
 def plural(count: int, noun: str, plural_noun: str | None = None) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app
+from shelfhand.cli.common import WorkspaceOpt, app, fail, make_console, open_app, require_index
 from shelfhand.cli.search import ModeOpt, check_mode
 
 
@@ -74,8 +74,7 @@ def evaluate(
             assert cases is not None
             if not cases.is_file():
                 raise fail(f"no such case file: {cases}", 2)
-            if not a.knowledge_exists():
-                raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples)", 2)
+            require_index(a)
             if ablation:
                 report = run_ablation(a, cases_path=cases, limit=limit, log=log)
             else:

@@ -23,8 +23,10 @@ from shelfhand.cli.common import (
     app,
     fail,
     make_console,
+    nothing_indexed,
     open_app,
     plural,
+    require_index,
 )
 
 EXIT_SKIPPED = 3
@@ -329,8 +331,7 @@ def _open_existing_as_writer(workspace: Path | None, command: str) -> KnowledgeB
     from shelfhand.core.errors import WorkspaceBusyError
 
     a = open_app(workspace, existing=True)
-    if not a.knowledge_exists():
-        raise fail("nothing indexed yet: run `shelfhand ingest PATH`", 2)
+    require_index(a)
     try:
         return a.open_knowledge(writer="ingest")
     except WorkspaceBusyError as exc:
@@ -458,7 +459,7 @@ def status(
             "serve`) embeds them[/]"
         )
     elif not a.knowledge_exists():
-        console.print("[dim]nothing indexed yet: run `shelfhand ingest PATH`[/]")
+        console.print(f"[dim]{escape(nothing_indexed(a.settings.workspace))}[/]", highlight=False)
 
 
 @app.command()
@@ -478,9 +479,9 @@ def sources(
     if not a.knowledge_exists():
         if as_json:  # (stdout stays the JSON: an empty list)
             typer.echo("[]")
-            typer.echo("nothing indexed yet: run `shelfhand ingest PATH`", err=True)
+            typer.echo(nothing_indexed(a.settings.workspace), err=True)
             return
-        make_console().print("nothing indexed yet: run `shelfhand ingest PATH`")
+        typer.echo(nothing_indexed(a.settings.workspace))
         return
     kb = a.open_knowledge(embed=False)
     listed = kb.sources()
@@ -566,8 +567,7 @@ def forget(source: str, workspace: WorkspaceOpt = None) -> None:
     from shelfhand.core.errors import WorkspaceBusyError
 
     a = open_app(workspace, existing=True)
-    if not a.knowledge_exists():
-        raise fail("nothing indexed yet", 1)
+    require_index(a)
     try:
         kb = a.open_knowledge(embed=False, writer="forget")
     except WorkspaceBusyError as exc:

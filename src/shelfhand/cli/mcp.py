@@ -21,6 +21,7 @@ from shelfhand.cli.common import (
     caller_context,
     fail,
     make_console,
+    nothing_indexed,
     open_app,
 )
 from shelfhand.core.secrets import redact_log_handlers
@@ -107,6 +108,12 @@ def serve(
     # ("connected to the CRM") goes to stderr (while serving, the MCP SDK diverts it itself)
     with _stdout_to_stderr() if transport == "stdio" else contextlib.nullcontext():
         kb = a.open_knowledge() if a.knowledge_exists() else None
+        if kb is None:  # (stderr: over stdio, stdout is the protocol)
+            typer.echo(
+                f"note: {nothing_indexed(a.settings.workspace)}; until then `retrieve` answers "
+                "that no knowledge base is configured",
+                err=True,
+            )
         a.warm_up(kb)  # loading must not count against the first tool call's timeout
         tools = exposed_tools(a.toolkit(kb, builtins=BUILTIN_TOOLS))  # MCP clients choose
     identity = caller_context(tenant, user, role)

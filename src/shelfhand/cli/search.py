@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from shelfhand.knowledge.types import SearchMode, SearchResult
 
 from shelfhand.cli.common import (
+    NO_MODEL_HINT,
     DemoToolsOpt,
     RolesOpt,
     TenantOpt,
@@ -26,6 +27,7 @@ from shelfhand.cli.common import (
     fail,
     make_console,
     no_documents_hint,
+    not_indexed,
     open_app,
     plural,
     require_index,
@@ -210,7 +212,7 @@ def ask(
     ctx = caller_context(tenant, user, role)
     if model is None:
         if kb is None:
-            raise fail("nothing indexed yet: run `shelfhand ingest PATH` (or --samples) first", 2)
+            raise not_indexed(a.settings.workspace, also=NO_MODEL_HINT)
         result = a.knowledge_agent(kb).run_sync(question, context=ctx)
         if as_json:
             code = print_json(result)
@@ -221,7 +223,7 @@ def ask(
         kb.close()
         raise typer.Exit(code)
     if kb is None:  # (a model alone: say so, on stderr, so that --json stays one object)
-        typer.echo(no_documents_hint(a.settings.workspace), err=True)
+        typer.echo(f"note: {no_documents_hint(a.settings.workspace)}", err=True)
     agent = a.chat_agent(model, kb, retrieval=mode)
     # the run's steps tallied as the service tallies a turn's: a run that fails after some
     # model calls has no result to carry its usage

@@ -531,8 +531,9 @@ def sources(
 
 def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
     """What the folders among ``targets`` hold that ingest will not read: files of an
-    unsupported type (named, a few), or nothing readable at all (``workspace``, which ingest
-    never reads, is not looked into)."""
+    unsupported type (named, a few), symbolic links to folders (never followed: a link can
+    loop, or lead out of the folder given; each named once, with where it points), or nothing
+    readable at all (``workspace``, which ingest never reads, is not looked into)."""
     import os
 
     from shelfhand.knowledge.reading.readers import SUPPORTED_SUFFIXES, listed, walked
@@ -540,11 +541,18 @@ def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
     notes = []
     supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
     skip = workspace.resolve()
+    links_seen: set[str] = set()  # (a folder given twice, or inside another given)
     for folder in (t for t in targets if t.is_dir()):
         readable = 0
         ignored: list[str] = []
-        for root, dirs, files in os.walk(folder):
+        links: list[str] = []
+        for root, dirs, files in os.walk(folder):  # (os.walk lists a linked folder, unwalked)
             dirs[:] = [d for d in dirs if walked(d) and Path(root, d).resolve() != skip]
+            for d in dirs:
+                link = Path(root, d)
+                if link.is_symlink() and os.path.abspath(link) not in links_seen:
+                    links_seen.add(os.path.abspath(link))
+                    links.append(f"{link.relative_to(folder)} -> {os.readlink(link)}")
             for name in files:
                 if listed(name):
                     readable += 1
@@ -557,6 +565,15 @@ def _folder_notes(targets: list[Path], workspace: Path) -> list[str]:
             notes.append(
                 f"not read in {folder}: {plural(len(ignored), 'file')} of an unsupported type "
                 f"({shown}); supported: {supported}"
+            )
+        if links:
+            shown = ", ".join(sorted(links)[:5]) + (", ..." if len(links) > 5 else "")
+            notes.append(
+                f"not followed in {folder}: "
+                f"{plural(len(links), 'symbolic link')} to "
+                f"{'a folder' if len(links) == 1 else 'folders'} ({shown}); ingest does not "
+                "follow links to folders (one could loop or lead outside the folder): "
+                "ingest the folder a link points to by its own path"
             )
     return notes
 

@@ -6,6 +6,9 @@ English (SciFact nDCG@10 0.649) and useless for Chinese; USE-multilingual v3 is 
 text by language to its own vector space.
 
 All models load lazily on first use, so constructing an embedder (and building an app) is cheap.
+An embedding whose caller stopped waiting stops (:mod:`~shelfhand.knowledge.embeddings.interrupt`:
+MiniLM's onnxruntime run is terminated, USE stops before its next batch), and the process's
+exit waits for a MiniLM embedding still going rather than tear onnxruntime down under it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from shelfhand.core.errors import ConfigurationError, InvalidArgumentError, KnowledgeError
+from shelfhand.knowledge.embeddings.interrupt import check, inside_model, onnx_run
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter, Vectors, detect_language
 
 logger = logging.getLogger(__name__)
@@ -144,6 +148,7 @@ class MiniLMEmbedder:
         self._tokenizer_path = tokenizer_path
         self._lock = threading.Lock()
         self._session: Any = None
+        self._ort: Any = None
         self._tokenizer: Any = None
         self._input_names: frozenset[str] = frozenset()
 
@@ -207,6 +212,7 @@ class MiniLMEmbedder:
                     f"reinstall: {_MINILM_HINT}"
                 ) from exc
             self._input_names = frozenset(i.name for i in session.get_inputs())
+            self._ort = ort
             self._tokenizer = tokenizer
             self._session = session
             logger.debug("loaded MiniLM int8 from %s (%d threads)", model, self._threads)
@@ -221,10 +227,12 @@ class MiniLMEmbedder:
         feeds = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(input_ids)
-        try:
-            hidden = np.asarray(self._session.run(None, feeds)[0], dtype=np.float32)
-        except Exception as exc:
-            raise KnowledgeError(f"MiniLM inference failed: {exc}") from exc
+        with onnx_run(self._ort) as options:
+            try:
+                hidden = np.asarray(self._session.run(None, feeds, options)[0], dtype=np.float32)
+            except Exception as exc:
+                check()  # terminated: the caller stopped waiting (or the process exits)
+                raise KnowledgeError(f"MiniLM inference failed: {exc}") from exc
         weights = mask[..., None].astype(np.float32)
         pooled: Vectors = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return pooled
@@ -262,6 +270,10 @@ class MiniLMEmbedder:
         """Embed passages; returns ``(len(texts), 384)`` float32, L2-normalised."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        with inside_model():
+            return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> Vectors:
         self._load()
         encodings = self._tokenizer.encode_batch(list(texts))
         owner: list[int] = []
@@ -352,11 +364,14 @@ class USEEmbedder:
         """Embed passages; returns ``(len(texts), 512)`` float32, L2-normalised."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        # (not inside_model: a thread in numpy's C code at exit ends without harm, so the
+        # exit need not wait for its batch)
         model = self._load()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(order), self._batch_size):
             part = order[start : start + self._batch_size]
+            check()  # (a numpy forward pass cannot be stopped: between batches it can)
             try:
                 vectors = model.encode([texts[i] for i in part])
             except Exception as exc:

@@ -80,6 +80,7 @@ from shelfhand.knowledge.analysis import (
     unglued,
     with_synonyms,
 )
+from shelfhand.knowledge.embeddings.interrupt import call_with_deadline
 from shelfhand.knowledge.embeddings.router import (
     EmbeddingRouter,
     Vectors,
@@ -516,29 +517,15 @@ class HybridRetriever:
 
     def _embed_one(self, space: str, query: str, timeout: float | None) -> Vectors:
         """Embed on a daemon thread and wait at most ``timeout`` seconds (a hung embedder
-        keeps its thread, never the caller)."""
+        keeps its thread, never the caller); past it a local model's embedding is stopped
+        (:func:`~shelfhand.knowledge.embeddings.interrupt.call_with_deadline`)."""
         assert self.router is not None
         embedder = self.router.embedder(space)
         if timeout is None:
             return embedder.embed_query(query)
-        box: list[Vectors | BaseException] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box.append(embedder.embed_query(query))
-            except BaseException as exc:  # handed to the waiting caller
-                box.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="shelfhand-query-embed", daemon=True).start()
-        if not done.wait(timeout):
-            raise TimeoutError(f"query embedding took longer than {timeout:g}s")
-        result = box[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return call_with_deadline(
+            functools.partial(embedder.embed_query, query), timeout, name="shelfhand-query-embed"
+        )
 
     def _record_failure(self, what: str) -> None:
         with self._breaker_lock:

@@ -17,7 +17,7 @@ def test_sources_json_lists_each_source_with_the_tables_fields(tmp_path: Path) -
     ws = tmp_path / "ws"
     assert run_cli(["ingest", "资料/退货政策.md", "-w", "ws"], ws, cwd=tmp_path).returncode == 0
     tagged = run_cli(
-        ["ingest", "资料", "--tenant", "acme", "--tag", "hr", "-w", "ws"], ws, cwd=tmp_path
+        ["ingest", "资料/hr", "--tenant", "acme", "--tag", "hr", "-w", "ws"], ws, cwd=tmp_path
     )
     assert tagged.returncode == 0, tagged.stderr
 
@@ -34,7 +34,7 @@ def test_sources_json_lists_each_source_with_the_tables_fields(tmp_path: Path) -
     assert pay["doc_type"] == "markdown" and pay["tenants"] == ["acme"] and pay["tags"] == ["hr"]
     assert pay["documents"] == 1 and pay["chunks"] >= 1
     assert isinstance(pay["updated_at"], float) and pay["updated_at"] > 1.7e9
-    # first ingested alone, untagged (unchanged since: it keeps its tenant); "-" in the table
+    # ingested alone, untagged: the default tenant, no tags ("-" in the table)
     assert rows[1]["tenants"] == ["default"] and rows[1]["tags"] == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -171,6 +172,61 @@ def test_a_recent_connection_whose_server_side_died_fails_clearly_then_the_pool_
             conn.execute("SELECT 1")
         assert failed.value.dependency == "postgresql"
         with pool.connection() as conn:  # the broken one was dropped when it came back
+            assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
+    finally:
+        pool.close()
+
+
+def _grown_to(pool: Any, n: int) -> None:
+    """Make the pool hold ``n`` connections (taken at once, then all given back)."""
+    conns = [pool.getconn() for _ in range(n)]
+    for conn in conns:
+        conn.execute("SELECT 1")
+        pool.putconn(conn)
+
+
+def test_after_a_restart_the_first_request_gets_a_working_connection_at_once(
+    pg_server: LocalPostgres, pg_url: str
+) -> None:
+    # every idle connection is broken by the restart; each found broken made the request
+    # sleep (psycopg_pool's back-off: 1 s, 2 s, 4 s): with six, 503 after the 5 s timeout
+    pool = open_pool(pg_url, max_size=6, idle_check_s=0)
+    try:
+        _grown_to(pool, 6)
+        pg_server.stop()
+        pg_server.start()
+        started = time.monotonic()
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
+        assert time.monotonic() - started < 2.5  # 0.02 s here; 5 s (PoolTimeout) before
+    finally:
+        pool.close()
+
+
+def test_while_postgresql_is_down_the_pool_connects_only_for_requests_a_few_times_a_second(
+    pg_server: LocalPostgres, pg_url: str
+) -> None:
+    pool = open_pool(pg_url, max_size=4, timeout=3, idle_check_s=0.5)
+    try:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        pg_server.stop()
+        try:
+            time.sleep(1.0)  # idle past the check's threshold: found broken, not used
+            assert pool.get_stats().get("connections_errors", 0) == 0  # no request: no tries
+            started = time.monotonic()
+            with (
+                pytest.raises(DependencyUnavailableError),
+                pg_errors(pg_url),
+                pool.connection() as conn,
+            ):
+                conn.execute("SELECT 1")
+            waited = time.monotonic() - started
+            tries = pool.get_stats().get("connections_errors", 0)
+            assert 2.5 < waited < 6 and 1 <= tries <= 4 * waited + 4  # about 2 a second
+        finally:
+            pg_server.start()
+        with pool.connection() as conn:  # back: at once
             assert conn.execute("SELECT 'ok'").fetchone() == ("ok",)
     finally:
         pool.close()

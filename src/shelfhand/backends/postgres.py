@@ -149,15 +149,18 @@ def open_pool(
     :class:`ConfigurationError` when the server cannot be reached. ``migrations`` are applied
     (:func:`apply_pg_migrations`) before it is returned; the pool is closed if that fails.
     A connection idle longer than ``idle_check_s`` is checked before it is handed out
-    (:class:`IdleCheck`; 0 checks every one)."""
+    (:class:`IdleCheck`; 0 checks every one). The pool reconnects without back-off once the
+    server is back (:class:`~shelfhand.backends.pg_pool.RecoveringPool`)."""
     _driver()
     try:
-        from psycopg_pool import ConnectionPool, PoolTimeout
+        from psycopg_pool import PoolTimeout
+
+        from shelfhand.backends.pg_pool import RecoveringPool
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ConfigurationError(
             "PostgreSQL support is not installed: pip install 'shelfhand[pg]'"
         ) from exc
-    pool: ConnectionPool[Any] = ConnectionPool(
+    pool = RecoveringPool(
         url,
         min_size=min_size,
         max_size=max_size,
@@ -168,7 +171,10 @@ def open_pool(
         name="shelfhand",
     )
     try:
-        pool.open(wait=True, timeout=timeout)
+        # not open(wait=True): the pool gives a failed connection up after one retry, and
+        # waiting for one retries every RETRY_S (a server still starting is waited for)
+        pool.open()
+        pool.wait_connected(timeout)
     except PoolTimeout as exc:
         pool.close()
         raise ConfigurationError(

@@ -18,6 +18,7 @@ Errors name the host and database, never the password (:func:`redact_url`).
 from __future__ import annotations
 
 import logging
+import select
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,15 +64,19 @@ the server) before the pool hands it out; one handed out more recently is handed
 class IdleCheck:
     """The pool's check of a connection before it is handed out: a round trip
     (``ConnectionPool.check_connection``) only for a connection not handed out in the last
-    ``idle_s`` seconds, or one the driver already knows is broken.
+    ``idle_s`` seconds, one the driver already knows is broken, or one the server sent
+    something to while it was idle (:func:`_server_spoke`: a restart or a terminated backend
+    closes it so, with a message and end of file).
 
     A check per checkout cost a round trip each time (0.2 ms at a load of 5 on the
     benchmark machine, three times a ``SELECT 1``; a search checks out several). A
-    connection in use seconds ago is as good as checked: a server that went away meanwhile
-    shows on its next statement as it would right after a check (the caller answers 503, and
-    the broken connection is dropped when it comes back to the pool). A connection left idle
-    longer (behind a server restart, a proxy's idle timeout) is checked, and a dead one is
-    replaced by the pool before anyone sees it.
+    connection in use seconds ago is as good as checked, unless the server closed it since
+    (a restart, a terminated backend: what it sent is waiting on the socket, which a poll
+    sees without a round trip); a server that went away without a word shows on the next
+    statement as it would right after a check (the caller answers 503, and the broken
+    connection is dropped when it comes back to the pool). A connection left idle longer
+    (behind a proxy's idle timeout, a network that lost the server) is checked, and a dead
+    one is replaced by the pool before anyone sees it.
 
     The time counts from when the connection was last handed out (the pool's ``reset``
     callback would tell when it came back, but with one the pool returns every connection
@@ -91,10 +96,31 @@ class IdleCheck:
 
         now = time.monotonic()
         handed = self._handed.get(conn)
-        if handed is None or now - handed >= self.idle_s or conn.pgconn.status != ConnStatus.OK:
+        if (
+            handed is None
+            or now - handed >= self.idle_s
+            or conn.pgconn.status != ConnStatus.OK
+            or _server_spoke(conn)
+        ):
             with hung_up_after(conn, self.deadline):
                 ConnectionPool.check_connection(conn)
         self._handed[conn] = now
+
+
+def _server_spoke(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection's socket has something to read (no round trip: a poll of
+    it). A connection between statements has nothing to read unless the server sent it
+    something unasked: mostly that it is closing it (shut down, restarted, the backend
+    terminated), else a notice or notification; either way it is checked before use."""
+    try:
+        fd = conn.pgconn.socket
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])  # pragma: no cover - Windows
+    except Exception:  # closed, or no socket: broken
+        return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -68,20 +68,12 @@ async def readable_replies(
         yield _Replies(read, methods), _Requests(write, methods)
 
 
-class _Requests:
-    """The write stream, remembering the method of each request sent."""
+class _Stream:
+    """One of the transport's streams, wrapped: closing and the context are the inner one's."""
 
     def __init__(self, inner: Any, methods: dict[types.RequestId, str]) -> None:
         self._inner = inner
         self._methods = methods
-
-    async def send(self, item: SessionMessage, /) -> None:
-        message = item.message
-        if isinstance(message, types.JSONRPCRequest):
-            self._methods[message.id] = message.method
-            if len(self._methods) > _REMEMBERED:  # requests never answered: forget the oldest
-                del self._methods[next(iter(self._methods))]
-        await self._inner.send(item)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -96,12 +88,20 @@ class _Requests:
         return await self._inner.__aexit__(kind, exc, tb)  # type: ignore[no-any-return]
 
 
-class _Replies:
-    """The read stream, a reply that cannot be read turned into an error for its request."""
+class _Requests(_Stream):
+    """The write stream, remembering the method of each request sent."""
 
-    def __init__(self, inner: Any, methods: dict[types.RequestId, str]) -> None:
-        self._inner = inner
-        self._methods = methods
+    async def send(self, item: SessionMessage, /) -> None:
+        message = item.message
+        if isinstance(message, types.JSONRPCRequest):
+            self._methods[message.id] = message.method
+            if len(self._methods) > _REMEMBERED:  # requests never answered: forget the oldest
+                del self._methods[next(iter(self._methods))]
+        await self._inner.send(item)
+
+
+class _Replies(_Stream):
+    """The read stream, a reply that cannot be read turned into an error for its request."""
 
     @property
     def last_context(self) -> Any:
@@ -142,9 +142,6 @@ class _Replies:
         found = [((a, b), kind) for a, b, kind in _TEXT_ERROR.findall(text)]
         return _error_for(message.id, request, _why(found))
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def __aiter__(self) -> Self:
         return self
 
@@ -153,15 +150,6 @@ class _Replies:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return await self._inner.__aexit__(kind, exc, tb)  # type: ignore[no-any-return]
 
 
 def _why(found: list[tuple[tuple[Any, ...], str]]) -> str:

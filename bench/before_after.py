@@ -17,7 +17,8 @@ Benchmarks (each is also usable on its own):
 - ``hybrid``: the inline script below, run with ``PYTHONPATH=<tree>/src``: a workspace of the
   sample documents plus ``--docs`` synthetic ones with the hashing embedder (built once per
   tree and round, not timed), then ``kb.search(mode="hybrid")`` over 40 queries × passes;
-  wall p50 / p95 in ms;
+  wall p50 / p95 in ms (``--embed-timeout 2``: with the deadline the CLI and the service
+  search with, the query embedded on a thread of its own);
 - ``service``: ``bench/service_load.py --scenario rag`` (50 SSE sessions: turns/s, p50 ms,
   the server's CPU ms per turn); ``--tracing stored off`` runs it once per setting on this
   tree (and on the other when its script has the setting; else its one run is compared
@@ -50,6 +51,7 @@ except ImportError:  # before the knowledge package was split
     from shelfhand.knowledge.embedders import HashingEmbedder
     from shelfhand.knowledge.embedding import EmbeddingRouter
 docs, passes = int(sys.argv[1]), int(sys.argv[2])
+embed_timeout = float(sys.argv[3]) if len(sys.argv) > 3 else None
 rng = random.Random(7)
 words = [f"w{i}" for i in range(3000)] + "保修 退货 投影仪 灯泡 过热 风扇 报价 库存".split()
 root = Path(tempfile.mkdtemp())
@@ -58,7 +60,9 @@ corpus.mkdir()
 for d in range(docs):
     body = "\n\n".join(" ".join(rng.choice(words) for _ in range(60)) for _ in range(4))
     (corpus / f"d{d}.md").write_text(f"# Doc {d}\n\n## E-{d % 500:03d}\n\n{body}\n", encoding="utf-8")
-kb = KnowledgeBase(root / "ws", EmbeddingRouter({"any": HashingEmbedder()}))
+kb = KnowledgeBase(
+    root / "ws", EmbeddingRouter({"any": HashingEmbedder()}), embed_timeout=embed_timeout
+)
 kb.ingest([sample_corpus(), corpus])
 queries = ["投影仪的保修期是多久", "E-203 是什么故障", "how long is the warranty",
            "lamp overheating fan", "SKU2024-011 有货吗"]
@@ -96,8 +100,9 @@ def governance(tree: Path, calls: int) -> dict[str, float]:
     return _flatten(data, "governance")
 
 
-def hybrid(tree: Path, docs: int, passes: int) -> dict[str, float]:
-    line = _run([sys.executable, "-c", HYBRID, str(docs), str(passes)], tree, tree)
+def hybrid(tree: Path, docs: int, passes: int, embed_timeout: float | None) -> dict[str, float]:
+    deadline = [] if embed_timeout is None else [str(embed_timeout)]
+    line = _run([sys.executable, "-c", HYBRID, str(docs), str(passes), *deadline], tree, tree)
     return {f"hybrid {k}": v for k, v in json.loads(line.strip().splitlines()[-1]).items()}
 
 
@@ -150,6 +155,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000, help="governance calls per block")
     ap.add_argument("--docs", type=int, default=400, help="synthetic documents (hybrid)")
     ap.add_argument("--passes", type=int, default=5, help="query passes (hybrid)")
+    ap.add_argument(
+        "--embed-timeout",
+        type=float,
+        help="the query embedding's deadline in seconds (hybrid; the App's, so the CLI's and "
+        "the service's, is 2: its embedding then runs on a thread of its own); none by default",
+    )
     ap.add_argument("--seconds", type=float, default=8.0, help="per service run")
     ap.add_argument(
         "--tracing",
@@ -175,7 +186,7 @@ def main() -> None:
             if "governance" in a.only:
                 keep(label, governance(tree, a.calls))
             if "hybrid" in a.only:
-                keep(label, hybrid(tree, a.docs, a.passes))
+                keep(label, hybrid(tree, a.docs, a.passes, a.embed_timeout))
             if "service" in a.only:
                 for tracing in a.tracing:
                     figures = service(tree, a.seconds, tracing)

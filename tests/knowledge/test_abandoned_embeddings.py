@@ -14,6 +14,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -25,16 +27,21 @@ LONG_EN = "The warranty covers the heater for one year from the date of purchase
 LONG_ZH = "产品自购买之日起保修一年，加热器故障请联系售后服务。" * 40
 
 
-def _alive(name: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == name]
+def _abandoned(embed: Callable[[], object]) -> float:
+    """Seconds from the deadline's TimeoutError until the abandoned ``embed`` ended (15 s at
+    most: its whole work is a minute or more of one core)."""
+    ended = threading.Event()
 
+    def call() -> object:
+        try:
+            return embed()
+        finally:
+            ended.set()
 
-def _ends_within(name: str, seconds: float) -> float:
-    """Seconds until no thread named ``name`` is left (fails past ``seconds``)."""
+    with pytest.raises(TimeoutError):
+        call_with_deadline(call, 0.5, name="test-abandoned")
     started = time.monotonic()
-    for thread in _alive(name):
-        thread.join(max(0.0, seconds - (time.monotonic() - started)))
-    assert not _alive(name), f"{name} still running after {seconds}s"
+    assert ended.wait(15), "the abandoned embedding still runs after 15 s"
     return time.monotonic() - started
 
 
@@ -42,10 +49,8 @@ def test_an_abandoned_minilm_embedding_stops_at_its_deadline() -> None:
     minilm = MiniLMEmbedder(threads=1)
     minilm.embed(["warm up"])
     texts = [LONG_EN] * 400  # 1,200 windows: a minute or more of one core
-    with pytest.raises(TimeoutError):
-        call_with_deadline(lambda: minilm.embed(texts), 0.5, name="test-abandoned-minilm")
-    # its onnxruntime run is terminated: the thread ends now, not after its embedding
-    _ends_within("test-abandoned-minilm", 15)
+    # its onnxruntime run is terminated: the call ends now, not after its embedding
+    _abandoned(lambda: minilm.embed(texts))
     assert minilm.embed(["still works"]).shape == (1, 384)  # the embedder is not spoilt
 
 
@@ -53,10 +58,25 @@ def test_an_abandoned_use_embedding_stops_before_its_next_batch() -> None:
     use = USEEmbedder(batch_size=1, threads=1)
     use.embed(["warm up"])
     texts = [LONG_ZH] * 1000  # a thousand batches
-    with pytest.raises(TimeoutError):
-        call_with_deadline(lambda: use.embed(texts), 0.5, name="test-abandoned-use")
-    _ends_within("test-abandoned-use", 15)
+    _abandoned(lambda: use.embed(texts))
     assert use.embed(["仍然可用"]).shape == (1, 512)
+
+
+def test_the_thread_of_a_call_is_kept_for_the_next() -> None:
+    """Sequential calls run on one thread (a new thread's start-up costs a query ~110 µs),
+    and concurrent ones each on their own."""
+    # (the threads themselves, kept alive, not their idents: a new thread may reuse one)
+    seen = [call_with_deadline(threading.current_thread, 10, name="test-kept") for _ in range(20)]
+    assert len({id(t) for t in seen}) == 1
+    gate = threading.Barrier(3, timeout=10)
+
+    def meet() -> threading.Thread:
+        gate.wait()
+        return threading.current_thread()
+
+    with ThreadPoolExecutor(3) as pool:
+        idents = list(pool.map(lambda _: call_with_deadline(meet, 10, name="test-kept"), range(3)))
+    assert len({id(t) for t in idents}) == 3
 
 
 def test_an_embedding_within_its_deadline_returns_its_vectors() -> None:

@@ -54,11 +54,10 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Thr
         router=hashing_router(),
     )
     server = start_thread_server(create_app(app, api_keys=user_contexts()))
-    doc = write(tmp_path / "docs" / "troubleshooting.md", DOC)
-    for tenant in (
-        "t1",
-        "t2",
-    ):  # (in the process: the PostgreSQL service leaves uploads to workers)
+    # each tenant its own copy (a source is one tenant's: ingested for another, it moves);
+    # ingested in the process: the PostgreSQL service leaves uploads to workers
+    for tenant in ("t1", "t2"):
+        doc = write(tmp_path / f"docs-{tenant}" / "troubleshooting.md", DOC)
         server.service.kb.ingest([doc], tenant_id=tenant)
     yield server, model
     server.stop()

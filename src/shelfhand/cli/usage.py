@@ -46,7 +46,8 @@ def usage(
         a.close()
     if as_json:
         body = {"tenant": tenant, "usage": [r.to_dict() for r in rows]}
-        typer.echo(json.dumps(body if standing is None else {**body, "budgets": standing}))
+        report = body if standing is None else {**body, "budgets": standing}
+        typer.echo(json.dumps(report, ensure_ascii=False))  # (names in UTF-8, as every --json)
         return
     if not recorded:
         make_console().print("No usage recorded yet: the service records each turn's usage.")

@@ -59,9 +59,7 @@ class Interrupt:
     """The stop switch of the embeddings one thread makes (bound by :func:`call_with_deadline`)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._stopped = False
-        self._runs: set[Any] = set()  # its onnxruntime RunOptions of runs going on now
 
     @property
     def stopped(self) -> bool:
@@ -69,30 +67,22 @@ class Interrupt:
 
     def stop(self) -> None:
         """Terminate the call's onnxruntime runs now and refuse its later steps."""
-        with self._lock:
+        with _busy:
             self._stopped = True
-            for options in self._runs:
-                options.terminate = True
-
-    def _add(self, options: Any) -> None:
-        with self._lock:
-            if self._stopped:
-                options.terminate = True
-            self._runs.add(options)
-
-    def _remove(self, options: Any) -> None:
-        with self._lock:
-            self._runs.discard(options)
+            for options, owner in _runs.items():
+                if owner is self:
+                    options.terminate = True
 
 
 _current: contextvars.ContextVar[Interrupt | None] = contextvars.ContextVar(
     "shelfhand_embedding_interrupt", default=None
 )
 
-# the process's threads inside a local model and its onnxruntime runs going on (under _busy)
+# the process's threads inside a local model, and its onnxruntime runs going on with the
+# Interrupt of the call each is for (under _busy)
 _busy = threading.Condition()
 _inside = 0
-_runs: set[Any] = set()
+_runs: dict[Any, Interrupt | None] = {}
 _exiting = False
 
 
@@ -132,18 +122,14 @@ def onnx_run(ort: Any) -> Iterator[Any]:
     options.log_severity_level = 4  # a terminated run is no error worth a line on stderr
     interrupt = _current.get()
     with _busy:
-        if _exiting:
+        if _exiting or (interrupt is not None and interrupt.stopped):
             options.terminate = True
-        _runs.add(options)
-    if interrupt is not None:
-        interrupt._add(options)
+        _runs[options] = interrupt
     try:
         yield options
     finally:
-        if interrupt is not None:
-            interrupt._remove(options)
         with _busy:
-            _runs.discard(options)
+            del _runs[options]
 
 
 def call_with_deadline(fn: Callable[[], T], timeout: float, *, name: str) -> T:
@@ -244,7 +230,7 @@ def _forked() -> None:
     global _busy, _inside, _runs, _idle, _idle_lock
     _busy = threading.Condition()
     _inside = 0
-    _runs = set()
+    _runs = {}
     _idle = []
     _idle_lock = threading.Lock()
 

@@ -25,6 +25,15 @@ def _env(pg_url: str) -> dict[str, str]:
     }
 
 
+def _sources(ws: Path, pg_url: str) -> list[str]:
+    """The sources the workspace's knowledge base holds, sorted."""
+    kb = make_app(ws, pg_url).open_knowledge()
+    try:
+        return sorted(s.source for s in kb.sources())
+    finally:
+        kb.close()
+
+
 def _cli(pg_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "shelfhand.cli", *args],
@@ -169,11 +178,7 @@ def test_a_folder_ingested_in_process_can_be_ingested_again_through_the_queue(
     again = _cli(pg_url, "ingest", "-w", str(ws), str(docs))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 added, 0 updated, 1 unchanged, 1 removed" in again.stdout
-    kb = make_app(ws, pg_url).open_knowledge()
-    try:
-        assert sorted(s.source for s in kb.sources()) == ["docs/new.md", "docs/zh/退货.md"]
-    finally:
-        kb.close()
+    assert _sources(ws, pg_url) == ["docs/new.md", "docs/zh/退货.md"]
 
 
 def test_worker_without_a_database_fails_with_a_clear_message(tmp_path: Path) -> None:
@@ -205,11 +210,7 @@ def test_a_queued_subfolder_or_file_keeps_the_names_of_its_indexed_folder(
     one = _cli(pg_url, "ingest", "-w", str(ws), str(docs / "zh" / "退货.md"))  # a file alone
     assert one.returncode == 0, one.stdout + one.stderr
     assert "0 added, 1 updated" in one.stdout
-    kb = make_app(ws, pg_url).open_knowledge()
-    try:
-        assert sorted(s.source for s in kb.sources()) == ["docs/returns.md", "docs/zh/退货.md"]
-    finally:
-        kb.close()
+    assert _sources(ws, pg_url) == ["docs/returns.md", "docs/zh/退货.md"]
 
 
 def test_a_queued_ingest_leaves_out_the_workspace_inside_the_folder(

@@ -13,6 +13,8 @@ from typer import _click as click  # typer's own copy of click: its commands and
 from typer.core import TyperGroup, TyperOption
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from shelfhand.app import App
 
 
@@ -102,7 +104,27 @@ WorkspaceOpt = Annotated[
         show_default=False,
     ),
 ]
-TenantOpt = Annotated[str, typer.Option("--tenant", help="Tenant of the caller / documents.")]
+
+
+def not_blank(what: str) -> Callable[[Any], Any]:
+    """A check that an option's value (each, when repeated) is not blank, as an API key's
+    tenant may not be (a blank tenant or tag names nobody: an ingest for one hid the files)."""
+
+    def check(value: Any) -> Any:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not item.strip():
+                raise typer.BadParameter(f"{what} is empty (a blank {what} names nobody)")
+        return value
+
+    return check
+
+
+TenantOpt = Annotated[
+    str,
+    typer.Option(
+        "--tenant", help="Tenant of the caller / documents.", callback=not_blank("tenant")
+    ),
+]
 UserOpt = Annotated[str, typer.Option("--user", help="User id of the caller.")]
 RolesOpt = Annotated[
     list[str] | None, typer.Option("--role", help="A role of the caller (repeatable).")

@@ -23,6 +23,7 @@ from shelfhand.cli.common import (
     app,
     fail,
     make_console,
+    not_blank,
     nothing_indexed,
     open_app,
     plural,
@@ -155,7 +156,11 @@ def ingest(
     tenant: TenantOpt = "default",
     tag: Annotated[
         list[str] | None,
-        typer.Option("--tag", help="Permission tag (role allowed to read; repeatable)."),
+        typer.Option(
+            "--tag",
+            help="Permission tag (role allowed to read; repeatable).",
+            callback=not_blank("tag"),
+        ),
     ] = None,
     samples: Annotated[
         bool,

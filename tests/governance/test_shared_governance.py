@@ -123,6 +123,48 @@ async def test_a_cached_call_runs_once_across_replicas_and_others_wait_for_it(
     assert not other.replayed and runs == 2  # the cache is per caller, as in one process
 
 
+class SlowCachePut(RedisGovernanceState):
+    """A Redis whose writes of a result take a while (a loaded server, a far network)."""
+
+    def cache_put(self, key: tuple[str, str, str], output: object, ttl: float) -> None:
+        time.sleep(0.3)
+        super().cache_put(key, output, ttl)  # type: ignore[arg-type]
+
+
+async def test_a_replica_waiting_on_a_lead_that_ends_finds_the_result_not_a_second_run(
+    redis_url: str,
+) -> None:
+    # CI once saw B run the tool again: the leader ended its lead before its result was in
+    # the cache, and B, finding neither, took the lead. The result goes in first now.
+    runs = 0
+    release = asyncio.Event()
+
+    @tool(read_only=True, cache_ttl=60, timeout=20)
+    async def exchange_rate(pair: str) -> str:
+        """Exchange rate of a currency pair."""
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        return f"{pair}=7.{runs}"
+
+    def slow_replica() -> Governance:
+        shared = SlowCachePut(open_redis(redis_url), poll_interval=0.02)
+        return Governance(GovernancePolicy(), shared=shared)
+
+    a = Toolkit([exchange_rate], governance=slow_replica())
+    b = Toolkit([exchange_rate], governance=replica(redis_url))
+    first = asyncio.create_task(a.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE))
+    while runs == 0:
+        await asyncio.sleep(0.01)
+    second = asyncio.create_task(b.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE))
+    await asyncio.sleep(0.1)
+    release.set()
+    one, two = await first, await second
+    assert runs == 1
+    assert one.result.content == two.result.content == "EUR/CNY=7.1"
+    assert two.shared
+
+
 async def test_without_redis_the_cache_degrades_but_guards_fail_closed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -141,13 +141,13 @@ class CallSharing:
         attempts = self._attempts(plan, item, arguments, run, execute)
         if self.shared is None or not plan.cache_ttl:
             return attempts
-        return _led(self.shared, key, (plan.timeout or 30.0) * plan.attempts + 1.0, attempts)
+        bound = (plan.timeout or 30.0) * plan.attempts + 1.0
+        return _led(self.shared, key, bound, plan.cache_ttl, attempts)
 
     def _remember(self, plan: ToolPlan, key: tuple[str, str, str], outcome: CallOutcome) -> None:
         if not plan.cache_ttl or outcome.output is None or outcome.output.is_error:
             return
-        if self.shared is not None:  # (Redis: from a state thread, not waited for)
-            in_background(self.shared.cache_put, key, outcome.output, plan.cache_ttl)
+        if self.shared is not None:  # (cached by ``_led`` before it ended its lead)
             return
         cache = self._cache
         if len(cache) >= self.policy.cache_size:
@@ -161,10 +161,12 @@ async def _led(
     shared: SharedGovernanceState,
     key: tuple[str, str, str],
     bound: float,
+    ttl: float,
     attempts: Coroutine[Any, Any, CallOutcome],
 ) -> CallOutcome:
     """``attempts`` once this replica leads the computation of ``key``; the cached result
-    of another replica's (``attempts=0``) when that comes first."""
+    of another replica's (``attempts=0``) when that comes first. A result is cached before
+    the lead ends, so a replica that finds the lead gone finds the result."""
     # (each a Redis command: from a state thread, so that a Redis that stopped answering holds
     # up this call, not the event loop)
     try:
@@ -174,21 +176,45 @@ async def _led(
             give_up = time.monotonic() + bound  # real time: other replicas work in it
             while time.monotonic() < give_up:
                 await asyncio.sleep(shared.poll_interval)
+                # (the lead first: a result is cached before its lead ends, so a lead gone
+                # here means a result below, unless the other replica failed, errors are not
+                # cached, or gave up)
+                leading = await on_state_thread(shared.computing, key)
                 output = await on_state_thread(shared.cache_get, key)
                 if output is not None:
                     return CallOutcome(output=output, outcome="ok", attempts=0)
-                if not await on_state_thread(shared.computing, key):
-                    break  # the other replica failed (errors are not cached) or gave up
+                if not leading:
+                    break
             if not await undone_if_left(shared.lead, key, bound, undo=lead):  # pragma: no cover
                 return await attempts  # (a new leader in between)
+        outcome: CallOutcome | None = None
         try:
-            return await attempts
+            outcome = await attempts
+            return outcome
         finally:
-            in_background(shared.done, key)  # (not waited for: the call may be cancelled)
+            # (not waited for: the call may be cancelled; one job, so the result is put
+            # before the lead is deleted)
+            output = None if outcome is None else outcome.output
+            in_background(_publish, shared, key, output, ttl)
     finally:
         # unrun when another replica's result came first or the wait was cancelled: closed
         # here, not reported as never awaited (a no-op once it has run)
         attempts.close()
+
+
+def _publish(
+    shared: SharedGovernanceState,
+    key: tuple[str, str, str],
+    output: ToolOutput | None,
+    ttl: float,
+) -> None:
+    """Cache a good result, then end the lead: a replica waiting on it that sees the lead
+    gone must find the result, not compute the call again."""
+    try:
+        if output is not None and not output.is_error:
+            shared.cache_put(key, output, ttl)
+    finally:
+        shared.done(key)
 
 
 def _end_lead(shared: SharedGovernanceState, key: tuple[str, str, str], led: bool) -> None:

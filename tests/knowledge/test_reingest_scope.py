@@ -12,6 +12,7 @@ from shelfhand.knowledge.embeddings.local import HashingEmbedder
 from shelfhand.knowledge.embeddings.router import EmbeddingRouter
 from shelfhand.knowledge.ingest.ingestor import ingest_key
 from shelfhand.knowledge.stack import EmbeddedKnowledge
+from shelfhand.knowledge.types import Document, Section
 
 OpenStack = Callable[..., EmbeddedKnowledge]  # the open_stack fixture (conftest.py)
 
@@ -74,6 +75,43 @@ def test_narrowed_permission_tags_take_effect(open_stack: OpenStack, tmp_path: P
         widened = stack.ingestor.ingest([folder], tenant_id="acme")
         assert widened.updated == ("policies/returns.md",)
         assert _sources(stack, "E-203", staff) == ["policies/returns.md"]
+    finally:
+        stack.close()
+
+
+def _document(tags: tuple[str, ...]) -> Document:
+    return Document(
+        doc_id="acme/crm#42",
+        source="crm",
+        title="退货政策",
+        doc_type="json",
+        sections=(Section(text=TEXT, section_path=("退货政策",)),),
+        content_hash="cd" * 32,
+        permission_tags=tags,
+        tenant_id="acme",
+    )
+
+
+def test_ready_made_documents_take_narrowed_tags_too(open_stack: OpenStack) -> None:
+    # ingest_documents compared the text's hash alone: a record whose roles were narrowed
+    # in the system it came from was "unchanged", and stayed readable by everyone
+    staff = UserContext(tenant_id="acme", user_id="s1")
+    hr = UserContext(tenant_id="acme", user_id="h1", roles=("hr",))
+    stack = open_stack(EmbeddingRouter({"default": HashingEmbedder()}))
+    try:
+        assert stack.ingestor.ingest_documents([_document(())]).added == ("acme/crm#42",)
+        assert _sources(stack, "E-203", staff) == ["crm"]
+        assert stack.ingestor.ingest_documents([_document(())]).unchanged == ("acme/crm#42",)
+
+        narrowed = stack.ingestor.ingest_documents([_document(("hr",))])
+        assert narrowed.updated == ("acme/crm#42",)
+        assert _sources(stack, "E-203", staff) == []
+        assert _sources(stack, "E-203", hr) == ["crm"]
+        assert stack.ingestor.ingest_documents([_document(("hr",))]).unchanged == ("acme/crm#42",)
+
+        widened = stack.ingestor.ingest_documents([_document(())])
+        assert widened.updated == ("acme/crm#42",)
+        assert _sources(stack, "E-203", staff) == ["crm"]
     finally:
         stack.close()
 

@@ -35,6 +35,7 @@ previous version.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -317,8 +318,9 @@ class Ingestor:
     ) -> IngestReport:
         """Ingest ready-made documents (e.g. an evaluation corpus); unchanged ones are skipped.
 
-        A document is unchanged when its ``content_hash`` matches the stored one for its
-        ``doc_id``. Nothing is removed. Phase 2 runs as for :meth:`ingest`.
+        A document is unchanged when its ``content_hash`` and permission tags match the stored
+        ones for its ``doc_id`` (see :func:`ingest_key`). Nothing is removed. Phase 2 runs as
+        for :meth:`ingest`.
 
         Raises:
             InvalidArgumentError: A document's ``doc_id`` is stored (or given before in
@@ -359,9 +361,15 @@ class Ingestor:
                     )
                 owners[doc.doc_id] = doc.tenant_id
                 tally.files_done += 1
-                if existing == doc.content_hash:
+                # the tags count, as for a file: narrowed, they take effect, not "unchanged"
+                # (not the tenant: an id stored for another is refused above; so an untagged
+                # document keeps its plain hash, as stores written before this hold it)
+                key = ingest_key(doc.content_hash, ANONYMOUS.tenant_id, doc.permission_tags)
+                if existing == key:
                     tally.unchanged.append(doc.doc_id)
                     continue
+                if key != doc.content_hash:
+                    doc = dataclasses.replace(doc, content_hash=key)
                 chunks = list(
                     iter_chunks(doc, max_tokens=self.max_tokens, overlap_tokens=self.overlap_tokens)
                 )

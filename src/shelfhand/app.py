@@ -400,6 +400,7 @@ class App:
         extra: Sequence[Any] = (),
         governed: bool = True,
         builtins: Sequence[str] | None = None,
+        retrieve: bool = True,
     ) -> Toolkit:
         """``retrieve`` (which says "not configured" without a kb), the opted-in built-ins and
         ``extra``.
@@ -411,6 +412,8 @@ class App:
             builtins: Names of built-in tools to add (``calculator``, ``current_time``,
                 ``http_get``); ``None``: the ``builtin_tools`` setting, empty by default, so
                 a document question is offered ``retrieve`` alone.
+            retrieve: ``False`` leaves ``retrieve`` out (a chat with nothing indexed: offered,
+                it only ever answers "not configured", and a small model asks it again).
         """
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import builtin_tools
@@ -418,7 +421,11 @@ class App:
 
         wanted = set(self.settings.builtin_tools if builtins is None else builtins)
         tools = [
-            make_retrieve_tool(kb, compress_tokens=self._compress_tokens()),
+            *(
+                [make_retrieve_tool(kb, compress_tokens=self._compress_tokens())]
+                if retrieve
+                else []
+            ),
             *(t for t in builtin_tools() if t.name in wanted),
             *self.extra_tools,
             *extra,
@@ -518,7 +525,8 @@ class App:
 
         ``retrieval`` (default: the ``answer_retrieval`` setting) says where answers get their
         passages: ``context``, ``tool`` or ``both`` (see :mod:`shelfhand.agent.grounding`).
-        Without a knowledge base there is nothing to retrieve up front, so it is ``tool``.
+        Without a knowledge base there is nothing to retrieve up front, so it is ``tool``, and
+        ``retrieve`` is not offered (the model answers alone, as ``ask`` and ``chat`` say).
 
         ``confirm=True`` tools need an ``Approvals`` registry passed to ``run``/``stream``
         (the service and the CLI do); without one they are refused, never left waiting.
@@ -529,7 +537,7 @@ class App:
         return Agent(
             name="assistant",
             model=model,
-            toolkit=toolkit if toolkit is not None else self.toolkit(kb),
+            toolkit=toolkit if toolkit is not None else self.toolkit(kb, retrieve=kb is not None),
             memory=memory,
             system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT,
             retrieval=mode if kb is not None else "tool",

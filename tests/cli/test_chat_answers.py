@@ -267,6 +267,10 @@ def test_ask_and_chat_with_nothing_indexed_say_the_model_answers_alone(
     hint = f"nothing is indexed in {tmp_path}"
     assert hint in asked.stderr and "the model answers without them" in asked.stderr
     assert hint in chatted.stdout
+    # and `retrieve` is not offered: it could only answer "not configured", and the local
+    # model called it again and again until the loop guard ended the run
+    offered = [[t["function"]["name"] for t in r.body.get("tools", [])] for r in server.requests]
+    assert len(offered) == 2 and not any("retrieve" in names for names in offered)
 
 
 @pytest.mark.parametrize("command", [["ask", "  "], ["search", ""]])

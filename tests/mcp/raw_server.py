@@ -1,9 +1,10 @@
 """An MCP server written by hand (JSON-RPC lines over stdio), for replies the SDK would never
 send: ``python raw_server.py METHOD REPLY``.
 
-It answers the handshake, ``tools/list`` (``odd`` and ``fine``) and ``tools/call`` properly,
-except that its reply to ``METHOD`` (``initialize``, ``tools/list``, or ``tools/call``: then
-only the call of ``odd``) is ``REPLY``, a JSON object of the reply's members other than
+It answers the handshake, ``tools/list`` (``odd`` and ``fine``), ``tools/call``,
+``resources/list`` (one), ``resources/templates/list`` (none) and ``prompts/list`` (one)
+properly, except that its reply to ``METHOD`` (one of those; for ``tools/call`` only the call
+of ``odd``) is ``REPLY``, a JSON object of the reply's members other than
 ``jsonrpc`` and ``id``, such as ``{"result": 5}``.
 """
 
@@ -28,7 +29,7 @@ def proper(request: dict[str, Any]) -> dict[str, Any]:
         return {
             "result": {
                 "protocolVersion": version,
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
                 "serverInfo": info,
             }
         }
@@ -36,6 +37,12 @@ def proper(request: dict[str, Any]) -> dict[str, Any]:
         return {"result": {"tools": _TOOLS}}
     if method == "tools/call":
         return {"result": {"content": [{"type": "text", "text": request["params"]["name"]}]}}
+    if method == "resources/list":
+        return {"result": {"resources": [{"uri": "memo://one", "name": "one"}]}}
+    if method == "resources/templates/list":
+        return {"result": {"resourceTemplates": []}}
+    if method == "prompts/list":
+        return {"result": {"prompts": [{"name": "greet"}]}}
     return {"error": {"code": -32601, "message": f"no method {method}"}}
 
 

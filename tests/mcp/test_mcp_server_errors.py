@@ -160,6 +160,47 @@ async def test_a_handshake_or_tool_list_that_is_not_an_object_is_a_mount_error_a
     )
 
 
+LISTING_FAILURES = {
+    "an error": ({"error": {"code": -32603, "message": "catalogue database down"}}, ": "),
+    "a list that is not one": ({"result": {"resources": 5, "prompts": 5}}, " sent a malformed"),
+    "not an object": ({"result": 5}, " sent a malformed"),
+}
+
+
+@pytest.mark.parametrize("reply", LISTING_FAILURES.values(), ids=LISTING_FAILURES)
+async def test_a_failed_resource_list_mounts_the_tools_without_read_resource(
+    reply: tuple[dict[str, Any], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # the whole server failed to mount, with the bare "catalogue database down" (no server
+    # named) or pydantic's lines, though its tools had listed fine
+    body, said = reply
+    toolkit = Toolkit()
+    with anyio.fail_after(60):
+        mounted = await toolkit.add_mcp(raw("resources/list", body))
+    assert [t.name for t in mounted] == ["odd", "fine"]
+    warned = [r.getMessage() for r in caplog.records if "resources are not offered" in r.message]
+    assert len(warned) == 1 and warned[0].startswith(f"MCP server raw{said}")
+    assert "\n" not in warned[0]
+
+
+@pytest.mark.parametrize("reply", LISTING_FAILURES.values(), ids=LISTING_FAILURES)
+async def test_a_failed_prompt_list_is_one_line_naming_the_server(
+    reply: tuple[dict[str, Any], str],
+) -> None:
+    body, said = reply
+    server = raw("prompts/list", body)
+    with anyio.fail_after(60):
+        await server.connect()
+        try:
+            with anyio.fail_after(10), pytest.raises(ToolError) as failed:
+                await server.list_prompts()
+            fine = await server.call_tool("fine", {})  # the server goes on
+        finally:
+            await server.aclose()
+    assert str(failed.value).startswith(f"MCP server raw{said}")
+    assert "\n" not in str(failed.value) and fine.content == "fine"
+
+
 @pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
 async def test_over_http_a_result_that_is_not_an_object_is_named_in_one_line(
     content_type: str,

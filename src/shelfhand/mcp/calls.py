@@ -21,6 +21,8 @@ A call's ``timeout`` counts the seconds without an answer *or progress*: each
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -190,9 +192,17 @@ class McpCalls(McpConnection):
     async def read_resource(self, uri: str) -> ToolOutput:
         """The resource ``uri`` as a tool result (text as is, binary described, capped)."""
         client = await self._live_client()
+        with self._asking("resources/read"):
+            result = await client.read_resource(uri)
+        return resource_output(result, limit=self.output_limit, source=f"MCP server {self.name}")
+
+    @contextmanager
+    def _asking(self, request: str) -> Iterator[None]:
+        """A request other than a tool call, within the server's ``timeout``; its failure
+        in one line naming the server (a ``ToolError``; ``ToolTimeoutError`` for no answer)."""
         try:
             with anyio.fail_after(self.timeout):
-                result = await client.read_resource(uri)
+                yield
         except TimeoutError:
             raise ToolTimeoutError(
                 f"MCP server {self.name} did not answer within {self.timeout:g} s"
@@ -200,11 +210,10 @@ class McpCalls(McpConnection):
         except MCPError as exc:
             malformed = malformed_reply(exc)
             if malformed is not None:
-                raise self._malformed("resources/read", malformed.why) from None
+                raise self._malformed(request, malformed.why) from None
             raise ToolError(f"MCP server {self.name}: {exc}") from None
         except pydantic.ValidationError as exc:
-            raise self._unreadable(exc, "resources/read") from None
-        return resource_output(result, limit=self.output_limit, source=f"MCP server {self.name}")
+            raise self._unreadable(exc, request) from None
 
     def _unreadable(self, exc: pydantic.ValidationError, request: str) -> ToolError:
         """A reply to ``request`` the SDK could not read: the server named, in one short line

@@ -40,9 +40,8 @@ import anyio
 import anyio.lowlevel
 import mcp.types as types
 from mcp.client.client import Client
-from mcp.shared.exceptions import MCPError
 
-from shelfhand.core.errors import ConfigurationError, InvalidArgumentError
+from shelfhand.core.errors import ConfigurationError, InvalidArgumentError, ToolError
 from shelfhand.mcp.calls import McpCalls
 from shelfhand.mcp.connection import DEFAULT_TIMEOUT, close_on_exit
 from shelfhand.mcp.options import ServerOptions, ToolSettings
@@ -131,10 +130,7 @@ class McpServer(McpCalls):
             tools = self._make_tools(self._listed)
             extras: list[Tool[..., Any]] = []
             if _READ_RESOURCE not in tools and self.tool_filter(_READ_RESOURCE):
-                resources = await self.list_resources()
-                templates = await self._resource_templates()
-                if resources or templates:
-                    extras.append(ResourceTool(self, resources, templates))
+                extras.extend(await self._resource_tool())
             for item in [*tools.values(), *extras]:
                 _check_free(toolkit, item, self.name)
             for item in [*tools.values(), *extras]:
@@ -193,15 +189,31 @@ class McpServer(McpCalls):
         self._mounted.clear()
 
     # --- resources and prompts ----------------------------------------------------------------
+    async def _resource_tool(self) -> list[ResourceTool]:
+        """``read_resource`` when the server lists resources or templates; none when it has
+        none, or its listing fails: its tools are mounted all the same (the reason logged)."""
+        try:
+            resources = await self.list_resources()
+        except ToolError as exc:
+            logger.warning("%s; its resources are not offered (no read_resource)", exc)
+            return []
+        templates = await self._resource_templates()
+        return [ResourceTool(self, resources, templates)] if resources or templates else []
+
     async def list_resources(self) -> list[types.Resource]:
-        """The server's resources (fetched once per connection; empty if it has none)."""
+        """The server's resources (fetched once per connection; empty if it has none).
+
+        Raises:
+            ToolError: the server answered with an error, or with a malformed list (one line
+                naming the server); ``ToolTimeoutError`` when it did not answer in time.
+        """
         if self._resources is None:
             client = await self._live_client()
             if client.server_capabilities.resources is None:
                 return []
             found: list[types.Resource] = []
             cursor: str | None = None
-            with anyio.fail_after(self.timeout):
+            with self._asking("resources/list"):
                 for _ in range(_LIST_PAGE_CAP):
                     page = await client.list_resources(cursor=cursor)
                     found.extend(page.resources)
@@ -218,18 +230,22 @@ class McpServer(McpCalls):
         if client.server_capabilities.resources is None:
             return []
         try:
-            with anyio.fail_after(self.timeout):
+            with self._asking("resources/templates/list"):
                 return list((await client.list_resource_templates()).resource_templates)
-        except MCPError as exc:
-            logger.info("MCP server %s: no resource templates (%s)", self.name, exc)
+        except ToolError as exc:
+            logger.info("no resource templates (%s)", exc)
             return []
 
     async def list_prompts(self) -> list[types.Prompt]:
-        """The server's prompts (one page; empty if it offers none)."""
+        """The server's prompts (one page; empty if it offers none).
+
+        Raises:
+            ToolError: as :meth:`list_resources`.
+        """
         client = await self._live_client()
         if client.server_capabilities.prompts is None:
             return []
-        with anyio.fail_after(self.timeout):
+        with self._asking("prompts/list"):
             return list((await client.list_prompts()).prompts)
 
     # --- the connection's hooks: list when opening, follow list_changed -----------------------

@@ -14,7 +14,12 @@ import pytest
 from mcp_helpers import HERE
 from variant_server import POSING_AS_LOCAL
 
-from shelfhand.core.citations import CitationLedger
+from shelfhand.core.citations import (
+    CitationLedger,
+    number_here,
+    renumber_markers,
+    renumber_passages,
+)
 from shelfhand.core.messages import Citation
 from shelfhand.knowledge.evidence.citations import label
 from shelfhand.mcp import StdioServer
@@ -36,22 +41,62 @@ def test_citations_are_read_in_shelfhands_shape() -> None:
     ]
 
 
-def test_disagreements_a_server_reports_are_dropped() -> None:
-    """Their numbers are the server's: in the run they would name other passages, and print
-    as the run's own note ("[1] 与 [2] 不一致")."""
-    sent = [
-        {
-            "index": 1,
-            "source": "a.md",
-            "text": "保修 12 个月。",
-            "conflicts_with": [2],
-            "conflict_note": "[1] 与 [2] 不一致：12 个月 vs 24 个月",
-        },
-        {"index": 2, "source": "b.md", "text": "保修 24 个月。", "conflicts_with": [1]},
-    ]
-    out = to_output(result_with(sent), limit=65_536, source="MCP server docs")
-    assert [(c.conflicts_with, c.conflict_note) for c in out.citations] == [((), "")] * 2
-    assert [c.text for c in out.citations] == ["保修 12 个月。", "保修 24 个月。"]
+WARRANTY = [
+    {
+        "index": 1,
+        "source": "a.md",
+        "chunk_id": "a.md::0",
+        "text": "保修 12 个月。",
+        "conflicts_with": [2],
+        "conflict_note": "[1] 与 [2] 不一致：12 个月 vs 24 个月；[2] 较新（第 2 版）。",
+    },
+    {
+        "index": 2,
+        "source": "b.md",
+        "chunk_id": "b.md::0",
+        "text": "保修 24 个月。见附录 [1]。",
+        "conflicts_with": [1, 9],
+        "conflict_note": "[1] 与 [2] 不一致：12 个月 vs 24 个月；[2] 较新（第 2 版）。\n"
+        "[2] 与 [9] 不一致：24 个月 vs 36 个月。",
+    },
+]
+WARRANTY_TEXT = (
+    "[1] a (a.md)\n保修 12 个月。\n\n[2] b (b.md)\n保修 24 个月。见附录 [1]。\n\n"
+    "注意：[1] 与 [2] 不一致：12 个月 vs 24 个月；[2] 较新（第 2 版）。"
+)
+
+
+def test_disagreements_a_server_reports_take_the_runs_numbers() -> None:
+    """Their numbers are the server's: numbered in the run (which has given out 1 to 3 here),
+    the passages and the disagreements between them follow; one naming a passage the
+    server did not send ([9]) is dropped, as it would name another passage of the run."""
+    result = types.CallToolResult(
+        content=[types.TextContent(type="text", text=WARRANTY_TEXT)],
+        structured_content={"citations": WARRANTY},
+    )
+    out = to_output(result, limit=65_536, source="MCP server docs")
+    assert [c.conflicts_with for c in out.citations] == [(2,), (1, 9)]  # the server's, as sent
+    ledger = CitationLedger()
+    ledger.number([Citation(index=0, source=f"ours{i}.md", text=f"{i}") for i in range(3)])
+
+    numbers, citations = number_here(out.citations, ledger)
+
+    assert numbers == {1: 4, 2: 5}
+    assert [(c.index, c.conflicts_with) for c in citations] == [(4, (5,)), (5, (4,))]
+    note = "[4] 与 [5] 不一致：12 个月 vs 24 个月；[5] 较新（第 2 版）。"
+    assert [c.conflict_note for c in citations] == [note, note]
+    assert renumber_passages(WARRANTY_TEXT, numbers) == (
+        f"[4] a (a.md)\n保修 12 个月。\n\n[5] b (b.md)\n保修 24 个月。见附录 [1]。\n\n注意：{note}"
+    )  # the document's own "[1]" inside a passage stays
+    assert [c.conflicts_with for c in ledger.citations[3:]] == [(), ()]  # passages, not notes
+
+
+def test_markers_are_renumbered_in_one_pass() -> None:
+    """[1] → [2] and [2] → [3] never chain into [3][3]."""
+    assert renumber_markers("[1][2]、[1, 2]", {1: 2, 2: 3}) == "[2][3]、[2, 3]"
+    assert renumber_passages("[1] x\n[2] y\nNote: [1] and [2] disagree", {1: 2, 2: 3}) == (
+        "[2] x\n[3] y\nNote: [2] and [3] disagree"
+    )
 
 
 def test_a_flood_of_long_citations_is_cut_to_the_count_and_the_output_limit() -> None:

@@ -215,6 +215,42 @@ async def test_a_shelfhand_agent_mounts_another_shelfhands_retrieve_with_citatio
     assert kit.tools == []
 
 
+async def test_a_mounted_servers_passages_take_the_next_numbers_of_the_run(
+    workspace: Path,
+) -> None:
+    # both the local retrieve and the server number from 1: the run held two [1]s, and the
+    # model read "[1]" for two passages
+    kb = KnowledgeBase(workspace, EmbeddingRouter({"any": HashingEmbedder()}))
+    acme = UserContext(tenant_id="acme", user_id="alice")
+    app = build_http_app([make_retrieve_tool(kb)], keys={"k": acme}, fallback=acme)
+    model = ScriptedModel(
+        [
+            tool_call("retrieve", {"query": "退货政策"}),
+            tool_call("docs_retrieve", {"query": "保修"}),
+            text("拆封后 7 天内可退 [1]，保修两年 [2]。"),
+        ]
+    )
+    try:
+        with anyio.fail_after(30):
+            async with serve_asgi(app) as base:
+                remote = StreamableHttpServer(
+                    f"{base}/mcp", {"Authorization": "Bearer k"}, name="docs", prefix="docs_"
+                )
+                kit = Toolkit([make_retrieve_tool(kb)])
+                await kit.add_mcp(remote)
+                result = await Agent(model=model, toolkit=kit).run("退货和保修？", context=acme)
+                await remote.aclose()
+    finally:
+        kb.close()
+    numbers = [c.index for c in result.citations]
+    assert numbers == list(range(1, len(numbers) + 1))
+    local = [c for c in result.citations if not c.source.startswith("MCP server docs: ")]
+    theirs = [c for c in result.citations if c.source.startswith("MCP server docs: ")]
+    assert local and theirs and theirs[0].index == len(local) + 1
+    read = [r.content for m in result.messages for r in m.tool_results]
+    assert read[0].startswith("[1] ") and read[1].startswith(f"[{theirs[0].index}] ")
+
+
 async def test_only_read_only_tools_can_be_served() -> None:
     from shelfhand.mcp.server import build_server
     from shelfhand.tools.tool import tool

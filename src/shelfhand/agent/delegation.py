@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.citations import number_here, renumber_markers
 from shelfhand.core.context import RunContext
 from shelfhand.core.events import (
     ApprovalDecided,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "MARKER",
     "Channel",
     "Delegation",
     "Turn",
@@ -58,7 +57,6 @@ __all__ = [
 ]
 
 _GUARD_KEYS = 4096  # (session, subagent) fingerprints remembered per supervisor
-MARKER = re.compile(r"([\[［【]\s*)(\d{1,6}(?:\s*[,，、;；]\s*\d{1,6})*)(\s*[\]］】])")
 
 
 def fingerprint(text: str) -> str:
@@ -290,19 +288,8 @@ def renumber_citations(
     text: str, citations: Sequence[Citation], run: RunContext
 ) -> tuple[str, tuple[Citation, ...]]:
     """Another run's passages numbered in ``run``, and ``text``'s markers with them (a
-    subagent's ``[1]`` may be the caller's ``[4]``)."""
+    subagent's ``[1]`` may be the caller's ``[4]``), their disagreements too."""
     if not citations:
         return text, ()
-    numbers: dict[int, int] = {}
-    out: list[Citation] = []
-    for c in citations:
-        numbered = run.citations.number([c])
-        if numbered:
-            numbers[c.index] = numbered[0].index
-            out.append(numbered[0])
-
-    def swap(match: re.Match[str]) -> str:
-        inner = re.sub(r"\d+", lambda m: str(numbers.get(int(m.group()), m.group())), match[2])
-        return match[1] + inner + match[3]
-
-    return MARKER.sub(swap, text), tuple(out)
+    numbers, out = number_here(citations, run.citations)
+    return renumber_markers(text, numbers), out

@@ -24,8 +24,11 @@ __all__ = [
     "CitationLedger",
     "announces_only",
     "cited_numbers",
+    "number_here",
     "only_marks",
     "points_only",
+    "renumber_markers",
+    "renumber_passages",
     "unknown_citations",
 ]
 
@@ -167,3 +170,74 @@ def unknown_citations(text: str, given: Sequence[Citation]) -> tuple[int, ...]:
         return ()
     numbers = {c.index for c in given}
     return tuple(n for n in cited if n not in numbers)
+
+
+def number_here(
+    citations: Sequence[Citation], ledger: CitationLedger
+) -> tuple[dict[int, int], tuple[Citation, ...]]:
+    """Passages numbered elsewhere (a subagent's run, an MCP server's reply) numbered in
+    ``ledger``: their numbers there mapped to their numbers here, and the passages with
+    theirs. The disagreements they report follow: ``conflicts_with`` and the markers of
+    ``conflict_note`` are renumbered, and a note line naming a passage not among them is
+    dropped (kept, its number would name another passage of this run)."""
+    numbers: dict[int, int] = {}
+    out: list[Citation] = []
+    for c in citations:
+        # numbered without the disagreements: the ledger keeps passages, not their notes
+        plain = replace(c, conflicts_with=(), conflict_note="") if c.conflict_note else c
+        numbered = ledger.number([plain])
+        if numbered:
+            numbers[c.index] = numbered[0].index
+            out.append(c)
+    if not numbers:
+        return numbers, ()
+    return numbers, tuple(_renumbered(c, numbers) for c in out)
+
+
+def _renumbered(c: Citation, numbers: dict[int, int]) -> Citation:
+    index = numbers[c.index]
+    if not c.conflicts_with and not c.conflict_note:
+        return replace(c, index=index)
+    lines = []
+    for line in c.conflict_note.splitlines():
+        named = [int(n) for m in _MARKER.finditer(line) for n in _NUMBER.findall(m.group(1))]
+        if named and all(n in numbers for n in named):
+            lines.append(renumber_markers(line, numbers))
+    return replace(
+        c,
+        index=index,
+        conflicts_with=tuple(numbers[n] for n in c.conflicts_with if n in numbers),
+        conflict_note="\n".join(lines),
+    )
+
+
+def renumber_markers(text: str, numbers: dict[int, int]) -> str:
+    """``text`` with the numbers of its citation markers mapped through ``numbers`` (all in
+    one pass: ``[1]`` to ``[2]`` and ``[2]`` to ``[3]`` do not chain; a number not in
+    ``numbers`` stays)."""
+
+    def swap(match: re.Match[str]) -> str:
+        whole = match.group()
+        start = match.start(1) - match.start()
+        inner = _NUMBER.sub(lambda m: str(numbers.get(int(m.group()), m.group())), match[1])
+        return whole[:start] + inner + whole[start + len(match[1]) :]
+
+    return _MARKER.sub(swap, text)
+
+
+_PASSAGE_LINE = re.compile(r"^([\[［【]\s*)(\d{1,6})(?=\s*[\]］】] )|^(?:Note: |注意：).*$", re.M)
+
+
+def renumber_passages(text: str, numbers: dict[int, int]) -> str:
+    """Numbered passages as a search tool shows them (``[2] title (source)`` opening each,
+    then ``Note: [2] and [4] disagree …`` lines; shelfhand's ``retrieve`` over MCP) with
+    their numbers mapped through ``numbers``. Only those lines: a ``[3]`` inside a passage's
+    text is the document's own, and stays."""
+
+    def swap(match: re.Match[str]) -> str:
+        if match[2] is None:  # a note line
+            return renumber_markers(match.group(), numbers)
+        number = int(match[2])
+        return match[1] + str(numbers.get(number, number))
+
+    return _PASSAGE_LINE.sub(swap, text)

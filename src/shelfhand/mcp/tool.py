@@ -110,6 +110,8 @@ class McpTool(_RemoteTool):
         settings: The governance settings it was mounted with.
     """
 
+    numbered_elsewhere = True  # (a server numbers its passages from 1: see _marked)
+
     def __init__(self, server: McpServerLike, listed: types.Tool, settings: ToolSettings) -> None:
         hints = listed.annotations
         read_only = bool(hints is not None and hints.read_only_hint)
@@ -311,9 +313,9 @@ def _citations(
 
 
 def _marked(citation: Citation, source: str) -> Citation:
-    """``citation`` named as ``source``'s: its source and ids cannot be a local passage's, and
-    the disagreements it reports are dropped (their numbers are the server's, not the run's:
-    kept, they would name our passages, in our own "note:" line)."""
+    """``citation`` named as ``source``'s: its source and ids cannot be a local passage's.
+    Its number, and those of the disagreements it reports, are the server's: the toolkit
+    numbers them in the calling run (``McpTool.numbered_elsewhere``)."""
 
     def mark(value: str) -> str:
         return f"{source}: {value}" if value else ""
@@ -323,6 +325,4 @@ def _marked(citation: Citation, source: str) -> Citation:
         source=mark(citation.source) or source,
         doc_id=mark(citation.doc_id),
         chunk_id=mark(citation.chunk_id),
-        conflicts_with=(),
-        conflict_note="",
     )

@@ -196,6 +196,10 @@ class Tool(Generic[P, R]):
     """Identical concurrent read-only calls may share one execution (off for results that
     belong to one run, e.g. ``retrieve``'s run-numbered passages)."""
 
+    numbered_elsewhere: bool = False
+    """Its results' citations carry numbers of their own (an MCP server's): the toolkit
+    numbers them in the calling run, and the passages' lines in the content with them."""
+
     def __init__(self, func: Callable[P, R], **options: Unpack[ToolOptions]) -> None:
         _check_options(options, "Tool()")
         tool_name: str = options.get("name") or str(getattr(func, "__name__", ""))

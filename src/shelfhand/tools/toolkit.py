@@ -28,9 +28,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from shelfhand.core.citations import number_here, renumber_passages
 from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.errors import ToolArgumentError
 from shelfhand.core.messages import ToolCallBlock, ToolResultBlock, tool_result
@@ -256,6 +257,8 @@ class Toolkit(ToolRegistry):
             )
             kind: Outcome = outcome.outcome
         else:
+            if output.citations and found.numbered_elsewhere:
+                output = _numbered_here(output, run)
             result = tool_result(
                 call_id=call.id,
                 name=name,
@@ -477,6 +480,15 @@ def _may_need_repair(arguments: dict[str, Any]) -> bool:
         if isinstance(value, str) and value.lstrip()[:1] in _JSON_OPENERS:
             return True
     return False
+
+
+def _numbered_here(output: ToolOutput, run: RunContext) -> ToolOutput:
+    """``output``'s citations numbered in ``run`` (a server's ``[1]`` may be this run's
+    ``[4]``: two servers, or a server and ``retrieve``, each start at 1), its passage lines
+    with them. After governance: a cached or shared result is numbered in each run."""
+    numbers, citations = number_here(output.citations, run.citations)
+    content = renumber_passages(output.content, numbers)
+    return replace(output, content=content, citations=citations)
 
 
 def returned_error(content: str) -> str:

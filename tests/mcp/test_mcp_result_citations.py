@@ -7,6 +7,7 @@ base's passages (a real SDK server, tests/mcp/variant_server.py, over stdio)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import anyio
 import mcp.types as types
@@ -20,10 +21,13 @@ from shelfhand.core.citations import (
     renumber_markers,
     renumber_passages,
 )
-from shelfhand.core.messages import Citation
+from shelfhand.core.context import RunContext, UserContext
+from shelfhand.core.messages import Citation, ToolCallBlock
 from shelfhand.knowledge.evidence.citations import label
 from shelfhand.mcp import StdioServer
 from shelfhand.mcp.tool import MAX_CITATIONS, to_output
+from shelfhand.tools.tool import ToolOutput, tool
+from shelfhand.tools.toolkit import Toolkit
 
 
 def result_with(citations: list[dict[str, object]]) -> types.CallToolResult:
@@ -138,3 +142,50 @@ async def test_a_servers_citations_name_it_as_mounted_and_never_pass_for_a_local
     (numbered,) = ledger.number(out.citations)
     assert numbered.index == 2 and numbered.text == POSING_AS_LOCAL["text"]
     assert ledger.citations == (ours, numbered)
+
+
+@pytest.mark.anyio
+async def test_one_shared_result_is_numbered_in_each_run_that_gets_it() -> None:
+    """Two runs of one caller at once (two sessions) share one execution of a read-only
+    tool; each numbers its passages in its own run, after the sharing."""
+    runs = 0
+    release = anyio.Event()
+
+    @tool(read_only=True)
+    async def partner_search(query: str) -> ToolOutput:
+        """Search the partner's documents."""
+        nonlocal runs
+        runs += 1
+        await release.wait()
+        sent = [
+            Citation(index=i, source=f"MCP server p: {n}", text=n)
+            for i, n in ((1, "甲"), (2, "乙"))
+        ]
+        return ToolOutput(content="[1] 甲 (a.md)\n甲\n\n[2] 乙 (b.md)\n乙", citations=tuple(sent))
+
+    partner_search.numbered_elsewhere = True  # as McpTool is
+    kit = Toolkit([partner_search])
+    alice = UserContext(tenant_id="acme", user_id="alice")
+    busy, fresh = RunContext(user=alice), RunContext(user=alice)
+    busy.citations.number([Citation(index=0, source=f"{i}.md", text=str(i)) for i in range(3)])
+    call = ToolCallBlock(id="c1", name="partner_search", arguments='{"query": "x"}')
+
+    async with anyio.create_task_group() as tg:
+        got: dict[str, Any] = {}
+
+        async def one(name: str, run: RunContext) -> None:
+            got[name] = await kit.execute(call, run)
+
+        tg.start_soon(one, "busy", busy)
+        tg.start_soon(one, "fresh", fresh)
+        await anyio.sleep(0.2)
+        release.set()
+
+    assert runs == 1 and got["fresh"].shared != got["busy"].shared  # one ran, one shared it
+    assert [c.index for c in got["busy"].result.citations] == [4, 5]
+    assert (
+        got["busy"].result.content.startswith("[4] 甲")
+        and "\n\n[5] 乙" in got["busy"].result.content
+    )
+    assert [c.index for c in got["fresh"].result.citations] == [1, 2]
+    assert got["fresh"].result.content.startswith("[1] 甲")

@@ -5,10 +5,12 @@ Redis connection; what one does, the other sees."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from governance_helpers import LoopTicks
@@ -90,37 +92,51 @@ async def test_failures_on_one_replica_open_the_breaker_for_the_other(redis_url:
     assert breaker is not None and breaker.state == "open"
 
 
+class GatedRate:
+    """A cached ``exchange_rate`` that counts its runs and answers once released."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.release = asyncio.Event()
+
+        @tool(read_only=True, cache_ttl=60, timeout=20)
+        async def exchange_rate(pair: str) -> str:
+            """Exchange rate of a currency pair."""
+            self.runs += 1
+            await self.release.wait()
+            return f"{pair}=7.{self.runs}"
+
+        self.tool = exchange_rate
+
+    async def asked_by_both(
+        self, a: Toolkit, b: Toolkit, pair: str
+    ) -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
+        """``a`` asks first; once its call runs, ``b`` asks the same."""
+        arguments = json.dumps({"pair": pair})
+        first = asyncio.create_task(a.execute(call("exchange_rate", arguments), ALICE))
+        while self.runs == 0:  # replica A is computing
+            await asyncio.sleep(0.01)
+        return first, asyncio.create_task(b.execute(call("exchange_rate", arguments), ALICE))
+
+
 async def test_a_cached_call_runs_once_across_replicas_and_others_wait_for_it(
     redis_url: str,
 ) -> None:
-    runs = 0
-    release = asyncio.Event()
-
-    @tool(read_only=True, cache_ttl=60, timeout=20)
-    async def exchange_rate(pair: str) -> str:
-        """Exchange rate of a currency pair."""
-        nonlocal runs
-        runs += 1
-        await release.wait()
-        return f"{pair}=7.{runs}"
-
-    a = Toolkit([exchange_rate], governance=replica(redis_url))
-    b = Toolkit([exchange_rate], governance=replica(redis_url))
-    first = asyncio.create_task(a.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE))
-    while runs == 0:  # replica A is computing
-        await asyncio.sleep(0.01)
-    second = asyncio.create_task(b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE))
+    rate = GatedRate()
+    a = Toolkit([rate.tool], governance=replica(redis_url))
+    b = Toolkit([rate.tool], governance=replica(redis_url))
+    first, second = await rate.asked_by_both(a, b, "USD/CNY")
     await asyncio.sleep(0.2)
     assert not second.done()  # B waits for A's result instead of running the tool
-    release.set()
+    rate.release.set()
     one, two = await first, await second
-    assert runs == 1
+    assert rate.runs == 1
     assert one.result.content == two.result.content == "USD/CNY=7.1"
     assert two.shared and not two.replayed
     later = await b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), ALICE)
     assert later.replayed and later.result.content == "USD/CNY=7.1"
     other = await b.execute(call("exchange_rate", '{"pair": "USD/CNY"}'), BOB)
-    assert not other.replayed and runs == 2  # the cache is per caller, as in one process
+    assert not other.replayed and rate.runs == 2  # the cache is per caller, as in one process
 
 
 class SlowCachePut(RedisGovernanceState):
@@ -136,31 +152,15 @@ async def test_a_replica_waiting_on_a_lead_that_ends_finds_the_result_not_a_seco
 ) -> None:
     # CI once saw B run the tool again: the leader ended its lead before its result was in
     # the cache, and B, finding neither, took the lead. The result goes in first now.
-    runs = 0
-    release = asyncio.Event()
-
-    @tool(read_only=True, cache_ttl=60, timeout=20)
-    async def exchange_rate(pair: str) -> str:
-        """Exchange rate of a currency pair."""
-        nonlocal runs
-        runs += 1
-        await release.wait()
-        return f"{pair}=7.{runs}"
-
-    def slow_replica() -> Governance:
-        shared = SlowCachePut(open_redis(redis_url), poll_interval=0.02)
-        return Governance(GovernancePolicy(), shared=shared)
-
-    a = Toolkit([exchange_rate], governance=slow_replica())
-    b = Toolkit([exchange_rate], governance=replica(redis_url))
-    first = asyncio.create_task(a.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE))
-    while runs == 0:
-        await asyncio.sleep(0.01)
-    second = asyncio.create_task(b.execute(call("exchange_rate", '{"pair": "EUR/CNY"}'), ALICE))
+    rate = GatedRate()
+    slow = SlowCachePut(open_redis(redis_url), poll_interval=0.02)
+    a = Toolkit([rate.tool], governance=Governance(GovernancePolicy(), shared=slow))
+    b = Toolkit([rate.tool], governance=replica(redis_url))
+    first, second = await rate.asked_by_both(a, b, "EUR/CNY")
     await asyncio.sleep(0.1)
-    release.set()
+    rate.release.set()
     one, two = await first, await second
-    assert runs == 1
+    assert rate.runs == 1
     assert one.result.content == two.result.content == "EUR/CNY=7.1"
     assert two.shared
 

@@ -25,7 +25,7 @@ from shelfhand.core.context import RunContext, UserContext
 from shelfhand.core.messages import Citation, ToolCallBlock
 from shelfhand.knowledge.evidence.citations import label
 from shelfhand.mcp import StdioServer
-from shelfhand.mcp.tool import MAX_CITATIONS, to_output
+from shelfhand.mcp.tool import MAX_CITATIONS, MAX_LABEL_CHARS, MAX_NOTE_CHARS, to_output
 from shelfhand.tools.tool import ToolOutput, tool
 from shelfhand.tools.toolkit import Toolkit
 
@@ -113,6 +113,33 @@ def test_a_flood_of_long_citations_is_cut_to_the_count_and_the_output_limit() ->
     texts = [c.text for c in out.citations]
     assert sum(len(t.encode()) for t in texts) < 65_536 + MAX_CITATIONS * 200  # (the markers)
     assert "[output truncated: MCP server flood sent 300000 bytes" in texts[0]
+
+
+def test_what_labels_a_servers_citation_and_its_disagreements_is_bounded() -> None:
+    """They reach the reply and the run's notes as sent (before, the disagreements were
+    dropped: kept now, renumbered, they are bounded as the texts are)."""
+    sent = [
+        {
+            "index": 1,
+            "source": "s" * 1_000_000,
+            "title": "标题" * 500_000,
+            "section": "x" * 1_000_000,
+            "text": "七天内可退。",
+            "conflicts_with": list(range(2, 10_002)),
+            "conflict_note": "\n".join(
+                f"[1] 与 [{n}] 不一致：12 个月 vs 24 个月。" for n in range(2, 10_002)
+            ),
+            "spans": [[0, 1]] * 10_000,
+        },
+        {"index": 2, "source": "b.md", "text": "x", "conflict_note": "长" * 100_000},
+    ]
+    first, second = to_output(result_with(sent), limit=65_536, source="MCP server big").citations
+    assert len(first.source) == len("MCP server big: ") + MAX_LABEL_CHARS
+    assert len(first.title) == len(first.section) == MAX_LABEL_CHARS
+    assert len(first.conflicts_with) == MAX_CITATIONS and len(first.spans) == 64
+    assert 0 < len(first.conflict_note) <= MAX_NOTE_CHARS
+    assert first.conflict_note.splitlines()[-1] in sent[0]["conflict_note"].splitlines()  # type: ignore[union-attr]
+    assert second.conflict_note == ""  # one line longer than the bound: no whole line fits
 
 
 def test_citations_of_another_shape_are_none_and_the_content_stands() -> None:

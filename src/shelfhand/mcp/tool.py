@@ -312,17 +312,35 @@ def _citations(
     return tuple(kept)
 
 
+MAX_LABEL_CHARS = 500
+"""The most characters of a server's citation ``source``, ``title``, ``section`` and ids (a
+passage's label; the text is bounded by ``output_limit``)."""
+MAX_NOTE_CHARS = 2_000
+"""The most characters of the disagreements one of a server's citations reports (whole lines;
+one of shelfhand's is about 100)."""
+
+
 def _marked(citation: Citation, source: str) -> Citation:
     """``citation`` named as ``source``'s: its source and ids cannot be a local passage's.
     Its number, and those of the disagreements it reports, are the server's: the toolkit
-    numbers them in the calling run (``McpTool.numbered_elsewhere``)."""
+    numbers them in the calling run (``McpTool.numbered_elsewhere``). What labels it and its
+    disagreements are bounded (:data:`MAX_LABEL_CHARS`, :data:`MAX_NOTE_CHARS`, as many
+    ``conflicts_with`` as :data:`MAX_CITATIONS`): they reach the reply as they are."""
 
     def mark(value: str) -> str:
-        return f"{source}: {value}" if value else ""
+        return f"{source}: {value[:MAX_LABEL_CHARS]}" if value else ""
 
+    note = citation.conflict_note
+    if len(note) > MAX_NOTE_CHARS:
+        note = note[: note.rfind("\n", 0, MAX_NOTE_CHARS + 1) + 1].rstrip("\n")
     return replace(
         citation,
         source=mark(citation.source) or source,
         doc_id=mark(citation.doc_id),
         chunk_id=mark(citation.chunk_id),
+        title=citation.title[:MAX_LABEL_CHARS],
+        section=citation.section[:MAX_LABEL_CHARS],
+        spans=citation.spans[:64],
+        conflicts_with=citation.conflicts_with[:MAX_CITATIONS],
+        conflict_note=note,
     )

@@ -132,6 +132,22 @@ async def test_a_result_that_is_not_an_object_fails_the_call_at_once_and_the_ser
     assert fine.content == "fine" and server.connections == 1
 
 
+async def test_the_sdks_traceback_for_a_reply_we_report_is_not_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the SDK's stdio client logged "Failed to parse JSONRPC message from server" at ERROR
+    # with pydantic's lines (about 20 on stderr) before our one-line error, for every reply
+    server = raw("tools/call", {"result": 5})
+    with anyio.fail_after(60):
+        await server.connect()
+        try:
+            with pytest.raises(ToolError, match="its result is not a JSON object"):
+                await server.call_tool("odd", {})
+        finally:
+            await server.aclose()
+    assert not [r for r in caplog.records if r.name.startswith("mcp.client")]
+
+
 async def test_an_error_that_is_not_an_object_fails_the_call_at_once() -> None:
     server = raw("tools/call", {"error": "quota exceeded"})
     with anyio.fail_after(60):

@@ -17,7 +17,9 @@ server goes on answering other requests.
 
 from __future__ import annotations
 
+import logging
 import re
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -64,8 +66,41 @@ async def readable_replies(
 ) -> AsyncIterator[tuple[Any, Any]]:
     """``transport``'s streams, its replies that cannot be read turned into errors."""
     async with transport as (read, write):
-        methods: dict[types.RequestId, str] = {}
+        methods = _Sent()
+        _LIVE.add(methods)
         yield _Replies(read, methods), _Requests(write, methods)
+
+
+class _Sent(dict[types.RequestId, str]):
+    """The method of each request a wrapped connection sent and is still waiting on (one
+    connection's own: equal and hashed by identity, so that :data:`_LIVE` can hold it)."""
+
+    __eq__ = object.__eq__  # type: ignore[assignment]
+    __ne__ = object.__ne__  # type: ignore[assignment]
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+
+_LIVE: weakref.WeakSet[_Sent] = weakref.WeakSet()
+"""The requests of every wrapped connection open in the process."""
+
+
+class _ReportedHere(logging.Filter):
+    """Drops the SDK's log of a reply it could not read ("Failed to parse JSONRPC message from
+    server", then pydantic's lines, at ERROR) when it answers a request of a connection
+    :func:`readable_replies` wraps: that request fails in one line naming the server instead.
+    Any other such log (a server's own request or notification, another client's reply) is
+    kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, pydantic.ValidationError):
+            return True
+        reply = _reply_in(exc)
+        return reply is None or not any(reply["id"] in sent for sent in list(_LIVE))
+
+
+for _transport in ("mcp.client.stdio", "mcp.client.sse"):
+    logging.getLogger(_transport).addFilter(_ReportedHere())
 
 
 class _Stream:
@@ -122,16 +157,12 @@ class _Replies(_Stream):
 
     def _from_validation(self, exc: pydantic.ValidationError) -> SessionMessage | None:
         """An error for the request ``exc``'s message answered, if it is a reply with an id."""
-        errors = exc.errors()
-        message = next((e["input"] for e in errors if isinstance(e["input"], dict)), None)
-        if message is None or "method" in message or not message.keys() & {"result", "error"}:
-            return None  # not a reply (a request or notification of the server's own)
-        request_id = message.get("id")
-        if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        reply = _reply_in(exc)
+        if reply is None:
             return None
-        found = [(e["loc"][:2], e["type"]) for e in errors if len(e["loc"]) >= 2]
-        request = self._methods.pop(request_id, "")
-        return _error_for(request_id, request, _why(found))
+        found = [(e["loc"][:2], e["type"]) for e in exc.errors() if len(e["loc"]) >= 2]
+        request = self._methods.pop(reply["id"], "")
+        return _error_for(reply["id"], request, _why(found))
 
     def _from_sdk_error(self, message: types.JSONRPCError, request: str) -> SessionMessage | None:
         text = message.error.message
@@ -150,6 +181,18 @@ class _Replies(_Stream):
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
+
+
+def _reply_in(exc: pydantic.ValidationError) -> dict[str, Any] | None:
+    """The message ``exc`` could not read, when it is a reply with an id (not a request or
+    notification of the server's own)."""
+    message = next((e["input"] for e in exc.errors() if isinstance(e["input"], dict)), None)
+    if message is None or "method" in message or not message.keys() & {"result", "error"}:
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    return message
 
 
 def _why(found: list[tuple[tuple[Any, ...], str]]) -> str:

@@ -54,9 +54,10 @@ def test_ask_flags_win_over_the_environment(tmp_path: Path, server: Any) -> None
 def test_chat_sends_the_tool_mode_and_max_tokens(tmp_path: Path, server: Any) -> None:
     server.add(Reply(sse=[chunk({"content": '{"tool": "none", "answer": "hi there"}'})]))
 
-    out = run(
-        ["chat", "--max-tokens", "32", "--tool-mode", "constrained"], tmp_path, server, "hello\n\n"
-    )
+    # (with tools to choose from: with nothing indexed and no other tool, a chat offers none,
+    # and there is no choice to constrain)
+    flags = ["--demo-tools", "--max-tokens", "32", "--tool-mode", "constrained"]
+    out = run(["chat", *flags], tmp_path, server, "hello\n\n")
 
     assert out.returncode == 0, out.stderr
     body = server.requests[0].body

@@ -413,7 +413,7 @@ class App:
                 ``http_get``); ``None``: the ``builtin_tools`` setting, empty by default, so
                 a document question is offered ``retrieve`` alone.
             retrieve: ``False`` leaves ``retrieve`` out (a chat with nothing indexed: offered,
-                it only ever answers "not configured", and a small model asks it again).
+                it only ever answers "not configured", and a small model answers that).
         """
         from shelfhand.agent.retrieve import make_retrieve_tool
         from shelfhand.tools.builtins import builtin_tools

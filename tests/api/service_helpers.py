@@ -165,6 +165,29 @@ def start_thread_server(api: Any) -> ThreadServer:
     return ThreadServer(url=f"http://127.0.0.1:{port}", api=api, server=server, thread=thread)
 
 
+def pg_keyword_settings(workspace: Path, pg_url: str) -> Any:
+    """The settings of a workspace whose knowledge store is PostgreSQL at ``pg_url``,
+    searched by keyword (no embedding to wait for)."""
+    from shelfhand.core.settings import Settings
+
+    env = {"SHELFHAND_DATABASE_URL": pg_url, "SHELFHAND_RETRIEVAL_MODE": "keyword"}
+    return Settings.load(workspace, env=env)
+
+
+def serve_without_model(settings: Any, thread_servers: list[ThreadServer]) -> ThreadServer:
+    """The service of ``settings`` with no chat model and :func:`user_contexts`' keys, in a
+    uvicorn thread (stopped by the test's ``thread_servers`` fixture)."""
+    from shelfhand.api import ServiceConfig, create_app
+    from shelfhand.app import App
+
+    api = create_app(
+        App(settings=settings, model=None), config=ServiceConfig(), api_keys=user_contexts()
+    )
+    server = start_thread_server(api)
+    thread_servers.append(server)
+    return server
+
+
 def parse_sse(text: str) -> list[dict[str, Any]]:
     """Events of an SSE body: each ``data`` decoded, with ``_event`` and ``_id`` added."""
     events = []

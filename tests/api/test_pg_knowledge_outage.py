@@ -8,11 +8,9 @@ import time
 from pathlib import Path
 
 import httpx
-from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+from service_helpers import ALICE, ThreadServer, pg_keyword_settings, serve_without_model
 
-from shelfhand.api import ServiceConfig, create_app
 from shelfhand.app import App
-from shelfhand.core.settings import Settings
 from shelfhand.dev.services import LocalPostgres
 from shelfhand.knowledge.types import Document, Section
 
@@ -20,10 +18,7 @@ from shelfhand.knowledge.types import Document, Section
 def test_the_service_answers_503_while_postgresql_is_down_then_200_again(
     tmp_path: Path, pg_url: str, pg_server: LocalPostgres, thread_servers: list[ThreadServer]
 ) -> None:
-    settings = Settings.load(
-        tmp_path,
-        env={"SHELFHAND_DATABASE_URL": pg_url, "SHELFHAND_RETRIEVAL_MODE": "keyword"},
-    )
+    settings = pg_keyword_settings(tmp_path, pg_url)
     text = "投影仪保修期为12个月。The projector warranty lasts twelve months."
     with App(settings=settings).open_knowledge() as kb:
         kb.ingest_documents(
@@ -39,11 +34,7 @@ def test_the_service_answers_503_while_postgresql_is_down_then_200_again(
                 )
             ]
         )
-    api = create_app(
-        App(settings=settings, model=None), config=ServiceConfig(), api_keys=user_contexts()
-    )
-    server = start_thread_server(api)
-    thread_servers.append(server)
+    server = serve_without_model(settings, thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
         found = c.get("/v1/knowledge/search", params={"q": "保修期"})
         assert found.status_code == 200

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import ALICE, ThreadServer, start_thread_server, user_contexts
+from service_helpers import ALICE, ThreadServer, pg_keyword_settings, serve_without_model
 
-from shelfhand.api import ServiceConfig, create_app
-from shelfhand.app import App
-from shelfhand.core.settings import Settings
 from shelfhand.dev.services import LocalPostgres
 
 pytestmark = pytest.mark.slow
@@ -30,15 +27,8 @@ was back."""
 def test_requests_work_again_within_seconds_of_postgresql_coming_back(
     tmp_path: Path, pg_url: str, pg_server: LocalPostgres, thread_servers: list[ThreadServer]
 ) -> None:
-    settings = Settings.load(
-        tmp_path,
-        env={"SHELFHAND_DATABASE_URL": pg_url, "SHELFHAND_RETRIEVAL_MODE": "keyword"},
-    )
-    api = create_app(
-        App(settings=settings, model=None), config=ServiceConfig(), api_keys=user_contexts()
-    )
-    server = start_thread_server(api)
-    thread_servers.append(server)
+    settings = pg_keyword_settings(tmp_path, pg_url)
+    server = serve_without_model(settings, thread_servers)
     with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as c:
         session = c.post("/v1/sessions").json()["id"]
         kinds: dict[str, Callable[[], httpx.Response]] = {

@@ -8,15 +8,11 @@ the C++ runtime aborted the process ("terminate called without an active excepti
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 from support.cli import cli_env, run_cli
-from support.mcp_wire import INITIALIZE, INITIALIZED
+from support.mcp_wire import INITIALIZE, INITIALIZED, replies_until, stdio_serve
 
 QUERY = ("保修政策和加热器故障的处理方法是什么" * 120)[:2000]
 """As long as a query is embedded (2,000 characters): MiniLM needs its 8 windows for it."""
@@ -40,33 +36,14 @@ def test_mcp_serve_exits_0_at_once_after_a_timed_out_query_embedding(tmp_path: P
         "method": "tools/call",
         "params": {"name": "retrieve", "arguments": {"query": QUERY}},
     }
-    process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "shelfhand.cli", "mcp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    killer = threading.Timer(90, process.kill)  # a server that never ends ends the test
-    killer.start()
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        process.stdin.write("".join(json.dumps(r) + "\n" for r in (INITIALIZE, INITIALIZED, call)))
-        process.stdin.flush()
-        replies = []
-        while not replies or replies[-1].get("id") != 2:
-            line = process.stdout.readline()
-            assert line, "the server ended without answering the retrieve call"
-            replies.append(json.loads(line))
+    with stdio_serve(env, kill_after=90) as process:
+        replies = replies_until(process, (INITIALIZE, INITIALIZED, call), 2, "the retrieve call")
+        assert process.stdin is not None
         process.stdin.close()  # the client leaves while the abandoned embedding runs
         left = time.monotonic()
         code = process.wait()
         took = time.monotonic() - left
         err = process.stderr.read() if process.stderr is not None else ""
-    finally:
-        killer.cancel()
-        process.kill()
     result = replies[-1]["result"]
     assert not result.get("isError"), result
     assert "did not finish within" in err  # the embedding was abandoned: keyword search

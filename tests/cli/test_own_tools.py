@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from support.chat_server import Reply, chunk, completion  # see conftest.py
 from support.cli import cli_env
-from support.mcp_wire import INITIALIZE, INITIALIZED, LIST_TOOLS
+from support.mcp_wire import INITIALIZE, INITIALIZED, LIST_TOOLS, replies_until, stdio_serve
 
 DESK = '''
 """The after-sales desk's own tools."""
@@ -234,31 +233,12 @@ def test_over_stdio_what_a_tool_module_prints_goes_to_stderr_not_into_the_protoc
         encoding="utf-8",
     )
     requests = [INITIALIZE, INITIALIZED, LIST_TOOLS]
-    process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "shelfhand.cli", "mcp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(tmp_path / "ws", SHELFHAND_TOOLS="desk"),
-        cwd=tmp_path,
-    )
-    killer = threading.Timer(60, process.kill)  # a server that never answers ends the test
-    killer.start()
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
-        process.stdin.flush()
-        replies = []
-        while not replies or replies[-1].get("id") != 2:  # stdin stays open until the answer
-            line = process.stdout.readline()
-            assert line, "the server ended without answering tools/list"
-            replies.append(json.loads(line))  # every line is the protocol's
+    env = cli_env(tmp_path / "ws", SHELFHAND_TOOLS="desk")
+    with stdio_serve(env, cwd=tmp_path) as process:
+        replies = replies_until(process, requests, 2, "tools/list")  # every line the protocol's
+        assert process.stdin is not None
         process.stdin.close()
         err = process.stderr.read() if process.stderr is not None else ""
-    finally:
-        killer.cancel()
-        process.kill()
     listed = [t["name"] for t in replies[-1]["result"]["tools"]]
     assert "order_status" in listed
     assert "connected to the CRM" in err and "desk tools ready" in err

